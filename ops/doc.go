@@ -1,0 +1,11 @@
+// Package ops is the preprocessing op library shared by the storage agent and
+// the compute agent.
+//
+// A sample moves through a [Pipeline] as a [Value]: encoded JPEG bytes
+// ([Encoded]), a decoded image ([Image], uint8 HWC RGB) or a tensor ([Tensor],
+// float32 CHW). Every op is a pure function of its input and of a random
+// generator seeded by hash(run seed, epoch, sample, op index) (see [SeedFor]),
+// so running ops[0:k] on one node, shipping the intermediate in its wire form
+// ([EncodeWire], [DecodeWire]) and running ops[k:n] on another gives output
+// byte-identical to running all n ops in one place.
+package ops
