@@ -1,0 +1,49 @@
+# Self-describing targets: `make help` lists them.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := bin
+# Short fuzz runs in `make test`; `make fuzz` runs longer.
+FUZZTIME ?= 10s
+DEMO_DIR ?= $(CURDIR)/.demo
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build every binary into bin/ (cgo, libjpeg-turbo)
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./testbed/cmd/...
+
+.PHONY: test
+test: lint ## Lint, build without cgo, run all tests and short fuzz runs
+	CGO_ENABLED=0 $(GO) build ./...
+	$(GO) test -count=1 ./...
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJPEG$$' -fuzztime $(FUZZTIME) ./ops/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeWire$$' -fuzztime $(FUZZTIME) ./ops/
+
+.PHONY: fuzz
+fuzz: ## Longer fuzz runs (FUZZTIME=5m by default here)
+	$(MAKE) test FUZZTIME=5m
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: bench
+bench: build ## Go benchmarks, then ours vs the torchvision peer on the same JPEGs
+	$(GO) test -run '^$$' -bench . -benchmem ./ops/...
+	bash testbed/scripts/peer-compare.sh
+
+.PHONY: demo
+demo: build ## Generate a small dataset and print per-op sizes and costs of each preset
+	$(BIN)/testbed gen --kind openimages-like -n 64 --out $(DEMO_DIR)/openimages-like
+	$(BIN)/testbed ops --data $(DEMO_DIR)/openimages-like --preset imagenet-train
+	$(BIN)/testbed ops --data $(DEMO_DIR)/openimages-like --preset imagenet-train-fast
+
+.PHONY: clean
+clean: ## Remove build outputs and the demo dataset
+	rm -rf $(BIN) $(DEMO_DIR)

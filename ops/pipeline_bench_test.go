@@ -1,0 +1,96 @@
+package ops_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/synth"
+)
+
+// benchClasses are the two image classes the op library is measured on.
+var benchClasses = []struct {
+	name string
+	w, h int
+}{{"500x375", 500, 375}, {"1600x1200", 1600, 1200}}
+
+// benchImages returns a few photo-like JPEGs of one class.
+func benchImages(b *testing.B, w, h int) [][]byte {
+	b.Helper()
+	var out [][]byte
+	for seed := range uint64(4) {
+		raw, err := synth.JPEG(100+seed, w, h, synth.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, raw)
+	}
+	return out
+}
+
+// BenchmarkPipeline runs each preset end to end on one goroutine: ns/op
+// is per image, img/s is per core.
+func BenchmarkPipeline(b *testing.B) {
+	for _, c := range benchClasses {
+		imgs := benchImages(b, c.w, c.h)
+		for _, name := range ops.PresetNames() {
+			p, err := ops.Preset(name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Run(fmt.Sprintf("%s/%s", name, c.name), func(b *testing.B) {
+				i := 0
+				var out int
+				for b.Loop() {
+					raw := imgs[i%len(imgs)]
+					v, err := p.Run(ops.Key{Seed: 1, Epoch: uint64(i / len(imgs)), Sample: uint64(i % len(imgs))}, ops.Encoded(raw), 0, p.Len())
+					if err != nil {
+						b.Fatal(err)
+					}
+					out = v.Size()
+					i++
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "img/s")
+				b.ReportMetric(float64(out), "out-bytes")
+			})
+		}
+	}
+}
+
+// BenchmarkOp runs each op of each preset alone on inputs prepared by the
+// ops before it: ns/op is the op's cost per image, out-bytes its output.
+func BenchmarkOp(b *testing.B) {
+	for _, c := range benchClasses {
+		imgs := benchImages(b, c.w, c.h)
+		for _, name := range ops.PresetNames() {
+			p, err := ops.Preset(name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for j := 0; j < p.Len(); j++ {
+				ins := make([]ops.Value, len(imgs))
+				for s, raw := range imgs {
+					key := ops.Key{Seed: 1, Sample: uint64(s)}
+					if ins[s], err = p.Run(key, ops.Encoded(raw), 0, j); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.Run(fmt.Sprintf("%s/%s/%d-%s", name, c.name, j, p.Op(j).Name()), func(b *testing.B) {
+					i := 0
+					var out int
+					for b.Loop() {
+						s := i % len(ins)
+						v, err := p.Run(ops.Key{Seed: 1, Sample: uint64(s)}, ins[s], j, j+1)
+						if err != nil {
+							b.Fatal(err)
+						}
+						out = v.Size()
+						i++
+					}
+					b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "img/s")
+					b.ReportMetric(float64(out), "out-bytes")
+				})
+			}
+		}
+	}
+}

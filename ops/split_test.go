@@ -1,0 +1,155 @@
+package ops_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/synth"
+)
+
+// TestSplitInvariance is invariant 1: for every preset, every split k,
+// every image of a varied set and several epochs, ops[0:k] -> wire ->
+// ops[k:n] equals all n ops run at once, byte for byte.
+func TestSplitInvariance(t *testing.T) {
+	cases := synth.Varied(7)
+	codecs := []ops.Codec{ops.CodecNone, ops.CodecZstd, ops.CodecS2}
+	for _, name := range ops.PresetNames() {
+		p, err := ops.Preset(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(name, func(t *testing.T) {
+			for _, c := range cases {
+				for epoch := uint64(0); epoch < 3; epoch++ {
+					key := ops.Key{Seed: 42, Epoch: epoch, Sample: uint64(len(c.Name))*1000 + epoch}
+					full, fullErr := p.Run(key, ops.Encoded(c.Data), 0, p.Len())
+					if fullErr != nil {
+						// Only a typed refusal is acceptable (e.g. a CMYK
+						// JPEG the build cannot convert), and every split must
+						// refuse the same way.
+						if !errors.Is(fullErr, ops.ErrUnsupported) {
+							t.Fatalf("%s epoch %d: %v", c.Name, epoch, fullErr)
+						}
+					}
+					want := []byte(nil)
+					if fullErr == nil {
+						want = valueBytes(full)
+					}
+					for k := 0; k <= p.Len(); k++ {
+						codec := codecs[(k+int(epoch))%len(codecs)]
+						got, err := runSplit(p, key, c.Data, k, codec)
+						if fullErr != nil {
+							if !errors.Is(err, ops.ErrUnsupported) {
+								t.Errorf("%s epoch %d split %d: got %v, want the unsplit error %v", c.Name, epoch, k, err, fullErr)
+							}
+							continue
+						}
+						if err != nil {
+							t.Fatalf("%s epoch %d split %d (%s): %v", c.Name, epoch, k, codec, err)
+						}
+						if !bytes.Equal(valueBytes(got), want) {
+							t.Errorf("%s epoch %d split %d (%s): output differs from the unsplit run", c.Name, epoch, k, codec)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func runSplit(p *ops.Pipeline, key ops.Key, raw []byte, k int, codec ops.Codec) (ops.Value, error) {
+	mid, err := p.Run(key, ops.Encoded(raw), 0, k)
+	if err != nil {
+		return nil, err
+	}
+	w, err := ops.EncodeWire(mid, codec)
+	if err != nil {
+		return nil, err
+	}
+	back, err := ops.DecodeWire(w, ops.WireLimits{})
+	if err != nil {
+		return nil, err
+	}
+	return p.Run(key, back, k, p.Len())
+}
+
+// TestRunIndependentOfWorkers runs the same samples from many goroutines
+// in scrambled order and checks every output equals the sequential one.
+func TestRunIndependentOfWorkers(t *testing.T) {
+	p, err := ops.Preset("imagenet-train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := synth.JPEG(3, 320, 240, synth.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 24
+	want := make([][32]byte, n)
+	for i := range want {
+		v, err := p.Run(ops.Key{Seed: 1, Epoch: 2, Sample: uint64(i)}, ops.Encoded(raw), 0, p.Len())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = sha256.Sum256(valueBytes(v))
+	}
+	got := make([][32]byte, n)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := n - 1 - w; i >= 0; i -= 4 {
+				v, err := p.Run(ops.Key{Seed: 1, Epoch: 2, Sample: uint64(i)}, ops.Encoded(raw), 0, p.Len())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got[i] = sha256.Sum256(valueBytes(v))
+			}
+		})
+	}
+	wg.Wait()
+	distinct := map[[32]byte]bool{}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("sample %d: concurrent output differs from sequential", i)
+		}
+		distinct[want[i]] = true
+	}
+	// The same bytes under different sample ids must see different draws.
+	if len(distinct) < n/2 {
+		t.Errorf("only %d distinct outputs for %d sample ids: draws are not per sample", len(distinct), n)
+	}
+}
+
+// TestEpochsDraw checks that random ops draw anew each epoch while
+// deterministic pipelines do not change.
+func TestEpochsDraw(t *testing.T) {
+	raw, err := synth.JPEG(5, 400, 300, synth.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		preset   string
+		wantSame bool
+	}{{"imagenet-train", false}, {"imagenet-train-fast", false}, {"imagenet-val", true}} {
+		p, err := ops.Preset(tc.preset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[[32]byte]bool{}
+		for e := uint64(0); e < 6; e++ {
+			v, err := p.Run(ops.Key{Seed: 9, Epoch: e, Sample: 1}, ops.Encoded(raw), 0, p.Len())
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[sha256.Sum256(valueBytes(v))] = true
+		}
+		if same := len(seen) == 1; same != tc.wantSame {
+			t.Errorf("%s: %d distinct outputs over 6 epochs, want same=%v", tc.preset, len(seen), tc.wantSame)
+		}
+	}
+}

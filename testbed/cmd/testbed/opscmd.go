@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/profiler"
+	"github.com/sophon-dl/sophon/testbed"
+)
+
+func runOps(ctx context.Context, args []string, log zerolog.Logger) error {
+	fs := flag.NewFlagSet("ops", flag.ContinueOnError)
+	data := fs.String("data", "", "folder of JPEGs (searched recursively)")
+	preset := fs.String("preset", "imagenet-train", "pipeline preset: "+fmt.Sprint(ops.PresetNames()))
+	specFile := fs.String("spec", "", "pipeline spec file (YAML or JSON); overrides --preset")
+	seed := fs.Uint64("seed", 1, "run seed for the ops' random draws")
+	bench := fs.Float64("bench", 3, "seconds of single-core throughput measurement after the per-op table (0 skips it)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "testbed ops: per-op output sizes and costs of a pipeline over a folder of JPEGs,\nthen its throughput on one core.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *data == "" {
+		fs.Usage()
+		return fmt.Errorf("ops: --data is required")
+	}
+	name := *preset
+	if *specFile != "" {
+		name = *specFile
+	}
+	p, err := ops.LoadPipeline(name)
+	if err != nil {
+		return err
+	}
+	paths, err := testbed.ListJPEGs(*data)
+	if err != nil {
+		return err
+	}
+	if len(paths) == 0 {
+		return fmt.Errorf("ops: no JPEGs under %s", *data)
+	}
+	samples := make([][]byte, len(paths))
+	for i, path := range paths {
+		if samples[i], err = os.ReadFile(path); err != nil {
+			return err
+		}
+	}
+
+	// Pass 1: every op of every sample, one at a time.
+	var traces []profiler.SampleTrace
+	failed := 0
+	for i, raw := range samples {
+		t, err := profiler.Trace(p, ops.Key{Seed: *seed, Sample: uint64(i)}, raw)
+		if err != nil {
+			failed++
+			log.Warn().Str("path", paths[i]).Err(err).Msg("sample failed")
+			continue
+		}
+		traces = append(traces, t)
+	}
+	fmt.Printf("pipeline %s over %d JPEGs in %s (%d failed), decoder %s\n\n", p.ID(), len(samples), *data, failed, ops.JPEGBackend)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "split k\tafter op\tmean bytes\tvs raw\tsmaller than raw\top ms\tprefix ms (storage CPU)\t")
+	sum := profiler.Summarize(p, traces)
+	for _, s := range sum {
+		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.2fx\t%.0f%%\t%.3f\t%.3f\t\n", s.K, s.Name, s.MeanBytes,
+			s.MeanBytes/sum[0].MeanBytes, 100*s.Smaller, ms(s.MeanOpDur), ms(s.MeanPrefixDur))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if *bench <= 0 || len(traces) == 0 {
+		return nil
+	}
+
+	// Pass 2: the whole pipeline, as a worker runs it, on one goroutine.
+	deadline := time.Now().Add(time.Duration(*bench * float64(time.Second)))
+	start := time.Now()
+	n := 0
+	for epoch := uint64(1); time.Now().Before(deadline) && ctx.Err() == nil; epoch++ {
+		for i, raw := range samples {
+			if _, err := p.Run(ops.Key{Seed: *seed, Epoch: epoch, Sample: uint64(i)}, ops.Encoded(raw), 0, p.Len()); err == nil {
+				n++
+			}
+		}
+	}
+	secs := time.Since(start).Seconds()
+	fmt.Printf("\nthroughput: pipeline=%s images=%d seconds=%.2f img_per_s=%.1f (one goroutine)\n", p.Name(), n, secs, float64(n)/secs)
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
