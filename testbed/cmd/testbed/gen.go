@@ -70,7 +70,7 @@ func runGen(_ context.Context, args []string, log zerolog.Logger) error {
 	}
 	log.Info().Str("kind", *kind).Int("images", len(paths)).Str("out", *out).
 		Float64("mean_kb", float64(total)/float64(len(paths))/1000).
-		Dur("took", time.Since(start)).Msg("dataset written")
+		Str("took", time.Since(start).Round(time.Millisecond).String()).Msg("dataset written")
 	return nil
 }
 
