@@ -15,6 +15,9 @@ type OpCost struct {
 	Bytes int
 	// Dur is the time the op took on this sample.
 	Dur time.Duration
+	// Compressed is the output's payload size under the trace's codec
+	// (equal to Bytes when the codec is none or does not help).
+	Compressed int
 }
 
 // SampleTrace is one sample's raw size and, per op, output size and cost.
@@ -25,12 +28,31 @@ type SampleTrace struct {
 }
 
 // Trace runs the whole pipeline on one sample, recording every op's output
-// size and duration.
-func Trace(p *ops.Pipeline, key ops.Key, raw []byte) (SampleTrace, error) {
+// size and duration, and with a codec other than none, the size each output
+// would have on the wire compressed with it (compression is not timed).
+func Trace(p *ops.Pipeline, key ops.Key, raw []byte, codec ops.Codec) (SampleTrace, error) {
 	t := SampleTrace{Sample: key.Sample, Raw: len(raw), Ops: make([]OpCost, p.Len())}
+	var werr error
 	_, err := p.RunObserved(key, ops.Encoded(raw), 0, p.Len(), func(j int, out ops.Value, d time.Duration) {
-		t.Ops[j] = OpCost{Bytes: out.Size(), Dur: d}
+		t.Ops[j] = OpCost{Bytes: out.Size(), Dur: d, Compressed: out.Size()}
+		if codec == ops.CodecNone || werr != nil {
+			return
+		}
+		w, err := ops.EncodeWire(out, codec)
+		if err != nil {
+			werr = err
+			return
+		}
+		info, err := ops.ReadWireHeader(w)
+		if err != nil {
+			werr = err
+			return
+		}
+		t.Ops[j].Compressed = int(info.StoredLen)
 	})
+	if err == nil {
+		err = werr
+	}
 	return t, err
 }
 
@@ -42,6 +64,8 @@ type SplitSummary struct {
 	Name string
 	// MeanBytes is the mean size crossing the link.
 	MeanBytes float64
+	// MeanCompressed is the mean payload size under the trace's codec.
+	MeanCompressed float64
 	// Smaller is the fraction of samples smaller here than raw.
 	Smaller float64
 	// MeanOpDur is the mean duration of op k-1 (zero for k = 0).
@@ -66,15 +90,18 @@ func Summarize(p *ops.Pipeline, traces []SampleTrace) []SplitSummary {
 		return out
 	}
 	sums := make([]float64, n+1)
+	comp := make([]float64, n+1)
 	smaller := make([]int, n+1)
 	opDur := make([]time.Duration, n+1)
 	prefix := make([]time.Duration, n+1)
 	for _, t := range traces {
 		sums[0] += float64(t.Raw)
+		comp[0] += float64(t.Raw)
 		var acc time.Duration
 		for j, c := range t.Ops {
 			acc += c.Dur
 			sums[j+1] += float64(c.Bytes)
+			comp[j+1] += float64(c.Compressed)
 			if c.Bytes < t.Raw {
 				smaller[j+1]++
 			}
@@ -85,6 +112,7 @@ func Summarize(p *ops.Pipeline, traces []SampleTrace) []SplitSummary {
 	m := float64(len(traces))
 	for k := range out {
 		out[k].MeanBytes = sums[k] / m
+		out[k].MeanCompressed = comp[k] / m
 		out[k].Smaller = float64(smaller[k]) / m
 		out[k].MeanOpDur = time.Duration(float64(opDur[k]) / m)
 		out[k].MeanPrefixDur = time.Duration(float64(prefix[k]) / m)

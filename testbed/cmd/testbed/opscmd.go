@@ -21,6 +21,7 @@ func runOps(ctx context.Context, args []string, log zerolog.Logger) error {
 	preset := fs.String("preset", "imagenet-train", "pipeline preset: "+fmt.Sprint(ops.PresetNames()))
 	specFile := fs.String("spec", "", "pipeline spec file (YAML or JSON); overrides --preset")
 	seed := fs.Uint64("seed", 1, "run seed for the ops' random draws")
+	codecName := fs.String("codec", "zstd", "codec for the compressed-size column: none, zstd or s2")
 	bench := fs.Float64("bench", 3, "seconds of single-core throughput measurement after the per-op table (0 skips it)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "testbed ops: per-op output sizes and costs of a pipeline over a folder of JPEGs,\nthen its throughput on one core.\n\nFlags:\n")
@@ -36,6 +37,10 @@ func runOps(ctx context.Context, args []string, log zerolog.Logger) error {
 	name := *preset
 	if *specFile != "" {
 		name = *specFile
+	}
+	codec, err := ops.ParseCodec(*codecName)
+	if err != nil {
+		return err
 	}
 	p, err := ops.LoadPipeline(name)
 	if err != nil {
@@ -59,7 +64,7 @@ func runOps(ctx context.Context, args []string, log zerolog.Logger) error {
 	var traces []profiler.SampleTrace
 	failed := 0
 	for i, raw := range samples {
-		t, err := profiler.Trace(p, ops.Key{Seed: *seed, Sample: uint64(i)}, raw)
+		t, err := profiler.Trace(p, ops.Key{Seed: *seed, Sample: uint64(i)}, raw, codec)
 		if err != nil {
 			failed++
 			log.Warn().Str("path", paths[i]).Err(err).Msg("sample failed")
@@ -69,11 +74,11 @@ func runOps(ctx context.Context, args []string, log zerolog.Logger) error {
 	}
 	fmt.Printf("pipeline %s over %d JPEGs in %s (%d failed), decoder %s\n\n", p.ID(), len(samples), *data, failed, ops.JPEGBackend)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "split k\tafter op\tmean bytes\tvs raw\tsmaller than raw\top ms\tprefix ms (storage CPU)\t")
+	fmt.Fprintf(tw, "split k\tafter op\tmean bytes\tvs raw\t%s ratio\tsmaller than raw\top ms\tprefix ms (storage CPU)\t\n", codec)
 	sum := profiler.Summarize(p, traces)
 	for _, s := range sum {
-		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.2fx\t%.0f%%\t%.3f\t%.3f\t\n", s.K, s.Name, s.MeanBytes,
-			s.MeanBytes/sum[0].MeanBytes, 100*s.Smaller, ms(s.MeanOpDur), ms(s.MeanPrefixDur))
+		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.2fx\t%.2fx\t%.0f%%\t%.3f\t%.3f\t\n", s.K, s.Name, s.MeanBytes,
+			s.MeanBytes/sum[0].MeanBytes, s.MeanBytes/s.MeanCompressed, 100*s.Smaller, ms(s.MeanOpDur), ms(s.MeanPrefixDur))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
