@@ -144,7 +144,7 @@ func DecodeJPEG(data []byte, lim DecodeLimits) (*Image, error) {
 	if err := lim.check(h); err != nil {
 		return nil, err
 	}
-	img, _, err := decodeJPEG(data, h, 8, Rect{W: h.W, H: h.H}, lim)
+	img, _, err := decodeJPEG(data, h, 8, Rect{W: h.W, H: h.H}, true, lim)
 	return img, err
 }
 
@@ -194,7 +194,28 @@ func DecodeJPEGRegion(data []byte, scaleNum int, region Rect, lim DecodeLimits) 
 	if region.W <= 0 || region.H <= 0 || region.X < 0 || region.Y < 0 || region.X > sw-region.W || region.Y > sh-region.H {
 		return nil, Rect{}, wrapf(ErrSpec, "jpeg region %v outside the %dx%d image scaled by %d/8", region, sw, sh, scaleNum)
 	}
-	return decodeJPEG(data, h, scaleNum, region, lim)
+	return decodeJPEG(data, h, scaleNum, region, false, lim)
+}
+
+// DecodeJPEGCrop decodes at full scale only the pixels of crop (which must
+// lie inside the image) but reads and validates the whole file: the rows
+// above and below the crop are entropy-decoded without an IDCT. Its pixels
+// equal the same rectangle of DecodeJPEG's output, byte for byte, and it
+// fails exactly where DecodeJPEG fails, so a pipeline may use it in place of
+// a full decode followed by a crop. It returns the pixels and the rectangle
+// they cover, which contains crop (see DecodeJPEGRegion).
+func DecodeJPEGCrop(data []byte, crop Rect, lim DecodeLimits) (*Image, Rect, error) {
+	h, err := ReadJPEGHeader(data)
+	if err != nil {
+		return nil, Rect{}, err
+	}
+	if err := lim.check(h); err != nil {
+		return nil, Rect{}, err
+	}
+	if crop.W <= 0 || crop.H <= 0 || crop.X < 0 || crop.Y < 0 || crop.X > h.W-crop.W || crop.Y > h.H-crop.H {
+		return nil, Rect{}, wrapf(ErrSpec, "jpeg crop %v outside the %dx%d image", crop, h.W, h.H)
+	}
+	return decodeJPEG(data, h, 8, crop, true, lim)
 }
 
 // ScaledSize returns the output size libjpeg gives a w x h image decoded at

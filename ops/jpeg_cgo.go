@@ -147,7 +147,7 @@ static int sj_crop_ok(j_decompress_ptr d) {
 // out holds cap bytes; the rows are packed at stride 3*res->w.
 static void sj_decode(const unsigned char *data, size_t len, int num,
                       long long maxpix, int rx, int ry, int rw, int rh,
-                      unsigned char *out, size_t cap, sj_result *res) {
+                      int finish, unsigned char *out, size_t cap, sj_result *res) {
 	struct jpeg_decompress_struct d;
 	sj_err err;
 	JSAMPARRAY tmp = NULL;
@@ -263,8 +263,32 @@ static void sj_decode(const unsigned char *data, size_t len, int num,
 		jpeg_destroy_decompress(&d);
 		return;
 	}
-	// Reading to EOI catches truncation and trailing corruption; a partial
-	// region stops early and leaves the rest unread.
+	// Reading to EOI catches truncation and trailing corruption. A partial
+	// region stops early and leaves the rest unread, unless finish asks for
+	// the rows below it to be entropy-decoded (jpeg_skip_scanlines discards
+	// their coefficients without an IDCT), which validates the whole file
+	// just as a full decode does.
+	//
+	// NB: skipping to the very end only moves the row counter (and
+	// jpeg_finish_decompress then reads no entropy data), so skip all but the
+	// last row and read that one.
+	if (finish && d.output_scanline < d.output_height) {
+		JDIMENSION rest = d.output_height - d.output_scanline;
+		JSAMPARRAY last = (*d.mem->alloc_sarray)((j_common_ptr)&d, JPOOL_IMAGE,
+			w * (d.out_color_space == JCS_CMYK ? 4 : 3), 1);
+		if (rest > 1 && jpeg_skip_scanlines(&d, rest - 1) != rest - 1) {
+			res->code = SJ_CORRUPT;
+			snprintf(res->msg, JMSG_LENGTH_MAX, "could not skip %u rows", rest - 1);
+			jpeg_destroy_decompress(&d);
+			return;
+		}
+		if (jpeg_read_scanlines(&d, last, 1) != 1) {
+			res->code = SJ_CORRUPT;
+			snprintf(res->msg, JMSG_LENGTH_MAX, "could not read the last row");
+			jpeg_destroy_decompress(&d);
+			return;
+		}
+	}
 	if (d.output_scanline == d.output_height)
 		jpeg_finish_decompress(&d);
 	jpeg_destroy_decompress(&d);
@@ -386,7 +410,7 @@ func jpegResultError(res *C.sj_result, what string) error {
 
 // decodeJPEG decodes region of the image scaled by num/8. h has passed the
 // limits; region lies inside the scaled image.
-func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, lim DecodeLimits) (*Image, Rect, error) {
+func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, finish bool, lim DecodeLimits) (*Image, Rect, error) {
 	// libjpeg moves the window's left edge down to a multiple of the iMCU
 	// width, at most 8 (the scaled DCT size) times 4 (the largest sampling
 	// factor) columns; sj_decode asks for one column more and drops it.
@@ -397,7 +421,7 @@ func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, lim DecodeLimit
 	C.sj_decode((*C.uchar)(unsafe.Pointer(&data[0])), C.size_t(len(data)), C.int(num),
 		C.longlong(lim.maxPixels()),
 		C.int(region.X), C.int(region.Y), C.int(region.W), C.int(region.H),
-		(*C.uchar)(unsafe.Pointer(&pix[0])), C.size_t(len(pix)), &res)
+		C.int(jpegBool(finish)), (*C.uchar)(unsafe.Pointer(&pix[0])), C.size_t(len(pix)), &res)
 	if err := jpegResultError(&res, "decode jpeg"); err != nil {
 		return nil, Rect{}, err
 	}

@@ -42,10 +42,11 @@ func goJPEGError(err error) error {
 	return wrapf(ErrCorrupt, "decode jpeg: image/jpeg: %v", err)
 }
 
-// decodeJPEG decodes the whole image, box-filters it to num/8 and returns
+// decodeJPEG decodes the whole image (so it always reads and validates the
+// whole file, whatever finish says), box-filters it to num/8 and returns
 // exactly region. h has passed the limits; region lies inside the scaled
 // image.
-func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, _ DecodeLimits) (img *Image, r Rect, err error) {
+func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, _ bool, _ DecodeLimits) (img *Image, r Rect, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			img, r, err = nil, Rect{}, wrapf(ErrCorrupt, "decode jpeg: image/jpeg panicked: %v", p)

@@ -18,22 +18,62 @@ type Pipeline struct {
 	spec Spec
 	id   string
 	ops  []Op
-	// fused[j] is set when ops[j] is ToTensor and ops[j+1] is Normalize: the
-	// pair then runs as one table lookup per byte, bit-identical to the two
-	// ops one after the other.
-	fused map[int][Channels]*[256]float32
+	// fused[j] runs ops j and j+1 as one step when both are in range and
+	// nobody observes the ops one by one. A fused pair must give output and
+	// errors identical to the two ops run one after the other; the tests
+	// check each pair against the separate ops.
+	fused map[int]fusedPair
 }
 
+// fusedPair runs two adjacent ops at once. r is seeded for the second op,
+// the only one of the known pairs that draws.
+type fusedPair func(in Value, r *Rand) (Value, error)
+
 func newPipeline(spec Spec, id string, ops []Op) *Pipeline {
-	p := &Pipeline{spec: spec, id: id, ops: ops, fused: map[int][Channels]*[256]float32{}}
+	p := &Pipeline{spec: spec, id: id, ops: ops, fused: map[int]fusedPair{}}
 	for j := 0; j+1 < len(ops); j++ {
-		_, isT := ops[j].(ToTensor)
-		n, isN := ops[j+1].(Normalize)
-		if isT && isN {
-			p.fused[j] = n.lut()
+		switch a := ops[j].(type) {
+		case ToTensor:
+			// One table lookup per byte, bit-identical to ToTensor then
+			// Normalize.
+			if n, ok := ops[j+1].(Normalize); ok {
+				luts := n.lut()
+				p.fused[j] = func(in Value, _ *Rand) (Value, error) {
+					return toTensorLUT(in.(*Image), luts), nil
+				}
+			}
+		case Decode:
+			// Decode only the crop's pixels, still reading the whole file.
+			if c, ok := ops[j+1].(RandomResizedCrop); ok {
+				p.fused[j] = func(in Value, r *Rand) (Value, error) {
+					return decodeCropResize(in.(Encoded), a.Limits, c, r)
+				}
+			}
 		}
 	}
 	return p
+}
+
+// decodeCropResize is Decode followed by RandomResizedCrop, decoding (IDCT,
+// upsampling, colour conversion) only the crop box. DecodeJPEGCrop's pixels
+// equal the full decode's and it fails where the full decode fails, and the
+// box is drawn from the header's dimensions, which the full decode's image
+// has, so the result is identical.
+func decodeCropResize(data Encoded, lim DecodeLimits, c RandomResizedCrop, r *Rand) (Value, error) {
+	h, err := ReadJPEGHeader(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := lim.check(h); err != nil {
+		return nil, err
+	}
+	box := SampleRRCBox(h.W, h.H, c.Params, r)
+	img, got, err := DecodeJPEGCrop(data, box, lim)
+	if err != nil {
+		return nil, err
+	}
+	crop := Rect{X: box.X - got.X, Y: box.Y - got.Y, W: box.W, H: box.H}
+	return Resample(img, crop, [4]float32{0, 0, float32(box.W), float32(box.H)}, c.W, c.H), nil
 }
 
 // Name is the spec's name, e.g. "imagenet-train".
@@ -93,12 +133,19 @@ func (p *Pipeline) run(key Key, in Value, from, to int, obs Observer) (Value, er
 	var r Rand
 	v := in
 	for j := from; j < to; j++ {
-		if luts, ok := p.fused[j]; ok && obs == nil && j+1 < to {
-			v = toTensorLUT(v.(*Image), luts)
+		op := p.ops[j]
+		if f, ok := p.fused[j]; ok && obs == nil && j+1 < to {
+			// Errors of a fused pair are the first op's: the second cannot
+			// fail on what the first produces.
+			r.Seed(SeedFor(key.Seed, key.Epoch, key.Sample, j+1))
+			out, err := f(v, &r)
+			if err != nil {
+				return nil, &SampleError{Sample: key.Sample, Op: op.Name(), Err: err}
+			}
+			v = out
 			j++
 			continue
 		}
-		op := p.ops[j]
 		r.Seed(SeedFor(key.Seed, key.Epoch, key.Sample, j))
 		var start time.Time
 		if obs != nil {

@@ -153,3 +153,63 @@ func TestEpochsDraw(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitInvarianceOnBadInput checks that damaged JPEGs fail (or
+// succeed) the same way whether the pipeline runs whole, where decode and
+// crop are fused and only the crop is decoded, or split after decode, where
+// the whole image is.
+func TestSplitInvarianceOnBadInput(t *testing.T) {
+	p, err := ops.Preset("imagenet-train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sentinels := []error{ops.ErrEmpty, ops.ErrNotJPEG, ops.ErrTruncated, ops.ErrCorrupt, ops.ErrTooLarge, ops.ErrUnsupported}
+	class := func(err error) error {
+		for _, s := range sentinels {
+			if errors.Is(err, s) {
+				return s
+			}
+		}
+		return err
+	}
+	var failed, total int
+	for _, c := range synth.Varied(11) {
+		if len(c.Data) < 2000 {
+			continue
+		}
+		var bad [][]byte
+		for _, frac := range []float64{0.3, 0.6, 0.9, 0.99} {
+			bad = append(bad, c.Data[:int(frac*float64(len(c.Data)))])
+		}
+		for _, frac := range []float64{0.2, 0.5, 0.8, 0.97} {
+			b := bytes.Clone(c.Data)
+			at := int(frac * float64(len(b)))
+			for i := at; i < at+16 && i < len(b)-2; i++ {
+				b[i] ^= 0x5a
+			}
+			bad = append(bad, b)
+		}
+		for i, b := range bad {
+			for epoch := uint64(0); epoch < 3; epoch++ {
+				key := ops.Key{Seed: 3, Epoch: epoch, Sample: uint64(i)}
+				whole, errWhole := p.Run(key, ops.Encoded(b), 0, p.Len())
+				split, errSplit := runSplit(p, key, b, 1, ops.CodecNone)
+				total++
+				if errWhole != nil {
+					failed++
+				}
+				if class(errWhole) != class(errSplit) {
+					t.Errorf("%s variant %d epoch %d: whole run gives %v, split after decode gives %v", c.Name, i, epoch, errWhole, errSplit)
+					continue
+				}
+				if errWhole == nil && !bytes.Equal(valueBytes(whole), valueBytes(split)) {
+					t.Errorf("%s variant %d epoch %d: outputs differ", c.Name, i, epoch)
+				}
+			}
+		}
+	}
+	t.Logf("%d of %d damaged runs failed, identically whole and split", failed, total)
+	if failed == 0 || failed == total {
+		t.Errorf("%d of %d damaged inputs failed: the corpus does not exercise both outcomes", failed, total)
+	}
+}
