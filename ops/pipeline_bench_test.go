@@ -94,3 +94,41 @@ func BenchmarkOp(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeFloor bounds what any pipeline that decodes these JPEGs
+// can reach: "full" is a whole decode, "crop" decodes a typical
+// RandomResizedCrop box (the central 54% of the area, the mean of scale
+// U(0.08, 1)) while still validating the whole file, and "eighth" decodes at
+// 1/8 scale, where the IDCT keeps only the DC term: what remains is entropy
+// (Huffman) decoding, which no decoder of a baseline JPEG without restart
+// markers can skip.
+func BenchmarkDecodeFloor(b *testing.B) {
+	for _, c := range benchClasses {
+		imgs := benchImages(b, c.w, c.h)
+		bw, bh := c.w*735/1000, c.h*735/1000
+		box := ops.Rect{X: (c.w - bw) / 2, Y: (c.h - bh) / 2, W: bw, H: bh}
+		ew, eh := ops.ScaledSize(c.w, c.h, 1)
+		for _, tc := range []struct {
+			name string
+			f    func(raw []byte) error
+		}{
+			{"full", func(raw []byte) error { _, err := ops.DecodeJPEG(raw, ops.DecodeLimits{}); return err }},
+			{"crop", func(raw []byte) error { _, _, err := ops.DecodeJPEGCrop(raw, box, ops.DecodeLimits{}); return err }},
+			{"eighth", func(raw []byte) error {
+				_, _, err := ops.DecodeJPEGRegion(raw, 1, ops.Rect{W: ew, H: eh}, ops.DecodeLimits{})
+				return err
+			}},
+		} {
+			b.Run(c.name+"/"+tc.name, func(b *testing.B) {
+				i := 0
+				for b.Loop() {
+					if err := tc.f(imgs[i%len(imgs)]); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "img/s")
+			})
+		}
+	}
+}

@@ -29,6 +29,9 @@ PRESETS = {
 }
 # The peer has no fused fast path: the fast preset's peer is the plain one.
 PRESETS["imagenet-train-fast"] = PRESETS["imagenet-train"]
+# Decode only (the loader's Image.open(...).convert("RGB")), to show how much
+# of the peer's time the decode alone takes.
+PRESETS["decode-only"] = lambda: (lambda img: img)
 
 
 def main():

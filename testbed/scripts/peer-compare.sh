@@ -29,11 +29,13 @@ printf '%-10s %-22s %12s %12s %8s\n' class pipeline "ours img/s" "peer img/s" ra
 for size in 500x375 1600x1200; do
   dir=$work/$size
   [ -d "$dir" ] || $bin gen --size "$size" -n 48 --out "$dir" 2>/dev/null
-  for preset in imagenet-train imagenet-train-fast; do
+  for preset in decode-only imagenet-train imagenet-train-fast; do
+    ourspec=$preset
+    [ "$preset" = decode-only ] && ourspec=testbed/scripts/decode-only.yaml
     ours=(); theirs=()
     for ((r = 0; r < rounds; r++)); do
       theirs+=("$($pin $py $peer "$dir" "$preset" "$secs" | rate)")
-      ours+=("$(GOMAXPROCS=1 $pin $bin ops --data "$dir" --preset "$preset" --bench "$secs" 2>/dev/null | rate)")
+      ours+=("$(GOMAXPROCS=1 $pin $bin ops --data "$dir" --spec "$ourspec" --bench "$secs" 2>/dev/null | rate)")
     done
     o=$(printf '%s\n' "${ours[@]}" | awk '{s+=$1} END {printf "%.1f", s/NR}')
     t=$(printf '%s\n' "${theirs[@]}" | awk '{s+=$1} END {printf "%.1f", s/NR}')

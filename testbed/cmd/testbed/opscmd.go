@@ -19,7 +19,7 @@ func runOps(ctx context.Context, args []string, log zerolog.Logger) error {
 	fs := flag.NewFlagSet("ops", flag.ContinueOnError)
 	data := fs.String("data", "", "folder of JPEGs (searched recursively)")
 	preset := fs.String("preset", "imagenet-train", "pipeline preset: "+fmt.Sprint(ops.PresetNames()))
-	specFile := fs.String("spec", "", "pipeline spec file (YAML or JSON); overrides --preset")
+	specFile := fs.String("spec", "", "pipeline spec file (YAML or JSON), or a preset name; overrides --preset")
 	seed := fs.Uint64("seed", 1, "run seed for the ops' random draws")
 	codecName := fs.String("codec", "zstd", "codec for the compressed-size column: none, zstd or s2")
 	bench := fs.Float64("bench", 3, "seconds of single-core throughput measurement after the per-op table (0 skips it)")

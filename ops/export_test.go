@@ -1,0 +1,7 @@
+package ops
+
+// Internals the external tests reach.
+var (
+	DCTScale         = dctScale
+	DecodeBoxResized = decodeBoxResized
+)
