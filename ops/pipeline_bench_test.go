@@ -28,6 +28,22 @@ func benchImages(b *testing.B, w, h int) [][]byte {
 	return out
 }
 
+// benchRun calls f with 0, 1, 2, ... for the benchmark's iterations and
+// reports images per second and the size of the last output.
+func benchRun(b *testing.B, f func(i int) (ops.Value, error)) {
+	i, out := 0, 0
+	for b.Loop() {
+		v, err := f(i)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = v.Size()
+		i++
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "img/s")
+	b.ReportMetric(float64(out), "out-bytes")
+}
+
 // BenchmarkPipeline runs each preset end to end on one goroutine: ns/op
 // is per image, img/s is per core.
 func BenchmarkPipeline(b *testing.B) {
@@ -39,19 +55,10 @@ func BenchmarkPipeline(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Run(fmt.Sprintf("%s/%s", name, c.name), func(b *testing.B) {
-				i := 0
-				var out int
-				for b.Loop() {
-					raw := imgs[i%len(imgs)]
-					v, err := p.Run(ops.Key{Seed: 1, Epoch: uint64(i / len(imgs)), Sample: uint64(i % len(imgs))}, ops.Encoded(raw), 0, p.Len())
-					if err != nil {
-						b.Fatal(err)
-					}
-					out = v.Size()
-					i++
-				}
-				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "img/s")
-				b.ReportMetric(float64(out), "out-bytes")
+				benchRun(b, func(i int) (ops.Value, error) {
+					key := ops.Key{Seed: 1, Epoch: uint64(i / len(imgs)), Sample: uint64(i % len(imgs))}
+					return p.Run(key, ops.Encoded(imgs[i%len(imgs)]), 0, p.Len())
+				})
 			})
 		}
 	}
@@ -76,19 +83,10 @@ func BenchmarkOp(b *testing.B) {
 					}
 				}
 				b.Run(fmt.Sprintf("%s/%s/%d-%s", name, c.name, j, p.Op(j).Name()), func(b *testing.B) {
-					i := 0
-					var out int
-					for b.Loop() {
+					benchRun(b, func(i int) (ops.Value, error) {
 						s := i % len(ins)
-						v, err := p.Run(ops.Key{Seed: 1, Sample: uint64(s)}, ins[s], j, j+1)
-						if err != nil {
-							b.Fatal(err)
-						}
-						out = v.Size()
-						i++
-					}
-					b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "img/s")
-					b.ReportMetric(float64(out), "out-bytes")
+						return p.Run(ops.Key{Seed: 1, Sample: uint64(s)}, ins[s], j, j+1)
+					})
 				})
 			}
 		}
