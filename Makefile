@@ -18,7 +18,7 @@ build: ## Build every binary into bin/ (cgo, libjpeg-turbo)
 	$(GO) build -o $(BIN)/ ./testbed/cmd/...
 
 .PHONY: test
-test: lint ## Lint, build without cgo, run all tests and short fuzz runs
+test: lint proto-check ## Lint, check generated code, build without cgo, run all tests and short fuzz runs
 	CGO_ENABLED=0 $(GO) build ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJPEG$$' -fuzztime $(FUZZTIME) ./ops/
@@ -47,3 +47,15 @@ demo: build ## Generate a small dataset and print per-op sizes and costs of each
 .PHONY: clean
 clean: ## Remove build outputs and the demo dataset
 	rm -rf $(BIN) $(DEMO_DIR)
+
+.PHONY: proto
+proto: ## Regenerate proto/dataplanepb from its .proto (protoc 3.21 + pinned go tools)
+	PATH="$(CURDIR)/$(BIN)/tools:$$PATH" && mkdir -p $(BIN)/tools && \
+	$(GO) build -o $(BIN)/tools/ google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc && \
+	protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative proto/dataplanepb/dataplane.proto
+
+.PHONY: proto-check
+proto-check: ## Fail when the committed generated code is stale (skipped, loudly, without protoc)
+	@command -v protoc >/dev/null || { echo "SKIP proto-check: protoc missing (apt-get install protobuf-compiler)"; exit 0; }; \
+	$(MAKE) --no-print-directory proto
+	git diff --exit-code -- proto/ || { echo "generated code is stale: run make proto and commit"; exit 1; }
