@@ -13,9 +13,9 @@ help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build every binary into bin/ (cgo, libjpeg-turbo)
+build: ## Build every binary into bin/: storage-agent, compute-agent, testbed (cgo, libjpeg-turbo)
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./testbed/cmd/...
+	$(GO) build -o $(BIN)/ ./storage-agent ./compute-agent ./testbed/cmd/...
 
 .PHONY: test
 test: lint proto-check ## Lint, check generated code, build without cgo, run all tests and short fuzz runs
@@ -23,6 +23,8 @@ test: lint proto-check ## Lint, check generated code, build without cgo, run all
 	$(GO) test -count=1 ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJPEG$$' -fuzztime $(FUZZTIME) ./ops/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeWire$$' -fuzztime $(FUZZTIME) ./ops/
+	$(GO) test -run '^$$' -fuzz '^FuzzOpenShard$$' -fuzztime $(FUZZTIME) ./storage-agent/storageagent/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodePlanFile$$' -fuzztime $(FUZZTIME) ./compute-agent/computeagent/
 
 .PHONY: fuzz
 fuzz: ## Longer fuzz runs (FUZZTIME=5m by default here)

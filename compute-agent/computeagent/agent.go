@@ -1,0 +1,359 @@
+package computeagent
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/sophon-dl/sophon/internal/membership"
+	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
+)
+
+// ErrFingerprint: a storage agent serves a different dataset than the
+// catalog's.
+var ErrFingerprint = errors.New("computeagent: dataset fingerprint mismatch")
+
+// Timeouts of the control RPCs and the connection health checks.
+const (
+	infoTimeout      = 10 * time.Second
+	keepaliveTime    = 30 * time.Second
+	keepaliveTimeout = 20 * time.Second
+)
+
+// ErrClosed: the agent was closed.
+var ErrClosed = errors.New("computeagent: closed")
+
+// Agent is a compute agent: it reads the catalog from the storage agents,
+// then runs epochs. Ordering guarantee: each sample of this agent's shard
+// is delivered exactly once per epoch; batches are formed in completion
+// order (a slow sample does not hold back the batches behind it) unless
+// Config.StrictOrder, which delivers in the epoch's permutation order.
+type Agent struct {
+	cfg      Config
+	log      zerolog.Logger
+	sizes    *sizeModel
+	pipeID   string
+	pipeSpec []byte // sent on each stream's first request; nil for presets
+	gpu      GPUMonitor
+
+	mu        sync.Mutex
+	discovery Discovery
+	conns     map[string]*grpc.ClientConn
+	cat       *Catalog
+	closed    bool
+}
+
+// New validates cfg (filling in its zero values) and returns an agent. It
+// does no I/O.
+func New(cfg Config) (*Agent, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		cfg:    cfg,
+		log:    cfg.Logger.With().Str("component", "compute-agent").Logger(),
+		sizes:  newSizeModel(cfg.Pipeline),
+		pipeID: cfg.Pipeline.ID(),
+		gpu:    cfg.GPU,
+		conns:  map[string]*grpc.ClientConn{},
+	}
+	a.discovery = cfg.Discovery
+	if pre, err := ops.Preset(cfg.Pipeline.Name()); err != nil || pre.ID() != a.pipeID {
+		if a.pipeSpec, err = json.Marshal(cfg.Pipeline.Spec()); err != nil {
+			return nil, configErr("pipeline spec: %v", err)
+		}
+	}
+	if a.gpu == nil {
+		a.gpu = NewNVML(cfg.Clock, a.log)
+	}
+	return a, nil
+}
+
+// Catalog returns the catalog once Run has read it, else nil.
+func (a *Agent) Catalog() *Catalog {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cat
+}
+
+// Run joins the cluster when discovery is by gossip, runs Config.Epochs
+// epochs and returns their reports. It stops early when ctx ends or an
+// epoch fails, returning the reports of the epochs that completed. It
+// leaves the cluster before it returns.
+func (a *Agent) Run(ctx context.Context) ([]EpochReport, error) {
+	if a.cfg.Discovery == nil {
+		node, err := a.join()
+		if err != nil {
+			return nil, err
+		}
+		defer node.Close()
+		a.mu.Lock()
+		a.discovery = MembershipDiscovery{Node: node, Min: a.cfg.MinStorage}
+		a.mu.Unlock()
+	}
+	var reports []EpochReport
+	for i := range a.cfg.Epochs {
+		r, err := a.RunEpoch(ctx, a.cfg.FirstEpoch+uint64(i))
+		if err != nil {
+			return reports, err
+		}
+		reports = append(reports, r)
+	}
+	return reports, nil
+}
+
+// Close closes the connections to the storage agents. Safe twice.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil
+	}
+	a.closed = true
+	var errs []error
+	for addr, c := range a.conns {
+		if err := c.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+		}
+	}
+	a.conns = nil
+	if c, ok := a.gpu.(io.Closer); ok {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// conn returns the cached client connection to addr.
+func (a *Agent) conn(addr string) (*grpc.ClientConn, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, ErrClosed
+	}
+	if c := a.conns[addr]; c != nil {
+		return c, nil
+	}
+	creds := insecure.NewCredentials()
+	if a.cfg.TLS.Enabled() {
+		// The server name is left to grpc: the host of addr.
+		tc, err := a.cfg.TLS.Client("")
+		if err != nil {
+			return nil, configErr("tls: %v", err)
+		}
+		creds = credentials.NewTLS(tc)
+	}
+	maxMsg := a.cfg.MaxPayload
+	if maxMsg == 0 {
+		maxMsg = ops.DefaultMaxWirePayload
+	}
+	c, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithContextDialer(a.cfg.Dial),
+		// A storage agent that stops answering (host down, link cut) fails
+		// the stream, whose requests are then retried elsewhere. Storage
+		// agents accept pings every 10 s or slower.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg+1<<20)))
+	if err != nil {
+		return nil, fmt.Errorf("computeagent: %s: %w", addr, err)
+	}
+	a.conns[addr] = c
+	return c, nil
+}
+
+// storage discovers the storage agents, reads the catalog on first use
+// and keeps the agents whose dataset fingerprint matches it.
+func (a *Agent) storage(ctx context.Context) ([]*fetcher, *Catalog, error) {
+	a.mu.Lock()
+	d := a.discovery
+	a.mu.Unlock()
+	if d == nil {
+		return nil, nil, fmt.Errorf("%w: not joined to the cluster", ErrNoStorage)
+	}
+	eps, err := d.Storage(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("computeagent: discovery: %w", err)
+	}
+	slices.SortFunc(eps, func(x, y Endpoint) int { return cmp.Compare(x.Name, y.Name) })
+	var fs []*fetcher
+	var errs []error
+	for _, ep := range eps {
+		c, err := a.conn(ep.Addr)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		client := dataplanepb.NewStorageClient(c)
+		ictx, cancel := context.WithTimeout(ctx, infoTimeout)
+		info, err := client.Info(ictx, &dataplanepb.InfoRequest{})
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: info: %w", ep.Name, err))
+			a.log.Warn().Err(err).Str("storage", ep.Name).Msg("storage agent unreachable")
+			continue
+		}
+		fp := info.GetFingerprint()
+		if ep.Fingerprint != "" && ep.Fingerprint != fp {
+			err := fmt.Errorf("%w: %s announced %q, serves %q", ErrFingerprint, ep.Name, ep.Fingerprint, fp)
+			errs = append(errs, err)
+			a.log.Error().Err(err).Msg("storage agent refused")
+			continue
+		}
+		cat := a.Catalog()
+		if cat == nil {
+			if cat, err = readCatalog(ctx, client); err != nil {
+				errs = append(errs, fmt.Errorf("%s: catalog: %w", ep.Name, err))
+				continue
+			}
+			a.mu.Lock()
+			a.cat = cat
+			a.mu.Unlock()
+			a.log.Info().Str("storage", ep.Name).Str("fingerprint", cat.Fingerprint).Uint64("samples", cat.Total).Msg("catalog read")
+		}
+		if fp != cat.Fingerprint {
+			err := fmt.Errorf("%w: %s serves %q, catalog is %q", ErrFingerprint, ep.Name, fp, cat.Fingerprint)
+			errs = append(errs, err)
+			a.log.Error().Err(err).Msg("storage agent refused")
+			continue
+		}
+		fs = append(fs, &fetcher{ep: ep, client: client})
+	}
+	if len(fs) == 0 {
+		errs = append(errs, fmt.Errorf("%d discovered", len(eps)))
+		return nil, nil, fmt.Errorf("%w: %w", ErrNoStorage, errors.Join(errs...))
+	}
+	return fs, a.Catalog(), nil
+}
+
+// RunEpoch runs one epoch and returns its report (also appended to
+// Config.ReportPath).
+func (a *Agent) RunEpoch(ctx context.Context, num uint64) (EpochReport, error) {
+	cfg := &a.cfg
+	fs, cat, err := a.storage(ctx)
+	if err != nil {
+		return EpochReport{}, err
+	}
+	order := Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)
+	split := make([]int, len(order))
+	for i, s := range order {
+		if split[i], err = splitOf(cfg.Plan, s, cfg.Pipeline.Len()); err != nil {
+			return EpochReport{}, err
+		}
+	}
+	gate := 0
+	if cfg.StrictOrder {
+		gate = cfg.Window * len(fs)
+	}
+	e := &epochRun{
+		a: a, cfg: cfg, num: num, cat: cat, order: order, split: split,
+		log:     a.log.With().Uint64("epoch", num).Logger(),
+		sched:   newSchedule(len(order), gate, len(fs)),
+		work:    make(chan work),
+		queue:   make(chan item, cfg.Queue*cfg.Batch),
+		batches: make(chan *Batch),
+		bySplit: splitCounter{},
+	}
+	a.log.Info().Uint64("epoch", num).Int("shard", len(order)).Int("storage", len(fs)).Str("plan", cfg.Plan.Name()).Msg("epoch start")
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		f.e = e
+		f.w = window{maxCount: cfg.Window, maxBytes: cfg.WindowBytes, outstanding: map[uint64]*request{}}
+		names[i] = f.ep.Name
+	}
+
+	gctx, stopGPU := context.WithCancel(ctx)
+	var gpu GPUStats
+	var wg sync.WaitGroup
+	wg.Go(func() { gpu = a.gpu.Sample(gctx) })
+	start := cfg.Clock.Now()
+	err = e.run(ctx, fs)
+	elapsed := cfg.Clock.Now().Sub(start)
+	stopGPU()
+	wg.Wait()
+
+	r := EpochReport{
+		Epoch:             num,
+		Seconds:           elapsed.Seconds(),
+		Pipeline:          a.pipeID,
+		Plan:              cfg.Plan.Name(),
+		StrictOrder:       cfg.StrictOrder,
+		Storage:           names,
+		Shard:             len(order),
+		Samples:           e.samples,
+		Batches:           e.nbatch,
+		SamplesFailed:     len(e.failed),
+		Failed:            e.failed,
+		BytesReceived:     e.bytesReceived.Load(),
+		BySplit:           e.bySplit.list(),
+		GPUIdleSeconds:    e.idle.Seconds(),
+		ComputeCPUSeconds: float64(e.computeNS.Load()) / 1e9,
+		StorageCPUSeconds: float64(e.storageNS.Load()) / 1e9,
+		Retried:           int(e.retried.Load()),
+		StreamFailures:    int(e.streamFailures.Load()),
+		Duplicates:        int(e.duplicates.Load()),
+		GPU:               gpu,
+	}
+	if r.Failed == nil {
+		r.Failed = []SampleFailure{}
+	}
+	slices.SortFunc(r.Failed, func(x, y SampleFailure) int { return cmp.Compare(x.Sample, y.Sample) })
+	if elapsed > 0 {
+		r.GPUIdleFraction = e.idle.Seconds() / elapsed.Seconds()
+	}
+	if err != nil {
+		return r, err
+	}
+	if r.Samples+r.SamplesFailed != r.Shard {
+		return r, fmt.Errorf("computeagent: epoch %d: delivered %d and failed %d of %d samples", num, r.Samples, r.SamplesFailed, r.Shard)
+	}
+	a.log.Info().Uint64("epoch", num).Float64("seconds", r.Seconds).Int("samples", r.Samples).
+		Int("failed", r.SamplesFailed).Int64("bytes", r.BytesReceived).Float64("gpu_idle", r.GPUIdleFraction).Msg("epoch done")
+	if cfg.ReportPath != "" {
+		if err := appendReport(cfg.ReportPath, r); err != nil {
+			return r, fmt.Errorf("computeagent: report: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// join starts this agent's membership, announcing the compute role.
+func (a *Agent) join() (*membership.Node, error) {
+	key, err := membership.ParseSecretKey(a.cfg.GossipKey)
+	if err != nil {
+		return nil, configErr("%v", err)
+	}
+	node, err := membership.New(membership.Config{
+		Name:      a.cfg.Name,
+		Bind:      a.cfg.Gossip,
+		Advertise: a.cfg.GossipAdvertise,
+		Join:      a.cfg.Join,
+		Meta: membership.Meta{
+			Role:    membership.RoleCompute,
+			Cores:   float64(runtime.NumCPU()),
+			Version: a.cfg.Version,
+		},
+		SecretKey: key,
+		Transport: a.cfg.GossipTransport,
+		Tune:      a.cfg.GossipTune,
+		Logger:    a.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("computeagent: join cluster: %w", err)
+	}
+	return node, nil
+}

@@ -1,0 +1,590 @@
+package computeagent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sophon-dl/sophon/internal/tlsconf"
+	"github.com/sophon-dl/sophon/ops"
+)
+
+// checkOnce fails unless got holds every sample of want exactly once.
+func checkOnce(t *testing.T, got []delivery, want []uint64) {
+	t.Helper()
+	seen := map[uint64]int{}
+	for _, d := range got {
+		seen[d.sample]++
+	}
+	for _, s := range want {
+		if seen[s] != 1 {
+			t.Errorf("sample %d delivered %d times, want 1", s, seen[s])
+		}
+		delete(seen, s)
+	}
+	for s, n := range seen {
+		t.Errorf("sample %d delivered %d times, not in the shard", s, n)
+	}
+}
+
+func allSamples() []uint64 {
+	s := make([]uint64, testSamples)
+	for i := range s {
+		s[i] = uint64(i)
+	}
+	return s
+}
+
+// checkReport checks a report's internal consistency.
+func checkReport(t *testing.T, r EpochReport) {
+	t.Helper()
+	sum, bytes := 0, int64(0)
+	for _, s := range r.BySplit {
+		sum += s.Samples
+		bytes += s.Bytes
+	}
+	if sum != r.Samples {
+		t.Errorf("epoch %d: samples by split sum to %d, samples %d", r.Epoch, sum, r.Samples)
+	}
+	if r.Samples > 0 && (r.BytesReceived <= 0 || bytes <= 0 || bytes > r.BytesReceived) {
+		t.Errorf("epoch %d: bytes received %d, by split %d", r.Epoch, r.BytesReceived, bytes)
+	}
+	if r.Samples+r.SamplesFailed != r.Shard || r.SamplesFailed != len(r.Failed) {
+		t.Errorf("epoch %d: samples %d + failed %d (list %d) != shard %d", r.Epoch, r.Samples, r.SamplesFailed, len(r.Failed), r.Shard)
+	}
+	if r.Seconds <= 0 || r.GPUIdleFraction < 0 || r.GPUIdleFraction > 1 {
+		t.Errorf("epoch %d: seconds %v, gpu idle fraction %v", r.Epoch, r.Seconds, r.GPUIdleFraction)
+	}
+	if r.Samples > 0 && r.ComputeCPUSeconds <= 0 {
+		t.Errorf("epoch %d: compute cpu seconds %v", r.Epoch, r.ComputeCPUSeconds)
+	}
+	if r.Duplicates != 0 {
+		t.Errorf("epoch %d: %d duplicates", r.Epoch, r.Duplicates)
+	}
+}
+
+func TestExactlyOncePerEpoch(t *testing.T) {
+	n := &memNet{}
+	s1, s2 := newFake(t, "s1"), newFake(t, "s2")
+	n.serve(t, "s1:1", s1)
+	n.serve(t, "s2:1", s2)
+	cfg, rec := testConfig(t, n, "s1:1", "s2:1")
+	cfg.Epochs = 2
+	cfg.Plan = NoOff()
+	cfg.ReportPath = filepath.Join(t.TempDir(), "report.jsonl")
+	reports, err := runAgent(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reports) != 2 {
+		t.Fatalf("got %d reports, want 2", len(reports))
+	}
+	for e := range uint64(2) {
+		checkOnce(t, rec.epoch(e), allSamples())
+		checkReport(t, reports[e])
+		if reports[e].Epoch != e || reports[e].Plan != "nooff" || reports[e].Pipeline != cfg.Pipeline.ID() {
+			t.Errorf("report %d: epoch %d plan %q pipeline %q", e, reports[e].Epoch, reports[e].Plan, reports[e].Pipeline)
+		}
+		if got := reports[e].BySplit; len(got) != 1 || got[0].Split != 0 {
+			t.Errorf("epoch %d by split %+v, want split 0 only", e, got)
+		}
+		if reports[e].StorageCPUSeconds <= 0 {
+			t.Errorf("epoch %d: storage cpu seconds %v", e, reports[e].StorageCPUSeconds)
+		}
+	}
+	if s1.responses.Load() == 0 || s2.responses.Load() == 0 {
+		t.Errorf("responses %d and %d: want both storage agents used", s1.responses.Load(), s2.responses.Load())
+	}
+	f, err := os.Open(cfg.ReportPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	lines := 0
+	for sc.Scan() {
+		var r EpochReport
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("report line %d: %v", lines, err)
+		}
+		if r.Epoch != uint64(lines) || r.Samples != testSamples {
+			t.Errorf("report line %d: epoch %d samples %d", lines, r.Epoch, r.Samples)
+		}
+		lines++
+	}
+	if lines != 2 {
+		t.Errorf("report file has %d lines, want 2", lines)
+	}
+}
+
+func TestOrder(t *testing.T) {
+	a := Order(7, 0, 0, 1, 100)
+	b := Order(7, 0, 0, 1, 100)
+	c := Order(7, 1, 0, 1, 100)
+	if !slices.Equal(a, b) {
+		t.Errorf("order is not reproducible")
+	}
+	if slices.Equal(a, c) {
+		t.Errorf("epochs 0 and 1 have the same order")
+	}
+	if slices.Equal(a, Order(8, 0, 0, 1, 100)) {
+		t.Errorf("seeds 7 and 8 have the same order")
+	}
+	sorted := slices.Sorted(slices.Values(a))
+	for i, s := range sorted {
+		if s != uint64(i) {
+			t.Fatalf("order is not a permutation: %v", sorted)
+		}
+	}
+	for _, tc := range []struct{ world, total int }{{1, 0}, {3, 100}, {4, 3}, {7, 64}} {
+		seen := map[uint64]int{}
+		for r := range tc.world {
+			for _, s := range Order(1, 2, r, tc.world, uint64(tc.total)) {
+				if int(s%uint64(tc.world)) != r {
+					t.Errorf("world %d: rank %d got sample %d", tc.world, r, s)
+				}
+				seen[s]++
+			}
+		}
+		if len(seen) != tc.total {
+			t.Errorf("world %d total %d: ranks cover %d samples", tc.world, tc.total, len(seen))
+		}
+		for s, n := range seen {
+			if n != 1 {
+				t.Errorf("sample %d in %d shards", s, n)
+			}
+		}
+	}
+}
+
+func TestPlacementInvariance(t *testing.T) {
+	n := &memNet{}
+	n.serve(t, "s1:1", newFake(t, "s1"))
+	n.serve(t, "s2:1", newFake(t, "s2"))
+	p := testPipeline(t)
+	resize, err := ResizeOff(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixed := &PlanFile{PlanName: "mixed", Pipeline: p.ID(), Default: 1, Splits: map[uint64]int{}}
+	for s := range uint64(testSamples) {
+		mixed.Splits[s] = int(s % uint64(p.Len()+1))
+	}
+	plans := []Plan{NoOff(), AllOff(p), resize, mixed}
+	var ref map[uint64][32]byte
+	for _, plan := range plans {
+		cfg, rec := testConfig(t, n, "s1:1", "s2:1")
+		cfg.Plan = plan
+		cfg.FirstEpoch = 3
+		reports, err := runAgent(t, cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", plan.Name(), err)
+		}
+		checkReport(t, reports[0])
+		got := rec.epoch(3)
+		checkOnce(t, got, allSamples())
+		m := map[uint64][32]byte{}
+		for _, d := range got {
+			m[d.sample] = d.sha
+		}
+		if ref == nil {
+			ref = m
+			continue
+		}
+		if !maps.Equal(m, ref) {
+			for s := range ref {
+				if m[s] != ref[s] {
+					t.Errorf("%s: sample %d (split %d) differs from nooff", plan.Name(), s, plan.Split(s))
+				}
+			}
+		}
+		wantSplits := 1
+		if plan == Plan(mixed) {
+			wantSplits = p.Len() + 1
+		}
+		if len(reports[0].BySplit) != wantSplits {
+			t.Errorf("%s: by split %+v, want %d splits", plan.Name(), reports[0].BySplit, wantSplits)
+		}
+	}
+}
+
+// corrupt returns a dataset whose sample bad is truncated JPEG bytes.
+func corruptFake(t *testing.T, name string, bad uint64) *fakeStorage {
+	s := newFake(t, name)
+	data := slices.Clone(s.data)
+	data[bad] = data[bad][:len(data[bad])/2]
+	s.data = data
+	return s
+}
+
+func TestBadSample(t *testing.T) {
+	const bad = 13
+	p := testPipeline(t)
+	for _, tc := range []struct {
+		plan  Plan
+		where string
+	}{{NoOff(), "local"}, {AllOff(p), "storage"}} {
+		t.Run(tc.plan.Name()+"/fail", func(t *testing.T) {
+			n := &memNet{}
+			n.serve(t, "s1:1", corruptFake(t, "s1", bad))
+			cfg, _ := testConfig(t, n, "s1:1")
+			cfg.Plan = tc.plan
+			_, err := runAgent(t, cfg)
+			if !errors.Is(err, ErrSample) || !strings.Contains(err.Error(), "sample 13 ") {
+				t.Fatalf("got %v, want an ErrSample naming sample 13", err)
+			}
+		})
+		t.Run(tc.plan.Name()+"/skip", func(t *testing.T) {
+			n := &memNet{}
+			n.serve(t, "s1:1", corruptFake(t, "s1", bad))
+			cfg, rec := testConfig(t, n, "s1:1")
+			cfg.Plan = tc.plan
+			cfg.OnError = OnErrorSkip
+			cfg.Epochs = 2
+			reports, err := runAgent(t, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := slices.DeleteFunc(allSamples(), func(s uint64) bool { return s == bad })
+			for e, r := range reports {
+				checkOnce(t, rec.epoch(uint64(e)), want)
+				checkReport(t, r)
+				if len(r.Failed) != 1 || r.Failed[0].Sample != bad || r.Failed[0].Where != tc.where || r.Failed[0].Kind != "TRUNCATED" || r.Failed[0].Message == "" {
+					t.Errorf("epoch %d failed %+v, want sample %d, %s, TRUNCATED", e, r.Failed, bad, tc.where)
+				}
+			}
+		})
+	}
+}
+
+func TestSlowSampleHeadOfLine(t *testing.T) {
+	const delay = 400 * time.Millisecond
+	order := Order(7, 0, 0, 1, testSamples)
+	slow := order[1] // early in the permutation: strict order waits for it
+	for _, strict := range []bool{false, true} {
+		t.Run(map[bool]string{false: "completion", true: "strict"}[strict], func(t *testing.T) {
+			n := &memNet{}
+			s := newFake(t, "s1")
+			s.delay = map[uint64]time.Duration{slow: delay}
+			n.serve(t, "s1:1", s)
+			cfg, rec := testConfig(t, n, "s1:1")
+			cfg.StrictOrder = strict
+			cfg.Window = 16
+			cfg.Batch = 4
+			var mu sync.Mutex
+			var times []time.Time // when each batch was consumed
+			cfg.Consumer = consumerFunc(func(ctx context.Context, b *Batch) error {
+				mu.Lock()
+				times = append(times, time.Now())
+				mu.Unlock()
+				return nil
+			})
+			start := time.Now()
+			if _, err := runAgent(t, cfg); err != nil {
+				t.Fatal(err)
+			}
+			got := rec.epoch(0)
+			checkOnce(t, got, allSamples())
+			early := 0 // batches consumed before the slow sample could be ready
+			for _, ts := range times {
+				if ts.Sub(start) < delay {
+					early++
+				}
+			}
+			if !strict {
+				if i := slices.IndexFunc(got, func(d delivery) bool { return d.sample == slow }); i < testSamples-2*cfg.Batch {
+					t.Errorf("slow sample delivered %d-th of %d: it should trail", i, testSamples)
+				}
+				if early < 2 {
+					t.Errorf("%d batches before the slow sample was ready, want the others to flow", early)
+				}
+				return
+			}
+			for i, d := range got {
+				if d.sample != order[i] {
+					t.Fatalf("strict: delivery %d is sample %d, want %d", i, d.sample, order[i])
+				}
+			}
+			if early != 0 {
+				t.Errorf("strict: %d batches consumed before the slow sample was ready, want 0", early)
+			}
+		})
+	}
+}
+
+type consumerFunc func(ctx context.Context, b *Batch) error
+
+func (f consumerFunc) Consume(ctx context.Context, b *Batch) error { return f(ctx, b) }
+
+func TestBackPressure(t *testing.T) {
+	n := &memNet{}
+	s := newFake(t, "s1")
+	n.serve(t, "s1:1", s)
+	cfg, _ := testConfig(t, n, "s1:1")
+	cfg.Window, cfg.Batch, cfg.Queue, cfg.Workers = 4, 4, 1, 2
+	release := make(chan struct{})
+	cfg.Consumer = consumerFunc(func(ctx context.Context, b *Batch) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	var wg sync.WaitGroup
+	var err error
+	wg.Go(func() { _, err = runAgent(t, cfg) })
+	time.Sleep(300 * time.Millisecond)
+	// Held: window (4, workers included) + queue (1 batch) + the batch
+	// being formed + the batch waiting to be handed over + the batch in
+	// the consumer.
+	bound := cfg.Window + cfg.Queue*cfg.Batch + 3*cfg.Batch
+	issued := int(s.requests.Load())
+	if issued > bound || issued >= testSamples {
+		t.Errorf("with the consumer blocked %d requests went out, want at most %d", issued, bound)
+	}
+	close(release)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.maxInflight > cfg.Window {
+		t.Errorf("max in flight %d, window %d", s.maxInflight, cfg.Window)
+	}
+}
+
+func TestWindowBytes(t *testing.T) {
+	n := &memNet{}
+	s := newFake(t, "s1")
+	n.serve(t, "s1:1", s)
+	cfg, rec := testConfig(t, n, "s1:1")
+	cfg.WindowBytes = 1 // one request at a time, however large
+	if _, err := runAgent(t, cfg); err != nil {
+		t.Fatal(err)
+	}
+	checkOnce(t, rec.epoch(0), allSamples())
+	if s.maxInflight != 1 {
+		t.Errorf("max in flight %d, want 1 under a 1-byte window", s.maxInflight)
+	}
+}
+
+func TestStreamFailureRetried(t *testing.T) {
+	t.Run("reconnect", func(t *testing.T) {
+		n := &memNet{}
+		s := newFake(t, "s1")
+		s.failAt = map[int64]bool{10: true, 30: true, 31: true}
+		n.serve(t, "s1:1", s)
+		cfg, rec := testConfig(t, n, "s1:1")
+		cfg.Plan = AllOff(cfg.Pipeline)
+		reports, err := runAgent(t, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOnce(t, rec.epoch(0), allSamples())
+		checkReport(t, reports[0])
+		if reports[0].StreamFailures < 2 || reports[0].Retried < 1 {
+			t.Errorf("stream failures %d, retried %d: want the injected failures counted", reports[0].StreamFailures, reports[0].Retried)
+		}
+	})
+	t.Run("failover", func(t *testing.T) {
+		n := &memNet{}
+		good, bad := newFake(t, "good"), newFake(t, "bad")
+		bad.failAlways = true
+		n.serve(t, "good:1", good)
+		n.serve(t, "bad:1", bad)
+		cfg, rec := testConfig(t, n, "bad:1", "good:1")
+		cfg.Retries = 2
+		reports, err := runAgent(t, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOnce(t, rec.epoch(0), allSamples())
+		checkReport(t, reports[0])
+		// The good agent may finish before the bad one's retries.
+		if bad.requests.Load() == 0 || reports[0].StreamFailures < 1 || reports[0].StreamFailures > cfg.Retries+1 {
+			t.Errorf("bad agent saw %d requests, %d stream failures: want 1 to %d", bad.requests.Load(), reports[0].StreamFailures, cfg.Retries+1)
+		}
+	})
+	t.Run("all fail", func(t *testing.T) {
+		n := &memNet{}
+		bad := newFake(t, "bad")
+		bad.failAlways = true
+		n.serve(t, "bad:1", bad)
+		cfg, _ := testConfig(t, n, "bad:1")
+		cfg.Retries = 1
+		if _, err := runAgent(t, cfg); !errors.Is(err, ErrNoStorage) {
+			t.Fatalf("got %v, want ErrNoStorage", err)
+		}
+	})
+}
+
+func TestDeadlineRetried(t *testing.T) {
+	n := &memNet{}
+	s := newFake(t, "s1")
+	s.deadlines = map[uint64]int{3: 2, 9: 1, 40: 99}
+	n.serve(t, "s1:1", s)
+	cfg, rec := testConfig(t, n, "s1:1")
+	cfg.Retries = 3
+	cfg.OnError = OnErrorSkip
+	reports, err := runAgent(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reports[0]
+	checkReport(t, r)
+	// Samples 3 and 9 succeed on a retry; 40 keeps failing past the limit.
+	checkOnce(t, rec.epoch(0), slices.DeleteFunc(allSamples(), func(s uint64) bool { return s == 40 }))
+	if len(r.Failed) != 1 || r.Failed[0].Sample != 40 || r.Failed[0].Kind != "DEADLINE" || r.Retried != 2+1+3 {
+		t.Errorf("failed %+v, retried %d: want sample 40 DEADLINE after 3 retries, 6 retries in all", r.Failed, r.Retried)
+	}
+}
+
+func TestShardingAcrossRanks(t *testing.T) {
+	n := &memNet{}
+	n.serve(t, "s1:1", newFake(t, "s1"))
+	const world = 3
+	seen := map[uint64]int{}
+	for r := range world {
+		cfg, rec := testConfig(t, n, "s1:1")
+		cfg.Rank, cfg.World = r, world
+		reports, err := runAgent(t, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkReport(t, reports[0])
+		for _, d := range rec.epoch(0) {
+			if int(d.sample%world) != r {
+				t.Errorf("rank %d got sample %d", r, d.sample)
+			}
+			seen[d.sample]++
+		}
+	}
+	for _, s := range allSamples() {
+		if seen[s] != 1 {
+			t.Errorf("sample %d delivered %d times across ranks", s, seen[s])
+		}
+	}
+}
+
+func TestFingerprintMismatch(t *testing.T) {
+	n := &memNet{}
+	good, other := newFake(t, "good"), newFake(t, "other")
+	other.fingerprint = "fp-other"
+	n.serve(t, "good:1", good)
+	n.serve(t, "other:1", other)
+	cfg, rec := testConfig(t, n, "good:1", "other:1")
+	reports, err := runAgent(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOnce(t, rec.epoch(0), allSamples())
+	if other.requests.Load() != 0 || !slices.Equal(reports[0].Storage, []string{"good:1"}) {
+		t.Errorf("mismatched agent got %d requests; storage used %v", other.requests.Load(), reports[0].Storage)
+	}
+
+	// An agent whose announced fingerprint is not what it serves.
+	cfg, _ = testConfig(t, n)
+	cfg.Discovery = StaticDiscovery{{Name: "other", Addr: "other:1", Fingerprint: "fp-announced"}}
+	if _, err := runAgent(t, cfg); !errors.Is(err, ErrNoStorage) {
+		t.Fatalf("got %v, want ErrNoStorage", err)
+	}
+}
+
+func TestCodecs(t *testing.T) {
+	n := &memNet{}
+	n.serve(t, "s1:1", newFake(t, "s1"))
+	var ref map[uint64][32]byte
+	for _, c := range []string{"none", "zstd", "s2"} {
+		cfg, rec := testConfig(t, n, "s1:1")
+		codec, err := ops.ParseCodec(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Codec = codec
+		cfg.Plan = AllOff(cfg.Pipeline)
+		if _, err := runAgent(t, cfg); err != nil {
+			t.Fatalf("%s: %v", c, err)
+		}
+		m := map[uint64][32]byte{}
+		for _, d := range rec.epoch(0) {
+			m[d.sample] = d.sha
+		}
+		if ref == nil {
+			ref = m
+		} else if !maps.Equal(ref, m) {
+			t.Errorf("codec %s changes the tensors", c)
+		}
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	n := &memNet{}
+	base, _ := testConfig(t, n, "s1:1")
+	for name, mut := range map[string]func(*Config){
+		"no discovery": func(c *Config) { c.Discovery = nil },
+		"no pipeline":  func(c *Config) { c.Pipeline = nil },
+		"rank":         func(c *Config) { c.Rank, c.World = 3, 3 },
+		"window":       func(c *Config) { c.Window = -1 },
+		"on-error":     func(c *Config) { c.OnError = "ignore" },
+		"split":        func(c *Config) { c.Plan = &PlanFile{PlanName: "x", Default: 9} },
+		"plan pipe":    func(c *Config) { c.Plan = &PlanFile{PlanName: "x", Pipeline: "other@1"} },
+		"tls":          func(c *Config) { c.TLS = tlsconf.Files{Cert: "c"} },
+	} {
+		c := base
+		mut(&c)
+		if _, err := New(c); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: got %v, want ErrConfig", name, err)
+		}
+	}
+	a, err := New(Config{Discovery: Static("x:1"), Pipeline: base.Pipeline, GPU: noGPU{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := a.cfg
+	if c.Window != DefaultWindow || c.WindowBytes != DefaultWindowBytes || c.Queue != DefaultQueue || c.Batch != DefaultBatch ||
+		c.OnError != OnErrorFail || c.World != 1 || c.Epochs != 1 || c.Workers < 1 || c.Plan.Name() != "nooff" {
+		t.Errorf("defaults not applied: %+v", c)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNoGoroutineLeak(t *testing.T) {
+	n := &memNet{}
+	n.serve(t, "s1:1", newFake(t, "s1"))
+	n.serve(t, "s2:1", newFake(t, "s2"))
+	base := runtime.NumGoroutine()
+	cfg, _ := testConfig(t, n, "s1:1", "s2:1")
+	cfg.Epochs = 2
+	if _, err := runAgent(t, cfg); err != nil {
+		t.Fatal(err)
+	}
+	// A failing epoch must not leak either.
+	cfg.Plan = &PlanFile{PlanName: "bad", Default: 0, Splits: map[uint64]int{5: 0}}
+	cfg.Consumer = consumerFunc(func(ctx context.Context, b *Batch) error { return errors.New("gpu fell over") })
+	if _, err := runAgent(t, cfg); err == nil || !strings.Contains(err.Error(), "gpu fell over") {
+		t.Fatalf("got %v, want the consumer's error", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, %d before\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

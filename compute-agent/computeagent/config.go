@@ -1,0 +1,263 @@
+package computeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/internal/membership"
+	"github.com/sophon-dl/sophon/internal/tlsconf"
+	"github.com/sophon-dl/sophon/ops"
+)
+
+// Defaults for the zero values of [Config].
+const (
+	DefaultWindow      = 64
+	DefaultWindowBytes = 64 << 20
+	DefaultQueue       = 4
+	DefaultBatch       = 128
+	DefaultEpochs      = 1
+	DefaultRetries     = 5
+)
+
+// OnError policies: what a bad sample does to the epoch.
+const (
+	// OnErrorFail fails the epoch with an error naming the sample.
+	OnErrorFail = "fail"
+	// OnErrorSkip records the sample in the report, does not deliver it and
+	// goes on.
+	OnErrorSkip = "skip"
+)
+
+// Config configures an [Agent]. Start from [DefaultConfig]; New fills in
+// the zero values as documented and refuses invalid ones.
+type Config struct {
+	// Discovery finds the storage agents. Nil means gossip: Run joins the
+	// cluster on Gossip (required then) and uses MembershipDiscovery.
+	Discovery Discovery
+	// Name is this node's name in the cluster. Empty means membership's
+	// default (hostname-pid).
+	Name string
+	// Gossip is the memberlist bind host:port; GossipAdvertise the one
+	// announced (empty: memberlist's choice). Used only when Discovery is
+	// nil.
+	Gossip, GossipAdvertise string
+	// Join lists gossip peers (host:port). Empty starts a new cluster.
+	Join []string
+	// GossipKey is the gossip encryption key, base64 or hex of 16, 24 or 32
+	// bytes (membership.ParseSecretKey). Empty means no encryption.
+	GossipKey string
+	// GossipTransport replaces memberlist's network transport (tests pass
+	// one from memberlist.MockNetwork). Nil means UDP/TCP on Gossip.
+	GossipTransport memberlist.Transport
+	// GossipTune adjusts memberlist's timing (tests pass
+	// membership.FastTiming). Nil keeps the LAN preset.
+	GossipTune func(*memberlist.Config)
+	// MinStorage is how many storage agents gossip discovery waits for
+	// before each epoch. Zero means 1.
+	MinStorage int
+	// Version is announced to the cluster.
+	Version string
+	// Pipeline is the online preprocessing pipeline; it must end in a
+	// tensor. Required.
+	Pipeline *ops.Pipeline
+	// Plan maps each sample to its split k. Nil means NoOff (k = 0).
+	Plan Plan
+
+	// Epochs is how many epochs Run runs. Zero means 1.
+	Epochs int
+	// FirstEpoch is the number of the first epoch (seeds and order depend
+	// on it). Zero means epoch 0.
+	FirstEpoch uint64
+	// Seed is the run seed: with the epoch it fixes the order and every
+	// random draw of the pipeline.
+	Seed uint64
+	// Rank and World shard the catalog: this agent serves the samples i
+	// with i % World == Rank. World zero means 1.
+	Rank, World int
+
+	// Window bounds requests in flight per storage agent (sent and not yet
+	// handed to the shared queue). Zero means 64.
+	Window int
+	// WindowBytes bounds the estimated response bytes of the requests in
+	// flight per storage agent (see sizeModel). Zero means 64 MiB. A single
+	// request larger than the bound is still sent when nothing else is in
+	// flight.
+	WindowBytes int64
+	// Workers is the number of finishing workers running ops[k:n]. Zero
+	// means runtime.NumCPU().
+	Workers int
+	// Queue is the capacity of the shared queue between the workers and
+	// the batcher, in batches. Zero means 4.
+	Queue int
+	// Batch is the number of samples per batch; the last batch of an epoch
+	// may be smaller. Zero means 128.
+	Batch int
+	// StrictOrder forms batches in the epoch's permutation order instead of
+	// completion order, holding early arrivals in a reorder buffer: no
+	// request goes out for a position Window x (storage agents) or more
+	// past the first one not yet batched, which bounds that buffer. A slow
+	// sample then holds back every batch behind it. Zero (false) means
+	// completion order: a slow sample delays only its own batch.
+	StrictOrder bool
+	// OnError is OnErrorFail or OnErrorSkip. Empty means OnErrorFail.
+	OnError string
+	// Codec asks the storage agents to compress intermediates. Zero means
+	// none.
+	Codec ops.Codec
+	// Retries is how many consecutive stream failures without progress a
+	// fetcher tolerates before it gives up on its storage agent. Zero
+	// means 5.
+	Retries int
+	// MaxPayload bounds a decoded response's payload (ops.WireLimits).
+	// Zero means ops.DefaultMaxWirePayload.
+	MaxPayload int
+
+	// Consumer receives the batches. Nil means a consumer that discards
+	// them at once.
+	Consumer Consumer
+	// GPU samples the GPU's utilisation during each epoch. Nil means
+	// NVML where the binary is built with cgo and a driver is present;
+	// otherwise the report says why there is none.
+	GPU GPUMonitor
+
+	// ReportPath, when set, receives one JSON line per epoch (JSON Lines),
+	// appended. Empty means no file.
+	ReportPath string
+	// OnSample, when set, is called once per delivered sample, after its
+	// batch was consumed, with the sha256 of its tensor's float32 bytes
+	// (little-endian). It is called from one goroutine.
+	OnSample func(epoch, sample uint64, sha [32]byte)
+
+	// TLS holds the client certificate, key and CA; when set the agent
+	// dials with mutual TLS, verifying each storage agent's certificate for
+	// the host of its address. Empty means plaintext.
+	TLS tlsconf.Files
+	// Dial opens network connections to storage agents. Nil means a
+	// net.Dialer (TCP).
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Clock measures and sleeps. Nil means the system clock.
+	Clock Clock
+	// Logger receives the agent's logs. The zero value discards them.
+	Logger zerolog.Logger
+}
+
+// DefaultConfig returns a Config with every default spelled out. The caller
+// still sets Discovery and Pipeline.
+func DefaultConfig() Config {
+	return Config{
+		Epochs:      DefaultEpochs,
+		World:       1,
+		Window:      DefaultWindow,
+		WindowBytes: DefaultWindowBytes,
+		Workers:     runtime.NumCPU(),
+		Queue:       DefaultQueue,
+		Batch:       DefaultBatch,
+		OnError:     OnErrorFail,
+		Retries:     DefaultRetries,
+	}
+}
+
+// ErrConfig marks an invalid configuration.
+var ErrConfig = errors.New("computeagent: bad config")
+
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+}
+
+// withDefaults fills the zero values and validates the result.
+func (c Config) withDefaults() (Config, error) {
+	if c.Discovery == nil && c.Gossip == "" && c.GossipTransport == nil {
+		return c, configErr("no discovery: give storage addresses or a gossip address")
+	}
+	if c.GossipKey != "" {
+		if _, err := membership.ParseSecretKey(c.GossipKey); err != nil {
+			return c, configErr("%v", err)
+		}
+	}
+	if c.Pipeline == nil {
+		return c, configErr("no pipeline")
+	}
+	n := c.Pipeline.Len()
+	if c.Pipeline.KindAt(n) != ops.KindTensor {
+		return c, configErr("pipeline %s ends in %s, want tensor", c.Pipeline.ID(), c.Pipeline.KindAt(n))
+	}
+	if c.Plan == nil {
+		c.Plan = NoOff()
+	}
+	if err := checkPlan(c.Plan, c.Pipeline); err != nil {
+		return c, err
+	}
+	if c.Epochs == 0 {
+		c.Epochs = DefaultEpochs
+	}
+	if c.World == 0 {
+		c.World = 1
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.WindowBytes == 0 {
+		c.WindowBytes = DefaultWindowBytes
+	}
+	if c.Workers == 0 {
+		c.Workers = runtime.NumCPU()
+	}
+	if c.Queue == 0 {
+		c.Queue = DefaultQueue
+	}
+	if c.Batch == 0 {
+		c.Batch = DefaultBatch
+	}
+	if c.OnError == "" {
+		c.OnError = OnErrorFail
+	}
+	if c.Retries == 0 {
+		c.Retries = DefaultRetries
+	}
+	switch {
+	case c.Epochs < 0:
+		return c, configErr("epochs %d is negative", c.Epochs)
+	case c.World < 1 || c.Rank < 0 || c.Rank >= c.World:
+		return c, configErr("rank %d of world %d: want 0 <= rank < world", c.Rank, c.World)
+	case c.Window < 0:
+		return c, configErr("window %d is negative", c.Window)
+	case c.WindowBytes < 0:
+		return c, configErr("window bytes %d is negative", c.WindowBytes)
+	case c.Workers < 0:
+		return c, configErr("workers %d is negative", c.Workers)
+	case c.Queue < 0:
+		return c, configErr("queue %d is negative", c.Queue)
+	case c.Batch < 0:
+		return c, configErr("batch %d is negative", c.Batch)
+	case c.Retries < 0:
+		return c, configErr("retries %d is negative", c.Retries)
+	case c.MaxPayload < 0:
+		return c, configErr("max payload %d is negative", c.MaxPayload)
+	case c.Codec > ops.CodecS2:
+		return c, configErr("unknown codec %d", c.Codec)
+	case c.OnError != OnErrorFail && c.OnError != OnErrorSkip:
+		return c, configErr("on-error %q: want %q or %q", c.OnError, OnErrorFail, OnErrorSkip)
+	}
+	if err := c.TLS.Validate(); err != nil {
+		return c, configErr("%v", err)
+	}
+	if c.Consumer == nil {
+		c.Consumer = Discard{}
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock()
+	}
+	if c.Dial == nil {
+		var d net.Dialer
+		c.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", addr)
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,47 @@
+// Package computeagent is the compute agent: it runs on the GPU node, finds
+// the storage agents (gossip or a static list), reads the dataset catalog,
+// and runs training epochs whose samples are preprocessed partly on the
+// storage agents and finished here.
+//
+// Data flow of one epoch:
+//
+//	order (seed, epoch, rank, world)
+//	  -> schedule: positions to request, retries first
+//	  -> one fetcher per storage agent: a Fetch stream, a window of requests in flight
+//	  -> finishing workers: decode the wire form, run ops[k:n], time it on the thread CPU clock
+//	  -> the shared queue (bounded: Config.Queue batches)
+//	  -> batcher: [B, C, H, W] float32 batches with labels
+//	  -> feeder -> Consumer (the GPU, or Sim)
+//
+// Each request names its sample, epoch, seed, split k and pipeline, so any
+// storage agent can serve any request and a retry can go anywhere. Fetchers
+// pull positions from one shared schedule, so faster storage agents take
+// more of the epoch.
+//
+// Guarantees:
+//
+//   - Exactly once: each sample of the shard (ids i with i % World == Rank)
+//     is delivered to the consumer exactly once per epoch, or, under
+//     OnError "skip", reported as failed instead. A stream failure returns
+//     the stream's outstanding requests to the schedule; a response is
+//     accepted only for a request outstanding on its own stream and a
+//     position not yet received.
+//   - Order: batches form in completion order by default, so one slow
+//     sample delays only its own batch (SpeedyLoader's head-of-line
+//     lesson). With StrictOrder they form in the epoch's permutation
+//     order, through a reorder buffer bounded by the total window.
+//   - Same bytes wherever ops run: the tensors do not depend on the plan
+//     (ops' split invariance); Config.OnSample exposes their hashes to
+//     prove it.
+//   - Bounded memory: per storage agent at most Window requests and about
+//     WindowBytes of responses are between request and shared queue; a
+//     request's slot is freed only when its result enters the queue. A full
+//     queue stops the workers, which stop taking responses, which leaves
+//     the windows full, so no new requests go out.
+//
+// Bad samples (a per-sample error from the storage agent, or a failure
+// decoding the wire form or running ops[k:n] here) are recorded in the
+// epoch's report; OnError chooses between failing the epoch and skipping
+// the sample. A DEADLINE error (the storage agent's queue was too long) is
+// retried up to Config.Retries times first.
+package computeagent

@@ -1,0 +1,345 @@
+package computeagent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
+
+	"github.com/sophon-dl/sophon/ops"
+)
+
+// ErrSample is wrapped by the error of an epoch failed by a bad sample
+// (OnError "fail"); the error names the sample.
+var ErrSample = errors.New("computeagent: bad sample")
+
+// epochRun is one epoch: fetchers -> work -> finishing workers -> queue
+// (the one bounded shared queue) -> batcher -> batches -> feeder ->
+// consumer. Every stage blocks when the next is full, so a slow consumer
+// stops the workers, which stop taking responses, which leaves the
+// fetchers' windows full, so no new requests go out.
+type epochRun struct {
+	a     *Agent
+	cfg   *Config
+	log   zerolog.Logger
+	num   uint64
+	cat   *Catalog
+	order []uint64 // position -> sample
+	split []int    // position -> k
+	sched *schedule
+
+	work    chan work
+	queue   chan item
+	batches chan *Batch
+
+	bytesReceived  atomic.Int64
+	storageNS      atomic.Int64
+	computeNS      atomic.Int64
+	retried        atomic.Int64
+	streamFailures atomic.Int64
+	duplicates     atomic.Int64
+
+	mu     sync.Mutex
+	failed []SampleFailure
+
+	// Feeder-owned.
+	samples int
+	nbatch  int
+	idle    time.Duration
+	bySplit splitCounter
+}
+
+// item is one finished sample (or, with failed set, the place of a bad
+// one, which strict order needs to move on).
+type item struct {
+	pos    int
+	sample uint64
+	label  uint32
+	split  int
+	wire   int64
+	tensor *ops.Tensor
+	sha    [32]byte
+	failed bool
+}
+
+// estimate is the schedule's view of a position: its wire-size estimate,
+// sample id and split.
+func (e *epochRun) estimate(pos int) (int64, uint64, int) {
+	s, k := e.order[pos], e.split[pos]
+	return e.a.sizes.estimate(k, e.cat.RawSizes[s]), s, k
+}
+
+func (e *epochRun) run(ctx context.Context, fetchers []*fetcher) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(e.work)
+		fg, fctx := errgroup.WithContext(gctx)
+		for _, f := range fetchers {
+			fg.Go(func() error { return f.run(fctx) })
+		}
+		return fg.Wait()
+	})
+	g.Go(func() error {
+		defer close(e.queue)
+		wg, wctx := errgroup.WithContext(gctx)
+		for range e.cfg.Workers {
+			wg.Go(func() error { return e.worker(wctx) })
+		}
+		return wg.Wait()
+	})
+	g.Go(func() error { return e.batcher(gctx) })
+	g.Go(func() error { return e.feeder(gctx) })
+	return g.Wait()
+}
+
+// fail records a bad sample. In fail mode it returns the epoch's error.
+func (e *epochRun) fail(f SampleFailure) error {
+	e.mu.Lock()
+	e.failed = append(e.failed, f)
+	e.mu.Unlock()
+	e.log.Warn().Uint64("sample", f.Sample).Str("kind", f.Kind).Str("where", f.Where).Msg(f.Message)
+	if e.cfg.OnError == OnErrorFail {
+		return fmt.Errorf("%w: epoch %d: %v", ErrSample, e.num, f)
+	}
+	return nil
+}
+
+// worker finishes samples: it decodes the wire form and runs ops[k:n],
+// timing both with its thread's CPU clock (it keeps its OS thread).
+func (e *epochRun) worker(ctx context.Context) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	p := e.cfg.Pipeline
+	lim := ops.WireLimits{MaxPayload: e.cfg.MaxPayload}
+	for {
+		var w work
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case got, ok := <-e.work:
+			if !ok {
+				return nil
+			}
+			w = got
+		}
+		r := w.r
+		it := item{pos: r.pos, sample: r.sample, label: e.cat.Labels[r.sample], split: r.split, wire: int64(len(w.resp.GetData()))}
+		var bad *SampleFailure
+		if se := w.resp.GetError(); se != nil {
+			bad = &SampleFailure{Sample: r.sample, Split: r.split, Kind: storageKind(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
+		} else {
+			e.a.sizes.observe(r.split, e.cat.RawSizes[r.sample], len(w.resp.GetData()))
+			t0 := threadCPU()
+			v, err := ops.DecodeWire(w.resp.GetData(), lim)
+			if err == nil {
+				v, err = p.Run(ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: r.sample}, v, r.split, p.Len())
+			}
+			e.computeNS.Add(int64(threadCPU() - t0))
+			if err == nil {
+				t, ok := v.(*ops.Tensor)
+				if !ok {
+					err = fmt.Errorf("%w: pipeline gave %s", ops.ErrKind, v.Kind())
+				}
+				it.tensor = t
+			}
+			if err != nil {
+				bad = &SampleFailure{Sample: r.sample, Split: r.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
+			} else if e.cfg.OnSample != nil {
+				it.sha = tensorSHA(it.tensor)
+			}
+		}
+		if bad != nil {
+			if err := e.fail(*bad); err != nil {
+				e.sched.release(&w.f.w, r)
+				return err
+			}
+			it.failed, it.tensor = true, nil
+		}
+		select {
+		case e.queue <- it:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		e.sched.release(&w.f.w, r)
+	}
+}
+
+// batcher stacks items into batches: in completion order, or in strict
+// order through a reorder buffer that the schedule's gate bounds.
+func (e *epochRun) batcher(ctx context.Context) error {
+	defer close(e.batches)
+	bs := e.cfg.Batch
+	var cur *Batch
+	formed := 0
+	emit := func() error {
+		b := cur
+		cur = nil
+		n := b.Len()
+		b.Shape[0] = n
+		b.Data = b.Data[:n*b.Shape[1]*b.Shape[2]*b.Shape[3]]
+		select {
+		case e.batches <- b:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	add := func(it item) error {
+		t := it.tensor
+		if cur == nil {
+			cur = &Batch{Epoch: e.num, Index: formed, Shape: [4]int{0, t.C, t.H, t.W},
+				Data: make([]float32, 0, bs*len(t.Data))}
+			formed++
+		}
+		if t.C != cur.Shape[1] || t.H != cur.Shape[2] || t.W != cur.Shape[3] {
+			return fmt.Errorf("computeagent: epoch %d: sample %d has shape [%d %d %d], its batch [%d %d %d]",
+				e.num, it.sample, t.C, t.H, t.W, cur.Shape[1], cur.Shape[2], cur.Shape[3])
+		}
+		cur.Samples = append(cur.Samples, it.sample)
+		cur.Labels = append(cur.Labels, it.label)
+		cur.Data = append(cur.Data, t.Data...)
+		cur.shas = append(cur.shas, it.sha)
+		cur.splits = append(cur.splits, it.split)
+		cur.wire = append(cur.wire, it.wire)
+		if cur.Len() == bs {
+			return emit()
+		}
+		return nil
+	}
+	buf := map[int]item{}
+	next := 0
+	for {
+		var it item
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case got, ok := <-e.queue:
+			if !ok {
+				if len(buf) > 0 {
+					return fmt.Errorf("computeagent: epoch %d: %d samples stuck behind position %d", e.num, len(buf), next)
+				}
+				if cur != nil {
+					return emit()
+				}
+				return nil
+			}
+			it = got
+		}
+		if !e.cfg.StrictOrder {
+			if !it.failed {
+				if err := add(it); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		buf[it.pos] = it
+		moved := false
+		for {
+			it, ok := buf[next]
+			if !ok {
+				break
+			}
+			delete(buf, next)
+			next++
+			moved = true
+			if !it.failed {
+				if err := add(it); err != nil {
+					return err
+				}
+			}
+		}
+		if moved {
+			e.sched.delivered(next)
+		}
+	}
+}
+
+// feeder hands batches to the consumer, timing how long it waits for
+// each: the GPU's idle time.
+func (e *epochRun) feeder(ctx context.Context) error {
+	clock := e.cfg.Clock
+	for {
+		t0 := clock.Now()
+		var b *Batch
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case got, ok := <-e.batches:
+			if !ok {
+				return nil
+			}
+			b = got
+		}
+		e.idle += clock.Now().Sub(t0)
+		if err := e.cfg.Consumer.Consume(ctx, b); err != nil {
+			return fmt.Errorf("computeagent: consumer: %w", err)
+		}
+		e.nbatch++
+		e.samples += b.Len()
+		for i, s := range b.Samples {
+			e.bySplit.add(b.splits[i], b.wire[i])
+			if e.cfg.OnSample != nil {
+				e.cfg.OnSample(e.num, s, b.shas[i])
+			}
+		}
+	}
+}
+
+// localKind names an ops error with the storage agent's kinds.
+func localKind(err error) string {
+	switch {
+	case errors.Is(err, ops.ErrEmpty):
+		return "EMPTY"
+	case errors.Is(err, ops.ErrNotJPEG):
+		return "NOT_JPEG"
+	case errors.Is(err, ops.ErrTruncated):
+		return "TRUNCATED"
+	case errors.Is(err, ops.ErrCorrupt):
+		return "CORRUPT"
+	case errors.Is(err, ops.ErrTooLarge), errors.Is(err, ops.ErrWireTooLarge):
+		return "TOO_LARGE"
+	case errors.Is(err, ops.ErrUnsupported):
+		return "UNSUPPORTED"
+	case errors.Is(err, ops.ErrWireHeader), errors.Is(err, ops.ErrWireSize),
+		errors.Is(err, ops.ErrWireChecksum), errors.Is(err, ops.ErrWireCodec):
+		return "WIRE"
+	case errors.Is(err, ops.ErrKind), errors.Is(err, ops.ErrSplit):
+		return "BAD_REQUEST"
+	}
+	return "INTERNAL"
+}
+
+// threadCPU is the calling thread's CPU time.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+var hostLE = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// tensorSHA is the sha256 of t's float32 values, little-endian.
+func tensorSHA(t *ops.Tensor) [32]byte {
+	if hostLE {
+		return sha256.Sum256(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(t.Data))), len(t.Data)*4))
+	}
+	b := make([]byte, 4*len(t.Data))
+	for i, f := range t.Data {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
+	}
+	return sha256.Sum256(b)
+}

@@ -1,0 +1,121 @@
+package computeagent
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+)
+
+// EpochReport is one epoch's account, written as one JSON line per epoch
+// to Config.ReportPath and returned by Run. Schema (JSON keys):
+//
+//	epoch                int      epoch number
+//	seconds              float    wall time from the first request to the last batch consumed
+//	pipeline             string   ops.Pipeline.ID()
+//	plan                 string   the plan's name (nooff, alloff, resizeoff or a plan file)
+//	strict_order         bool     batches in permutation order (else completion order)
+//	storage              []string storage agents used (names)
+//	shard                int      samples in this agent's shard (rank of world)
+//	samples              int      samples delivered to the consumer
+//	batches              int      batches delivered
+//	samples_failed       int      len(failed)
+//	failed               []{sample, split, kind, message, where}
+//	                              kind: the proto ErrorKind without its prefix (CORRUPT,
+//	                              TRUNCATED, ...) for storage errors, the same names for local
+//	                              ops errors, WIRE for a bad wire form; where: storage or local
+//	bytes_received       int      wire bytes received (FetchResponse.data), failed samples included
+//	by_split             []{split, samples, bytes}  delivered samples and their wire bytes per split
+//	gpu_idle_seconds     float    time the consumer waited for a batch
+//	gpu_idle_fraction    float    gpu_idle_seconds / seconds
+//	compute_cpu_seconds  float    thread CPU time of the finishing workers (decode wire, ops[k:n])
+//	storage_cpu_seconds  float    sum of FetchResponse.storage_cpu_ns over received samples
+//	retried              int      requests re-issued after stream failures
+//	stream_failures      int      Fetch streams that failed
+//	duplicates           int      responses dropped as duplicates (should stay 0)
+//	gpu                  {status, devices, samples, mean_util_pct}  NVML's view; status is
+//	                              "nvml: ok" or "nvml: unavailable: <reason>"
+type EpochReport struct {
+	Epoch             uint64          `json:"epoch"`
+	Seconds           float64         `json:"seconds"`
+	Pipeline          string          `json:"pipeline"`
+	Plan              string          `json:"plan"`
+	StrictOrder       bool            `json:"strict_order"`
+	Storage           []string        `json:"storage"`
+	Shard             int             `json:"shard"`
+	Samples           int             `json:"samples"`
+	Batches           int             `json:"batches"`
+	SamplesFailed     int             `json:"samples_failed"`
+	Failed            []SampleFailure `json:"failed"`
+	BytesReceived     int64           `json:"bytes_received"`
+	BySplit           []SplitStats    `json:"by_split"`
+	GPUIdleSeconds    float64         `json:"gpu_idle_seconds"`
+	GPUIdleFraction   float64         `json:"gpu_idle_fraction"`
+	ComputeCPUSeconds float64         `json:"compute_cpu_seconds"`
+	StorageCPUSeconds float64         `json:"storage_cpu_seconds"`
+	Retried           int             `json:"retried"`
+	StreamFailures    int             `json:"stream_failures"`
+	Duplicates        int             `json:"duplicates"`
+	GPU               GPUStats        `json:"gpu"`
+}
+
+// SampleFailure is one bad sample.
+type SampleFailure struct {
+	Sample  uint64 `json:"sample"`
+	Split   int    `json:"split"`
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+	// Where is "storage" (the storage agent's ops[0:k] or read) or
+	// "local" (decoding the wire form or ops[k:n]).
+	Where string `json:"where"`
+}
+
+func (f SampleFailure) Error() string {
+	return fmt.Sprintf("sample %d (split %d, %s): %s: %s", f.Sample, f.Split, f.Where, f.Kind, f.Message)
+}
+
+// SplitStats counts delivered samples at one split.
+type SplitStats struct {
+	Split   int   `json:"split"`
+	Samples int   `json:"samples"`
+	Bytes   int64 `json:"bytes"`
+}
+
+// splitCounter accumulates SplitStats by split.
+type splitCounter map[int]*SplitStats
+
+func (c splitCounter) add(k int, bytes int64) {
+	s := c[k]
+	if s == nil {
+		s = &SplitStats{Split: k}
+		c[k] = s
+	}
+	s.Samples++
+	s.Bytes += bytes
+}
+
+func (c splitCounter) list() []SplitStats {
+	out := make([]SplitStats, 0, len(c))
+	for _, s := range c {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b SplitStats) int { return a.Split - b.Split })
+	return out
+}
+
+// appendReport appends r as one JSON line to path.
+func appendReport(path string, r EpochReport) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,224 @@
+package computeagent
+
+import (
+	"container/heap"
+	"sync"
+)
+
+// schedule is an epoch's shared state: which positions of the permutation
+// are still to be requested, which were received, and each fetcher's
+// window. One mutex guards it all; every change closes sig, so waiters
+// select on sig and their context and re-check.
+//
+// Exactly once: a position leaves the schedule when a fetcher takes it and
+// returns only when the stream carrying it fails before its response
+// arrived (requeue). A response is accepted only for a tag outstanding on
+// its own stream and a position not yet received, so no sample is handed
+// on twice; every position is either received or still owed, so none is
+// lost.
+type schedule struct {
+	n int
+
+	mu       sync.Mutex
+	sig      chan struct{}
+	next     int     // first position never taken
+	retry    posHeap // positions taken and requeued
+	received []bool
+	nRecv    int
+	// In strict order a position is taken only when it lies below
+	// deliverNext + gate, which bounds the batcher's reorder buffer.
+	gate        int
+	deliverNext int
+	alive       int         // fetchers not given up
+	retries     map[int]int // transient per-sample errors so far, by position
+}
+
+func newSchedule(n, gate, fetchers int) *schedule {
+	return &schedule{n: n, sig: make(chan struct{}), received: make([]bool, n), gate: gate, alive: fetchers}
+}
+
+// broadcastLocked wakes every waiter.
+func (s *schedule) broadcastLocked() {
+	close(s.sig)
+	s.sig = make(chan struct{})
+}
+
+// request is one sample requested on a stream.
+type request struct {
+	tag    uint64
+	pos    int
+	sample uint64
+	split  int
+	bytes  int64 // window bytes held: the estimate, then the actual size
+}
+
+// window is one fetcher's share of the schedule; its fields are guarded by
+// schedule.mu.
+type window struct {
+	maxCount    int
+	maxBytes    int64
+	count       int
+	bytes       int64
+	nextTag     uint64
+	outstanding map[uint64]*request // by tag, on the current stream
+}
+
+// take hands w the next position if its window has room, registering the
+// request as outstanding. Otherwise it returns a channel that is closed on
+// the next change; done reports that every position was received.
+func (s *schedule) take(w *window, est func(pos int) (int64, uint64, int)) (r *request, wait <-chan struct{}, done bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nRecv == s.n {
+		return nil, nil, true
+	}
+	pos := -1
+	switch {
+	case s.retry.Len() > 0:
+		pos = s.retry[0]
+	case s.next < s.n:
+		pos = s.next
+	}
+	if pos < 0 || (s.gate > 0 && pos >= s.deliverNext+s.gate) || w.count >= w.maxCount {
+		return nil, s.sig, false
+	}
+	b, sample, k := est(pos)
+	if w.count > 0 && w.bytes+b > w.maxBytes {
+		return nil, s.sig, false
+	}
+	if s.retry.Len() > 0 {
+		heap.Pop(&s.retry)
+	} else {
+		s.next++
+	}
+	w.nextTag++
+	r = &request{tag: w.nextTag, pos: pos, sample: sample, split: k, bytes: b}
+	w.outstanding[r.tag] = r
+	w.count++
+	w.bytes += b
+	return r, nil, false
+}
+
+// claim accepts the response for tag on w's current stream, whose wire
+// size is actual. It returns nil for an unknown tag or a position already
+// received (dup reports the latter). The request keeps its window slot
+// until release.
+func (s *schedule) claim(w *window, tag uint64, actual int64) (r *request, dup bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r = w.outstanding[tag]
+	if r == nil {
+		return nil, false
+	}
+	delete(w.outstanding, tag)
+	if s.received[r.pos] {
+		w.count--
+		w.bytes -= r.bytes
+		s.broadcastLocked()
+		return nil, true
+	}
+	w.bytes += actual - r.bytes
+	r.bytes = actual
+	s.received[r.pos] = true
+	s.nRecv++
+	if s.nRecv == s.n {
+		s.broadcastLocked()
+	}
+	return r, false
+}
+
+// retryTag puts the request for tag on w back into the schedule after a
+// transient per-sample error (the storage agent's queue deadline), at most
+// limit times per position; it reports whether it did. Unlike claim then
+// requeue, the position never counts as received meanwhile, so no fetcher
+// can see the epoch complete while it is owed.
+func (s *schedule) retryTag(w *window, tag uint64, limit int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := w.outstanding[tag]
+	if r == nil || s.received[r.pos] || s.retries[r.pos] >= limit {
+		return false
+	}
+	if s.retries == nil {
+		s.retries = map[int]int{}
+	}
+	s.retries[r.pos]++
+	delete(w.outstanding, tag)
+	w.count--
+	w.bytes -= r.bytes
+	heap.Push(&s.retry, r.pos)
+	s.broadcastLocked()
+	return true
+}
+
+// release frees r's window slot once its result left the worker.
+func (s *schedule) release(w *window, r *request) {
+	s.mu.Lock()
+	w.count--
+	w.bytes -= r.bytes
+	s.broadcastLocked()
+	s.mu.Unlock()
+}
+
+// requeue returns every request outstanding on w's failed stream to the
+// schedule and frees their slots. It returns how many.
+func (s *schedule) requeue(w *window) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(w.outstanding)
+	for tag, r := range w.outstanding {
+		delete(w.outstanding, tag)
+		w.count--
+		w.bytes -= r.bytes
+		heap.Push(&s.retry, r.pos)
+	}
+	s.broadcastLocked()
+	return n
+}
+
+// outstanding is the number of requests awaiting a response on w.
+func (s *schedule) outstanding(w *window) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(w.outstanding)
+}
+
+// complete reports whether every position was received.
+func (s *schedule) complete() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nRecv == s.n
+}
+
+// delivered moves the strict-order gate: positions below pos are out of
+// the reorder buffer.
+func (s *schedule) delivered(pos int) {
+	s.mu.Lock()
+	s.deliverNext = pos
+	s.broadcastLocked()
+	s.mu.Unlock()
+}
+
+// giveUp marks one fetcher dead and reports how many are left.
+func (s *schedule) giveUp() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.alive--
+	s.broadcastLocked()
+	return s.alive
+}
+
+// posHeap is a min-heap of positions, so retries go out in permutation
+// order (which strict order needs to make progress).
+type posHeap []int
+
+func (h posHeap) Len() int           { return len(h) }
+func (h posHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h posHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *posHeap) Push(x any)        { *h = append(*h, x.(int)) }
+func (h *posHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

@@ -1,0 +1,311 @@
+// Command compute-agent runs on the GPU node: it finds the storage agents
+// (through gossip or a static list), reads their catalog, and runs training
+// epochs, fetching each sample at its planned split, finishing the
+// pipeline locally and feeding batches to the (simulated) GPU. See package
+// computeagent and docs/architecture.md.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"gopkg.in/yaml.v3"
+
+	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/internal/tlsconf"
+	"github.com/sophon-dl/sophon/ops"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usageHead = `Usage: compute-agent (--storage ADDRS | --gossip ADDR --join PEERS) [flags]
+
+Runs training epochs against storage agents: each sample of this rank's
+shard is fetched once per epoch at its planned split k (the storage agent
+runs ops[0:k]), finished here (ops[k:n]), batched and handed to the GPU
+consumer. Prints one JSON report line per epoch to --report.
+
+Example:
+
+  compute-agent --gossip 10.0.0.9:7946 --join 10.0.0.5:7946 \
+    --pipeline imagenet-train --plan resizeoff --epochs 3 --seed 1 \
+    --gpu sim:resnet50-v100 --report epochs.jsonl \
+    --tls-cert gpu.pem --tls-key gpu-key.pem --tls-ca ca.pem
+
+  compute-agent --storage 127.0.0.1:7070 --plan plan.json --on-error skip
+
+A --config FILE in YAML takes the same keys as the flags (pipeline: ...,
+epochs: 3, storage: [a:7070, b:7070], strict-order: true, ...); flags given
+on the command line override the file. A plan FILE is JSON:
+{"pipeline": "<id>", "default": K, "splits": {"<sample>": K, ...}}.
+SIGINT or SIGTERM stops the agent.
+
+Flags:
+`
+
+// settings are the command line and config file keys.
+type settings struct {
+	Config          string `yaml:"-"`
+	Storage         list   `yaml:"storage"`
+	Gossip          string `yaml:"gossip"`
+	GossipAdvertise string `yaml:"gossip-advertise"`
+	Join            list   `yaml:"join"`
+	GossipKey       string `yaml:"gossip-key"`
+	Name            string `yaml:"name"`
+	MinStorage      int    `yaml:"min-storage"`
+	Pipeline        string `yaml:"pipeline"`
+	Plan            string `yaml:"plan"`
+	Epochs          int    `yaml:"epochs"`
+	FirstEpoch      uint64 `yaml:"first-epoch"`
+	Seed            uint64 `yaml:"seed"`
+	Rank            int    `yaml:"rank"`
+	World           int    `yaml:"world"`
+	Window          int    `yaml:"window"`
+	WindowBytes     int64  `yaml:"window-bytes"`
+	Workers         int    `yaml:"workers"`
+	Queue           int    `yaml:"queue"`
+	Batch           int    `yaml:"batch"`
+	GPU             string `yaml:"gpu"`
+	StrictOrder     bool   `yaml:"strict-order"`
+	OnError         string `yaml:"on-error"`
+	Codec           string `yaml:"codec"`
+	Retries         int    `yaml:"retries"`
+	Report          string `yaml:"report"`
+	TLSCert         string `yaml:"tls-cert"`
+	TLSKey          string `yaml:"tls-key"`
+	TLSCA           string `yaml:"tls-ca"`
+	LogLevel        string `yaml:"log-level"`
+	LogFormat       string `yaml:"log-format"`
+}
+
+// list is a comma-separated flag or a YAML list (or comma-separated string).
+type list []string
+
+func (l *list) String() string { return strings.Join(*l, ",") }
+
+func (l *list) Set(s string) error {
+	*l = nil
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			*l = append(*l, x)
+		}
+	}
+	return nil
+}
+
+func (l *list) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		return l.Set(n.Value)
+	}
+	var v []string
+	if err := n.Decode(&v); err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}
+
+func defaults() settings {
+	c := computeagent.DefaultConfig()
+	return settings{
+		Pipeline:    "imagenet-train",
+		Plan:        "nooff",
+		Epochs:      c.Epochs,
+		World:       c.World,
+		Window:      c.Window,
+		WindowBytes: c.WindowBytes,
+		Queue:       c.Queue,
+		Batch:       c.Batch,
+		GPU:         "sim:resnet50-v100",
+		OnError:     c.OnError,
+		Codec:       "none",
+		Retries:     c.Retries,
+		LogLevel:    "info",
+		LogFormat:   "auto",
+	}
+}
+
+func flagSet(s *settings, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("compute-agent", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(out, usageHead)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&s.Config, "config", s.Config, "YAML config `file` with the same keys as these flags; flags override it")
+	fs.Var(&s.Storage, "storage", "storage agents' gRPC `addresses`, comma-separated host:port; skips membership")
+	fs.StringVar(&s.Gossip, "gossip", s.Gossip, "memberlist bind `host:port` (UDP and TCP), to discover storage agents by gossip")
+	fs.StringVar(&s.GossipAdvertise, "gossip-advertise", s.GossipAdvertise, "gossip `host:port` announced to peers (default: derived from --gossip)")
+	fs.Var(&s.Join, "join", "gossip `peers` to join, comma-separated host:port")
+	fs.StringVar(&s.GossipKey, "gossip-key", s.GossipKey, "gossip encryption `key`, base64 or hex, 16/24/32 bytes (default: none)")
+	fs.StringVar(&s.Name, "name", s.Name, "node `name` in the cluster (default: hostname-pid)")
+	fs.IntVar(&s.MinStorage, "min-storage", s.MinStorage, "storage agents to wait for through gossip before each epoch (default 1)")
+	fs.StringVar(&s.Pipeline, "pipeline", s.Pipeline, "pipeline preset `name` ("+strings.Join(ops.PresetNames(), ", ")+") or spec FILE (YAML or JSON)")
+	fs.StringVar(&s.Plan, "plan", s.Plan, "split `plan`: nooff, alloff, resizeoff or a per-sample plan FILE (JSON)")
+	fs.IntVar(&s.Epochs, "epochs", s.Epochs, "`epochs` to run")
+	fs.Uint64Var(&s.FirstEpoch, "first-epoch", s.FirstEpoch, "`number` of the first epoch (order and random draws depend on it)")
+	fs.Uint64Var(&s.Seed, "seed", s.Seed, "run `seed`: fixes the order and every random draw")
+	fs.IntVar(&s.Rank, "rank", s.Rank, "this agent's `rank`: it serves samples i with i % world == rank")
+	fs.IntVar(&s.World, "world", s.World, "`number` of compute agents sharing the dataset")
+	fs.IntVar(&s.Window, "window", s.Window, "requests in flight per storage agent (`count`)")
+	fs.Int64Var(&s.WindowBytes, "window-bytes", s.WindowBytes, "estimated response `bytes` in flight per storage agent")
+	fs.IntVar(&s.Workers, "workers", s.Workers, "finishing `workers` running ops[k:n] (default: number of CPUs)")
+	fs.IntVar(&s.Queue, "queue", s.Queue, "shared queue capacity in `batches`")
+	fs.IntVar(&s.Batch, "batch", s.Batch, "batch `size`")
+	fs.StringVar(&s.GPU, "gpu", s.GPU, "GPU `consumer`: sim:alexnet-v100, sim:resnet50-v100, sim:RATE (img/s) or sim:step=DURATION")
+	fs.BoolVar(&s.StrictOrder, "strict-order", s.StrictOrder, "form batches in the epoch's permutation order (default: completion order)")
+	fs.StringVar(&s.OnError, "on-error", s.OnError, "bad samples: fail (the epoch fails naming the sample) or skip (reported, not delivered)")
+	fs.StringVar(&s.Codec, "codec", s.Codec, "`codec` for intermediates on the wire: none, zstd or s2")
+	fs.IntVar(&s.Retries, "retries", s.Retries, "consecutive stream failures before giving up on a storage agent for the epoch")
+	fs.StringVar(&s.Report, "report", s.Report, "append one JSON report line per epoch to `file` (default: none)")
+	fs.StringVar(&s.TLSCert, "tls-cert", s.TLSCert, "PEM client certificate `file` for mutual TLS (with --tls-key and --tls-ca)")
+	fs.StringVar(&s.TLSKey, "tls-key", s.TLSKey, "PEM private key `file` of --tls-cert")
+	fs.StringVar(&s.TLSCA, "tls-ca", s.TLSCA, "PEM CA `file` that signs the storage agents' certificates")
+	fs.StringVar(&s.LogLevel, "log-level", s.LogLevel, "log `level`: debug, info, warn or error")
+	fs.StringVar(&s.LogFormat, "log-format", s.LogFormat, "log `format`: console, json, or auto (console on a terminal)")
+	return fs
+}
+
+// parse reads the command line and the config file it names.
+func parse(args []string, out io.Writer) (settings, error) {
+	s := defaults()
+	if err := flagSet(&s, out).Parse(args); err != nil {
+		return s, err
+	}
+	if s.Config == "" {
+		return s, nil
+	}
+	b, err := os.ReadFile(s.Config)
+	if err != nil {
+		return s, err
+	}
+	f := defaults()
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return s, fmt.Errorf("config %s: %w", s.Config, err)
+	}
+	// Parse again over the file's values, so the flags given win.
+	f.Config = s.Config
+	if err := flagSet(&f, out).Parse(args); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
+	c := computeagent.DefaultConfig()
+	p, err := ops.LoadPipeline(s.Pipeline)
+	if err != nil {
+		return c, err
+	}
+	plan, err := computeagent.ParsePlan(s.Plan, p)
+	if err != nil {
+		return c, err
+	}
+	codec, err := ops.ParseCodec(s.Codec)
+	if err != nil {
+		return c, err
+	}
+	sim, err := computeagent.ParseGPU(s.GPU, nil)
+	if err != nil {
+		return c, err
+	}
+	if len(s.Storage) > 0 {
+		c.Discovery = computeagent.Static(s.Storage...)
+	}
+	c.Name = s.Name
+	c.Gossip = s.Gossip
+	c.GossipAdvertise = s.GossipAdvertise
+	c.Join = s.Join
+	c.GossipKey = s.GossipKey
+	c.MinStorage = s.MinStorage
+	c.Version = version
+	c.Pipeline = p
+	c.Plan = plan
+	c.Epochs = s.Epochs
+	c.FirstEpoch = s.FirstEpoch
+	c.Seed = s.Seed
+	c.Rank, c.World = s.Rank, s.World
+	c.Window = s.Window
+	c.WindowBytes = s.WindowBytes
+	c.Workers = s.Workers
+	c.Queue = s.Queue
+	c.Batch = s.Batch
+	c.StrictOrder = s.StrictOrder
+	c.OnError = s.OnError
+	c.Codec = codec
+	c.Retries = s.Retries
+	c.Consumer = sim
+	c.ReportPath = s.Report
+	c.TLS = tlsconf.Files{Cert: s.TLSCert, Key: s.TLSKey, CA: s.TLSCA}
+	c.Logger = log
+	return c, nil
+}
+
+func logger(s settings, out *os.File) (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(s.LogLevel)
+	if err != nil || s.LogLevel == "" {
+		return zerolog.Nop(), fmt.Errorf("bad --log-level %q", s.LogLevel)
+	}
+	var w io.Writer = out
+	switch s.LogFormat {
+	case "json":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: out, TimeFormat: time.RFC3339}
+	case "auto":
+		if fi, err := out.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			w = zerolog.ConsoleWriter{Out: out, TimeFormat: time.RFC3339}
+		}
+	default:
+		return zerolog.Nop(), fmt.Errorf("bad --log-format %q", s.LogFormat)
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+}
+
+func run(args []string) int {
+	s, err := parse(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compute-agent:", err)
+		return 2
+	}
+	log, err := logger(s, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compute-agent:", err)
+		return 2
+	}
+	cfg, err := s.agentConfig(log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compute-agent:", err)
+		return 2
+	}
+	a, err := computeagent.New(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compute-agent:", err)
+		return 2
+	}
+	defer a.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := a.Run(ctx); err != nil {
+		log.Error().Err(err).Msg("stopped")
+		return 1
+	}
+	return 0
+}
+
+func main() { os.Exit(run(os.Args[1:])) }

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/internal/tlsconf"
+	"github.com/sophon-dl/sophon/ops/synth"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestBinaries builds both agents and runs an epoch between them on
+// loopback with mutual TLS, a config file, a spec file and a plan file.
+func TestBinaries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build the binaries")
+	}
+	dir := t.TempDir()
+	compute, storage := filepath.Join(dir, "compute-agent"), filepath.Join(dir, "storage-agent")
+	for bin, pkg := range map[string]string{compute: ".", storage: "../storage-agent"} {
+		if out, err := exec.Command(goTool, "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+
+	if out, err := exec.Command(compute, "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "Example:") || !strings.Contains(string(out), "-strict-order") {
+		t.Errorf("--help: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{
+		{"--bogus"},
+		{"--storage", "127.0.0.1:1", "--plan", "sideways"},
+		{"--storage", "127.0.0.1:1", "--gpu", "tpu"},
+		{"--storage", "127.0.0.1:1", "--on-error", "shrug"},
+		{"--pipeline", "imagenet-train"},
+	} {
+		err := exec.Command(compute, args...).Run()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+			t.Errorf("%v: got %v, want exit status 2", args, err)
+		}
+	}
+
+	data := filepath.Join(dir, "data")
+	const n = 24
+	for i := range n {
+		class := filepath.Join(data, fmt.Sprintf("c%d", i%2))
+		if err := os.MkdirAll(class, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		b, err := synth.JPEG(uint64(i), 48+4*i, 40, synth.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(class, fmt.Sprintf("%02d.jpg", i)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	server, client, err := tlsconf.WriteTestPKI(filepath.Join(dir, "pki"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	var slogs bytes.Buffer
+	srv := exec.Command(storage, "--data", data, "--listen", addr, "--cpus", "1", "--log-format", "json",
+		"--tls-cert", server.Cert, "--tls-key", server.Key, "--tls-ca", server.CA)
+	srv.Stdout, srv.Stderr = &slogs, &slogs
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = srv.Process.Signal(syscall.SIGTERM)
+		if err := srv.Wait(); err != nil {
+			t.Errorf("storage agent: %v\n%s", err, slogs.String())
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("storage agent not listening: %v\n%s", err, slogs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	spec := filepath.Join(dir, "pipeline.yaml")
+	writeFile(t, spec, "name: bin-test\nops:\n  - op: decode\n  - op: random_resized_crop\n    size: [32, 32]\n  - op: random_horizontal_flip\n  - op: to_tensor\n  - op: normalize\n    mean: [0.5, 0.5, 0.5]\n    std: [0.25, 0.25, 0.25]\n")
+	plan := filepath.Join(dir, "plan.json")
+	writeFile(t, plan, `{"default": 2, "splits": {"0": 0, "1": 5, "2": 4}}`)
+	report := filepath.Join(dir, "report.jsonl")
+	cfgFile := filepath.Join(dir, "compute.yaml")
+	// The file's epochs are overridden by the flag.
+	writeFile(t, cfgFile, "storage: ["+addr+"]\nepochs: 5\nbatch: 5\nwindow: 4\ngpu: sim:step=1ms\ncodec: zstd\nlog-format: json\n")
+	out, err := exec.Command(compute, "--config", cfgFile, "--epochs", "2", "--pipeline", spec, "--plan", plan,
+		"--report", report, "--seed", "3", "--tls-cert", client.Cert, "--tls-key", client.Key, "--tls-ca", client.CA).CombinedOutput()
+	if err != nil {
+		t.Fatalf("compute agent: %v\n%s", err, out)
+	}
+	f, err := os.Open(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	var reports []computeagent.EpochReport
+	for sc.Scan() {
+		var r computeagent.EpochReport
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		reports = append(reports, r)
+	}
+	if len(reports) != 2 {
+		t.Fatalf("%d report lines, want 2\n%s", len(reports), out)
+	}
+	for i, r := range reports {
+		splits := map[int]int{}
+		for _, s := range r.BySplit {
+			splits[s.Split] = s.Samples
+		}
+		if r.Epoch != uint64(i) || r.Samples != n || r.Batches != 5 || r.BytesReceived <= 0 || splits[0] != 1 || splits[5] != 1 || splits[4] != 1 || splits[2] != n-3 {
+			t.Errorf("report %d: %+v", i, r)
+		}
+		if !strings.HasPrefix(r.Pipeline, "bin-test@") || r.Plan != plan || !strings.HasPrefix(r.GPU.Status, "nvml: ") {
+			t.Errorf("report %d: pipeline %q plan %q gpu %q", i, r.Pipeline, r.Plan, r.GPU.Status)
+		}
+	}
+}
+
+func writeFile(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,239 @@
+// Command storage-agent serves a dataset to compute agents: it runs the
+// requested prefix of each sample's preprocessing pipeline next to the data
+// within a CPU budget and streams the intermediates over gRPC. See
+// package storageagent and docs/architecture.md.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"gopkg.in/yaml.v3"
+
+	"github.com/sophon-dl/sophon/internal/tlsconf"
+	"github.com/sophon-dl/sophon/storage-agent/storageagent"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usageHead = `Usage: storage-agent --data DIR [flags]
+
+Serves the dataset in DIR (an ImageFolder: one folder per class; or
+WebDataset-style *.tar shards) to compute agents over gRPC, running the
+requested prefix ops[0:k] of each sample's pipeline within a CPU budget, and
+announces itself to the cluster through memberlist gossip.
+
+Example:
+
+  storage-agent --data /srv/imagenet/train --listen :7070 \
+    --gossip 10.0.0.5:7946 --join 10.0.0.9:7946 --cpus 2.5 \
+    --metrics :9100 --tls-cert agent.pem --tls-key agent-key.pem --tls-ca ca.pem
+
+A --config FILE in YAML takes the same keys as the flags (data: ..., cpus: 2.5,
+join: [a:7946, b:7946], request-timeout: 30s, ...); flags given on the command
+line override the file. SIGINT or SIGTERM stops the agent gracefully.
+
+Flags:
+`
+
+// settings are the command line and config file keys.
+type settings struct {
+	Config          string        `yaml:"-"`
+	Data            string        `yaml:"data"`
+	Listen          string        `yaml:"listen"`
+	Advertise       string        `yaml:"advertise"`
+	Gossip          string        `yaml:"gossip"`
+	GossipAdvertise string        `yaml:"gossip-advertise"`
+	Join            peers         `yaml:"join"`
+	GossipKey       string        `yaml:"gossip-key"`
+	Name            string        `yaml:"name"`
+	CPUs            float64       `yaml:"cpus"`
+	Queue           int           `yaml:"queue"`
+	RequestTimeout  time.Duration `yaml:"request-timeout"`
+	ShutdownGrace   time.Duration `yaml:"shutdown-grace"`
+	Metrics         string        `yaml:"metrics"`
+	TLSCert         string        `yaml:"tls-cert"`
+	TLSKey          string        `yaml:"tls-key"`
+	TLSCA           string        `yaml:"tls-ca"`
+	LogLevel        string        `yaml:"log-level"`
+	LogFormat       string        `yaml:"log-format"`
+}
+
+// peers is a list of host:port, given as a comma-separated flag or a YAML
+// list (or comma-separated string).
+type peers []string
+
+func (p *peers) String() string { return strings.Join(*p, ",") }
+
+func (p *peers) Set(s string) error {
+	*p = nil
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			*p = append(*p, x)
+		}
+	}
+	return nil
+}
+
+func (p *peers) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		return p.Set(n.Value)
+	}
+	var l []string
+	if err := n.Decode(&l); err != nil {
+		return err
+	}
+	*p = l
+	return nil
+}
+
+func defaults() settings {
+	c := storageagent.DefaultConfig()
+	return settings{
+		Listen:         c.Listen,
+		CPUs:           0,
+		RequestTimeout: c.RequestTimeout,
+		ShutdownGrace:  c.ShutdownGrace,
+		LogLevel:       "info",
+		LogFormat:      "auto",
+	}
+}
+
+func flagSet(s *settings, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("storage-agent", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(out, usageHead)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&s.Config, "config", s.Config, "YAML config `file` with the same keys as these flags; flags override it")
+	fs.StringVar(&s.Data, "data", s.Data, "dataset `directory` (ImageFolder or *.tar shards); required")
+	fs.StringVar(&s.Listen, "listen", s.Listen, "gRPC listen `address`")
+	fs.StringVar(&s.Advertise, "advertise", s.Advertise, "gRPC `host:port` announced to peers (default: the listen address, a wildcard host replaced by the gossip host or hostname)")
+	fs.StringVar(&s.Gossip, "gossip", s.Gossip, "memberlist bind `host:port` (UDP and TCP); empty disables membership")
+	fs.StringVar(&s.GossipAdvertise, "gossip-advertise", s.GossipAdvertise, "gossip `host:port` announced to peers (default: derived from --gossip)")
+	fs.Var(&s.Join, "join", "gossip `peers` to join, comma-separated host:port")
+	fs.StringVar(&s.GossipKey, "gossip-key", s.GossipKey, "gossip encryption `key`, base64 or hex, 16/24/32 bytes (default: none)")
+	fs.StringVar(&s.Name, "name", s.Name, "node `name` in the cluster (default: hostname)")
+	fs.Float64Var(&s.CPUs, "cpus", s.CPUs, "CPU `cores` for running ops, fractions allowed (default: all)")
+	fs.IntVar(&s.Queue, "queue", s.Queue, "bound on requests waiting for a worker, all streams together (default: 4 per worker)")
+	fs.DurationVar(&s.RequestTimeout, "request-timeout", s.RequestTimeout, "longest a request may wait in the queue before failing with DEADLINE")
+	fs.DurationVar(&s.ShutdownGrace, "shutdown-grace", s.ShutdownGrace, "how long open streams may finish on shutdown before they are cut")
+	fs.StringVar(&s.Metrics, "metrics", s.Metrics, "HTTP `address` for /metrics and /healthz (default: off)")
+	fs.StringVar(&s.TLSCert, "tls-cert", s.TLSCert, "PEM certificate `file` for mutual TLS (with --tls-key and --tls-ca)")
+	fs.StringVar(&s.TLSKey, "tls-key", s.TLSKey, "PEM private key `file` of --tls-cert")
+	fs.StringVar(&s.TLSCA, "tls-ca", s.TLSCA, "PEM CA `file` that signs client certificates")
+	fs.StringVar(&s.LogLevel, "log-level", s.LogLevel, "log `level`: debug, info, warn or error")
+	fs.StringVar(&s.LogFormat, "log-format", s.LogFormat, "log `format`: console, json, or auto (console on a terminal)")
+	return fs
+}
+
+// parse reads the command line and the config file it names.
+func parse(args []string, out io.Writer) (settings, error) {
+	s := defaults()
+	if err := flagSet(&s, out).Parse(args); err != nil {
+		return s, err
+	}
+	if s.Config == "" {
+		return s, nil
+	}
+	b, err := os.ReadFile(s.Config)
+	if err != nil {
+		return s, err
+	}
+	f := defaults()
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return s, fmt.Errorf("config %s: %w", s.Config, err)
+	}
+	// Parse again over the file's values, so the flags given win.
+	f.Config = s.Config
+	if err := flagSet(&f, out).Parse(args); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
+	c := storageagent.DefaultConfig()
+	c.Data = s.Data
+	c.Listen = s.Listen
+	c.Advertise = s.Advertise
+	c.Gossip = s.Gossip
+	c.GossipAdvertise = s.GossipAdvertise
+	c.Join = s.Join
+	c.GossipKey = s.GossipKey
+	c.Name = s.Name
+	c.CPUs = s.CPUs
+	c.Queue = s.Queue
+	c.RequestTimeout = s.RequestTimeout
+	c.ShutdownGrace = s.ShutdownGrace
+	c.MetricsAddr = s.Metrics
+	c.TLS = tlsconf.Files{Cert: s.TLSCert, Key: s.TLSKey, CA: s.TLSCA}
+	c.Version = version
+	c.Logger = log
+	return c
+}
+
+func logger(s settings, out *os.File) (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(s.LogLevel)
+	if err != nil || s.LogLevel == "" {
+		return zerolog.Nop(), fmt.Errorf("bad --log-level %q", s.LogLevel)
+	}
+	var w io.Writer = out
+	switch s.LogFormat {
+	case "json":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: out, TimeFormat: time.RFC3339}
+	case "auto":
+		if fi, err := out.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			w = zerolog.ConsoleWriter{Out: out, TimeFormat: time.RFC3339}
+		}
+	default:
+		return zerolog.Nop(), fmt.Errorf("bad --log-format %q", s.LogFormat)
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Str("component", "storage-agent").Logger(), nil
+}
+
+func run(args []string) int {
+	s, err := parse(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "storage-agent:", err)
+		return 2
+	}
+	log, err := logger(s, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "storage-agent:", err)
+		return 2
+	}
+	a, err := storageagent.New(s.agentConfig(log))
+	if err != nil {
+		log.Error().Err(err).Msg("cannot start")
+		return 1
+	}
+	defer a.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := a.Run(ctx); err != nil {
+		log.Error().Err(err).Msg("stopped")
+		return 1
+	}
+	return 0
+}
+
+func main() { os.Exit(run(os.Args[1:])) }

@@ -1,0 +1,484 @@
+// Package storageagent is the storage agent: it serves a dataset over the
+// data plane's Storage service (proto/dataplanepb), runs the prefix
+// ops[0:split] of each requested sample's pipeline within a CPU budget, and
+// announces itself to the cluster through memberlist.
+//
+// The storage-agent binary is a thin main over this package; tests and the
+// testbed start agents in process with [New] and [Agent.Serve] on any
+// listener (bufconn included).
+package storageagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/sophon-dl/sophon/internal/membership"
+	"github.com/sophon-dl/sophon/internal/tlsconf"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
+)
+
+// MaxMessageBytes bounds a gRPC message either way: room for a 224x224x3
+// float32 tensor (600 KB), a decoded 4000x3000 image (36 MB) or a large raw
+// JPEG. A client must accept messages this large
+// (grpc.MaxCallRecvMsgSize). A response that would exceed it is a
+// TOO_LARGE sample error instead.
+const MaxMessageBytes = 64 << 20
+
+// DefaultListen is the gRPC address when Config.Listen is empty.
+const DefaultListen = ":7070"
+
+// Keepalive enforcement: clients may ping at most every MinPingInterval
+// (with or without streams open); a client pinging faster is disconnected.
+const (
+	MinPingInterval   = 10 * time.Second
+	keepaliveTime     = 30 * time.Second
+	keepaliveTimeout  = 10 * time.Second
+	metricsStopWithin = time.Second
+)
+
+// Errors of the agent's lifecycle.
+var (
+	// ErrConfig: the configuration is invalid.
+	ErrConfig = errors.New("storageagent: bad config")
+	// ErrAgentClosed: the agent was closed.
+	ErrAgentClosed = errors.New("storageagent: agent closed")
+	// ErrServing: Serve was called while the agent was already serving.
+	ErrServing = errors.New("storageagent: already serving")
+)
+
+// Config configures an [Agent]. Zero fields take the defaults noted.
+type Config struct {
+	// Data is the dataset directory (ImageFolder or tar shards; see
+	// [Dataset]). Required.
+	Data string
+	// Listen is the gRPC address for [Agent.Run]. Empty means
+	// DefaultListen.
+	Listen string
+	// Advertise is the gRPC host:port announced to peers. Empty means the
+	// listener's address, with a wildcard host replaced by the gossip
+	// advertise or bind host when specific, else by the machine's hostname.
+	Advertise string
+	// Gossip is the memberlist bind host:port. Empty means no membership:
+	// the agent serves gRPC only.
+	Gossip string
+	// GossipAdvertise is the gossip host:port announced to peers. Empty
+	// means memberlist's choice from Gossip.
+	GossipAdvertise string
+	// Join lists gossip peers (host:port) to join. Empty starts a new
+	// cluster.
+	Join []string
+	// GossipKey is the base64 or hex gossip encryption key (16, 24 or 32
+	// bytes; see membership.ParseSecretKey). Empty means no encryption.
+	GossipKey string
+	// GossipTransport replaces memberlist's network transport (tests pass
+	// one from memberlist.MockNetwork). Nil means UDP/TCP on Gossip.
+	GossipTransport memberlist.Transport
+	// GossipTune adjusts memberlist's timing (tests pass
+	// membership.FastTiming). Nil keeps the LAN preset.
+	GossipTune func(*memberlist.Config)
+	// Name is the node's name in the cluster and in Info. Empty means the
+	// hostname.
+	Name string
+	// CPUs is the CPU budget for running ops, fractions allowed: the pool has
+	// ceil(CPUs) workers, throttled to CPUs cores in all (see pool.go). Zero
+	// means runtime.NumCPU().
+	CPUs float64
+	// Queue bounds the requests waiting for a worker, across all streams.
+	// Zero means 4 per worker.
+	Queue int
+	// RequestTimeout is how long a request may wait in the queue; past it
+	// the request fails with ERROR_KIND_DEADLINE. Zero means 30 s.
+	RequestTimeout time.Duration
+	// ShutdownGrace is how long open streams may finish after shutdown
+	// begins before they are cut. Zero means 5 s.
+	ShutdownGrace time.Duration
+	// TLS names the certificate, key and CA for mutual TLS on the gRPC
+	// server: clients must present a certificate signed by the CA. All
+	// empty means plaintext.
+	TLS tlsconf.Files
+	// MetricsAddr is the HTTP address of /metrics and /healthz. Empty means
+	// no metrics listener.
+	MetricsAddr string
+	// Version is reported in Info and announced to peers. Empty means "dev".
+	Version string
+	// Logger receives the agent's log. The zero value writes nothing.
+	Logger zerolog.Logger
+}
+
+// DefaultConfig returns a Config with every default spelled out; the
+// caller sets Data.
+func DefaultConfig() Config {
+	return Config{
+		Listen:         DefaultListen,
+		CPUs:           float64(runtime.NumCPU()),
+		RequestTimeout: 30 * time.Second,
+		ShutdownGrace:  5 * time.Second,
+		Version:        "dev",
+		Logger:         zerolog.Nop(),
+	}
+}
+
+// withDefaults validates c and fills in its zero fields. It returns the
+// worker count and each worker's share of a core.
+func (c *Config) withDefaults() (workers int, share float64, err error) {
+	if c.Data == "" {
+		return 0, 0, fmt.Errorf("%w: no dataset directory (Data)", ErrConfig)
+	}
+	if math.IsNaN(c.CPUs) || math.IsInf(c.CPUs, 0) || c.CPUs < 0 {
+		return 0, 0, fmt.Errorf("%w: cpus %v", ErrConfig, c.CPUs)
+	}
+	if c.Queue < 0 {
+		return 0, 0, fmt.Errorf("%w: queue %d", ErrConfig, c.Queue)
+	}
+	if c.RequestTimeout < 0 || c.ShutdownGrace < 0 {
+		return 0, 0, fmt.Errorf("%w: negative timeout", ErrConfig)
+	}
+	if c.Gossip == "" && len(c.Join) > 0 {
+		return 0, 0, fmt.Errorf("%w: join needs a gossip address", ErrConfig)
+	}
+	if c.Advertise != "" {
+		if _, _, err := net.SplitHostPort(c.Advertise); err != nil {
+			return 0, 0, fmt.Errorf("%w: advertise %q: %v", ErrConfig, c.Advertise, err)
+		}
+	}
+	if err := c.TLS.Validate(); err != nil {
+		return 0, 0, fmt.Errorf("%w: tls: %w", ErrConfig, err)
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.CPUs == 0 {
+		c.CPUs = float64(runtime.NumCPU())
+	}
+	workers, share = poolSize(c.CPUs)
+	if c.Queue == 0 {
+		c.Queue = 4 * workers
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 30 * time.Second
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 5 * time.Second
+	}
+	if c.Name == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "storage"
+		}
+		c.Name = host
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	return workers, share, nil
+}
+
+// Agent is a storage agent. Create it with [New], serve with [Agent.Run] or
+// [Agent.Serve], release it with [Agent.Close].
+type Agent struct {
+	cfg     Config
+	ds      *Dataset
+	srv     *server
+	workers int
+	secret  []byte
+	gopts   []grpc.ServerOption
+
+	mu          sync.Mutex
+	closed      bool
+	serving     bool
+	stop        context.CancelFunc // ends a running Serve
+	done        chan struct{}      // closed when that Serve returns
+	addr        net.Addr
+	metricsAddr net.Addr
+}
+
+// New validates cfg and opens the dataset.
+func New(cfg Config) (*Agent, error) {
+	workers, share, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, workers: workers}
+	if cfg.GossipKey != "" {
+		if a.secret, err = membership.ParseSecretKey(cfg.GossipKey); err != nil {
+			return nil, fmt.Errorf("%w: gossip key: %w", ErrConfig, err)
+		}
+	}
+	if a.gopts, err = a.serverOptions(); err != nil {
+		return nil, err
+	}
+	if a.ds, err = Open(cfg.Data); err != nil {
+		return nil, err
+	}
+	if a.srv, err = newServer(a.ds, cfg, workers, share); err != nil {
+		a.ds.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// serverOptions are the gRPC server's options: message sizes, keepalive
+// enforcement and, when configured, TLS.
+func (a *Agent) serverOptions() ([]grpc.ServerOption, error) {
+	opts := []grpc.ServerOption{
+		grpc.MaxSendMsgSize(MaxMessageBytes),
+		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: MinPingInterval, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		// Stop waits for the handlers, so the workers outlive every stream.
+		grpc.WaitForHandlers(true),
+		grpc.WriteBufferSize(1 << 20),
+	}
+	if a.cfg.TLS.Enabled() {
+		tc, err := a.cfg.TLS.Server()
+		if err != nil {
+			return nil, fmt.Errorf("%w: tls: %w", ErrConfig, err)
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	return opts, nil
+}
+
+// Dataset is the dataset the agent serves.
+func (a *Agent) Dataset() *Dataset { return a.ds }
+
+// Config is the agent's configuration with the defaults filled in.
+func (a *Agent) Config() Config { return a.cfg }
+
+// Addr is the gRPC listener's address while serving, else nil.
+func (a *Agent) Addr() net.Addr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.addr
+}
+
+// MetricsAddr is the metrics listener's address while serving with one,
+// else nil.
+func (a *Agent) MetricsAddr() net.Addr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.metricsAddr
+}
+
+// MetricsHandler serves GET /metrics and GET /healthz, for embedding the
+// agent's metrics in another server.
+func (a *Agent) MetricsHandler() http.Handler { return a.srv.m.handler() }
+
+// Run listens on Config.Listen and serves until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	lis, err := net.Listen("tcp", a.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("storageagent: listen: %w", err)
+	}
+	return a.Serve(ctx, lis)
+}
+
+// Serve serves gRPC on lis (closing it when done), the metrics endpoint
+// when configured, and the cluster membership unless Config.Gossip is
+// empty, until ctx ends or Close is called. It then stops the gRPC server
+// gracefully within Config.ShutdownGrace, force-stops what is left, and
+// returns nil; it returns an error when serving fails. An agent serves
+// once.
+func (a *Agent) Serve(ctx context.Context, lis net.Listener) (err error) {
+	a.mu.Lock()
+	if a.closed || a.serving {
+		a.mu.Unlock()
+		lis.Close()
+		if a.closed {
+			return ErrAgentClosed
+		}
+		return ErrServing
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a.serving, a.stop, a.done, a.addr = true, cancel, make(chan struct{}), lis.Addr()
+	done := a.done
+	a.mu.Unlock()
+	defer close(done)
+	defer func() {
+		a.mu.Lock()
+		a.addr, a.metricsAddr = nil, nil
+		a.mu.Unlock()
+	}()
+
+	var mlis net.Listener
+	if a.cfg.MetricsAddr != "" {
+		if mlis, err = net.Listen("tcp", a.cfg.MetricsAddr); err != nil {
+			lis.Close()
+			return fmt.Errorf("storageagent: metrics listen: %w", err)
+		}
+		a.mu.Lock()
+		a.metricsAddr = mlis.Addr()
+		a.mu.Unlock()
+	}
+
+	gs := grpc.NewServer(a.gopts...)
+	hs := health.NewServer()
+	dataplanepb.RegisterStorageServer(gs, a.srv)
+	healthpb.RegisterHealthServer(gs, hs)
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(dataplanepb.Storage_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	// Workers stop only after every handler has returned (WaitForHandlers),
+	// since a handler waits for its stream's queued jobs to be dropped.
+	workCtx, stopWork := context.WithCancel(context.Background())
+	defer stopWork()
+	for range a.workers {
+		wg.Go(func() { a.srv.worker(workCtx) })
+	}
+	serveErr := make(chan error, 1)
+	wg.Go(func() { serveErr <- gs.Serve(lis) })
+	var hsrv *http.Server
+	if mlis != nil {
+		hsrv = &http.Server{Handler: a.srv.m.handler(), ReadHeaderTimeout: 10 * time.Second}
+		wg.Go(func() {
+			if err := hsrv.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.cfg.Logger.Error().Err(err).Msg("metrics server failed")
+			}
+		})
+	}
+
+	var node *membership.Node
+	if a.cfg.Gossip != "" {
+		node, err = a.join(lis.Addr())
+	}
+	if err == nil {
+		a.cfg.Logger.Info().Str("addr", lis.Addr().String()).Str("node", a.cfg.Name).
+			Str("fingerprint", a.ds.Fingerprint()).Uint64("samples", a.ds.Len()).
+			Float64("cpus", a.cfg.CPUs).Int("workers", a.workers).Msg("storage agent serving")
+		select {
+		case <-ctx.Done():
+		case err = <-serveErr:
+			err = fmt.Errorf("storageagent: grpc serve: %w", err)
+		}
+	}
+
+	// Leave first so peers stop picking this agent, then drain.
+	if node != nil {
+		if cerr := node.Close(); cerr != nil {
+			a.cfg.Logger.Warn().Err(cerr).Msg("leaving the cluster")
+		}
+	}
+	hs.Shutdown()
+	a.stopGRPC(gs)
+	stopWork()
+	if hsrv != nil {
+		sctx, scancel := context.WithTimeout(context.Background(), metricsStopWithin)
+		if hsrv.Shutdown(sctx) != nil {
+			hsrv.Close()
+		}
+		scancel()
+	}
+	a.cfg.Logger.Info().Msg("storage agent stopped")
+	return err
+}
+
+// stopGRPC stops gs gracefully, force-stopping it after ShutdownGrace.
+func (a *Agent) stopGRPC(gs *grpc.Server) {
+	stopped := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		gs.GracefulStop()
+		close(stopped)
+	})
+	t := time.NewTimer(a.cfg.ShutdownGrace)
+	defer t.Stop()
+	select {
+	case <-stopped:
+	case <-t.C:
+		a.cfg.Logger.Warn().Dur("grace", a.cfg.ShutdownGrace).Msg("streams still open: force-stopping")
+		gs.Stop()
+	}
+	wg.Wait()
+}
+
+// join announces the agent to the cluster.
+func (a *Agent) join(lis net.Addr) (*membership.Node, error) {
+	grpcAddr, err := a.advertised(lis)
+	if err != nil {
+		return nil, err
+	}
+	node, err := membership.New(membership.Config{
+		Name:      a.cfg.Name,
+		Bind:      a.cfg.Gossip,
+		Advertise: a.cfg.GossipAdvertise,
+		Join:      a.cfg.Join,
+		Meta: membership.Meta{
+			Role:        membership.RoleStorage,
+			GRPCAddr:    grpcAddr,
+			Cores:       a.cfg.CPUs,
+			Fingerprint: a.ds.Fingerprint(),
+			Version:     a.cfg.Version,
+		},
+		SecretKey: a.secret,
+		Transport: a.cfg.GossipTransport,
+		Tune:      a.cfg.GossipTune,
+		Logger:    a.cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storageagent: join cluster: %w", err)
+	}
+	return node, nil
+}
+
+// advertised is the gRPC address to announce (see Config.Advertise).
+func (a *Agent) advertised(lis net.Addr) (string, error) {
+	if a.cfg.Advertise != "" {
+		return a.cfg.Advertise, nil
+	}
+	host, port, err := net.SplitHostPort(lis.String())
+	if err != nil {
+		return "", fmt.Errorf("%w: cannot announce listener address %q: set Advertise", ErrConfig, lis)
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return lis.String(), nil
+	}
+	for _, g := range []string{a.cfg.GossipAdvertise, a.cfg.Gossip} {
+		if h, _, err := net.SplitHostPort(g); err == nil && h != "" {
+			if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
+				return net.JoinHostPort(h, port), nil
+			}
+		}
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("%w: cannot name this host for %q: set Advertise", ErrConfig, lis)
+	}
+	return net.JoinHostPort(h, port), nil
+}
+
+// Close stops a running Serve, waits for it to return and releases the
+// dataset. It is safe to call more than once.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	stop, done := a.stop, a.done
+	a.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+	return a.ds.Close()
+}

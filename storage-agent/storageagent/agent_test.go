@@ -1,0 +1,327 @@
+package storageagent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sophon-dl/sophon/internal/membership"
+	"github.com/sophon-dl/sophon/internal/tlsconf"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
+)
+
+func TestNewRejects(t *testing.T) {
+	data := testData(t)
+	for _, tc := range []struct {
+		name   string
+		change func(*Config)
+	}{
+		{"no data", func(c *Config) { c.Data = "" }},
+		{"missing data", func(c *Config) { c.Data = data + "/nope" }},
+		{"negative cpus", func(c *Config) { c.CPUs = -1 }},
+		{"negative queue", func(c *Config) { c.Queue = -1 }},
+		{"negative timeout", func(c *Config) { c.RequestTimeout = -time.Second }},
+		{"join without gossip", func(c *Config) { c.Join = []string{"10.0.0.1:7946"} }},
+		{"bad advertise", func(c *Config) { c.Advertise = "nohostport" }},
+		{"bad gossip key", func(c *Config) { c.GossipKey = "short" }},
+		{"half tls", func(c *Config) { c.TLS = tlsconf.Files{Cert: "x.pem"} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Data = data
+			tc.change(&cfg)
+			if a, err := New(cfg); err == nil {
+				a.Close()
+				t.Fatal("New succeeded, want an error")
+			}
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	a, err := New(Config{Data: testData(t), CPUs: 2.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	c := a.Config()
+	if a.workers != 3 || c.Queue != 12 || c.RequestTimeout != 30*time.Second || c.Listen != DefaultListen || c.Name == "" || c.Version != "dev" {
+		t.Errorf("defaults: workers %d, config %+v", a.workers, c)
+	}
+	b, err := New(Config{Data: testData(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.Config().CPUs != float64(runtime.NumCPU()) {
+		t.Errorf("cpus %v, want NumCPU", b.Config().CPUs)
+	}
+}
+
+// TestLifecycle: Serve returns nil when ctx ends, an agent serves once,
+// Close is safe twice and stops a running Serve.
+func TestLifecycle(t *testing.T) {
+	a, err := New(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var serveErr error
+	wg.Go(func() { serveErr = a.Serve(context.Background(), lis) })
+	for a.Addr() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	lis2, _ := net.Listen("tcp", "127.0.0.1:0")
+	if err := a.Serve(context.Background(), lis2); !errors.Is(err, ErrServing) {
+		t.Errorf("second Serve = %v, want ErrServing", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if serveErr != nil {
+		t.Errorf("Serve = %v, want nil after Close", serveErr)
+	}
+	if err := a.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	lis3, _ := net.Listen("tcp", "127.0.0.1:0")
+	if err := a.Serve(context.Background(), lis3); !errors.Is(err, ErrAgentClosed) {
+		t.Errorf("Serve after Close = %v, want ErrAgentClosed", err)
+	}
+}
+
+// TestShutdownCutsOpenStreams: a stream left open past ShutdownGrace is
+// cut, and Serve returns.
+func TestShutdownCutsOpenStreams(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.ShutdownGrace = 200 * time.Millisecond
+	a := startAgent(t, cfg)
+	stream, err := a.client.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&dataplanepb.FetchRequest{Sample: 1, PipelineId: preset(t, "imagenet-train").ID()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Close took %v with a 200ms grace", d)
+	}
+	if _, err := stream.Recv(); err == nil || errors.Is(err, io.EOF) {
+		t.Errorf("Recv after shutdown = %v, want a stream error", err)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MetricsAddr = "127.0.0.1:0"
+	a := startAgent(t, cfg)
+	id := preset(t, "imagenet-train").ID()
+	got := fetchAll(t, a.client, []*dataplanepb.FetchRequest{
+		{Tag: 0, Sample: 0, Split: 5, PipelineId: id},
+		{Tag: 1, Sample: 1, Split: 5, PipelineId: id},
+		{Tag: 2, Sample: 2, Split: 0, PipelineId: id},
+		{Tag: 3, Sample: badSample, Split: 1, PipelineId: id},
+	})
+	var bytes int
+	for _, r := range got {
+		bytes += len(r.Data)
+	}
+	get := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		a.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	code, body := get("/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, want := range []string{
+		`sophon_storage_samples_total{split="5"} 2`,
+		`sophon_storage_samples_total{split="0"} 1`,
+		`sophon_storage_errors_total{kind="not_jpeg"} 1`,
+		"sophon_storage_bytes_sent_total " + strconv.FormatFloat(float64(bytes), 'g', -1, 64),
+		"sophon_storage_queue_depth 0",
+		"sophon_storage_streams_in_flight 0",
+		"sophon_storage_cpu_seconds_total ",
+		"go_goroutines ",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if code, body := get("/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("/healthz: %d %q", code, body)
+	}
+	// The same over the configured listener.
+	resp, err := http.Get("http://" + a.MetricsAddr().String() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz over HTTP: %s", resp.Status)
+	}
+}
+
+// TestMembership: an agent on a MockNetwork announces its role, gRPC
+// address, cores, fingerprint and version to a peer.
+func TestMembership(t *testing.T) {
+	network := &memberlist.MockNetwork{}
+	agentTr, peerTr := network.NewTransport("storage-1"), network.NewTransport("peer")
+	ip, port, err := agentTr.FinalAdvertiseAddr("", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	cfg.Name = "storage-1"
+	cfg.CPUs = 1.5
+	cfg.Gossip = "mock"
+	cfg.GossipTransport = agentTr
+	cfg.GossipTune = membership.FastTiming
+	cfg.Advertise = "10.1.2.3:7070"
+	a := startAgent(t, cfg)
+
+	peer, err := membership.New(membership.Config{
+		Name:      "peer",
+		Join:      []string{net.JoinHostPort(ip.String(), strconv.Itoa(port))},
+		Meta:      membership.Meta{Role: membership.RoleCompute, Version: "v-test"},
+		Transport: peerTr,
+		Tune:      membership.FastTiming,
+		Logger:    zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stop the agent first (it leaves), then the peer; drain the stopped
+	// transports so nothing blocks on MockNetwork's unbuffered channels.
+	drain := make(chan struct{})
+	var drains sync.WaitGroup
+	t.Cleanup(func() {
+		a.Close()
+		peer.Close()
+		close(drain)
+		drains.Wait()
+	})
+	for _, tr := range []*memberlist.MockTransport{agentTr, peerTr} {
+		drains.Go(func() {
+			<-drain
+			for {
+				select {
+				case <-tr.PacketCh():
+				case c := <-tr.StreamCh():
+					c.Close()
+				case <-time.After(100 * time.Millisecond):
+					return
+				}
+			}
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ms, err := peer.WaitFor(ctx, membership.RoleStorage, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := membership.Meta{Role: membership.RoleStorage, GRPCAddr: "10.1.2.3:7070", Cores: 1.5, Fingerprint: a.Dataset().Fingerprint(), Version: "v-test"}
+	if ms[0].Name != "storage-1" || ms[0].Meta != want {
+		t.Errorf("peer sees %+v, want meta %+v", ms[0], want)
+	}
+}
+
+func TestAdvertised(t *testing.T) {
+	a := &Agent{cfg: Config{}}
+	tcp := func(s string) net.Addr { ad, _ := net.ResolveTCPAddr("tcp", s); return ad }
+	for _, tc := range []struct {
+		lis, gossip, want string
+	}{
+		{"127.0.0.1:7070", "", "127.0.0.1:7070"},
+		{"[::]:7070", "10.0.0.5:7946", "10.0.0.5:7070"},
+		{"0.0.0.0:7070", "0.0.0.0:7946", ""}, // the hostname
+	} {
+		a.cfg.Gossip = tc.gossip
+		got, err := a.advertised(tcp(tc.lis))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.want != "" && got != tc.want || tc.want == "" && strings.HasPrefix(got, "0.0.0.0") {
+			t.Errorf("advertised(%s, gossip %q) = %s, want %s", tc.lis, tc.gossip, got, tc.want)
+		}
+	}
+}
+
+// TestMutualTLS: with TLS configured, a client with a certificate from the
+// CA is served and one without is refused.
+func TestMutualTLS(t *testing.T) {
+	srvFiles, cliFiles, err := tlsconf.WriteTestPKI(t.TempDir(), []string{"127.0.0.1", "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	cfg.TLS = srvFiles
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { a.Serve(ctx, lis) })
+	defer func() { cancel(); wg.Wait(); a.Close() }()
+
+	info := func(creds credentials.TransportCredentials) error {
+		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(creds))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err = dataplanepb.NewStorageClient(conn).Info(ctx, &dataplanepb.InfoRequest{})
+		return err
+	}
+	tc, err := cliFiles.Client("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := info(credentials.NewTLS(tc)); err != nil {
+		t.Errorf("client with a certificate: %v", err)
+	}
+	noCert := tc.Clone()
+	noCert.Certificates = nil
+	if err := info(credentials.NewTLS(noCert)); err == nil {
+		t.Error("client without a certificate was served")
+	}
+	if err := info(insecure.NewCredentials()); err == nil {
+		t.Error("plaintext client was served")
+	}
+}

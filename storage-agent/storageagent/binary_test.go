@@ -1,0 +1,164 @@
+package storageagent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
+)
+
+// freeAddr returns a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// TestBinary builds the storage-agent command once and runs it.
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "storage-agent")
+	if out, err := exec.Command(goTool, "build", "-o", bin, "..").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	t.Run("serve", func(t *testing.T) { testBinaryServe(t, bin) })
+	t.Run("rejects", func(t *testing.T) { testBinaryRejects(t, bin) })
+}
+
+// testBinaryServe starts the agent on loopback with a config file and
+// flags, fetches over gRPC, scrapes its metrics, and stops it with SIGTERM.
+func testBinaryServe(t *testing.T, bin string) {
+	dir := t.TempDir()
+
+	if out, err := exec.Command(bin, "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "Example:") || !strings.Contains(string(out), "--cpus") {
+		t.Errorf("--help: %v\n%s", err, out)
+	}
+
+	data := testData(t)
+	addr, metrics := freeAddr(t), freeAddr(t)
+	cfgFile := filepath.Join(dir, "agent.yaml")
+	// The file's listen address is overridden by the flag.
+	writeFile(t, cfgFile, []byte("data: "+data+"\nlisten: 127.0.0.1:1\ncpus: 1.5\nname: bin-agent\nrequest-timeout: 10s\nmetrics: "+metrics+"\n"))
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "--config", cfgFile, "--listen", addr, "--log-format", "json", "--shutdown-grace", "2s")
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			cmd.Process.Kill()
+			<-exited
+		}
+	}()
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := dataplanepb.NewStorageClient(conn)
+	var info *dataplanepb.InfoResponse
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		info, err = client.Info(ctx, &dataplanepb.InfoRequest{}, grpc.WaitForReady(true))
+		cancel()
+		if err == nil {
+			break
+		}
+		select {
+		case err := <-exited:
+			stopped = true
+			t.Fatalf("agent exited early: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not answering: %v\n%s", err, logs.String())
+		}
+	}
+	if info.Node != "bin-agent" || info.Cpus != 1.5 || info.Samples != testSamples {
+		t.Errorf("Info = %v", info)
+	}
+	id := preset(t, "imagenet-train").ID()
+	got := fetchAll(t, client, []*dataplanepb.FetchRequest{
+		{Tag: 1, Sample: 2, Split: 5, PipelineId: id},
+		{Tag: 2, Sample: badSample, Split: 5, PipelineId: id},
+	})
+	if got[1].Error != nil || len(got[1].Data) == 0 {
+		t.Errorf("fetch: %v", got[1].Error)
+	}
+	if e := got[2].Error; e == nil || e.Kind != dataplanepb.ErrorKind_ERROR_KIND_NOT_JPEG {
+		t.Errorf("bad sample: %v, want NOT_JPEG", e)
+	}
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `sophon_storage_samples_total{split="5"} 1`) {
+		t.Errorf("metrics lack the fetched sample:\n%s", body)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		stopped = true
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, logs.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("agent still running 5 s after SIGTERM\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "storage agent stopped") {
+		t.Errorf("no shutdown log line:\n%s", logs.String())
+	}
+}
+
+// testBinaryRejects checks that a bad invocation fails fast.
+func testBinaryRejects(t *testing.T, bin string) {
+	for _, args := range [][]string{
+		{},                               // no --data
+		{"--data", os.DevNull + "/nope"}, // no such directory
+		{"--data", t.TempDir(), "--cpus", "-1"},
+		{"--bogus"},
+		{"--config", filepath.Join(t.TempDir(), "missing.yaml")},
+	} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+			t.Errorf("%v: %v, want a non-zero exit\n%s", args, err, out)
+		}
+	}
+}

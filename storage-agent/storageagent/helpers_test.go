@@ -1,0 +1,220 @@
+package storageagent
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
+)
+
+// jpegCache memoizes synthetic JPEGs: the tests build several datasets from
+// the same few images.
+var jpegCache sync.Map
+
+// testJPEG is a small deterministic photo-like JPEG; the size varies with
+// the seed.
+func testJPEG(t testing.TB, seed uint64) []byte {
+	t.Helper()
+	if b, ok := jpegCache.Load(seed); ok {
+		return b.([]byte)
+	}
+	w, h := 96+int(seed%5)*16, 72+int(seed%3)*24
+	b, err := synth.JPEG(seed, w, h, synth.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jpegCache.Store(seed, b)
+	return b
+}
+
+func writeFile(t testing.TB, name string, data []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(name, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// imageFolder writes perClass JPEGs into each class folder and returns the
+// directory.
+func imageFolder(t testing.TB, classes []string, perClass int) string {
+	t.Helper()
+	dir := t.TempDir()
+	seed := uint64(1)
+	for _, c := range classes {
+		for i := range perClass {
+			writeFile(t, filepath.Join(dir, c, "img"+string(rune('a'+i))+".jpg"), testJPEG(t, seed))
+			seed++
+		}
+	}
+	return dir
+}
+
+// tarMember is one file of a test shard.
+type tarMember struct {
+	name string
+	data []byte
+}
+
+// gnuPrefix on a test member's name asks for a GNU-format header (a long
+// name then takes an extra entry before the member's own header).
+const gnuPrefix = "gnu:"
+
+func writeTar(t testing.TB, name string, members []tarMember) {
+	t.Helper()
+	f, err := os.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := tar.NewWriter(f)
+	for _, m := range members {
+		h := &tar.Header{Name: m.name, Mode: 0o644, Size: int64(len(m.data)), Typeflag: tar.TypeReg}
+		if name, ok := strings.CutPrefix(m.name, gnuPrefix); ok {
+			h.Name, h.Format = name, tar.FormatGNU
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(m.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testAgent is an agent serving on a bufconn listener with a client dialled
+// to it.
+type testAgent struct {
+	*Agent
+	client dataplanepb.StorageClient
+	conn   *grpc.ClientConn
+}
+
+// startAgent serves cfg over bufconn until the test ends.
+func startAgent(t testing.TB, cfg Config) *testAgent {
+	t.Helper()
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	lis := bufconn.Listen(1 << 20)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := a.Serve(ctx, lis); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		wg.Wait()
+		if err := a.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return &testAgent{Agent: a, client: dataplanepb.NewStorageClient(conn), conn: conn}
+}
+
+// fetchAll sends reqs on one stream, half-closes it and returns the
+// responses by tag.
+func fetchAll(t testing.TB, c dataplanepb.StorageClient, reqs []*dataplanepb.FetchRequest) map[uint64]*dataplanepb.FetchResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := c.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var sendErr error
+	wg.Go(func() {
+		for _, r := range reqs {
+			if sendErr = stream.Send(r); sendErr != nil {
+				return
+			}
+		}
+		sendErr = stream.CloseSend()
+	})
+	got := map[uint64]*dataplanepb.FetchResponse{}
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Recv: %v", err)
+		}
+		if _, dup := got[resp.Tag]; dup {
+			t.Fatalf("tag %d answered twice", resp.Tag)
+		}
+		got[resp.Tag] = resp
+	}
+	wg.Wait()
+	if sendErr != nil {
+		t.Fatalf("Send: %v", sendErr)
+	}
+	if len(got) != len(reqs) {
+		t.Fatalf("got %d responses, want %d", len(got), len(reqs))
+	}
+	return got
+}
+
+// wireBytes is v's uncompressed wire form, to compare values exactly.
+func wireBytes(t testing.TB, v ops.Value) []byte {
+	t.Helper()
+	b, err := ops.EncodeWire(v, ops.CodecNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// settleGoroutines waits until the goroutine count is back to at most want.
+func settleGoroutines(t testing.TB, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Fatalf("%d goroutines, want at most %d:\n%s", n, want, buf)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,86 @@
+package storageagent
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
+)
+
+// metrics are the agent's Prometheus series, kept in a private registry so
+// that several agents can run in one process (tests, the testbed).
+type metrics struct {
+	reg       *prometheus.Registry
+	bytesSent prometheus.Counter
+	samples   *prometheus.CounterVec
+	cpu       prometheus.Counter
+	errors    *prometheus.CounterVec
+	streams   prometheus.Gauge
+}
+
+// newMetrics registers the series. queueDepth is read at scrape time.
+func newMetrics(queueDepth func() float64) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		bytesSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sophon_storage_bytes_sent_total",
+			Help: "Bytes of sample data (wire forms) sent on Fetch streams.",
+		}),
+		samples: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sophon_storage_samples_total",
+			Help: "Samples sent, by the split they were cut at (ops[0:split] ran here).",
+		}, []string{"split"}),
+		cpu: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sophon_storage_cpu_seconds_total",
+			Help: "Thread CPU seconds spent reading samples, running ops and encoding.",
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sophon_storage_errors_total",
+			Help: "Per-sample errors returned, by kind.",
+		}, []string{"kind"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sophon_storage_streams_in_flight",
+			Help: "Open Fetch streams.",
+		}),
+	}
+	m.reg.MustRegister(m.bytesSent, m.samples, m.cpu, m.errors, m.streams,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sophon_storage_queue_depth",
+			Help: "Fetch requests waiting for a worker.",
+		}, queueDepth),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+func (m *metrics) sent(split uint32, bytes int) {
+	m.bytesSent.Add(float64(bytes))
+	m.samples.WithLabelValues(strconv.FormatUint(uint64(split), 10)).Inc()
+}
+
+func (m *metrics) failed(kind dataplanepb.ErrorKind) {
+	m.errors.WithLabelValues(kindLabel(kind)).Inc()
+}
+
+// kindLabel is the error kind's name without its prefix, lower case:
+// ERROR_KIND_NOT_JPEG -> "not_jpeg".
+func kindLabel(kind dataplanepb.ErrorKind) string {
+	return strings.ToLower(strings.TrimPrefix(kind.String(), "ERROR_KIND_"))
+}
+
+// handler serves GET /metrics and GET /healthz.
+func (m *metrics) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}

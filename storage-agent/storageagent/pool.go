@@ -1,0 +1,93 @@
+package storageagent
+
+import (
+	"context"
+	"math"
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The CPU budget.
+//
+// Fetch requests from every stream go into one bounded queue served by
+// ceil(cpus) workers. With whole cpus that is the budget: a worker runs at
+// most one core. With fractional cpus (say 2.5 -> 3 workers) each worker may
+// use the share f = cpus/workers of a core (here 0.833): after every job it
+// owes idle time so that, per worker, busy/(busy+sleep) = f, that is
+// sleep = busy*(1-f)/f. Busy is the job's CPU time on its own thread, read
+// from CLOCK_THREAD_CPUTIME_ID: each worker locks its goroutine to an OS
+// thread, so the clock counts exactly the reading, decoding (cgo included)
+// and encoding the job did and not time it spent descheduled or blocked on
+// I/O. Owed time below minSleep is carried to the next job rather than slept,
+// and the time actually slept is subtracted, so timer slack evens out.
+// NB: idle time waiting for work is not credited (the budget is never
+// exceeded, even right after a lull), and CPU the Go runtime spends on other
+// threads (garbage collection, the gRPC transport) is outside the budget.
+// Without -cpus the agent uses every core; to cap the whole process use a
+// cgroup quota, which the testbed does.
+
+// minSleep is the smallest throttle sleep; shorter debts carry over.
+const minSleep = time.Millisecond
+
+// threadCPU is the calling thread's CPU time.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
+
+// poolSize returns the worker count for a CPU budget and each worker's
+// share of a core.
+func poolSize(cpus float64) (workers int, share float64) {
+	workers = max(1, int(math.Ceil(cpus)))
+	share = min(1, cpus/float64(workers))
+	return workers, share
+}
+
+// throttle is one worker's idle debt.
+type throttle struct {
+	share float64
+	debt  time.Duration
+}
+
+// after records a job's busy time and sleeps what is owed, returning early
+// when ctx ends.
+func (t *throttle) after(ctx context.Context, busy time.Duration) {
+	if t.share >= 1 || busy <= 0 {
+		return
+	}
+	t.debt += time.Duration(float64(busy) * (1 - t.share) / t.share)
+	if t.debt < minSleep {
+		return
+	}
+	start := time.Now()
+	tm := time.NewTimer(t.debt)
+	select {
+	case <-tm.C:
+	case <-ctx.Done():
+		tm.Stop()
+	}
+	t.debt -= time.Since(start)
+	t.debt = max(t.debt, -minSleep)
+}
+
+// worker serves the shared queue until ctx ends.
+func (s *server) worker(ctx context.Context) {
+	// Lock the goroutine to its thread so the thread CPU clock is this
+	// worker's alone.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	t := throttle{share: s.share}
+	for {
+		select {
+		case j := <-s.queue:
+			t.after(ctx, s.handle(j))
+		case <-ctx.Done():
+			return
+		}
+	}
+}
