@@ -36,9 +36,13 @@ lint: ## gofmt and go vet
 	$(GO) vet ./...
 
 .PHONY: bench
-bench: build ## Go benchmarks, then ours vs the torchvision peer on the same JPEGs
-	$(GO) test -run '^$$' -bench . -benchmem ./ops/...
+bench: build bench-link ## Go benchmarks, the link benchmarks, then ours vs the torchvision peer on the same JPEGs
+	$(GO) test -run '^$$' -bench . -benchmem ./ops/... ./storage-agent/... ./compute-agent/...
 	bash testbed/scripts/peer-compare.sh
+
+.PHONY: bench-link
+bench-link: ## Raw loopback transport and the shaped No-Off epoch (tc in namespaces as root, else a shaping proxy)
+	$(GO) test -run '^$$' -bench 'RawLoopback|LinkBound' -benchtime 1x ./testbed/
 
 .PHONY: demo
 demo: build ## Generate a small dataset and print per-op sizes and costs of each preset

@@ -1,0 +1,306 @@
+package shape
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestParseRate(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want float64
+	}{
+		{"500mbit", 500e6},
+		{"1gbit", 1e9},
+		{"100Mbit", 100e6},
+		{"64kibit", 64 * 1024},
+		{"12.5mbps", 100e6},
+		{"1000", 1000},
+		{"8bit", 8},
+		{"1bps", 8},
+		{"2kbps", 16e3},
+	} {
+		got, err := ParseRate(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseRate(%q) = %v, %v, want %v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "mbit", "-5mbit", "0", "fast", "1e400bit", "NaNbit"} {
+		if _, err := ParseRate(bad); !errors.Is(err, ErrRate) {
+			t.Errorf("ParseRate(%q) err = %v, want ErrRate", bad, err)
+		}
+	}
+}
+
+// TestBucketRate spends a bucket from four goroutines for about a second
+// and checks the rate they got together.
+func TestBucketRate(t *testing.T) {
+	const rate = 4 << 20
+	b := NewBucket(rate, 16<<10)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := 0
+	start := time.Now()
+	for range 4 {
+		wg.Go(func() {
+			for time.Since(start) < time.Second {
+				if err := b.Wait(context.Background(), 8<<10); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				total += 8 << 10
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	checkRate(t, "bucket", float64(total-16<<10), time.Since(start), rate)
+}
+
+func TestBucketWaitCancelled(t *testing.T) {
+	b := NewBucket(1000, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := b.Wait(ctx, 1<<20); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait = %v, want deadline exceeded", err)
+	}
+}
+
+// checkRate fails unless bytes over d is within [0.85, 1.05] of want
+// (bytes per second). The bounds are loose: this checks the shaper, it
+// is no timed performance target.
+func checkRate(t *testing.T, what string, bytes float64, d time.Duration, want float64) {
+	t.Helper()
+	got := bytes / d.Seconds()
+	t.Logf("%s: %.0f B in %v = %.3f MB/s, want %.3f MB/s (ratio %.3f)", what, bytes, d, got/1e6, want/1e6, got/want)
+	if got < 0.85*want || got > 1.05*want {
+		t.Errorf("%s: rate %.3f MB/s, want within [0.85, 1.05] x %.3f MB/s", what, got/1e6, want/1e6)
+	}
+}
+
+// echoServer echoes every connection on a loopback listener until the test
+// ends.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		lis.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				io.Copy(c, c)
+			})
+		}
+	})
+	return lis.Addr().String()
+}
+
+// sinkResult is what a receiver counted: bytes and the time they took.
+type sinkResult struct {
+	n int64
+	d time.Duration
+}
+
+func startProxy(t *testing.T, p *Proxy) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.ServeListener(ctx, lis) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("proxy still serving 5 s after its context ended")
+		}
+	})
+	return lis.Addr().String()
+}
+
+// TestProxyForwards sends random bytes through the proxy to an echo server
+// and back, unshaped and shaped, on several connections at once.
+func TestProxyForwards(t *testing.T) {
+	for _, rate := range []string{"", "400mbit"} {
+		t.Run("rate="+rate, func(t *testing.T) {
+			p := &Proxy{Target: echoServer(t), Rate: rate}
+			addr := startProxy(t, p)
+			const conns, size = 3, 1 << 20
+			var wg sync.WaitGroup
+			for range conns {
+				wg.Go(func() {
+					c, err := net.Dial("tcp", addr)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					defer c.Close()
+					msg := make([]byte, size)
+					rand.Read(msg)
+					go func() {
+						c.Write(msg)
+						c.(*net.TCPConn).CloseWrite()
+					}()
+					got, err := io.ReadAll(c)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !bytes.Equal(got, msg) {
+						t.Errorf("echoed %d bytes, sent %d: not intact", len(got), len(msg))
+					}
+				})
+			}
+			wg.Wait()
+			// The counters are updated after each write; the echo is back,
+			// so all of them are in.
+			if s := p.Stats(); s.Up != conns*size || s.Down != conns*size || s.Conns != conns {
+				t.Errorf("Stats = %+v, want up = down = %d over %d conns", s, conns*size, conns)
+			}
+		})
+	}
+}
+
+// TestProxyRate pushes data through a shaped proxy for about a second, in
+// each direction, and checks the rate the receiver saw.
+func TestProxyRate(t *testing.T) {
+	const rate = "80mbit" // 10 MB/s
+	want := 10e6
+	for _, dir := range []string{"down", "up"} {
+		t.Run(dir, func(t *testing.T) {
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lis.Close()
+			total := int(want)
+			msg := make([]byte, total)
+			res := make(chan sinkResult, 1)
+			// The server sends (down) or receives (up) total bytes.
+			go func() {
+				c, err := lis.Accept()
+				if err != nil {
+					res <- sinkResult{}
+					return
+				}
+				defer c.Close()
+				if dir == "down" {
+					c.Write(msg)
+					c.(*net.TCPConn).CloseWrite()
+					io.Copy(io.Discard, c)
+					return
+				}
+				start := time.Now()
+				n, _ := io.Copy(io.Discard, c)
+				res <- sinkResult{n, time.Since(start)}
+			}()
+			p := &Proxy{Target: lis.Addr().String(), Rate: rate}
+			c, err := net.Dial("tcp", startProxy(t, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			var r sinkResult
+			if dir == "down" {
+				start := time.Now()
+				n, _ := io.Copy(io.Discard, c)
+				r = sinkResult{n, time.Since(start)}
+			} else {
+				c.Write(msg)
+				c.(*net.TCPConn).CloseWrite()
+				r = <-res
+			}
+			if r.n != int64(total) {
+				t.Fatalf("received %d bytes, want %d", r.n, total)
+			}
+			// The first burst passes at once; the rest is paced.
+			checkRate(t, "proxy "+dir, float64(r.n-int64(DefaultBurst(80e6))), r.d, want)
+		})
+	}
+}
+
+// TestConnShapesWrites checks the net.Conn wrapper: writes through a shaped
+// conn arrive intact and at the bucket's rate.
+func TestConnShapesWrites(t *testing.T) {
+	a, b := net.Pipe()
+	const rate = 2 << 20
+	sc := Conn(a, nil, NewBucket(rate, 8<<10))
+	msg := make([]byte, rate/2)
+	rand.Read(msg)
+	start := time.Now()
+	go func() {
+		sc.Write(msg)
+		sc.Close()
+	}()
+	got, err := io.ReadAll(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, msg) {
+		t.Fatalf("got %d bytes, want %d intact", len(got), len(msg))
+	}
+	checkRate(t, "conn", float64(len(got)-8<<10), time.Since(start), rate)
+}
+
+// TestConnCloseInterruptsWait closes a conn whose writer waits for tokens.
+func TestConnCloseInterruptsWait(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	go io.Copy(io.Discard, b)
+	sc := Conn(a, nil, NewBucket(1000, 1000))
+	done := make(chan error, 1)
+	go func() {
+		_, err := sc.Write(make([]byte, 1<<20))
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	sc.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Write returned nil after Close")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Write still blocked 2 s after Close")
+	}
+}
+
+func TestProxyServeTwice(t *testing.T) {
+	p := &Proxy{Target: "127.0.0.1:1"}
+	startProxy(t, p)
+	for p.Addr() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ServeListener(context.Background(), lis); err == nil {
+		t.Fatal("second ServeListener returned nil")
+	}
+}
