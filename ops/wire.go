@@ -602,3 +602,40 @@ func wireDecompress(c Codec, stored, raw []byte) error {
 	}
 	return wrapf(ErrWireHeader, "unknown codec %d", uint8(c))
 }
+
+// encodedHeaderLen is the header length of an encoded value's form.
+const encodedHeaderLen = wireFixedLen + 4 + wireTrailLen
+
+// NewEncodedWire returns the uncompressed wire form of an n-byte [Encoded]
+// value with its header written, and payload, the part of form that holds
+// the value's bytes. The caller fills payload (a file read straight into
+// it, say) and then calls [SealWire]: one allocation and no copy, where
+// EncodeWire would copy the bytes. The result equals EncodeWire(value,
+// CodecNone).
+func NewEncodedWire(n int) (form, payload []byte, err error) {
+	if n < 0 || uint64(n) > math.MaxUint32 {
+		return nil, nil, wrapf(ErrWireHeader, "encoded length %d does not fit a uint32 dim", n)
+	}
+	form = make([]byte, encodedHeaderLen+n)
+	h := form[:encodedHeaderLen]
+	copy(h, wireMagic)
+	h[4] = wireVersion
+	h[wireOffKind] = byte(KindEncoded)
+	h[wireOffDType] = byte(DTypeUint8)
+	h[wireOffCodec] = byte(CodecNone)
+	h[wireOffRank] = 1
+	binary.LittleEndian.PutUint32(h[wireOffDims:], uint32(n))
+	off := wireOffDims + 4
+	binary.LittleEndian.PutUint64(h[off:], uint64(n))
+	binary.LittleEndian.PutUint64(h[off+8:], uint64(n))
+	return form, form[encodedHeaderLen:], nil
+}
+
+// SealWire writes the checksum of a form made by [NewEncodedWire] once its
+// payload holds the value's bytes.
+func SealWire(form []byte) {
+	off := wireOffDims + 4
+	crc := crc32.Update(0, castagnoli, form[:off+16])
+	crc = crc32.Update(crc, castagnoli, form[encodedHeaderLen:])
+	binary.LittleEndian.PutUint32(form[off+16:], crc)
+}

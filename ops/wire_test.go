@@ -870,3 +870,32 @@ func BenchmarkWireZstdLevels(b *testing.B) {
 		}
 	}
 }
+
+func TestNewEncodedWire(t *testing.T) {
+	for _, n := range []int{0, 1, 1000, 300 << 10} {
+		want := make([]byte, n)
+		for i := range want {
+			want[i] = byte(i*7 + n)
+		}
+		form, payload, err := ops.NewEncodedWire(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(payload, want)
+		ops.SealWire(form)
+		ref, err := ops.EncodeWire(ops.Encoded(want), ops.CodecNone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(form, ref) {
+			t.Fatalf("n=%d: ops.NewEncodedWire+ops.SealWire differs from ops.EncodeWire", n)
+		}
+		v, err := ops.DecodeWire(form, ops.WireLimits{})
+		if err != nil || !bytes.Equal(v.(ops.Encoded), want) {
+			t.Fatalf("n=%d: decode gives %v", n, err)
+		}
+	}
+	if _, _, err := ops.NewEncodedWire(-1); !errors.Is(err, ops.ErrWireHeader) {
+		t.Errorf("negative length: got %v, want ops.ErrWireHeader", err)
+	}
+}

@@ -377,6 +377,22 @@ func (d *Dataset) Read(i uint64) ([]byte, error) {
 	return buf, nil
 }
 
+// ReadInto reads sample i into buf, which must be exactly RawSize(i) long:
+// the storage agent reads raw fetches straight into their wire form.
+func (d *Dataset) ReadInto(i uint64, buf []byte) error {
+	if i >= uint64(len(d.samples)) {
+		return fmt.Errorf("sample %d: %w (the catalog holds %d)", i, ErrNotFound, len(d.samples))
+	}
+	s := &d.samples[i]
+	if int64(len(buf)) != s.size {
+		return fmt.Errorf("sample %d (%s): buffer of %d bytes for a %d-byte sample", i, s.rel, len(buf), s.size)
+	}
+	if err := d.read(s, buf); err != nil {
+		return fmt.Errorf("sample %d (%s): %w: %w", i, s.rel, ErrRead, err)
+	}
+	return nil
+}
+
 func readFile(name string, buf []byte) error {
 	f, err := os.Open(name)
 	if err != nil {

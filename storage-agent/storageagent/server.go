@@ -351,6 +351,9 @@ func (s *server) process(req *dataplanepb.FetchRequest, p *ops.Pipeline) ([]byte
 	if c := req.GetCodec(); c > dataplanepb.Codec_CODEC_S2 {
 		return nil, fmt.Errorf("%w: unknown codec %v", ops.ErrSpec, c)
 	}
+	if split == 0 && req.GetCodec() == dataplanepb.Codec_CODEC_NONE {
+		return s.processRaw(i)
+	}
 	raw, err := s.ds.Read(i)
 	if err != nil {
 		return nil, err
@@ -370,6 +373,30 @@ func (s *server) process(req *dataplanepb.FetchRequest, p *ops.Pipeline) ([]byte
 		return nil, fmt.Errorf("%w: the intermediate at split %d is %d bytes, above the %d-byte message limit", ops.ErrTooLarge, split, len(out), s.maxWire)
 	}
 	return out, nil
+}
+
+// processRaw serves an uncompressed raw fetch, the hot path of a No-Off
+// epoch: the file is read straight into its wire form.
+func (s *server) processRaw(i uint64) ([]byte, error) {
+	if i >= uint64(s.ds.Len()) {
+		return nil, fmt.Errorf("sample %d: %w (the catalog holds %d)", i, ErrNotFound, s.ds.Len())
+	}
+	n := s.ds.RawSize(i)
+	if n > MaxSampleBytes {
+		return nil, fmt.Errorf("sample %d (%s): %w: %d bytes, limit %d", i, s.ds.Path(i), ops.ErrTooLarge, n, MaxSampleBytes)
+	}
+	form, payload, err := ops.NewEncodedWire(int(n))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.ds.ReadInto(i, payload); err != nil {
+		return nil, err
+	}
+	ops.SealWire(form)
+	if len(form) > s.maxWire {
+		return nil, fmt.Errorf("%w: sample %d is %d bytes on the wire, above the %d-byte message limit", ops.ErrTooLarge, i, len(form), s.maxWire)
+	}
+	return form, nil
 }
 
 // failure turns err into the request's error response.
