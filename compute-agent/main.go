@@ -6,7 +6,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -16,12 +15,11 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/rs/zerolog"
-	"gopkg.in/yaml.v3"
 
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/internal/cli"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 )
@@ -56,64 +54,37 @@ Flags:
 
 // settings are the command line and config file keys.
 type settings struct {
-	Config          string `yaml:"-"`
-	Storage         list   `yaml:"storage"`
-	Gossip          string `yaml:"gossip"`
-	GossipAdvertise string `yaml:"gossip-advertise"`
-	Join            list   `yaml:"join"`
-	GossipKey       string `yaml:"gossip-key"`
-	Name            string `yaml:"name"`
-	MinStorage      int    `yaml:"min-storage"`
-	Pipeline        string `yaml:"pipeline"`
-	Plan            string `yaml:"plan"`
-	Epochs          int    `yaml:"epochs"`
-	FirstEpoch      uint64 `yaml:"first-epoch"`
-	Seed            uint64 `yaml:"seed"`
-	Rank            int    `yaml:"rank"`
-	World           int    `yaml:"world"`
-	Window          int    `yaml:"window"`
-	WindowBytes     int64  `yaml:"window-bytes"`
-	Workers         int    `yaml:"workers"`
-	Queue           int    `yaml:"queue"`
-	Batch           int    `yaml:"batch"`
-	GPU             string `yaml:"gpu"`
-	StrictOrder     bool   `yaml:"strict-order"`
-	OnError         string `yaml:"on-error"`
-	Codec           string `yaml:"codec"`
-	Retries         int    `yaml:"retries"`
-	Report          string `yaml:"report"`
-	TLSCert         string `yaml:"tls-cert"`
-	TLSKey          string `yaml:"tls-key"`
-	TLSCA           string `yaml:"tls-ca"`
-	LogLevel        string `yaml:"log-level"`
-	LogFormat       string `yaml:"log-format"`
-}
-
-// list is a comma-separated flag or a YAML list (or comma-separated string).
-type list []string
-
-func (l *list) String() string { return strings.Join(*l, ",") }
-
-func (l *list) Set(s string) error {
-	*l = nil
-	for _, x := range strings.Split(s, ",") {
-		if x = strings.TrimSpace(x); x != "" {
-			*l = append(*l, x)
-		}
-	}
-	return nil
-}
-
-func (l *list) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode {
-		return l.Set(n.Value)
-	}
-	var v []string
-	if err := n.Decode(&v); err != nil {
-		return err
-	}
-	*l = v
-	return nil
+	Config          string   `yaml:"-"`
+	Storage         cli.List `yaml:"storage"`
+	Gossip          string   `yaml:"gossip"`
+	GossipAdvertise string   `yaml:"gossip-advertise"`
+	Join            cli.List `yaml:"join"`
+	GossipKey       string   `yaml:"gossip-key"`
+	Name            string   `yaml:"name"`
+	MinStorage      int      `yaml:"min-storage"`
+	Pipeline        string   `yaml:"pipeline"`
+	Plan            string   `yaml:"plan"`
+	Epochs          int      `yaml:"epochs"`
+	FirstEpoch      uint64   `yaml:"first-epoch"`
+	Seed            uint64   `yaml:"seed"`
+	Rank            int      `yaml:"rank"`
+	World           int      `yaml:"world"`
+	Window          int      `yaml:"window"`
+	WindowBytes     int64    `yaml:"window-bytes"`
+	Workers         int      `yaml:"workers"`
+	Queue           int      `yaml:"queue"`
+	Batch           int      `yaml:"batch"`
+	GPU             string   `yaml:"gpu"`
+	StrictOrder     bool     `yaml:"strict-order"`
+	OnError         string   `yaml:"on-error"`
+	Codec           string   `yaml:"codec"`
+	Retries         int      `yaml:"retries"`
+	Report          string   `yaml:"report"`
+	TLSCert         string   `yaml:"tls-cert"`
+	TLSKey          string   `yaml:"tls-key"`
+	TLSCA           string   `yaml:"tls-ca"`
+	LogLevel        string   `yaml:"log-level"`
+	LogFormat       string   `yaml:"log-format"`
 }
 
 func defaults() settings {
@@ -179,29 +150,8 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 
 // parse reads the command line and the config file it names.
 func parse(args []string, out io.Writer) (settings, error) {
-	s := defaults()
-	if err := flagSet(&s, out).Parse(args); err != nil {
-		return s, err
-	}
-	if s.Config == "" {
-		return s, nil
-	}
-	b, err := os.ReadFile(s.Config)
-	if err != nil {
-		return s, err
-	}
-	f := defaults()
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return s, fmt.Errorf("config %s: %w", s.Config, err)
-	}
-	// Parse again over the file's values, so the flags given win.
-	f.Config = s.Config
-	if err := flagSet(&f, out).Parse(args); err != nil {
-		return f, err
-	}
-	return f, nil
+	return cli.Parse(args, defaults, func(s *settings) *flag.FlagSet { return flagSet(s, out) },
+		func(s *settings) string { return s.Config })
 }
 
 func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
@@ -255,23 +205,7 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 }
 
 func logger(s settings, out *os.File) (zerolog.Logger, error) {
-	level, err := zerolog.ParseLevel(s.LogLevel)
-	if err != nil || s.LogLevel == "" {
-		return zerolog.Nop(), fmt.Errorf("bad --log-level %q", s.LogLevel)
-	}
-	var w io.Writer = out
-	switch s.LogFormat {
-	case "json":
-	case "console":
-		w = zerolog.ConsoleWriter{Out: out, TimeFormat: time.RFC3339}
-	case "auto":
-		if fi, err := out.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			w = zerolog.ConsoleWriter{Out: out, TimeFormat: time.RFC3339}
-		}
-	default:
-		return zerolog.Nop(), fmt.Errorf("bad --log-format %q", s.LogFormat)
-	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+	return cli.Logger(s.LogLevel, s.LogFormat, "compute-agent", out)
 }
 
 func run(args []string) int {

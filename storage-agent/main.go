@@ -5,7 +5,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -13,13 +12,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
-	"gopkg.in/yaml.v3"
 
+	"github.com/sophon-dl/sophon/internal/cli"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
@@ -55,7 +53,7 @@ type settings struct {
 	Advertise       string        `yaml:"advertise"`
 	Gossip          string        `yaml:"gossip"`
 	GossipAdvertise string        `yaml:"gossip-advertise"`
-	Join            peers         `yaml:"join"`
+	Join            cli.List      `yaml:"join"`
 	GossipKey       string        `yaml:"gossip-key"`
 	Name            string        `yaml:"name"`
 	CPUs            float64       `yaml:"cpus"`
@@ -68,34 +66,6 @@ type settings struct {
 	TLSCA           string        `yaml:"tls-ca"`
 	LogLevel        string        `yaml:"log-level"`
 	LogFormat       string        `yaml:"log-format"`
-}
-
-// peers is a list of host:port, given as a comma-separated flag or a YAML
-// list (or comma-separated string).
-type peers []string
-
-func (p *peers) String() string { return strings.Join(*p, ",") }
-
-func (p *peers) Set(s string) error {
-	*p = nil
-	for _, x := range strings.Split(s, ",") {
-		if x = strings.TrimSpace(x); x != "" {
-			*p = append(*p, x)
-		}
-	}
-	return nil
-}
-
-func (p *peers) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode {
-		return p.Set(n.Value)
-	}
-	var l []string
-	if err := n.Decode(&l); err != nil {
-		return err
-	}
-	*p = l
-	return nil
 }
 
 func defaults() settings {
@@ -141,29 +111,8 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 
 // parse reads the command line and the config file it names.
 func parse(args []string, out io.Writer) (settings, error) {
-	s := defaults()
-	if err := flagSet(&s, out).Parse(args); err != nil {
-		return s, err
-	}
-	if s.Config == "" {
-		return s, nil
-	}
-	b, err := os.ReadFile(s.Config)
-	if err != nil {
-		return s, err
-	}
-	f := defaults()
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return s, fmt.Errorf("config %s: %w", s.Config, err)
-	}
-	// Parse again over the file's values, so the flags given win.
-	f.Config = s.Config
-	if err := flagSet(&f, out).Parse(args); err != nil {
-		return f, err
-	}
-	return f, nil
+	return cli.Parse(args, defaults, func(s *settings) *flag.FlagSet { return flagSet(s, out) },
+		func(s *settings) string { return s.Config })
 }
 
 func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
@@ -188,23 +137,7 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 }
 
 func logger(s settings, out *os.File) (zerolog.Logger, error) {
-	level, err := zerolog.ParseLevel(s.LogLevel)
-	if err != nil || s.LogLevel == "" {
-		return zerolog.Nop(), fmt.Errorf("bad --log-level %q", s.LogLevel)
-	}
-	var w io.Writer = out
-	switch s.LogFormat {
-	case "json":
-	case "console":
-		w = zerolog.ConsoleWriter{Out: out, TimeFormat: time.RFC3339}
-	case "auto":
-		if fi, err := out.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			w = zerolog.ConsoleWriter{Out: out, TimeFormat: time.RFC3339}
-		}
-	default:
-		return zerolog.Nop(), fmt.Errorf("bad --log-format %q", s.LogFormat)
-	}
-	return zerolog.New(w).Level(level).With().Timestamp().Str("component", "storage-agent").Logger(), nil
+	return cli.Logger(s.LogLevel, s.LogFormat, "storage-agent", out)
 }
 
 func run(args []string) int {
