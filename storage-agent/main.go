@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -66,6 +67,7 @@ type settings struct {
 	TLSCA           string        `yaml:"tls-ca"`
 	LogLevel        string        `yaml:"log-level"`
 	LogFormat       string        `yaml:"log-format"`
+	GCPercent       int           `yaml:"gc-percent"`
 }
 
 func defaults() settings {
@@ -77,6 +79,7 @@ func defaults() settings {
 		ShutdownGrace:  c.ShutdownGrace,
 		LogLevel:       "info",
 		LogFormat:      "auto",
+		GCPercent:      defaultGCPercent,
 	}
 }
 
@@ -106,6 +109,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.TLSCA, "tls-ca", s.TLSCA, "PEM CA `file` that signs client certificates")
 	fs.StringVar(&s.LogLevel, "log-level", s.LogLevel, "log `level`: debug, info, warn or error")
 	fs.StringVar(&s.LogFormat, "log-format", s.LogFormat, "log `format`: console, json, or auto (console on a terminal)")
+	fs.IntVar(&s.GCPercent, "gc-percent", s.GCPercent, "Go GC target `percent` (GOGC); ignored when the GOGC environment variable is set")
 	return fs
 }
 
@@ -154,6 +158,9 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "storage-agent:", err)
 		return 2
 	}
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(s.GCPercent)
+	}
 	a, err := storageagent.New(s.agentConfig(log))
 	if err != nil {
 		log.Error().Err(err).Msg("cannot start")
@@ -168,5 +175,13 @@ func run(args []string) int {
 	}
 	return 0
 }
+
+// defaultGCPercent is the storage agent's GC target. Its live heap is
+// small (queued requests and in-flight results) while it allocates a
+// sample-sized buffer per request, so with Go's default of 100 it collects
+// every few megabytes: measured on loopback raw fetches, GC then costs about
+// a third of the CPU per byte. 400 collects a quarter as often for a heap a
+// few tens of megabytes larger.
+const defaultGCPercent = 400
 
 func main() { os.Exit(run(os.Args[1:])) }
