@@ -10,7 +10,7 @@ DEMO_DIR ?= $(CURDIR)/.demo
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build every binary into bin/: storage-agent, compute-agent, testbed (cgo, libjpeg-turbo)
@@ -45,10 +45,11 @@ bench-link: ## Raw loopback transport and the shaped No-Off epoch (tc in namespa
 	$(GO) test -run '^$$' -bench 'RawLoopback|LinkBound' -benchtime 1x ./testbed/
 
 .PHONY: demo
-demo: build ## Generate a small dataset and print per-op sizes and costs of each preset
+demo: build ## Generate a small dataset, print per-op sizes and costs, run both agents under each static plan
 	$(BIN)/testbed gen --kind openimages-like -n 64 --out $(DEMO_DIR)/openimages-like
 	$(BIN)/testbed ops --data $(DEMO_DIR)/openimages-like --preset imagenet-train
 	$(BIN)/testbed ops --data $(DEMO_DIR)/openimages-like --preset imagenet-train-fast
+	bash testbed/scripts/demo-agents.sh $(DEMO_DIR)/openimages-like
 
 .PHONY: clean
 clean: ## Remove build outputs and the demo dataset
