@@ -42,7 +42,7 @@ bench: build bench-link ## Go benchmarks, the link benchmarks, then ours vs the 
 
 .PHONY: bench-link
 bench-link: ## Raw loopback transport and the shaped No-Off epoch (tc in namespaces as root, else a shaping proxy)
-	$(GO) test -run '^$$' -bench 'RawLoopback|LinkBound' -benchtime 1x ./testbed/
+	BENCH_IMAGES=$${BENCH_IMAGES:-600} $(GO) test -run '^$$' -bench 'RawLoopback|LinkBound' -benchtime 1x ./testbed/
 
 .PHONY: demo
 demo: build ## Generate a small dataset, print per-op sizes and costs, run both agents under each static plan

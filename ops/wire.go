@@ -639,3 +639,31 @@ func SealWire(form []byte) {
 	crc = crc32.Update(crc, castagnoli, form[encodedHeaderLen:])
 	binary.LittleEndian.PutUint32(form[off+16:], crc)
 }
+
+// CheckWire validates a wire form exactly as DecodeWire does (header,
+// limits, lengths, checksum) without building the value: an uncompressed
+// payload is checksummed in place, with no allocation or copy. It serves
+// callers that only move or count intermediates, such as a link test.
+func CheckWire(b []byte, lim WireLimits) (WireInfo, error) {
+	info, err := ReadWireHeader(b)
+	if err != nil {
+		return info, err
+	}
+	if info.Codec != CodecNone {
+		_, err := DecodeWire(b, lim)
+		return info, err
+	}
+	if maxRaw := lim.maxPayload(); info.RawLen > maxRaw {
+		return info, wrapf(ErrWireTooLarge, "raw length %d exceeds limit %d", info.RawLen, maxRaw)
+	}
+	stored := b[info.HeaderLen:]
+	if uint64(len(stored)) != info.StoredLen {
+		return info, wrapf(ErrWireSize, "%d payload bytes, header says %d", len(stored), info.StoredLen)
+	}
+	crc := crc32.Update(0, castagnoli, b[:info.HeaderLen-4])
+	crc = crc32.Update(crc, castagnoli, stored)
+	if crc != info.Checksum {
+		return info, wrapf(ErrWireChecksum, "crc32c %08x, header says %08x", crc, info.Checksum)
+	}
+	return info, nil
+}

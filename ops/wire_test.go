@@ -899,3 +899,34 @@ func TestNewEncodedWire(t *testing.T) {
 		t.Errorf("negative length: got %v, want ops.ErrWireHeader", err)
 	}
 }
+
+// TestCheckWire checks that CheckWire accepts exactly what DecodeWire
+// accepts, over valid forms of every codec and single-byte corruptions.
+func TestCheckWire(t *testing.T) {
+	img := ops.NewImage(40, 30)
+	for i := range img.Pix {
+		img.Pix[i] = byte(i / 7)
+	}
+	for _, c := range []ops.Codec{ops.CodecNone, ops.CodecZstd, ops.CodecS2} {
+		for _, v := range []ops.Value{ops.Encoded("some jpeg bytes, honestly"), img} {
+			form, err := ops.EncodeWire(v, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := -1; i < len(form); i += 3 {
+				b := bytes.Clone(form)
+				if i >= 0 {
+					b[i] ^= 0x41
+				}
+				_, errCheck := ops.CheckWire(b, ops.WireLimits{})
+				_, errDecode := ops.DecodeWire(b, ops.WireLimits{})
+				if (errCheck == nil) != (errDecode == nil) {
+					t.Fatalf("%s %v byte %d: CheckWire %v, DecodeWire %v", c, v.Kind(), i, errCheck, errDecode)
+				}
+			}
+		}
+	}
+	if _, err := ops.CheckWire(nil, ops.WireLimits{}); !errors.Is(err, ops.ErrWireHeader) {
+		t.Errorf("empty: got %v, want ErrWireHeader", err)
+	}
+}

@@ -292,6 +292,7 @@ func (a *Agent) RunEpoch(ctx context.Context, num uint64) (EpochReport, error) {
 		Pipeline:          a.pipeID,
 		Plan:              cfg.Plan.Name(),
 		StrictOrder:       cfg.StrictOrder,
+		FetchOnly:         cfg.FetchOnly,
 		Storage:           names,
 		Shard:             len(order),
 		Samples:           e.samples,

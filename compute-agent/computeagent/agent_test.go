@@ -588,3 +588,49 @@ func TestNoGoroutineLeak(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestFetchOnly runs link-test epochs: every sample is fetched and
+// validated exactly once and nothing reaches the consumer.
+func TestFetchOnly(t *testing.T) {
+	n := &memNet{}
+	n.serve(t, "s1:1", newFake(t, "s1"))
+	for _, plan := range []Plan{NoOff(), AllOff(testPipeline(t))} {
+		cfg, rec := testConfig(t, n, "s1:1")
+		cfg.Epochs = 2
+		cfg.Plan = plan
+		cfg.FetchOnly = true
+		cfg.Consumer = consumerFunc(func(context.Context, *Batch) error {
+			return errors.New("fetch-only epochs must not consume batches")
+		})
+		reports, err := runAgent(t, cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", plan.Name(), err)
+		}
+		for e, r := range reports {
+			checkOnce(t, rec.epoch(uint64(e)), allSamples())
+			checkReport(t, r)
+			if !r.FetchOnly || r.BytesReceived == 0 {
+				t.Errorf("%s epoch %d: fetch_only %v, bytes %d", plan.Name(), e, r.FetchOnly, r.BytesReceived)
+			}
+		}
+	}
+	// The sha OnSample sees is the wire form's, so it differs by split.
+	var shas [2]map[uint64][32]byte
+	for i, plan := range []Plan{NoOff(), AllOff(testPipeline(t))} {
+		cfg, rec := testConfig(t, n, "s1:1")
+		cfg.Plan = plan
+		cfg.FetchOnly = true
+		if _, err := runAgent(t, cfg); err != nil {
+			t.Fatal(err)
+		}
+		shas[i] = map[uint64][32]byte{}
+		for _, d := range rec.epoch(0) {
+			shas[i][d.sample] = d.sha
+		}
+	}
+	for s, sha := range shas[0] {
+		if shas[1][s] == sha {
+			t.Errorf("sample %d: raw and fully offloaded wire forms hash alike", s)
+		}
+	}
+}

@@ -105,6 +105,12 @@ type Config struct {
 	// sample then holds back every batch behind it. Zero (false) means
 	// completion order: a slow sample delays only its own batch.
 	StrictOrder bool
+	// FetchOnly tests the link: each sample is fetched at its planned split
+	// and its wire form is validated (ops.CheckWire: header, lengths,
+	// checksum), but ops[k:n] do not run and no batch reaches the
+	// consumer. Reports count samples and bytes as usual; OnSample gets the
+	// sha256 of the wire form. Zero (false) means normal training epochs.
+	FetchOnly bool
 	// OnError is OnErrorFail or OnErrorSkip. Empty means OnErrorFail.
 	OnError string
 	// Codec asks the storage agents to compress intermediates. Zero means

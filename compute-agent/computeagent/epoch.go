@@ -115,12 +115,11 @@ func (e *epochRun) fail(f SampleFailure) error {
 	return nil
 }
 
-// worker finishes samples: it decodes the wire form and runs ops[k:n],
-// timing both with its thread's CPU clock (it keeps its OS thread).
+// worker finishes samples (or, with FetchOnly, only validates them),
+// timing the work with its thread's CPU clock (it keeps its OS thread).
 func (e *epochRun) worker(ctx context.Context) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	p := e.cfg.Pipeline
 	lim := ops.WireLimits{MaxPayload: e.cfg.MaxPayload}
 	for {
 		var w work
@@ -140,23 +139,10 @@ func (e *epochRun) worker(ctx context.Context) error {
 			bad = &SampleFailure{Sample: r.sample, Split: r.split, Kind: storageKind(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
 		} else {
 			e.a.sizes.observe(r.split, e.cat.RawSizes[r.sample], len(w.resp.GetData()))
-			t0 := threadCPU()
-			v, err := ops.DecodeWire(w.resp.GetData(), lim)
-			if err == nil {
-				v, err = p.Run(ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: r.sample}, v, r.split, p.Len())
-			}
-			e.computeNS.Add(int64(threadCPU() - t0))
-			if err == nil {
-				t, ok := v.(*ops.Tensor)
-				if !ok {
-					err = fmt.Errorf("%w: pipeline gave %s", ops.ErrKind, v.Kind())
-				}
-				it.tensor = t
-			}
-			if err != nil {
-				bad = &SampleFailure{Sample: r.sample, Split: r.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
-			} else if e.cfg.OnSample != nil {
-				it.sha = tensorSHA(it.tensor)
+			if e.cfg.FetchOnly {
+				bad = e.check(w.resp.GetData(), lim, &it)
+			} else {
+				bad = e.finish(w.resp.GetData(), lim, &it)
 			}
 		}
 		if bad != nil {
@@ -173,6 +159,46 @@ func (e *epochRun) worker(ctx context.Context) error {
 		}
 		e.sched.release(&w.f.w, r)
 	}
+}
+
+// finish decodes a response's wire form and runs ops[k:n] on it, timing
+// both on the thread's CPU clock, and fills it with the tensor.
+func (e *epochRun) finish(data []byte, lim ops.WireLimits, it *item) *SampleFailure {
+	p := e.cfg.Pipeline
+	t0 := threadCPU()
+	v, err := ops.DecodeWire(data, lim)
+	if err == nil {
+		v, err = p.Run(ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: it.sample}, v, it.split, p.Len())
+	}
+	e.computeNS.Add(int64(threadCPU() - t0))
+	if err == nil {
+		t, ok := v.(*ops.Tensor)
+		if !ok {
+			err = fmt.Errorf("%w: pipeline gave %s", ops.ErrKind, v.Kind())
+		}
+		it.tensor = t
+	}
+	if err != nil {
+		return &SampleFailure{Sample: it.sample, Split: it.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
+	}
+	if e.cfg.OnSample != nil {
+		it.sha = tensorSHA(it.tensor)
+	}
+	return nil
+}
+
+// check validates a response's wire form without finishing it (FetchOnly).
+func (e *epochRun) check(data []byte, lim ops.WireLimits, it *item) *SampleFailure {
+	t0 := threadCPU()
+	_, err := ops.CheckWire(data, lim)
+	e.computeNS.Add(int64(threadCPU() - t0))
+	if err != nil {
+		return &SampleFailure{Sample: it.sample, Split: it.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
+	}
+	if e.cfg.OnSample != nil {
+		it.sha = sha256.Sum256(data)
+	}
+	return nil
 }
 
 // batcher stacks items into batches: in completion order, or in strict
@@ -197,6 +223,9 @@ func (e *epochRun) batcher(ctx context.Context) error {
 	}
 	add := func(it item) error {
 		t := it.tensor
+		if t == nil { // FetchOnly: rows without data
+			t = &ops.Tensor{}
+		}
 		if cur == nil {
 			cur = &Batch{Epoch: e.num, Index: formed, Shape: [4]int{0, t.C, t.H, t.W},
 				Data: make([]float32, 0, bs*len(t.Data))}
@@ -283,8 +312,10 @@ func (e *epochRun) feeder(ctx context.Context) error {
 			b = got
 		}
 		e.idle += clock.Now().Sub(t0)
-		if err := e.cfg.Consumer.Consume(ctx, b); err != nil {
-			return fmt.Errorf("computeagent: consumer: %w", err)
+		if !e.cfg.FetchOnly {
+			if err := e.cfg.Consumer.Consume(ctx, b); err != nil {
+				return fmt.Errorf("computeagent: consumer: %w", err)
+			}
 		}
 		e.nbatch++
 		e.samples += b.Len()

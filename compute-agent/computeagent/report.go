@@ -15,6 +15,7 @@ import (
 //	pipeline             string   ops.Pipeline.ID()
 //	plan                 string   the plan's name (nooff, alloff, resizeoff or a plan file)
 //	strict_order         bool     batches in permutation order (else completion order)
+//	fetch_only           bool     a link test: samples validated, not finished or consumed (omitted when false)
 //	storage              []string storage agents used (names)
 //	shard                int      samples in this agent's shard (rank of world)
 //	samples              int      samples delivered to the consumer
@@ -41,6 +42,7 @@ type EpochReport struct {
 	Pipeline          string          `json:"pipeline"`
 	Plan              string          `json:"plan"`
 	StrictOrder       bool            `json:"strict_order"`
+	FetchOnly         bool            `json:"fetch_only,omitempty"`
 	Storage           []string        `json:"storage"`
 	Shard             int             `json:"shard"`
 	Samples           int             `json:"samples"`
