@@ -13,7 +13,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -229,9 +228,7 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "compute-agent:", err)
 		return 2
 	}
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(gcPercent(s))
-	}
+	cli.SetGCPercent(gcPercent(s))
 	cfg, err := s.agentConfig(log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "compute-agent:", err)

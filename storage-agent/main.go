@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -158,9 +157,7 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "storage-agent:", err)
 		return 2
 	}
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(s.GCPercent)
-	}
+	cli.SetGCPercent(s.GCPercent)
 	a, err := storageagent.New(s.agentConfig(log))
 	if err != nil {
 		log.Error().Err(err).Msg("cannot start")

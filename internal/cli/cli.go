@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -98,4 +99,12 @@ func Logger(level, format, component string, out *os.File) (zerolog.Logger, erro
 		return zerolog.Nop(), fmt.Errorf("bad --log-format %q", format)
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Str("component", component).Logger(), nil
+}
+
+// SetGCPercent sets the GC target unless the GOGC environment variable
+// is set, which wins.
+func SetGCPercent(percent int) {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(percent)
+	}
 }
