@@ -1,0 +1,278 @@
+package profiler
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sophon-dl/sophon/ops"
+)
+
+// Stage 2: what one epoch's record says about later epochs.
+//
+// The planner needs, per sample and split k, the bytes that would cross the
+// link and the CPU time of the ops on either side, in every later epoch.
+// Random ops redraw each epoch (ops.SeedFor mixes in the epoch), so a record
+// is one draw, and the profile predicts later epochs as follows:
+//
+//   - Sizes after a fixed-shape op do not vary: random_resized_crop 224
+//     always gives 224x224x3 bytes, and everything after it (flip, tensor)
+//     is fixed too. Decode's size is the JPEG's dimensions, so it does not
+//     vary either, nor does the raw size. For the presets every recorded
+//     size is therefore exact for every epoch. (A random op whose output
+//     size varies would make Bytes one draw; the mean over epochs, see
+//     [Merge], is then the estimate.)
+//   - Costs of random ops vary: the crop's resampling cost depends on the
+//     box it draws, the flip's on whether it mirrors. The first epoch's
+//     measurement is the estimate of every later epoch's cost. It is
+//     unbiased, because each epoch's box is an independent draw from the
+//     same distribution (a fresh seed per epoch), so the recorded cost has
+//     the same expectation as any later epoch's. Its variance per sample is
+//     large, but the planner sums costs over many samples, where errors
+//     average out. [Merge] averages several epochs' records to reduce the
+//     per-sample variance where that matters.
+//   - Compressed sizes of random outputs vary a little with the crop's
+//     content; the same argument applies.
+//
+// CPU time is the thread CPU clock (CLOCK_THREAD_CPUTIME_ID) of the
+// recording goroutine, locked to its OS thread for the record, read around
+// each op from inside the pipeline's observer: it counts the op's own work
+// (cgo decoding included) and not time spent descheduled, so records taken
+// on a busy node by several goroutines at once stay comparable. It does not
+// count work the Go runtime does on other threads (background GC).
+// NB: RunObserved runs ops one by one, while a real run fuses adjacent pairs
+// (decode + random_resized_crop, to_tensor + normalize), so a suffix's
+// recorded cost is an upper bound on the fused compute-side cost.
+
+// Recorder errors.
+var (
+	// ErrSampleRange is a sample id outside [0, n).
+	ErrSampleRange = errors.New("profiler: sample out of range")
+	// ErrDuplicate is a second record of the same sample.
+	ErrDuplicate = errors.New("profiler: sample recorded twice")
+)
+
+// Recorder collects stage 2's per-sample records for one pipeline and
+// dataset during the first epoch. It is safe for concurrent Record calls on
+// different samples.
+type Recorder struct {
+	p           *ops.Pipeline
+	fingerprint string
+	n           int
+
+	mu      sync.Mutex
+	samples []SampleProfile // by id; valid where have is set
+	have    []bool
+	count   int
+}
+
+// NewRecorder returns a recorder for the n samples (ids 0..n-1) of the
+// dataset with the given fingerprint, run through p.
+func NewRecorder(p *ops.Pipeline, fingerprint string, n int) *Recorder {
+	n = max(n, 0)
+	warmWire()
+	return &Recorder{
+		p:           p,
+		fingerprint: fingerprint,
+		n:           n,
+		samples:     make([]SampleProfile, n),
+		have:        make([]bool, n),
+	}
+}
+
+// warmWire runs the wire codec once, so its one-time setup (the shared
+// zstd encoder and decoder, their buffers) is not charged to the first
+// sample recorded.
+func warmWire() {
+	v := ops.NewImage(64, 64)
+	if w, err := ops.EncodeWire(v, ops.CodecZstd); err == nil {
+		_, _ = ops.DecodeWire(w, ops.WireLimits{})
+	}
+}
+
+// threadCPU is the calling thread's CPU time in ns.
+func threadCPU() int64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+		return 0
+	}
+	return ts.Nano()
+}
+
+// Record runs the whole pipeline on one sample (raw is its file, key seeds
+// the random ops; normally key.Sample == sample) and keeps its raw size,
+// every op's output size (the wire payload size, [ops.Value.Size]) and
+// thread CPU time, and for every split k the zstd-compressed payload size
+// with the CPU time of compressing it ([ops.EncodeWire]) and decompressing
+// it ([ops.DecodeWire]). Compression runs between ops and is excluded from
+// the ops' times. A sample the pipeline fails on is not recorded (it stays
+// in [Recorder.Missing]) and its error is returned.
+func (r *Recorder) Record(sample uint64, raw []byte, key ops.Key) error {
+	if sample >= uint64(r.n) {
+		return fmt.Errorf("%w: %d of %d", ErrSampleRange, sample, r.n)
+	}
+	sp, err := measureSample(r.p, sample, raw, key)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.have[sample] {
+		return fmt.Errorf("%w: %d", ErrDuplicate, sample)
+	}
+	r.samples[sample] = sp
+	r.have[sample] = true
+	r.count++
+	return nil
+}
+
+func measureSample(p *ops.Pipeline, sample uint64, raw []byte, key ops.Key) (SampleProfile, error) {
+	n := p.Len()
+	sp := SampleProfile{
+		ID:           sample,
+		Raw:          int64(len(raw)),
+		Bytes:        make([]int64, n+1),
+		Compressed:   make([]int64, n+1),
+		CompressNS:   make([]int64, n+1),
+		DecompressNS: make([]int64, n+1),
+		OpNS:         make([]int64, n),
+	}
+	// The thread CPU clock needs the goroutine to stay on one thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+
+	in := ops.Encoded(raw)
+	sp.Bytes[0] = int64(len(raw))
+	if err := measureWire(in, &sp, 0); err != nil {
+		return sp, err
+	}
+	var werr error
+	last := threadCPU()
+	_, err := p.RunObserved(key, in, 0, n, func(j int, out ops.Value, _ time.Duration) {
+		sp.OpNS[j] = max(threadCPU()-last, 0)
+		sp.Bytes[j+1] = int64(out.Size())
+		if werr == nil {
+			werr = measureWire(out, &sp, j+1)
+		}
+		last = threadCPU()
+	})
+	if err != nil {
+		return sp, err
+	}
+	return sp, werr
+}
+
+// measureWire fills split k's compressed size and codec costs for v.
+func measureWire(v ops.Value, sp *SampleProfile, k int) error {
+	t0 := threadCPU()
+	w, err := ops.EncodeWire(v, ops.CodecZstd)
+	t1 := threadCPU()
+	if err != nil {
+		return fmt.Errorf("profiler: sample %d split %d: %w", sp.ID, k, err)
+	}
+	lim := ops.WireLimits{MaxPayload: max(v.Size(), ops.DefaultMaxWirePayload)}
+	t2 := threadCPU()
+	_, err = ops.DecodeWire(w, lim)
+	t3 := threadCPU()
+	if err != nil {
+		return fmt.Errorf("profiler: sample %d split %d: %w", sp.ID, k, err)
+	}
+	info, err := ops.ReadWireHeader(w)
+	if err != nil {
+		return fmt.Errorf("profiler: sample %d split %d: %w", sp.ID, k, err)
+	}
+	sp.Compressed[k] = min(int64(info.StoredLen), sp.Bytes[k])
+	sp.CompressNS[k] = max(t1-t0, 0)
+	sp.DecompressNS[k] = max(t3-t2, 0)
+	return nil
+}
+
+// Recorded is the number of samples recorded so far.
+func (r *Recorder) Recorded() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count
+}
+
+// Missing lists, in order, the ids in [0, n) not recorded (yet, or because
+// the pipeline failed on them). The planner should treat them as No-Off:
+// the raw file crosses the link, as it must for a sample no op can process.
+func (r *Recorder) Missing() []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []uint64
+	for i, ok := range r.have {
+		if !ok {
+			out = append(out, uint64(i))
+		}
+	}
+	return out
+}
+
+// Profile returns the records so far: the recorded samples only, sorted by
+// id (see [Recorder.Missing] for the others). The sample slices are shared
+// with the recorder, which never changes them once recorded; callers must
+// not modify them either.
+func (r *Recorder) Profile() *Profile {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := newProfile(r.p, r.fingerprint)
+	p.Samples = make([]SampleProfile, 0, r.count)
+	for i, ok := range r.have {
+		if ok {
+			p.Samples = append(p.Samples, r.samples[i])
+		}
+	}
+	return p
+}
+
+func newProfile(p *ops.Pipeline, fingerprint string) *Profile {
+	names := make([]string, p.Len())
+	for j := range names {
+		names[j] = p.Op(j).Name()
+	}
+	return &Profile{Version: ProfileVersion, Fingerprint: fingerprint, Pipeline: p.ID(), Ops: names}
+}
+
+// FromTraces builds a profile from [Trace] results. Trace measures wall
+// time, not thread CPU time, and does not time compression, so OpNS holds
+// the wall durations and CompressNS and DecompressNS are left empty;
+// Compressed is filled from the traces (equal to Bytes for codec none).
+// Samples are sorted by id; two traces of one sample are an error.
+func FromTraces(p *ops.Pipeline, fingerprint string, traces []SampleTrace) (*Profile, error) {
+	out := newProfile(p, fingerprint)
+	n := p.Len()
+	out.Samples = make([]SampleProfile, 0, len(traces))
+	for _, t := range traces {
+		if len(t.Ops) != n {
+			return nil, fmt.Errorf("%w: sample %d has %d ops, pipeline %d", ErrProfileInvalid, t.Sample, len(t.Ops), n)
+		}
+		sp := SampleProfile{
+			ID:         t.Sample,
+			Raw:        int64(t.Raw),
+			Bytes:      make([]int64, n+1),
+			Compressed: make([]int64, n+1),
+			OpNS:       make([]int64, n),
+		}
+		sp.Bytes[0], sp.Compressed[0] = sp.Raw, sp.Raw
+		for j, c := range t.Ops {
+			sp.Bytes[j+1] = int64(c.Bytes)
+			sp.Compressed[j+1] = min(int64(c.Compressed), int64(c.Bytes))
+			sp.OpNS[j] = int64(c.Dur)
+		}
+		out.Samples = append(out.Samples, sp)
+	}
+	slices.SortFunc(out.Samples, func(a, b SampleProfile) int { return cmp.Compare(a.ID, b.ID) })
+	for i := 1; i < len(out.Samples); i++ {
+		if out.Samples[i].ID == out.Samples[i-1].ID {
+			return nil, fmt.Errorf("%w: %d", ErrDuplicate, out.Samples[i].ID)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,248 @@
+package profiler
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/synth"
+)
+
+type testImage struct {
+	raw  []byte
+	w, h int
+}
+
+func testImages(t testing.TB, n int) []testImage {
+	t.Helper()
+	sizes := [][2]int{{320, 240}, {500, 375}, {200, 300}, {640, 480}}
+	out := make([]testImage, n)
+	for i := range out {
+		w, h := sizes[i%len(sizes)][0], sizes[i%len(sizes)][1]
+		raw, err := synth.JPEG(uint64(i+1), w, h, synth.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = testImage{raw, w, h}
+	}
+	return out
+}
+
+func trainPipeline(t testing.TB) *ops.Pipeline {
+	t.Helper()
+	p, err := ops.Preset("imagenet-train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestRecorderSizesAndCosts(t *testing.T) {
+	p := trainPipeline(t)
+	imgs := testImages(t, 4)
+	r := NewRecorder(p, "fp", len(imgs))
+	for i, im := range imgs {
+		if err := r.Record(uint64(i), im.raw, ops.Key{Seed: 7, Sample: uint64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prof := r.Profile()
+	if err := prof.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	wantOps := []string{"decode", "random_resized_crop", "random_horizontal_flip", "to_tensor", "normalize"}
+	if prof.Version != ProfileVersion || prof.Fingerprint != "fp" || prof.Pipeline != p.ID() || !slices.Equal(prof.Ops, wantOps) {
+		t.Fatalf("header: got %+v", prof)
+	}
+	if len(prof.Samples) != len(imgs) || len(r.Missing()) != 0 || r.Recorded() != len(imgs) {
+		t.Fatalf("got %d samples, missing %v", len(prof.Samples), r.Missing())
+	}
+	for i, s := range prof.Samples {
+		im := imgs[i]
+		want := []int64{int64(len(im.raw)), int64(im.w * im.h * 3), 150528, 150528, 602112, 602112}
+		if s.ID != uint64(i) || s.Raw != int64(len(im.raw)) || !slices.Equal(s.Bytes, want) {
+			t.Errorf("sample %d: got id %d raw %d bytes %v, want bytes %v", i, s.ID, s.Raw, s.Bytes, want)
+		}
+		for j, ns := range s.OpNS {
+			if ns <= 0 {
+				t.Errorf("sample %d op %d: got %d ns, want > 0", i, j, ns)
+			}
+		}
+		for k := range s.Bytes {
+			if s.Compressed[k] <= 0 || s.Compressed[k] > s.Bytes[k] || s.CompressNS[k] <= 0 || s.DecompressNS[k] <= 0 {
+				t.Errorf("sample %d split %d: got compressed %d of %d, %d ns to compress, %d ns to decompress",
+					i, k, s.Compressed[k], s.Bytes[k], s.CompressNS[k], s.DecompressNS[k])
+			}
+		}
+		// The normalised float tensor compresses well; the JPEG does not.
+		if s.Compressed[5] >= s.Bytes[5] || s.Compressed[0] != s.Bytes[0] {
+			t.Errorf("sample %d: got compressed %v of %v", i, s.Compressed, s.Bytes)
+		}
+		if got := s.PrefixNS(2); got != s.OpNS[0]+s.OpNS[1] {
+			t.Errorf("PrefixNS(2) = %d, want %d", got, s.OpNS[0]+s.OpNS[1])
+		}
+	}
+}
+
+func TestRecorderErrors(t *testing.T) {
+	p := trainPipeline(t)
+	imgs := testImages(t, 1)
+	r := NewRecorder(p, "fp", 3)
+	if err := r.Record(3, imgs[0].raw, ops.Key{Sample: 3}); !errors.Is(err, ErrSampleRange) {
+		t.Errorf("out of range: got %v, want ErrSampleRange", err)
+	}
+	if err := r.Record(1, imgs[0].raw, ops.Key{Sample: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Record(1, imgs[0].raw, ops.Key{Sample: 1}); !errors.Is(err, ErrDuplicate) {
+		t.Errorf("duplicate: got %v, want ErrDuplicate", err)
+	}
+	if err := r.Record(2, []byte("junk"), ops.Key{Sample: 2}); !errors.Is(err, ops.ErrNotJPEG) {
+		t.Errorf("junk: got %v, want ErrNotJPEG", err)
+	}
+	if got, want := r.Missing(), []uint64{0, 2}; !slices.Equal(got, want) {
+		t.Errorf("missing: got %v, want %v", got, want)
+	}
+	if got := r.Profile(); len(got.Samples) != 1 || got.Samples[0].ID != 1 {
+		t.Errorf("profile: got %+v", got.Samples)
+	}
+}
+
+// sizes drops the timings, which vary run to run.
+func sizes(p *Profile) [][]int64 {
+	var out [][]int64
+	for _, s := range p.Samples {
+		out = append(out, s.Bytes, s.Compressed)
+	}
+	return out
+}
+
+func TestRecorderConcurrent(t *testing.T) {
+	p := trainPipeline(t)
+	imgs := testImages(t, 12)
+	seq := NewRecorder(p, "fp", len(imgs))
+	for i, im := range imgs {
+		if err := seq.Record(uint64(i), im.raw, ops.Key{Sample: uint64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	par := NewRecorder(p, "fp", len(imgs))
+	var wg sync.WaitGroup
+	errs := make([]error, len(imgs))
+	for w := range 4 {
+		wg.Go(func() {
+			// Scrambled order: worker w takes ids w, w+4, ... backwards.
+			for i := len(imgs) - 1 - w; i >= 0; i -= 4 {
+				errs[i] = par.Record(uint64(i), imgs[i].raw, ops.Key{Sample: uint64(i)})
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	got := par.Profile()
+	for i, s := range got.Samples {
+		if s.ID != uint64(i) {
+			t.Fatalf("sample %d has id %d: not sorted", i, s.ID)
+		}
+	}
+	if !reflect.DeepEqual(sizes(got), sizes(seq.Profile())) {
+		t.Errorf("concurrent sizes differ from sequential:\ngot  %v\nwant %v", sizes(got), sizes(seq.Profile()))
+	}
+}
+
+// Sizes do not depend on the epoch's draws; Merge averages costs.
+func TestRecorderEpochsAndMerge(t *testing.T) {
+	p := trainPipeline(t)
+	imgs := testImages(t, 3)
+	var profs []*Profile
+	for epoch := range uint64(2) {
+		r := NewRecorder(p, "fp", len(imgs))
+		for i, im := range imgs {
+			if err := r.Record(uint64(i), im.raw, ops.Key{Epoch: epoch, Sample: uint64(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		profs = append(profs, r.Profile())
+	}
+	for i := range imgs {
+		if a, b := profs[0].Samples[i].Bytes, profs[1].Samples[i].Bytes; !slices.Equal(a, b) {
+			t.Errorf("sample %d: epoch 0 bytes %v, epoch 1 %v", i, a, b)
+		}
+	}
+	m, err := Merge(profs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range m.Samples {
+		a, b := profs[0].Samples[i], profs[1].Samples[i]
+		if !slices.Equal(s.Bytes, a.Bytes) {
+			t.Errorf("merged bytes %v, want %v", s.Bytes, a.Bytes)
+		}
+		for j := range s.OpNS {
+			if want := (a.OpNS[j] + b.OpNS[j] + 1) / 2; s.OpNS[j] != want {
+				t.Errorf("sample %d op %d: merged %d ns, want %d", i, j, s.OpNS[j], want)
+			}
+		}
+	}
+	other := *profs[1]
+	other.Fingerprint = "other"
+	if _, err := Merge(profs[0], &other); !errors.Is(err, ErrProfileMismatch) {
+		t.Errorf("merge across datasets: got %v, want ErrProfileMismatch", err)
+	}
+}
+
+func TestMergeDisjoint(t *testing.T) {
+	a := &Profile{Fingerprint: "f", Pipeline: "p", Ops: []string{"x"}, Samples: []SampleProfile{
+		{ID: 1, Raw: 10, Bytes: []int64{10, 4}, OpNS: []int64{100}, Compressed: []int64{10, 2}},
+	}}
+	b := &Profile{Fingerprint: "f", Pipeline: "p", Ops: []string{"x"}, Samples: []SampleProfile{
+		{ID: 0, Raw: 7, Bytes: []int64{7, 4}, OpNS: []int64{5}},
+		{ID: 1, Raw: 10, Bytes: []int64{10, 4}, OpNS: []int64{201}},
+	}}
+	m, err := Merge(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []SampleProfile{
+		{ID: 0, Raw: 7, Bytes: []int64{7, 4}, OpNS: []int64{5}},
+		// Compressed missing in b counts as Bytes: (2+4)/2.
+		{ID: 1, Raw: 10, Bytes: []int64{10, 4}, OpNS: []int64{151}, Compressed: []int64{10, 3}},
+	}
+	if !reflect.DeepEqual(m.Samples, want) {
+		t.Errorf("got %+v, want %+v", m.Samples, want)
+	}
+}
+
+func TestFromTraces(t *testing.T) {
+	p := trainPipeline(t)
+	imgs := testImages(t, 2)
+	var traces []SampleTrace
+	for i := len(imgs) - 1; i >= 0; i-- {
+		tr, err := Trace(p, ops.Key{Sample: uint64(i)}, imgs[i].raw, ops.CodecZstd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		traces = append(traces, tr)
+	}
+	prof, err := FromTraces(p, "fp", traces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prof.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if prof.Samples[0].ID != 0 || prof.Samples[1].Bytes[2] != 150528 {
+		t.Errorf("got %+v", prof.Samples)
+	}
+	if _, err := FromTraces(p, "fp", append(traces, traces[0])); !errors.Is(err, ErrDuplicate) {
+		t.Errorf("duplicate trace: got %v, want ErrDuplicate", err)
+	}
+}
