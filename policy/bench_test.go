@@ -1,0 +1,63 @@
+package policy
+
+import (
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/sophon-dl/sophon/policy/policytest"
+	"github.com/sophon-dl/sophon/profiler"
+)
+
+var (
+	bench1M     *profiler.Profile
+	bench1MOnce sync.Once
+)
+
+func profile1M() *profiler.Profile {
+	bench1MOnce.Do(func() { bench1M = policytest.Synthetic("openimages-like", 1_000_000, 7) })
+	return bench1M
+}
+
+// BenchmarkPlan1M plans a 1,000,000-sample OpenImages-like profile with
+// storage CPU limited (the harder, balanced case). B/op, all the memory a
+// plan allocates, bounds the planner's own peak above the profile; the
+// process's peak RSS and the heap obtained from the OS (HeapSys, which
+// only grows with the live heap) are reported beside it, profile included.
+func BenchmarkPlan1M(b *testing.B) {
+	p := profile1M()
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	profileMiB := float64(ms.HeapAlloc) / (1 << 20)
+	r := ample
+	r.StorageCores = 0.5 // about what limited(SOPHON) gives this profile
+	for _, c := range []struct {
+		name string
+		f    func()
+	}{
+		{"optimal", func() { Optimal(p, r) }},
+		{"optimal-ample", func() { Optimal(p, ample) }},
+		{"bound", func() { Bound(p, r) }},
+		{"sophon", func() { SOPHON(p, r) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c.f()
+			}
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			var ru syscall.Rusage
+			if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+				// Linux reports Maxrss in KiB: the process's peak, profile
+				// included.
+				b.ReportMetric(float64(ru.Maxrss)/1024, "peak-rss-MiB")
+			}
+			b.ReportMetric(float64(ms.HeapSys)/(1<<20), "heap-sys-MiB")
+			b.ReportMetric(profileMiB, "profile-MiB")
+			b.ReportMetric(float64(len(p.Samples))*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
+		})
+	}
+}

@@ -1,0 +1,260 @@
+// Package policy decides, per sample, how much of a preprocessing pipeline
+// runs on the storage side before the sample crosses the link to the
+// compute node (its split), and whether it crosses zstd-compressed. Every
+// function here is pure: a profiler.Profile and the Resources go in, a Plan
+// or a Prediction comes out; nothing here does I/O, starts goroutines or
+// reads the clock.
+//
+// The model: an epoch's predicted time is the largest of four resource
+// times, as if each resource were a pipeline stage working in parallel with
+// the others:
+//
+//	link    = payload bytes crossing the link / LinkBytesPerSec
+//	storage = storage CPU seconds / StorageCores
+//	compute = compute CPU seconds / ComputeCores
+//	gpu     = samples / GPUSamplesPerSec
+//
+// Split k of a sample runs ops [0:k] on storage and [k:n] on the compute
+// node; CPU times are the profile's compute-node measurements, divided by
+// StorageSpeed on the storage side.
+package policy
+
+import (
+	"math"
+
+	"github.com/sophon-dl/sophon/profiler"
+)
+
+// Resources describes the hardware a plan is made for.
+type Resources struct {
+	// LinkBytesPerSec is the total payload bandwidth from storage to the
+	// compute node, summed over all storage agents (the planner treats the
+	// agents' links as one pooled link). Zero means unlimited.
+	LinkBytesPerSec float64
+	// StorageCores is the number of storage-side cores available to
+	// preprocessing, summed over all storage agents. Zero means unlimited.
+	StorageCores float64
+	// ComputeCores is the number of compute-node cores available to
+	// preprocessing. Zero means unlimited.
+	ComputeCores float64
+	// GPUSamplesPerSec is the rate at which training consumes samples.
+	// Zero means unlimited.
+	GPUSamplesPerSec float64
+	// StorageSpeed is the storage CPU's speed relative to the compute
+	// node's (1 = same, 0.5 = half as fast): storage CPU time is the
+	// measured compute-node time divided by StorageSpeed. The paper assumes
+	// homogeneous CPUs; this handles heterogeneous ones. Zero means 1.
+	StorageSpeed float64
+}
+
+func (r Resources) speed() float64 {
+	if r.StorageSpeed <= 0 {
+		return 1
+	}
+	return r.StorageSpeed
+}
+
+// Plan is a decision for every sample of a profile.
+type Plan struct {
+	// Policy names the policy that made the plan.
+	Policy string
+	// Split holds one split per sample, indexed as Profile.Samples: split
+	// k runs ops [0:k] on storage.
+	Split []int
+	// Compress holds, per sample, whether the payload crosses the link
+	// zstd-compressed. Nil means none is.
+	Compress []bool
+	// Pred is the plan's predicted epoch.
+	Pred Prediction
+}
+
+// Bottleneck names, as reported in Prediction.Bottleneck.
+const (
+	Link       = "link"
+	StorageCPU = "storage-cpu"
+	ComputeCPU = "compute-cpu"
+	GPU        = "gpu"
+)
+
+// Prediction is the predicted cost of one epoch under a plan.
+type Prediction struct {
+	// Seconds is the predicted epoch time: the largest of the four
+	// resource times below.
+	Seconds        float64
+	LinkSeconds    float64
+	StorageSeconds float64
+	ComputeSeconds float64
+	GPUSeconds     float64
+	// Bytes is the payload crossing the link per epoch.
+	Bytes float64
+	// StorageCPUSeconds and ComputeCPUSeconds are CPU seconds per epoch
+	// (summed over cores), storage's already scaled by StorageSpeed.
+	StorageCPUSeconds float64
+	ComputeCPUSeconds float64
+	// Bottleneck names the resource that sets Seconds (Link, StorageCPU,
+	// ComputeCPU or GPU); ties go to the first in that order.
+	Bottleneck string
+}
+
+// model holds a profile and the per-unit prices of the three divisible
+// resources, in seconds of epoch time.
+type model struct {
+	p      *profiler.Profile
+	n      int
+	stride int        // options per split: 2 when any sample has compression data
+	scale  [3]float64 // seconds per byte, per storage ns, per compute ns
+	gpu    float64    // GPU seconds per epoch
+}
+
+func newModel(p *profiler.Profile, r Resources) *model {
+	m := &model{p: p, n: p.N(), stride: 1}
+	for i := range p.Samples {
+		if len(p.Samples[i].Compressed) == m.n+1 {
+			m.stride = 2
+			break
+		}
+	}
+	if r.LinkBytesPerSec > 0 {
+		m.scale[0] = 1 / r.LinkBytesPerSec
+	}
+	if r.StorageCores > 0 {
+		m.scale[1] = 1e-9 / (r.speed() * r.StorageCores)
+	}
+	if r.ComputeCores > 0 {
+		m.scale[2] = 1e-9 / r.ComputeCores
+	}
+	if r.GPUSamplesPerSec > 0 {
+		m.gpu = float64(len(p.Samples)) / r.GPUSamplesPerSec
+	}
+	return m
+}
+
+// nopt is the number of options per sample: option o is split o/stride,
+// compressed when o%stride == 1.
+func (m *model) nopt() int { return (m.n + 1) * m.stride }
+
+func (m *model) option(split int, compress bool) int {
+	o := split * m.stride
+	if compress && m.stride == 2 {
+		o++
+	}
+	return o
+}
+
+// raw holds an option's raw quantities: payload bytes, storage ns (on the
+// compute node's clock) and compute ns.
+type raw [3]float64
+
+// options fills buf (len nopt) with sample s's raw option quantities. An
+// option the sample has no data for costs +Inf.
+func (m *model) options(s *profiler.SampleProfile, buf []raw) {
+	var total float64
+	for _, ns := range s.OpNS {
+		total += float64(ns)
+	}
+	hasComp := len(s.Compressed) == m.n+1
+	var pre float64
+	for k := 0; k <= m.n; k++ {
+		if k > 0 {
+			pre += float64(s.OpNS[k-1])
+		}
+		o := k * m.stride
+		buf[o] = raw{float64(s.Bytes[k]), pre, total - pre}
+		if m.stride == 2 {
+			if hasComp {
+				var cns, dns float64
+				if len(s.CompressNS) == m.n+1 {
+					cns = float64(s.CompressNS[k])
+				}
+				if len(s.DecompressNS) == m.n+1 {
+					dns = float64(s.DecompressNS[k])
+				}
+				buf[o+1] = raw{float64(s.Compressed[k]), pre + cns, total - pre + dns}
+			} else {
+				inf := math.Inf(1)
+				buf[o+1] = raw{inf, inf, inf}
+			}
+		}
+	}
+}
+
+// secs converts raw quantities into the three resource times.
+func (m *model) secs(q raw) [3]float64 {
+	return [3]float64{q[0] * m.scale[0], q[1] * m.scale[1], q[2] * m.scale[2]}
+}
+
+// predictTotals builds a Prediction from raw totals.
+func (m *model) predict(tot raw, r Resources) Prediction {
+	pr := Prediction{
+		Bytes:             tot[0],
+		StorageCPUSeconds: tot[1] * 1e-9 / r.speed(),
+		ComputeCPUSeconds: tot[2] * 1e-9,
+		LinkSeconds:       tot[0] * m.scale[0],
+		StorageSeconds:    tot[1] * m.scale[1],
+		ComputeSeconds:    tot[2] * m.scale[2],
+		GPUSeconds:        m.gpu,
+	}
+	pr.Seconds, pr.Bottleneck = pr.LinkSeconds, Link
+	for _, c := range []struct {
+		s    float64
+		name string
+	}{{pr.StorageSeconds, StorageCPU}, {pr.ComputeSeconds, ComputeCPU}, {pr.GPUSeconds, GPU}} {
+		if c.s > pr.Seconds {
+			pr.Seconds, pr.Bottleneck = c.s, c.name
+		}
+	}
+	return pr
+}
+
+// Predict returns the predicted epoch of running sample i with split[i]
+// (clamped to [0, n]) and, where compress is non-nil and the sample has
+// compression data, compressed when compress[i].
+func Predict(p *profiler.Profile, r Resources, split []int, compress []bool) Prediction {
+	m := newModel(p, r)
+	return m.predict(m.totals(m.choices(split, compress)), r)
+}
+
+// choices converts a split/compress pair into option indices.
+func (m *model) choices(split []int, compress []bool) []int32 {
+	ch := make([]int32, len(m.p.Samples))
+	for i := range ch {
+		k := 0
+		if i < len(split) {
+			k = min(max(split[i], 0), m.n)
+		}
+		c := compress != nil && i < len(compress) && compress[i] &&
+			len(m.p.Samples[i].Compressed) == m.n+1
+		ch[i] = int32(m.option(k, c))
+	}
+	return ch
+}
+
+// totals sums the raw quantities of the chosen options.
+func (m *model) totals(ch []int32) raw {
+	buf := make([]raw, m.nopt())
+	var tot raw
+	for i := range m.p.Samples {
+		m.options(&m.p.Samples[i], buf)
+		q := buf[ch[i]]
+		tot[0] += q[0]
+		tot[1] += q[1]
+		tot[2] += q[2]
+	}
+	return tot
+}
+
+// plan turns option indices into a Plan.
+func (m *model) plan(name string, ch []int32, r Resources) Plan {
+	pl := Plan{Policy: name, Split: make([]int, len(ch))}
+	for i, o := range ch {
+		pl.Split[i] = int(o) / m.stride
+		if m.stride == 2 && o%2 == 1 {
+			if pl.Compress == nil {
+				pl.Compress = make([]bool, len(ch))
+			}
+			pl.Compress[i] = true
+		}
+	}
+	pl.Pred = m.predict(m.totals(ch), r)
+	return pl
+}
