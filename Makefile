@@ -13,9 +13,9 @@ help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build every binary into bin/: storage-agent, compute-agent, testbed (cgo, libjpeg-turbo)
+build: ## Build every binary into bin/: storage-agent, compute-agent, testbed, policy (cgo, libjpeg-turbo)
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./storage-agent ./compute-agent ./testbed/cmd/...
+	$(GO) build -o $(BIN)/ ./storage-agent ./compute-agent ./testbed/cmd/... ./policy/cmd/...
 
 .PHONY: test
 test: lint proto-check ## Lint, check generated code, build without cgo, run all tests and short fuzz runs

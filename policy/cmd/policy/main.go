@@ -1,0 +1,118 @@
+// Command policy explains what each offloading policy would do with a
+// profile: predicted epoch time, bytes on the link, storage and compute CPU,
+// the bottleneck, and the lower bound no plan can beat.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/sophon-dl/sophon/policy"
+	"github.com/sophon-dl/sophon/policy/policytest"
+	"github.com/sophon-dl/sophon/profiler"
+)
+
+const usage = `policy: compare offloading policies on a profile.
+
+Usage:
+  policy explain (--profile FILE | --synthetic KIND:N) [resources]
+
+A profile FILE is what the compute agent's stage 2 saves (--profile); a
+synthetic profile is generated: KIND is openimages-like or imagenet-like,
+N the number of samples. Resources say what the link and the CPUs can do;
+a zero leaves that resource unlimited.
+
+Example:
+  policy explain --synthetic openimages-like:20000 --link-mbit 430 \
+    --storage-cores 32 --compute-cores 8 --gpu-rate 1150
+
+Flags:
+`
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, out, errOut io.Writer) int {
+	if len(args) == 0 || args[0] != "explain" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			fmt.Fprint(out, usage)
+			newFlags(io.Discard, &options{}).SetOutput(out)
+			return 0
+		}
+		fmt.Fprint(errOut, usage)
+		return 2
+	}
+	var o options
+	fs := newFlags(errOut, &o)
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	p, err := o.profile()
+	if err != nil {
+		fmt.Fprintln(errOut, "policy:", err)
+		return 2
+	}
+	r := policy.Resources{
+		LinkBytesPerSec:  o.linkMbit * 1e6 / 8,
+		StorageCores:     o.storageCores,
+		ComputeCores:     o.computeCores,
+		GPUSamplesPerSec: o.gpuRate,
+		StorageSpeed:     o.storageSpeed,
+	}
+	fmt.Fprintf(out, "profile: %d samples, pipeline %s, %d ops\n", len(p.Samples), p.Pipeline, p.N())
+	fmt.Fprintf(out, "resources: link %.0f Mbit/s, storage %.2f cores (speed %.2fx), compute %.2f cores, GPU %.0f samples/s (0 = unlimited)\n\n",
+		o.linkMbit, o.storageCores, max(o.storageSpeed, 0), o.computeCores, o.gpuRate)
+	if err := policy.Explain(out, p, r); err != nil {
+		fmt.Fprintln(errOut, "policy:", err)
+		return 1
+	}
+	return 0
+}
+
+type options struct {
+	profilePath, synthetic                                      string
+	seed                                                        uint64
+	linkMbit, storageCores, computeCores, gpuRate, storageSpeed float64
+}
+
+func newFlags(errOut io.Writer, o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("policy explain", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	fs.StringVar(&o.profilePath, "profile", "", "profile `file` saved by the compute agent's stage 2")
+	fs.StringVar(&o.synthetic, "synthetic", "", "generate a profile instead: `KIND:N` (openimages-like or imagenet-like)")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic profile")
+	fs.Float64Var(&o.linkMbit, "link-mbit", 500, "link bandwidth from storage to compute, Mbit/s of payload")
+	fs.Float64Var(&o.storageCores, "storage-cores", 0, "storage cores for preprocessing (0 = unlimited)")
+	fs.Float64Var(&o.computeCores, "compute-cores", 0, "compute-node cores for preprocessing (0 = unlimited)")
+	fs.Float64Var(&o.gpuRate, "gpu-rate", 0, "samples/s the GPU consumes (0 = unlimited)")
+	fs.Float64Var(&o.storageSpeed, "storage-speed", 1, "storage CPU speed relative to the compute node's")
+	return fs
+}
+
+func (o *options) profile() (*profiler.Profile, error) {
+	switch {
+	case o.profilePath != "" && o.synthetic != "":
+		return nil, errors.New("give --profile or --synthetic, not both")
+	case o.profilePath != "":
+		return profiler.Load(o.profilePath, "", "")
+	case o.synthetic != "":
+		kind, n, ok := strings.Cut(o.synthetic, ":")
+		count, err := strconv.Atoi(n)
+		if !ok || err != nil || count < 1 {
+			return nil, fmt.Errorf("--synthetic %q: want KIND:N with N >= 1", o.synthetic)
+		}
+		if kind != "openimages-like" && kind != "imagenet-like" {
+			return nil, fmt.Errorf("--synthetic kind %q: want openimages-like or imagenet-like", kind)
+		}
+		return policytest.Synthetic(kind, count, o.seed), nil
+	}
+	return nil, errors.New("give --profile FILE or --synthetic KIND:N")
+}
