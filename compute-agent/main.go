@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -43,6 +44,19 @@ Example:
 
   compute-agent --storage 127.0.0.1:7070 --plan plan.json --on-error skip
 
+  compute-agent --storage a:7070,b:7070 --policy sophon --profile prof.zst \
+    --epochs 5 --report epochs.jsonl
+
+With --policy the agent plans the splits itself: stage 1 measures the link,
+storage CPU, compute CPU and GPU rates (--profile-budget each) and prints
+its decision; when the link is the bottleneck (or --force-profile) the
+first epoch runs No-Off and profiles every sample (stage 2), unless a valid
+--profile FILE exists, which is reused; the policy then plans each
+sample's split and compression for the later epochs. Each report line adds
+the policy, the predicted epoch time and the lower bound; a measured link
+rate or storage CPU off the plan's by more than --replan-threshold makes
+the agent re-plan for the next epoch.
+
 A --config FILE in YAML takes the same keys as the flags (pipeline: ...,
 epochs: 3, storage: [a:7070, b:7070], strict-order: true, ...); flags given
 on the command line override the file. A plan FILE is JSON:
@@ -54,59 +68,66 @@ Flags:
 
 // settings are the command line and config file keys.
 type settings struct {
-	Config          string   `yaml:"-"`
-	Storage         cli.List `yaml:"storage"`
-	Gossip          string   `yaml:"gossip"`
-	GossipAdvertise string   `yaml:"gossip-advertise"`
-	Join            cli.List `yaml:"join"`
-	GossipKey       string   `yaml:"gossip-key"`
-	Name            string   `yaml:"name"`
-	MinStorage      int      `yaml:"min-storage"`
-	Pipeline        string   `yaml:"pipeline"`
-	Plan            string   `yaml:"plan"`
-	Epochs          int      `yaml:"epochs"`
-	FirstEpoch      uint64   `yaml:"first-epoch"`
-	Seed            uint64   `yaml:"seed"`
-	Rank            int      `yaml:"rank"`
-	World           int      `yaml:"world"`
-	Window          int      `yaml:"window"`
-	WindowBytes     int64    `yaml:"window-bytes"`
-	Workers         int      `yaml:"workers"`
-	Queue           int      `yaml:"queue"`
-	Batch           int      `yaml:"batch"`
-	GPU             string   `yaml:"gpu"`
-	StrictOrder     bool     `yaml:"strict-order"`
-	FetchOnly       bool     `yaml:"fetch-only"`
-	GCPercent       int      `yaml:"gc-percent"`
-	OnError         string   `yaml:"on-error"`
-	Codec           string   `yaml:"codec"`
-	Retries         int      `yaml:"retries"`
-	Report          string   `yaml:"report"`
-	TLSCert         string   `yaml:"tls-cert"`
-	TLSKey          string   `yaml:"tls-key"`
-	TLSCA           string   `yaml:"tls-ca"`
-	LogLevel        string   `yaml:"log-level"`
-	LogFormat       string   `yaml:"log-format"`
+	Config          string        `yaml:"-"`
+	Storage         cli.List      `yaml:"storage"`
+	Gossip          string        `yaml:"gossip"`
+	GossipAdvertise string        `yaml:"gossip-advertise"`
+	Join            cli.List      `yaml:"join"`
+	GossipKey       string        `yaml:"gossip-key"`
+	Name            string        `yaml:"name"`
+	MinStorage      int           `yaml:"min-storage"`
+	Pipeline        string        `yaml:"pipeline"`
+	Plan            string        `yaml:"plan"`
+	Policy          string        `yaml:"policy"`
+	Profile         string        `yaml:"profile"`
+	ProfileBudget   time.Duration `yaml:"profile-budget"`
+	ForceProfile    bool          `yaml:"force-profile"`
+	ReplanThreshold float64       `yaml:"replan-threshold"`
+	Epochs          int           `yaml:"epochs"`
+	FirstEpoch      uint64        `yaml:"first-epoch"`
+	Seed            uint64        `yaml:"seed"`
+	Rank            int           `yaml:"rank"`
+	World           int           `yaml:"world"`
+	Window          int           `yaml:"window"`
+	WindowBytes     int64         `yaml:"window-bytes"`
+	Workers         int           `yaml:"workers"`
+	Queue           int           `yaml:"queue"`
+	Batch           int           `yaml:"batch"`
+	GPU             string        `yaml:"gpu"`
+	StrictOrder     bool          `yaml:"strict-order"`
+	FetchOnly       bool          `yaml:"fetch-only"`
+	GCPercent       int           `yaml:"gc-percent"`
+	OnError         string        `yaml:"on-error"`
+	Codec           string        `yaml:"codec"`
+	Retries         int           `yaml:"retries"`
+	Report          string        `yaml:"report"`
+	TLSCert         string        `yaml:"tls-cert"`
+	TLSKey          string        `yaml:"tls-key"`
+	TLSCA           string        `yaml:"tls-ca"`
+	LogLevel        string        `yaml:"log-level"`
+	LogFormat       string        `yaml:"log-format"`
 }
 
 func defaults() settings {
 	c := computeagent.DefaultConfig()
 	return settings{
-		Pipeline:    "imagenet-train",
-		Plan:        "nooff",
-		Epochs:      c.Epochs,
-		World:       c.World,
-		Window:      c.Window,
-		WindowBytes: c.WindowBytes,
-		Queue:       c.Queue,
-		Batch:       c.Batch,
-		GPU:         "sim:resnet50-v100",
-		OnError:     c.OnError,
-		Codec:       "none",
-		Retries:     c.Retries,
-		LogLevel:    "info",
-		LogFormat:   "auto",
-		GCPercent:   -1,
+		Pipeline:        "imagenet-train",
+		Plan:            "nooff",
+		Epochs:          c.Epochs,
+		World:           c.World,
+		Window:          c.Window,
+		WindowBytes:     c.WindowBytes,
+		Queue:           c.Queue,
+		Batch:           c.Batch,
+		GPU:             "sim:resnet50-v100",
+		OnError:         c.OnError,
+		Codec:           "none",
+		Retries:         c.Retries,
+		ProfileBudget:   computeagent.DefaultProfileBudget,
+		ReplanThreshold: computeagent.DefaultReplanThreshold,
+		LogLevel:        "info",
+		LogFormat:       "auto",
+		GCPercent:       -1,
 	}
 }
 
@@ -127,6 +148,12 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.MinStorage, "min-storage", s.MinStorage, "storage agents to wait for through gossip before each epoch (default 1)")
 	fs.StringVar(&s.Pipeline, "pipeline", s.Pipeline, "pipeline preset `name` ("+strings.Join(ops.PresetNames(), ", ")+") or spec FILE (YAML or JSON)")
 	fs.StringVar(&s.Plan, "plan", s.Plan, "split `plan`: nooff, alloff, resizeoff or a per-sample plan FILE (JSON)")
+	fs.StringVar(&s.Policy, "policy", s.Policy, "plan the splits with a `policy`: "+strings.Join(computeagent.Policies, ", ")+
+		"; measures the resources (stage 1), profiles the first epoch when the link is the bottleneck (stage 2) and runs later epochs with the plan; excludes a plan FILE")
+	fs.StringVar(&s.Profile, "profile", s.Profile, "stage 2 profile `file`: reused when valid for this dataset and pipeline (stage 2 skipped), else written")
+	fs.DurationVar(&s.ProfileBudget, "profile-budget", s.ProfileBudget, "time `limit` of each stage 1 measurement (link, compute CPU)")
+	fs.BoolVar(&s.ForceProfile, "force-profile", s.ForceProfile, "run stage 2 even when the link is not the bottleneck")
+	fs.Float64Var(&s.ReplanThreshold, "replan-threshold", s.ReplanThreshold, "relative drift of the measured link rate or storage CPU from the plan's `fraction` that triggers a re-plan")
 	fs.IntVar(&s.Epochs, "epochs", s.Epochs, "`epochs` to run")
 	fs.Uint64Var(&s.FirstEpoch, "first-epoch", s.FirstEpoch, "`number` of the first epoch (order and random draws depend on it)")
 	fs.Uint64Var(&s.Seed, "seed", s.Seed, "run `seed`: fixes the order and every random draw")
@@ -169,6 +196,9 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	if err != nil {
 		return c, err
 	}
+	if s.Policy != "" && s.Plan == "nooff" {
+		plan = nil // the default plan gives way to the policy
+	}
 	codec, err := ops.ParseCodec(s.Codec)
 	if err != nil {
 		return c, err
@@ -189,6 +219,12 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	c.Version = version
 	c.Pipeline = p
 	c.Plan = plan
+	c.Policy = s.Policy
+	c.ProfilePath = s.Profile
+	c.ProfileBudget = s.ProfileBudget
+	c.ForceProfile = s.ForceProfile
+	c.ReplanThreshold = s.ReplanThreshold
+	c.Out = os.Stdout
 	c.Epochs = s.Epochs
 	c.FirstEpoch = s.FirstEpoch
 	c.Seed = s.Seed

@@ -47,7 +47,8 @@ func TestBinaries(t *testing.T) {
 		}
 	}
 
-	if out, err := exec.Command(compute, "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "Example:") || !strings.Contains(string(out), "-strict-order") {
+	if out, err := exec.Command(compute, "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "Example:") || !strings.Contains(string(out), "-strict-order") ||
+		!strings.Contains(string(out), "-policy") || !strings.Contains(string(out), "-replan-threshold") {
 		t.Errorf("--help: %v\n%s", err, out)
 	}
 	for _, args := range [][]string{
@@ -55,6 +56,8 @@ func TestBinaries(t *testing.T) {
 		{"--storage", "127.0.0.1:1", "--plan", "sideways"},
 		{"--storage", "127.0.0.1:1", "--gpu", "tpu"},
 		{"--storage", "127.0.0.1:1", "--on-error", "shrug"},
+		{"--storage", "127.0.0.1:1", "--policy", "greedy"},
+		{"--storage", "127.0.0.1:1", "--policy", "sophon", "--fetch-only"},
 		{"--pipeline", "imagenet-train"},
 	} {
 		err := exec.Command(compute, args...).Run()
@@ -148,6 +151,43 @@ func TestBinaries(t *testing.T) {
 		}
 		if !strings.HasPrefix(r.Pipeline, "bin-test@") || r.Plan != plan || !strings.HasPrefix(r.GPU.Status, "nvml: ") {
 			t.Errorf("report %d: pipeline %q plan %q gpu %q", i, r.Pipeline, r.Plan, r.GPU.Status)
+		}
+	}
+
+	tlsArgs := []string{"--tls-cert", client.Cert, "--tls-key", client.Key, "--tls-ca", client.CA}
+	err = exec.Command(compute, append([]string{"--storage", addr, "--pipeline", spec, "--plan", plan, "--policy", "sophon"}, tlsArgs...)...).Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Errorf("--policy with --plan FILE: got %v, want exit status 2", err)
+	}
+	// A policy run: loopback is fast, so stage 2 is forced.
+	profile, preport := filepath.Join(dir, "profile.zst"), filepath.Join(dir, "policy.jsonl")
+	out, err = exec.Command(compute, append([]string{"--storage", addr, "--pipeline", spec, "--epochs", "2", "--batch", "5",
+		"--gpu", "sim:step=1ms", "--policy", "sophon", "--force-profile", "--profile", profile, "--profile-budget", "100ms",
+		"--replan-threshold", "0.5", "--report", preport, "--log-format", "json"}, tlsArgs...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("policy run: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "stage 1:") {
+		t.Errorf("policy run did not print stage 1's decision:\n%s", out)
+	}
+	if _, err := os.Stat(profile); err != nil {
+		t.Errorf("profile not saved: %v", err)
+	}
+	b, err := os.ReadFile(preport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d policy report lines, want 2", len(lines))
+	}
+	for i, line := range lines {
+		var r computeagent.EpochReport
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Policy != "sophon" || r.Samples != n || !(r.PredictedSeconds > 0) || (i == 0) != (r.Stage1 != nil) || (i == 1 && !(r.BoundSeconds > 0)) {
+			t.Errorf("policy report %d: %s", i, line)
 		}
 	}
 }

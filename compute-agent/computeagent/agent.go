@@ -20,6 +20,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -105,6 +106,9 @@ func (a *Agent) Run(ctx context.Context) ([]EpochReport, error) {
 		a.mu.Lock()
 		a.discovery = MembershipDiscovery{Node: node, Min: a.cfg.MinStorage}
 		a.mu.Unlock()
+	}
+	if a.cfg.Policy != "" {
+		return a.runPolicy(ctx)
 	}
 	var reports []EpochReport
 	for i := range a.cfg.Epochs {
@@ -231,7 +235,7 @@ func (a *Agent) storage(ctx context.Context) ([]*fetcher, *Catalog, error) {
 			a.log.Error().Err(err).Msg("storage agent refused")
 			continue
 		}
-		fs = append(fs, &fetcher{ep: ep, client: client})
+		fs = append(fs, &fetcher{ep: ep, client: client, cpus: info.GetCpus()})
 	}
 	if len(fs) == 0 {
 		errs = append(errs, fmt.Errorf("%d discovered", len(eps)))
@@ -240,18 +244,34 @@ func (a *Agent) storage(ctx context.Context) ([]*fetcher, *Catalog, error) {
 	return fs, a.Catalog(), nil
 }
 
-// RunEpoch runs one epoch and returns its report (also appended to
-// Config.ReportPath).
+// RunEpoch runs one epoch with Config.Plan and returns its report (also
+// appended to Config.ReportPath). It does not consult Config.Policy.
 func (a *Agent) RunEpoch(ctx context.Context, num uint64) (EpochReport, error) {
+	return a.runEpoch(ctx, num, epochOpts{plan: a.cfg.Plan})
+}
+
+// epochOpts are what a policy run changes about one epoch.
+type epochOpts struct {
+	plan Plan
+	// rec, when set, records stage 2's profile of every sample fetched
+	// raw.
+	rec *profiler.Recorder
+	// annotate, when set, completes a successful epoch's report before it
+	// is logged and written.
+	annotate func(*EpochReport, *epochRun) error
+}
+
+func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (EpochReport, error) {
 	cfg := &a.cfg
 	fs, cat, err := a.storage(ctx)
 	if err != nil {
 		return EpochReport{}, err
 	}
+	plan := opts.plan
 	order := Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)
 	split := make([]int, len(order))
 	for i, s := range order {
-		if split[i], err = splitOf(cfg.Plan, s, cfg.Pipeline.Len()); err != nil {
+		if split[i], err = splitOf(plan, s, cfg.Pipeline.Len()); err != nil {
 			return EpochReport{}, err
 		}
 	}
@@ -260,7 +280,7 @@ func (a *Agent) RunEpoch(ctx context.Context, num uint64) (EpochReport, error) {
 		gate = cfg.Window * len(fs)
 	}
 	e := &epochRun{
-		a: a, cfg: cfg, num: num, cat: cat, order: order, split: split,
+		a: a, cfg: cfg, num: num, cat: cat, order: order, split: split, plan: plan, rec: opts.rec,
 		log:     a.log.With().Uint64("epoch", num).Logger(),
 		sched:   newSchedule(len(order), gate, len(fs)),
 		work:    make(chan work),
@@ -268,7 +288,7 @@ func (a *Agent) RunEpoch(ctx context.Context, num uint64) (EpochReport, error) {
 		batches: make(chan *Batch),
 		bySplit: splitCounter{},
 	}
-	a.log.Info().Uint64("epoch", num).Int("shard", len(order)).Int("storage", len(fs)).Str("plan", cfg.Plan.Name()).Msg("epoch start")
+	a.log.Info().Uint64("epoch", num).Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.Name()).Msg("epoch start")
 	names := make([]string, len(fs))
 	for i, f := range fs {
 		f.e = e
@@ -287,27 +307,28 @@ func (a *Agent) RunEpoch(ctx context.Context, num uint64) (EpochReport, error) {
 	wg.Wait()
 
 	r := EpochReport{
-		Epoch:             num,
-		Seconds:           elapsed.Seconds(),
-		Pipeline:          a.pipeID,
-		Plan:              cfg.Plan.Name(),
-		StrictOrder:       cfg.StrictOrder,
-		FetchOnly:         cfg.FetchOnly,
-		Storage:           names,
-		Shard:             len(order),
-		Samples:           e.samples,
-		Batches:           e.nbatch,
-		SamplesFailed:     len(e.failed),
-		Failed:            e.failed,
-		BytesReceived:     e.bytesReceived.Load(),
-		BySplit:           e.bySplit.list(),
-		GPUIdleSeconds:    e.idle.Seconds(),
-		ComputeCPUSeconds: float64(e.computeNS.Load()) / 1e9,
-		StorageCPUSeconds: float64(e.storageNS.Load()) / 1e9,
-		Retried:           int(e.retried.Load()),
-		StreamFailures:    int(e.streamFailures.Load()),
-		Duplicates:        int(e.duplicates.Load()),
-		GPU:               gpu,
+		Epoch:                    num,
+		Seconds:                  elapsed.Seconds(),
+		Pipeline:                 a.pipeID,
+		Plan:                     plan.Name(),
+		StrictOrder:              cfg.StrictOrder,
+		FetchOnly:                cfg.FetchOnly,
+		Storage:                  names,
+		Shard:                    len(order),
+		Samples:                  e.samples,
+		Batches:                  e.nbatch,
+		SamplesFailed:            len(e.failed),
+		Failed:                   e.failed,
+		BytesReceived:            e.bytesReceived.Load(),
+		BySplit:                  e.bySplit.list(),
+		GPUIdleSeconds:           e.idle.Seconds(),
+		ComputeCPUSeconds:        float64(e.computeNS.Load()) / 1e9,
+		StorageCPUSeconds:        float64(e.storageNS.Load()) / 1e9,
+		OffloadStorageCPUSeconds: float64(e.storageOffNS.Load()) / 1e9,
+		Retried:                  int(e.retried.Load()),
+		StreamFailures:           int(e.streamFailures.Load()),
+		Duplicates:               int(e.duplicates.Load()),
+		GPU:                      gpu,
 	}
 	if r.Failed == nil {
 		r.Failed = []SampleFailure{}
@@ -321,6 +342,11 @@ func (a *Agent) RunEpoch(ctx context.Context, num uint64) (EpochReport, error) {
 	}
 	if r.Samples+r.SamplesFailed != r.Shard {
 		return r, fmt.Errorf("computeagent: epoch %d: delivered %d and failed %d of %d samples", num, r.Samples, r.SamplesFailed, r.Shard)
+	}
+	if opts.annotate != nil {
+		if err := opts.annotate(&r, e); err != nil {
+			return r, err
+		}
 	}
 	a.log.Info().Uint64("epoch", num).Float64("seconds", r.Seconds).Int("samples", r.Samples).
 		Int("failed", r.SamplesFailed).Int64("bytes", r.BytesReceived).Float64("gpu_idle", r.GPUIdleFraction).Msg("epoch done")

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
@@ -23,6 +27,9 @@ const (
 	DefaultBatch       = 128
 	DefaultEpochs      = 1
 	DefaultRetries     = 5
+
+	DefaultProfileBudget   = 2 * time.Second
+	DefaultReplanThreshold = 0.2
 )
 
 // OnError policies: what a bad sample does to the epoch.
@@ -68,6 +75,34 @@ type Config struct {
 	Pipeline *ops.Pipeline
 	// Plan maps each sample to its split k. Nil means NoOff (k = 0).
 	Plan Plan
+
+	// Policy, when set, plans the splits itself (see planner.go): one of
+	// nooff, alloff, resizeoff, fastflow, sophon or optimal. Run then
+	// measures the resources first (stage 1), profiles every sample in the
+	// first epoch under No-Off when the link is the bottleneck (stage 2),
+	// plans with the policy and runs the later epochs with the plan, each
+	// request's codec chosen by the plan (zstd or none; Codec is ignored).
+	// Empty means Plan decides. With a Policy, a static Plan (nooff, alloff,
+	// resizeoff) is ignored and a plan file is refused; Policy and
+	// FetchOnly are mutually exclusive.
+	Policy string
+	// ProfilePath is where the stage 2 profile is kept: a valid profile
+	// there for this dataset and pipeline is reused (stage 2 is skipped),
+	// and a new one is saved there. Empty means none is read or written.
+	ProfilePath string
+	// ProfileBudget bounds each stage 1 measurement (link, compute CPU).
+	// Zero means 2 s.
+	ProfileBudget time.Duration
+	// ForceProfile runs stage 2 even when stage 1 finds that the link does
+	// not bound the epoch.
+	ForceProfile bool
+	// ReplanThreshold is the relative drift of a measured rate (link
+	// bytes/s, storage CPU per offloaded sample) from the plan's assumption
+	// that makes the agent re-plan for the next epoch. Zero means 0.2.
+	ReplanThreshold float64
+	// Out receives the human-readable stage 1 decision. Nil means it is
+	// only logged.
+	Out io.Writer
 
 	// Epochs is how many epochs Run runs. Zero means 1.
 	Epochs int
@@ -192,6 +227,26 @@ func (c Config) withDefaults() (Config, error) {
 	n := c.Pipeline.Len()
 	if c.Pipeline.KindAt(n) != ops.KindTensor {
 		return c, configErr("pipeline %s ends in %s, want tensor", c.Pipeline.ID(), c.Pipeline.KindAt(n))
+	}
+	if c.Policy != "" {
+		if !slices.Contains(Policies, c.Policy) {
+			return c, configErr("policy %q: want one of %s", c.Policy, strings.Join(Policies, ", "))
+		}
+		if _, static := c.Plan.(staticPlan); c.Plan != nil && !static {
+			return c, configErr("policy %s and plan %s: give one or the other", c.Policy, c.Plan.Name())
+		}
+		if c.FetchOnly {
+			return c, configErr("policy %s needs training epochs, not fetch-only", c.Policy)
+		}
+	}
+	if c.ProfileBudget == 0 {
+		c.ProfileBudget = DefaultProfileBudget
+	}
+	if c.ReplanThreshold == 0 {
+		c.ReplanThreshold = DefaultReplanThreshold
+	}
+	if c.ProfileBudget < 0 || !(c.ReplanThreshold > 0) {
+		return c, configErr("profile budget %v and replan threshold %v must be positive", c.ProfileBudget, c.ReplanThreshold)
 	}
 	if c.Plan == nil {
 		c.Plan = NoOff()

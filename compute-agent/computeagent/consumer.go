@@ -102,3 +102,16 @@ func (s *Sim) String() string {
 	}
 	return fmt.Sprintf("%s (%v per batch)", s.Name, s.Step)
 }
+
+// Rate is the samples per second the sim consumes at batch size batch:
+// 1/PerSample, or batch/Step; zero (unknown, so unlimited) when neither is
+// set.
+func (s *Sim) Rate(batch int) float64 {
+	switch {
+	case s.PerSample > 0:
+		return float64(time.Second) / float64(s.PerSample)
+	case s.Step > 0 && batch > 0:
+		return float64(batch) / s.Step.Seconds()
+	}
+	return 0
+}

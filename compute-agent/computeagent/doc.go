@@ -39,6 +39,13 @@
 //     queue stops the workers, which stop taking responses, which leaves
 //     the windows full, so no new requests go out.
 //
+// With Config.Policy the agent plans the splits itself (planner.go): stage
+// 1 measures the link, storage CPU, compute CPU and consumer rates
+// (stage1.go); stage 2 profiles every sample during the first, No-Off,
+// epoch when the link is the bottleneck, or reuses a saved profile; the
+// policy's plan then runs the later epochs, and a measured rate that
+// drifts from the plan's assumptions triggers a re-plan.
+//
 // Bad samples (a per-sample error from the storage agent, or a failure
 // decoding the wire form or running ops[k:n] here) are recorded in the
 // epoch's report; OnError chooses between failing the epoch and skipping

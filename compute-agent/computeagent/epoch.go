@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/profiler"
 )
 
 // ErrSample is wrapped by the error of an epoch failed by a bad sample
@@ -37,6 +38,8 @@ type epochRun struct {
 	cat   *Catalog
 	order []uint64 // position -> sample
 	split []int    // position -> k
+	plan  Plan
+	rec   *profiler.Recorder // stage 2; nil when not profiling
 	sched *schedule
 
 	work    chan work
@@ -45,6 +48,7 @@ type epochRun struct {
 
 	bytesReceived  atomic.Int64
 	storageNS      atomic.Int64
+	storageOffNS   atomic.Int64 // storageNS of the samples with k > 0
 	computeNS      atomic.Int64
 	retried        atomic.Int64
 	streamFailures atomic.Int64
@@ -165,12 +169,22 @@ func (e *epochRun) worker(ctx context.Context) error {
 // both on the thread's CPU clock, and fills it with the tensor.
 func (e *epochRun) finish(data []byte, lim ops.WireLimits, it *item) *SampleFailure {
 	p := e.cfg.Pipeline
+	key := ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: it.sample}
 	t0 := threadCPU()
-	v, err := ops.DecodeWire(data, lim)
+	in, err := ops.DecodeWire(data, lim)
+	var v ops.Value
 	if err == nil {
-		v, err = p.Run(ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: it.sample}, v, it.split, p.Len())
+		v, err = p.Run(key, in, it.split, p.Len())
 	}
 	e.computeNS.Add(int64(threadCPU() - t0))
+	if raw, ok := in.(ops.Encoded); ok && err == nil && e.rec != nil {
+		// Stage 2 runs the pipeline again, op by op, on the raw bytes; the
+		// delivered tensor is still p.Run's, and the record's CPU time is
+		// not charged to the epoch's compute CPU.
+		if rerr := e.rec.Record(it.sample, raw, key); rerr != nil {
+			e.log.Debug().Err(rerr).Uint64("sample", it.sample).Msg("sample not profiled")
+		}
+	}
 	if err == nil {
 		t, ok := v.(*ops.Tensor)
 		if !ok {

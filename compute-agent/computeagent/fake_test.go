@@ -86,6 +86,11 @@ type fakeStorage struct {
 	// deadlines answers the first n requests for each listed sample with
 	// ERROR_KIND_DEADLINE.
 	deadlines map[uint64]int
+	// linkBPS, when set, throttles each stream's responses to that many
+	// bytes per second, by the request's epoch (a shaped link).
+	linkBPS func(epoch uint64) float64
+	// cpus is announced by Info. Zero means 1.
+	cpus float64
 
 	responses atomic.Int64
 	requests  atomic.Int64
@@ -103,7 +108,7 @@ func newFake(t testing.TB, name string) *fakeStorage {
 }
 
 func (s *fakeStorage) Info(context.Context, *dataplanepb.InfoRequest) (*dataplanepb.InfoResponse, error) {
-	return &dataplanepb.InfoResponse{Node: s.name, Version: "test", Fingerprint: s.fingerprint, Cpus: 1, Samples: uint64(len(s.data))}, nil
+	return &dataplanepb.InfoResponse{Node: s.name, Version: "test", Fingerprint: s.fingerprint, Cpus: max(s.cpus, 1), Samples: uint64(len(s.data))}, nil
 }
 
 func (s *fakeStorage) Catalog(req *dataplanepb.CatalogRequest, stream dataplanepb.Storage_CatalogServer) error {
@@ -194,6 +199,14 @@ loop:
 			if fail {
 				cancel(status.Errorf(codes.Unavailable, "fake: injected failure at response %d", n))
 				return
+			}
+			if s.linkBPS != nil {
+				d := time.Duration(float64(len(resp.GetData())) / s.linkBPS(req.GetEpoch()) * float64(time.Second))
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					return
+				}
 			}
 			if err := stream.Send(resp); err != nil {
 				cancel(err)

@@ -25,6 +25,7 @@ type fetcher struct {
 	e      *epochRun
 	ep     Endpoint
 	client dataplanepb.StorageClient
+	cpus   float64 // the storage agent's cores (InfoResponse.cpus)
 	w      window
 }
 
@@ -106,7 +107,7 @@ func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 			Seed:       e.cfg.Seed,
 			Split:      uint32(r.split),
 			PipelineId: e.a.pipeID,
-			Codec:      dataplanepb.Codec(e.cfg.Codec),
+			Codec:      dataplanepb.Codec(e.codec(r.sample)),
 		}
 		if first {
 			req.PipelineSpec = e.a.pipeSpec
@@ -163,6 +164,9 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 		}
 		e.bytesReceived.Add(int64(len(resp.GetData())))
 		e.storageNS.Add(int64(resp.GetStorageCpuNs()))
+		if r.split > 0 {
+			e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
+		}
 		select {
 		case e.work <- work{f: f, r: r, resp: resp}:
 		case <-epochCtx.Done():

@@ -36,6 +36,26 @@ import (
 //	duplicates           int      responses dropped as duplicates (should stay 0)
 //	gpu                  {status, devices, samples, mean_util_pct}  NVML's view; status is
 //	                              "nvml: ok" or "nvml: unavailable: <reason>"
+//
+// A policy run (Config.Policy) adds:
+//
+//	policy               string   the policy (nooff, alloff, resizeoff, fastflow, sophon, optimal)
+//	predicted_seconds    float    the predicted epoch time: the plan's Prediction.Seconds, or stage
+//	                              1's No-Off prediction for an epoch run before a profile exists
+//	bound_seconds        float    policy.Bound: the lower bound on any plan's epoch time for the
+//	                              profile and resources (omitted while there is no profile)
+//	offload_storage_cpu_seconds float  storage_cpu_seconds of the samples fetched at k > 0
+//	profiled             bool     stage 2 recorded this epoch's samples (omitted when false)
+//	replanned            bool     this epoch's measured link rate or storage CPU drifted from the
+//	                              plan's assumptions past Config.ReplanThreshold, so the next
+//	                              epoch runs a new plan (omitted when false)
+//	stage1               {link_bytes_per_sec, compute_samples_per_sec, storage_samples_per_sec,
+//	                      gpu_samples_per_sec, storage_speed, predicted_nooff_seconds,
+//	                      bottleneck, stage2, forced, reason, profile}
+//	                              first epoch only: stage 1's rates and decision; storage_speed is
+//	                              the storage CPU's speed relative to this node's (0: unmeasured,
+//	                              taken as 1); profile is none, recorded (stage 2 ran in this
+//	                              epoch) or loaded (a saved profile was reused)
 type EpochReport struct {
 	Epoch             uint64          `json:"epoch"`
 	Seconds           float64         `json:"seconds"`
@@ -59,6 +79,14 @@ type EpochReport struct {
 	StreamFailures    int             `json:"stream_failures"`
 	Duplicates        int             `json:"duplicates"`
 	GPU               GPUStats        `json:"gpu"`
+
+	Policy                   string         `json:"policy,omitempty"`
+	PredictedSeconds         float64        `json:"predicted_seconds,omitempty"`
+	BoundSeconds             float64        `json:"bound_seconds,omitempty"`
+	OffloadStorageCPUSeconds float64        `json:"offload_storage_cpu_seconds,omitempty"`
+	Profiled                 bool           `json:"profiled,omitempty"`
+	Replanned                bool           `json:"replanned,omitempty"`
+	Stage1                   *Stage1Summary `json:"stage1,omitempty"`
 }
 
 // SampleFailure is one bad sample.

@@ -1,0 +1,363 @@
+package computeagent
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strings"
+
+	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/policy"
+	"github.com/sophon-dl/sophon/profiler"
+)
+
+// A policy run (Config.Policy):
+//
+//  1. Stage 1, before the first epoch: measure the link, storage CPU,
+//     compute CPU and consumer rates (stage1.go) and decide, with
+//     profiler.Stage1, whether the link bounds a No-Off epoch. The
+//     decision is printed to Config.Out, logged and carried by the first
+//     epoch's report.
+//  2. Stage 2: a valid profile at Config.ProfilePath (same dataset
+//     fingerprint and pipeline) is reused; otherwise, when stage 1 says so
+//     (or Config.ForceProfile), the first epoch runs No-Off and its
+//     finishing workers record every sample with a profiler.Recorder; the
+//     profile is saved to Config.ProfilePath. When stage 1 finds another
+//     bottleneck and no profile exists, every epoch runs No-Off, which
+//     offloading could not beat.
+//  3. Plan: the policy turns the profile of this agent's shard and the
+//     measured policy.Resources into a per-sample split and codec; samples
+//     missing from the profile (failed, or not in a reused profile) get
+//     k = 0. Later epochs run the plan.
+//  4. Drift: after each planned epoch the measured link rate (bytes
+//     received / epoch seconds) and the storage CPU of the offloaded
+//     samples are compared with the plan's assumptions; when either is off
+//     by more than Config.ReplanThreshold the Resources are updated and the
+//     next epoch runs a new plan. The link rate only bounds the link from
+//     below, so a lower rate counts as drift only when the plan predicted
+//     the link to bound the epoch, or the epoch ran slower than predicted
+//     while the storage CPU matched its assumption.
+
+// Policies are the names Config.Policy accepts.
+var Policies = []string{
+	policy.NameNoOff, policy.NameAllOff, policy.NameResizeOff,
+	policy.NameFastFlow, policy.NameSOPHON, policy.NameOptimal,
+}
+
+// Stage1Summary.Profile values.
+const (
+	// ProfileNone: no profile; every epoch runs No-Off.
+	ProfileNone = "none"
+	// ProfileRecorded: stage 2 recorded the profile in the first epoch.
+	ProfileRecorded = "recorded"
+	// ProfileLoaded: a saved profile was reused; stage 2 did not run.
+	ProfileLoaded = "loaded"
+)
+
+// Stage1Summary is stage 1's decision in the first epoch's report of a
+// policy run.
+type Stage1Summary struct {
+	LinkBytesPerSec       float64 `json:"link_bytes_per_sec"`
+	ComputeSamplesPerSec  float64 `json:"compute_samples_per_sec"`
+	StorageSamplesPerSec  float64 `json:"storage_samples_per_sec"`
+	GPUSamplesPerSec      float64 `json:"gpu_samples_per_sec"`
+	StorageSpeed          float64 `json:"storage_speed"`
+	PredictedNoOffSeconds float64 `json:"predicted_nooff_seconds"`
+	Bottleneck            string  `json:"bottleneck"`
+	Stage2                bool    `json:"stage2"`
+	Forced                bool    `json:"forced,omitempty"`
+	Reason                string  `json:"reason"`
+	Profile               string  `json:"profile"`
+}
+
+// planner holds a policy run's state between epochs.
+type planner struct {
+	a     *Agent
+	name  string
+	res   policy.Resources
+	prof  *profiler.Profile // this shard's samples; nil until known
+	plan  policy.Plan       // valid when prof is set
+	bound float64
+	agent Plan // plan as the agent runs it
+}
+
+// replan plans with the current profile and resources.
+func (pl *planner) replan() error {
+	p, r := pl.prof, pl.res
+	switch pl.name {
+	case policy.NameNoOff:
+		pl.plan = policy.NoOff(p, r)
+	case policy.NameAllOff:
+		pl.plan = policy.AllOff(p, r)
+	case policy.NameResizeOff:
+		k := policy.ResizeSplit(p.Ops)
+		if k < 0 {
+			return configErr("resizeoff: pipeline %s has no crop op", p.Pipeline)
+		}
+		pl.plan = policy.ResizeOff(p, r, k)
+	case policy.NameFastFlow:
+		pl.plan = policy.FastFlow(p, r)
+	case policy.NameSOPHON:
+		pl.plan = policy.SOPHON(p, r)
+	case policy.NameOptimal:
+		pl.plan = policy.Optimal(p, r)
+	default:
+		return configErr("unknown policy %q", pl.name)
+	}
+	pl.bound = policy.Bound(p, r)
+	pl.agent = newPolicyPlan(pl.plan, p)
+	pr := pl.plan.Pred
+	pl.a.log.Info().Str("policy", pl.name).Float64("predicted_seconds", pr.Seconds).Float64("bound_seconds", pl.bound).
+		Str("bottleneck", pr.Bottleneck).Float64("bytes", pr.Bytes).Float64("storage_cpu_seconds", pr.StorageCPUSeconds).
+		Float64("link_bytes_per_sec", r.LinkBytesPerSec).Float64("storage_speed", r.StorageSpeed).Msg("planned")
+	return nil
+}
+
+// drift compares an epoch run with plan ran against the plan's
+// assumptions, updates the resources where they drifted past the
+// threshold, and reports whether it did (the next epoch then runs a new
+// plan).
+func (pl *planner) drift(r *EpochReport, e *epochRun, ran policy.Plan) bool {
+	thr := pl.a.cfg.ReplanThreshold
+	res := pl.res
+	var why []string
+	storageOK := true
+	if pred, got := ran.Pred.StorageCPUSeconds, float64(e.storageOffNS.Load())/1e9; pred > 0 && got > 0 {
+		ratio := got / pred
+		if ratio > 1+thr || ratio < 1-thr {
+			speed := res.StorageSpeed
+			if speed <= 0 {
+				speed = 1
+			}
+			res.StorageSpeed = speed / ratio
+			storageOK = false
+			why = append(why, fmt.Sprintf("storage cpu %.3fs, planned %.3fs", got, pred))
+		}
+	}
+	if r.Seconds > 0 && r.BytesReceived > 0 && res.LinkBytesPerSec > 0 {
+		got := float64(r.BytesReceived) / r.Seconds
+		ratio := got / res.LinkBytesPerSec
+		slow := r.Seconds > ran.Pred.Seconds*(1+thr) && storageOK
+		if ratio > 1+thr || (ratio < 1-thr && (ran.Pred.Bottleneck == policy.Link || slow)) {
+			why = append(why, fmt.Sprintf("link %.0f B/s, planned %.0f B/s", got, res.LinkBytesPerSec))
+			res.LinkBytesPerSec = got
+		}
+	}
+	if len(why) == 0 {
+		return false
+	}
+	pl.a.log.Info().Uint64("epoch", r.Epoch).Str("drift", strings.Join(why, "; ")).Msg("rates drifted: re-planning")
+	pl.res = res
+	return true
+}
+
+// adopt turns stage 2's records into the run's profile, saves it and
+// plans. A shard with no sample recorded keeps running No-Off.
+func (pl *planner) adopt(rec *profiler.Recorder, shard int) error {
+	a := pl.a
+	prof := rec.Profile()
+	a.log.Info().Int("recorded", len(prof.Samples)).Int("missing", shard-len(prof.Samples)).Msg("stage 2: profile recorded")
+	if len(prof.Samples) == 0 {
+		a.log.Warn().Msg("stage 2: no sample recorded; staying with No-Off")
+		return nil
+	}
+	if path := a.cfg.ProfilePath; path != "" {
+		if err := profiler.Save(path, prof); err != nil {
+			a.log.Warn().Err(err).Str("path", path).Msg("stage 2: profile not saved")
+		} else {
+			a.log.Info().Str("path", path).Msg("stage 2: profile saved")
+		}
+	}
+	pl.prof = prof
+	return pl.replan()
+}
+
+// loadProfile returns the saved profile's samples of this shard, or nil
+// when there is no valid profile for this dataset and pipeline at
+// Config.ProfilePath or it holds none of this shard's samples.
+func (a *Agent) loadProfile(cat *Catalog) *profiler.Profile {
+	path := a.cfg.ProfilePath
+	if path == "" {
+		return nil
+	}
+	p, err := profiler.Load(path, cat.Fingerprint, a.pipeID)
+	if err != nil {
+		ev := a.log.Warn()
+		if errors.Is(err, fs.ErrNotExist) {
+			ev = a.log.Info()
+		}
+		ev.Err(err).Str("path", path).Msg("no saved profile to reuse: stage 2 decides")
+		return nil
+	}
+	out := *p
+	out.Samples = nil
+	w, r := uint64(a.cfg.World), uint64(a.cfg.Rank)
+	for _, s := range p.Samples {
+		if s.ID < cat.Total && s.ID%w == r {
+			out.Samples = append(out.Samples, s)
+		}
+	}
+	if len(out.Samples) == 0 {
+		a.log.Warn().Str("path", path).Msg("saved profile holds none of this shard's samples: stage 2 decides")
+		return nil
+	}
+	a.log.Info().Str("path", path).Int("samples", len(out.Samples)).Msg("saved profile reused: stage 2 skipped")
+	return &out
+}
+
+// runPolicy is Run under Config.Policy (see the top of this file).
+func (a *Agent) runPolicy(ctx context.Context) ([]EpochReport, error) {
+	cfg := &a.cfg
+	fs, cat, err := a.storage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	shard := Order(cfg.Seed, cfg.FirstEpoch, cfg.Rank, cfg.World, cat.Total)
+	st, err := a.stage1(ctx, fs, cat, shard)
+	if err != nil {
+		return nil, err
+	}
+	d := st.decision
+	a.log.Info().Str("policy", cfg.Policy).Str("bottleneck", d.Bottleneck).
+		Float64("predicted_nooff_seconds", d.PredictedNoOffSeconds).Bool("stage2", d.RunStage2).
+		Float64("link_bytes_per_sec", d.Rates.LinkBytesPerSec).Float64("compute_samples_per_sec", d.Rates.ComputeSamplesPerSec).
+		Float64("storage_samples_per_sec", d.Rates.StorageSamplesPerSec).Float64("gpu_samples_per_sec", d.Rates.GPUSamplesPerSec).
+		Float64("storage_speed", st.res.StorageSpeed).Msg(d.String())
+	if cfg.Out != nil {
+		fmt.Fprintln(cfg.Out, d.String())
+	}
+	pl := &planner{a: a, name: cfg.Policy, res: st.res}
+	summary := st.summary()
+	if prof := a.loadProfile(cat); prof != nil {
+		pl.prof = prof
+		summary.Profile = ProfileLoaded
+		if err := pl.replan(); err != nil {
+			return nil, err
+		}
+	}
+	var reports []EpochReport
+	for i := range cfg.Epochs {
+		opts := epochOpts{plan: NoOff()}
+		predicted, bound := d.PredictedNoOffSeconds, 0.0
+		ran := pl.prof != nil
+		var planRan policy.Plan
+		if ran {
+			opts.plan, planRan = pl.agent, pl.plan
+			predicted, bound = pl.plan.Pred.Seconds, pl.bound
+		} else if d.RunStage2 {
+			opts.rec = profiler.NewRecorder(cfg.Pipeline, cat.Fingerprint, int(cat.Total))
+			summary.Profile = ProfileRecorded
+		}
+		var sum *Stage1Summary
+		if i == 0 {
+			s := summary
+			sum = &s
+		}
+		opts.annotate = func(r *EpochReport, e *epochRun) error {
+			r.Policy, r.PredictedSeconds, r.BoundSeconds, r.Stage1 = cfg.Policy, predicted, bound, sum
+			switch {
+			case opts.rec != nil:
+				r.Profiled = true
+				if err := pl.adopt(opts.rec, len(shard)); err != nil {
+					return err
+				}
+				if pl.prof != nil {
+					r.BoundSeconds = pl.bound
+				}
+			case ran:
+				if pl.drift(r, e, planRan) {
+					r.Replanned = true
+					return pl.replan()
+				}
+			}
+			return nil
+		}
+		r, err := a.runEpoch(ctx, cfg.FirstEpoch+uint64(i), opts)
+		if err != nil {
+			return reports, err
+		}
+		reports = append(reports, r)
+	}
+	return reports, nil
+}
+
+// policyPlan is a policy.Plan as the agent runs it: per sample of the
+// profile its split and codec, by sample id; other samples get k = 0.
+type policyPlan struct {
+	name  string
+	ids   []uint64 // sorted
+	split []int32
+	zstd  []bool // nil: none compressed
+}
+
+func newPolicyPlan(pl policy.Plan, p *profiler.Profile) *policyPlan {
+	out := &policyPlan{name: pl.Policy, ids: make([]uint64, len(p.Samples)), split: make([]int32, len(p.Samples))}
+	for i := range p.Samples {
+		out.ids[i] = p.Samples[i].ID
+		if i < len(pl.Split) {
+			out.split[i] = int32(pl.Split[i])
+		}
+	}
+	if pl.Compress != nil {
+		out.zstd = make([]bool, len(p.Samples))
+		copy(out.zstd, pl.Compress)
+	}
+	if !slices.IsSorted(out.ids) {
+		idx := make([]int, len(out.ids))
+		for i := range idx {
+			idx[i] = i
+		}
+		slices.SortFunc(idx, func(x, y int) int { return cmp.Compare(out.ids[x], out.ids[y]) })
+		ids, split := make([]uint64, len(idx)), make([]int32, len(idx))
+		var zstd []bool
+		if out.zstd != nil {
+			zstd = make([]bool, len(idx))
+		}
+		for j, i := range idx {
+			ids[j], split[j] = out.ids[i], out.split[i]
+			if zstd != nil {
+				zstd[j] = out.zstd[i]
+			}
+		}
+		out.ids, out.split, out.zstd = ids, split, zstd
+	}
+	return out
+}
+
+// Name implements [Plan].
+func (p *policyPlan) Name() string { return p.name }
+
+// Split implements [Plan].
+func (p *policyPlan) Split(sample uint64) int {
+	if i, ok := slices.BinarySearch(p.ids, sample); ok {
+		return int(p.split[i])
+	}
+	return 0
+}
+
+// codec is the codec of sample's request.
+func (p *policyPlan) codec(sample uint64) ops.Codec {
+	if p.zstd == nil {
+		return ops.CodecNone
+	}
+	if i, ok := slices.BinarySearch(p.ids, sample); ok && p.zstd[i] {
+		return ops.CodecZstd
+	}
+	return ops.CodecNone
+}
+
+// codecPlan is a plan that chooses each request's codec.
+type codecPlan interface {
+	codec(sample uint64) ops.Codec
+}
+
+// codec is the codec requested for sample: the plan's, else Config.Codec.
+func (e *epochRun) codec(sample uint64) ops.Codec {
+	if c, ok := e.plan.(codecPlan); ok {
+		return c.codec(sample)
+	}
+	return e.cfg.Codec
+}
