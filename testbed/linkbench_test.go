@@ -67,12 +67,13 @@ func freeAddr(tb testing.TB) string {
 }
 
 // startStorageLoopback starts a storage agent binary on loopback and
-// returns its address and pid.
-func startStorageLoopback(b *testing.B, bins agentBinaries, data string) (string, int) {
+// returns its address and pid; extra adds flags to the agent's.
+func startStorageLoopback(b *testing.B, bins agentBinaries, data string, extra ...string) (string, int) {
 	addr := freeAddr(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	p := start(b, command(ctx, bins.storage, "--data", data, "--listen", addr, "--log-level", "warn", "--log-format", "json"))
+	args := append([]string{"--data", data, "--listen", addr, "--log-level", "warn", "--log-format", "json"}, extra...)
+	p := start(b, command(ctx, bins.storage, args...))
 	p.waitListening(b, func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", addr)
@@ -289,8 +290,9 @@ type shapedLink struct {
 
 // newShapedLink starts a storage agent on data behind a link shaped at
 // SHAPED_RATE (default 100mbit): tc tbf between two namespaces when root
-// (and SHAPER is not "proxy"), else a shape.Proxy on loopback.
-func newShapedLink(b *testing.B, bins agentBinaries, data string) *shapedLink {
+// (and SHAPER is not "proxy"), else a shape.Proxy on loopback. storageArgs
+// adds flags to the storage agent's (e.g. --cpus).
+func newShapedLink(b *testing.B, bins agentBinaries, data string, storageArgs ...string) *shapedLink {
 	rate := os.Getenv("SHAPED_RATE")
 	if rate == "" {
 		rate = "100mbit"
@@ -321,7 +323,8 @@ func newShapedLink(b *testing.B, bins agentBinaries, data string) *shapedLink {
 		l.addr = net.JoinHostPort(pair.StorageIP, "7070")
 		l.command = func(name string, args ...string) *exec.Cmd { return pair.Command(ctx, false, name, args...) }
 		l.dial = func(ctx context.Context, addr string) (net.Conn, error) { return pair.Dial(ctx, false, "tcp", addr) }
-		sp := start(b, pair.Command(ctx, true, bins.storage, "--data", data, "--listen", l.addr, "--log-level", "warn", "--log-format", "json"))
+		sargs := append([]string{"--data", data, "--listen", l.addr, "--log-level", "warn", "--log-format", "json"}, storageArgs...)
+		sp := start(b, pair.Command(ctx, true, bins.storage, sargs...))
 		sp.waitListening(b, func(ctx context.Context) (net.Conn, error) { return l.dial(ctx, l.addr) })
 		l.storagePID = sp.cmd.Process.Pid
 		l.sample = func() {
@@ -343,7 +346,7 @@ func newShapedLink(b *testing.B, bins agentBinaries, data string) *shapedLink {
 		return l
 	}
 	b.Logf("link: no namespaces (%v): shaping in process instead, shape.Proxy at %s both ways on loopback", nsErr, rate)
-	target, pid := startStorageLoopback(b, bins, data)
+	target, pid := startStorageLoopback(b, bins, data, storageArgs...)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
