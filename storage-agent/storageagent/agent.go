@@ -344,6 +344,9 @@ func (a *Agent) Serve(ctx context.Context, lis net.Listener) (err error) {
 	for range a.workers {
 		wg.Go(func() { a.srv.worker(workCtx) })
 	}
+	for range RawWorkers {
+		wg.Go(func() { a.srv.rawWorker(workCtx) })
+	}
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- gs.Serve(lis) })
 	var hsrv *http.Server

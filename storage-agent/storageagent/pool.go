@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
 // The CPU budget.
@@ -73,6 +75,33 @@ func (t *throttle) after(ctx context.Context, busy time.Duration) {
 	}
 	t.debt -= time.Since(start)
 	t.debt = max(t.debt, -minSleep)
+}
+
+// isRaw reports whether a request runs no ops: an uncompressed split-0
+// fetch only reads the file into its wire form.
+func isRaw(req *dataplanepb.FetchRequest) bool {
+	return req.GetSplit() == 0 && req.GetCodec() == dataplanepb.Codec_CODEC_NONE
+}
+
+// RawWorkers serve raw fetches, which run no ops, outside the CPU budget:
+// the budget is for preprocessing, and a raw fetch queued behind offloaded
+// work would leave the link idle while the throttled workers sleep (the
+// epoch then runs longer than max(link, storage CPU), the policies' model,
+// predicts). Their CPU time is still reported per sample.
+const RawWorkers = 2
+
+// rawWorker serves the raw queue until ctx ends.
+func (s *server) rawWorker(ctx context.Context) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for {
+		select {
+		case j := <-s.raw:
+			s.handle(j)
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // worker serves the shared queue until ctx ends.

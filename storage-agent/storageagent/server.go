@@ -50,7 +50,10 @@ type server struct {
 	log     zerolog.Logger
 	m       *metrics
 
-	queue   chan *job
+	queue chan *job
+	// raw holds uncompressed split-0 fetches, which run no ops; rawWorker
+	// serves them outside the CPU budget (see pool.go).
+	raw     chan *job
 	presets map[string]*ops.Pipeline
 
 	mu    sync.Mutex
@@ -90,10 +93,11 @@ func newServer(ds *Dataset, cfg Config, workers int, share float64) (*server, er
 		maxWire: MaxMessageBytes - wireSlack,
 		log:     cfg.Logger,
 		queue:   make(chan *job, cfg.Queue),
+		raw:     make(chan *job, cfg.Queue),
 		presets: map[string]*ops.Pipeline{},
 		cache:   map[string]*ops.Pipeline{},
 	}
-	s.m = newMetrics(func() float64 { return float64(len(s.queue)) })
+	s.m = newMetrics(func() float64 { return float64(len(s.queue) + len(s.raw)) })
 	for _, name := range ops.PresetNames() {
 		p, err := ops.Preset(name)
 		if err != nil {
@@ -233,8 +237,12 @@ func (s *server) receive(ctx context.Context, stream grpc.BidiStreamingServer[da
 				continue
 			}
 		}
+		q := s.queue
+		if isRaw(req) {
+			q = s.raw
+		}
 		select {
-		case s.queue <- j:
+		case q <- j:
 		case <-ctx.Done():
 			st.pending.Done()
 			return ctx.Err()

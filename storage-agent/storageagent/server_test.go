@@ -596,3 +596,57 @@ func TestRawFetchNeedsNoPipeline(t *testing.T) {
 		t.Errorf("unknown sample: %v", e)
 	}
 }
+
+// TestRawFetchesBypassBudget checks that raw fetches do not queue behind
+// offloaded work held back by a small CPU budget.
+func TestRawFetchesBypassBudget(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 4 {
+		img, err := synth.JPEG(uint64(i), 320, 240, synth.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, "c", fmt.Sprintf("%02d.jpg", i)), img)
+	}
+	cfg := DefaultConfig()
+	cfg.Data = dir
+	cfg.CPUs = 0.05 // one worker that idles 19x each job's CPU time
+	a := startAgent(t, cfg)
+	id := preset(t, "imagenet-train").ID()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := a.client.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const offloaded, raw = 3, 20
+	for i := range offloaded {
+		if err := stream.Send(&dataplanepb.FetchRequest{Tag: uint64(i), Sample: uint64(i), Split: 5, PipelineId: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range raw {
+		if err := stream.Send(&dataplanepb.FetchRequest{Tag: uint64(100 + i), Sample: uint64(i % 4)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rawSeen, offSeen := 0, 0
+	for rawSeen+offSeen < offloaded+raw {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetError() != nil {
+			t.Fatalf("tag %d: %v", resp.GetTag(), resp.GetError())
+		}
+		if resp.GetTag() >= 100 {
+			rawSeen++
+			continue
+		}
+		offSeen++
+		if offSeen == offloaded && rawSeen < raw {
+			t.Errorf("the last offloaded response came before %d of %d raw ones: raw fetches waited behind the CPU budget", raw-rawSeen, raw)
+		}
+	}
+	stream.CloseSend()
+}
