@@ -6,6 +6,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -101,6 +102,7 @@ type settings struct {
 	Codec           string        `yaml:"codec"`
 	Retries         int           `yaml:"retries"`
 	Report          string        `yaml:"report"`
+	SamplesOut      string        `yaml:"samples-out"`
 	TLSCert         string        `yaml:"tls-cert"`
 	TLSKey          string        `yaml:"tls-key"`
 	TLSCA           string        `yaml:"tls-ca"`
@@ -172,6 +174,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.Codec, "codec", s.Codec, "`codec` for intermediates on the wire: none, zstd or s2")
 	fs.IntVar(&s.Retries, "retries", s.Retries, "consecutive stream failures before giving up on a storage agent for the epoch")
 	fs.StringVar(&s.Report, "report", s.Report, "append one JSON report line per epoch to `file` (default: none)")
+	fs.StringVar(&s.SamplesOut, "samples-out", s.SamplesOut, "append one line per delivered sample to `file`: epoch, sample id and the sha256 of its tensor (of its wire form with --fetch-only), to check exactly-once delivery and placement invariance")
 	fs.StringVar(&s.TLSCert, "tls-cert", s.TLSCert, "PEM client certificate `file` for mutual TLS (with --tls-key and --tls-ca)")
 	fs.StringVar(&s.TLSKey, "tls-key", s.TLSKey, "PEM private key `file` of --tls-cert")
 	fs.StringVar(&s.TLSCA, "tls-ca", s.TLSCA, "PEM CA `file` that signs the storage agents' certificates")
@@ -270,19 +273,75 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "compute-agent:", err)
 		return 2
 	}
+	samples, err := openSampleLog(s.SamplesOut)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compute-agent:", err)
+		return 2
+	}
+	if samples != nil {
+		cfg.OnSample = samples.add
+	}
 	a, err := computeagent.New(cfg)
 	if err != nil {
+		samples.Close()
 		fmt.Fprintln(os.Stderr, "compute-agent:", err)
 		return 2
 	}
 	defer a.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if _, err := a.Run(ctx); err != nil {
+	_, err = a.Run(ctx)
+	if serr := samples.Close(); serr != nil && err == nil {
+		err = serr
+	}
+	if err != nil {
 		log.Error().Err(err).Msg("stopped")
 		return 1
 	}
 	return 0
+}
+
+// sampleLog writes --samples-out: "epoch sample sha256hex" per line.
+type sampleLog struct {
+	f   *os.File
+	w   *bufio.Writer
+	err error
+}
+
+func openSampleLog(path string) (*sampleLog, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &sampleLog{f: f, w: bufio.NewWriterSize(f, 64<<10)}, nil
+}
+
+// add is Config.OnSample.
+func (l *sampleLog) add(epoch, sample uint64, sha [32]byte) {
+	if l.err == nil {
+		_, l.err = fmt.Fprintf(l.w, "%d %d %x\n", epoch, sample, sha)
+	}
+}
+
+// Close flushes and closes the file; a nil log is a no-op.
+func (l *sampleLog) Close() error {
+	if l == nil {
+		return nil
+	}
+	err := l.err
+	if ferr := l.w.Flush(); err == nil {
+		err = ferr
+	}
+	if cerr := l.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("--samples-out: %w", err)
+	}
+	return nil
 }
 
 // gcPercent is the GC target: Go's default while training, where the

@@ -115,12 +115,12 @@ func TestBinaries(t *testing.T) {
 	writeFile(t, spec, "name: bin-test\nops:\n  - op: decode\n  - op: random_resized_crop\n    size: [32, 32]\n  - op: random_horizontal_flip\n  - op: to_tensor\n  - op: normalize\n    mean: [0.5, 0.5, 0.5]\n    std: [0.25, 0.25, 0.25]\n")
 	plan := filepath.Join(dir, "plan.json")
 	writeFile(t, plan, `{"default": 2, "splits": {"0": 0, "1": 5, "2": 4}}`)
-	report := filepath.Join(dir, "report.jsonl")
+	report, samplesOut := filepath.Join(dir, "report.jsonl"), filepath.Join(dir, "samples.txt")
 	cfgFile := filepath.Join(dir, "compute.yaml")
 	// The file's epochs are overridden by the flag.
 	writeFile(t, cfgFile, "storage: ["+addr+"]\nepochs: 5\nbatch: 5\nwindow: 4\ngpu: sim:step=1ms\ncodec: zstd\nlog-format: json\n")
 	out, err := exec.Command(compute, "--config", cfgFile, "--epochs", "2", "--pipeline", spec, "--plan", plan,
-		"--report", report, "--seed", "3", "--tls-cert", client.Cert, "--tls-key", client.Key, "--tls-ca", client.CA).CombinedOutput()
+		"--report", report, "--samples-out", samplesOut, "--seed", "3", "--tls-cert", client.Cert, "--tls-key", client.Key, "--tls-ca", client.CA).CombinedOutput()
 	if err != nil {
 		t.Fatalf("compute agent: %v\n%s", err, out)
 	}
@@ -154,6 +154,27 @@ func TestBinaries(t *testing.T) {
 		}
 	}
 
+	// --samples-out: every sample once per epoch, with a tensor hash.
+	b, err := os.ReadFile(samplesOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[[2]uint64]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var epoch, sample uint64
+		var sha string
+		if _, err := fmt.Sscanf(line, "%d %d %s", &epoch, &sample, &sha); err != nil || len(sha) != 64 || epoch > 1 || sample >= n {
+			t.Fatalf("--samples-out line %q: %v", line, err)
+		}
+		if seen[[2]uint64{epoch, sample}] {
+			t.Errorf("--samples-out: epoch %d sample %d twice", epoch, sample)
+		}
+		seen[[2]uint64{epoch, sample}] = true
+	}
+	if len(seen) != 2*n {
+		t.Errorf("--samples-out: %d (epoch, sample) pairs, want %d", len(seen), 2*n)
+	}
+
 	tlsArgs := []string{"--tls-cert", client.Cert, "--tls-key", client.Key, "--tls-ca", client.CA}
 	err = exec.Command(compute, append([]string{"--storage", addr, "--pipeline", spec, "--plan", plan, "--policy", "sophon"}, tlsArgs...)...).Run()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
@@ -173,7 +194,7 @@ func TestBinaries(t *testing.T) {
 	if _, err := os.Stat(profile); err != nil {
 		t.Errorf("profile not saved: %v", err)
 	}
-	b, err := os.ReadFile(preport)
+	b, err = os.ReadFile(preport)
 	if err != nil {
 		t.Fatal(err)
 	}

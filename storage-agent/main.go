@@ -99,7 +99,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.GossipKey, "gossip-key", s.GossipKey, "gossip encryption `key`, base64 or hex, 16/24/32 bytes (default: none)")
 	fs.StringVar(&s.Name, "name", s.Name, "node `name` in the cluster (default: hostname)")
 	fs.Float64Var(&s.CPUs, "cpus", s.CPUs, "CPU `cores` for running ops, fractions allowed (default: all)")
-	fs.IntVar(&s.Queue, "queue", s.Queue, "bound on requests waiting for a worker, all streams together (default: 4 per worker)")
+	fs.IntVar(&s.Queue, "queue", s.Queue, "bound on requests waiting for a worker, all streams together (default: 128 or 4 per worker, whichever is more)")
 	fs.DurationVar(&s.RequestTimeout, "request-timeout", s.RequestTimeout, "longest a request may wait in the queue before failing with DEADLINE")
 	fs.DurationVar(&s.ShutdownGrace, "shutdown-grace", s.ShutdownGrace, "how long open streams may finish on shutdown before they are cut")
 	fs.StringVar(&s.Metrics, "metrics", s.Metrics, "HTTP `address` for /metrics and /healthz (default: off)")

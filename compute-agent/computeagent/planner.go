@@ -35,8 +35,9 @@ import (
 //  4. Drift: after each planned epoch the measured link rate (bytes
 //     received / epoch seconds) and the storage CPU of the offloaded
 //     samples are compared with the plan's assumptions; when either is off
-//     by more than Config.ReplanThreshold the Resources are updated and the
-//     next epoch runs a new plan. The link rate only bounds the link from
+//     by more than Config.ReplanThreshold (the storage CPU: more than
+//     StorageCalibration) the Resources are updated and the next epoch
+//     runs a new plan. The link rate only bounds the link from
 //     below, so a lower rate counts as drift only when the plan predicted
 //     the link to bound the epoch, or the epoch ran slower than predicted
 //     while the storage CPU matched its assumption.
@@ -116,6 +117,15 @@ func (pl *planner) replan() error {
 	return nil
 }
 
+// StorageCalibration is the relative error of the plan's storage CPU
+// estimate past which the next epoch re-plans, when it is below
+// Config.ReplanThreshold. The storage CPU of the offloaded samples is
+// measured exactly (each response carries its thread CPU time), while the
+// estimate comes from stage 1's few samples and the profile's unfused op
+// costs, so a planned epoch calibrates the storage speed ratio rather than
+// waiting for a large drift.
+const StorageCalibration = 0.05
+
 // drift compares an epoch run with plan ran against the plan's
 // assumptions, updates the resources where they drifted past the
 // threshold, and reports whether it did (the next epoch then runs a new
@@ -127,7 +137,7 @@ func (pl *planner) drift(r *EpochReport, e *epochRun, ran policy.Plan) bool {
 	storageOK := true
 	if pred, got := ran.Pred.StorageCPUSeconds, float64(e.storageOffNS.Load())/1e9; pred > 0 && got > 0 {
 		ratio := got / pred
-		if ratio > 1+thr || ratio < 1-thr {
+		if tol := min(thr, StorageCalibration); ratio > 1+tol || ratio < 1-tol {
 			speed := res.StorageSpeed
 			if speed <= 0 {
 				speed = 1

@@ -297,3 +297,31 @@ func TestSimRate(t *testing.T) {
 		}
 	}
 }
+
+// TestStorageCalibration: a planned epoch whose offloaded samples used 10%
+// more storage CPU than planned re-plans with the storage speed ratio
+// corrected, although 10% is under the 20% drift threshold; 3% does not.
+func TestStorageCalibration(t *testing.T) {
+	for _, tc := range []struct {
+		got     float64 // measured / planned storage CPU
+		replan  bool
+		wantSpd float64
+	}{
+		{1.10, true, 0.8 / 1.10},
+		{0.90, true, 0.8 / 0.90},
+		{1.03, false, 0.8},
+	} {
+		a := &Agent{cfg: Config{ReplanThreshold: 0.2}}
+		pl := &planner{a: a, name: policy.NameSOPHON, res: policy.Resources{LinkBytesPerSec: 1e6, StorageSpeed: 0.8}}
+		ran := policy.Plan{Pred: policy.Prediction{Seconds: 2, StorageCPUSeconds: 1.5, Bottleneck: policy.StorageCPU}}
+		e := &epochRun{}
+		e.storageOffNS.Store(int64(1.5 * tc.got * 1e9))
+		r := &EpochReport{Epoch: 1, Seconds: 2, BytesReceived: 2e6}
+		if got := pl.drift(r, e, ran); got != tc.replan {
+			t.Errorf("storage CPU x%.2f: replan %v, want %v", tc.got, got, tc.replan)
+		}
+		if d := pl.res.StorageSpeed - tc.wantSpd; d > 1e-9 || d < -1e-9 {
+			t.Errorf("storage CPU x%.2f: speed %.4f, want %.4f", tc.got, pl.res.StorageSpeed, tc.wantSpd)
+		}
+	}
+}

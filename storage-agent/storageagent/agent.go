@@ -43,6 +43,9 @@ const MaxMessageBytes = 64 << 20
 // DefaultListen is the gRPC address when Config.Listen is empty.
 const DefaultListen = ":7070"
 
+// DefaultQueue is the least Config.Queue defaults to.
+const DefaultQueue = 128
+
 // Keepalive enforcement: clients may ping at most every MinPingInterval
 // (with or without streams open); a client pinging faster is disconnected.
 const (
@@ -99,8 +102,13 @@ type Config struct {
 	// ceil(CPUs) workers, throttled to CPUs cores in all (see pool.go). Zero
 	// means runtime.NumCPU().
 	CPUs float64
-	// Queue bounds the requests waiting for a worker, across all streams.
-	// Zero means 4 per worker.
+	// Queue bounds the requests waiting for a worker, across all streams
+	// (raw fetches have a queue of the same size of their own). Zero means
+	// DefaultQueue or 4 per worker, whichever is more. A full queue stops
+	// the stream's receive loop, so raw fetches behind an offloaded one
+	// wait too: the default holds a compute agent's whole window
+	// (computeagent.DefaultWindow, 64) twice over, so that a window full of
+	// offloaded requests never keeps the link idle.
 	Queue int
 	// RequestTimeout is how long a request may wait in the queue; past it
 	// the request fails with ERROR_KIND_DEADLINE. Zero means 30 s.
@@ -168,7 +176,7 @@ func (c *Config) withDefaults() (workers int, share float64, err error) {
 	}
 	workers, share = poolSize(c.CPUs)
 	if c.Queue == 0 {
-		c.Queue = 4 * workers
+		c.Queue = max(DefaultQueue, 4*workers)
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 30 * time.Second

@@ -60,7 +60,7 @@ func TestDefaults(t *testing.T) {
 	}
 	defer a.Close()
 	c := a.Config()
-	if a.workers != 3 || c.Queue != 12 || c.RequestTimeout != 30*time.Second || c.Listen != DefaultListen || c.Name == "" || c.Version != "dev" {
+	if a.workers != 3 || c.Queue != DefaultQueue || c.RequestTimeout != 30*time.Second || c.Listen != DefaultListen || c.Name == "" || c.Version != "dev" {
 		t.Errorf("defaults: workers %d, config %+v", a.workers, c)
 	}
 	b, err := New(Config{Data: testData(t)})

@@ -16,14 +16,20 @@ import (
 // Fetch requests from every stream go into one bounded queue served by
 // ceil(cpus) workers. With whole cpus that is the budget: a worker runs at
 // most one core. With fractional cpus (say 2.5 -> 3 workers) each worker may
-// use the share f = cpus/workers of a core (here 0.833): after every job it
-// owes idle time so that, per worker, busy/(busy+sleep) = f, that is
-// sleep = busy*(1-f)/f. Busy is the job's CPU time on its own thread, read
-// from CLOCK_THREAD_CPUTIME_ID: each worker locks its goroutine to an OS
-// thread, so the clock counts exactly the reading, decoding (cgo included)
-// and encoding the job did and not time it spent descheduled or blocked on
-// I/O. Owed time below minSleep is carried to the next job rather than slept,
-// and the time actually slept is subtracted, so timer slack evens out.
+// use the share f = cpus/workers of a core (here 0.833): every job occupies
+// its worker for busy/f of wall time, so that per worker busy/(wall) <= f:
+// after a job that took wall time w it owes sleep = busy/f - w. Busy is the
+// job's CPU time on its own thread, read from CLOCK_THREAD_CPUTIME_ID: each
+// worker locks its goroutine to an OS thread, so the clock counts exactly
+// the reading, decoding (cgo included) and encoding the job did and not time
+// it spent descheduled or blocked on I/O. Counting the job's own wall time
+// (w >= busy) matters on a shared machine: a job that was descheduled for a
+// while (the testbed runs the compute agent on the same cores) has already
+// spent part of its budget period waiting, and charging busy*(1-f)/f on top
+// would make the agent slower than a dedicated node with f of a core, the
+// node the budget stands for. Owed time below minSleep is carried to the
+// next job rather than slept, and the time actually slept is subtracted, so
+// timer slack evens out.
 // NB: idle time waiting for work is not credited (the budget is never
 // exceeded, even right after a lull), and CPU the Go runtime spends on other
 // threads (garbage collection, the gRPC transport) is outside the budget.
@@ -56,13 +62,15 @@ type throttle struct {
 	debt  time.Duration
 }
 
-// after records a job's busy time and sleeps what is owed, returning early
-// when ctx ends.
-func (t *throttle) after(ctx context.Context, busy time.Duration) {
+// after records a job's busy (thread CPU) and wall time and sleeps what is
+// owed, returning early when ctx ends.
+func (t *throttle) after(ctx context.Context, busy, wall time.Duration) {
 	if t.share >= 1 || busy <= 0 {
 		return
 	}
-	t.debt += time.Duration(float64(busy) * (1 - t.share) / t.share)
+	wall = max(wall, busy)
+	t.debt += time.Duration(float64(busy)/t.share) - wall
+	t.debt = max(t.debt, -minSleep) // credit stays small: no bursts after a stall
 	if t.debt < minSleep {
 		return
 	}
@@ -114,7 +122,9 @@ func (s *server) worker(ctx context.Context) {
 	for {
 		select {
 		case j := <-s.queue:
-			t.after(ctx, s.handle(j))
+			t0 := time.Now()
+			busy := s.handle(j)
+			t.after(ctx, busy, time.Since(t0))
 		case <-ctx.Done():
 			return
 		}

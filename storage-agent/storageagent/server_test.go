@@ -408,17 +408,29 @@ func TestPoolSize(t *testing.T) {
 }
 
 // TestThrottle checks the throttle's arithmetic without a clock: with share
-// 0.25 a worker owes three times its busy time.
+// 0.25 a job occupies its worker for four times its busy time, so a job
+// that ran undisturbed owes three times its busy time, and one that was
+// descheduled for part of its run owes that much less.
 func TestThrottle(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // sleeping returns at once; the debt is what matters
 	th := throttle{share: 0.25}
-	th.after(ctx, 100*time.Microsecond)
+	th.after(ctx, 100*time.Microsecond, 100*time.Microsecond)
 	if th.debt != 300*time.Microsecond {
 		t.Errorf("debt %v, want 300µs carried (below minSleep)", th.debt)
 	}
+	th = throttle{share: 0.25}
+	th.after(ctx, 100*time.Microsecond, 250*time.Microsecond)
+	if th.debt != 150*time.Microsecond {
+		t.Errorf("descheduled job: debt %v, want 150µs", th.debt)
+	}
+	th = throttle{share: 0.25}
+	th.after(ctx, 100*time.Microsecond, time.Millisecond)
+	if th.debt != -600*time.Microsecond {
+		t.Errorf("starved job: debt %v, want -600µs (credit below minSleep)", th.debt)
+	}
 	full := throttle{share: 1}
-	full.after(ctx, time.Second)
+	full.after(ctx, time.Second, time.Second)
 	if full.debt != 0 {
 		t.Errorf("whole-core worker owes %v", full.debt)
 	}
