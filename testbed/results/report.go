@@ -1,0 +1,442 @@
+package results
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// ErrNoResults is returned for a nil *Results.
+var ErrNoResults = errors.New("results: no results")
+
+// WriteReport writes dir/report.md and its SVG charts into dir (creating
+// dir), and returns the report's path and the charts' paths in the order
+// the report shows them. Runs that were skipped, failed or have no epochs
+// appear in the tables with their note but are left out of the charts.
+// The same Results always give the same bytes.
+func WriteReport(dir string, r *Results) (reportPath string, charts []string, err error) {
+	if r == nil {
+		return "", nil, ErrNoResults
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, err
+	}
+	names := namer{}
+	perCell := make([][]chartFile, len(r.Cells))
+	for i := range r.Cells {
+		perCell[i] = cellCharts(&r.Cells[i], names)
+	}
+	sweeps := sweepCharts(r, names)
+
+	for _, group := range append(slices.Clip(perCell), sweeps) {
+		for _, ch := range group {
+			path := filepath.Join(dir, ch.Name)
+			if err := os.WriteFile(path, ch.SVG, 0o644); err != nil {
+				return "", nil, err
+			}
+			charts = append(charts, path)
+		}
+	}
+
+	var b strings.Builder
+	writeMarkdown(&b, r, perCell, sweeps)
+	reportPath = filepath.Join(dir, "report.md")
+	tmp := reportPath + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return "", nil, err
+	}
+	if err := os.Rename(tmp, reportPath); err != nil {
+		return "", nil, err
+	}
+	return reportPath, charts, nil
+}
+
+// Table prints each cell's comparison table as plain aligned text, with
+// its summary line: what `testbed run` prints when it ends.
+func Table(w io.Writer, r *Results) error {
+	if r == nil {
+		return ErrNoResults
+	}
+	var b strings.Builder
+	for i := range r.Cells {
+		c := &r.Cells[i]
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "== %s ==\n", cellLabel(c))
+		writeText(&b, cellTable(c))
+		if s := summary(c); s != "" {
+			fmt.Fprintf(&b, "summary: %s\n", s)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// column is one column of a cell's comparison table.
+type column struct {
+	Text  string // terminal header
+	MD    string // markdown header
+	Right bool   // numbers align right
+}
+
+var columns = []column{
+	{Text: "policy", MD: "policy"},
+	{Text: "epoch s", MD: "epoch s", Right: true},
+	{Text: "pred s", MD: "predicted s", Right: true},
+	{Text: "bound s", MD: "bound s", Right: true},
+	{Text: "meas/pred", MD: "measured/predicted", Right: true},
+	{Text: "vs nooff", MD: "speed-up vs nooff", Right: true},
+	{Text: "samples/s", MD: "samples/s", Right: true},
+	{Text: "wire MB", MD: "MB on the wire", Right: true},
+	{Text: "kernel MB", MD: "kernel MB", Right: true},
+	{Text: "agent/kern", MD: "agent/kernel", Right: true},
+	{Text: "stor CPU s", MD: "storage CPU s", Right: true},
+	{Text: "comp CPU s", MD: "compute CPU s", Right: true},
+	{Text: "GPU idle %", MD: "GPU idle %", Right: true},
+	{Text: "once", MD: "exactly-once"},
+	{Text: "content", MD: "content matches"},
+	{Text: "notes", MD: "notes"},
+}
+
+// none marks a figure a run does not have.
+const none = "-"
+
+// cellTable is a cell's rows, one per run, in the order of columns.
+func cellTable(c *Cell) [][]string {
+	var base *Epoch
+	for i := range c.Runs {
+		if run := &c.Runs[i]; run.Policy == "nooff" && charted(run) {
+			base = run.Steady()
+			break
+		}
+	}
+	rows := make([][]string, 0, len(c.Runs))
+	for i := range c.Runs {
+		rows = append(rows, runRow(&c.Runs[i], base))
+	}
+	return rows
+}
+
+// runRow is one run's row; base is nooff's steady epoch, or nil.
+func runRow(run *Run, base *Epoch) []string {
+	row := make([]string, len(columns))
+	for i := range row {
+		row[i] = none
+	}
+	row[0] = run.Policy
+	row[len(row)-1] = notes(run)
+	e := run.Steady()
+	if e == nil {
+		return row
+	}
+	row[1] = f2(e.Seconds)
+	if e.PredictedSeconds > 0 {
+		row[2] = f2(e.PredictedSeconds)
+		row[4] = f2(e.Seconds / e.PredictedSeconds)
+	}
+	if e.BoundSeconds > 0 {
+		row[3] = f2(e.BoundSeconds)
+	}
+	if base != nil && e.Seconds > 0 && run.Error == "" {
+		row[5] = speedup(base.Seconds, e.Seconds)
+	}
+	row[6] = strconv.FormatFloat(e.SamplesPerSec(), 'f', 1, 64)
+	row[7] = mb(e.AgentBytes)
+	if e.KernelBytes > 0 {
+		row[8] = mb(e.KernelBytes)
+		row[9] = f2(float64(e.AgentBytes) / float64(e.KernelBytes))
+	}
+	row[10] = f2(e.StorageCPUSeconds)
+	row[11] = f2(e.ComputeCPUSeconds)
+	row[12] = strconv.FormatFloat(e.GPUIdleFraction*100, 'f', 1, 64)
+	row[13] = yesNO(run.ExactlyOnce)
+	row[14] = yesNO(run.ContentMatches)
+	return row
+}
+
+// notes says why a run has no figures, and what happened in its epochs.
+func notes(run *Run) string {
+	var n []string
+	if run.Skipped != "" {
+		n = append(n, "skipped: "+run.Skipped)
+	}
+	if run.Error != "" {
+		n = append(n, "error: "+run.Error)
+	}
+	var profiled, replanned []string
+	for _, e := range run.Epochs {
+		if e.Profiled {
+			profiled = append(profiled, strconv.Itoa(e.Epoch))
+		}
+		if e.Replanned {
+			replanned = append(replanned, strconv.Itoa(e.Epoch))
+		}
+	}
+	if len(profiled) > 0 {
+		n = append(n, "profiled (epoch "+strings.Join(profiled, ",")+")")
+	}
+	if len(replanned) > 0 {
+		n = append(n, "replanned (epoch "+strings.Join(replanned, ",")+")")
+	}
+	if e := run.Steady(); e != nil && (e.Duplicates > 0 || e.Failed > 0) {
+		n = append(n, fmt.Sprintf("last epoch: %d duplicates, %d failed", e.Duplicates, e.Failed))
+	}
+	if len(n) == 0 {
+		return ""
+	}
+	// NB: one line per cell, whatever the error said.
+	return strings.Join(strings.Fields(strings.Join(n, "; ")), " ")
+}
+
+// summary is a cell's one-line verdict: the fastest policy, sophon
+// against nooff and optimal against the bound, where present.
+func summary(c *Cell) string {
+	var parts []string
+	var fastest *Run
+	steady := map[string]float64{}
+	for i := range c.Runs {
+		run := &c.Runs[i]
+		if !charted(run) || run.Steady().Seconds <= 0 {
+			continue
+		}
+		if _, ok := steady[run.Policy]; !ok {
+			steady[run.Policy] = run.Steady().Seconds
+		}
+		if fastest == nil || run.Steady().Seconds < fastest.Steady().Seconds {
+			fastest = run
+		}
+	}
+	if fastest != nil {
+		parts = append(parts, fmt.Sprintf("fastest %s (%s s)", fastest.Policy, f2(fastest.Steady().Seconds)))
+	}
+	if s, ok := steady["sophon"]; ok {
+		if n, ok := steady["nooff"]; ok {
+			parts = append(parts, "sophon vs nooff "+speedup(n, s))
+		}
+	}
+	if o, ok := steady["optimal"]; ok {
+		if b := cellBound(c); b > 0 {
+			parts = append(parts, fmt.Sprintf("optimal vs bound %+.1f%% (bound %s s)", (o-b)/b*100, f2(b)))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// writeText prints rows under the columns' headers, aligned.
+func writeText(b *strings.Builder, rows [][]string) {
+	head := make([]string, len(columns))
+	for i, c := range columns {
+		head[i] = c.Text
+	}
+	all := append([][]string{head}, rows...)
+	width := make([]int, len(columns))
+	for _, row := range all {
+		for i, cell := range row {
+			width[i] = max(width[i], utf8.RuneCountInString(cell))
+		}
+	}
+	for _, row := range all {
+		var line strings.Builder
+		for i, cell := range row {
+			if i > 0 {
+				line.WriteString("  ")
+			}
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(cell))
+			if columns[i].Right {
+				line.WriteString(pad + cell)
+			} else {
+				line.WriteString(cell + pad)
+			}
+		}
+		b.WriteString(strings.TrimRight(line.String(), " "))
+		b.WriteByte('\n')
+	}
+}
+
+// writeMarkdownTable prints rows as a markdown table, padded so the
+// source reads as a table too.
+func writeMarkdownTable(b *strings.Builder, rows [][]string) {
+	head := make([]string, len(columns))
+	for i, c := range columns {
+		head[i] = c.MD
+	}
+	all := append([][]string{head}, rows...)
+	for _, row := range all {
+		for i := range row {
+			row[i] = mdCell(row[i])
+		}
+	}
+	width := make([]int, len(columns))
+	for _, row := range all {
+		for i, cell := range row {
+			width[i] = max(width[i], utf8.RuneCountInString(cell), 3)
+		}
+	}
+	line := func(row []string) {
+		b.WriteString("|")
+		for i, cell := range row {
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(cell))
+			if columns[i].Right {
+				b.WriteString(" " + pad + cell + " |")
+			} else {
+				b.WriteString(" " + cell + pad + " |")
+			}
+		}
+		b.WriteByte('\n')
+	}
+	line(all[0])
+	b.WriteString("|")
+	for i, c := range columns {
+		if c.Right {
+			b.WriteString(" " + strings.Repeat("-", width[i]-1) + ": |")
+		} else {
+			b.WriteString(" " + strings.Repeat("-", width[i]) + " |")
+		}
+	}
+	b.WriteByte('\n')
+	for _, row := range all[1:] {
+		line(row)
+	}
+}
+
+// writeMarkdown writes the whole report.
+func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps []chartFile) {
+	b.WriteString("# Testbed report\n\n")
+	m := r.Machine
+	fmt.Fprintf(b, "- **Machine:** %s: %s, %d cores, kernel %s, %s\n",
+		md(orNone(m.Hostname)), md(orNone(m.CPUModel)), m.Cores, md(orNone(m.Kernel)), md(orNone(m.GoVersion)))
+	mode := orNone(r.Mode)
+	if r.ModeNote != "" {
+		mode += " (" + r.ModeNote + ")"
+	}
+	fmt.Fprintf(b, "- **Mode:** %s\n", md(mode))
+	var rates, cpus []string
+	for i := range r.Cells {
+		c := &r.Cells[i]
+		if s := c.Rate; !slices.Contains(rates, s) {
+			rates = append(rates, s)
+		}
+		if s := cpusString(c.StorageCPUs); !slices.Contains(cpus, s) {
+			cpus = append(cpus, s)
+		}
+	}
+	fmt.Fprintf(b, "- **Link rates:** %s\n", md(orNone(strings.Join(rates, ", "))))
+	fmt.Fprintf(b, "- **Storage CPU limits:** %s\n", md(orNone(strings.Join(cpus, ", "))))
+	fmt.Fprintf(b, "- **Pinning:** %s\n", md(orDefault(m.Pinning, "none")))
+	d := r.Dataset
+	kind := "a user's folder"
+	if d.Kind != "" {
+		kind = fmt.Sprintf("generated %s, seed %d", d.Kind, d.Seed)
+	}
+	fmt.Fprintf(b, "- **Dataset:** `%s` (%s): %d samples, %s, mean %s per sample",
+		strings.ReplaceAll(d.Path, "`", "'"), md(kind), d.Samples, size(float64(d.Bytes)), size(d.MeanBytes))
+	if d.Fingerprint != "" {
+		fmt.Fprintf(b, ", fingerprint %s", md(d.Fingerprint))
+	}
+	b.WriteString("\n")
+	fmt.Fprintf(b, "- **Pipeline:** %s\n", md(orNone(r.Pipeline)))
+	fmt.Fprintf(b, "- **GPU:** %s\n", md(orNone(r.GPU)))
+	fmt.Fprintf(b, "- **Epochs:** %d per run; the tables and charts show the last (steady-state) one\n", r.Epochs)
+	fmt.Fprintf(b, "- **Seed:** %d\n", r.Seed)
+	fmt.Fprintf(b, "- **Scale:** %s\n", md(orDefault(r.Scale, "not stated")))
+	if !r.Started.IsZero() && !r.Finished.IsZero() {
+		fmt.Fprintf(b, "- **Ran:** %s to %s (%s)\n", r.Started.UTC().Format(time.RFC3339),
+			r.Finished.UTC().Format(time.RFC3339), r.Finished.Sub(r.Started).Round(time.Second))
+	}
+
+	b.WriteString("\n## How to read this\n\n")
+	b.WriteString("Each section is one cell of the grid (link rate x storage CPU limit) and each row one policy's " +
+		"last epoch: *predicted* is the planner's estimate, *bound* the least epoch time the link and the CPUs " +
+		"allow, and *speed-up vs nooff* is nooff's epoch time divided by the row's, so above 1.00x is faster. " +
+		"*MB on the wire* is what the compute agent received, *kernel MB* what its network interface counted, " +
+		"and *exactly-once* and *content matches* must both read yes for a row's time to count. " +
+		"In the epoch time charts the black tick on a bar is its prediction and the dashed line the cell's bound.\n")
+
+	for i := range r.Cells {
+		c := &r.Cells[i]
+		fmt.Fprintf(b, "\n## %s\n\n", md(cellLabel(c)))
+		if s := summary(c); s != "" {
+			fmt.Fprintf(b, "**Summary:** %s.\n\n", md(s))
+		}
+		if len(c.Runs) == 0 {
+			b.WriteString("No runs.\n")
+			continue
+		}
+		writeMarkdownTable(b, cellTable(c))
+		if len(perCell[i]) > 0 {
+			b.WriteString("\n")
+			for _, ch := range perCell[i] {
+				fmt.Fprintf(b, "![%s](%s)\n", mdAlt(ch.Alt), ch.Name)
+			}
+		}
+	}
+	if len(sweeps) > 0 {
+		b.WriteString("\n## Sweeps\n\n")
+		b.WriteString("Steady-state epoch time of each policy across the grid.\n\n")
+		for _, ch := range sweeps {
+			fmt.Fprintf(b, "![%s](%s)\n", mdAlt(ch.Alt), ch.Name)
+		}
+	}
+}
+
+func f2(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+
+func mb(n int64) string { return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) }
+
+// speedup is how many times faster than base secs is: "2.50x".
+func speedup(base, secs float64) string {
+	if base <= 0 || secs <= 0 {
+		return none
+	}
+	return f2(base/secs) + "x"
+}
+
+func yesNO(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "NO"
+}
+
+// size prints a byte count in decimal units.
+func size(n float64) string {
+	switch {
+	case n >= 1e9:
+		return strconv.FormatFloat(n/1e9, 'f', 2, 64) + " GB"
+	case n >= 1e6:
+		return strconv.FormatFloat(n/1e6, 'f', 1, 64) + " MB"
+	case n >= 1e3:
+		return strconv.FormatFloat(n/1e3, 'f', 1, 64) + " kB"
+	}
+	return strconv.FormatFloat(n, 'f', 0, 64) + " B"
+}
+
+func orNone(s string) string { return orDefault(s, "unknown") }
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// md escapes text for a markdown line.
+func md(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := strings.NewReplacer(`\`, `\\`, "*", `\*`, "_", `\_`, "`", "\\`", "<", "&lt;", ">", "&gt;", "[", `\[`, "]", `\]`)
+	return r.Replace(s)
+}
+
+// mdCell escapes text for a markdown table cell.
+func mdCell(s string) string { return strings.ReplaceAll(md(s), "|", `\|`) }
+
+// mdAlt escapes an image's alt text.
+func mdAlt(s string) string { return strings.NewReplacer("[", "(", "]", ")").Replace(s) }

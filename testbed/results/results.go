@@ -1,0 +1,178 @@
+// Package results is the schema of a testbed experiment's results.json and
+// the report made from it: a markdown report and SVG charts. `testbed run`
+// fills a Results and calls Write; tests and users read it back with Load.
+package results
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Version is the results.json schema version; Load refuses others.
+const Version = 1
+
+// Modes of an experiment (Results.Mode).
+const (
+	// ModeNetns: two network namespaces joined by a veth pair shaped with
+	// tc tbf, the storage agent under a cgroup CPU quota (needs root).
+	ModeNetns = "netns"
+	// ModeLoopback: both agents on loopback behind an in-process token
+	// bucket (shape.Proxy); the storage agent's CPU is limited by its own
+	// --cpus budget only. Used without root.
+	ModeLoopback = "loopback"
+)
+
+// PeerPolicy is the Run.Policy of the peer row: PyTorch's DataLoader with
+// torchvision transforms reading raw files over HTTP through the same link.
+const PeerPolicy = "peer-torchvision"
+
+// Results is one experiment: a grid of cells (link rate x storage CPUs),
+// each running every policy for a number of epochs.
+type Results struct {
+	Version  int       `json:"version"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Machine  Machine   `json:"machine"`
+	// Mode is ModeNetns or ModeLoopback; ModeNote says why and what it
+	// means for the figures (e.g. "not root: loopback with an in-process
+	// token bucket").
+	Mode     string  `json:"mode"`
+	ModeNote string  `json:"mode_note,omitempty"`
+	Dataset  Dataset `json:"dataset"`
+	// Pipeline is the pipeline's id (ops.Pipeline.ID) and preset or spec
+	// file name.
+	Pipeline string `json:"pipeline"`
+	// GPU is the compute agent's --gpu consumer (e.g. "sim:800").
+	GPU    string `json:"gpu"`
+	Epochs int    `json:"epochs"`
+	Seed   uint64 `json:"seed"`
+	// Scale states how the emulation maps to the hardware it stands for
+	// (e.g. "link scaled down 20x: 1 storage core plays the paper's 20").
+	Scale string `json:"scale,omitempty"`
+	// Cells are the grid's points, rates outermost.
+	Cells []Cell `json:"cells"`
+}
+
+// Machine names the host the experiment ran on.
+type Machine struct {
+	Hostname  string `json:"hostname"`
+	CPUModel  string `json:"cpu_model"`
+	Cores     int    `json:"cores"`
+	Kernel    string `json:"kernel"`
+	GoVersion string `json:"go_version"`
+	// Pinning says which cores each agent was pinned to ("" when not).
+	Pinning string `json:"pinning,omitempty"`
+}
+
+// Dataset describes the data the agents served.
+type Dataset struct {
+	Path        string  `json:"path"`
+	Kind        string  `json:"kind,omitempty"` // generator kind, "" for a user's folder
+	Seed        uint64  `json:"seed,omitempty"`
+	Samples     int     `json:"samples"`
+	Bytes       int64   `json:"bytes"`
+	MeanBytes   float64 `json:"mean_bytes"`
+	Fingerprint string  `json:"fingerprint,omitempty"`
+}
+
+// Cell is one point of the grid.
+type Cell struct {
+	// Rate is the link rate as given ("500mbit"); RateBitsPerSec parsed.
+	Rate           string  `json:"rate"`
+	RateBitsPerSec float64 `json:"rate_bits_per_sec"`
+	// StorageCPUs is the storage agent's CPU limit in cores.
+	StorageCPUs float64 `json:"storage_cpus"`
+	Runs        []Run   `json:"runs"`
+}
+
+// Run is one policy (or the peer) in one cell.
+type Run struct {
+	Policy string `json:"policy"`
+	// Skipped, when set, says why the run did not happen (e.g. the peer
+	// without torchvision); Error, when set, why it failed.
+	Skipped string  `json:"skipped,omitempty"`
+	Error   string  `json:"error,omitempty"`
+	Epochs  []Epoch `json:"epochs"`
+	// ExactlyOnce is true when every epoch delivered every sample of the
+	// dataset exactly once (Epoch.Samples == Dataset.Samples, no
+	// duplicates, no failures); ContentMatches is true when each sample's
+	// tensor hash equals the reference run's (the first policy's) for the
+	// same epoch, i.e. placement did not change the data.
+	ExactlyOnce    bool `json:"exactly_once"`
+	ContentMatches bool `json:"content_matches"`
+}
+
+// Epoch is one epoch of a run.
+type Epoch struct {
+	Epoch            int     `json:"epoch"`
+	Seconds          float64 `json:"seconds"`
+	PredictedSeconds float64 `json:"predicted_seconds,omitempty"`
+	BoundSeconds     float64 `json:"bound_seconds,omitempty"`
+	Samples          int     `json:"samples"`
+	Duplicates       int     `json:"duplicates"`
+	Failed           int     `json:"failed"`
+	// AgentBytes is the payload the compute agent received (its report's
+	// bytes_received); KernelBytes the bytes the compute side's veth
+	// received over the epoch (0 in loopback mode, where ProxyBytes counts
+	// what the shaping proxy relayed).
+	AgentBytes  int64 `json:"agent_bytes"`
+	KernelBytes int64 `json:"kernel_bytes,omitempty"`
+	ProxyBytes  int64 `json:"proxy_bytes,omitempty"`
+	// StorageCPUSeconds is the storage agent's CPU over the epoch as its
+	// responses reported; ComputeCPUSeconds the compute agent's finishing
+	// workers'.
+	StorageCPUSeconds float64 `json:"storage_cpu_seconds"`
+	ComputeCPUSeconds float64 `json:"compute_cpu_seconds"`
+	GPUIdleFraction   float64 `json:"gpu_idle_fraction"`
+	Profiled          bool    `json:"profiled,omitempty"`
+	Replanned         bool    `json:"replanned,omitempty"`
+}
+
+// SamplesPerSec is the epoch's throughput.
+func (e Epoch) SamplesPerSec() float64 {
+	if e.Seconds <= 0 {
+		return 0
+	}
+	return float64(e.Samples) / e.Seconds
+}
+
+// Steady is the run's steady-state epoch: the last one, or nil.
+func (r Run) Steady() *Epoch {
+	if len(r.Epochs) == 0 {
+		return nil
+	}
+	return &r.Epochs[len(r.Epochs)-1]
+}
+
+// Write stores r as dir/results.json.
+func Write(dir string, r *Results) (string, error) {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "results.json")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return "", err
+	}
+	return path, os.Rename(tmp, path)
+}
+
+// Load reads a results.json.
+func Load(path string) (*Results, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Results
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("results %s: %w", path, err)
+	}
+	if r.Version != Version {
+		return nil, fmt.Errorf("results %s: version %d, want %d", path, r.Version, Version)
+	}
+	return &r, nil
+}
