@@ -302,13 +302,16 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 	wg.Go(func() { gpu = a.gpu.Sample(gctx) })
 	start := cfg.Clock.Now()
 	err = e.run(ctx, fs)
-	elapsed := cfg.Clock.Now().Sub(start)
+	end := cfg.Clock.Now()
+	elapsed := end.Sub(start)
 	stopGPU()
 	wg.Wait()
 
 	r := EpochReport{
 		Epoch:                    num,
 		Seconds:                  elapsed.Seconds(),
+		StartUnixNS:              start.UnixNano(),
+		EndUnixNS:                end.UnixNano(),
 		Pipeline:                 a.pipeID,
 		Plan:                     plan.Name(),
 		StrictOrder:              cfg.StrictOrder,

@@ -12,6 +12,8 @@ import (
 //
 //	epoch                int      epoch number
 //	seconds              float    wall time from the first request to the last batch consumed
+//	start_unix_ns        int      when the epoch began and ended (Unix ns, the agent's clock), to
+//	end_unix_ns          int      match the epoch with outside counters (e.g. a NIC's bytes)
 //	pipeline             string   ops.Pipeline.ID()
 //	plan                 string   the plan's name (nooff, alloff, resizeoff or a plan file)
 //	strict_order         bool     batches in permutation order (else completion order)
@@ -59,6 +61,8 @@ import (
 type EpochReport struct {
 	Epoch             uint64          `json:"epoch"`
 	Seconds           float64         `json:"seconds"`
+	StartUnixNS       int64           `json:"start_unix_ns"`
+	EndUnixNS         int64           `json:"end_unix_ns"`
 	Pipeline          string          `json:"pipeline"`
 	Plan              string          `json:"plan"`
 	StrictOrder       bool            `json:"strict_order"`

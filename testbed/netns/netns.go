@@ -188,8 +188,7 @@ func Setup(ctx context.Context, cfg Config) (*Pair, error) {
 			[]string{"ip", "-n", end.ns, "link", "set", end.dev, "up"},
 		)
 		if cfg.Rate != "" {
-			steps = append(steps, []string{"tc", "-n", end.ns, "qdisc", "add", "dev", end.dev, "root", "tbf",
-				"rate", cfg.Rate, "burst", strconv.Itoa(cfg.Burst), "latency", fmt.Sprintf("%dus", cfg.Latency.Microseconds())})
+			steps = append(steps, append([]string{"tc", "-n", end.ns, "qdisc", "add"}, tbfArgs(end.dev, cfg.Rate, cfg.Burst, cfg.Latency)...))
 		}
 	}
 	for _, s := range steps {

@@ -29,6 +29,13 @@ const (
 // torchvision transforms reading raw files over HTTP through the same link.
 const PeerPolicy = "peer-torchvision"
 
+// FrameOverhead is the bytes of headers the veth counts per received
+// packet: Ethernet (14), IPv4 (20) and TCP with the timestamp option (32).
+// A GSO packet, however large, is counted once with one set of headers, so
+// bytes - packets x FrameOverhead is the TCP payload however the kernel
+// batched it.
+const FrameOverhead = 14 + 20 + 32
+
 // Results is one experiment: a grid of cells (link rate x storage CPUs),
 // each running every policy for a number of epochs.
 type Results struct {
@@ -115,12 +122,18 @@ type Epoch struct {
 	Duplicates       int     `json:"duplicates"`
 	Failed           int     `json:"failed"`
 	// AgentBytes is the payload the compute agent received (its report's
-	// bytes_received); KernelBytes the bytes the compute side's veth
-	// received over the epoch (0 in loopback mode, where ProxyBytes counts
-	// what the shaping proxy relayed).
-	AgentBytes  int64 `json:"agent_bytes"`
-	KernelBytes int64 `json:"kernel_bytes,omitempty"`
-	ProxyBytes  int64 `json:"proxy_bytes,omitempty"`
+	// bytes_received; the peer's file bytes). KernelBytes and
+	// KernelPackets are what the compute side's veth received over the
+	// epoch, frames and headers included; KernelPayloadBytes is
+	// KernelBytes less FrameOverhead per packet: the TCP payload, which
+	// the agents' counters should match to within their framing (gRPC,
+	// HTTP). All three are 0 in loopback mode, where ProxyBytes counts what
+	// the shaping proxy relayed.
+	AgentBytes         int64 `json:"agent_bytes"`
+	KernelBytes        int64 `json:"kernel_bytes,omitempty"`
+	KernelPackets      int64 `json:"kernel_packets,omitempty"`
+	KernelPayloadBytes int64 `json:"kernel_payload_bytes,omitempty"`
+	ProxyBytes         int64 `json:"proxy_bytes,omitempty"`
 	// StorageCPUSeconds is the storage agent's CPU over the epoch as its
 	// responses reported; ComputeCPUSeconds the compute agent's finishing
 	// workers'.

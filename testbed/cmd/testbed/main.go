@@ -17,13 +17,21 @@ import (
 const usage = `testbed: datasets, op measurements and policy experiments.
 
 Usage:
-  testbed gen  --kind imagenet-like|openimages-like -n N --out DIR [--seed S] [--classes C]
-  testbed ops  --data DIR [--preset NAME | --spec FILE] [--seed S] [--bench SECONDS]
+  testbed gen   --kind imagenet-like|openimages-like -n N --out DIR [--seed S] [--classes C]
+  testbed ops   --data DIR [--preset NAME | --spec FILE] [--seed S] [--bench SECONDS]
+  testbed run   --data DIR | --gen KIND:N [--rate 100mbit,500mbit] [--storage-cpus 0.5,1] [--out DIR] ...
+  testbed shape --dev IFACE --rate R | --clear [--show]
+  testbed serve --data DIR [--listen ADDR]
 
 Subcommands:
-  gen   write a deterministic photo-like JPEG dataset in ImageFolder layout
-  ops   run a pipeline over a folder of JPEGs: per-op output sizes and costs,
-        the bytes each split point would send, and images/s on one core
+  gen    write a deterministic photo-like JPEG dataset in ImageFolder layout
+  ops    run a pipeline over a folder of JPEGs: per-op output sizes and costs,
+         the bytes each split point would send, and images/s on one core
+  run    emulate the storage and GPU nodes (namespaces, tc, cgroups), run every
+         policy and the torchvision peer, write results.json, a report and charts
+  shape  apply (or --clear) the testbed's tc tbf shaping on a real interface,
+         for runs across real machines
+  serve  serve a folder of JPEGs over HTTP (the peer row's file server)
 
 Run 'testbed <subcommand> --help' for its flags.
 `
@@ -45,6 +53,12 @@ func main() {
 		err = runGen(ctx, args, log)
 	case "ops":
 		err = runOps(ctx, args, log)
+	case "run":
+		err = runRun(ctx, args, log)
+	case "shape":
+		err = runShape(ctx, args, log)
+	case "serve":
+		err = runServe(ctx, args, log)
 	default:
 		fmt.Fprintf(os.Stderr, "testbed: unknown subcommand %q\n\n%s", cmd, usage)
 		os.Exit(2)

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/testbed/experiment"
+	"github.com/sophon-dl/sophon/testbed/results"
+	"github.com/sophon-dl/sophon/testbed/shape"
+)
+
+const runUsage = `testbed run: emulate a storage node and a GPU node on this machine and
+compare the offloading policies over a shaped link.
+
+As root: two network namespaces joined by a veth pair shaped with tc tbf at
+--rate both ways, the storage agent under a cgroup CPU quota of
+--storage-cpus (and its own --cpus budget), pinned apart where there are
+at least 4 cores. Without root: loopback behind an in-process token bucket,
+said so in the output and the report. Each cell of the grid (every --rate x
+every --storage-cpus) runs every policy for --epochs with the real
+storage-agent and compute-agent binaries (found next to this binary, then in
+$PATH), then the peer row: PyTorch's DataLoader with torchvision transforms
+reading the raw files over HTTP through the same link. Everything started is
+removed on success, failure and Ctrl-C.
+
+Writes OUT/results.json (schema: docs/results.md), OUT/report.md, SVG charts
+and each run's logs and agent reports under OUT/<rate>-cpu<cpus>/.
+
+Examples:
+  testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 0.5
+  testbed run --data /data/imagenet-val --rate 100mbit,200mbit,500mbit --storage-cpus 0.25,1 --epochs 3
+  testbed run --data ds --policies nooff,sophon,optimal --no-peer --mode loopback
+
+Flags:
+`
+
+func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	data := fs.String("data", "", "dataset `folder`: JPEGs (ImageFolder or flat) or WebDataset tar shards")
+	gen := fs.String("gen", "", "generate the dataset instead: `KIND:N` (imagenet-like or openimages-like), written to OUT/data-KIND-N-sSEED (reused when present)")
+	out := fs.String("out", "testbed-results", "output `folder`")
+	rates := fs.String("rate", experiment.DefaultRate, "link `rates`, comma-separated (e.g. 100mbit,500mbit): tc tbf both ways")
+	cpus := fs.String("storage-cpus", strconv.FormatFloat(experiment.DefaultCPUs, 'f', -1, 64), "storage agent CPU `limits` in cores, comma-separated, fractions allowed")
+	policies := fs.String("policies", strings.Join(computeagent.Policies, ","), "`policies` to run, comma-separated, in order (the first is the reference for placement invariance)")
+	epochs := fs.Int("epochs", experiment.DefaultEpochs, "`epochs` per policy (the first run's first epoch profiles, No-Off)")
+	pipeline := fs.String("pipeline", experiment.DefaultPipeline, "pipeline preset `name`")
+	gpuRate := fs.Float64("gpu-rate", experiment.DefaultGPURate, "simulated GPU `samples/s`, for the agents and the peer alike")
+	batch := fs.Int("batch", 0, "batch `size` (default: the compute agent's)")
+	seed := fs.Uint64("seed", 1, "run `seed` (and the generated dataset's)")
+	noPeer := fs.Bool("no-peer", false, "skip the torchvision DataLoader row")
+	python := fs.String("python", "", "`interpreter` for the peer (default /usr/bin/python3)")
+	mode := fs.String("mode", string(experiment.ModeAuto), "`mode`: auto (netns as root, else loopback), netns or loopback")
+	bin := fs.String("bin", "", "`folder` with storage-agent, compute-agent and testbed (default: this binary's folder, then $PATH)")
+	scale := fs.String("scale", "", "`statement` of how the emulation maps to real hardware, for the report (default: derived from the rates)")
+	computeFlags := fs.String("compute-flags", "", "extra compute-agent `flags`, space-separated")
+	storageFlags := fs.String("storage-flags", "", "extra storage-agent `flags`, space-separated")
+	quiet := fs.Bool("quiet", false, "no progress lines")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), runUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("run: unexpected arguments %q", fs.Args())
+	}
+	cfg := experiment.Config{
+		Out: *out, Rates: splitList(*rates), Policies: splitList(*policies), Epochs: *epochs, Pipeline: *pipeline,
+		GPURate: *gpuRate, Batch: *batch, Seed: *seed, Peer: !*noPeer, Python: *python, Mode: experiment.Mode(*mode),
+		Bin: *bin, Scale: *scale, ComputeFlags: strings.Fields(*computeFlags), StorageFlags: strings.Fields(*storageFlags),
+		Log: log,
+	}
+	if !*quiet {
+		cfg.Progress = os.Stderr
+	}
+	for _, s := range splitList(*cpus) {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("run: --storage-cpus %q: %v", s, err)
+		}
+		cfg.StorageCPUs = append(cfg.StorageCPUs, v)
+	}
+	switch {
+	case *data != "" && *gen != "":
+		return fmt.Errorf("run: --data and --gen exclude each other")
+	case *data != "":
+		cfg.Data = *data
+	case *gen != "":
+		kind, n, err := parseGen(*gen)
+		if err != nil {
+			return err
+		}
+		cfg.Data = filepath.Join(*out, fmt.Sprintf("data-%s-%d-s%d", kind, n, *seed))
+		cfg.DataKind, cfg.DataSeed = kind, *seed
+		if err := generate(cfg.Data, kind, n, *seed, log); err != nil {
+			return err
+		}
+	default:
+		fs.Usage()
+		return fmt.Errorf("run: --data or --gen is required")
+	}
+	if cfg.Scale == "" {
+		cfg.Scale = scaleStatement(cfg.Rates, cfg.StorageCPUs)
+	}
+	res, err := experiment.Run(ctx, cfg)
+	if res != nil {
+		fmt.Println()
+		if res.Mode == results.ModeLoopback {
+			fmt.Printf("NOTE: loopback mode: %s\n\n", res.ModeNote)
+		}
+		if terr := results.Table(os.Stdout, res); terr != nil && err == nil {
+			err = terr
+		}
+		fmt.Printf("\nresults: %s\nreport:  %s\n", filepath.Join(cfg.Out, "results.json"), filepath.Join(cfg.Out, "report.md"))
+	}
+	return err
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parseGen(s string) (string, int, error) {
+	kind, ns, ok := strings.Cut(s, ":")
+	n, err := strconv.Atoi(ns)
+	if !ok || err != nil || n < 1 {
+		return "", 0, fmt.Errorf("run: --gen %q: want KIND:N, e.g. openimages-like:300", s)
+	}
+	if _, err := synthSpec(kind); err != nil {
+		return "", 0, err
+	}
+	return kind, n, nil
+}
+
+func synthSpec(kind string) (synth.Spec, error) {
+	switch kind {
+	case "imagenet-like":
+		return synth.ImageNetLike, nil
+	case "openimages-like":
+		return synth.OpenImagesLike, nil
+	}
+	return synth.Spec{}, fmt.Errorf("unknown dataset kind %q (imagenet-like, openimages-like)", kind)
+}
+
+// generate writes the dataset unless a complete one is already there.
+func generate(dir, kind string, n int, seed uint64, log zerolog.Logger) error {
+	done := filepath.Join(dir, ".complete")
+	if _, err := os.Stat(done); err == nil {
+		log.Info().Str("data", dir).Msg("reusing generated dataset")
+		return nil
+	}
+	spec, err := synthSpec(kind)
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	log.Info().Str("kind", kind).Int("n", n).Str("out", dir).Msg("generating dataset")
+	if _, err := synth.WriteImageFolder(dir, spec, seed, n, 4); err != nil {
+		return err
+	}
+	return os.WriteFile(done, nil, 0o644)
+}
+
+// scaleStatement says how the rates map to the paper's 500 Mbit/s link.
+func scaleStatement(rates []string, cpus []float64) string {
+	const ref = 500e6
+	var parts []string
+	for _, r := range rates {
+		bits, err := shape.ParseRate(r)
+		if err != nil || bits <= 0 {
+			continue
+		}
+		k := ref / bits
+		if k < 1.05 && k > 0.95 {
+			parts = append(parts, fmt.Sprintf("%s is the paper's 500 Mbit/s link unscaled", r))
+			continue
+		}
+		var eq []string
+		for _, c := range cpus {
+			eq = append(eq, fmt.Sprintf("%g cores", c*k))
+		}
+		parts = append(parts, fmt.Sprintf("%s = 500 Mbit/s scaled down %.3gx: the link-to-CPU ratios match a 500 Mbit/s link with %.3gx the CPUs (storage CPUs %s)",
+			r, k, k, strings.Join(eq, ", ")))
+	}
+	return strings.Join(parts, "; ")
+}

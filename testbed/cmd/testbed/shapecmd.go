@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/testbed/netns"
+)
+
+func runShape(ctx context.Context, args []string, log zerolog.Logger) error {
+	fs := flag.NewFlagSet("shape", flag.ContinueOnError)
+	dev := fs.String("dev", "", "interface to shape, e.g. eth1 (required)")
+	rate := fs.String("rate", "", "tc rate of what DEV sends: 500mbit, 1gbit (bits/s), 100mbps (bytes/s)")
+	burst := fs.Int("burst", 0, "tbf bucket size in bytes (0: what the rate sends in 4 ms, at least 64 KiB)")
+	latency := fs.Duration("latency", netns.DefaultLatency, "tbf latency: longest a packet may queue before it is dropped")
+	remove := fs.Bool("clear", false, "delete DEV's root qdisc, back to the kernel's default")
+	show := fs.Bool("show", false, "print DEV's qdiscs and their counters (after --rate or --clear, if given)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `testbed shape: shape a real interface with the tc tbf qdisc the testbed puts on
+its emulated link, for runs across two real nodes; or remove it, or show it.
+Changing qdiscs needs root; --show alone does not.
+
+Only what DEV sends is shaped: to shape both directions between a storage
+node and a GPU node, run it on both, on the interface that faces the other.
+
+Examples:
+  testbed shape --dev eth1 --rate 500mbit          cap eth1's egress at 500 Mbit/s
+  testbed shape --dev eth1 --rate 1gbit --burst 262144 --latency 20ms --show
+  testbed shape --dev eth1 --show                  print eth1's qdiscs and counters
+  testbed shape --dev eth1 --clear                 remove the shaping
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("shape: unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case *dev == "":
+		fs.Usage()
+		return fmt.Errorf("shape: --dev is required")
+	case *rate != "" && *remove:
+		return fmt.Errorf("shape: --rate and --clear exclude each other")
+	case *rate == "" && !*remove && !*show:
+		fs.Usage()
+		return fmt.Errorf("shape: want --rate, --clear or --show")
+	case (*rate != "" || *remove) && os.Geteuid() != 0:
+		return fmt.Errorf("shape: changing %s's qdisc needs root (euid %d)", *dev, os.Geteuid())
+	}
+	switch {
+	case *rate != "":
+		if err := netns.ShapeDev(ctx, *dev, *rate, *burst, *latency); err != nil {
+			return err
+		}
+		b := "default"
+		if *burst > 0 {
+			b = fmt.Sprint(*burst)
+		}
+		log.Info().Str("dev", *dev).Str("rate", *rate).Str("burst", b).Str("latency", latency.String()).
+			Msg("shaped: tbf at the root of dev's egress")
+	case *remove:
+		if err := netns.ClearDev(ctx, *dev); err != nil {
+			return err
+		}
+		log.Info().Str("dev", *dev).Msg("cleared: dev's root qdisc is the kernel's default")
+	}
+	if *show {
+		out, err := netns.ShowDev(ctx, *dev)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(out) == "" {
+			out = *dev + ": no qdisc listed (the kernel's default)\n"
+		}
+		fmt.Print(out)
+	}
+	return nil
+}

@@ -1,0 +1,296 @@
+package experiment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sophon-dl/sophon/testbed/cgroup"
+	"github.com/sophon-dl/sophon/testbed/netns"
+	"github.com/sophon-dl/sophon/testbed/results"
+	"github.com/sophon-dl/sophon/testbed/shape"
+)
+
+// experiment is a Run in progress.
+type experiment struct {
+	cfg     Config
+	bins    binaries
+	res     *results.Results
+	pin     pinPlan
+	profile string
+	// ref maps (epoch, sample) to the tensor hash the reference run (the
+	// first exactly-once run) delivered.
+	ref map[[2]uint64]string
+}
+
+var groupSeq atomic.Uint32
+
+// node is one cell's pair of emulated nodes.
+type node struct {
+	mode string
+	// command runs a program on the storage or the compute side.
+	command func(ctx context.Context, storageSide bool, name string, args ...string) *exec.Cmd
+	// dial connects from the compute side.
+	dial func(ctx context.Context, addr string) (net.Conn, error)
+	// storageHost is the storage side's address as the compute side sees
+	// it; listenHost the address servers on the storage side bind.
+	storageHost, listenHost string
+	// received is the bytes the compute side has received so far: the
+	// compute veth's kernel counter, or the shaping proxies' relayed bytes.
+	received func() (counts, error)
+	kernel   bool
+	rate     string
+	// front puts a shaping proxy in front of a loopback server and returns
+	// the address to dial (loopback mode); nil in netns mode.
+	front func(target string) (string, error)
+	// storageGroup holds the storage side's processes (nil without
+	// cgroups); computeGroup the compute side's when pinned.
+	storageGroup, computeGroup *cgroup.Group
+	cleanup                    []func() error
+}
+
+func (n *node) close() error {
+	var errs []error
+	for i := len(n.cleanup) - 1; i >= 0; i-- {
+		errs = append(errs, n.cleanup[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// place moves a started process into its side's cgroup.
+func (n *node) place(storageSide bool, pid int) error {
+	g := n.computeGroup
+	if storageSide {
+		g = n.storageGroup
+	}
+	if g == nil {
+		return nil
+	}
+	return g.Add(pid)
+}
+
+// newNode sets up a cell's link and CPU limits.
+func (x *experiment) newNode(ctx context.Context, rate string, cpus float64) (*node, error) {
+	n := &node{mode: x.res.Mode, rate: rate}
+	if n.mode == results.ModeNetns {
+		pair, err := netns.Setup(ctx, netns.Config{Rate: rate})
+		if err != nil {
+			return nil, err
+		}
+		n.cleanup = append(n.cleanup, pair.Close)
+		n.command = func(ctx context.Context, storageSide bool, name string, args ...string) *exec.Cmd {
+			return pair.Command(ctx, storageSide, name, args...)
+		}
+		n.dial = func(ctx context.Context, addr string) (net.Conn, error) { return pair.Dial(ctx, false, "tcp", addr) }
+		n.storageHost, n.listenHost = pair.StorageIP, pair.StorageIP
+		n.kernel = true
+		n.received = func() (counts, error) {
+			c, err := pair.Counters()
+			return counts{int64(c.Compute.RxBytes), int64(c.Compute.RxPackets)}, err
+		}
+		if cgroup.Available() == nil {
+			seq := groupSeq.Add(1)
+			g, err := cgroup.New(cgroup.Config{Name: fmt.Sprintf("%sst%d", netns.ProcessPrefix(), seq), CPUs: cpus, Cpuset: x.pin.storage})
+			if err != nil {
+				return nil, errors.Join(err, n.close())
+			}
+			n.storageGroup = g
+			n.cleanup = append(n.cleanup, g.Close)
+			if x.pin.compute != "" {
+				g, err := cgroup.New(cgroup.Config{Name: fmt.Sprintf("%scp%d", netns.ProcessPrefix(), seq), Cpuset: x.pin.compute})
+				if err != nil {
+					return nil, errors.Join(err, n.close())
+				}
+				n.computeGroup = g
+				n.cleanup = append(n.cleanup, g.Close)
+			}
+		}
+		return n, nil
+	}
+	// Loopback: every server gets a shaping proxy; runs are sequential, so
+	// one proxy carries traffic at a time and their byte counts add up.
+	var proxies []*shape.Proxy
+	var mu sync.Mutex
+	pctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	n.cleanup = append(n.cleanup, func() error { cancel(); wg.Wait(); return nil })
+	n.command = func(ctx context.Context, _ bool, name string, args ...string) *exec.Cmd {
+		return command(ctx, name, args...)
+	}
+	n.dial = func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	n.storageHost, n.listenHost = "127.0.0.1", "127.0.0.1"
+	n.received = func() (counts, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		var total int64
+		for _, p := range proxies {
+			total += p.Stats().Down
+		}
+		return counts{bytes: total}, nil
+	}
+	n.front = func(target string) (string, error) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		px := &shape.Proxy{Target: target, Rate: rate}
+		mu.Lock()
+		proxies = append(proxies, px)
+		mu.Unlock()
+		wg.Go(func() { _ = px.ServeListener(pctx, lis) })
+		return lis.Addr().String(), nil
+	}
+	return n, nil
+}
+
+// command returns a command in its own process group that dies with this
+// process (Pdeathsig) and whose group is killed when ctx ends.
+func command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error {
+		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		if errors.Is(err, syscall.ESRCH) {
+			return os.ErrProcessDone
+		}
+		return err
+	}
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// server is a background process of a cell (the storage agent, the peer's
+// file server).
+type server struct {
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan struct{}
+	err  error
+}
+
+// startServer starts a server on one side, places it in that side's cgroup
+// and waits until addr answers. The server is stopped by n.close (SIGTERM,
+// then SIGKILL to its group).
+func (n *node) startServer(ctx context.Context, storageSide bool, logPath, addr string, name string, args ...string) (*server, error) {
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := n.command(ctx, storageSide, name, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	s := &server{cmd: cmd, log: f, done: make(chan struct{})}
+	go func() {
+		s.err = cmd.Wait()
+		close(s.done)
+	}()
+	n.cleanup = append(n.cleanup, func() error {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(5 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-s.done
+		}
+		return f.Close()
+	})
+	if err := n.place(storageSide, cmd.Process.Pid); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		c, err := n.dial(dctx, addr)
+		cancel()
+		if err == nil {
+			c.Close()
+			return s, nil
+		}
+		select {
+		case <-s.done:
+			return nil, fmt.Errorf("%s exited: %v (log: %s)", filepath.Base(name), s.err, logPath)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		default:
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s not listening on %s after 30 s: %v (log: %s)", filepath.Base(name), addr, err, logPath)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cell runs every policy (and the peer) at one rate and storage CPU limit.
+func (x *experiment) cell(ctx context.Context, rate string, cpus float64) (results.Cell, error) {
+	bits, _ := shape.ParseRate(rate)
+	cell := results.Cell{Rate: rate, RateBitsPerSec: bits, StorageCPUs: cpus}
+	dir := filepath.Join(x.cfg.Out, fmt.Sprintf("%s-cpu%s", rate, strconv.FormatFloat(cpus, 'f', -1, 64)))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return cell, err
+	}
+	n, err := x.newNode(ctx, rate, cpus)
+	if err != nil {
+		return cell, err
+	}
+	defer func() {
+		if err := n.close(); err != nil {
+			x.cfg.Log.Warn().Err(err).Msg("cell teardown")
+		}
+	}()
+	listen := net.JoinHostPort(n.listenHost, storagePort)
+	if n.mode == results.ModeLoopback {
+		listen = "127.0.0.1:0"
+		if listen, err = freeAddr(); err != nil {
+			return cell, err
+		}
+	}
+	sargs := append([]string{"--data", x.cfg.Data, "--listen", listen, "--cpus", strconv.FormatFloat(cpus, 'f', -1, 64),
+		"--log-level", "warn", "--log-format", "json"}, x.cfg.StorageFlags...)
+	if _, err := n.startServer(ctx, true, filepath.Join(dir, "storage-agent.log"), listen, x.bins.storage, sargs...); err != nil {
+		return cell, fmt.Errorf("storage agent: %w", err)
+	}
+	addr := listen
+	if n.front != nil {
+		if addr, err = n.front(listen); err != nil {
+			return cell, err
+		}
+	}
+	for _, p := range x.cfg.Policies {
+		if ctx.Err() != nil {
+			return cell, ctx.Err()
+		}
+		run := x.runPolicy(ctx, n, dir, addr, cpus, p)
+		cell.Runs = append(cell.Runs, run)
+		if ctx.Err() != nil {
+			return cell, ctx.Err()
+		}
+	}
+	if x.cfg.Peer {
+		cell.Runs = append(cell.Runs, x.runPeer(ctx, n, dir, cpus))
+	}
+	return cell, ctx.Err()
+}
+
+func freeAddr() (string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer lis.Close()
+	return lis.Addr().String(), nil
+}

@@ -1,0 +1,400 @@
+// Package experiment runs `testbed run`: the storage agent and the compute
+// agent as two emulated nodes on one machine, joined by a shaped link, each
+// offloading policy for a few epochs, over a grid of link rates and storage
+// CPU limits, and the results file, report and charts of package results.
+//
+// As root (netns.Available) each cell of the grid gets two fresh network
+// namespaces joined by a veth pair shaped with tc tbf at the cell's rate both
+// ways (package netns), and the storage agent runs under a cgroup CPU quota
+// of the cell's storage CPUs (package cgroup) as well as its own --cpus
+// budget, which it needs to size its worker pool and to report its cores.
+// Without root both agents run on loopback behind an in-process token bucket
+// (shape.Proxy) and only --cpus limits the storage agent; Results.Mode says
+// which, and why.
+//
+// Everything a cell starts is torn down when the cell ends, when it fails
+// and when ctx ends (Ctrl-C): processes (killed with their process groups,
+// and with this process through Pdeathsig), namespaces and cgroups. Their
+// names start with netns.ProcessPrefix(), so Leftovers finds any.
+package experiment
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/testbed/cgroup"
+	"github.com/sophon-dl/sophon/testbed/netns"
+	"github.com/sophon-dl/sophon/testbed/results"
+	"github.com/sophon-dl/sophon/testbed/shape"
+)
+
+// Defaults of Config.
+const (
+	DefaultRate     = "500mbit"
+	DefaultCPUs     = 0.5
+	DefaultEpochs   = 3
+	DefaultPipeline = "imagenet-train"
+	// DefaultGPURate is a simulated GPU fast enough never to bound an
+	// epoch on a small machine, so that the link and the CPUs decide.
+	DefaultGPURate = 100000
+	storagePort    = "7070"
+	peerPort       = "8080"
+)
+
+// Errors.
+var (
+	// ErrConfig: the configuration is invalid.
+	ErrConfig = errors.New("experiment: bad config")
+)
+
+// Mode selects how the two nodes are emulated.
+type Mode string
+
+// Modes: ModeAuto picks netns when available, else loopback.
+const (
+	ModeAuto     Mode = "auto"
+	ModeNetns    Mode = results.ModeNetns
+	ModeLoopback Mode = results.ModeLoopback
+)
+
+// Config describes an experiment. Zero fields take the defaults noted.
+type Config struct {
+	// Data is the dataset: a folder of JPEGs (ImageFolder layout or not)
+	// or of WebDataset tar shards. DataKind and DataSeed describe it in the
+	// report when the testbed generated it.
+	Data     string
+	DataKind string
+	DataSeed uint64
+	// Out is the folder for results.json, the report, the charts and the
+	// agents' logs and reports. Created if missing.
+	Out string
+	// Rates are the link rates of the grid ("500mbit"). Empty means
+	// DefaultRate.
+	Rates []string
+	// StorageCPUs are the storage agent's CPU limits of the grid, in cores
+	// (fractions allowed). Empty means DefaultCPUs.
+	StorageCPUs []float64
+	// Policies run in each cell, in order; the first is the reference
+	// for placement invariance. Empty means every compute-agent policy.
+	Policies []string
+	// Peer adds the torchvision DataLoader row to each cell (skipped,
+	// with the reason, where torchvision is missing). Python is its
+	// interpreter; empty means /usr/bin/python3 when present, else python3.
+	Peer   bool
+	Python string
+	// Epochs per policy run. Zero means DefaultEpochs.
+	Epochs int
+	// Pipeline is a preset name. Empty means DefaultPipeline.
+	Pipeline string
+	// GPURate is the simulated GPU's samples/s, for the agents and the
+	// peer alike. Zero means DefaultGPURate.
+	GPURate float64
+	// Batch is the batch size. Zero means the compute agent's default.
+	Batch int
+	// Seed fixes the order and every random draw.
+	Seed uint64
+	// Mode: ModeAuto (zero), ModeNetns (fails without root) or
+	// ModeLoopback.
+	Mode Mode
+	// Bin is the folder with the storage-agent and compute-agent binaries
+	// (and testbed, for the peer's file server). Empty means the folder of
+	// this executable, then $PATH.
+	Bin string
+	// Scale states how the emulation maps to the hardware it stands for;
+	// it goes into the report.
+	Scale string
+	// ComputeFlags and StorageFlags add flags to the agents' command lines.
+	ComputeFlags, StorageFlags []string
+	// Progress receives a progress line now and then. Nil means none.
+	Progress io.Writer
+	// ProgressEvery is the progress interval. Zero means 2 s.
+	ProgressEvery time.Duration
+	Log           zerolog.Logger
+}
+
+func (c *Config) defaults() error {
+	if c.Data == "" {
+		return fmt.Errorf("%w: no dataset", ErrConfig)
+	}
+	if c.Out == "" {
+		return fmt.Errorf("%w: no output folder", ErrConfig)
+	}
+	if len(c.Rates) == 0 {
+		c.Rates = []string{DefaultRate}
+	}
+	for _, r := range c.Rates {
+		if _, err := shape.ParseRate(r); err != nil {
+			return fmt.Errorf("%w: rate %q: %v", ErrConfig, r, err)
+		}
+	}
+	if len(c.StorageCPUs) == 0 {
+		c.StorageCPUs = []float64{DefaultCPUs}
+	}
+	for _, v := range c.StorageCPUs {
+		if !(v >= cgroup.MinCPUs) || math.IsInf(v, 0) {
+			return fmt.Errorf("%w: storage cpus %v: want at least %v", ErrConfig, v, cgroup.MinCPUs)
+		}
+	}
+	if len(c.Policies) == 0 {
+		c.Policies = computeagent.Policies
+	}
+	for _, p := range c.Policies {
+		known := false
+		for _, q := range computeagent.Policies {
+			known = known || p == q
+		}
+		if !known {
+			return fmt.Errorf("%w: unknown policy %q (want %s)", ErrConfig, p, strings.Join(computeagent.Policies, ", "))
+		}
+	}
+	if c.Epochs == 0 {
+		c.Epochs = DefaultEpochs
+	}
+	if c.Epochs < 1 {
+		return fmt.Errorf("%w: epochs %d", ErrConfig, c.Epochs)
+	}
+	if c.Pipeline == "" {
+		c.Pipeline = DefaultPipeline
+	}
+	if c.GPURate == 0 {
+		c.GPURate = DefaultGPURate
+	}
+	if !(c.GPURate > 0) {
+		return fmt.Errorf("%w: gpu rate %v", ErrConfig, c.GPURate)
+	}
+	if c.Mode == "" {
+		c.Mode = ModeAuto
+	}
+	switch c.Mode {
+	case ModeAuto, ModeNetns, ModeLoopback:
+	default:
+		return fmt.Errorf("%w: mode %q (want auto, netns or loopback)", ErrConfig, c.Mode)
+	}
+	if c.Python == "" {
+		c.Python = "python3"
+		if _, err := os.Stat("/usr/bin/python3"); err == nil {
+			c.Python = "/usr/bin/python3"
+		}
+	}
+	if c.ProgressEvery == 0 {
+		c.ProgressEvery = 2 * time.Second
+	}
+	return nil
+}
+
+// binaries are the programs the experiment runs.
+type binaries struct{ storage, compute, testbed string }
+
+func findBinaries(dir string) (binaries, error) {
+	if dir == "" {
+		if exe, err := os.Executable(); err == nil {
+			dir = filepath.Dir(exe)
+		}
+	}
+	find := func(name string) (string, error) {
+		if dir != "" {
+			p := filepath.Join(dir, name)
+			if st, err := os.Stat(p); err == nil && !st.IsDir() {
+				return filepath.Abs(p)
+			}
+		}
+		p, err := exec.LookPath(name)
+		if err != nil {
+			return "", fmt.Errorf("%w: %s not found in %q or $PATH (make build puts it in bin/)", ErrConfig, name, dir)
+		}
+		return filepath.Abs(p)
+	}
+	var b binaries
+	var err error
+	if b.storage, err = find("storage-agent"); err != nil {
+		return b, err
+	}
+	if b.compute, err = find("compute-agent"); err != nil {
+		return b, err
+	}
+	b.testbed, _ = find("testbed") // only the peer needs it
+	return b, nil
+}
+
+// Run runs the experiment and writes Out/results.json, Out/report.md and
+// the charts. It returns the results even when a run failed (the run's
+// Error says why); the error is for what stopped the whole experiment.
+func Run(ctx context.Context, cfg Config) (*results.Results, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	bins, err := findBinaries(cfg.Bin)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, err
+	}
+	data, err := filepath.Abs(cfg.Data)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Data = data
+	ds, err := describeDataset(cfg.Data)
+	if err != nil {
+		return nil, err
+	}
+	ds.Kind, ds.Seed = cfg.DataKind, cfg.DataSeed
+
+	res := &results.Results{
+		Version:  results.Version,
+		Started:  time.Now().UTC(),
+		Machine:  machine(),
+		Dataset:  ds,
+		Pipeline: cfg.Pipeline,
+		GPU:      gpuFlag(cfg.GPURate),
+		Epochs:   cfg.Epochs,
+		Seed:     cfg.Seed,
+		Scale:    cfg.Scale,
+	}
+	res.Mode, res.ModeNote, err = pickMode(cfg.Mode)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Log.Info().Str("mode", res.Mode).Str("why", res.ModeNote).Msg("testbed")
+	if res.Mode == results.ModeNetns && cgroup.Available() != nil {
+		res.ModeNote += fmt.Sprintf("; no cgroup CPU controller (%v): the storage agent's --cpus budget alone limits it", cgroup.Available())
+	}
+	pin := pinning(runtime.NumCPU(), res.Mode)
+	res.Machine.Pinning = pin.describe()
+
+	x := &experiment{cfg: cfg, bins: bins, res: res, pin: pin, ref: map[[2]uint64]string{}}
+	x.profile = filepath.Join(cfg.Out, "profile.zst")
+	os.Remove(x.profile) // a fresh profile per experiment: the first run records it
+	var runErr error
+	for _, rate := range cfg.Rates {
+		for _, cpus := range cfg.StorageCPUs {
+			cell, err := x.cell(ctx, rate, cpus)
+			res.Cells = append(res.Cells, cell)
+			if err != nil {
+				runErr = err
+				break
+			}
+		}
+		if runErr != nil {
+			break
+		}
+	}
+	res.Finished = time.Now().UTC()
+	if _, err := results.Write(cfg.Out, res); err != nil {
+		return res, errors.Join(runErr, err)
+	}
+	if _, _, err := results.WriteReport(cfg.Out, res); err != nil {
+		return res, errors.Join(runErr, err)
+	}
+	return res, runErr
+}
+
+// pickMode resolves ModeAuto.
+func pickMode(m Mode) (mode, note string, err error) {
+	nsErr := netns.Available()
+	switch {
+	case m == ModeLoopback:
+		return results.ModeLoopback, "loopback requested: both agents on 127.0.0.1 behind an in-process token bucket (shape.Proxy); the storage agent limited by its --cpus budget only", nil
+	case nsErr == nil:
+		return results.ModeNetns, "two network namespaces joined by a veth pair, tc tbf both ways; storage agent under a cgroup CPU quota", nil
+	case m == ModeNetns:
+		return "", "", fmt.Errorf("%w: netns mode: %v", ErrConfig, nsErr)
+	}
+	return results.ModeLoopback, fmt.Sprintf("namespaces unavailable (%v): both agents on 127.0.0.1 behind an in-process token bucket (shape.Proxy); the storage agent limited by its --cpus budget only; run as root for tc shaping and cgroup limits", nsErr), nil
+}
+
+func gpuFlag(rate float64) string {
+	return "sim:" + strconv.FormatFloat(rate, 'f', -1, 64)
+}
+
+// describeDataset counts the dataset's files and bytes: JPEGs, or tar
+// shards (whose samples the agents count).
+func describeDataset(dir string) (results.Dataset, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return results.Dataset{}, fmt.Errorf("%w: dataset: %v", ErrConfig, err)
+	}
+	if !st.IsDir() {
+		return results.Dataset{}, fmt.Errorf("%w: dataset %s is not a folder", ErrConfig, dir)
+	}
+	d := results.Dataset{Path: dir}
+	err = filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return err
+		}
+		switch strings.ToLower(filepath.Ext(p)) {
+		case ".jpg", ".jpeg":
+			d.Samples++
+			fallthrough
+		case ".tar":
+			info, err := e.Info()
+			if err != nil {
+				return err
+			}
+			d.Bytes += info.Size()
+		}
+		return nil
+	})
+	if d.Samples > 0 {
+		d.MeanBytes = float64(d.Bytes) / float64(d.Samples)
+	}
+	return d, err
+}
+
+// machine describes this host.
+func machine() results.Machine {
+	m := results.Machine{Cores: runtime.NumCPU(), GoVersion: runtime.Version()}
+	m.Hostname, _ = os.Hostname()
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	return m
+}
+
+// pinPlan says which cores each agent gets.
+type pinPlan struct {
+	storage, compute string // cpuset lists; "" = not pinned
+	why              string
+}
+
+// pinning pins the storage agent to core 0 and the compute agent to the
+// others when there are at least 4 cores (the compute agent then keeps at
+// least 3 for finishing work); with fewer, pinning would halve the compute
+// node, so neither is pinned and the CPU limit is the quota alone.
+func pinning(cores int, mode string) pinPlan {
+	if mode != results.ModeNetns || cgroup.Available() != nil {
+		return pinPlan{why: "not pinned (no cgroups)"}
+	}
+	if cores < 4 {
+		return pinPlan{why: fmt.Sprintf("not pinned: %d cores are too few to split (the storage agent's CPU is limited by its quota)", cores)}
+	}
+	return pinPlan{storage: "0", compute: fmt.Sprintf("1-%d", cores-1),
+		why: fmt.Sprintf("storage agent on core 0, compute agent on cores 1-%d", cores-1)}
+}
+
+func (p pinPlan) describe() string { return p.why }

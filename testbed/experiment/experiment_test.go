@@ -1,0 +1,274 @@
+package experiment
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/testbed/cgroup"
+	"github.com/sophon-dl/sophon/testbed/netns"
+	"github.com/sophon-dl/sophon/testbed/results"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	// Whatever a failed test left is removed, and fails the run.
+	if left, _ := netns.Leftovers(netns.ProcessPrefix()); len(left) > 0 {
+		println("leftover namespaces or links:", strings.Join(left, ", "))
+		netns.Remove(netns.ProcessPrefix())
+		code = 1
+	}
+	if cgroup.Available() == nil {
+		if left, _ := cgroup.Leftovers(netns.ProcessPrefix()); len(left) > 0 {
+			println("leftover cgroups:", strings.Join(left, ", "))
+			cgroup.Remove(netns.ProcessPrefix())
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+// buildBinaries builds the agents and the testbed once per test binary.
+func buildBinaries(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build the binaries")
+	}
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "experiment-bin-")
+		if binErr != nil {
+			return
+		}
+		cmd := exec.Command(goTool, "build", "-o", binDir+"/", "../../storage-agent", "../../compute-agent", "../cmd/testbed")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = errors.New(string(out))
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("go build: %v", binErr)
+	}
+	return binDir
+}
+
+// smallDataset writes n imagenet-like JPEGs.
+func smallDataset(t *testing.T, n int) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "data")
+	if _, err := synth.WriteImageFolder(dir, synth.ImageNetLike, 7, n, 2); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// agentProcesses lists running processes started from dir's binaries.
+func agentProcesses(dir string) []string {
+	var out []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if cmd := strings.ReplaceAll(string(b), "\x00", " "); strings.Contains(cmd, dir) {
+			out = append(out, filepath.Base(filepath.Dir(p))+": "+cmd)
+		}
+	}
+	return out
+}
+
+func checkNothingLeft(t *testing.T, bins string) {
+	t.Helper()
+	if left, err := netns.Leftovers(netns.ProcessPrefix()); err != nil || len(left) > 0 {
+		t.Errorf("left behind: %v %v", left, err)
+	}
+	if cgroup.Available() == nil {
+		if left, err := cgroup.Leftovers(netns.ProcessPrefix()); err != nil || len(left) > 0 {
+			t.Errorf("cgroups left behind: %v %v", left, err)
+		}
+	}
+	if ps := agentProcesses(bins); len(ps) > 0 {
+		t.Errorf("processes left behind: %v", ps)
+	}
+}
+
+// TestExperimentNetns is the end-to-end check CI (root) runs: a short
+// experiment in two namespaces with every policy and the peer; every run
+// delivers every sample exactly once with the reference run's tensors, the
+// kernel's byte counts agree with the agents' within 2%, and nothing is
+// left behind.
+func TestExperimentNetns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries for about a minute")
+	}
+	if err := netns.Available(); err != nil {
+		t.Skipf("SKIP: namespaces unavailable (%v); CI runs this as root", err)
+	}
+	bins := buildBinaries(t)
+	out := t.TempDir()
+	cfg := Config{
+		Data: smallDataset(t, 40), DataKind: "imagenet-like", DataSeed: 7, Out: out,
+		Rates: []string{"40mbit"}, StorageCPUs: []float64{0.5}, Epochs: 2, Seed: 3,
+		Peer: true, Bin: bins, Mode: ModeNetns, Log: zerolog.Nop(),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := Run(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	checkNothingLeft(t, bins)
+
+	res, err := results.Load(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Mode != results.ModeNetns || res.Dataset.Samples != 40 || len(res.Cells) != 1 {
+		t.Fatalf("results: mode %q, %d samples, %d cells", res.Mode, res.Dataset.Samples, len(res.Cells))
+	}
+	runs := res.Cells[0].Runs
+	if len(runs) != len(computeagent.Policies)+1 {
+		t.Fatalf("%d runs, want %d policies and the peer", len(runs), len(computeagent.Policies))
+	}
+	for _, r := range runs {
+		if r.Skipped != "" {
+			if r.Policy == results.PeerPolicy {
+				t.Logf("peer skipped: %s", r.Skipped)
+				continue
+			}
+			t.Errorf("%s skipped: %s", r.Policy, r.Skipped)
+		}
+		if r.Error != "" || len(r.Epochs) != 2 || !r.ExactlyOnce {
+			t.Errorf("%s: error %q, %d epochs, exactly once %v", r.Policy, r.Error, len(r.Epochs), r.ExactlyOnce)
+		}
+		if r.Policy != results.PeerPolicy && !r.ContentMatches {
+			t.Errorf("%s: tensors differ from the reference run's", r.Policy)
+		}
+		for _, e := range r.Epochs {
+			ratio := float64(e.AgentBytes) / float64(e.KernelPayloadBytes)
+			t.Logf("%s epoch %d: %.2fs (predicted %.2fs), agent %d B, kernel %d B in %d packets, payload ratio %.4f",
+				r.Policy, e.Epoch, e.Seconds, e.PredictedSeconds, e.AgentBytes, e.KernelBytes, e.KernelPackets, ratio)
+			if e.KernelBytes <= 0 || math.Abs(ratio-1) > 0.02 {
+				t.Errorf("%s epoch %d: agent bytes %d vs kernel payload %d (ratio %.4f): want within 2%%",
+					r.Policy, e.Epoch, e.AgentBytes, e.KernelPayloadBytes, ratio)
+			}
+		}
+	}
+	for _, f := range []string{"report.md", "epoch-time-40mbit-cpu0.5.svg"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestExperimentCancel: ending the context mid-run (Ctrl-C in `testbed
+// run`) tears everything down.
+func TestExperimentCancel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries")
+	}
+	if err := netns.Available(); err != nil {
+		t.Skipf("SKIP: namespaces unavailable (%v); CI runs this as root", err)
+	}
+	bins := buildBinaries(t)
+	cfg := Config{
+		Data: smallDataset(t, 40), Out: t.TempDir(), Rates: []string{"10mbit"}, StorageCPUs: []float64{0.5},
+		Policies: []string{"nooff", "sophon"}, Epochs: 5, Bin: bins, Mode: ModeNetns, Log: zerolog.Nop(),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(4*time.Second, cancel)
+	start := time.Now()
+	_, err := Run(ctx, cfg)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Run after cancel: %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("teardown took %v", d)
+	}
+	checkNothingLeft(t, bins)
+}
+
+// TestExperimentLoopback runs without namespaces: loopback behind the
+// shaping proxy, as `testbed run` does without root.
+func TestExperimentLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries")
+	}
+	bins := buildBinaries(t)
+	out := t.TempDir()
+	cfg := Config{
+		Data: smallDataset(t, 24), Out: out, Rates: []string{"100mbit"}, StorageCPUs: []float64{1},
+		Policies: []string{"nooff", "resizeoff"}, Epochs: 2, Bin: bins, Mode: ModeLoopback, Log: zerolog.Nop(),
+	}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Mode != results.ModeLoopback || !strings.Contains(res.ModeNote, "loopback") {
+		t.Errorf("mode %q (%s)", res.Mode, res.ModeNote)
+	}
+	for _, r := range res.Cells[0].Runs {
+		if r.Error != "" || !r.ExactlyOnce || !r.ContentMatches {
+			t.Errorf("%s: error %q, exactly once %v, content %v", r.Policy, r.Error, r.ExactlyOnce, r.ContentMatches)
+		}
+		for _, e := range r.Epochs {
+			// The proxy relays the agent's payload plus gRPC's framing.
+			if ratio := float64(e.AgentBytes) / float64(e.ProxyBytes); e.KernelBytes != 0 || math.Abs(ratio-1) > 0.02 {
+				t.Errorf("%s epoch %d: agent %d B, proxy %d B, kernel %d B", r.Policy, e.Epoch, e.AgentBytes, e.ProxyBytes, e.KernelBytes)
+			}
+		}
+	}
+	checkNothingLeft(t, bins)
+}
+
+func TestConfigRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"no data", Config{Out: "x"}},
+		{"no out", Config{Data: "x"}},
+		{"bad rate", Config{Data: "x", Out: "x", Rates: []string{"fast"}}},
+		{"bad cpus", Config{Data: "x", Out: "x", StorageCPUs: []float64{-1}}},
+		{"bad policy", Config{Data: "x", Out: "x", Policies: []string{"greedy"}}},
+		{"bad mode", Config{Data: "x", Out: "x", Mode: "vm"}},
+		{"bad epochs", Config{Data: "x", Out: "x", Epochs: -1}},
+	} {
+		if err := tc.cfg.defaults(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", tc.name, err)
+		}
+	}
+}
+
+func TestSeries(t *testing.T) {
+	var s series
+	t0 := time.Unix(100, 0)
+	s.add(t0, counts{1000, 10})
+	s.add(t0.Add(10*time.Millisecond), counts{2000, 20})
+	s.add(t0.Add(20*time.Millisecond), counts{2000, 20})
+	if c := s.during(t0.Add(5*time.Millisecond).UnixNano(), t0.Add(30*time.Millisecond).UnixNano()); c.bytes != 500 || c.packets != 5 {
+		t.Errorf("during: %+v, want 500 bytes, 5 packets (interpolated, clamped)", c)
+	}
+	if c := s.during(t0.Add(-time.Second).UnixNano(), t0.UnixNano()); c.bytes != 0 {
+		t.Errorf("before the first sample: %+v", c)
+	}
+}

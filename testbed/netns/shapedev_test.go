@@ -1,0 +1,146 @@
+package netns
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sophon-dl/sophon/testbed/shape"
+)
+
+func TestShapeDevRejects(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		dev, rate string
+		burst     int
+		latency   time.Duration
+	}{
+		{"", "1gbit", 0, 0},
+		{"eth0/x", "1gbit", 0, 0},
+		{"-eth0", "1gbit", 0, 0},
+		{"much-too-long-name", "1gbit", 0, 0},
+		{"eth0", "", 0, 0},
+		{"eth0", "fast", 0, 0},
+		{"eth0", "1gbit", -1, 0},
+		{"eth0", "1gbit", 0, -time.Millisecond},
+	} {
+		if err := ShapeDev(ctx, c.dev, c.rate, c.burst, c.latency); !errors.Is(err, ErrConfig) {
+			t.Errorf("ShapeDev(%+v) = %v, want ErrConfig", c, err)
+		}
+	}
+	if err := ClearDev(ctx, "a b"); !errors.Is(err, ErrConfig) {
+		t.Errorf("ClearDev(\"a b\") = %v, want ErrConfig", err)
+	}
+	if _, err := ShowDev(ctx, ""); !errors.Is(err, ErrConfig) {
+		t.Errorf("ShowDev(\"\") = %v, want ErrConfig", err)
+	}
+}
+
+func TestHasRootQdisc(t *testing.T) {
+	for _, c := range []struct {
+		out  string
+		want bool
+	}{
+		{"", false},
+		{"qdisc noqueue 0: root refcnt 2 \n", false},
+		{"qdisc mq 0: root \nqdisc fq_codel 0: parent :1 limit 10240p\n", false},
+		{"qdisc tbf 8001: root refcnt 2 rate 500Mbit burst 62500b lat 50ms \n Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n", true},
+		{"qdisc fq 8002: root refcnt 2 limit 10000p\n", true},
+		{"qdisc tbf 8001: parent 1:1 rate 1Gbit\n", false},
+	} {
+		if got := hasRootQdisc(c.out); got != c.want {
+			t.Errorf("hasRootQdisc(%q) = %v, want %v", c.out, got, c.want)
+		}
+	}
+}
+
+// tbfRate finds the rate of the root tbf in ShowDev's text, in bits per
+// second; 0 when there is none.
+func tbfRate(out string) float64 {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[0] != "qdisc" || f[1] != "tbf" || f[3] != "root" {
+			continue
+		}
+		for i := 4; i+1 < len(f); i++ {
+			if f[i] == "rate" {
+				r, _ := shape.ParseRate(f[i+1])
+				return r
+			}
+		}
+	}
+	return 0
+}
+
+// TestShapeDev shapes, reshapes and clears the storage end of an unshaped
+// pair from inside its namespace, as `testbed shape` does on a real node,
+// then checks nothing is left.
+func TestShapeDev(t *testing.T) {
+	prefix := ProcessPrefix() + "d"
+	p := setup(t, Config{Prefix: prefix})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// NB: f runs on a goroutine of its own: it reports with t.Errorf and
+	// returns its fatal errors, never t.Fatal.
+	err := withNamespace(p.StorageNS, func() error {
+		dev := p.StorageDev
+		show := func() string {
+			out, err := ShowDev(ctx, dev)
+			if err != nil {
+				t.Errorf("ShowDev: %v", err)
+			}
+			return out
+		}
+		if out := show(); tbfRate(out) != 0 {
+			t.Errorf("unshaped pair has a tbf: %s", out)
+		}
+		if err := ClearDev(ctx, dev); err != nil {
+			t.Errorf("ClearDev with no qdisc set: %v", err)
+		}
+		if err := ShapeDev(ctx, dev, "500mbit", 0, 0); err != nil {
+			return err
+		}
+		out := show()
+		if r := tbfRate(out); r != 500e6 || !strings.Contains(out, "lat 50ms") {
+			t.Errorf("after ShapeDev 500mbit: rate %v, qdiscs:\n%s", r, out)
+		}
+		// Replacing, with an explicit burst and latency.
+		if err := ShapeDev(ctx, dev, "200mbit", 100000, 20*time.Millisecond); err != nil {
+			return err
+		}
+		out = show()
+		t.Logf("after ShapeDev 200mbit:\n%s", out)
+		if r := tbfRate(out); r != 200e6 || !strings.Contains(out, "burst 100000b") || !strings.Contains(out, "lat 20ms") {
+			t.Errorf("after ShapeDev 200mbit: rate %v, qdiscs:\n%s", r, out)
+		}
+		if err := ClearDev(ctx, dev); err != nil {
+			return err
+		}
+		if out := show(); tbfRate(out) != 0 || hasRootQdisc(out) {
+			t.Errorf("after ClearDev:\n%s", out)
+		}
+		if err := ClearDev(ctx, dev); err != nil {
+			t.Errorf("second ClearDev: %v", err)
+		}
+		if err := ShapeDev(ctx, "nosuchdev0", "1gbit", 0, 0); err == nil || errors.Is(err, ErrConfig) {
+			t.Errorf("ShapeDev of a missing device = %v, want tc's error", err)
+		}
+		if _, err := ShowDev(ctx, "nosuchdev0"); err == nil {
+			t.Error("ShowDev of a missing device succeeded")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The host's side of the storage end is untouched: it is not there.
+	if out, err := output(ctx, "tc", "qdisc", "show", "dev", p.StorageDev); err == nil {
+		t.Errorf("%s visible outside its namespace: %s", p.StorageDev, out)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, prefix)
+}
