@@ -191,17 +191,7 @@ func (l *lockedBuffer) String() string {
 // command returns a command in its own process group that dies with this
 // process (Pdeathsig) and whose whole group is killed when ctx ends.
 func command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, name, args...)
-	groupKill(cmd)
-	return cmd
-}
-
-// groupKill makes cmd a process group leader, killed with its group when
-// its context ends or this process dies.
-func groupKill(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
+	return netns.GroupCommand(ctx, name, args...)
 }
 
 // proc is a started background process (a storage agent).

@@ -282,12 +282,16 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 	e := &epochRun{
 		a: a, cfg: cfg, num: num, cat: cat, order: order, split: split, plan: plan, rec: opts.rec,
 		log:     a.log.With().Uint64("epoch", num).Logger(),
-		sched:   newSchedule(len(order), gate, len(fs)),
 		work:    make(chan work),
 		queue:   make(chan item, cfg.Queue*cfg.Batch),
 		batches: make(chan *Batch),
 		bySplit: splitCounter{},
 	}
+	offloaded := make([]bool, len(order))
+	for i, s := range order {
+		offloaded[i] = split[i] > 0 || e.codec(s) != ops.CodecNone
+	}
+	e.sched = newSchedule(len(order), gate, len(fs), offloaded)
 	a.log.Info().Uint64("epoch", num).Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.Name()).Msg("epoch start")
 	names := make([]string, len(fs))
 	for i, f := range fs {

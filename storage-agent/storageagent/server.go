@@ -70,9 +70,13 @@ type job struct {
 
 // fetchStream is the state one Fetch call shares with the workers.
 type fetchStream struct {
-	ctx     context.Context // ends when the stream does
-	results chan result
-	pending sync.WaitGroup // requests taken in but not yet delivered or dropped
+	ctx context.Context // ends when the stream does
+	// results carries the budgeted workers' responses, raw the raw
+	// workers'; the sender prefers results: a budgeted worker waiting to
+	// hand over its response is CPU budget unused, while a raw worker
+	// waiting costs nothing (the link is busy meanwhile).
+	results, raw chan result
+	pending      sync.WaitGroup // requests taken in but not yet delivered or dropped
 }
 
 // result is a response and the split it was cut at (for the metrics).
@@ -168,12 +172,12 @@ func (s *server) Fetch(stream grpc.BidiStreamingServer[dataplanepb.FetchRequest,
 	log.Debug().Msg("fetch stream opened")
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	st := &fetchStream{ctx: ctx, results: make(chan result, s.pending)}
+	st := &fetchStream{ctx: ctx, results: make(chan result, s.pending), raw: make(chan result, RawWorkers)}
 
 	var wg sync.WaitGroup
 	var sendErr error
 	wg.Go(func() {
-		sendErr = s.send(ctx, stream, st.results)
+		sendErr = s.send(ctx, stream, st.results, st.raw)
 		if sendErr != nil {
 			cancel()
 		}
@@ -184,6 +188,7 @@ func (s *server) Fetch(stream grpc.BidiStreamingServer[dataplanepb.FetchRequest,
 	}
 	st.pending.Wait()
 	close(st.results)
+	close(st.raw)
 	wg.Wait()
 	log.Debug().AnErr("recv", recvErr).AnErr("send", sendErr).Msg("fetch stream closed")
 	if sendErr != nil {
@@ -195,24 +200,42 @@ func (s *server) Fetch(stream grpc.BidiStreamingServer[dataplanepb.FetchRequest,
 	return ctx.Err()
 }
 
-// send sends results until results is closed or ctx ends.
-func (s *server) send(ctx context.Context, stream grpc.BidiStreamingServer[dataplanepb.FetchRequest, dataplanepb.FetchResponse], results <-chan result) error {
-	for {
+// send sends results until both channels are closed or ctx ends, taking
+// from first whenever it has a result ready.
+func (s *server) send(ctx context.Context, stream grpc.BidiStreamingServer[dataplanepb.FetchRequest, dataplanepb.FetchResponse], first, second <-chan result) error {
+	for first != nil || second != nil {
+		var r result
+		var ok bool
 		select {
-		case r, ok := <-results:
+		case r, ok = <-first:
 			if !ok {
+				first = nil
+				continue
+			}
+		default:
+			select {
+			case r, ok = <-first:
+				if !ok {
+					first = nil
+					continue
+				}
+			case r, ok = <-second:
+				if !ok {
+					second = nil
+					continue
+				}
+			case <-ctx.Done():
 				return nil
 			}
-			if err := stream.Send(r.resp); err != nil {
-				return err
-			}
-			if r.resp.Error == nil {
-				s.m.sent(r.split, len(r.resp.Data))
-			}
-		case <-ctx.Done():
-			return nil
+		}
+		if err := stream.Send(r.resp); err != nil {
+			return err
+		}
+		if r.resp.Error == nil {
+			s.m.sent(r.split, len(r.resp.Data))
 		}
 	}
+	return nil
 }
 
 // receive reads requests until the client half-closes (nil) or the stream
@@ -310,8 +333,12 @@ func (s *server) deliver(j *job, resp *dataplanepb.FetchResponse) {
 	if resp.Error != nil {
 		s.m.failed(resp.Error.Kind)
 	}
+	ch := j.st.results
+	if isRaw(j.req) {
+		ch = j.st.raw
+	}
 	select {
-	case j.st.results <- result{resp: resp, split: j.req.GetSplit()}:
+	case ch <- result{resp: resp, split: j.req.GetSplit()}:
 	case <-j.st.ctx.Done():
 	}
 }

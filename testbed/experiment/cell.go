@@ -124,7 +124,7 @@ func (x *experiment) newNode(ctx context.Context, rate string, cpus float64) (*n
 	var wg sync.WaitGroup
 	n.cleanup = append(n.cleanup, func() error { cancel(); wg.Wait(); return nil })
 	n.command = func(ctx context.Context, _ bool, name string, args ...string) *exec.Cmd {
-		return command(ctx, name, args...)
+		return netns.GroupCommand(ctx, name, args...)
 	}
 	n.dial = func(ctx context.Context, addr string) (net.Conn, error) {
 		var d net.Dialer
@@ -153,22 +153,6 @@ func (x *experiment) newNode(ctx context.Context, rate string, cpus float64) (*n
 		return lis.Addr().String(), nil
 	}
 	return n, nil
-}
-
-// command returns a command in its own process group that dies with this
-// process (Pdeathsig) and whose group is killed when ctx ends.
-func command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error {
-		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		if errors.Is(err, syscall.ESRCH) {
-			return os.ErrProcessDone
-		}
-		return err
-	}
-	cmd.WaitDelay = 5 * time.Second
-	return cmd
 }
 
 // server is a background process of a cell (the storage agent, the peer's

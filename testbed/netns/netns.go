@@ -213,11 +213,17 @@ func (p *Pair) Command(ctx context.Context, storageSide bool, name string, args 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	context.AfterFunc(p.ctx, cancel)
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
+	return GroupCommand(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
+}
+
+// GroupCommand returns a command that runs in its own process group, gets
+// SIGKILL if this process dies first (Pdeathsig), and whose whole group is
+// killed when ctx ends (the program may have started children of its own).
+func GroupCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error {
-		// NB: the negative pid names the group; the program may have
-		// started children of its own.
+		// NB: the negative pid names the group.
 		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		if errors.Is(err, syscall.ESRCH) {
 			return os.ErrProcessDone
