@@ -332,6 +332,7 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 		ComputeCPUSeconds:        float64(e.computeNS.Load()) / 1e9,
 		StorageCPUSeconds:        float64(e.storageNS.Load()) / 1e9,
 		OffloadStorageCPUSeconds: float64(e.storageOffNS.Load()) / 1e9,
+		OffloadStorageEffSeconds: float64(e.storageOffEffNS.Load()) / 1e9,
 		Retried:                  int(e.retried.Load()),
 		StreamFailures:           int(e.streamFailures.Load()),
 		Duplicates:               int(e.duplicates.Load()),

@@ -46,13 +46,17 @@ type epochRun struct {
 	queue   chan item
 	batches chan *Batch
 
-	bytesReceived  atomic.Int64
-	storageNS      atomic.Int64
-	storageOffNS   atomic.Int64 // storageNS of the samples with k > 0
-	computeNS      atomic.Int64
-	retried        atomic.Int64
-	streamFailures atomic.Int64
-	duplicates     atomic.Int64
+	bytesReceived atomic.Int64
+	storageNS     atomic.Int64
+	storageOffNS  atomic.Int64 // storageNS of the samples with k > 0
+	// storageOffEffNS sums, over the samples with k > 0, the budget time
+	// their storage agent reported times its per-worker share of a core:
+	// their CPU time, or more where the agent got less than its budget.
+	storageOffEffNS atomic.Int64
+	computeNS       atomic.Int64
+	retried         atomic.Int64
+	streamFailures  atomic.Int64
+	duplicates      atomic.Int64
 
 	mu     sync.Mutex
 	failed []SampleFailure

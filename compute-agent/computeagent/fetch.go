@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -166,6 +167,7 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 		e.storageNS.Add(int64(resp.GetStorageCpuNs()))
 		if r.split > 0 {
 			e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
+			e.storageOffEffNS.Add(int64(float64(resp.GetStorageBudgetNs()) * f.share()))
 		}
 		select {
 		case e.work <- work{f: f, r: r, resp: resp}:
@@ -178,4 +180,13 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 // storageKind names a storage agent's error kind without the enum prefix.
 func storageKind(k dataplanepb.ErrorKind) string {
 	return strings.TrimPrefix(k.String(), "ERROR_KIND_")
+}
+
+// share is each of the storage agent's workers' share of a core: cpus over
+// ceil(cpus) workers (1 when cpus is unknown).
+func (f *fetcher) share() float64 {
+	if !(f.cpus > 0) {
+		return 1
+	}
+	return f.cpus / math.Ceil(f.cpus)
 }

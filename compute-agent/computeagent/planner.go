@@ -135,7 +135,11 @@ func (pl *planner) drift(r *EpochReport, e *epochRun, ran policy.Plan) bool {
 	res := pl.res
 	var why []string
 	storageOK := true
-	if pred, got := ran.Pred.StorageCPUSeconds, float64(e.storageOffNS.Load())/1e9; pred > 0 && got > 0 {
+	got := float64(e.storageOffEffNS.Load()) / 1e9
+	if got <= 0 { // an agent that does not report budget time
+		got = float64(e.storageOffNS.Load()) / 1e9
+	}
+	if pred := ran.Pred.StorageCPUSeconds; pred > 0 && got > 0 {
 		ratio := got / pred
 		if tol := min(thr, StorageCalibration); ratio > 1+tol || ratio < 1-tol {
 			speed := res.StorageSpeed

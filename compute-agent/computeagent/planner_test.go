@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"maps"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -323,5 +324,16 @@ func TestStorageCalibration(t *testing.T) {
 		if d := pl.res.StorageSpeed - tc.wantSpd; d > 1e-9 || d < -1e-9 {
 			t.Errorf("storage CPU x%.2f: speed %.4f, want %.4f", tc.got, pl.res.StorageSpeed, tc.wantSpd)
 		}
+	}
+	// The CPU matches the plan but the agent got less than its budget
+	// (budget time 30% over): the effective speed is what is calibrated.
+	a := &Agent{cfg: Config{ReplanThreshold: 0.2}}
+	pl := &planner{a: a, name: policy.NameSOPHON, res: policy.Resources{LinkBytesPerSec: 1e6, StorageSpeed: 0.8}}
+	ran := policy.Plan{Pred: policy.Prediction{Seconds: 2, StorageCPUSeconds: 1.5, Bottleneck: policy.StorageCPU}}
+	e := &epochRun{}
+	e.storageOffNS.Store(1.5e9)
+	e.storageOffEffNS.Store(1.95e9)
+	if !pl.drift(&EpochReport{Epoch: 1, Seconds: 2.6, BytesReceived: 2e6}, e, ran) || math.Abs(pl.res.StorageSpeed-0.8/1.3) > 1e-9 {
+		t.Errorf("budget time x1.3: speed %.4f, want %.4f and a re-plan", pl.res.StorageSpeed, 0.8/1.3)
 	}
 }

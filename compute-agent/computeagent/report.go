@@ -47,6 +47,10 @@ import (
 //	bound_seconds        float    policy.Bound: the lower bound on any plan's epoch time for the
 //	                              profile and resources (omitted while there is no profile)
 //	offload_storage_cpu_seconds float  storage_cpu_seconds of the samples fetched at k > 0
+//	offload_storage_effective_cpu_seconds float  the same samples' storage_budget_ns times their
+//	                              agent's per-worker share of a core: their CPU time when the agent
+//	                              got its whole budget, more when it did not (a cgroup quota shared
+//	                              with the transport, a busy machine); 0 from agents that do not report it
 //	profiled             bool     stage 2 recorded this epoch's samples (omitted when false)
 //	replanned            bool     this epoch's measured link rate or storage CPU drifted from the
 //	                              plan's assumptions past Config.ReplanThreshold, so the next
@@ -88,6 +92,7 @@ type EpochReport struct {
 	PredictedSeconds         float64        `json:"predicted_seconds,omitempty"`
 	BoundSeconds             float64        `json:"bound_seconds,omitempty"`
 	OffloadStorageCPUSeconds float64        `json:"offload_storage_cpu_seconds,omitempty"`
+	OffloadStorageEffSeconds float64        `json:"offload_storage_effective_cpu_seconds,omitempty"`
 	Profiled                 bool           `json:"profiled,omitempty"`
 	Replanned                bool           `json:"replanned,omitempty"`
 	Stage1                   *Stage1Summary `json:"stage1,omitempty"`

@@ -466,9 +466,18 @@ type FetchResponse struct {
 	// Storage CPU time spent on this sample: reading it and running the ops.
 	StorageCpuNs uint64 `protobuf:"varint,4,opt,name=storage_cpu_ns,json=storageCpuNs,proto3" json:"storage_cpu_ns,omitempty"`
 	// Set instead of data when the sample failed.
-	Error         *SampleError `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Error *SampleError `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// Worker time this sample held out of the CPU budget: the larger of its
+	// wall time and storage_cpu_ns / (the budget's share of a core per
+	// worker). It exceeds storage_cpu_ns / share when the worker got less than
+	// its share while running the sample (a cgroup quota shared with other
+	// work, a busy machine), so summed over an epoch and divided by the
+	// workers it is how long the budget was busy, which is what bounds an
+	// epoch's storage side. Zero for raw fetches (split 0, no codec), which
+	// run outside the budget.
+	StorageBudgetNs uint64 `protobuf:"varint,6,opt,name=storage_budget_ns,json=storageBudgetNs,proto3" json:"storage_budget_ns,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *FetchResponse) Reset() {
@@ -534,6 +543,13 @@ func (x *FetchResponse) GetError() *SampleError {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *FetchResponse) GetStorageBudgetNs() uint64 {
+	if x != nil {
+		return x.StorageBudgetNs
+	}
+	return 0
 }
 
 type InfoRequest struct {
@@ -676,13 +692,14 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\x05codec\x18\b \x01(\x0e2\x1a.sophon.dataplane.v1.CodecR\x05codec\"[\n" +
 	"\vSampleError\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.sophon.dataplane.v1.ErrorKindR\x04kind\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xab\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xd7\x01\n" +
 	"\rFetchResponse\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\x04R\x03tag\x12\x16\n" +
 	"\x06sample\x18\x02 \x01(\x04R\x06sample\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12$\n" +
 	"\x0estorage_cpu_ns\x18\x04 \x01(\x04R\fstorageCpuNs\x126\n" +
-	"\x05error\x18\x05 \x01(\v2 .sophon.dataplane.v1.SampleErrorR\x05error\"\r\n" +
+	"\x05error\x18\x05 \x01(\v2 .sophon.dataplane.v1.SampleErrorR\x05error\x12*\n" +
+	"\x11storage_budget_ns\x18\x06 \x01(\x04R\x0fstorageBudgetNs\"\r\n" +
 	"\vInfoRequest\"\x8c\x01\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +

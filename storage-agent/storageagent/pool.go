@@ -63,16 +63,19 @@ type throttle struct {
 }
 
 // after records a job's busy (thread CPU) and wall time and sleeps what is
-// owed, returning early when ctx ends.
-func (t *throttle) after(ctx context.Context, busy, wall time.Duration) {
+// owed, returning early when ctx ends. It returns how much longer than owed
+// the sleep took: time the worker could not run although its budget
+// allowed (the process's cgroup quota was spent, the machine was busy),
+// which the next job's budget time carries (see budgetTime).
+func (t *throttle) after(ctx context.Context, busy, wall time.Duration) (late time.Duration) {
 	if t.share >= 1 || busy <= 0 {
-		return
+		return 0
 	}
 	wall = max(wall, busy)
 	t.debt += time.Duration(float64(busy)/t.share) - wall
 	t.debt = max(t.debt, -minSleep) // credit stays small: no bursts after a stall
 	if t.debt < minSleep {
-		return
+		return 0
 	}
 	start := time.Now()
 	tm := time.NewTimer(t.debt)
@@ -81,8 +84,26 @@ func (t *throttle) after(ctx context.Context, busy, wall time.Duration) {
 	case <-ctx.Done():
 		tm.Stop()
 	}
-	t.debt -= time.Since(start)
+	slept := time.Since(start)
+	late = max(0, slept-t.debt)
+	t.debt -= slept
 	t.debt = max(t.debt, -minSleep)
+	return late
+}
+
+// budgetTime is the worker time a job held out of the budget: busy/share
+// (the throttle holds the worker that long), or the job's wall time when
+// that is longer because the worker got less than its share meanwhile (a
+// cgroup quota shared with the raw workers and the transport, a busy
+// machine). Responses carry it (FetchResponse.storage_budget_ns) so that
+// the compute agent's planner sees the storage side's real capacity.
+// late is the previous sleep's overrun (throttle.after): the worker was
+// held although its budget allowed it to run, so it counts too.
+func budgetTime(busy, wall, late time.Duration, share float64) time.Duration {
+	if share <= 0 || share > 1 {
+		share = 1
+	}
+	return max(wall, time.Duration(float64(max(busy, 0))/share)) + max(late, 0)
 }
 
 // isRaw reports whether a request runs no ops: an uncompressed split-0
@@ -105,7 +126,7 @@ func (s *server) rawWorker(ctx context.Context) {
 	for {
 		select {
 		case j := <-s.raw:
-			s.handle(j)
+			s.handle(j, 0)
 		case <-ctx.Done():
 			return
 		}
@@ -119,12 +140,13 @@ func (s *server) worker(ctx context.Context) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	t := throttle{share: s.share}
+	var late time.Duration // the last sleep's overrun, charged to the next job
 	for {
 		select {
 		case j := <-s.queue:
 			t0 := time.Now()
-			busy := s.handle(j)
-			t.after(ctx, busy, time.Since(t0))
+			busy := s.handle(j, late)
+			late = t.after(ctx, busy, time.Since(t0))
 		case <-ctx.Done():
 			return
 		}

@@ -345,7 +345,7 @@ func (s *server) deliver(j *job, resp *dataplanepb.FetchResponse) {
 
 // handle runs one job on the calling worker and returns the thread CPU
 // time it took.
-func (s *server) handle(j *job) time.Duration {
+func (s *server) handle(j *job, late time.Duration) time.Duration {
 	if j.st.ctx.Err() != nil {
 		j.st.pending.Done() // the stream is gone: drop
 		return 0
@@ -361,9 +361,11 @@ func (s *server) handle(j *job) time.Duration {
 		})
 		return 0
 	}
+	start := time.Now()
 	t0 := threadCPU()
 	data, err := s.process(j.req, j.pipe)
 	busy := threadCPU() - t0
+	wall := time.Since(start)
 	s.m.cpu.Add(busy.Seconds())
 	var resp *dataplanepb.FetchResponse
 	if err != nil {
@@ -372,6 +374,9 @@ func (s *server) handle(j *job) time.Duration {
 		resp = &dataplanepb.FetchResponse{Tag: j.req.GetTag(), Sample: j.req.GetSample(), Data: data}
 	}
 	resp.StorageCpuNs = uint64(max(busy, 0))
+	if !isRaw(j.req) {
+		resp.StorageBudgetNs = uint64(budgetTime(busy, wall, late, s.share))
+	}
 	s.deliver(j, resp)
 	return busy
 }

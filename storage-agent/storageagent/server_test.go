@@ -160,6 +160,11 @@ func TestFetchEverySplit(t *testing.T) {
 			if req.Split > 0 && resp.StorageCpuNs == 0 {
 				t.Errorf("%s sample %d split %d: no CPU time reported", name, req.Sample, req.Split)
 			}
+			// Budget time: at least the CPU time for offloaded samples
+			// (a whole-core budget here), none for raw reads.
+			if raw := req.Split == 0 && req.Codec == dataplanepb.Codec_CODEC_NONE; raw != (resp.StorageBudgetNs == 0) || resp.StorageBudgetNs > 0 && resp.StorageBudgetNs < resp.StorageCpuNs {
+				t.Errorf("%s sample %d split %d: budget %d ns, cpu %d ns", name, req.Sample, req.Split, resp.StorageBudgetNs, resp.StorageCpuNs)
+			}
 			raw, err := a.Dataset().Read(req.Sample)
 			if err != nil {
 				t.Fatal(err)
@@ -403,6 +408,26 @@ func TestPoolSize(t *testing.T) {
 		w, s := poolSize(tc.cpus)
 		if w != tc.workers || s != tc.share {
 			t.Errorf("poolSize(%v) = %d, %v; want %d, %v", tc.cpus, w, s, tc.workers, tc.share)
+		}
+	}
+}
+
+// TestBudgetTime: busy/share, or the wall time when the job ran slower
+// than its share, plus the previous sleep's overrun.
+func TestBudgetTime(t *testing.T) {
+	for _, tc := range []struct {
+		busy, wall, late time.Duration
+		share            float64
+		want             time.Duration
+	}{
+		{10 * time.Millisecond, 12 * time.Millisecond, 0, 0.25, 40 * time.Millisecond},
+		{10 * time.Millisecond, 55 * time.Millisecond, 0, 0.25, 55 * time.Millisecond},
+		{10 * time.Millisecond, 12 * time.Millisecond, 30 * time.Millisecond, 0.25, 70 * time.Millisecond},
+		{10 * time.Millisecond, 11 * time.Millisecond, 0, 1, 11 * time.Millisecond},
+		{10 * time.Millisecond, 9 * time.Millisecond, 0, 0, 10 * time.Millisecond},
+	} {
+		if got := budgetTime(tc.busy, tc.wall, tc.late, tc.share); got != tc.want {
+			t.Errorf("budgetTime(%v, %v, %v, %v) = %v, want %v", tc.busy, tc.wall, tc.late, tc.share, got, tc.want)
 		}
 	}
 }

@@ -30,6 +30,8 @@ type experiment struct {
 	// ref maps (epoch, sample) to the tensor hash the reference run (the
 	// first exactly-once run) delivered.
 	ref map[[2]uint64]string
+	// noCgroups is set once making cgroups failed: later cells do without.
+	noCgroups bool
 }
 
 var groupSeq atomic.Uint32
@@ -97,21 +99,15 @@ func (x *experiment) newNode(ctx context.Context, rate string, cpus float64) (*n
 			c, err := pair.Counters()
 			return counts{int64(c.Compute.RxBytes), int64(c.Compute.RxPackets)}, err
 		}
-		if cgroup.Available() == nil {
-			seq := groupSeq.Add(1)
-			g, err := cgroup.New(cgroup.Config{Name: fmt.Sprintf("%sst%d", netns.ProcessPrefix(), seq), CPUs: cpus, Cpuset: x.pin.storage})
-			if err != nil {
-				return nil, errors.Join(err, n.close())
-			}
-			n.storageGroup = g
-			n.cleanup = append(n.cleanup, g.Close)
-			if x.pin.compute != "" {
-				g, err := cgroup.New(cgroup.Config{Name: fmt.Sprintf("%scp%d", netns.ProcessPrefix(), seq), Cpuset: x.pin.compute})
-				if err != nil {
-					return nil, errors.Join(err, n.close())
-				}
-				n.computeGroup = g
-				n.cleanup = append(n.cleanup, g.Close)
+		if cgroup.Available() == nil && !x.noCgroups {
+			if err := x.groups(n, cpus); err != nil {
+				// A cgroup hierarchy can be mounted yet refuse new groups
+				// (read-only in a container): the agent's own --cpus budget
+				// still limits its ops, so carry on and say so.
+				x.noCgroups = true
+				x.res.ModeNote += fmt.Sprintf("; cgroups could not be made (%v): the storage agent's --cpus budget alone limits it, and nothing is pinned", err)
+				x.res.Machine.Pinning = "not pinned (no cgroups)"
+				x.cfg.Log.Warn().Err(err).Msg("no cgroups: the storage agent's --cpus budget alone limits it")
 			}
 		}
 		return n, nil
@@ -277,4 +273,26 @@ func freeAddr() (string, error) {
 	}
 	defer lis.Close()
 	return lis.Addr().String(), nil
+}
+
+// groups makes the cell's cgroups: the storage side's CPU quota (and
+// cpuset when pinned), and the compute side's cpuset when pinned. On error
+// it removes what it made.
+func (x *experiment) groups(n *node, cpus float64) error {
+	seq := groupSeq.Add(1)
+	g, err := cgroup.New(cgroup.Config{Name: fmt.Sprintf("%sst%d", netns.ProcessPrefix(), seq), CPUs: cpus, Cpuset: x.pin.storage})
+	if err != nil {
+		return err
+	}
+	if x.pin.compute != "" {
+		c, err := cgroup.New(cgroup.Config{Name: fmt.Sprintf("%scp%d", netns.ProcessPrefix(), seq), Cpuset: x.pin.compute})
+		if err != nil {
+			return errors.Join(err, g.Close())
+		}
+		n.computeGroup = c
+		n.cleanup = append(n.cleanup, c.Close)
+	}
+	n.storageGroup = g
+	n.cleanup = append(n.cleanup, g.Close)
+	return nil
 }
