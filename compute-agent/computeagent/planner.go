@@ -39,8 +39,7 @@ import (
 //     StorageCalibration) the Resources are updated and the next epoch
 //     runs a new plan. The link rate only bounds the link from
 //     below, so a lower rate counts as drift only when the plan predicted
-//     the link to bound the epoch, or the epoch ran slower than predicted
-//     while the storage CPU matched its assumption.
+//     the link to bound the epoch.
 
 // Policies are the names Config.Policy accepts.
 var Policies = []string{
@@ -134,7 +133,6 @@ func (pl *planner) drift(r *EpochReport, e *epochRun, ran policy.Plan) bool {
 	thr := pl.a.cfg.ReplanThreshold
 	res := pl.res
 	var why []string
-	storageOK := true
 	got := float64(e.storageOffEffNS.Load()) / 1e9
 	if got <= 0 { // an agent that does not report budget time
 		got = float64(e.storageOffNS.Load()) / 1e9
@@ -147,15 +145,17 @@ func (pl *planner) drift(r *EpochReport, e *epochRun, ran policy.Plan) bool {
 				speed = 1
 			}
 			res.StorageSpeed = speed / ratio
-			storageOK = false
 			why = append(why, fmt.Sprintf("storage cpu %.3fs, planned %.3fs", got, pred))
 		}
 	}
 	if r.Seconds > 0 && r.BytesReceived > 0 && res.LinkBytesPerSec > 0 {
 		got := float64(r.BytesReceived) / r.Seconds
 		ratio := got / res.LinkBytesPerSec
-		slow := r.Seconds > ran.Pred.Seconds*(1+thr) && storageOK
-		if ratio > 1+thr || (ratio < 1-thr && (ran.Pred.Bottleneck == policy.Link || slow)) {
+		// A lower rate is the link's only when the link bound the epoch:
+		// otherwise bytes over seconds measures whatever did (a storage
+		// agent starved of CPU), and taking it for the link's capacity
+		// makes the next plan offload more, which makes that worse.
+		if ratio > 1+thr || (ratio < 1-thr && ran.Pred.Bottleneck == policy.Link) {
 			why = append(why, fmt.Sprintf("link %.0f B/s, planned %.0f B/s", got, res.LinkBytesPerSec))
 			res.LinkBytesPerSec = got
 		}
