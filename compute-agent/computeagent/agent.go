@@ -67,7 +67,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{
 		cfg:    cfg,
-		log:    cfg.Logger.With().Str("component", "compute-agent").Logger(),
+		log:    cfg.Logger, // the binary names the component (internal/cli.Logger)
 		sizes:  newSizeModel(cfg.Pipeline),
 		pipeID: cfg.Pipeline.ID(),
 		gpu:    cfg.GPU,
