@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -310,7 +308,7 @@ func runCompute(tb testing.TB, cmd *exec.Cmd, report string, tick func()) comput
 				run.peakRSS = hwm
 			}
 		}
-		lines, err := readReport(report)
+		lines, err := computeagent.ReadReport(report)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -351,31 +349,6 @@ func vmHWM(status string) int64 {
 		}
 	}
 	return 0
-}
-
-// readReport reads the complete JSON lines of a compute agent's report.
-func readReport(path string) ([]computeagent.EpochReport, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []computeagent.EpochReport
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			break // a line still being written
-		}
-		var r computeagent.EpochReport
-		if err := json.Unmarshal(b[:i], &r); err != nil {
-			return nil, fmt.Errorf("report %s: %w", path, err)
-		}
-		out = append(out, r)
-		b = b[i+1:]
-	}
-	return out, nil
 }
 
 // series is a counter sampled over time.

@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"github.com/sophon-dl/sophon/compute-agent/computeagent"
 	"os"
 	"path/filepath"
 	"testing"
@@ -35,14 +36,14 @@ func TestSeriesDuring(t *testing.T) {
 func TestReadReportAndVmHWM(t *testing.T) {
 	dir := t.TempDir()
 	report := filepath.Join(dir, "r.jsonl")
-	if got, err := readReport(report); err != nil || len(got) != 0 {
+	if got, err := computeagent.ReadReport(report); err != nil || len(got) != 0 {
 		t.Fatalf("missing report: %v, %v; want none, nil", got, err)
 	}
 	// The second line is still being written: it is not read yet.
 	if err := os.WriteFile(report, []byte(`{"epoch":3,"seconds":1.5,"bytes_received":42}`+"\n"+`{"epoch":4,"sec`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got, err := readReport(report)
+	got, err := computeagent.ReadReport(report)
 	if err != nil || len(got) != 1 || got[0].Epoch != 3 || got[0].Seconds != 1.5 || got[0].BytesReceived != 42 {
 		t.Fatalf("readReport = %+v, %v; want epoch 3 only", got, err)
 	}

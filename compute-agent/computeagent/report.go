@@ -1,7 +1,9 @@
 package computeagent
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -157,4 +159,31 @@ func appendReport(path string, r EpochReport) error {
 		return err
 	}
 	return f.Close()
+}
+
+// ReadReport reads the complete lines of a report file (Config.ReportPath)
+// written so far: a last line still being written is left out, and a file
+// not created yet reads as no epochs.
+func ReadReport(path string) ([]EpochReport, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []EpochReport
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			break // a line still being written
+		}
+		var r EpochReport
+		if err := json.Unmarshal(b[:i], &r); err != nil {
+			return nil, fmt.Errorf("report %s: %w", path, err)
+		}
+		out = append(out, r)
+		b = b[i+1:]
+	}
+	return out, nil
 }

@@ -3,7 +3,6 @@ package experiment
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -122,7 +121,7 @@ func (x *experiment) runPolicy(ctx context.Context, n *node, dir, addr string, c
 	label := fmt.Sprintf("[%s, %g storage cpus] %s", n.rate, cpus, policy)
 	var rs []computeagent.EpochReport
 	err := x.runProcess(ctx, n, logPath, func(s *series) string {
-		got, _ := readAgentReport(report)
+		got, _ := computeagent.ReadReport(report)
 		msg := fmt.Sprintf("%s: epoch %d/%d, link %.2f MB/s", label, len(got)+1, x.cfg.Epochs, 0.0)
 		if k := len(got); k > 0 {
 			e := got[k-1]
@@ -131,7 +130,7 @@ func (x *experiment) runPolicy(ctx context.Context, n *node, dir, addr string, c
 		return msg
 	}, func(s *series) error {
 		var err error
-		rs, err = readAgentReport(report)
+		rs, err = computeagent.ReadReport(report)
 		if err != nil {
 			return err
 		}
@@ -224,29 +223,6 @@ func tail(path string) string {
 		return ""
 	}
 	return ": " + lines[len(lines)-1]
-}
-
-// readAgentReport reads the complete lines of a compute agent's report.
-func readAgentReport(path string) ([]computeagent.EpochReport, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []computeagent.EpochReport
-	for _, line := range strings.SplitAfter(string(b), "\n") {
-		if !strings.HasSuffix(line, "\n") {
-			break // still being written
-		}
-		var r computeagent.EpochReport
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			return out, fmt.Errorf("report %s: %w", path, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
 }
 
 // checkSamples sets run.ExactlyOnce and run.ContentMatches from the agent's
