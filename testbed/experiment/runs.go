@@ -120,9 +120,9 @@ func (x *experiment) runPolicy(ctx context.Context, n *node, dir, addr string, c
 	args = append(args, x.cfg.ComputeFlags...)
 	label := fmt.Sprintf("[%s, %g storage cpus] %s", n.rate, cpus, policy)
 	var rs []computeagent.EpochReport
-	err := x.runProcess(ctx, n, logPath, func(s *series) string {
+	err := x.runProcess(ctx, n, logPath, func(mbps float64) string {
 		got, _ := computeagent.ReadReport(report)
-		msg := fmt.Sprintf("%s: epoch %d/%d, link %.2f MB/s", label, len(got)+1, x.cfg.Epochs, 0.0)
+		msg := fmt.Sprintf("%s: epoch %d/%d, link %.2f MB/s", label, len(got)+1, x.cfg.Epochs, mbps)
 		if k := len(got); k > 0 {
 			e := got[k-1]
 			msg += fmt.Sprintf(", epoch %d: %.2f s, %.1f samples/s", e.Epoch, e.Seconds, float64(e.Samples)/max(e.Seconds, 1e-9))
@@ -179,7 +179,7 @@ func (x *experiment) linkBytes(n *node, s *series, e *results.Epoch, start, end 
 
 // runProcess runs a client program on the compute side to its end while
 // watching the link, then calls collect with the link's series.
-func (x *experiment) runProcess(ctx context.Context, n *node, logPath string, progress func(*series) string, collect func(*series) error, name string, args ...string) error {
+func (x *experiment) runProcess(ctx context.Context, n *node, logPath string, progress func(linkMBps float64) string, collect func(*series) error, name string, args ...string) error {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return err
@@ -198,9 +198,7 @@ func (x *experiment) runProcess(ctx context.Context, n *node, logPath string, pr
 		x.cfg.Log.Warn().Err(err).Msg("compute side not pinned")
 	}
 	wg.Go(func() {
-		x.watch(wctx, n, s, func(mbps float64) string {
-			return strings.Replace(progress(s), "link 0.00 MB/s", fmt.Sprintf("link %.2f MB/s", mbps), 1)
-		})
+		x.watch(wctx, n, s, progress)
 	})
 	runErr := cmd.Wait()
 	time.Sleep(2 * sampleEvery) // one more sample past the end
@@ -325,9 +323,9 @@ func (x *experiment) runPeer(ctx context.Context, n *node, dir string, cpus floa
 		return run
 	}
 	label := fmt.Sprintf("[%s, %g storage cpus] %s", n.rate, cpus, run.Policy)
-	err = x.runProcess(ctx, n, filepath.Join(dir, "peer.log"), func(s *series) string {
+	err = x.runProcess(ctx, n, filepath.Join(dir, "peer.log"), func(mbps float64) string {
 		got, _ := peer.ReadReport(report)
-		return fmt.Sprintf("%s: epoch %d/%d, link 0.00 MB/s", label, len(got)+1, x.cfg.Epochs)
+		return fmt.Sprintf("%s: epoch %d/%d, link %.2f MB/s", label, len(got)+1, x.cfg.Epochs, mbps)
 	}, func(s *series) error {
 		eps, err := peer.ReadReport(report)
 		if err != nil {
