@@ -95,6 +95,11 @@ type settings struct {
 	Queue           int           `yaml:"queue"`
 	Batch           int           `yaml:"batch"`
 	GPU             string        `yaml:"gpu"`
+	TrainerSocket   string        `yaml:"trainer-socket"`
+	DType           string        `yaml:"dtype"`
+	DropLast        bool          `yaml:"drop-last"`
+	Slots           int           `yaml:"slots"`
+	RingBytes       int64         `yaml:"ring-bytes"`
 	StrictOrder     bool          `yaml:"strict-order"`
 	FetchOnly       bool          `yaml:"fetch-only"`
 	GCPercent       int           `yaml:"gc-percent"`
@@ -122,6 +127,9 @@ func defaults() settings {
 		Queue:           c.Queue,
 		Batch:           c.Batch,
 		GPU:             "sim:resnet50-v100",
+		DType:           "uint8",
+		Slots:           computeagent.DefaultSlots,
+		RingBytes:       computeagent.DefaultRingBytes,
 		OnError:         c.OnError,
 		Codec:           "none",
 		Retries:         c.Retries,
@@ -167,6 +175,11 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.Queue, "queue", s.Queue, "shared queue capacity in `batches`")
 	fs.IntVar(&s.Batch, "batch", s.Batch, "batch `size`")
 	fs.StringVar(&s.GPU, "gpu", s.GPU, "GPU `consumer`: sim:alexnet-v100, sim:resnet50-v100, sim:RATE (img/s) or sim:step=DURATION")
+	fs.StringVar(&s.TrainerSocket, "trainer-socket", s.TrainerSocket, "serve the node's trainer processes on this Unix socket `path` (python/sophon's Loader) instead of the simulated --gpu; the agent then runs the epochs the local ranks ask for until stopped")
+	fs.StringVar(&s.DType, "dtype", s.DType, "what trainer slots hold: uint8 (NHWC crops; the client applies to_tensor and normalize on its device) or float32 (NCHW, the whole pipeline)")
+	fs.BoolVar(&s.DropLast, "drop-last", s.DropLast, "trainers get only full batches (default: each rank is padded by repeats to the same count, as DistributedSampler)")
+	fs.IntVar(&s.Slots, "slots", s.Slots, "batch `slots` per trainer rank in its shared-memory ring")
+	fs.Int64Var(&s.RingBytes, "ring-bytes", s.RingBytes, "shared-memory `bytes` for the rings of all local ranks; slots per rank are lowered to fit")
 	fs.BoolVar(&s.StrictOrder, "strict-order", s.StrictOrder, "form batches in the epoch's permutation order (default: completion order)")
 	fs.BoolVar(&s.FetchOnly, "fetch-only", s.FetchOnly, "test the link: fetch and validate every sample at its split, but do not finish or consume them")
 	fs.IntVar(&s.GCPercent, "gc-percent", s.GCPercent, "Go GC target `percent` (GOGC); -1 means 100, or 400 with --fetch-only; ignored when GOGC is set")
@@ -243,6 +256,7 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	c.Codec = codec
 	c.Retries = s.Retries
 	c.Consumer = sim
+	c.Trainer = computeagent.TrainerConfig{Socket: s.TrainerSocket, DType: s.DType, DropLast: s.DropLast, Slots: s.Slots, RingBytes: s.RingBytes}
 	c.ReportPath = s.Report
 	c.TLS = tlsconf.Files{Cert: s.TLSCert, Key: s.TLSKey, CA: s.TLSCA}
 	c.Logger = log

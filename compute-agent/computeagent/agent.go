@@ -50,6 +50,11 @@ type Agent struct {
 	pipeID   string
 	pipeSpec []byte // sent on each stream's first request; nil for presets
 	gpu      GPUMonitor
+	// tail is what the trainer client finishes on its device when slots
+	// hold uint8 (the pipeline's trailing to_tensor and normalize); nil
+	// otherwise.
+	tail *pipelineTail
+	hub  *trainerHub // trainer mode, while Run serves
 
 	mu        sync.Mutex
 	discovery Discovery
@@ -74,8 +79,16 @@ func New(cfg Config) (*Agent, error) {
 		conns:  map[string]*grpc.ClientConn{},
 	}
 	a.discovery = cfg.Discovery
-	if pre, err := ops.Preset(cfg.Pipeline.Name()); err != nil || pre.ID() != a.pipeID {
-		if a.pipeSpec, err = json.Marshal(cfg.Pipeline.Spec()); err != nil {
+	if cfg.Trainer.Socket != "" && a.trainerDType() == "uint8" {
+		p, tail, err := cutTail(cfg.Pipeline)
+		if err != nil {
+			return nil, err
+		}
+		a.cfg.Pipeline, a.tail = p, tail
+		a.sizes, a.pipeID = newSizeModel(p), p.ID()
+	}
+	if pre, err := ops.Preset(a.cfg.Pipeline.Name()); err != nil || pre.ID() != a.pipeID {
+		if a.pipeSpec, err = json.Marshal(a.cfg.Pipeline.Spec()); err != nil {
 			return nil, configErr("pipeline spec: %v", err)
 		}
 	}
@@ -107,18 +120,32 @@ func (a *Agent) Run(ctx context.Context) ([]EpochReport, error) {
 		a.discovery = MembershipDiscovery{Node: node, Min: a.cfg.MinStorage}
 		a.mu.Unlock()
 	}
+	src, stop, err := a.epochSource(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 	if a.cfg.Policy != "" {
-		return a.runPolicy(ctx)
+		return a.runPolicy(ctx, src)
 	}
 	var reports []EpochReport
-	for i := range a.cfg.Epochs {
-		r, err := a.RunEpoch(ctx, a.cfg.FirstEpoch+uint64(i))
+	for i := 0; ; i++ {
+		num, req, ok := src(ctx, i)
+		if !ok {
+			return reports, nil // in trainer mode: the agent was stopped
+		}
+		r, err := a.runEpoch(ctx, num, epochOpts{plan: a.cfg.Plan, trainer: req})
 		if err != nil {
+			if a.trainerFailed(ctx, req, err) {
+				continue
+			}
+			if req != nil && ctx.Err() != nil {
+				return reports, nil // the agent was stopped
+			}
 			return reports, err
 		}
 		reports = append(reports, r)
 	}
-	return reports, nil
 }
 
 // Close closes the connections to the storage agents. Safe twice.
@@ -259,6 +286,9 @@ type epochOpts struct {
 	// annotate, when set, completes a successful epoch's report before it
 	// is logged and written.
 	annotate func(*EpochReport, *epochRun) error
+	// trainer, when set, is the epoch the local trainer ranks asked for:
+	// the epoch runs their orders and fills their slots.
+	trainer *epochReq
 }
 
 func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (EpochReport, error) {
@@ -268,7 +298,16 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 		return EpochReport{}, err
 	}
 	plan := opts.plan
-	order := Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)
+	var order []uint64
+	var tr *trainerEpoch
+	if opts.trainer != nil {
+		if tr, err = a.trainerOrder(opts.trainer, cat); err != nil {
+			return EpochReport{}, err
+		}
+		order = tr.order
+	} else {
+		order = Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)
+	}
 	split := make([]int, len(order))
 	for i, s := range order {
 		if split[i], err = splitOf(plan, s, cfg.Pipeline.Len()); err != nil {
@@ -286,6 +325,14 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 		queue:   make(chan item, cfg.Queue*cfg.Batch),
 		batches: make(chan *Batch),
 		bySplit: splitCounter{},
+	}
+	if tr != nil {
+		e.posRank, e.posJ, e.gpos = tr.rank, tr.j, tr.gpos
+		e.asm = newAssembler(e, opts.trainer.conns, cfg.StrictOrder, cfg.Batch, tr.rows, tr.batches, tr.first, len(order))
+		if err := a.hub.start(e.asm); err != nil {
+			return EpochReport{}, err
+		}
+		defer a.hub.finish()
 	}
 	offloaded := make([]bool, len(order))
 	for i, s := range order {
@@ -342,8 +389,17 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 		r.Failed = []SampleFailure{}
 	}
 	slices.SortFunc(r.Failed, func(x, y SampleFailure) int { return cmp.Compare(x.Sample, y.Sample) })
+	if e.asm != nil {
+		r.Consumer = "trainer"
+		r.Trainers = e.asm.stats()
+		for _, t := range r.Trainers {
+			r.Samples += t.Samples
+			r.Batches += t.Batches
+			r.GPUIdleSeconds += t.WaitSeconds / float64(len(r.Trainers))
+		}
+	}
 	if elapsed > 0 {
-		r.GPUIdleFraction = e.idle.Seconds() / elapsed.Seconds()
+		r.GPUIdleFraction = r.GPUIdleSeconds / elapsed.Seconds()
 	}
 	if err != nil {
 		return r, err

@@ -160,8 +160,13 @@ type Config struct {
 	MaxPayload int
 
 	// Consumer receives the batches. Nil means a consumer that discards
-	// them at once.
+	// them at once. Unused in trainer mode.
 	Consumer Consumer
+	// Trainer, when Trainer.Socket is set, serves the node's trainer
+	// processes instead of Consumer (docs/handoff.md): Run reads the
+	// catalog, listens on the socket and runs the epochs the local ranks
+	// ask for until ctx ends; Epochs and FirstEpoch are then unused.
+	Trainer TrainerConfig
 	// GPU samples the GPU's utilisation during each epoch. Nil means
 	// NVML where the binary is built with cgo and a driver is present;
 	// otherwise the report says why there is none.
@@ -304,6 +309,25 @@ func (c Config) withDefaults() (Config, error) {
 		return c, configErr("unknown codec %d", c.Codec)
 	case c.OnError != OnErrorFail && c.OnError != OnErrorSkip:
 		return c, configErr("on-error %q: want %q or %q", c.OnError, OnErrorFail, OnErrorSkip)
+	}
+	if c.Trainer.Socket != "" {
+		t := &c.Trainer
+		if t.Slots == 0 {
+			t.Slots = DefaultSlots
+		}
+		if t.RingBytes == 0 {
+			t.RingBytes = DefaultRingBytes
+		}
+		switch {
+		case t.DType != "" && t.DType != "uint8" && t.DType != "float32":
+			return c, configErr("dtype %q: want uint8 or float32", t.DType)
+		case t.Slots < 1:
+			return c, configErr("slots %d: want at least 1", t.Slots)
+		case t.RingBytes < 0:
+			return c, configErr("ring bytes %d is negative", t.RingBytes)
+		case c.FetchOnly:
+			return c, configErr("trainers need training epochs, not fetch-only")
+		}
 	}
 	if err := c.TLS.Validate(); err != nil {
 		return c, configErr("%v", err)

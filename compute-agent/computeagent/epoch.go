@@ -38,9 +38,15 @@ type epochRun struct {
 	cat   *Catalog
 	order []uint64 // position -> sample
 	split []int    // position -> k
-	plan  Plan
-	rec   *profiler.Recorder // stage 2; nil when not profiling
-	sched *schedule
+	// In trainer mode (asm set): position -> local rank, index in that
+	// rank's order, and global position.
+	posRank []int32
+	posJ    []int32
+	gpos    []uint64
+	asm     *assembler
+	plan    Plan
+	rec     *profiler.Recorder // stage 2; nil when not profiling
+	sched   *schedule
 
 	work    chan work
 	queue   chan item
@@ -77,8 +83,14 @@ type item struct {
 	split  int
 	wire   int64
 	tensor *ops.Tensor
+	image  *ops.Image // trainer mode with uint8 slots
 	sha    [32]byte
 	failed bool
+	// Trainer mode: the local rank and index whose order holds pos, and
+	// its global position.
+	rank int32
+	j    int32
+	gpos uint64
 }
 
 // estimate is the schedule's view of a position: its wire-size estimate,
@@ -106,8 +118,12 @@ func (e *epochRun) run(ctx context.Context, fetchers []*fetcher) error {
 		}
 		return wg.Wait()
 	})
-	g.Go(func() error { return e.batcher(gctx) })
-	g.Go(func() error { return e.feeder(gctx) })
+	if e.asm != nil {
+		g.Go(func() error { return e.asm.wait(gctx) })
+	} else {
+		g.Go(func() error { return e.batcher(gctx) })
+		g.Go(func() error { return e.feeder(gctx) })
+	}
 	return g.Wait()
 }
 
@@ -142,6 +158,9 @@ func (e *epochRun) worker(ctx context.Context) error {
 		}
 		r := w.r
 		it := item{pos: r.pos, sample: r.sample, label: e.cat.Labels[r.sample], split: r.split, wire: int64(len(w.resp.GetData()))}
+		if e.asm != nil {
+			it.rank, it.j, it.gpos = e.posRank[r.pos], e.posJ[r.pos], e.gpos[r.pos]
+		}
 		var bad *SampleFailure
 		if se := w.resp.GetError(); se != nil {
 			bad = &SampleFailure{Sample: r.sample, Split: r.split, Kind: storageKind(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
@@ -158,7 +177,15 @@ func (e *epochRun) worker(ctx context.Context) error {
 				e.sched.release(&w.f.w, r)
 				return err
 			}
-			it.failed, it.tensor = true, nil
+			it.failed, it.tensor, it.image = true, nil, nil
+		}
+		if e.asm != nil {
+			if err := e.asm.place(ctx, it); err != nil {
+				e.sched.release(&w.f.w, r)
+				return err
+			}
+			e.sched.release(&w.f.w, r)
+			continue
 		}
 		select {
 		case e.queue <- it:
@@ -190,16 +217,22 @@ func (e *epochRun) finish(data []byte, lim ops.WireLimits, it *item) *SampleFail
 		}
 	}
 	if err == nil {
-		t, ok := v.(*ops.Tensor)
-		if !ok {
+		switch v := v.(type) {
+		case *ops.Tensor:
+			it.tensor = v
+		case *ops.Image:
+			if e.asm == nil {
+				err = fmt.Errorf("%w: pipeline gave %s", ops.ErrKind, v.Kind())
+			}
+			it.image = v
+		default:
 			err = fmt.Errorf("%w: pipeline gave %s", ops.ErrKind, v.Kind())
 		}
-		it.tensor = t
 	}
 	if err != nil {
 		return &SampleFailure{Sample: it.sample, Split: it.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
 	}
-	if e.cfg.OnSample != nil {
+	if e.cfg.OnSample != nil && e.asm == nil { // the assembler hashes the rows it publishes
 		it.sha = tensorSHA(it.tensor)
 	}
 	return nil

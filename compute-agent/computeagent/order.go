@@ -33,3 +33,45 @@ func Order(seed, epoch uint64, rank, world int, total uint64) []uint64 {
 	}
 	return out
 }
+
+// RankOrder is rank's epoch order when every rank must yield the same
+// number of batches of size batch (DDP hangs on uneven counts): Order's
+// shard, then with dropLast cut to floor(floor(total/world)/batch)*batch
+// samples (only full batches), else padded to ceil(total/world) by
+// repeating the start of the rank's own order, as DistributedSampler pads.
+// Index j of rank's order has the global position j*world + rank, unique
+// within the epoch.
+func RankOrder(seed, epoch uint64, rank, world int, total uint64, batch int, dropLast bool) []uint64 {
+	if world < 1 || rank < 0 || rank >= world || batch < 1 || total == 0 {
+		return nil
+	}
+	base := Order(seed, epoch, rank, world, total)
+	if len(base) == 0 { // fewer samples than ranks: borrow, as DistributedSampler wraps around
+		base = []uint64{uint64(rank) % total}
+	}
+	n := RankSamples(world, total, batch, dropLast)
+	if n <= len(base) {
+		return base[:n]
+	}
+	out := make([]uint64, n)
+	copy(out, base)
+	for i := len(base); i < n; i++ {
+		out[i] = base[(i-len(base))%len(base)]
+	}
+	return out
+}
+
+// RankSamples is the length of every rank's RankOrder.
+func RankSamples(world int, total uint64, batch int, dropLast bool) int {
+	w := uint64(world)
+	if dropLast {
+		return int((total / w) / uint64(batch) * uint64(batch))
+	}
+	return int((total + w - 1) / w)
+}
+
+// RankBatches is the number of batches every rank yields per epoch.
+func RankBatches(world int, total uint64, batch int, dropLast bool) int {
+	n := RankSamples(world, total, batch, dropLast)
+	return (n + batch - 1) / batch
+}

@@ -223,7 +223,7 @@ func (a *Agent) loadProfile(cat *Catalog) *profiler.Profile {
 }
 
 // runPolicy is Run under Config.Policy (see the top of this file).
-func (a *Agent) runPolicy(ctx context.Context) ([]EpochReport, error) {
+func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochReport, error) {
 	cfg := &a.cfg
 	fs, cat, err := a.storage(ctx)
 	if err != nil {
@@ -253,8 +253,12 @@ func (a *Agent) runPolicy(ctx context.Context) ([]EpochReport, error) {
 		}
 	}
 	var reports []EpochReport
-	for i := range cfg.Epochs {
-		opts := epochOpts{plan: NoOff()}
+	for i := 0; ; i++ {
+		num, req, ok := src(ctx, i)
+		if !ok {
+			return reports, nil // in trainer mode: the agent was stopped
+		}
+		opts := epochOpts{plan: NoOff(), trainer: req}
 		predicted, bound := d.PredictedNoOffSeconds, 0.0
 		ran := pl.prof != nil
 		var planRan policy.Plan
@@ -289,13 +293,18 @@ func (a *Agent) runPolicy(ctx context.Context) ([]EpochReport, error) {
 			}
 			return nil
 		}
-		r, err := a.runEpoch(ctx, cfg.FirstEpoch+uint64(i), opts)
+		r, err := a.runEpoch(ctx, num, opts)
 		if err != nil {
+			if a.trainerFailed(ctx, req, err) {
+				continue
+			}
+			if req != nil && ctx.Err() != nil {
+				return reports, nil // the agent was stopped
+			}
 			return reports, err
 		}
 		reports = append(reports, r)
 	}
-	return reports, nil
 }
 
 // policyPlan is a policy.Plan as the agent runs it: per sample of the

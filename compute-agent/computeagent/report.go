@@ -40,6 +40,10 @@ import (
 //	duplicates           int      responses dropped as duplicates (should stay 0)
 //	gpu                  {status, devices, samples, mean_util_pct}  NVML's view; status is
 //	                              "nvml: ok" or "nvml: unavailable: <reason>"
+//	consumer             string   "trainer" when trainer processes took the batches (omitted: sim)
+//	trainers             []{rank, local_rank, batches, samples, wait_seconds}  per local rank;
+//	                              wait_seconds is the time its training loop was blocked on the
+//	                              loader (its GPU's idle time); gpu_idle_seconds is their mean
 //
 // A policy run (Config.Policy) adds:
 //
@@ -89,6 +93,10 @@ type EpochReport struct {
 	StreamFailures    int             `json:"stream_failures"`
 	Duplicates        int             `json:"duplicates"`
 	GPU               GPUStats        `json:"gpu"`
+	// Consumer is "trainer" when trainer processes took the batches
+	// (Trainers says how each rank fared); omitted for the simulated GPU.
+	Consumer string         `json:"consumer,omitempty"`
+	Trainers []TrainerStats `json:"trainers,omitempty"`
 
 	Policy                   string         `json:"policy,omitempty"`
 	PredictedSeconds         float64        `json:"predicted_seconds,omitempty"`

@@ -1,0 +1,445 @@
+package computeagent
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// assembler fills the local ranks' slots for one epoch. Finishing workers
+// hand it finished samples (place) and copy each straight into a row of a
+// leased slot; a slot whose rows are all in is published (READY), and the
+// trainer's RELEASE returns it.
+//
+// Completion order: the samples of all local ranks form one shared queue;
+// a row goes to whichever rank has a batch open or a free slot, so a slow
+// or paused rank does not hold the others back, and each sample reaches
+// one rank. When no rank can take a sample it waits in the queue (at most
+// fifoCap); when that is full the workers wait, their results stop, the
+// fetch windows fill and no new request goes out.
+//
+// Strict order: rank r's index j goes to row j % B of its batch j / B. A
+// batch opens when the rank has a free slot and every earlier batch has
+// opened; samples of batches not open yet are parked, which the schedule's
+// gate bounds.
+type assembler struct {
+	e      *epochRun
+	strict bool
+	batch  int
+	ranks  []*rankFeed
+
+	mu       sync.Mutex
+	sig      chan struct{}
+	err      error
+	errCode  string
+	fifo     []item // ring buffer of fifoCap
+	fifoHead int
+	fifoLen  int
+	parked   map[int]item // strict: by position
+	placed   []bool       // strict: position has its row
+	unplaced int          // strict: first position without a row
+	rr       int
+	pending  int // batches not yet released, all ranks
+	done     chan struct{}
+}
+
+// rankFeed is one rank's slots during the epoch.
+type rankFeed struct {
+	c     *trainerConn
+	local int
+	rows  int // rows per epoch (RankSamples)
+	free  []int
+	next  int          // next batch to open
+	end   int          // batches per epoch
+	open  []*openBatch // open batches in index order
+	state []openBatch  // by slot
+	held  []bool       // by slot: published, not yet released
+
+	batches, samples int
+	waitNS           int64
+
+	todo []item // release's scratch
+	ts   []target
+}
+
+// openBatch is a batch being filled in a slot.
+type openBatch struct {
+	slot, index                int
+	target, reserved, complete int
+	holes                      []bool
+}
+
+// newAssembler prepares the ranks' feeds; first[lr] is the batch each rank
+// starts at.
+func newAssembler(e *epochRun, conns []*trainerConn, strict bool, batch, rows, nb int, first []int, positions int) *assembler {
+	a := &assembler{e: e, strict: strict, batch: batch, sig: make(chan struct{}), done: make(chan struct{})}
+	for lr, c := range conns {
+		rf := &rankFeed{c: c, local: lr, rows: rows, next: first[lr], end: nb,
+			state: make([]openBatch, c.ring.slots), held: make([]bool, c.ring.slots),
+			open: make([]*openBatch, 0, c.ring.slots)}
+		for s := c.ring.slots - 1; s >= 0; s-- {
+			rf.free = append(rf.free, s)
+			rf.state[s].holes = make([]bool, batch)
+		}
+		a.pending += nb - first[lr]
+		a.ranks = append(a.ranks, rf)
+	}
+	if strict {
+		a.parked = map[int]item{}
+		a.placed = make([]bool, positions)
+	} else {
+		a.fifo = make([]item, max(e.cfg.Queue*batch, 1))
+	}
+	a.mu.Lock()
+	for _, rf := range a.ranks {
+		a.openLocked(rf)
+	}
+	a.checkDoneLocked()
+	a.mu.Unlock()
+	return a
+}
+
+func (a *assembler) has(tc *trainerConn) bool {
+	for _, rf := range a.ranks {
+		if rf.c == tc {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *assembler) broadcastLocked() {
+	close(a.sig)
+	a.sig = make(chan struct{})
+}
+
+// abort fails the epoch: place, release and wait return err, and the
+// ranks get an ERROR frame with code.
+func (a *assembler) abort(err error, code string) {
+	a.mu.Lock()
+	if a.err == nil {
+		a.err, a.errCode = err, code
+	}
+	a.broadcastLocked()
+	a.mu.Unlock()
+}
+
+// wait returns when every rank released its last batch of the epoch.
+func (a *assembler) wait(ctx context.Context) error {
+	for {
+		a.mu.Lock()
+		err, sig := a.err, a.sig
+		a.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		select {
+		case <-a.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sig:
+		}
+	}
+}
+
+// target is where a placed sample goes.
+type target struct {
+	rf  *rankFeed
+	ob  *openBatch
+	row int
+}
+
+// place hands a finished (or failed) sample to a rank. It copies the
+// sample into its row outside the lock, then publishes what is complete.
+func (a *assembler) place(ctx context.Context, it item) error {
+	a.mu.Lock()
+	for {
+		if a.err != nil {
+			a.mu.Unlock()
+			return a.err
+		}
+		if t, ok := a.targetLocked(it); ok {
+			a.mu.Unlock()
+			return a.fill(t, it)
+		}
+		if a.strict {
+			a.parked[it.pos] = it
+			a.mu.Unlock()
+			return nil
+		}
+		if a.fifoLen < len(a.fifo) {
+			a.fifo[(a.fifoHead+a.fifoLen)%len(a.fifo)] = it
+			a.fifoLen++
+			a.mu.Unlock()
+			return nil
+		}
+		sig := a.sig
+		a.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sig:
+		}
+		a.mu.Lock()
+	}
+}
+
+// targetLocked reserves it's row, if one is open for it.
+func (a *assembler) targetLocked(it item) (target, bool) {
+	if a.strict {
+		rf := a.ranks[it.rank]
+		b := int(it.j) / a.batch
+		for _, ob := range rf.open {
+			if ob.index == b {
+				ob.reserved++
+				a.markPlacedLocked(it.pos)
+				return target{rf, ob, int(it.j) % a.batch}, true
+			}
+		}
+		return target{}, false
+	}
+	// A batch already being filled first, so batches complete quickly.
+	n := len(a.ranks)
+	for i := range n {
+		rf := a.ranks[(a.rr+i)%n]
+		if k := len(rf.open); k > 0 {
+			if ob := rf.open[k-1]; ob.reserved < ob.target {
+				ob.reserved++
+				return target{rf, ob, ob.reserved - 1}, true
+			}
+		}
+	}
+	for i := range n {
+		rf := a.ranks[(a.rr+i)%n]
+		if ob := a.openLocked(rf); ob != nil {
+			a.rr = (a.rr + i + 1) % n
+			ob.reserved++
+			return target{rf, ob, 0}, true
+		}
+	}
+	return target{}, false
+}
+
+// openLocked opens rf's next batch in a free slot: in strict order every
+// batch it can, in completion order one when none is being filled. It
+// returns the batch opened last, or nil.
+func (a *assembler) openLocked(rf *rankFeed) *openBatch {
+	var last *openBatch
+	for len(rf.free) > 0 && rf.next < rf.end {
+		if !a.strict {
+			if k := len(rf.open); k > 0 && rf.open[k-1].reserved < rf.open[k-1].target {
+				break
+			}
+		}
+		s := rf.free[len(rf.free)-1]
+		rf.free = rf.free[:len(rf.free)-1]
+		ob := &rf.state[s]
+		ob.slot, ob.index, ob.reserved, ob.complete = s, rf.next, 0, 0
+		ob.target = min(a.batch, rf.rows-rf.next*a.batch)
+		clear(ob.holes)
+		rf.next++
+		rf.open = append(rf.open, ob)
+		last = ob
+		if !a.strict {
+			break
+		}
+	}
+	return last
+}
+
+// markPlacedLocked moves the strict-order gate past placed positions.
+func (a *assembler) markPlacedLocked(pos int) {
+	a.placed[pos] = true
+	moved := false
+	for a.unplaced < len(a.placed) && a.placed[a.unplaced] {
+		a.unplaced++
+		moved = true
+	}
+	if moved {
+		a.e.sched.delivered(a.unplaced)
+	}
+}
+
+// fill copies it into its row (a failed sample leaves a hole) and
+// completes the row.
+func (a *assembler) fill(t target, it item) error {
+	r := t.rf.c.ring
+	if it.failed {
+		t.ob.holes[t.row] = true
+	} else {
+		src, err := rowBytes(it)
+		if err == nil && len(src) != r.l.rowBytes {
+			err = fmt.Errorf("%w: epoch %d: sample %d gives a row of %d bytes, the ring's rows hold %d (every sample must have the shape %v)",
+				ErrTrainer, a.e.num, it.sample, len(src), r.l.rowBytes, r.l.shape)
+		}
+		if err != nil {
+			a.abort(err, codeFailed)
+			return err
+		}
+		copy(r.row(t.ob.slot, t.row), src)
+		r.setMeta(t.ob.slot, t.row, int64(it.label), it.sample, it.gpos)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t.ob.complete++
+	return a.publishLocked(t.rf)
+}
+
+// rowBytes is a finished sample's row: the uint8 image or the float32
+// tensor's bytes.
+func rowBytes(it item) ([]byte, error) {
+	switch {
+	case it.image != nil:
+		return it.image.Pix, nil
+	case it.tensor != nil:
+		d := it.tensor.Data
+		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(d))), 4*len(d)), nil
+	}
+	return nil, fmt.Errorf("%w: sample %d has no output", ErrTrainer, it.sample)
+}
+
+// publishLocked sends READY for rf's complete batches in index order, and
+// END after its last.
+func (a *assembler) publishLocked(rf *rankFeed) error {
+	for len(rf.open) > 0 && rf.open[0].complete == rf.open[0].target {
+		ob := rf.open[0]
+		copy(rf.open, rf.open[1:])
+		rf.open = rf.open[:len(rf.open)-1]
+		r := rf.c.ring
+		rows := r.compact(ob.slot, ob.holes[:ob.target])
+		r.writeHeader(ob.slot, rows, a.e.num, uint64(ob.index))
+		if a.e.cfg.OnSample != nil {
+			a.report(r, ob.slot, rows)
+		}
+		rf.held[ob.slot] = true
+		rf.batches++
+		rf.samples += rows
+		if err := rf.c.sendReady(ob.slot, rows, a.e.num, uint64(ob.index)); err != nil {
+			return a.failLocked(fmt.Errorf("%w: rank %d: sending READY: %v", ErrTrainer, rf.c.hello.Rank, err))
+		}
+		if ob.index == rf.end-1 {
+			if err := rf.c.send(jsonFrame(frameEnd, endMsg{Epoch: a.e.num, Batches: rf.end, Samples: rf.samples})); err != nil {
+				return a.failLocked(fmt.Errorf("%w: rank %d: sending END: %v", ErrTrainer, rf.c.hello.Rank, err))
+			}
+		}
+	}
+	return nil
+}
+
+// report calls OnSample for a published batch's rows.
+func (a *assembler) report(r *ring, slot, rows int) {
+	for j := range rows {
+		s := r.slot(slot)
+		id := leUint64(s[r.l.idsOff+8*j:])
+		a.e.cfg.OnSample(a.e.num, id, sha256.Sum256(r.row(slot, j)))
+	}
+}
+
+func leUint64(b []byte) uint64 {
+	_ = b[7]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+}
+
+func (a *assembler) failLocked(err error) error {
+	if a.err == nil {
+		a.err, a.errCode = err, codeFailed
+	}
+	a.broadcastLocked()
+	return err
+}
+
+// release returns a published slot of tc's and fills it again from the
+// parked or queued samples.
+func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
+	a.mu.Lock()
+	var rf *rankFeed
+	for _, f := range a.ranks {
+		if f.c == tc {
+			rf = f
+		}
+	}
+	if slot < 0 || slot >= len(rf.held) || !rf.held[slot] {
+		a.mu.Unlock()
+		return fmt.Errorf("%w: RELEASE of slot %d, which the trainer does not hold", ErrFrame, slot)
+	}
+	rf.held[slot] = false
+	rf.free = append(rf.free, slot)
+	rf.waitNS += waitNS
+	a.pending--
+	a.checkDoneLocked()
+	// rf's scratch: only rf's connection goroutine releases rf's slots.
+	todo, ts := rf.todo[:0], rf.ts[:0]
+	if a.strict {
+		a.openLocked(rf)
+		for pos, it := range a.parked {
+			if it.rank != int32(rf.local) {
+				continue
+			}
+			if t, ok := a.targetLocked(it); ok {
+				delete(a.parked, pos)
+				todo, ts = append(todo, it), append(ts, t)
+			}
+		}
+	} else {
+		for a.fifoLen > 0 {
+			it := a.fifo[a.fifoHead]
+			t, ok := a.targetLocked(it)
+			if !ok {
+				break
+			}
+			a.fifo[a.fifoHead] = item{}
+			a.fifoHead = (a.fifoHead + 1) % len(a.fifo)
+			a.fifoLen--
+			todo, ts = append(todo, it), append(ts, t)
+		}
+	}
+	a.broadcastLocked()
+	a.mu.Unlock()
+	var err error
+	for i, it := range todo {
+		if err == nil {
+			err = a.fill(ts[i], it)
+		}
+	}
+	clear(todo) // drop the finished samples' memory
+	rf.todo, rf.ts = todo[:0], ts[:0]
+	return err
+}
+
+// checkDoneLocked closes done once every batch was released.
+func (a *assembler) checkDoneLocked() {
+	if a.pending == 0 {
+		select {
+		case <-a.done:
+		default:
+			close(a.done)
+		}
+	}
+}
+
+// stats are the ranks' account for the report.
+func (a *assembler) stats() []TrainerStats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]TrainerStats, len(a.ranks))
+	for i, rf := range a.ranks {
+		out[i] = TrainerStats{Rank: rf.c.hello.Rank, LocalRank: rf.local, Batches: rf.batches,
+			Samples: rf.samples, WaitSeconds: float64(rf.waitNS) / 1e9}
+	}
+	return out
+}
+
+// TrainerStats is one rank's part of an epoch.
+type TrainerStats struct {
+	Rank      int `json:"rank"`
+	LocalRank int `json:"local_rank"`
+	Batches   int `json:"batches"`
+	Samples   int `json:"samples"`
+	// WaitSeconds is the time the rank's training loop was blocked on the
+	// loader: the measure of its GPU's idleness.
+	WaitSeconds float64 `json:"wait_seconds"`
+}

@@ -1,0 +1,275 @@
+package computeagent
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// The trainer hand-off protocol (docs/handoff.md): length-prefixed frames
+// on a Unix stream socket.
+const (
+	handoffProtocol = 1
+
+	frameHello   = 0x01
+	frameWelcome = 0x02
+	frameEpoch   = 0x03
+	frameReady   = 0x04
+	frameRelease = 0x05
+	frameEnd     = 0x06
+	frameError   = 0x07
+	frameStatus  = 0x08
+
+	// maxFrame bounds a frame's body; longer frames are refused before
+	// anything is allocated for them.
+	maxFrame = 16 << 20
+
+	readyLen   = 24
+	releaseLen = 16
+)
+
+// ErrFrame marks a malformed frame from a trainer.
+var ErrFrame = errors.New("computeagent: bad hand-off frame")
+
+// Error codes of ERROR frames.
+const (
+	codeVersion       = "VERSION"
+	codeMismatch      = "MISMATCH"
+	codeDataset       = "DATASET"
+	codeDuplicateRank = "DUPLICATE_RANK"
+	codeBadFrame      = "BAD_FRAME"
+	codeEpoch         = "EPOCH"
+	codePeerLost      = "PEER_LOST"
+	codeFailed        = "FAILED"
+)
+
+// helloMsg is a trainer's HELLO. Zero values of the optional fields mean
+// "whatever the agent serves".
+type helloMsg struct {
+	Protocol    int    `json:"protocol"`
+	Client      string `json:"client"`
+	PID         int    `json:"pid"`
+	Rank        int    `json:"rank"`
+	World       int    `json:"world"`
+	LocalRank   int    `json:"local_rank"`
+	LocalWorld  int    `json:"local_world"`
+	BatchSize   int    `json:"batch_size"`
+	DropLast    *bool  `json:"drop_last"`
+	StrictOrder *bool  `json:"strict_order"`
+	DType       string `json:"dtype"`
+	Fingerprint string `json:"fingerprint"`
+}
+
+// validate checks the ranks' arithmetic.
+func (h *helloMsg) validate() error {
+	switch {
+	case h.World < 1 || h.Rank < 0 || h.Rank >= h.World:
+		return fmt.Errorf("%w: rank %d of world %d", ErrFrame, h.Rank, h.World)
+	case h.LocalWorld < 1 || h.LocalRank < 0 || h.LocalRank >= h.LocalWorld:
+		return fmt.Errorf("%w: local rank %d of local world %d", ErrFrame, h.LocalRank, h.LocalWorld)
+	case h.LocalWorld > h.World || h.Rank < h.LocalRank || h.Rank-h.LocalRank+h.LocalWorld > h.World:
+		return fmt.Errorf("%w: local ranks %d..%d do not fit world %d", ErrFrame, h.Rank-h.LocalRank, h.Rank-h.LocalRank+h.LocalWorld-1, h.World)
+	case h.BatchSize < 0:
+		return fmt.Errorf("%w: batch size %d", ErrFrame, h.BatchSize)
+	case h.DType != "" && h.DType != "uint8" && h.DType != "float32":
+		return fmt.Errorf("%w: dtype %q: want uint8 or float32", ErrFrame, h.DType)
+	}
+	return nil
+}
+
+// welcomeMsg is the agent's WELCOME (the ring's fd travels with it).
+type welcomeMsg struct {
+	Protocol          int           `json:"protocol"`
+	Agent             string        `json:"agent"`
+	Version           string        `json:"version"`
+	Fingerprint       string        `json:"fingerprint"`
+	Pipeline          string        `json:"pipeline"`
+	Samples           uint64        `json:"samples"`
+	Seed              uint64        `json:"seed"`
+	Rank              int           `json:"rank"`
+	World             int           `json:"world"`
+	LocalRank         int           `json:"local_rank"`
+	LocalWorld        int           `json:"local_world"`
+	BatchSize         int           `json:"batch_size"`
+	DropLast          bool          `json:"drop_last"`
+	StrictOrder       bool          `json:"strict_order"`
+	DType             string        `json:"dtype"`
+	Layout            string        `json:"layout"`
+	RowShape          [3]int        `json:"row_shape"`
+	Slots             int           `json:"slots"`
+	SlotBytes         int           `json:"slot_bytes"`
+	HeaderBytes       int           `json:"header_bytes"`
+	BatchesPerEpoch   int           `json:"batches_per_epoch"`
+	RowsPerEpoch      int           `json:"rows_per_epoch"`
+	PositionsPerEpoch int           `json:"positions_per_epoch"`
+	ToTensor          bool          `json:"to_tensor"`
+	Normalize         *normalizeMsg `json:"normalize"`
+}
+
+type normalizeMsg struct {
+	Mean [3]float32 `json:"mean"`
+	Std  [3]float32 `json:"std"`
+}
+
+// epochMsg asks for an epoch, maybe resuming it.
+type epochMsg struct {
+	Epoch  *uint64    `json:"epoch"`
+	Resume *resumeMsg `json:"resume"`
+}
+
+// resumeMsg is where a rank stopped: batches consumed and, in completion
+// order, the bitmap of the global positions it consumed.
+type resumeMsg struct {
+	Batches  int    `json:"batches"`
+	Consumed []byte `json:"consumed"` // base64 in JSON
+}
+
+type endMsg struct {
+	Epoch   uint64 `json:"epoch"`
+	Batches int    `json:"batches"`
+	Samples int    `json:"samples"`
+}
+
+type errorMsg struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+type statusMsg struct {
+	Message string `json:"message"`
+}
+
+// frameReader reads frames into one reusable buffer, so steady-state
+// reads (RELEASE) allocate nothing.
+type frameReader struct {
+	r   io.Reader
+	hdr [4]byte
+	buf []byte
+}
+
+// next returns the next frame's type and payload, valid until the next
+// call. A body longer than maxFrame is refused before it is read.
+func (f *frameReader) next() (byte, []byte, error) {
+	if _, err := io.ReadFull(f.r, f.hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.LittleEndian.Uint32(f.hdr[:])
+	if n < 1 || n > maxFrame {
+		return 0, nil, fmt.Errorf("%w: frame of %d bytes (1 to %d)", ErrFrame, n, maxFrame)
+	}
+	if int(n) > cap(f.buf) {
+		f.buf = make([]byte, n)
+	}
+	b := f.buf[:n]
+	if _, err := io.ReadFull(f.r, b); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, err
+	}
+	return b[0], b[1:], nil
+}
+
+// jsonFrame encodes a frame with a JSON payload.
+func jsonFrame(typ byte, v any) []byte {
+	body, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only our own message types are encoded
+	}
+	out := make([]byte, 5, 5+len(body))
+	binary.LittleEndian.PutUint32(out, uint32(1+len(body)))
+	out[4] = typ
+	return append(out, body...)
+}
+
+// decodeJSON parses a JSON payload strictly: unknown fields and trailing
+// data are errors.
+func decodeJSON(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrFrame, err)
+	}
+	if d.More() {
+		return fmt.Errorf("%w: data after the JSON object", ErrFrame)
+	}
+	return nil
+}
+
+// putReady encodes READY into b (5+readyLen bytes).
+func putReady(b []byte, slot, rows int, epoch, batch uint64) {
+	le := binary.LittleEndian
+	le.PutUint32(b, 1+readyLen)
+	b[4] = frameReady
+	le.PutUint32(b[5:], uint32(slot))
+	le.PutUint32(b[9:], uint32(rows))
+	le.PutUint64(b[13:], epoch)
+	le.PutUint64(b[21:], batch)
+}
+
+// parseRelease decodes RELEASE's payload.
+func parseRelease(p []byte) (slot int, waitNS int64, err error) {
+	if len(p) != releaseLen {
+		return 0, 0, fmt.Errorf("%w: RELEASE of %d bytes, want %d", ErrFrame, len(p), releaseLen)
+	}
+	s := binary.LittleEndian.Uint32(p)
+	w := binary.LittleEndian.Uint64(p[8:])
+	if w > 1<<62 {
+		return 0, 0, fmt.Errorf("%w: RELEASE wait %d ns", ErrFrame, w)
+	}
+	return int(s), int64(w), nil
+}
+
+// clientMsg is a decoded frame from a trainer: exactly one field is set.
+type clientMsg struct {
+	hello   *helloMsg
+	epoch   *epochMsg
+	release struct {
+		ok     bool
+		slot   int
+		waitNS int64
+	}
+}
+
+// decodeClientFrame decodes and checks one frame a trainer sent. The
+// fields it returns are bounded: ranks are validated, and a resume bitmap
+// is at most maxFrame bytes (its exact length is checked against the
+// epoch when the epoch starts).
+func decodeClientFrame(typ byte, p []byte) (clientMsg, error) {
+	var m clientMsg
+	switch typ {
+	case frameHello:
+		var h helloMsg
+		if err := decodeJSON(p, &h); err != nil {
+			return m, err
+		}
+		if err := h.validate(); err != nil {
+			return m, err
+		}
+		m.hello = &h
+	case frameEpoch:
+		var e epochMsg
+		if err := decodeJSON(p, &e); err != nil {
+			return m, err
+		}
+		if e.Epoch == nil {
+			return m, fmt.Errorf("%w: EPOCH without an epoch", ErrFrame)
+		}
+		if r := e.Resume; r != nil && r.Batches < 0 {
+			return m, fmt.Errorf("%w: resume at batch %d", ErrFrame, r.Batches)
+		}
+		m.epoch = &e
+	case frameRelease:
+		s, w, err := parseRelease(p)
+		if err != nil {
+			return m, err
+		}
+		m.release.ok, m.release.slot, m.release.waitNS = true, s, w
+	default:
+		return m, fmt.Errorf("%w: unexpected frame type %#x from a trainer", ErrFrame, typ)
+	}
+	return m, nil
+}

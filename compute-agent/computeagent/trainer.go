@@ -1,0 +1,499 @@
+package computeagent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"image/jpeg"
+	"math/bits"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/sophon-dl/sophon/ops"
+)
+
+// Defaults of [TrainerConfig].
+const (
+	DefaultSlots     = 3
+	DefaultRingBytes = 1 << 30
+
+	helloTimeout   = 10 * time.Second
+	statusInterval = 5 * time.Second
+)
+
+// TrainerConfig makes the agent serve the trainer processes of its node
+// (docs/handoff.md) instead of a simulated consumer.
+type TrainerConfig struct {
+	// Socket is the Unix socket trainers connect to. Empty means no
+	// trainers: batches go to Config.Consumer.
+	Socket string
+	// DType is what a slot holds: "uint8" (NHWC; the pipeline stops before
+	// its trailing to_tensor and normalize, which the client applies on
+	// the trainer's device) or "float32" (NCHW, the whole pipeline). Empty
+	// means uint8.
+	DType string
+	// DropLast keeps only full batches; otherwise each rank is padded by
+	// repeats to the same count (RankOrder).
+	DropLast bool
+	// Slots is the number of batch slots per rank. Zero means 3.
+	Slots int
+	// RingBytes bounds the rings of all local ranks together; slots per
+	// rank are lowered to fit. Zero means 1 GiB.
+	RingBytes int64
+}
+
+// ErrTrainer marks a failure of the trainer hand-off.
+var ErrTrainer = errors.New("computeagent: trainer")
+
+// trainerHub accepts trainer connections and starts an epoch when every
+// local rank asked for it.
+type trainerHub struct {
+	a      *Agent
+	log    zerolog.Logger
+	lis    *net.UnixListener
+	tmpl   welcomeMsg // the fields every rank shares
+	layout slotLayout
+
+	mu                      sync.Mutex
+	sig                     chan struct{}
+	conns                   map[int]*trainerConn // by local rank
+	world, localWorld, base int
+	asm                     *assembler // the running epoch's; nil between epochs
+}
+
+// trainerConn is one connected rank.
+type trainerConn struct {
+	h     *trainerHub
+	c     *net.UnixConn
+	hello helloMsg
+	ring  *ring
+	wmu   sync.Mutex
+	ready [5 + readyLen]byte
+
+	// Guarded by h.mu.
+	want   *epochMsg
+	closed bool
+}
+
+// epochReq is an epoch every local rank asked for.
+type epochReq struct {
+	epoch  uint64
+	world  int
+	base   int // global rank of local rank 0
+	conns  []*trainerConn
+	resume []*resumeMsg
+}
+
+// rowShape runs the pipeline on a small synthetic JPEG to learn the shape
+// its output has (a trainer pipeline must give every sample one shape).
+func rowShape(p *ops.Pipeline) ([3]int, error) {
+	img := image.NewGray(image.Rect(0, 0, 64, 48))
+	for i := range img.Pix {
+		img.Pix[i] = uint8(i * 7)
+	}
+	var jpg bytes.Buffer
+	if err := jpeg.Encode(&jpg, img, nil); err != nil {
+		return [3]int{}, err
+	}
+	v, err := p.Run(ops.Key{}, ops.Encoded(jpg.Bytes()), 0, p.Len())
+	if err != nil {
+		return [3]int{}, fmt.Errorf("%w: probing the pipeline's output shape: %v", ErrTrainer, err)
+	}
+	switch v := v.(type) {
+	case *ops.Image:
+		return [3]int{v.H, v.W, ops.Channels}, nil
+	case *ops.Tensor:
+		return [3]int{v.C, v.H, v.W}, nil
+	}
+	return [3]int{}, fmt.Errorf("%w: pipeline ends in %s", ErrTrainer, v.Kind())
+}
+
+// newTrainerHub listens on the socket, replacing a stale socket file (one
+// nobody accepts on).
+func newTrainerHub(a *Agent, cat *Catalog) (*trainerHub, error) {
+	cfg := &a.cfg
+	shape, err := rowShape(cfg.Pipeline)
+	if err != nil {
+		return nil, err
+	}
+	dtype, layout := uint8(dtypeUint8), uint8(layoutNHWC)
+	if a.trainerDType() == "float32" {
+		dtype, layout = dtypeFloat32, layoutNCHW
+	}
+	path := cfg.Trainer.Socket
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%w: another agent serves %s", ErrTrainer, path)
+		}
+		os.Remove(path)
+	}
+	lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("%w: listen: %v", ErrTrainer, err)
+	}
+	h := &trainerHub{
+		a: a, log: a.log.With().Str("socket", path).Logger(), lis: lis,
+		layout: newSlotLayout(cfg.Batch, shape, dtype, layout),
+		sig:    make(chan struct{}), conns: map[int]*trainerConn{},
+	}
+	h.tmpl = welcomeMsg{
+		Protocol: handoffProtocol, Agent: cfg.Name, Version: cfg.Version,
+		Fingerprint: cat.Fingerprint, Pipeline: a.pipeID, Samples: cat.Total, Seed: cfg.Seed,
+		BatchSize: cfg.Batch, DropLast: cfg.Trainer.DropLast, StrictOrder: cfg.StrictOrder,
+		DType: a.trainerDType(), Layout: "NHWC", RowShape: shape, HeaderBytes: slotHeaderSize,
+		SlotBytes: h.layout.slotBytes,
+	}
+	if layout == layoutNCHW {
+		h.tmpl.Layout = "NCHW"
+	}
+	if a.tail != nil {
+		h.tmpl.ToTensor = true
+		if a.tail.normalize != nil {
+			h.tmpl.Normalize = &normalizeMsg{Mean: a.tail.normalize.Mean, Std: a.tail.normalize.Std}
+		}
+	}
+	return h, nil
+}
+
+// serve accepts trainers until ctx ends, then closes every connection and
+// the socket, and waits for its goroutines.
+func (h *trainerHub) serve(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		<-ctx.Done()
+		h.lis.Close()
+		h.mu.Lock()
+		for _, c := range h.conns {
+			c.c.Close()
+		}
+		h.mu.Unlock()
+	})
+	h.log.Info().Int("slot_bytes", h.layout.slotBytes).Str("dtype", h.tmpl.DType).Msg("serving trainers")
+	for {
+		c, err := h.lis.AcceptUnix()
+		if err != nil {
+			if ctx.Err() == nil {
+				h.log.Error().Err(err).Msg("accepting trainers")
+			}
+			return
+		}
+		wg.Go(func() { h.handle(ctx, c) })
+	}
+}
+
+// handle runs one trainer connection.
+func (h *trainerHub) handle(ctx context.Context, c *net.UnixConn) {
+	defer c.Close()
+	fr := &frameReader{r: c}
+	c.SetReadDeadline(time.Now().Add(helloTimeout))
+	typ, p, err := fr.next()
+	if err != nil {
+		h.log.Warn().Err(err).Msg("trainer sent no HELLO")
+		return
+	}
+	m, err := decodeClientFrame(typ, p)
+	if err == nil && m.hello == nil {
+		err = fmt.Errorf("%w: first frame is %#x, want HELLO", ErrFrame, typ)
+	}
+	if err != nil {
+		sendError(c, codeBadFrame, err.Error())
+		return
+	}
+	tc, code, err := h.register(c, *m.hello)
+	if err != nil {
+		h.log.Warn().Err(err).Int("rank", m.hello.Rank).Msg("trainer refused")
+		sendError(c, code, err.Error())
+		return
+	}
+	defer h.unregister(tc)
+	c.SetReadDeadline(time.Time{})
+	h.log.Info().Int("rank", tc.hello.Rank).Int("local_rank", tc.hello.LocalRank).Int("pid", tc.hello.PID).
+		Int("slots", tc.ring.slots).Msg("trainer connected")
+	for {
+		typ, p, err := fr.next()
+		if err != nil {
+			if ctx.Err() == nil {
+				h.log.Info().Err(err).Int("rank", tc.hello.Rank).Msg("trainer disconnected")
+			}
+			return
+		}
+		m, err := decodeClientFrame(typ, p)
+		if err == nil && m.hello != nil {
+			err = fmt.Errorf("%w: second HELLO", ErrFrame)
+		}
+		if err != nil {
+			h.log.Warn().Err(err).Int("rank", tc.hello.Rank).Msg("bad frame from trainer")
+			tc.sendError(codeBadFrame, err.Error())
+			return
+		}
+		if m.release.ok {
+			if err := h.release(tc, m.release.slot, m.release.waitNS); err != nil {
+				tc.sendError(codeBadFrame, err.Error())
+				return
+			}
+			continue
+		}
+		h.mu.Lock()
+		tc.want = m.epoch
+		h.broadcastLocked()
+		h.mu.Unlock()
+	}
+}
+
+// register checks a HELLO against the agent and the other local ranks,
+// makes the rank's ring and sends WELCOME with its file descriptor.
+func (h *trainerHub) register(c *net.UnixConn, hello helloMsg) (*trainerConn, string, error) {
+	cfg := &h.a.cfg
+	t := &h.tmpl
+	if hello.Protocol != handoffProtocol {
+		return nil, codeVersion, fmt.Errorf("%w: client speaks protocol %d, this agent %d", ErrTrainer, hello.Protocol, handoffProtocol)
+	}
+	if hello.Fingerprint != "" && hello.Fingerprint != t.Fingerprint {
+		return nil, codeDataset, fmt.Errorf("%w: trainer expects dataset %q, the agent serves %q", ErrTrainer, hello.Fingerprint, t.Fingerprint)
+	}
+	switch {
+	case hello.BatchSize != 0 && hello.BatchSize != cfg.Batch:
+		return nil, codeMismatch, fmt.Errorf("%w: trainer asks batch size %d, the agent serves %d (--batch)", ErrTrainer, hello.BatchSize, cfg.Batch)
+	case hello.DropLast != nil && *hello.DropLast != cfg.Trainer.DropLast:
+		return nil, codeMismatch, fmt.Errorf("%w: trainer asks drop_last=%v, the agent serves %v (--drop-last)", ErrTrainer, *hello.DropLast, cfg.Trainer.DropLast)
+	case hello.StrictOrder != nil && *hello.StrictOrder != cfg.StrictOrder:
+		return nil, codeMismatch, fmt.Errorf("%w: trainer asks strict_order=%v, the agent serves %v (--strict-order)", ErrTrainer, *hello.StrictOrder, cfg.StrictOrder)
+	case hello.DType != "" && hello.DType != t.DType:
+		return nil, codeMismatch, fmt.Errorf("%w: trainer asks dtype %s, the agent serves %s (--dtype)", ErrTrainer, hello.DType, t.DType)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	base := hello.Rank - hello.LocalRank
+	if len(h.conns) > 0 && (hello.World != h.world || hello.LocalWorld != h.localWorld || base != h.base) {
+		return nil, codeMismatch, fmt.Errorf("%w: rank %d says world %d, local world %d, first local rank %d; connected ranks say %d, %d, %d",
+			ErrTrainer, hello.Rank, hello.World, hello.LocalWorld, base, h.world, h.localWorld, h.base)
+	}
+	if h.conns[hello.LocalRank] != nil {
+		return nil, codeDuplicateRank, fmt.Errorf("%w: local rank %d is already connected", ErrTrainer, hello.LocalRank)
+	}
+	if h.asm != nil {
+		return nil, codeEpoch, fmt.Errorf("%w: an epoch is running for the other local ranks", ErrTrainer)
+	}
+	slots := cfg.Trainer.Slots
+	if fit := int(cfg.Trainer.RingBytes / int64(hello.LocalWorld*h.layout.slotBytes)); fit < slots {
+		slots = fit
+	}
+	if slots < 1 {
+		return nil, codeMismatch, fmt.Errorf("%w: one slot of %d bytes per rank for %d local ranks exceeds the ring budget of %d bytes (--ring-bytes)",
+			ErrTrainer, h.layout.slotBytes, hello.LocalWorld, cfg.Trainer.RingBytes)
+	}
+	r, err := newRing(fmt.Sprintf("sophon-rank%d", hello.Rank), slots, h.layout)
+	if err != nil {
+		return nil, codeFailed, err
+	}
+	w := *t
+	w.Rank, w.World, w.LocalRank, w.LocalWorld = hello.Rank, hello.World, hello.LocalRank, hello.LocalWorld
+	w.Slots = slots
+	w.RowsPerEpoch = RankSamples(hello.World, t.Samples, cfg.Batch, cfg.Trainer.DropLast)
+	w.BatchesPerEpoch = RankBatches(hello.World, t.Samples, cfg.Batch, cfg.Trainer.DropLast)
+	w.PositionsPerEpoch = w.RowsPerEpoch * hello.World
+	if _, _, err := c.WriteMsgUnix(jsonFrame(frameWelcome, w), unix.UnixRights(r.fd), nil); err != nil {
+		r.Close()
+		return nil, codeFailed, fmt.Errorf("%w: sending WELCOME: %v", ErrTrainer, err)
+	}
+	tc := &trainerConn{h: h, c: c, hello: hello, ring: r}
+	h.conns[hello.LocalRank] = tc
+	h.world, h.localWorld, h.base = hello.World, hello.LocalWorld, base
+	h.broadcastLocked()
+	return tc, "", nil
+}
+
+// unregister drops a rank; a running epoch cannot go on without it.
+func (h *trainerHub) unregister(tc *trainerConn) {
+	h.mu.Lock()
+	tc.closed = true
+	delete(h.conns, tc.hello.LocalRank)
+	asm := h.asm
+	h.broadcastLocked()
+	h.mu.Unlock()
+	if asm != nil && asm.has(tc) {
+		asm.abort(fmt.Errorf("%w: rank %d disconnected during the epoch", ErrTrainer, tc.hello.Rank), codePeerLost)
+	}
+	tc.ring.Close()
+}
+
+func (h *trainerHub) release(tc *trainerConn, slot int, waitNS int64) error {
+	h.mu.Lock()
+	asm := h.asm
+	h.mu.Unlock()
+	if asm == nil || !asm.has(tc) {
+		return fmt.Errorf("%w: RELEASE of slot %d outside an epoch", ErrFrame, slot)
+	}
+	return asm.release(tc, slot, waitNS)
+}
+
+func (h *trainerHub) broadcastLocked() {
+	close(h.sig)
+	h.sig = make(chan struct{})
+}
+
+// next waits until every local rank asked for the same epoch and returns
+// it. While it waits it tells the waiting ranks who they wait for.
+func (h *trainerHub) next(ctx context.Context) (*epochReq, error) {
+	tick := time.NewTicker(statusInterval)
+	defer tick.Stop()
+	for {
+		h.mu.Lock()
+		req, waiting, msg := h.readyLocked()
+		sig := h.sig
+		h.mu.Unlock()
+		if req != nil {
+			return req, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-sig:
+		case <-tick.C:
+			for _, c := range waiting {
+				c.send(jsonFrame(frameStatus, statusMsg{Message: msg}))
+			}
+		}
+	}
+}
+
+// readyLocked returns the epoch every local rank asked for, or the ranks
+// waiting and why.
+func (h *trainerHub) readyLocked() (*epochReq, []*trainerConn, string) {
+	var waiting []*trainerConn
+	var missing []int
+	for lr := range max(h.localWorld, 1) {
+		c := h.conns[lr]
+		if c == nil || c.want == nil {
+			missing = append(missing, h.base+lr)
+			continue
+		}
+		waiting = append(waiting, c)
+	}
+	if len(waiting) == 0 {
+		return nil, nil, ""
+	}
+	first := *waiting[0].want.Epoch
+	for _, c := range waiting[1:] {
+		if e := *c.want.Epoch; e != first {
+			msg := fmt.Sprintf("rank %d asked for epoch %d, rank %d for epoch %d; local ranks must run the same epoch (call set_epoch with the same value on every rank)",
+				waiting[0].hello.Rank, first, c.hello.Rank, e)
+			for _, w := range waiting {
+				w.want = nil
+				w.sendError(codeEpoch, msg)
+				w.c.Close()
+			}
+			return nil, nil, ""
+		}
+	}
+	if len(missing) > 0 {
+		return nil, waiting, fmt.Sprintf("epoch %d waits for ranks %v to connect and ask for it", first, missing)
+	}
+	req := &epochReq{epoch: first, world: h.world, base: h.base}
+	for _, c := range waiting {
+		req.conns = append(req.conns, c)
+		req.resume = append(req.resume, c.want.Resume)
+		c.want = nil
+	}
+	return req, nil, ""
+}
+
+// start marks asm as the running epoch's assembler; finish clears it.
+func (h *trainerHub) start(asm *assembler) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range asm.ranks {
+		if c.c.closed {
+			return fmt.Errorf("%w: rank %d left before the epoch started", ErrTrainer, c.c.hello.Rank)
+		}
+	}
+	h.asm = asm
+	return nil
+}
+
+func (h *trainerHub) finish() {
+	h.mu.Lock()
+	h.asm = nil
+	h.broadcastLocked()
+	h.mu.Unlock()
+}
+
+// send writes one frame.
+func (tc *trainerConn) send(frame []byte) error {
+	tc.wmu.Lock()
+	defer tc.wmu.Unlock()
+	_, err := tc.c.Write(frame)
+	return err
+}
+
+// sendReady writes READY from the connection's own buffer (no allocation).
+func (tc *trainerConn) sendReady(slot, rows int, epoch, batch uint64) error {
+	tc.wmu.Lock()
+	defer tc.wmu.Unlock()
+	putReady(tc.ready[:], slot, rows, epoch, batch)
+	_, err := tc.c.Write(tc.ready[:])
+	return err
+}
+
+func (tc *trainerConn) sendError(code, msg string) {
+	tc.send(jsonFrame(frameError, errorMsg{Code: code, Message: msg}))
+}
+
+func sendError(c net.Conn, code, msg string) {
+	c.Write(jsonFrame(frameError, errorMsg{Code: code, Message: msg}))
+}
+
+// checkResume validates the ranks' resume states for an epoch of m rows
+// per rank in nb batches, and returns per local rank the first batch and,
+// in completion order, the union of the consumed positions (nil when no
+// rank resumes).
+func checkResume(req *epochReq, strict bool, m, nb, batch int) (first []int, consumed []byte, err error) {
+	first = make([]int, len(req.conns))
+	bitmapLen := (m*req.world + 7) / 8
+	for lr, r := range req.resume {
+		if r == nil {
+			continue
+		}
+		rank := req.base + lr
+		if r.Batches > nb {
+			return nil, nil, fmt.Errorf("rank %d resumes after batch %d of %d", rank, r.Batches, nb)
+		}
+		first[lr] = r.Batches
+		if strict {
+			if r.Consumed != nil {
+				return nil, nil, fmt.Errorf("rank %d sent a completion-order resume state to a strict-order agent", rank)
+			}
+			continue
+		}
+		if len(r.Consumed) != bitmapLen {
+			return nil, nil, fmt.Errorf("rank %d's resume bitmap has %d bytes, want %d (was it saved with another world size or dataset?)", rank, len(r.Consumed), bitmapLen)
+		}
+		want := min(r.Batches*batch, m)
+		n := 0
+		for _, b := range r.Consumed {
+			n += bits.OnesCount8(b)
+		}
+		if n != want {
+			return nil, nil, fmt.Errorf("rank %d consumed %d batches but its bitmap holds %d positions, want %d", rank, r.Batches, n, want)
+		}
+		if consumed == nil {
+			consumed = make([]byte, bitmapLen)
+		}
+		for i, b := range r.Consumed {
+			if consumed[i]&b != 0 {
+				return nil, nil, fmt.Errorf("rank %d's resume bitmap overlaps another local rank's", rank)
+			}
+			consumed[i] |= b
+		}
+	}
+	return first, consumed, nil
+}
