@@ -42,6 +42,7 @@ type assembler struct {
 	unplaced int          // strict: first position without a row
 	rr       int
 	pending  int // batches not yet released, all ranks
+	waiting  int // workers waiting for room in the queue
 	done     chan struct{}
 }
 
@@ -177,13 +178,18 @@ func (a *assembler) place(ctx context.Context, it item) error {
 			return nil
 		}
 		sig := a.sig
+		a.waiting++
 		a.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
 		case <-sig:
 		}
 		a.mu.Lock()
+		a.waiting--
+		if ctx.Err() != nil {
+			a.mu.Unlock()
+			return ctx.Err()
+		}
 	}
 }
 
@@ -397,7 +403,9 @@ func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
 			todo, ts = append(todo, it), append(ts, t)
 		}
 	}
-	a.broadcastLocked()
+	if a.waiting > 0 { // (only then: a broadcast allocates a channel)
+		a.broadcastLocked()
+	}
 	a.mu.Unlock()
 	var err error
 	for i, it := range todo {

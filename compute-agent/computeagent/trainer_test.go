@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -326,4 +328,172 @@ func TestTrainerSlowRankDoesNotStallOthers(t *testing.T) {
 	if len(seen) != testSamples {
 		t.Errorf("%d positions, want %d", len(seen), testSamples)
 	}
+}
+
+func TestTrainerResume(t *testing.T) {
+	for _, strict := range []bool{true, false} {
+		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) {
+			path := startTrainerAgent(t, func(c *Config) { c.StrictOrder = strict; c.Batch = 4 })
+			hello := helloMsg{Rank: 0, World: 1, LocalRank: 0, LocalWorld: 1}
+			full, err := dialTrainer(t, path, hello)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := full.epoch(3, nil); err != nil {
+				t.Fatal(err)
+			}
+			full.c.Close()
+			const k = 5
+			cut := redial(t, path, hello)
+			cut.stopAt = k
+			if err := cut.epoch(3, nil); !errors.Is(err, errStopped) {
+				t.Fatalf("killed trainer: %v", err)
+			}
+			resume := &resumeMsg{Batches: k}
+			if !strict {
+				resume.Consumed = make([]byte, (cut.w.PositionsPerEpoch+7)/8)
+				for _, r := range cut.rows {
+					resume.Consumed[r.pos>>3] |= 1 << (r.pos & 7)
+				}
+			}
+			again := redial(t, path, hello)
+			if err := again.epoch(3, resume); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := again.batches, full.w.BatchesPerEpoch-k; got != want {
+				t.Errorf("resumed run: %d batches, want %d", got, want)
+			}
+			if strict {
+				rest := full.rows[k*4:]
+				if len(again.rows) != len(rest) {
+					t.Fatalf("resumed %d rows, want %d", len(again.rows), len(rest))
+				}
+				for i, r := range again.rows {
+					if r.sample != rest[i].sample || r.sha != rest[i].sha || r.batch != rest[i].batch {
+						t.Fatalf("row %d after resume: sample %d batch %d, want sample %d batch %d (or bytes differ)", i, r.sample, r.batch, rest[i].sample, rest[i].batch)
+					}
+				}
+				return
+			}
+			seen := map[uint64]int{}
+			for _, r := range append(slices.Clone(cut.rows), again.rows...) {
+				seen[r.pos]++
+			}
+			for _, r := range full.rows {
+				if seen[r.pos] != 1 {
+					t.Errorf("position %d delivered %d times across the kill", r.pos, seen[r.pos])
+				}
+			}
+			if len(seen) != len(full.rows) {
+				t.Errorf("%d positions across the kill, want %d", len(seen), len(full.rows))
+			}
+		})
+	}
+}
+
+// redial connects a rank again once the agent noticed its previous
+// connection closed.
+func redial(t *testing.T, path string, hello helloMsg) *testTrainer {
+	t.Helper()
+	var err error
+	for range 100 {
+		var tt *testTrainer
+		if tt, err = dialTrainer(t, path, hello); err == nil {
+			return tt
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal(err)
+	return nil
+}
+
+// TestTrainerDTypes: uint8 rows finished with the client's table equal the
+// float32 rows, byte for byte.
+func TestTrainerDTypes(t *testing.T) {
+	run := func(dtype string) *testTrainer {
+		path := startTrainerAgent(t, func(c *Config) { c.StrictOrder = true; c.Trainer.DType = dtype })
+		tt, err := dialTrainer(t, path, helloMsg{Rank: 0, World: 1, LocalRank: 0, LocalWorld: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tt.epoch(1, nil); err != nil {
+			t.Fatal(err)
+		}
+		return tt
+	}
+	u8, f32 := run("uint8"), run("float32")
+	if u8.w.Normalize == nil || !u8.w.ToTensor || u8.w.Layout != "NHWC" || f32.w.Layout != "NCHW" {
+		t.Fatalf("welcome: %+v / %+v", u8.w, f32.w)
+	}
+	if len(u8.rows) != len(f32.rows) || len(u8.rows) == 0 {
+		t.Fatalf("%d and %d rows", len(u8.rows), len(f32.rows))
+	}
+	var lut [3][256]float32
+	for c := range 3 {
+		for v := range 256 {
+			lut[c][v] = (float32(v)/255 - u8.w.Normalize.Mean[c]) / u8.w.Normalize.Std[c]
+		}
+	}
+	for i, r := range u8.rows {
+		h, w := u8.w.RowShape[0], u8.w.RowShape[1]
+		out := make([]byte, 4*3*h*w)
+		for y := range h {
+			for x := range w {
+				for c := range 3 {
+					binary.LittleEndian.PutUint32(out[4*(c*h*w+y*w+x):], math.Float32bits(lut[c][r.row[(y*w+x)*3+c]]))
+				}
+			}
+		}
+		if r.sample != f32.rows[i].sample || sha256.Sum256(out) != f32.rows[i].sha {
+			t.Fatalf("row %d (sample %d): uint8 + table differs from float32", i, r.sample)
+		}
+	}
+}
+
+func TestRingNothingInDevShmAndResident(t *testing.T) {
+	before, _ := os.ReadDir("/dev/shm")
+	l := newSlotLayout(256, [3]int{224, 224, 3}, dtypeUint8, layoutNHWC)
+	slots := (1 << 30) / l.slotBytes // a 1 GiB budget
+	r, err := newRing("sophon-test", slots, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rss0 := shmemKB(t)
+	for i := range slots {
+		for j := range l.batch {
+			row := r.row(i, j)
+			for k := 0; k < len(row); k += 4096 {
+				row[k] = byte(j)
+			}
+			r.setMeta(i, j, int64(j), uint64(j), uint64(j))
+		}
+		r.writeHeader(i, l.batch, 0, uint64(i))
+	}
+	after, _ := os.ReadDir("/dev/shm")
+	if len(after) != len(before) {
+		t.Errorf("/dev/shm had %d entries, now %d", len(before), len(after))
+	}
+	grew := float64(shmemKB(t)-rss0) * 1024
+	size := float64(r.size())
+	t.Logf("ring %d slots x %d bytes = %.0f MiB; resident shared memory grew %.0f MiB", slots, l.slotBytes, size/(1<<20), grew/(1<<20))
+	if grew > 1.05*size || grew < 0.95*size {
+		t.Errorf("resident shared memory grew %.0f bytes for a ring of %.0f", grew, size)
+	}
+}
+
+// shmemKB is the process's resident shared memory (RssShmem).
+func shmemKB(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc/self/status")
+	}
+	var kb int64
+	for line := range strings.Lines(string(b)) {
+		if _, err := fmt.Sscanf(line, "RssShmem: %d kB", &kb); err == nil {
+			return kb
+		}
+	}
+	t.Skip("no RssShmem in /proc/self/status")
+	return 0
 }
