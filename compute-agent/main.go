@@ -100,6 +100,8 @@ type settings struct {
 	DropLast        bool          `yaml:"drop-last"`
 	Slots           int           `yaml:"slots"`
 	RingBytes       int64         `yaml:"ring-bytes"`
+	Metrics         string        `yaml:"metrics"`
+	Progress        time.Duration `yaml:"progress"`
 	StrictOrder     bool          `yaml:"strict-order"`
 	FetchOnly       bool          `yaml:"fetch-only"`
 	GCPercent       int           `yaml:"gc-percent"`
@@ -138,6 +140,7 @@ func defaults() settings {
 		LogLevel:        "info",
 		LogFormat:       "auto",
 		GCPercent:       -1,
+		Progress:        10 * time.Second,
 	}
 }
 
@@ -180,6 +183,8 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&s.DropLast, "drop-last", s.DropLast, "trainers get only full batches (default: each rank is padded by repeats to the same count, as DistributedSampler)")
 	fs.IntVar(&s.Slots, "slots", s.Slots, "batch `slots` per trainer rank in its shared-memory ring")
 	fs.Int64Var(&s.RingBytes, "ring-bytes", s.RingBytes, "shared-memory `bytes` for the rings of all local ranks; slots per rank are lowered to fit")
+	fs.StringVar(&s.Metrics, "metrics", s.Metrics, "serve Prometheus /metrics and /healthz on `host:port` (default: none)")
+	fs.DurationVar(&s.Progress, "progress", s.Progress, "`interval` of the progress log line during an epoch (0: none)")
 	fs.BoolVar(&s.StrictOrder, "strict-order", s.StrictOrder, "form batches in the epoch's permutation order (default: completion order)")
 	fs.BoolVar(&s.FetchOnly, "fetch-only", s.FetchOnly, "test the link: fetch and validate every sample at its split, but do not finish or consume them")
 	fs.IntVar(&s.GCPercent, "gc-percent", s.GCPercent, "Go GC target `percent` (GOGC); -1 means 100, or 400 with --fetch-only; ignored when GOGC is set")
@@ -258,6 +263,8 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	c.Consumer = sim
 	c.Trainer = computeagent.TrainerConfig{Socket: s.TrainerSocket, DType: s.DType, DropLast: s.DropLast, Slots: s.Slots, RingBytes: s.RingBytes}
 	c.ReportPath = s.Report
+	c.MetricsAddr = s.Metrics
+	c.Progress = s.Progress
 	c.TLS = tlsconf.Files{Cert: s.TLSCert, Key: s.TLSKey, CA: s.TLSCA}
 	c.Logger = log
 	return c, nil

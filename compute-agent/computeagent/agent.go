@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"runtime"
 	"slices"
 	"sync"
@@ -55,6 +57,7 @@ type Agent struct {
 	// otherwise.
 	tail *pipelineTail
 	hub  *trainerHub // trainer mode, while Run serves
+	m    *metrics
 
 	mu        sync.Mutex
 	discovery Discovery
@@ -77,6 +80,7 @@ func New(cfg Config) (*Agent, error) {
 		pipeID: cfg.Pipeline.ID(),
 		gpu:    cfg.GPU,
 		conns:  map[string]*grpc.ClientConn{},
+		m:      newMetrics(),
 	}
 	a.discovery = cfg.Discovery
 	if cfg.Trainer.Socket != "" && a.trainerDType() == "uint8" {
@@ -97,6 +101,18 @@ func New(cfg Config) (*Agent, error) {
 	}
 	return a, nil
 }
+
+// metrics is the agent's series; nil for an epoch run outside an agent
+// (tests).
+func (a *Agent) metrics() *metrics {
+	if a == nil {
+		return nil
+	}
+	return a.m
+}
+
+// MetricsHandler serves GET /metrics and GET /healthz.
+func (a *Agent) MetricsHandler() http.Handler { return a.m.handler() }
 
 // Catalog returns the catalog once Run has read it, else nil.
 func (a *Agent) Catalog() *Catalog {
@@ -119,6 +135,13 @@ func (a *Agent) Run(ctx context.Context) ([]EpochReport, error) {
 		a.mu.Lock()
 		a.discovery = MembershipDiscovery{Node: node, Min: a.cfg.MinStorage}
 		a.mu.Unlock()
+	}
+	if a.cfg.MetricsAddr != "" {
+		stop, err := a.serveMetrics()
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
 	}
 	src, stop, err := a.epochSource(ctx)
 	if err != nil {
@@ -351,6 +374,11 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 	var gpu GPUStats
 	var wg sync.WaitGroup
 	wg.Go(func() { gpu = a.gpu.Sample(gctx) })
+	a.m.cur.Store(e)
+	defer a.m.cur.Store(nil)
+	if cfg.Progress > 0 {
+		wg.Go(func() { e.progress(gctx, cfg.Progress) })
+	}
 	start := cfg.Clock.Now()
 	err = e.run(ctx, fs)
 	end := cfg.Clock.Now()
@@ -412,6 +440,7 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 			return r, err
 		}
 	}
+	a.m.epochs.Inc()
 	a.log.Info().Uint64("epoch", num).Float64("seconds", r.Seconds).Int("samples", r.Samples).
 		Int("failed", r.SamplesFailed).Int64("bytes", r.BytesReceived).Float64("gpu_idle", r.GPUIdleFraction).Msg("epoch done")
 	if cfg.ReportPath != "" {
@@ -447,4 +476,49 @@ func (a *Agent) join() (*membership.Node, error) {
 		return nil, fmt.Errorf("computeagent: join cluster: %w", err)
 	}
 	return node, nil
+}
+
+// serveMetrics serves /metrics and /healthz on Config.MetricsAddr until
+// stop.
+func (a *Agent) serveMetrics() (stop func(), err error) {
+	lis, err := net.Listen("tcp", a.cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("computeagent: metrics listen: %w", err)
+	}
+	srv := &http.Server{Handler: a.m.handler(), ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error().Err(err).Msg("metrics server failed")
+		}
+	})
+	a.log.Info().Str("addr", lis.Addr().String()).Msg("serving /metrics and /healthz")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if srv.Shutdown(ctx) != nil {
+			srv.Close()
+		}
+		wg.Wait()
+	}, nil
+}
+
+// progress logs the epoch's progress every interval until ctx ends.
+func (e *epochRun) progress(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		e.sched.mu.Lock()
+		recv, n := e.sched.nRecv, e.sched.n
+		e.sched.mu.Unlock()
+		el := time.Since(start).Seconds()
+		e.log.Info().Int("received", recv).Int("of", n).Float64("samples_per_sec", float64(recv)/el).
+			Float64("queue", e.a.m.queueDepth()).Int64("bytes", e.bytesReceived.Load()).Msg("progress")
+	}
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"strconv"
 	"sync"
 	"unsafe"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // assembler fills the local ranks' slots for one epoch. Finishing workers
@@ -63,6 +66,8 @@ type rankFeed struct {
 
 	todo []item // release's scratch
 	ts   []target
+
+	waitCounter, batchCounter prometheus.Counter // nil without metrics
 }
 
 // openBatch is a batch being filled in a slot.
@@ -85,6 +90,10 @@ func newAssembler(e *epochRun, conns []*trainerConn, strict bool, batch, rows, n
 			rf.state[s].holes = make([]bool, batch)
 		}
 		a.pending += nb - first[lr]
+		if m := e.a.metrics(); m != nil {
+			rank := strconv.Itoa(c.hello.Rank)
+			rf.waitCounter, rf.batchCounter = m.wait.WithLabelValues(rank), m.batches.WithLabelValues(rank)
+		}
 		a.ranks = append(a.ranks, rf)
 	}
 	if strict {
@@ -291,6 +300,9 @@ func (a *assembler) fill(t target, it item) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	t.ob.complete++
+	if !it.failed {
+		a.e.bySplit.add(it.split, it.wire)
+	}
 	return a.publishLocked(t.rf)
 }
 
@@ -323,6 +335,10 @@ func (a *assembler) publishLocked(rf *rankFeed) error {
 		rf.held[ob.slot] = true
 		rf.batches++
 		rf.samples += rows
+		if m := a.e.a.metrics(); m != nil {
+			m.samples.Add(float64(rows))
+			rf.batchCounter.Inc()
+		}
 		if err := rf.c.sendReady(ob.slot, rows, a.e.num, uint64(ob.index)); err != nil {
 			return a.failLocked(fmt.Errorf("%w: rank %d: sending READY: %v", ErrTrainer, rf.c.hello.Rank, err))
 		}
@@ -375,6 +391,9 @@ func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
 	rf.held[slot] = false
 	rf.free = append(rf.free, slot)
 	rf.waitNS += waitNS
+	if m := a.e.a.metrics(); m != nil {
+		rf.waitCounter.Add(float64(waitNS) / 1e9)
+	}
 	a.pending--
 	a.checkDoneLocked()
 	// rf's scratch: only rf's connection goroutine releases rf's slots.
@@ -416,6 +435,13 @@ func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
 	clear(todo) // drop the finished samples' memory
 	rf.todo, rf.ts = todo[:0], ts[:0]
 	return err
+}
+
+// queued is the number of finished samples waiting for a slot.
+func (a *assembler) queued() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.fifoLen + len(a.parked)
 }
 
 // checkDoneLocked closes done once every batch was released.

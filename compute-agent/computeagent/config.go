@@ -172,6 +172,13 @@ type Config struct {
 	// otherwise the report says why there is none.
 	GPU GPUMonitor
 
+	// MetricsAddr is the HTTP address of /metrics and /healthz. Empty means
+	// no metrics listener.
+	MetricsAddr string
+	// Progress is the interval of the progress log line during an epoch.
+	// Zero means none.
+	Progress time.Duration
+
 	// ReportPath, when set, receives one JSON line per epoch (JSON Lines),
 	// appended. Empty means no file.
 	ReportPath string

@@ -129,6 +129,9 @@ func (e *epochRun) run(ctx context.Context, fetchers []*fetcher) error {
 
 // fail records a bad sample. In fail mode it returns the epoch's error.
 func (e *epochRun) fail(f SampleFailure) error {
+	if m := e.a.metrics(); m != nil {
+		m.failures.Inc()
+	}
 	e.mu.Lock()
 	e.failed = append(e.failed, f)
 	e.mu.Unlock()
@@ -370,6 +373,9 @@ func (e *epochRun) feeder(ctx context.Context) error {
 		}
 		e.nbatch++
 		e.samples += b.Len()
+		if m := e.a.metrics(); m != nil {
+			m.samples.Add(float64(b.Len()))
+		}
 		for i, s := range b.Samples {
 			e.bySplit.add(b.splits[i], b.wire[i])
 			if e.cfg.OnSample != nil {

@@ -51,6 +51,9 @@ func (f *fetcher) run(ctx context.Context) error {
 		n := f.e.sched.requeue(&f.w)
 		f.e.streamFailures.Add(1)
 		f.e.retried.Add(int64(n))
+		if m := f.e.a.metrics(); m != nil {
+			m.retries.Add(float64(n))
+		}
 		if progress {
 			failures = 0
 		}
@@ -145,6 +148,9 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			e.sched.retryTag(&f.w, resp.GetTag(), e.cfg.Retries) {
 			// The storage agent was too busy: transient, ask again.
 			e.retried.Add(1)
+			if m := e.a.metrics(); m != nil {
+				m.retries.Inc()
+			}
 			continue
 		}
 		r, dup := e.sched.claim(&f.w, resp.GetTag(), int64(len(resp.GetData())))
@@ -164,6 +170,9 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			}}
 		}
 		e.bytesReceived.Add(int64(len(resp.GetData())))
+		if m := e.a.metrics(); m != nil {
+			m.received(r.split, len(resp.GetData()))
+		}
 		e.storageNS.Add(int64(resp.GetStorageCpuNs()))
 		if r.split > 0 {
 			e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))

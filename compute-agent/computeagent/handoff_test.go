@@ -44,8 +44,8 @@ func TestHandoffNoAllocsPerBatch(t *testing.T) {
 	}
 	defer r.Close()
 	agentSide, trainerSide := socketPair(t)
-	tc := &trainerConn{c: agentSide, ring: r}
-	e := &epochRun{cfg: &Config{Queue: 1}}
+	tc := &trainerConn{c: agentSide, ring: r, hello: helloMsg{World: 1, LocalWorld: 1}}
+	e := &epochRun{a: &Agent{m: newMetrics()}, cfg: &Config{Queue: 1}, bySplit: splitCounter{}}
 	const batches = 1 << 20
 	asm := newAssembler(e, []*trainerConn{tc}, false, batch, batch*batches, batches, []int{0}, 0)
 	img := ops.NewImage(8, 8)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -152,6 +153,12 @@ var errStopped = errors.New("trainer stopped")
 
 // startTrainerAgent runs an agent in trainer mode over the fake storage.
 func startTrainerAgent(t *testing.T, mod func(*Config)) string {
+	path, _ := startTrainerAgentA(t, mod)
+	return path
+}
+
+// startTrainerAgentA is startTrainerAgent that also returns the agent.
+func startTrainerAgentA(t *testing.T, mod func(*Config)) (string, *Agent) {
 	t.Helper()
 	n := &memNet{}
 	fake := newFake(t, "s1")
@@ -188,7 +195,7 @@ func startTrainerAgent(t *testing.T, mod func(*Config)) string {
 			t.Errorf("socket %s left behind", cfg.Trainer.Socket)
 		}
 	})
-	return cfg.Trainer.Socket
+	return cfg.Trainer.Socket, a
 }
 
 // runRanks connects local ranks 0..n-1 of world n and runs epoch e on each.
@@ -496,4 +503,23 @@ func shmemKB(t *testing.T) int64 {
 	}
 	t.Skip("no RssShmem in /proc/self/status")
 	return 0
+}
+
+func TestTrainerMetrics(t *testing.T) {
+	path, a := startTrainerAgentA(t, nil)
+	runRanks(t, path, 2, 0, nil)
+	rec := httptest.NewRecorder()
+	a.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		"sophon_compute_samples_total 64",
+		`sophon_compute_trainer_batches_total{rank="1"} 4`,
+		`sophon_compute_trainer_wait_seconds_total{rank="0"}`,
+		`sophon_compute_bytes_received_total{split="0"}`,
+		"sophon_compute_queue_depth 0",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }

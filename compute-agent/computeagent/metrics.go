@@ -1,0 +1,94 @@
+package computeagent
+
+import (
+	"net/http"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the agent's Prometheus series, in a private registry so that
+// several agents can run in one process.
+type metrics struct {
+	reg      *prometheus.Registry
+	samples  prometheus.Counter
+	bytes    *prometheus.CounterVec
+	retries  prometheus.Counter
+	epochs   prometheus.Counter
+	failures prometheus.Counter
+	wait     *prometheus.CounterVec
+	batches  *prometheus.CounterVec
+	cur      atomic.Pointer[epochRun] // the running epoch, for the queue gauge
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		samples: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sophon_compute_samples_total",
+			Help: "Samples delivered to the consumer or the trainer ranks (rate() gives samples/s).",
+		}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sophon_compute_bytes_received_total",
+			Help: "Wire bytes received from storage agents, by the split the sample was cut at.",
+		}, []string{"split"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sophon_compute_retries_total",
+			Help: "Requests issued again after a stream failure or a storage deadline.",
+		}),
+		epochs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sophon_compute_epochs_total",
+			Help: "Epochs completed.",
+		}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sophon_compute_samples_failed_total",
+			Help: "Bad samples (storage or local errors).",
+		}),
+		wait: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sophon_compute_trainer_wait_seconds_total",
+			Help: "Time each trainer rank's loop was blocked waiting for a batch (its GPU's idle time).",
+		}, []string{"rank"}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sophon_compute_trainer_batches_total",
+			Help: "Batches handed to each trainer rank.",
+		}, []string{"rank"}),
+	}
+	m.reg.MustRegister(m.samples, m.bytes, m.retries, m.epochs, m.failures, m.wait, m.batches,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sophon_compute_queue_depth",
+			Help: "Finished samples waiting in the shared queue for a batch or a trainer slot.",
+		}, m.queueDepth),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+func (m *metrics) queueDepth() float64 {
+	e := m.cur.Load()
+	if e == nil {
+		return 0
+	}
+	if e.asm != nil {
+		return float64(e.asm.queued())
+	}
+	return float64(len(e.queue))
+}
+
+func (m *metrics) received(split, bytes int) {
+	m.bytes.WithLabelValues(strconv.Itoa(split)).Add(float64(bytes))
+}
+
+// handler serves GET /metrics and GET /healthz.
+func (m *metrics) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
