@@ -332,10 +332,20 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 		order = Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)
 	}
 	split := make([]int, len(order))
+	n := cfg.Pipeline.Len()
+	if a.tail != nil {
+		// A plan names splits of the whole pipeline; with uint8 slots the
+		// trainer runs its tail, so a split past the agent's part is cut back.
+		n += 1
+		if a.tail.normalize != nil {
+			n++
+		}
+	}
 	for i, s := range order {
-		if split[i], err = splitOf(plan, s, cfg.Pipeline.Len()); err != nil {
+		if split[i], err = splitOf(plan, s, n); err != nil {
 			return EpochReport{}, err
 		}
+		split[i] = min(split[i], cfg.Pipeline.Len())
 	}
 	gate := 0
 	if cfg.StrictOrder {

@@ -1,0 +1,127 @@
+package computeagent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/sophon-dl/sophon/ops"
+)
+
+// BenchmarkHandoffPython measures the hand-off from the agent's ring to a
+// Python trainer (python/bench/handoff_consumer.py through the real
+// client): batches of 256 x 224x224x3 uint8, written row by row into the
+// slots by two placing goroutines as finishing workers do, consumed with
+// no copy (views of the slot) and with one copy into a torch tensor. It
+// reports the median GB/s of 5 runs per mode and the Go side's heap
+// allocations per batch.
+func BenchmarkHandoffPython(b *testing.B) {
+	const python = "/usr/bin/python3"
+	if err := exec.Command(python, "-c", "import torch, numpy").Run(); err != nil {
+		b.Skipf("SKIP: %s cannot import torch (apt-get install python3-torch): %v", python, err)
+	}
+	_, file, _, _ := runtime.Caller(0)
+	consumer := filepath.Join(filepath.Dir(file), "../../python/bench/handoff_consumer.py")
+	const batch, batches = 256, 40
+	p, err := ops.Preset("imagenet-train")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Discovery = Static("unused:1")
+	cfg.Pipeline = p
+	cfg.Batch = batch
+	cfg.Trainer = TrainerConfig{Socket: filepath.Join(b.TempDir(), "bench.sock"), RingBytes: 4 << 30}
+	a, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	hub, err := newTrainerHub(a, &Catalog{Total: batch * batches, Fingerprint: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	a.hub = hub
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { hub.serve(ctx) })
+	img := ops.NewImage(224, 224)
+	for i := range img.Pix {
+		img.Pix[i] = byte(i * 31)
+	}
+
+	run := func(mode string) (gbps, allocsPerBatch float64) {
+		cmd := exec.Command(python, consumer, "--socket", cfg.Trainer.Socket, "--mode", mode, "--batches", strconv.Itoa(batches))
+		out := make(chan []byte, 1)
+		go func() {
+			o, err := cmd.Output()
+			if err != nil {
+				b.Errorf("consumer: %v\n%s", err, o)
+			}
+			out <- o
+		}()
+		req, err := hub.next(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e := &epochRun{a: a, cfg: &a.cfg, num: req.epoch, bySplit: splitCounter{}}
+		asm := newAssembler(e, req.conns, false, batch, batch*batches, batches, []int{0}, 0)
+		if err := hub.start(asm); err != nil {
+			b.Fatal(err)
+		}
+		var ms0, ms1 runtime.MemStats
+		runtime.ReadMemStats(&ms0)
+		var pg sync.WaitGroup
+		for w := range 2 {
+			pg.Go(func() {
+				for i := w; i < batch*batches; i += 2 {
+					if err := asm.place(ctx, item{sample: uint64(i), image: img}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		pg.Wait()
+		if err := asm.wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		runtime.ReadMemStats(&ms1)
+		hub.finish()
+		var res struct {
+			GBPerS float64 `json:"gb_per_s"`
+		}
+		if err := json.Unmarshal(lastLine(<-out), &res); err != nil {
+			b.Fatalf("consumer output: %v", err)
+		}
+		return res.GBPerS, float64(ms1.Mallocs-ms0.Mallocs) / batches
+	}
+	for range b.N {
+		for _, mode := range []string{"nocopy", "copy"} {
+			var rates, allocs []float64
+			for range 5 {
+				r, al := run(mode)
+				rates, allocs = append(rates, r), append(allocs, al)
+			}
+			slices.Sort(rates)
+			b.ReportMetric(rates[2], "GB/s-"+mode)
+			b.ReportMetric(slices.Max(allocs), "allocs/batch-"+mode)
+			b.Logf("%s: GB/s per run %v (median %.2f); Go allocations per batch %v", mode, rates, rates[2], allocs)
+		}
+	}
+}
+
+// lastLine is the last non-empty line of out.
+func lastLine(out []byte) []byte {
+	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
+	return lines[len(lines)-1]
+}
