@@ -2,6 +2,8 @@
 SHELL := /bin/bash
 GO    ?= go
 BIN   := bin
+# The trainer client runs on Debian's Python and its packages.
+PYTHON ?= /usr/bin/python3
 # Short fuzz runs in `make test`; `make fuzz` runs longer.
 FUZZTIME ?= 10s
 DEMO_DIR ?= $(CURDIR)/.demo
@@ -22,9 +24,11 @@ build: ## Build every binary into bin/: storage-agent, compute-agent, testbed, p
 	$(GO) build -o $(BIN)/ ./storage-agent ./compute-agent ./testbed/cmd/... ./policy/cmd/...
 
 .PHONY: test
-test: lint proto-check ## Lint, check generated code, build without cgo, run all tests and short fuzz runs
+test: lint proto-check ## Lint, check generated code, build without cgo, run all tests (Go and the Python client's) and short fuzz runs
 	CGO_ENABLED=0 $(GO) build ./...
 	$(GO) test -count=1 ./...
+	@if $(PYTHON) -c 'import torch, numpy' 2>/dev/null; then $(PYTHON) -m unittest discover -s python/tests; \
+	else echo "SKIP python/tests: $(PYTHON) cannot import torch (apt-get install python3-torch python3-numpy)"; fi
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJPEG$$' -fuzztime $(FUZZTIME) ./ops/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeWire$$' -fuzztime $(FUZZTIME) ./ops/
 	$(GO) test -run '^$$' -fuzz '^FuzzOpenShard$$' -fuzztime $(FUZZTIME) ./storage-agent/storageagent/

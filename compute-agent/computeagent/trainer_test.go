@@ -158,7 +158,7 @@ func startTrainerAgent(t *testing.T, mod func(*Config)) string {
 }
 
 // startTrainerAgentA is startTrainerAgent that also returns the agent.
-func startTrainerAgentA(t *testing.T, mod func(*Config)) (string, *Agent) {
+func startTrainerAgentA(t testing.TB, mod func(*Config)) (string, *Agent) {
 	t.Helper()
 	n := &memNet{}
 	fake := newFake(t, "s1")
@@ -196,6 +196,12 @@ func startTrainerAgentA(t *testing.T, mod func(*Config)) (string, *Agent) {
 		}
 	})
 	return cfg.Trainer.Socket, a
+}
+
+// startTrainerAgentB is startTrainerAgent for benchmarks.
+func startTrainerAgentB(b *testing.B, mod func(*Config)) string {
+	path, _ := startTrainerAgentA(b, mod)
+	return path
 }
 
 // runRanks connects local ranks 0..n-1 of world n and runs epoch e on each.
@@ -521,5 +527,73 @@ func TestTrainerMetrics(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// BenchmarkSlowRank: four local ranks whose training step takes 20 ms a
+// batch, one of them ten times slower; it reports the three others'
+// batches/s as a fraction of a rank's rate when it trains alone with the
+// same step (target >= 0.9), and checks every sample reached one rank.
+func BenchmarkSlowRank(b *testing.B) {
+	const step = 20 * time.Millisecond
+	rate := func(tt *testTrainer, start, end time.Time) float64 {
+		return float64(tt.batches) / end.Sub(start).Seconds()
+	}
+	for range b.N {
+		// Solo: one rank on its own agent.
+		path := startTrainerAgentB(b, func(c *Config) { c.Batch = 2 })
+		solo, err := dialTrainer(b, path, helloMsg{Rank: 0, World: 1, LocalRank: 0, LocalWorld: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		solo.delay = step
+		t0 := time.Now()
+		if err := solo.epoch(0, nil); err != nil {
+			b.Fatal(err)
+		}
+		soloRate := rate(solo, t0, time.Now())
+
+		path = startTrainerAgentB(b, func(c *Config) { c.Batch = 2 })
+		ts := make([]*testTrainer, 4)
+		for lr := range 4 {
+			if ts[lr], err = dialTrainer(b, path, helloMsg{Rank: lr, World: 4, LocalRank: lr, LocalWorld: 4}); err != nil {
+				b.Fatal(err)
+			}
+			ts[lr].delay = step
+		}
+		ts[3].delay = 10 * step
+		ends := make([]time.Time, 4)
+		var wg sync.WaitGroup
+		t0 = time.Now()
+		for lr, tt := range ts {
+			wg.Go(func() {
+				if err := tt.epoch(0, nil); err != nil {
+					b.Error(err)
+				}
+				ends[lr] = time.Now()
+			})
+		}
+		wg.Wait()
+		worst := 1e9
+		for lr := range 3 {
+			worst = min(worst, rate(ts[lr], t0, ends[lr])/soloRate)
+		}
+		seen := map[uint64]int{}
+		for _, tt := range ts {
+			for _, r := range tt.rows {
+				seen[r.pos]++
+			}
+		}
+		if len(seen) != testSamples {
+			b.Errorf("%d positions delivered, want %d", len(seen), testSamples)
+		}
+		for p, c := range seen {
+			if c != 1 {
+				b.Errorf("position %d delivered %d times", p, c)
+			}
+		}
+		b.ReportMetric(worst, "fast-rank/solo")
+		b.ReportMetric(soloRate, "solo-batches/s")
+		b.Logf("solo %.1f batches/s; with a rank 10x slower the three others kept %.3f of it (worst); slow rank %d batches", soloRate, worst, ts[3].batches)
 	}
 }
