@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Train a small CNN on batches from the compute agent, through sophon.Loader.
+
+The one-line swap: where a training script built a DataLoader,
+
+    # loader = torch.utils.data.DataLoader(train_set, batch_size=32, shuffle=True,
+    #                                      num_workers=8, drop_last=False)
+    loader = sophon.Loader(socket=args.socket)
+
+the rest of the loop stays as it was. The run is deterministic (seeded, one
+thread, deterministic algorithms), so an interrupted run resumed from its
+--state-out file prints the same losses, bit for bit, as an uninterrupted one.
+
+Output: one JSON line per step, {"epoch", "step", "batch", "loss",
+"loss_hex", "images"}, then a summary line with the images per second that
+reached the loop and the time the loop waited for batches.
+
+    PYTHONPATH=python python3 python/examples/train_cnn.py --socket /tmp/sophon.sock --epochs 2
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import sophon  # noqa: E402
+
+
+class SmallCNN(nn.Module):
+    """Two convolutions and a linear layer; the input is pooled to 56x56 first
+    so that a few CPU epochs of 224x224 images take seconds."""
+
+    def __init__(self, num_classes):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.AdaptiveAvgPool2d(56),
+            nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
+        )
+        self.classifier = nn.Linear(32 * 4 * 4, num_classes)
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.features(x), 1))
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--socket", help="the agent's trainer socket "
+                        "(default: $SOPHON_SOCKET or /tmp/sophon.sock)")
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--num-classes", type=int, default=1000,
+                        help="classifier outputs; every label must be below it")
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--max-steps", type=int, help="stop after this many steps in all")
+    parser.add_argument("--state-out", help="save the loader, model and optimizer state "
+                        "to this file after every step (atomically)")
+    parser.add_argument("--resume", help="start from a --state-out file")
+    parser.add_argument("--kill-after-step", type=int, metavar="N",
+                        help="exit with status 3 right after saving the state of step N "
+                        "(a crash, for resume tests)")
+    parser.add_argument("--dump-batches", metavar="FILE", help="append a JSON line per batch: "
+                        "epoch, batch index and the sha256 of the images' and labels' bytes")
+    return parser.parse_args(argv)
+
+
+def save_state(path, model, optimizer, loader, step):
+    """Writes the training state to ``path`` so that a crash leaves the old or the new."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "loader": loader.state_dict(), "step": step}
+    temporary = path + ".tmp"
+    torch.save(state, temporary)
+    os.replace(temporary, path)
+
+
+def timed(iterable):
+    """Yields ``(item, seconds waited for it)``."""
+    iterator = iter(iterable)
+    while True:
+        start = time.perf_counter()
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        yield item, time.perf_counter() - start
+
+
+def digest(tensor):
+    return hashlib.sha256(tensor.contiguous().numpy().tobytes()).hexdigest()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    model = SmallCNN(args.num_classes)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    # loader = torch.utils.data.DataLoader(train_set, batch_size=32, shuffle=True, num_workers=8)
+    loader = sophon.Loader(socket=args.socket)
+
+    step = 0
+    if args.resume:
+        state = torch.load(args.resume)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        loader.load_state_dict(state["loader"])
+        step = state["step"]
+    dump = open(args.dump_batches, "a") if args.dump_batches else None
+
+    images_seen, waited, started = 0, 0.0, time.perf_counter()
+    while loader.epoch < args.epochs and (args.max_steps is None or step < args.max_steps):
+        epoch = loader.epoch
+        for (images, labels), wait in timed(loader):
+            waited += wait
+            batch = loader.state_dict()["batches"] - 1
+            if int(labels.max()) >= args.num_classes:
+                sys.exit(f"label {int(labels.max())} is not below --num-classes {args.num_classes}")
+            optimizer.zero_grad()
+            loss = loss_fn(model(images), labels)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            images_seen += len(labels)
+            value = loss.item()
+            print(json.dumps({"epoch": epoch, "step": step, "batch": batch, "loss": value,
+                              "loss_hex": value.hex(), "images": len(labels)}), flush=True)
+            if dump:
+                dump.write(json.dumps({"epoch": epoch, "batch": batch,
+                                       "images_sha256": digest(images),
+                                       "labels_sha256": digest(labels)}) + "\n")
+                dump.flush()
+            if args.state_out:
+                save_state(args.state_out, model, optimizer, loader, step)
+            if step == args.kill_after_step:
+                os._exit(3)
+            if args.max_steps is not None and step >= args.max_steps:
+                break
+    loader.close()
+    seconds = time.perf_counter() - started
+    print(json.dumps({"summary": True, "steps": step, "images": images_seen,
+                      "seconds": round(seconds, 6),
+                      "images_per_s": round(images_seen / seconds, 3) if seconds else None,
+                      "wait_s": round(waited, 6)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,16 @@
+"""sophon: the PyTorch trainer client of the SOPHON compute agent.
+
+``sophon.Loader`` replaces a ``torch.utils.data.DataLoader`` in a training
+script: it receives the batches the node's compute agent prepared, through a
+Unix socket and a shared-memory ring (docs/handoff.md), and yields them as
+torch tensors. See python/README.md and docs/training.md.
+"""
+
+from .errors import (AgentError, AgentNotRunning, AgentTimeout, MismatchError, ProtocolError,
+                     SophonError)
+from .loader import IterableDataset, Loader
+from .session import RawBatch
+
+__all__ = ["Loader", "IterableDataset", "RawBatch", "SophonError", "AgentNotRunning",
+           "ProtocolError", "AgentError", "MismatchError", "AgentTimeout"]
+__version__ = "0.1"

@@ -1,0 +1,248 @@
+package testbed
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/testbed/shape"
+)
+
+const debianPython = "/usr/bin/python3"
+
+// repoRoot is the repository's root (this file's folder's parent).
+func repoRoot(tb testing.TB) string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		tb.Fatal("no caller")
+	}
+	return filepath.Dir(filepath.Dir(file))
+}
+
+// needTorch skips, saying why, where Debian's PyTorch is missing.
+func needTorch(tb testing.TB) {
+	tb.Helper()
+	if out, err := exec.Command(debianPython, "-c", "import torch, numpy").CombinedOutput(); err != nil {
+		tb.Skipf("SKIP: %s cannot import torch (apt-get install python3-torch python3-numpy): %v %s", debianPython, err, bytes.TrimSpace(out))
+	}
+}
+
+// step is one line of python/examples/train_cnn.py's output.
+type step struct {
+	Epoch   uint64 `json:"epoch"`
+	Step    int    `json:"step"`
+	Batch   int    `json:"batch"`
+	LossHex string `json:"loss_hex"`
+	Images  int    `json:"images"`
+}
+
+// trainThrough runs the example trainer through a compute agent started
+// with args, and returns its steps and the agent's reports.
+func trainThrough(t *testing.T, bins agentBinaries, storage, dir string, epochs int, args ...string) ([]step, []computeagent.EpochReport) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "trainer.sock")
+	report := filepath.Join(dir, "epochs.jsonl")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	agent := command(ctx, bins.compute, append([]string{"--storage", storage, "--trainer-socket", sock,
+		"--strict-order", "--batch", "8", "--seed", "3", "--report", report, "--log-level", "warn"}, args...)...)
+	p := start(t, agent)
+	p.waitListening(t, func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) })
+	cmd := exec.CommandContext(ctx, debianPython, filepath.Join(repoRoot(t), "python/examples/train_cnn.py"),
+		"--socket", sock, "--epochs", fmt.Sprint(epochs), "--num-classes", "4")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("trainer: %v\n%s\nagent:\n%s", err, stderr.String(), p.logs.String())
+	}
+	var steps []step
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		var s step
+		if json.Unmarshal(sc.Bytes(), &s) == nil && s.LossHex != "" {
+			steps = append(steps, s)
+		}
+	}
+	// The agent writes its report line after the trainer released the
+	// epoch's last batch.
+	var reps []computeagent.EpochReport
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if reps, err = computeagent.ReadReport(report); err == nil && len(reps) == epochs {
+			break
+		}
+	}
+	if len(reps) != epochs {
+		t.Fatalf("%d report lines, want %d (%v)\n%s", len(reps), epochs, err, p.logs.String())
+	}
+	return steps, reps
+}
+
+// TestTrainingIdenticalAcrossPlans trains the example CNN through the real
+// agents and the Python client under No-Off, SOPHON's policy and a mixed
+// per-sample plan: every step's loss must be identical, byte for byte.
+// The storage agent sits behind a shaped link so that SOPHON offloads.
+func TestTrainingIdenticalAcrossPlans(t *testing.T) {
+	needTorch(t)
+	bins := buildAgents(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	paths, err := synth.WriteImageFolder(data, synth.OpenImagesLike, 5, 48, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr := freeAddr(t)
+	st := start(t, command(ctx, bins.storage, "--data", data, "--listen", addr, "--cpus", "1", "--log-level", "warn"))
+	st.waitListening(t, func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "tcp", addr) })
+	link := &shape.Proxy{Listen: "127.0.0.1:0", Target: addr, Rate: "40mbit"}
+	go link.Serve(ctx)
+	for link.Addr() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	storage := link.Addr().String()
+
+	// A mixed plan: samples cut after the crop, after the flip, or raw.
+	plan := map[string]int{}
+	for i := range paths {
+		plan[fmt.Sprint(i)] = []int{0, 2, 3}[i%3]
+	}
+	planFile := filepath.Join(dir, "mixed.json")
+	b, _ := json.Marshal(map[string]any{"default": 0, "splits": plan})
+	if err := os.WriteFile(planFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	const epochs = 3
+	runs := []struct {
+		name string
+		args []string
+	}{
+		{"nooff", []string{"--plan", "nooff"}},
+		{"sophon", []string{"--policy", "sophon", "--force-profile", "--profile-budget", "500ms"}},
+		{"mixed", []string{"--plan", planFile}},
+	}
+	var ref []step
+	for i, r := range runs {
+		steps, reps := trainThrough(t, bins, storage, filepath.Join(dir, r.name), epochs, r.args...)
+		if want := epochs * 6; len(steps) != want {
+			t.Fatalf("%s: %d steps, want %d", r.name, len(steps), want)
+		}
+		offloaded := 0
+		for _, rep := range reps {
+			if rep.Consumer != "trainer" || len(rep.Trainers) != 1 || rep.Trainers[0].Batches != 6 {
+				t.Errorf("%s epoch %d: consumer %q, trainers %+v", r.name, rep.Epoch, rep.Consumer, rep.Trainers)
+			}
+			for _, s := range rep.BySplit {
+				if s.Split > 0 {
+					offloaded += s.Samples
+				}
+			}
+		}
+		t.Logf("%s: %d samples offloaded over %d epochs; first losses %s %s", r.name, offloaded, epochs, steps[0].LossHex, steps[1].LossHex)
+		if r.name != "nooff" && offloaded == 0 {
+			t.Errorf("%s offloaded nothing: the comparison would be vacuous", r.name)
+		}
+		if i == 0 {
+			ref = steps
+			continue
+		}
+		if !slices.Equal(steps, ref) {
+			for k := range min(len(steps), len(ref)) {
+				if steps[k] != ref[k] {
+					t.Fatalf("%s: step %d differs from nooff: %+v vs %+v", r.name, k, steps[k], ref[k])
+				}
+			}
+		}
+	}
+	if strings.HasPrefix(ref[0].LossHex, "nan") {
+		t.Errorf("losses are NaN")
+	}
+}
+
+// TestTrainingResume kills the example trainer after a few steps and
+// restarts it from its state file: in strict order the batches after the
+// kill, and the losses, are byte-identical to an uninterrupted run's.
+func TestTrainingResume(t *testing.T) {
+	needTorch(t)
+	bins := buildAgents(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if _, err := synth.WriteImageFolder(data, synth.ImageNetLike, 9, 40, 4); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr := freeAddr(t)
+	st := start(t, command(ctx, bins.storage, "--data", data, "--listen", addr, "--cpus", "1", "--log-level", "warn"))
+	st.waitListening(t, func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "tcp", addr) })
+	sock := filepath.Join(dir, "trainer.sock")
+	agent := start(t, command(ctx, bins.compute, "--storage", addr, "--trainer-socket", sock, "--strict-order",
+		"--batch", "8", "--seed", "5", "--log-level", "warn"))
+	agent.waitListening(t, func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) })
+	train := func(args ...string) ([]string, error) {
+		cmd := exec.CommandContext(ctx, debianPython, append([]string{filepath.Join(repoRoot(t), "python/examples/train_cnn.py"),
+			"--socket", sock, "--epochs", "2", "--num-classes", "4"}, args...)...)
+		out, err := cmd.Output()
+		var losses []string
+		for _, line := range strings.Split(string(out), "\n") {
+			var s step
+			if json.Unmarshal([]byte(line), &s) == nil && s.LossHex != "" {
+				losses = append(losses, s.LossHex)
+			}
+		}
+		return losses, err
+	}
+	readDump := func(path string) []string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	full, err := train("--dump-batches", filepath.Join(dir, "full.jsonl"))
+	if err != nil {
+		t.Fatalf("uninterrupted run: %v\n%s", err, agent.logs.String())
+	}
+	const k = 3
+	state := filepath.Join(dir, "state.pt")
+	cut, err := train("--dump-batches", filepath.Join(dir, "cut.jsonl"), "--state-out", state, "--kill-after-step", fmt.Sprint(k))
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+		t.Fatalf("killed run: %v", err)
+	}
+	var rest []string
+	for range 50 { // the agent first abandons the killed trainer's epoch
+		if rest, err = train("--dump-batches", filepath.Join(dir, "resumed.jsonl"), "--resume", state); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("resumed run: %v\n%s", err, agent.logs.String())
+	}
+	if got := append(cut, rest...); !slices.Equal(got, full) {
+		t.Errorf("losses killed+resumed %v, uninterrupted %v", got, full)
+	}
+	fullDump, resumed := readDump(filepath.Join(dir, "full.jsonl")), readDump(filepath.Join(dir, "resumed.jsonl"))
+	if !slices.Equal(resumed, fullDump[k:]) {
+		t.Errorf("batches after resume differ from the uninterrupted run's:\n%v\n%v", resumed, fullDump[k:])
+	}
+	t.Logf("%d steps; killed after %d, resumed %d steps, identical batches and losses", len(full), k, len(rest))
+}
