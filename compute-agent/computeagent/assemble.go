@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"unsafe"
@@ -44,8 +45,8 @@ type assembler struct {
 	placed   []bool       // strict: position has its row
 	unplaced int          // strict: first position without a row
 	rr       int
-	pending  int // batches not yet released, all ranks
-	waiting  int // workers waiting for room in the queue
+	pending  int      // batches not yet released, all ranks
+	waiters  []waiter // placers waiting for room in the queue
 	done     chan struct{}
 }
 
@@ -133,6 +134,7 @@ func (a *assembler) abort(err error, code string) {
 		a.err, a.errCode = err, code
 	}
 	a.broadcastLocked()
+	a.wakeLocked()
 	a.mu.Unlock()
 }
 
@@ -162,9 +164,27 @@ type target struct {
 	row int
 }
 
+// waiter is one placing goroutine's wake-up channel, reused so that
+// waiting for room allocates nothing.
+type waiter chan struct{}
+
+func newWaiter() waiter { return make(waiter, 1) }
+
+// wakeLocked wakes every waiting placer (they re-check).
+func (a *assembler) wakeLocked() {
+	for _, w := range a.waiters {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+	a.waiters = a.waiters[:0]
+}
+
 // place hands a finished (or failed) sample to a rank. It copies the
 // sample into its row outside the lock, then publishes what is complete.
-func (a *assembler) place(ctx context.Context, it item) error {
+// When the shared queue is full it waits on w, the caller's own waiter.
+func (a *assembler) place(ctx context.Context, it item, w waiter) error {
 	a.mu.Lock()
 	for {
 		if a.err != nil {
@@ -186,15 +206,16 @@ func (a *assembler) place(ctx context.Context, it item) error {
 			a.mu.Unlock()
 			return nil
 		}
-		sig := a.sig
-		a.waiting++
+		a.waiters = append(a.waiters, w)
 		a.mu.Unlock()
 		select {
 		case <-ctx.Done():
-		case <-sig:
+		case <-w:
 		}
 		a.mu.Lock()
-		a.waiting--
+		if i := slices.Index(a.waiters, w); i >= 0 {
+			a.waiters = slices.Delete(a.waiters, i, i+1)
+		}
 		if ctx.Err() != nil {
 			a.mu.Unlock()
 			return ctx.Err()
@@ -371,6 +392,7 @@ func (a *assembler) failLocked(err error) error {
 		a.err, a.errCode = err, codeFailed
 	}
 	a.broadcastLocked()
+	a.wakeLocked()
 	return err
 }
 
@@ -422,9 +444,7 @@ func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
 			todo, ts = append(todo, it), append(ts, t)
 		}
 	}
-	if a.waiting > 0 { // (only then: a broadcast allocates a channel)
-		a.broadcastLocked()
-	}
+	a.wakeLocked()
 	a.mu.Unlock()
 	var err error
 	for i, it := range todo {

@@ -148,6 +148,7 @@ func (e *epochRun) worker(ctx context.Context) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	lim := ops.WireLimits{MaxPayload: e.cfg.MaxPayload}
+	wake := newWaiter()
 	for {
 		var w work
 		select {
@@ -183,7 +184,7 @@ func (e *epochRun) worker(ctx context.Context) error {
 			it.failed, it.tensor, it.image = true, nil, nil
 		}
 		if e.asm != nil {
-			if err := e.asm.place(ctx, it); err != nil {
+			if err := e.asm.place(ctx, it, wake); err != nil {
 				e.sched.release(&w.f.w, r)
 				return err
 			}

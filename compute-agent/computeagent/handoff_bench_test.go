@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sophon-dl/sophon/ops"
 )
@@ -59,8 +61,10 @@ func BenchmarkHandoffPython(b *testing.B) {
 		img.Pix[i] = byte(i * 31)
 	}
 
+	// Each run is one epoch of batches+1 batches; the consumer times the
+	// last batches of them after an untimed first one, then leaves.
 	run := func(mode string) (gbps, allocsPerBatch float64) {
-		cmd := exec.Command(python, consumer, "--socket", cfg.Trainer.Socket, "--mode", mode, "--batches", strconv.Itoa(batches))
+		cmd := exec.Command(python, consumer, "--socket", cfg.Trainer.Socket, "--mode", mode, "--batches", strconv.Itoa(batches-1))
 		out := make(chan []byte, 1)
 		go func() {
 			o, err := cmd.Output()
@@ -74,36 +78,50 @@ func BenchmarkHandoffPython(b *testing.B) {
 			b.Fatal(err)
 		}
 		e := &epochRun{a: a, cfg: &a.cfg, num: req.epoch, bySplit: splitCounter{}}
-		asm := newAssembler(e, req.conns, false, batch, batch*batches, batches, []int{0}, 0)
+		asm := newAssembler(e, req.conns, false, batch, batch*(batches+1), batches+1, []int{0}, 0)
 		if err := hub.start(asm); err != nil {
 			b.Fatal(err)
 		}
-		var ms0, ms1 runtime.MemStats
-		runtime.ReadMemStats(&ms0)
 		var pg sync.WaitGroup
 		for w := range 2 {
 			pg.Go(func() {
-				for i := w; i < batch*batches; i += 2 {
-					if err := asm.place(ctx, item{sample: uint64(i), image: img}); err != nil {
-						b.Error(err)
-						return
+				wake := newWaiter()
+				for i := w; i < batch*(batches+1); i += 2 {
+					if asm.place(ctx, item{sample: uint64(i), image: img}, wake) != nil {
+						return // the consumer left
 					}
 				}
 			})
 		}
-		pg.Wait()
-		if err := asm.wait(ctx); err != nil {
-			b.Fatal(err)
+		// Heap allocations in the steady state: between the 5th and the
+		// (batches-5)th batch published, the whole process's Go side.
+		published := func() int {
+			asm.mu.Lock()
+			defer asm.mu.Unlock()
+			return asm.ranks[0].batches
+		}
+		var ms0, ms1 runtime.MemStats
+		for published() < 5 {
+			time.Sleep(time.Millisecond)
+		}
+		runtime.ReadMemStats(&ms0)
+		n0 := published()
+		for published() < batches-5 {
+			time.Sleep(time.Millisecond)
 		}
 		runtime.ReadMemStats(&ms1)
+		n1 := published()
+		o := <-out
+		asm.abort(errBenchDone, codeFailed)
+		pg.Wait()
 		hub.finish()
 		var res struct {
 			GBPerS float64 `json:"gb_per_s"`
 		}
-		if err := json.Unmarshal(lastLine(<-out), &res); err != nil {
-			b.Fatalf("consumer output: %v", err)
+		if err := json.Unmarshal(lastLine(o), &res); err != nil {
+			b.Fatalf("consumer output %q: %v", o, err)
 		}
-		return res.GBPerS, float64(ms1.Mallocs-ms0.Mallocs) / batches
+		return res.GBPerS, float64(ms1.Mallocs-ms0.Mallocs) / float64(n1-n0)
 	}
 	for range b.N {
 		for _, mode := range []string{"nocopy", "copy"} {
@@ -119,6 +137,8 @@ func BenchmarkHandoffPython(b *testing.B) {
 		}
 	}
 }
+
+var errBenchDone = errors.New("benchmark done")
 
 // lastLine is the last non-empty line of out.
 func lastLine(out []byte) []byte {

@@ -54,9 +54,10 @@ func TestHandoffNoAllocsPerBatch(t *testing.T) {
 	var rel [5 + releaseLen]byte
 	binary.LittleEndian.PutUint32(rel[:], 1+releaseLen)
 	rel[4] = frameRelease
+	wake := newWaiter()
 	cycle := func() {
 		for i := range batch {
-			if err := asm.place(t.Context(), item{sample: uint64(i), image: img}); err != nil {
+			if err := asm.place(t.Context(), item{sample: uint64(i), image: img}, wake); err != nil {
 				t.Fatal(err)
 			}
 		}
