@@ -1,8 +1,9 @@
 // Command compute-agent runs on the GPU node: it finds the storage agents
 // (through gossip or a static list), reads their catalog, and runs training
 // epochs, fetching each sample at its planned split, finishing the
-// pipeline locally and feeding batches to the (simulated) GPU. See package
-// computeagent and docs/architecture.md.
+// pipeline locally and feeding batches to the node's trainer processes
+// (--trainer-socket) or a simulated GPU. See package computeagent,
+// docs/architecture.md and docs/training.md.
 package main
 
 import (
@@ -47,6 +48,16 @@ Example:
 
   compute-agent --storage a:7070,b:7070 --policy sophon --profile prof.zst \
     --epochs 5 --report epochs.jsonl
+
+With --trainer-socket PATH the agent serves the PyTorch trainer processes of
+its node (python/sophon's Loader; docs/training.md) instead of the simulated
+--gpu: it reads the catalog, listens on PATH and runs each epoch when all of
+the node's local ranks asked for it, writing finished crops straight into
+their shared-memory batch slots (uint8 by default, normalised by the client
+on its device; --dtype float32 ships the whole pipeline's output):
+
+  compute-agent --storage 10.0.0.5:7070 --trainer-socket /tmp/sophon.sock \
+    --batch 32 --policy sophon --profile prof.zst --metrics :9102
 
 With --policy the agent plans the splits itself: stage 1 measures the link,
 storage CPU, compute CPU and GPU rates (--profile-budget each) and prints
@@ -260,7 +271,9 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	c.OnError = s.OnError
 	c.Codec = codec
 	c.Retries = s.Retries
-	c.Consumer = sim
+	if s.TrainerSocket == "" {
+		c.Consumer = sim // with trainers the GPU's rate is theirs, unknown to stage 1
+	}
 	c.Trainer = computeagent.TrainerConfig{Socket: s.TrainerSocket, DType: s.DType, DropLast: s.DropLast, Slots: s.Slots, RingBytes: s.RingBytes}
 	c.ReportPath = s.Report
 	c.MetricsAddr = s.Metrics

@@ -13,6 +13,13 @@
 //	  -> batcher: [B, C, H, W] float32 batches with labels
 //	  -> feeder -> Consumer (the GPU, or Sim)
 //
+// In trainer mode (Config.Trainer, trainer.go, assemble.go) the node's
+// trainer processes connect to a Unix socket and get one memfd ring of
+// batch slots each; the finishing workers copy each finished sample
+// straight into a row of a leased slot (the local ranks share one queue in
+// completion order), a full slot is announced to its rank, and the rank's
+// release makes it free again. docs/handoff.md is the protocol.
+//
 // Each request names its sample, epoch, seed, split k and pipeline, so any
 // storage agent can serve any request and a retry can go anywhere. Fetchers
 // pull positions from one shared schedule, so faster storage agents take

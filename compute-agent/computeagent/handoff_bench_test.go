@@ -64,7 +64,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 	// Each run is one epoch of batches+1 batches; the consumer times the
 	// last batches of them after an untimed first one, then leaves.
 	run := func(mode string) (gbps, allocsPerBatch float64) {
-		cmd := exec.Command(python, consumer, "--socket", cfg.Trainer.Socket, "--mode", mode, "--batches", strconv.Itoa(batches-1))
+		cmd := exec.Command(python, consumer, "--socket", cfg.Trainer.Socket, "--mode", mode, "--batches", strconv.Itoa(batches))
 		out := make(chan []byte, 1)
 		go func() {
 			o, err := cmd.Output()

@@ -14,9 +14,10 @@ measures the real client (frames, slot checks, progress, RELEASE):
   normalisation), the least a trainer that keeps the batch has to do.
 
 The clock starts when the first batch arrives, so connecting and the start of
-the epoch are left out; that first batch is not counted either. Epochs follow
-one another until enough batches came. Prints one JSON line: {"mode",
-"batches", "bytes" (image bytes counted), "seconds", "gb_per_s"}.
+the epoch are left out: ``bytes``, ``seconds`` and ``gb_per_s`` cover the
+``timed_batches`` after the first. Epochs follow one another until enough
+batches came. Prints one JSON line: {"mode", "batches", "timed_batches",
+"bytes" (image bytes), "seconds", "gb_per_s"}.
 
     PYTHONPATH=python python3 python/bench/handoff_consumer.py --socket /tmp/sophon.sock \\
         --batches 500 --mode copy
@@ -39,10 +40,14 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", help="the agent's trainer socket "
                         "(default: $SOPHON_SOCKET or /tmp/sophon.sock)")
-    parser.add_argument("--batches", type=int, default=200, help="batches to count (after the first)")
+    parser.add_argument("--batches", type=int, default=200,
+                        help="batches to consume, at least 2 (the first starts the clock)")
     parser.add_argument("--mode", choices=["nocopy", "copy"], default="nocopy")
     parser.add_argument("--timeout", type=float, default=120.0)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.batches < 2:
+        parser.error("--batches must be at least 2")
+    return args
 
 
 def endless(loader):
@@ -63,14 +68,14 @@ def toucher(loader, mode):
 
 
 def consume(loader, batches, mode):
-    """Takes one batch, starts the clock and takes ``batches`` more; returns
-    their image bytes and the seconds they took."""
+    """Takes one batch, starts the clock and takes ``batches - 1`` more;
+    returns their image bytes and the seconds they took."""
     touch = toucher(loader, mode)
     stream = endless(loader)
     try:
         touch(next(stream))
         started, total = time.perf_counter(), 0
-        for _ in range(batches):
+        for _ in range(batches - 1):
             batch = next(stream)
             touch(batch)
             total += batch.images.nbytes
@@ -83,7 +88,8 @@ def main(argv=None):
     args = parse_args(argv)
     with sophon.Loader(socket=args.socket, timeout=args.timeout) as loader:
         total, seconds = consume(loader, args.batches, args.mode)
-    print(json.dumps({"mode": args.mode, "batches": args.batches, "bytes": total,
+    print(json.dumps({"mode": args.mode, "batches": args.batches,
+                      "timed_batches": args.batches - 1, "bytes": total,
                       "seconds": seconds, "gb_per_s": total / seconds / 1e9}))
 
 

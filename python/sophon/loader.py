@@ -209,7 +209,7 @@ class Loader:
             self._epoch = epoch + 1
 
     def _open(self):
-        if self._session is not None and not self._session.closed:
+        if self._session is not None:
             return self._session
         hello = protocol.hello(self.rank, self.world, self.local_rank, self.local_world,
                                self.batch_size, self.drop_last, self.strict_order, self.dtype,
@@ -415,7 +415,8 @@ class _Cuda:
 def _check_state(state, rank, world):
     """Validates a state_dict and returns its progress."""
     if not isinstance(state, dict) or any(key not in state for key in _STATE_KEYS):
-        raise ValueError(f"not a sophon.Loader state_dict: want a dict with {', '.join(_STATE_KEYS)}")
+        raise ValueError("not a sophon.Loader state_dict: want a dict with "
+                         + ", ".join(_STATE_KEYS))
     if state["version"] != STATE_VERSION:
         raise ValueError(f"state_dict version {state['version']!r}: this client reads "
                          f"version {STATE_VERSION}")

@@ -61,7 +61,8 @@ SlotHeader = namedtuple(
     "SlotHeader",
     "magic version dtype layout rows capacity shape epoch batch "
     "images labels ids positions")
-SlotHeader.__doc__ = "A slot's 128-byte header; the last four fields are offsets from the slot's start."
+SlotHeader.__doc__ = ("A slot's 128-byte header; the last four fields are offsets from the "
+                      "slot's start.")
 
 
 class Connection:

@@ -41,7 +41,8 @@ class RawBatch:
 
     def __init__(self, session, ready, wait_ns, images, labels, ids, positions):
         self.images, self.labels, self.ids, self.positions = images, labels, ids, positions
-        self.epoch, self.batch, self.rows, self.slot = ready.epoch, ready.batch, ready.rows, ready.slot
+        self.epoch, self.batch = ready.epoch, ready.batch
+        self.rows, self.slot = ready.rows, ready.slot
         self.wait_ns = wait_ns
         self._session = session
         self._after = None
@@ -113,7 +114,8 @@ class Session:
                 self._end(protocol.decode_json(kind, payload))
                 return None
             if kind != READY:
-                raise ProtocolError(f"unexpected {NAMES.get(kind, hex(kind))} frame during an epoch")
+                raise ProtocolError(
+                    f"unexpected {NAMES.get(kind, hex(kind))} frame during an epoch")
             return self._ready(protocol.decode_ready(payload), wait_ns)
         except ProtocolError as exc:
             raise ProtocolError(f"{exc} ({self._context()})") from None
@@ -254,7 +256,8 @@ class Session:
 def _check_header(header, ready, welcome):
     want = {
         "magic": protocol.SLOT_MAGIC, "version": protocol.SLOT_VERSION,
-        "dtype": protocol.DTYPE_CODES[welcome.dtype], "layout": protocol.LAYOUT_CODES[welcome.layout],
+        "dtype": protocol.DTYPE_CODES[welcome.dtype],
+        "layout": protocol.LAYOUT_CODES[welcome.layout],
         "rows": ready.rows, "capacity": welcome.batch_size,
         "shape": (ready.rows,) + welcome.row_shape, "epoch": ready.epoch, "batch": ready.batch,
         "images": protocol.HEADER_BYTES,
@@ -262,7 +265,8 @@ def _check_header(header, ready, welcome):
     wrong = [f"{key} {getattr(header, key)!r} (want {value!r})"
              for key, value in want.items() if getattr(header, key) != value]
     if wrong:
-        raise ProtocolError(f"slot {ready.slot} header disagrees with its READY: " + ", ".join(wrong))
+        raise ProtocolError(f"slot {ready.slot} header disagrees with its READY: "
+                            + ", ".join(wrong))
 
 
 def _connect(path, timeout):

@@ -80,7 +80,8 @@ class HandshakeTest(AgentTest):
         self.assertEqual(hello["protocol"], 1)
         self.assertEqual(hello["pid"], os.getpid())
         self.assertEqual((hello["batch_size"], hello["drop_last"], hello["strict_order"],
-                          hello["dtype"], hello["fingerprint"]), (4, None, True, "uint8", "fp-test"))
+                          hello["dtype"], hello["fingerprint"]),
+                         (4, None, True, "uint8", "fp-test"))
         self.assertEqual((hello["rank"], hello["world"], hello["local_rank"],
                           hello["local_world"]), (0, 1, 0, 1))
 
@@ -276,6 +277,17 @@ class EpochTest(AgentTest):
         self.assertEqual(len(agent.hellos), 2)
         self.assertEqual([e["epoch"] for e in agent.epochs], [0, 0])
         self.assertEqual(agent.violations, [])
+
+
+    def test_a_new_iteration_supersedes_an_unfinished_one(self):
+        agent = self.agent(samples=12, batch_size=4)
+        loader = self.loader()
+        first = iter(loader)
+        next(first)
+        self.assertEqual(len(list(loader)), 3)
+        with self.assertRaisesRegex(RuntimeError, "newer iteration"):
+            next(first)
+        self.assertEqual(len(agent.hellos), 2)
 
 
 class StateTest(AgentTest):
