@@ -65,6 +65,8 @@ def parse_args(argv):
     parser.add_argument("--kill-after-step", type=int, metavar="N",
                         help="exit with status 3 right after saving the state of step N "
                         "(a crash, for resume tests)")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds to wait for a batch before giving up (sophon.AgentTimeout)")
     parser.add_argument("--dump-batches", metavar="FILE", help="append a JSON line per batch: "
                         "epoch, batch index and the sha256 of the images' and labels' bytes")
     return parser.parse_args(argv)
@@ -105,7 +107,7 @@ def main(argv=None):
     loss_fn = nn.CrossEntropyLoss()
 
     # loader = torch.utils.data.DataLoader(train_set, batch_size=32, shuffle=True, num_workers=8)
-    loader = sophon.Loader(socket=args.socket)
+    loader = sophon.Loader(socket=args.socket, timeout=args.timeout)
 
     step = 0
     if args.resume:

@@ -32,6 +32,13 @@ type experiment struct {
 	ref map[[2]uint64]string
 	// noCgroups is set once making cgroups failed: later cells do without.
 	noCgroups bool
+	// trainScript is train_cnn.py with Config.Train; trainErr why the
+	// training rows cannot run, or nil.
+	trainScript string
+	trainErr    error
+	// trainProfile is the trainer row's stage 2 profile (its pipeline
+	// differs from the policy rows').
+	trainProfile string
 }
 
 var groupSeq atomic.Uint32
@@ -152,18 +159,52 @@ func (x *experiment) newNode(ctx context.Context, rate string, cpus float64) (*n
 }
 
 // server is a background process of a cell (the storage agent, the peer's
-// file server).
+// file server, the trainer row's compute agent).
 type server struct {
 	cmd  *exec.Cmd
 	log  *os.File
 	done chan struct{}
 	err  error
+	once sync.Once
+}
+
+// stop ends the server: SIGTERM, then SIGKILL to its group after 5 s. It
+// returns the server's exit error, nil when it exited 0. Safe twice.
+func (s *server) stop() error {
+	s.once.Do(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(5 * time.Second):
+			_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+			<-s.done
+		}
+		s.log.Close()
+	})
+	return s.err
 }
 
 // startServer starts a server on one side, places it in that side's cgroup
 // and waits until addr answers. The server is stopped by n.close (SIGTERM,
 // then SIGKILL to its group).
 func (n *node) startServer(ctx context.Context, storageSide bool, logPath, addr string, name string, args ...string) (*server, error) {
+	ready := func(ctx context.Context) error {
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		c, err := n.dial(dctx, addr)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	return n.startDaemon(ctx, storageSide, logPath, "listening on "+addr, ready, name, args...)
+}
+
+// startDaemon starts a server on one side, places it in that side's cgroup
+// and waits until ready returns nil (for at most 30 s; what names what it
+// waits for, for the error). The server is stopped by n.close, or sooner
+// by its stop.
+func (n *node) startDaemon(ctx context.Context, storageSide bool, logPath, what string, ready func(context.Context) error, name string, args ...string) (*server, error) {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -180,42 +221,33 @@ func (n *node) startServer(ctx context.Context, storageSide bool, logPath, addr 
 		close(s.done)
 	}()
 	n.cleanup = append(n.cleanup, func() error {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-s.done
-		}
-		return f.Close()
+		s.stop()
+		return nil
 	})
 	if err := n.place(storageSide, cmd.Process.Pid); err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		dctx, cancel := context.WithTimeout(ctx, time.Second)
-		c, err := n.dial(dctx, addr)
-		cancel()
+		err := ready(ctx)
 		if err == nil {
-			c.Close()
 			return s, nil
 		}
 		select {
 		case <-s.done:
-			return nil, fmt.Errorf("%s exited: %v (log: %s)", filepath.Base(name), s.err, logPath)
+			return nil, fmt.Errorf("%s exited: %v (log: %s)%s", filepath.Base(name), s.err, logPath, tail(logPath))
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		default:
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%s not listening on %s after 30 s: %v (log: %s)", filepath.Base(name), addr, err, logPath)
+			return nil, fmt.Errorf("%s not %s after 30 s: %v (log: %s)", filepath.Base(name), what, err, logPath)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// cell runs every policy (and the peer) at one rate and storage CPU limit.
+// cell runs every policy (and the trainer and the peer) at one rate and storage CPU limit.
 func (x *experiment) cell(ctx context.Context, rate string, cpus float64) (results.Cell, error) {
 	bits, _ := shape.ParseRate(rate)
 	cell := results.Cell{Rate: rate, RateBitsPerSec: bits, StorageCPUs: cpus}
@@ -256,6 +288,12 @@ func (x *experiment) cell(ctx context.Context, rate string, cpus float64) (resul
 		}
 		run := x.runPolicy(ctx, n, dir, addr, cpus, p)
 		cell.Runs = append(cell.Runs, run)
+		if ctx.Err() != nil {
+			return cell, ctx.Err()
+		}
+	}
+	if x.cfg.Train {
+		cell.Runs = append(cell.Runs, x.runTrainer(ctx, n, dir, addr, cpus))
 		if ctx.Err() != nil {
 			return cell, ctx.Err()
 		}

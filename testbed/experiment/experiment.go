@@ -29,6 +29,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -96,6 +97,26 @@ type Config struct {
 	// interpreter; empty means /usr/bin/python3 when present, else python3.
 	Peer   bool
 	Python string
+	// Train adds the trainer row (results.TrainerPolicy) to each cell,
+	// after the policies: the compute agent serving its trainer socket
+	// (--trainer-socket, --strict-order, the cell's batch, uint8 slots)
+	// and TrainScript training a small CNN through python/sophon's Loader,
+	// both on the compute side, the agent fetching over the same link. It
+	// also makes the peer row (with Peer) train the same CNN, seeded alike,
+	// instead of feeding the simulated GPU. Skipped, with the reason, where
+	// Python cannot import torch and numpy or the script is not found.
+	Train bool
+	// TrainPolicy is the trainer row's compute-agent plan: "nooff" (the
+	// default: --plan nooff, no planning) or a policy of
+	// computeagent.Policies (--policy, reusing the experiment's profile).
+	TrainPolicy string
+	// TrainScript is python/examples/train_cnn.py. Empty means found in
+	// the repository: next to Bin's parent (bin/../python/examples), then
+	// in the working directory and its parents.
+	TrainScript string
+	// NumClasses is the CNN's classes. Zero means the dataset's (its class
+	// folders), or 1000 where it cannot tell (tar shards).
+	NumClasses int
 	// Epochs per policy run. Zero means DefaultEpochs.
 	Epochs int
 	// Pipeline is a preset name. Empty means DefaultPipeline.
@@ -161,6 +182,15 @@ func (c *Config) defaults() error {
 			return fmt.Errorf("%w: unknown policy %q (want %s)", ErrConfig, p, strings.Join(computeagent.Policies, ", "))
 		}
 	}
+	if c.TrainPolicy == "" {
+		c.TrainPolicy = "nooff"
+	}
+	if !slices.Contains(computeagent.Policies, c.TrainPolicy) {
+		return fmt.Errorf("%w: unknown train policy %q (want %s)", ErrConfig, c.TrainPolicy, strings.Join(computeagent.Policies, ", "))
+	}
+	if c.NumClasses < 0 {
+		return fmt.Errorf("%w: num classes %d", ErrConfig, c.NumClasses)
+	}
 	if c.Epochs == 0 {
 		c.Epochs = DefaultEpochs
 	}
@@ -197,7 +227,7 @@ func (c *Config) defaults() error {
 }
 
 // binaries are the programs the experiment runs.
-type binaries struct{ storage, compute, testbed string }
+type binaries struct{ storage, compute, testbed, dir string }
 
 func findBinaries(dir string) (binaries, error) {
 	if dir == "" {
@@ -218,7 +248,7 @@ func findBinaries(dir string) (binaries, error) {
 		}
 		return filepath.Abs(p)
 	}
-	var b binaries
+	b := binaries{dir: dir}
 	var err error
 	if b.storage, err = find("storage-agent"); err != nil {
 		return b, err
@@ -278,8 +308,16 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 	res.Machine.Pinning = pin.describe()
 
 	x := &experiment{cfg: cfg, bins: bins, res: res, pin: pin, ref: map[[2]uint64]string{}}
+	if cfg.Train {
+		x.trainScript, x.trainErr = trainReady(cfg.Python, cfg.TrainScript, bins.dir)
+		if x.trainErr != nil {
+			cfg.Log.Warn().Err(x.trainErr).Msg("training rows skipped")
+		}
+	}
 	x.profile = filepath.Join(cfg.Out, "profile.zst")
 	os.Remove(x.profile) // a fresh profile per experiment: the first run records it
+	x.trainProfile = filepath.Join(cfg.Out, "profile-trainer.zst")
+	os.Remove(x.trainProfile)
 	var runErr error
 	for _, rate := range cfg.Rates {
 		for _, cpus := range cfg.StorageCPUs {
@@ -333,6 +371,14 @@ func describeDataset(dir string) (results.Dataset, error) {
 		return results.Dataset{}, fmt.Errorf("%w: dataset %s is not a folder", ErrConfig, dir)
 	}
 	d := results.Dataset{Path: dir}
+	// The storage agent's classes of a folder of JPEGs: its subfolders.
+	if ents, err := os.ReadDir(dir); err == nil {
+		for _, e := range ents {
+			if st, err := os.Stat(filepath.Join(dir, e.Name())); err == nil && st.IsDir() {
+				d.Classes++
+			}
+		}
+	}
 	err = filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
 		if err != nil || !e.Type().IsRegular() {
 			return err
@@ -350,6 +396,9 @@ func describeDataset(dir string) (results.Dataset, error) {
 		}
 		return nil
 	})
+	if d.Samples == 0 {
+		d.Classes = 0 // tar shards: their .cls members say
+	}
 	if d.Samples > 0 {
 		d.MeanBytes = float64(d.Bytes) / float64(d.Samples)
 	}

@@ -240,6 +240,84 @@ func TestExperimentLoopback(t *testing.T) {
 	checkNothingLeft(t, bins)
 }
 
+// TestExperimentTrainLoopback runs the training rows side by side on
+// loopback: the trainer row (the compute agent's trainer socket and
+// python/examples/train_cnn.py through the Python client) and the peer
+// row training the same CNN from its DataLoader; both deliver every sample
+// exactly once and report a loop rate and their first losses.
+func TestExperimentTrainLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries and PyTorch")
+	}
+	if out, err := exec.Command("/usr/bin/python3", "-c", "import torch, torchvision, numpy, PIL").CombinedOutput(); err != nil {
+		t.Skipf("SKIP: /usr/bin/python3 cannot import torch, torchvision, numpy and PIL (apt-get install python3-torchvision python3-numpy python3-pil): %v %s",
+			err, strings.TrimSpace(string(out)))
+	}
+	bins := buildBinaries(t)
+	out := t.TempDir()
+	const samples, batch, epochs = 24, 8, 2
+	cfg := Config{
+		Data: smallDataset(t, samples), Out: out, Rates: []string{"100mbit"}, StorageCPUs: []float64{1},
+		Policies: []string{"nooff"}, Epochs: epochs, Batch: batch, Seed: 3, Peer: true, Train: true,
+		Bin: bins, Mode: ModeLoopback, Log: zerolog.Nop(),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ran in %v", time.Since(start).Round(time.Millisecond))
+	if res.Dataset.Classes != 2 {
+		t.Errorf("dataset classes %d, want 2", res.Dataset.Classes)
+	}
+	runs := res.Cells[0].Runs
+	if len(runs) != 3 || runs[1].Policy != results.TrainerPolicy || runs[2].Policy != results.PeerPolicy {
+		t.Fatalf("runs %v, want nooff, the trainer and the peer", runs)
+	}
+	steps := epochs * samples / batch
+	for _, r := range runs[1:] {
+		t.Logf("%s: %.1f images/s reaching the loop (%d images, %d steps, %.2f s, waited %.2f s), first losses %v",
+			r.Policy, r.LoopImagesPerSec, r.LoopImages, r.LoopSteps, r.LoopSeconds, r.LoopWaitSeconds, r.FirstLosses)
+		if r.Skipped != "" || r.Error != "" || !r.Training || !r.ExactlyOnce || len(r.Epochs) != epochs {
+			t.Errorf("%s: skipped %q, error %q, training %v, exactly once %v, %d epochs",
+				r.Policy, r.Skipped, r.Error, r.Training, r.ExactlyOnce, len(r.Epochs))
+		}
+		if !(r.LoopImagesPerSec > 0) || r.LoopImages != epochs*samples || r.LoopSteps != steps ||
+			!(r.LoopWaitSeconds >= 0 && r.LoopWaitSeconds < r.LoopSeconds) {
+			t.Errorf("%s: loop %+v", r.Policy, r)
+		}
+		if len(r.FirstLosses) != min(steps, results.FirstLossSteps) {
+			t.Errorf("%s: %d first losses, want %d", r.Policy, len(r.FirstLosses), min(steps, results.FirstLossSteps))
+		}
+		for _, l := range r.FirstLosses {
+			// Two classes: a fresh classifier starts near ln 2.
+			if !(l > 0 && l < 10) {
+				t.Errorf("%s: loss %v", r.Policy, l)
+			}
+		}
+		for _, e := range r.Epochs {
+			if e.Samples != samples || e.AgentBytes <= 0 || e.ProxyBytes <= 0 {
+				t.Errorf("%s epoch %d: %+v", r.Policy, e.Epoch, e)
+			}
+		}
+	}
+	if runs[1].Plan != "nooff" {
+		t.Errorf("trainer plan %q", runs[1].Plan)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"images/s reaching the loop", "| sophon-client (nooff) ", "| peer-torchvision "} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	checkNothingLeft(t, bins)
+}
+
 func TestConfigRejects(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -120,7 +120,7 @@ func (x *experiment) runPolicy(ctx context.Context, n *node, dir, addr string, c
 	args = append(args, x.cfg.ComputeFlags...)
 	label := fmt.Sprintf("[%s, %g storage cpus] %s", n.rate, cpus, policy)
 	var rs []computeagent.EpochReport
-	err := x.runProcess(ctx, n, logPath, func(mbps float64) string {
+	err := x.runProcess(ctx, n, proc{logPath: logPath, name: x.bins.compute, args: args, progress: func(mbps float64) string {
 		got, _ := computeagent.ReadReport(report)
 		msg := fmt.Sprintf("%s: epoch %d/%d, link %.2f MB/s", label, len(got)+1, x.cfg.Epochs, mbps)
 		if k := len(got); k > 0 {
@@ -128,31 +128,22 @@ func (x *experiment) runPolicy(ctx context.Context, n *node, dir, addr string, c
 			msg += fmt.Sprintf(", epoch %d: %.2f s, %.1f samples/s", e.Epoch, e.Seconds, float64(e.Samples)/max(e.Seconds, 1e-9))
 		}
 		return msg
-	}, func(s *series) error {
+	}, collect: func(s *series) error {
 		var err error
 		rs, err = computeagent.ReadReport(report)
 		if err != nil {
 			return err
 		}
-		for _, r := range rs {
-			e := results.Epoch{
-				Epoch: int(r.Epoch), Seconds: r.Seconds, PredictedSeconds: r.PredictedSeconds, BoundSeconds: r.BoundSeconds,
-				Samples: r.Samples, Duplicates: r.Duplicates, Failed: r.SamplesFailed, AgentBytes: r.BytesReceived,
-				StorageCPUSeconds: r.StorageCPUSeconds, ComputeCPUSeconds: r.ComputeCPUSeconds, GPUIdleFraction: r.GPUIdleFraction,
-				Profiled: r.Profiled, Replanned: r.Replanned,
-			}
-			x.linkBytes(n, s, &e, r.StartUnixNS, r.EndUnixNS)
-			run.Epochs = append(run.Epochs, e)
-		}
+		x.agentEpochs(n, s, &run, rs)
 		return nil
-	}, x.bins.compute, args...)
+	}})
 	if err != nil {
 		run.Error = err.Error()
 	}
 	if len(rs) > 0 && x.res.Dataset.Samples == 0 {
 		x.res.Dataset.Samples = rs[0].Shard // tar shards: the agent counts
 	}
-	x.checkSamples(&run, rs, samples)
+	x.checkSamples(&run, rs, samples, true)
 	if len(run.Epochs) < x.cfg.Epochs && run.Error == "" {
 		run.Error = fmt.Sprintf("%d of %d epochs reported", len(run.Epochs), x.cfg.Epochs)
 	}
@@ -161,6 +152,21 @@ func (x *experiment) runPolicy(ctx context.Context, n *node, dir, addr string, c
 			Float64("predicted_seconds", e.PredictedSeconds).Bool("exactly_once", run.ExactlyOnce).Msg("run done")
 	}
 	return run
+}
+
+// agentEpochs appends the compute agent's report lines to run's epochs,
+// with the link's bytes over each.
+func (x *experiment) agentEpochs(n *node, s *series, run *results.Run, rs []computeagent.EpochReport) {
+	for _, r := range rs {
+		e := results.Epoch{
+			Epoch: int(r.Epoch), Seconds: r.Seconds, PredictedSeconds: r.PredictedSeconds, BoundSeconds: r.BoundSeconds,
+			Samples: r.Samples, Duplicates: r.Duplicates, Failed: r.SamplesFailed, AgentBytes: r.BytesReceived,
+			StorageCPUSeconds: r.StorageCPUSeconds, ComputeCPUSeconds: r.ComputeCPUSeconds, GPUIdleFraction: r.GPUIdleFraction,
+			Profiled: r.Profiled, Replanned: r.Replanned,
+		}
+		x.linkBytes(n, s, &e, r.StartUnixNS, r.EndUnixNS)
+		run.Epochs = append(run.Epochs, e)
+	}
 }
 
 // linkBytes fills e's kernel or proxy bytes over [start, end].
@@ -177,16 +183,42 @@ func (x *experiment) linkBytes(n *node, s *series, e *results.Epoch, start, end 
 	}
 }
 
+// proc is a client program runProcess runs on the compute side.
+type proc struct {
+	// logPath gets the program's stderr, and its stdout unless stdoutPath
+	// is set.
+	logPath, stdoutPath string
+	// env is added to the program's environment.
+	env []string
+	// progress makes the progress line from the link's MB/s; collect reads
+	// the program's results once it ended, with the link's series.
+	progress func(linkMBps float64) string
+	collect  func(*series) error
+	name     string
+	args     []string
+}
+
 // runProcess runs a client program on the compute side to its end while
-// watching the link, then calls collect with the link's series.
-func (x *experiment) runProcess(ctx context.Context, n *node, logPath string, progress func(linkMBps float64) string, collect func(*series) error, name string, args ...string) error {
-	f, err := os.Create(logPath)
+// watching the link, then calls p.collect with the link's series.
+func (x *experiment) runProcess(ctx context.Context, n *node, p proc) error {
+	f, err := os.Create(p.logPath)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	cmd := n.command(ctx, false, name, args...)
+	cmd := n.command(ctx, false, p.name, p.args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	if p.stdoutPath != "" {
+		out, err := os.Create(p.stdoutPath)
+		if err != nil {
+			return err
+		}
+		defer out.Close()
+		cmd.Stdout = out
+	}
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	s := &series{}
 	wctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -198,16 +230,16 @@ func (x *experiment) runProcess(ctx context.Context, n *node, logPath string, pr
 		x.cfg.Log.Warn().Err(err).Msg("compute side not pinned")
 	}
 	wg.Go(func() {
-		x.watch(wctx, n, s, progress)
+		x.watch(wctx, n, s, p.progress)
 	})
 	runErr := cmd.Wait()
 	time.Sleep(2 * sampleEvery) // one more sample past the end
 	stop()
 	wg.Wait()
 	if runErr != nil {
-		runErr = fmt.Errorf("%s: %w (log: %s)%s", filepath.Base(name), runErr, logPath, tail(logPath))
+		runErr = fmt.Errorf("%s: %w (log: %s)%s", filepath.Base(p.name), runErr, p.logPath, tail(p.logPath))
 	}
-	return errors.Join(runErr, collect(s))
+	return errors.Join(runErr, p.collect(s))
 }
 
 // tail is the last line of a log, for error messages.
@@ -225,9 +257,11 @@ func tail(path string) string {
 
 // checkSamples sets run.ExactlyOnce and run.ContentMatches from the agent's
 // --samples-out file: every epoch must hold each of the dataset's samples
-// once, and each (epoch, sample)'s tensor hash must equal the reference
-// run's. The first exactly-once run becomes the reference.
-func (x *experiment) checkSamples(run *results.Run, rs []computeagent.EpochReport, path string) {
+// once, and, with compare, each (epoch, sample)'s tensor hash must equal
+// the reference run's. The first exactly-once run compared becomes the
+// reference. (The trainer row's hashes are of its uint8 slot rows, not of
+// float32 tensors: it is not compared.)
+func (x *experiment) checkSamples(run *results.Run, rs []computeagent.EpochReport, path string, compare bool) {
 	f, err := os.Open(path)
 	if err != nil {
 		return
@@ -266,7 +300,7 @@ func (x *experiment) checkSamples(run *results.Run, rs []computeagent.EpochRepor
 		once = once && k[1] < uint64(want)
 	}
 	run.ExactlyOnce = once
-	if !once {
+	if !once || !compare {
 		return
 	}
 	if len(x.ref) == 0 {
@@ -279,6 +313,27 @@ func (x *experiment) checkSamples(run *results.Run, rs []computeagent.EpochRepor
 		match = match && x.ref[k] == sha
 	}
 	run.ContentMatches = match
+}
+
+// peerLoop fills a training peer run's loop figures from its epochs, as
+// train_cnn.py measures its own: images over the loop's wall time (each
+// epoch from asking for its first batch to its last step's end), the time
+// blocked on the DataLoader, and the run's first losses.
+func (x *experiment) peerLoop(run *results.Run, eps []peer.Epoch) {
+	for _, p := range eps {
+		run.LoopImages += p.Samples
+		run.LoopSteps += p.Batches
+		run.LoopSeconds += p.Seconds
+		run.LoopWaitSeconds += p.GPUIdleSeconds
+		for _, l := range p.Losses {
+			if len(run.FirstLosses) < results.FirstLossSteps {
+				run.FirstLosses = append(run.FirstLosses, l)
+			}
+		}
+	}
+	if run.LoopSeconds > 0 {
+		run.LoopImagesPerSec = float64(run.LoopImages) / run.LoopSeconds
+	}
 }
 
 // runPeer runs the torchvision DataLoader against a file server on the
@@ -316,22 +371,31 @@ func (x *experiment) runPeer(ctx context.Context, n *node, dir string, cpus floa
 	}
 	report := filepath.Join(dir, "peer.jsonl")
 	os.Remove(report)
-	args, err := peer.Args(peer.Options{Python: x.cfg.Python, URL: "http://" + addr, Preset: x.cfg.Pipeline, Report: report,
-		Epochs: x.cfg.Epochs, Batch: x.cfg.Batch, Workers: runtime.NumCPU(), GPURate: x.cfg.GPURate, Seed: x.cfg.Seed})
+	opts := peer.Options{Python: x.cfg.Python, URL: "http://" + addr, Preset: x.cfg.Pipeline, Report: report,
+		Epochs: x.cfg.Epochs, Batch: x.cfg.Batch, Workers: runtime.NumCPU(), GPURate: x.cfg.GPURate, Seed: x.cfg.Seed}
+	if x.cfg.Train && x.trainErr == nil {
+		// The same CNN as the trainer row's, in place of the simulated GPU.
+		opts.TrainModel, opts.NumClasses, opts.FirstLosses = x.trainScript, x.numClasses(), results.FirstLossSteps
+		run.Training = true
+	}
+	args, err := peer.Args(opts)
 	if err != nil {
 		run.Error = err.Error()
 		return run
 	}
 	label := fmt.Sprintf("[%s, %g storage cpus] %s", n.rate, cpus, run.Policy)
-	err = x.runProcess(ctx, n, filepath.Join(dir, "peer.log"), func(mbps float64) string {
+	err = x.runProcess(ctx, n, proc{logPath: filepath.Join(dir, "peer.log"), name: args[0], args: args[1:], progress: func(mbps float64) string {
 		got, _ := peer.ReadReport(report)
 		return fmt.Sprintf("%s: epoch %d/%d, link %.2f MB/s", label, len(got)+1, x.cfg.Epochs, mbps)
-	}, func(s *series) error {
+	}, collect: func(s *series) error {
 		eps, err := peer.ReadReport(report)
 		if err != nil {
 			return err
 		}
 		once := len(eps) == x.cfg.Epochs
+		if run.Training {
+			x.peerLoop(&run, eps)
+		}
 		for _, p := range eps {
 			e := results.Epoch{Epoch: p.Epoch, Seconds: p.Seconds, Samples: p.Samples, Duplicates: p.Duplicates,
 				Failed: p.Failed, AgentBytes: p.Bytes}
@@ -344,7 +408,7 @@ func (x *experiment) runPeer(ctx context.Context, n *node, dir string, cpus floa
 		}
 		run.ExactlyOnce = once
 		return nil
-	}, args[0], args[1:]...)
+	}})
 	if err != nil {
 		run.Error = err.Error()
 	}

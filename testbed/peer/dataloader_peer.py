@@ -8,7 +8,15 @@ sim:RATE does: it sleeps len(batch)/RATE seconds per batch.
 Usage:
   dataloader_peer.py --url http://HOST:PORT [--preset NAME] [--epochs N]
       [--batch B] [--workers W] [--gpu-rate R] [--seed S] [--report FILE]
-      [--progress]
+      [--progress] [--train-model TRAIN_CNN_PY --num-classes C [--lr LR]]
+
+With --train-model the training loop trains the small CNN of that file
+(python/examples/train_cnn.py: its SmallCNN and its default --lr, imported
+by path) instead of feeding the simulated GPU, set up as train_cnn.py sets
+it up: torch.manual_seed(0) before the model is built, one thread,
+deterministic algorithms, SGD with momentum 0.9, cross-entropy on the
+ImageFolder labels (the sorted top-level folders of the files' paths, as
+the storage agent labels them). --gpu-rate is then ignored.
 
 The report gets one JSON line per epoch, appended (as the compute agent's
 report is):
@@ -24,12 +32,15 @@ report is):
   failed            int    samples whose JPEG did not decode (they are dropped from their batch)
   gpu_idle_seconds  float  time the training loop waited for the DataLoader
   pipeline, batch, workers, gpu_rate: the run's settings
+  trained           bool   true with --train-model: each batch was a training step
+  losses            [float] with --train-model: the losses of the epoch's first --first-losses steps
 
 Exit status: 0 done; 1 an error (the message says which); 2 bad arguments;
 3 torch or torchvision is missing (the peer is skipped).
 """
 import argparse
 import http.client
+import importlib.util
 import io
 import json
 import os
@@ -182,6 +193,53 @@ def read_index(url):
     return files
 
 
+def load_trainer(path):
+    """Imports train_cnn.py by path (it puts the repository's python/ on
+    sys.path for the client it imports), for its SmallCNN and defaults."""
+    spec = importlib.util.spec_from_file_location("sophon_train_cnn", path)
+    if spec is None:
+        raise ValueError(f"--train-model {path!r}: not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Trainer:
+    """The training step of train_cnn.py, on the DataLoader's batches."""
+
+    def __init__(self, path, num_classes, lr, labels):
+        mod = load_trainer(path)
+        if lr is None:
+            lr = mod.parse_args(["--num-classes", str(num_classes)]).lr
+        # As train_cnn.py's main: the same seed gives the same initial weights.
+        torch.manual_seed(0)
+        torch.set_num_threads(1)
+        torch.use_deterministic_algorithms(True)
+        self.model = mod.SmallCNN(num_classes)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
+        self.loss_fn = torch.nn.CrossEntropyLoss()
+        self.labels, self.num_classes, self.lr = labels, num_classes, lr
+
+    def step(self, x, ids):
+        labels = torch.tensor([self.labels[i] for i in ids], dtype=torch.int64)
+        if int(labels.max()) >= self.num_classes:
+            raise ValueError(f"label {int(labels.max())} is not below --num-classes {self.num_classes}")
+        self.optimizer.zero_grad()
+        loss = self.loss_fn(self.model(x), labels)
+        loss.backward()
+        self.optimizer.step()
+        return loss.item()
+
+
+def folder_labels(files):
+    """Each file id's ImageFolder label: the index of its path's top-level
+    folder among the sorted folders (0 for files at the top)."""
+    top = [f["path"].split("/", 1)[0] if "/" in f["path"] else "" for f in files]
+    classes = sorted(set(t for t in top if t))
+    index = {c: i for i, c in enumerate(classes)}
+    return {f["id"]: index.get(t, 0) for f, t in zip(files, top)}
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         description="The peer row: a stock PyTorch DataLoader with torchvision transforms over HTTP.",
@@ -196,14 +254,22 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=1, help="shuffle and transform seed (default 1)")
     p.add_argument("--report", default="", help="append one JSON line per epoch to this file")
     p.add_argument("--progress", action="store_true", help="print a progress line to stderr every 2 s")
+    p.add_argument("--train-model", default="", metavar="TRAIN_CNN_PY",
+                   help="train the SmallCNN of this train_cnn.py on each batch instead of the simulated GPU")
+    p.add_argument("--num-classes", type=int, default=1000, help="with --train-model: the classifier's outputs (default 1000)")
+    p.add_argument("--lr", type=float, default=None, help="with --train-model: SGD's learning rate (default: train_cnn.py's)")
+    p.add_argument("--first-losses", type=int, default=10, help="with --train-model: report the losses of each epoch's first N steps (default 10)")
     a = p.parse_args(argv)
     if a.epochs < 1 or a.batch < 1 or a.workers < 0 or not a.gpu_rate >= 0 or a.seed < 0:
         p.error("--epochs and --batch must be positive, --workers, --gpu-rate and --seed not negative")
+    if a.num_classes < 1 or a.first_losses < 0:
+        p.error("--num-classes must be positive, --first-losses not negative")
     return a
 
 
-def run_epoch(a, loader, sampler, n, epoch):
+def run_epoch(a, loader, sampler, n, epoch, trainer=None):
     sampler.epoch = epoch
+    losses = []
     seen = set()
     samples = batches = dups = failed = 0
     nbytes = 0
@@ -225,9 +291,13 @@ def run_epoch(a, loader, sampler, n, epoch):
         for fid, err in bad:
             print(f"peer: epoch {epoch}: file {fid} failed: {err}", file=sys.stderr)
         if ids:
+            if trainer is not None:
+                loss = trainer.step(x, ids)
+                if len(losses) < a.first_losses:
+                    losses.append(loss)
             # The simulated training step, as computeagent.Sim with
             # PerSample = 1/rate: it blocks for the batch's length.
-            if a.gpu_rate > 0:
+            elif a.gpu_rate > 0:
                 time.sleep(len(ids) / a.gpu_rate)
             for fid in ids:
                 if fid in seen:
@@ -244,7 +314,7 @@ def run_epoch(a, loader, sampler, n, epoch):
                   f"{nbytes / el / 1e6:.2f} MB/s, gpu idle {idle / el:.0%}", file=sys.stderr, flush=True)
     if samples + failed != n:
         raise RuntimeError(f"epoch {epoch}: delivered {samples} and failed {failed} of {n} samples")
-    return {
+    r = {
         "epoch": epoch,
         "seconds": end - t0,
         "start_unix_ns": start_ns,
@@ -261,6 +331,9 @@ def run_epoch(a, loader, sampler, n, epoch):
         "workers": a.workers,
         "gpu_rate": a.gpu_rate,
     }
+    if trainer is not None:
+        r["trained"], r["losses"] = True, losses
+    return r
 
 
 def on_term(signum, frame):
@@ -274,8 +347,13 @@ def on_term(signum, frame):
 def main(argv):
     a = parse_args(argv)
     signal.signal(signal.SIGTERM, on_term)
-    torch.manual_seed(a.seed % 2**64)
     files = read_index(a.url)
+    trainer = None
+    if a.train_model:
+        # Before the transforms' seed, as train_cnn.py builds its model
+        # right after torch.manual_seed(0).
+        trainer = Trainer(a.train_model, a.num_classes, a.lr, folder_labels(files))
+    torch.manual_seed(a.seed % 2**64)
     ds = HTTPFiles(a.url, [f["id"] for f in files], PRESETS[a.preset]())
     sampler = EpochShuffle(len(ds), a.seed)
     g = torch.Generator()
@@ -284,11 +362,13 @@ def main(argv):
         ds, batch_size=a.batch, sampler=sampler, num_workers=a.workers,
         collate_fn=collate, generator=g, persistent_workers=a.workers > 0)
     print(f"peer: {len(ds)} files from {a.url}, pipeline torchvision-{a.preset}, batch {a.batch}, "
-          f"{a.workers} workers, gpu rate {a.gpu_rate or 'unlimited'}", file=sys.stderr, flush=True)
+          f"{a.workers} workers, " + (f"training {a.train_model}'s SmallCNN ({a.num_classes} classes, lr {trainer.lr})"
+                                      if trainer else f"gpu rate {a.gpu_rate or 'unlimited'}"), file=sys.stderr, flush=True)
     for epoch in range(1, a.epochs + 1):
-        r = run_epoch(a, loader, sampler, len(ds), epoch)
+        r = run_epoch(a, loader, sampler, len(ds), epoch, trainer)
         print(f"epoch {epoch}: {r['samples']} samples in {r['seconds']:.2f}s ({r['samples'] / max(r['seconds'], 1e-9):.1f} img/s), "
-              f"{r['bytes'] / 1e6:.2f} MB, {r['failed']} failed, gpu idle {r['gpu_idle_seconds']:.2f}s", flush=True)
+              f"{r['bytes'] / 1e6:.2f} MB, {r['failed']} failed, gpu idle {r['gpu_idle_seconds']:.2f}s"
+              + (f", first losses {' '.join(f'{v:.4f}' for v in r['losses'])}" if trainer else ""), flush=True)
         if a.report:
             with open(a.report, "a") as f:
                 f.write(json.dumps(r) + "\n")

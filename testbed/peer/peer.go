@@ -4,6 +4,10 @@
 // [fileserve] server (through the same shaped link as the agents) and
 // feeds a simulated GPU that consumes as the compute agent's sim:RATE
 // does. It writes one JSON line per epoch, read back by [ReadReport].
+// With [Options].TrainModel the loop trains python/examples/train_cnn.py's
+// small CNN on each batch instead, set up as that script sets it up, so
+// that the testbed compares what reaches a training loop through the
+// DataLoader with what reaches it through python/sophon's Loader.
 //
 // The script needs Debian's python3-torchvision and python3-pil ([Available]
 // checks); [Args] gives its argv so a caller can run it inside a network
@@ -175,6 +179,19 @@ type Options struct {
 	Seed uint64
 	// Progress makes the script print a progress line to stderr every 2 s.
 	Progress bool
+	// TrainModel, when set, is python/examples/train_cnn.py: the loop
+	// trains its SmallCNN (NumClasses outputs, its default learning rate,
+	// seeded as it seeds it) on each batch instead of sleeping for the
+	// simulated GPU; GPURate is then ignored, and each epoch's report has
+	// Trained set and the losses of its first FirstLosses steps. The
+	// interpreter needs the repository's python/ importable (the script
+	// puts it on sys.path itself).
+	TrainModel string
+	// NumClasses is the CNN's outputs. Zero means 1000.
+	NumClasses int
+	// FirstLosses is how many of each epoch's first losses the report
+	// keeps. Zero means 10.
+	FirstLosses int
 }
 
 // withDefaults fills the zero fields and validates.
@@ -211,6 +228,16 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("%w: batch %d is negative", ErrOptions, o.Batch)
 	case !(o.GPURate >= 0) || o.GPURate > 1e12:
 		return o, fmt.Errorf("%w: GPU rate %v: want 0 (unlimited) or a positive rate", ErrOptions, o.GPURate)
+	case o.NumClasses < 0:
+		return o, fmt.Errorf("%w: num classes %d is negative", ErrOptions, o.NumClasses)
+	case o.FirstLosses < 0:
+		return o, fmt.Errorf("%w: first losses %d is negative", ErrOptions, o.FirstLosses)
+	}
+	if o.NumClasses == 0 {
+		o.NumClasses = 1000
+	}
+	if o.FirstLosses == 0 {
+		o.FirstLosses = 10
 	}
 	return o, nil
 }
@@ -241,6 +268,10 @@ func Args(o Options) ([]string, error) {
 	}
 	if o.Progress {
 		argv = append(argv, "--progress")
+	}
+	if o.TrainModel != "" {
+		argv = append(argv, "--train-model", o.TrainModel, "--num-classes", strconv.Itoa(o.NumClasses),
+			"--first-losses", strconv.Itoa(o.FirstLosses))
 	}
 	return argv, nil
 }
@@ -293,6 +324,10 @@ type Epoch struct {
 	Failed int `json:"failed"`
 	// GPUIdleSeconds is the time the training loop waited for a batch.
 	GPUIdleSeconds float64 `json:"gpu_idle_seconds"`
+	// Trained is true when each batch was a step of the training loop
+	// ([Options].TrainModel); Losses are then the epoch's first losses.
+	Trained bool      `json:"trained,omitempty"`
+	Losses  []float64 `json:"losses,omitempty"`
 
 	// The run's settings.
 	Pipeline string  `json:"pipeline"`

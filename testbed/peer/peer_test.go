@@ -11,7 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -64,6 +64,9 @@ func TestArgs(t *testing.T) {
 		{"all", Options{Python: "py", URL: "http://h:1", Preset: "imagenet-val", Report: "r.jsonl", Epochs: 3, Batch: 4,
 			Workers: -1, GPURate: 1150.5, Seed: 18446744073709551615, Progress: true},
 			"--url http://h:1 --preset imagenet-val --epochs 3 --batch 4 --workers 0 --gpu-rate 1150.5 --seed 18446744073709551615 --report r.jsonl --progress"},
+		{"train", Options{URL: "http://h:1", Workers: 2, TrainModel: "/r/python/examples/train_cnn.py", NumClasses: 4},
+			"--url http://h:1 --preset imagenet-train --epochs 1 --batch 128 --workers 2 --gpu-rate 0 --seed 0 --train-model /r/python/examples/train_cnn.py --num-classes 4 --first-losses 10"},
+		{"classes", Options{URL: "http://h:1", NumClasses: -1}, "num classes -1"},
 		{"no url", Options{}, "URL is required"},
 		{"https", Options{URL: "https://h:1"}, "want http://HOST:PORT"},
 		{"no host", Options{URL: "http://:8080"}, "want http://HOST:PORT"},
@@ -117,7 +120,7 @@ func TestReadReport(t *testing.T) {
 		{Epoch: 2, Seconds: 1.25, Samples: 11, Batches: 3, Bytes: 4096, UniqueSamples: 11, Failed: 1, GPUIdleSeconds: 0.5,
 			Pipeline: "torchvision-imagenet-train", Batch: 4, Workers: 2},
 	}
-	if !slices.Equal(got, want) {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 
@@ -287,5 +290,77 @@ func TestPeerFailsOnMissingServer(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "index.json") {
 		t.Errorf("run: %v, output %q; want exit 1 naming the index", err, out)
+	}
+}
+
+// TestPeerTrains runs the peer in training mode: it trains
+// python/examples/train_cnn.py's CNN on the ImageFolder labels and
+// reports each epoch's first losses.
+func TestPeerTrains(t *testing.T) {
+	needPeer(t)
+	model, err := filepath.Abs("../../python/examples/train_cnn.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(model); err != nil {
+		t.Skipf("SKIP: no trainer script: %v", err)
+	}
+	const n, epochs, batch = 12, 2, 4
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	writeDataset(t, data, n)
+	srv, err := fileserve.New(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(sctx, lis) }()
+	defer func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+
+	report := filepath.Join(dir, "peer.jsonl")
+	cmd, err := Command(ctx, Options{
+		URL: "http://" + lis.Addr().String(), Report: report, Epochs: epochs, Batch: batch, Workers: 1, Seed: 7,
+		TrainModel: model, NumClasses: 3, FirstLosses: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	t.Logf("peer:\n%s", out)
+	if err != nil {
+		t.Fatalf("peer: %v", err)
+	}
+	got, err := ReadReport(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != epochs {
+		t.Fatalf("%d epochs, want %d", len(got), epochs)
+	}
+	for _, e := range got {
+		if !e.Trained || e.Samples != n || e.Batches != n/batch || len(e.Losses) != 2 {
+			t.Errorf("epoch %d: %+v; want trained, %d samples, %d batches, 2 losses", e.Epoch, e, n, n/batch)
+		}
+		for _, l := range e.Losses {
+			// Three classes: a fresh classifier starts near ln 3.
+			if !(l > 0 && l < 10) {
+				t.Errorf("epoch %d: loss %v", e.Epoch, l)
+			}
+		}
+	}
+	if !strings.Contains(string(out), "SmallCNN (3 classes") {
+		t.Errorf("the peer does not say it trains the SmallCNN")
 	}
 }

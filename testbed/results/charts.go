@@ -435,13 +435,18 @@ func charted(run *Run) bool {
 	return run.Skipped == "" && run.Error == "" && len(run.Epochs) > 0
 }
 
+// chartable reports whether run goes into the charts: a charted run fed
+// by the simulated GPU (a training row's epochs include its model's steps,
+// so its bars would not compare with the others').
+func chartable(run *Run) bool { return charted(run) && !run.Training }
+
 // cellBound is the cell's bound: the least positive BoundSeconds of its
 // charted policy runs' steady epochs (the peer has none), or 0.
 func cellBound(c *Cell) float64 {
 	b := 0.0
 	for i := range c.Runs {
 		run := &c.Runs[i]
-		if !charted(run) || run.Policy == PeerPolicy {
+		if !chartable(run) || run.Policy == PeerPolicy {
 			continue
 		}
 		if s := run.Steady().BoundSeconds; s > 0 && (b == 0 || s < b) {
@@ -498,7 +503,7 @@ func (n namer) name(base string) string {
 func cellCharts(c *Cell, names namer) []chartFile {
 	var runs []*Run
 	for i := range c.Runs {
-		if charted(&c.Runs[i]) {
+		if chartable(&c.Runs[i]) {
 			runs = append(runs, &c.Runs[i])
 		}
 	}
@@ -636,7 +641,7 @@ func sweep(cells []*Cell, x func(*Cell) (float64, string), title, xlabel string,
 		has := false
 		for i := range c.Runs {
 			run := &c.Runs[i]
-			if !charted(run) {
+			if !chartable(run) {
 				continue
 			}
 			has = true
@@ -658,7 +663,7 @@ func sweep(cells []*Cell, x func(*Cell) (float64, string), title, xlabel string,
 		for _, c := range cells {
 			for j := range c.Runs {
 				run := &c.Runs[j]
-				if run.Policy == p && charted(run) {
+				if run.Policy == p && chartable(run) {
 					v, _ := x(c)
 					series[i].X = append(series[i].X, v)
 					series[i].Y = append(series[i].Y, run.Steady().Seconds)

@@ -71,9 +71,13 @@ func Table(w io.Writer, r *Results) error {
 			b.WriteByte('\n')
 		}
 		fmt.Fprintf(&b, "== %s ==\n", cellLabel(c))
-		writeText(&b, cellTable(c))
+		writeText(&b, columns, cellTable(c))
 		if s := summary(c); s != "" {
 			fmt.Fprintf(&b, "summary: %s\n", s)
+		}
+		if rows := trainingTable(c); len(rows) > 0 {
+			b.WriteString("training loop:\n")
+			writeText(&b, trainingColumns, rows)
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -131,7 +135,7 @@ func runRow(run *Run, base *Epoch) []string {
 	for i := range row {
 		row[i] = none
 	}
-	row[0] = run.Policy
+	row[0] = rowName(run)
 	row[len(row)-1] = notes(run)
 	e := run.Steady()
 	if e == nil {
@@ -145,7 +149,7 @@ func runRow(run *Run, base *Epoch) []string {
 	if e.BoundSeconds > 0 {
 		row[3] = f2(e.BoundSeconds)
 	}
-	if base != nil && e.Seconds > 0 && run.Error == "" {
+	if base != nil && e.Seconds > 0 && run.Error == "" && !run.Training {
 		row[5] = speedup(base.Seconds, e.Seconds)
 	}
 	row[6] = strconv.FormatFloat(e.SamplesPerSec(), 'f', 1, 64)
@@ -161,10 +165,66 @@ func runRow(run *Run, base *Epoch) []string {
 	row[12] = strconv.FormatFloat(e.GPUIdleFraction*100, 'f', 1, 64)
 	row[13] = yesNO(run.ExactlyOnce)
 	row[14] = yesNO(run.ContentMatches)
-	if run.Policy == PeerPolicy {
+	switch run.Policy {
+	case PeerPolicy:
 		row[14] = "n/a" // torchvision draws its own random crops
+	case TrainerPolicy:
+		row[14] = "n/a" // uint8 slots: their hashes are not the float32 tensors'
 	}
 	return row
+}
+
+// rowName is a run's name in the tables: its policy, and the agent's plan
+// where the policy does not say it.
+func rowName(run *Run) string {
+	if run.Plan != "" {
+		return run.Policy + " (" + run.Plan + ")"
+	}
+	return run.Policy
+}
+
+// trainingColumns are the columns of a cell's training loop table.
+var trainingColumns = []column{
+	{Text: "row", MD: "row"},
+	{Text: "img/s to loop", MD: "images/s reaching the loop", Right: true},
+	{Text: "last epoch img/s", MD: "last epoch images/s", Right: true},
+	{Text: "images", MD: "images", Right: true},
+	{Text: "steps", MD: "steps", Right: true},
+	{Text: "loop s", MD: "loop s", Right: true},
+	{Text: "wait s", MD: "loop wait s", Right: true},
+	{Text: "first losses", MD: fmt.Sprintf("loss of the first %d steps", FirstLossSteps)},
+}
+
+// trainingTable is a cell's training loop rows, one per run that fed a
+// real training loop (Run.Training); nil when none did.
+func trainingTable(c *Cell) [][]string {
+	var rows [][]string
+	for i := range c.Runs {
+		run := &c.Runs[i]
+		if !run.Training {
+			continue
+		}
+		row := []string{rowName(run), none, none, none, none, none, none, none}
+		if run.LoopSeconds > 0 {
+			row[1] = strconv.FormatFloat(run.LoopImagesPerSec, 'f', 1, 64)
+			row[3] = strconv.Itoa(run.LoopImages)
+			row[4] = strconv.Itoa(run.LoopSteps)
+			row[5] = f2(run.LoopSeconds)
+			row[6] = f2(run.LoopWaitSeconds)
+		}
+		if e := run.Steady(); e != nil && e.Seconds > 0 {
+			row[2] = strconv.FormatFloat(e.SamplesPerSec(), 'f', 1, 64)
+		}
+		if len(run.FirstLosses) > 0 {
+			l := make([]string, len(run.FirstLosses))
+			for k, v := range run.FirstLosses {
+				l[k] = strconv.FormatFloat(v, 'f', 4, 64)
+			}
+			row[7] = strings.Join(l, " ")
+		}
+		rows = append(rows, row)
+	}
+	return rows
 }
 
 // notes says why a run has no figures, and what happened in its epochs.
@@ -209,7 +269,7 @@ func summary(c *Cell) string {
 	steady := map[string]float64{}
 	for i := range c.Runs {
 		run := &c.Runs[i]
-		if !charted(run) || run.Steady().Seconds <= 0 {
+		if !charted(run) || run.Training || run.Steady().Seconds <= 0 {
 			continue
 		}
 		if _, ok := steady[run.Policy]; !ok {
@@ -236,7 +296,7 @@ func summary(c *Cell) string {
 }
 
 // writeText prints rows under the columns' headers, aligned.
-func writeText(b *strings.Builder, rows [][]string) {
+func writeText(b *strings.Builder, columns []column, rows [][]string) {
 	head := make([]string, len(columns))
 	for i, c := range columns {
 		head[i] = c.Text
@@ -268,7 +328,7 @@ func writeText(b *strings.Builder, rows [][]string) {
 
 // writeMarkdownTable prints rows as a markdown table, padded so the
 // source reads as a table too.
-func writeMarkdownTable(b *strings.Builder, rows [][]string) {
+func writeMarkdownTable(b *strings.Builder, columns []column, rows [][]string) {
 	head := make([]string, len(columns))
 	for i, c := range columns {
 		head[i] = c.MD
@@ -377,7 +437,17 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 			b.WriteString("No runs.\n")
 			continue
 		}
-		writeMarkdownTable(b, cellTable(c))
+		writeMarkdownTable(b, columns, cellTable(c))
+		if rows := trainingTable(c); len(rows) > 0 {
+			fmt.Fprintf(b, "\n**Training loop.** The same small CNN trained by each row's loader, seeded alike, "+
+				"on the same files over the same link; its steps replace the simulated GPU, so these rows' epoch times "+
+				"include them and are left out of the speed-ups and the charts. *images/s reaching the loop* is the run's "+
+				"images over the loop's wall time, every epoch and the loader's start-up (a policy's stage 1 and "+
+				"profiling epoch) included; *last epoch images/s* is the steady state (the table's samples/s); "+
+				"*loop wait* the time the loop was blocked on its loader. The losses differ between rows because "+
+				"their orders and random crops differ.\n\n")
+			writeMarkdownTable(b, trainingColumns, rows)
+		}
 		if len(perCell[i]) > 0 {
 			b.WriteString("\n")
 			for _, ch := range perCell[i] {

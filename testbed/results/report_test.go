@@ -266,3 +266,85 @@ func TestSpeedup(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainingTable: the training rows get a side-by-side table (images/s
+// reaching the loop, the first losses) in the report and the printed
+// table, and stay out of the speed-ups, the summary and the charts.
+func TestTrainingTable(t *testing.T) {
+	r := synthetic(testGrid[:1])
+	c := &r.Cells[0]
+	for i := range c.Runs {
+		if c.Runs[i].Policy == PeerPolicy {
+			c.Runs[i].Training = true
+			c.Runs[i].LoopImages, c.Runs[i].LoopSteps, c.Runs[i].LoopSeconds = 3000, 24, 100
+			c.Runs[i].LoopImagesPerSec, c.Runs[i].LoopWaitSeconds = 30, 60
+			c.Runs[i].FirstLosses = []float64{2.0794, 2.0512}
+		}
+	}
+	trainer := Run{Policy: TrainerPolicy, Plan: "nooff", Training: true, ExactlyOnce: true,
+		LoopImages: 3000, LoopSteps: 24, LoopSeconds: 40, LoopImagesPerSec: 75, LoopWaitSeconds: 2.5,
+		FirstLosses: []float64{2.0801, 2.0433, 2.0012}}
+	for ep := 1; ep <= 3; ep++ {
+		// Slower than any policy: its epochs include the CNN's steps.
+		trainer.Epochs = append(trainer.Epochs, Epoch{Epoch: ep, Seconds: 1, Samples: 1000, AgentBytes: 100e6})
+	}
+	c.Runs = append(c.Runs, trainer)
+
+	dir := t.TempDir()
+	report, charts, err := WriteReport(dir, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(report)
+	text := string(b)
+	for _, want := range []string{
+		"**Training loop.**", "| images/s reaching the loop |", "loss of the first 10 steps",
+		"| sophon-client (nooff) ", " 75.0 |", " 30.0 |",
+		"2.0801 2.0433 2.0012", "2.0794 2.0512",
+		"fastest optimal (3.80 s)", // not the trainer's 1 s
+		" 1000.0 |",                // its last epoch's images/s
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if len(charts) != 3 {
+		t.Errorf("%d charts, want 3", len(charts))
+	}
+	for _, ch := range charts {
+		svg, _ := os.ReadFile(ch)
+		if strings.Contains(string(svg), TrainerPolicy) || strings.Contains(string(svg), PeerPolicy) {
+			t.Errorf("%s charts a training row", filepath.Base(ch))
+		}
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "| "+TrainerPolicy) || strings.HasPrefix(line, "| "+PeerPolicy) {
+			if strings.Contains(line, "x |") {
+				t.Errorf("a training row has a speed-up: %s", line)
+			}
+		}
+	}
+
+	var tb strings.Builder
+	if err := Table(&tb, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"training loop:", "img/s to loop", "sophon-client (nooff)", "75.0", "2.0801 2.0433 2.0012"} {
+		if !strings.Contains(tb.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, tb.String())
+		}
+	}
+
+	// The fields survive results.json.
+	if _, err := Write(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Load(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := back.Cells[0].Runs[len(back.Cells[0].Runs)-1]
+	if !got.Training || got.Plan != "nooff" || got.LoopImagesPerSec != 75 || len(got.FirstLosses) != 3 || got.FirstLosses[2] != 2.0012 {
+		t.Errorf("read back %+v", got)
+	}
+}

@@ -29,6 +29,16 @@ const (
 // torchvision transforms reading raw files over HTTP through the same link.
 const PeerPolicy = "peer-torchvision"
 
+// TrainerPolicy is the Run.Policy of the trainer row: a small CNN trained
+// through the Python client (python/sophon's Loader) from the compute
+// agent's trainer socket, the agent fetching over the same link; Run.Plan
+// names the agent's plan or policy.
+const TrainerPolicy = "sophon-client"
+
+// FirstLossSteps is how many of a training row's first steps keep their
+// loss (Run.FirstLosses).
+const FirstLossSteps = 10
+
 // FrameOverhead is the bytes of headers the veth counts per received
 // packet: Ethernet (14), IPv4 (20) and TCP with the timestamp option (32).
 // A GSO packet, however large, is counted once with one set of headers, so
@@ -76,10 +86,13 @@ type Machine struct {
 
 // Dataset describes the data the agents served.
 type Dataset struct {
-	Path        string  `json:"path"`
-	Kind        string  `json:"kind,omitempty"` // generator kind, "" for a user's folder
-	Seed        uint64  `json:"seed,omitempty"`
-	Samples     int     `json:"samples"`
+	Path    string `json:"path"`
+	Kind    string `json:"kind,omitempty"` // generator kind, "" for a user's folder
+	Seed    uint64 `json:"seed,omitempty"`
+	Samples int    `json:"samples"`
+	// Classes is the number of class folders (ImageFolder); 0 for tar
+	// shards.
+	Classes     int     `json:"classes,omitempty"`
 	Bytes       int64   `json:"bytes"`
 	MeanBytes   float64 `json:"mean_bytes"`
 	Fingerprint string  `json:"fingerprint,omitempty"`
@@ -95,9 +108,12 @@ type Cell struct {
 	Runs        []Run   `json:"runs"`
 }
 
-// Run is one policy (or the peer) in one cell.
+// Run is one policy (or the peer, or the trainer) in one cell.
 type Run struct {
 	Policy string `json:"policy"`
+	// Plan is the compute agent's plan or policy where Policy does not say
+	// it: the trainer row's ("nooff", "sophon"...).
+	Plan string `json:"plan,omitempty"`
 	// Skipped, when set, says why the run did not happen (e.g. the peer
 	// without torchvision); Error, when set, why it failed.
 	Skipped string  `json:"skipped,omitempty"`
@@ -110,6 +126,30 @@ type Run struct {
 	// same epoch, i.e. placement did not change the data.
 	ExactlyOnce    bool `json:"exactly_once"`
 	ContentMatches bool `json:"content_matches"`
+
+	// Training is true for the rows that fed a real training loop instead
+	// of the simulated GPU (the trainer row, and the peer with `testbed run
+	// --train`): their epochs include the model's steps, so their epoch
+	// times compare with each other, not with the simulated GPU's rows.
+	// The Loop fields and FirstLosses are what reached that loop over the
+	// whole run (every epoch), as the training script measured it:
+	// LoopImages images in LoopSteps steps over LoopSeconds, the loop's
+	// wall time from just before it asked for its first batch to its end
+	// (train_cnn.py: its loader closed; the peer: its epochs' sum), the
+	// loader's start-up included (connecting, a policy's stage 1, the
+	// DataLoader's workers); LoopImagesPerSec is LoopImages / LoopSeconds,
+	// the whole run's rate (the steady state is the last epoch's
+	// samples/s); LoopWaitSeconds the
+	// part of LoopSeconds the loop spent blocked on its loader (the GPU's
+	// idle time); FirstLosses the losses of the run's first
+	// FirstLossSteps steps, in order.
+	Training         bool      `json:"training,omitempty"`
+	LoopImages       int       `json:"loop_images,omitempty"`
+	LoopSteps        int       `json:"loop_steps,omitempty"`
+	LoopSeconds      float64   `json:"loop_seconds,omitempty"`
+	LoopImagesPerSec float64   `json:"loop_images_per_sec,omitempty"`
+	LoopWaitSeconds  float64   `json:"loop_wait_seconds,omitempty"`
+	FirstLosses      []float64 `json:"first_losses,omitempty"`
 }
 
 // Epoch is one epoch of a run.

@@ -32,6 +32,15 @@ $PATH), then the peer row: PyTorch's DataLoader with torchvision transforms
 reading the raw files over HTTP through the same link. Everything started is
 removed on success, failure and Ctrl-C.
 
+With --train each cell also runs the trainer row (sophon-client): the
+compute agent serving its trainer socket (--strict-order, the cell's
+--batch) and python/examples/train_cnn.py training a small CNN through the
+Python client over the same link; the peer row then trains the same CNN
+from its DataLoader. The report adds their images/s reaching the training
+loop and the losses of their first steps, side by side. Needs
+/usr/bin/python3 with torch, torchvision and numpy; a small --batch gives
+more steps.
+
 Writes OUT/results.json (schema: docs/results.md), OUT/report.md, SVG charts
 and each run's logs and agent reports under OUT/<rate>-cpu<cpus>/.
 
@@ -39,6 +48,7 @@ Examples:
   testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 0.5
   testbed run --data /data/imagenet-val --rate 100mbit,200mbit,500mbit --storage-cpus 0.25,1 --epochs 3
   testbed run --data ds --policies nooff,sophon,optimal --no-peer --mode loopback
+  testbed run --gen openimages-like:96 --rate 100mbit --storage-cpus 1 --epochs 2 --batch 16 --policies nooff --train
 
 Flags:
 `
@@ -57,7 +67,10 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	batch := fs.Int("batch", 0, "batch `size` (default: the compute agent's)")
 	seed := fs.Uint64("seed", 1, "run `seed` (and the generated dataset's)")
 	noPeer := fs.Bool("no-peer", false, "skip the torchvision DataLoader row")
-	python := fs.String("python", "", "`interpreter` for the peer (default /usr/bin/python3)")
+	python := fs.String("python", "", "`interpreter` for the peer and the trainer (default /usr/bin/python3)")
+	train := fs.Bool("train", false, "add the trainer row (a small CNN trained through the Python client from the compute agent's trainer socket) and make the peer row train the same CNN")
+	trainPolicy := fs.String("train-policy", "nooff", "the trainer row's compute-agent `plan`: nooff or a policy ("+strings.Join(computeagent.Policies, ", ")+")")
+	trainScript := fs.String("train-script", "", "the trainer `script` (default: "+experiment.TrainScript+" in the repository, found from this binary's folder or the working directory)")
 	mode := fs.String("mode", string(experiment.ModeAuto), "`mode`: auto (netns as root, else loopback), netns or loopback")
 	bin := fs.String("bin", "", "`folder` with storage-agent, compute-agent and testbed (default: this binary's folder, then $PATH)")
 	scale := fs.String("scale", "", "`statement` of how the emulation maps to real hardware, for the report (default: derived from the rates)")
@@ -77,6 +90,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	cfg := experiment.Config{
 		Out: *out, Rates: splitList(*rates), Policies: splitList(*policies), Epochs: *epochs, Pipeline: *pipeline,
 		GPURate: *gpuRate, Batch: *batch, Seed: *seed, Peer: !*noPeer, Python: *python, Mode: experiment.Mode(*mode),
+		Train: *train, TrainPolicy: *trainPolicy, TrainScript: *trainScript,
 		Bin: *bin, Scale: *scale, ComputeFlags: strings.Fields(*computeFlags), StorageFlags: strings.Fields(*storageFlags),
 		Log: log,
 	}
