@@ -40,6 +40,16 @@ func needTorch(tb testing.TB) {
 	}
 }
 
+// startStorage starts the storage agent on data at a free loopback
+// address, waits until it listens and returns the address.
+func startStorage(t *testing.T, ctx context.Context, bins agentBinaries, data string) string {
+	t.Helper()
+	addr := freeAddr(t)
+	st := start(t, command(ctx, bins.storage, "--data", data, "--listen", addr, "--cpus", "1", "--log-level", "warn"))
+	st.waitListening(t, func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "tcp", addr) })
+	return addr
+}
+
 // step is one line of python/examples/train_cnn.py's output.
 type step struct {
 	Epoch   uint64 `json:"epoch"`
@@ -109,9 +119,7 @@ func TestTrainingIdenticalAcrossPlans(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr := freeAddr(t)
-	st := start(t, command(ctx, bins.storage, "--data", data, "--listen", addr, "--cpus", "1", "--log-level", "warn"))
-	st.waitListening(t, func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "tcp", addr) })
+	addr := startStorage(t, ctx, bins, data)
 	link := &shape.Proxy{Listen: "127.0.0.1:0", Target: addr, Rate: "40mbit"}
 	go link.Serve(ctx)
 	for link.Addr() == nil {
@@ -190,9 +198,7 @@ func TestTrainingResume(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr := freeAddr(t)
-	st := start(t, command(ctx, bins.storage, "--data", data, "--listen", addr, "--cpus", "1", "--log-level", "warn"))
-	st.waitListening(t, func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "tcp", addr) })
+	addr := startStorage(t, ctx, bins, data)
 	sock := filepath.Join(dir, "trainer.sock")
 	agent := start(t, command(ctx, bins.compute, "--storage", addr, "--trainer-socket", sock, "--strict-order",
 		"--batch", "8", "--seed", "5", "--log-level", "warn"))

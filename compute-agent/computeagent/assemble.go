@@ -3,6 +3,7 @@ package computeagent
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
@@ -376,15 +377,9 @@ func (a *assembler) publishLocked(rf *rankFeed) error {
 func (a *assembler) report(r *ring, slot, rows int) {
 	for j := range rows {
 		s := r.slot(slot)
-		id := leUint64(s[r.l.idsOff+8*j:])
+		id := binary.LittleEndian.Uint64(s[r.l.idsOff+8*j:])
 		a.e.cfg.OnSample(a.e.num, id, sha256.Sum256(r.row(slot, j)))
 	}
-}
-
-func leUint64(b []byte) uint64 {
-	_ = b[7]
-	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 }
 
 func (a *assembler) failLocked(err error) error {

@@ -7,7 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sophon-dl/sophon/internal/metricsrv"
 
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -75,12 +76,4 @@ func kindLabel(kind dataplanepb.ErrorKind) string {
 }
 
 // handler serves GET /metrics and GET /healthz.
-func (m *metrics) handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	return mux
-}
+func (m *metrics) handler() http.Handler { return metricsrv.Handler(m.reg) }
