@@ -87,7 +87,7 @@ func TestBinaries(t *testing.T) {
 	}
 	addr := freeAddr(t)
 	var slogs bytes.Buffer
-	srv := exec.Command(storage, "--data", data, "--listen", addr, "--cpus", "1", "--log-format", "json",
+	srv := exec.Command(storage, "--data", data, "--listen", addr, "--cpus", "1", "--log-format", "json", "--allow-client-specs",
 		"--tls-cert", server.Cert, "--tls-key", server.Key, "--tls-ca", server.CA)
 	srv.Stdout, srv.Stderr = &slogs, &slogs
 	if err := srv.Start(); err != nil {

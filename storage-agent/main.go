@@ -58,6 +58,11 @@ type settings struct {
 	Name            string        `yaml:"name"`
 	CPUs            float64       `yaml:"cpus"`
 	Queue           int           `yaml:"queue"`
+	Pipelines       cli.List      `yaml:"pipeline"`
+	ClientSpecs     bool          `yaml:"allow-client-specs"`
+	MaxStreams      int           `yaml:"max-streams"`
+	MaxPeerStreams  int           `yaml:"max-streams-per-peer"`
+	StallTimeout    time.Duration `yaml:"stall-timeout"`
 	RequestTimeout  time.Duration `yaml:"request-timeout"`
 	ShutdownGrace   time.Duration `yaml:"shutdown-grace"`
 	Metrics         string        `yaml:"metrics"`
@@ -76,6 +81,9 @@ func defaults() settings {
 		CPUs:           0,
 		RequestTimeout: c.RequestTimeout,
 		ShutdownGrace:  c.ShutdownGrace,
+		MaxStreams:     storageagent.DefaultMaxStreams,
+		MaxPeerStreams: storageagent.DefaultMaxStreamsPerPeer,
+		StallTimeout:   storageagent.DefaultStallTimeout,
 		LogLevel:       "info",
 		LogFormat:      "auto",
 		GCPercent:      defaultGCPercent,
@@ -99,7 +107,12 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.GossipKey, "gossip-key", s.GossipKey, "gossip encryption `key`, base64 or hex, 16/24/32 bytes (default: none)")
 	fs.StringVar(&s.Name, "name", s.Name, "node `name` in the cluster (default: hostname)")
 	fs.Float64Var(&s.CPUs, "cpus", s.CPUs, "CPU `cores` for running ops, fractions allowed (default: all)")
-	fs.IntVar(&s.Queue, "queue", s.Queue, "bound on requests waiting for a worker, all streams together (default: 128 or 4 per worker, whichever is more)")
+	fs.IntVar(&s.Queue, "queue", s.Queue, "requests one stream may have in the agent at once, queued, running or unsent (default: 128 or 4 per worker, whichever is more)")
+	fs.Var(&s.Pipelines, "pipeline", "pipelines the agent runs for clients, comma-separated preset `names` or spec files; clients may also run the first ops of these (default: every preset)")
+	fs.BoolVar(&s.ClientSpecs, "allow-client-specs", s.ClientSpecs, "let clients send pipeline specs of their own (still bounded by the server's decode and op limits)")
+	fs.IntVar(&s.MaxStreams, "max-streams", s.MaxStreams, "open fetch streams the agent accepts, all peers together")
+	fs.IntVar(&s.MaxPeerStreams, "max-streams-per-peer", s.MaxPeerStreams, "open fetch streams one peer (certificate identity, or IP without TLS) may have")
+	fs.DurationVar(&s.StallTimeout, "stall-timeout", s.StallTimeout, "health turns NOT_SERVING when every worker of a pool has been on one job this long")
 	fs.DurationVar(&s.RequestTimeout, "request-timeout", s.RequestTimeout, "longest a request may wait in the queue before failing with DEADLINE")
 	fs.DurationVar(&s.ShutdownGrace, "shutdown-grace", s.ShutdownGrace, "how long open streams may finish on shutdown before they are cut")
 	fs.StringVar(&s.Metrics, "metrics", s.Metrics, "HTTP `address` for /metrics and /healthz (default: off)")
@@ -130,6 +143,11 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c.Name = s.Name
 	c.CPUs = s.CPUs
 	c.Queue = s.Queue
+	c.Pipelines = s.Pipelines
+	c.AllowClientSpecs = s.ClientSpecs
+	c.MaxStreams = s.MaxStreams
+	c.MaxStreamsPerPeer = s.MaxPeerStreams
+	c.StallTimeout = s.StallTimeout
 	c.RequestTimeout = s.RequestTimeout
 	c.ShutdownGrace = s.ShutdownGrace
 	c.MetricsAddr = s.Metrics

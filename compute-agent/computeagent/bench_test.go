@@ -40,7 +40,7 @@ func BenchmarkEpochLoopback(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sa, err := storageagent.New(storageagent.Config{Data: dir, Name: "bench"})
+	sa, err := storageagent.New(storageagent.Config{Data: dir, Name: "bench", AllowClientSpecs: true})
 	if err != nil {
 		b.Fatal(err)
 	}

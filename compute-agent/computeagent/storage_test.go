@@ -81,7 +81,7 @@ func TestWithStorageAgent(t *testing.T) {
 	n := bufNet{"st1:7070": bufconn.Listen(1 << 20), "st2:7070": bufconn.Listen(1 << 20)}
 	dir := writeImageFolder(t, bad)
 	for addr, l := range n {
-		startStorage(t, storageagent.Config{Data: dir, Name: addr, CPUs: 1}, l)
+		startStorage(t, storageagent.Config{Data: dir, Name: addr, CPUs: 1, AllowClientSpecs: true}, l)
 	}
 	p := testPipeline(t)
 	resize, err := ResizeOff(p)
@@ -145,7 +145,7 @@ func TestMembershipDiscovery(t *testing.T) {
 
 	n := bufNet{"st1:7070": bufconn.Listen(1 << 20)}
 	startStorage(t, storageagent.Config{
-		Data: writeImageFolder(t, -1), Name: "storage-1", CPUs: 1,
+		Data: writeImageFolder(t, -1), Name: "storage-1", CPUs: 1, AllowClientSpecs: true,
 		Gossip: storageGossip, Advertise: "st1:7070",
 		GossipTransport: storageTr, GossipTune: membership.FastTiming,
 	}, n["st1:7070"])

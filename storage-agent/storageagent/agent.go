@@ -40,6 +40,28 @@ import (
 // TOO_LARGE sample error instead.
 const MaxMessageBytes = 64 << 20
 
+// MaxRequestBytes bounds a request message the agent receives: a fetch
+// request with a pipeline spec is well under it.
+const MaxRequestBytes = 64 << 10
+
+// MaxSpecBytes bounds a pipeline spec a client sends (when the operator
+// allows client specs).
+const MaxSpecBytes = 16 << 10
+
+// Stream limits: Fetch streams open at once in all, per peer (its
+// certificate identity, or its IP address without TLS), and per HTTP/2
+// connection. Past the first two a new stream fails with
+// RESOURCE_EXHAUSTED; a compute agent opens one per storage agent.
+const (
+	DefaultMaxStreams        = 256
+	DefaultMaxStreamsPerPeer = 16
+	maxStreamsPerConn        = 64
+)
+
+// DefaultStallTimeout is how long every worker of a pool may be stuck on
+// one job before health says NOT_SERVING.
+const DefaultStallTimeout = 30 * time.Second
+
 // DefaultListen is the gRPC address when Config.Listen is empty.
 const DefaultListen = ":7070"
 
@@ -102,14 +124,27 @@ type Config struct {
 	// ceil(CPUs) workers, throttled to CPUs cores in all (see pool.go). Zero
 	// means runtime.NumCPU().
 	CPUs float64
-	// Queue bounds the requests waiting for a worker, across all streams
-	// (raw fetches have a queue of the same size of their own). Zero means
-	// DefaultQueue or 4 per worker, whichever is more. A full queue stops
-	// the stream's receive loop, so raw fetches behind an offloaded one
-	// wait too: the default holds a compute agent's whole window
+	// Queue bounds the requests one stream may have in the agent at once:
+	// queued, running or waiting to be sent. Zero means DefaultQueue or 4
+	// per worker, whichever is more. A full window stops the stream's
+	// receive loop, so raw fetches behind offloaded ones wait too: the
+	// default holds a compute agent's whole window
 	// (computeagent.DefaultWindow, 64) twice over, so that a window full of
 	// offloaded requests never keeps the link idle.
 	Queue int
+	// Pipelines are the pipelines the agent runs for any client: preset
+	// names or spec files (YAML or JSON). Empty means every preset.
+	Pipelines []string
+	// AllowClientSpecs lets clients send pipeline specs of their own
+	// (bounded by MaxSpecBytes and, like every pipeline, by the server's
+	// decode and op limits). Off by default: only Pipelines run.
+	AllowClientSpecs bool
+	// MaxStreams and MaxStreamsPerPeer bound the open Fetch streams, in all
+	// and per peer. Zero means DefaultMaxStreams, DefaultMaxStreamsPerPeer.
+	MaxStreams, MaxStreamsPerPeer int
+	// StallTimeout is how long every worker of a pool may be stuck on one
+	// job before health says NOT_SERVING. Zero means DefaultStallTimeout.
+	StallTimeout time.Duration
 	// RequestTimeout is how long a request may wait in the queue; past it
 	// the request fails with ERROR_KIND_DEADLINE. Zero means 30 s.
 	RequestTimeout time.Duration
@@ -151,8 +186,8 @@ func (c *Config) withDefaults() (workers int, share float64, err error) {
 	if math.IsNaN(c.CPUs) || math.IsInf(c.CPUs, 0) || c.CPUs < 0 {
 		return 0, 0, fmt.Errorf("%w: cpus %v", ErrConfig, c.CPUs)
 	}
-	if c.Queue < 0 {
-		return 0, 0, fmt.Errorf("%w: queue %d", ErrConfig, c.Queue)
+	if c.Queue < 0 || c.MaxStreams < 0 || c.MaxStreamsPerPeer < 0 || c.StallTimeout < 0 {
+		return 0, 0, fmt.Errorf("%w: negative queue, stream limit or stall timeout", ErrConfig)
 	}
 	if c.RequestTimeout < 0 || c.ShutdownGrace < 0 {
 		return 0, 0, fmt.Errorf("%w: negative timeout", ErrConfig)
@@ -180,6 +215,15 @@ func (c *Config) withDefaults() (workers int, share float64, err error) {
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 30 * time.Second
+	}
+	if c.MaxStreams == 0 {
+		c.MaxStreams = DefaultMaxStreams
+	}
+	if c.MaxStreamsPerPeer == 0 {
+		c.MaxStreamsPerPeer = DefaultMaxStreamsPerPeer
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = DefaultStallTimeout
 	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 5 * time.Second
@@ -246,7 +290,8 @@ func New(cfg Config) (*Agent, error) {
 func (a *Agent) serverOptions() ([]grpc.ServerOption, error) {
 	opts := []grpc.ServerOption{
 		grpc.MaxSendMsgSize(MaxMessageBytes),
-		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: MinPingInterval, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 		// Stop waits for the handlers, so the workers outlive every stream.
@@ -349,12 +394,13 @@ func (a *Agent) Serve(ctx context.Context, lis net.Listener) (err error) {
 	// since a handler waits for its stream's queued jobs to be dropped.
 	workCtx, stopWork := context.WithCancel(context.Background())
 	defer stopWork()
-	for range a.workers {
-		wg.Go(func() { a.srv.worker(workCtx) })
+	for i := range a.workers {
+		wg.Go(func() { a.srv.worker(workCtx, i) })
 	}
-	for range RawWorkers {
-		wg.Go(func() { a.srv.rawWorker(workCtx) })
+	for i := range RawWorkers {
+		wg.Go(func() { a.srv.rawWorker(i) })
 	}
+	wg.Go(func() { a.srv.watch(workCtx, hs, a.cfg.StallTimeout) })
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- gs.Serve(lis) })
 	var hsrv *http.Server
@@ -391,6 +437,7 @@ func (a *Agent) Serve(ctx context.Context, lis net.Listener) (err error) {
 	hs.Shutdown()
 	a.stopGRPC(gs)
 	stopWork()
+	a.srv.stopWorkers()
 	if hsrv != nil {
 		sctx, scancel := context.WithTimeout(context.Background(), metricsStopWithin)
 		if hsrv.Shutdown(sctx) != nil {

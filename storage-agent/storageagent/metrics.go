@@ -22,10 +22,13 @@ type metrics struct {
 	cpu       prometheus.Counter
 	errors    *prometheus.CounterVec
 	streams   prometheus.Gauge
+	rejected  *prometheus.CounterVec
+	stalled   prometheus.Gauge
 }
 
-// newMetrics registers the series. queueDepth is read at scrape time.
-func newMetrics(queueDepth func() float64) *metrics {
+// newMetrics registers the series. queueDepth and buffered are read at
+// scrape time.
+func newMetrics(queueDepth, buffered func() float64) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		bytesSent: prometheus.NewCounter(prometheus.CounterOpts{
@@ -48,8 +51,20 @@ func newMetrics(queueDepth func() float64) *metrics {
 			Name: "sophon_storage_streams_in_flight",
 			Help: "Open Fetch streams.",
 		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sophon_storage_streams_rejected_total",
+			Help: "Fetch streams refused at the agent's or a peer's stream limit, by limit.",
+		}, []string{"limit"}),
+		stalled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sophon_storage_workers_stalled",
+			Help: "1 while every worker of a pool is stuck on one job past the stall timeout (health NOT_SERVING).",
+		}),
 	}
-	m.reg.MustRegister(m.bytesSent, m.samples, m.cpu, m.errors, m.streams,
+	m.reg.MustRegister(m.bytesSent, m.samples, m.cpu, m.errors, m.streams, m.rejected, m.stalled,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sophon_storage_buffered_bytes",
+			Help: "Bytes of results waiting to be sent, all streams.",
+		}, buffered),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sophon_storage_queue_depth",
 			Help: "Fetch requests waiting for a worker.",

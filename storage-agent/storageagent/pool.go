@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -119,22 +121,26 @@ func isRaw(req *dataplanepb.FetchRequest) bool {
 // predicts). Their CPU time is still reported per sample.
 const RawWorkers = 2
 
-// rawWorker serves the raw queue until ctx ends.
-func (s *server) rawWorker(ctx context.Context) {
+// rawWorker serves the raw queue until it stops; i is the worker's index
+// in the raw pool.
+func (s *server) rawWorker(i int) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	for {
-		select {
-		case j := <-s.raw:
-			s.handle(j, 0)
-		case <-ctx.Done():
+		j := s.raw.next()
+		if j == nil {
 			return
 		}
+		s.rawBusy.since[i].Store(time.Now().UnixNano())
+		s.handle(j, 0)
+		s.rawBusy.since[i].Store(0)
 	}
 }
 
-// worker serves the shared queue until ctx ends.
-func (s *server) worker(ctx context.Context) {
+// worker serves the budgeted queue until it stops, sleeping between jobs
+// what the CPU budget owes (ctx cuts a sleep short); i is the worker's
+// index in the pool.
+func (s *server) worker(ctx context.Context, i int) {
 	// Lock the goroutine to its thread so the thread CPU clock is this
 	// worker's alone.
 	runtime.LockOSThread()
@@ -142,13 +148,55 @@ func (s *server) worker(ctx context.Context) {
 	t := throttle{share: s.share}
 	var late time.Duration // the last sleep's overrun, charged to the next job
 	for {
+		j := s.queue.next()
+		if j == nil {
+			return
+		}
+		t0 := time.Now()
+		s.busy.since[i].Store(t0.UnixNano())
+		busy := s.handle(j, late)
+		s.busy.since[i].Store(0)
+		late = t.after(ctx, busy, time.Since(t0))
+	}
+}
+
+// stopWorkers makes the workers return once their current job is done.
+func (s *server) stopWorkers() {
+	s.queue.stop()
+	s.raw.stop()
+}
+
+// watch sets the health service NOT_SERVING while every worker of a pool
+// has been on its current job for longer than after (stuck workers: a
+// client would only queue behind them), and SERVING again once one moves.
+// It checks every after/4 until ctx ends.
+func (s *server) watch(ctx context.Context, hs *health.Server, after time.Duration) {
+	tick := time.NewTicker(max(after/4, 10*time.Millisecond))
+	defer tick.Stop()
+	stalled := false
+	for {
 		select {
-		case j := <-s.queue:
-			t0 := time.Now()
-			busy := s.handle(j, late)
-			late = t.after(ctx, busy, time.Since(t0))
 		case <-ctx.Done():
 			return
+		case now := <-tick.C:
+			budget, age := s.busy.stalled(now, after)
+			raw, rawAge := s.rawBusy.stalled(now, after)
+			if (budget || raw) == stalled {
+				continue
+			}
+			stalled = budget || raw
+			st := healthpb.HealthCheckResponse_SERVING
+			if stalled {
+				st = healthpb.HealthCheckResponse_NOT_SERVING
+				s.log.Error().Dur("budgeted_workers_stuck_for", age).Dur("raw_workers_stuck_for", rawAge).
+					Dur("stall_timeout", after).Msg("every worker of a pool is stuck on one job: health NOT_SERVING")
+				s.m.stalled.Set(1)
+			} else {
+				s.log.Info().Msg("workers progress again: health SERVING")
+				s.m.stalled.Set(0)
+			}
+			hs.SetServingStatus("", st)
+			hs.SetServingStatus(dataplanepb.Storage_ServiceDesc.ServiceName, st)
 		}
 	}
 }

@@ -5,13 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
@@ -45,19 +52,35 @@ type server struct {
 	cpus    float64
 	share   float64 // each worker's share of a core
 	timeout time.Duration
-	pending int // results a stream may hold before workers block
+	pending int // requests a stream may have in the agent (Config.Queue)
 	maxWire int // the largest wire form a response may carry
 	log     zerolog.Logger
 	m       *metrics
 
-	queue chan *job
+	queue *fairQueue
 	// raw holds uncompressed split-0 fetches, which run no ops; rawWorker
 	// serves them outside the CPU budget (see pool.go).
-	raw     chan *job
-	presets map[string]*ops.Pipeline
+	raw *fairQueue
+	// busy and rawBusy tell when each worker took its current job.
+	busy, rawBusy *stallWatch
+	// buffered is the bytes of results waiting to be sent, all streams.
+	buffered atomic.Int64
+
+	// allowed are the pipelines the operator registered (the presets by
+	// default), by ID; clientSpecs lets clients send others.
+	allowed     map[string]*ops.Pipeline
+	clientSpecs bool
 
 	mu    sync.Mutex
 	cache map[string]*ops.Pipeline // built from client specs, by ID
+
+	// beforeJob, when set (tests), runs before each job.
+	beforeJob func()
+
+	streamsMu           sync.Mutex
+	streams             int            // open Fetch streams
+	peerStream          map[string]int // open Fetch streams by peer
+	maxStreams, maxPeer int
 }
 
 // job is one queued request.
@@ -70,13 +93,17 @@ type job struct {
 
 // fetchStream is the state one Fetch call shares with the workers.
 type fetchStream struct {
-	ctx context.Context // ends when the stream does
+	ctx  context.Context // ends when the stream does
+	peer string          // the client's identity, for fair queueing
 	// results carries the budgeted workers' responses, raw the raw
-	// workers'; the sender prefers results: a budgeted worker waiting to
-	// hand over its response is CPU budget unused, while a raw worker
-	// waiting costs nothing (the link is busy meanwhile).
+	// workers'; the sender sends budgeted results first. Both hold the
+	// stream's whole admission window, so delivering never blocks.
 	results, raw chan result
-	pending      sync.WaitGroup // requests taken in but not yet delivered or dropped
+	// slots admits requests: one is taken per request received and given
+	// back when its response is sent (Config.Queue per stream).
+	slots    chan struct{}
+	buffered atomic.Int64   // bytes of results delivered but not yet sent
+	pending  sync.WaitGroup // requests taken in but not yet delivered or dropped
 }
 
 // result is a response and the split it was cut at (for the metrics).
@@ -87,29 +114,104 @@ type result struct {
 
 func newServer(ds *Dataset, cfg Config, workers int, share float64) (*server, error) {
 	s := &server{
-		ds:      ds,
-		name:    cfg.Name,
-		version: cfg.Version,
-		cpus:    cfg.CPUs,
-		share:   share,
-		timeout: cfg.RequestTimeout,
-		pending: workers,
-		maxWire: MaxMessageBytes - wireSlack,
-		log:     cfg.Logger,
-		queue:   make(chan *job, cfg.Queue),
-		raw:     make(chan *job, cfg.Queue),
-		presets: map[string]*ops.Pipeline{},
-		cache:   map[string]*ops.Pipeline{},
+		ds:          ds,
+		name:        cfg.Name,
+		version:     cfg.Version,
+		cpus:        cfg.CPUs,
+		share:       share,
+		timeout:     cfg.RequestTimeout,
+		pending:     cfg.Queue,
+		maxWire:     MaxMessageBytes - wireSlack,
+		log:         cfg.Logger,
+		busy:        newStallWatch(workers),
+		rawBusy:     newStallWatch(RawWorkers),
+		allowed:     map[string]*ops.Pipeline{},
+		clientSpecs: cfg.AllowClientSpecs,
+		cache:       map[string]*ops.Pipeline{},
+		peerStream:  map[string]int{},
+		maxStreams:  cfg.MaxStreams,
+		maxPeer:     cfg.MaxStreamsPerPeer,
 	}
-	s.m = newMetrics(func() float64 { return float64(len(s.queue) + len(s.raw)) })
-	for _, name := range ops.PresetNames() {
-		p, err := ops.Preset(name)
+	s.queue = newFairQueue(s.runnable)
+	s.raw = newFairQueue(s.runnable)
+	s.m = newMetrics(func() float64 { return float64(s.queue.len() + s.raw.len()) }, func() float64 { return float64(s.buffered.Load()) })
+	names := cfg.Pipelines
+	if len(names) == 0 {
+		names = ops.PresetNames()
+	}
+	for _, name := range names {
+		p, err := ops.LoadPipeline(name)
 		if err != nil {
-			return nil, fmt.Errorf("storageagent: preset %s: %w", name, err)
+			return nil, fmt.Errorf("%w: pipeline: %w", ErrConfig, err)
 		}
-		s.presets[p.ID()] = p
+		s.allowed[p.ID()] = p
 	}
 	return s, nil
+}
+
+// Pipelines are the IDs of the pipelines the agent runs for any client.
+func (s *server) pipelines() []string {
+	ids := make([]string, 0, len(s.allowed))
+	for id := range s.allowed {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// runnable reports whether a worker may take st's next job now: not while
+// its client leaves too many results unread (see fair.go).
+func (s *server) runnable(st *fetchStream) bool {
+	mine := st.buffered.Load()
+	return mine < streamBufferBytes && (mine == 0 || s.buffered.Load() < globalBufferBytes)
+}
+
+// openStream admits a Fetch stream from peer, within the agent's and the
+// peer's stream limits, and returns the function that closes it.
+func (s *server) openStream(peer string) (func(), error) {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	if s.streams >= s.maxStreams {
+		s.m.rejected.WithLabelValues("agent").Inc()
+		return nil, status.Errorf(codes.ResourceExhausted, "storage agent %s: %d fetch streams open, the limit is %d", s.name, s.streams, s.maxStreams)
+	}
+	if n := s.peerStream[peer]; n >= s.maxPeer {
+		s.m.rejected.WithLabelValues("peer").Inc()
+		return nil, status.Errorf(codes.ResourceExhausted, "storage agent %s: peer %s has %d fetch streams open, the limit per peer is %d", s.name, peer, n, s.maxPeer)
+	}
+	s.streams++
+	s.peerStream[peer]++
+	return func() {
+		s.streamsMu.Lock()
+		defer s.streamsMu.Unlock()
+		s.streams--
+		if s.peerStream[peer]--; s.peerStream[peer] == 0 {
+			delete(s.peerStream, peer)
+		}
+	}, nil
+}
+
+// peerKey names a stream's client for fairness and stream limits: the
+// certificate's first URI (or its common name) under mutual TLS, else the
+// remote IP address.
+func peerKey(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return "unknown"
+	}
+	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+		leaf := ti.State.PeerCertificates[0]
+		if len(leaf.URIs) > 0 {
+			return leaf.URIs[0].String()
+		}
+		if leaf.Subject.CommonName != "" {
+			return "cn:" + leaf.Subject.CommonName
+		}
+	}
+	if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+		return host
+	}
+	return p.Addr.String()
 }
 
 // Info describes the agent.
@@ -156,28 +258,39 @@ func (s *server) Catalog(req *dataplanepb.CatalogRequest, stream grpc.ServerStre
 }
 
 // Fetch serves one stream. The calling goroutine receives requests and
-// queues them; workers deliver results into the stream's bounded results
-// channel; one sender goroutine sends them as they come. When the client
-// stops reading, the sender blocks, results fill, workers block, the queue
-// fills and this loop stops receiving, so memory stays bounded. When the
+// queues them in the stream's lane (fair.go); workers deliver results into
+// the stream's buffers; one sender goroutine sends them as they come. The
+// stream admits at most Config.Queue requests at a time: when its client
+// stops reading, the sender blocks, the admission window fills and this
+// loop stops receiving, while the workers serve other streams. When the
 // client half-closes, outstanding requests are answered before Fetch
 // returns; when the stream is cancelled, they are dropped.
 func (s *server) Fetch(stream grpc.BidiStreamingServer[dataplanepb.FetchRequest, dataplanepb.FetchResponse]) error {
+	key := peerKey(stream.Context())
+	closeStream, err := s.openStream(key)
+	if err != nil {
+		s.log.Warn().Str("peer", key).Err(err).Msg("fetch stream refused")
+		return err
+	}
+	defer closeStream()
 	s.m.streams.Inc()
 	defer s.m.streams.Dec()
-	log := s.log
-	if p, ok := peer.FromContext(stream.Context()); ok {
-		log = log.With().Str("peer", p.Addr.String()).Logger()
-	}
+	log := s.log.With().Str("peer", key).Logger()
 	log.Debug().Msg("fetch stream opened")
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	st := &fetchStream{ctx: ctx, results: make(chan result, s.pending), raw: make(chan result, RawWorkers)}
+	st := &fetchStream{
+		ctx:     ctx,
+		peer:    key,
+		results: make(chan result, s.pending),
+		raw:     make(chan result, s.pending),
+		slots:   make(chan struct{}, s.pending),
+	}
 
 	var wg sync.WaitGroup
 	var sendErr error
 	wg.Go(func() {
-		sendErr = s.send(ctx, stream, st.results, st.raw)
+		sendErr = s.send(ctx, stream, st)
 		if sendErr != nil {
 			cancel()
 		}
@@ -186,10 +299,18 @@ func (s *server) Fetch(stream grpc.BidiStreamingServer[dataplanepb.FetchRequest,
 	if recvErr != nil {
 		cancel()
 	}
+	if ctx.Err() != nil {
+		for _, q := range []*fairQueue{s.queue, s.raw} {
+			for range q.drop(st) {
+				st.pending.Done()
+			}
+		}
+	}
 	st.pending.Wait()
 	close(st.results)
 	close(st.raw)
 	wg.Wait()
+	s.buffered.Add(-st.buffered.Load()) // results left unsent
 	log.Debug().AnErr("recv", recvErr).AnErr("send", sendErr).Msg("fetch stream closed")
 	if sendErr != nil {
 		return sendErr
@@ -200,9 +321,10 @@ func (s *server) Fetch(stream grpc.BidiStreamingServer[dataplanepb.FetchRequest,
 	return ctx.Err()
 }
 
-// send sends results until both channels are closed or ctx ends, taking
-// from first whenever it has a result ready.
-func (s *server) send(ctx context.Context, stream grpc.BidiStreamingServer[dataplanepb.FetchRequest, dataplanepb.FetchResponse], first, second <-chan result) error {
+// send sends st's results until both buffers are closed or ctx ends,
+// budgeted results first, and gives back a slot per response sent.
+func (s *server) send(ctx context.Context, stream grpc.BidiStreamingServer[dataplanepb.FetchRequest, dataplanepb.FetchResponse], st *fetchStream) error {
+	first, second := (<-chan result)(st.results), (<-chan result)(st.raw)
 	for first != nil || second != nil {
 		var r result
 		var ok bool
@@ -228,7 +350,10 @@ func (s *server) send(ctx context.Context, stream grpc.BidiStreamingServer[datap
 				return nil
 			}
 		}
-		if err := stream.Send(r.resp); err != nil {
+		err := stream.Send(r.resp)
+		s.unbuffer(st, int64(len(r.resp.Data)))
+		<-st.slots
+		if err != nil {
 			return err
 		}
 		if r.resp.Error == nil {
@@ -238,11 +363,32 @@ func (s *server) send(ctx context.Context, stream grpc.BidiStreamingServer[datap
 	return nil
 }
 
+// unbuffer accounts n bytes of st's results as sent, waking the workers
+// when that makes st (or, with the agent's buffer below its bound, any
+// stream) runnable again.
+func (s *server) unbuffer(st *fetchStream, n int64) {
+	if n == 0 {
+		return
+	}
+	mine := st.buffered.Add(-n)
+	all := s.buffered.Add(-n)
+	if mine+n >= streamBufferBytes && mine < streamBufferBytes || all+n >= globalBufferBytes && all < globalBufferBytes || mine == 0 && all >= globalBufferBytes {
+		s.queue.wake()
+		s.raw.wake()
+	}
+}
+
 // receive reads requests until the client half-closes (nil) or the stream
-// fails. Pipelines whose spec came on this stream are remembered in local.
+// fails, taking an admission slot before each. Pipelines whose spec came
+// on this stream are remembered in local.
 func (s *server) receive(ctx context.Context, stream grpc.BidiStreamingServer[dataplanepb.FetchRequest, dataplanepb.FetchResponse], st *fetchStream) error {
 	local := map[string]*ops.Pipeline{}
 	for {
+		select {
+		case st.slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
 			return nil
@@ -252,36 +398,39 @@ func (s *server) receive(ctx context.Context, stream grpc.BidiStreamingServer[da
 		}
 		j := &job{st: st, req: req, recv: time.Now()}
 		st.pending.Add(1)
-		// A raw fetch needs no pipeline (any replica serves a retry at
-		// split 0), unless the request sends a spec, which is checked.
-		if req.GetSplit() > 0 || len(req.GetPipelineSpec()) > 0 {
-			if j.pipe, err = s.resolve(req, local); err != nil {
+		// A split-0 fetch runs no ops and needs no pipeline (any replica
+		// serves a retry at split 0); a spec it carries is ignored.
+		if req.GetSplit() > 0 {
+			j.pipe, err = s.resolve(req, local)
+			req.PipelineSpec = nil // queued jobs keep no client bytes
+			if err != nil {
 				s.deliver(j, s.failure(req, err))
 				continue
 			}
 		}
-		q := s.queue
 		if isRaw(req) {
-			q = s.raw
-		}
-		select {
-		case q <- j:
-		case <-ctx.Done():
-			st.pending.Done()
-			return ctx.Err()
+			s.raw.push(j)
+		} else {
+			s.queue.push(j)
 		}
 	}
 }
 
-// resolve finds the request's pipeline: a preset by ID, one whose spec the
-// request carries (which must hash to the ID), or one built earlier from a
-// spec on this stream or on another.
+// resolve finds the request's pipeline: one the operator registered (the
+// presets by default); one whose spec the request carries (which must hash
+// to the ID) when its ops are the first ops of a registered pipeline (a
+// compute agent that cuts a registered pipeline short, as trainer mode
+// does, runs the same ops here) or when the operator allows client specs;
+// or one built earlier from such a spec.
 func (s *server) resolve(req *dataplanepb.FetchRequest, local map[string]*ops.Pipeline) (*ops.Pipeline, error) {
 	id := req.GetPipelineId()
-	if p := s.presets[id]; p != nil {
+	if p := s.allowed[id]; p != nil {
 		return p, nil
 	}
 	if spec := req.GetPipelineSpec(); len(spec) > 0 {
+		if len(spec) > MaxSpecBytes {
+			return nil, fmt.Errorf("%w: pipeline spec of %d bytes, the limit is %d", ops.ErrSpec, len(spec), MaxSpecBytes)
+		}
 		sp, err := ops.ParseSpec(spec)
 		if err != nil {
 			return nil, err
@@ -292,6 +441,9 @@ func (s *server) resolve(req *dataplanepb.FetchRequest, local map[string]*ops.Pi
 		}
 		if p.ID() != id {
 			return nil, fmt.Errorf("%w: spec hashes to %q, request names %q", ops.ErrSpec, p.ID(), id)
+		}
+		if !s.clientSpecs && !s.registeredPrefix(p) {
+			return nil, s.unregistered(id)
 		}
 		remember(local, p, streamPipelines)
 		s.mu.Lock()
@@ -308,7 +460,28 @@ func (s *server) resolve(req *dataplanepb.FetchRequest, local map[string]*ops.Pi
 	if p != nil {
 		return p, nil
 	}
-	return nil, fmt.Errorf("%w: unknown pipeline %q: not a preset; send its spec with the request", ops.ErrSpec, id)
+	if !s.clientSpecs {
+		return nil, s.unregistered(id)
+	}
+	return nil, fmt.Errorf("%w: unknown pipeline %q: not registered; send its spec with the request", ops.ErrSpec, id)
+}
+
+// unregistered is the error for a pipeline the agent may not run.
+func (s *server) unregistered(id string) error {
+	return fmt.Errorf("%w: pipeline %q is not registered on this storage agent (it runs %v and their first ops); the operator registers a spec with --pipeline FILE, or lets clients send theirs with --allow-client-specs", ops.ErrSpec, id, s.pipelines())
+}
+
+// registeredPrefix reports whether p's ops, defaults spelled out, are the
+// first ops of a registered pipeline.
+func (s *server) registeredPrefix(p *ops.Pipeline) bool {
+	mine := p.Spec().Ops
+	for _, r := range s.allowed {
+		theirs := r.Spec().Ops
+		if len(mine) <= len(theirs) && reflect.DeepEqual(mine, theirs[:len(mine)]) {
+			return true
+		}
+	}
+	return false
 }
 
 // remember adds p to cache, evicting an arbitrary entry when cache holds
@@ -337,10 +510,11 @@ func (s *server) deliver(j *job, resp *dataplanepb.FetchResponse) {
 	if isRaw(j.req) {
 		ch = j.st.raw
 	}
-	select {
-	case ch <- result{resp: resp, split: j.req.GetSplit()}:
-	case <-j.st.ctx.Done():
-	}
+	n := int64(len(resp.Data))
+	j.st.buffered.Add(n)
+	s.buffered.Add(n)
+	// Never blocks: the buffer holds the stream's whole admission window.
+	ch <- result{resp: resp, split: j.req.GetSplit()}
 }
 
 // handle runs one job on the calling worker and returns the thread CPU
@@ -360,6 +534,9 @@ func (s *server) handle(j *job, late time.Duration) time.Duration {
 			},
 		})
 		return 0
+	}
+	if s.beforeJob != nil {
+		s.beforeJob()
 	}
 	start := time.Now()
 	t0 := threadCPU()

@@ -198,7 +198,9 @@ func TestFetchEverySplit(t *testing.T) {
 }
 
 func TestFetchCustomSpec(t *testing.T) {
-	a := startAgent(t, testConfig(t))
+	cfg := testConfig(t)
+	cfg.AllowClientSpecs = true
+	a := startAgent(t, cfg)
 	specText := []byte(`{"name": "tiny", "ops": [{"op": "decode"}, {"op": "resize", "size": [40]}, {"op": "center_crop", "size": [32, 32]}, {"op": "to_tensor"}]}`)
 	sp, err := ops.ParseSpec(specText)
 	if err != nil {
@@ -361,7 +363,7 @@ func TestBackPressureAndCancel(t *testing.T) {
 		}
 	}
 	time.Sleep(500 * time.Millisecond)
-	if depth := len(a.srv.queue); depth > cfg.Queue {
+	if depth := a.srv.queue.len(); depth > cfg.Queue {
 		t.Errorf("queue depth %d above its bound %d", depth, cfg.Queue)
 	}
 	done := make(chan struct{})

@@ -1,0 +1,253 @@
+package storageagent
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
+)
+
+const tinySpec = `{"name": "tiny", "ops": [{"op": "decode"}, {"op": "resize", "size": [40]}, {"op": "center_crop", "size": [32, 32]}, {"op": "to_tensor"}]}`
+
+func tinyPipeline(t *testing.T) *ops.Pipeline {
+	t.Helper()
+	sp, err := ops.ParseSpec([]byte(tinySpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sp.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPipelineWhitelist: by default only the presets run and a client's
+// spec is refused; a spec the operator registers runs without the client
+// sending it.
+func TestPipelineWhitelist(t *testing.T) {
+	p := tinyPipeline(t)
+	req := func(tag uint64, spec []byte) *dataplanepb.FetchRequest {
+		return &dataplanepb.FetchRequest{Tag: tag, Sample: 1, Split: 3, PipelineId: p.ID(), PipelineSpec: spec}
+	}
+	a := startAgent(t, testConfig(t))
+	got := fetchAll(t, a.client, []*dataplanepb.FetchRequest{req(0, []byte(tinySpec)), req(1, nil),
+		{Tag: 2, Sample: 1, Split: 3, PipelineId: preset(t, "imagenet-train").ID()}})
+	for _, tag := range []uint64{0, 1} {
+		e := got[tag].Error
+		if e == nil || e.Kind != dataplanepb.ErrorKind_ERROR_KIND_BAD_REQUEST || !strings.Contains(e.Message, "not registered") {
+			t.Errorf("client spec, tag %d: %v, want BAD_REQUEST naming the registration", tag, e)
+		}
+	}
+	if e := got[2].Error; e != nil {
+		t.Errorf("preset: %v", e)
+	}
+
+	cfg := testConfig(t)
+	file := filepath.Join(t.TempDir(), "tiny.json")
+	writeFile(t, file, []byte(tinySpec))
+	cfg.Pipelines = []string{file}
+	b := startAgent(t, cfg)
+	got = fetchAll(t, b.client, []*dataplanepb.FetchRequest{req(0, nil),
+		{Tag: 1, Sample: 1, Split: 3, PipelineId: preset(t, "imagenet-train").ID()}})
+	if e := got[0].Error; e != nil {
+		t.Errorf("registered spec: %v", e)
+	}
+	if e := got[1].Error; e == nil || e.Kind != dataplanepb.ErrorKind_ERROR_KIND_BAD_REQUEST {
+		t.Errorf("a preset the operator left out: %v, want BAD_REQUEST", e)
+	}
+
+	cfg.Pipelines = []string{filepath.Join(t.TempDir(), "missing.yaml")}
+	if _, err := New(cfg); err == nil {
+		t.Error("New with a missing pipeline file succeeded")
+	}
+}
+
+// TestStreamLimitPerPeer: a peer past its stream limit is refused with
+// RESOURCE_EXHAUSTED, and gets a stream again once one closes.
+func TestStreamLimitPerPeer(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MaxStreamsPerPeer = 2
+	a := startAgent(t, cfg)
+	id := preset(t, "imagenet-train").ID()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	open := func() (dataplanepb.Storage_FetchClient, context.CancelFunc, error) {
+		sctx, scancel := context.WithCancel(ctx)
+		s, err := a.client.Fetch(sctx)
+		if err != nil {
+			scancel()
+			return nil, nil, err
+		}
+		if err := s.Send(&dataplanepb.FetchRequest{Sample: 0, Split: 5, PipelineId: id}); err != nil {
+			scancel()
+			return nil, nil, err
+		}
+		_, err = s.Recv()
+		return s, scancel, err
+	}
+	var cancels []context.CancelFunc
+	for range 2 {
+		_, c, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancels = append(cancels, c)
+	}
+	if _, _, err := open(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "limit per peer is 2") {
+		t.Fatalf("third stream: %v, want RESOURCE_EXHAUSTED naming the limit", err)
+	}
+	cancels[0]()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, c, err := open()
+		if err == nil {
+			c()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after closing a stream: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancels[1]()
+}
+
+// TestStalledStreamDoesNotStarveOthers: a client that queues requests and
+// never reads holds only its own window; another client on the same agent
+// is served, and no worker is held.
+func TestStalledStreamDoesNotStarveOthers(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.CPUs = 1
+	cfg.Queue = 8
+	a := startAgent(t, cfg)
+	id := preset(t, "imagenet-train").ID()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stalled []dataplanepb.Storage_FetchClient
+	for range 4 {
+		s, err := a.client.Fetch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stalled = append(stalled, s)
+		go func() {
+			// Split 1: a decoded image, large enough to fill the
+			// transport's windows after a few.
+			for i := uint64(0); ; i++ {
+				if s.Send(&dataplanepb.FetchRequest{Tag: i, Sample: i % goodSamples, Split: 1, PipelineId: id}) != nil {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond) // let them fill their windows
+	var reqs []*dataplanepb.FetchRequest
+	for i := range uint64(60) {
+		reqs = append(reqs, &dataplanepb.FetchRequest{Tag: i, Sample: i % goodSamples, Split: 5, PipelineId: id})
+	}
+	done := make(chan map[uint64]*dataplanepb.FetchResponse, 1)
+	go func() { done <- fetchAll(t, a.client, reqs) }()
+	select {
+	case got := <-done:
+		for tag, r := range got {
+			if r.Error != nil {
+				t.Errorf("tag %d: %v", tag, r.Error)
+			}
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a well-behaved stream got no answers while others stalled")
+	}
+	if n := a.srv.buffered.Load(); n > globalBufferBytes+int64(cfg.Queue)*MaxMessageBytes {
+		t.Errorf("buffered %d bytes", n)
+	}
+	cancel()
+}
+
+// TestHealthNotServingWhenWorkersStuck: health goes NOT_SERVING while
+// every worker is stuck on a job and SERVING once they move.
+func TestHealthNotServingWhenWorkersStuck(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.CPUs = 1
+	cfg.StallTimeout = 200 * time.Millisecond
+	release := make(chan struct{})
+	var once sync.Once
+	a := startAgent(t, cfg)
+	a.srv.beforeJob = func() { <-release }
+	defer once.Do(func() { close(release) })
+	hc := healthpb.NewHealthClient(a.conn)
+	check := func() healthpb.HealthCheckResponse_ServingStatus {
+		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: dataplanepb.Storage_ServiceDesc.ServiceName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Status
+	}
+	waitFor := func(want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for check() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("health stayed %v, want %v", check(), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor(healthpb.HealthCheckResponse_SERVING)
+	id := preset(t, "imagenet-train").ID()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fetchAll(t, a.client, []*dataplanepb.FetchRequest{{Sample: 0, Split: 5, PipelineId: id}})
+	}()
+	waitFor(healthpb.HealthCheckResponse_NOT_SERVING)
+	once.Do(func() { close(release) })
+	<-done
+	waitFor(healthpb.HealthCheckResponse_SERVING)
+}
+
+// TestRegisteredPrefixRuns: a client spec whose ops are the first ops of a
+// registered pipeline (trainer mode cuts imagenet-train before to_tensor)
+// runs without --allow-client-specs; one that changes an op does not.
+func TestRegisteredPrefixRuns(t *testing.T) {
+	a := startAgent(t, testConfig(t))
+	spec := preset(t, "imagenet-train").Spec()
+	spec.Name = "imagenet-train-uint8"
+	spec.Ops = spec.Ops[:3]
+	cut, err := spec.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Ops[1].Size = []int{4096, 4096}
+	big, err := spec.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := func(p *ops.Pipeline) []byte {
+		b, err := json.Marshal(p.Spec())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	got := fetchAll(t, a.client, []*dataplanepb.FetchRequest{
+		{Tag: 0, Sample: 1, Split: 3, PipelineId: cut.ID(), PipelineSpec: js(cut)},
+		{Tag: 1, Sample: 1, Split: 2, PipelineId: big.ID(), PipelineSpec: js(big)},
+	})
+	if e := got[0].Error; e != nil {
+		t.Errorf("first ops of a preset: %v", e)
+	}
+	if e := got[1].Error; e == nil || e.Kind != dataplanepb.ErrorKind_ERROR_KIND_BAD_REQUEST {
+		t.Errorf("a changed op: %v, want BAD_REQUEST", e)
+	}
+}
