@@ -24,10 +24,12 @@ build: ## Build every binary into bin/: storage-agent, compute-agent, testbed, p
 	$(GO) build -o $(BIN)/ ./storage-agent ./compute-agent ./testbed/cmd/... ./policy/cmd/...
 
 .PHONY: test
-test: lint proto-check ## Lint, check generated code, build without cgo, run all tests (Go and the Python client's) and short fuzz runs
+test: lint proto-check ## Lint, check generated code, build without cgo, run all tests (the agents' with -race; Go and the Python client's) and short fuzz runs; with CI=true missing requirements fail instead of skipping
 	CGO_ENABLED=0 $(GO) build ./...
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /storage-agent -e /compute-agent -e /internal/)
+	$(GO) test -race -count=1 ./storage-agent/... ./compute-agent/... ./internal/...
 	@if $(PYTHON) -c 'import torch, numpy' 2>/dev/null; then $(PYTHON) -m unittest discover -s python/tests; \
+	elif [ "$$CI" = true ]; then echo "FAIL python/tests: CI=true but $(PYTHON) cannot import torch (apt-get install python3-torch python3-numpy)"; exit 1; \
 	else echo "SKIP python/tests: $(PYTHON) cannot import torch (apt-get install python3-torch python3-numpy)"; fi
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJPEG$$' -fuzztime $(FUZZTIME) ./ops/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeWire$$' -fuzztime $(FUZZTIME) ./ops/
@@ -71,6 +73,7 @@ proto: ## Regenerate proto/dataplanepb from its .proto (protoc 3.21 + pinned go 
 
 .PHONY: proto-check
 proto-check: ## Fail when the committed generated code is stale (skipped, loudly, without protoc)
-	@command -v protoc >/dev/null || { echo "SKIP proto-check: protoc missing (apt-get install protobuf-compiler)"; exit 0; }; \
+	@command -v protoc >/dev/null || { if [ "$$CI" = true ]; then echo "FAIL proto-check: CI=true but protoc is missing"; exit 1; fi; \
+		echo "SKIP proto-check: protoc missing (apt-get install protobuf-compiler)"; exit 0; }; \
 	$(MAKE) --no-print-directory proto
 	git diff --exit-code -- proto/ || { echo "generated code is stale: run make proto and commit"; exit 1; }

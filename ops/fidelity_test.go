@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 // peerPython is the interpreter that carries Debian's python3-pil and
@@ -28,7 +29,7 @@ const peerMissing = 3
 func runPeer(t *testing.T, dir, script, pkg string, args ...string) {
 	t.Helper()
 	if _, err := os.Stat(peerPython); err != nil {
-		t.Skipf("%s not found; apt-get install %s", peerPython, pkg)
+		testenv.Require(t, "%s not found; apt-get install %s", peerPython, pkg)
 	}
 	path := filepath.Join(dir, "peer.py")
 	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
@@ -40,7 +41,7 @@ func runPeer(t *testing.T, dir, script, pkg string, args ...string) {
 	err := cmd.Run()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && exit.ExitCode() == peerMissing {
-		t.Skipf("peer module missing (%s); apt-get install %s", bytes.TrimSpace(stderr.Bytes()), pkg)
+		testenv.Require(t, "peer module missing (%s); apt-get install %s", bytes.TrimSpace(stderr.Bytes()), pkg)
 	}
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", peerPython, path, err, stderr.Bytes())

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 // peerValScript runs torchvision's imagenet-val transforms on each JPEG
@@ -34,7 +35,7 @@ func TestValMatchesTorchvision(t *testing.T) {
 		t.Skip("the pure-Go decoder is not byte-identical to libjpeg-turbo")
 	}
 	if err := exec.Command("/usr/bin/python3", "-c", "import torchvision, PIL").Run(); err != nil {
-		t.Skip("torchvision is missing: apt-get install python3-torchvision python3-pil")
+		testenv.Require(t, "torchvision is missing: apt-get install python3-torchvision python3-pil")
 	}
 	p, err := ops.Preset("imagenet-val")
 	if err != nil {

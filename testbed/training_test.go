@@ -19,6 +19,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/testbed/shape"
+	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 const debianPython = "/usr/bin/python3"
@@ -36,7 +37,7 @@ func repoRoot(tb testing.TB) string {
 func needTorch(tb testing.TB) {
 	tb.Helper()
 	if out, err := exec.Command(debianPython, "-c", "import torch, numpy").CombinedOutput(); err != nil {
-		tb.Skipf("SKIP: %s cannot import torch (apt-get install python3-torch python3-numpy): %v %s", debianPython, err, bytes.TrimSpace(out))
+		testenv.Require(tb, "%s cannot import torch (apt-get install python3-torch python3-numpy): %v %s", debianPython, err, bytes.TrimSpace(out))
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 // BenchmarkHandoffPython measures the hand-off from the agent's ring to a
@@ -27,7 +28,7 @@ import (
 func BenchmarkHandoffPython(b *testing.B) {
 	const python = "/usr/bin/python3"
 	if err := exec.Command(python, "-c", "import torch, numpy").Run(); err != nil {
-		b.Skipf("SKIP: %s cannot import torch (apt-get install python3-torch): %v", python, err)
+		testenv.Require(b, "%s cannot import torch (apt-get install python3-torch): %v", python, err)
 	}
 	_, file, _, _ := runtime.Caller(0)
 	consumer := filepath.Join(filepath.Dir(file), "../../python/bench/handoff_consumer.py")

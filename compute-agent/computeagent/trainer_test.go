@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +32,7 @@ type testTrainer struct {
 	stopAt  int           // close the connection after this many batches (0: never)
 	rows    []trainerRow
 	batches int
+	taken   atomic.Int64 // batches, readable from other goroutines
 	hdr     [5 + releaseLen]byte
 }
 
@@ -135,6 +137,7 @@ func (tt *testTrainer) epoch(e uint64, resume *resumeMsg) error {
 				sha: sha256.Sum256(row), row: slices.Clone(row)})
 		}
 		tt.batches++
+		tt.taken.Add(1)
 		time.Sleep(tt.delay)
 		if tt.stopAt > 0 && tt.batches == tt.stopAt {
 			tt.c.Close()
@@ -317,7 +320,7 @@ func TestTrainerSlowRankDoesNotStallOthers(t *testing.T) {
 			if lr != 3 {
 				fastDone++
 				if fastDone == 3 {
-					slowBatchesAtFastDone = ts[3].batches
+					slowBatchesAtFastDone = int(ts[3].taken.Load())
 				}
 			}
 			mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/testbed/netns"
+	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 // prefix names every group of this test process.
@@ -96,7 +97,7 @@ short line
 func newGroup(t *testing.T, cfg Config) *Group {
 	t.Helper()
 	if err := Available(); err != nil {
-		t.Skipf("SKIP: cgroups unavailable: %v", err)
+		testenv.Require(t, "cgroups unavailable: %v", err)
 	}
 	g, err := New(cfg)
 	if err != nil {
@@ -265,7 +266,7 @@ func dead(pid int) bool {
 // after a crash.
 func TestRemove(t *testing.T) {
 	if err := Available(); err != nil {
-		t.Skipf("SKIP: cgroups unavailable: %v", err)
+		testenv.Require(t, "cgroups unavailable: %v", err)
 	}
 	name := prefix + "r"
 	g, err := New(Config{Name: name, CPUs: 1})

@@ -19,6 +19,7 @@ import (
 	"github.com/sophon-dl/sophon/testbed/cgroup"
 	"github.com/sophon-dl/sophon/testbed/netns"
 	"github.com/sophon-dl/sophon/testbed/results"
+	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -122,7 +123,7 @@ func TestExperimentNetns(t *testing.T) {
 		t.Skip("runs the binaries for about a minute")
 	}
 	if err := netns.Available(); err != nil {
-		t.Skipf("SKIP: namespaces unavailable (%v); CI runs this as root", err)
+		testenv.Require(t, "namespaces unavailable (%v); CI runs this as root", err)
 	}
 	bins := buildBinaries(t)
 	out := t.TempDir()
@@ -187,7 +188,7 @@ func TestExperimentCancel(t *testing.T) {
 		t.Skip("runs the binaries")
 	}
 	if err := netns.Available(); err != nil {
-		t.Skipf("SKIP: namespaces unavailable (%v); CI runs this as root", err)
+		testenv.Require(t, "namespaces unavailable (%v); CI runs this as root", err)
 	}
 	bins := buildBinaries(t)
 	cfg := Config{
@@ -250,7 +251,7 @@ func TestExperimentTrainLoopback(t *testing.T) {
 		t.Skip("runs the binaries and PyTorch")
 	}
 	if out, err := exec.Command("/usr/bin/python3", "-c", "import torch, torchvision, numpy, PIL").CombinedOutput(); err != nil {
-		t.Skipf("SKIP: /usr/bin/python3 cannot import torch, torchvision, numpy and PIL (apt-get install python3-torchvision python3-numpy python3-pil): %v %s",
+		testenv.Require(t, "/usr/bin/python3 cannot import torch, torchvision, numpy and PIL (apt-get install python3-torchvision python3-numpy python3-pil): %v %s",
 			err, strings.TrimSpace(string(out)))
 	}
 	bins := buildBinaries(t)

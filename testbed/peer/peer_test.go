@@ -20,6 +20,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/testbed/fileserve"
+	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 func TestDefaultBatchIsTheComputeAgents(t *testing.T) {
@@ -139,7 +140,7 @@ func TestReadReport(t *testing.T) {
 // it must exit SkipExit with the install hint.
 func TestSkipsWithoutTorch(t *testing.T) {
 	if _, err := os.Stat(DefaultPython); err != nil {
-		t.Skipf("no %s: %v", DefaultPython, err)
+		testenv.Require(t, "no %s: %v", DefaultPython, err)
 	}
 	fake := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(fake, "torch"), 0o755); err != nil {
@@ -172,7 +173,7 @@ var available = sync.OnceValue(func() error { return Available("") })
 func needPeer(t *testing.T) {
 	t.Helper()
 	if err := available(); err != nil {
-		t.Skipf("peer unavailable: %v", err)
+		testenv.Require(t, "peer unavailable: %v", err)
 	}
 }
 
