@@ -9,8 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/ops"
 )
 
@@ -96,15 +95,6 @@ func warmWire() {
 	}
 }
 
-// threadCPU is the calling thread's CPU time in ns.
-func threadCPU() int64 {
-	var ts unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
-		return 0
-	}
-	return ts.Nano()
-}
-
 // Record runs the whole pipeline on one sample (raw is its file, key seeds
 // the random ops; normally key.Sample == sample) and keeps its raw size,
 // every op's output size (the wire payload size, [ops.Value.Size]) and
@@ -153,14 +143,14 @@ func measureSample(p *ops.Pipeline, sample uint64, raw []byte, key ops.Key) (Sam
 		return sp, err
 	}
 	var werr error
-	last := threadCPU()
+	last := int64(cpuclock.Thread())
 	_, err := p.RunObserved(key, in, 0, n, func(j int, out ops.Value, _ time.Duration) {
-		sp.OpNS[j] = max(threadCPU()-last, 0)
+		sp.OpNS[j] = max(int64(cpuclock.Thread())-last, 0)
 		sp.Bytes[j+1] = int64(out.Size())
 		if werr == nil {
 			werr = measureWire(out, &sp, j+1)
 		}
-		last = threadCPU()
+		last = int64(cpuclock.Thread())
 	})
 	if err != nil {
 		return sp, err
@@ -170,16 +160,16 @@ func measureSample(p *ops.Pipeline, sample uint64, raw []byte, key ops.Key) (Sam
 
 // measureWire fills split k's compressed size and codec costs for v.
 func measureWire(v ops.Value, sp *SampleProfile, k int) error {
-	t0 := threadCPU()
+	t0 := int64(cpuclock.Thread())
 	w, err := ops.EncodeWire(v, ops.CodecZstd)
-	t1 := threadCPU()
+	t1 := int64(cpuclock.Thread())
 	if err != nil {
 		return fmt.Errorf("profiler: sample %d split %d: %w", sp.ID, k, err)
 	}
 	lim := ops.WireLimits{MaxPayload: max(v.Size(), ops.DefaultMaxWirePayload)}
-	t2 := threadCPU()
+	t2 := int64(cpuclock.Thread())
 	_, err = ops.DecodeWire(w, lim)
-	t3 := threadCPU()
+	t3 := int64(cpuclock.Thread())
 	if err != nil {
 		return fmt.Errorf("profiler: sample %d split %d: %w", sp.ID, k, err)
 	}

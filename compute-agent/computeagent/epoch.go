@@ -15,8 +15,9 @@ import (
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sys/unix"
 
+	"github.com/sophon-dl/sophon/internal/cpuclock"
+	"github.com/sophon-dl/sophon/internal/errkind"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/profiler"
 )
@@ -205,13 +206,13 @@ func (e *epochRun) worker(ctx context.Context) error {
 func (e *epochRun) finish(data []byte, lim ops.WireLimits, it *item) *SampleFailure {
 	p := e.cfg.Pipeline
 	key := ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: it.sample}
-	t0 := threadCPU()
+	t0 := cpuclock.Thread()
 	in, err := ops.DecodeWire(data, lim)
 	var v ops.Value
 	if err == nil {
 		v, err = p.Run(key, in, it.split, p.Len())
 	}
-	e.computeNS.Add(int64(threadCPU() - t0))
+	e.computeNS.Add(int64(cpuclock.Thread() - t0))
 	if raw, ok := in.(ops.Encoded); ok && err == nil && e.rec != nil {
 		// Stage 2 runs the pipeline again, op by op, on the raw bytes; the
 		// delivered tensor is still p.Run's, and the record's CPU time is
@@ -244,9 +245,9 @@ func (e *epochRun) finish(data []byte, lim ops.WireLimits, it *item) *SampleFail
 
 // check validates a response's wire form without finishing it (FetchOnly).
 func (e *epochRun) check(data []byte, lim ops.WireLimits, it *item) *SampleFailure {
-	t0 := threadCPU()
+	t0 := cpuclock.Thread()
 	_, err := ops.CheckWire(data, lim)
-	e.computeNS.Add(int64(threadCPU() - t0))
+	e.computeNS.Add(int64(cpuclock.Thread() - t0))
 	if err != nil {
 		return &SampleFailure{Sample: it.sample, Split: it.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
 	}
@@ -386,37 +387,14 @@ func (e *epochRun) feeder(ctx context.Context) error {
 	}
 }
 
-// localKind names an ops error with the storage agent's kinds.
+// localKind names an ops error with the storage agent's kinds, or WIRE for
+// a wire form that does not decode.
 func localKind(err error) string {
-	switch {
-	case errors.Is(err, ops.ErrEmpty):
-		return "EMPTY"
-	case errors.Is(err, ops.ErrNotJPEG):
-		return "NOT_JPEG"
-	case errors.Is(err, ops.ErrTruncated):
-		return "TRUNCATED"
-	case errors.Is(err, ops.ErrCorrupt):
-		return "CORRUPT"
-	case errors.Is(err, ops.ErrTooLarge), errors.Is(err, ops.ErrWireTooLarge):
-		return "TOO_LARGE"
-	case errors.Is(err, ops.ErrUnsupported):
-		return "UNSUPPORTED"
-	case errors.Is(err, ops.ErrWireHeader), errors.Is(err, ops.ErrWireSize),
-		errors.Is(err, ops.ErrWireChecksum), errors.Is(err, ops.ErrWireCodec):
+	if errors.Is(err, ops.ErrWireHeader) || errors.Is(err, ops.ErrWireSize) ||
+		errors.Is(err, ops.ErrWireChecksum) || errors.Is(err, ops.ErrWireCodec) {
 		return "WIRE"
-	case errors.Is(err, ops.ErrKind), errors.Is(err, ops.ErrSplit):
-		return "BAD_REQUEST"
 	}
-	return "INTERNAL"
-}
-
-// threadCPU is the calling thread's CPU time.
-func threadCPU() time.Duration {
-	var ts unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
-		return 0
-	}
-	return time.Duration(ts.Nano())
+	return errkind.Name(errkind.Of(err))
 }
 
 var hostLE = binary.NativeEndian.Uint16([]byte{1, 0}) == 1

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/profiler"
@@ -259,11 +260,11 @@ func localCost(p *ops.Pipeline, key ops.Key, raw []byte) int64 {
 	defer runtime.UnlockOSThread()
 	best := int64(-1)
 	for range 2 {
-		t0 := threadCPU()
+		t0 := cpuclock.Thread()
 		if _, err := p.Run(key, ops.Encoded(raw), 0, p.Len()); err != nil {
 			return 0
 		}
-		d := int64(threadCPU() - t0)
+		d := int64(cpuclock.Thread() - t0)
 		if best < 0 || d < best {
 			best = d
 		}

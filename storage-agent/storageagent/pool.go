@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -40,15 +39,6 @@ import (
 
 // minSleep is the smallest throttle sleep; shorter debts carry over.
 const minSleep = time.Millisecond
-
-// threadCPU is the calling thread's CPU time.
-func threadCPU() time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
-		return 0
-	}
-	return time.Duration(ts.Nano())
-}
 
 // poolSize returns the worker count for a CPU budget and each worker's
 // share of a core.

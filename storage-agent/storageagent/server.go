@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/sophon-dl/sophon/internal/cpuclock"
+	"github.com/sophon-dl/sophon/internal/errkind"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -539,9 +541,9 @@ func (s *server) handle(j *job, late time.Duration) time.Duration {
 		s.beforeJob()
 	}
 	start := time.Now()
-	t0 := threadCPU()
+	t0 := cpuclock.Thread()
 	data, err := s.process(j.req, j.pipe)
-	busy := threadCPU() - t0
+	busy := cpuclock.Thread() - t0
 	wall := time.Since(start)
 	s.m.cpu.Add(busy.Seconds())
 	var resp *dataplanepb.FetchResponse
@@ -638,26 +640,9 @@ func (s *server) failure(req *dataplanepb.FetchRequest, err error) *dataplanepb.
 // errorKind maps the dataset's and the op library's sentinel errors to the
 // wire's error kinds.
 func errorKind(err error) dataplanepb.ErrorKind {
-	for _, m := range []struct {
-		err  error
-		kind dataplanepb.ErrorKind
-	}{
-		{ErrNotFound, dataplanepb.ErrorKind_ERROR_KIND_NOT_FOUND},
-		{ops.ErrEmpty, dataplanepb.ErrorKind_ERROR_KIND_EMPTY},
-		{ops.ErrNotJPEG, dataplanepb.ErrorKind_ERROR_KIND_NOT_JPEG},
-		{ops.ErrTruncated, dataplanepb.ErrorKind_ERROR_KIND_TRUNCATED},
-		{ops.ErrCorrupt, dataplanepb.ErrorKind_ERROR_KIND_CORRUPT},
-		{ops.ErrTooLarge, dataplanepb.ErrorKind_ERROR_KIND_TOO_LARGE},
-		{ops.ErrUnsupported, dataplanepb.ErrorKind_ERROR_KIND_UNSUPPORTED},
-		{ops.ErrSplit, dataplanepb.ErrorKind_ERROR_KIND_BAD_REQUEST},
-		{ops.ErrSpec, dataplanepb.ErrorKind_ERROR_KIND_BAD_REQUEST},
-		{ops.ErrKind, dataplanepb.ErrorKind_ERROR_KIND_BAD_REQUEST},
-		{ErrRead, dataplanepb.ErrorKind_ERROR_KIND_IO},
-		{ErrClosed, dataplanepb.ErrorKind_ERROR_KIND_IO},
-	} {
-		if errors.Is(err, m.err) {
-			return m.kind
-		}
-	}
-	return dataplanepb.ErrorKind_ERROR_KIND_INTERNAL
+	return errkind.Of(err,
+		errkind.Pair{Err: ErrNotFound, Kind: dataplanepb.ErrorKind_ERROR_KIND_NOT_FOUND},
+		errkind.Pair{Err: ErrRead, Kind: dataplanepb.ErrorKind_ERROR_KIND_IO},
+		errkind.Pair{Err: ErrClosed, Kind: dataplanepb.ErrorKind_ERROR_KIND_IO},
+	)
 }
