@@ -72,6 +72,7 @@ type settings struct {
 	LogLevel        string        `yaml:"log-level"`
 	LogFormat       string        `yaml:"log-format"`
 	GCPercent       int           `yaml:"gc-percent"`
+	MemoryLimit     int64         `yaml:"memory-limit"`
 }
 
 func defaults() settings {
@@ -121,6 +122,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.TLSCA, "tls-ca", s.TLSCA, "PEM CA `file` that signs client certificates")
 	fs.StringVar(&s.LogLevel, "log-level", s.LogLevel, "log `level`: debug, info, warn or error")
 	fs.StringVar(&s.LogFormat, "log-format", s.LogFormat, "log `format`: console, json, or auto (console on a terminal)")
+	fs.Int64Var(&s.MemoryLimit, "memory-limit", s.MemoryLimit, "soft limit on the Go heap in `bytes` (GOMEMLIMIT; libjpeg's own memory is bounded per decode on top); 0 means 256 MiB plus 32 MiB per worker; ignored when GOMEMLIMIT is set")
 	fs.IntVar(&s.GCPercent, "gc-percent", s.GCPercent, "Go GC target `percent` (GOGC); ignored when the GOGC environment variable is set")
 	return fs
 }
@@ -182,6 +184,11 @@ func run(args []string) int {
 		return 1
 	}
 	defer a.Close()
+	limit := s.MemoryLimit
+	if limit == 0 {
+		limit = defaultMemoryLimit(a.Workers())
+	}
+	cli.SetMemoryLimit(limit)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := a.Run(ctx); err != nil {
@@ -198,5 +205,11 @@ func run(args []string) int {
 // a third of the CPU per byte. 400 collects a quarter as often for a heap a
 // few tens of megabytes larger.
 const defaultGCPercent = 400
+
+// defaultMemoryLimit is the Go heap's soft limit for a pool of workers:
+// room for the buffered results (128 MiB at most, see storageagent) and
+// each worker's sample in flight. With the 400% GC target the heap would
+// otherwise grow to five times its live size.
+func defaultMemoryLimit(workers int) int64 { return 256<<20 + int64(workers)*32<<20 }
 
 func main() { os.Exit(run(os.Args[1:])) }

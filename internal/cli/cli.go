@@ -101,6 +101,16 @@ func Logger(level, format, component string, out *os.File) (zerolog.Logger, erro
 	return zerolog.New(w).Level(lvl).With().Timestamp().Str("component", component).Logger(), nil
 }
 
+// SetMemoryLimit sets the Go runtime's soft memory limit to bytes unless
+// the GOMEMLIMIT environment variable is set, which wins, or bytes is not
+// positive. Near the limit the collector runs more often whatever the GC
+// percent, so a large GC percent costs no memory under load.
+func SetMemoryLimit(bytes int64) {
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && bytes > 0 {
+		debug.SetMemoryLimit(bytes)
+	}
+}
+
 // SetGCPercent sets the GC target unless the GOGC environment variable
 // is set, which wins.
 func SetGCPercent(percent int) {

@@ -308,6 +308,9 @@ func (a *Agent) serverOptions() ([]grpc.ServerOption, error) {
 	return opts, nil
 }
 
+// Workers is the number of budgeted workers (ceil of the CPU budget).
+func (a *Agent) Workers() int { return a.workers }
+
 // Dataset is the dataset the agent serves.
 func (a *Agent) Dataset() *Dataset { return a.ds }
 

@@ -26,8 +26,8 @@ import (
 
 // Buffered-result bounds (see above).
 const (
-	streamBufferBytes = 16 << 20
-	globalBufferBytes = 256 << 20
+	streamBufferBytes = 8 << 20
+	globalBufferBytes = 128 << 20
 )
 
 // fairQueue is one pool's queue: the budgeted workers' or the raw workers'.
