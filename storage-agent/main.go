@@ -49,6 +49,8 @@ Flags:
 type settings struct {
 	Config          string        `yaml:"-"`
 	Data            string        `yaml:"data"`
+	Strict          bool          `yaml:"strict"`
+	Index           string        `yaml:"index"`
 	Listen          string        `yaml:"listen"`
 	Advertise       string        `yaml:"advertise"`
 	Gossip          string        `yaml:"gossip"`
@@ -100,6 +102,8 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	}
 	fs.StringVar(&s.Config, "config", s.Config, "YAML config `file` with the same keys as these flags; flags override it")
 	fs.StringVar(&s.Data, "data", s.Data, "dataset `directory` (ImageFolder or *.tar shards); required")
+	fs.BoolVar(&s.Strict, "strict", s.Strict, "refuse to start on any bad entry in the dataset (dangling or escaping symlink, unreadable file, damaged shard, duplicate key); default: skip, log and count them")
+	fs.StringVar(&s.Index, "index", s.Index, "content-hash index `file`, so restarts hash only what changed; - for none (default: DIR/.sophon-index when writable, else the user cache dir)")
 	fs.StringVar(&s.Listen, "listen", s.Listen, "gRPC listen `address`")
 	fs.StringVar(&s.Advertise, "advertise", s.Advertise, "gRPC `host:port` announced to peers (default: the listen address, a wildcard host replaced by the gossip host or hostname)")
 	fs.StringVar(&s.Gossip, "gossip", s.Gossip, "memberlist bind `host:port` (UDP and TCP); empty disables membership")
@@ -136,6 +140,8 @@ func parse(args []string, out io.Writer) (settings, error) {
 func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c := storageagent.DefaultConfig()
 	c.Data = s.Data
+	c.Strict = s.Strict
+	c.Index = s.Index
 	c.Listen = s.Listen
 	c.Advertise = s.Advertise
 	c.Gossip = s.Gossip

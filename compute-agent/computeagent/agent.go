@@ -63,7 +63,10 @@ type Agent struct {
 	discovery Discovery
 	conns     map[string]*grpc.ClientConn
 	cat       *Catalog
-	closed    bool
+	// refused holds the storage agents refused for the rest of the run,
+	// by name, with why (content.go).
+	refused sync.Map
+	closed  bool
 }
 
 // New validates cfg (filling in its zero values) and returns an agent. It
@@ -247,12 +250,16 @@ func (a *Agent) storage(ctx context.Context) ([]*fetcher, *Catalog, error) {
 	var fs []*fetcher
 	var errs []error
 	for _, ep := range eps {
+		if err := a.refusal(ep.Name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		c, err := a.conn(ep.Addr)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		client := dataplanepb.NewStorageClient(c)
+		client := a.guard(ep.Name, dataplanepb.NewStorageClient(c))
 		ictx, cancel := context.WithTimeout(ctx, infoTimeout)
 		info, err := client.Info(ictx, &dataplanepb.InfoRequest{})
 		cancel()

@@ -11,18 +11,38 @@ import (
 
 // Catalog is the dataset as a storage agent describes it. Sample ids are
 // dense, 0 to Total-1.
+//
+// readCatalog checks it: the fingerprint must be the one its paths digest,
+// sizes, labels and content hashes give (dataplanepb.Fingerprinter), so a
+// storage agent cannot announce another's fingerprint with other content
+// hashes; and every sample fetched raw is checked against its hash
+// (checkRaw), so it cannot serve other bytes under honest hashes either.
 type Catalog struct {
 	Fingerprint string
 	Total       uint64
 	Classes     []string
 	Labels      []uint32
 	RawSizes    []uint64
+	// Hashes holds each sample's SHA-256, 32 bytes per sample in id order.
+	Hashes []byte
+	// PathsDigest is the storage agent's digest of the sample paths.
+	PathsDigest []byte
+}
+
+// Hash is sample i's content hash; ok is false when the catalog has none
+// (built in tests without one).
+func (c *Catalog) Hash(i uint64) (h [32]byte, ok bool) {
+	if uint64(len(c.Hashes)) < 32*(i+1) {
+		return h, false
+	}
+	copy(h[:], c.Hashes[32*i:])
+	return h, true
 }
 
 // ErrCatalog marks a malformed catalog stream.
 var ErrCatalog = errors.New("computeagent: bad catalog")
 
-// maxCatalog bounds the samples a catalog may declare (memory: 12 bytes
+// maxCatalog bounds the samples a catalog may declare (memory: 44 bytes
 // per sample).
 const maxCatalog = 1 << 32
 
@@ -51,6 +71,8 @@ func readCatalog(ctx context.Context, c dataplanepb.StorageClient) (*Catalog, er
 				Classes:     page.GetClassNames(),
 				Labels:      make([]uint32, 0, page.GetTotal()),
 				RawSizes:    make([]uint64, 0, page.GetTotal()),
+				Hashes:      make([]byte, 0, 32*page.GetTotal()),
+				PathsDigest: page.GetPathsDigest(),
 			}
 		}
 		if page.GetFirst() != uint64(len(cat.Labels)) {
@@ -59,11 +81,15 @@ func readCatalog(ctx context.Context, c dataplanepb.StorageClient) (*Catalog, er
 		if len(page.GetLabels()) != len(page.GetRawSizes()) {
 			return nil, fmt.Errorf("%w: page at %d has %d labels and %d sizes", ErrCatalog, page.GetFirst(), len(page.GetLabels()), len(page.GetRawSizes()))
 		}
+		if len(page.GetContentHashes()) != 32*len(page.GetLabels()) {
+			return nil, fmt.Errorf("%w: page at %d has %d bytes of content hashes for %d samples", ErrCatalog, page.GetFirst(), len(page.GetContentHashes()), len(page.GetLabels()))
+		}
 		if uint64(len(cat.Labels)+len(page.GetLabels())) > cat.Total {
 			return nil, fmt.Errorf("%w: more than the %d samples announced", ErrCatalog, cat.Total)
 		}
 		cat.Labels = append(cat.Labels, page.GetLabels()...)
 		cat.RawSizes = append(cat.RawSizes, page.GetRawSizes()...)
+		cat.Hashes = append(cat.Hashes, page.GetContentHashes()...)
 	}
 	if cat == nil {
 		return nil, fmt.Errorf("%w: no pages", ErrCatalog)
@@ -71,5 +97,21 @@ func readCatalog(ctx context.Context, c dataplanepb.StorageClient) (*Catalog, er
 	if uint64(len(cat.Labels)) != cat.Total {
 		return nil, fmt.Errorf("%w: %d samples listed, %d announced", ErrCatalog, len(cat.Labels), cat.Total)
 	}
+	if len(cat.PathsDigest) != 32 {
+		return nil, fmt.Errorf("%w: paths digest of %d bytes, want 32", ErrCatalog, len(cat.PathsDigest))
+	}
+	if fp := cat.fingerprint(); fp != cat.Fingerprint {
+		return nil, fmt.Errorf("%w: %w: announced %q, its content hashes give %q", ErrCatalog, ErrFingerprint, cat.Fingerprint, fp)
+	}
 	return cat, nil
+}
+
+// fingerprint recomputes the fingerprint from the catalog's contents.
+func (c *Catalog) fingerprint() string {
+	fp := dataplanepb.NewFingerprinter(c.PathsDigest)
+	for i := range c.Labels {
+		h, _ := c.Hash(uint64(i))
+		fp.Add(c.RawSizes[i], c.Labels[i], h)
+	}
+	return fp.Sum()
 }

@@ -174,7 +174,7 @@ func (e *epochRun) worker(ctx context.Context) error {
 			if e.cfg.FetchOnly {
 				bad = e.check(w.resp.GetData(), lim, &it)
 			} else {
-				bad = e.finish(w.resp.GetData(), lim, &it)
+				bad = e.finish(w.f, w.resp.GetData(), lim, &it)
 			}
 		}
 		if bad != nil {
@@ -201,13 +201,17 @@ func (e *epochRun) worker(ctx context.Context) error {
 	}
 }
 
-// finish decodes a response's wire form and runs ops[k:n] on it, timing
+// finish decodes a response's wire form from f, checks raw bytes against
+// the catalog's content hash (see checkRaw) and runs ops[k:n] on it, timing
 // both on the thread's CPU clock, and fills it with the tensor.
-func (e *epochRun) finish(data []byte, lim ops.WireLimits, it *item) *SampleFailure {
+func (e *epochRun) finish(f *fetcher, data []byte, lim ops.WireLimits, it *item) *SampleFailure {
 	p := e.cfg.Pipeline
 	key := ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: it.sample}
 	t0 := cpuclock.Thread()
 	in, err := ops.DecodeWire(data, lim)
+	if raw, ok := in.(ops.Encoded); ok && err == nil && it.split == 0 {
+		err = f.checkRaw(it.sample, raw)
+	}
 	var v ops.Value
 	if err == nil {
 		v, err = p.Run(key, in, it.split, p.Len())
@@ -393,6 +397,9 @@ func localKind(err error) string {
 	if errors.Is(err, ops.ErrWireHeader) || errors.Is(err, ops.ErrWireSize) ||
 		errors.Is(err, ops.ErrWireChecksum) || errors.Is(err, ops.ErrWireCodec) {
 		return "WIRE"
+	}
+	if errors.Is(err, ErrContentMismatch) {
+		return "CONTENT"
 	}
 	return errkind.Name(errkind.Of(err))
 }

@@ -1,7 +1,9 @@
 package computeagent
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"net"
@@ -71,10 +73,18 @@ func testDataset(t testing.TB) [][]byte {
 // what it saw.
 type fakeStorage struct {
 	dataplanepb.UnimplementedStorageServer
-	name        string
-	p           *ops.Pipeline
-	data        [][]byte
+	name string
+	p    *ops.Pipeline
+	data [][]byte
+	// fingerprint, when set, is what Info announces instead of the
+	// catalog's true fingerprint (the catalog always sends the true one).
 	fingerprint string
+	// catData, when set, is what the catalog's content hashes describe
+	// (a rogue agent serving data under another's catalog). Nil means
+	// data.
+	catData [][]byte
+	// forgeFP, when set, is the fingerprint the catalog claims.
+	forgeFP string
 
 	// delay holds samples back this long before answering.
 	delay map[uint64]time.Duration
@@ -104,11 +114,30 @@ type fakeStorage struct {
 var _ dataplanepb.StorageServer = (*fakeStorage)(nil)
 
 func newFake(t testing.TB, name string) *fakeStorage {
-	return &fakeStorage{name: name, p: testPipeline(t), data: testDataset(t), fingerprint: "fp-test"}
+	return &fakeStorage{name: name, p: testPipeline(t), data: testDataset(t)}
+}
+
+// fakePathsDigest stands for the digest of the fake's sample paths.
+var fakePathsDigest = sha256.Sum256([]byte("fake paths"))
+
+func (s *fakeStorage) catalogData() [][]byte {
+	if s.catData != nil {
+		return s.catData
+	}
+	return s.data
+}
+
+// catalogFingerprint is the fingerprint of the catalog the fake serves.
+func (s *fakeStorage) catalogFingerprint() string {
+	fp := dataplanepb.NewFingerprinter(fakePathsDigest[:])
+	for i, b := range s.catalogData() {
+		fp.Add(uint64(len(b)), uint32(i%3), sha256.Sum256(b))
+	}
+	return fp.Sum()
 }
 
 func (s *fakeStorage) Info(context.Context, *dataplanepb.InfoRequest) (*dataplanepb.InfoResponse, error) {
-	return &dataplanepb.InfoResponse{Node: s.name, Version: "test", Fingerprint: s.fingerprint, Cpus: max(s.cpus, 1), Samples: uint64(len(s.data))}, nil
+	return &dataplanepb.InfoResponse{Node: s.name, Version: "test", Fingerprint: cmp.Or(s.fingerprint, s.catalogFingerprint()), Cpus: max(s.cpus, 1), Samples: uint64(len(s.data))}, nil
 }
 
 func (s *fakeStorage) Catalog(req *dataplanepb.CatalogRequest, stream dataplanepb.Storage_CatalogServer) error {
@@ -116,11 +145,15 @@ func (s *fakeStorage) Catalog(req *dataplanepb.CatalogRequest, stream dataplanep
 	for first := 0; first < len(s.data) || first == 0; first += 10 {
 		page := &dataplanepb.CatalogPage{First: uint64(first)}
 		if first == 0 {
-			page.Fingerprint, page.Total, page.ClassNames = s.fingerprint, uint64(len(s.data)), []string{"a", "b", "c"}
+			page.Fingerprint, page.Total, page.ClassNames = cmp.Or(s.forgeFP, s.catalogFingerprint()), uint64(len(s.data)), []string{"a", "b", "c"}
+			page.PathsDigest = fakePathsDigest[:]
 		}
 		for i := first; i < min(first+10, len(s.data)); i++ {
+			b := s.catalogData()[i]
+			h := sha256.Sum256(b)
 			page.Labels = append(page.Labels, uint32(i%3))
-			page.RawSizes = append(page.RawSizes, uint64(len(s.data[i])))
+			page.RawSizes = append(page.RawSizes, uint64(len(b)))
+			page.ContentHashes = append(page.ContentHashes, h[:]...)
 		}
 		if err := stream.Send(page); err != nil {
 			return err

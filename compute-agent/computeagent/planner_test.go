@@ -53,7 +53,6 @@ func policyDataset(t testing.TB) [][]byte {
 func shapedFake(t testing.TB, name string, bps func(epoch uint64) float64) *fakeStorage {
 	s := newFake(t, name)
 	s.data = policyDataset(t)
-	s.fingerprint = "fp-policy"
 	s.linkBPS = bps
 	s.cpus = 4
 	return s

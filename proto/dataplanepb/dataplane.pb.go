@@ -219,7 +219,17 @@ type CatalogPage struct {
 	First  uint64   `protobuf:"varint,4,opt,name=first,proto3" json:"first,omitempty"`
 	Labels []uint32 `protobuf:"varint,5,rep,packed,name=labels,proto3" json:"labels,omitempty"`
 	// Raw (encoded) sizes in bytes, one per sample.
-	RawSizes      []uint64 `protobuf:"varint,6,rep,packed,name=raw_sizes,json=rawSizes,proto3" json:"raw_sizes,omitempty"`
+	RawSizes []uint64 `protobuf:"varint,6,rep,packed,name=raw_sizes,json=rawSizes,proto3" json:"raw_sizes,omitempty"`
+	// SHA-256 of each sample's raw (encoded) bytes, 32 bytes per sample of
+	// this page, concatenated in id order: len(content_hashes) must be
+	// 32 * len(labels). A compute agent checks every sample it fetches raw
+	// (split 0) against it; intermediates (split > 0) cannot be checked.
+	ContentHashes []byte `protobuf:"bytes,7,opt,name=content_hashes,json=contentHashes,proto3" json:"content_hashes,omitempty"`
+	// Set on the first page only: SHA-256 over every sample's relative path
+	// (raw bytes, then a NUL) in id order. The fingerprint covers it, so a
+	// client can recompute the fingerprint from the catalog without the
+	// paths (see dataplanepb.Fingerprinter).
+	PathsDigest   []byte `protobuf:"bytes,8,opt,name=paths_digest,json=pathsDigest,proto3" json:"paths_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -292,6 +302,20 @@ func (x *CatalogPage) GetLabels() []uint32 {
 func (x *CatalogPage) GetRawSizes() []uint64 {
 	if x != nil {
 		return x.RawSizes
+	}
+	return nil
+}
+
+func (x *CatalogPage) GetContentHashes() []byte {
+	if x != nil {
+		return x.ContentHashes
+	}
+	return nil
+}
+
+func (x *CatalogPage) GetPathsDigest() []byte {
+	if x != nil {
+		return x.PathsDigest
 	}
 	return nil
 }
@@ -671,7 +695,7 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\n" +
 	"!proto/dataplanepb/dataplane.proto\x12\x13sophon.dataplane.v1\"-\n" +
 	"\x0eCatalogRequest\x12\x1b\n" +
-	"\tpage_size\x18\x01 \x01(\rR\bpageSize\"\xb1\x01\n" +
+	"\tpage_size\x18\x01 \x01(\rR\bpageSize\"\xfb\x01\n" +
 	"\vCatalogPage\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x1f\n" +
@@ -679,7 +703,9 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"classNames\x12\x14\n" +
 	"\x05first\x18\x04 \x01(\x04R\x05first\x12\x16\n" +
 	"\x06labels\x18\x05 \x03(\rR\x06labels\x12\x1b\n" +
-	"\traw_sizes\x18\x06 \x03(\x04R\brawSizes\"\xf0\x01\n" +
+	"\traw_sizes\x18\x06 \x03(\x04R\brawSizes\x12%\n" +
+	"\x0econtent_hashes\x18\a \x01(\fR\rcontentHashes\x12!\n" +
+	"\fpaths_digest\x18\b \x01(\fR\vpathsDigest\"\xf0\x01\n" +
 	"\fFetchRequest\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\x04R\x03tag\x12\x16\n" +
 	"\x06sample\x18\x02 \x01(\x04R\x06sample\x12\x14\n" +

@@ -38,7 +38,8 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type StorageClient interface {
 	// Catalog streams the dataset's catalog in pages. The first page carries
-	// the fingerprint, the total and the class names.
+	// the fingerprint, the total, the class names and the paths digest; every
+	// page carries its samples' labels, raw sizes and content hashes.
 	Catalog(ctx context.Context, in *CatalogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CatalogPage], error)
 	// Fetch runs ops[0:split] of the named pipeline on each requested sample
 	// and streams the results back as they finish, in any order.
@@ -102,7 +103,8 @@ func (c *storageClient) Info(ctx context.Context, in *InfoRequest, opts ...grpc.
 // for forward compatibility.
 type StorageServer interface {
 	// Catalog streams the dataset's catalog in pages. The first page carries
-	// the fingerprint, the total and the class names.
+	// the fingerprint, the total, the class names and the paths digest; every
+	// page carries its samples' labels, raw sizes and content hashes.
 	Catalog(*CatalogRequest, grpc.ServerStreamingServer[CatalogPage]) error
 	// Fetch runs ops[0:split] of the named pipeline on each requested sample
 	// and streams the results back as they finish, in any order.

@@ -92,6 +92,13 @@ type Config struct {
 	// Data is the dataset directory (ImageFolder or tar shards; see
 	// [Dataset]). Required.
 	Data string
+	// Strict refuses to start on any bad entry in Data (see
+	// OpenOptions.Strict). False skips, logs and counts them.
+	Strict bool
+	// Index is the content-hash index file (see OpenOptions.Index). Empty
+	// means <Data>/.sophon-index when writable, else one in the user's
+	// cache directory; "-" means none.
+	Index string
 	// Listen is the gRPC address for [Agent.Run]. Empty means
 	// DefaultListen.
 	Listen string
@@ -275,9 +282,10 @@ func New(cfg Config) (*Agent, error) {
 	if a.gopts, err = a.serverOptions(); err != nil {
 		return nil, err
 	}
-	if a.ds, err = Open(cfg.Data); err != nil {
+	if a.ds, err = OpenWith(cfg.Data, OpenOptions{Strict: cfg.Strict, Index: cfg.Index, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
+	logIndexed(cfg.Logger, a.ds)
 	if a.srv, err = newServer(a.ds, cfg, workers, share); err != nil {
 		a.ds.Close()
 		return nil, err

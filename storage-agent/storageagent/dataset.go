@@ -3,20 +3,26 @@ package storageagent
 import (
 	"archive/tar"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
 // Errors returned by the dataset. The server maps them to per-sample error
@@ -27,8 +33,13 @@ var (
 	// ErrRead: reading a sample's bytes failed; the underlying I/O error is
 	// wrapped beside it.
 	ErrRead = errors.New("storageagent: read failed")
+	// ErrChanged: the file opened for a sample is not the one indexed (its
+	// device, inode or size differ, or it is no longer a regular file). It
+	// always comes wrapped with ErrRead.
+	ErrChanged = errors.New("storageagent: file changed since indexing")
 	// ErrLayout: the directory is neither an ImageFolder nor a set of
-	// WebDataset shards the agent can serve.
+	// WebDataset shards the agent can serve, or (with OpenOptions.Strict)
+	// it holds a bad entry.
 	ErrLayout = errors.New("storageagent: bad dataset layout")
 	// ErrClosed: the dataset was closed.
 	ErrClosed = errors.New("storageagent: dataset closed")
@@ -38,14 +49,116 @@ var (
 // ops.ErrTooLarge when read (it is data, not a reason to stop serving).
 const MaxSampleBytes = 1 << 30
 
+// SkipReason says why an entry of the data directory is not served.
+type SkipReason string
+
+// The reasons an entry is skipped while indexing.
+const (
+	SkipDangling   SkipReason = "dangling-symlink" // a symlink to nothing
+	SkipLoop       SkipReason = "symlink-loop"     // too many levels of symlinks
+	SkipEscape     SkipReason = "escapes-root"     // resolves outside the data directory
+	SkipUnreadable SkipReason = "unreadable"       // open, stat or read failed
+	SkipNotRegular SkipReason = "not-regular"      // a fifo, socket, device or directory named like a sample
+	SkipChanged    SkipReason = "changed"          // replaced while being indexed
+	SkipBadShard   SkipReason = "bad-shard"        // not a tar file (nothing served from it)
+	SkipCutShard   SkipReason = "cut-shard"        // a damaged or cut tail (the members before it are served)
+	SkipDuplicate  SkipReason = "duplicate-key"    // a second image for one key in a shard
+	SkipBadLabel   SkipReason = "bad-label"        // a .cls that is no class number, or none where others have one
+)
+
+// Skip is one entry left out of the catalog.
+type Skip struct {
+	// Path is the entry relative to the data directory, display-safe (see
+	// [DisplayName]).
+	Path   string
+	Reason SkipReason
+	// Detail is the cause, display-safe.
+	Detail string
+}
+
+func (s Skip) String() string { return fmt.Sprintf("%s: %s: %s", s.Path, s.Reason, s.Detail) }
+
+// IndexStats describes what OpenWith did.
+type IndexStats struct {
+	// Samples is the number of samples served.
+	Samples int
+	// Hashed and Reused count the content hashes computed and those taken
+	// from the index file.
+	Hashed, Reused int
+	// Skipped counts the skipped entries by reason.
+	Skipped map[SkipReason]int
+	// IndexFile is the index file used, empty when none.
+	IndexFile string
+	// Took is the time indexing took.
+	Took time.Duration
+}
+
+// OpenOptions configure [OpenWith]. The zero value is lenient, logs nothing
+// and keeps the index file at its default place.
+type OpenOptions struct {
+	// Strict refuses the dataset (ErrLayout) on any bad entry: a dangling
+	// symlink, a symlink loop, a symlink leaving the directory, an
+	// unreadable or non-regular sample file, a damaged shard, a duplicate
+	// key or a bad label. False skips such entries, logs and counts them
+	// (see [Dataset.Skipped]) and serves the rest.
+	Strict bool
+	// Logger receives one warning per skipped entry (the first
+	// maxSkipLogs of them) and the index file's problems. The zero value
+	// writes nothing.
+	Logger zerolog.Logger
+	// Index is the content-hash index file. Empty means <dir>/.sophon-index
+	// when dir is writable, else <user cache dir>/sophon/<sha256 of the
+	// absolute dir>.idx. "-" means none: every sample is hashed at every
+	// open and nothing is written.
+	Index string
+	// Workers hash samples in parallel. Zero means runtime.NumCPU().
+	Workers int
+}
+
+// maxSkipLogs bounds the warnings logged for skipped entries per open; the
+// counts cover them all.
+const maxSkipLogs = 100
+
+// fileID is what identifies the file a sample was indexed from; a read
+// opens the file anew and compares.
+type fileID struct {
+	dev, ino uint64
+	size     int64
+}
+
+func (id fileID) String() string {
+	return fmt.Sprintf("(dev %d, inode %d, %d bytes)", id.dev, id.ino, id.size)
+}
+
+func idOf(fi fs.FileInfo) fileID {
+	id := fileID{size: fi.Size()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.dev, id.ino = uint64(st.Dev), uint64(st.Ino) //nolint:unconvert // int32 on some systems
+	}
+	return id
+}
+
+func mtimeOf(fi fs.FileInfo) int64 { return fi.ModTime().UnixNano() }
+
 // sample is one catalog entry. shard is -1 for a loose file (ImageFolder),
 // otherwise an index into Dataset.shards with off the member's data offset.
 type sample struct {
-	rel   string // slash-separated path relative to the dataset directory
+	rel   string // slash-separated path relative to the dataset directory, raw bytes
 	shard int
 	off   int64
 	size  int64
 	label uint32
+	id    fileID // the loose file's identity (zero for a shard member)
+	mtime int64  // the file's (or shard's) modification time, for the index
+	hash  [32]byte
+}
+
+// shardFile is an open shard and what identified it when indexed.
+type shardFile struct {
+	name  string // relative to the dataset directory
+	f     *os.File
+	id    fileID
+	mtime int64
 }
 
 // Dataset is a read-only set of samples opened from a directory. Sample ids
@@ -58,35 +171,109 @@ type sample struct {
 //     before the first dot form one sample (WebDataset's key rule, so
 //     "a/x.jpg" and "a/x.cls" are sample "a/x", and "a/x.seg.jpg" is its
 //     field "seg.jpg", not its image). The image is the .jpg or .jpeg member
-//     (any case); the label is the .cls member's decimal text when every
-//     sample has one (class names are then "0".."max"), otherwise the
-//     member's parent folder name, with folder names sorted into labels
-//     0..C-1. A mix of samples with and without .cls is refused. Samples are
-//     ordered by shard, then by the position of their image in the shard.
-//     Each shard is indexed once at Open by walking its tar headers; reads use
-//     the remembered offsets.
+//     (any case); the label is the .cls member's decimal text when samples
+//     have one (class names are then "0".."max"; a sample without one is
+//     skipped), otherwise the member's parent folder name, with folder names
+//     sorted into labels 0..C-1. Samples are ordered by shard, then by the
+//     position of their image in the shard. Each shard is indexed once at
+//     Open by walking its tar headers; reads use the remembered offsets.
 //   - ImageFolder: otherwise, each subdirectory is a class (sorted by name,
 //     labels 0..C-1) and the *.jpg / *.jpeg files below it (any depth, case
 //     of the extension ignored, sorted by path) are its samples, ordered by
 //     class and then path.
 //
+// Everything is opened through an [os.Root] on the directory: a symlink is
+// followed only while it resolves inside the directory (a top-level class
+// folder or a sample file may be one; folders below a class are walked only
+// when real). Each sample's identity (device, inode, size) is remembered and
+// checked on every read, so a file replaced after indexing fails with
+// ErrChanged instead of serving other bytes. Each sample's content hash
+// (SHA-256 of its raw bytes) is computed at open, or reused from the index
+// file (see [OpenOptions.Index]), and the fingerprint covers it.
+//
+// Names need not be UTF-8: reads use the raw bytes, while [Dataset.Path],
+// [Dataset.ClassNames], [Skip] and error messages show [DisplayName]s.
+//
 // A Dataset is safe for concurrent use.
 type Dataset struct {
-	dir     string
-	samples []sample
-	classes []string
-	fp      string
+	dir         string
+	root        *os.Root
+	samples     []sample
+	classes     []string
+	fp          string
+	pathsDigest [32]byte
+	skips       []Skip
+	stats       IndexStats
 
-	mu     sync.RWMutex // guards shards against Close
-	shards []*os.File
+	mu     sync.RWMutex // guards root and shards against Close
+	shards []shardFile
 	closed bool
 }
 
-// Open indexes the dataset in dir. It fails when dir holds no samples.
-func Open(dir string) (*Dataset, error) {
-	ents, err := os.ReadDir(dir)
+// Open is OpenWith(dir, OpenOptions{}): lenient, silent, with the index
+// file at its default place.
+func Open(dir string) (*Dataset, error) { return OpenWith(dir, OpenOptions{}) }
+
+// OpenWith indexes the dataset in dir. It fails when dir cannot be opened,
+// holds no samples, or (Strict) holds a bad entry.
+func OpenWith(dir string, opts OpenOptions) (*Dataset, error) {
+	start := time.Now()
+	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("storageagent: open dataset: %w", err)
+	}
+	d := &Dataset{dir: dir, root: root}
+	ix := &indexer{d: d, opts: opts}
+	if err := ix.run(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	d.stats.Took = time.Since(start)
+	return d, nil
+}
+
+// indexer holds the state of one OpenWith.
+type indexer struct {
+	d    *Dataset
+	opts OpenOptions
+}
+
+func (ix *indexer) skip(rel string, reason SkipReason, detail string) {
+	s := Skip{Path: DisplayName(rel), Reason: reason, Detail: strings.ToValidUTF8(detail, "\uFFFD")}
+	ix.d.skips = append(ix.d.skips, s)
+	if len(ix.d.skips) <= maxSkipLogs {
+		ix.opts.Logger.Warn().Str("path", s.Path).Str("reason", string(reason)).Str("detail", s.Detail).Msg("dataset entry skipped")
+	}
+}
+
+// skipErr records an entry that failed to open or stat.
+func (ix *indexer) skipErr(rel string, err error) {
+	ix.skip(rel, classify(err), err.Error())
+}
+
+// classify names why opening or stating an entry through the root failed.
+func classify(err error) SkipReason {
+	switch {
+	case errors.Is(err, syscall.ELOOP):
+		return SkipLoop
+	// NB: os.Root's escape error is unexported; its text is stable.
+	case strings.Contains(err.Error(), "path escapes from parent"):
+		return SkipEscape
+	case errors.Is(err, fs.ErrNotExist):
+		return SkipDangling
+	case errors.Is(err, ErrChanged):
+		return SkipChanged
+	case errors.Is(err, errNotRegular):
+		return SkipNotRegular
+	}
+	return SkipUnreadable
+}
+
+func (ix *indexer) run() error {
+	d := ix.d
+	ents, err := readDir(d.root, ".")
+	if err != nil {
+		return fmt.Errorf("storageagent: open dataset: %w", err)
 	}
 	var tars []string
 	for _, e := range ents {
@@ -94,22 +281,89 @@ func Open(dir string) (*Dataset, error) {
 			tars = append(tars, e.Name())
 		}
 	}
-	d := &Dataset{dir: dir}
 	if len(tars) > 0 {
-		err = d.indexShards(tars)
+		ix.indexShards(tars)
 	} else {
-		err = d.indexFolders(ents)
+		ix.indexFolders(ents)
 	}
-	if err != nil {
-		d.Close()
-		return nil, err
+	idx := ix.loadIndex()
+	ix.hashAll(idx)
+	d.stats.Samples = len(d.samples)
+	d.stats.Skipped = map[SkipReason]int{}
+	for _, s := range d.skips {
+		d.stats.Skipped[s.Reason]++
+	}
+	if ix.opts.Strict && len(d.skips) > 0 {
+		return fmt.Errorf("%w: %d bad entries, first %s", ErrLayout, len(d.skips), d.skips[0])
 	}
 	if len(d.samples) == 0 {
-		d.Close()
-		return nil, fmt.Errorf("%w: no samples in %s", ErrLayout, dir)
+		return fmt.Errorf("%w: no samples in %s", ErrLayout, DisplayName(d.dir))
 	}
-	d.fp = fingerprint(d.samples)
-	return d, nil
+	d.fingerprint()
+	if d.stats.Hashed > 0 || len(idx) != len(d.samples) {
+		ix.saveIndex()
+	}
+	return nil
+}
+
+// readDir lists dir (relative to root) sorted by name.
+func readDir(root *os.Root, dir string) ([]fs.DirEntry, error) {
+	f, err := root.OpenFile(dir, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ents, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return ents, nil
+}
+
+var errNotRegular = errors.New("not a regular file")
+
+// openChecked opens rel beneath root without blocking (a fifo must not
+// hang the agent) and checks that it is a regular file and, when want is
+// set, the file indexed.
+func openChecked(root *os.Root, rel string, want *fileID) (*os.File, fs.FileInfo, error) {
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		if want != nil {
+			return nil, nil, fmt.Errorf("%w: %s is now %s", ErrChanged, DisplayName(rel), modeName(fi.Mode()))
+		}
+		return nil, nil, fmt.Errorf("%s is %s: %w", DisplayName(rel), modeName(fi.Mode()), errNotRegular)
+	}
+	if want != nil {
+		if got := idOf(fi); got != *want {
+			f.Close()
+			return nil, nil, fmt.Errorf("%w: %s is %v, indexed %v", ErrChanged, DisplayName(rel), got, *want)
+		}
+	}
+	return f, fi, nil
+}
+
+func modeName(m fs.FileMode) string {
+	switch t := m.Type(); {
+	case t&fs.ModeDir != 0:
+		return "a directory"
+	case t&fs.ModeNamedPipe != 0:
+		return "a fifo"
+	case t&fs.ModeSocket != 0:
+		return "a socket"
+	case t&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "not a regular file"
 }
 
 func isJPEGName(name string) bool {
@@ -117,56 +371,60 @@ func isJPEGName(name string) bool {
 	return ext == ".jpg" || ext == ".jpeg"
 }
 
-func (d *Dataset) indexFolders(ents []fs.DirEntry) error {
+func (ix *indexer) indexFolders(ents []fs.DirEntry) {
+	d := ix.d
 	for _, e := range ents {
-		if isDirEntry(d.dir, e) {
+		switch {
+		case strings.HasPrefix(e.Name(), indexName):
+			// The index file and its temporaries are no class.
+		case e.IsDir():
 			d.classes = append(d.classes, e.Name())
+		case e.Type()&fs.ModeSymlink != 0:
+			// A class folder may be a symlink, if it stays inside.
+			fi, err := d.root.Stat(e.Name())
+			if err != nil {
+				ix.skipErr(e.Name(), err)
+			} else if fi.IsDir() {
+				d.classes = append(d.classes, e.Name())
+			}
 		}
 	}
-	slices.Sort(d.classes)
 	for label, class := range d.classes {
 		var files []sample
-		root := filepath.Join(d.dir, class)
-		err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if e.IsDir() || !isJPEGName(e.Name()) {
-				return nil
-			}
-			info, err := os.Stat(p) // follows a symlink to its file
-			if err != nil {
-				return err
-			}
-			if !info.Mode().IsRegular() {
-				return nil
-			}
-			rel, err := filepath.Rel(d.dir, p)
-			if err != nil {
-				return err
-			}
-			files = append(files, sample{rel: filepath.ToSlash(rel), shard: -1, size: info.Size(), label: uint32(label)})
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("storageagent: index class %q: %w", class, err)
-		}
+		ix.walk(class, uint32(label), &files)
 		slices.SortFunc(files, func(a, b sample) int { return strings.Compare(a.rel, b.rel) })
 		d.samples = append(d.samples, files...)
+		d.classes[label] = DisplayName(class)
 	}
-	return nil
 }
 
-// isDirEntry reports whether e is a directory or a symlink to one.
-func isDirEntry(dir string, e fs.DirEntry) bool {
-	if e.IsDir() {
-		return true
+// walk adds the JPEGs below dir. It descends into real folders only, so a
+// symlink cannot make it loop.
+func (ix *indexer) walk(dir string, label uint32, files *[]sample) {
+	ents, err := readDir(ix.d.root, dir)
+	if err != nil {
+		ix.skipErr(dir, err)
+		return
 	}
-	if e.Type()&fs.ModeSymlink == 0 {
-		return false
+	for _, e := range ents {
+		rel := dir + "/" + e.Name()
+		switch {
+		case e.IsDir():
+			ix.walk(rel, label, files)
+		case !isJPEGName(e.Name()):
+		default:
+			fi, err := ix.d.root.Stat(rel) // follows a symlink that stays inside
+			if err != nil {
+				ix.skipErr(rel, err)
+				continue
+			}
+			if !fi.Mode().IsRegular() {
+				ix.skip(rel, SkipNotRegular, modeName(fi.Mode()))
+				continue
+			}
+			*files = append(*files, sample{rel: rel, shard: -1, size: fi.Size(), label: label, id: idOf(fi), mtime: mtimeOf(fi)})
+		}
 	}
-	info, err := os.Stat(filepath.Join(dir, e.Name()))
-	return err == nil && info.IsDir()
 }
 
 // member is a sample found in a shard while indexing it.
@@ -177,25 +435,43 @@ type member struct {
 	hasImage  bool
 	cls       string // the .cls text, if any
 	hasCls    bool
+	badCls    bool // the .cls is too long
 }
 
-func (d *Dataset) indexShards(names []string) error {
-	slices.Sort(names)
+// memberSkip is a member indexShard left out.
+type memberSkip struct {
+	name   string
+	reason SkipReason
+	detail string
+}
+
+func (ix *indexer) indexShards(names []string) {
+	d := ix.d
 	type found struct {
 		shard int
 		m     *member
 	}
 	var all []found
-	for si, name := range names {
-		f, err := os.Open(filepath.Join(d.dir, name))
+	for _, name := range names {
+		f, fi, err := openChecked(d.root, name, nil)
 		if err != nil {
-			return fmt.Errorf("storageagent: open shard: %w", err)
+			ix.skipErr(name, err)
+			continue
 		}
-		d.shards = append(d.shards, f)
-		members, err := indexShard(f)
+		members, skips, err := indexShard(f, fi.Size())
+		for _, s := range skips {
+			ix.skip(name+"/"+s.name, s.reason, s.detail)
+		}
 		if err != nil {
-			return fmt.Errorf("%w: shard %s: %v", ErrLayout, name, err)
+			if len(members) == 0 {
+				ix.skip(name, SkipBadShard, err.Error())
+				f.Close()
+				continue
+			}
+			ix.skip(name, SkipCutShard, fmt.Sprintf("%v (the %d samples before it are served)", err, len(members)))
 		}
+		si := len(d.shards)
+		d.shards = append(d.shards, shardFile{name: name, f: f, id: idOf(fi), mtime: mtimeOf(fi)})
 		for _, m := range members {
 			all = append(all, found{si, m})
 		}
@@ -206,68 +482,74 @@ func (d *Dataset) indexShards(names []string) error {
 			withCls++
 		}
 	}
-	switch {
-	case withCls == len(all):
+	if withCls > 0 {
 		maxLabel := -1
 		for _, x := range all {
+			rel := d.shardName(x.shard) + "/" + x.m.image
+			if !x.m.hasCls {
+				ix.skip(rel, SkipBadLabel, fmt.Sprintf("no .cls member while %d samples have one", withCls))
+				continue
+			}
 			v, err := strconv.ParseUint(strings.TrimSpace(x.m.cls), 10, 31)
-			if err != nil {
-				return fmt.Errorf("%w: shard %s: sample %s: .cls %q is not a class number", ErrLayout, names[x.shard], x.m.key, x.m.cls)
+			if err != nil || x.m.badCls {
+				ix.skip(rel, SkipBadLabel, fmt.Sprintf(".cls %q is not a class number", x.m.cls))
+				continue
 			}
 			maxLabel = max(maxLabel, int(v))
-			d.samples = append(d.samples, shardSample(names[x.shard], x.shard, x.m, uint32(v)))
+			d.samples = append(d.samples, d.shardSample(x.shard, x.m, uint32(v)))
 		}
 		for i := 0; i <= maxLabel; i++ {
 			d.classes = append(d.classes, strconv.Itoa(i))
 		}
-	case withCls == 0:
-		set := map[string]bool{}
-		for _, x := range all {
-			set[path.Base(path.Dir(x.m.key))] = true
-		}
-		for c := range set {
-			d.classes = append(d.classes, c)
-		}
-		slices.Sort(d.classes)
-		labels := make(map[string]uint32, len(d.classes))
-		for i, c := range d.classes {
-			labels[c] = uint32(i)
-		}
-		for _, x := range all {
-			d.samples = append(d.samples, shardSample(names[x.shard], x.shard, x.m, labels[path.Base(path.Dir(x.m.key))]))
-		}
-	default:
-		return fmt.Errorf("%w: %d of %d samples have a .cls member; all or none must", ErrLayout, withCls, len(all))
+		return
 	}
-	return nil
+	set := map[string]bool{}
+	for _, x := range all {
+		set[path.Base(path.Dir(x.m.key))] = true
+	}
+	var raw []string
+	for c := range set {
+		raw = append(raw, c)
+	}
+	slices.Sort(raw)
+	labels := make(map[string]uint32, len(raw))
+	for i, c := range raw {
+		labels[c] = uint32(i)
+		d.classes = append(d.classes, DisplayName(c))
+	}
+	for _, x := range all {
+		d.samples = append(d.samples, d.shardSample(x.shard, x.m, labels[path.Base(path.Dir(x.m.key))]))
+	}
 }
 
-func shardSample(shardName string, shard int, m *member, label uint32) sample {
-	return sample{rel: shardName + "/" + m.image, shard: shard, off: m.off, size: m.size, label: label}
+// shardName is shard si's file name.
+func (d *Dataset) shardName(si int) string { return d.shards[si].name }
+
+func (d *Dataset) shardSample(si int, m *member, label uint32) sample {
+	sf := d.shards[si]
+	return sample{rel: d.shardName(si) + "/" + m.image, shard: si, off: m.off, size: m.size, label: label,
+		id: fileID{dev: sf.id.dev, ino: sf.id.ino}, mtime: sf.mtime}
 }
 
 // maxClsBytes bounds a .cls member read while indexing.
 const maxClsBytes = 64
 
 // indexShard walks f's tar headers once and returns its samples in the
-// order of their images. NB: tar.Reader reads a header without reading
-// ahead, so right after Next the file's offset is the member's first data
-// byte; it skips unread data with Seek, so indexing does not read images.
-func indexShard(f *os.File) ([]*member, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
+// order of their images, the members it left out, and the error that
+// stopped it early, if any: the members before a damaged or cut part are
+// returned. NB: tar.Reader reads a header without reading ahead, so right
+// after Next the file's offset is the member's first data byte; it skips
+// unread data with Seek, so indexing does not read images.
+func indexShard(f *os.File, size int64) (order []*member, skips []memberSkip, err error) {
 	tr := tar.NewReader(f)
 	byKey := map[string]*member{}
-	var order []*member
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return order, skips, nil
 		}
 		if err != nil {
-			return nil, err
+			return order, skips, err
 		}
 		if h.Typeflag != tar.TypeReg {
 			continue
@@ -287,50 +569,134 @@ func indexShard(f *os.File) ([]*member, error) {
 		}
 		switch {
 		case ext == ".jpg" || ext == ".jpeg":
-			if m.hasImage {
-				return nil, fmt.Errorf("sample %s has two images (%s, %s)", key, m.image, name)
-			}
 			off, err := f.Seek(0, io.SeekCurrent)
 			if err != nil {
-				return nil, err
+				return order, skips, err
 			}
-			if h.Size > fi.Size()-off {
+			if h.Size > size-off {
 				// NB: the reader seeks over data, so a cut shard shows
 				// only here.
-				return nil, fmt.Errorf("member %s: %d bytes at offset %d overrun the %d-byte shard", name, h.Size, off, fi.Size())
+				return order, skips, fmt.Errorf("member %s: %d bytes at offset %d overrun the %d-byte shard", DisplayName(name), h.Size, off, size)
+			}
+			if m.hasImage {
+				skips = append(skips, memberSkip{name, SkipDuplicate, fmt.Sprintf("sample %s has an image already (%s)", DisplayName(key), DisplayName(m.image))})
+				continue
 			}
 			m.image, m.off, m.size, m.hasImage = name, off, h.Size, true
 			order = append(order, m)
 		case ext == ".cls":
 			b, err := io.ReadAll(io.LimitReader(tr, maxClsBytes+1))
 			if err != nil {
-				return nil, err
+				return order, skips, err
 			}
 			if len(b) > maxClsBytes {
-				return nil, fmt.Errorf("sample %s: .cls member longer than %d bytes", key, maxClsBytes)
+				b, m.badCls = b[:maxClsBytes], true
 			}
 			m.cls, m.hasCls = string(b), true
 		}
 	}
-	return order, nil
 }
 
-// fingerprint is the first 16 hex digits of the SHA-256 over every
-// sample's relative path, size and label, in id order.
-func fingerprint(samples []sample) string {
-	h := sha256.New()
-	var buf []byte
-	for _, s := range samples {
-		buf = buf[:0]
-		buf = append(buf, s.rel...)
-		buf = append(buf, 0)
-		buf = strconv.AppendInt(buf, s.size, 10)
-		buf = append(buf, 0)
-		buf = strconv.AppendUint(buf, uint64(s.label), 10)
-		buf = append(buf, '\n')
-		h.Write(buf)
+// DisplayName is name as shown in catalogs, logs and errors: itself when it
+// is valid UTF-8 without control characters, else its Go-quoted form
+// (strconv.Quote: "\xff" for a byte that is no UTF-8, "\n" for a newline),
+// so a catalog can always be sent (protobuf strings must be UTF-8). Two
+// names can share a display name ("a\n" quoted and a name spelled with the
+// quotes); labels and ids stay distinct, only what is shown collides.
+func DisplayName(name string) string {
+	if utf8.ValidString(name) && !strings.ContainsFunc(name, unicode.IsControl) {
+		return name
 	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
+	return strconv.Quote(name)
+}
+
+// hashAll fills every sample's content hash, reusing the index's when the
+// sample's (path, size, offset, inode, mtime) are unchanged, and drops the
+// samples that cannot be read.
+func (ix *indexer) hashAll(idx map[string]indexEntry) {
+	d := ix.d
+	var todo []int
+	for i := range d.samples {
+		s := &d.samples[i]
+		if e, ok := idx[s.rel]; ok && e.size == uint64(s.size) && e.off == uint64(s.off) && e.ino == s.id.ino && e.mtime == s.mtime {
+			s.hash = e.hash
+			d.stats.Reused++
+			continue
+		}
+		todo = append(todo, i)
+	}
+	errs := make([]error, len(d.samples))
+	workers := ix.opts.Workers
+	if workers <= 0 {
+		workers = runtime.NumCPU()
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(workers, len(todo)) {
+		wg.Go(func() {
+			buf := make([]byte, 256<<10)
+			for i := range next {
+				errs[i] = d.hashSample(&d.samples[i], buf)
+			}
+		})
+	}
+	for _, i := range todo {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	d.stats.Hashed = len(todo)
+	kept := d.samples[:0]
+	for i, s := range d.samples {
+		if errs[i] != nil {
+			ix.skipErr(s.rel, errs[i])
+			d.stats.Hashed--
+			continue
+		}
+		kept = append(kept, s)
+	}
+	d.samples = kept
+}
+
+// hashSample computes s.hash from the file (checking it is the one indexed)
+// or the shard member.
+func (d *Dataset) hashSample(s *sample, buf []byte) error {
+	h := sha256.New()
+	var r io.Reader
+	if s.shard < 0 {
+		f, _, err := openChecked(d.root, s.rel, &s.id)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		r = f
+	} else {
+		r = io.NewSectionReader(d.shards[s.shard].f, s.off, s.size)
+	}
+	n, err := io.CopyBuffer(h, io.LimitReader(r, s.size), buf)
+	if err != nil {
+		return err
+	}
+	if n != s.size {
+		return fmt.Errorf("%w: read %d of %d bytes", ErrChanged, n, s.size)
+	}
+	h.Sum(s.hash[:0])
+	return nil
+}
+
+// fingerprint sets d.pathsDigest and d.fp (see dataplanepb.Fingerprinter).
+func (d *Dataset) fingerprint() {
+	ph := sha256.New()
+	for _, s := range d.samples {
+		ph.Write([]byte(s.rel))
+		ph.Write([]byte{0})
+	}
+	ph.Sum(d.pathsDigest[:0])
+	fp := dataplanepb.NewFingerprinter(d.pathsDigest[:])
+	for _, s := range d.samples {
+		fp.Add(uint64(s.size), s.label, s.hash)
+	}
+	d.fp = fp.Sum()
 }
 
 // Dir is the directory the dataset was opened from.
@@ -345,34 +711,58 @@ func (d *Dataset) Label(i uint64) uint32 { return d.samples[i].label }
 // RawSize is sample i's size in bytes; i must be below Len.
 func (d *Dataset) RawSize(i uint64) uint64 { return uint64(d.samples[i].size) }
 
-// Path is sample i's location relative to the dataset directory (for a
-// shard member, the shard's name, a slash and the member's name).
-func (d *Dataset) Path(i uint64) string { return d.samples[i].rel }
+// ContentHash is the SHA-256 of sample i's raw bytes as indexed; i must be
+// below Len.
+func (d *Dataset) ContentHash(i uint64) [32]byte { return d.samples[i].hash }
 
-// ClassNames are the class names, indexed by label.
+// PathsDigest is the SHA-256 over every sample's relative path (raw
+// bytes, then a NUL) in id order; the fingerprint covers it.
+func (d *Dataset) PathsDigest() [32]byte { return d.pathsDigest }
+
+// Path is sample i's location relative to the dataset directory (for a
+// shard member, the shard's name, a slash and the member's name), as a
+// [DisplayName]; i must be below Len.
+func (d *Dataset) Path(i uint64) string { return DisplayName(d.samples[i].rel) }
+
+// ClassNames are the class names, indexed by label, as [DisplayName]s.
 func (d *Dataset) ClassNames() []string { return slices.Clone(d.classes) }
 
-// Fingerprint identifies the catalog: the first 16 hex digits of the
-// SHA-256 over every sample's relative path, size and label, in id order.
-// Two agents with the same fingerprint serve the same samples under the same
-// ids.
+// Skipped lists the entries left out of the catalog, in the order found.
+func (d *Dataset) Skipped() []Skip { return slices.Clone(d.skips) }
+
+// Stats describes the indexing: samples, hashes computed and reused,
+// skipped entries by reason, the index file and the time taken.
+func (d *Dataset) Stats() IndexStats {
+	st := d.stats
+	st.Skipped = make(map[SkipReason]int, len(d.stats.Skipped))
+	for k, v := range d.stats.Skipped {
+		st.Skipped[k] = v
+	}
+	return st
+}
+
+// Fingerprint identifies the catalog and its content (see
+// dataplanepb.Fingerprinter): paths, sizes, labels and content hashes, in
+// id order. Two agents with the same fingerprint serve the same bytes under
+// the same ids.
 func (d *Dataset) Fingerprint() string { return d.fp }
 
 // Read returns sample i's bytes. An id out of range gives ErrNotFound; a
-// failed read gives ErrRead wrapped with the cause; a sample above
-// MaxSampleBytes gives ops.ErrTooLarge. Error messages start with
-// "sample i".
+// failed read gives ErrRead wrapped with the cause (ErrChanged when the file
+// is no longer the one indexed); a sample above MaxSampleBytes gives
+// ops.ErrTooLarge. Error messages start with "sample i (path)" and are
+// valid UTF-8.
 func (d *Dataset) Read(i uint64) ([]byte, error) {
 	if i >= uint64(len(d.samples)) {
 		return nil, fmt.Errorf("sample %d: %w (the catalog holds %d)", i, ErrNotFound, len(d.samples))
 	}
 	s := &d.samples[i]
 	if s.size > MaxSampleBytes {
-		return nil, fmt.Errorf("sample %d (%s): %w: %d bytes, limit %d", i, s.rel, ops.ErrTooLarge, s.size, MaxSampleBytes)
+		return nil, fmt.Errorf("sample %d (%s): %w: %d bytes, limit %d", i, DisplayName(s.rel), ops.ErrTooLarge, s.size, MaxSampleBytes)
 	}
 	buf := make([]byte, s.size)
 	if err := d.read(s, buf); err != nil {
-		return nil, fmt.Errorf("sample %d (%s): %w: %w", i, s.rel, ErrRead, err)
+		return nil, readErr(i, s, err)
 	}
 	return buf, nil
 }
@@ -385,22 +775,24 @@ func (d *Dataset) ReadInto(i uint64, buf []byte) error {
 	}
 	s := &d.samples[i]
 	if int64(len(buf)) != s.size {
-		return fmt.Errorf("sample %d (%s): buffer of %d bytes for a %d-byte sample", i, s.rel, len(buf), s.size)
+		return fmt.Errorf("sample %d (%s): buffer of %d bytes for a %d-byte sample", i, DisplayName(s.rel), len(buf), s.size)
 	}
 	if err := d.read(s, buf); err != nil {
-		return fmt.Errorf("sample %d (%s): %w: %w", i, s.rel, ErrRead, err)
+		return readErr(i, s, err)
 	}
 	return nil
 }
 
-func readFile(name string, buf []byte) error {
-	f, err := os.Open(name)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return readFull(f, buf, 0)
+func readErr(i uint64, s *sample, err error) error {
+	return &utf8Error{fmt.Errorf("sample %d (%s): %w: %w", i, DisplayName(s.rel), ErrRead, err)}
 }
+
+// utf8Error makes an error's text valid UTF-8 (an os.PathError holds the
+// raw name), keeping what it wraps for errors.Is.
+type utf8Error struct{ err error }
+
+func (e *utf8Error) Error() string { return strings.ToValidUTF8(e.err.Error(), "\uFFFD") }
+func (e *utf8Error) Unwrap() error { return e.err }
 
 func (d *Dataset) read(s *sample, buf []byte) error {
 	d.mu.RLock()
@@ -408,10 +800,15 @@ func (d *Dataset) read(s *sample, buf []byte) error {
 	if d.closed {
 		return ErrClosed
 	}
-	if s.shard < 0 {
-		return readFile(filepath.Join(d.dir, filepath.FromSlash(s.rel)), buf)
+	if s.shard >= 0 {
+		return readFull(d.shards[s.shard].f, buf, s.off)
 	}
-	return readFull(d.shards[s.shard], buf, s.off)
+	f, _, err := openChecked(d.root, s.rel, &s.id)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return readFull(f, buf, 0)
 }
 
 // readFull fills buf from r at off; a short read is io.ErrUnexpectedEOF.
@@ -426,8 +823,8 @@ func readFull(r io.ReaderAt, buf []byte, off int64) error {
 	return err
 }
 
-// Close releases the shard files; reads after it fail with ErrClosed. Close
-// is safe to call twice.
+// Close releases the directory and the shard files; reads after it fail
+// with ErrClosed. Close is safe to call twice.
 func (d *Dataset) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -436,8 +833,29 @@ func (d *Dataset) Close() error {
 	}
 	d.closed = true
 	var errs []error
-	for _, f := range d.shards {
-		errs = append(errs, f.Close())
+	for _, sf := range d.shards {
+		errs = append(errs, sf.f.Close())
+	}
+	if d.root != nil {
+		errs = append(errs, d.root.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// logIndexed logs what opening the dataset did.
+func logIndexed(log zerolog.Logger, d *Dataset) {
+	st := d.Stats()
+	skipped := zerolog.Dict()
+	n := 0
+	for r, c := range st.Skipped {
+		skipped.Int(string(r), c)
+		n += c
+	}
+	ev := log.Info()
+	if n > 0 {
+		ev = log.Warn()
+	}
+	ev.Int("samples", st.Samples).Int("skipped", n).Dict("skipped_by_reason", skipped).
+		Int("hashed", st.Hashed).Int("reused", st.Reused).Str("index", st.IndexFile).
+		Dur("took", st.Took).Str("fingerprint", d.Fingerprint()).Msg("dataset indexed")
 }

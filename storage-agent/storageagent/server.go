@@ -227,8 +227,9 @@ func (s *server) Info(context.Context, *dataplanepb.InfoRequest) (*dataplanepb.I
 	}, nil
 }
 
-// Catalog streams labels and raw sizes in pages; the first page also
-// carries the fingerprint, the total and the class names.
+// Catalog streams labels, raw sizes and content hashes in pages; the first
+// page also carries the fingerprint, the total, the class names and the
+// paths digest.
 func (s *server) Catalog(req *dataplanepb.CatalogRequest, stream grpc.ServerStreamingServer[dataplanepb.CatalogPage]) error {
 	size := uint64(req.GetPageSize())
 	if size == 0 {
@@ -242,15 +243,21 @@ func (s *server) Catalog(req *dataplanepb.CatalogRequest, stream grpc.ServerStre
 			First:    first,
 			Labels:   make([]uint32, 0, end-first),
 			RawSizes: make([]uint64, 0, end-first),
+			// 32 bytes per sample: SHA-256 of its raw bytes.
+			ContentHashes: make([]byte, 0, 32*(end-first)),
 		}
 		if first == 0 {
 			page.Fingerprint = s.ds.Fingerprint()
 			page.Total = n
 			page.ClassNames = s.ds.ClassNames()
+			pd := s.ds.PathsDigest()
+			page.PathsDigest = pd[:]
 		}
 		for i := first; i < end; i++ {
 			page.Labels = append(page.Labels, s.ds.Label(i))
 			page.RawSizes = append(page.RawSizes, s.ds.RawSize(i))
+			h := s.ds.ContentHash(i)
+			page.ContentHashes = append(page.ContentHashes, h[:]...)
 		}
 		if err := stream.Send(page); err != nil {
 			return err

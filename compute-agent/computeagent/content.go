@@ -1,0 +1,89 @@
+package computeagent
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc"
+
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
+)
+
+// ErrContentMismatch: a storage agent sent raw bytes whose SHA-256 is not
+// the catalog's content hash for that sample. The agent is refused for the
+// rest of the run.
+var ErrContentMismatch = errors.New("computeagent: sample content does not match the catalog")
+
+// checkRaw compares a sample fetched raw (split 0) with the catalog's
+// content hash. On a mismatch it refuses f's storage agent for the rest of
+// the run: its open stream fails at the next response (its outstanding
+// requests go to other replicas) and it is never used again. Intermediates
+// (split > 0) cannot be checked: an offloading plan trusts the storage
+// agent for the samples it offloads.
+func (f *fetcher) checkRaw(sample uint64, raw []byte) error {
+	cat := f.e.cat
+	want, ok := cat.Hash(sample)
+	if !ok {
+		return nil // a catalog without hashes is refused when read
+	}
+	got := sha256.Sum256(raw)
+	if got == want {
+		return nil
+	}
+	err := fmt.Errorf("sample %d from storage agent %s: %w: sha256 %x, catalog %x", sample, f.ep.Name, ErrContentMismatch, got[:8], want[:8])
+	f.e.a.refuse(f.ep.Name, err)
+	return err
+}
+
+// refuse marks storage agent name as not to be used again.
+func (a *Agent) refuse(name string, why error) {
+	if _, loaded := a.refused.LoadOrStore(name, why); !loaded {
+		a.log.Error().Err(why).Str("storage", name).Msg("storage agent refused for the rest of the run")
+	}
+}
+
+// refusal is why storage agent name was refused, or nil.
+func (a *Agent) refusal(name string) error {
+	if v, ok := a.refused.Load(name); ok {
+		return fmt.Errorf("%s refused: %w", name, v.(error))
+	}
+	return nil
+}
+
+// guard wraps a storage agent's client so that, once the agent is refused,
+// new Fetch streams fail and open ones fail at their next response: the
+// fetcher's own retry logic then moves the work to other replicas.
+func (a *Agent) guard(name string, c dataplanepb.StorageClient) dataplanepb.StorageClient {
+	return &guardedClient{StorageClient: c, a: a, name: name}
+}
+
+type guardedClient struct {
+	dataplanepb.StorageClient
+	a    *Agent
+	name string
+}
+
+func (g *guardedClient) Fetch(ctx context.Context, opts ...grpc.CallOption) (dataplanepb.Storage_FetchClient, error) {
+	if err := g.a.refusal(g.name); err != nil {
+		return nil, err
+	}
+	s, err := g.StorageClient.Fetch(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &guardedStream{Storage_FetchClient: s, g: g}, nil
+}
+
+type guardedStream struct {
+	dataplanepb.Storage_FetchClient
+	g *guardedClient
+}
+
+func (s *guardedStream) Recv() (*dataplanepb.FetchResponse, error) {
+	if err := s.g.a.refusal(s.g.name); err != nil {
+		return nil, err
+	}
+	return s.Storage_FetchClient.Recv()
+}

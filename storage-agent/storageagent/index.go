@@ -1,0 +1,273 @@
+package storageagent
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The index file keeps each sample's content hash between runs, so a
+// restart hashes only what changed. Its layout (integers are uvarints
+// unless noted):
+//
+//	"sophon-index 1\n"
+//	len(dir) dir                        the absolute data directory
+//	n                                   entries
+//	n x: len(rel) rel size off ino mtime(varint) hash[32]
+//	SHA-256 of everything above [32]
+//
+// A file that fails any check (magic, checksum, bounds, another directory)
+// is ignored with a warning and rewritten.
+const (
+	indexMagic = "sophon-index 1\n"
+	// indexName is the default index file inside the data directory.
+	indexName = ".sophon-index"
+	// maxIndexBytes bounds the index file read.
+	maxIndexBytes = 1 << 34
+	// minIndexEntry is an entry's least size: five one-byte varints and
+	// the hash.
+	minIndexEntry = 5 + 32
+)
+
+// indexEntry is what the index remembers of one sample.
+type indexEntry struct {
+	size, off, ino uint64
+	mtime          int64
+	hash           [32]byte
+}
+
+var errIndex = errors.New("storageagent: bad index file")
+
+// encodeIndex is the index file for dir's samples.
+func encodeIndex(dir string, samples []sample) []byte {
+	b := []byte(indexMagic)
+	b = binary.AppendUvarint(b, uint64(len(dir)))
+	b = append(b, dir...)
+	b = binary.AppendUvarint(b, uint64(len(samples)))
+	for _, s := range samples {
+		b = binary.AppendUvarint(b, uint64(len(s.rel)))
+		b = append(b, s.rel...)
+		b = binary.AppendUvarint(b, uint64(s.size))
+		b = binary.AppendUvarint(b, uint64(s.off))
+		b = binary.AppendUvarint(b, s.id.ino)
+		b = binary.AppendVarint(b, s.mtime)
+		b = append(b, s.hash[:]...)
+	}
+	sum := sha256.Sum256(b)
+	return append(b, sum[:]...)
+}
+
+// decodeIndex parses an index file written for dir.
+func decodeIndex(b []byte, dir string) (map[string]indexEntry, error) {
+	if len(b) < len(indexMagic)+sha256.Size || string(b[:len(indexMagic)]) != indexMagic {
+		return nil, fmt.Errorf("%w: not an index file", errIndex)
+	}
+	body, sum := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
+	if got := sha256.Sum256(body); string(got[:]) != string(sum) {
+		return nil, fmt.Errorf("%w: checksum mismatch", errIndex)
+	}
+	r := body[len(indexMagic):]
+	uv := func() (uint64, error) {
+		v, n := binary.Uvarint(r)
+		if n <= 0 {
+			return 0, fmt.Errorf("%w: truncated", errIndex)
+		}
+		r = r[n:]
+		return v, nil
+	}
+	str := func() (string, error) {
+		n, err := uv()
+		if err != nil {
+			return "", err
+		}
+		if n > uint64(len(r)) {
+			return "", fmt.Errorf("%w: truncated", errIndex)
+		}
+		s := string(r[:n])
+		r = r[n:]
+		return s, nil
+	}
+	got, err := str()
+	if err != nil {
+		return nil, err
+	}
+	if got != dir {
+		return nil, fmt.Errorf("%w: written for %s", errIndex, DisplayName(got))
+	}
+	n, err := uv()
+	if err != nil {
+		return nil, err
+	}
+	if n > uint64(len(r))/minIndexEntry {
+		return nil, fmt.Errorf("%w: %d entries in %d bytes", errIndex, n, len(r))
+	}
+	m := make(map[string]indexEntry, n)
+	for range n {
+		rel, err := str()
+		if err != nil {
+			return nil, err
+		}
+		var e indexEntry
+		for _, p := range []*uint64{&e.size, &e.off, &e.ino} {
+			if *p, err = uv(); err != nil {
+				return nil, err
+			}
+		}
+		mt, k := binary.Varint(r)
+		if k <= 0 || len(r)-k < 32 {
+			return nil, fmt.Errorf("%w: truncated", errIndex)
+		}
+		e.mtime = mt
+		copy(e.hash[:], r[k:k+32])
+		r = r[k+32:]
+		if _, dup := m[rel]; dup {
+			return nil, fmt.Errorf("%w: %s listed twice", errIndex, DisplayName(rel))
+		}
+		m[rel] = e
+	}
+	if len(r) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errIndex, len(r))
+	}
+	return m, nil
+}
+
+// indexPlace is where the index file lives: inside the data directory
+// (through its root: a symlink there cannot redirect it) or at a path.
+type indexPlace struct {
+	inRoot bool
+	path   string // the file, when not inRoot
+	abs    string // the data directory's absolute path, written in the file
+}
+
+func (p indexPlace) String() string {
+	if p.inRoot {
+		return filepath.Join(p.abs, indexName)
+	}
+	return p.path
+}
+
+// place resolves OpenOptions.Index; ok is false for no index file.
+func (ix *indexer) place() (p indexPlace, ok bool) {
+	abs, err := filepath.Abs(ix.d.dir)
+	if err != nil {
+		abs = ix.d.dir
+	}
+	p.abs = abs
+	switch ix.opts.Index {
+	case "-":
+		return p, false
+	case "":
+	default:
+		p.path = ix.opts.Index
+		return p, true
+	}
+	if unix.Access(ix.d.dir, unix.W_OK) == nil {
+		p.inRoot = true
+		return p, true
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		ix.opts.Logger.Warn().Err(err).Msg("no writable place for the dataset index: every open hashes every sample")
+		return p, false
+	}
+	sum := sha256.Sum256([]byte(abs))
+	p.path = filepath.Join(cache, "sophon", hex.EncodeToString(sum[:])+".idx")
+	return p, true
+}
+
+// loadIndex reads the index file; a missing one is empty, a bad one is
+// ignored with a warning.
+func (ix *indexer) loadIndex() map[string]indexEntry {
+	p, ok := ix.place()
+	if !ok {
+		return nil
+	}
+	ix.d.stats.IndexFile = p.String()
+	var f *os.File
+	var err error
+	if p.inRoot {
+		f, _, err = openChecked(ix.d.root, indexName, nil)
+	} else {
+		f, err = os.OpenFile(p.path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err == nil {
+			if fi, serr := f.Stat(); serr != nil || !fi.Mode().IsRegular() {
+				f.Close()
+				f, err = nil, fmt.Errorf("%s: %w", p.path, errNotRegular)
+			}
+		}
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err == nil {
+		defer f.Close()
+		var b []byte
+		if b, err = io.ReadAll(io.LimitReader(f, maxIndexBytes)); err == nil {
+			var m map[string]indexEntry
+			if m, err = decodeIndex(b, p.abs); err == nil {
+				return m
+			}
+		}
+	}
+	ix.opts.Logger.Warn().Err(err).Str("index", p.String()).Msg("dataset index ignored: hashing every sample")
+	return nil
+}
+
+// saveIndex writes the index file atomically: a temporary file beside it,
+// then a rename.
+func (ix *indexer) saveIndex() {
+	p, ok := ix.place()
+	if !ok {
+		return
+	}
+	b := encodeIndex(p.abs, ix.d.samples)
+	var err error
+	if p.inRoot {
+		err = writeAtomic(ix.d.root, indexName, b)
+	} else {
+		dir := filepath.Dir(p.path)
+		if err = os.MkdirAll(dir, 0o755); err == nil {
+			var root *os.Root
+			if root, err = os.OpenRoot(dir); err == nil {
+				err = writeAtomic(root, filepath.Base(p.path), b)
+				root.Close()
+			}
+		}
+	}
+	if err != nil {
+		ix.opts.Logger.Warn().Err(err).Str("index", p.String()).Msg("dataset index not written")
+	}
+}
+
+// writeAtomic writes name beneath root by a temporary file and a rename, so
+// a reader sees the old file or the new one, never a part.
+func writeAtomic(root *os.Root, name string, b []byte) error {
+	tmp := fmt.Sprintf("%s.tmp-%d-%s", name, os.Getpid(), rand.Text()[:8])
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = root.Rename(tmp, name)
+	}
+	if err != nil {
+		root.Remove(tmp)
+	}
+	return err
+}
