@@ -44,9 +44,9 @@ const (
 )
 
 // connectParams re-dial a lost storage agent quickly: gRPC's default
-// back-off grows to 120 s, longer than a restart; ours stays under 3 s.
+// back-off grows to 120 s, longer than a restart; ours stays at 1 s.
 var connectParams = grpc.ConnectParams{
-	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 	MinConnectTimeout: 5 * time.Second,
 }
 
@@ -312,7 +312,7 @@ func (a *Agent) storageOnce(ctx context.Context) (fs []*fetcher, _ *Catalog, ret
 			}
 			client := dataplanepb.NewStorageClient(c)
 			ictx, icancel := context.WithTimeout(pctx, probeTimeout)
-			info, err := client.Info(ictx, &dataplanepb.InfoRequest{})
+			info, err := client.Info(ictx, &dataplanepb.InfoRequest{}, grpc.WaitForReady(true))
 			icancel()
 			results <- probed{i: i, client: client, info: info, err: err}
 		})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -125,7 +126,8 @@ func (f *fetcher) giveUp(log zerolog.Logger, err error) error {
 func (f *fetcher) probe(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, min(f.e.stallTimeout(), probeTimeout))
 	defer cancel()
-	info, err := f.client.Info(pctx, &dataplanepb.InfoRequest{})
+	// WaitForReady: a restarted agent is used as soon as it is back.
+	info, err := f.client.Info(pctx, &dataplanepb.InfoRequest{}, grpc.WaitForReady(true))
 	if err != nil {
 		return err
 	}
