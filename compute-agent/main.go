@@ -7,7 +7,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -73,7 +72,21 @@ A --config FILE in YAML takes the same keys as the flags (pipeline: ...,
 epochs: 3, storage: [a:7070, b:7070], strict-order: true, ...); flags given
 on the command line override the file. A plan FILE is JSON:
 {"pipeline": "<id>", "default": K, "splits": {"<sample>": K, ...}}.
-SIGINT or SIGTERM stops the agent.
+
+Faults cost time, not the run: a storage agent that fails or restarts is
+retried with exponential back-off and jitter until it made no progress for
+--retry-budget (then it is dropped for the epoch, which fails only when no
+storage agent is left); a stream that answers nothing for --stall-timeout
+(a stopped process, a black-holed link) has its requests hedged to the
+other storage agents. With --state-dir a killed agent, rerun with the same
+flags, resumes mid-epoch:
+
+  compute-agent --storage a:7070,b:7070 --epochs 10 --seed 1 \
+    --state-dir /var/lib/sophon/run1 --samples-out samples.txt --report epochs.jsonl
+
+A failed epoch still writes its report line (status "failed" and the
+error). SIGINT or SIGTERM stops the agent cleanly, with exit status 0 (the
+interrupted epoch's report line says "interrupted").
 
 Flags:
 `
@@ -119,6 +132,9 @@ type settings struct {
 	OnError         string        `yaml:"on-error"`
 	Codec           string        `yaml:"codec"`
 	Retries         int           `yaml:"retries"`
+	RetryBudget     time.Duration `yaml:"retry-budget"`
+	StallTimeout    time.Duration `yaml:"stall-timeout"`
+	StateDir        string        `yaml:"state-dir"`
 	Report          string        `yaml:"report"`
 	SamplesOut      string        `yaml:"samples-out"`
 	TLSCert         string        `yaml:"tls-cert"`
@@ -146,6 +162,7 @@ func defaults() settings {
 		OnError:         c.OnError,
 		Codec:           "none",
 		Retries:         c.Retries,
+		RetryBudget:     c.RetryBudget,
 		ProfileBudget:   computeagent.DefaultProfileBudget,
 		ReplanThreshold: computeagent.DefaultReplanThreshold,
 		LogLevel:        "info",
@@ -201,9 +218,12 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.GCPercent, "gc-percent", s.GCPercent, "Go GC target `percent` (GOGC); -1 means 100, or 400 with --fetch-only; ignored when GOGC is set")
 	fs.StringVar(&s.OnError, "on-error", s.OnError, "bad samples: fail (the epoch fails naming the sample) or skip (reported, not delivered)")
 	fs.StringVar(&s.Codec, "codec", s.Codec, "`codec` for intermediates on the wire: none, zstd or s2")
-	fs.IntVar(&s.Retries, "retries", s.Retries, "consecutive stream failures before giving up on a storage agent for the epoch")
+	fs.IntVar(&s.Retries, "retries", s.Retries, "deprecated for stream failures (see --retry-budget); now only how often one sample is re-requested after a storage agent's queue deadline")
+	fs.DurationVar(&s.RetryBudget, "retry-budget", s.RetryBudget, "`time` a storage agent may make no progress (restart, outage) before it is given up for the epoch; failed streams, Info and Catalog are retried with exponential back-off and jitter meanwhile, and the epoch fails only when no storage agent is left")
+	fs.DurationVar(&s.StallTimeout, "stall-timeout", s.StallTimeout, "progress `deadline` of a fetch stream with requests outstanding: past it the stream is declared stalled, its requests are hedged to the other storage agents and it is retried later (default 0: adaptive, max(2s, 4 x p99 response latency))")
+	fs.StringVar(&s.StateDir, "state-dir", s.StateDir, "`directory` that makes the run resumable: after a crash (kill -9) a rerun with the same flags skips the completed epochs and delivers exactly the samples of the interrupted one not yet in the sample log (--samples-out, else DIR/samples); a directory of another run is refused")
 	fs.StringVar(&s.Report, "report", s.Report, "append one JSON report line per epoch to `file` (default: none)")
-	fs.StringVar(&s.SamplesOut, "samples-out", s.SamplesOut, "append one line per delivered sample to `file`: epoch, sample id and the sha256 of its tensor (of its wire form with --fetch-only), to check exactly-once delivery and placement invariance")
+	fs.StringVar(&s.SamplesOut, "samples-out", s.SamplesOut, "append one line per delivered sample to `file`: epoch, sample id and the sha256 of its tensor (of its wire form with --fetch-only), to check exactly-once delivery and placement invariance; written with one write per batch as the consumer takes it, so it is complete when an epoch fails or the agent is killed")
 	fs.StringVar(&s.TLSCert, "tls-cert", s.TLSCert, "PEM client certificate `file` for mutual TLS (with --tls-key and --tls-ca)")
 	fs.StringVar(&s.TLSKey, "tls-key", s.TLSKey, "PEM private key `file` of --tls-cert")
 	fs.StringVar(&s.TLSCA, "tls-ca", s.TLSCA, "PEM CA `file` that signs the storage agents' certificates")
@@ -271,6 +291,10 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	c.OnError = s.OnError
 	c.Codec = codec
 	c.Retries = s.Retries
+	c.RetryBudget = s.RetryBudget
+	c.StallTimeout = s.StallTimeout
+	c.StateDir = s.StateDir
+	c.SamplesOut = s.SamplesOut
 	if s.TrainerSocket == "" {
 		c.Consumer = sim // with trainers the GPU's rate is theirs, unknown to stage 1
 	}
@@ -307,17 +331,8 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "compute-agent:", err)
 		return 2
 	}
-	samples, err := openSampleLog(s.SamplesOut)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "compute-agent:", err)
-		return 2
-	}
-	if samples != nil {
-		cfg.OnSample = samples.add
-	}
 	a, err := computeagent.New(cfg)
 	if err != nil {
-		samples.Close()
 		fmt.Fprintln(os.Stderr, "compute-agent:", err)
 		return 2
 	}
@@ -325,57 +340,20 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	_, err = a.Run(ctx)
-	if serr := samples.Close(); serr != nil && err == nil {
-		err = serr
+	if cerr := a.Close(); err == nil {
+		err = cerr
+	}
+	if ctx.Err() != nil {
+		// SIGINT or SIGTERM: a requested, clean shutdown (the interrupted
+		// epoch's report says so; --state-dir resumes it).
+		log.Info().Err(err).Msg("stopped by signal")
+		return 0
 	}
 	if err != nil {
 		log.Error().Err(err).Msg("stopped")
 		return 1
 	}
 	return 0
-}
-
-// sampleLog writes --samples-out: "epoch sample sha256hex" per line.
-type sampleLog struct {
-	f   *os.File
-	w   *bufio.Writer
-	err error
-}
-
-func openSampleLog(path string) (*sampleLog, error) {
-	if path == "" {
-		return nil, nil
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	return &sampleLog{f: f, w: bufio.NewWriterSize(f, 64<<10)}, nil
-}
-
-// add is Config.OnSample.
-func (l *sampleLog) add(epoch, sample uint64, sha [32]byte) {
-	if l.err == nil {
-		_, l.err = fmt.Fprintf(l.w, "%d %d %x\n", epoch, sample, sha)
-	}
-}
-
-// Close flushes and closes the file; a nil log is a no-op.
-func (l *sampleLog) Close() error {
-	if l == nil {
-		return nil
-	}
-	err := l.err
-	if ferr := l.w.Flush(); err == nil {
-		err = ferr
-	}
-	if cerr := l.f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("--samples-out: %w", err)
-	}
-	return nil
 }
 
 // gcPercent is the GC target: Go's default while training, where the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -30,12 +31,24 @@ import (
 // catalog's.
 var ErrFingerprint = errors.New("computeagent: dataset fingerprint mismatch")
 
-// Timeouts of the control RPCs and the connection health checks.
+// Connection health checks: a ping after keepaliveTime without traffic
+// (the storage agents accept one every storageagent.MinPingInterval = 10 s
+// or slower, streams or not), and the connection is closed, failing its
+// streams, when the ping is not answered within keepaliveTimeout. So a
+// dead peer is detected within about 15 s even when no request is
+// outstanding; a stalled stream with requests out is caught sooner by the
+// stall timeout.
 const (
-	infoTimeout      = 10 * time.Second
-	keepaliveTime    = 30 * time.Second
-	keepaliveTimeout = 20 * time.Second
+	keepaliveTime    = 10 * time.Second
+	keepaliveTimeout = 5 * time.Second
 )
+
+// connectParams re-dial a lost storage agent quickly: gRPC's default
+// back-off grows to 120 s, longer than a restart; ours stays at 1 s.
+var connectParams = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: 5 * time.Second,
+}
 
 // ErrClosed: the agent was closed.
 var ErrClosed = errors.New("computeagent: closed")
@@ -66,6 +79,8 @@ type Agent struct {
 	// refused holds the storage agents refused for the rest of the run,
 	// by name, with why (content.go).
 	refused sync.Map
+	jr      *journal // the sample log and resume state, opened with the catalog
+	jrErr   error
 	closed  bool
 }
 
@@ -161,6 +176,9 @@ func (a *Agent) Run(ctx context.Context) ([]EpochReport, error) {
 			return reports, nil // in trainer mode: the agent was stopped
 		}
 		r, err := a.runEpoch(ctx, num, epochOpts{plan: a.cfg.Plan, trainer: req})
+		if errors.Is(err, errEpochSkipped) {
+			continue
+		}
 		if err != nil {
 			if a.trainerFailed(ctx, req, err) {
 				continue
@@ -189,6 +207,9 @@ func (a *Agent) Close() error {
 		}
 	}
 	a.conns = nil
+	if err := a.jr.close(); err != nil {
+		errs = append(errs, fmt.Errorf("samples out: %w", err))
+	}
 	if c, ok := a.gpu.(io.Closer); ok {
 		errs = append(errs, c.Close())
 	}
@@ -222,9 +243,9 @@ func (a *Agent) conn(addr string) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(a.cfg.Dial),
 		// A storage agent that stops answering (host down, link cut) fails
-		// the stream, whose requests are then retried elsewhere. Storage
-		// agents accept pings every 10 s or slower.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		// the stream, whose requests are then retried elsewhere.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
+		grpc.WithConnectParams(connectParams),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg+1<<20)))
 	if err != nil {
 		return nil, fmt.Errorf("computeagent: %s: %w", addr, err)
@@ -234,41 +255,110 @@ func (a *Agent) conn(addr string) (*grpc.ClientConn, error) {
 }
 
 // storage discovers the storage agents, reads the catalog on first use
-// and keeps the agents whose dataset fingerprint matches it.
+// and keeps the agents whose dataset fingerprint matches it. It asks every
+// agent for its Info at once; once one answered it waits at most
+// probeGrace for the rest (a stopped agent does not hold the epoch; the
+// ones left out are asked again at the next epoch). When none is usable it
+// tries again, with back-off, until Config.RetryBudget is spent.
 func (a *Agent) storage(ctx context.Context) ([]*fetcher, *Catalog, error) {
+	start := a.cfg.Clock.Now()
+	for attempt := 1; ; attempt++ {
+		fs, cat, retry, err := a.storageOnce(ctx)
+		if err == nil {
+			return fs, cat, nil
+		}
+		idle := a.cfg.Clock.Now().Sub(start)
+		if !retry || ctx.Err() != nil || idle >= a.cfg.RetryBudget {
+			return nil, nil, err
+		}
+		a.log.Warn().Err(err).Int("attempt", attempt).Msg("no storage agent usable yet; retrying")
+		if err := pause(ctx, min(retryDelay(attempt), a.cfg.RetryBudget-idle), nil); err != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// probed is one storage agent's answer to Info.
+type probed struct {
+	i      int
+	client dataplanepb.StorageClient
+	info   *dataplanepb.InfoResponse
+	err    error
+}
+
+// storageOnce is one round of storage; retry reports whether another
+// round may help (not when every agent serves another dataset).
+func (a *Agent) storageOnce(ctx context.Context) (fs []*fetcher, _ *Catalog, retry bool, _ error) {
 	a.mu.Lock()
 	d := a.discovery
 	a.mu.Unlock()
 	if d == nil {
-		return nil, nil, fmt.Errorf("%w: not joined to the cluster", ErrNoStorage)
+		return nil, nil, false, fmt.Errorf("%w: not joined to the cluster", ErrNoStorage)
 	}
 	eps, err := d.Storage(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("computeagent: discovery: %w", err)
+		return nil, nil, ctx.Err() == nil, fmt.Errorf("computeagent: discovery: %w", err)
 	}
 	slices.SortFunc(eps, func(x, y Endpoint) int { return cmp.Compare(x.Name, y.Name) })
-	var fs []*fetcher
+	retry = len(eps) == 0
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan probed, len(eps))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i, ep := range eps {
+		wg.Go(func() {
+			c, err := a.conn(ep.Addr)
+			if err != nil {
+				results <- probed{i: i, err: err}
+				return
+			}
+			client := a.guard(ep.Name, dataplanepb.NewStorageClient(c))
+			ictx, icancel := context.WithTimeout(pctx, probeTimeout)
+			info, err := client.Info(ictx, &dataplanepb.InfoRequest{}, grpc.WaitForReady(true))
+			icancel()
+			results <- probed{i: i, client: client, info: info, err: err}
+		})
+	}
+	got := make([]*probed, len(eps))
+	var grace <-chan time.Time
+wait:
+	for range eps {
+		select {
+		case p := <-results:
+			got[p.i] = &p
+			if p.err == nil && grace == nil {
+				t := time.NewTimer(probeGrace)
+				defer t.Stop()
+				grace = t.C
+			}
+		case <-grace:
+			break wait
+		case <-ctx.Done():
+			return nil, nil, false, ctx.Err()
+		}
+	}
+	cancel()
 	var errs []error
-	for _, ep := range eps {
+	for i, ep := range eps {
 		if err := a.refusal(ep.Name); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		c, err := a.conn(ep.Addr)
-		if err != nil {
-			errs = append(errs, err)
+		p := got[i]
+		if p == nil {
+			errs = append(errs, fmt.Errorf("%s: info: no answer within %v of the first", ep.Name, probeGrace))
+			a.log.Warn().Str("storage", ep.Name).Msg("storage agent slow to answer: left out of this epoch")
+			retry = true
 			continue
 		}
-		client := a.guard(ep.Name, dataplanepb.NewStorageClient(c))
-		ictx, cancel := context.WithTimeout(ctx, infoTimeout)
-		info, err := client.Info(ictx, &dataplanepb.InfoRequest{})
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: info: %w", ep.Name, err))
-			a.log.Warn().Err(err).Str("storage", ep.Name).Msg("storage agent unreachable")
+		if p.err != nil {
+			errs = append(errs, fmt.Errorf("%s: info: %w", ep.Name, p.err))
+			a.log.Warn().Err(p.err).Str("storage", ep.Name).Msg("storage agent unreachable")
+			retry = true
 			continue
 		}
-		fp := info.GetFingerprint()
+		fp := p.info.GetFingerprint()
 		if ep.Fingerprint != "" && ep.Fingerprint != fp {
 			err := fmt.Errorf("%w: %s announced %q, serves %q", ErrFingerprint, ep.Name, ep.Fingerprint, fp)
 			errs = append(errs, err)
@@ -277,8 +367,12 @@ func (a *Agent) storage(ctx context.Context) ([]*fetcher, *Catalog, error) {
 		}
 		cat := a.Catalog()
 		if cat == nil {
-			if cat, err = readCatalog(ctx, client); err != nil {
+			cctx, ccancel := context.WithTimeout(ctx, a.cfg.RetryBudget)
+			cat, err = readCatalog(cctx, p.client)
+			ccancel()
+			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: catalog: %w", ep.Name, err))
+				retry = retry || !errors.Is(err, ErrCatalog)
 				continue
 			}
 			a.mu.Lock()
@@ -292,13 +386,13 @@ func (a *Agent) storage(ctx context.Context) ([]*fetcher, *Catalog, error) {
 			a.log.Error().Err(err).Msg("storage agent refused")
 			continue
 		}
-		fs = append(fs, &fetcher{ep: ep, client: client, cpus: info.GetCpus()})
+		fs = append(fs, &fetcher{ep: ep, client: p.client, cpus: p.info.GetCpus()})
 	}
 	if len(fs) == 0 {
 		errs = append(errs, fmt.Errorf("%d discovered", len(eps)))
-		return nil, nil, fmt.Errorf("%w: %w", ErrNoStorage, errors.Join(errs...))
+		return nil, nil, retry, fmt.Errorf("%w: %w", ErrNoStorage, errors.Join(errs...))
 	}
-	return fs, a.Catalog(), nil
+	return fs, a.Catalog(), false, nil
 }
 
 // RunEpoch runs one epoch with Config.Plan and returns its report (also
@@ -321,11 +415,70 @@ type epochOpts struct {
 	trainer *epochReq
 }
 
+// errEpochSkipped: the state dir says the epoch completed before a
+// restart.
+var errEpochSkipped = errors.New("computeagent: epoch completed before the restart")
+
+// runEpoch runs one epoch. A failed or interrupted epoch's report is
+// written too, with its status and error.
 func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (EpochReport, error) {
+	r, err := a.runEpochOnce(ctx, num, opts)
+	if err == nil || errors.Is(err, errEpochSkipped) {
+		return r, err
+	}
+	r.Epoch, r.Status, r.Error = num, "failed", err.Error()
+	if ctx.Err() != nil {
+		r.Status = "interrupted"
+	}
+	if r.Pipeline == "" {
+		r.Pipeline, r.Plan = a.pipeID, opts.plan.Name()
+	}
+	if r.Failed == nil {
+		r.Failed = []SampleFailure{}
+	}
+	a.log.Error().Err(err).Uint64("epoch", num).Str("status", r.Status).Msg("epoch failed")
+	if a.cfg.ReportPath != "" {
+		if werr := appendReport(a.cfg.ReportPath, r); werr != nil {
+			err = errors.Join(err, fmt.Errorf("computeagent: report: %w", werr))
+		}
+	}
+	return r, err
+}
+
+// openJournal opens the sample log and resume state once the catalog is
+// known (its fingerprint is part of the run's identity).
+func (a *Agent) openJournal(cat *Catalog, plan Plan) (*journal, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.jr != nil || a.jrErr != nil || (a.cfg.SamplesOut == "" && a.cfg.StateDir == "") {
+		return a.jr, a.jrErr
+	}
+	if a.closed {
+		return nil, ErrClosed
+	}
+	a.jr, a.jrErr = openJournal(a.cfg.SamplesOut, a.cfg.StateDir, runState{
+		Seed: a.cfg.Seed, Fingerprint: cat.Fingerprint, Pipeline: a.pipeID, Plan: plan.Name(),
+		Rank: a.cfg.Rank, World: a.cfg.World, FirstEpoch: a.cfg.FirstEpoch, FetchOnly: a.cfg.FetchOnly,
+	})
+	if a.jrErr != nil {
+		a.jrErr = fmt.Errorf("computeagent: samples out: %w", a.jrErr)
+	}
+	return a.jr, a.jrErr
+}
+
+func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (EpochReport, error) {
 	cfg := &a.cfg
 	fs, cat, err := a.storage(ctx)
 	if err != nil {
 		return EpochReport{}, err
+	}
+	jr, err := a.openJournal(cat, opts.plan)
+	if err != nil {
+		return EpochReport{}, err
+	}
+	if jr.complete(num) {
+		a.log.Info().Uint64("epoch", num).Msg("epoch completed before the restart: skipped")
+		return EpochReport{}, errEpochSkipped
 	}
 	plan := opts.plan
 	var order []uint64
@@ -337,6 +490,14 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 		order = tr.order
 	} else {
 		order = Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)
+	}
+	resumed := 0
+	if done := jr.delivered(num); len(done) > 0 {
+		// Resume: the samples journaled before the restart were delivered;
+		// the rest keep their order.
+		order = slices.DeleteFunc(slices.Clone(order), func(s uint64) bool { _, ok := done[s]; return ok })
+		resumed = len(done)
+		a.log.Info().Uint64("epoch", num).Int("resumed", resumed).Int("left", len(order)).Msg("resuming the epoch")
 	}
 	split := make([]int, len(order))
 	n := cfg.Pipeline.Len()
@@ -379,6 +540,8 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 		offloaded[i] = split[i] > 0 || e.codec(s) != ops.CodecNone
 	}
 	e.sched = newSchedule(len(order), gate, len(fs), offloaded)
+	e.sched.now = cfg.Clock.Now
+	e.jr = jr
 	a.log.Info().Uint64("epoch", num).Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.Name()).Msg("epoch start")
 	names := make([]string, len(fs))
 	for i, f := range fs {
@@ -428,6 +591,10 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 		Retried:                  int(e.retried.Load()),
 		StreamFailures:           int(e.streamFailures.Load()),
 		Duplicates:               int(e.duplicates.Load()),
+		Stalls:                   int(e.stalls.Load()),
+		Hedged:                   int(e.hedged.Load()),
+		Resumed:                  resumed,
+		Status:                   "ok",
 		GPU:                      gpu,
 	}
 	if r.Failed == nil {
@@ -464,6 +631,9 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 		if err := appendReport(cfg.ReportPath, r); err != nil {
 			return r, fmt.Errorf("computeagent: report: %w", err)
 		}
+	}
+	if err := jr.epochDone(num); err != nil {
+		return r, fmt.Errorf("computeagent: state dir: %w", err)
 	}
 	return r, nil
 }

@@ -351,8 +351,10 @@ func (a *assembler) publishLocked(rf *rankFeed) error {
 		r := rf.c.ring
 		rows := r.compact(ob.slot, ob.holes[:ob.target])
 		r.writeHeader(ob.slot, rows, a.e.num, uint64(ob.index))
-		if a.e.cfg.OnSample != nil {
-			a.report(r, ob.slot, rows)
+		if a.e.cfg.OnSample != nil || a.e.jr != nil {
+			if err := a.report(r, ob.slot, rows); err != nil {
+				return a.failLocked(fmt.Errorf("computeagent: samples out: %w", err))
+			}
 		}
 		rf.held[ob.slot] = true
 		rf.batches++
@@ -373,13 +375,23 @@ func (a *assembler) publishLocked(rf *rankFeed) error {
 	return nil
 }
 
-// report calls OnSample for a published batch's rows.
-func (a *assembler) report(r *ring, slot, rows int) {
+// report journals a published batch's rows and calls OnSample for them.
+func (a *assembler) report(r *ring, slot, rows int) error {
+	ids, shas := make([]uint64, rows), make([][32]byte, rows)
 	for j := range rows {
 		s := r.slot(slot)
-		id := binary.LittleEndian.Uint64(s[r.l.idsOff+8*j:])
-		a.e.cfg.OnSample(a.e.num, id, sha256.Sum256(r.row(slot, j)))
+		ids[j] = binary.LittleEndian.Uint64(s[r.l.idsOff+8*j:])
+		shas[j] = sha256.Sum256(r.row(slot, j))
 	}
+	if err := a.e.jr.write(a.e.num, ids, shas); err != nil {
+		return err
+	}
+	if a.e.cfg.OnSample != nil {
+		for j := range rows {
+			a.e.cfg.OnSample(a.e.num, ids[j], shas[j])
+		}
+	}
+	return nil
 }
 
 func (a *assembler) failLocked(err error) error {

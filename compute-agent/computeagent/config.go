@@ -27,6 +27,7 @@ const (
 	DefaultBatch       = 128
 	DefaultEpochs      = 1
 	DefaultRetries     = 5
+	DefaultRetryBudget = 60 * time.Second
 
 	DefaultProfileBudget   = 2 * time.Second
 	DefaultReplanThreshold = 0.2
@@ -151,10 +152,40 @@ type Config struct {
 	// Codec asks the storage agents to compress intermediates. Zero means
 	// none.
 	Codec ops.Codec
-	// Retries is how many consecutive stream failures without progress a
-	// fetcher tolerates before it gives up on its storage agent. Zero
-	// means 5.
+	// Retries is how many times one sample is re-requested after a storage
+	// agent's queue deadline (ERROR_KIND_DEADLINE) before it counts as a bad
+	// sample. Zero means 5. Stream failures are bounded by RetryBudget, not
+	// by a count.
 	Retries int
+	// RetryBudget is how long a storage agent may make no progress (no
+	// response accepted from it) before its fetcher gives up on it for the
+	// epoch; the epoch fails only when every storage agent was given up.
+	// It also bounds the retries of Info and Catalog at the start of an
+	// epoch. Failed streams are retried with exponential back-off and
+	// jitter meanwhile. Zero means 60 s.
+	RetryBudget time.Duration
+	// StallTimeout is the progress deadline of a Fetch stream: a stream
+	// with requests outstanding that receives nothing for this long is
+	// declared stalled (a gray failure: a stopped process, a black-holed
+	// link), its outstanding requests are hedged to the other storage
+	// agents and it is cancelled and retried later within RetryBudget.
+	// Zero means adaptive: max(2 s, 4 x the epoch's p99 response latency).
+	StallTimeout time.Duration
+	// StateDir, when set, makes the run resumable after a crash: the agent
+	// keeps its run identity (run.json) and the completed epochs there, and
+	// the sample journal (SamplesOut, or StateDir/samples when that is
+	// empty) is read back on start, so a restarted agent skips the epochs
+	// already complete and, in the interrupted one, delivers exactly the
+	// samples not yet journaled. A journal of another run (seed, dataset,
+	// pipeline, plan, rank, world) is refused. Not with Trainer or Policy.
+	// Empty means no state: every run starts afresh.
+	StateDir string
+	// SamplesOut, when set, receives one line per delivered sample,
+	// "epoch sample sha256hex\n" (the OnSample hash), appended with one
+	// write(2) per batch right after the consumer took the batch and
+	// before the next batch is handed on. With StateDir it is the journal.
+	// Empty means none (or StateDir/samples with StateDir).
+	SamplesOut string
 	// MaxPayload bounds a decoded response's payload (ops.WireLimits).
 	// Zero means ops.DefaultMaxWirePayload.
 	MaxPayload int
@@ -213,6 +244,7 @@ func DefaultConfig() Config {
 		Batch:       DefaultBatch,
 		OnError:     OnErrorFail,
 		Retries:     DefaultRetries,
+		RetryBudget: DefaultRetryBudget,
 	}
 }
 
@@ -293,6 +325,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Retries == 0 {
 		c.Retries = DefaultRetries
 	}
+	if c.RetryBudget == 0 {
+		c.RetryBudget = DefaultRetryBudget
+	}
 	switch {
 	case c.Epochs < 0:
 		return c, configErr("epochs %d is negative", c.Epochs)
@@ -310,6 +345,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, configErr("batch %d is negative", c.Batch)
 	case c.Retries < 0:
 		return c, configErr("retries %d is negative", c.Retries)
+	case c.RetryBudget < 0 || c.StallTimeout < 0:
+		return c, configErr("retry budget %v and stall timeout %v must not be negative", c.RetryBudget, c.StallTimeout)
+	case c.StateDir != "" && (c.Trainer.Socket != "" || c.Policy != ""):
+		return c, configErr("state dir: resuming is for simulated-GPU runs without a policy (trainers resume from their own state)")
 	case c.MaxPayload < 0:
 		return c, configErr("max payload %d is negative", c.MaxPayload)
 	case c.Codec > ops.CodecS2:

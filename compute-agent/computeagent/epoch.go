@@ -48,6 +48,7 @@ type epochRun struct {
 	plan    Plan
 	rec     *profiler.Recorder // stage 2; nil when not profiling
 	sched   *schedule
+	jr      *journal // nil without a sample log
 
 	work    chan work
 	queue   chan item
@@ -64,6 +65,9 @@ type epochRun struct {
 	retried         atomic.Int64
 	streamFailures  atomic.Int64
 	duplicates      atomic.Int64
+	stalls          atomic.Int64 // streams declared stalled
+	hedged          atomic.Int64 // requests of stalled streams put back while outstanding
+	lat             latencies    // response latencies, for the adaptive stall timeout
 
 	mu     sync.Mutex
 	failed []SampleFailure
@@ -168,7 +172,7 @@ func (e *epochRun) worker(ctx context.Context) error {
 		}
 		var bad *SampleFailure
 		if se := w.resp.GetError(); se != nil {
-			bad = &SampleFailure{Sample: r.sample, Split: r.split, Kind: storageKind(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
+			bad = &SampleFailure{Sample: r.sample, Split: r.split, Kind: errkind.Name(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
 		} else {
 			e.a.sizes.observe(r.split, e.cat.RawSizes[r.sample], len(w.resp.GetData()))
 			if e.cfg.FetchOnly {
@@ -241,7 +245,7 @@ func (e *epochRun) finish(f *fetcher, data []byte, lim ops.WireLimits, it *item)
 	if err != nil {
 		return &SampleFailure{Sample: it.sample, Split: it.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
 	}
-	if e.cfg.OnSample != nil && e.asm == nil { // the assembler hashes the rows it publishes
+	if (e.cfg.OnSample != nil || e.jr != nil) && e.asm == nil { // the assembler hashes the rows it publishes
 		it.sha = tensorSHA(it.tensor)
 	}
 	return nil
@@ -255,7 +259,7 @@ func (e *epochRun) check(data []byte, lim ops.WireLimits, it *item) *SampleFailu
 	if err != nil {
 		return &SampleFailure{Sample: it.sample, Split: it.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
 	}
-	if e.cfg.OnSample != nil {
+	if e.cfg.OnSample != nil || e.jr != nil {
 		it.sha = sha256.Sum256(data)
 	}
 	return nil
@@ -376,6 +380,11 @@ func (e *epochRun) feeder(ctx context.Context) error {
 			if err := e.cfg.Consumer.Consume(ctx, b); err != nil {
 				return fmt.Errorf("computeagent: consumer: %w", err)
 			}
+		}
+		// Journaled right after the consumer took the batch, in one write:
+		// what a crash leaves in the log is what was delivered.
+		if err := e.jr.write(e.num, b.Samples, b.shas); err != nil {
+			return fmt.Errorf("computeagent: samples out: %w", err)
 		}
 		e.nbatch++
 		e.samples += b.Len()

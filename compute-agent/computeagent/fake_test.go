@@ -101,6 +101,8 @@ type fakeStorage struct {
 	linkBPS func(epoch uint64) float64
 	// cpus is announced by Info. Zero means 1.
 	cpus float64
+	// infoErr, when set, is Info's error (nil: answer).
+	infoErr func() error
 
 	responses atomic.Int64
 	requests  atomic.Int64
@@ -137,6 +139,11 @@ func (s *fakeStorage) catalogFingerprint() string {
 }
 
 func (s *fakeStorage) Info(context.Context, *dataplanepb.InfoRequest) (*dataplanepb.InfoResponse, error) {
+	if s.infoErr != nil {
+		if err := s.infoErr(); err != nil {
+			return nil, err
+		}
+	}
 	return &dataplanepb.InfoResponse{Node: s.name, Version: "test", Fingerprint: cmp.Or(s.fingerprint, s.catalogFingerprint()), Cpus: max(s.cpus, 1), Samples: uint64(len(s.data))}, nil
 }
 
@@ -311,7 +318,13 @@ func (n *memNet) Dial(ctx context.Context, addr string) (net.Conn, error) {
 // serve starts srv at addr until the test ends.
 func (n *memNet) serve(t testing.TB, addr string, srv dataplanepb.StorageServer) {
 	t.Helper()
-	l := bufconn.Listen(1 << 20)
+	n.serveOn(t, addr, srv, bufconn.Listen(1<<20), nil)
+}
+
+// serveOn is serve on l, whose accepted connections wrap wraps (nil: as
+// they are).
+func (n *memNet) serveOn(t testing.TB, addr string, srv dataplanepb.StorageServer, l *bufconn.Listener, wrap func(net.Listener) net.Listener) {
+	t.Helper()
 	n.mu.Lock()
 	if n.lis == nil {
 		n.lis = map[string]*bufconn.Listener{}
@@ -320,8 +333,12 @@ func (n *memNet) serve(t testing.TB, addr string, srv dataplanepb.StorageServer)
 	n.mu.Unlock()
 	gs := grpc.NewServer()
 	dataplanepb.RegisterStorageServer(gs, srv)
+	var lis net.Listener = l
+	if wrap != nil {
+		lis = wrap(l)
+	}
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = gs.Serve(l) })
+	wg.Go(func() { _ = gs.Serve(lis) })
 	t.Cleanup(func() {
 		gs.Stop()
 		wg.Wait()

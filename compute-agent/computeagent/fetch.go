@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -18,16 +20,30 @@ import (
 // ErrNoStorage: no storage agent can serve the epoch.
 var ErrNoStorage = errors.New("computeagent: no usable storage agent")
 
+// errStalled ends a stream that received nothing for the stall timeout
+// while requests were outstanding.
+var errStalled = errors.New("computeagent: stream stalled")
+
 // fetcher keeps one Fetch stream to one storage agent busy for one epoch,
 // with a bounded window of requests in flight. On a stream error it
 // requeues that stream's outstanding requests (any fetcher may take them)
-// and opens a new stream after a back-off.
+// and opens a new stream after a back-off, until the storage agent made no
+// progress for Config.RetryBudget.
 type fetcher struct {
 	e      *epochRun
 	ep     Endpoint
 	client dataplanepb.StorageClient
 	cpus   float64 // the storage agent's cores (InfoResponse.cpus)
 	w      window
+
+	// lastRecv is when the current stream last received a response or
+	// handed one on (Unix ns); handing is set while recv waits to hand a
+	// response to the workers (back-pressure, not a stall).
+	lastRecv atomic.Int64
+	handing  atomic.Bool
+	// progress is when a response from this storage agent was last
+	// accepted (Unix ns).
+	progress atomic.Int64
 }
 
 // work is a response on its way to a finishing worker.
@@ -38,54 +54,158 @@ type work struct {
 }
 
 func (f *fetcher) run(ctx context.Context) error {
-	log := f.e.log.With().Str("storage", f.ep.Name).Logger()
+	e := f.e
+	log := e.log.With().Str("storage", f.ep.Name).Logger()
+	budget := e.cfg.RetryBudget
+	f.progress.Store(e.cfg.Clock.Now().UnixNano())
 	failures := 0
 	for {
-		progress, err := f.session(ctx)
-		if err == nil || f.e.sched.complete() {
+		var err error
+		if failures > 0 {
+			// Reopen a stream only to an agent that answers: a stopped
+			// or unreachable one would hold a window of requests.
+			err = f.probe(ctx)
+		}
+		if err == nil {
+			_, err = f.session(ctx)
+			if err == nil || e.sched.complete() {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			n := e.sched.requeue(&f.w)
+			e.streamFailures.Add(1)
+			e.retried.Add(int64(n))
+			if m := e.a.metrics(); m != nil {
+				m.retries.Add(float64(n))
+			}
+			if errors.Is(err, errStalled) {
+				e.stalls.Add(1)
+			}
+			log.Warn().Err(err).Int("requeued", n).Int("failures", failures+1).Msg("fetch stream failed")
+		} else {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, ErrFingerprint) {
+				return f.giveUp(log, err)
+			}
+			log.Debug().Err(err).Msg("storage agent still unavailable")
+		}
+		if e.sched.complete() {
 			return nil
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		n := f.e.sched.requeue(&f.w)
-		f.e.streamFailures.Add(1)
-		f.e.retried.Add(int64(n))
-		if m := f.e.a.metrics(); m != nil {
-			m.retries.Add(float64(n))
-		}
-		if progress {
-			failures = 0
+		idle := e.cfg.Clock.Now().Sub(time.Unix(0, f.progress.Load()))
+		if idle > budget {
+			return f.giveUp(log, fmt.Errorf("no progress for %v (retry budget %v), last: %w", idle.Round(time.Millisecond), budget, err))
 		}
 		failures++
-		log.Warn().Err(err).Int("requeued", n).Int("failures", failures).Msg("fetch stream failed")
-		if failures > f.e.cfg.Retries {
-			if f.e.sched.giveUp() == 0 {
-				return fmt.Errorf("%w: %s failed %d times, last: %v", ErrNoStorage, f.ep.Name, failures, err)
-			}
-			log.Error().Err(err).Msg("giving up on storage agent for this epoch")
-			return nil
-		}
-		backoff := min(50*time.Millisecond<<min(failures-1, 6), 2*time.Second)
-		if err := f.e.cfg.Clock.Sleep(ctx, backoff); err != nil {
+		if err := pause(ctx, min(retryDelay(failures), budget-idle), e.sched); err != nil {
 			return err
+		}
+		if e.sched.complete() {
+			return nil
 		}
 	}
 }
 
+// giveUp drops this storage agent for the epoch; the epoch fails when it
+// was the last one.
+func (f *fetcher) giveUp(log zerolog.Logger, err error) error {
+	if f.e.sched.giveUp() == 0 {
+		return fmt.Errorf("%w: %s: %w", ErrNoStorage, f.ep.Name, err)
+	}
+	log.Error().Err(err).Msg("giving up on storage agent for this epoch")
+	return nil
+}
+
+// probe asks the storage agent for its Info within the stall timeout and
+// checks that it still serves the catalog's dataset.
+func (f *fetcher) probe(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, min(f.e.stallTimeout(), probeTimeout))
+	defer cancel()
+	// WaitForReady: a restarted agent is used as soon as it is back.
+	info, err := f.client.Info(pctx, &dataplanepb.InfoRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		return err
+	}
+	if fp := info.GetFingerprint(); fp != f.e.cat.Fingerprint {
+		return fmt.Errorf("%w: %s now serves %q, catalog is %q", ErrFingerprint, f.ep.Name, fp, f.e.cat.Fingerprint)
+	}
+	f.cpus = info.GetCpus()
+	return nil
+}
+
 // session runs one Fetch stream until the epoch's samples are all received
 // (nil) or the stream fails. progress reports whether any response came.
+// A watchdog declares the stream stalled (errStalled) when it has
+// requests outstanding, the oldest sent more than the stall timeout ago,
+// and received nothing for as long: it hedges them (the other fetchers may
+// take them at once) and cancels the stream.
 func (f *fetcher) session(ctx context.Context) (progress bool, err error) {
-	g, gctx := errgroup.WithContext(ctx)
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	g, gctx := errgroup.WithContext(sctx)
 	stream, err := f.client.Fetch(gctx)
 	if err != nil {
 		return false, err
 	}
+	f.lastRecv.Store(f.e.cfg.Clock.Now().UnixNano())
 	var got atomic.Bool
 	g.Go(func() error { return f.send(gctx, stream) })
 	g.Go(func() error { return f.recv(ctx, stream, &got) })
+	var wg sync.WaitGroup
+	wctx, stopWatch := context.WithCancel(gctx)
+	wg.Go(func() { f.watch(wctx, cancel) })
 	err = g.Wait()
+	stopWatch()
+	wg.Wait()
+	if c := context.Cause(sctx); errors.Is(c, errStalled) {
+		err = c
+	} else if c == errEpochDone {
+		err = nil
+	}
 	return got.Load(), err
+}
+
+// errEpochDone ends a session whose epoch has every sample.
+var errEpochDone = errors.New("computeagent: epoch complete")
+
+// watch is session's watchdog; it ends the session through cancel.
+func (f *fetcher) watch(ctx context.Context, cancel context.CancelCauseFunc) {
+	e := f.e
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		done, sig := e.sched.state()
+		if done {
+			// A stopped storage agent never closes its stream: do not wait.
+			cancel(errEpochDone)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-sig:
+			continue
+		case <-tick.C:
+		}
+		if f.handing.Load() {
+			continue
+		}
+		now := e.cfg.Clock.Now()
+		d := e.stallTimeout()
+		oldest, ok := e.sched.oldestSent(&f.w)
+		if !ok || now.Sub(oldest) < d || now.Sub(time.Unix(0, f.lastRecv.Load())) < d {
+			continue
+		}
+		n := e.sched.hedge(&f.w)
+		e.hedged.Add(int64(n))
+		e.log.Warn().Str("storage", f.ep.Name).Dur("stall_timeout", d).Int("hedged", n).Msg("fetch stream stalled: requests hedged to the other storage agents")
+		cancel(fmt.Errorf("%w: %s sent nothing for %v", errStalled, f.ep.Name, d))
+		return
+	}
 }
 
 func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClient) error {
@@ -153,6 +273,8 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			}
 			continue
 		}
+		now := e.cfg.Clock.Now()
+		f.lastRecv.Store(now.UnixNano())
 		r, dup := e.sched.claim(&f.w, resp.GetTag(), int64(len(resp.GetData())))
 		if dup {
 			e.duplicates.Add(1)
@@ -163,6 +285,10 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			continue
 		}
 		got.Store(true)
+		f.progress.Store(now.UnixNano())
+		if !r.sent.IsZero() {
+			e.lat.observe(now.Sub(r.sent))
+		}
 		if resp.GetSample() != r.sample && resp.GetError() == nil {
 			resp = &dataplanepb.FetchResponse{Tag: resp.GetTag(), Sample: r.sample, Error: &dataplanepb.SampleError{
 				Kind:    dataplanepb.ErrorKind_ERROR_KIND_INTERNAL,
@@ -178,17 +304,16 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
 			e.storageOffEffNS.Add(int64(float64(resp.GetStorageBudgetNs()) * f.share()))
 		}
+		f.handing.Store(true)
 		select {
 		case e.work <- work{f: f, r: r, resp: resp}:
 		case <-epochCtx.Done():
+			f.handing.Store(false)
 			return epochCtx.Err()
 		}
+		f.lastRecv.Store(e.cfg.Clock.Now().UnixNano())
+		f.handing.Store(false)
 	}
-}
-
-// storageKind names a storage agent's error kind without the enum prefix.
-func storageKind(k dataplanepb.ErrorKind) string {
-	return strings.TrimPrefix(k.String(), "ERROR_KIND_")
 }
 
 // share is each of the storage agent's workers' share of a core: cpus over

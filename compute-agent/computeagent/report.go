@@ -37,7 +37,15 @@ import (
 //	storage_cpu_seconds  float    sum of FetchResponse.storage_cpu_ns over received samples
 //	retried              int      requests re-issued after stream failures
 //	stream_failures      int      Fetch streams that failed
-//	duplicates           int      responses dropped as duplicates (should stay 0)
+//	duplicates           int      responses dropped as duplicates: the losing copy of a hedged
+//	                              request (0 without stalls)
+//	stalls               int      streams declared stalled (no response within the stall timeout)
+//	hedged               int      requests of stalled streams re-issued to other storage agents
+//	resumed              int      samples of this epoch delivered before a restart (Config.StateDir;
+//	                              omitted when 0): shard counts only the rest
+//	status               string   "ok", "failed" (error says why) or "interrupted" (the agent was
+//	                              stopped mid-epoch); counters then cover the part that ran
+//	error                string   why the epoch failed (omitted when ok)
 //	gpu                  {status, devices, samples, mean_util_pct}  NVML's view; status is
 //	                              "nvml: ok" or "nvml: unavailable: <reason>"
 //	consumer             string   "trainer" when trainer processes took the batches (omitted: sim)
@@ -92,6 +100,11 @@ type EpochReport struct {
 	Retried           int             `json:"retried"`
 	StreamFailures    int             `json:"stream_failures"`
 	Duplicates        int             `json:"duplicates"`
+	Stalls            int             `json:"stalls"`
+	Hedged            int             `json:"hedged"`
+	Resumed           int             `json:"resumed,omitempty"`
+	Status            string          `json:"status"`
+	Error             string          `json:"error,omitempty"`
 	GPU               GPUStats        `json:"gpu"`
 	// Consumer is "trainer" when trainer processes took the batches
 	// (Trainers says how each rank fared); omitted for the simulated GPU.

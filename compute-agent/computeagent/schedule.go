@@ -3,6 +3,7 @@ package computeagent
 import (
 	"container/heap"
 	"sync"
+	"time"
 )
 
 // schedule is an epoch's shared state: which positions of the permutation
@@ -49,6 +50,9 @@ type schedule struct {
 	deliverNext int
 	alive       int         // fetchers not given up
 	retries     map[int]int // transient per-sample errors so far, by position
+	// now stamps each request's send time (request.sent). Nil leaves it
+	// zero.
+	now func() time.Time
 }
 
 // newSchedule schedules n positions. offloaded, when not nil, marks the
@@ -130,6 +134,12 @@ type request struct {
 	sample uint64
 	split  int
 	bytes  int64 // window bytes held: the estimate, then the actual size
+	sent   time.Time
+	// hedged marks a request of a stalled stream whose position was put
+	// back into the schedule while the request stayed outstanding: if the
+	// stalled stream answers after all, the first response wins and the
+	// other is dropped as a duplicate.
+	hedged bool
 }
 
 // window is one fetcher's share of the schedule; its fields are guarded by
@@ -153,6 +163,10 @@ func (s *schedule) take(w *window, est func(pos int) (int64, uint64, int)) (r *r
 	if s.nRecv == s.n {
 		return nil, nil, true
 	}
+	// A hedged position may have been received since it was put back.
+	for s.retry.Len() > 0 && s.received[s.retry[0]] {
+		heap.Pop(&s.retry)
+	}
 	pos := -1
 	if s.retry.Len() > 0 {
 		pos = s.retry[0]
@@ -173,6 +187,9 @@ func (s *schedule) take(w *window, est func(pos int) (int64, uint64, int)) (r *r
 	}
 	w.nextTag++
 	r = &request{tag: w.nextTag, pos: pos, sample: sample, split: k, bytes: b}
+	if s.now != nil {
+		r.sent = s.now()
+	}
 	w.outstanding[r.tag] = r
 	w.count++
 	w.laneCount[s.laneOf(pos)]++
@@ -225,7 +242,9 @@ func (s *schedule) retryTag(w *window, tag uint64, limit int) bool {
 	s.retries[r.pos]++
 	delete(w.outstanding, tag)
 	s.freeLocked(w, r)
-	heap.Push(&s.retry, r.pos)
+	if !r.hedged { // a hedged position is owed by the schedule already
+		heap.Push(&s.retry, r.pos)
+	}
 	s.broadcastLocked()
 	return true
 }
@@ -247,10 +266,56 @@ func (s *schedule) requeue(w *window) int {
 	for tag, r := range w.outstanding {
 		delete(w.outstanding, tag)
 		s.freeLocked(w, r)
-		heap.Push(&s.retry, r.pos)
+		if !r.hedged && !s.received[r.pos] {
+			heap.Push(&s.retry, r.pos)
+		}
 	}
 	s.broadcastLocked()
 	return n
+}
+
+// hedge puts the positions of w's outstanding requests back into the
+// schedule, first in line, while they stay outstanding on w (a stalled
+// stream): any fetcher may then take them, and whichever response comes
+// first is accepted (claim drops the other as a duplicate). It returns how
+// many positions it put back.
+func (s *schedule) hedge(w *window) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range w.outstanding {
+		if r.hedged || s.received[r.pos] {
+			continue
+		}
+		r.hedged = true
+		heap.Push(&s.retry, r.pos)
+		n++
+	}
+	if n > 0 {
+		s.broadcastLocked()
+	}
+	return n
+}
+
+// oldestSent is the send time of w's oldest outstanding request; ok is
+// false when none is outstanding.
+func (s *schedule) oldestSent(w *window) (t time.Time, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range w.outstanding {
+		if !ok || r.sent.Before(t) {
+			t, ok = r.sent, true
+		}
+	}
+	return t, ok
+}
+
+// state reports whether every position was received and, if not, a
+// channel closed on the next change.
+func (s *schedule) state() (done bool, sig <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nRecv == s.n, s.sig
 }
 
 // outstanding is the number of requests awaiting a response on w.
