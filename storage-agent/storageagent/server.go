@@ -38,6 +38,8 @@ const (
 	pipelineCacheSize = 64
 	// streamPipelines bounds the pipelines one stream remembers.
 	streamPipelines = 16
+	// failLogBurst bounds the per-sample failure lines logged per second.
+	failLogBurst = 20
 	// wireSlack is room left in a gRPC message for the response's other
 	// fields.
 	wireSlack = 4 << 10
@@ -57,6 +59,7 @@ type server struct {
 	pending int // requests a stream may have in the agent (Config.Queue)
 	maxWire int // the largest wire form a response may carry
 	log     zerolog.Logger
+	failLog zerolog.Logger // per-sample failures, sampled
 	m       *metrics
 
 	queue *fairQueue
@@ -125,6 +128,7 @@ func newServer(ds *Dataset, cfg Config, workers int, share float64) (*server, er
 		pending:     cfg.Queue,
 		maxWire:     MaxMessageBytes - wireSlack,
 		log:         cfg.Logger,
+		failLog:     cfg.Logger.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second}),
 		busy:        newStallWatch(workers),
 		rawBusy:     newStallWatch(RawWorkers),
 		allowed:     map[string]*ops.Pipeline{},
@@ -632,11 +636,16 @@ func (s *server) failure(req *dataplanepb.FetchRequest, err error) *dataplanepb.
 	if !strings.HasPrefix(msg, "sample ") { // ops' and the dataset's errors name it already
 		msg = fmt.Sprintf("sample %d: %s", req.GetSample(), msg)
 	}
+	// The operator's log names the file too; bursts are sampled, so that
+	// a client asking for bad samples over and over cannot flood it.
+	ev := s.failLog.Info()
 	if kind == dataplanepb.ErrorKind_ERROR_KIND_IO || kind == dataplanepb.ErrorKind_ERROR_KIND_INTERNAL {
-		s.log.Warn().Uint64("sample", req.GetSample()).Err(err).Msg("fetch failed")
-	} else {
-		s.log.Debug().Uint64("sample", req.GetSample()).Str("kind", kindLabel(kind)).Err(err).Msg("fetch failed")
+		ev = s.failLog.Warn()
 	}
+	if i := req.GetSample(); i < s.ds.Len() {
+		ev = ev.Str("file", s.ds.Path(i))
+	}
+	ev.Uint64("sample", req.GetSample()).Str("kind", kindLabel(kind)).Err(err).Msg("fetch failed")
 	return &dataplanepb.FetchResponse{
 		Tag:    req.GetTag(),
 		Sample: req.GetSample(),
