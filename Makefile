@@ -11,6 +11,13 @@ DEMO_DIR ?= $(CURDIR)/.demo
 DEMO_IMAGES ?= 160
 DEMO_RATE   ?= 100mbit
 DEMO_CPUS   ?= 0.5
+# make certs: a development CA, node certificates and a gossip key.
+CERTS_DIR     ?= $(CURDIR)/.certs
+CERTS_CLUSTER ?= sophon
+CERTS_STORAGE ?= storage-1
+CERTS_COMPUTE ?= compute-1
+CERTS_HOSTS   ?= localhost,127.0.0.1,::1
+CERTS_DAYS    ?= 365
 
 .DEFAULT_GOAL := help
 
@@ -62,6 +69,11 @@ bench-link: ## Raw loopback transport and the shaped No-Off epoch (tc in namespa
 demo: build ## The main job: generate a dataset, run every policy and the torchvision peer over a shaped link, print the table
 	$(BIN)/testbed run --gen openimages-like:$(DEMO_IMAGES) --rate $(DEMO_RATE) --storage-cpus $(DEMO_CPUS) \
 		--epochs 2 --out $(DEMO_DIR)
+
+.PHONY: certs
+certs: ## Development CA, one key pair per node and a gossip key in CERTS_DIR (.certs/); keeps an existing CA
+	$(GO) run ./storage-agent certs --out $(CERTS_DIR) --cluster $(CERTS_CLUSTER) --storage $(CERTS_STORAGE) \
+		--compute $(CERTS_COMPUTE) --hosts $(CERTS_HOSTS) --days $(CERTS_DAYS)
 
 .PHONY: clean
 clean: ## Remove build outputs and the demo dataset

@@ -29,19 +29,28 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-const usageHead = `Usage: compute-agent (--storage ADDRS | --gossip ADDR --join PEERS) [flags]
+const usageHead = `Usage: compute-agent (--storage ADDRS | --gossip ADDR --join PEERS) (--tls-cert F --tls-key F --tls-ca F | --insecure) [flags]
+       compute-agent certs --out DIR [--cluster NAME] [--storage NAMES] [--compute NAMES] [--hosts HOSTS] [--days N]
 
 Runs training epochs against storage agents: each sample of this rank's
 shard is fetched once per epoch at its planned split k (the storage agent
 runs ops[0:k]), finished here (ops[k:n]), batched and handed to the GPU
 consumer. Prints one JSON report line per epoch to --report.
 
+Secure by default: storage agents are dialled with mutual TLS 1.3 and
+accepted only when their certificate (signed by --tls-ca, valid for the
+dialled host) names them sophon://CLUSTER/storage/NAME, NAME being the member
+gossip announced; gossip is encrypted with the cluster's key and labelled
+with --cluster. "compute-agent certs" (or make certs) makes a development
+CA, the nodes' certificates and a gossip key; --insecure turns it all off.
+
 Example:
 
   compute-agent --gossip 10.0.0.9:7946 --join 10.0.0.5:7946 \
     --pipeline imagenet-train --plan resizeoff --epochs 3 --seed 1 \
     --gpu sim:resnet50-v100 --report epochs.jsonl \
-    --tls-cert gpu.pem --tls-key gpu-key.pem --tls-ca ca.pem
+    --tls-cert compute-c1.pem --tls-key compute-c1-key.pem --tls-ca ca.pem \
+    --gossip-key-file gossip.key
 
   compute-agent --storage 127.0.0.1:7070 --plan plan.json --on-error skip
 
@@ -99,6 +108,9 @@ type settings struct {
 	GossipAdvertise string        `yaml:"gossip-advertise"`
 	Join            cli.List      `yaml:"join"`
 	GossipKey       string        `yaml:"gossip-key"`
+	GossipKeyFile   string        `yaml:"gossip-key-file"`
+	Cluster         string        `yaml:"cluster"`
+	Insecure        bool          `yaml:"insecure"`
 	Name            string        `yaml:"name"`
 	MinStorage      int           `yaml:"min-storage"`
 	Pipeline        string        `yaml:"pipeline"`
@@ -165,6 +177,7 @@ func defaults() settings {
 		RetryBudget:     c.RetryBudget,
 		ProfileBudget:   computeagent.DefaultProfileBudget,
 		ReplanThreshold: computeagent.DefaultReplanThreshold,
+		Cluster:         tlsconf.DefaultCluster,
 		LogLevel:        "info",
 		LogFormat:       "auto",
 		GCPercent:       -1,
@@ -184,7 +197,10 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.Gossip, "gossip", s.Gossip, "memberlist bind `host:port` (UDP and TCP), to discover storage agents by gossip")
 	fs.StringVar(&s.GossipAdvertise, "gossip-advertise", s.GossipAdvertise, "gossip `host:port` announced to peers (default: derived from --gossip)")
 	fs.Var(&s.Join, "join", "gossip `peers` to join, comma-separated host:port")
-	fs.StringVar(&s.GossipKey, "gossip-key", s.GossipKey, "gossip encryption `key`, base64 or hex, 16/24/32 bytes (default: none)")
+	fs.StringVar(&s.GossipKey, "gossip-key", s.GossipKey, "gossip encryption `key`, base64 or hex, 16/24/32 bytes; with --gossip, it or --gossip-key-file is required unless --insecure")
+	fs.StringVar(&s.GossipKeyFile, "gossip-key-file", s.GossipKeyFile, "`file` holding the gossip key (make certs writes one)")
+	fs.StringVar(&s.Cluster, "cluster", s.Cluster, "cluster `name`: the gossip label, and the cluster storage agents' certificates must name")
+	fs.BoolVar(&s.Insecure, "insecure", s.Insecure, "dial storage agents in plaintext and gossip without a key (tests and first try-outs only; logs a warning)")
 	fs.StringVar(&s.Name, "name", s.Name, "node `name` in the cluster (default: hostname-pid)")
 	fs.IntVar(&s.MinStorage, "min-storage", s.MinStorage, "storage agents to wait for through gossip before each epoch (default 1)")
 	fs.StringVar(&s.Pipeline, "pipeline", s.Pipeline, "pipeline preset `name` ("+strings.Join(ops.PresetNames(), ", ")+") or spec FILE (YAML or JSON)")
@@ -224,7 +240,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.StateDir, "state-dir", s.StateDir, "`directory` that makes the run resumable: after a crash (kill -9) a rerun with the same flags skips the completed epochs and delivers exactly the samples of the interrupted one not yet in the sample log (--samples-out, else DIR/samples); a directory of another run is refused")
 	fs.StringVar(&s.Report, "report", s.Report, "append one JSON report line per epoch to `file` (default: none)")
 	fs.StringVar(&s.SamplesOut, "samples-out", s.SamplesOut, "append one line per delivered sample to `file`: epoch, sample id and the sha256 of its tensor (of its wire form with --fetch-only), to check exactly-once delivery and placement invariance; written with one write per batch as the consumer takes it, so it is complete when an epoch fails or the agent is killed")
-	fs.StringVar(&s.TLSCert, "tls-cert", s.TLSCert, "PEM client certificate `file` for mutual TLS (with --tls-key and --tls-ca)")
+	fs.StringVar(&s.TLSCert, "tls-cert", s.TLSCert, "PEM client certificate `file` for mutual TLS, naming sophon://CLUSTER/compute/NAME (with --tls-key and --tls-ca; required unless --insecure)")
 	fs.StringVar(&s.TLSKey, "tls-key", s.TLSKey, "PEM private key `file` of --tls-cert")
 	fs.StringVar(&s.TLSCA, "tls-ca", s.TLSCA, "PEM CA `file` that signs the storage agents' certificates")
 	fs.StringVar(&s.LogLevel, "log-level", s.LogLevel, "log `level`: debug, info, warn or error")
@@ -267,6 +283,9 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	c.GossipAdvertise = s.GossipAdvertise
 	c.Join = s.Join
 	c.GossipKey = s.GossipKey
+	c.GossipKeyFile = s.GossipKeyFile
+	c.Cluster = s.Cluster
+	c.Insecure = s.Insecure
 	c.MinStorage = s.MinStorage
 	c.Version = version
 	c.Pipeline = p
@@ -312,6 +331,9 @@ func logger(s settings, out *os.File) (zerolog.Logger, error) {
 }
 
 func run(args []string) int {
+	if len(args) > 0 && args[0] == "certs" {
+		return cli.Certs("compute-agent", args[1:], os.Stdout)
+	}
 	s, err := parse(args, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

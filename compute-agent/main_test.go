@@ -66,6 +66,27 @@ func TestBinaries(t *testing.T) {
 		}
 	}
 
+	// Without certificates the default start refuses, saying how to get
+	// them; with --insecure it warns.
+	out, err := exec.Command(compute, "--storage", "127.0.0.1:1", "--pipeline", "imagenet-train").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Errorf("no certificates: got %v, want exit status 2\n%s", err, out)
+	}
+	for _, hint := range []string{"make certs", "compute-agent certs", "--insecure"} {
+		if !strings.Contains(string(out), hint) {
+			t.Errorf("no certificates: the message lacks %q:\n%s", hint, out)
+		}
+	}
+	out, _ = exec.Command(compute, "--storage", "127.0.0.1:1", "--pipeline", "imagenet-train", "--insecure",
+		"--retries", "1", "--log-format", "json").CombinedOutput()
+	if !strings.Contains(string(out), `"level":"warn"`) || !strings.Contains(string(out), "INSECURE") {
+		t.Errorf("--insecure: no warning:\n%s", out)
+	}
+	if out, err := exec.Command(compute, "certs", "--out", filepath.Join(dir, "certs"), "--compute", "c1").CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), "compute-c1.pem") {
+		t.Errorf("certs: %v\n%s", err, out)
+	}
+
 	data := filepath.Join(dir, "data")
 	const n = 24
 	for i := range n {
@@ -119,7 +140,7 @@ func TestBinaries(t *testing.T) {
 	cfgFile := filepath.Join(dir, "compute.yaml")
 	// The file's epochs are overridden by the flag.
 	writeFile(t, cfgFile, "storage: ["+addr+"]\nepochs: 5\nbatch: 5\nwindow: 4\ngpu: sim:step=1ms\ncodec: zstd\nlog-format: json\n")
-	out, err := exec.Command(compute, "--config", cfgFile, "--epochs", "2", "--pipeline", spec, "--plan", plan,
+	out, err = exec.Command(compute, "--config", cfgFile, "--epochs", "2", "--pipeline", spec, "--plan", plan,
 		"--report", report, "--samples-out", samplesOut, "--seed", "3", "--tls-cert", client.Cert, "--tls-key", client.Key, "--tls-ca", client.CA).CombinedOutput()
 	if err != nil {
 		t.Fatalf("compute agent: %v\n%s", err, out)

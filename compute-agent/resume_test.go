@@ -49,7 +49,7 @@ func startStorageBin(t *testing.T, storage, dir string, n int) string {
 	}
 	addr := freeAddr(t)
 	var logs bytes.Buffer
-	srv := exec.Command(storage, "--data", data, "--listen", addr, "--cpus", "1")
+	srv := exec.Command(storage, "--data", data, "--listen", addr, "--cpus", "1", "--insecure")
 	srv.Stdout, srv.Stderr = &logs, &logs
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -115,7 +115,7 @@ func TestKillResume(t *testing.T) {
 	addr := startStorageBin(t, storage, dir, n)
 	args := func(extra ...string) []string {
 		return append([]string{"--storage", addr, "--pipeline", "imagenet-train", "--epochs", fmt.Sprint(epochs), "--seed", "5",
-			"--batch", "4", "--window", "4", "--gpu", "sim:step=15ms", "--progress", "0", "--log-format", "json"}, extra...)
+			"--batch", "4", "--window", "4", "--gpu", "sim:step=15ms", "--progress", "0", "--log-format", "json", "--insecure"}, extra...)
 	}
 
 	clean := filepath.Join(dir, "clean.txt")

@@ -25,18 +25,26 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-const usageHead = `Usage: storage-agent --data DIR [flags]
+const usageHead = `Usage: storage-agent --data DIR (--tls-cert F --tls-key F --tls-ca F | --insecure) [flags]
+       storage-agent certs --out DIR [--cluster NAME] [--storage NAMES] [--compute NAMES] [--hosts HOSTS] [--days N]
 
 Serves the dataset in DIR (an ImageFolder: one folder per class; or
 WebDataset-style *.tar shards) to compute agents over gRPC, running the
 requested prefix ops[0:k] of each sample's pipeline within a CPU budget, and
 announces itself to the cluster through memberlist gossip.
 
+Secure by default: gRPC is mutual TLS 1.3 and only compute agents whose
+certificate (signed by --tls-ca) names them sophon://CLUSTER/compute/NAME
+are served; gossip is encrypted with the cluster's key and labelled with
+--cluster. "storage-agent certs" (or make certs) makes a development CA, the
+nodes' certificates and a gossip key; --insecure turns all of it off.
+
 Example:
 
-  storage-agent --data /srv/imagenet/train --listen :7070 \
-    --gossip 10.0.0.5:7946 --join 10.0.0.9:7946 --cpus 2.5 \
-    --metrics :9100 --tls-cert agent.pem --tls-key agent-key.pem --tls-ca ca.pem
+  storage-agent --data /srv/imagenet/train --listen :7070 --name s1 \
+    --gossip 10.0.0.5:7946 --join 10.0.0.9:7946 --cpus 2.5 --metrics :9100 \
+    --tls-cert storage-s1.pem --tls-key storage-s1-key.pem --tls-ca ca.pem \
+    --gossip-key-file gossip.key
 
 A --config FILE in YAML takes the same keys as the flags (data: ..., cpus: 2.5,
 join: [a:7946, b:7946], request-timeout: 30s, ...); flags given on the command
@@ -57,6 +65,9 @@ type settings struct {
 	GossipAdvertise string        `yaml:"gossip-advertise"`
 	Join            cli.List      `yaml:"join"`
 	GossipKey       string        `yaml:"gossip-key"`
+	GossipKeyFile   string        `yaml:"gossip-key-file"`
+	Cluster         string        `yaml:"cluster"`
+	Insecure        bool          `yaml:"insecure"`
 	Name            string        `yaml:"name"`
 	CPUs            float64       `yaml:"cpus"`
 	Queue           int           `yaml:"queue"`
@@ -81,6 +92,7 @@ func defaults() settings {
 	c := storageagent.DefaultConfig()
 	return settings{
 		Listen:         c.Listen,
+		Cluster:        tlsconf.DefaultCluster,
 		CPUs:           0,
 		RequestTimeout: c.RequestTimeout,
 		ShutdownGrace:  c.ShutdownGrace,
@@ -109,8 +121,11 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.Gossip, "gossip", s.Gossip, "memberlist bind `host:port` (UDP and TCP); empty disables membership")
 	fs.StringVar(&s.GossipAdvertise, "gossip-advertise", s.GossipAdvertise, "gossip `host:port` announced to peers (default: derived from --gossip)")
 	fs.Var(&s.Join, "join", "gossip `peers` to join, comma-separated host:port")
-	fs.StringVar(&s.GossipKey, "gossip-key", s.GossipKey, "gossip encryption `key`, base64 or hex, 16/24/32 bytes (default: none)")
-	fs.StringVar(&s.Name, "name", s.Name, "node `name` in the cluster (default: hostname)")
+	fs.StringVar(&s.GossipKey, "gossip-key", s.GossipKey, "gossip encryption `key`, base64 or hex, 16/24/32 bytes; with --gossip, it or --gossip-key-file is required unless --insecure")
+	fs.StringVar(&s.GossipKeyFile, "gossip-key-file", s.GossipKeyFile, "`file` holding the gossip key (make certs writes one)")
+	fs.StringVar(&s.Cluster, "cluster", s.Cluster, "cluster `name`: the gossip label, and the cluster peers' certificates must name")
+	fs.BoolVar(&s.Insecure, "insecure", s.Insecure, "serve plaintext gRPC to anyone and gossip without a key (tests and first try-outs only; logs a warning)")
+	fs.StringVar(&s.Name, "name", s.Name, "node `name` in the cluster; must match the certificate's (default: the certificate's, else hostname)")
 	fs.Float64Var(&s.CPUs, "cpus", s.CPUs, "CPU `cores` for running ops, fractions allowed (default: all)")
 	fs.IntVar(&s.Queue, "queue", s.Queue, "requests one stream may have in the agent at once, queued, running or unsent (default: 128 or 4 per worker, whichever is more)")
 	fs.Var(&s.Pipelines, "pipeline", "pipelines the agent runs for clients, comma-separated preset `names` or spec files; clients may also run the first ops of these (default: every preset)")
@@ -121,7 +136,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&s.RequestTimeout, "request-timeout", s.RequestTimeout, "longest a request may wait in the queue before failing with DEADLINE")
 	fs.DurationVar(&s.ShutdownGrace, "shutdown-grace", s.ShutdownGrace, "how long open streams may finish on shutdown before they are cut")
 	fs.StringVar(&s.Metrics, "metrics", s.Metrics, "HTTP `address` for /metrics and /healthz (default: off)")
-	fs.StringVar(&s.TLSCert, "tls-cert", s.TLSCert, "PEM certificate `file` for mutual TLS (with --tls-key and --tls-ca)")
+	fs.StringVar(&s.TLSCert, "tls-cert", s.TLSCert, "PEM certificate `file` for mutual TLS, naming sophon://CLUSTER/storage/NAME (with --tls-key and --tls-ca; required unless --insecure)")
 	fs.StringVar(&s.TLSKey, "tls-key", s.TLSKey, "PEM private key `file` of --tls-cert")
 	fs.StringVar(&s.TLSCA, "tls-ca", s.TLSCA, "PEM CA `file` that signs client certificates")
 	fs.StringVar(&s.LogLevel, "log-level", s.LogLevel, "log `level`: debug, info, warn or error")
@@ -148,6 +163,9 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c.GossipAdvertise = s.GossipAdvertise
 	c.Join = s.Join
 	c.GossipKey = s.GossipKey
+	c.GossipKeyFile = s.GossipKeyFile
+	c.Cluster = s.Cluster
+	c.Insecure = s.Insecure
 	c.Name = s.Name
 	c.CPUs = s.CPUs
 	c.Queue = s.Queue
@@ -170,6 +188,9 @@ func logger(s settings, out *os.File) (zerolog.Logger, error) {
 }
 
 func run(args []string) int {
+	if len(args) > 0 && args[0] == "certs" {
+		return cli.Certs("storage-agent", args[1:], os.Stdout)
+	}
 	s, err := parse(args, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

@@ -71,8 +71,13 @@ func removeScratch() {
 	}
 }
 
-// agentBinaries are the paths of the built storage-agent and compute-agent.
-type agentBinaries struct{ storage, compute string }
+// agentBinaries are the paths of the built storage-agent and compute-agent,
+// and each agent's security flags: certificates of a fresh development CA
+// valid on loopback, and a gossip key (AgentCerts).
+type agentBinaries struct {
+	storage, compute       string
+	storageSec, computeSec []string
+}
 
 var (
 	buildOnce sync.Once
@@ -99,6 +104,7 @@ func buildAgents(tb testing.TB) agentBinaries {
 			return
 		}
 		built = agentBinaries{storage: filepath.Join(dir, "storage-agent"), compute: filepath.Join(dir, "compute-agent")}
+		built.storageSec, built.computeSec, buildErr = AgentCerts(filepath.Join(dir, "certs"))
 	})
 	if buildErr != nil {
 		tb.Fatal(buildErr)

@@ -72,8 +72,8 @@ func startStorageLoopback(b *testing.B, bins agentBinaries, data string, extra .
 	addr := freeAddr(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
-	args := append([]string{"--data", data, "--listen", addr, "--log-level", "warn", "--log-format", "json"}, extra...)
-	p := start(b, command(ctx, bins.storage, args...))
+	args := append([]string{"--data", data, "--listen", addr, "--log-level", "warn", "--log-format", "json"}, bins.storageSec...)
+	p := start(b, command(ctx, bins.storage, append(args, extra...)...))
 	p.waitListening(b, func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", addr)
@@ -121,8 +121,8 @@ func benchAgents(b *testing.B, bins agentBinaries, addr string, epochs int, extr
 	for b.Loop() {
 		os.Remove(report)
 		args := append([]string{"--storage", addr, "--plan", "nooff", "--epochs", strconv.Itoa(epochs),
-			"--gpu", fastGPU, "--report", report, "--log-level", "warn", "--log-format", "json"}, extra...)
-		last = runCompute(b, command(context.Background(), bins.compute, args...), report, nil)
+			"--gpu", fastGPU, "--report", report, "--log-level", "warn", "--log-format", "json"}, bins.computeSec...)
+		last = runCompute(b, command(context.Background(), bins.compute, append(args, extra...)...), report, nil)
 	}
 	for _, e := range last.epochs {
 		b.Logf("epoch %d: %d samples, %.1f MB in %.3f s = %.1f MB/s of wire bytes, %.0f img/s, compute CPU %.2f s",
@@ -321,9 +321,20 @@ func newShapedLink(b *testing.B, bins agentBinaries, data string, storageArgs ..
 		b.Logf("link: tc tbf %s both ways between namespaces %s (storage %s) and %s (compute %s)",
 			rate, pair.StorageNS, pair.StorageIP, pair.ComputeNS, pair.ComputeIP)
 		l.addr = net.JoinHostPort(pair.StorageIP, "7070")
-		l.command = func(name string, args ...string) *exec.Cmd { return pair.Command(ctx, false, name, args...) }
+		// Certificates valid for the storage namespace's address.
+		storageSec, computeSec, err := AgentCerts(filepath.Join(b.TempDir(), "certs"), pair.StorageIP)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.command = func(name string, args ...string) *exec.Cmd {
+			if name == bins.compute {
+				args = append(args, computeSec...)
+			}
+			return pair.Command(ctx, false, name, args...)
+		}
 		l.dial = func(ctx context.Context, addr string) (net.Conn, error) { return pair.Dial(ctx, false, "tcp", addr) }
-		sargs := append([]string{"--data", data, "--listen", l.addr, "--log-level", "warn", "--log-format", "json"}, storageArgs...)
+		sargs := append([]string{"--data", data, "--listen", l.addr, "--log-level", "warn", "--log-format", "json"}, storageSec...)
+		sargs = append(sargs, storageArgs...)
 		sp := start(b, pair.Command(ctx, true, bins.storage, sargs...))
 		sp.waitListening(b, func(ctx context.Context) (net.Conn, error) { return l.dial(ctx, l.addr) })
 		l.storagePID = sp.cmd.Process.Pid
@@ -361,7 +372,12 @@ func newShapedLink(b *testing.B, bins agentBinaries, data string, storageArgs ..
 		}
 	})
 	l.addr, l.storagePID = lis.Addr().String(), pid
-	l.command = func(name string, args ...string) *exec.Cmd { return command(ctx, name, args...) }
+	l.command = func(name string, args ...string) *exec.Cmd {
+		if name == bins.compute {
+			args = append(args, bins.computeSec...)
+		}
+		return command(ctx, name, args...)
+	}
 	l.dial = func(ctx context.Context, addr string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", addr)

@@ -97,10 +97,10 @@ type storageProc struct {
 	p    *proc
 }
 
-func newStorageProc(t *testing.T, bins agentBinaries, data string, extra ...string) *storageProc {
+func newStorageProc(t *testing.T, bins agentBinaries, data string) *storageProc {
 	addr := freeAddr(t)
 	s := &storageProc{t: t, bin: bins.storage, addr: addr,
-		args: append([]string{"--data", data, "--listen", addr, "--cpus", "1", "--log-level", "warn"}, extra...)}
+		args: append([]string{"--data", data, "--listen", addr, "--cpus", "1", "--log-level", "warn"}, faultCerts(t).storage...)}
 	s.start()
 	return s
 }
@@ -181,19 +181,40 @@ func checkExactlyOnce(t *testing.T, got, want []delivery) {
 	}
 }
 
+// agentFlags are the TLS flags of the fault runs' agents: as deployed,
+// mutual TLS with a development CA.
+type agentFlags struct{ storage, compute []string }
+
+var (
+	certsOnce sync.Once
+	certs     agentFlags
+	certsErr  error
+)
+
+func faultCerts(t *testing.T) agentFlags {
+	t.Helper()
+	certsOnce.Do(func() {
+		certs.storage, certs.compute, certsErr = AgentCerts(filepath.Join(scratch(t), "fault-certs"))
+	})
+	if certsErr != nil {
+		t.Fatal(certsErr)
+	}
+	return certs
+}
+
 // computeArgs are a fault run's compute-agent flags.
-func computeArgs(dir string, epochs int, gpu string, storage ...string) []string {
-	return []string{"--storage", strings.Join(storage, ","), "--epochs", strconv.Itoa(epochs), "--seed", "7",
+func computeArgs(t *testing.T, dir string, epochs int, gpu string, storage ...string) []string {
+	return append([]string{"--storage", strings.Join(storage, ","), "--epochs", strconv.Itoa(epochs), "--seed", "7",
 		"--plan", "alloff", "--batch", "16", "--gpu", gpu, "--log-level", "warn",
-		"--report", filepath.Join(dir, "epochs.jsonl"), "--samples-out", filepath.Join(dir, "samples.txt")}
+		"--report", filepath.Join(dir, "epochs.jsonl"), "--samples-out", filepath.Join(dir, "samples.txt")}, faultCerts(t).compute...)
 }
 
 // cleanRun runs the compute agent with no fault and returns its sample
 // log: the reference every fault run must match.
-func cleanRun(t *testing.T, bins agentBinaries, epochs int, storage string, extra ...string) []delivery {
+func cleanRun(t *testing.T, bins agentBinaries, epochs int, storage string) []delivery {
 	t.Helper()
 	dir := t.TempDir()
-	args := append(computeArgs(dir, epochs, "sim:100000", storage), extra...)
+	args := computeArgs(t, dir, epochs, "sim:100000", storage)
 	runCompute(t, command(context.Background(), bins.compute, args...), filepath.Join(dir, "epochs.jsonl"), nil)
 	return readSamples(t, filepath.Join(dir, "samples.txt"))
 }
@@ -212,7 +233,7 @@ func TestFaultStorageRestarts(t *testing.T) {
 	want := cleanRun(t, bins, epochs, st.addr)
 
 	dir := t.TempDir()
-	cmd := command(context.Background(), bins.compute, computeArgs(dir, epochs, "sim:120", st.addr)...)
+	cmd := command(context.Background(), bins.compute, computeArgs(t, dir, epochs, "sim:120", st.addr)...)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var gaps []float64
 	next := time.Now().Add(time.Second)
@@ -254,7 +275,7 @@ func TestFaultStalledReplica(t *testing.T) {
 	want := cleanRun(t, bins, epochs, a.addr)
 
 	dir := t.TempDir()
-	cmd := command(context.Background(), bins.compute, computeArgs(dir, epochs, "sim:60", a.addr, b.addr)...)
+	cmd := command(context.Background(), bins.compute, computeArgs(t, dir, epochs, "sim:60", a.addr, b.addr)...)
 	type window struct{ from, to time.Time }
 	var stops []window
 	var stopped bool
@@ -328,7 +349,7 @@ func TestFaultComputeKillResume(t *testing.T) {
 	want := cleanRun(t, bins, epochs, st.addr)
 
 	dir := t.TempDir()
-	args := append(computeArgs(dir, epochs, "sim:120", st.addr), "--state-dir", filepath.Join(dir, "state"))
+	args := append(computeArgs(t, dir, epochs, "sim:120", st.addr), "--state-dir", filepath.Join(dir, "state"))
 	rng := rand.New(rand.NewPCG(3, 4))
 	var lives []float64
 	for kill := 0; ; kill++ {

@@ -46,7 +46,7 @@ func needTorch(tb testing.TB) {
 func startStorage(t *testing.T, ctx context.Context, bins agentBinaries, data string) string {
 	t.Helper()
 	addr := freeAddr(t)
-	st := start(t, command(ctx, bins.storage, "--data", data, "--listen", addr, "--cpus", "1", "--log-level", "warn"))
+	st := start(t, command(ctx, bins.storage, append([]string{"--data", data, "--listen", addr, "--cpus", "1", "--log-level", "warn"}, bins.storageSec...)...))
 	st.waitListening(t, func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "tcp", addr) })
 	return addr
 }
@@ -72,7 +72,7 @@ func trainThrough(t *testing.T, bins agentBinaries, storage, dir string, epochs 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	agent := command(ctx, bins.compute, append([]string{"--storage", storage, "--trainer-socket", sock,
-		"--strict-order", "--batch", "8", "--seed", "3", "--report", report, "--log-level", "warn"}, args...)...)
+		"--strict-order", "--batch", "8", "--seed", "3", "--report", report, "--log-level", "warn"}, append(bins.computeSec, args...)...)...)
 	p := start(t, agent)
 	p.waitListening(t, func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) })
 	cmd := exec.CommandContext(ctx, debianPython, filepath.Join(repoRoot(t), "python/examples/train_cnn.py"),
@@ -201,8 +201,8 @@ func TestTrainingResume(t *testing.T) {
 	defer cancel()
 	addr := startStorage(t, ctx, bins, data)
 	sock := filepath.Join(dir, "trainer.sock")
-	agent := start(t, command(ctx, bins.compute, "--storage", addr, "--trainer-socket", sock, "--strict-order",
-		"--batch", "8", "--seed", "5", "--log-level", "warn"))
+	agent := start(t, command(ctx, bins.compute, append([]string{"--storage", addr, "--trainer-socket", sock, "--strict-order",
+		"--batch", "8", "--seed", "5", "--log-level", "warn"}, bins.computeSec...)...))
 	agent.waitListening(t, func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) })
 	train := func(args ...string) ([]string, error) {
 		cmd := exec.CommandContext(ctx, debianPython, append([]string{filepath.Join(repoRoot(t), "python/examples/train_cnn.py"),

@@ -17,11 +17,11 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sophon-dl/sophon/internal/membership"
+	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
@@ -144,6 +144,10 @@ func (a *Agent) Catalog() *Catalog {
 // epoch fails, returning the reports of the epochs that completed. It
 // leaves the cluster before it returns.
 func (a *Agent) Run(ctx context.Context) ([]EpochReport, error) {
+	if a.cfg.Insecure {
+		a.log.Warn().Bool("tls", a.cfg.TLS.Enabled()).Msg("INSECURE (--insecure): without TLS the data is readable on the network " +
+			"and any server can pose as a storage agent; without a gossip key anyone can join the cluster")
+	}
 	if a.cfg.Discovery == nil {
 		node, err := a.join()
 		if err != nil {
@@ -216,24 +220,26 @@ func (a *Agent) Close() error {
 	return errors.Join(errs...)
 }
 
-// conn returns the cached client connection to addr.
-func (a *Agent) conn(addr string) (*grpc.ClientConn, error) {
+// conn returns the cached client connection to addr, where storage agent
+// member (from gossip; empty when unknown) listens.
+func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return nil, ErrClosed
 	}
-	if c := a.conns[addr]; c != nil {
+	key := member + "@" + addr
+	if c := a.conns[key]; c != nil {
 		return c, nil
 	}
 	creds := insecure.NewCredentials()
 	if a.cfg.TLS.Enabled() {
 		// The server name is left to grpc: the host of addr.
-		tc, err := a.cfg.TLS.Client("")
+		tc, err := a.cfg.TLS.Client(tlsconf.Expect{Cluster: a.cfg.Cluster, Role: tlsconf.RoleStorage, Name: member})
 		if err != nil {
 			return nil, configErr("tls: %v", err)
 		}
-		creds = credentials.NewTLS(tc)
+		creds = tlsconf.Credentials(tc, tlsconf.LogRejects(a.log.With().Str("storage", addr).Logger()))
 	}
 	maxMsg := a.cfg.MaxPayload
 	if maxMsg == 0 {
@@ -250,7 +256,7 @@ func (a *Agent) conn(addr string) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("computeagent: %s: %w", addr, err)
 	}
-	a.conns[addr] = c
+	a.conns[key] = c
 	return c, nil
 }
 
@@ -308,7 +314,7 @@ func (a *Agent) storageOnce(ctx context.Context) (fs []*fetcher, _ *Catalog, ret
 	defer wg.Wait()
 	for i, ep := range eps {
 		wg.Go(func() {
-			c, err := a.conn(ep.Addr)
+			c, err := a.conn(ep.Addr, ep.Member)
 			if err != nil {
 				results <- probed{i: i, err: err}
 				return
@@ -640,25 +646,11 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 
 // join starts this agent's membership, announcing the compute role.
 func (a *Agent) join() (*membership.Node, error) {
-	key, err := membership.ParseSecretKey(a.cfg.GossipKey)
-	if err != nil {
-		return nil, configErr("%v", err)
-	}
-	node, err := membership.New(membership.Config{
-		Name:      a.cfg.Name,
-		Bind:      a.cfg.Gossip,
-		Advertise: a.cfg.GossipAdvertise,
-		Join:      a.cfg.Join,
-		Meta: membership.Meta{
-			Role:    membership.RoleCompute,
-			Cores:   float64(runtime.NumCPU()),
-			Version: a.cfg.Version,
-		},
-		SecretKey: key,
-		Transport: a.cfg.GossipTransport,
-		Tune:      a.cfg.GossipTune,
-		Logger:    a.log,
-	})
+	node, err := a.cfg.gossip().Start(a.cfg.Name, membership.Meta{
+		Role:    membership.RoleCompute,
+		Cores:   float64(runtime.NumCPU()),
+		Version: a.cfg.Version,
+	}, a.log)
 	if err != nil {
 		return nil, fmt.Errorf("computeagent: join cluster: %w", err)
 	}

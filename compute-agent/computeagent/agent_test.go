@@ -535,14 +535,18 @@ func TestConfigValidation(t *testing.T) {
 	n := &memNet{}
 	base, _ := testConfig(t, n, "s1:1")
 	for name, mut := range map[string]func(*Config){
-		"no discovery": func(c *Config) { c.Discovery = nil },
-		"no pipeline":  func(c *Config) { c.Pipeline = nil },
-		"rank":         func(c *Config) { c.Rank, c.World = 3, 3 },
-		"window":       func(c *Config) { c.Window = -1 },
-		"on-error":     func(c *Config) { c.OnError = "ignore" },
-		"split":        func(c *Config) { c.Plan = &PlanFile{PlanName: "x", Default: 9} },
-		"plan pipe":    func(c *Config) { c.Plan = &PlanFile{PlanName: "x", Pipeline: "other@1"} },
-		"tls":          func(c *Config) { c.TLS = tlsconf.Files{Cert: "c"} },
+		"no discovery":             func(c *Config) { c.Discovery = nil },
+		"no pipeline":              func(c *Config) { c.Pipeline = nil },
+		"rank":                     func(c *Config) { c.Rank, c.World = 3, 3 },
+		"window":                   func(c *Config) { c.Window = -1 },
+		"on-error":                 func(c *Config) { c.OnError = "ignore" },
+		"split":                    func(c *Config) { c.Plan = &PlanFile{PlanName: "x", Default: 9} },
+		"plan pipe":                func(c *Config) { c.Plan = &PlanFile{PlanName: "x", Pipeline: "other@1"} },
+		"tls":                      func(c *Config) { c.TLS = tlsconf.Files{Cert: "c"} },
+		"neither tls nor insecure": func(c *Config) { c.Insecure = false },
+		"gossip without a key": func(c *Config) {
+			c.Discovery, c.Gossip, c.Insecure, c.TLS = nil, "127.0.0.1:0", false, tlsconf.Files{Cert: "c", Key: "k", CA: "a"}
+		},
 	} {
 		c := base
 		mut(&c)
@@ -550,7 +554,7 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("%s: got %v, want ErrConfig", name, err)
 		}
 	}
-	a, err := New(Config{Discovery: Static("x:1"), Pipeline: base.Pipeline, GPU: noGPU{}})
+	a, err := New(Config{Discovery: Static("x:1"), Pipeline: base.Pipeline, GPU: noGPU{}, Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}

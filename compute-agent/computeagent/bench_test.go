@@ -40,7 +40,7 @@ func BenchmarkEpochLoopback(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sa, err := storageagent.New(storageagent.Config{Data: dir, Name: "bench", AllowClientSpecs: true})
+	sa, err := storageagent.New(storageagent.Config{Data: dir, Name: "bench", AllowClientSpecs: true, Insecure: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -62,6 +62,7 @@ func BenchmarkEpochLoopback(b *testing.B) {
 		b.Run(plan.Name(), func(b *testing.B) {
 			cfg := DefaultConfig()
 			cfg.Discovery = Static(lis.Addr().String())
+			cfg.Insecure = true
 			cfg.Pipeline = p
 			cfg.Plan = plan
 			cfg.Batch = 16

@@ -14,7 +14,6 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 
-	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 )
@@ -58,8 +57,18 @@ type Config struct {
 	// Join lists gossip peers (host:port). Empty starts a new cluster.
 	Join []string
 	// GossipKey is the gossip encryption key, base64 or hex of 16, 24 or 32
-	// bytes (membership.ParseSecretKey). Empty means no encryption.
+	// bytes (membership.ParseSecretKey). With gossip discovery, it or
+	// GossipKeyFile is required unless Insecure.
 	GossipKey string
+	// GossipKeyFile names a file holding the gossip key (make certs writes
+	// one). At most one of GossipKey and GossipKeyFile may be set.
+	GossipKeyFile string
+	// Cluster is the cluster's name: the gossip label, and the cluster
+	// every storage agent's certificate must name. Empty means "sophon".
+	Cluster string
+	// Insecure dials storage agents in plaintext and gossips without a key,
+	// and logs a warning when Run starts. For tests and a first try-out only.
+	Insecure bool
 	// GossipTransport replaces memberlist's network transport (tests pass
 	// one from memberlist.MockNetwork). Nil means UDP/TCP on Gossip.
 	GossipTransport memberlist.Transport
@@ -218,9 +227,12 @@ type Config struct {
 	// (little-endian). It is called from one goroutine.
 	OnSample func(epoch, sample uint64, sha [32]byte)
 
-	// TLS holds the client certificate, key and CA; when set the agent
-	// dials with mutual TLS, verifying each storage agent's certificate for
-	// the host of its address. Empty means plaintext.
+	// TLS holds the client certificate (naming a compute agent of Cluster),
+	// key and CA; the agent dials with mutual TLS 1.3 and accepts a storage
+	// agent only when its certificate is signed by the CA, valid for the host
+	// of its address, names a storage agent of Cluster and, when gossip
+	// found the agent, names the member gossip announced. Required unless
+	// Insecure.
 	TLS tlsconf.Files
 	// Dial opens network connections to storage agents. Nil means a
 	// net.Dialer (TCP).
@@ -260,8 +272,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Discovery == nil && c.Gossip == "" && c.GossipTransport == nil {
 		return c, configErr("no discovery: give storage addresses or a gossip address")
 	}
-	if c.GossipKey != "" {
-		if _, err := membership.ParseSecretKey(c.GossipKey); err != nil {
+	if c.Cluster == "" {
+		c.Cluster = tlsconf.DefaultCluster
+	}
+	if c.Discovery == nil || c.GossipKey != "" || c.GossipKeyFile != "" {
+		if err := c.gossip().Check(); err != nil {
 			return c, configErr("%v", err)
 		}
 	}
@@ -377,6 +392,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := c.TLS.Validate(); err != nil {
 		return c, configErr("%v", err)
+	}
+	if !c.TLS.Enabled() && !c.Insecure {
+		return c, configErr("no TLS certificate: pass --tls-cert, --tls-key and --tls-ca " +
+			"(make certs, or compute-agent certs --out DIR, makes a development CA and certificates), or --insecure")
 	}
 	if c.Consumer == nil {
 		c.Consumer = Discard{}

@@ -13,6 +13,10 @@ type Endpoint struct {
 	// Fingerprint is the dataset fingerprint the agent announced, if any.
 	// The agent's Info RPC is checked against the catalog either way.
 	Fingerprint string
+	// Member is the node name gossip announced for Addr; the storage
+	// agent's certificate must name it. Empty (static discovery) accepts
+	// any storage agent of the cluster.
+	Member string
 }
 
 // Discovery finds the storage agents. The agent asks it at the start of

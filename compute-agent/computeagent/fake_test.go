@@ -390,6 +390,7 @@ func testConfig(t testing.TB, n *memNet, addrs ...string) (Config, *recorder) {
 	rec := &recorder{}
 	cfg := DefaultConfig()
 	cfg.Discovery = Static(addrs...)
+	cfg.Insecure = true // TLS is tested in storage_test.go
 	cfg.Pipeline = testPipeline(t)
 	cfg.Seed = 7
 	cfg.Window = 8

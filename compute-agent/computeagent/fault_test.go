@@ -69,7 +69,7 @@ func TestStorageRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := lis.Addr().String()
-	scfg := storageagent.Config{Data: dir, Name: "st", CPUs: 1, ShutdownGrace: 50 * time.Millisecond}
+	scfg := storageagent.Config{Data: dir, Name: "st", CPUs: 1, ShutdownGrace: 50 * time.Millisecond, Insecure: true}
 	serve := func(lis net.Listener) (stop func()) {
 		a, err := storageagent.New(scfg)
 		if err != nil {

@@ -39,6 +39,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 	}
 	cfg := DefaultConfig()
 	cfg.Discovery = Static("unused:1")
+	cfg.Insecure = true
 	cfg.Pipeline = p
 	cfg.Batch = batch
 	cfg.Trainer = TrainerConfig{Socket: filepath.Join(b.TempDir(), "bench.sock"), RingBytes: 4 << 30}

@@ -7,6 +7,21 @@ import (
 	"github.com/sophon-dl/sophon/internal/membership"
 )
 
+// gossip is the agent's gossip set-up, shared with the storage agent.
+func (c *Config) gossip() membership.Gossip {
+	return membership.Gossip{
+		Bind:      c.Gossip,
+		Advertise: c.GossipAdvertise,
+		Join:      c.Join,
+		Cluster:   c.Cluster,
+		Key:       c.GossipKey,
+		KeyFile:   c.GossipKeyFile,
+		Insecure:  c.Insecure,
+		Transport: c.GossipTransport,
+		Tune:      c.GossipTune,
+	}
+}
+
 // MembershipDiscovery finds the storage agents through gossip: the alive
 // members announcing the storage role and a gRPC address.
 type MembershipDiscovery struct {
@@ -29,7 +44,7 @@ func (d MembershipDiscovery) Storage(ctx context.Context) ([]Endpoint, error) {
 		if m.Meta.GRPCAddr == "" {
 			continue
 		}
-		eps = append(eps, Endpoint{Name: m.Name, Addr: m.Meta.GRPCAddr, Fingerprint: m.Meta.Fingerprint})
+		eps = append(eps, Endpoint{Name: m.Name, Addr: m.Meta.GRPCAddr, Fingerprint: m.Meta.Fingerprint, Member: m.Name})
 	}
 	return eps, nil
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/sophon-dl/sophon/internal/membership"
+	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
 
@@ -81,7 +82,7 @@ func TestWithStorageAgent(t *testing.T) {
 	n := bufNet{"st1:7070": bufconn.Listen(1 << 20), "st2:7070": bufconn.Listen(1 << 20)}
 	dir := writeImageFolder(t, bad)
 	for addr, l := range n {
-		startStorage(t, storageagent.Config{Data: dir, Name: addr, CPUs: 1, AllowClientSpecs: true}, l)
+		startStorage(t, storageagent.Config{Data: dir, Name: addr, CPUs: 1, AllowClientSpecs: true, Insecure: true}, l)
 	}
 	p := testPipeline(t)
 	resize, err := ResizeOff(p)
@@ -143,11 +144,19 @@ func TestMembershipDiscovery(t *testing.T) {
 	}
 	storageGossip := net.JoinHostPort(ip.String(), strconv.Itoa(port))
 
+	// Secure as deployed: mutual TLS with the identities of a dev CA, and
+	// encrypted, labelled gossip.
+	certs, err := tlsconf.WriteDevCerts(tlsconf.DevCerts{Dir: t.TempDir(), Cluster: "lab",
+		Storage: []string{"storage-1"}, Compute: []string{"compute-1"}, Hosts: []string{"st1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	n := bufNet{"st1:7070": bufconn.Listen(1 << 20)}
 	startStorage(t, storageagent.Config{
 		Data: writeImageFolder(t, -1), Name: "storage-1", CPUs: 1, AllowClientSpecs: true,
 		Gossip: storageGossip, Advertise: "st1:7070",
 		GossipTransport: storageTr, GossipTune: membership.FastTiming,
+		Cluster: "lab", TLS: certs.Storage["storage-1"], GossipKeyFile: certs.GossipKey,
 	}, n["st1:7070"])
 
 	// After the compute agent leaves, the storage agent may still gossip
@@ -168,6 +177,8 @@ func TestMembershipDiscovery(t *testing.T) {
 	cfg.GossipTune = membership.FastTiming
 	cfg.Join = []string{storageGossip}
 	cfg.Dial = n.Dial
+	cfg.Insecure = false
+	cfg.Cluster, cfg.TLS, cfg.GossipKeyFile = "lab", certs.Compute["compute-1"], certs.GossipKey
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -35,8 +35,17 @@ type Config struct {
 	Meta Meta
 	// SecretKey enables memberlist's AES-GCM gossip encryption when 16, 24 or
 	// 32 bytes long (see [ParseSecretKey]); every node of the cluster needs
-	// the same key. Nil means no encryption.
+	// the same key. Nil is refused unless Insecure.
 	SecretKey []byte
+	// Label is memberlist's cluster label: every packet and stream carries
+	// it, and a node drops what carries another (or none), so two clusters
+	// on one network, or a node of another, cannot mix. At most 255 bytes.
+	// Empty is refused unless Insecure.
+	Label string
+	// Insecure allows gossip without SecretKey or Label: anyone who can
+	// reach the port can then join the cluster and announce a storage
+	// agent. For tests and a first try-out only.
+	Insecure bool
 	// Transport replaces memberlist's NetTransport on Bind. Tests pass a
 	// transport from a [memberlist.MockNetwork]. Nil means a NetTransport.
 	Transport memberlist.Transport
@@ -106,6 +115,12 @@ func (c Config) withDefaults() (Config, []byte, error) {
 			return c, nil, err
 		}
 	}
+	if len(c.Label) > 255 {
+		return c, nil, fmt.Errorf("%w: label is %d bytes, at most 255", ErrBadConfig, len(c.Label))
+	}
+	if !c.Insecure && (c.SecretKey == nil || c.Label == "") {
+		return c, nil, fmt.Errorf("%w: gossip needs a secret key and a cluster label (or Insecure)", ErrInsecure)
+	}
 	meta, err := c.Meta.encode()
 	if err != nil {
 		return c, nil, err
@@ -137,6 +152,7 @@ func (c Config) memberlistConfig() *memberlist.Config {
 	if c.SecretKey != nil {
 		mc.SecretKey = append([]byte(nil), c.SecretKey...)
 	}
+	mc.Label = c.Label
 	mc.Logger = newStdLogger(c.Logger)
 	if c.Tune != nil {
 		c.Tune(mc)

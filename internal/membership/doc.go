@@ -13,7 +13,10 @@
 // the local preset's short probe timeouts make nodes falsely suspect healthy
 // peers. [Config.Tune] adjusts the timing for tests and special deployments.
 //
-// Gossip is encrypted with memberlist's AES-GCM keyring when
-// [Config.SecretKey] is set; [ParseSecretKey] reads such a key from a flag or
-// a file.
+// Gossip is encrypted with memberlist's AES-GCM keyring ([Config.SecretKey])
+// and labelled with the cluster's name ([Config.Label]), so a node without
+// the key or of another cluster cannot join; [New] refuses a Config without
+// both unless [Config.Insecure]. Rejected peers are logged at warn level.
+// [Gossip] is the set-up both agents share; [ParseSecretKey] reads a key
+// from a flag or a file.
 package membership

@@ -14,6 +14,9 @@ var (
 	// ErrBadSecretKey means a gossip key is not 16, 24 or 32 bytes, or its
 	// text form is neither hex nor base64.
 	ErrBadSecretKey = errors.New("membership: bad secret key")
+	// ErrInsecure means a [Config] has no secret key or no label and does
+	// not say Insecure.
+	ErrInsecure = errors.New("membership: insecure gossip")
 	// ErrNoPeerJoined means none of [Config.Join] could be joined.
 	ErrNoPeerJoined = errors.New("membership: no peer joined")
 	// ErrClosed means the [Node] has been closed.

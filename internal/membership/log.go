@@ -3,19 +3,40 @@ package membership
 import (
 	"bytes"
 	"log"
+	"regexp"
 
 	"github.com/rs/zerolog"
 )
 
-// logWriter routes memberlist's standard-library log lines into zerolog at
-// debug level. Memberlist tags its lines "[DEBUG]", "[WARN]", "[ERR]"; routine
-// events on a healthy cluster (refuted suspicions, retried joins) carry the
-// higher tags too, so they are all kept at debug and the tag stays in the
-// message.
+// logWriter routes memberlist's standard-library log lines into zerolog.
+// Memberlist tags its lines "[DEBUG]", "[WARN]", "[ERR]"; routine events on
+// a healthy cluster (refuted suspicions, retried joins) carry the higher
+// tags too, so they are kept at debug with the tag in the message. The
+// exception is a rejected peer, one whose gossip carries another label or
+// none, or cannot be decrypted with the cluster's key: that is logged at
+// warn with the peer's address, since it is a misconfigured node or an
+// intruder.
 type logWriter struct{ l zerolog.Logger }
+
+// rejected matches memberlist's lines about packets and streams dropped for
+// their label or encryption ("discarding packet with unacceptable label",
+// "Decrypt packet failed", "No installed keys could decrypt the message",
+// "Encryption is configured but remote state is not encrypted").
+var rejected = regexp.MustCompile(`(?i)label|decrypt|not encrypted`)
+
+// fromAddr finds the peer's address in memberlist's "from=host:port".
+var fromAddr = regexp.MustCompile(`from=(\S+)`)
 
 func (w logWriter) Write(p []byte) (int, error) {
 	msg := bytes.TrimRight(p, "\r\n")
+	if rejected.Match(msg) {
+		ev := w.l.Warn().Str("component", "memberlist")
+		if m := fromAddr.FindSubmatch(msg); m != nil {
+			ev = ev.Str("peer", string(m[1]))
+		}
+		ev.Str("reason", string(msg)).Msg("gossip from a peer rejected")
+		return len(p), nil
+	}
 	w.l.Debug().Str("component", "memberlist").Msg(string(msg))
 	return len(p), nil
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"math"
 	"net"
+	"os"
 	"reflect"
 	"runtime"
 	"runtime/pprof"
@@ -63,7 +64,7 @@ func (c *cluster) addr(name string) string {
 }
 
 func (c *cluster) config(name string, meta Meta, join ...string) Config {
-	cfg := Config{Name: name, Transport: c.trs[name], Meta: meta, Tune: FastTiming, Logger: zerolog.Nop()}
+	cfg := Config{Name: name, Transport: c.trs[name], Meta: meta, Tune: FastTiming, Logger: zerolog.Nop(), Insecure: true}
 	for _, j := range join {
 		cfg.Join = append(cfg.Join, c.addr(j))
 	}
@@ -417,6 +418,9 @@ func TestNewRejects(t *testing.T) {
 		{"bad advertise", func(c *Config) { c.Advertise = "1.2.3.4:x" }, ErrBadConfig},
 		{"empty join", func(c *Config) { c.Join = []string{""} }, ErrBadConfig},
 		{"nobody to join", func(c *Config) { c.Join = []string{"127.0.0.1:65000"} }, ErrNoPeerJoined},
+		{"no key", func(c *Config) { c.Insecure = false; c.Label = "sophon" }, ErrInsecure},
+		{"no label", func(c *Config) { c.Insecure = false; c.SecretKey = make([]byte, 32) }, ErrInsecure},
+		{"label too long", func(c *Config) { c.Label = strings.Repeat("x", 256) }, ErrBadConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -501,24 +505,25 @@ func TestSecretKeyRoundTrip(t *testing.T) {
 	}
 }
 
-// TestEncryptedLoopback runs real UDP and TCP gossip on loopback.
-func TestEncryptedLoopback(t *testing.T) {
+// TestGossipSecurity runs real UDP and TCP gossip on loopback: a node of
+// the cluster's key and label joins; a keyless node, a node with another key
+// and a node with another label cannot, and the cluster logs each rejection
+// at warn level with the intruder's address.
+func TestGossipSecurity(t *testing.T) {
 	baseline := runtime.NumGoroutine()
-	key, err := ParseSecretKey(base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)))
+	key := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
+	var logs syncBuffer
+	seed := Gossip{Bind: "127.0.0.1:0", Cluster: "lab", Key: key, Tune: FastTiming}
+	s1, err := seed.Start("s1", storageMeta("127.0.0.1:7070"), zerolog.New(&logs).Level(zerolog.InfoLevel))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Start(s1): %v", err)
 	}
-	loopback := func(name string, meta Meta, key []byte, join ...string) Config {
-		return Config{Name: name, Bind: "127.0.0.1:0", Meta: meta, SecretKey: key, Join: join, Tune: FastTiming, Logger: zerolog.Nop()}
-	}
-	s1, err := New(loopback("s1", storageMeta("127.0.0.1:7070"), key))
+	defer s1.Close()
+	member := seed
+	member.Join = []string{s1.Self().Addr}
+	c1, err := member.Start("c1", computeMeta(), zerolog.Nop())
 	if err != nil {
-		t.Fatalf("New(s1): %v", err)
-	}
-	c1, err := New(loopback("c1", computeMeta(), key, s1.Self().Addr))
-	if err != nil {
-		_ = s1.Close()
-		t.Fatalf("New(c1): %v", err)
+		t.Fatalf("Start(c1): %v", err)
 	}
 	for _, n := range []*Node{s1, c1} {
 		eventually(t, n.Self().Name+" to see 2 members", func() bool { return len(n.Members()) == 2 })
@@ -528,22 +533,36 @@ func TestEncryptedLoopback(t *testing.T) {
 	}
 
 	tests := []struct {
-		name string
-		key  []byte
+		name   string
+		edit   func(*Gossip)
+		reason string // in the warn line
 	}{
-		{"different key", bytes.Repeat([]byte{8}, 32)},
-		{"no key", nil},
+		{"no key", func(g *Gossip) { g.Key, g.Insecure = "", true }, "not encrypted"},
+		{"another key", func(g *Gossip) { g.Key = base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{8}, 32)) }, "decrypt"},
+		{"another label", func(g *Gossip) { g.Cluster = "other" }, "label"},
+		{"no key, default label", func(g *Gossip) { g.Key, g.Insecure, g.Cluster = "", true, "" }, "label"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			n, err := New(loopback("intruder", computeMeta(), tt.key, s1.Self().Addr))
+			g := member
+			tt.edit(&g)
+			n, err := g.Start("intruder", storageMeta("127.0.0.1:7071"), zerolog.Nop())
 			if err == nil {
 				_ = n.Close()
-				t.Fatal("New joined a cluster with another key")
+				t.Fatal("an intruder joined the cluster")
 			}
 			if !errors.Is(err, ErrNoPeerJoined) {
-				t.Errorf("New: got %v, want %v", err, ErrNoPeerJoined)
+				t.Errorf("Start: got %v, want %v", err, ErrNoPeerJoined)
 			}
+			eventually(t, "a warn line about the intruder", func() bool {
+				for _, line := range strings.Split(logs.String(), "\n") {
+					if strings.Contains(line, `"level":"warn"`) && strings.Contains(line, `"peer":"127.0.0.1:`) &&
+						strings.Contains(strings.ToLower(line), tt.reason) {
+						return true
+					}
+				}
+				return false
+			})
 		})
 	}
 	if got := len(s1.Members()); got != 2 {
@@ -556,6 +575,56 @@ func TestEncryptedLoopback(t *testing.T) {
 		t.Errorf("Close(s1): %v", err)
 	}
 	checkGoroutines(t, baseline)
+}
+
+func TestGossipCheck(t *testing.T) {
+	dir := t.TempDir()
+	key := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
+	keyFile := dir + "/gossip.key"
+	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badFile := dir + "/bad.key"
+	if err := os.WriteFile(badFile, []byte("nope\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		g       Gossip
+		check   error // from Check
+		key     error // from SecretKey
+		wantKey bool
+	}{
+		{"key", Gossip{Key: key}, nil, nil, true},
+		{"key file", Gossip{KeyFile: keyFile}, nil, nil, true},
+		{"insecure", Gossip{Insecure: true}, nil, nil, false},
+		{"nothing", Gossip{}, ErrInsecure, ErrInsecure, false},
+		{"both", Gossip{Key: key, KeyFile: keyFile}, ErrBadConfig, ErrBadConfig, false},
+		{"bad key", Gossip{Key: "short"}, ErrBadSecretKey, ErrBadSecretKey, false},
+		{"bad key file", Gossip{KeyFile: badFile}, nil, ErrBadSecretKey, false},
+		{"missing key file", Gossip{KeyFile: dir + "/none"}, nil, ErrBadConfig, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.g.Check(); !errors.Is(err, tt.check) {
+				t.Errorf("Check: got %v, want %v", err, tt.check)
+			}
+			k, err := tt.g.SecretKey()
+			if !errors.Is(err, tt.key) {
+				t.Errorf("SecretKey: got %v, want %v", err, tt.key)
+			}
+			if (k != nil) != tt.wantKey {
+				t.Errorf("SecretKey: got %x, want a key %v", k, tt.wantKey)
+			}
+		})
+	}
+	if err := (Gossip{}).Check(); err == nil || !strings.Contains(err.Error(), "make certs") || !strings.Contains(err.Error(), "--insecure") {
+		t.Errorf("Check without a key says no remedy: %v", err)
+	}
+	cfg, err := Gossip{Key: key}.Config("n", storageMeta("h:1"), zerolog.Nop())
+	if err != nil || cfg.Label != DefaultCluster || len(cfg.SecretKey) != 32 || cfg.Insecure {
+		t.Errorf("Config: got label %q, key %x, insecure %v, err %v", cfg.Label, cfg.SecretKey, cfg.Insecure, err)
+	}
 }
 
 // syncBuffer is a bytes.Buffer safe for memberlist's goroutines.

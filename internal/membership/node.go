@@ -82,7 +82,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	self := ml.LocalNode()
 	n.log.Info().Str("name", self.Name).Str("addr", self.Address()).
-		Str("role", string(cfg.Meta.Role)).Bool("encrypted", cfg.SecretKey != nil).Msg("gossip started")
+		Str("role", string(cfg.Meta.Role)).Bool("encrypted", cfg.SecretKey != nil).Str("label", cfg.Label).Msg("gossip started")
 	return n, nil
 }
 

@@ -47,35 +47,59 @@ func (f Files) Validate() error {
 }
 
 // Server returns the configuration of a server that presents Cert and
-// requires a client certificate signed by CA. TLS 1.2 is the minimum.
-func (f Files) Server() (*tls.Config, error) {
+// accepts only clients with a certificate signed by CA whose identity
+// passes peer (see [Expect]; a storage agent expects role compute of its
+// cluster). TLS 1.3 is the minimum.
+func (f Files) Server(peer Expect) (*tls.Config, error) {
+	if err := peer.validate(); err != nil {
+		return nil, err
+	}
 	cert, pool, err := f.load()
 	if err != nil {
 		return nil, err
 	}
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{cert},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    pool,
+		MinVersion:       tls.VersionTLS13,
+		Certificates:     []tls.Certificate{cert},
+		ClientAuth:       tls.RequireAndVerifyClientCert,
+		ClientCAs:        pool,
+		VerifyConnection: peer.verifyConnection,
 	}, nil
 }
 
-// Client returns the configuration of a client that presents Cert and trusts
-// servers signed by CA. serverName is the name the server's certificate must
-// carry; empty leaves it to the caller (grpc's credentials.NewTLS and
-// tls.Dial take the host of the dialled address).
-func (f Files) Client(serverName string) (*tls.Config, error) {
+// Client returns the configuration of a client that presents Cert and
+// accepts only servers with a certificate signed by CA, valid for the
+// dialled host name, whose identity passes peer (a compute agent expects
+// role storage of its cluster and, when gossip told it, the node's name).
+// The server name is left to the caller: grpc's credentials.NewTLS and
+// tls.Dial take the host of the dialled address. TLS 1.3 is the minimum.
+func (f Files) Client(peer Expect) (*tls.Config, error) {
+	if err := peer.validate(); err != nil {
+		return nil, err
+	}
 	cert, pool, err := f.load()
 	if err != nil {
 		return nil, err
 	}
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{cert},
-		RootCAs:      pool,
-		ServerName:   serverName,
+		MinVersion:       tls.VersionTLS13,
+		Certificates:     []tls.Certificate{cert},
+		RootCAs:          pool,
+		VerifyConnection: peer.verifyConnection,
 	}, nil
+}
+
+// Identity reads the identity of Cert, the agent's own certificate.
+func (f Files) Identity() (Identity, error) {
+	cert, _, err := f.load()
+	if err != nil {
+		return Identity{}, err
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return Identity{}, fmt.Errorf("tlsconf: %s: %w", f.Cert, err)
+	}
+	return IdentityOf(leaf)
 }
 
 // load reads the key pair and the CA pool.

@@ -23,7 +23,6 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -116,8 +115,15 @@ type Config struct {
 	// cluster.
 	Join []string
 	// GossipKey is the base64 or hex gossip encryption key (16, 24 or 32
-	// bytes; see membership.ParseSecretKey). Empty means no encryption.
+	// bytes; see membership.ParseSecretKey). With Gossip set, it or
+	// GossipKeyFile is required unless Insecure.
 	GossipKey string
+	// GossipKeyFile names a file holding the gossip key (make certs writes
+	// one). At most one of GossipKey and GossipKeyFile may be set.
+	GossipKeyFile string
+	// Cluster is the cluster's name: the gossip label, and the cluster
+	// every peer's certificate must name. Empty means "sophon".
+	Cluster string
 	// GossipTransport replaces memberlist's network transport (tests pass
 	// one from memberlist.MockNetwork). Nil means UDP/TCP on Gossip.
 	GossipTransport memberlist.Transport
@@ -158,10 +164,15 @@ type Config struct {
 	// ShutdownGrace is how long open streams may finish after shutdown
 	// begins before they are cut. Zero means 5 s.
 	ShutdownGrace time.Duration
-	// TLS names the certificate, key and CA for mutual TLS on the gRPC
-	// server: clients must present a certificate signed by the CA. All
-	// empty means plaintext.
+	// TLS names the certificate, key and CA for mutual TLS 1.3 on the gRPC
+	// server: the certificate must name this storage agent of Cluster
+	// (tlsconf.Identity), and clients must present a certificate signed by
+	// the CA naming a compute agent of Cluster. Required unless Insecure.
 	TLS tlsconf.Files
+	// Insecure serves plaintext gRPC without TLS and gossip without a key,
+	// to anyone who can reach the ports, and logs a warning when serving
+	// starts. For tests and a first try-out only.
+	Insecure bool
 	// MetricsAddr is the HTTP address of /metrics and /healthz. Empty means
 	// no metrics listener.
 	MetricsAddr string
@@ -210,6 +221,18 @@ func (c *Config) withDefaults() (workers int, share float64, err error) {
 	if err := c.TLS.Validate(); err != nil {
 		return 0, 0, fmt.Errorf("%w: tls: %w", ErrConfig, err)
 	}
+	if !c.TLS.Enabled() && !c.Insecure {
+		return 0, 0, fmt.Errorf("%w: no TLS certificate: pass --tls-cert, --tls-key and --tls-ca "+
+			"(make certs, or storage-agent certs --out DIR, makes a development CA and certificates), or --insecure", ErrConfig)
+	}
+	if c.Cluster == "" {
+		c.Cluster = tlsconf.DefaultCluster
+	}
+	if c.Gossip != "" || c.GossipKey != "" || c.GossipKeyFile != "" {
+		if err := c.gossip().Check(); err != nil {
+			return 0, 0, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
@@ -235,6 +258,13 @@ func (c *Config) withDefaults() (workers int, share float64, err error) {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 5 * time.Second
 	}
+	if c.Name == "" && c.TLS.Enabled() {
+		// The certificate names the node; compute agents check that the
+		// name gossip announces is the one in the certificate.
+		if id, err := c.TLS.Identity(); err == nil {
+			c.Name = id.Name
+		}
+	}
 	if c.Name == "" {
 		host, err := os.Hostname()
 		if err != nil || host == "" {
@@ -255,7 +285,6 @@ type Agent struct {
 	ds      *Dataset
 	srv     *server
 	workers int
-	secret  []byte
 	gopts   []grpc.ServerOption
 
 	mu          sync.Mutex
@@ -274,11 +303,6 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, workers: workers}
-	if cfg.GossipKey != "" {
-		if a.secret, err = membership.ParseSecretKey(cfg.GossipKey); err != nil {
-			return nil, fmt.Errorf("%w: gossip key: %w", ErrConfig, err)
-		}
-	}
 	if a.gopts, err = a.serverOptions(); err != nil {
 		return nil, err
 	}
@@ -307,17 +331,50 @@ func (a *Agent) serverOptions() ([]grpc.ServerOption, error) {
 		grpc.WriteBufferSize(1 << 20),
 	}
 	if a.cfg.TLS.Enabled() {
-		tc, err := a.cfg.TLS.Server()
+		if err := a.checkIdentity(); err != nil {
+			return nil, err
+		}
+		tc, err := a.cfg.TLS.Server(tlsconf.Expect{Cluster: a.cfg.Cluster, Role: tlsconf.RoleCompute})
 		if err != nil {
 			return nil, fmt.Errorf("%w: tls: %w", ErrConfig, err)
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+		opts = append(opts, grpc.Creds(tlsconf.Credentials(tc, tlsconf.LogRejects(a.cfg.Logger))))
 	}
 	return opts, nil
 }
 
 // Workers is the number of budgeted workers (ceil of the CPU budget).
 func (a *Agent) Workers() int { return a.workers }
+
+// checkIdentity checks that the agent's own certificate names a storage
+// agent of its cluster called Config.Name: compute agents would refuse
+// any other.
+func (a *Agent) checkIdentity() error {
+	id, err := a.cfg.TLS.Identity()
+	if err != nil {
+		return fmt.Errorf("%w: tls: %w", ErrConfig, err)
+	}
+	want := tlsconf.Expect{Cluster: a.cfg.Cluster, Role: tlsconf.RoleStorage, Name: a.cfg.Name}
+	if err := want.Check(id); err != nil {
+		return fmt.Errorf("%w: tls: this agent's own certificate: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// gossip is the agent's gossip set-up.
+func (c *Config) gossip() membership.Gossip {
+	return membership.Gossip{
+		Bind:      c.Gossip,
+		Advertise: c.GossipAdvertise,
+		Join:      c.Join,
+		Cluster:   c.Cluster,
+		Key:       c.GossipKey,
+		KeyFile:   c.GossipKeyFile,
+		Insecure:  c.Insecure,
+		Transport: c.GossipTransport,
+		Tune:      c.GossipTune,
+	}
+}
 
 // Dataset is the dataset the agent serves.
 func (a *Agent) Dataset() *Dataset { return a.ds }
@@ -424,6 +481,10 @@ func (a *Agent) Serve(ctx context.Context, lis net.Listener) (err error) {
 		})
 	}
 
+	if a.cfg.Insecure {
+		a.cfg.Logger.Warn().Bool("tls", a.cfg.TLS.Enabled()).Msg("INSECURE (--insecure): " +
+			"without TLS anyone who reaches the port can read the dataset, and without a gossip key anyone can join the cluster")
+	}
 	var node *membership.Node
 	if a.cfg.Gossip != "" {
 		node, err = a.join(lis.Addr())
@@ -485,23 +546,13 @@ func (a *Agent) join(lis net.Addr) (*membership.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	node, err := membership.New(membership.Config{
-		Name:      a.cfg.Name,
-		Bind:      a.cfg.Gossip,
-		Advertise: a.cfg.GossipAdvertise,
-		Join:      a.cfg.Join,
-		Meta: membership.Meta{
-			Role:        membership.RoleStorage,
-			GRPCAddr:    grpcAddr,
-			Cores:       a.cfg.CPUs,
-			Fingerprint: a.ds.Fingerprint(),
-			Version:     a.cfg.Version,
-		},
-		SecretKey: a.secret,
-		Transport: a.cfg.GossipTransport,
-		Tune:      a.cfg.GossipTune,
-		Logger:    a.cfg.Logger,
-	})
+	node, err := a.cfg.gossip().Start(a.cfg.Name, membership.Meta{
+		Role:        membership.RoleStorage,
+		GRPCAddr:    grpcAddr,
+		Cores:       a.cfg.CPUs,
+		Fingerprint: a.ds.Fingerprint(),
+		Version:     a.cfg.Version,
+	}, a.cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("storageagent: join cluster: %w", err)
 	}

@@ -1,12 +1,15 @@
 package storageagent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -40,21 +43,32 @@ func TestNewRejects(t *testing.T) {
 		{"bad advertise", func(c *Config) { c.Advertise = "nohostport" }},
 		{"bad gossip key", func(c *Config) { c.GossipKey = "short" }},
 		{"half tls", func(c *Config) { c.TLS = tlsconf.Files{Cert: "x.pem"} }},
+		{"neither tls nor insecure", func(c *Config) { c.Insecure = false }},
+		{"gossip without a key", func(c *Config) { c.Insecure = false; c.TLS = pki(t).storage; c.Gossip = "127.0.0.1:0" }},
+		{"both gossip key and key file", func(c *Config) { c.Gossip = "127.0.0.1:0"; c.GossipKey = testGossipKey; c.GossipKeyFile = "k" }},
+		{"certificate of a compute agent", func(c *Config) { c.Insecure = false; c.TLS = pki(t).compute }},
+		{"certificate of another cluster", func(c *Config) { c.Insecure = false; c.TLS = pki(t).storage; c.Cluster = "other" }},
+		{"certificate of another node", func(c *Config) { c.Insecure = false; c.TLS = pki(t).storage; c.Name = "s9" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Data = data
+			cfg.Insecure = true
 			tc.change(&cfg)
-			if a, err := New(cfg); err == nil {
+			a, err := New(cfg)
+			if err == nil {
 				a.Close()
 				t.Fatal("New succeeded, want an error")
+			}
+			if !errors.Is(err, ErrConfig) && !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("New: got %v, want %v", err, ErrConfig)
 			}
 		})
 	}
 }
 
 func TestDefaults(t *testing.T) {
-	a, err := New(Config{Data: testData(t), CPUs: 2.5})
+	a, err := New(Config{Data: testData(t), CPUs: 2.5, Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +77,7 @@ func TestDefaults(t *testing.T) {
 	if a.workers != 3 || c.Queue != DefaultQueue || c.RequestTimeout != 30*time.Second || c.Listen != DefaultListen || c.Name == "" || c.Version != "dev" {
 		t.Errorf("defaults: workers %d, config %+v", a.workers, c)
 	}
-	b, err := New(Config{Data: testData(t)})
+	b, err := New(Config{Data: testData(t), Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +226,8 @@ func TestMembership(t *testing.T) {
 		Name:      "peer",
 		Join:      []string{net.JoinHostPort(ip.String(), strconv.Itoa(port))},
 		Meta:      membership.Meta{Role: membership.RoleCompute, Version: "v-test"},
+		Label:     "sophon", // the agent labels its gossip with its cluster even when insecure
+		Insecure:  true,
 		Transport: peerTr,
 		Tune:      membership.FastTiming,
 		Logger:    zerolog.Nop(),
@@ -276,18 +292,70 @@ func TestAdvertised(t *testing.T) {
 	}
 }
 
-// TestMutualTLS: with TLS configured, a client with a certificate from the
-// CA is served and one without is refused.
-func TestMutualTLS(t *testing.T) {
-	srvFiles, cliFiles, err := tlsconf.WriteTestPKI(t.TempDir(), []string{"127.0.0.1", "localhost"})
+// testPKI holds the certificates of the TLS tests: a CA of cluster
+// "sophon", storage agent "test-storage", compute agent "c1", and the
+// rejected kinds.
+type testPKI struct {
+	storage, compute                                 tlsconf.Files
+	wrongCA, expired, otherCluster, wrongRole, other tlsconf.Files
+}
+
+// testGossipKey is a valid gossip key.
+const testGossipKey = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc="
+
+func pki(t testing.TB) testPKI {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := tlsconf.NewCA(filepath.Join(dir, "ca"), "test CA")
 	if err != nil {
 		t.Fatal(err)
 	}
+	other, err := tlsconf.NewCA(filepath.Join(dir, "other"), "another CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	issue := func(ca *tlsconf.CA, l tlsconf.Leaf) tlsconf.Files {
+		n++
+		l.File = "leaf" + strconv.Itoa(n)
+		l.Hosts = []string{"127.0.0.1", "localhost"}
+		f, err := ca.Issue(dir, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.CA = filepath.Join(dir, "ca", tlsconf.CAFile)
+		return f
+	}
+	compute := tlsconf.Identity{Cluster: "sophon", Role: tlsconf.RoleCompute, Name: "c1"}
+	now := time.Now()
+	return testPKI{
+		storage:      issue(ca, tlsconf.Leaf{Identity: tlsconf.Identity{Cluster: "sophon", Role: tlsconf.RoleStorage, Name: "test-storage"}}),
+		compute:      issue(ca, tlsconf.Leaf{Identity: compute}),
+		wrongCA:      issue(other, tlsconf.Leaf{Identity: compute}),
+		expired:      issue(ca, tlsconf.Leaf{Identity: compute, NotBefore: now.Add(-48 * time.Hour), NotAfter: now.Add(-time.Hour)}),
+		otherCluster: issue(ca, tlsconf.Leaf{Identity: tlsconf.Identity{Cluster: "other", Role: tlsconf.RoleCompute, Name: "c1"}}),
+		wrongRole:    issue(ca, tlsconf.Leaf{Identity: tlsconf.Identity{Cluster: "sophon", Role: tlsconf.RoleStorage, Name: "s2"}}),
+	}
+}
+
+// TestMutualTLS: a compute agent's certificate from the cluster's CA is
+// served; plaintext, no certificate, another CA, an expired certificate, a
+// certificate of another cluster or of the wrong role are refused, each
+// logged at warn level with the peer's address.
+func TestMutualTLS(t *testing.T) {
+	p := pki(t)
+	var logs syncBuffer
 	cfg := testConfig(t)
-	cfg.TLS = srvFiles
+	cfg.Insecure = false
+	cfg.Name = "" // from the certificate
+	cfg.TLS = p.storage
+	cfg.Logger = zerolog.New(&logs).Level(zerolog.InfoLevel)
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := a.Config().Name; got != "test-storage" {
+		t.Errorf("Name: got %q, want the certificate's test-storage", got)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -309,19 +377,68 @@ func TestMutualTLS(t *testing.T) {
 		_, err = dataplanepb.NewStorageClient(conn).Info(ctx, &dataplanepb.InfoRequest{})
 		return err
 	}
-	tc, err := cliFiles.Client("")
+	client := func(f tlsconf.Files) credentials.TransportCredentials {
+		tc, err := f.Client(tlsconf.Expect{Cluster: "sophon", Role: tlsconf.RoleStorage, Name: "test-storage"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return credentials.NewTLS(tc)
+	}
+	if err := info(client(p.compute)); err != nil {
+		t.Errorf("compute agent of the cluster: %v", err)
+	}
+	tc, err := p.compute.Client(tlsconf.Expect{Cluster: "sophon", Role: tlsconf.RoleStorage})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := info(credentials.NewTLS(tc)); err != nil {
-		t.Errorf("client with a certificate: %v", err)
+	tc.Certificates = nil
+	tests := []struct {
+		name   string
+		creds  credentials.TransportCredentials
+		reason string // in the server's warn line
+	}{
+		{"plaintext", insecure.NewCredentials(), "tls"},
+		{"no client certificate", credentials.NewTLS(tc), "certificate"},
+		// NB: a Go client sends no certificate the server's CA did not sign.
+		{"another CA", client(p.wrongCA), "certificate"},
+		{"expired", client(p.expired), "expired"},
+		{"another cluster", client(p.otherCluster), "not a member"},
+		{"wrong role", client(p.wrongRole), "wrong role"},
 	}
-	noCert := tc.Clone()
-	noCert.Certificates = nil
-	if err := info(credentials.NewTLS(noCert)); err == nil {
-		t.Error("client without a certificate was served")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := info(tt.creds); err == nil {
+				t.Fatal("served")
+			}
+			// The server may log after the client has failed.
+			found := false
+			for deadline := time.Now().Add(3 * time.Second); !found && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				for _, line := range strings.Split(logs.String(), "\n") {
+					found = found || strings.Contains(line, `"level":"warn"`) && strings.Contains(line, `"peer":"127.0.0.1:`) &&
+						strings.Contains(line, tt.reason)
+				}
+			}
+			if !found {
+				t.Errorf("no warn line with the peer and %q:\n%s", tt.reason, logs.String())
+			}
+		})
 	}
-	if err := info(insecure.NewCredentials()); err == nil {
-		t.Error("plaintext client was served")
-	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -16,7 +16,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sophon-dl/sophon/internal/tlsconf"
 
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -64,8 +67,16 @@ func testBinaryServe(t *testing.T, bin string) {
 	cfgFile := filepath.Join(dir, "agent.yaml")
 	// The file's listen address is overridden by the flag.
 	writeFile(t, cfgFile, []byte("data: "+data+"\nlisten: 127.0.0.1:1\ncpus: 1.5\nname: bin-agent\nrequest-timeout: 10s\nmetrics: "+metrics+"\n"))
+	// The default start is mutual TLS: certificates from the certs
+	// subcommand.
+	certs := filepath.Join(dir, "certs")
+	if out, err := exec.Command(bin, "certs", "--out", certs, "--storage", "bin-agent", "--compute", "c1").CombinedOutput(); err != nil {
+		t.Fatalf("certs: %v\n%s", err, out)
+	}
 	var logs bytes.Buffer
-	cmd := exec.Command(bin, "--config", cfgFile, "--listen", addr, "--log-format", "json", "--shutdown-grace", "2s")
+	cmd := exec.Command(bin, "--config", cfgFile, "--listen", addr, "--log-format", "json", "--shutdown-grace", "2s",
+		"--tls-cert", filepath.Join(certs, "storage-bin-agent.pem"), "--tls-key", filepath.Join(certs, "storage-bin-agent-key.pem"),
+		"--tls-ca", filepath.Join(certs, "ca.pem"))
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -80,7 +91,12 @@ func testBinaryServe(t *testing.T, bin string) {
 		}
 	}()
 
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	computeFiles := tlsconf.Files{Cert: filepath.Join(certs, "compute-c1.pem"), Key: filepath.Join(certs, "compute-c1-key.pem"), CA: filepath.Join(certs, "ca.pem")}
+	tc, err := computeFiles.Client(tlsconf.Expect{Cluster: "sophon", Role: tlsconf.RoleStorage, Name: "bin-agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tc)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes)))
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +135,19 @@ func testBinaryServe(t *testing.T, bin string) {
 	if e := got[2].Error; e == nil || e.Kind != dataplanepb.ErrorKind_ERROR_KIND_NOT_JPEG {
 		t.Errorf("bad sample: %v, want NOT_JPEG", e)
 	}
+	// A plaintext client is refused, and the refusal logged.
+	plain, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_, err = dataplanepb.NewStorageClient(plain).Info(ctx, &dataplanepb.InfoRequest{})
+	cancel()
+	plain.Close()
+	if err == nil {
+		t.Error("a plaintext client was served")
+	}
+
 	resp, err := http.Get("http://" + metrics + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -141,6 +170,9 @@ func testBinaryServe(t *testing.T, bin string) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("agent still running 5 s after SIGTERM\n%s", logs.String())
 	}
+	if !strings.Contains(logs.String(), "tls handshake rejected") {
+		t.Errorf("no warn line for the plaintext client:\n%s", logs.String())
+	}
 	if !strings.Contains(logs.String(), "storage agent stopped") {
 		t.Errorf("no shutdown log line:\n%s", logs.String())
 	}
@@ -154,11 +186,23 @@ func testBinaryRejects(t *testing.T, bin string) {
 		{"--data", t.TempDir(), "--cpus", "-1"},
 		{"--bogus"},
 		{"--config", filepath.Join(t.TempDir(), "missing.yaml")},
+		{"certs"}, // no --out
 	} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() == 0 {
 			t.Errorf("%v: %v, want a non-zero exit\n%s", args, err, out)
+		}
+	}
+	// Without certificates the default start refuses, saying how to get them.
+	out, err := exec.Command(bin, "--data", testData(t)).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+		t.Errorf("no certificates: %v, want a non-zero exit\n%s", err, out)
+	}
+	for _, hint := range []string{"make certs", "storage-agent certs", "--insecure"} {
+		if !strings.Contains(string(out), hint) {
+			t.Errorf("no certificates: the message lacks %q:\n%s", hint, out)
 		}
 	}
 }

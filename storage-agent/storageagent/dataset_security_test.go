@@ -329,7 +329,7 @@ func TestServeNeverSendsCanary(t *testing.T) {
 	symlink(t, filepath.Join(e.outside, "cls"), e.p("good/sub"))
 	writeFile(t, e.p("cl\xe9/x.jpg"), e.img)
 	cfg := DefaultConfig()
-	cfg.Data, cfg.Listen, cfg.CPUs, cfg.Index = e.dir, "", 1, "-"
+	cfg.Data, cfg.Listen, cfg.CPUs, cfg.Index, cfg.Insecure = e.dir, "", 1, "-", true
 	a := startAgent(t, cfg)
 	// Swap after start.
 	mustT(t, os.Remove(e.p("good/a.jpg")))

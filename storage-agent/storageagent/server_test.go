@@ -43,10 +43,12 @@ func testData(t testing.TB) string {
 
 func testConfig(t testing.TB) Config {
 	cfg := DefaultConfig()
+	cfg.Insecure = true // TLS is tested in agent_test.go
 	cfg.Data = testData(t)
 	cfg.CPUs = 2
 	cfg.Name = "test-storage"
 	cfg.Version = "v-test"
+	cfg.Insecure = true // TLS is tested in agent_test.go
 	return cfg
 }
 
@@ -560,6 +562,7 @@ func BenchmarkFetch(b *testing.B) {
 		writeFile(b, filepath.Join(dir, "c", fmt.Sprintf("%02d.jpg", i)), img)
 	}
 	cfg := DefaultConfig()
+	cfg.Insecure = true // TLS is tested in agent_test.go
 	cfg.Data = dir
 	a := startAgent(b, cfg)
 	id := preset(b, "imagenet-train").ID()
@@ -648,6 +651,7 @@ func TestRawFetchesBypassBudget(t *testing.T) {
 		writeFile(t, filepath.Join(dir, "c", fmt.Sprintf("%02d.jpg", i)), img)
 	}
 	cfg := DefaultConfig()
+	cfg.Insecure = true // TLS is tested in agent_test.go
 	cfg.Data = dir
 	cfg.CPUs = 0.05 // one worker that idles 19x each job's CPU time
 	a := startAgent(t, cfg)

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sophon-dl/sophon/testbed"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
 	"github.com/sophon-dl/sophon/testbed/netns"
 	"github.com/sophon-dl/sophon/testbed/results"
@@ -39,6 +40,10 @@ type experiment struct {
 	// trainProfile is the trainer row's stage 2 profile (its pipeline
 	// differs from the policy rows').
 	trainProfile string
+	// storageTLS and computeTLS are the agents' security flags for the
+	// current cell: a fresh CA's certificates and gossip key, or
+	// --insecure.
+	storageTLS, computeTLS []string
 }
 
 var groupSeq atomic.Uint32
@@ -264,6 +269,11 @@ func (x *experiment) cell(ctx context.Context, rate string, cpus float64) (resul
 			x.cfg.Log.Warn().Err(err).Msg("cell teardown")
 		}
 	}()
+	if x.cfg.Insecure {
+		x.storageTLS, x.computeTLS = []string{"--insecure"}, []string{"--insecure"}
+	} else if x.storageTLS, x.computeTLS, err = testbed.AgentCerts(filepath.Join(dir, "certs"), n.storageHost, n.listenHost); err != nil {
+		return cell, err
+	}
 	listen := net.JoinHostPort(n.listenHost, storagePort)
 	if n.mode == results.ModeLoopback {
 		listen = "127.0.0.1:0"
@@ -272,7 +282,8 @@ func (x *experiment) cell(ctx context.Context, rate string, cpus float64) (resul
 		}
 	}
 	sargs := append([]string{"--data", x.cfg.Data, "--listen", listen, "--cpus", strconv.FormatFloat(cpus, 'f', -1, 64),
-		"--log-level", "warn", "--log-format", "json"}, x.cfg.StorageFlags...)
+		"--log-level", "warn", "--log-format", "json"}, x.storageTLS...)
+	sargs = append(sargs, x.cfg.StorageFlags...)
 	if _, err := n.startServer(ctx, true, filepath.Join(dir, "storage-agent.log"), listen, x.bins.storage, sargs...); err != nil {
 		return cell, fmt.Errorf("storage agent: %w", err)
 	}

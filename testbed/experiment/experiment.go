@@ -140,6 +140,10 @@ type Config struct {
 	Scale string
 	// ComputeFlags and StorageFlags add flags to the agents' command lines.
 	ComputeFlags, StorageFlags []string
+	// Insecure runs the agents with --insecure. By default every cell makes
+	// a fresh development CA, the agents' certificates and a gossip key
+	// (testbed.AgentCerts), and the agents run with mutual TLS.
+	Insecure bool
 	// Progress receives a progress line now and then. Nil means none.
 	Progress io.Writer
 	// ProgressEvery is the progress interval. Zero means 2 s.

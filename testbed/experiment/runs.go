@@ -117,6 +117,7 @@ func (x *experiment) runPolicy(ctx context.Context, n *node, dir, addr string, c
 	if x.cfg.Batch > 0 {
 		args = append(args, "--batch", strconv.Itoa(x.cfg.Batch))
 	}
+	args = append(args, x.computeTLS...)
 	args = append(args, x.cfg.ComputeFlags...)
 	label := fmt.Sprintf("[%s, %g storage cpus] %s", n.rate, cpus, policy)
 	var rs []computeagent.EpochReport

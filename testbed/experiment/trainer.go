@@ -207,6 +207,7 @@ func (x *experiment) runTrainer(ctx context.Context, n *node, dir, addr string, 
 	if x.cfg.Batch > 0 {
 		args = append(args, "--batch", strconv.Itoa(x.cfg.Batch))
 	}
+	args = append(args, x.computeTLS...)
 	args = append(args, x.cfg.ComputeFlags...)
 	agentLog := filepath.Join(dir, base+"-agent.log")
 	agent, err := n.startDaemon(ctx, false, agentLog, "serving "+sock, func(context.Context) error {

@@ -77,6 +77,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	computeFlags := fs.String("compute-flags", "", "extra compute-agent `flags`, space-separated")
 	storageFlags := fs.String("storage-flags", "", "extra storage-agent `flags`, space-separated")
 	quiet := fs.Bool("quiet", false, "no progress lines")
+	insecure := fs.Bool("insecure", false, "run the agents with --insecure (default: every cell makes a fresh development CA, certificates and gossip key, and the agents use mutual TLS)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), runUsage)
 		fs.PrintDefaults()
@@ -92,7 +93,8 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 		GPURate: *gpuRate, Batch: *batch, Seed: *seed, Peer: !*noPeer, Python: *python, Mode: experiment.Mode(*mode),
 		Train: *train, TrainPolicy: *trainPolicy, TrainScript: *trainScript,
 		Bin: *bin, Scale: *scale, ComputeFlags: strings.Fields(*computeFlags), StorageFlags: strings.Fields(*storageFlags),
-		Log: log,
+		Insecure: *insecure,
+		Log:      log,
 	}
 	if !*quiet {
 		cfg.Progress = os.Stderr
