@@ -1,5 +1,7 @@
 package ops
 
+import "time"
+
 // This file holds the JPEG codec's shared API and its pure-Go header parser.
 // The codec itself has two backends: jpeg_cgo.go wraps libjpeg-turbo (the
 // library Pillow links, so decoded pixels match the peer's byte for byte) and
@@ -26,6 +28,25 @@ type DecodeLimits struct {
 	// NB: beyond the output pixels, a progressive JPEG makes the decoder hold
 	// every DCT coefficient, about 2 bytes per sample of every component.
 	MaxPixels int
+	// MaxScans bounds the scans of a multi-scan (progressive or
+	// non-interleaved) JPEG: the decoder fails with ErrTooLarge on reaching
+	// scan MaxScans+1, as djpeg -maxscans does. Zero means no limit. The
+	// pure-Go backend ignores it.
+	MaxScans int
+	// MaxMemory bounds libjpeg's whole-image buffers (max_memory_to_use):
+	// the DCT coefficients a multi-scan JPEG makes it hold, 128 bytes per
+	// block of every component. A file that needs more fails with
+	// ErrTooLarge before they are allocated. Zero means no limit. The
+	// pure-Go backend ignores it.
+	MaxMemory int64
+	// Deadline, when set, is checked before the decode and, by libjpeg's
+	// progress monitor, during it; past it the decode fails with
+	// ErrDeadline. The pure-Go backend checks it only before decoding.
+	Deadline time.Time
+
+	// maxBytes, when positive, bounds the pixel buffer the decoder
+	// allocates (Limits.MaxOutputBytes).
+	maxBytes int64
 }
 
 // DefaultMaxPixels is twice Pillow's MAX_IMAGE_PIXELS: the size at which
@@ -44,7 +65,12 @@ func (l DecodeLimits) check(h JPEGHeader) error {
 	if limit := l.maxPixels(); h.W > limit/h.H {
 		return wrapf(ErrTooLarge, "%dx%d is %d pixels, limit %d", h.W, h.H, int64(h.W)*int64(h.H), limit)
 	}
-	return nil
+	return checkDeadline(l.Deadline, "decode jpeg")
+}
+
+// checkAlloc refuses a pixel buffer of w x h RGB pixels above maxBytes.
+func (l DecodeLimits) checkAlloc(w, h int) error {
+	return checkOutput("decode jpeg", imageShape(w, h), l.maxBytes)
 }
 
 // EncodeOptions control EncodeJPEG.

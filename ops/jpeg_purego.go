@@ -46,7 +46,15 @@ func goJPEGError(err error) error {
 // whole file, whatever finish says), box-filters it to num/8 and returns
 // exactly region. h has passed the limits; region lies inside the scaled
 // image.
-func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, _ bool, _ DecodeLimits) (img *Image, r Rect, err error) {
+//
+// Of lim it enforces only what the caller checked (MaxPixels, the deadline
+// before the decode) and the pixel buffer's size, counted as the whole
+// image's since image/jpeg decodes it all: it cannot bound scans, nor
+// coefficient memory, nor stop at the deadline.
+func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, _ bool, lim DecodeLimits) (img *Image, r Rect, err error) {
+	if err := lim.checkAlloc(h.W, h.H); err != nil {
+		return nil, Rect{}, err
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			img, r, err = nil, Rect{}, wrapf(ErrCorrupt, "decode jpeg: image/jpeg panicked: %v", p)
