@@ -31,7 +31,7 @@ type DecodeLimits struct {
 	// MaxScans bounds the scans of a multi-scan (progressive or
 	// non-interleaved) JPEG: the decoder fails with ErrTooLarge on reaching
 	// scan MaxScans+1, as djpeg -maxscans does. Zero means no limit. The
-	// pure-Go backend ignores it.
+	// pure-Go backend counts the file's SOS markers before decoding.
 	MaxScans int
 	// MaxMemory bounds libjpeg's whole-image buffers (max_memory_to_use):
 	// the DCT coefficients a multi-scan JPEG makes it hold, 128 bytes per
@@ -345,6 +345,53 @@ func ReadJPEGHeader(data []byte) (JPEGHeader, error) {
 			}
 		}
 	}
+}
+
+// jpegScansOver reports whether data has more than max SOS markers before
+// its EOI (or its end). It walks the marker segments and skips entropy-coded
+// data to its next marker without decoding it, in time linear in len(data)
+// and with no allocation. Malformed structure ends the count: the decoder
+// reports it.
+func jpegScansOver(data []byte, max int) bool {
+	scans := 0
+	p := 2 // after SOI
+	for p+1 < len(data) {
+		if data[p] != 0xFF {
+			return false
+		}
+		m := data[p+1]
+		p += 2
+		switch {
+		case m == 0xFF:
+			p-- // fill byte
+			continue
+		case m == 0xD9:
+			return false
+		case m == 0x01 || (m >= 0xD0 && m <= 0xD8):
+			continue
+		}
+		if p+1 >= len(data) {
+			return false
+		}
+		p += int(data[p])<<8 | int(data[p+1])
+		if m != 0xDA {
+			continue
+		}
+		if scans++; scans > max {
+			return true
+		}
+		// Entropy-coded data: to the next 0xFF that starts a marker other
+		// than RSTn (0xFF00 is a stuffed 0xFF byte).
+		for p+1 < len(data) {
+			if data[p] == 0xFF {
+				if n := data[p+1]; n != 0x00 && (n < 0xD0 || n > 0xD7) {
+					break
+				}
+			}
+			p++
+		}
+	}
+	return false
 }
 
 // parseJPEGSOF fills h from the payload of SOF marker m.

@@ -47,13 +47,21 @@ func goJPEGError(err error) error {
 // exactly region. h has passed the limits; region lies inside the scaled
 // image.
 //
-// Of lim it enforces only what the caller checked (MaxPixels, the deadline
-// before the decode) and the pixel buffer's size, counted as the whole
-// image's since image/jpeg decodes it all: it cannot bound scans, nor
-// coefficient memory, nor stop at the deadline.
+// Of lim it enforces what the caller checked (MaxPixels, the deadline
+// before the decode), the pixel buffer's size, counted as the whole image's
+// since image/jpeg decodes it all, and MaxScans, by counting the file's SOS
+// markers before decoding. It cannot bound image/jpeg's coefficient memory
+// (256 bytes per block of a progressive image) nor stop at the deadline.
 func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, _ bool, lim DecodeLimits) (img *Image, r Rect, err error) {
 	if err := lim.checkAlloc(h.W, h.H); err != nil {
 		return nil, Rect{}, err
+	}
+	if lim.MaxScans > 0 && jpegScansOver(data, lim.MaxScans) {
+		kind := "multi-scan"
+		if h.Progressive {
+			kind = "progressive"
+		}
+		return nil, Rect{}, wrapf(ErrTooLarge, "decode jpeg: %s JPEG has more than %d scans", kind, lim.MaxScans)
 	}
 	defer func() {
 		if p := recover(); p != nil {

@@ -31,7 +31,7 @@ type Limits struct {
 	// visit every block of its components, so a small file of thousands of
 	// scans costs seconds of CPU. libjpeg's simple progression writes 10
 	// scans for colour and 6 for grey. Zero means no limit. The pure-Go
-	// decoder cannot enforce it.
+	// decoder counts the file's SOS markers before decoding instead.
 	MaxScans int
 	// MaxMemory bounds libjpeg's own allocations for whole-image buffers
 	// (its cinfo->mem->max_memory_to_use): the DCT coefficients that a

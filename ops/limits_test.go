@@ -30,7 +30,7 @@ func buildSpec(t *testing.T, yaml string) *ops.Pipeline {
 func needLibjpeg(t *testing.T) {
 	t.Helper()
 	if ops.JPEGBackend != "libjpeg-turbo" {
-		t.Skipf("the %s backend cannot enforce scan, memory and in-decode deadline limits", ops.JPEGBackend)
+		t.Skipf("the %s backend cannot bound its memory nor stop mid-decode", ops.JPEGBackend)
 	}
 }
 
@@ -133,7 +133,6 @@ func TestRunLimitedMaxPixels(t *testing.T) {
 }
 
 func TestRunLimitedScans(t *testing.T) {
-	needLibjpeg(t)
 	ok := ops.Encoded(hostile.Progressive(64, 64, ops.DefaultMaxScans))
 	over := ops.Encoded(hostile.Progressive(64, 64, ops.DefaultMaxScans+1))
 	for _, name := range ops.PresetNames() {
