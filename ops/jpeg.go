@@ -19,6 +19,15 @@ type JPEGHeader struct {
 	ColorSpace string
 	// Progressive is set for SOF2 and SOF10 frames.
 	Progressive bool
+
+	// multiScan is set when libjpeg must buffer the whole image's
+	// coefficients: a progressive frame, or a first scan that does not
+	// hold every component (jdinput.c's has_multiple_scans).
+	multiScan bool
+	// coefBlocks is the number of 8x8 blocks of all components, each
+	// component's rounded up to whole MCUs as libjpeg's coefficient buffer
+	// rounds them.
+	coefBlocks int64
 }
 
 // DecodeLimits bound what a decoder may allocate.
@@ -36,8 +45,9 @@ type DecodeLimits struct {
 	// MaxMemory bounds libjpeg's whole-image buffers (max_memory_to_use):
 	// the DCT coefficients a multi-scan JPEG makes it hold, 128 bytes per
 	// block of every component. A file that needs more fails with
-	// ErrTooLarge before they are allocated. Zero means no limit. The
-	// pure-Go backend ignores it.
+	// ErrTooLarge, from its header, before anything is allocated. Zero
+	// means no limit. The pure-Go backend counts its own buffers instead,
+	// 256 bytes per block of a progressive image.
 	MaxMemory int64
 	// Deadline, when set, is checked before the decode and, by libjpeg's
 	// progress monitor, during it; past it the decode fails with
@@ -64,6 +74,14 @@ func (l DecodeLimits) maxPixels() int {
 func (l DecodeLimits) check(h JPEGHeader) error {
 	if limit := l.maxPixels(); h.W > limit/h.H {
 		return wrapf(ErrTooLarge, "%dx%d is %d pixels, limit %d", h.W, h.H, int64(h.W)*int64(h.H), limit)
+	}
+	if need := jpegCoefMemory(h); l.MaxMemory > 0 && need > l.MaxMemory {
+		kind := "multi-scan"
+		if h.Progressive {
+			kind = "progressive"
+		}
+		return wrapf(ErrTooLarge, "decode jpeg: %s JPEG of %dx%d needs %s of coefficient buffers, above the %s memory limit",
+			kind, h.W, h.H, formatBytes(need), formatBytes(l.MaxMemory))
 	}
 	return checkDeadline(l.Deadline, "decode jpeg")
 }
@@ -321,6 +339,7 @@ func ReadJPEGHeader(data []byte) (JPEGHeader, error) {
 				return h, wrapf(ErrCorrupt, "SOS marker before any SOF marker")
 			}
 			h.ColorSpace = jpegColorSpace(h.Components, jfif, adobe, adobeXform, id0, id1, id2)
+			h.multiScan = h.Progressive || (len(seg) > 0 && int(seg[0]) < h.Components)
 			return h, nil
 		case m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC: // SOFn
 			if sawSOF {
@@ -422,11 +441,19 @@ func parseJPEGSOF(h *JPEGHeader, m byte, seg []byte) error {
 	case nf != 1 && nf != 3 && nf != 4:
 		return wrapf(ErrUnsupported, "%d colour components", nf)
 	}
+	hmax, vmax := 1, 1
 	for i := range nf {
 		hs, vs := int(seg[7+3*i]>>4), int(seg[7+3*i]&15)
 		if hs < 1 || hs > 4 || vs < 1 || vs > 4 {
 			return wrapf(ErrCorrupt, "component %d has sampling factors %dx%d", i, hs, vs)
 		}
+		hmax, vmax = max(hmax, hs), max(vmax, vs)
+	}
+	up := func(a, b int) int { return (a + b - 1) / b }
+	for i := range nf {
+		hs, vs := int(seg[7+3*i]>>4), int(seg[7+3*i]&15)
+		bw, bh := up(h.W*hs, hmax*8), up(h.H*vs, vmax*8)
+		h.coefBlocks += int64(up(bw, hs)*hs) * int64(up(bh, vs)*vs)
 	}
 	return nil
 }

@@ -505,6 +505,15 @@ func jpegResultError(res *C.sj_result, what string) error {
 	return wrapf(ErrCorrupt, "%s: libjpeg: %s", what, msg)
 }
 
+// jpegCoefMemory is what libjpeg allocates for h's whole-image coefficient
+// buffers: a JBLOCK, 128 bytes, for every block of a multi-scan image.
+func jpegCoefMemory(h JPEGHeader) int64 {
+	if !h.multiScan {
+		return 0
+	}
+	return h.coefBlocks * 128
+}
+
 // decodeJPEG decodes region of the image scaled by num/8. h has passed the
 // limits; region lies inside the scaled image.
 func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, finish bool, lim DecodeLimits) (*Image, Rect, error) {

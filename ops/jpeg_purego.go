@@ -50,8 +50,9 @@ func goJPEGError(err error) error {
 // Of lim it enforces what the caller checked (MaxPixels, the deadline
 // before the decode), the pixel buffer's size, counted as the whole image's
 // since image/jpeg decodes it all, and MaxScans, by counting the file's SOS
-// markers before decoding. It cannot bound image/jpeg's coefficient memory
-// (256 bytes per block of a progressive image) nor stop at the deadline.
+// markers before decoding, and MaxMemory, the caller having counted
+// image/jpeg's coefficient buffers (jpegCoefMemory). It cannot stop at the
+// deadline.
 func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, _ bool, lim DecodeLimits) (img *Image, r Rect, err error) {
 	if err := lim.checkAlloc(h.W, h.H); err != nil {
 		return nil, Rect{}, err
@@ -83,6 +84,16 @@ func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, _ bool, lim Dec
 		return cropImage(full, region), region, nil
 	}
 	return jpegBoxScale(full, num, region), region, nil
+}
+
+// jpegCoefMemory is what image/jpeg allocates for h's whole-image
+// coefficient buffers: a [64]int32, 256 bytes, for every block of a
+// progressive image (it decodes other multi-scan images without them).
+func jpegCoefMemory(h JPEGHeader) int64 {
+	if !h.Progressive {
+		return 0
+	}
+	return h.coefBlocks * 256
 }
 
 // jpegToRGB converts a decoded image to an RGB Image.

@@ -37,8 +37,10 @@ type Limits struct {
 	// (its cinfo->mem->max_memory_to_use): the DCT coefficients that a
 	// multi-scan JPEG makes it hold, 128 bytes per 8x8 block of every
 	// component, whatever the file's size (a 4:4:4 colour image needs 6
-	// bytes a pixel). It is checked before libjpeg allocates them. Zero
-	// means no limit. The pure-Go decoder cannot enforce it.
+	// bytes a pixel). It is checked from the frame header before anything
+	// is allocated, and libjpeg enforces it too. Zero means no limit. The
+	// pure-Go decoder counts its own buffers, 256 bytes per block of a
+	// progressive image.
 	MaxMemory int64
 	// MaxOutputBytes bounds every op's output (an image's W*H*3 bytes, a
 	// tensor's C*H*W*4), computed from the op's parameters and the input's

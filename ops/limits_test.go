@@ -73,29 +73,41 @@ func wantErr(t *testing.T, err error, sample uint64, want error, parts ...string
 	}
 }
 
-func TestRunLimitedOutputTooLargeAllocatesNothing(t *testing.T) {
+func TestRunLimitedRefusesBeforeAllocating(t *testing.T) {
 	small := ops.Encoded(hostile.Baseline(64, 16, 3))
 	atCap := ops.Encoded(corpusCase(t, "pixel-cap/8192x4096-16-bytes"))
 	cases := []struct {
 		name, spec string
 		in         ops.Encoded
 		parts      []string
+		// libjpeg: only libjpeg buffers a non-interleaved baseline image.
+		libjpeg bool
 	}{
 		{"resize-32768x32768", "{name: bomb, ops: [{op: decode}, {op: resize, size: [32768, 32768]}, {op: to_tensor}]}", small,
-			[]string{"op resize", "resize output 32768x32768x3 = 3 GiB above the 128 MiB limit"}},
+			[]string{"op resize", "resize output 32768x32768x3 = 3 GiB above the 128 MiB limit"}, false},
 		{"resize-short-32768", "{name: bomb, ops: [{op: decode}, {op: resize, size: [32768]}]}", small,
-			[]string{"op resize", "resize output 131072x32768x3"}},
+			[]string{"op resize", "resize output 131072x32768x3"}, false},
 		{"center-crop-32768", "{name: bomb, ops: [{op: decode}, {op: center_crop, size: [32768, 32768]}]}", small,
-			[]string{"op center_crop", "32768x32768x3"}},
+			[]string{"op center_crop", "32768x32768x3"}, false},
 		{"rrc-32768", "{name: bomb, ops: [{op: decode_random_resized_crop, size: [32768, 32768]}]}", small,
-			[]string{"op decode_random_resized_crop", "32768x32768x3"}},
+			[]string{"op decode_random_resized_crop", "32768x32768x3"}, false},
 		// The decode fits (96 MiB) but its tensor (384 MiB) does not: the
 		// run is refused before the decode allocates.
 		{"to-tensor-of-cap", "{name: bomb, ops: [{op: decode}, {op: to_tensor}, {op: normalize, mean: [0, 0, 0], std: [1, 1, 1]}]}", atCap,
-			[]string{"op to_tensor", "to_tensor output 3x4096x8192 float32 = 384 MiB above the 128 MiB limit"}},
+			[]string{"op to_tensor", "to_tensor output 3x4096x8192 float32 = 384 MiB above the 128 MiB limit"}, false},
+		// Refused from the frame header, before the decode's pixel buffer.
+		{"header-bomb", "{name: bomb, ops: [{op: decode}, {op: random_resized_crop, size: [8, 8]}]}",
+			ops.Encoded(corpusCase(t, "header-bomb/65000x65000-in-1k")),
+			[]string{"op decode", "65000x65000 is 4225000000 pixels, limit 33554432"}, false},
+		{"coefficient-bomb", "{name: bomb, ops: [{op: decode}, {op: random_resized_crop, size: [8, 8]}]}",
+			ops.Encoded(corpusCase(t, "coefficient-memory/non-interleaved-6000x5000")),
+			[]string{"op decode", "multi-scan JPEG of 6000x5000 needs 180.0 MB of coefficient buffers, above the 128 MiB memory limit"}, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			if c.libjpeg {
+				needLibjpeg(t)
+			}
 			p := buildSpec(t, c.spec)
 			var err error
 			n := bytesPerRun(10, func() {
