@@ -16,10 +16,16 @@ var (
 	ErrTruncated = errors.New("ops: truncated jpeg")
 	// ErrCorrupt: the JPEG's headers or entropy-coded data are invalid.
 	ErrCorrupt = errors.New("ops: corrupt jpeg")
-	// ErrTooLarge: the declared dimensions exceed the decoder's limits.
+	// ErrTooLarge: the input or an op's output would exceed a limit: the
+	// declared dimensions, the scans or memory a JPEG needs, or an output's
+	// bytes (see [Limits]).
 	ErrTooLarge = errors.New("ops: image too large")
 	// ErrUnsupported: a valid JPEG the library does not handle.
 	ErrUnsupported = errors.New("ops: unsupported jpeg")
+	// ErrDeadline: a run under [Limits] (or a decode under [DecodeLimits])
+	// went past its Deadline, between ops or inside the decoder. Nothing is
+	// wrong with the input; the server may retry it with more time.
+	ErrDeadline = errors.New("ops: deadline exceeded")
 
 	// ErrWireHeader: a wire form whose header is malformed (magic, version,
 	// kind, dtype, rank or dims).

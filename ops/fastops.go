@@ -38,6 +38,15 @@ func (o DecodeRandomResizedCrop) Apply(in Value, r *Rand) (Value, error) {
 	return decodeBoxResized(data, box, m, o.W, o.H, o.Limits)
 }
 
+// outShape checks the header against the limits; the region the op decodes
+// depends on its draws, so the decoder checks that buffer itself.
+func (o DecodeRandomResizedCrop) outShape(in shape) (shape, error) {
+	if _, err := decodeShape(in, o.Limits); err != nil {
+		return shape{}, err
+	}
+	return imageShape(o.W, o.H), nil
+}
+
 // dctScale picks the smallest scale m/8 at which the box still has at least
 // outW x outH pixels, but only when the box shrinks by 2x or more: smaller
 // reductions keep full resolution so quality stays close to the reference.

@@ -22,6 +22,23 @@ func (d Decode) Apply(in Value, _ *Rand) (Value, error) {
 	return DecodeJPEG(in.(Encoded), d.Limits)
 }
 
+// outShape is the whole image the frame header declares, which must be
+// within the limits.
+func (d Decode) outShape(in shape) (shape, error) {
+	return decodeShape(in, d.Limits)
+}
+
+func decodeShape(in shape, lim DecodeLimits) (shape, error) {
+	h, err := ReadJPEGHeader(in.data)
+	if err != nil {
+		return shape{}, err
+	}
+	if err := lim.check(h); err != nil {
+		return shape{}, err
+	}
+	return imageShape(h.W, h.H), nil
+}
+
 // RandomResizedCrop crops a random box (torchvision's sampler, see
 // [SampleRRCBox]) and resizes it to H x W with Pillow's antialiased bilinear
 // filter.
@@ -46,6 +63,8 @@ func (o RandomResizedCrop) Apply(in Value, r *Rand) (Value, error) {
 	box := SampleRRCBox(img.W, img.H, o.Params, r)
 	return Resample(img, box, [4]float32{0, 0, float32(box.W), float32(box.H)}, o.W, o.H), nil
 }
+
+func (o RandomResizedCrop) outShape(shape) (shape, error) { return imageShape(o.W, o.H), nil }
 
 // Resize resizes with Pillow's antialiased bilinear filter. With Short set,
 // the shorter side becomes Short and the longer keeps the aspect ratio
@@ -93,6 +112,11 @@ func (o Resize) Apply(in Value, _ *Rand) (Value, error) {
 	return Resample(img, whole, [4]float32{0, 0, float32(img.W), float32(img.H)}, w, h), nil
 }
 
+func (o Resize) outShape(in shape) (shape, error) {
+	w, h := o.OutputSize(in.w, in.h)
+	return imageShape(max(w, 0), max(h, 0)), nil
+}
+
 // CenterCrop cuts the central H x W box, padding with zeros when the image
 // is smaller, as torchvision's CenterCrop does.
 type CenterCrop struct {
@@ -125,6 +149,8 @@ func (o CenterCrop) Apply(in Value, _ *Rand) (Value, error) {
 	left := int(math.RoundToEven(float64(w-o.W) / 2))
 	return cropPad(img, Rect{X: left - padL, Y: top - padT, W: o.W, H: o.H}), nil
 }
+
+func (o CenterCrop) outShape(shape) (shape, error) { return imageShape(o.W, o.H), nil }
 
 // cropPad copies the pixels of src inside r; parts of r outside src are
 // zero.
@@ -161,6 +187,8 @@ func (o RandomHorizontalFlip) Apply(in Value, r *Rand) (Value, error) {
 	}
 	return flipH(img), nil
 }
+
+func (RandomHorizontalFlip) outShape(in shape) (shape, error) { return in, nil }
 
 func flipH(src *Image) *Image {
 	dst := NewImage(src.W, src.H)

@@ -1,5 +1,7 @@
 package ops
 
+import "time"
+
 // This file holds the JPEG codec's shared API and its pure-Go header parser.
 // The codec itself has two backends: jpeg_cgo.go wraps libjpeg-turbo (the
 // library Pillow links, so decoded pixels match the peer's byte for byte) and
@@ -17,6 +19,15 @@ type JPEGHeader struct {
 	ColorSpace string
 	// Progressive is set for SOF2 and SOF10 frames.
 	Progressive bool
+
+	// multiScan is set when libjpeg must buffer the whole image's
+	// coefficients: a progressive frame, or a first scan that does not
+	// hold every component (jdinput.c's has_multiple_scans).
+	multiScan bool
+	// coefBlocks is the number of 8x8 blocks of all components, each
+	// component's rounded up to whole MCUs as libjpeg's coefficient buffer
+	// rounds them.
+	coefBlocks int64
 }
 
 // DecodeLimits bound what a decoder may allocate.
@@ -26,6 +37,26 @@ type DecodeLimits struct {
 	// NB: beyond the output pixels, a progressive JPEG makes the decoder hold
 	// every DCT coefficient, about 2 bytes per sample of every component.
 	MaxPixels int
+	// MaxScans bounds the scans of a multi-scan (progressive or
+	// non-interleaved) JPEG: the decoder fails with ErrTooLarge on reaching
+	// scan MaxScans+1, as djpeg -maxscans does. Zero means no limit. The
+	// pure-Go backend counts the file's SOS markers before decoding.
+	MaxScans int
+	// MaxMemory bounds libjpeg's whole-image buffers (max_memory_to_use):
+	// the DCT coefficients a multi-scan JPEG makes it hold, 128 bytes per
+	// block of every component. A file that needs more fails with
+	// ErrTooLarge, from its header, before anything is allocated. Zero
+	// means no limit. The pure-Go backend counts its own buffers instead,
+	// 256 bytes per block of a progressive image.
+	MaxMemory int64
+	// Deadline, when set, is checked before the decode and, by libjpeg's
+	// progress monitor, during it; past it the decode fails with
+	// ErrDeadline. The pure-Go backend checks it only before decoding.
+	Deadline time.Time
+
+	// maxBytes, when positive, bounds the pixel buffer the decoder
+	// allocates (Limits.MaxOutputBytes).
+	maxBytes int64
 }
 
 // DefaultMaxPixels is twice Pillow's MAX_IMAGE_PIXELS: the size at which
@@ -44,7 +75,20 @@ func (l DecodeLimits) check(h JPEGHeader) error {
 	if limit := l.maxPixels(); h.W > limit/h.H {
 		return wrapf(ErrTooLarge, "%dx%d is %d pixels, limit %d", h.W, h.H, int64(h.W)*int64(h.H), limit)
 	}
-	return nil
+	if need := jpegCoefMemory(h); l.MaxMemory > 0 && need > l.MaxMemory {
+		kind := "multi-scan"
+		if h.Progressive {
+			kind = "progressive"
+		}
+		return wrapf(ErrTooLarge, "decode jpeg: %s JPEG of %dx%d needs %s of coefficient buffers, above the %s memory limit",
+			kind, h.W, h.H, formatBytes(need), formatBytes(l.MaxMemory))
+	}
+	return checkDeadline(l.Deadline, "decode jpeg")
+}
+
+// checkAlloc refuses a pixel buffer of w x h RGB pixels above maxBytes.
+func (l DecodeLimits) checkAlloc(w, h int) error {
+	return checkOutput("decode jpeg", imageShape(w, h), l.maxBytes)
 }
 
 // EncodeOptions control EncodeJPEG.
@@ -295,6 +339,7 @@ func ReadJPEGHeader(data []byte) (JPEGHeader, error) {
 				return h, wrapf(ErrCorrupt, "SOS marker before any SOF marker")
 			}
 			h.ColorSpace = jpegColorSpace(h.Components, jfif, adobe, adobeXform, id0, id1, id2)
+			h.multiScan = h.Progressive || (len(seg) > 0 && int(seg[0]) < h.Components)
 			return h, nil
 		case m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC: // SOFn
 			if sawSOF {
@@ -319,6 +364,53 @@ func ReadJPEGHeader(data []byte) (JPEGHeader, error) {
 			}
 		}
 	}
+}
+
+// jpegScansOver reports whether data has more than max SOS markers before
+// its EOI (or its end). It walks the marker segments and skips entropy-coded
+// data to its next marker without decoding it, in time linear in len(data)
+// and with no allocation. Malformed structure ends the count: the decoder
+// reports it.
+func jpegScansOver(data []byte, max int) bool {
+	scans := 0
+	p := 2 // after SOI
+	for p+1 < len(data) {
+		if data[p] != 0xFF {
+			return false
+		}
+		m := data[p+1]
+		p += 2
+		switch {
+		case m == 0xFF:
+			p-- // fill byte
+			continue
+		case m == 0xD9:
+			return false
+		case m == 0x01 || (m >= 0xD0 && m <= 0xD8):
+			continue
+		}
+		if p+1 >= len(data) {
+			return false
+		}
+		p += int(data[p])<<8 | int(data[p+1])
+		if m != 0xDA {
+			continue
+		}
+		if scans++; scans > max {
+			return true
+		}
+		// Entropy-coded data: to the next 0xFF that starts a marker other
+		// than RSTn (0xFF00 is a stuffed 0xFF byte).
+		for p+1 < len(data) {
+			if data[p] == 0xFF {
+				if n := data[p+1]; n != 0x00 && (n < 0xD0 || n > 0xD7) {
+					break
+				}
+			}
+			p++
+		}
+	}
+	return false
 }
 
 // parseJPEGSOF fills h from the payload of SOF marker m.
@@ -349,11 +441,19 @@ func parseJPEGSOF(h *JPEGHeader, m byte, seg []byte) error {
 	case nf != 1 && nf != 3 && nf != 4:
 		return wrapf(ErrUnsupported, "%d colour components", nf)
 	}
+	hmax, vmax := 1, 1
 	for i := range nf {
 		hs, vs := int(seg[7+3*i]>>4), int(seg[7+3*i]&15)
 		if hs < 1 || hs > 4 || vs < 1 || vs > 4 {
 			return wrapf(ErrCorrupt, "component %d has sampling factors %dx%d", i, hs, vs)
 		}
+		hmax, vmax = max(hmax, hs), max(vmax, vs)
+	}
+	up := func(a, b int) int { return (a + b - 1) / b }
+	for i := range nf {
+		hs, vs := int(seg[7+3*i]>>4), int(seg[7+3*i]&15)
+		bw, bh := up(h.W*hs, hmax*8), up(h.H*vs, vmax*8)
+		h.coefBlocks += int64(up(bw, hs)*hs) * int64(up(bh, vs)*vs)
 	}
 	return nil
 }

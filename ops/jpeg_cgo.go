@@ -15,6 +15,7 @@ package ops
 #include <stdlib.h>
 #include <string.h>
 #include <setjmp.h>
+#include <time.h>
 #include <jpeglib.h>
 #include <jerror.h>
 
@@ -25,7 +26,10 @@ enum {
 	SJ_UNSUPPORTED = 3,
 	SJ_TOOLARGE = 4,
 	SJ_MISMATCH = 5,
-	SJ_NOMEM = 6
+	SJ_NOMEM = 6,
+	SJ_DEADLINE = 7,
+	SJ_SCANS = 8,
+	SJ_MEMORY = 9
 };
 
 typedef struct {
@@ -49,8 +53,11 @@ static int sj_classify_error(int code) {
 	case JERR_NOT_COMPILED:
 	case JERR_SOF_UNSUPPORTED:
 	case JERR_EMPTY_IMAGE:
-	case JERR_NO_BACKING_STORE:
 		return SJ_UNSUPPORTED;
+	case JERR_NO_BACKING_STORE:
+		// jmemnobs.c's answer when max_memory_to_use cannot hold the
+		// whole-image buffers.
+		return SJ_MEMORY;
 	}
 	return SJ_CORRUPT;
 }
@@ -97,8 +104,62 @@ typedef struct {
 	int code;
 	int out_w, out_h; // the scaled image's size as libjpeg computes it
 	int x0, w;        // the decoded column window
+	int scans;        // SJ_SCANS: the scan number that went over the limit
+	int progressive;  // SJ_SCANS, SJ_MEMORY: the frame is progressive
+	long long need;   // SJ_MEMORY: the coefficient bytes the file needs
 	char msg[JMSG_LENGTH_MAX];
 } sj_result;
+
+static long long sj_now_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+// sj_progress is the progress monitor that enforces the scan limit and the
+// deadline. libjpeg calls it before absorbing each iMCU row (or marker run)
+// of a buffered multi-scan image, and before each output row; aborting from
+// it takes the error exit's longjmp like any libjpeg error, and
+// jpeg_destroy_decompress then frees everything.
+typedef struct {
+	struct jpeg_progress_mgr pub;
+	int max_scans;      // 0: none
+	long long deadline; // sj_now_ns() value; 0: none
+	sj_result *res;
+} sj_progress_mgr;
+
+static void sj_progress(j_common_ptr c) {
+	sj_progress_mgr *p = (sj_progress_mgr *)c->progress;
+	sj_err *e = (sj_err *)c->err;
+	j_decompress_ptr d = (j_decompress_ptr)c;
+	if (p->max_scans > 0 && d->input_scan_number > p->max_scans) {
+		e->code = SJ_SCANS;
+		p->res->scans = d->input_scan_number;
+		p->res->progressive = d->progressive_mode ? 1 : 0;
+		longjmp(e->jb, 1);
+	}
+	if (p->deadline != 0 && sj_now_ns() >= p->deadline) {
+		e->code = SJ_DEADLINE;
+		snprintf(e->msg, JMSG_LENGTH_MAX, "deadline passed in libjpeg at scan %d, output row %u",
+		         d->input_scan_number, d->output_scanline);
+		longjmp(e->jb, 1);
+	}
+}
+
+// sj_coef_bytes is what libjpeg's coefficient controller allocates for a
+// buffered image: a JBLOCK (128 bytes) for every block of every component,
+// rows and columns rounded up to whole iMCUs (jdcoefct.c).
+static long long sj_coef_bytes(j_decompress_ptr d) {
+	long long n = 0;
+	int ci;
+	for (ci = 0; ci < d->num_components; ci++) {
+		jpeg_component_info *c = &d->comp_info[ci];
+		long long bw = ((long long)c->width_in_blocks + c->h_samp_factor - 1) / c->h_samp_factor * c->h_samp_factor;
+		long long bh = ((long long)c->height_in_blocks + c->v_samp_factor - 1) / c->v_samp_factor * c->v_samp_factor;
+		n += bw * bh * (long long)sizeof(JBLOCK);
+	}
+	return n;
+}
 
 // Pillow's cmyk2rgb on inverted (Adobe) CMYK: ink = 255 - stored value.
 static void sj_cmyk_row(unsigned char *dst, const unsigned char *src, int w) {
@@ -145,11 +206,16 @@ static int sj_crop_ok(j_decompress_ptr d) {
 // scaled image, columns [res->x0, res->x0 + res->w), a window that contains
 // [rx, rx+rw), has its right edge and starts at most 31 columns left of it.
 // out holds cap bytes; the rows are packed at stride 3*res->w.
+//
+// maxscans, maxmem (bytes of whole-image buffers) and timeout_ns (from now)
+// are limits; zero means none.
 static void sj_decode(const unsigned char *data, size_t len, int num,
-                      long long maxpix, int rx, int ry, int rw, int rh,
+                      long long maxpix, int maxscans, long long maxmem, long long timeout_ns,
+                      int rx, int ry, int rw, int rh,
                       int finish, unsigned char *out, size_t cap, sj_result *res) {
 	struct jpeg_decompress_struct d;
 	sj_err err;
+	sj_progress_mgr prog;
 	JSAMPARRAY tmp = NULL;
 	JDIMENSION lx, ex, x0, w;
 	int trim_l, trim_r;
@@ -157,15 +223,28 @@ static void sj_decode(const unsigned char *data, size_t len, int num,
 	int y;
 
 	memset(&d, 0, sizeof d);
+	memset(&prog, 0, sizeof prog);
 	res->code = SJ_OK;
+	res->need = -1;
 	d.err = &err.pub;
 	sj_init_err(&err, res->msg);
 	if (setjmp(err.jb)) {
 		res->code = err.code;
+		if (err.code == SJ_MEMORY)
+			res->progressive = d.progressive_mode ? 1 : 0;
 		jpeg_destroy_decompress(&d);
 		return;
 	}
 	jpeg_create_decompress(&d);
+	if (maxmem > 0)
+		d.mem->max_memory_to_use = (long)maxmem;
+	if (maxscans > 0 || timeout_ns > 0) {
+		prog.pub.progress_monitor = sj_progress;
+		prog.max_scans = maxscans;
+		prog.deadline = timeout_ns > 0 ? sj_now_ns() + timeout_ns : 0;
+		prog.res = res;
+		d.progress = &prog.pub;
+	}
 	jpeg_mem_src(&d, data, (unsigned long)len);
 	jpeg_read_header(&d, TRUE);
 	if ((long long)d.image_width * (long long)d.image_height > maxpix) {
@@ -174,6 +253,19 @@ static void sj_decode(const unsigned char *data, size_t len, int num,
 		         d.image_width, d.image_height, maxpix);
 		jpeg_destroy_decompress(&d);
 		return;
+	}
+	// A multi-scan image (jdinput.c's has_multiple_scans) makes
+	// jpeg_start_decompress allocate every coefficient of the image. Refuse
+	// it here with the numbers; max_memory_to_use stays as the backstop.
+	if (maxmem > 0 && (d.progressive_mode || d.comps_in_scan < d.num_components)) {
+		long long need = sj_coef_bytes(&d);
+		if (need > maxmem) {
+			res->code = SJ_MEMORY;
+			res->need = need;
+			res->progressive = d.progressive_mode ? 1 : 0;
+			jpeg_destroy_decompress(&d);
+			return;
+		}
 	}
 	d.scale_num = (unsigned int)num;
 	d.scale_denom = 8;
@@ -385,7 +477,10 @@ static void sj_encode(const unsigned char *pix, int w, int h, int quality,
 */
 import "C"
 
-import "unsafe"
+import (
+	"time"
+	"unsafe"
+)
 
 // JPEGBackend names the codec in use: "libjpeg-turbo" or "image/jpeg".
 const JPEGBackend = "libjpeg-turbo"
@@ -402,10 +497,21 @@ func jpegResultError(res *C.sj_result, what string) error {
 		return wrapf(ErrUnsupported, "%s: libjpeg: %s", what, msg)
 	case C.SJ_TOOLARGE:
 		return wrapf(ErrTooLarge, "%s: libjpeg: %s", what, msg)
+	case C.SJ_DEADLINE:
+		return wrapf(ErrDeadline, "%s: %s", what, msg)
 	case C.SJ_MISMATCH:
 		return wrapf(ErrCorrupt, "%s: libjpeg disagrees with the header parse: %s", what, msg)
 	}
 	return wrapf(ErrCorrupt, "%s: libjpeg: %s", what, msg)
+}
+
+// jpegCoefMemory is what libjpeg allocates for h's whole-image coefficient
+// buffers: a JBLOCK, 128 bytes, for every block of a multi-scan image.
+func jpegCoefMemory(h JPEGHeader) int64 {
+	if !h.multiScan {
+		return 0
+	}
+	return h.coefBlocks * 128
 }
 
 // decodeJPEG decodes region of the image scaled by num/8. h has passed the
@@ -416,12 +522,41 @@ func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, finish bool, li
 	// factor) columns; sj_decode asks for one column more and drops it.
 	sw, _ := ScaledSize(h.W, h.H, num)
 	maxW := min(region.W+min(region.X, 8*4-1), sw)
+	if err := lim.checkAlloc(maxW, region.H); err != nil {
+		return nil, Rect{}, err
+	}
+	var timeout time.Duration
+	if !lim.Deadline.IsZero() {
+		if timeout = time.Until(lim.Deadline); timeout <= 0 {
+			return nil, Rect{}, checkDeadline(lim.Deadline, "decode jpeg")
+		}
+	}
 	pix := make([]uint8, maxW*region.H*Channels)
 	var res C.sj_result
 	C.sj_decode((*C.uchar)(unsafe.Pointer(&data[0])), C.size_t(len(data)), C.int(num),
-		C.longlong(lim.maxPixels()),
+		C.longlong(lim.maxPixels()), C.int(max(lim.MaxScans, 0)), C.longlong(max(lim.MaxMemory, 0)),
+		C.longlong(timeout.Nanoseconds()),
 		C.int(region.X), C.int(region.Y), C.int(region.W), C.int(region.H),
 		C.int(jpegBool(finish)), (*C.uchar)(unsafe.Pointer(&pix[0])), C.size_t(len(pix)), &res)
+	switch res.code {
+	case C.SJ_SCANS:
+		kind := "multi-scan"
+		if res.progressive != 0 {
+			kind = "progressive"
+		}
+		return nil, Rect{}, wrapf(ErrTooLarge, "decode jpeg: %s JPEG has more than %d scans", kind, lim.MaxScans)
+	case C.SJ_MEMORY:
+		kind := "multi-scan"
+		if res.progressive != 0 {
+			kind = "progressive"
+		}
+		if res.need >= 0 {
+			return nil, Rect{}, wrapf(ErrTooLarge, "decode jpeg: %s JPEG of %dx%d needs %s of coefficient buffers, above the %s memory limit",
+				kind, h.W, h.H, formatBytes(int64(res.need)), formatBytes(lim.MaxMemory))
+		}
+		return nil, Rect{}, wrapf(ErrTooLarge, "decode jpeg: %dx%d %s JPEG needs more than the %s memory limit: libjpeg: %s",
+			h.W, h.H, kind, formatBytes(lim.MaxMemory), C.GoString(&res.msg[0]))
+	}
 	if err := jpegResultError(&res, "decode jpeg"); err != nil {
 		return nil, Rect{}, err
 	}

@@ -46,7 +46,24 @@ func goJPEGError(err error) error {
 // whole file, whatever finish says), box-filters it to num/8 and returns
 // exactly region. h has passed the limits; region lies inside the scaled
 // image.
-func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, _ bool, _ DecodeLimits) (img *Image, r Rect, err error) {
+//
+// Of lim it enforces what the caller checked (MaxPixels, the deadline
+// before the decode), the pixel buffer's size, counted as the whole image's
+// since image/jpeg decodes it all, and MaxScans, by counting the file's SOS
+// markers before decoding, and MaxMemory, the caller having counted
+// image/jpeg's coefficient buffers (jpegCoefMemory). It cannot stop at the
+// deadline.
+func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, _ bool, lim DecodeLimits) (img *Image, r Rect, err error) {
+	if err := lim.checkAlloc(h.W, h.H); err != nil {
+		return nil, Rect{}, err
+	}
+	if lim.MaxScans > 0 && jpegScansOver(data, lim.MaxScans) {
+		kind := "multi-scan"
+		if h.Progressive {
+			kind = "progressive"
+		}
+		return nil, Rect{}, wrapf(ErrTooLarge, "decode jpeg: %s JPEG has more than %d scans", kind, lim.MaxScans)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			img, r, err = nil, Rect{}, wrapf(ErrCorrupt, "decode jpeg: image/jpeg panicked: %v", p)
@@ -67,6 +84,16 @@ func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, _ bool, _ Decod
 		return cropImage(full, region), region, nil
 	}
 	return jpegBoxScale(full, num, region), region, nil
+}
+
+// jpegCoefMemory is what image/jpeg allocates for h's whole-image
+// coefficient buffers: a [64]int32, 256 bytes, for every block of a
+// progressive image (it decodes other multi-scan images without them).
+func jpegCoefMemory(h JPEGHeader) int64 {
+	if !h.Progressive {
+		return 0
+	}
+	return h.coefBlocks * 256
 }
 
 // jpegToRGB converts a decoded image to an RGB Image.

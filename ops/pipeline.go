@@ -25,9 +25,9 @@ type Pipeline struct {
 	fused map[int]fusedPair
 }
 
-// fusedPair runs two adjacent ops at once. r is seeded for the second op,
-// the only one of the known pairs that draws.
-type fusedPair func(in Value, r *Rand) (Value, error)
+// fusedPair runs two adjacent ops at once under lim. r is seeded for the
+// second op, the only one of the known pairs that draws.
+type fusedPair func(in Value, r *Rand, lim Limits) (Value, error)
 
 func newPipeline(spec Spec, id string, ops []Op) *Pipeline {
 	p := &Pipeline{spec: spec, id: id, ops: ops, fused: map[int]fusedPair{}}
@@ -38,15 +38,15 @@ func newPipeline(spec Spec, id string, ops []Op) *Pipeline {
 			// Normalize.
 			if n, ok := ops[j+1].(Normalize); ok {
 				luts := n.lut()
-				p.fused[j] = func(in Value, _ *Rand) (Value, error) {
+				p.fused[j] = func(in Value, _ *Rand, _ Limits) (Value, error) {
 					return toTensorLUT(in.(*Image), luts), nil
 				}
 			}
 		case Decode:
 			// Decode only the crop's pixels, still reading the whole file.
 			if c, ok := ops[j+1].(RandomResizedCrop); ok {
-				p.fused[j] = func(in Value, r *Rand) (Value, error) {
-					return decodeCropResize(in.(Encoded), a.Limits, c, r)
+				p.fused[j] = func(in Value, r *Rand, lim Limits) (Value, error) {
+					return decodeCropResize(in.(Encoded), lim.decode(a.Limits), c, r)
 				}
 			}
 		}
@@ -101,9 +101,37 @@ func (p *Pipeline) KindAt(k int) Kind {
 }
 
 // Run applies ops[from:to] to in for the sample named by key. Errors are
-// *SampleError values naming the sample and the op.
+// *SampleError values naming the sample and the op. It trusts its input and
+// the spec; a server should use RunLimited.
 func (p *Pipeline) Run(key Key, in Value, from, to int) (Value, error) {
-	return p.run(key, in, from, to, nil)
+	return p.run(key, in, from, to, nil, Limits{})
+}
+
+// RunLimited is Run under lim, for input and specs from clients that are
+// not trusted (a storage agent serving requests):
+//
+//   - before any op runs, every op's output size, computed from the input's
+//     dimensions (a JPEG's from its header) and the ops' parameters, against
+//     MaxOutputBytes (ErrTooLarge), so nothing too large is ever allocated;
+//   - before each op, the deadline (ErrDeadline);
+//   - decode ops run under the smaller of their own max_pixels and
+//     lim.MaxPixels, and under MaxScans, MaxMemory and the deadline inside
+//     the decoder (ErrTooLarge, ErrDeadline).
+//
+// Limits only refuse: a run that passes gives exactly Run's bytes, and a
+// split run refuses what the whole run refuses. Errors are *SampleError
+// values naming the sample and the op, e.g.
+//
+//	sample 7: op resize: ops: image too large: resize output
+//	32768x32768x3 = 3 GiB above the 128 MiB limit
+//
+// A server typically calls
+//
+//	lim := ops.DefaultLimits()
+//	lim.Deadline = time.Now().Add(timeout)
+//	v, err := p.RunLimited(key, ops.Encoded(raw), 0, split, lim)
+func (p *Pipeline) RunLimited(key Key, in Value, from, to int, lim Limits) (Value, error) {
+	return p.run(key, in, from, to, nil, lim)
 }
 
 // Observer receives each op's output and the time it took.
@@ -112,10 +140,10 @@ type Observer func(j int, out Value, d time.Duration)
 // RunObserved is Run that reports every op's output and duration to obs.
 // Ops run one by one (no fusion), so each op's cost is its own.
 func (p *Pipeline) RunObserved(key Key, in Value, from, to int, obs Observer) (Value, error) {
-	return p.run(key, in, from, to, obs)
+	return p.run(key, in, from, to, obs, Limits{})
 }
 
-func (p *Pipeline) run(key Key, in Value, from, to int, obs Observer) (Value, error) {
+func (p *Pipeline) run(key Key, in Value, from, to int, obs Observer, lim Limits) (Value, error) {
 	if from < 0 || to > len(p.ops) || from > to {
 		return nil, &SampleError{Sample: key.Sample, Err: wrapf(ErrSplit, "ops [%d:%d] of %d", from, to, len(p.ops))}
 	}
@@ -132,19 +160,42 @@ func (p *Pipeline) run(key Key, in Value, from, to int, obs Observer) (Value, er
 	}
 	var r Rand
 	v := in
+	limited := lim != Limits{}
+	if lim.MaxOutputBytes > 0 {
+		// Every op's output size follows from the input's dimensions (the
+		// JPEG header's for a decode) and the ops' parameters, so check the
+		// whole run before anything is allocated. The ops run one by one,
+		// fused or from a split, refuse exactly the same.
+		s := shapeOf(in)
+		for j := from; j < to; j++ {
+			op := limitOp(p.ops[j], lim)
+			var err error
+			if s, err = checkedShape(op, s, lim); err != nil {
+				return nil, &SampleError{Sample: key.Sample, Op: op.Name(), Err: err}
+			}
+		}
+	}
 	for j := from; j < to; j++ {
 		op := p.ops[j]
+		if !lim.Deadline.IsZero() {
+			if err := checkDeadline(lim.Deadline, "before op "+op.Name()); err != nil {
+				return nil, &SampleError{Sample: key.Sample, Op: op.Name(), Err: err}
+			}
+		}
 		if f, ok := p.fused[j]; ok && obs == nil && j+1 < to {
 			// Errors of a fused pair are the first op's: the second cannot
 			// fail on what the first produces.
 			r.Seed(SeedFor(key.Seed, key.Epoch, key.Sample, j+1))
-			out, err := f(v, &r)
+			out, err := f(v, &r, lim)
 			if err != nil {
 				return nil, &SampleError{Sample: key.Sample, Op: op.Name(), Err: err}
 			}
 			v = out
 			j++
 			continue
+		}
+		if limited {
+			op = limitOp(op, lim)
 		}
 		r.Seed(SeedFor(key.Seed, key.Epoch, key.Sample, j))
 		var start time.Time
@@ -165,4 +216,18 @@ func (p *Pipeline) run(key Key, in Value, from, to int, obs Observer) (Value, er
 		v = out
 	}
 	return v, nil
+}
+
+// checkedShape returns the shape of op's output for an input of shape in and
+// refuses it when above lim.MaxOutputBytes.
+func checkedShape(op Op, in shape, lim Limits) (shape, error) {
+	sh, ok := op.(shaper)
+	if !ok {
+		return shape{}, wrapf(ErrSpec, "op %s cannot tell its output size", op.Name())
+	}
+	out, err := sh.outShape(in)
+	if err != nil {
+		return shape{}, err
+	}
+	return out, checkOutput(op.Name(), out, lim.MaxOutputBytes)
 }

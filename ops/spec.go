@@ -53,7 +53,9 @@ type OpSpec struct {
 	// Mean and Std are Normalize's per-channel statistics.
 	Mean []float64 `json:"mean,omitempty" yaml:"mean,omitempty"`
 	Std  []float64 `json:"std,omitempty" yaml:"std,omitempty"`
-	// MaxPixels bounds decoded images. Zero means DefaultMaxPixels.
+	// MaxPixels bounds decoded images. Zero means DefaultMaxPixels. Under
+	// Pipeline.RunLimited the server's Limits.MaxPixels caps it: a spec can
+	// lower the server's limit, never raise it.
 	MaxPixels int `json:"max_pixels,omitempty" yaml:"max_pixels,omitempty"`
 }
 

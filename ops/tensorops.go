@@ -20,6 +20,10 @@ func (o ToTensor) Apply(in Value, _ *Rand) (Value, error) {
 	return toTensorLUT(in.(*Image), [Channels]*[256]float32{&lut, &lut, &lut}), nil
 }
 
+func (ToTensor) outShape(in shape) (shape, error) {
+	return shape{kind: KindTensor, c: Channels, h: in.h, w: in.w}, nil
+}
+
 // Normalize computes (x - Mean[c]) / Std[c] per channel in single
 // precision, as torchvision's Normalize.
 type Normalize struct {
@@ -57,6 +61,8 @@ func (o Normalize) Apply(in Value, _ *Rand) (Value, error) {
 	}
 	return out, nil
 }
+
+func (Normalize) outShape(in shape) (shape, error) { return in, nil }
 
 // lut returns, per channel, the value Normalize gives to ToTensor's output
 // for each byte: the fused ToTensor+Normalize below computes exactly the
