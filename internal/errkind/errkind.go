@@ -30,6 +30,7 @@ var opsKinds = []Pair{
 	{ops.ErrSplit, dataplanepb.ErrorKind_ERROR_KIND_BAD_REQUEST},
 	{ops.ErrSpec, dataplanepb.ErrorKind_ERROR_KIND_BAD_REQUEST},
 	{ops.ErrKind, dataplanepb.ErrorKind_ERROR_KIND_BAD_REQUEST},
+	{ops.ErrDeadline, dataplanepb.ErrorKind_ERROR_KIND_DEADLINE},
 }
 
 // Of is err's kind: the first of extra (an agent's own sentinels) that err

@@ -9,6 +9,7 @@
 package storageagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
+	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -60,6 +62,9 @@ const (
 // DefaultStallTimeout is how long every worker of a pool may be stuck on
 // one job before health says NOT_SERVING.
 const DefaultStallTimeout = 30 * time.Second
+
+// DefaultOpTimeout is the deadline of one sample's ops on the agent.
+const DefaultOpTimeout = 10 * time.Second
 
 // DefaultListen is the gRPC address when Config.Listen is empty.
 const DefaultListen = ":7070"
@@ -155,6 +160,15 @@ type Config struct {
 	// MaxStreams and MaxStreamsPerPeer bound the open Fetch streams, in all
 	// and per peer. Zero means DefaultMaxStreams, DefaultMaxStreamsPerPeer.
 	MaxStreams, MaxStreamsPerPeer int
+	// Limits bound every pipeline run on the agent's data: decoded pixels,
+	// progressive scans, libjpeg's memory and every op's output, checked
+	// before allocating. A client's spec can lower the pixel cap, never
+	// raise it. Zero fields take ops.DefaultLimits' values.
+	Limits ops.Limits
+	// OpTimeout is the deadline of one sample's ops, checked between ops
+	// and inside the JPEG decoder; past it the sample fails with
+	// ERROR_KIND_DEADLINE. Zero means DefaultOpTimeout.
+	OpTimeout time.Duration
 	// StallTimeout is how long every worker of a pool may be stuck on one
 	// job before health says NOT_SERVING. Zero means DefaultStallTimeout.
 	StallTimeout time.Duration
@@ -204,8 +218,11 @@ func (c *Config) withDefaults() (workers int, share float64, err error) {
 	if math.IsNaN(c.CPUs) || math.IsInf(c.CPUs, 0) || c.CPUs < 0 {
 		return 0, 0, fmt.Errorf("%w: cpus %v", ErrConfig, c.CPUs)
 	}
-	if c.Queue < 0 || c.MaxStreams < 0 || c.MaxStreamsPerPeer < 0 || c.StallTimeout < 0 {
-		return 0, 0, fmt.Errorf("%w: negative queue, stream limit or stall timeout", ErrConfig)
+	if c.Queue < 0 || c.MaxStreams < 0 || c.MaxStreamsPerPeer < 0 || c.StallTimeout < 0 || c.OpTimeout < 0 {
+		return 0, 0, fmt.Errorf("%w: negative queue, stream limit or timeout", ErrConfig)
+	}
+	if c.Limits.MaxPixels < 0 || c.Limits.MaxScans < 0 || c.Limits.MaxMemory < 0 || c.Limits.MaxOutputBytes < 0 {
+		return 0, 0, fmt.Errorf("%w: negative decode or op limit", ErrConfig)
 	}
 	if c.RequestTimeout < 0 || c.ShutdownGrace < 0 {
 		return 0, 0, fmt.Errorf("%w: negative timeout", ErrConfig)
@@ -255,6 +272,14 @@ func (c *Config) withDefaults() (workers int, share float64, err error) {
 	if c.StallTimeout == 0 {
 		c.StallTimeout = DefaultStallTimeout
 	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = DefaultOpTimeout
+	}
+	def := ops.DefaultLimits()
+	c.Limits.MaxPixels = cmp.Or(c.Limits.MaxPixels, def.MaxPixels)
+	c.Limits.MaxScans = cmp.Or(c.Limits.MaxScans, def.MaxScans)
+	c.Limits.MaxMemory = cmp.Or(c.Limits.MaxMemory, def.MaxMemory)
+	c.Limits.MaxOutputBytes = cmp.Or(c.Limits.MaxOutputBytes, def.MaxOutputBytes)
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 5 * time.Second
 	}

@@ -251,3 +251,39 @@ func TestRegisteredPrefixRuns(t *testing.T) {
 		t.Errorf("a changed op: %v, want BAD_REQUEST", e)
 	}
 }
+
+// TestServerOwnsLimits: even with client specs allowed, a spec asking for
+// a 32768x32768 resize or raising the decoder's pixel cap is refused as
+// TOO_LARGE, quickly and without the agent allocating the output.
+func TestServerOwnsLimits(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.AllowClientSpecs = true
+	cfg.Limits.MaxPixels = 1000 // below the test images' size
+	a := startAgent(t, cfg)
+	build := func(spec string) (*ops.Pipeline, []byte) {
+		sp, err := ops.ParseSpec([]byte(spec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := sp.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, []byte(spec)
+	}
+	huge, hugeSpec := build(`{"name": "huge", "ops": [{"op": "decode"}, {"op": "resize", "size": [32768, 32768]}, {"op": "to_tensor"}]}`)
+	raise, raiseSpec := build(`{"name": "raise", "ops": [{"op": "decode", "max_pixels": 2000000000}]}`)
+	start := time.Now()
+	got := fetchAll(t, a.client, []*dataplanepb.FetchRequest{
+		{Tag: 0, Sample: 1, Split: 3, PipelineId: huge.ID(), PipelineSpec: hugeSpec},
+		{Tag: 1, Sample: 1, Split: 1, PipelineId: raise.ID(), PipelineSpec: raiseSpec},
+	})
+	for tag, r := range got {
+		if e := r.Error; e == nil || e.Kind != dataplanepb.ErrorKind_ERROR_KIND_TOO_LARGE || !strings.Contains(e.Message, "sample 1") {
+			t.Errorf("tag %d: %v, want TOO_LARGE naming sample 1", tag, e)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("refusing took %v", d)
+	}
+}

@@ -56,11 +56,15 @@ type server struct {
 	cpus    float64
 	share   float64 // each worker's share of a core
 	timeout time.Duration
-	pending int // requests a stream may have in the agent (Config.Queue)
-	maxWire int // the largest wire form a response may carry
-	log     zerolog.Logger
-	failLog zerolog.Logger // per-sample failures, sampled
-	m       *metrics
+	// limits bound every pipeline run on the agent's data, whatever the
+	// client asks; opTimeout is each run's deadline.
+	limits    ops.Limits
+	opTimeout time.Duration
+	pending   int // requests a stream may have in the agent (Config.Queue)
+	maxWire   int // the largest wire form a response may carry
+	log       zerolog.Logger
+	failLog   zerolog.Logger // per-sample failures, sampled
+	m         *metrics
 
 	queue *fairQueue
 	// raw holds uncompressed split-0 fetches, which run no ops; rawWorker
@@ -125,6 +129,8 @@ func newServer(ds *Dataset, cfg Config, workers int, share float64) (*server, er
 		cpus:        cfg.CPUs,
 		share:       share,
 		timeout:     cfg.RequestTimeout,
+		limits:      cfg.Limits,
+		opTimeout:   cfg.OpTimeout,
 		pending:     cfg.Queue,
 		maxWire:     MaxMessageBytes - wireSlack,
 		log:         cfg.Logger,
@@ -590,7 +596,9 @@ func (s *server) process(req *dataplanepb.FetchRequest, p *ops.Pipeline) ([]byte
 	}
 	var v ops.Value = ops.Encoded(raw)
 	if split > 0 {
-		v, err = p.Run(ops.Key{Seed: req.GetSeed(), Epoch: req.GetEpoch(), Sample: i}, v, 0, split)
+		lim := s.limits
+		lim.Deadline = time.Now().Add(s.opTimeout)
+		v, err = p.RunLimited(ops.Key{Seed: req.GetSeed(), Epoch: req.GetEpoch(), Sample: i}, v, 0, split, lim)
 		if err != nil {
 			return nil, err
 		}
