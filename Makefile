@@ -56,6 +56,13 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+.PHONY: reliability
+reliability: ## Faults at full counts: 30 storage-agent kill -9/restarts (0.5-10 s gaps), 10 SIGSTOPs of 20 s with a replica, 10 compute-agent kill -9/resumes; then the hostile corpus and clients. Figures appended to docs/results/reliability.jsonl
+	@mkdir -p docs/results
+	SOPHON_RELIABILITY=full SOPHON_RELIABILITY_OUT=$(CURDIR)/docs/results/reliability.jsonl \
+		$(GO) test -count=1 -timeout 60m -run 'TestFault' -v ./testbed/
+	$(GO) test -count=1 -run 'TestHostile|TestMutualTLS|TestDatasetHostileEntries' -v ./storage-agent/storageagent/
+
 .PHONY: bench
 bench: build bench-link ## Go benchmarks, the link benchmarks, then ours vs the torchvision peer on the same JPEGs
 	$(GO) test -run '^$$' -bench . -benchmem ./ops/... ./storage-agent/... ./compute-agent/...
