@@ -46,6 +46,13 @@ func storageBinary(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
+	if raceEnabled {
+		// The agent under test is a separate process, not built with
+		// -race, while this client would be slowed by the detector: its
+		// timings would measure the detector. make test runs these tests
+		// in a run of their own without -race.
+		t.Skip("SKIP under -race: make test runs the binary tests without it")
+	}
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "sophon-storage-bin-")
 		if err != nil {
@@ -208,6 +215,7 @@ func watchCanary(t *testing.T, path string) func() int {
 // the 1,000 good samples; its peak RSS stays under 512 MiB; the canary
 // outside the root is never opened and never served.
 func TestHostileCorpusAgainstBinary(t *testing.T) {
+	storageBinary(t) // skips early where it would skip later
 	e := newSecEnv(t, "folder")
 	paths := 0
 	for _, tc := range secCases() {
@@ -342,6 +350,7 @@ func TestHostileCorpusAgainstBinary(t *testing.T) {
 // keeps at least 80% of its solo throughput and the agent's peak RSS stays
 // under 512 MiB.
 func TestHostileClientsAgainstBinary(t *testing.T) {
+	storageBinary(t)
 	dir := t.TempDir()
 	const n = 120
 	for i := range n {
