@@ -274,7 +274,7 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			continue
 		}
 		now := e.cfg.Clock.Now()
-		f.lastRecv.Store(now.UnixNano())
+		prev := time.Unix(0, f.lastRecv.Swap(now.UnixNano()))
 		r, dup := e.sched.claim(&f.w, resp.GetTag(), int64(len(resp.GetData())))
 		if dup {
 			e.duplicates.Add(1)
@@ -287,7 +287,11 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 		got.Store(true)
 		f.progress.Store(now.UnixNano())
 		if !r.sent.IsZero() {
-			e.lat.observe(now.Sub(r.sent))
+			// The silence before this response: since the one before,
+			// or since the request when the stream had been idle. A
+			// request's own latency would count the storage agent's
+			// queue, which a healthy but busy replica keeps long.
+			e.lat.observe(min(now.Sub(prev), now.Sub(r.sent)))
 		}
 		if resp.GetSample() != r.sample && resp.GetError() == nil {
 			resp = &dataplanepb.FetchResponse{Tag: resp.GetTag(), Sample: r.sample, Error: &dataplanepb.SampleError{

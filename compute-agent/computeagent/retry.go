@@ -16,7 +16,7 @@ const (
 	backoffBase = 100 * time.Millisecond
 	backoffMax  = 5 * time.Second
 	// minStall is the floor of the adaptive stall timeout, stallFactor its
-	// multiple of the p99 response latency.
+	// multiple of the p99 silence between responses on a busy stream.
 	minStall    = 2 * time.Second
 	stallFactor = 4
 	// probeTimeout bounds one Info call (the probe before a stream is
@@ -62,8 +62,9 @@ func pause(ctx context.Context, d time.Duration, sched *schedule) error {
 	}
 }
 
-// latencies keeps the last latencyWindow response latencies of an epoch
-// (request sent to response received) for the adaptive stall timeout.
+// latencies keeps the last latencyWindow silences of an epoch's streams
+// (the time before each response in which the stream, with requests
+// outstanding, received nothing) for the adaptive stall timeout.
 type latencies struct {
 	mu   sync.Mutex
 	ring []time.Duration
@@ -96,7 +97,7 @@ func (l *latencies) p99() time.Duration {
 }
 
 // stallTimeout is the progress deadline of a stream: Config.StallTimeout,
-// or max(minStall, stallFactor x p99 latency).
+// or max(minStall, stallFactor x p99 silence between responses).
 func (e *epochRun) stallTimeout() time.Duration {
 	if e.cfg.StallTimeout > 0 {
 		return e.cfg.StallTimeout
