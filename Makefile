@@ -35,7 +35,7 @@ test: lint proto-check ## Lint, check generated code, build without cgo, run all
 	CGO_ENABLED=0 $(GO) build ./...
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /storage-agent -e /compute-agent)
 	$(GO) test -race -count=1 ./storage-agent/... ./compute-agent/...
-	$(GO) test -count=1 -run 'Hostile.*AgainstBinary' ./storage-agent/storageagent/
+	$(GO) test -count=1 -run 'Hostile.*AgainstBinary|^TestBinary$$' ./storage-agent/storageagent/
 	@if $(PYTHON) -c 'import torch, numpy' 2>/dev/null; then $(PYTHON) -m unittest discover -s python/tests; \
 	elif [ "$$CI" = true ]; then echo "FAIL python/tests: CI=true but $(PYTHON) cannot import torch (apt-get install python3-torch python3-numpy)"; exit 1; \
 	else echo "SKIP python/tests: $(PYTHON) cannot import torch (apt-get install python3-torch python3-numpy)"; fi

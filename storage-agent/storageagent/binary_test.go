@@ -36,19 +36,9 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// TestBinary builds the storage-agent command once and runs it.
+// TestBinary runs the storage-agent command (built once, storageBinary).
 func TestBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command to build the binary")
-	}
-	bin := filepath.Join(t.TempDir(), "storage-agent")
-	if out, err := exec.Command(goTool, "build", "-o", bin, "..").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := storageBinary(t)
 	t.Run("serve", func(t *testing.T) { testBinaryServe(t, bin) })
 	t.Run("rejects", func(t *testing.T) { testBinaryRejects(t, bin) })
 }

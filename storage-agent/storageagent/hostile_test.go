@@ -40,7 +40,8 @@ var (
 	binErr  error
 )
 
-// storageBinary builds the storage-agent command once per test binary.
+// storageBinary builds the storage-agent command once per test binary;
+// the tests that run it skip under -race (see below).
 func storageBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
