@@ -216,3 +216,8 @@ func EncodeJPEG(img *Image, opt EncodeOptions) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// cutJPEG needs libturbojpeg's lossless transform, which this build lacks.
+func cutJPEG(_ []byte, _ JPEGHeader, _ Rect, _ DecodeLimits) ([]byte, Rect, error) {
+	return nil, Rect{}, wrapf(ErrCannotCut, "this build has no lossless jpeg transform (built without cgo)")
+}

@@ -94,13 +94,18 @@ func (p *Pipeline) Op(j int) Op { return p.ops[j] }
 
 // KindAt is the representation a sample has at split k: before op k runs.
 func (p *Pipeline) KindAt(k int) Kind {
+	if k == SplitCut {
+		return KindCut
+	}
 	if k == 0 {
 		return KindEncoded
 	}
 	return p.ops[k-1].Out()
 }
 
-// Run applies ops[from:to] to in for the sample named by key. Errors are
+// Run applies ops[from:to] to in for the sample named by key. From
+// [SplitCut], in is a *[CutJPEG] and ops[0:2] run on the cut (to must be at
+// least 2). Errors are
 // *SampleError values naming the sample and the op. It trusts its input and
 // the spec; a server should use RunLimited.
 func (p *Pipeline) Run(key Key, in Value, from, to int) (Value, error) {
@@ -144,6 +149,24 @@ func (p *Pipeline) RunObserved(key Key, in Value, from, to int, obs Observer) (V
 }
 
 func (p *Pipeline) run(key Key, in Value, from, to int, obs Observer, lim Limits) (Value, error) {
+	if from == SplitCut {
+		// ops[0:2] from the cut file, then the rest from split 2.
+		if to < 2 || to > len(p.ops) {
+			return nil, &SampleError{Sample: key.Sample, Err: wrapf(ErrSplit, "ops [cut:%d] of %d", to, len(p.ops))}
+		}
+		var start time.Time
+		if obs != nil {
+			start = time.Now()
+		}
+		v, err := p.finishCut(key, in, lim)
+		if err != nil {
+			return nil, &SampleError{Sample: key.Sample, Op: "cut", Err: err}
+		}
+		if obs != nil {
+			obs(1, v, time.Since(start))
+		}
+		in, from = v, 2
+	}
 	if from < 0 || to > len(p.ops) || from > to {
 		return nil, &SampleError{Sample: key.Sample, Err: wrapf(ErrSplit, "ops [%d:%d] of %d", from, to, len(p.ops))}
 	}

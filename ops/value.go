@@ -22,6 +22,8 @@ func (k Kind) String() string {
 		return "image"
 	case KindTensor:
 		return "tensor"
+	case KindCut:
+		return "cut"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

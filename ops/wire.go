@@ -6,13 +6,13 @@ package ops
 //	offset      size  field
 //	0           4     magic "SOPW"
 //	4           1     version, 1
-//	5           1     kind: 1 encoded, 2 image, 3 tensor (the Kind values)
+//	5           1     kind: 1 encoded, 2 image, 3 tensor, 4 cut (the Kind values)
 //	6           1     dtype: 1 uint8, 2 float32 little-endian
 //	7           1     codec: 0 none, 1 zstd, 2 s2 (the Codec values)
-//	8           1     rank R: 1 for encoded, 3 for image and tensor
+//	8           1     rank R: 1 for encoded and cut, 3 for image and tensor
 //	9           3     reserved, zero
 //	12          4*R   dims, uint32 little-endian each:
-//	                    encoded [len], image [H, W, 3], tensor [C, H, W]
+//	                    encoded [len], cut [len], image [H, W, 3], tensor [C, H, W]
 //	12+4R       8     raw length: payload bytes before compression, uint64 LE
 //	20+4R       8     stored length: payload bytes that follow, uint64 LE
 //	28+4R       4     CRC-32C (Castagnoli) of bytes [0, 28+4R) followed by
@@ -22,7 +22,8 @@ package ops
 // The header is 36 bytes for an encoded value and 44 for an image or a
 // tensor. The kind fixes dtype and rank: encoded is uint8 rank 1, image is
 // uint8 rank 3, tensor is float32 rank 3. The raw payload is the value's
-// bytes in order: the JPEG bytes, the image's Pix (HWC RGB), or the tensor's
+// bytes in order: the JPEG bytes, a cut's geometry (the original's W, H and
+// the cut's origin X, Y, uint32 LE each) followed by its JPEG bytes, the image's Pix (HWC RGB), or the tensor's
 // Data (CHW) as float32 little-endian, so raw length = product(dims) *
 // sizeof(dtype). A zstd payload is one or more zstd frames (RFC 8878); an s2
 // payload is one s2 block (github.com/klauspost/compress/s2, block format).
@@ -276,6 +277,19 @@ func wireRaw(v Value) (wireShape, []byte, error) {
 			return s, nil, wrapf(ErrWireSize, "image %dx%d has %d pixel bytes, want %dx%dx%d", v.W, v.H, len(v.Pix), v.H, v.W, Channels)
 		}
 		return s, v.Pix, nil
+	case *CutJPEG:
+		if v == nil {
+			return s, nil, wrapf(ErrKind, "nil *CutJPEG")
+		}
+		raw, err := cutWirePayload(v)
+		if err != nil {
+			return s, nil, err
+		}
+		if uint64(len(raw)) > maxWireDim {
+			return s, nil, wrapf(ErrWireTooLarge, "cut of %d bytes exceeds %d", len(raw), uint64(maxWireDim))
+		}
+		s = wireShape{kind: KindCut, dtype: DTypeUint8, rank: 1, dims: [3]uint32{uint32(len(raw))}}
+		return s, raw, nil
 	case *Tensor:
 		if v == nil {
 			return s, nil, wrapf(ErrKind, "nil *Tensor")
@@ -416,7 +430,7 @@ func ReadWireHeader(b []byte) (WireInfo, error) {
 	var wantDType DType
 	var wantRank int
 	switch info.Kind {
-	case KindEncoded:
+	case KindEncoded, KindCut:
 		wantDType, wantRank = DTypeUint8, 1
 	case KindImage:
 		wantDType, wantRank = DTypeUint8, 3
@@ -531,6 +545,8 @@ func DecodeWire(b []byte, lim WireLimits) (Value, error) {
 	switch info.Kind {
 	case KindEncoded:
 		return Encoded(raw), nil
+	case KindCut:
+		return cutFromWire(raw)
 	case KindImage:
 		return &Image{W: int(info.Dims[1]), H: int(info.Dims[0]), Pix: raw}, nil
 	}

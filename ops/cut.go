@@ -1,0 +1,222 @@
+package ops
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// The JPEG-domain crop split.
+//
+// RandomResizedCrop's box for (seed, epoch, sample) depends only on the
+// image's dimensions, which the JPEG header gives. So the storage agent can
+// cut the JPEG to that box without decoding it: libjpeg-turbo's lossless
+// transform (tjTransform with TJXOPT_CROP) copies the DCT coefficients of
+// the whole iMCUs that cover the box, widened by CutMargin pixels on every
+// side where the image has them, into a smaller JPEG. The compute agent
+// decodes the box's pixels from the cut file ([Pipeline.Run] from
+// [SplitCut]) and resamples them exactly as RandomResizedCrop would.
+//
+// Why it is exact: decoding is per 8x8 block (entropy decoding, dequantising
+// and the inverse DCT see one block's coefficients), except chroma
+// upsampling, which reads the neighbouring chroma samples of each pixel. The
+// cut keeps every coefficient of its blocks, and the margin keeps every
+// neighbour the box's pixels read, so each of the box's pixels decodes from
+// the cut file to the same bytes as from the whole file. Where the cut
+// reaches an edge of the image, it is that edge, and libjpeg replicates it
+// the same way in both. Files where this argument does not hold (see the
+// backend's checks) are declined with ErrCannotCut, and the sample crosses
+// the link in another form; the model sees the same bytes either way.
+
+// SplitCut is the split of the JPEG-domain crop: the storage agent sends the
+// JPEG cut to ops[1]'s crop box (a [CutJPEG]), the compute agent runs the
+// rest. It lies between split 0 (raw) and split 1 (decoded) in the work it
+// moves, and only pipelines whose first two ops are decode and
+// random_resized_crop have it ([Pipeline.CanCut]).
+const SplitCut = -1
+
+// CutMargin is how many pixels of the image around the crop box a cut
+// keeps, where the image has them, before rounding out to whole iMCUs.
+const CutMargin = 16
+
+// ErrCannotCut: the JPEG cannot be cut losslessly with the exactness the
+// split needs (unknown chroma subsampling, an incomplete progressive
+// sequence, a cut no smaller than the file, a build without libturbojpeg).
+// Nothing is wrong with the sample: a server sends it in another form.
+var ErrCannotCut = errors.New("ops: cannot cut jpeg exactly")
+
+// KindCut is a [CutJPEG]: a JPEG cut losslessly out of a larger one.
+const KindCut Kind = 4
+
+// CutJPEG is a JPEG cut out of the original image: Data is a complete JPEG
+// whose pixels are the original's rectangle (X, Y) to (X+w, Y+h), w x h being
+// Data's own dimensions; W x H are the original's dimensions, from which the
+// crop box is drawn again on the compute side.
+type CutJPEG struct {
+	W, H int
+	X, Y int
+	Data []byte
+}
+
+// Kind implements [Value].
+func (*CutJPEG) Kind() Kind { return KindCut }
+
+// Size implements [Value]: the cut file's bytes plus its geometry.
+func (c *CutJPEG) Size() int { return cutGeomLen + len(c.Data) }
+
+// cutGeomLen is the geometry prefix of a cut's wire payload: W, H, X, Y as
+// uint32 little-endian.
+const cutGeomLen = 16
+
+// CanCut reports whether the pipeline has the split [SplitCut]: its first op
+// is decode and its second random_resized_crop.
+func (p *Pipeline) CanCut() bool {
+	if len(p.ops) < 2 {
+		return false
+	}
+	_, d := p.ops[0].(Decode)
+	_, c := p.ops[1].(RandomResizedCrop)
+	return d && c
+}
+
+// cutOps returns the pipeline's decode and crop ops, or an ErrSplit error.
+func (p *Pipeline) cutOps() (Decode, RandomResizedCrop, error) {
+	if !p.CanCut() {
+		return Decode{}, RandomResizedCrop{}, wrapf(ErrSplit, "pipeline %s has no cut split: it does not start with decode, random_resized_crop", p.id)
+	}
+	return p.ops[0].(Decode), p.ops[1].(RandomResizedCrop), nil
+}
+
+// Cut is the storage side of [SplitCut]: it reads raw's header, draws
+// ops[1]'s crop box for key exactly as the crop would, and cuts the JPEG to
+// the box widened by [CutMargin] and rounded out to whole iMCUs, without
+// decoding it. lim bounds it as it bounds a decode (the header's pixels, the
+// scans and memory the transform reads, the deadline). A file that cannot be
+// cut exactly fails with an error wrapping ErrCannotCut; other failures
+// (corrupt, truncated, too large) are the decode's. Errors are
+// *SampleError values naming the sample.
+func (p *Pipeline) Cut(key Key, raw Encoded, lim Limits) (*CutJPEG, error) {
+	d, c, err := p.cutOps()
+	if err != nil {
+		return nil, &SampleError{Sample: key.Sample, Err: err}
+	}
+	fail := func(err error) (*CutJPEG, error) {
+		return nil, &SampleError{Sample: key.Sample, Op: "cut", Err: err}
+	}
+	dl := lim.decode(d.Limits)
+	h, err := ReadJPEGHeader(raw)
+	if err != nil {
+		return fail(err)
+	}
+	if err := dl.check(h); err != nil {
+		return fail(err)
+	}
+	var r Rand
+	r.Seed(SeedFor(key.Seed, key.Epoch, key.Sample, 1))
+	box := SampleRRCBox(h.W, h.H, c.Params, &r)
+	want := Rect{X: max(0, box.X-CutMargin), Y: max(0, box.Y-CutMargin)}
+	want.W = min(h.W, box.X+box.W+CutMargin) - want.X
+	want.H = min(h.H, box.Y+box.H+CutMargin) - want.Y
+	out, got, err := cutJPEG(raw, h, want, dl)
+	if err != nil {
+		return fail(err)
+	}
+	if len(out) >= len(raw) {
+		return fail(wrapf(ErrCannotCut, "the cut %v is %d bytes, no smaller than the %d-byte file", got, len(out), len(raw)))
+	}
+	return &CutJPEG{W: h.W, H: h.H, X: got.X, Y: got.Y, Data: out}, nil
+}
+
+// finishCut is the compute side of [SplitCut]: ops[0:2] on a cut. It draws
+// the box from the original's dimensions with ops[1]'s seed, checks that the
+// cut covers it with its margin (or the image's edge), decodes only the
+// box's pixels from the cut file and resamples them as random_resized_crop
+// does.
+func (p *Pipeline) finishCut(key Key, in Value, lim Limits) (Value, error) {
+	d, c, err := p.cutOps()
+	if err != nil {
+		return nil, err
+	}
+	cut, ok := in.(*CutJPEG)
+	if !ok || cut == nil {
+		return nil, wrapf(ErrKind, "split cut takes a cut jpeg, got %v", kindOf(in))
+	}
+	dl := lim.decode(d.Limits)
+	if cut.W < 1 || cut.H < 1 || cut.W > dl.maxPixels()/cut.H {
+		return nil, wrapf(ErrTooLarge, "cut of a %dx%d image", cut.W, cut.H)
+	}
+	h, err := ReadJPEGHeader(cut.Data)
+	if err != nil {
+		return nil, err
+	}
+	var r Rand
+	r.Seed(SeedFor(key.Seed, key.Epoch, key.Sample, 1))
+	box := SampleRRCBox(cut.W, cut.H, c.Params, &r)
+	if err := cutCovers(cut, h, box); err != nil {
+		return nil, err
+	}
+	rel := Rect{X: box.X - cut.X, Y: box.Y - cut.Y, W: box.W, H: box.H}
+	img, got, err := DecodeJPEGCrop(cut.Data, rel, dl)
+	if err != nil {
+		return nil, err
+	}
+	crop := Rect{X: rel.X - got.X, Y: rel.Y - got.Y, W: box.W, H: box.H}
+	return Resample(img, crop, [4]float32{0, 0, float32(box.W), float32(box.H)}, c.W, c.H), nil
+}
+
+// cutCovers checks that the cut, whose file is w x h = hdr's, lies inside
+// the original and covers box with CutMargin pixels on every side where the
+// original has them: the margin is what makes its pixels exact.
+func cutCovers(cut *CutJPEG, hdr JPEGHeader, box Rect) error {
+	x0, y0, x1, y1 := cut.X, cut.Y, cut.X+hdr.W, cut.Y+hdr.H
+	if x0 < 0 || y0 < 0 || x1 > cut.W || y1 > cut.H {
+		return wrapf(ErrCorrupt, "cut %dx%d+%d+%d lies outside the %dx%d image", hdr.W, hdr.H, x0, y0, cut.W, cut.H)
+	}
+	need := Rect{X: max(0, box.X-CutMargin), Y: max(0, box.Y-CutMargin)}
+	need.W = min(cut.W, box.X+box.W+CutMargin) - need.X
+	need.H = min(cut.H, box.Y+box.H+CutMargin) - need.Y
+	if need.X < x0 || need.Y < y0 || need.X+need.W > x1 || need.Y+need.H > y1 {
+		return wrapf(ErrCorrupt, "cut %dx%d+%d+%d does not cover the crop box %v with its %d-pixel margin", hdr.W, hdr.H, x0, y0, box, CutMargin)
+	}
+	return nil
+}
+
+func kindOf(v Value) string {
+	if v == nil {
+		return "nil"
+	}
+	return v.Kind().String()
+}
+
+// cutWirePayload is a cut's raw wire payload: the geometry, then the file.
+func cutWirePayload(c *CutJPEG) ([]byte, error) {
+	for _, d := range []int{c.W, c.H, c.X, c.Y} {
+		if d < 0 || uint64(d) > maxWireDim {
+			return nil, wrapf(ErrWireHeader, "cut geometry %dx%d+%d+%d out of range", c.W, c.H, c.X, c.Y)
+		}
+	}
+	b := make([]byte, cutGeomLen+len(c.Data))
+	binary.LittleEndian.PutUint32(b[0:], uint32(c.W))
+	binary.LittleEndian.PutUint32(b[4:], uint32(c.H))
+	binary.LittleEndian.PutUint32(b[8:], uint32(c.X))
+	binary.LittleEndian.PutUint32(b[12:], uint32(c.Y))
+	copy(b[cutGeomLen:], c.Data)
+	return b, nil
+}
+
+// cutFromWire parses a cut's raw wire payload; it aliases raw.
+func cutFromWire(raw []byte) (*CutJPEG, error) {
+	if len(raw) < cutGeomLen {
+		return nil, wrapf(ErrWireSize, "cut payload of %d bytes, the geometry alone is %d", len(raw), cutGeomLen)
+	}
+	c := &CutJPEG{
+		W:    int(binary.LittleEndian.Uint32(raw[0:])),
+		H:    int(binary.LittleEndian.Uint32(raw[4:])),
+		X:    int(binary.LittleEndian.Uint32(raw[8:])),
+		Y:    int(binary.LittleEndian.Uint32(raw[12:])),
+		Data: raw[cutGeomLen:],
+	}
+	if c.W < 1 || c.H < 1 || c.X >= c.W || c.Y >= c.H {
+		return nil, wrapf(ErrWireHeader, "cut geometry %dx%d+%d+%d: the origin must lie inside the image", c.W, c.H, c.X, c.Y)
+	}
+	return c, nil
+}
