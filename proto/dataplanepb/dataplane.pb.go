@@ -81,6 +81,61 @@ func (Codec) EnumDescriptor() ([]byte, []int) {
 	return file_proto_dataplanepb_dataplane_proto_rawDescGZIP(), []int{0}
 }
 
+// Served says in which form a response carries its sample.
+type Served int32
+
+const (
+	// The form the request asked for.
+	Served_SERVED_AS_REQUESTED Served = 0
+	// Raw (split 0) because the agent's CPU budget could not keep up
+	// (FetchRequest.fallback).
+	Served_SERVED_RAW_CONTENDED Served = 1
+	// Raw (split 0) because the file cannot be cut exactly
+	// (FetchRequest.cut).
+	Served_SERVED_RAW_UNCUTTABLE Served = 2
+)
+
+// Enum value maps for Served.
+var (
+	Served_name = map[int32]string{
+		0: "SERVED_AS_REQUESTED",
+		1: "SERVED_RAW_CONTENDED",
+		2: "SERVED_RAW_UNCUTTABLE",
+	}
+	Served_value = map[string]int32{
+		"SERVED_AS_REQUESTED":   0,
+		"SERVED_RAW_CONTENDED":  1,
+		"SERVED_RAW_UNCUTTABLE": 2,
+	}
+)
+
+func (x Served) Enum() *Served {
+	p := new(Served)
+	*p = x
+	return p
+}
+
+func (x Served) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Served) Descriptor() protoreflect.EnumDescriptor {
+	return file_proto_dataplanepb_dataplane_proto_enumTypes[1].Descriptor()
+}
+
+func (Served) Type() protoreflect.EnumType {
+	return &file_proto_dataplanepb_dataplane_proto_enumTypes[1]
+}
+
+func (x Served) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Served.Descriptor instead.
+func (Served) EnumDescriptor() ([]byte, []int) {
+	return file_proto_dataplanepb_dataplane_proto_rawDescGZIP(), []int{1}
+}
+
 // ErrorKind classifies a per-sample failure.
 type ErrorKind int32
 
@@ -148,11 +203,11 @@ func (x ErrorKind) String() string {
 }
 
 func (ErrorKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_proto_dataplanepb_dataplane_proto_enumTypes[1].Descriptor()
+	return file_proto_dataplanepb_dataplane_proto_enumTypes[2].Descriptor()
 }
 
 func (ErrorKind) Type() protoreflect.EnumType {
-	return &file_proto_dataplanepb_dataplane_proto_enumTypes[1]
+	return &file_proto_dataplanepb_dataplane_proto_enumTypes[2]
 }
 
 func (x ErrorKind) Number() protoreflect.EnumNumber {
@@ -161,7 +216,7 @@ func (x ErrorKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ErrorKind.Descriptor instead.
 func (ErrorKind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_dataplanepb_dataplane_proto_rawDescGZIP(), []int{1}
+	return file_proto_dataplanepb_dataplane_proto_rawDescGZIP(), []int{2}
 }
 
 type CatalogRequest struct {
@@ -337,8 +392,29 @@ type FetchRequest struct {
 	// The pipeline's canonical spec (JSON). Presets need none; for other
 	// pipelines the client sends it on its first request per stream and the
 	// agent checks it hashes to pipeline_id.
-	PipelineSpec  []byte `protobuf:"bytes,7,opt,name=pipeline_spec,json=pipelineSpec,proto3" json:"pipeline_spec,omitempty"`
-	Codec         Codec  `protobuf:"varint,8,opt,name=codec,proto3,enum=sophon.dataplane.v1.Codec" json:"codec,omitempty"`
+	PipelineSpec []byte `protobuf:"bytes,7,opt,name=pipeline_spec,json=pipelineSpec,proto3" json:"pipeline_spec,omitempty"`
+	Codec        Codec  `protobuf:"varint,8,opt,name=codec,proto3,enum=sophon.dataplane.v1.Codec" json:"codec,omitempty"`
+	// With split 0: cut the JPEG losslessly, without decoding it, to the crop
+	// box of the pipeline's random_resized_crop (ops.SplitCut); the response
+	// holds an ops.CutJPEG. Only pipelines that start with decode,
+	// random_resized_crop have it. A file that cannot be cut exactly is
+	// answered raw (Served.SERVED_RAW_UNCUTTABLE).
+	Cut bool `protobuf:"varint,9,opt,name=cut,proto3" json:"cut,omitempty"`
+	// Work-conserving offload: when set, a storage agent whose CPU budget
+	// cannot finish this offload (split > 0, or cut) before its raw bytes
+	// would have crossed the link answers with the raw bytes instead
+	// (Served.SERVED_RAW_CONTENDED) and the compute agent runs every op. The
+	// data the model sees is identical either way.
+	Fallback bool `protobuf:"varint,10,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	// The planner's offloading efficiency of this request: bytes it saves on
+	// the link per millisecond of storage CPU. Under contention a storage
+	// agent keeps offloading the requests with the highest priority and
+	// answers the others raw. Zero: unknown, lowest.
+	Priority uint32 `protobuf:"varint,11,opt,name=priority,proto3" json:"priority,omitempty"`
+	// The planner's estimate of the storage CPU this request costs, in
+	// nanoseconds on the agent's clock. Zero: unknown (the agent uses its
+	// own running estimate). The agent bounds it by its op timeout.
+	CostNs        uint64 `protobuf:"varint,12,opt,name=cost_ns,json=costNs,proto3" json:"cost_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -429,6 +505,34 @@ func (x *FetchRequest) GetCodec() Codec {
 	return Codec_CODEC_NONE
 }
 
+func (x *FetchRequest) GetCut() bool {
+	if x != nil {
+		return x.Cut
+	}
+	return false
+}
+
+func (x *FetchRequest) GetFallback() bool {
+	if x != nil {
+		return x.Fallback
+	}
+	return false
+}
+
+func (x *FetchRequest) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetCostNs() uint64 {
+	if x != nil {
+		return x.CostNs
+	}
+	return 0
+}
+
 type SampleError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          ErrorKind              `protobuf:"varint,1,opt,name=kind,proto3,enum=sophon.dataplane.v1.ErrorKind" json:"kind,omitempty"`
@@ -500,8 +604,11 @@ type FetchResponse struct {
 	// epoch's storage side. Zero for raw fetches (split 0, no codec), which
 	// run outside the budget.
 	StorageBudgetNs uint64 `protobuf:"varint,6,opt,name=storage_budget_ns,json=storageBudgetNs,proto3" json:"storage_budget_ns,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The form of data when it is not the one requested: the compute agent
+	// then runs the ops the storage agent did not.
+	Served        Served `protobuf:"varint,7,opt,name=served,proto3,enum=sophon.dataplane.v1.Served" json:"served,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FetchResponse) Reset() {
@@ -574,6 +681,13 @@ func (x *FetchResponse) GetStorageBudgetNs() uint64 {
 		return x.StorageBudgetNs
 	}
 	return 0
+}
+
+func (x *FetchResponse) GetServed() Served {
+	if x != nil {
+		return x.Served
+	}
+	return Served_SERVED_AS_REQUESTED
 }
 
 type InfoRequest struct {
@@ -705,7 +819,7 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\x06labels\x18\x05 \x03(\rR\x06labels\x12\x1b\n" +
 	"\traw_sizes\x18\x06 \x03(\x04R\brawSizes\x12%\n" +
 	"\x0econtent_hashes\x18\a \x01(\fR\rcontentHashes\x12!\n" +
-	"\fpaths_digest\x18\b \x01(\fR\vpathsDigest\"\xf0\x01\n" +
+	"\fpaths_digest\x18\b \x01(\fR\vpathsDigest\"\xd3\x02\n" +
 	"\fFetchRequest\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\x04R\x03tag\x12\x16\n" +
 	"\x06sample\x18\x02 \x01(\x04R\x06sample\x12\x14\n" +
@@ -715,17 +829,23 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\vpipeline_id\x18\x06 \x01(\tR\n" +
 	"pipelineId\x12#\n" +
 	"\rpipeline_spec\x18\a \x01(\fR\fpipelineSpec\x120\n" +
-	"\x05codec\x18\b \x01(\x0e2\x1a.sophon.dataplane.v1.CodecR\x05codec\"[\n" +
+	"\x05codec\x18\b \x01(\x0e2\x1a.sophon.dataplane.v1.CodecR\x05codec\x12\x10\n" +
+	"\x03cut\x18\t \x01(\bR\x03cut\x12\x1a\n" +
+	"\bfallback\x18\n" +
+	" \x01(\bR\bfallback\x12\x1a\n" +
+	"\bpriority\x18\v \x01(\rR\bpriority\x12\x17\n" +
+	"\acost_ns\x18\f \x01(\x04R\x06costNs\"[\n" +
 	"\vSampleError\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.sophon.dataplane.v1.ErrorKindR\x04kind\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xd7\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x8c\x02\n" +
 	"\rFetchResponse\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\x04R\x03tag\x12\x16\n" +
 	"\x06sample\x18\x02 \x01(\x04R\x06sample\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12$\n" +
 	"\x0estorage_cpu_ns\x18\x04 \x01(\x04R\fstorageCpuNs\x126\n" +
 	"\x05error\x18\x05 \x01(\v2 .sophon.dataplane.v1.SampleErrorR\x05error\x12*\n" +
-	"\x11storage_budget_ns\x18\x06 \x01(\x04R\x0fstorageBudgetNs\"\r\n" +
+	"\x11storage_budget_ns\x18\x06 \x01(\x04R\x0fstorageBudgetNs\x123\n" +
+	"\x06served\x18\a \x01(\x0e2\x1b.sophon.dataplane.v1.ServedR\x06served\"\r\n" +
 	"\vInfoRequest\"\x8c\x01\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
@@ -738,7 +858,11 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"CODEC_NONE\x10\x00\x12\x0e\n" +
 	"\n" +
 	"CODEC_ZSTD\x10\x01\x12\f\n" +
-	"\bCODEC_S2\x10\x02*\xb9\x02\n" +
+	"\bCODEC_S2\x10\x02*V\n" +
+	"\x06Served\x12\x17\n" +
+	"\x13SERVED_AS_REQUESTED\x10\x00\x12\x18\n" +
+	"\x14SERVED_RAW_CONTENDED\x10\x01\x12\x19\n" +
+	"\x15SERVED_RAW_UNCUTTABLE\x10\x02*\xb9\x02\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_KIND_NOT_FOUND\x10\x01\x12\x11\n" +
@@ -770,34 +894,36 @@ func file_proto_dataplanepb_dataplane_proto_rawDescGZIP() []byte {
 	return file_proto_dataplanepb_dataplane_proto_rawDescData
 }
 
-var file_proto_dataplanepb_dataplane_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_proto_dataplanepb_dataplane_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_proto_dataplanepb_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_proto_dataplanepb_dataplane_proto_goTypes = []any{
 	(Codec)(0),             // 0: sophon.dataplane.v1.Codec
-	(ErrorKind)(0),         // 1: sophon.dataplane.v1.ErrorKind
-	(*CatalogRequest)(nil), // 2: sophon.dataplane.v1.CatalogRequest
-	(*CatalogPage)(nil),    // 3: sophon.dataplane.v1.CatalogPage
-	(*FetchRequest)(nil),   // 4: sophon.dataplane.v1.FetchRequest
-	(*SampleError)(nil),    // 5: sophon.dataplane.v1.SampleError
-	(*FetchResponse)(nil),  // 6: sophon.dataplane.v1.FetchResponse
-	(*InfoRequest)(nil),    // 7: sophon.dataplane.v1.InfoRequest
-	(*InfoResponse)(nil),   // 8: sophon.dataplane.v1.InfoResponse
+	(Served)(0),            // 1: sophon.dataplane.v1.Served
+	(ErrorKind)(0),         // 2: sophon.dataplane.v1.ErrorKind
+	(*CatalogRequest)(nil), // 3: sophon.dataplane.v1.CatalogRequest
+	(*CatalogPage)(nil),    // 4: sophon.dataplane.v1.CatalogPage
+	(*FetchRequest)(nil),   // 5: sophon.dataplane.v1.FetchRequest
+	(*SampleError)(nil),    // 6: sophon.dataplane.v1.SampleError
+	(*FetchResponse)(nil),  // 7: sophon.dataplane.v1.FetchResponse
+	(*InfoRequest)(nil),    // 8: sophon.dataplane.v1.InfoRequest
+	(*InfoResponse)(nil),   // 9: sophon.dataplane.v1.InfoResponse
 }
 var file_proto_dataplanepb_dataplane_proto_depIdxs = []int32{
 	0, // 0: sophon.dataplane.v1.FetchRequest.codec:type_name -> sophon.dataplane.v1.Codec
-	1, // 1: sophon.dataplane.v1.SampleError.kind:type_name -> sophon.dataplane.v1.ErrorKind
-	5, // 2: sophon.dataplane.v1.FetchResponse.error:type_name -> sophon.dataplane.v1.SampleError
-	2, // 3: sophon.dataplane.v1.Storage.Catalog:input_type -> sophon.dataplane.v1.CatalogRequest
-	4, // 4: sophon.dataplane.v1.Storage.Fetch:input_type -> sophon.dataplane.v1.FetchRequest
-	7, // 5: sophon.dataplane.v1.Storage.Info:input_type -> sophon.dataplane.v1.InfoRequest
-	3, // 6: sophon.dataplane.v1.Storage.Catalog:output_type -> sophon.dataplane.v1.CatalogPage
-	6, // 7: sophon.dataplane.v1.Storage.Fetch:output_type -> sophon.dataplane.v1.FetchResponse
-	8, // 8: sophon.dataplane.v1.Storage.Info:output_type -> sophon.dataplane.v1.InfoResponse
-	6, // [6:9] is the sub-list for method output_type
-	3, // [3:6] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	2, // 1: sophon.dataplane.v1.SampleError.kind:type_name -> sophon.dataplane.v1.ErrorKind
+	6, // 2: sophon.dataplane.v1.FetchResponse.error:type_name -> sophon.dataplane.v1.SampleError
+	1, // 3: sophon.dataplane.v1.FetchResponse.served:type_name -> sophon.dataplane.v1.Served
+	3, // 4: sophon.dataplane.v1.Storage.Catalog:input_type -> sophon.dataplane.v1.CatalogRequest
+	5, // 5: sophon.dataplane.v1.Storage.Fetch:input_type -> sophon.dataplane.v1.FetchRequest
+	8, // 6: sophon.dataplane.v1.Storage.Info:input_type -> sophon.dataplane.v1.InfoRequest
+	4, // 7: sophon.dataplane.v1.Storage.Catalog:output_type -> sophon.dataplane.v1.CatalogPage
+	7, // 8: sophon.dataplane.v1.Storage.Fetch:output_type -> sophon.dataplane.v1.FetchResponse
+	9, // 9: sophon.dataplane.v1.Storage.Info:output_type -> sophon.dataplane.v1.InfoResponse
+	7, // [7:10] is the sub-list for method output_type
+	4, // [4:7] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_proto_dataplanepb_dataplane_proto_init() }
@@ -810,7 +936,7 @@ func file_proto_dataplanepb_dataplane_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_dataplanepb_dataplane_proto_rawDesc), len(file_proto_dataplanepb_dataplane_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
