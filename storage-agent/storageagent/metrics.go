@@ -24,6 +24,7 @@ type metrics struct {
 	streams   prometheus.Gauge
 	rejected  *prometheus.CounterVec
 	stalled   prometheus.Gauge
+	served    *prometheus.CounterVec
 }
 
 // newMetrics registers the series. queueDepth and buffered are read at
@@ -59,8 +60,12 @@ func newMetrics(queueDepth, buffered func() float64) *metrics {
 			Name: "sophon_storage_workers_stalled",
 			Help: "1 while every worker of a pool is stuck on one job past the stall timeout (health NOT_SERVING).",
 		}),
+		served: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sophon_storage_served_raw_total",
+			Help: "Offload requests answered with the raw bytes instead, by reason: contended (the CPU budget could not keep up with the link; work-conserving offload) or uncuttable (the JPEG cannot be cut exactly).",
+		}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.bytesSent, m.samples, m.cpu, m.errors, m.streams, m.rejected, m.stalled,
+	m.reg.MustRegister(m.bytesSent, m.samples, m.cpu, m.errors, m.streams, m.rejected, m.stalled, m.served,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sophon_storage_buffered_bytes",
 			Help: "Bytes of results waiting to be sent, all streams.",
@@ -75,9 +80,22 @@ func newMetrics(queueDepth, buffered func() float64) *metrics {
 	return m
 }
 
-func (m *metrics) sent(split uint32, bytes int) {
+func (m *metrics) sent(split string, bytes int) {
 	m.bytesSent.Add(float64(bytes))
-	m.samples.WithLabelValues(strconv.FormatUint(uint64(split), 10)).Inc()
+	m.samples.WithLabelValues(split).Inc()
+}
+
+// splitLabel is the samples metric's label of the form a response carries:
+// the split number, "cut" for the JPEG-domain crop, "0" for a raw answer to
+// an offload request.
+func splitLabel(req *dataplanepb.FetchRequest, served dataplanepb.Served) string {
+	switch {
+	case served != dataplanepb.Served_SERVED_AS_REQUESTED:
+		return "0"
+	case req.GetCut():
+		return "cut"
+	}
+	return strconv.FormatUint(uint64(req.GetSplit()), 10)
 }
 
 func (m *metrics) failed(kind dataplanepb.ErrorKind) {

@@ -99,9 +99,15 @@ func budgetTime(busy, wall, late time.Duration, share float64) time.Duration {
 }
 
 // isRaw reports whether a request runs no ops: an uncompressed split-0
-// fetch only reads the file into its wire form.
+// fetch, not cut, only reads the file into its wire form.
 func isRaw(req *dataplanepb.FetchRequest) bool {
-	return req.GetSplit() == 0 && req.GetCodec() == dataplanepb.Codec_CODEC_NONE
+	return req.GetSplit() == 0 && !req.GetCut() && req.GetCodec() == dataplanepb.Codec_CODEC_NONE
+}
+
+// raw reports whether the job is served raw: a raw request, or an offload
+// answered raw (work-conserving offload).
+func (j *job) raw() bool {
+	return j.served == dataplanepb.Served_SERVED_RAW_CONTENDED || isRaw(j.req)
 }
 
 // RawWorkers serve raw fetches, which run no ops, outside the CPU budget:

@@ -67,6 +67,8 @@ type server struct {
 	m         *metrics
 
 	queue *fairQueue
+	// wc admits offloads with FetchRequest.fallback (conserve.go).
+	wc *conserver
 	// raw holds uncompressed split-0 fetches, which run no ops; rawWorker
 	// serves them outside the CPU budget (see pool.go).
 	raw *fairQueue
@@ -98,6 +100,11 @@ type job struct {
 	req  *dataplanepb.FetchRequest
 	pipe *ops.Pipeline
 	recv time.Time // when the request was received
+	// served is SERVED_RAW_CONTENDED for an offload the work-conserving
+	// controller answers raw; est is an admitted offload's estimated CPU
+	// (ns) in the controller's backlog.
+	served dataplanepb.Served
+	est    float64
 }
 
 // fetchStream is the state one Fetch call shares with the workers.
@@ -118,7 +125,7 @@ type fetchStream struct {
 // result is a response and the split it was cut at (for the metrics).
 type result struct {
 	resp  *dataplanepb.FetchResponse
-	split uint32
+	split string
 }
 
 func newServer(ds *Dataset, cfg Config, workers int, share float64) (*server, error) {
@@ -144,6 +151,7 @@ func newServer(ds *Dataset, cfg Config, workers int, share float64) (*server, er
 		maxStreams:  cfg.MaxStreams,
 		maxPeer:     cfg.MaxStreamsPerPeer,
 	}
+	s.wc = newConserver(workers, cfg.OpTimeout)
 	s.queue = newFairQueue(s.runnable)
 	s.raw = newFairQueue(s.runnable)
 	s.m = newMetrics(func() float64 { return float64(s.queue.len() + s.raw.len()) }, func() float64 { return float64(s.buffered.Load()) })
@@ -371,6 +379,7 @@ func (s *server) send(ctx context.Context, stream grpc.BidiStreamingServer[datap
 		}
 		err := stream.Send(r.resp)
 		s.unbuffer(st, int64(len(r.resp.Data)))
+		s.wc.sent(time.Now(), int64(len(r.resp.Data)))
 		<-st.slots
 		if err != nil {
 			return err
@@ -419,7 +428,7 @@ func (s *server) receive(ctx context.Context, stream grpc.BidiStreamingServer[da
 		st.pending.Add(1)
 		// A split-0 fetch runs no ops and needs no pipeline (any replica
 		// serves a retry at split 0); a spec it carries is ignored.
-		if req.GetSplit() > 0 {
+		if req.GetSplit() > 0 || req.GetCut() {
 			j.pipe, err = s.resolve(req, local)
 			req.PipelineSpec = nil // queued jobs keep no client bytes
 			if err != nil {
@@ -427,7 +436,16 @@ func (s *server) receive(ctx context.Context, stream grpc.BidiStreamingServer[da
 				continue
 			}
 		}
-		if isRaw(req) {
+		if !isRaw(req) && req.GetFallback() && req.GetSample() < s.ds.Len() {
+			ok, est := s.wc.admit(j.recv, req.GetPriority(), req.GetCostNs(), int64(s.ds.RawSize(req.GetSample())), s.buffered.Load())
+			if ok {
+				j.est = est
+			} else {
+				j.served = dataplanepb.Served_SERVED_RAW_CONTENDED
+				s.m.served.WithLabelValues("contended").Inc()
+			}
+		}
+		if j.raw() {
 			s.raw.push(j)
 		} else {
 			s.queue.push(j)
@@ -526,24 +544,26 @@ func (s *server) deliver(j *job, resp *dataplanepb.FetchResponse) {
 		s.m.failed(resp.Error.Kind)
 	}
 	ch := j.st.results
-	if isRaw(j.req) {
+	if j.raw() {
 		ch = j.st.raw
 	}
 	n := int64(len(resp.Data))
 	j.st.buffered.Add(n)
 	s.buffered.Add(n)
 	// Never blocks: the buffer holds the stream's whole admission window.
-	ch <- result{resp: resp, split: j.req.GetSplit()}
+	ch <- result{resp: resp, split: splitLabel(j.req, resp.GetServed())}
 }
 
 // handle runs one job on the calling worker and returns the thread CPU
 // time it took.
 func (s *server) handle(j *job, late time.Duration) time.Duration {
 	if j.st.ctx.Err() != nil {
+		s.wc.released(j.est)
 		j.st.pending.Done() // the stream is gone: drop
 		return 0
 	}
 	if waited := time.Since(j.recv); waited > s.timeout {
+		s.wc.released(j.est)
 		s.deliver(j, &dataplanepb.FetchResponse{
 			Tag:    j.req.GetTag(),
 			Sample: j.req.GetSample(),
@@ -559,7 +579,7 @@ func (s *server) handle(j *job, late time.Duration) time.Duration {
 	}
 	start := time.Now()
 	t0 := cpuclock.Thread()
-	data, err := s.process(j.req, j.pipe)
+	data, served, err := s.process(j)
 	busy := cpuclock.Thread() - t0
 	wall := time.Since(start)
 	s.m.cpu.Add(busy.Seconds())
@@ -567,50 +587,84 @@ func (s *server) handle(j *job, late time.Duration) time.Duration {
 	if err != nil {
 		resp = s.failure(j.req, err)
 	} else {
-		resp = &dataplanepb.FetchResponse{Tag: j.req.GetTag(), Sample: j.req.GetSample(), Data: data}
+		resp = &dataplanepb.FetchResponse{Tag: j.req.GetTag(), Sample: j.req.GetSample(), Data: data, Served: served}
 	}
 	resp.StorageCpuNs = uint64(max(busy, 0))
-	if !isRaw(j.req) {
-		resp.StorageBudgetNs = uint64(budgetTime(busy, wall, late, s.share))
+	if !j.raw() {
+		b := budgetTime(busy, wall, late, s.share)
+		resp.StorageBudgetNs = uint64(b)
+		if j.est > 0 {
+			s.wc.finished(j.est, busy, b)
+		}
 	}
 	s.deliver(j, resp)
 	return busy
 }
 
-// process reads the sample, runs ops[0:split] and encodes the result. p is
-// nil only for split 0.
-func (s *server) process(req *dataplanepb.FetchRequest, p *ops.Pipeline) ([]byte, error) {
+// process reads the job's sample, runs ops[0:split] (or cuts it) and
+// encodes the result, saying in which form it is served. j.pipe is nil only
+// for split 0 without a cut.
+func (s *server) process(j *job) ([]byte, dataplanepb.Served, error) {
+	req, p := j.req, j.pipe
 	i, split := req.GetSample(), int(req.GetSplit())
+	if j.served == dataplanepb.Served_SERVED_RAW_CONTENDED {
+		out, err := s.processRaw(i)
+		return out, j.served, err
+	}
 	if split > 0 && split > p.Len() {
-		return nil, fmt.Errorf("%w: split %d, %s has %d ops", ops.ErrSplit, split, p.ID(), p.Len())
+		return nil, 0, fmt.Errorf("%w: split %d, %s has %d ops", ops.ErrSplit, split, p.ID(), p.Len())
+	}
+	if split > 0 && req.GetCut() {
+		return nil, 0, fmt.Errorf("%w: a cut is split 0 with cut set, not split %d", ops.ErrSplit, split)
 	}
 	if c := req.GetCodec(); c > dataplanepb.Codec_CODEC_S2 {
-		return nil, fmt.Errorf("%w: unknown codec %v", ops.ErrSpec, c)
+		return nil, 0, fmt.Errorf("%w: unknown codec %v", ops.ErrSpec, c)
 	}
-	if split == 0 && req.GetCodec() == dataplanepb.Codec_CODEC_NONE {
-		return s.processRaw(i)
+	if isRaw(req) {
+		out, err := s.processRaw(i)
+		return out, 0, err
 	}
 	raw, err := s.ds.Read(i)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var v ops.Value = ops.Encoded(raw)
-	if split > 0 {
-		lim := s.limits
-		lim.Deadline = time.Now().Add(s.opTimeout)
-		v, err = p.RunLimited(ops.Key{Seed: req.GetSeed(), Epoch: req.GetEpoch(), Sample: i}, v, 0, split, lim)
+	served := dataplanepb.Served_SERVED_AS_REQUESTED
+	key := ops.Key{Seed: req.GetSeed(), Epoch: req.GetEpoch(), Sample: i}
+	lim := s.limits
+	lim.Deadline = time.Now().Add(s.opTimeout)
+	switch {
+	case req.GetCut():
+		c, err := p.Cut(key, raw, lim)
+		switch {
+		case errors.Is(err, ops.ErrCannotCut):
+			// Not an error: the sample crosses raw, the compute agent
+			// runs every op, and the model sees the same bytes.
+			served = dataplanepb.Served_SERVED_RAW_UNCUTTABLE
+			s.m.served.WithLabelValues("uncuttable").Inc()
+		case err != nil:
+			return nil, 0, err
+		default:
+			v = c
+		}
+	case split > 0:
+		v, err = p.RunLimited(key, v, 0, split, lim)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	out, err := ops.EncodeWire(v, ops.Codec(req.GetCodec()))
+	codec := ops.Codec(req.GetCodec())
+	if served != dataplanepb.Served_SERVED_AS_REQUESTED {
+		codec = ops.CodecNone
+	}
+	out, err := ops.EncodeWire(v, codec)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if len(out) > s.maxWire {
-		return nil, fmt.Errorf("%w: the intermediate at split %d is %d bytes, above the %d-byte message limit", ops.ErrTooLarge, split, len(out), s.maxWire)
+		return nil, 0, fmt.Errorf("%w: the intermediate at split %d is %d bytes, above the %d-byte message limit", ops.ErrTooLarge, split, len(out), s.maxWire)
 	}
-	return out, nil
+	return out, served, nil
 }
 
 // processRaw serves an uncompressed raw fetch, the hot path of a No-Off
