@@ -143,6 +143,7 @@ type settings struct {
 	GCPercent       int           `yaml:"gc-percent"`
 	OnError         string        `yaml:"on-error"`
 	Codec           string        `yaml:"codec"`
+	WorkConserving  bool          `yaml:"work-conserving"`
 	Retries         int           `yaml:"retries"`
 	RetryBudget     time.Duration `yaml:"retry-budget"`
 	StallTimeout    time.Duration `yaml:"stall-timeout"`
@@ -173,6 +174,7 @@ func defaults() settings {
 		RingBytes:       computeagent.DefaultRingBytes,
 		OnError:         c.OnError,
 		Codec:           "none",
+		WorkConserving:  true,
 		Retries:         c.Retries,
 		RetryBudget:     c.RetryBudget,
 		ProfileBudget:   computeagent.DefaultProfileBudget,
@@ -234,6 +236,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.GCPercent, "gc-percent", s.GCPercent, "Go GC target `percent` (GOGC); -1 means 100, or 400 with --fetch-only; ignored when GOGC is set")
 	fs.StringVar(&s.OnError, "on-error", s.OnError, "bad samples: fail (the epoch fails naming the sample) or skip (reported, not delivered)")
 	fs.StringVar(&s.Codec, "codec", s.Codec, "`codec` for intermediates on the wire: none, zstd or s2")
+	fs.BoolVar(&s.WorkConserving, "work-conserving", s.WorkConserving, "let storage agents answer an offload request raw when their CPU cannot finish it before the raw bytes would have crossed the link (=false: run the plan's splits however long the storage agents take)")
 	fs.IntVar(&s.Retries, "retries", s.Retries, "deprecated for stream failures (see --retry-budget); now only how often one sample is re-requested after a storage agent's queue deadline")
 	fs.DurationVar(&s.RetryBudget, "retry-budget", s.RetryBudget, "`time` a storage agent may make no progress (restart, outage) before it is given up for the epoch; failed streams, Info and Catalog are retried with exponential back-off and jitter meanwhile, and the epoch fails only when no storage agent is left")
 	fs.DurationVar(&s.StallTimeout, "stall-timeout", s.StallTimeout, "progress `deadline` of a fetch stream with requests outstanding: past it the stream is declared stalled, its requests are hedged to the other storage agents and it is retried later (default 0: adaptive, max(2s, 4 x the p99 silence between responses))")
@@ -309,6 +312,7 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	c.FetchOnly = s.FetchOnly
 	c.OnError = s.OnError
 	c.Codec = codec
+	c.StrictOffload = !s.WorkConserving
 	c.Retries = s.Retries
 	c.RetryBudget = s.RetryBudget
 	c.StallTimeout = s.StallTimeout

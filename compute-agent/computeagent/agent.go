@@ -516,7 +516,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		}
 	}
 	for i, s := range order {
-		if split[i], err = splitOf(plan, s, n); err != nil {
+		if split[i], err = splitOf(plan, s, cfg.Pipeline, n); err != nil {
 			return EpochReport{}, err
 		}
 		split[i] = min(split[i], cfg.Pipeline.Len())
@@ -543,7 +543,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 	}
 	offloaded := make([]bool, len(order))
 	for i, s := range order {
-		offloaded[i] = split[i] > 0 || e.codec(s) != ops.CodecNone
+		offloaded[i] = split[i] != 0 || e.codec(s) != ops.CodecNone
 	}
 	e.sched = newSchedule(len(order), gate, len(fs), offloaded)
 	e.sched.now = cfg.Clock.Now
@@ -599,6 +599,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		Duplicates:               int(e.duplicates.Load()),
 		Stalls:                   int(e.stalls.Load()),
 		Hedged:                   int(e.hedged.Load()),
+		ServedRaw:                servedRaw(e),
 		Resumed:                  resumed,
 		Status:                   "ok",
 		GPU:                      gpu,

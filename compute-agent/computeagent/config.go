@@ -161,6 +161,14 @@ type Config struct {
 	// Codec asks the storage agents to compress intermediates. Zero means
 	// none.
 	Codec ops.Codec
+	// StrictOffload turns work-conserving offload off: by default every
+	// offload request lets the storage agent answer raw when its CPU budget
+	// cannot finish it before the raw bytes would have crossed the link
+	// (FetchRequest.fallback), which keeps an epoch from becoming slower
+	// than No-Off when the storage CPU shrinks. With StrictOffload the
+	// agent runs exactly the plan's splits, however long the storage
+	// agents take.
+	StrictOffload bool
 	// Retries is how many times one sample is re-requested after a storage
 	// agent's queue deadline (ERROR_KIND_DEADLINE) before it counts as a bad
 	// sample. Zero means 5. Stream failures are bounded by RetryBudget, not

@@ -20,6 +20,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/errkind"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/profiler"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
 // ErrSample is wrapped by the error of an epoch failed by a bad sample
@@ -67,7 +68,10 @@ type epochRun struct {
 	duplicates      atomic.Int64
 	stalls          atomic.Int64 // streams declared stalled
 	hedged          atomic.Int64 // requests of stalled streams put back while outstanding
-	lat             latencies    // response latencies, for the adaptive stall timeout
+	// Offloads the storage agents answered raw: their CPU could not keep
+	// up (work-conserving offload), or the file cannot be cut exactly.
+	servedRawContended, servedRawUncuttable atomic.Int64
+	lat                                     latencies // response latencies, for the adaptive stall timeout
 
 	mu     sync.Mutex
 	failed []SampleFailure
@@ -166,7 +170,14 @@ func (e *epochRun) worker(ctx context.Context) error {
 			w = got
 		}
 		r := w.r
-		it := item{pos: r.pos, sample: r.sample, label: e.cat.Labels[r.sample], split: r.split, wire: int64(len(w.resp.GetData()))}
+		// The split the sample arrived at: the planned one, or 0 when the
+		// storage agent answered raw instead (work-conserving offload, a
+		// file it cannot cut).
+		k := r.split
+		if w.resp.GetServed() != dataplanepb.Served_SERVED_AS_REQUESTED {
+			k = 0
+		}
+		it := item{pos: r.pos, sample: r.sample, label: e.cat.Labels[r.sample], split: k, wire: int64(len(w.resp.GetData()))}
 		if e.asm != nil {
 			it.rank, it.j, it.gpos = e.posRank[r.pos], e.posJ[r.pos], e.gpos[r.pos]
 		}
@@ -174,7 +185,7 @@ func (e *epochRun) worker(ctx context.Context) error {
 		if se := w.resp.GetError(); se != nil {
 			bad = &SampleFailure{Sample: r.sample, Split: r.split, Kind: errkind.Name(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
 		} else {
-			e.a.sizes.observe(r.split, e.cat.RawSizes[r.sample], len(w.resp.GetData()))
+			e.a.sizes.observe(k, e.cat.RawSizes[r.sample], len(w.resp.GetData()))
 			if e.cfg.FetchOnly {
 				bad = e.check(w.resp.GetData(), lim, &it)
 			} else {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -229,9 +230,21 @@ func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 			Sample:     r.sample,
 			Epoch:      e.num,
 			Seed:       e.cfg.Seed,
-			Split:      uint32(r.split),
 			PipelineId: e.a.pipeID,
 			Codec:      dataplanepb.Codec(e.codec(r.sample)),
+		}
+		if r.split == ops.SplitCut {
+			req.Cut = true
+		} else {
+			req.Split = uint32(r.split)
+		}
+		if r.split != 0 || req.Codec != dataplanepb.Codec_CODEC_NONE {
+			// An offload: let the storage agent answer raw when its CPU
+			// cannot keep up, unless the operator wants strict plans.
+			req.Fallback = !e.cfg.StrictOffload
+			if h, ok := e.plan.(offloadHinter); ok {
+				req.Priority, req.CostNs = h.hint(r.sample)
+			}
 		}
 		if first {
 			req.PipelineSpec = e.a.pipeSpec
@@ -304,7 +317,13 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			m.received(r.split, len(resp.GetData()))
 		}
 		e.storageNS.Add(int64(resp.GetStorageCpuNs()))
-		if r.split > 0 {
+		switch resp.GetServed() {
+		case dataplanepb.Served_SERVED_RAW_CONTENDED:
+			e.servedRawContended.Add(1)
+		case dataplanepb.Served_SERVED_RAW_UNCUTTABLE:
+			e.servedRawUncuttable.Add(1)
+		}
+		if r.split != 0 && resp.GetServed() == dataplanepb.Served_SERVED_AS_REQUESTED {
 			e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
 			e.storageOffEffNS.Add(int64(float64(resp.GetStorageBudgetNs()) * f.share()))
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sophon-dl/sophon/internal/metricsrv"
+	"github.com/sophon-dl/sophon/ops"
 )
 
 // metrics are the agent's Prometheus series, in a private registry so that
@@ -80,7 +81,11 @@ func (m *metrics) queueDepth() float64 {
 }
 
 func (m *metrics) received(split, bytes int) {
-	m.bytes.WithLabelValues(strconv.Itoa(split)).Add(float64(bytes))
+	label := strconv.Itoa(split)
+	if split == ops.SplitCut {
+		label = "cut"
+	}
+	m.bytes.WithLabelValues(label).Add(float64(bytes))
 }
 
 // handler serves GET /metrics and GET /healthz.

@@ -11,12 +11,15 @@ import (
 )
 
 // Plan maps each sample to its split k: the storage agent runs ops[0:k] and
-// this agent runs ops[k:n]. A plan is pure data; New checks every split it
-// can name against the pipeline.
+// this agent runs ops[k:n]. k may also be ops.SplitCut (-1), the
+// JPEG-domain crop, for pipelines that have it (ops.Pipeline.CanCut): the
+// storage agent cuts the JPEG to the crop box and this agent runs every op
+// from the cut. A plan is pure data; New checks every split it can name
+// against the pipeline.
 type Plan interface {
 	// Name identifies the plan in reports, e.g. "nooff" or a file's name.
 	Name() string
-	// Split is sample's split k, in [0, n].
+	// Split is sample's split k, in [0, n], or ops.SplitCut.
 	Split(sample uint64) int
 }
 
@@ -62,10 +65,11 @@ func cropSplit(p *ops.Pipeline) (int, bool) {
 //	{
 //	  "pipeline": "imagenet-train@1f8b59f902fd",  // ops.Pipeline.ID(); empty: any
 //	  "default": 0,                               // k for samples not listed
-//	  "splits": {"17": 2, "42": 5}                // sample id (decimal) -> k
+//	  "splits": {"17": 2, "42": 5, "43": -1}      // sample id (decimal) -> k
 //	}
 //
-// Every k must lie in [0, n] for the pipeline's n ops.
+// Every k must lie in [0, n] for the pipeline's n ops, or be -1
+// (ops.SplitCut) where the pipeline has the JPEG-domain crop.
 type PlanFile struct {
 	// PlanName is the plan's name in reports; not stored.
 	PlanName string `json:"-"`
@@ -169,18 +173,32 @@ func checkPlan(plan Plan, p *ops.Pipeline) error {
 	}
 	def, ks := e.splits()
 	for _, k := range append(ks, def) {
-		if k < 0 || k > n {
-			return configErr("plan %s: split %d outside [0, %d]", plan.Name(), k, n)
+		if err := validSplit(p, k, n); err != nil {
+			return configErr("plan %s: %v", plan.Name(), err)
 		}
 	}
 	return nil
 }
 
-// splitOf is plan's split for sample, checked against n ops.
-func splitOf(plan Plan, sample uint64, n int) (int, error) {
-	k := plan.Split(sample)
+// validSplit checks k: in [0, n], or ops.SplitCut where p has it.
+func validSplit(p *ops.Pipeline, k, n int) error {
+	if k == ops.SplitCut {
+		if !p.CanCut() {
+			return fmt.Errorf("split %d (the JPEG-domain crop) needs a pipeline that starts with decode, random_resized_crop; %s does not", k, p.ID())
+		}
+		return nil
+	}
 	if k < 0 || k > n {
-		return 0, fmt.Errorf("%w: plan %s: sample %d: split %d outside [0, %d]", ErrConfig, plan.Name(), sample, k, n)
+		return fmt.Errorf("split %d outside [0, %d]", k, n)
+	}
+	return nil
+}
+
+// splitOf is plan's split for sample, checked against p and n ops.
+func splitOf(plan Plan, sample uint64, p *ops.Pipeline, n int) (int, error) {
+	k := plan.Split(sample)
+	if err := validSplit(p, k, n); err != nil {
+		return 0, fmt.Errorf("%w: plan %s: sample %d: %v", ErrConfig, plan.Name(), sample, err)
 	}
 	return k, nil
 }

@@ -57,7 +57,7 @@ func TestParsePlan(t *testing.T) {
 	}
 	for name, body := range map[string]string{
 		"range.json":    `{"default": 0, "splits": {"1": 6}}`,
-		"negative.json": `{"default": -1}`,
+		"negative.json": `{"default": -2}`,
 		"pipe.json":     `{"pipeline": "imagenet-train@000000000000", "default": 0}`,
 		"key.json":      `{"default": 0, "splits": {"x": 1}}`,
 		"unknown.json":  `{"default": 0, "split": {}}`,
@@ -66,6 +66,17 @@ func TestParsePlan(t *testing.T) {
 		if _, err := ParsePlan(write(name, body), p); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: got %v, want ErrConfig", name, err)
 		}
+	}
+	// -1 is the JPEG-domain crop: valid where the pipeline has it.
+	if plan, err := ParsePlan(write("cut.json", `{"default": -1}`), p); err != nil || plan.Split(7) != ops.SplitCut {
+		t.Errorf("cut plan: %v", err)
+	}
+	fast, err := ops.Preset("imagenet-train-fast")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParsePlan(write("cut-fast.json", `{"default": -1}`), fast); !errors.Is(err, ErrConfig) {
+		t.Errorf("cut plan for a pipeline without the cut: got %v, want ErrConfig", err)
 	}
 	if _, err := ParsePlan(filepath.Join(dir, "missing.json"), p); !errors.Is(err, ErrConfig) {
 		t.Errorf("missing file: got %v, want ErrConfig", err)
@@ -194,7 +205,7 @@ func FuzzDecodePlanFile(f *testing.F) {
 			return
 		}
 		for s := range pf.Splits {
-			if k, err := splitOf(pf, s, p.Len()); err != nil || k < 0 || k > p.Len() {
+			if k, err := splitOf(pf, s, p, p.Len()); err != nil || (k < 0 && k != ops.SplitCut) || k > p.Len() {
 				t.Fatalf("sample %d: split %d, %v after a passing check", s, k, err)
 			}
 		}

@@ -384,3 +384,10 @@ func (e *epochRun) codec(sample uint64) ops.Codec {
 	}
 	return e.cfg.Codec
 }
+
+// offloadHinter is a plan that gives each offload request the planner's
+// priority (bytes saved per storage CPU-ms) and storage CPU estimate (ns),
+// for the storage agent's work-conserving admission.
+type offloadHinter interface {
+	hint(sample uint64) (priority uint32, costNS uint64)
+}

@@ -31,6 +31,11 @@ import (
 //	                              ops errors, WIRE for a bad wire form; where: storage or local
 //	bytes_received       int      wire bytes received (FetchResponse.data), failed samples included
 //	by_split             []{split, samples, bytes}  delivered samples and their wire bytes per split
+//	                              they arrived at (-1: the JPEG-domain crop; 0 includes offloads
+//	                              answered raw)
+//	served_raw           {contended, uncuttable}  offloads the storage agents answered raw: their CPU
+//	                              could not keep up (work-conserving offload), or the file cannot
+//	                              be cut exactly (omitted when none was)
 //	gpu_idle_seconds     float    time the consumer waited for a batch
 //	gpu_idle_fraction    float    gpu_idle_seconds / seconds
 //	compute_cpu_seconds  float    thread CPU time of the finishing workers (decode wire, ops[k:n])
@@ -102,10 +107,13 @@ type EpochReport struct {
 	Duplicates        int             `json:"duplicates"`
 	Stalls            int             `json:"stalls"`
 	Hedged            int             `json:"hedged"`
-	Resumed           int             `json:"resumed,omitempty"`
-	Status            string          `json:"status"`
-	Error             string          `json:"error,omitempty"`
-	GPU               GPUStats        `json:"gpu"`
+	// ServedRaw counts the offloads storage agents answered with the raw
+	// bytes instead (omitted when none was).
+	ServedRaw *ServedRaw `json:"served_raw,omitempty"`
+	Resumed   int        `json:"resumed,omitempty"`
+	Status    string     `json:"status"`
+	Error     string     `json:"error,omitempty"`
+	GPU       GPUStats   `json:"gpu"`
 	// Consumer is "trainer" when trainer processes took the batches
 	// (Trainers says how each rank fared); omitted for the simulated GPU.
 	Consumer string         `json:"consumer,omitempty"`
@@ -119,6 +127,16 @@ type EpochReport struct {
 	Profiled                 bool           `json:"profiled,omitempty"`
 	Replanned                bool           `json:"replanned,omitempty"`
 	Stage1                   *Stage1Summary `json:"stage1,omitempty"`
+}
+
+// ServedRaw counts offload requests answered raw, by reason.
+type ServedRaw struct {
+	// Contended: the storage agent's CPU budget could not finish them
+	// before their raw bytes would have crossed the link (work-conserving
+	// offload; Config.StrictOffload turns it off).
+	Contended int `json:"contended"`
+	// Uncuttable: JPEG-domain crops of files that cannot be cut exactly.
+	Uncuttable int `json:"uncuttable"`
 }
 
 // SampleFailure is one bad sample.
@@ -207,4 +225,13 @@ func ReadReport(path string) ([]EpochReport, error) {
 		b = b[i+1:]
 	}
 	return out, nil
+}
+
+// servedRaw is the epoch's ServedRaw, nil when no offload was answered raw.
+func servedRaw(e *epochRun) *ServedRaw {
+	c, u := e.servedRawContended.Load(), e.servedRawUncuttable.Load()
+	if c == 0 && u == 0 {
+		return nil
+	}
+	return &ServedRaw{Contended: int(c), Uncuttable: int(u)}
 }

@@ -21,22 +21,34 @@ const (
 //   - any other split (a full decoded image): the raw size times a ratio
 //     learned from the responses seen at that split (a running mean of
 //     wire/raw), starting at 10, a JPEG's typical compression ratio.
+//   - the JPEG-domain crop (ops.SplitCut): likewise, starting at 1 (a cut
+//     is at most the file).
 //
 // Compression is ignored, so estimates err on the large side. When a
 // response arrives, the window holds its actual size instead.
 type sizeModel struct {
-	fixed []int64 // by split; 0 where the shape varies
+	fixed []int64 // by slot (see slot); 0 where the shape varies
 
 	mu    sync.Mutex
 	ratio []float64
 	seen  []int
 }
 
+// slot is split k's index into the model's slices: k itself, and n+1 for
+// ops.SplitCut.
+func (m *sizeModel) slot(k int) int {
+	if k == ops.SplitCut {
+		return len(m.fixed) - 1
+	}
+	return k
+}
+
 const initialRatio = 10
 
 func newSizeModel(p *ops.Pipeline) *sizeModel {
 	n := p.Len()
-	m := &sizeModel{fixed: make([]int64, n+1), ratio: make([]float64, n+1), seen: make([]int, n+1)}
+	m := &sizeModel{fixed: make([]int64, n+2), ratio: make([]float64, n+2), seen: make([]int, n+2)}
+	m.ratio[n+1] = 1
 	var h, w int64
 	known := false
 	for j := range n {
@@ -70,6 +82,7 @@ func (m *sizeModel) estimate(k int, raw uint64) int64 {
 	if k == 0 {
 		return int64(raw) + wireHeaderEncoded
 	}
+	k = m.slot(k)
 	if f := m.fixed[k]; f > 0 {
 		return f
 	}
@@ -81,7 +94,10 @@ func (m *sizeModel) estimate(k int, raw uint64) int64 {
 
 // observe learns from a response of wire bytes at split k.
 func (m *sizeModel) observe(k int, raw uint64, wire int) {
-	if k == 0 || m.fixed[k] > 0 || raw == 0 {
+	if k == 0 {
+		return
+	}
+	if k = m.slot(k); m.fixed[k] > 0 || raw == 0 {
 		return
 	}
 	m.mu.Lock()
