@@ -129,7 +129,7 @@ const StorageCalibration = 0.05
 // assumptions, updates the resources where they drifted past the
 // threshold, and reports whether it did (the next epoch then runs a new
 // plan).
-func (pl *planner) drift(r *EpochReport, e *epochRun, ran policy.Plan) bool {
+func (pl *planner) drift(r *EpochReport, e *epochRun, ran policy.Plan) (string, bool) {
 	thr := pl.a.cfg.ReplanThreshold
 	res := pl.res
 	var why []string
@@ -161,11 +161,26 @@ func (pl *planner) drift(r *EpochReport, e *epochRun, ran policy.Plan) bool {
 		}
 	}
 	if len(why) == 0 {
-		return false
+		return "", false
 	}
-	pl.a.log.Info().Uint64("epoch", r.Epoch).Str("drift", strings.Join(why, "; ")).Msg("rates drifted: re-planning")
+	reason := "drift: " + strings.Join(why, "; ")
+	pl.a.log.Info().Uint64("epoch", r.Epoch).Str("drift", reason).Msg("rates drifted: re-planning")
 	pl.res = res
-	return true
+	return reason, true
+}
+
+// guard is the measured guard: a planned epoch slower than the last
+// measured No-Off epoch (noOff seconds; 0 when none was measured) means
+// the plan's model is wrong about something that matters, whatever the
+// drift thresholds say, so the next epoch re-plans with the resources as
+// this epoch updated them. It returns the reason, or "".
+func (pl *planner) guard(r *EpochReport, noOff float64) string {
+	if noOff <= 0 || pl.name == policy.NameNoOff || r.Seconds <= noOff {
+		return ""
+	}
+	reason := fmt.Sprintf("guard: epoch took %.3f s, slower than No-Off's last measured %.3f s", r.Seconds, noOff)
+	pl.a.log.Warn().Uint64("epoch", r.Epoch).Float64("seconds", r.Seconds).Float64("nooff_seconds", noOff).Msg("planned epoch slower than No-Off: re-planning")
+	return reason
 }
 
 // adopt turns stage 2's records into the run's profile, saves it and
@@ -253,6 +268,8 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 		}
 	}
 	var reports []EpochReport
+	// noOff is the last measured No-Off epoch's time, for the guard.
+	var noOff float64
 	for i := 0; ; i++ {
 		num, req, ok := src(ctx, i)
 		if !ok {
@@ -286,10 +303,17 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 					r.BoundSeconds = pl.bound
 				}
 			case ran:
-				if pl.drift(r, e, planRan) {
-					r.Replanned = true
+				why, drifted := pl.drift(r, e, planRan)
+				if g := pl.guard(r, noOff); g != "" {
+					why = strings.TrimPrefix(why+"; "+g, "; ")
+				}
+				if why != "" || drifted {
+					r.Replanned, r.ReplanReason = true, why
 					return pl.replan()
 				}
+			}
+			if !ran || pl.name == policy.NameNoOff {
+				noOff = r.Seconds
 			}
 			return nil
 		}

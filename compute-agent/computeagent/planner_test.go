@@ -317,7 +317,7 @@ func TestStorageCalibration(t *testing.T) {
 		e := &epochRun{}
 		e.storageOffNS.Store(int64(1.5 * tc.got * 1e9))
 		r := &EpochReport{Epoch: 1, Seconds: 2, BytesReceived: 2e6}
-		if got := pl.drift(r, e, ran); got != tc.replan {
+		if _, got := pl.drift(r, e, ran); got != tc.replan {
 			t.Errorf("storage CPU x%.2f: replan %v, want %v", tc.got, got, tc.replan)
 		}
 		if d := pl.res.StorageSpeed - tc.wantSpd; d > 1e-9 || d < -1e-9 {
@@ -332,7 +332,27 @@ func TestStorageCalibration(t *testing.T) {
 	e := &epochRun{}
 	e.storageOffNS.Store(1.5e9)
 	e.storageOffEffNS.Store(1.95e9)
-	if !pl.drift(&EpochReport{Epoch: 1, Seconds: 2.6, BytesReceived: 2e6}, e, ran) || math.Abs(pl.res.StorageSpeed-0.8/1.3) > 1e-9 {
+	if _, ok := pl.drift(&EpochReport{Epoch: 1, Seconds: 2.6, BytesReceived: 2e6}, e, ran); !ok || math.Abs(pl.res.StorageSpeed-0.8/1.3) > 1e-9 {
 		t.Errorf("budget time x1.3: speed %.4f, want %.4f and a re-plan", pl.res.StorageSpeed, 0.8/1.3)
+	}
+}
+
+// TestGuard: a planned epoch slower than the last measured No-Off epoch
+// re-plans and says why; one as fast does not, nor does No-Off itself, nor
+// any epoch before No-Off was measured.
+func TestGuard(t *testing.T) {
+	a := &Agent{cfg: Config{ReplanThreshold: 0.2}}
+	pl := &planner{a: a, name: policy.NameOptimal}
+	if why := pl.guard(&EpochReport{Epoch: 3, Seconds: 5.1}, 5); !strings.Contains(why, "guard") || !strings.Contains(why, "5.100") {
+		t.Errorf("epoch 5.1 s against No-Off's 5 s: reason %q", why)
+	}
+	for _, c := range []struct {
+		name        string
+		secs, noOff float64
+	}{{policy.NameOptimal, 4.9, 5}, {policy.NameOptimal, 9, 0}, {policy.NameNoOff, 9, 5}} {
+		pl.name = c.name
+		if why := pl.guard(&EpochReport{Epoch: 3, Seconds: c.secs}, c.noOff); why != "" {
+			t.Errorf("%s: epoch %.1f s, No-Off %.1f s: guard fired (%q)", c.name, c.secs, c.noOff, why)
+		}
 	}
 }

@@ -72,8 +72,10 @@ import (
 //	                              with the transport, a busy machine); 0 from agents that do not report it
 //	profiled             bool     stage 2 recorded this epoch's samples (omitted when false)
 //	replanned            bool     this epoch's measured link rate or storage CPU drifted from the
-//	                              plan's assumptions past Config.ReplanThreshold, so the next
-//	                              epoch runs a new plan (omitted when false)
+//	                              plan's assumptions past Config.ReplanThreshold, or the epoch was
+//	                              slower than the last measured No-Off epoch (the measured guard),
+//	                              so the next epoch runs a new plan (omitted when false)
+//	replan_reason        string   why: "drift: ..." and/or "guard: ..." (omitted when not replanned)
 //	stage1               {link_bytes_per_sec, compute_samples_per_sec, storage_samples_per_sec,
 //	                      gpu_samples_per_sec, storage_speed, predicted_nooff_seconds,
 //	                      bottleneck, stage2, forced, reason, profile}
@@ -126,6 +128,7 @@ type EpochReport struct {
 	OffloadStorageEffSeconds float64        `json:"offload_storage_effective_cpu_seconds,omitempty"`
 	Profiled                 bool           `json:"profiled,omitempty"`
 	Replanned                bool           `json:"replanned,omitempty"`
+	ReplanReason             string         `json:"replan_reason,omitempty"`
 	Stage1                   *Stage1Summary `json:"stage1,omitempty"`
 }
 
