@@ -18,7 +18,8 @@ const (
 	NameOptimal   = "optimal"
 )
 
-// uniform is the plan that splits every sample at k, uncompressed.
+// uniform is the plan that splits every sample at k in [0, n],
+// uncompressed (never SplitCut).
 func uniform(m *model, name string, k int, r Resources) Plan {
 	ch := make([]int32, len(m.p.Samples))
 	o := int32(m.option(min(max(k, 0), m.n), false))
@@ -70,7 +71,8 @@ func isWordByte(b byte) bool {
 
 // FastFlow makes one decision for the whole dataset at op granularity, as
 // FastFlow offloads whole stages: the uniform split with the smallest
-// predicted epoch time (ties go to the smaller split).
+// predicted epoch time (ties go to the smaller split). Its splits are the
+// ops' boundaries 0..n; it never uses SplitCut.
 func FastFlow(p *profiler.Profile, r Resources) Plan {
 	m := newModel(p, r)
 	// Totals per uniform split in one pass over the samples.
@@ -101,7 +103,8 @@ func FastFlow(p *profiler.Profile, r Resources) Plan {
 // Samples are taken in decreasing efficiency (ties by position) while the
 // predicted link time exceeds the predicted storage CPU time, recomputed
 // after each pick, and the efficiency is positive. It ignores compute CPU,
-// the GPU and compression, as the paper does.
+// the GPU and compression, as the paper does, and never uses SplitCut,
+// which the paper does not have, so that comparisons with it stay fair.
 //
 // NB: one guard beyond the paper: the pick that makes storage CPU time
 // reach link time is undone when it raises max(link, storage) above what it

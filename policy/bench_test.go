@@ -61,3 +61,39 @@ func BenchmarkPlan1M(b *testing.B) {
 		})
 	}
 }
+
+var (
+	benchIN     *profiler.Profile
+	benchINOnce sync.Once
+)
+
+// profileImageNet is a 1,281,167-sample ImageNet-like profile (the size
+// of ImageNet's training set).
+func profileImageNet() *profiler.Profile {
+	benchINOnce.Do(func() { benchIN = policytest.Synthetic("imagenet-like", 1_281_167, 11) })
+	return benchIN
+}
+
+// BenchmarkPlanImageNet plans an ImageNet-sized profile with Optimal and
+// Bound, storage CPU limited to a quarter of what SOPHON keeps busy (the
+// balanced case, where the dual search and the improvement pass work
+// hardest).
+func BenchmarkPlanImageNet(b *testing.B) {
+	p := profileImageNet()
+	r := limited(SOPHON(p, ample))
+	for _, c := range []struct {
+		name string
+		f    func()
+	}{
+		{"optimal", func() { Optimal(p, r) }},
+		{"bound", func() { Bound(p, r) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c.f()
+			}
+			b.ReportMetric(float64(len(p.Samples))*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
+		})
+	}
+}

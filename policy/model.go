@@ -16,7 +16,10 @@
 //
 // Split k of a sample runs ops [0:k] on storage and [k:n] on the compute
 // node; CPU times are the profile's compute-node measurements, divided by
-// StorageSpeed on the storage side.
+// StorageSpeed on the storage side. Where the profile has the measurements
+// of the JPEG-domain crop (profiler.SampleProfile.CutBytes), a sample has
+// one more option, SplitCut: its cut crosses the link, the storage side
+// pays the cut and the compute side finishing it plus ops [2:n].
 package policy
 
 import (
@@ -47,6 +50,31 @@ type Resources struct {
 	StorageSpeed float64
 }
 
+// WithMeasured returns r with every field that m measured (a positive one)
+// in place of r's; a nil m returns r. A compute agent plans from the
+// profile's running means this way, keeping its own figures for what the
+// means lack.
+func (r Resources) WithMeasured(m *profiler.MeasuredResources) Resources {
+	if m == nil {
+		return r
+	}
+	for _, f := range []struct {
+		dst *float64
+		x   float64
+	}{
+		{&r.LinkBytesPerSec, m.LinkBytesPerSec},
+		{&r.StorageCores, m.StorageCores},
+		{&r.ComputeCores, m.ComputeCores},
+		{&r.GPUSamplesPerSec, m.GPUSamplesPerSec},
+		{&r.StorageSpeed, m.StorageSpeed},
+	} {
+		if f.x > 0 && !math.IsInf(f.x, 1) {
+			*f.dst = f.x
+		}
+	}
+	return r
+}
+
 func (r Resources) speed() float64 {
 	if r.StorageSpeed <= 0 {
 		return 1
@@ -54,15 +82,27 @@ func (r Resources) speed() float64 {
 	return r.StorageSpeed
 }
 
+// SplitCut is the split of the JPEG-domain crop, equal to ops.SplitCut
+// (policy does not import ops, which would pull in its cgo codecs): the
+// storage side cuts the sample's JPEG losslessly to the crop box of ops[1]
+// (random_resized_crop) without decoding it, the cut crosses the link, and
+// the compute side decodes the box from it, resamples, and runs ops [2:n].
+// A plan puts a sample there only when the profile has the sample's cut
+// measurements (profiler.SampleProfile.HasCut). NoOff, AllOff, ResizeOff,
+// FastFlow and SOPHON never do; Optimal and Bound use it.
+const SplitCut = -1
+
 // Plan is a decision for every sample of a profile.
 type Plan struct {
 	// Policy names the policy that made the plan.
 	Policy string
 	// Split holds one split per sample, indexed as Profile.Samples: split
-	// k runs ops [0:k] on storage.
+	// k runs ops [0:k] on storage; SplitCut (-1) sends the JPEG cut to the
+	// crop box.
 	Split []int
 	// Compress holds, per sample, whether the payload crosses the link
-	// zstd-compressed. Nil means none is.
+	// zstd-compressed (never at SplitCut: a JPEG does not compress). Nil
+	// means none is.
 	Compress []bool
 	// Pred is the plan's predicted epoch.
 	Pred Prediction
@@ -102,6 +142,8 @@ type model struct {
 	p      *profiler.Profile
 	n      int
 	stride int        // options per split: 2 when any sample has compression data
+	cut    bool       // whether option cutOpt, SplitCut, exists
+	cutOpt int        // (n+1)*stride: the last option
 	scale  [3]float64 // seconds per byte, per storage ns, per compute ns
 	gpu    float64    // GPU seconds per epoch
 }
@@ -112,6 +154,15 @@ func newModel(p *profiler.Profile, r Resources) *model {
 		if len(p.Samples[i].Compressed) == m.n+1 {
 			m.stride = 2
 			break
+		}
+	}
+	m.cutOpt = (m.n + 1) * m.stride
+	if m.n >= 2 {
+		for i := range p.Samples {
+			if p.Samples[i].HasCut() {
+				m.cut = true
+				break
+			}
 		}
 	}
 	if r.LinkBytesPerSec > 0 {
@@ -129,9 +180,15 @@ func newModel(p *profiler.Profile, r Resources) *model {
 	return m
 }
 
-// nopt is the number of options per sample: option o is split o/stride,
-// compressed when o%stride == 1.
-func (m *model) nopt() int { return (m.n + 1) * m.stride }
+// nopt is the number of options per sample: option o < cutOpt is split
+// o/stride, compressed when o%stride == 1; option cutOpt, when the model
+// has the cut, is SplitCut.
+func (m *model) nopt() int {
+	if m.cut {
+		return m.cutOpt + 1
+	}
+	return m.cutOpt
+}
 
 func (m *model) option(split int, compress bool) int {
 	o := split * m.stride
@@ -153,10 +210,13 @@ func (m *model) options(s *profiler.SampleProfile, buf []raw) {
 		total += float64(ns)
 	}
 	hasComp := len(s.Compressed) == m.n+1
-	var pre float64
+	var pre, pre2 float64
 	for k := 0; k <= m.n; k++ {
 		if k > 0 {
 			pre += float64(s.OpNS[k-1])
+		}
+		if k == 2 {
+			pre2 = pre
 		}
 		o := k * m.stride
 		buf[o] = raw{float64(s.Bytes[k]), pre, total - pre}
@@ -176,6 +236,19 @@ func (m *model) options(s *profiler.SampleProfile, buf []raw) {
 			}
 		}
 	}
+	if m.cut {
+		buf[m.cutOpt] = m.cutRaw(s, total, pre2)
+	}
+}
+
+// cutRaw is the raw quantities of sample s's SplitCut option, +Inf where it
+// has no cut; total is the sum of its OpNS and pre2 that of OpNS[0:2].
+func (m *model) cutRaw(s *profiler.SampleProfile, total, pre2 float64) raw {
+	if !s.HasCut() {
+		inf := math.Inf(1)
+		return raw{inf, inf, inf}
+	}
+	return raw{float64(s.CutBytes), float64(s.CutNS), float64(s.CutFinishNS) + total - pre2}
 }
 
 // secs converts raw quantities into the three resource times.
@@ -207,8 +280,11 @@ func (m *model) predict(tot raw, r Resources) Prediction {
 }
 
 // Predict returns the predicted epoch of running sample i with split[i]
-// (clamped to [0, n]) and, where compress is non-nil and the sample has
-// compression data, compressed when compress[i].
+// (clamped to [0, n], except SplitCut) and, where compress is non-nil and
+// the sample has compression data, compressed when compress[i]. A sample
+// at SplitCut is predicted at the cut where the profile has its cut
+// measurements (compress[i] is then ignored) and as split 0 where it has
+// not: a sample that cannot be cut crosses the link raw.
 func Predict(p *profiler.Profile, r Resources, split []int, compress []bool) Prediction {
 	m := newModel(p, r)
 	return m.predict(m.totals(m.choices(split, compress)), r)
@@ -220,8 +296,13 @@ func (m *model) choices(split []int, compress []bool) []int32 {
 	for i := range ch {
 		k := 0
 		if i < len(split) {
-			k = min(max(split[i], 0), m.n)
+			k = split[i]
 		}
+		if k == SplitCut && m.cut && m.p.Samples[i].HasCut() {
+			ch[i] = int32(m.cutOpt)
+			continue
+		}
+		k = min(max(k, 0), m.n)
 		c := compress != nil && i < len(compress) && compress[i] &&
 			len(m.p.Samples[i].Compressed) == m.n+1
 		ch[i] = int32(m.option(k, c))
@@ -247,6 +328,10 @@ func (m *model) totals(ch []int32) raw {
 func (m *model) plan(name string, ch []int32, r Resources) Plan {
 	pl := Plan{Policy: name, Split: make([]int, len(ch))}
 	for i, o := range ch {
+		if m.cut && int(o) == m.cutOpt {
+			pl.Split[i] = SplitCut
+			continue
+		}
 		pl.Split[i] = int(o) / m.stride
 		if m.stride == 2 && o%2 == 1 {
 			if pl.Compress == nil {

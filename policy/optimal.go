@@ -9,7 +9,8 @@ import (
 
 // Bound is the optimum of the LP relaxation of the planning problem: the
 // smallest T such that every sample takes a convex combination of its
-// options (split k, compressed or not) and the summed link, storage CPU and
+// options (split k, compressed or not, and SplitCut where the sample has
+// the cut's measurements) and the summed link, storage CPU and
 // compute CPU times are each at most T, and T >= samples/GPUSamplesPerSec.
 // No plan, fractional or not, predicts less, so it is a lower bound on
 // every policy's predicted epoch time.
@@ -50,7 +51,8 @@ type dualResult struct {
 // as a0*bytes + a1*storage + a2*compute with a = w scaled to seconds, and
 // since storage + compute ns of an uncompressed option is the sample's
 // total, it drops the per-sample constant a2*total until the minimum is
-// known.
+// known. The compressed options and the cut do not have that sum and are
+// priced in full, less the same constant.
 func (m *model) eval(w [3]float64, ch []int32) (float64, [3]float64) {
 	a := [3]float64{w[0] * m.scale[0], w[1] * m.scale[1], w[2] * m.scale[2]}
 	d := a[1] - a[2]
@@ -67,10 +69,13 @@ func (m *model) eval(w [3]float64, ch []int32) (float64, [3]float64) {
 		best, bestV := 0, float64(s.Bytes[0])*a[0]
 		var bestQ raw
 		bestQ = raw{float64(s.Bytes[0]), 0, total}
-		var pre float64
+		var pre, pre2 float64
 		for k := 0; k <= m.n; k++ {
 			if k > 0 {
 				pre += float64(s.OpNS[k-1])
+				if k == 2 {
+					pre2 = pre
+				}
 				q := raw{float64(s.Bytes[k]), pre, total - pre}
 				if v := a[0]*q[0] + d*pre; v <= bestV {
 					if v < bestV || m.sum(q) < m.sum(bestQ) {
@@ -90,6 +95,14 @@ func (m *model) eval(w [3]float64, ch []int32) (float64, [3]float64) {
 					if v < bestV || m.sum(q) < m.sum(bestQ) {
 						best, bestV, bestQ = k*m.stride+1, v, q
 					}
+				}
+			}
+		}
+		if m.cut && s.HasCut() {
+			q := m.cutRaw(s, total, pre2)
+			if v := a[0]*q[0] + a[1]*q[1] + a[2]*(float64(s.CutFinishNS)-pre2); v <= bestV {
+				if v < bestV || m.sum(q) < m.sum(bestQ) {
+					best, bestV, bestQ = m.cutOpt, v, q
 				}
 			}
 		}
@@ -196,7 +209,8 @@ func maximiseModel(cuts [][3]float64) ([3]float64, float64) {
 const exactLimit = 1 << 16
 
 // Optimal minimises the predicted epoch time over per-sample splits and
-// per-sample compression, using every split point and all four resources.
+// per-sample compression, using every split point (SplitCut included,
+// where the profile has the cut's measurements) and all four resources.
 //
 // Method: the dual weights w* from Bound price the three resources; every
 // sample takes its cheapest option under w* (the LP's optimal support up to

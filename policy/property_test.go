@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/sophon-dl/sophon/profiler"
@@ -60,13 +61,18 @@ func randomResources(rng *rand.Rand, n int) Resources {
 	return r
 }
 
-// bruteForce is the best predicted epoch over every joint assignment.
+// bruteForce is the best predicted epoch over every joint assignment,
+// SplitCut included where the profile has cut data.
 func bruteForce(p *profiler.Profile, r Resources) float64 {
 	n, nops := len(p.Samples), p.N()
 	comp := len(p.Samples) > 0 && p.Samples[0].Compressed != nil
 	nc := 1
 	if comp {
 		nc = 2
+	}
+	first := 0
+	if nops >= 2 && slices.ContainsFunc(p.Samples, func(s profiler.SampleProfile) bool { return s.HasCut() }) {
+		first = SplitCut
 	}
 	split, compress := make([]int, n), make([]bool, n)
 	best := math.Inf(1)
@@ -76,8 +82,11 @@ func bruteForce(p *profiler.Profile, r Resources) float64 {
 			best = min(best, Predict(p, r, split, compress).Seconds)
 			return
 		}
-		for k := 0; k <= nops; k++ {
+		for k := first; k <= nops; k++ {
 			for c := range nc {
+				if k == SplitCut && c == 1 {
+					continue // the cut does not compress
+				}
 				split[i], compress[i] = k, c == 1
 				rec(i + 1)
 			}
@@ -85,6 +94,21 @@ func bruteForce(p *profiler.Profile, r Resources) float64 {
 	}
 	rec(0)
 	return best
+}
+
+// addRandomCut gives about three quarters of p's samples random cut data
+// (p must have at least two ops), in place, and returns p.
+func addRandomCut(rng *rand.Rand, p *profiler.Profile) *profiler.Profile {
+	for i := range p.Samples {
+		s := &p.Samples[i]
+		if rng.IntN(4) == 0 {
+			continue
+		}
+		s.CutBytes = max(1, int64(float64(s.Bytes[0])*rng.Float64()))
+		s.CutNS = rng.Int64N(2e6)
+		s.CutFinishNS = rng.Int64N(8e6)
+	}
+	return p
 }
 
 // checkProperties asserts what must hold for every profile.

@@ -12,7 +12,13 @@ import (
 // profiles that hold that sample. A record without Compressed counts as
 // uncompressible there (Compressed equal to Bytes); CompressNS and
 // DecompressNS are averaged over the records that have them and left empty
-// where none has. The profiles must share fingerprint, pipeline and ops
+// where none has. The cut's fields (CutBytes, CutNS, CutFinishNS) are
+// averaged only where every record of the sample has them and are zero
+// otherwise: whether a cut is smaller than the file depends on the epoch's
+// crop box, and a cut declined in one recorded epoch may be declined
+// again, so the plan should not count on it. Resources are combined with
+// [MeasuredResources.Update], each record weighing its Epochs (1 where
+// that is zero). The profiles must share fingerprint, pipeline and ops
 // (ErrProfileMismatch otherwise) and pass Validate.
 func Merge(ps ...*Profile) (*Profile, error) {
 	if len(ps) == 0 {
@@ -45,11 +51,24 @@ func Merge(ps ...*Profile) (*Profile, error) {
 		Ops:         slices.Clone(first.Ops),
 		Samples:     make([]SampleProfile, 0, len(byID)),
 	}
+	for _, p := range ps {
+		if p.Resources == nil {
+			continue
+		}
+		if out.Resources == nil {
+			out.Resources = &MeasuredResources{}
+		}
+		w := p.Resources.Epochs
+		if !measured(w) {
+			w = 1
+		}
+		out.Resources.Update(*p.Resources, w)
+	}
 	for _, id := range slices.Sorted(maps.Keys(byID)) {
 		recs := byID[id]
 		m := SampleProfile{ID: id}
-		var raw, bs, comp, cns, dns, opns [][]int64
-		anyComp := false
+		var raw, bs, comp, cns, dns, opns, cut [][]int64
+		anyComp, allCut := false, true
 		for _, r := range recs {
 			raw = append(raw, []int64{r.Raw})
 			bs = append(bs, r.Bytes)
@@ -66,6 +85,8 @@ func Merge(ps ...*Profile) (*Profile, error) {
 			if len(r.DecompressNS) > 0 {
 				dns = append(dns, r.DecompressNS)
 			}
+			allCut = allCut && r.HasCut()
+			cut = append(cut, []int64{r.CutBytes, r.CutNS, r.CutFinishNS})
 		}
 		m.Raw = meanOf(raw, 1)[0]
 		m.Bytes = meanOf(bs, n+1)
@@ -75,6 +96,10 @@ func Merge(ps ...*Profile) (*Profile, error) {
 		}
 		m.CompressNS = meanOf(cns, n+1)
 		m.DecompressNS = meanOf(dns, n+1)
+		if allCut {
+			c := meanOf(cut, 3)
+			m.CutBytes, m.CutNS, m.CutFinishNS = c[0], c[1], c[2]
+		}
 		out.Samples = append(out.Samples, m)
 	}
 	return out, nil

@@ -38,6 +38,11 @@ import (
 //     per-sample variance where that matters.
 //   - Compressed sizes of random outputs vary a little with the crop's
 //     content; the same argument applies.
+//   - The JPEG-domain cut (ops.SplitCut) covers the epoch's crop box, so
+//     its size and both its costs vary with the box like the crop's cost
+//     does; the recorded draw is the estimate, by the same argument. Whether
+//     a file can be cut at all can vary too (a box covering nearly the
+//     whole image gives a cut no smaller than the file, which is declined).
 //
 // CPU time is the thread CPU clock (CLOCK_THREAD_CPUTIME_ID) of the
 // recording goroutine, locked to its OS thread for the record, read around
@@ -101,8 +106,12 @@ func warmWire() {
 // thread CPU time, and for every split k the zstd-compressed payload size
 // with the CPU time of compressing it ([ops.EncodeWire]) and decompressing
 // it ([ops.DecodeWire]). Compression runs between ops and is excluded from
-// the ops' times. A sample the pipeline fails on is not recorded (it stays
-// in [Recorder.Missing]) and its error is returned.
+// the ops' times. When the pipeline can cut ([ops.Pipeline.CanCut]) it also
+// cuts the sample with the same key and keeps the cut's payload size and
+// the CPU time of both its sides (see [SampleProfile.CutBytes]). A sample
+// the pipeline fails on is not recorded (it stays in [Recorder.Missing])
+// and its error is returned; a sample that cannot be cut is recorded
+// without the cut.
 func (r *Recorder) Record(sample uint64, raw []byte, key ops.Key) error {
 	if sample >= uint64(r.n) {
 		return fmt.Errorf("%w: %d of %d", ErrSampleRange, sample, r.n)
@@ -155,7 +164,36 @@ func measureSample(p *ops.Pipeline, sample uint64, raw []byte, key ops.Key) (Sam
 	if err != nil {
 		return sp, err
 	}
-	return sp, werr
+	if werr != nil {
+		return sp, werr
+	}
+	if p.CanCut() {
+		measureCut(p, key, in, &sp)
+	}
+	return sp, nil
+}
+
+// measureCut fills the cut split's size and costs, or leaves them zero when
+// the sample cannot be cut. Any failure counts as that: ErrCannotCut is
+// the expected one, and a cut that fails otherwise on a sample the whole
+// pipeline ran on is one the storage agent would not send either. The
+// caller holds the goroutine on its OS thread.
+func measureCut(p *ops.Pipeline, key ops.Key, raw ops.Encoded, sp *SampleProfile) {
+	t0 := int64(cpuclock.Thread())
+	cut, err := p.Cut(key, raw, ops.Limits{})
+	t1 := int64(cpuclock.Thread())
+	if err != nil || cut == nil {
+		return
+	}
+	t2 := int64(cpuclock.Thread())
+	_, err = p.Run(key, cut, ops.SplitCut, 2)
+	t3 := int64(cpuclock.Thread())
+	if err != nil {
+		return
+	}
+	sp.CutBytes = int64(cut.Size())
+	sp.CutNS = max(t1-t0, 0)
+	sp.CutFinishNS = max(t3-t2, 0)
 }
 
 // measureWire fills split k's compressed size and codec costs for v.

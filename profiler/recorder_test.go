@@ -246,3 +246,104 @@ func TestFromTraces(t *testing.T) {
 		t.Errorf("duplicate trace: got %v, want ErrDuplicate", err)
 	}
 }
+
+func TestMergeCutAndResources(t *testing.T) {
+	ops2 := []string{"decode", "random_resized_crop"}
+	s := func(id uint64, cut, cns, fns int64) SampleProfile {
+		return SampleProfile{ID: id, Raw: 100, Bytes: []int64{100, 900, 50}, OpNS: []int64{10, 20},
+			CutBytes: cut, CutNS: cns, CutFinishNS: fns}
+	}
+	a := &Profile{Fingerprint: "f", Pipeline: "p", Ops: ops2,
+		Samples:   []SampleProfile{s(0, 40, 3, 11), s(1, 60, 4, 12), s(2, 0, 0, 0)},
+		Resources: &MeasuredResources{LinkBytesPerSec: 100, ComputeCores: 4, Epochs: 3}}
+	b := &Profile{Fingerprint: "f", Pipeline: "p", Ops: ops2,
+		Samples:   []SampleProfile{s(0, 50, 6, 14), s(1, 0, 0, 0), s(2, 30, 1, 1), s(3, 70, 2, 8)},
+		Resources: &MeasuredResources{LinkBytesPerSec: 200, StorageCores: 2}}
+	m, err := Merge(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := [][3]int64{}
+	for _, x := range m.Samples {
+		got = append(got, [3]int64{x.CutBytes, x.CutNS, x.CutFinishNS})
+	}
+	// Sample 0 is cut in both records: means. 1 and 2 were declined in one
+	// record: no cut. 3 has one record.
+	want := [][3]int64{{45, 5, 13}, {0, 0, 0}, {0, 0, 0}, {70, 2, 8}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("cut fields: got %v, want %v", got, want)
+	}
+	// a weighs its 3 epochs, b (no Epochs) one.
+	wantR := MeasuredResources{LinkBytesPerSec: 125, StorageCores: 2, ComputeCores: 4, Epochs: 4}
+	if m.Resources == nil || *m.Resources != wantR {
+		t.Errorf("resources: got %+v, want %+v", m.Resources, wantR)
+	}
+	if err := m.Validate(); err != nil {
+		t.Error(err)
+	}
+	a.Resources, b.Resources = nil, nil
+	if m, err := Merge(a, b); err != nil || m.Resources != nil {
+		t.Errorf("no resources: got %+v, %v; want nil", m.Resources, err)
+	}
+}
+
+// The cut's measurements are recorded where the pipeline can cut and the
+// backend cuts the file; a backend that declines every file (a build
+// without libturbojpeg) leaves them zero. Either way they agree with what
+// Cut gives for the same key.
+func TestRecorderCut(t *testing.T) {
+	p := trainPipeline(t)
+	if !p.CanCut() {
+		t.Fatalf("%s cannot cut", p.ID())
+	}
+	imgs := testImages(t, 4)
+	r := NewRecorder(p, "fp", len(imgs))
+	for i, im := range imgs {
+		if err := r.Record(uint64(i), im.raw, ops.Key{Seed: 3, Sample: uint64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prof := r.Profile()
+	if err := prof.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cuts := 0
+	for i, s := range prof.Samples {
+		key := ops.Key{Seed: 3, Sample: uint64(i)}
+		c, err := p.Cut(key, ops.Encoded(imgs[i].raw), ops.Limits{})
+		if err != nil {
+			if !errors.Is(err, ops.ErrCannotCut) {
+				t.Errorf("sample %d: cut: %v", i, err)
+			}
+			if s.CutBytes != 0 || s.CutNS != 0 || s.CutFinishNS != 0 {
+				t.Errorf("sample %d cannot be cut (%v) but has cut %d B, %d ns, %d ns", i, err, s.CutBytes, s.CutNS, s.CutFinishNS)
+			}
+			continue
+		}
+		cuts++
+		if got, want := s.CutBytes, int64(c.Size()); got != want {
+			t.Errorf("sample %d: cut bytes %d, Cut gives %d", i, got, want)
+		}
+		if s.CutBytes >= s.Raw+16 || s.CutNS <= 0 || s.CutFinishNS <= 0 {
+			t.Errorf("sample %d: cut %d of %d raw bytes, %d ns to cut, %d ns to finish", i, s.CutBytes, s.Raw, s.CutNS, s.CutFinishNS)
+		}
+	}
+	t.Logf("%d of %d samples cut", cuts, len(imgs))
+
+	// A pipeline that does not start with decode, random_resized_crop has
+	// no cut.
+	val, err := ops.Preset("imagenet-val")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if val.CanCut() {
+		t.Fatalf("%s can cut", val.ID())
+	}
+	rv := NewRecorder(val, "fp", 1)
+	if err := rv.Record(0, imgs[0].raw, ops.Key{}); err != nil {
+		t.Fatal(err)
+	}
+	if s := rv.Profile().Samples[0]; s.HasCut() || s.CutNS != 0 || s.CutFinishNS != 0 {
+		t.Errorf("val pipeline: got cut %d B, %d ns, %d ns, want none", s.CutBytes, s.CutNS, s.CutFinishNS)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 
@@ -189,8 +190,11 @@ func DecodeProfile(b []byte, maxBytes int64) (*Profile, error) {
 // Validate checks that the profile is consistent: every sample has n+1
 // Bytes (Bytes[0] equal to Raw) and n OpNS for the n Ops, Compressed,
 // CompressNS and DecompressNS are empty or have n+1 entries, Compressed
-// never exceeds Bytes, nothing is negative, and ids strictly increase.
-// Errors wrap ErrProfileInvalid.
+// never exceeds Bytes, nothing is negative, and ids strictly increase. A
+// sample's cut fields are all zero, or CutBytes is positive, the pipeline
+// has at least the two ops the cut replaces, and CutNS and CutFinishNS are
+// not negative. Resources, when set, holds no negative or non-finite
+// number. Errors wrap ErrProfileInvalid.
 func (p *Profile) Validate() error {
 	if p == nil {
 		return fmt.Errorf("%w: nil profile", ErrProfileInvalid)
@@ -200,6 +204,9 @@ func (p *Profile) Validate() error {
 		if name == "" {
 			return fmt.Errorf("%w: op %d has no name", ErrProfileInvalid, j)
 		}
+	}
+	if err := p.Resources.validate(); err != nil {
+		return fmt.Errorf("%w: resources: %v", ErrProfileInvalid, err)
 	}
 	for i := range p.Samples {
 		s := &p.Samples[i]
@@ -250,6 +257,36 @@ func (s *SampleProfile) validate(n int) error {
 	for k, c := range s.Compressed {
 		if c > s.Bytes[k] {
 			return fmt.Errorf("compressed[%d] %d exceeds bytes %d", k, c, s.Bytes[k])
+		}
+	}
+	switch {
+	case s.CutBytes < 0 || s.CutNS < 0 || s.CutFinishNS < 0:
+		return fmt.Errorf("cut bytes %d, cut ns %d, cut finish ns %d: negative", s.CutBytes, s.CutNS, s.CutFinishNS)
+	case s.CutBytes == 0 && (s.CutNS != 0 || s.CutFinishNS != 0):
+		return fmt.Errorf("cut ns %d and cut finish ns %d without cut bytes", s.CutNS, s.CutFinishNS)
+	case s.CutBytes > 0 && n < 2:
+		return fmt.Errorf("cut bytes %d in a pipeline of %d ops: the cut replaces two", s.CutBytes, n)
+	}
+	return nil
+}
+
+func (m *MeasuredResources) validate() error {
+	if m == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		x    float64
+	}{
+		{"link_bytes_per_sec", m.LinkBytesPerSec},
+		{"storage_speed", m.StorageSpeed},
+		{"storage_cores", m.StorageCores},
+		{"compute_cores", m.ComputeCores},
+		{"gpu_samples_per_sec", m.GPUSamplesPerSec},
+		{"epochs", m.Epochs},
+	} {
+		if !(f.x >= 0) || math.IsInf(f.x, 1) {
+			return fmt.Errorf("%s is %v", f.name, f.x)
 		}
 	}
 	return nil

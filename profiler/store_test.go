@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -21,9 +22,12 @@ func handProfile() *Profile {
 		Ops:         []string{"decode", "random_resized_crop"},
 		Samples: []SampleProfile{
 			{ID: 0, Raw: 100, Bytes: []int64{100, 3000, 150}, Compressed: []int64{100, 2000, 140},
-				CompressNS: []int64{5, 50, 6}, DecompressNS: []int64{4, 40, 3}, OpNS: []int64{1000, 300}},
+				CompressNS: []int64{5, 50, 6}, DecompressNS: []int64{4, 40, 3}, OpNS: []int64{1000, 300},
+				CutBytes: 60, CutNS: 20, CutFinishNS: 700},
 			{ID: 3, Raw: 50, Bytes: []int64{50, 900, 150}, OpNS: []int64{400, 0}},
 		},
+		Resources: &MeasuredResources{LinkBytesPerSec: 53.75e6, StorageSpeed: 0.9, StorageCores: 32,
+			ComputeCores: 8, GPUSamplesPerSec: 1150, Epochs: 2.5},
 	}
 }
 
@@ -91,8 +95,8 @@ func TestSaveRefusesInvalid(t *testing.T) {
 
 func TestLoadErrors(t *testing.T) {
 	good := handProfile()
-	v2 := *good
-	v2.Version = 2
+	v1 := *good
+	v1.Version = 1
 	invalid := handProfile()
 	invalid.Samples[0].Compressed[1] = 5000
 	valid, err := os.ReadFile(saveTemp(t, good))
@@ -100,23 +104,24 @@ func TestLoadErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Valid but for its size: 2 MiB of whitespace, over the 1 MiB bound.
-	bomb := zstdRaw(t, `{"version":1`+strings.Repeat(" ", 2<<20)+`}`)
+	bomb := zstdRaw(t, `{"version":2`+strings.Repeat(" ", 2<<20)+`}`)
 	for _, tc := range []struct {
 		name string
 		data []byte
 		want error
 	}{
-		{"other version", zstdJSON(t, &v2), ErrProfileVersion},
+		{"version 1", zstdJSON(t, &v1), ErrProfileVersion},
+		{"version 1 without cut", zstdRaw(t, `{"version":1,"ops":["a"],"samples":[{"id":0,"raw":1,"bytes":[1,2],"op_ns":[3]}]}`), ErrProfileVersion},
 		{"no version", zstdJSON(t, map[string]any{"ops": []string{}}), ErrProfileVersion},
 		{"future format", zstdJSON(t, map[string]any{"version": 9, "columns": 1}), ErrProfileVersion},
-		{"unknown field", zstdJSON(t, map[string]any{"version": 1, "extra": 1}), ErrProfileCorrupt},
+		{"unknown field", zstdJSON(t, map[string]any{"version": ProfileVersion, "extra": 1}), ErrProfileCorrupt},
 		{"inconsistent", zstdJSON(t, invalid), ErrProfileInvalid},
-		{"not zstd", []byte(`{"version":1}`), ErrProfileCorrupt},
+		{"not zstd", []byte(`{"version":2}`), ErrProfileCorrupt},
 		{"empty", nil, ErrProfileCorrupt},
 		{"truncated", valid[:len(valid)/2], ErrProfileCorrupt},
 		{"flipped", flip(valid, len(valid)/2), ErrProfileCorrupt},
 		{"not json", zstdJSON(t, "just a string"), ErrProfileCorrupt},
-		{"trailing", zstdRaw(t, `{"version":1,"ops":[],"samples":[]} {}`), ErrProfileCorrupt},
+		{"trailing", zstdRaw(t, `{"version":2,"ops":[],"samples":[]} {}`), ErrProfileCorrupt},
 		{"over the limit", bomb, ErrProfileCorrupt},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -188,6 +193,23 @@ func TestValidate(t *testing.T) {
 		{"negative decompress", func(p *Profile) { p.Samples[0].DecompressNS[2] = -1 }, false},
 		{"compressed grows", func(p *Profile) { p.Samples[0].Compressed[2] = 151 }, false},
 		{"unsorted", func(p *Profile) { p.Samples[0].ID = 5 }, false},
+		{"no cut", func(p *Profile) { p.Samples[0].CutBytes, p.Samples[0].CutNS, p.Samples[0].CutFinishNS = 0, 0, 0 }, true},
+		{"free cut", func(p *Profile) { p.Samples[1].CutBytes = 20 }, true},
+		{"cut ns without bytes", func(p *Profile) { p.Samples[1].CutNS = 5 }, false},
+		{"cut finish without bytes", func(p *Profile) { p.Samples[1].CutFinishNS = 5 }, false},
+		{"negative cut bytes", func(p *Profile) { p.Samples[0].CutBytes = -1 }, false},
+		{"negative cut ns", func(p *Profile) { p.Samples[0].CutNS = -1 }, false},
+		{"negative cut finish", func(p *Profile) { p.Samples[0].CutFinishNS = -1 }, false},
+		{"cut in one op", func(p *Profile) {
+			p.Ops = p.Ops[:1]
+			p.Samples = []SampleProfile{{ID: 1, Raw: 3, Bytes: []int64{3, 9}, OpNS: []int64{4}, CutBytes: 2}}
+		}, false},
+		{"no resources", func(p *Profile) { p.Resources = nil }, true},
+		{"zero resources", func(p *Profile) { p.Resources = &MeasuredResources{} }, true},
+		{"negative link", func(p *Profile) { p.Resources.LinkBytesPerSec = -1 }, false},
+		{"infinite cores", func(p *Profile) { p.Resources.ComputeCores = math.Inf(1) }, false},
+		{"NaN speed", func(p *Profile) { p.Resources.StorageSpeed = math.NaN() }, false},
+		{"negative epochs", func(p *Profile) { p.Resources.Epochs = -1 }, false},
 		{"duplicate", func(p *Profile) { p.Samples[0].ID = 3 }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
