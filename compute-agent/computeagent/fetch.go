@@ -324,6 +324,10 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			e.servedRawUncuttable.Add(1)
 		}
 		if r.split != 0 && resp.GetServed() == dataplanepb.Served_SERVED_AS_REQUESTED {
+			if h, ok := e.plan.(offloadHinter); ok {
+				_, c := h.hint(r.sample)
+				e.offPlannedNS.Add(int64(c))
+			}
 			e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
 			e.storageOffEffNS.Add(int64(float64(resp.GetStorageBudgetNs()) * f.share()))
 		}

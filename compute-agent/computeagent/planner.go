@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"slices"
 	"strings"
 
@@ -32,7 +33,13 @@ import (
 //     measured policy.Resources into a per-sample split and codec; samples
 //     missing from the profile (failed, or not in a reused profile) get
 //     k = 0. Later epochs run the plan.
-//  4. Drift: after each planned epoch the measured link rate (bytes
+//  4. Measured resources: the profile keeps the running mean of the link
+//     rate (from the whole profiling epoch, No-Off, and every link-bound
+//     planned epoch) and of the storage speed (stage 1's, then every
+//     planned epoch's offloads), and is saved after each epoch. A later
+//     run that reuses the profile plans from these means rather than from
+//     its own stage 1, whose few samples wobble from run to run.
+//  5. Drift: after each planned epoch the measured link rate (bytes
 //     received / epoch seconds) and the storage CPU of the offloaded
 //     samples are compared with the plan's assumptions; when either is off
 //     by more than Config.ReplanThreshold (the storage CPU: more than
@@ -79,6 +86,10 @@ type planner struct {
 	name  string
 	res   policy.Resources
 	prof  *profiler.Profile // this shard's samples; nil until known
+	// saved is the profile as saved at Config.ProfilePath (every shard's
+	// samples), whose measured resources each epoch updates; nil when
+	// there is none to update.
+	saved *profiler.Profile
 	plan  policy.Plan       // valid when prof is set
 	bound float64
 	agent Plan // plan as the agent runs it
@@ -108,7 +119,7 @@ func (pl *planner) replan() error {
 		return configErr("unknown policy %q", pl.name)
 	}
 	pl.bound = policy.Bound(p, r)
-	pl.agent = newPolicyPlan(pl.plan, p)
+	pl.agent = newPolicyPlan(pl.plan, p, r)
 	pr := pl.plan.Pred
 	pl.a.log.Info().Str("policy", pl.name).Float64("predicted_seconds", pr.Seconds).Float64("bound_seconds", pl.bound).
 		Str("bottleneck", pr.Bottleneck).Float64("bytes", pr.Bytes).Float64("storage_cpu_seconds", pr.StorageCPUSeconds).
@@ -137,7 +148,13 @@ func (pl *planner) drift(r *EpochReport, e *epochRun, ran policy.Plan) (string, 
 	if got <= 0 { // an agent that does not report budget time
 		got = float64(e.storageOffNS.Load()) / 1e9
 	}
-	if pred := ran.Pred.StorageCPUSeconds; pred > 0 && got > 0 {
+	pred := ran.Pred.StorageCPUSeconds
+	if planned := float64(e.offPlannedNS.Load()) / 1e9; planned > 0 {
+		// Only what the storage agents ran as planned: offloads answered
+		// raw (work-conserving offload) cost them next to nothing.
+		pred = planned
+	}
+	if pred > 0 && got > 0 {
 		ratio := got / pred
 		if tol := min(thr, StorageCalibration); ratio > 1+tol || ratio < 1-tol {
 			speed := res.StorageSpeed
@@ -148,8 +165,18 @@ func (pl *planner) drift(r *EpochReport, e *epochRun, ran policy.Plan) (string, 
 			why = append(why, fmt.Sprintf("storage cpu %.3fs, planned %.3fs", got, pred))
 		}
 	}
+	if pred > 0 && got > 0 {
+		speed := pl.res.StorageSpeed
+		if speed <= 0 {
+			speed = 1
+		}
+		pl.observe(profiler.MeasuredResources{StorageSpeed: speed * pred / got})
+	}
 	if r.Seconds > 0 && r.BytesReceived > 0 && res.LinkBytesPerSec > 0 {
 		got := float64(r.BytesReceived) / r.Seconds
+		if ran.Pred.Bottleneck == policy.Link {
+			pl.observe(profiler.MeasuredResources{LinkBytesPerSec: got})
+		}
 		ratio := got / res.LinkBytesPerSec
 		// A lower rate is the link's only when the link bound the epoch:
 		// otherwise bytes over seconds measures whatever did (a storage
@@ -183,9 +210,35 @@ func (pl *planner) guard(r *EpochReport, noOff float64) string {
 	return reason
 }
 
+// observe folds one epoch's measurement into the saved profile's running
+// means (an epoch's weight is 1 per field it measured).
+func (pl *planner) observe(obs profiler.MeasuredResources) {
+	if pl.saved == nil {
+		return
+	}
+	if pl.saved.Resources == nil {
+		pl.saved.Resources = &profiler.MeasuredResources{}
+	}
+	pl.saved.Resources.Update(obs, 1)
+}
+
+// save writes the profile with its updated means to Config.ProfilePath.
+func (pl *planner) save() {
+	path := pl.a.cfg.ProfilePath
+	if pl.saved == nil || path == "" {
+		return
+	}
+	if err := profiler.Save(path, pl.saved); err != nil {
+		pl.a.log.Warn().Err(err).Str("path", path).Msg("profile not saved")
+	}
+}
+
 // adopt turns stage 2's records into the run's profile, saves it and
-// plans. A shard with no sample recorded keeps running No-Off.
-func (pl *planner) adopt(rec *profiler.Recorder, shard int) error {
+// plans. A shard with no sample recorded keeps running No-Off. r is the
+// profiling epoch's report: a No-Off epoch bound by the link (stage 1 said
+// so), whose bytes over seconds is the link rate measured over a whole
+// epoch.
+func (pl *planner) adopt(rec *profiler.Recorder, shard int, r *EpochReport) error {
 	a := pl.a
 	prof := rec.Profile()
 	a.log.Info().Int("recorded", len(prof.Samples)).Int("missing", shard-len(prof.Samples)).Msg("stage 2: profile recorded")
@@ -193,7 +246,15 @@ func (pl *planner) adopt(rec *profiler.Recorder, shard int) error {
 		a.log.Warn().Msg("stage 2: no sample recorded; staying with No-Off")
 		return nil
 	}
+	obs := profiler.MeasuredResources{StorageSpeed: pl.res.StorageSpeed}
+	if r.Seconds > 0 && r.BytesReceived > 0 {
+		obs.LinkBytesPerSec = float64(r.BytesReceived) / r.Seconds
+	}
+	prof.Resources = &profiler.MeasuredResources{}
+	prof.Resources.Update(obs, 1)
+	pl.res = pl.res.WithMeasured(prof.Resources)
 	if path := a.cfg.ProfilePath; path != "" {
+		pl.saved = prof
 		if err := profiler.Save(path, prof); err != nil {
 			a.log.Warn().Err(err).Str("path", path).Msg("stage 2: profile not saved")
 		} else {
@@ -204,13 +265,14 @@ func (pl *planner) adopt(rec *profiler.Recorder, shard int) error {
 	return pl.replan()
 }
 
-// loadProfile returns the saved profile's samples of this shard, or nil
-// when there is no valid profile for this dataset and pipeline at
-// Config.ProfilePath or it holds none of this shard's samples.
-func (a *Agent) loadProfile(cat *Catalog) *profiler.Profile {
+// loadProfile returns the saved profile's samples of this shard and the
+// whole saved profile, or nils when there is no valid profile for this
+// dataset and pipeline at Config.ProfilePath or it holds none of this
+// shard's samples.
+func (a *Agent) loadProfile(cat *Catalog) (*profiler.Profile, *profiler.Profile) {
 	path := a.cfg.ProfilePath
 	if path == "" {
-		return nil
+		return nil, nil
 	}
 	p, err := profiler.Load(path, cat.Fingerprint, a.pipeID)
 	if err != nil {
@@ -219,7 +281,7 @@ func (a *Agent) loadProfile(cat *Catalog) *profiler.Profile {
 			ev = a.log.Info()
 		}
 		ev.Err(err).Str("path", path).Msg("no saved profile to reuse: stage 2 decides")
-		return nil
+		return nil, nil
 	}
 	out := *p
 	out.Samples = nil
@@ -231,10 +293,10 @@ func (a *Agent) loadProfile(cat *Catalog) *profiler.Profile {
 	}
 	if len(out.Samples) == 0 {
 		a.log.Warn().Str("path", path).Msg("saved profile holds none of this shard's samples: stage 2 decides")
-		return nil
+		return nil, nil
 	}
 	a.log.Info().Str("path", path).Int("samples", len(out.Samples)).Msg("saved profile reused: stage 2 skipped")
-	return &out
+	return &out, p
 }
 
 // runPolicy is Run under Config.Policy (see the top of this file).
@@ -260,8 +322,11 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 	}
 	pl := &planner{a: a, name: cfg.Policy, res: st.res}
 	summary := st.summary()
-	if prof := a.loadProfile(cat); prof != nil {
-		pl.prof = prof
+	if prof, saved := a.loadProfile(cat); prof != nil {
+		pl.prof, pl.saved = prof, saved
+		// Plan from the means kept with the profile, not this run's
+		// stage 1 alone.
+		pl.res = pl.res.WithMeasured(saved.Resources)
 		summary.Profile = ProfileLoaded
 		if err := pl.replan(); err != nil {
 			return nil, err
@@ -296,7 +361,7 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 			switch {
 			case opts.rec != nil:
 				r.Profiled = true
-				if err := pl.adopt(opts.rec, len(shard)); err != nil {
+				if err := pl.adopt(opts.rec, len(shard), r); err != nil {
 					return err
 				}
 				if pl.prof != nil {
@@ -304,6 +369,7 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 				}
 			case ran:
 				why, drifted := pl.drift(r, e, planRan)
+				pl.save()
 				if g := pl.guard(r, noOff); g != "" {
 					why = strings.TrimPrefix(why+"; "+g, "; ")
 				}
@@ -332,46 +398,100 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 }
 
 // policyPlan is a policy.Plan as the agent runs it: per sample of the
-// profile its split and codec, by sample id; other samples get k = 0.
+// profile its split and codec, by sample id; other samples get k = 0. It
+// also gives each offload the planner's hints for work-conserving
+// admission (offloadHinter).
 type policyPlan struct {
 	name  string
 	ids   []uint64 // sorted
 	split []int32
 	zstd  []bool // nil: none compressed
+	// prio and cost: bytes saved per storage CPU-ms and storage CPU ns of
+	// the sample's offload as the planner predicts it (0 for raw).
+	prio []uint32
+	cost []uint64
 }
 
-func newPolicyPlan(pl policy.Plan, p *profiler.Profile) *policyPlan {
-	out := &policyPlan{name: pl.Policy, ids: make([]uint64, len(p.Samples)), split: make([]int32, len(p.Samples))}
+func newPolicyPlan(pl policy.Plan, p *profiler.Profile, r policy.Resources) *policyPlan {
+	n := len(p.Samples)
+	out := &policyPlan{name: pl.Policy, ids: make([]uint64, n), split: make([]int32, n), prio: make([]uint32, n), cost: make([]uint64, n)}
+	speed := r.StorageSpeed
+	if speed <= 0 {
+		speed = 1
+	}
 	for i := range p.Samples {
-		out.ids[i] = p.Samples[i].ID
+		s := &p.Samples[i]
+		out.ids[i] = s.ID
 		if i < len(pl.Split) {
 			out.split[i] = int32(pl.Split[i])
 		}
+		zstd := pl.Compress != nil && i < len(pl.Compress) && pl.Compress[i]
+		if bytes, ns, ok := offloadCost(s, int(out.split[i]), zstd); ok && ns > 0 {
+			ns /= speed
+			out.cost[i] = uint64(ns)
+			if saved := float64(s.Raw) - bytes; saved > 0 {
+				out.prio[i] = uint32(min(saved/(ns/1e6), math.MaxUint32))
+			}
+		}
 	}
 	if pl.Compress != nil {
-		out.zstd = make([]bool, len(p.Samples))
+		out.zstd = make([]bool, n)
 		copy(out.zstd, pl.Compress)
 	}
 	if !slices.IsSorted(out.ids) {
-		idx := make([]int, len(out.ids))
+		idx := make([]int, n)
 		for i := range idx {
 			idx[i] = i
 		}
 		slices.SortFunc(idx, func(x, y int) int { return cmp.Compare(out.ids[x], out.ids[y]) })
-		ids, split := make([]uint64, len(idx)), make([]int32, len(idx))
-		var zstd []bool
+		out.ids = permute(out.ids, idx)
+		out.split = permute(out.split, idx)
+		out.prio = permute(out.prio, idx)
+		out.cost = permute(out.cost, idx)
 		if out.zstd != nil {
-			zstd = make([]bool, len(idx))
+			out.zstd = permute(out.zstd, idx)
 		}
-		for j, i := range idx {
-			ids[j], split[j] = out.ids[i], out.split[i]
-			if zstd != nil {
-				zstd[j] = out.zstd[i]
-			}
-		}
-		out.ids, out.split, out.zstd = ids, split, zstd
 	}
 	return out
+}
+
+// permute returns xs reordered: element j of the result is xs[idx[j]].
+func permute[T any](xs []T, idx []int) []T {
+	out := make([]T, len(idx))
+	for j, i := range idx {
+		out[j] = xs[i]
+	}
+	return out
+}
+
+// offloadCost is what sample s's offload at split k (compressed when zstd)
+// sends and costs the storage side on the profile's clock: the payload
+// bytes and the ns of the ops (or the cut, or the compression) it runs
+// there. ok is false for raw (k = 0 uncompressed) and for a split the
+// profile has no data for.
+func offloadCost(s *profiler.SampleProfile, k int, zstd bool) (bytes, ns float64, ok bool) {
+	if k == policy.SplitCut {
+		return float64(s.CutBytes), float64(s.CutNS), s.HasCut()
+	}
+	if k < 0 || k >= len(s.Bytes) || k > len(s.OpNS) || (k == 0 && !zstd) {
+		return 0, 0, false
+	}
+	for _, op := range s.OpNS[:k] {
+		ns += float64(op)
+	}
+	bytes = float64(s.Bytes[k])
+	if zstd && k < len(s.Compressed) && k < len(s.CompressNS) {
+		bytes, ns = float64(s.Compressed[k]), ns+float64(s.CompressNS[k])
+	}
+	return bytes, ns, true
+}
+
+// hint implements offloadHinter.
+func (p *policyPlan) hint(sample uint64) (uint32, uint64) {
+	if i, ok := slices.BinarySearch(p.ids, sample); ok {
+		return p.prio[i], p.cost[i]
+	}
+	return 0, 0
 }
 
 // Name implements [Plan].
