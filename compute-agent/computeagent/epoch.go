@@ -65,13 +65,13 @@ type epochRun struct {
 	// offPlannedNS sums the plan's storage CPU estimate (offloadHinter)
 	// of the samples served offloaded as planned: the drift check's
 	// prediction when storage agents answered some offloads raw.
-	offPlannedNS atomic.Int64
-	computeNS       atomic.Int64
-	retried         atomic.Int64
-	streamFailures  atomic.Int64
-	duplicates      atomic.Int64
-	stalls          atomic.Int64 // streams declared stalled
-	hedged          atomic.Int64 // requests of stalled streams put back while outstanding
+	offPlannedNS   atomic.Int64
+	computeNS      atomic.Int64
+	retried        atomic.Int64
+	streamFailures atomic.Int64
+	duplicates     atomic.Int64
+	stalls         atomic.Int64 // streams declared stalled
+	hedged         atomic.Int64 // requests of stalled streams put back while outstanding
 	// Offloads the storage agents answered raw: their CPU could not keep
 	// up (work-conserving offload), or the file cannot be cut exactly.
 	servedRawContended, servedRawUncuttable atomic.Int64

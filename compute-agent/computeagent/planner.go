@@ -82,15 +82,15 @@ type Stage1Summary struct {
 
 // planner holds a policy run's state between epochs.
 type planner struct {
-	a     *Agent
-	name  string
-	res   policy.Resources
-	prof  *profiler.Profile // this shard's samples; nil until known
+	a    *Agent
+	name string
+	res  policy.Resources
+	prof *profiler.Profile // this shard's samples; nil until known
 	// saved is the profile as saved at Config.ProfilePath (every shard's
 	// samples), whose measured resources each epoch updates; nil when
 	// there is none to update.
 	saved *profiler.Profile
-	plan  policy.Plan       // valid when prof is set
+	plan  policy.Plan // valid when prof is set
 	bound float64
 	agent Plan // plan as the agent runs it
 }
