@@ -201,3 +201,15 @@ func TestDegenerate(t *testing.T) {
 		}
 	}
 }
+
+func TestWithMeasured(t *testing.T) {
+	r := Resources{LinkBytesPerSec: 1e6, StorageCores: 4, ComputeCores: 8, GPUSamplesPerSec: 100, StorageSpeed: 1}
+	if got := r.WithMeasured(nil); got != r {
+		t.Errorf("nil: got %+v, want %+v", got, r)
+	}
+	m := &profiler.MeasuredResources{LinkBytesPerSec: 2e6, StorageSpeed: 0.8, ComputeCores: math.Inf(1), Epochs: 3}
+	want := Resources{LinkBytesPerSec: 2e6, StorageCores: 4, ComputeCores: 8, GPUSamplesPerSec: 100, StorageSpeed: 0.8}
+	if got := r.WithMeasured(m); got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
