@@ -32,19 +32,19 @@ func uniform(m *model, name string, k int, r Resources) Plan {
 // NoOff runs the whole pipeline on the compute node: every sample crosses
 // the link raw.
 func NoOff(p *profiler.Profile, r Resources) Plan {
-	return uniform(newModel(p, r), NameNoOff, 0, r)
+	return uniform(newModel(p, r, false), NameNoOff, 0, r)
 }
 
 // AllOff runs the whole pipeline on storage.
 func AllOff(p *profiler.Profile, r Resources) Plan {
-	m := newModel(p, r)
+	m := newModel(p, r, false)
 	return uniform(m, NameAllOff, m.n, r)
 }
 
 // ResizeOff runs ops [0:k] on storage for every sample; k is normally
 // ResizeSplit(p.Ops).
 func ResizeOff(p *profiler.Profile, r Resources, k int) Plan {
-	return uniform(newModel(p, r), NameResizeOff, k, r)
+	return uniform(newModel(p, r, false), NameResizeOff, k, r)
 }
 
 // resizeOps are the crop ops ResizeSplit looks for.
@@ -74,7 +74,7 @@ func isWordByte(b byte) bool {
 // predicted epoch time (ties go to the smaller split). Its splits are the
 // ops' boundaries 0..n; it never uses SplitCut.
 func FastFlow(p *profiler.Profile, r Resources) Plan {
-	m := newModel(p, r)
+	m := newModel(p, r, false)
 	// Totals per uniform split in one pass over the samples.
 	tot := make([]raw, m.n+1)
 	buf := make([]raw, m.nopt())
@@ -111,7 +111,7 @@ func FastFlow(p *profiler.Profile, r Resources) Plan {
 // was before the pick, so that SOPHON never predicts worse than NoOff (one
 // expensive sample can otherwise overshoot on small profiles).
 func SOPHON(p *profiler.Profile, r Resources) Plan {
-	m := newModel(p, r)
+	m := newModel(p, r, false)
 	type cand struct {
 		eff   float64
 		i     int32

@@ -77,9 +77,11 @@ func profileImageNet() *profiler.Profile {
 // BenchmarkPlanImageNet plans an ImageNet-sized profile with Optimal and
 // Bound, storage CPU limited to a quarter of what SOPHON keeps busy (the
 // balanced case, where the dual search and the improvement pass work
-// hardest).
+// hardest), without and with the cut's measurements (one more option per
+// sample).
 func BenchmarkPlanImageNet(b *testing.B) {
 	p := profileImageNet()
+	pc := policytest.WithCut(p, 1)
 	r := limited(SOPHON(p, ample))
 	for _, c := range []struct {
 		name string
@@ -87,13 +89,28 @@ func BenchmarkPlanImageNet(b *testing.B) {
 	}{
 		{"optimal", func() { Optimal(p, r) }},
 		{"bound", func() { Bound(p, r) }},
+		{"optimal-cut", func() { Optimal(pc, r) }},
+		{"bound-cut", func() { Bound(pc, r) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
+			cpu0 := processCPU()
 			for b.Loop() {
 				c.f()
 			}
+			// CPU time, the garbage collector's included, is steadier than
+			// wall time on a shared machine.
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 			b.ReportMetric(float64(len(p.Samples))*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
 		})
 	}
+}
+
+// processCPU is the process's user and system CPU time so far, in ns.
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }

@@ -111,6 +111,7 @@ func TestCutHandmade(t *testing.T) {
 // without the cut.
 func TestPropertiesCut(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
+	used := [2]int{} // trials whose optimal plan cuts: tiny, larger
 	for trial := range 400 {
 		var p *profiler.Profile
 		tiny := trial < 200
@@ -126,6 +127,9 @@ func TestPropertiesCut(t *testing.T) {
 		}
 		r := randomResources(rng, len(p.Samples))
 		opt, bound := checkProperties(t, p, r)
+		if slices.Contains(Optimal(p, r).Split, SplitCut) {
+			used[trial/200]++
+		}
 		if tiny {
 			bf := bruteForce(p, r)
 			if !near(opt, bf) {
@@ -162,6 +166,10 @@ func TestPropertiesCut(t *testing.T) {
 				t.Errorf("trial %d: %s uses the cut", trial, c.name)
 			}
 		}
+	}
+	t.Logf("optimal cuts in %d of 200 tiny and %d of 200 larger profiles", used[0], used[1])
+	if used[0] == 0 || used[1] == 0 {
+		t.Errorf("the cut is never used: the test does not exercise it")
 	}
 }
 
@@ -254,7 +262,7 @@ func TestEvalMatchesOptions(t *testing.T) {
 			addRandomCut(rng, p)
 		}
 		r := randomResources(rng, len(p.Samples))
-		m := newModel(p, r)
+		m := newModel(p, r, true)
 		w := [3]float64{rng.Float64(), rng.Float64(), rng.Float64()}
 		sum := w[0] + w[1] + w[2]
 		for j := range w {

@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -173,10 +174,34 @@ func TestExplain(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	for _, s := range []string{"nooff", "alloff", "resizeoff", "fastflow", "sophon", "optimal", "bound", "2.600", "storage-cpu"} {
+	for _, s := range []string{"nooff", "alloff", "resizeoff", "fastflow", "sophon", "optimal", "bound", "2.600", "storage-cpu",
+		"cut", "samples per split", "1 decode, 2 random_resized_crop"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("explain output lacks %q:\n%s", s, out)
 		}
+	}
+	// With the cut, optimal's row says one sample is cut, and the
+	// histogram puts it there.
+	pc, rc := cutPair()
+	buf.Reset()
+	if err := Explain(&buf, pc, rc); err != nil {
+		t.Fatal(err)
+	}
+	var optRows []string
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == NameOptimal {
+			optRows = append(optRows, strings.Join(f, " "))
+		}
+	}
+	if want := []string{"optimal 5.000 0.0 0.5 0.5 link 1", "optimal 1 0 0 1 0"}; !slices.Equal(optRows, want) {
+		t.Errorf("optimal's rows: got %q, want %q\n%s", optRows, want, buf.String())
+	}
+}
+
+func TestHistogram(t *testing.T) {
+	pl := Plan{Split: []int{SplitCut, 0, 2, 2, SplitCut, 3, -2, 9}}
+	if got, want := pl.Histogram(3), []int{2, 1, 0, 2, 1}; !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
 	}
 }
 
@@ -199,5 +224,17 @@ func TestDegenerate(t *testing.T) {
 		if got := Bound(p, r); !near2(got, want) {
 			t.Errorf("bound: got %v, want %v", got, want)
 		}
+	}
+}
+
+func TestWithMeasured(t *testing.T) {
+	r := Resources{LinkBytesPerSec: 1e6, StorageCores: 4, ComputeCores: 8, GPUSamplesPerSec: 100, StorageSpeed: 1}
+	if got := r.WithMeasured(nil); got != r {
+		t.Errorf("nil: got %+v, want %+v", got, r)
+	}
+	m := &profiler.MeasuredResources{LinkBytesPerSec: 2e6, StorageSpeed: 0.8, ComputeCores: math.Inf(1), Epochs: 3}
+	want := Resources{LinkBytesPerSec: 2e6, StorageCores: 4, ComputeCores: 8, GPUSamplesPerSec: 100, StorageSpeed: 0.8}
+	if got := r.WithMeasured(m); got != want {
+		t.Errorf("got %+v, want %+v", got, want)
 	}
 }

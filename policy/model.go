@@ -24,6 +24,7 @@ package policy
 
 import (
 	"math"
+	"slices"
 
 	"github.com/sophon-dl/sophon/profiler"
 )
@@ -148,7 +149,10 @@ type model struct {
 	gpu    float64    // GPU seconds per epoch
 }
 
-func newModel(p *profiler.Profile, r Resources) *model {
+// newModel returns the model of p under r. With cut, it offers SplitCut
+// where any sample has the cut's measurements (which takes a pass over the
+// samples); without, it never does, as the baselines need.
+func newModel(p *profiler.Profile, r Resources, cut bool) *model {
 	m := &model{p: p, n: p.N(), stride: 1}
 	for i := range p.Samples {
 		if len(p.Samples[i].Compressed) == m.n+1 {
@@ -157,7 +161,7 @@ func newModel(p *profiler.Profile, r Resources) *model {
 		}
 	}
 	m.cutOpt = (m.n + 1) * m.stride
-	if m.n >= 2 {
+	if cut && m.n >= 2 {
 		for i := range p.Samples {
 			if p.Samples[i].HasCut() {
 				m.cut = true
@@ -286,7 +290,7 @@ func (m *model) predict(tot raw, r Resources) Prediction {
 // measurements (compress[i] is then ignored) and as split 0 where it has
 // not: a sample that cannot be cut crosses the link raw.
 func Predict(p *profiler.Profile, r Resources, split []int, compress []bool) Prediction {
-	m := newModel(p, r)
+	m := newModel(p, r, slices.Contains(split, SplitCut))
 	return m.predict(m.totals(m.choices(split, compress)), r)
 }
 

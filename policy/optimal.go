@@ -23,7 +23,7 @@ import (
 // a relative 1e-6 of the maximum, or after 200 iterations, whichever comes
 // first; see boundTol.
 func Bound(p *profiler.Profile, r Resources) float64 {
-	m := newModel(p, r)
+	m := newModel(p, r, true)
 	d := m.dual()
 	return max(d.lb, m.gpu)
 }
@@ -99,9 +99,9 @@ func (m *model) eval(w [3]float64, ch []int32) (float64, [3]float64) {
 			}
 		}
 		if m.cut && s.HasCut() {
-			q := m.cutRaw(s, total, pre2)
-			if v := a[0]*q[0] + a[1]*q[1] + a[2]*(float64(s.CutFinishNS)-pre2); v <= bestV {
-				if v < bestV || m.sum(q) < m.sum(bestQ) {
+			cb, cns, cfin := float64(s.CutBytes), float64(s.CutNS), float64(s.CutFinishNS)
+			if v := a[0]*cb + a[1]*cns + a[2]*(cfin-pre2); v <= bestV {
+				if q := (raw{cb, cns, cfin + total - pre2}); v < bestV || m.sum(q) < m.sum(bestQ) {
 					best, bestV, bestQ = m.cutOpt, v, q
 				}
 			}
@@ -224,7 +224,7 @@ const exactLimit = 1 << 16
 // O(N * options) per dual iteration and per improvement round plus a sort,
 // so O(N log N) overall.
 func Optimal(p *profiler.Profile, r Resources) Plan {
-	m := newModel(p, r)
+	m := newModel(p, r, true)
 	if ch, ok := m.exact(); ok {
 		return m.plan(NameOptimal, ch, r)
 	}

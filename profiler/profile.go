@@ -7,10 +7,10 @@ import "math"
 //
 // Version 2 added the JPEG-domain crop split's measurements (CutBytes,
 // CutNS, CutFinishNS) and the measured resources (Profile.Resources). A
-// version 1 file is refused with ErrProfileVersion like any other, so a
-// compute agent holding one profiles again (stage 2) and saves a version 2
-// file over it: a profile without the cut's measurements would never plan
-// the cut.
+// version 1 file is refused with ErrProfileVersion like any other, which
+// the compute agent treats as no saved profile: stage 2 records a new one
+// and saves it, as version 2, over the old. Reading version 1 as version 2
+// without cut data would be possible, but its plans would never cut.
 const ProfileVersion = 2
 
 // Profile is stage 2's output: for every sample of a dataset and every

@@ -20,12 +20,20 @@ import (
 const usage = `policy: compare offloading policies on a profile.
 
 Usage:
-  policy explain (--profile FILE | --synthetic KIND:N) [resources]
+  policy explain (--profile FILE | --synthetic KIND:N) [--cut=false] [resources]
 
 A profile FILE is what the compute agent's stage 2 saves (--profile); a
 synthetic profile is generated: KIND is openimages-like or imagenet-like,
 N the number of samples. Resources say what the link and the CPUs can do;
 a zero leaves that resource unlimited.
+
+The first table gives each policy's predicted epoch and how many samples
+it sends as JPEG cuts (the split "cut": the storage agent cuts the JPEG to
+the crop box without decoding it, the compute node decodes only the box);
+the second how many samples each policy puts at each split. Only optimal
+uses the cut, and only where the profile measured it (pipelines that start
+with decode, random_resized_crop); synthetic profiles have it unless
+--cut=false, which also drops it from a profile FILE, to compare.
 
 Example:
   policy explain --synthetic openimages-like:20000 --link-mbit 430 \
@@ -59,6 +67,9 @@ func run(args []string, out, errOut io.Writer) int {
 		fmt.Fprintln(errOut, "policy:", err)
 		return 2
 	}
+	if !o.cut {
+		p = policytest.WithoutCut(p)
+	}
 	r := policy.Resources{
 		LinkBytesPerSec:  o.linkMbit * 1e6 / 8,
 		StorageCores:     o.storageCores,
@@ -66,7 +77,13 @@ func run(args []string, out, errOut io.Writer) int {
 		GPUSamplesPerSec: o.gpuRate,
 		StorageSpeed:     o.storageSpeed,
 	}
-	fmt.Fprintf(out, "profile: %d samples, pipeline %s, %d ops\n", len(p.Samples), p.Pipeline, p.N())
+	cuts := 0
+	for i := range p.Samples {
+		if p.Samples[i].HasCut() {
+			cuts++
+		}
+	}
+	fmt.Fprintf(out, "profile: %d samples, pipeline %s, %d ops, %d samples with a JPEG cut\n", len(p.Samples), p.Pipeline, p.N(), cuts)
 	fmt.Fprintf(out, "resources: link %.0f Mbit/s, storage %.2f cores (speed %.2fx), compute %.2f cores, GPU %.0f samples/s (0 = unlimited)\n\n",
 		o.linkMbit, o.storageCores, max(o.storageSpeed, 0), o.computeCores, o.gpuRate)
 	if err := policy.Explain(out, p, r); err != nil {
@@ -79,6 +96,7 @@ func run(args []string, out, errOut io.Writer) int {
 type options struct {
 	profilePath, synthetic                                      string
 	seed                                                        uint64
+	cut                                                         bool
 	linkMbit, storageCores, computeCores, gpuRate, storageSpeed float64
 }
 
@@ -89,6 +107,7 @@ func newFlags(errOut io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.profilePath, "profile", "", "profile `file` saved by the compute agent's stage 2")
 	fs.StringVar(&o.synthetic, "synthetic", "", "generate a profile instead: `KIND:N` (openimages-like or imagenet-like)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic profile")
+	fs.BoolVar(&o.cut, "cut", true, "give a synthetic profile the JPEG cut's measurements; false drops them from any profile")
 	fs.Float64Var(&o.linkMbit, "link-mbit", 500, "link bandwidth from storage to compute, Mbit/s of payload")
 	fs.Float64Var(&o.storageCores, "storage-cores", 0, "storage cores for preprocessing (0 = unlimited)")
 	fs.Float64Var(&o.computeCores, "compute-cores", 0, "compute-node cores for preprocessing (0 = unlimited)")
@@ -112,7 +131,11 @@ func (o *options) profile() (*profiler.Profile, error) {
 		if kind != "openimages-like" && kind != "imagenet-like" {
 			return nil, fmt.Errorf("--synthetic kind %q: want openimages-like or imagenet-like", kind)
 		}
-		return policytest.Synthetic(kind, count, o.seed), nil
+		p := policytest.Synthetic(kind, count, o.seed)
+		if o.cut {
+			p = policytest.WithCut(p, o.seed)
+		}
+		return p, nil
 	}
 	return nil, errors.New("give --profile FILE or --synthetic KIND:N")
 }

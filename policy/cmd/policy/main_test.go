@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -16,10 +17,24 @@ func TestExplain(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	for _, want := range []string{"nooff", "alloff", "resizeoff", "fastflow", "sophon", "optimal", "bound", "500 samples"} {
+	for _, want := range []string{"nooff", "alloff", "resizeoff", "fastflow", "sophon", "optimal", "bound", "500 samples",
+		"samples per split", "2 random_resized_crop"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+	// The synthetic profile has the cut and optimal uses it; the baselines
+	// never do. --cut=false takes it away.
+	if got := cutColumn(t, out.String()); got["optimal"] == 0 || got["sophon"] != 0 || got["nooff"] != 0 {
+		t.Errorf("cut column %v: want optimal > 0, sophon and nooff 0\n%s", got, out.String())
+	}
+	out.Reset()
+	code = run([]string{"explain", "--synthetic", "openimages-like:500", "--link-mbit", "430", "--storage-cores", "8", "--cut=false"}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("--cut=false: exit %d: %s", code, errOut.String())
+	}
+	if got := cutColumn(t, out.String()); got["optimal"] != 0 || !strings.Contains(out.String(), "0 samples with a JPEG cut") {
+		t.Errorf("--cut=false: cut column %v, want 0\n%s", got, out.String())
 	}
 	// A saved profile explains the same way.
 	path := filepath.Join(t.TempDir(), "p.prof")
@@ -48,4 +63,28 @@ func TestExplainErrors(t *testing.T) {
 			t.Errorf("%v: exit 0, want an error", args)
 		}
 	}
+}
+
+// cutColumn reads the first table's last column: samples sent as cuts,
+// by policy.
+func cutColumn(t *testing.T, out string) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 7 {
+			continue
+		}
+		n, err := strconv.Atoi(f[6])
+		if err != nil {
+			continue
+		}
+		if _, seen := got[f[0]]; !seen {
+			got[f[0]] = n
+		}
+	}
+	if len(got) < 5 {
+		t.Fatalf("no cut column in\n%s", out)
+	}
+	return got
 }
