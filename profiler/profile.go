@@ -92,13 +92,17 @@ type MeasuredResources struct {
 	// Epochs is the weight, in epochs, of the measurements averaged (a
 	// fraction for a partial epoch).
 	Epochs float64 `json:"epochs,omitempty"`
+	// NoOffSeconds is the last measured No-Off epoch's time, not a mean:
+	// the measured guard re-plans after an epoch slower than it.
+	NoOffSeconds float64 `json:"nooff_seconds,omitempty"`
 }
 
 // Update folds one observation into the running mean: each field becomes
 // (m.X*m.Epochs + obs.X*weight) / (m.Epochs + weight), and Epochs grows by
 // weight, so after epochs e1, e2, ... of weight 1 each field is their plain
 // mean. weight is how many epochs obs stands for (1 for a whole epoch's
-// report; less for a partial one); obs.Epochs is ignored. A field of obs
+// report; less for a partial one); obs.Epochs is ignored, and
+// obs.NoOffSeconds, when measured, replaces m's (the last one counts). A field of obs
 // that is zero, negative or not finite was not measured and leaves m's
 // field as it is; a field of m that is zero (never measured) takes obs's
 // value outright, as does every field when m.Epochs is zero (m holds no
@@ -135,6 +139,9 @@ func (m *MeasuredResources) Update(obs MeasuredResources, weight float64) {
 		}
 	}
 	m.Epochs = old + weight
+	if measured(obs.NoOffSeconds) {
+		m.NoOffSeconds = obs.NoOffSeconds
+	}
 }
 
 // measured reports whether x is positive and finite.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/policy"
 )
 
 func TestParsePlan(t *testing.T) {
@@ -210,4 +211,13 @@ func FuzzDecodePlanFile(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSplitCutAgrees: policy names the JPEG-domain crop with its own
+// constant (it does not import ops); the agent passes plans straight
+// through, so the two must agree.
+func TestSplitCutAgrees(t *testing.T) {
+	if policy.SplitCut != ops.SplitCut {
+		t.Fatalf("policy.SplitCut %d, ops.SplitCut %d", policy.SplitCut, ops.SplitCut)
+	}
 }

@@ -246,7 +246,7 @@ func (pl *planner) adopt(rec *profiler.Recorder, shard int, r *EpochReport) erro
 		a.log.Warn().Msg("stage 2: no sample recorded; staying with No-Off")
 		return nil
 	}
-	obs := profiler.MeasuredResources{StorageSpeed: pl.res.StorageSpeed}
+	obs := profiler.MeasuredResources{StorageSpeed: pl.res.StorageSpeed, NoOffSeconds: r.Seconds}
 	if r.Seconds > 0 && r.BytesReceived > 0 {
 		obs.LinkBytesPerSec = float64(r.BytesReceived) / r.Seconds
 	}
@@ -322,19 +322,23 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 	}
 	pl := &planner{a: a, name: cfg.Policy, res: st.res}
 	summary := st.summary()
+	// noOff is the last measured No-Off epoch's time, for the guard: this
+	// run's, or the one kept with a reused profile.
+	var noOff float64
 	if prof, saved := a.loadProfile(cat); prof != nil {
 		pl.prof, pl.saved = prof, saved
 		// Plan from the means kept with the profile, not this run's
 		// stage 1 alone.
 		pl.res = pl.res.WithMeasured(saved.Resources)
+		if saved.Resources != nil {
+			noOff = saved.Resources.NoOffSeconds
+		}
 		summary.Profile = ProfileLoaded
 		if err := pl.replan(); err != nil {
 			return nil, err
 		}
 	}
 	var reports []EpochReport
-	// noOff is the last measured No-Off epoch's time, for the guard.
-	var noOff float64
 	for i := 0; ; i++ {
 		num, req, ok := src(ctx, i)
 		if !ok {
@@ -380,6 +384,8 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 			}
 			if !ran || pl.name == policy.NameNoOff {
 				noOff = r.Seconds
+				pl.observe(profiler.MeasuredResources{NoOffSeconds: noOff})
+				pl.save()
 			}
 			return nil
 		}
