@@ -218,6 +218,9 @@ func (x *experiment) contended(run *results.Run, h *hog, rs []computeagent.Epoch
 	switch {
 	case len(rs) > h.after:
 		k.FromEpoch = int(rs[h.after].Epoch)
+		if st := rs[h.after].StartUnixNS; st > 0 {
+			k.IntoEpochSeconds = float64(h.opened.UnixNano()-st) / 1e9
+		}
 	case h.after > 0 && len(rs) >= h.after:
 		k.FromEpoch = int(rs[h.after-1].Epoch) + 1
 	}
@@ -230,6 +233,7 @@ func (x *experiment) contended(run *results.Run, h *hog, rs []computeagent.Epoch
 	}
 	run.Contention = k
 	x.cfg.Log.Info().Str("policy", run.Policy).Int("from_epoch", k.FromEpoch).Float64("lag_seconds", k.LagSeconds).
+		Float64("into_epoch_seconds", k.IntoEpochSeconds).
 		Float64("hog_cores", k.HogCores).Float64("storage_cores_left", k.StorageCoresLeft).
 		Float64("reduced_prediction_seconds", k.PredictedSeconds).Msg("contended")
 }

@@ -19,10 +19,16 @@ type Contention struct {
 	// first contended epoch, as the report numbers epochs: the one under
 	// way then. LagSeconds is the time from the end of the last
 	// uncontended epoch (its end_unix_ns) to the hog's start (0 when
-	// AfterEpochs is 0: the hog started with the run).
-	AfterEpochs int     `json:"after_epochs"`
-	FromEpoch   int     `json:"from_epoch"`
-	LagSeconds  float64 `json:"lag_seconds"`
+	// AfterEpochs is 0: the hog started with the run). NB: the compute
+	// agent writes an epoch's report line after re-planning for the next,
+	// which waits for it, so a slow re-plan shows here; IntoEpochSeconds
+	// is the hog's start from the start of epoch FromEpoch (start_unix_ns;
+	// negative when it spun before that epoch began), how much of the
+	// first contended epoch ran uncontended.
+	AfterEpochs      int     `json:"after_epochs"`
+	FromEpoch        int     `json:"from_epoch"`
+	LagSeconds       float64 `json:"lag_seconds"`
+	IntoEpochSeconds float64 `json:"into_epoch_seconds"`
 	// Threads is the hog's busy threads (--contend-threads).
 	Threads int `json:"threads"`
 	// HogCPUSeconds is the hog's user and system CPU time while it spun
@@ -105,6 +111,7 @@ var contentionColumns = []column{
 	{Text: "policy", MD: "policy"},
 	{Text: "from epoch", MD: "contended from epoch", Right: true},
 	{Text: "lag s", MD: "hog lag s", Right: true},
+	{Text: "into s", MD: "hog start into epoch s", Right: true},
 	{Text: "hog cores", MD: "hog cores", Right: true},
 	{Text: "left cores", MD: "storage cores left", Right: true},
 	{Text: "reduced pred s", MD: "reduced-CPU prediction s", Right: true},
@@ -128,22 +135,22 @@ func contentionTable(r *Results) [][]string {
 			if k == nil {
 				continue
 			}
-			row := []string{cellLabel(c), rowName(run), strconv.Itoa(k.FromEpoch), f2(k.LagSeconds),
+			row := []string{cellLabel(c), rowName(run), strconv.Itoa(k.FromEpoch), f2(k.LagSeconds), f2(k.IntoEpochSeconds),
 				f2(k.HogCores), f2(k.StorageCoresLeft), none, none, none, none, none, yesNO(k.Holds), ""}
 			if k.PredictedSeconds > 0 {
-				row[6] = f2(k.PredictedSeconds)
+				row[7] = f2(k.PredictedSeconds)
 			}
 			if k.NoOffSeconds > 0 {
-				row[7] = f2(k.NoOffSeconds)
+				row[8] = f2(k.NoOffSeconds)
 			}
 			if k.ReferenceSeconds > 0 {
-				row[8] = f2(k.ReferenceSeconds)
+				row[9] = f2(k.ReferenceSeconds)
 			}
 			if k.WorstSeconds > 0 {
-				row[9] = fmt.Sprintf("%s (epoch %d)", f2(k.WorstSeconds), k.WorstEpoch)
+				row[10] = fmt.Sprintf("%s (epoch %d)", f2(k.WorstSeconds), k.WorstEpoch)
 			}
 			if k.Ratio > 0 {
-				row[10] = f2(k.Ratio)
+				row[11] = f2(k.Ratio)
 			}
 			var notes []string
 			if k.PredictionError != "" {
@@ -152,7 +159,7 @@ func contentionTable(r *Results) [][]string {
 			if run.Error != "" {
 				notes = append(notes, "error: "+run.Error)
 			}
-			row[12] = oneLine(notes)
+			row[13] = oneLine(notes)
 			rows = append(rows, row)
 		}
 	}

@@ -92,7 +92,7 @@ func TestContentionReport(t *testing.T) {
 		if c.Runs[i].Policy == PeerPolicy {
 			continue
 		}
-		c.Runs[i].Contention = &Contention{AfterEpochs: 1, FromEpoch: 2, LagSeconds: 0.031, Threads: 2,
+		c.Runs[i].Contention = &Contention{AfterEpochs: 1, FromEpoch: 2, LagSeconds: 0.031, IntoEpochSeconds: -0.02, Threads: 2,
 			HogCPUSeconds: 2.5, HogSeconds: 5, HogCores: 0.5, StorageCoresLeft: 0, PredictedSeconds: 4.2}
 	}
 	ScoreContention(c)
@@ -114,9 +114,9 @@ func TestContentionReport(t *testing.T) {
 	}
 	for policy, want := range map[string]string{
 		// sophon: 4 s against min(nooff 10 s, 4.2 s).
-		"sophon": "500mbit, 0.5 storage CPUs|sophon|2|0.03|0.50|0.00|4.20|10.00|4.20|4.00 (epoch 2)|0.95|yes|",
+		"sophon": "500mbit, 0.5 storage CPUs|sophon|2|0.03|-0.02|0.50|0.00|4.20|10.00|4.20|4.00 (epoch 2)|0.95|yes|",
 		// nooff: 10 s against 4.2 s.
-		"nooff": "500mbit, 0.5 storage CPUs|nooff|2|0.03|0.50|0.00|4.20|10.00|4.20|10.00 (epoch 2)|2.38|NO|",
+		"nooff": "500mbit, 0.5 storage CPUs|nooff|2|0.03|-0.02|0.50|0.00|4.20|10.00|4.20|10.00 (epoch 2)|2.38|NO|",
 	} {
 		if got := mdRow(text, "## Contention", policy); got != want {
 			t.Errorf("%s's contention row: got %q, want %q", policy, got, want)

@@ -489,7 +489,9 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 			"experiment's profile and the run's stage 1 measurements with that many storage cores: the best a re-plan "+
 			"could do. *Reference* is the least of it and nooff's steady epoch in the same cell; a run holds when its "+
 			"slowest contended epoch is within %.0f%% of the reference (and it ran exactly once, without error). "+
-			"*Hog lag* is the time from the end of the last uncontended epoch to the hog's start.\n\n",
+			"*Hog lag* is the time from the end of the last uncontended epoch (as the compute agent reported it, "+
+			"after re-planning) to the hog's start, and *hog start into epoch* the hog's start from the first contended "+
+			"epoch's (negative: before it).\n\n",
 			ContentionTolerance*100)
 		writeMarkdownTable(b, contentionColumns, rows)
 	}
