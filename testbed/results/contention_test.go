@@ -104,7 +104,7 @@ func TestContentionReport(t *testing.T) {
 	b, _ := os.ReadFile(report)
 	text := string(b)
 	for _, want := range []string{
-		"- **Contention:** a CPU hog of 2 busy threads in the storage agent's cgroup from 0.5 of each run's epochs on",
+		"- **Contention:** a CPU hog of 2 busy threads in the storage agent's cgroup, started in each policy run once floor(0.5 x 3) = 1 epochs were done",
 		"## Contention", "| reduced-CPU prediction s |", "| worst/reference |", "| within 10% |",
 		// sophon: 4 s against min(nooff 10 s, 4.2 s).
 	} {

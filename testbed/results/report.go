@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -435,8 +436,14 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 		b.WriteString("- **Work-conserving:** both: each policy but nooff also ran with --work-conserving=false, as <policy>-nowc\n")
 	}
 	if r.ContendAt > 0 {
-		fmt.Fprintf(b, "- **Contention:** a CPU hog of %d busy threads in the storage agent's cgroup from %s of each run's epochs on\n",
-			max(r.ContendThreads, 1), strconv.FormatFloat(r.ContendAt, 'f', -1, 64))
+		threads := max(r.ContendThreads, 1)
+		unit := "threads"
+		if threads == 1 {
+			unit = "thread"
+		}
+		fmt.Fprintf(b, "- **Contention:** a CPU hog of %d busy %s in the storage agent's cgroup, started in each policy run "+
+			"once floor(%s x %d) = %d epochs were done (so the steady epochs below are contended)\n",
+			threads, unit, strconv.FormatFloat(r.ContendAt, 'f', -1, 64), r.Epochs, int(math.Floor(r.ContendAt*float64(r.Epochs))))
 	}
 	if !r.Started.IsZero() && !r.Finished.IsZero() {
 		fmt.Fprintf(b, "- **Ran:** %s to %s (%s)\n", r.Started.UTC().Format(time.RFC3339),
