@@ -252,11 +252,12 @@ func (n *node) startDaemon(ctx context.Context, storageSide bool, logPath, what 
 	}
 }
 
-// cell runs every policy (and the trainer and the peer) at one rate and storage CPU limit.
-func (x *experiment) cell(ctx context.Context, rate string, cpus float64) (results.Cell, error) {
+// cell runs every policy (and the trainer and the peer) at one rate and
+// storage CPU limit; rep numbers the repetition with --repeat (0: none).
+func (x *experiment) cell(ctx context.Context, rate string, cpus float64, rep int) (results.Cell, error) {
 	bits, _ := shape.ParseRate(rate)
-	cell := results.Cell{Rate: rate, RateBitsPerSec: bits, StorageCPUs: cpus}
-	dir := filepath.Join(x.cfg.Out, fmt.Sprintf("%s-cpu%s", rate, strconv.FormatFloat(cpus, 'f', -1, 64)))
+	cell := results.Cell{Rate: rate, RateBitsPerSec: bits, StorageCPUs: cpus, Repetition: rep}
+	dir := filepath.Join(x.cfg.Out, cellDir(rate, cpus, rep))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return cell, err
 	}
@@ -293,7 +294,7 @@ func (x *experiment) cell(ctx context.Context, rate string, cpus float64) (resul
 			return cell, err
 		}
 	}
-	for _, p := range x.cfg.Policies {
+	for _, p := range policyRuns(x.cfg.Policies, x.cfg.WorkConserving) {
 		if ctx.Err() != nil {
 			return cell, ctx.Err()
 		}
@@ -313,6 +314,16 @@ func (x *experiment) cell(ctx context.Context, rate string, cpus float64) (resul
 		cell.Runs = append(cell.Runs, x.runPeer(ctx, n, dir, cpus))
 	}
 	return cell, ctx.Err()
+}
+
+// cellDir is a cell's folder under Config.Out: "100mbit-cpu0.5", and
+// "-rep2" after it for a repetition.
+func cellDir(rate string, cpus float64, rep int) string {
+	d := fmt.Sprintf("%s-cpu%s", rate, strconv.FormatFloat(cpus, 'f', -1, 64))
+	if rep > 0 {
+		d += fmt.Sprintf("-rep%d", rep)
+	}
+	return d
 }
 
 func freeAddr() (string, error) {

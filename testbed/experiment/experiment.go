@@ -56,6 +56,13 @@ const (
 	peerPort       = "8080"
 )
 
+// Config.WorkConserving values.
+const (
+	WorkConservingOn   = "on"
+	WorkConservingOff  = "off"
+	WorkConservingBoth = "both"
+)
+
 // Errors.
 var (
 	// ErrConfig: the configuration is invalid.
@@ -138,6 +145,26 @@ type Config struct {
 	// Scale states how the emulation maps to the hardware it stands for;
 	// it goes into the report.
 	Scale string
+	// ContendAt, when positive, contends for the storage agent's CPU in
+	// each policy run (not the trainer's or the peer's): once the compute
+	// agent has reported floor(ContendAt x Epochs) epochs (at once when
+	// that is 0), `testbed hog` with ContendThreads busy threads spins in
+	// the storage agent's cgroup, under its quota, until the run ends
+	// (results.Contention). Zero means none; otherwise it is below 1 and
+	// needs netns mode with cgroups and the testbed binary.
+	ContendAt float64
+	// ContendThreads is the hog's busy threads. Zero means 1.
+	ContendThreads int
+	// WorkConserving is WorkConservingOn (zero: no flag, the compute
+	// agent's default), WorkConservingOff (every compute agent runs with
+	// --work-conserving=false) or WorkConservingBoth (each policy but
+	// nooff runs twice, the second as "<policy>-nowc" with
+	// --work-conserving=false).
+	WorkConserving string
+	// Repeat runs each cell this many times in a row, each with fresh
+	// namespaces, cgroups and agents; the profile is the experiment's
+	// (the first run of the first repetition records it). Zero means 1.
+	Repeat int
 	// ComputeFlags and StorageFlags add flags to the agents' command lines.
 	ComputeFlags, StorageFlags []string
 	// Insecure runs the agents with --insecure. By default every cell makes
@@ -227,6 +254,29 @@ func (c *Config) defaults() error {
 	if c.ProgressEvery == 0 {
 		c.ProgressEvery = 2 * time.Second
 	}
+	if !(c.ContendAt >= 0 && c.ContendAt < 1) {
+		return fmt.Errorf("%w: contend-at %v: want a fraction of the epochs in [0, 1)", ErrConfig, c.ContendAt)
+	}
+	if c.ContendThreads == 0 {
+		c.ContendThreads = 1
+	}
+	if c.ContendThreads < 1 {
+		return fmt.Errorf("%w: contend threads %d", ErrConfig, c.ContendThreads)
+	}
+	if c.WorkConserving == "" {
+		c.WorkConserving = WorkConservingOn
+	}
+	switch c.WorkConserving {
+	case WorkConservingOn, WorkConservingOff, WorkConservingBoth:
+	default:
+		return fmt.Errorf("%w: work-conserving %q (want on, off or both)", ErrConfig, c.WorkConserving)
+	}
+	if c.Repeat == 0 {
+		c.Repeat = 1
+	}
+	if c.Repeat < 1 {
+		return fmt.Errorf("%w: repeat %d", ErrConfig, c.Repeat)
+	}
 	return nil
 }
 
@@ -299,6 +349,14 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 		Epochs:   cfg.Epochs,
 		Seed:     cfg.Seed,
 		Scale:    cfg.Scale,
+
+		WorkConserving: cfg.WorkConserving,
+	}
+	if cfg.Repeat > 1 {
+		res.Repeat = cfg.Repeat
+	}
+	if cfg.ContendAt > 0 {
+		res.ContendAt, res.ContendThreads = cfg.ContendAt, cfg.ContendThreads
 	}
 	res.Mode, res.ModeNote, err = pickMode(cfg.Mode)
 	if err != nil {
@@ -307,6 +365,16 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 	cfg.Log.Info().Str("mode", res.Mode).Str("why", res.ModeNote).Msg("testbed")
 	if res.Mode == results.ModeNetns && cgroup.Available() != nil {
 		res.ModeNote += fmt.Sprintf("; no cgroup CPU controller (%v): the storage agent's --cpus budget alone limits it", cgroup.Available())
+	}
+	if cfg.ContendAt > 0 {
+		switch {
+		case res.Mode != results.ModeNetns:
+			return nil, fmt.Errorf("%w: --contend-at needs netns mode (root): the hog shares the storage agent's cgroup", ErrConfig)
+		case cgroup.Available() != nil:
+			return nil, fmt.Errorf("%w: --contend-at needs the storage agent's cgroup: %v", ErrConfig, cgroup.Available())
+		case bins.testbed == "":
+			return nil, fmt.Errorf("%w: --contend-at needs the testbed binary (for testbed hog) next to the agents", ErrConfig)
+		}
 	}
 	pin := pinning(runtime.NumCPU(), res.Mode)
 	res.Machine.Pinning = pin.describe()
@@ -323,19 +391,25 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 	x.trainProfile = filepath.Join(cfg.Out, "profile-trainer.zst")
 	os.Remove(x.trainProfile)
 	var runErr error
+grid:
 	for _, rate := range cfg.Rates {
 		for _, cpus := range cfg.StorageCPUs {
-			cell, err := x.cell(ctx, rate, cpus)
-			res.Cells = append(res.Cells, cell)
-			if err != nil {
-				runErr = err
-				break
+			for rep := range cfg.Repeat {
+				num := 0 // a grid run once numbers no repetition
+				if cfg.Repeat > 1 {
+					num = rep + 1
+				}
+				cell, err := x.cell(ctx, rate, cpus, num)
+				results.ScoreContention(&cell)
+				res.Cells = append(res.Cells, cell)
+				if err != nil {
+					runErr = err
+					break grid
+				}
 			}
 		}
-		if runErr != nil {
-			break
-		}
 	}
+	res.Repeatability = results.Repeatabilities(res)
 	res.Finished = time.Now().UTC()
 	if _, err := results.Write(cfg.Out, res); err != nil {
 		return res, errors.Join(runErr, err)

@@ -191,9 +191,12 @@ func TestExperimentCancel(t *testing.T) {
 		testenv.Require(t, "namespaces unavailable (%v); CI runs this as root", err)
 	}
 	bins := buildBinaries(t)
+	// A hog from the first epoch on (floor(0.1 x 5) = 0): Ctrl-C must take
+	// it down too.
 	cfg := Config{
 		Data: smallDataset(t, 40), Out: t.TempDir(), Rates: []string{"10mbit"}, StorageCPUs: []float64{0.5},
 		Policies: []string{"nooff", "sophon"}, Epochs: 5, Bin: bins, Mode: ModeNetns, Log: zerolog.Nop(),
+		ContendAt: 0.1,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(4*time.Second, cancel)
@@ -349,5 +352,94 @@ func TestSeries(t *testing.T) {
 	}
 	if c := s.during(t0.Add(-time.Second).UnixNano(), t0.UnixNano()); c.bytes != 0 {
 		t.Errorf("before the first sample: %+v", c)
+	}
+}
+
+// TestExperimentContend: a short contended experiment, repeated: in each
+// run the hog starts in the storage agent's cgroup right after the first
+// epoch, takes a measurable share of its quota, and the run records it with
+// a reduced-CPU prediction; the report has the Contention and
+// Repeatability tables, and nothing is left behind.
+func TestExperimentContend(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries for about half a minute")
+	}
+	if err := netns.Available(); err != nil {
+		testenv.Require(t, "namespaces unavailable (%v); CI runs this as root", err)
+	}
+	if err := cgroup.Available(); err != nil {
+		testenv.Require(t, "cgroups unavailable (%v); CI runs this as root", err)
+	}
+	bins := buildBinaries(t)
+	out := t.TempDir()
+	const cpus = 0.5
+	cfg := Config{
+		Data: smallDataset(t, 40), Out: out, Rates: []string{"40mbit"}, StorageCPUs: []float64{cpus},
+		Policies: []string{"nooff", "sophon"}, Epochs: 2, Seed: 3, Bin: bins, Mode: ModeNetns, Log: zerolog.Nop(),
+		ContendAt: 0.5, ContendThreads: 2, Repeat: 2, Insecure: true,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if _, err := Run(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ran in %v", time.Since(start).Round(time.Millisecond))
+	checkNothingLeft(t, bins)
+	res, err := results.Load(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Repeat != 2 || res.ContendAt != 0.5 || res.ContendThreads != 2 || len(res.Cells) != 2 {
+		t.Fatalf("repeat %d, contend at %v x %d threads, %d cells", res.Repeat, res.ContendAt, res.ContendThreads, len(res.Cells))
+	}
+	for i, c := range res.Cells {
+		if c.Repetition != i+1 {
+			t.Errorf("cell %d: repetition %d", i, c.Repetition)
+		}
+		for _, r := range c.Runs {
+			k := r.Contention
+			if r.Error != "" || !r.ExactlyOnce || !r.ContentMatches || k == nil {
+				t.Errorf("rep %d %s: error %q, exactly once %v, content %v, contention %+v", c.Repetition, r.Policy, r.Error, r.ExactlyOnce, r.ContentMatches, k)
+				continue
+			}
+			t.Logf("rep %d %s: epochs %.2f s, %.2f s; hog from epoch %d (lag %.3f s, %.3f s into it), %.3f cores over %.2f s, %.3f left; reduced prediction %.2f s, reference %.2f s, worst %.2f s, ratio %.2f, holds %v",
+				c.Repetition, r.Policy, r.Epochs[0].Seconds, r.Epochs[1].Seconds, k.FromEpoch, k.LagSeconds, k.IntoEpochSeconds, k.HogCores, k.HogSeconds,
+				k.StorageCoresLeft, k.PredictedSeconds, k.ReferenceSeconds, k.WorstSeconds, k.Ratio, k.Holds)
+			if k.AfterEpochs != 1 || k.FromEpoch != r.Epochs[1].Epoch || k.Threads != 2 {
+				t.Errorf("%s: after %d epochs, from epoch %d (epochs %d, %d), %d threads", r.Policy, k.AfterEpochs, k.FromEpoch, r.Epochs[0].Epoch, r.Epochs[1].Epoch, k.Threads)
+			}
+			// Polled every 100 ms, gated in the cgroup beforehand; the
+			// lag includes the agent's re-plan, the start into the epoch
+			// does not.
+			if k.LagSeconds < 0 || k.LagSeconds > 2 || k.IntoEpochSeconds > 0.5 {
+				t.Errorf("%s: hog started %.3f s after the first epoch ended, %.3f s into the second", r.Policy, k.LagSeconds, k.IntoEpochSeconds)
+			}
+			// Under the quota: at most the cell's cores; and it did take some.
+			if k.HogCores < 0.05 || k.HogCores > cpus*1.15 || math.Abs(k.StorageCoresLeft-(cpus-k.HogCores)) > 1e-9 {
+				t.Errorf("%s: hog %.3f cores, %.3f left, want within the %v-core quota", r.Policy, k.HogCores, k.StorageCoresLeft, cpus)
+			}
+			if k.PredictedSeconds <= 0 || k.PredictionError != "" || k.ReferenceSeconds <= 0 || k.WorstSeconds <= 0 || k.Ratio <= 0 {
+				t.Errorf("%s: not scored: %+v", r.Policy, k)
+			}
+		}
+	}
+	if len(res.Repeatability) != 2 || res.Repeatability[0].Policy != "nooff" || res.Repeatability[0].Runs != 2 {
+		t.Errorf("repeatability %+v", res.Repeatability)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Contention", "## Repeatability", "40mbit, 0.5 storage CPUs, repetition 2",
+		"epoch-time-40mbit-cpu0.5-rep2.svg"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	for _, f := range []string{"40mbit-cpu0.5-rep1/sophon-hog.log", "40mbit-cpu0.5-rep2/nooff.jsonl"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -100,28 +100,87 @@ func (x *experiment) watch(ctx context.Context, n *node, s *series, line func(li
 	}
 }
 
-// runPolicy runs the compute agent with one policy for the configured
-// epochs and turns its report into a results.Run.
-func (x *experiment) runPolicy(ctx context.Context, n *node, dir, addr string, cpus float64, policy string) results.Run {
-	run := results.Run{Policy: policy}
-	report := filepath.Join(dir, policy+".jsonl")
-	samples := filepath.Join(dir, policy+".samples")
-	logPath := filepath.Join(dir, policy+".log")
-	for _, p := range []string{report, samples} {
-		os.Remove(p)
+// noWorkConserving is the compute agent's flag for the runs that do
+// without work-conserving storage (Config.WorkConserving).
+const noWorkConserving = "--work-conserving=false"
+
+// policyRun is one compute-agent run of a cell: its name in the results
+// (the policy, or "<policy>-nowc"), its policy and whether it runs with
+// --work-conserving=false.
+type policyRun struct {
+	name, policy string
+	noWC         bool
+}
+
+// policyRuns is a cell's compute-agent runs, in order, under the
+// work-conserving setting: each policy once ("on": the agent's default,
+// no flag; "off": each with --work-conserving=false), or ("both") each
+// once with the default and, but nooff, which offloads nothing, once more
+// without.
+func policyRuns(policies []string, wc string) []policyRun {
+	var out []policyRun
+	for _, p := range policies {
+		out = append(out, policyRun{name: p, policy: p, noWC: wc == WorkConservingOff})
+		if wc == WorkConservingBoth && p != "nooff" {
+			out = append(out, policyRun{name: p + "-nowc", policy: p, noWC: true})
+		}
 	}
-	args := []string{"--storage", addr, "--policy", policy, "--epochs", strconv.Itoa(x.cfg.Epochs),
+	return out
+}
+
+// policyArgs is the compute agent's command line for run pr against the
+// storage agent at addr, writing its report and samples there.
+func (x *experiment) policyArgs(addr string, pr policyRun, report, samples string) []string {
+	args := []string{"--storage", addr, "--policy", pr.policy, "--epochs", strconv.Itoa(x.cfg.Epochs),
 		"--pipeline", x.cfg.Pipeline, "--profile", x.profile, "--force-profile", "--gpu", gpuFlag(x.cfg.GPURate),
 		"--seed", strconv.FormatUint(x.cfg.Seed, 10), "--report", report, "--samples-out", samples,
 		"--log-level", "warn", "--log-format", "json"}
 	if x.cfg.Batch > 0 {
 		args = append(args, "--batch", strconv.Itoa(x.cfg.Batch))
 	}
+	if pr.noWC {
+		// NB: with "on" no flag at all: the agent's default, and agents
+		// that predate the flag still run.
+		args = append(args, noWorkConserving)
+	}
 	args = append(args, x.computeTLS...)
-	args = append(args, x.cfg.ComputeFlags...)
+	return append(args, x.cfg.ComputeFlags...)
+}
+
+// runPolicy runs the compute agent with one policy for the configured
+// epochs and turns its report into a results.Run; with Config.ContendAt a
+// CPU hog joins the storage agent's cgroup partway (contend.go).
+func (x *experiment) runPolicy(ctx context.Context, n *node, dir, addr string, cpus float64, pr policyRun) results.Run {
+	policy := pr.name
+	run := results.Run{Policy: policy, WorkConservingOff: pr.noWC}
+	report := filepath.Join(dir, policy+".jsonl")
+	samples := filepath.Join(dir, policy+".samples")
+	logPath := filepath.Join(dir, policy+".log")
+	for _, p := range []string{report, samples} {
+		os.Remove(p)
+	}
+	args := x.policyArgs(addr, pr, report, samples)
+	var h *hog
+	if x.cfg.ContendAt > 0 {
+		var err error
+		if h, err = n.startHog(ctx, x.bins.testbed, x.cfg.ContendThreads, filepath.Join(dir, policy+"-hog.log")); err != nil {
+			run.Error = fmt.Sprintf("contention: %v", err)
+			return run
+		}
+	}
 	label := fmt.Sprintf("[%s, %g storage cpus] %s", n.rate, cpus, policy)
 	var rs []computeagent.EpochReport
-	err := x.runProcess(ctx, n, proc{logPath: logPath, name: x.bins.compute, args: args, progress: func(mbps float64) string {
+	var during func(context.Context)
+	if h != nil {
+		during = func(ctx context.Context) {
+			h.contend(ctx, report, x.contendAfter(), func(err error) {
+				if err != nil {
+					x.cfg.Log.Warn().Err(err).Str("policy", policy).Msg("contention")
+				}
+			})
+		}
+	}
+	err := x.runProcess(ctx, n, proc{logPath: logPath, name: x.bins.compute, args: args, during: during, progress: func(mbps float64) string {
 		got, _ := computeagent.ReadReport(report)
 		msg := fmt.Sprintf("%s: epoch %d/%d, link %.2f MB/s", label, len(got)+1, x.cfg.Epochs, mbps)
 		if k := len(got); k > 0 {
@@ -140,6 +199,9 @@ func (x *experiment) runPolicy(ctx context.Context, n *node, dir, addr string, c
 	}})
 	if err != nil {
 		run.Error = err.Error()
+	}
+	if h != nil {
+		x.contended(&run, h, rs, cpus)
 	}
 	if len(rs) > 0 && x.res.Dataset.Samples == 0 {
 		x.res.Dataset.Samples = rs[0].Shard // tar shards: the agent counts
@@ -195,8 +257,11 @@ type proc struct {
 	// the program's results once it ended, with the link's series.
 	progress func(linkMBps float64) string
 	collect  func(*series) error
-	name     string
-	args     []string
+	// during, when set, runs beside the program from its start until its
+	// end cancels ctx.
+	during func(ctx context.Context)
+	name   string
+	args   []string
 }
 
 // runProcess runs a client program on the compute side to its end while
@@ -233,6 +298,9 @@ func (x *experiment) runProcess(ctx context.Context, n *node, p proc) error {
 	wg.Go(func() {
 		x.watch(wctx, n, s, p.progress)
 	})
+	if p.during != nil {
+		wg.Go(func() { p.during(wctx) })
+	}
 	runErr := cmd.Wait()
 	time.Sleep(2 * sampleEvery) // one more sample past the end
 	stop()

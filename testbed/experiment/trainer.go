@@ -207,6 +207,11 @@ func (x *experiment) runTrainer(ctx context.Context, n *node, dir, addr string, 
 	if x.cfg.Batch > 0 {
 		args = append(args, "--batch", strconv.Itoa(x.cfg.Batch))
 	}
+	if x.cfg.WorkConserving == WorkConservingOff {
+		// "both" runs the trainer row once, with the agent's default.
+		args = append(args, noWorkConserving)
+		run.WorkConservingOff = true
+	}
 	args = append(args, x.computeTLS...)
 	args = append(args, x.cfg.ComputeFlags...)
 	agentLog := filepath.Join(dir, base+"-agent.log")

@@ -457,8 +457,13 @@ func cellBound(c *Cell) float64 {
 }
 
 // cellLabel names a cell for people: "500mbit, 0.5 storage CPUs".
+// With --repeat the repetition follows: "500mbit, 0.5 storage CPUs, repetition 2".
 func cellLabel(c *Cell) string {
-	return fmt.Sprintf("%s, %s storage CPUs", c.Rate, cpusString(c.StorageCPUs))
+	s := fmt.Sprintf("%s, %s storage CPUs", c.Rate, cpusString(c.StorageCPUs))
+	if c.Repetition > 0 {
+		s += fmt.Sprintf(", repetition %d", c.Repetition)
+	}
+	return s
 }
 
 func cpusString(cpus float64) string { return strconv.FormatFloat(cpus, 'f', -1, 64) }
@@ -512,6 +517,9 @@ func cellCharts(c *Cell, names namer) []chartFile {
 	}
 	label := cellLabel(c)
 	base := slug(c.Rate) + "-cpu" + slug(cpusString(c.StorageCPUs))
+	if c.Repetition > 0 {
+		base += fmt.Sprintf("-rep%d", c.Repetition)
+	}
 	cats := make([]string, len(runs))
 	secs := make([]float64, len(runs))
 	pred := make([]float64, len(runs))
@@ -570,10 +578,18 @@ func cellCharts(c *Cell, names namer) []chartFile {
 
 // sweepCharts draws epoch time against link rate (one chart per storage
 // CPU value) and against storage CPUs (one chart per rate), each only
-// when it has at least two x points.
+// when it has at least two x points. With --repeat they draw the first
+// repetition (the Repeatability table compares the others).
 func sweepCharts(r *Results, names namer) []chartFile {
 	var rates []string
 	var cpus []float64
+	var first []Cell
+	for _, c := range r.Cells {
+		if c.Repetition <= 1 {
+			first = append(first, c)
+		}
+	}
+	r = &Results{Cells: first}
 	for i := range r.Cells {
 		c := &r.Cells[i]
 		if !slices.Contains(rates, c.Rate) {

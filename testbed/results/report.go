@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -79,6 +80,14 @@ func Table(w io.Writer, r *Results) error {
 			b.WriteString("training loop:\n")
 			writeText(&b, trainingColumns, rows)
 		}
+	}
+	if rows := contentionTable(r); len(rows) > 0 {
+		b.WriteString("\n== contention ==\n")
+		writeText(&b, contentionColumns, rows)
+	}
+	if rows := repeatTable(r); len(rows) > 0 {
+		b.WriteString("\n== repeatability ==\n")
+		writeText(&b, repeatColumns, rows)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -254,6 +263,11 @@ func notes(run *Run) string {
 	if e := run.Steady(); e != nil && (e.Duplicates > 0 || e.Failed > 0) {
 		n = append(n, fmt.Sprintf("last epoch: %d duplicates, %d failed", e.Duplicates, e.Failed))
 	}
+	return oneLine(n)
+}
+
+// oneLine joins notes with "; " on one line, whatever they said.
+func oneLine(n []string) string {
 	if len(n) == 0 {
 		return ""
 	}
@@ -412,6 +426,25 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 	fmt.Fprintf(b, "- **Epochs:** %d per run; the tables and charts show the last (steady-state) one\n", r.Epochs)
 	fmt.Fprintf(b, "- **Seed:** %d\n", r.Seed)
 	fmt.Fprintf(b, "- **Scale:** %s\n", md(orDefault(r.Scale, "not stated")))
+	if r.Repeat > 1 {
+		fmt.Fprintf(b, "- **Repeat:** every cell ran %d times, with fresh agents each time\n", r.Repeat)
+	}
+	switch r.WorkConserving {
+	case "off":
+		b.WriteString("- **Work-conserving:** off: every compute agent ran with --work-conserving=false\n")
+	case "both":
+		b.WriteString("- **Work-conserving:** both: each policy but nooff also ran with --work-conserving=false, as <policy>-nowc\n")
+	}
+	if r.ContendAt > 0 {
+		threads := max(r.ContendThreads, 1)
+		unit := "threads"
+		if threads == 1 {
+			unit = "thread"
+		}
+		fmt.Fprintf(b, "- **Contention:** a CPU hog of %d busy %s in the storage agent's cgroup, started in each policy run "+
+			"once floor(%s x %d) = %d epochs were done (so the steady epochs below are contended)\n",
+			threads, unit, strconv.FormatFloat(r.ContendAt, 'f', -1, 64), r.Epochs, int(math.Floor(r.ContendAt*float64(r.Epochs))))
+	}
 	if !r.Started.IsZero() && !r.Finished.IsZero() {
 		fmt.Fprintf(b, "- **Ran:** %s to %s (%s)\n", r.Started.UTC().Format(time.RFC3339),
 			r.Finished.UTC().Format(time.RFC3339), r.Finished.Sub(r.Started).Round(time.Second))
@@ -454,6 +487,27 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 				fmt.Fprintf(b, "![%s](%s)\n", mdAlt(ch.Alt), ch.Name)
 			}
 		}
+	}
+	if rows := contentionTable(r); len(rows) > 0 {
+		b.WriteString("\n## Contention\n\n")
+		fmt.Fprintf(b, "From the epoch under way once floor(contend-at x epochs) epochs were done, `testbed hog` spun in the "+
+			"storage agent's cgroup, under the same quota, taking *hog cores* of it (its CPU time over its wall time); "+
+			"the agent kept *storage cores left*. *Reduced-CPU prediction* is the optimal plan's epoch time for the "+
+			"experiment's profile and the run's stage 1 measurements with that many storage cores: the best a re-plan "+
+			"could do. *Reference* is the least of it and nooff's steady epoch in the same cell; a run holds when its "+
+			"slowest contended epoch is within %.0f%% of the reference (and it ran exactly once, without error). "+
+			"*Hog lag* is the time from the end of the last uncontended epoch (as the compute agent reported it, "+
+			"after re-planning) to the hog's start, and *hog start into epoch* the hog's start from the first contended "+
+			"epoch's (negative: before it).\n\n",
+			ContentionTolerance*100)
+		writeMarkdownTable(b, contentionColumns, rows)
+	}
+	if rows := repeatTable(r); len(rows) > 0 {
+		b.WriteString("\n## Repeatability\n\n")
+		fmt.Fprintf(b, "Each policy's steady-state epoch over the repetitions of each grid point (in order), their mean, "+
+			"and their spread: (max - min) / mean. On optimal's rows, its steady epoch against sophon's in the same "+
+			"repetition (+ is slower), flagged where it is more than %.0f%% slower in any repetition.\n\n", SophonTolerance*100)
+		writeMarkdownTable(b, repeatColumns, rows)
 	}
 	if len(sweeps) > 0 {
 		b.WriteString("\n## Sweeps\n\n")

@@ -69,8 +69,26 @@ type Results struct {
 	// Scale states how the emulation maps to the hardware it stands for
 	// (e.g. "link scaled down 20x: 1 storage core plays the paper's 20").
 	Scale string `json:"scale,omitempty"`
-	// Cells are the grid's points, rates outermost.
+	// Repeat is `testbed run --repeat`: each cell of the grid ran this
+	// many times, one after the other, with fresh agents (Cell.Repetition
+	// numbers them). 0 or 1: once.
+	Repeat int `json:"repeat,omitempty"`
+	// WorkConserving is `--work-conserving`: "on" (the compute agent's
+	// default), "off" (every compute agent ran with
+	// --work-conserving=false) or "both" (each policy but nooff ran both
+	// ways, the second as "<policy>-nowc"). Empty in older files: "on".
+	WorkConserving string `json:"work_conserving,omitempty"`
+	// ContendAt is `--contend-at`: in each policy run a CPU hog started in
+	// the storage agent's cgroup once floor(ContendAt x Epochs) epochs were
+	// done (Run.Contention); ContendThreads its busy threads. 0: none.
+	ContendAt      float64 `json:"contend_at,omitempty"`
+	ContendThreads int     `json:"contend_threads,omitempty"`
+	// Cells are the grid's points, rates outermost, then storage CPUs,
+	// then repetitions.
 	Cells []Cell `json:"cells"`
+	// Repeatability is, with Repeat > 1, each policy's steady-state epoch
+	// over the repetitions of each grid point (see Repeatabilities).
+	Repeatability []Repeatability `json:"repeatability,omitempty"`
 }
 
 // Machine names the host the experiment ran on.
@@ -105,7 +123,10 @@ type Cell struct {
 	RateBitsPerSec float64 `json:"rate_bits_per_sec"`
 	// StorageCPUs is the storage agent's CPU limit in cores.
 	StorageCPUs float64 `json:"storage_cpus"`
-	Runs        []Run   `json:"runs"`
+	// Repetition numbers the cell's repetitions from 1 with --repeat N >
+	// 1; 0 when the grid ran once.
+	Repetition int   `json:"repetition,omitempty"`
+	Runs       []Run `json:"runs"`
 }
 
 // Run is one policy (or the peer, or the trainer) in one cell.
@@ -126,6 +147,13 @@ type Run struct {
 	// same epoch, i.e. placement did not change the data.
 	ExactlyOnce    bool `json:"exactly_once"`
 	ContentMatches bool `json:"content_matches"`
+	// WorkConservingOff is true when the compute agent ran with
+	// --work-conserving=false (`--work-conserving off`, or the "-nowc"
+	// runs of `both`).
+	WorkConservingOff bool `json:"work_conserving_off,omitempty"`
+	// Contention is the CPU hog of `--contend-at` in this run; nil when
+	// none ran.
+	Contention *Contention `json:"contention,omitempty"`
 
 	// Training is true for the rows that fed a real training loop instead
 	// of the simulated GPU (the trainer row, and the peer with `testbed run

@@ -33,7 +33,8 @@ Subcommands:
          for runs across real machines
   serve  serve a folder of JPEGs over HTTP (the peer row's file server)
 
-Run 'testbed <subcommand> --help' for its flags.
+Run 'testbed <subcommand> --help' for its flags. (testbed hog, which burns
+CPU for run --contend-at, is internal.)
 `
 
 func main() {
@@ -59,6 +60,8 @@ func main() {
 		err = runShape(ctx, args, log)
 	case "serve":
 		err = runServe(ctx, args, log)
+	case "hog":
+		err = runHog(ctx, args, log)
 	default:
 		fmt.Fprintf(os.Stderr, "testbed: unknown subcommand %q\n\n%s", cmd, usage)
 		os.Exit(2)

@@ -41,14 +41,29 @@ loop and the losses of their first steps, side by side. Needs
 /usr/bin/python3 with torch, torchvision and numpy; a small --batch gives
 more steps.
 
-Writes OUT/results.json (schema: docs/results.md), OUT/report.md, SVG charts
-and each run's logs and agent reports under OUT/<rate>-cpu<cpus>/.
+With --contend-at F (as root, with cgroups) each policy run gets a CPU hog
+partway: once the compute agent has reported floor(F x epochs) epochs,
+'testbed hog' with --contend-threads busy threads spins in the storage
+agent's cgroup, under its quota, until the run ends. The report's
+Contention table compares each contended epoch with the optimal plan's
+prediction at the storage CPU the hog left and with nooff's epoch.
+
+--work-conserving off runs every compute agent with
+--work-conserving=false; both runs each policy but nooff twice, the second
+as "<policy>-nowc" without it. --repeat N runs each cell N times with fresh
+agents; the report's Repeatability table gives each policy's spread.
+
+Writes OUT/results.json (schema: docs/testbed.md), OUT/report.md, SVG charts
+and each run's logs and agent reports under OUT/<rate>-cpu<cpus>/ (with
+--repeat, OUT/<rate>-cpu<cpus>-rep<k>/).
 
 Examples:
   testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 0.5
   testbed run --data /data/imagenet-val --rate 100mbit,200mbit,500mbit --storage-cpus 0.25,1 --epochs 3
   testbed run --data ds --policies nooff,sophon,optimal --no-peer --mode loopback
   testbed run --gen openimages-like:96 --rate 100mbit --storage-cpus 1 --epochs 2 --batch 16 --policies nooff --train
+  testbed run --gen openimages-like:120 --rate 100mbit --storage-cpus 1 --epochs 4 --policies nooff,sophon,optimal --no-peer --contend-at 0.5
+  testbed run --gen openimages-like:120 --rate 100mbit --storage-cpus 1 --policies nooff,sophon,optimal --no-peer --repeat 3 --work-conserving both
 
 Flags:
 `
@@ -76,6 +91,10 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	scale := fs.String("scale", "", "`statement` of how the emulation maps to real hardware, for the report (default: derived from the rates)")
 	computeFlags := fs.String("compute-flags", "", "extra compute-agent `flags`, space-separated")
 	storageFlags := fs.String("storage-flags", "", "extra storage-agent `flags`, space-separated")
+	contendAt := fs.Float64("contend-at", 0, "start a CPU hog in the storage agent's cgroup once this `fraction` of each policy run's epochs is done (floor(F x epochs)); 0: none")
+	contendThreads := fs.Int("contend-threads", 1, "the hog's busy `threads`")
+	workConserving := fs.String("work-conserving", experiment.WorkConservingOn, "`setting`: on (the compute agent's default), off (--work-conserving=false) or both (each policy but nooff also as <policy>-nowc)")
+	repeat := fs.Int("repeat", 1, "run each cell `N` times, with fresh agents")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	insecure := fs.Bool("insecure", false, "run the agents with --insecure (default: every cell makes a fresh development CA, certificates and gossip key, and the agents use mutual TLS)")
 	fs.Usage = func() {
@@ -93,8 +112,9 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 		GPURate: *gpuRate, Batch: *batch, Seed: *seed, Peer: !*noPeer, Python: *python, Mode: experiment.Mode(*mode),
 		Train: *train, TrainPolicy: *trainPolicy, TrainScript: *trainScript,
 		Bin: *bin, Scale: *scale, ComputeFlags: strings.Fields(*computeFlags), StorageFlags: strings.Fields(*storageFlags),
-		Insecure: *insecure,
-		Log:      log,
+		Insecure:  *insecure,
+		ContendAt: *contendAt, ContendThreads: *contendThreads, WorkConserving: *workConserving, Repeat: *repeat,
+		Log: log,
 	}
 	if !*quiet {
 		cfg.Progress = os.Stderr

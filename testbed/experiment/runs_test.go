@@ -1,0 +1,156 @@
+package experiment
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+)
+
+// TestPolicyRuns: the work-conserving setting's runs of a cell, in order.
+func TestPolicyRuns(t *testing.T) {
+	policies := []string{"nooff", "sophon", "optimal"}
+	for _, tc := range []struct {
+		wc   string
+		want string // name:policy, "!" when without work conserving
+	}{
+		{WorkConservingOn, "nooff:nooff sophon:sophon optimal:optimal"},
+		{WorkConservingOff, "nooff:nooff! sophon:sophon! optimal:optimal!"},
+		{WorkConservingBoth, "nooff:nooff sophon:sophon sophon-nowc:sophon! optimal:optimal optimal-nowc:optimal!"},
+	} {
+		var got []string
+		for _, r := range policyRuns(policies, tc.wc) {
+			s := r.name + ":" + r.policy
+			if r.noWC {
+				s += "!"
+			}
+			got = append(got, s)
+		}
+		if g := strings.Join(got, " "); g != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.wc, g, tc.want)
+		}
+	}
+}
+
+// TestPolicyArgs: the compute agent's command line; "on" passes no
+// work-conserving flag at all (agents without it still run), the nowc
+// runs pass --work-conserving=false, before the user's extra flags so
+// those win.
+func TestPolicyArgs(t *testing.T) {
+	x := &experiment{cfg: Config{Epochs: 4, Pipeline: "imagenet-train", GPURate: 100, Seed: 3, Batch: 16,
+		ComputeFlags: []string{"--window", "8"}}, profile: "/out/profile.zst", computeTLS: []string{"--insecure"}}
+	for _, wc := range []string{WorkConservingOn, WorkConservingOff, WorkConservingBoth} {
+		for _, r := range policyRuns([]string{"nooff", "sophon"}, wc) {
+			args := x.policyArgs("10.0.0.1:7070", r, "/out/c/"+r.name+".jsonl", "/out/c/"+r.name+".samples")
+			line := strings.Join(args, " ")
+			for _, want := range []string{"--storage 10.0.0.1:7070", "--policy " + r.policy, "--epochs 4",
+				"--profile /out/profile.zst --force-profile", "--gpu sim:100", "--seed 3", "--batch 16",
+				"--report /out/c/" + r.name + ".jsonl", "--samples-out /out/c/" + r.name + ".samples", "--insecure"} {
+				if !strings.Contains(line, want) {
+					t.Errorf("%s %s: args lack %q: %s", wc, r.name, want, line)
+				}
+			}
+			if !strings.HasSuffix(line, "--window 8") {
+				t.Errorf("%s %s: the extra flags are not last: %s", wc, r.name, line)
+			}
+			wantOff := wc == WorkConservingOff || strings.HasSuffix(r.name, "-nowc")
+			if got := slices.Contains(args, "--work-conserving=false"); got != wantOff {
+				t.Errorf("%s %s: --work-conserving=false passed %v, want %v: %s", wc, r.name, got, wantOff, line)
+			}
+			if n := strings.Count(line, "work-conserving"); n > 1 || (!wantOff && n > 0) {
+				t.Errorf("%s %s: %d work-conserving flags: %s", wc, r.name, n, line)
+			}
+		}
+	}
+}
+
+func TestConfigNewOptions(t *testing.T) {
+	base := func() Config { return Config{Data: "x", Out: "x"} }
+	c := base()
+	if err := c.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if c.WorkConserving != WorkConservingOn || c.Repeat != 1 || c.ContendThreads != 1 || c.ContendAt != 0 {
+		t.Errorf("defaults: work conserving %q, repeat %d, contend threads %d, at %v", c.WorkConserving, c.Repeat, c.ContendThreads, c.ContendAt)
+	}
+	for _, tc := range []struct {
+		name string
+		set  func(*Config)
+	}{
+		{"contend-at 1", func(c *Config) { c.ContendAt = 1 }},
+		{"contend-at negative", func(c *Config) { c.ContendAt = -0.1 }},
+		{"contend threads", func(c *Config) { c.ContendThreads = -2 }},
+		{"work conserving", func(c *Config) { c.WorkConserving = "sometimes" }},
+		{"repeat", func(c *Config) { c.Repeat = -1 }},
+	} {
+		c := base()
+		tc.set(&c)
+		if err := c.defaults(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", tc.name, err)
+		}
+	}
+}
+
+func TestContendAfter(t *testing.T) {
+	for _, tc := range []struct {
+		at     float64
+		epochs int
+		want   int
+	}{
+		{0.5, 4, 2}, {0.5, 3, 1}, {0.1, 4, 0}, {0.75, 4, 3}, {0.99, 4, 3}, {0.34, 3, 1},
+	} {
+		x := &experiment{cfg: Config{ContendAt: tc.at, Epochs: tc.epochs}}
+		if got := x.contendAfter(); got != tc.want {
+			t.Errorf("contend-at %v of %d epochs: got %d, want %d", tc.at, tc.epochs, got, tc.want)
+		}
+	}
+}
+
+// TestStage1Resources: the reduced-CPU prediction plans with stage 1's
+// link, GPU and speed, the storage cores the hog left (never 0, which
+// means unlimited) and the agent's workers.
+func TestStage1Resources(t *testing.T) {
+	s := computeagent.Stage1Summary{LinkBytesPerSec: 12.5e6, GPUSamplesPerSec: 1e5, StorageSpeed: 0.9, ComputeSamplesPerSec: 50}
+	r := stage1Resources(s, 0.4, 2)
+	if r.LinkBytesPerSec != 12.5e6 || r.GPUSamplesPerSec != 1e5 || r.StorageSpeed != 0.9 || r.StorageCores != 0.4 || r.ComputeCores != 2 {
+		t.Errorf("got %+v", r)
+	}
+	if r := stage1Resources(s, -0.1, 2); r.StorageCores <= 0 {
+		t.Errorf("no cores left: StorageCores %v, want a small positive share", r.StorageCores)
+	}
+	n := float64(runtime.NumCPU())
+	for _, tc := range []struct {
+		flags []string
+		want  float64
+	}{
+		{nil, n},
+		{[]string{"--window", "8"}, n},
+		{[]string{"--workers", "3"}, 3},
+		{[]string{"-workers=5", "--window", "8"}, 5},
+		{[]string{"--workers=x"}, n},
+	} {
+		if got := computeCores(tc.flags); got != tc.want {
+			t.Errorf("computeCores(%q): got %v, want %v", tc.flags, got, tc.want)
+		}
+	}
+}
+
+func TestCellDir(t *testing.T) {
+	for _, tc := range []struct {
+		rate string
+		cpus float64
+		rep  int
+		want string
+	}{
+		{"100mbit", 0.5, 0, "100mbit-cpu0.5"},
+		{"100mbit", 1, 2, "100mbit-cpu1-rep2"},
+	} {
+		if got := cellDir(tc.rate, tc.cpus, tc.rep); got != tc.want {
+			t.Errorf("%s: got %v, want %v", fmt.Sprint(tc.rate, tc.cpus, tc.rep), got, tc.want)
+		}
+	}
+}
