@@ -419,6 +419,9 @@ type epochOpts struct {
 	// trainer, when set, is the epoch the local trainer ranks asked for:
 	// the epoch runs their orders and fills their slots.
 	trainer *epochReq
+	// linkRate is the planner's link rate (bytes/s; 0: unknown), for the
+	// offloads' horizon (see epochRun.horizon).
+	linkRate float64
 }
 
 // errEpochSkipped: the state dir says the epoch completed before a
@@ -547,6 +550,11 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 	}
 	e.sched = newSchedule(len(order), gate, len(fs), offloaded)
 	e.sched.now = cfg.Clock.Now
+	e.linkRate = opts.linkRate
+	for pos := range order {
+		b, _, _ := e.estimate(pos)
+		e.left.Add(b)
+	}
 	e.jr = jr
 	a.log.Info().Uint64("epoch", num).Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.Name()).Msg("epoch start")
 	names := make([]string, len(fs))
@@ -566,6 +574,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		wg.Go(func() { e.progress(gctx, cfg.Progress) })
 	}
 	start := cfg.Clock.Now()
+	e.start = start
 	err = e.run(ctx, fs)
 	end := cfg.Clock.Now()
 	elapsed := end.Sub(start)

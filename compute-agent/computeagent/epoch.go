@@ -66,6 +66,12 @@ type epochRun struct {
 	// of the samples served offloaded as planned: the drift check's
 	// prediction when storage agents answered some offloads raw.
 	offPlannedNS   atomic.Int64
+	// left is the estimated wire bytes of the positions not yet received;
+	// with the link rate (linkRate, or as measured since start) it gives
+	// each offload request its horizon.
+	left     atomic.Int64
+	linkRate float64
+	start    time.Time
 	computeNS      atomic.Int64
 	retried        atomic.Int64
 	streamFailures atomic.Int64
@@ -440,4 +446,20 @@ func tensorSHA(t *ops.Tensor) [32]byte {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
 	}
 	return sha256.Sum256(b)
+}
+
+// horizon is how long the link will still be busy with what the epoch has
+// left, in ns (FetchRequest.horizon_ns): the estimated bytes of the
+// positions not yet received over the larger of the planner's link rate
+// and the rate measured so far this epoch. 0 when no rate is known yet.
+func (e *epochRun) horizon() uint64 {
+	rate := e.linkRate
+	if el := e.cfg.Clock.Now().Sub(e.start); el > 500*time.Millisecond {
+		rate = max(rate, float64(e.bytesReceived.Load())/el.Seconds())
+	}
+	left := e.left.Load()
+	if rate <= 0 || left <= 0 {
+		return 0
+	}
+	return uint64(float64(left) / rate * 1e9)
 }

@@ -242,6 +242,9 @@ func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 			// An offload: let the storage agent answer raw when its CPU
 			// cannot keep up, unless the operator wants strict plans.
 			req.Fallback = !e.cfg.StrictOffload
+			if req.Fallback {
+				req.HorizonNs = e.horizon()
+			}
 			if h, ok := e.plan.(offloadHinter); ok {
 				req.Priority, req.CostNs = h.hint(r.sample)
 			}
@@ -299,6 +302,7 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 		}
 		got.Store(true)
 		f.progress.Store(now.UnixNano())
+		e.left.Add(-r.est)
 		if !r.sent.IsZero() {
 			// The silence before this response: since the one before,
 			// or since the request when the stream had been idle. A

@@ -344,7 +344,7 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 		if !ok {
 			return reports, nil // in trainer mode: the agent was stopped
 		}
-		opts := epochOpts{plan: NoOff(), trainer: req}
+		opts := epochOpts{plan: NoOff(), trainer: req, linkRate: pl.res.LinkBytesPerSec}
 		predicted, bound := d.PredictedNoOffSeconds, 0.0
 		ran := pl.prof != nil
 		var planRan policy.Plan

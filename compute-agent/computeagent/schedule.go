@@ -134,6 +134,7 @@ type request struct {
 	sample uint64
 	split  int
 	bytes  int64 // window bytes held: the estimate, then the actual size
+	est    int64 // the estimate
 	sent   time.Time
 	// hedged marks a request of a stalled stream whose position was put
 	// back into the schedule while the request stayed outstanding: if the
@@ -186,7 +187,7 @@ func (s *schedule) take(w *window, est func(pos int) (int64, uint64, int)) (r *r
 		s.advanceLocked(pos)
 	}
 	w.nextTag++
-	r = &request{tag: w.nextTag, pos: pos, sample: sample, split: k, bytes: b}
+	r = &request{tag: w.nextTag, pos: pos, sample: sample, split: k, bytes: b, est: b}
 	if s.now != nil {
 		r.sent = s.now()
 	}

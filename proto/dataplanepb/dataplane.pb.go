@@ -401,8 +401,8 @@ type FetchRequest struct {
 	// answered raw (Served.SERVED_RAW_UNCUTTABLE).
 	Cut bool `protobuf:"varint,9,opt,name=cut,proto3" json:"cut,omitempty"`
 	// Work-conserving offload: when set, a storage agent whose CPU budget
-	// cannot finish this offload (split > 0, or cut) before its raw bytes
-	// would have crossed the link answers with the raw bytes instead
+	// cannot finish this offload (split > 0, or cut) before the link runs
+	// out of other work (horizon_ns) answers with the raw bytes instead
 	// (Served.SERVED_RAW_CONTENDED) and the compute agent runs every op. The
 	// data the model sees is identical either way.
 	Fallback bool `protobuf:"varint,10,opt,name=fallback,proto3" json:"fallback,omitempty"`
@@ -414,7 +414,13 @@ type FetchRequest struct {
 	// The planner's estimate of the storage CPU this request costs, in
 	// nanoseconds on the agent's clock. Zero: unknown (the agent uses its
 	// own running estimate). The agent bounds it by its op timeout.
-	CostNs        uint64 `protobuf:"varint,12,opt,name=cost_ns,json=costNs,proto3" json:"cost_ns,omitempty"`
+	CostNs uint64 `protobuf:"varint,12,opt,name=cost_ns,json=costNs,proto3" json:"cost_ns,omitempty"`
+	// With fallback: how long, in nanoseconds from now, the link will still
+	// be busy with the samples the client has left this epoch (their
+	// planned bytes over the link rate). An offload the agent cannot finish
+	// within it would leave the link idle, so it is answered raw. Zero:
+	// unknown (the agent admits the offload).
+	HorizonNs     uint64 `protobuf:"varint,13,opt,name=horizon_ns,json=horizonNs,proto3" json:"horizon_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -529,6 +535,13 @@ func (x *FetchRequest) GetPriority() uint32 {
 func (x *FetchRequest) GetCostNs() uint64 {
 	if x != nil {
 		return x.CostNs
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetHorizonNs() uint64 {
+	if x != nil {
+		return x.HorizonNs
 	}
 	return 0
 }
@@ -819,7 +832,7 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\x06labels\x18\x05 \x03(\rR\x06labels\x12\x1b\n" +
 	"\traw_sizes\x18\x06 \x03(\x04R\brawSizes\x12%\n" +
 	"\x0econtent_hashes\x18\a \x01(\fR\rcontentHashes\x12!\n" +
-	"\fpaths_digest\x18\b \x01(\fR\vpathsDigest\"\xd3\x02\n" +
+	"\fpaths_digest\x18\b \x01(\fR\vpathsDigest\"\xf2\x02\n" +
 	"\fFetchRequest\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\x04R\x03tag\x12\x16\n" +
 	"\x06sample\x18\x02 \x01(\x04R\x06sample\x12\x14\n" +
@@ -834,7 +847,9 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\bfallback\x18\n" +
 	" \x01(\bR\bfallback\x12\x1a\n" +
 	"\bpriority\x18\v \x01(\rR\bpriority\x12\x17\n" +
-	"\acost_ns\x18\f \x01(\x04R\x06costNs\"[\n" +
+	"\acost_ns\x18\f \x01(\x04R\x06costNs\x12\x1d\n" +
+	"\n" +
+	"horizon_ns\x18\r \x01(\x04R\thorizonNs\"[\n" +
 	"\vSampleError\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.sophon.dataplane.v1.ErrorKindR\x04kind\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\x8c\x02\n" +

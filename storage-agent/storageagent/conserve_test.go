@@ -8,42 +8,45 @@ import (
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
-// TestConserverAdmits: with the egress unknown every offload is admitted;
-// once results leave at a known rate, an offload whose CPU backlog would
-// outlast the link's is answered raw, and the threshold then keeps the
-// lower-priority ones out while higher ones still get in.
+// TestConserverAdmits: without a horizon every offload is admitted; with
+// one, an offload whose CPU backlog would finish past it is answered raw,
+// and near that boundary the less efficient requests are answered raw
+// first.
 func TestConserverAdmits(t *testing.T) {
+	ms := uint64(time.Millisecond)
 	c := newConserver(1, time.Second)
-	t0 := time.Unix(1000, 0)
 	for i := range 5 {
-		if ok, _ := c.admit(t0, 100, uint64(10*time.Millisecond), 100_000, 0); !ok {
-			t.Fatalf("offload %d refused before any egress was measured", i)
+		if ok, _ := c.admit(100, 10*ms, 0); !ok {
+			t.Fatalf("offload %d refused without a horizon", i)
 		}
 	}
-	// 1 MB/s leaves the agent: 100 KB of raw bytes cross in 100 ms.
-	for i := range 11 {
-		c.sent(t0.Add(time.Duration(i)*100*time.Millisecond), 100_000)
+	// Backlog 50 ms + 10 ms against a 200 ms horizon: admitted (the
+	// priority ranks at the median of what was seen, 0.75 x 200 ms).
+	if ok, _ := c.admit(100, 10*ms, 200*ms); !ok {
+		t.Fatal("offload refused with its finish well inside the horizon")
 	}
-	now := t0.Add(time.Second)
-	// Backlog 50 ms + 10 ms against 100 ms of link: admitted.
-	if ok, _ := c.admit(now, 100, uint64(10*time.Millisecond), 100_000, 0); !ok {
-		t.Fatal("offload refused with the CPU backlog shorter than the link's")
+	// Backlog 60 ms + 60 ms against 100 ms: answered raw.
+	if ok, _ := c.admit(100, 60*ms, 100*ms); ok {
+		t.Fatal("offload admitted with its finish past the horizon")
 	}
-	// Backlog 60 ms + 60 ms against 100 ms: answered raw, and the
-	// threshold moves a quarter of the way to its priority.
-	if ok, _ := c.admit(now, 100, uint64(60*time.Millisecond), 100_000, 0); ok {
-		t.Fatal("offload admitted with the CPU backlog longer than the link's")
+	// The same finish against the same horizon: the most efficient
+	// request gets in, the least efficient does not.
+	r := newConserver(1, time.Second)
+	for p := range uint32(100) {
+		r.rankLocked(p * 10)
 	}
-	if c.theta != 25 {
-		t.Fatalf("threshold %v after a refusal at priority 100, want 25", c.theta)
+	r.backlog = float64(70 * ms)
+	if ok, _ := r.admit(5000, 10*ms, 100*ms); !ok {
+		t.Fatal("the most efficient offload was refused 80 ms into a 100 ms horizon")
 	}
-	// Below the threshold: raw without looking at the backlog.
-	if ok, _ := c.admit(now, 10, 1, 100_000, 10_000_000); ok {
-		t.Fatal("offload below the threshold admitted")
+	r.backlog = float64(70 * ms)
+	if ok, _ := r.admit(0, 10*ms, 100*ms); ok {
+		t.Fatal("the least efficient offload was admitted 80 ms into a 100 ms horizon (it has half)")
 	}
-	// A slower budget (a hog in the cgroup) shows in the slowdown.
+	// A slower budget (a hog in the cgroup) shows in the slowdown, and
+	// a finished or released job leaves the backlog.
 	c2 := newConserver(1, time.Second)
-	_, est := c2.admit(now, 0, uint64(10*time.Millisecond), 1, 0)
+	_, est := c2.admit(0, 10*ms, 0)
 	for range 64 {
 		c2.finished(est, 10*time.Millisecond, 30*time.Millisecond)
 	}
@@ -53,9 +56,14 @@ func TestConserverAdmits(t *testing.T) {
 	if c2.backlog != 0 {
 		t.Fatalf("backlog %v after every admitted job finished", c2.backlog)
 	}
+	_, est = c2.admit(0, 10*ms, 0)
+	c2.released(est)
+	if c2.backlog != 0 {
+		t.Fatalf("backlog %v after the admitted job was released", c2.backlog)
+	}
 	admitted, demoted := c.counts()
-	if admitted != 6 || demoted != 2 {
-		t.Fatalf("counts %d admitted, %d demoted; want 6 and 2", admitted, demoted)
+	if admitted != 6 || demoted != 1 {
+		t.Fatalf("counts %d admitted, %d demoted; want 6 and 1", admitted, demoted)
 	}
 }
 
@@ -66,7 +74,6 @@ func TestConserverAdmits(t *testing.T) {
 func TestWorkConservingFallback(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.CPUs = 1
-	cfg.Queue = 4 // requests arrive as responses leave, once the egress is known
 	a := startAgent(t, cfg)
 	// Each offload takes 30 ms of worker time: the budget is contended.
 	a.srv.beforeJob = func() { time.Sleep(30 * time.Millisecond) }
@@ -77,8 +84,8 @@ func TestWorkConservingFallback(t *testing.T) {
 			reqs = append(reqs, &dataplanepb.FetchRequest{
 				Tag: uint64(len(reqs)), Sample: s, Epoch: uint64(round), Seed: 7, Split: 2,
 				PipelineId: p.ID(), Fallback: round%2 == 0, Priority: uint32(s), CostNs: uint64(time.Millisecond),
+				HorizonNs: uint64(20 * time.Millisecond),
 			})
-			// Raw fetches keep the link busy, so that the egress is known.
 			reqs = append(reqs, &dataplanepb.FetchRequest{Tag: uint64(len(reqs)), Sample: s})
 		}
 	}

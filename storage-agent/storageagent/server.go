@@ -379,7 +379,6 @@ func (s *server) send(ctx context.Context, stream grpc.BidiStreamingServer[datap
 		}
 		err := stream.Send(r.resp)
 		s.unbuffer(st, int64(len(r.resp.Data)))
-		s.wc.sent(time.Now(), int64(len(r.resp.Data)))
 		<-st.slots
 		if err != nil {
 			return err
@@ -436,8 +435,8 @@ func (s *server) receive(ctx context.Context, stream grpc.BidiStreamingServer[da
 				continue
 			}
 		}
-		if !isRaw(req) && req.GetFallback() && req.GetSample() < s.ds.Len() {
-			ok, est := s.wc.admit(j.recv, req.GetPriority(), req.GetCostNs(), int64(s.ds.RawSize(req.GetSample())), s.buffered.Load())
+		if !isRaw(req) && req.GetFallback() {
+			ok, est := s.wc.admit(req.GetPriority(), req.GetCostNs(), req.GetHorizonNs())
 			if ok {
 				j.est = est
 			} else {
