@@ -65,13 +65,13 @@ type epochRun struct {
 	// offPlannedNS sums the plan's storage CPU estimate (offloadHinter)
 	// of the samples served offloaded as planned: the drift check's
 	// prediction when storage agents answered some offloads raw.
-	offPlannedNS   atomic.Int64
+	offPlannedNS atomic.Int64
 	// left is the estimated wire bytes of the positions not yet received;
 	// with the link rate (linkRate, or as measured since start) it gives
 	// each offload request its horizon.
-	left     atomic.Int64
-	linkRate float64
-	start    time.Time
+	left           atomic.Int64
+	linkRate       float64
+	start          time.Time
 	computeNS      atomic.Int64
 	retried        atomic.Int64
 	streamFailures atomic.Int64
