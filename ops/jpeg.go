@@ -200,12 +200,12 @@ func DecodeJPEG(data []byte, lim DecodeLimits) (*Image, error) {
 //
 // The libjpeg-turbo backend scales in the DCT domain, decodes only the
 // columns of region (jpeg_crop_scanline, which widens them leftwards to an
-// iMCU boundary, at most 31 columns; where libjpeg-turbo 2.1 crops wrongly,
+// iMCU boundary, at most 32 columns; where libjpeg-turbo 2.1 crops wrongly,
 // for 4:1:0 chroma at scales 2/8 to 7/8, it decodes whole rows), skips the rows above it
 // (jpeg_skip_scanlines) and stops after its last row, so only the data it
 // reads is validated: a JPEG truncated below the region decodes without
 // error. The returned rectangle has region's rows and right edge and starts
-// at most 31 columns left of it. Its pixels equal those of the same rectangle
+// at most 32 columns left of it. Its pixels equal those of the same rectangle
 // of a full decode at the same scale, byte for byte.
 //
 // NB: libjpeg upsamples a cropped window's chroma as though the window's

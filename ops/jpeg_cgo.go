@@ -204,7 +204,8 @@ static int sj_crop_ok(j_decompress_ptr d) {
 
 // sj_decode decodes data at scale num/8 into out: rows [ry, ry+rh) of the
 // scaled image, columns [res->x0, res->x0 + res->w), a window that contains
-// [rx, rx+rw), has its right edge and starts at most 31 columns left of it.
+// [rx, rx+rw), has its right edge and starts at most 32 columns left of it
+// (32 only where it starts at the image's left edge).
 // out holds cap bytes; the rows are packed at stride 3*res->w.
 //
 // maxscans, maxmem (bytes of whole-image buffers) and timeout_ns (from now)
@@ -519,9 +520,13 @@ func jpegCoefMemory(h JPEGHeader) int64 {
 func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, finish bool, lim DecodeLimits) (*Image, Rect, error) {
 	// libjpeg moves the window's left edge down to a multiple of the iMCU
 	// width, at most 8 (the scaled DCT size) times 4 (the largest sampling
-	// factor) columns; sj_decode asks for one column more and drops it.
+	// factor) minus 1 columns; sj_decode asks for one column more and drops
+	// it, unless that column is the image's first. So the window starts at
+	// most 32 columns left of the region: from column 0 when the region
+	// starts at column 32 of an image whose iMCU is 32 columns wide (4:1:1,
+	// 4:1:0).
 	sw, _ := ScaledSize(h.W, h.H, num)
-	maxW := min(region.W+min(region.X, 8*4-1), sw)
+	maxW := min(region.W+min(region.X, 8*4), sw)
 	if err := lim.checkAlloc(maxW, region.H); err != nil {
 		return nil, Rect{}, err
 	}
