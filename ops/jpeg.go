@@ -115,8 +115,15 @@ type EncodeOptions struct {
 	// CMYK; tests use it.
 	ycck bool
 	// lumaSamp, when set, overrides Subsampling with these luma sampling
-	// factors over 1x1 chroma (e.g. {4, 2} for 4:1:0); tests use it.
+	// factors over 1x1 chroma (e.g. {4, 2} for 4:1:0); tests use it. In a
+	// CMYK or YCCK JPEG they are the first and the fourth (K) component's.
 	lumaSamp [2]int
+	// restartInterval, when positive, writes a restart marker every that
+	// many MCUs; tests use it.
+	restartInterval int
+	// arithmetic writes arithmetic-coded entropy data (SOF9, SOF10 when
+	// progressive) instead of Huffman codes; tests use it.
+	arithmetic bool
 }
 
 // withDefaults validates o and fills in its zero fields.

@@ -392,7 +392,7 @@ enum { SJ_ENC_RGB = 0, SJ_ENC_GRAY = 1, SJ_ENC_CMYK = 2, SJ_ENC_YCCK = 3 };
 // sj_encode compresses the w x h RGB image pix. On success *outp is a malloc'd
 // buffer of *outlen bytes for the caller to free.
 static void sj_encode(const unsigned char *pix, int w, int h, int quality,
-                      int progressive, int mode, int hs, int vs,
+                      int progressive, int mode, int hs, int vs, int restart, int arith,
                       unsigned char **outp, unsigned long *outlen, sj_result *res) {
 	struct jpeg_compress_struct c;
 	sj_err err;
@@ -430,10 +430,10 @@ static void sj_encode(const unsigned char *pix, int w, int h, int quality,
 		jpeg_set_colorspace(&c, JCS_GRAYSCALE);
 		break;
 	case SJ_ENC_CMYK:
-		jpeg_set_colorspace(&c, JCS_CMYK);
-		break;
 	case SJ_ENC_YCCK:
-		jpeg_set_colorspace(&c, JCS_YCCK);
+		jpeg_set_colorspace(&c, mode == SJ_ENC_CMYK ? JCS_CMYK : JCS_YCCK);
+		c.comp_info[0].h_samp_factor = c.comp_info[3].h_samp_factor = hs;
+		c.comp_info[0].v_samp_factor = c.comp_info[3].v_samp_factor = vs;
 		break;
 	default:
 		c.comp_info[0].h_samp_factor = hs;
@@ -442,6 +442,8 @@ static void sj_encode(const unsigned char *pix, int w, int h, int quality,
 	jpeg_set_quality(&c, quality, TRUE);
 	if (progressive)
 		jpeg_simple_progression(&c);
+	c.restart_interval = (unsigned int)restart;
+	c.arith_code = arith ? TRUE : FALSE;
 	jpeg_start_compress(&c, TRUE);
 	if (c.in_color_space == JCS_CMYK)
 		tmp = (*c.mem->alloc_sarray)((j_common_ptr)&c, JPOOL_IMAGE, (JDIMENSION)w * 4, 1);
@@ -595,6 +597,9 @@ func EncodeJPEG(img *Image, opt EncodeOptions) ([]byte, error) {
 	case 444:
 		hs, vs = 1, 1
 	}
+	if opt.CMYK {
+		hs, vs = 1, 1
+	}
 	if opt.lumaSamp != [2]int{} {
 		hs, vs = opt.lumaSamp[0], opt.lumaSamp[1]
 	}
@@ -605,7 +610,7 @@ func EncodeJPEG(img *Image, opt EncodeOptions) ([]byte, error) {
 	)
 	C.sj_encode((*C.uchar)(unsafe.Pointer(&img.Pix[0])), C.int(img.W), C.int(img.H),
 		C.int(opt.Quality), C.int(jpegBool(opt.Progressive)), C.int(mode), C.int(hs), C.int(vs),
-		&out, &size, &res)
+		C.int(max(opt.restartInterval, 0)), C.int(jpegBool(opt.arithmetic)), &out, &size, &res)
 	if res.code != C.SJ_OK {
 		return nil, wrapf(ErrUnsupported, "encode jpeg: libjpeg: %s", C.GoString(&res.msg[0]))
 	}
