@@ -194,6 +194,10 @@ func cutWirePayload(c *CutJPEG) ([]byte, error) {
 			return nil, wrapf(ErrWireHeader, "cut geometry %dx%d+%d+%d out of range", c.W, c.H, c.X, c.Y)
 		}
 	}
+	// What cutFromWire refuses, refuse here.
+	if c.W < 1 || c.H < 1 || c.X >= c.W || c.Y >= c.H {
+		return nil, wrapf(ErrWireHeader, "cut geometry %dx%d+%d+%d: the origin must lie inside the image", c.W, c.H, c.X, c.Y)
+	}
 	b := make([]byte, cutGeomLen+len(c.Data))
 	binary.LittleEndian.PutUint32(b[0:], uint32(c.W))
 	binary.LittleEndian.PutUint32(b[4:], uint32(c.H))
