@@ -41,6 +41,7 @@ test: lint proto-check ## Lint, check generated code, build without cgo, run all
 	else echo "SKIP python/tests: $(PYTHON) cannot import torch (apt-get install python3-torch python3-numpy)"; fi
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJPEG$$' -fuzztime $(FUZZTIME) ./ops/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeWire$$' -fuzztime $(FUZZTIME) ./ops/
+	$(GO) test -run '^$$' -fuzz '^FuzzCut$$' -fuzztime $(FUZZTIME) ./ops/
 	$(GO) test -run '^$$' -fuzz '^FuzzOpenShard$$' -fuzztime $(FUZZTIME) ./storage-agent/storageagent/
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadIndex$$' -fuzztime $(FUZZTIME) ./storage-agent/storageagent/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodePlanFile$$' -fuzztime $(FUZZTIME) ./compute-agent/computeagent/

@@ -23,8 +23,12 @@ import (
 // neighbour the box's pixels read, so each of the box's pixels decodes from
 // the cut file to the same bytes as from the whole file. Where the cut
 // reaches an edge of the image, it is that edge, and libjpeg replicates it
-// the same way in both. Files where this argument does not hold (see the
-// backend's checks) are declined with ErrCannotCut, and the sample crosses
+// the same way in both. The cut is a baseline file: where the original is
+// progressive, each of its coefficients must be complete (libjpeg smooths
+// the blocks of an incomplete progressive image using their neighbours, and
+// a baseline cut of it would not be smoothed). Files where this argument
+// does not hold (see readCutLayout), and files the transform does not read
+// without a warning, are declined with ErrCannotCut, and the sample crosses
 // the link in another form; the model sees the same bytes either way.
 
 // SplitCut is the split of the JPEG-domain crop: the storage agent sends the
@@ -40,8 +44,10 @@ const CutMargin = 16
 
 // ErrCannotCut: the JPEG cannot be cut losslessly with the exactness the
 // split needs (unknown chroma subsampling, an incomplete progressive
-// sequence, a cut no smaller than the file, a build without libturbojpeg).
-// Nothing is wrong with the sample: a server sends it in another form.
+// sequence, data the transform does not read cleanly, a scan or memory
+// limit only the transform would break, a cut no smaller than the file, a
+// build without libturbojpeg). The sample may still decode, or fail: a
+// server sends it in another form, and the decode there decides.
 var ErrCannotCut = errors.New("ops: cannot cut jpeg exactly")
 
 // KindCut is a [CutJPEG]: a JPEG cut losslessly out of a larger one.
@@ -89,11 +95,16 @@ func (p *Pipeline) cutOps() (Decode, RandomResizedCrop, error) {
 // Cut is the storage side of [SplitCut]: it reads raw's header, draws
 // ops[1]'s crop box for key exactly as the crop would, and cuts the JPEG to
 // the box widened by [CutMargin] and rounded out to whole iMCUs, without
-// decoding it. lim bounds it as it bounds a decode (the header's pixels, the
-// scans and memory the transform reads, the deadline). A file that cannot be
-// cut exactly fails with an error wrapping ErrCannotCut; other failures
-// (corrupt, truncated, too large) are the decode's. Errors are
-// *SampleError values naming the sample.
+// decoding it. Under lim it refuses, with the decode's own errors, what the
+// whole run refuses from the header (the pixels, the whole image's output
+// bytes, a multi-scan file's coefficient memory, a passed deadline). A file
+// that cannot be cut exactly fails with an error wrapping ErrCannotCut, and
+// so does one that would break lim only in the transform (more than
+// MaxScans scans, where the decode fails at scan MaxScans+1 or earlier;
+// coefficients above MaxMemory, which the transform holds even for a
+// baseline file) and one the transform does not read cleanly: the decode
+// of the raw file then fails or succeeds exactly as it would have. Errors
+// are *SampleError values naming the sample.
 func (p *Pipeline) Cut(key Key, raw Encoded, lim Limits) (*CutJPEG, error) {
 	d, c, err := p.cutOps()
 	if err != nil {
@@ -108,6 +119,11 @@ func (p *Pipeline) Cut(key Key, raw Encoded, lim Limits) (*CutJPEG, error) {
 		return fail(err)
 	}
 	if err := dl.check(h); err != nil {
+		return fail(err)
+	}
+	// The decode's output is the whole image, whatever the pipeline decodes
+	// of it (see Limits.MaxOutputBytes).
+	if err := checkOutput(d.Name(), imageShape(h.W, h.H), lim.MaxOutputBytes); err != nil {
 		return fail(err)
 	}
 	var r Rand
@@ -143,6 +159,14 @@ func (p *Pipeline) finishCut(key Key, in Value, lim Limits) (Value, error) {
 	dl := lim.decode(d.Limits)
 	if cut.W < 1 || cut.H < 1 || cut.W > dl.maxPixels()/cut.H {
 		return nil, wrapf(ErrTooLarge, "cut of a %dx%d image", cut.W, cut.H)
+	}
+	// Refuse what the run from split 0 refuses before decoding: the whole
+	// image's and the crop's outputs.
+	if err := checkOutput(d.Name(), imageShape(cut.W, cut.H), lim.MaxOutputBytes); err != nil {
+		return nil, err
+	}
+	if err := checkOutput(c.Name(), imageShape(c.W, c.H), lim.MaxOutputBytes); err != nil {
+		return nil, err
 	}
 	h, err := ReadJPEGHeader(cut.Data)
 	if err != nil {
@@ -193,6 +217,10 @@ func cutWirePayload(c *CutJPEG) ([]byte, error) {
 		if d < 0 || uint64(d) > maxWireDim {
 			return nil, wrapf(ErrWireHeader, "cut geometry %dx%d+%d+%d out of range", c.W, c.H, c.X, c.Y)
 		}
+	}
+	// What cutFromWire refuses, refuse here.
+	if c.W < 1 || c.H < 1 || c.X >= c.W || c.Y >= c.H {
+		return nil, wrapf(ErrWireHeader, "cut geometry %dx%d+%d+%d: the origin must lie inside the image", c.W, c.H, c.X, c.Y)
 	}
 	b := make([]byte, cutGeomLen+len(c.Data))
 	binary.LittleEndian.PutUint32(b[0:], uint32(c.W))

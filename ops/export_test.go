@@ -5,3 +5,21 @@ var (
 	DCTScale         = dctScale
 	DecodeBoxResized = decodeBoxResized
 )
+
+// TestEncodeOptions are EncodeOptions with the fields only tests set.
+type TestEncodeOptions struct {
+	EncodeOptions
+	// YCCK, LumaSamp, RestartInterval and Arithmetic set EncodeOptions'
+	// ycck, lumaSamp, restartInterval and arithmetic.
+	YCCK            bool
+	LumaSamp        [2]int
+	RestartInterval int
+	Arithmetic      bool
+}
+
+// EncodeJPEGTest is EncodeJPEG with the test-only options.
+func EncodeJPEGTest(img *Image, o TestEncodeOptions) ([]byte, error) {
+	opt := o.EncodeOptions
+	opt.ycck, opt.lumaSamp, opt.restartInterval, opt.arithmetic = o.YCCK, o.LumaSamp, o.RestartInterval, o.Arithmetic
+	return EncodeJPEG(img, opt)
+}

@@ -115,8 +115,15 @@ type EncodeOptions struct {
 	// CMYK; tests use it.
 	ycck bool
 	// lumaSamp, when set, overrides Subsampling with these luma sampling
-	// factors over 1x1 chroma (e.g. {4, 2} for 4:1:0); tests use it.
+	// factors over 1x1 chroma (e.g. {4, 2} for 4:1:0); tests use it. In a
+	// CMYK or YCCK JPEG they are the first and the fourth (K) component's.
 	lumaSamp [2]int
+	// restartInterval, when positive, writes a restart marker every that
+	// many MCUs; tests use it.
+	restartInterval int
+	// arithmetic writes arithmetic-coded entropy data (SOF9, SOF10 when
+	// progressive) instead of Huffman codes; tests use it.
+	arithmetic bool
 }
 
 // withDefaults validates o and fills in its zero fields.
@@ -200,12 +207,12 @@ func DecodeJPEG(data []byte, lim DecodeLimits) (*Image, error) {
 //
 // The libjpeg-turbo backend scales in the DCT domain, decodes only the
 // columns of region (jpeg_crop_scanline, which widens them leftwards to an
-// iMCU boundary, at most 31 columns; where libjpeg-turbo 2.1 crops wrongly,
+// iMCU boundary, at most 32 columns; where libjpeg-turbo 2.1 crops wrongly,
 // for 4:1:0 chroma at scales 2/8 to 7/8, it decodes whole rows), skips the rows above it
 // (jpeg_skip_scanlines) and stops after its last row, so only the data it
 // reads is validated: a JPEG truncated below the region decodes without
 // error. The returned rectangle has region's rows and right edge and starts
-// at most 31 columns left of it. Its pixels equal those of the same rectangle
+// at most 32 columns left of it. Its pixels equal those of the same rectangle
 // of a full decode at the same scale, byte for byte.
 //
 // NB: libjpeg upsamples a cropped window's chroma as though the window's

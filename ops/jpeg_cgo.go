@@ -204,7 +204,8 @@ static int sj_crop_ok(j_decompress_ptr d) {
 
 // sj_decode decodes data at scale num/8 into out: rows [ry, ry+rh) of the
 // scaled image, columns [res->x0, res->x0 + res->w), a window that contains
-// [rx, rx+rw), has its right edge and starts at most 31 columns left of it.
+// [rx, rx+rw), has its right edge and starts at most 32 columns left of it
+// (32 only where it starts at the image's left edge).
 // out holds cap bytes; the rows are packed at stride 3*res->w.
 //
 // maxscans, maxmem (bytes of whole-image buffers) and timeout_ns (from now)
@@ -391,7 +392,7 @@ enum { SJ_ENC_RGB = 0, SJ_ENC_GRAY = 1, SJ_ENC_CMYK = 2, SJ_ENC_YCCK = 3 };
 // sj_encode compresses the w x h RGB image pix. On success *outp is a malloc'd
 // buffer of *outlen bytes for the caller to free.
 static void sj_encode(const unsigned char *pix, int w, int h, int quality,
-                      int progressive, int mode, int hs, int vs,
+                      int progressive, int mode, int hs, int vs, int restart, int arith,
                       unsigned char **outp, unsigned long *outlen, sj_result *res) {
 	struct jpeg_compress_struct c;
 	sj_err err;
@@ -429,10 +430,10 @@ static void sj_encode(const unsigned char *pix, int w, int h, int quality,
 		jpeg_set_colorspace(&c, JCS_GRAYSCALE);
 		break;
 	case SJ_ENC_CMYK:
-		jpeg_set_colorspace(&c, JCS_CMYK);
-		break;
 	case SJ_ENC_YCCK:
-		jpeg_set_colorspace(&c, JCS_YCCK);
+		jpeg_set_colorspace(&c, mode == SJ_ENC_CMYK ? JCS_CMYK : JCS_YCCK);
+		c.comp_info[0].h_samp_factor = c.comp_info[3].h_samp_factor = hs;
+		c.comp_info[0].v_samp_factor = c.comp_info[3].v_samp_factor = vs;
 		break;
 	default:
 		c.comp_info[0].h_samp_factor = hs;
@@ -441,6 +442,8 @@ static void sj_encode(const unsigned char *pix, int w, int h, int quality,
 	jpeg_set_quality(&c, quality, TRUE);
 	if (progressive)
 		jpeg_simple_progression(&c);
+	c.restart_interval = (unsigned int)restart;
+	c.arith_code = arith ? TRUE : FALSE;
 	jpeg_start_compress(&c, TRUE);
 	if (c.in_color_space == JCS_CMYK)
 		tmp = (*c.mem->alloc_sarray)((j_common_ptr)&c, JPOOL_IMAGE, (JDIMENSION)w * 4, 1);
@@ -519,9 +522,13 @@ func jpegCoefMemory(h JPEGHeader) int64 {
 func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, finish bool, lim DecodeLimits) (*Image, Rect, error) {
 	// libjpeg moves the window's left edge down to a multiple of the iMCU
 	// width, at most 8 (the scaled DCT size) times 4 (the largest sampling
-	// factor) columns; sj_decode asks for one column more and drops it.
+	// factor) minus 1 columns; sj_decode asks for one column more and drops
+	// it, unless that column is the image's first. So the window starts at
+	// most 32 columns left of the region: from column 0 when the region
+	// starts at column 32 of an image whose iMCU is 32 columns wide (4:1:1,
+	// 4:1:0).
 	sw, _ := ScaledSize(h.W, h.H, num)
-	maxW := min(region.W+min(region.X, 8*4-1), sw)
+	maxW := min(region.W+min(region.X, 8*4), sw)
 	if err := lim.checkAlloc(maxW, region.H); err != nil {
 		return nil, Rect{}, err
 	}
@@ -590,6 +597,9 @@ func EncodeJPEG(img *Image, opt EncodeOptions) ([]byte, error) {
 	case 444:
 		hs, vs = 1, 1
 	}
+	if opt.CMYK {
+		hs, vs = 1, 1
+	}
 	if opt.lumaSamp != [2]int{} {
 		hs, vs = opt.lumaSamp[0], opt.lumaSamp[1]
 	}
@@ -600,7 +610,7 @@ func EncodeJPEG(img *Image, opt EncodeOptions) ([]byte, error) {
 	)
 	C.sj_encode((*C.uchar)(unsafe.Pointer(&img.Pix[0])), C.int(img.W), C.int(img.H),
 		C.int(opt.Quality), C.int(jpegBool(opt.Progressive)), C.int(mode), C.int(hs), C.int(vs),
-		&out, &size, &res)
+		C.int(max(opt.restartInterval, 0)), C.int(jpegBool(opt.arithmetic)), &out, &size, &res)
 	if res.code != C.SJ_OK {
 		return nil, wrapf(ErrUnsupported, "encode jpeg: libjpeg: %s", C.GoString(&res.msg[0]))
 	}

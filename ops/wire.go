@@ -546,7 +546,13 @@ func DecodeWire(b []byte, lim WireLimits) (Value, error) {
 	case KindEncoded:
 		return Encoded(raw), nil
 	case KindCut:
-		return cutFromWire(raw)
+		// NB: not return cutFromWire(raw), whose nil *CutJPEG would make a
+		// non-nil Value beside the error.
+		c, err := cutFromWire(raw)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
 	case KindImage:
 		return &Image{W: int(info.Dims[1]), H: int(info.Dims[0]), Pix: raw}, nil
 	}

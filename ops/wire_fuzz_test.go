@@ -23,6 +23,7 @@ func FuzzDecodeWire(f *testing.F) {
 		ops.NewTensor(0, 2, 2),
 		wireSpecialTensor(),
 		wireTensor(wirePhoto(8, 6, 2, 3)),
+		&ops.CutJPEG{W: 100, H: 80, X: 16, Y: 8, Data: []byte("\xff\xd8 a cut \xff\xd9")},
 	} {
 		for _, c := range wireCodecs {
 			b, err := ops.EncodeWire(v, c)
