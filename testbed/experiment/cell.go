@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/testbed"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
 	"github.com/sophon-dl/sophon/testbed/netns"
@@ -23,11 +25,15 @@ import (
 
 // experiment is a Run in progress.
 type experiment struct {
-	cfg     Config
-	bins    binaries
-	res     *results.Results
-	pin     pinPlan
-	profile string
+	cfg  Config
+	bins binaries
+	res  *results.Results
+	pin  pinPlan
+	// profile is the experiment's stage 2 profile, its samples only; each
+	// cell's runs use cellProfile, a copy that also keeps the resources
+	// the compute agents measure at that cell's rate and CPU (see
+	// useCellProfile).
+	profile, cellProfile string
 	// ref maps (epoch, sample) to the tensor hash the reference run (the
 	// first exactly-once run) delivered.
 	ref map[[2]uint64]string
@@ -294,11 +300,17 @@ func (x *experiment) cell(ctx context.Context, rate string, cpus float64, rep in
 			return cell, err
 		}
 	}
+	if err := x.useCellProfile(rate, cpus); err != nil {
+		return cell, err
+	}
 	for _, p := range policyRuns(x.cfg.Policies, x.cfg.WorkConserving) {
 		if ctx.Err() != nil {
 			return cell, ctx.Err()
 		}
 		run := x.runPolicy(ctx, n, dir, addr, cpus, p)
+		if err := x.shareProfile(); err != nil {
+			return cell, err
+		}
 		cell.Runs = append(cell.Runs, run)
 		if ctx.Err() != nil {
 			return cell, ctx.Err()
@@ -355,4 +367,42 @@ func (x *experiment) groups(n *node, cpus float64) error {
 	n.storageGroup = g
 	n.cleanup = append(n.cleanup, g.Close)
 	return nil
+}
+
+// useCellProfile points the cell's runs at the profile of its rate and
+// storage CPU, made from the experiment's samples when there is none yet.
+// A compute agent keeps the running means of the resources it measured
+// (link rate, storage speed, the last No-Off epoch) in the profile and
+// plans from them when it reuses it, as a deployment reuses its profile;
+// a cell of another rate or CPU is other hardware, so each cell has its
+// own means, shared by its repetitions.
+func (x *experiment) useCellProfile(rate string, cpus float64) error {
+	x.cellProfile = filepath.Join(x.cfg.Out, fmt.Sprintf("profile-%s-cpu%s.zst", rate, strconv.FormatFloat(cpus, 'f', -1, 64)))
+	if _, err := os.Stat(x.cellProfile); err == nil {
+		return nil
+	}
+	return copySamples(x.profile, x.cellProfile)
+}
+
+// shareProfile makes the experiment's profile from the cell's once a run
+// has recorded it (the first run of the first cell).
+func (x *experiment) shareProfile() error {
+	if _, err := os.Stat(x.profile); err == nil {
+		return nil
+	}
+	return copySamples(x.cellProfile, x.profile)
+}
+
+// copySamples saves the profile at from, without its measured resources,
+// at to; nothing when from does not exist yet.
+func copySamples(from, to string) error {
+	p, err := profiler.Load(from, "", "")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", from, err)
+	}
+	p.Resources = nil
+	return profiler.Save(to, p)
 }

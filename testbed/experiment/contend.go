@@ -245,7 +245,7 @@ func (x *experiment) reducedPrediction(rs []computeagent.EpochReport, storageCor
 	if len(rs) == 0 || rs[0].Stage1 == nil {
 		return 0, errors.New("no stage 1 in the compute agent's report")
 	}
-	prof, err := profiler.Load(x.profile, "", "")
+	prof, err := profiler.Load(x.cellProfile, "", "")
 	if err != nil {
 		return 0, err
 	}

@@ -388,6 +388,11 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 	}
 	x.profile = filepath.Join(cfg.Out, "profile.zst")
 	os.Remove(x.profile) // a fresh profile per experiment: the first run records it
+	if old, err := filepath.Glob(filepath.Join(cfg.Out, "profile-*-cpu*.zst")); err == nil {
+		for _, p := range old { // and fresh measured resources per cell
+			os.Remove(p)
+		}
+	}
 	x.trainProfile = filepath.Join(cfg.Out, "profile-trainer.zst")
 	os.Remove(x.trainProfile)
 	var runErr error

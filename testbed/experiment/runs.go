@@ -132,7 +132,7 @@ func policyRuns(policies []string, wc string) []policyRun {
 // storage agent at addr, writing its report and samples there.
 func (x *experiment) policyArgs(addr string, pr policyRun, report, samples string) []string {
 	args := []string{"--storage", addr, "--policy", pr.policy, "--epochs", strconv.Itoa(x.cfg.Epochs),
-		"--pipeline", x.cfg.Pipeline, "--profile", x.profile, "--force-profile", "--gpu", gpuFlag(x.cfg.GPURate),
+		"--pipeline", x.cfg.Pipeline, "--profile", x.cellProfile, "--force-profile", "--gpu", gpuFlag(x.cfg.GPURate),
 		"--seed", strconv.FormatUint(x.cfg.Seed, 10), "--report", report, "--samples-out", samples,
 		"--log-level", "warn", "--log-format", "json"}
 	if x.cfg.Batch > 0 {

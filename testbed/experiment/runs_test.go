@@ -42,7 +42,7 @@ func TestPolicyRuns(t *testing.T) {
 // those win.
 func TestPolicyArgs(t *testing.T) {
 	x := &experiment{cfg: Config{Epochs: 4, Pipeline: "imagenet-train", GPURate: 100, Seed: 3, Batch: 16,
-		ComputeFlags: []string{"--window", "8"}}, profile: "/out/profile.zst", computeTLS: []string{"--insecure"}}
+		ComputeFlags: []string{"--window", "8"}}, cellProfile: "/out/profile.zst", computeTLS: []string{"--insecure"}}
 	for _, wc := range []string{WorkConservingOn, WorkConservingOff, WorkConservingBoth} {
 		for _, r := range policyRuns([]string{"nooff", "sophon"}, wc) {
 			args := x.policyArgs("10.0.0.1:7070", r, "/out/c/"+r.name+".jsonl", "/out/c/"+r.name+".samples")
