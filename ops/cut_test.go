@@ -493,6 +493,26 @@ func TestCutLimits(t *testing.T) {
 			t.Errorf("the whole run: %v", err)
 		}
 	})
+	t.Run("transform output buffer", func(t *testing.T) {
+		if !cgoCut() {
+			t.Skipf("the %s build does not cut", ops.JPEGBackend)
+		}
+		// Between the coefficients and the coefficients plus the cut's
+		// worst-case output buffer, the cut declines for the buffer.
+		var sawBuffer bool
+		for m := int64(2 << 20); m <= 16<<20; m += 128 << 10 {
+			_, err := p.Cut(key, ops.Encoded(photo), limit(func(l *ops.Limits) { l.MaxMemory = m }))
+			if err == nil {
+				if !sawBuffer {
+					t.Fatalf("cut at a %d-byte limit without first declining for the output buffer", m)
+				}
+				return
+			}
+			wantErr(t, err, key.Sample, ops.ErrCannotCut)
+			sawBuffer = sawBuffer || strings.Contains(err.Error(), "of output buffer, above the")
+		}
+		t.Fatal("no cut within a 16 MiB memory limit")
+	})
 	t.Run("compute side", func(t *testing.T) {
 		if !cgoCut() {
 			t.Skipf("the %s build does not cut", ops.JPEGBackend)
