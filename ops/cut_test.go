@@ -182,6 +182,8 @@ func cutCases(t testing.TB) []cutCase {
 		{"restart-1-420-333x251", 333, 251, with(o(420), func(e *ops.TestEncodeOptions) { e.RestartInterval = 1 }), cutSome},
 		{"restart-7-422-333x251", 333, 251, with(o(422), func(e *ops.TestEncodeOptions) { e.RestartInterval = 7 }), cutSome},
 		{"restart-3-progressive-333x251", 333, 251, with(o(420), func(e *ops.TestEncodeOptions) { e.RestartInterval, e.Progressive = 3, true }), cutSome},
+		{"non-interleaved-420-333x251", 333, 251, with(o(420), func(e *ops.TestEncodeOptions) { e.NonInterleaved = true }), cutSome},
+		{"non-interleaved-restart-444-257x181", 257, 181, with(o(444), func(e *ops.TestEncodeOptions) { e.NonInterleaved, e.RestartInterval = true, 5 }), cutSome},
 		{"arithmetic-420-333x251", 333, 251, with(o(420), func(e *ops.TestEncodeOptions) { e.Arithmetic = true }), cutAny},
 		{"arithmetic-progressive-333x251", 333, 251, with(o(420), func(e *ops.TestEncodeOptions) { e.Arithmetic, e.Progressive = true, true }), cutAny},
 		{"q30-420-500x375", 500, 375, with(o(420), func(e *ops.TestEncodeOptions) { e.Quality = 30 }), cutSome},
