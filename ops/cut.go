@@ -101,7 +101,7 @@ func (p *Pipeline) cutOps() (Decode, RandomResizedCrop, error) {
 // that cannot be cut exactly fails with an error wrapping ErrCannotCut, and
 // so does one that would break lim only in the transform (more than
 // MaxScans scans, where the decode fails at scan MaxScans+1 or earlier;
-// coefficients above MaxMemory, which the transform holds even for a
+// buffers above MaxMemory: the transform holds every coefficient even of a
 // baseline file) and one the transform does not read cleanly: the decode
 // of the raw file then fails or succeeds exactly as it would have. Errors
 // are *SampleError values naming the sample.

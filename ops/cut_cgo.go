@@ -23,13 +23,14 @@ enum {
 	SJC_MISMATCH = 3, // the header disagrees with the Go parse
 	SJC_NOMEM = 4,    // the output buffer could not be allocated
 	SJC_XFORM = 5,    // tjTransform failed (or warned)
-	SJC_LARGER = 6    // the cut does not fit in the caller's buffer
+	SJC_LARGER = 6,   // the cut does not fit in the caller's buffer
+	SJC_MEMORY = 7    // the output buffer would exceed the caller's budget
 };
 
 typedef struct {
 	int code;
 	int w, h, subsamp; // SJC_MISMATCH: what libturbojpeg read
-	unsigned long size; // the cut's bytes (also when SJC_LARGER)
+	unsigned long size; // the cut's bytes (also when SJC_LARGER); SJC_MEMORY: the buffer's
 	char msg[200]; // libjpeg's JMSG_LENGTH_MAX
 } sj_cut_result;
 
@@ -49,10 +50,10 @@ static void sj_cut_msg(sj_cut_result *res, tjhandle t) {
 // the original's extra markers, is copied into out when it fits in its cap
 // bytes. Any libjpeg warning fails the transform, as does a progressive
 // file of more than 500 scans. The output buffer is tjBufSize's worst case
-// for the cut's size and libturbojpeg may not grow it: a cut that would
-// need more fails.
+// for the cut's size, refused when above maxbuf (0: no bound), and
+// libturbojpeg may not grow it: a cut that would need more fails.
 static void sj_cut(const unsigned char *data, size_t len, int ww, int wh, int wsamp,
-                   int x, int y, int w, int h,
+                   int x, int y, int w, int h, long long maxbuf,
                    unsigned char *out, size_t cap, sj_cut_result *res) {
 	tjhandle t;
 	tjtransform xf;
@@ -82,7 +83,13 @@ static void sj_cut(const unsigned char *data, size_t len, int ww, int wh, int ws
 		return;
 	}
 	bufsize = tjBufSize(w, h, isamp);
-	if (bufsize == (unsigned long)-1 || (buf = tjAlloc((int)bufsize)) == NULL) {
+	if (bufsize != (unsigned long)-1 && maxbuf > 0 && (long long)bufsize > maxbuf) {
+		res->code = SJC_MEMORY;
+		res->size = bufsize;
+		tjDestroy(t);
+		return;
+	}
+	if (bufsize == (unsigned long)-1 || bufsize > 0x7fffffffUL || (buf = tjAlloc((int)bufsize)) == NULL) {
 		res->code = SJC_NOMEM;
 		snprintf(res->msg, sizeof res->msg, "cannot allocate %lu bytes for a %dx%d cut", bufsize, w, h);
 		tjDestroy(t);
@@ -122,7 +129,8 @@ import "unsafe"
 // the image's edges. Refusals wrap ErrCannotCut (the file's layout is one
 // the cut does not reproduce exactly, the transform fails, the cut is no
 // smaller than data, or it would break lim's scan or memory bounds, which
-// the decode may not share), or ErrDeadline.
+// the decode may not share: MaxMemory bounds the transform's coefficients
+// and its output buffer together), or ErrDeadline.
 //
 // NB: every transform failure declines rather than failing the sample: the
 // decoder, which is stricter on some files and looser on others, then
@@ -144,10 +152,17 @@ func cutJPEG(data []byte, h JPEGHeader, want Rect, lim DecodeLimits) ([]byte, Re
 	got.W = min(h.W, (want.X+want.W+l.mcuW-1)/l.mcuW*l.mcuW) - got.X
 	got.H = min(h.H, (want.Y+want.H+l.mcuH-1)/l.mcuH*l.mcuH) - got.Y
 	// The transform holds every coefficient of the original, baseline or
-	// not, and those of the cut.
-	if need := 128 * (h.coefBlocks + l.cutCoefBlocks(got.W, got.H)); lim.MaxMemory > 0 && need > lim.MaxMemory {
-		return nil, Rect{}, wrapf(ErrCannotCut, "cutting the %dx%d JPEG needs %s of coefficient buffers, above the %s memory limit",
-			h.W, h.H, formatBytes(need), formatBytes(lim.MaxMemory))
+	// not, and those of the cut, then encodes into a worst-case buffer
+	// (libturbojpeg's tjBufSize, 2 to 6 bytes a pixel of the cut), which
+	// the rest of the memory limit must hold.
+	coef := 128 * (h.coefBlocks + l.cutCoefBlocks(got.W, got.H))
+	var maxBuf int64
+	if lim.MaxMemory > 0 {
+		if coef >= lim.MaxMemory {
+			return nil, Rect{}, wrapf(ErrCannotCut, "cutting the %dx%d JPEG needs %s of coefficient buffers, above the %s memory limit",
+				h.W, h.H, formatBytes(coef), formatBytes(lim.MaxMemory))
+		}
+		maxBuf = lim.MaxMemory - coef
 	}
 	if err := checkDeadline(lim.Deadline, "cut jpeg"); err != nil {
 		return nil, Rect{}, err
@@ -155,7 +170,7 @@ func cutJPEG(data []byte, h JPEGHeader, want Rect, lim DecodeLimits) ([]byte, Re
 	out := make([]byte, len(data))
 	var res C.sj_cut_result
 	C.sj_cut((*C.uchar)(unsafe.Pointer(&data[0])), C.size_t(len(data)), C.int(h.W), C.int(h.H), C.int(l.samp),
-		C.int(got.X), C.int(got.Y), C.int(got.W), C.int(got.H),
+		C.int(got.X), C.int(got.Y), C.int(got.W), C.int(got.H), C.longlong(maxBuf),
 		(*C.uchar)(unsafe.Pointer(&out[0])), C.size_t(len(out)), &res)
 	switch res.code {
 	case C.SJC_OK:
@@ -164,6 +179,9 @@ func cutJPEG(data []byte, h JPEGHeader, want Rect, lim DecodeLimits) ([]byte, Re
 	case C.SJC_MISMATCH:
 		return nil, Rect{}, wrapf(ErrCannotCut, "libturbojpeg reads a %dx%d JPEG of subsampling %d where the header parse reads %dx%d of subsampling %d",
 			int(res.w), int(res.h), int(res.subsamp), h.W, h.H, l.samp)
+	case C.SJC_MEMORY:
+		return nil, Rect{}, wrapf(ErrCannotCut, "cutting the %dx%d JPEG needs %s of coefficient buffers and %s of output buffer, above the %s memory limit",
+			h.W, h.H, formatBytes(coef), formatBytes(int64(res.size)), formatBytes(lim.MaxMemory))
 	case C.SJC_LARGER:
 		return nil, Rect{}, wrapf(ErrCannotCut, "the cut %v is %d bytes, no smaller than the %d-byte file", got, uint64(res.size), len(data))
 	}

@@ -9,17 +9,20 @@ var (
 // TestEncodeOptions are EncodeOptions with the fields only tests set.
 type TestEncodeOptions struct {
 	EncodeOptions
-	// YCCK, LumaSamp, RestartInterval and Arithmetic set EncodeOptions'
-	// ycck, lumaSamp, restartInterval and arithmetic.
+	// YCCK, LumaSamp, RestartInterval, Arithmetic and NonInterleaved set
+	// EncodeOptions' ycck, lumaSamp, restartInterval, arithmetic and
+	// nonInterleaved.
 	YCCK            bool
 	LumaSamp        [2]int
 	RestartInterval int
 	Arithmetic      bool
+	NonInterleaved  bool
 }
 
 // EncodeJPEGTest is EncodeJPEG with the test-only options.
 func EncodeJPEGTest(img *Image, o TestEncodeOptions) ([]byte, error) {
 	opt := o.EncodeOptions
 	opt.ycck, opt.lumaSamp, opt.restartInterval, opt.arithmetic = o.YCCK, o.LumaSamp, o.RestartInterval, o.Arithmetic
+	opt.nonInterleaved = o.NonInterleaved
 	return EncodeJPEG(img, opt)
 }

@@ -124,6 +124,9 @@ type EncodeOptions struct {
 	// arithmetic writes arithmetic-coded entropy data (SOF9, SOF10 when
 	// progressive) instead of Huffman codes; tests use it.
 	arithmetic bool
+	// nonInterleaved writes a sequential JPEG with one scan per component
+	// (ignored when Progressive is set); tests use it.
+	nonInterleaved bool
 }
 
 // withDefaults validates o and fills in its zero fields.

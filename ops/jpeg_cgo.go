@@ -393,8 +393,10 @@ enum { SJ_ENC_RGB = 0, SJ_ENC_GRAY = 1, SJ_ENC_CMYK = 2, SJ_ENC_YCCK = 3 };
 // buffer of *outlen bytes for the caller to free.
 static void sj_encode(const unsigned char *pix, int w, int h, int quality,
                       int progressive, int mode, int hs, int vs, int restart, int arith,
+                      int noninterleaved,
                       unsigned char **outp, unsigned long *outlen, sj_result *res) {
 	struct jpeg_compress_struct c;
+	jpeg_scan_info scans[4];
 	sj_err err;
 	unsigned char *buf = NULL;
 	unsigned long size = 0;
@@ -440,8 +442,20 @@ static void sj_encode(const unsigned char *pix, int w, int h, int quality,
 		c.comp_info[0].v_samp_factor = vs;
 	}
 	jpeg_set_quality(&c, quality, TRUE);
-	if (progressive)
+	if (progressive) {
 		jpeg_simple_progression(&c);
+	} else if (noninterleaved) {
+		int i;
+		for (i = 0; i < c.num_components; i++) {
+			scans[i].comps_in_scan = 1;
+			scans[i].component_index[0] = i;
+			scans[i].Ss = 0;
+			scans[i].Se = DCTSIZE2 - 1;
+			scans[i].Ah = scans[i].Al = 0;
+		}
+		c.scan_info = scans;
+		c.num_scans = c.num_components;
+	}
 	c.restart_interval = (unsigned int)restart;
 	c.arith_code = arith ? TRUE : FALSE;
 	jpeg_start_compress(&c, TRUE);
@@ -610,7 +624,8 @@ func EncodeJPEG(img *Image, opt EncodeOptions) ([]byte, error) {
 	)
 	C.sj_encode((*C.uchar)(unsafe.Pointer(&img.Pix[0])), C.int(img.W), C.int(img.H),
 		C.int(opt.Quality), C.int(jpegBool(opt.Progressive)), C.int(mode), C.int(hs), C.int(vs),
-		C.int(max(opt.restartInterval, 0)), C.int(jpegBool(opt.arithmetic)), &out, &size, &res)
+		C.int(max(opt.restartInterval, 0)), C.int(jpegBool(opt.arithmetic)), C.int(jpegBool(opt.nonInterleaved)),
+		&out, &size, &res)
 	if res.code != C.SJ_OK {
 		return nil, wrapf(ErrUnsupported, "encode jpeg: libjpeg: %s", C.GoString(&res.msg[0]))
 	}

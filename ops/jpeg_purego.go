@@ -190,8 +190,8 @@ func EncodeJPEG(img *Image, opt EncodeOptions) ([]byte, error) {
 		return nil, wrapf(ErrUnsupported, "encode jpeg: %s cannot write progressive JPEGs", JPEGBackend)
 	case opt.CMYK:
 		return nil, wrapf(ErrUnsupported, "encode jpeg: %s cannot write CMYK JPEGs", JPEGBackend)
-	case opt.restartInterval > 0 || opt.arithmetic:
-		return nil, wrapf(ErrUnsupported, "encode jpeg: %s writes neither restart markers nor arithmetic codes", JPEGBackend)
+	case opt.restartInterval > 0 || opt.arithmetic || opt.nonInterleaved:
+		return nil, wrapf(ErrUnsupported, "encode jpeg: %s writes neither restart markers, arithmetic codes nor non-interleaved scans", JPEGBackend)
 	case !opt.Gray && (opt.Subsampling != 420 || opt.lumaSamp != [2]int{}):
 		return nil, wrapf(ErrUnsupported, "encode jpeg: %s writes only 4:2:0, not %d", JPEGBackend, opt.Subsampling)
 	}

@@ -40,7 +40,10 @@ type Limits struct {
 	// bytes a pixel). It is checked from the frame header before anything
 	// is allocated, and libjpeg enforces it too. Zero means no limit. The
 	// pure-Go decoder counts its own buffers, 256 bytes per block of a
-	// progressive image.
+	// progressive image. [Pipeline.Cut] counts the lossless transform's
+	// buffers against it too (every coefficient of the file, baseline or
+	// not, and of the cut, and the cut's worst-case output buffer) and
+	// declines the cut where they exceed it.
 	MaxMemory int64
 	// MaxOutputBytes bounds every op's output (an image's W*H*3 bytes, a
 	// tensor's C*H*W*4), computed from the op's parameters and the input's

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -75,6 +76,140 @@ func runSplit(p *ops.Pipeline, key ops.Key, raw []byte, k int, codec ops.Codec) 
 		return nil, err
 	}
 	return p.Run(key, back, k, p.Len())
+}
+
+// TestCutSplitInvariance is invariant 1 for the JPEG-domain crop: for every
+// preset that has the cut split, every case of cutCases and several epochs,
+// Cut -> wire -> Run from SplitCut equals the whole run byte for byte; a
+// file the cut declines fails with ErrCannotCut and its fallback (raw,
+// split 0) equals the whole run too. The pure-Go build declines every cut.
+func TestCutSplitInvariance(t *testing.T) {
+	cases := cutCases(t)
+	codecs := []ops.Codec{ops.CodecNone, ops.CodecZstd, ops.CodecS2}
+	epochs := uint64(4)
+	if testing.Short() {
+		epochs = 2
+	}
+	var presets int
+	for _, name := range ops.PresetNames() {
+		p, err := ops.Preset(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.CanCut() {
+			continue
+		}
+		presets++
+		t.Run(name, func(t *testing.T) {
+			var cuts, declines int
+			var cutBytes, rawBytes int64
+			for _, c := range cases {
+				var caseCuts int
+				for epoch := range epochs {
+					key := cutKey(c.name, epoch)
+					codec := codecs[int(epoch)%len(codecs)]
+					cut, declined, err := checkCut(p, key, c.data, codec, ops.Limits{})
+					if err != nil {
+						t.Fatalf("%s epoch %d (%s): %v", c.name, epoch, codec, err)
+					}
+					if declined != nil {
+						declines++
+						if c.expect == cutSome && epoch == 0 {
+							t.Logf("%s epoch %d: %v", c.name, epoch, declined)
+						}
+						continue
+					}
+					cuts++
+					caseCuts++
+					cutBytes += int64(len(cut.Data))
+					rawBytes += int64(len(c.data))
+				}
+				switch {
+				case !cgoCut() && caseCuts > 0:
+					t.Errorf("%s: the %s build cut it %d times; it must decline", c.name, ops.JPEGBackend, caseCuts)
+				case cgoCut() && c.expect == cutSome && caseCuts == 0:
+					t.Errorf("%s: declined in every epoch, want some cuts", c.name)
+				case c.expect == cutDecline && caseCuts > 0:
+					t.Errorf("%s: cut %d times, want it declined", c.name, caseCuts)
+				}
+			}
+			t.Logf("%d cuts, %d declines over %d cases; cuts average %.1f%% of their files", cuts, declines, len(cases), 100*float64(cutBytes)/float64(max(rawBytes, 1)))
+		})
+	}
+	if presets == 0 {
+		t.Fatal("no preset has the cut split")
+	}
+}
+
+// checkCut cuts raw for key and checks the cut split, or the fallback when
+// the cut declines, against the whole run. It returns the cut, or the
+// decline's error; err reports a broken invariant.
+func checkCut(p *ops.Pipeline, key ops.Key, raw []byte, codec ops.Codec, lim ops.Limits) (cut *ops.CutJPEG, declined, err error) {
+	full, fullErr := p.RunLimited(key, ops.Encoded(raw), 0, p.Len(), lim)
+	cut, cutErr := p.Cut(key, ops.Encoded(raw), lim)
+	if cutErr != nil {
+		var se *ops.SampleError
+		if !errors.As(cutErr, &se) || se.Sample != key.Sample {
+			return nil, nil, fmt.Errorf("cut error %v does not name sample %d", cutErr, key.Sample)
+		}
+		if !errors.Is(cutErr, ops.ErrCannotCut) {
+			// Only the decode's own failures, the same as the whole run's.
+			if fullErr == nil || cutErrClass(cutErr) != cutErrClass(fullErr) {
+				return nil, nil, fmt.Errorf("cut fails with %v, the whole run with %v", cutErr, fullErr)
+			}
+			return nil, cutErr, nil
+		}
+		if cut != nil {
+			return nil, nil, fmt.Errorf("a declined cut returned a value")
+		}
+		// The fallback: raw over the wire, every op on the other side.
+		got, err := runSplitLimited(p, key, raw, 0, codec, lim)
+		if (err != nil) != (fullErr != nil) || err != nil && cutErrClass(err) != cutErrClass(fullErr) {
+			return nil, nil, fmt.Errorf("fallback gives %v, the whole run %v", err, fullErr)
+		}
+		if err == nil && !bytes.Equal(valueBytes(got), valueBytes(full)) {
+			return nil, nil, fmt.Errorf("fallback output differs from the whole run")
+		}
+		return nil, cutErr, nil
+	}
+	if fullErr != nil {
+		return nil, nil, fmt.Errorf("cut succeeds where the whole run fails with %v", fullErr)
+	}
+	if cut.W <= 0 || cut.H <= 0 || len(cut.Data) >= len(raw) {
+		return nil, nil, fmt.Errorf("cut %dx%d+%d+%d of %d bytes from a %d-byte file", cut.W, cut.H, cut.X, cut.Y, len(cut.Data), len(raw))
+	}
+	w, err := ops.EncodeWire(cut, codec)
+	if err != nil {
+		return nil, nil, err
+	}
+	back, err := ops.DecodeWire(w, ops.WireLimits{})
+	if err != nil {
+		return nil, nil, err
+	}
+	got, err := p.RunLimited(key, back, ops.SplitCut, p.Len(), lim)
+	if err != nil {
+		return nil, nil, fmt.Errorf("run from the cut: %v", err)
+	}
+	if !bytes.Equal(valueBytes(got), valueBytes(full)) {
+		return nil, nil, fmt.Errorf("output from the cut %dx%d+%d+%d differs from the whole run", cut.W, cut.H, cut.X, cut.Y)
+	}
+	return cut, nil, nil
+}
+
+func runSplitLimited(p *ops.Pipeline, key ops.Key, raw []byte, k int, codec ops.Codec, lim ops.Limits) (ops.Value, error) {
+	mid, err := p.RunLimited(key, ops.Encoded(raw), 0, k, lim)
+	if err != nil {
+		return nil, err
+	}
+	w, err := ops.EncodeWire(mid, codec)
+	if err != nil {
+		return nil, err
+	}
+	back, err := ops.DecodeWire(w, ops.WireLimits{})
+	if err != nil {
+		return nil, err
+	}
+	return p.RunLimited(key, back, k, p.Len(), lim)
 }
 
 // TestRunIndependentOfWorkers runs the same samples from many goroutines
