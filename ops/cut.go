@@ -129,10 +129,7 @@ func (p *Pipeline) Cut(key Key, raw Encoded, lim Limits) (*CutJPEG, error) {
 	var r Rand
 	r.Seed(SeedFor(key.Seed, key.Epoch, key.Sample, 1))
 	box := SampleRRCBox(h.W, h.H, c.Params, &r)
-	want := Rect{X: max(0, box.X-CutMargin), Y: max(0, box.Y-CutMargin)}
-	want.W = min(h.W, box.X+box.W+CutMargin) - want.X
-	want.H = min(h.H, box.Y+box.H+CutMargin) - want.Y
-	out, got, err := cutJPEG(raw, h, want, dl)
+	out, got, err := cutJPEG(raw, h, cutRegion(h.W, h.H, box), dl)
 	if err != nil {
 		return fail(err)
 	}
@@ -195,9 +192,7 @@ func cutCovers(cut *CutJPEG, hdr JPEGHeader, box Rect) error {
 	if x0 < 0 || y0 < 0 || x1 > cut.W || y1 > cut.H {
 		return wrapf(ErrCorrupt, "cut %dx%d+%d+%d lies outside the %dx%d image", hdr.W, hdr.H, x0, y0, cut.W, cut.H)
 	}
-	need := Rect{X: max(0, box.X-CutMargin), Y: max(0, box.Y-CutMargin)}
-	need.W = min(cut.W, box.X+box.W+CutMargin) - need.X
-	need.H = min(cut.H, box.Y+box.H+CutMargin) - need.Y
+	need := cutRegion(cut.W, cut.H, box)
 	if need.X < x0 || need.Y < y0 || need.X+need.W > x1 || need.Y+need.H > y1 {
 		return wrapf(ErrCorrupt, "cut %dx%d+%d+%d does not cover the crop box %v with its %d-pixel margin", hdr.W, hdr.H, x0, y0, box, CutMargin)
 	}

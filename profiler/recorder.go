@@ -39,10 +39,18 @@ import (
 //   - Compressed sizes of random outputs vary a little with the crop's
 //     content; the same argument applies.
 //   - The JPEG-domain cut (ops.SplitCut) covers the epoch's crop box, so
-//     its size and both its costs vary with the box like the crop's cost
-//     does; the recorded draw is the estimate, by the same argument. Whether
-//     a file can be cut at all can vary too (a box covering nearly the
-//     whole image gives a cut no smaller than the file, which is declined).
+//     its size and the compute side's cost vary with the box's area. One
+//     draw would do for sums, but a planner that picks the samples to cut
+//     by their recorded size picks those whose recorded box happened to be
+//     small (selection bias: in a test, a plan's cut bytes grew 16% from
+//     the recorded epoch to the next). The recorded cut is therefore scaled
+//     to the mean area of the regions the cut keeps (ops.Pipeline.CutRegion)
+//     over the next cutDraws epochs' boxes, which need only the image's
+//     dimensions; the bytes per pixel of the cut come from the one cut
+//     made. The storage side's cost (the transform reads the whole file)
+//     is kept as measured. Whether a file can be cut at all can vary too (a
+//     box covering nearly the whole image gives a cut no smaller than the
+//     file, which is declined).
 //
 // CPU time is the thread CPU clock (CLOCK_THREAD_CPUTIME_ID) of the
 // recording goroutine, locked to its OS thread for the record, read around
@@ -191,9 +199,34 @@ func measureCut(p *ops.Pipeline, key ops.Key, raw ops.Encoded, sp *SampleProfile
 	if err != nil {
 		return
 	}
-	sp.CutBytes = int64(cut.Size())
+	scale := cutScale(p, key, cut)
+	sp.CutBytes = max(1, min(int64(float64(cut.Size())*scale), int64(len(raw))))
 	sp.CutNS = max(t1-t0, 0)
-	sp.CutFinishNS = max(t3-t2, 0)
+	sp.CutFinishNS = max(int64(float64(t3-t2)*scale), 0)
+}
+
+// cutDraws is how many epochs' boxes a recorded cut is scaled to.
+const cutDraws = 16
+
+// cutScale is the mean area of the regions the cut keeps in the cutDraws
+// epochs after key's over the area of key's own, or 1 when either is
+// unknown.
+func cutScale(p *ops.Pipeline, key ops.Key, cut *ops.CutJPEG) float64 {
+	this, err := p.CutRegion(cut.W, cut.H, key)
+	if err != nil || this.W*this.H == 0 {
+		return 1
+	}
+	var sum float64
+	for j := range uint64(cutDraws) {
+		k := key
+		k.Epoch += 1 + j
+		r, err := p.CutRegion(cut.W, cut.H, k)
+		if err != nil {
+			return 1
+		}
+		sum += float64(r.W) * float64(r.H)
+	}
+	return sum / cutDraws / (float64(this.W) * float64(this.H))
 }
 
 // measureWire fills split k's compressed size and codec costs for v.

@@ -321,8 +321,14 @@ func TestRecorderCut(t *testing.T) {
 			continue
 		}
 		cuts++
-		if got, want := s.CutBytes, int64(c.Size()); got != want {
-			t.Errorf("sample %d: cut bytes %d, Cut gives %d", i, got, want)
+		// The recorded cut is scaled to the mean area the next epochs'
+		// boxes keep (cutScale), not the one box's.
+		scale := cutScale(p, key, c)
+		if got, want := s.CutBytes, max(1, min(int64(float64(c.Size())*scale), s.Raw)); got != want {
+			t.Errorf("sample %d: cut bytes %d, Cut gives %d scaled by %.3f to %d", i, got, c.Size(), scale, want)
+		}
+		if scale <= 0.1 || scale > 20 {
+			t.Errorf("sample %d: cut scaled by %.3f", i, scale)
 		}
 		if s.CutBytes >= s.Raw+16 || s.CutNS <= 0 || s.CutFinishNS <= 0 {
 			t.Errorf("sample %d: cut %d of %d raw bytes, %d ns to cut, %d ns to finish", i, s.CutBytes, s.Raw, s.CutNS, s.CutFinishNS)
@@ -345,5 +351,39 @@ func TestRecorderCut(t *testing.T) {
 	}
 	if s := rv.Profile().Samples[0]; s.HasCut() || s.CutNS != 0 || s.CutFinishNS != 0 {
 		t.Errorf("val pipeline: got cut %d B, %d ns, %d ns, want none", s.CutBytes, s.CutNS, s.CutFinishNS)
+	}
+}
+
+// TestCutScale: the scale is the mean area of the next epochs' cut regions
+// over the recorded one's, from the dimensions alone.
+func TestCutScale(t *testing.T) {
+	p, err := ops.Preset("imagenet-train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := &ops.CutJPEG{W: 1024, H: 768}
+	key := ops.Key{Seed: 9, Epoch: 4, Sample: 17}
+	this, err := p.CutRegion(cut.W, cut.H, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for j := range uint64(cutDraws) {
+		r, err := p.CutRegion(cut.W, cut.H, ops.Key{Seed: 9, Epoch: 5 + j, Sample: 17})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += float64(r.W * r.H)
+	}
+	want := sum / cutDraws / float64(this.W*this.H)
+	if got := cutScale(p, key, cut); got != want {
+		t.Fatalf("scale %v, want %v", got, want)
+	}
+	val, err := ops.Preset("imagenet-val")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cutScale(val, key, cut); got != 1 {
+		t.Fatalf("scale %v for a pipeline without the cut, want 1", got)
 	}
 }
