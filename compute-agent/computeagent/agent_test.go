@@ -17,6 +17,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/synth"
 )
 
 // checkOnce fails unless got holds every sample of want exactly once.
@@ -639,6 +640,85 @@ func TestFetchOnly(t *testing.T) {
 	for s, sha := range shas[0] {
 		if shas[1][s] == sha {
 			t.Errorf("sample %d: raw and fully offloaded wire forms hash alike", s)
+		}
+	}
+}
+
+// TestCutAndFallbackInvariance: a plan that names the JPEG-domain crop
+// (-1) beside every other split, served by storage agents that cut what
+// they can and answer the rest raw, and that answer a third of the
+// offloads raw (work-conserving offload), delivers the tensors No-Off
+// does; the report counts the raw answers, and with --work-conserving=false
+// no request asks for them.
+func TestCutAndFallbackInvariance(t *testing.T) {
+	p := testPipeline(t)
+	mixed := &PlanFile{PlanName: "mixed-cut", Pipeline: p.ID(), Splits: map[uint64]int{}}
+	for s := range uint64(testSamples) {
+		mixed.Splits[s] = int(s%uint64(p.Len()+2)) - 1
+	}
+	// Photos large enough that most cuts are smaller than their file.
+	big := make([][]byte, testSamples)
+	for i := range big {
+		b, err := synth.JPEG(uint64(i), 200+8*(i%5), 160+8*(i%3), synth.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		big[i] = b
+	}
+	var ref map[uint64][32]byte
+	for _, c := range []struct {
+		name   string
+		plan   Plan
+		strict bool
+	}{{"nooff", NoOff(), false}, {"mixed", mixed, false}, {"strict", mixed, true}} {
+		n := &memNet{}
+		s1 := newFake(t, "s1")
+		s1.data = big
+		s1.contended = func(sample uint64) bool { return sample%3 == 0 }
+		n.serve(t, "s1:1", s1)
+		cfg, rec := testConfig(t, n, "s1:1")
+		cfg.Plan = c.plan
+		cfg.StrictOffload = c.strict
+		cfg.FirstEpoch = 2
+		reports, err := runAgent(t, cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		r := reports[0]
+		checkReport(t, r)
+		got := rec.epoch(2)
+		checkOnce(t, got, allSamples())
+		m := map[uint64][32]byte{}
+		for _, d := range got {
+			m[d.sample] = d.sha
+		}
+		if ref == nil {
+			ref = m
+			continue
+		}
+		for s := range ref {
+			if m[s] != ref[s] {
+				t.Errorf("%s: sample %d (split %d) differs from nooff", c.name, s, mixed.Split(s))
+			}
+		}
+		contended, cuts := 0, 0
+		if r.ServedRaw != nil {
+			contended = r.ServedRaw.Contended
+		}
+		for _, b := range r.BySplit {
+			if b.Split == ops.SplitCut {
+				cuts = b.Samples
+			}
+		}
+		t.Logf("%s: by split %+v, served raw %+v", c.name, r.BySplit, r.ServedRaw)
+		if ops.JPEGBackend == "libjpeg-turbo" && cuts == 0 {
+			t.Errorf("%s: no sample arrived cut", c.name)
+		}
+		if c.strict && contended != 0 {
+			t.Errorf("%s: %d offloads answered raw without fallback", c.name, contended)
+		}
+		if !c.strict && contended == 0 {
+			t.Errorf("%s: no offload answered raw; report %+v", c.name, r.ServedRaw)
 		}
 	}
 }

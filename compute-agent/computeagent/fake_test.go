@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -101,6 +102,9 @@ type fakeStorage struct {
 	linkBPS func(epoch uint64) float64
 	// cpus is announced by Info. Zero means 1.
 	cpus float64
+	// contended, when set, answers the offloads with fallback that it
+	// picks raw, as a storage agent short of CPU does.
+	contended func(sample uint64) bool
 	// infoErr, when set, is Info's error (nil: answer).
 	infoErr func() error
 
@@ -287,7 +291,20 @@ func (s *fakeStorage) serve(ctx context.Context, req *dataplanepb.FetchRequest) 
 	}
 	start := time.Now()
 	key := ops.Key{Seed: req.GetSeed(), Epoch: req.GetEpoch(), Sample: req.GetSample()}
-	v, err := s.p.Run(key, ops.Encoded(s.data[req.GetSample()]), 0, int(req.GetSplit()))
+	raw := ops.Encoded(s.data[req.GetSample()])
+	var v ops.Value
+	var err error
+	switch {
+	case req.GetFallback() && s.contended != nil && s.contended(req.GetSample()):
+		v, resp.Served = raw, dataplanepb.Served_SERVED_RAW_CONTENDED
+	case req.GetCut():
+		v, err = s.p.Cut(key, raw, ops.Limits{})
+		if errors.Is(err, ops.ErrCannotCut) {
+			v, err, resp.Served = raw, nil, dataplanepb.Served_SERVED_RAW_UNCUTTABLE
+		}
+	default:
+		v, err = s.p.Run(key, raw, 0, int(req.GetSplit()))
+	}
 	if err != nil {
 		return fail(localKind(err), err.Error())
 	}
