@@ -211,7 +211,10 @@ func (pl *planner) guard(r *EpochReport, noOff float64) string {
 }
 
 // observe folds one epoch's measurement into the saved profile's running
-// means (an epoch's weight is 1 per field it measured).
+// means (an epoch's weight is 1 per field it measured). The link is the
+// exception: a link carries at most its capacity, and an epoch that moved
+// fewer bytes per second was bound by something else (the profiling epoch
+// by stage 2's recording), so the saved link rate is the highest measured.
 func (pl *planner) observe(obs profiler.MeasuredResources) {
 	if pl.saved == nil {
 		return
@@ -219,7 +222,12 @@ func (pl *planner) observe(obs profiler.MeasuredResources) {
 	if pl.saved.Resources == nil {
 		pl.saved.Resources = &profiler.MeasuredResources{}
 	}
-	pl.saved.Resources.Update(obs, 1)
+	m := pl.saved.Resources
+	if link := obs.LinkBytesPerSec; link > 0 {
+		m.LinkBytesPerSec = max(m.LinkBytesPerSec, link)
+		obs.LinkBytesPerSec = 0
+	}
+	m.Update(obs, 1)
 }
 
 // save writes the profile with its updated means to Config.ProfilePath.
@@ -246,9 +254,12 @@ func (pl *planner) adopt(rec *profiler.Recorder, shard int, r *EpochReport) erro
 		a.log.Warn().Msg("stage 2: no sample recorded; staying with No-Off")
 		return nil
 	}
-	obs := profiler.MeasuredResources{StorageSpeed: pl.res.StorageSpeed, NoOffSeconds: r.Seconds}
+	// The profiling epoch's bytes over seconds is a lower bound on the
+	// link (stage 2's recording may have bound it); stage 1's probe is
+	// another.
+	obs := profiler.MeasuredResources{StorageSpeed: pl.res.StorageSpeed, NoOffSeconds: r.Seconds, LinkBytesPerSec: pl.res.LinkBytesPerSec}
 	if r.Seconds > 0 && r.BytesReceived > 0 {
-		obs.LinkBytesPerSec = float64(r.BytesReceived) / r.Seconds
+		obs.LinkBytesPerSec = max(obs.LinkBytesPerSec, float64(r.BytesReceived)/r.Seconds)
 	}
 	prof.Resources = &profiler.MeasuredResources{}
 	prof.Resources.Update(obs, 1)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/policy"
+	"github.com/sophon-dl/sophon/profiler"
 )
 
 const policySamples = 48
@@ -380,4 +381,23 @@ func TestHorizon(t *testing.T) {
 	if h := e.horizon(); h != 0 {
 		t.Fatalf("horizon %v with no rate known", time.Duration(h))
 	}
+}
+
+// TestObserveResources: the saved profile keeps the highest link rate
+// measured (a slower epoch was bound by something else) and the running
+// mean of the storage speed, and the last No-Off epoch.
+func TestObserveResources(t *testing.T) {
+	pl := &planner{a: &Agent{}, saved: &profiler.Profile{}}
+	pl.observe(profiler.MeasuredResources{LinkBytesPerSec: 10, StorageSpeed: 1, NoOffSeconds: 7})
+	pl.observe(profiler.MeasuredResources{LinkBytesPerSec: 8, StorageSpeed: 0.5, NoOffSeconds: 5})
+	m := pl.saved.Resources
+	if m.LinkBytesPerSec != 10 || m.StorageSpeed != 0.75 || m.NoOffSeconds != 5 {
+		t.Fatalf("after 10 then 8 B/s, speeds 1 then 0.5, No-Off 7 then 5 s: %+v", *m)
+	}
+	pl.observe(profiler.MeasuredResources{LinkBytesPerSec: 12})
+	if m.LinkBytesPerSec != 12 || m.StorageSpeed != 0.75 {
+		t.Fatalf("after 12 B/s: %+v", *m)
+	}
+	// No saved profile: nothing to update, and no panic.
+	(&planner{a: &Agent{}}).observe(profiler.MeasuredResources{LinkBytesPerSec: 1})
 }
