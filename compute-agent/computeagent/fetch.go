@@ -242,11 +242,11 @@ func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 			// An offload: let the storage agent answer raw when its CPU
 			// cannot keep up, unless the operator wants strict plans.
 			req.Fallback = !e.cfg.StrictOffload
-			if req.Fallback {
-				req.HorizonNs = e.horizon()
-			}
 			if h, ok := e.plan.(offloadHinter); ok {
 				req.Priority, req.CostNs = h.hint(r.sample)
+			}
+			if req.Fallback {
+				req.HorizonNs = e.horizon()
 			}
 		}
 		if first {
@@ -328,9 +328,9 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			e.servedRawUncuttable.Add(1)
 		}
 		if r.split != 0 && resp.GetServed() == dataplanepb.Served_SERVED_AS_REQUESTED {
-			if h, ok := e.plan.(offloadHinter); ok {
+			if h, ok := e.plan.(*policyPlan); ok {
 				_, c := h.hint(r.sample)
-				e.offPlannedNS.Add(int64(c))
+				e.offPlannedNS.Add(int64(float64(c) / h.speed))
 			}
 			e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
 			e.storageOffEffNS.Add(int64(float64(resp.GetStorageBudgetNs()) * f.share()))

@@ -181,8 +181,14 @@ func (pl *planner) drift(r *EpochReport, e *epochRun, ran policy.Plan) (string, 
 		// A lower rate is the link's only when the link bound the epoch:
 		// otherwise bytes over seconds measures whatever did (a storage
 		// agent starved of CPU), and taking it for the link's capacity
-		// makes the next plan offload more, which makes that worse.
-		if ratio > 1+thr || (ratio < 1-thr && ran.Pred.Bottleneck == policy.Link) {
+		// makes the next plan offload more, which makes that worse. The
+		// plan predicted the link to bound it, and the storage side was
+		// not busy for most of the epoch.
+		storageBusy := 0.0
+		if cores := pl.res.StorageCores; cores > 0 && e != nil {
+			storageBusy = float64(e.storageOffEffNS.Load()) / 1e9 / cores / r.Seconds
+		}
+		if ratio > 1+thr || (ratio < 1-thr && ran.Pred.Bottleneck == policy.Link && storageBusy < 0.8) {
 			why = append(why, fmt.Sprintf("link %.0f B/s, planned %.0f B/s", got, res.LinkBytesPerSec))
 			res.LinkBytesPerSec = got
 		}
@@ -424,18 +430,23 @@ type policyPlan struct {
 	split []int32
 	zstd  []bool // nil: none compressed
 	// prio and cost: bytes saved per storage CPU-ms and storage CPU ns of
-	// the sample's offload as the planner predicts it (0 for raw).
+	// the sample's offload on the profile's clock (0 for raw). cost is
+	// not scaled by the planner's storage speed: the storage agent learns
+	// its own ratio of budget time to these estimates, which a re-plan's
+	// new speed would otherwise count twice.
 	prio []uint32
 	cost []uint64
+	// speed is the planner's storage speed, for the drift check.
+	speed float64
 }
 
 func newPolicyPlan(pl policy.Plan, p *profiler.Profile, r policy.Resources) *policyPlan {
 	n := len(p.Samples)
-	out := &policyPlan{name: pl.Policy, ids: make([]uint64, n), split: make([]int32, n), prio: make([]uint32, n), cost: make([]uint64, n)}
 	speed := r.StorageSpeed
 	if speed <= 0 {
 		speed = 1
 	}
+	out := &policyPlan{name: pl.Policy, ids: make([]uint64, n), split: make([]int32, n), prio: make([]uint32, n), cost: make([]uint64, n), speed: speed}
 	for i := range p.Samples {
 		s := &p.Samples[i]
 		out.ids[i] = s.ID
@@ -444,7 +455,6 @@ func newPolicyPlan(pl policy.Plan, p *profiler.Profile, r policy.Resources) *pol
 		}
 		zstd := pl.Compress != nil && i < len(pl.Compress) && pl.Compress[i]
 		if bytes, ns, ok := offloadCost(s, int(out.split[i]), zstd); ok && ns > 0 {
-			ns /= speed
 			out.cost[i] = uint64(ns)
 			if saved := float64(s.Raw) - bytes; saved > 0 {
 				out.prio[i] = uint32(min(saved/(ns/1e6), math.MaxUint32))
