@@ -242,7 +242,7 @@ func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 			// An offload: let the storage agent answer raw when its CPU
 			// cannot keep up, unless the operator wants strict plans.
 			req.Fallback = !e.cfg.StrictOffload
-			if h, ok := e.plan.(offloadHinter); ok {
+			if h, ok := e.plan.(*policyPlan); ok {
 				req.Priority, req.CostNs = h.hint(r.sample)
 			}
 			if req.Fallback {

@@ -423,7 +423,7 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 // policyPlan is a policy.Plan as the agent runs it: per sample of the
 // profile its split and codec, by sample id; other samples get k = 0. It
 // also gives each offload the planner's hints for work-conserving
-// admission (offloadHinter).
+// admission (FetchRequest.priority, cost_ns).
 type policyPlan struct {
 	name  string
 	ids   []uint64 // sorted
@@ -513,7 +513,8 @@ func offloadCost(s *profiler.SampleProfile, k int, zstd bool) (bytes, ns float64
 	return bytes, ns, true
 }
 
-// hint implements offloadHinter.
+// hint is the sample's priority (bytes saved per storage CPU-ms) and
+// storage CPU estimate (ns on the profile's clock); zeros for raw.
 func (p *policyPlan) hint(sample uint64) (uint32, uint64) {
 	if i, ok := slices.BinarySearch(p.ids, sample); ok {
 		return p.prio[i], p.cost[i]
@@ -554,11 +555,4 @@ func (e *epochRun) codec(sample uint64) ops.Codec {
 		return c.codec(sample)
 	}
 	return e.cfg.Codec
-}
-
-// offloadHinter is a plan that gives each offload request the planner's
-// priority (bytes saved per storage CPU-ms) and storage CPU estimate (ns),
-// for the storage agent's work-conserving admission.
-type offloadHinter interface {
-	hint(sample uint64) (priority uint32, costNS uint64)
 }

@@ -61,8 +61,6 @@ type conserver struct {
 	slowdown float64 // running mean of budget time / estimated cost
 	prios    []uint32
 	next     int // ring index into prios
-	admitted int64
-	demoted  int64
 }
 
 func newConserver(workers int, maxCost time.Duration) *conserver {
@@ -111,12 +109,10 @@ func (c *conserver) admit(priority uint32, costNS, horizonNS uint64) (bool, floa
 	if horizonNS > 0 {
 		finish := c.slowdown * (c.backlog + est) / float64(c.workers)
 		if finish > float64(horizonNS)*(0.5+0.5*q) {
-			c.demoted++
 			return false, 0
 		}
 	}
 	c.backlog += est
-	c.admitted++
 	return true, est
 }
 
@@ -142,11 +138,4 @@ func (c *conserver) released(est float64) {
 	c.mu.Lock()
 	c.backlog = max(0, c.backlog-est)
 	c.mu.Unlock()
-}
-
-// counts returns the offloads admitted and answered raw so far.
-func (c *conserver) counts() (admitted, demoted int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.admitted, c.demoted
 }
