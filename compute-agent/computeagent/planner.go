@@ -49,10 +49,7 @@ import (
 //     the link to bound the epoch.
 
 // Policies are the names Config.Policy accepts.
-var Policies = []string{
-	policy.NameNoOff, policy.NameAllOff, policy.NameResizeOff,
-	policy.NameFastFlow, policy.NameSOPHON, policy.NameOptimal,
-}
+var Policies = policy.Names
 
 // Stage1Summary.Profile values.
 const (
@@ -98,26 +95,11 @@ type planner struct {
 // replan plans with the current profile and resources.
 func (pl *planner) replan() error {
 	p, r := pl.prof, pl.res
-	switch pl.name {
-	case policy.NameNoOff:
-		pl.plan = policy.NoOff(p, r)
-	case policy.NameAllOff:
-		pl.plan = policy.AllOff(p, r)
-	case policy.NameResizeOff:
-		k := policy.ResizeSplit(p.Ops)
-		if k < 0 {
-			return configErr("resizeoff: pipeline %s has no crop op", p.Pipeline)
-		}
-		pl.plan = policy.ResizeOff(p, r, k)
-	case policy.NameFastFlow:
-		pl.plan = policy.FastFlow(p, r)
-	case policy.NameSOPHON:
-		pl.plan = policy.SOPHON(p, r)
-	case policy.NameOptimal:
-		pl.plan = policy.Optimal(p, r)
-	default:
-		return configErr("unknown policy %q", pl.name)
+	plan, err := policy.ByName(pl.name, p, r)
+	if err != nil {
+		return configErr("%v", err)
 	}
+	pl.plan = plan
 	pl.bound = policy.Bound(p, r)
 	pl.agent = newPolicyPlan(pl.plan, p, r)
 	pr := pl.plan.Pred
@@ -361,7 +343,7 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 		if !ok {
 			return reports, nil // in trainer mode: the agent was stopped
 		}
-		opts := epochOpts{plan: NoOff(), trainer: req, linkRate: pl.res.LinkBytesPerSec}
+		opts := epochOpts{plan: NoOff(), trainer: req, linkRate: pl.res.LinkBytesPerSec, storageCores: pl.res.StorageCores}
 		predicted, bound := d.PredictedNoOffSeconds, 0.0
 		ran := pl.prof != nil
 		var planRan policy.Plan
