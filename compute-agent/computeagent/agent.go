@@ -420,8 +420,11 @@ type epochOpts struct {
 	// the epoch runs their orders and fills their slots.
 	trainer *epochReq
 	// linkRate is the planner's link rate (bytes/s; 0: unknown), for the
-	// offloads' horizon (see epochRun.horizon).
+	// offloads' horizon (see epochRun.horizon) and shedding (shedder).
 	linkRate float64
+	// storageCores is the planner's storage cores (0: unknown), for
+	// shedding.
+	storageCores float64
 }
 
 // errEpochSkipped: the state dir says the epoch completed before a
@@ -551,6 +554,9 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 	e.sched = newSchedule(len(order), gate, len(fs), offloaded)
 	e.sched.now = cfg.Clock.Now
 	e.linkRate = opts.linkRate
+	if !cfg.StrictOffload {
+		e.shed = newShedder(e, opts.storageCores)
+	}
 	for pos := range order {
 		b, _, _ := e.estimate(pos)
 		e.left.Add(b)
@@ -609,6 +615,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		Stalls:                   int(e.stalls.Load()),
 		Hedged:                   int(e.hedged.Load()),
 		ServedRaw:                servedRaw(e),
+		Shed:                     int(e.shed.count()),
 		Resumed:                  resumed,
 		Status:                   "ok",
 		GPU:                      gpu,

@@ -81,7 +81,10 @@ type epochRun struct {
 	// Offloads the storage agents answered raw: their CPU could not keep
 	// up (work-conserving offload), or the file cannot be cut exactly.
 	servedRawContended, servedRawUncuttable atomic.Int64
-	lat                                     latencies // response latencies, for the adaptive stall timeout
+	// shed re-balances the rest of the epoch when the storage side falls
+	// behind the plan (nil: never).
+	shed *shedder
+	lat  latencies // response latencies, for the adaptive stall timeout
 
 	mu     sync.Mutex
 	failed []SampleFailure
@@ -115,7 +118,7 @@ type item struct {
 // estimate is the schedule's view of a position: its wire-size estimate,
 // sample id and split.
 func (e *epochRun) estimate(pos int) (int64, uint64, int) {
-	s, k := e.order[pos], e.split[pos]
+	s, k := e.order[pos], e.shed.split(pos, e.split[pos])
 	return e.a.sizes.estimate(k, e.cat.RawSizes[s]), s, k
 }
 

@@ -225,13 +225,21 @@ func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 			}
 			continue
 		}
+		codec := e.codec(r.sample)
+		e.shed.requested(r.pos, r.split, e.split[r.pos])
+		if k := e.split[r.pos]; r.split != k {
+			// Shed: raw, whose bytes the epoch's estimate left did not
+			// count.
+			codec = ops.CodecNone
+			e.left.Add(r.est - e.a.sizes.estimate(k, e.cat.RawSizes[r.sample]))
+		}
 		req := &dataplanepb.FetchRequest{
 			Tag:        r.tag,
 			Sample:     r.sample,
 			Epoch:      e.num,
 			Seed:       e.cfg.Seed,
 			PipelineId: e.a.pipeID,
-			Codec:      dataplanepb.Codec(e.codec(r.sample)),
+			Codec:      dataplanepb.Codec(codec),
 		}
 		if r.split == ops.SplitCut {
 			req.Cut = true
@@ -327,14 +335,17 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 		case dataplanepb.Served_SERVED_RAW_UNCUTTABLE:
 			e.servedRawUncuttable.Add(1)
 		}
-		if r.split != 0 && resp.GetServed() == dataplanepb.Served_SERVED_AS_REQUESTED {
+		asPlanned := r.split != 0 && resp.GetServed() == dataplanepb.Served_SERVED_AS_REQUESTED
+		held := float64(resp.GetStorageBudgetNs()) * f.share()
+		if asPlanned {
 			if h, ok := e.plan.(*policyPlan); ok {
 				_, c := h.hint(r.sample)
 				e.offPlannedNS.Add(int64(float64(c) / h.speed))
 			}
 			e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
-			e.storageOffEffNS.Add(int64(float64(resp.GetStorageBudgetNs()) * f.share()))
+			e.storageOffEffNS.Add(int64(held))
 		}
+		e.shed.received(r.pos, asPlanned, held)
 		f.handing.Store(true)
 		select {
 		case e.work <- work{f: f, r: r, resp: resp}:

@@ -112,10 +112,14 @@ type EpochReport struct {
 	// ServedRaw counts the offloads storage agents answered with the raw
 	// bytes instead (omitted when none was).
 	ServedRaw *ServedRaw `json:"served_raw,omitempty"`
-	Resumed   int        `json:"resumed,omitempty"`
-	Status    string     `json:"status"`
-	Error     string     `json:"error,omitempty"`
-	GPU       GPUStats   `json:"gpu"`
+	// Shed counts the offloads this agent requested raw because the
+	// storage side fell behind the plan (work-conserving offload; see
+	// shedder), omitted when none.
+	Shed    int      `json:"shed,omitempty"`
+	Resumed int      `json:"resumed,omitempty"`
+	Status  string   `json:"status"`
+	Error   string   `json:"error,omitempty"`
+	GPU     GPUStats `json:"gpu"`
 	// Consumer is "trainer" when trainer processes took the batches
 	// (Trainers says how each rank fared); omitted for the simulated GPU.
 	Consumer string         `json:"consumer,omitempty"`
