@@ -201,8 +201,8 @@ func (h *hog) stop() {
 
 // contended stops the run's hog and records it in run.Contention, with
 // the reduced-CPU prediction; nothing when the hog never started (the run
-// ended or failed first).
-func (x *experiment) contended(run *results.Run, h *hog, rs []computeagent.EpochReport, cpus float64) {
+// ended or failed first). policy is the run's.
+func (x *experiment) contended(run *results.Run, policy string, h *hog, rs []computeagent.EpochReport, cpus float64) {
 	h.stop()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -228,7 +228,7 @@ func (x *experiment) contended(run *results.Run, h *hog, rs []computeagent.Epoch
 		k.LagSeconds = float64(h.opened.UnixNano()-h.lastEnd) / 1e9
 	}
 	var err error
-	if k.PredictedSeconds, err = x.reducedPrediction(rs, k.StorageCoresLeft); err != nil {
+	if k.PredictedSeconds, err = x.reducedPrediction(policy, rs, k.StorageCoresLeft); err != nil {
 		k.PredictionError = err.Error()
 	}
 	run.Contention = k
@@ -238,10 +238,10 @@ func (x *experiment) contended(run *results.Run, h *hog, rs []computeagent.Epoch
 		Float64("reduced_prediction_seconds", k.PredictedSeconds).Msg("contended")
 }
 
-// reducedPrediction is policy.Optimal's epoch time for the experiment's
+// reducedPrediction is the named policy's epoch time for the experiment's
 // profile and the run's stage 1 resources (its first report line) with
-// storageCores storage cores: the best a re-plan could do at that CPU.
-func (x *experiment) reducedPrediction(rs []computeagent.EpochReport, storageCores float64) (float64, error) {
+// storageCores storage cores: what its re-plan predicts at that CPU.
+func (x *experiment) reducedPrediction(name string, rs []computeagent.EpochReport, storageCores float64) (float64, error) {
 	if len(rs) == 0 || rs[0].Stage1 == nil {
 		return 0, errors.New("no stage 1 in the compute agent's report")
 	}
@@ -250,7 +250,11 @@ func (x *experiment) reducedPrediction(rs []computeagent.EpochReport, storageCor
 		return 0, err
 	}
 	res := stage1Resources(*rs[0].Stage1, storageCores, computeCores(x.cfg.ComputeFlags))
-	return policy.Optimal(prof, res).Pred.Seconds, nil
+	plan, err := policy.ByName(name, prof, res)
+	if err != nil {
+		return 0, err
+	}
+	return plan.Pred.Seconds, nil
 }
 
 // stage1Resources is the planner's policy.Resources as the compute agent

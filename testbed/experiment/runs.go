@@ -201,7 +201,7 @@ func (x *experiment) runPolicy(ctx context.Context, n *node, dir, addr string, c
 		run.Error = err.Error()
 	}
 	if h != nil {
-		x.contended(&run, h, rs, cpus)
+		x.contended(&run, pr.policy, h, rs, cpus)
 	}
 	if len(rs) > 0 && x.res.Dataset.Samples == 0 {
 		x.res.Dataset.Samples = rs[0].Shard // tar shards: the agent counts
