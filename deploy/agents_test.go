@@ -14,8 +14,8 @@ import (
 )
 
 // The tests build the real agents (and deploy/render) once, into binDir, so
-// that every flag a manifest passes is checked against the binary that will
-// parse it.
+// that every flag a manifest or the batch template passes is checked
+// against the binary that will parse it.
 var (
 	buildOnce sync.Once
 	binDir    string
@@ -23,6 +23,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The Slurm test runs this test binary as a stand-in compute agent.
+	if os.Getenv("SOPHON_FAKE_AGENT") == "1" {
+		os.Exit(fakeAgent(os.Args[1:]))
+	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
