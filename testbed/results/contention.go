@@ -42,10 +42,10 @@ type Contention struct {
 	// StorageCoresLeft is the cell's storage CPUs less HogCores: the
 	// storage agent's share while contended.
 	StorageCoresLeft float64 `json:"storage_cores_left"`
-	// PredictedSeconds is the reduced-CPU prediction: policy.Optimal's
+	// PredictedSeconds is the reduced-CPU prediction: the run's policy's
 	// epoch time for the experiment's profile and the run's stage 1
-	// resources with StorageCoresLeft storage cores, the best a re-plan
-	// could do at the reduced CPU. 0 when it could not be made;
+	// resources with StorageCoresLeft storage cores, what its re-plan
+	// predicts at the reduced CPU. 0 when it could not be made;
 	// PredictionError then says why.
 	PredictedSeconds float64 `json:"predicted_seconds,omitempty"`
 	PredictionError  string  `json:"prediction_error,omitempty"`
