@@ -111,10 +111,10 @@ type Plan struct {
 
 // Bottleneck names, as reported in Prediction.Bottleneck.
 const (
-	Link       = "link"
-	StorageCPU = "storage-cpu"
-	ComputeCPU = "compute-cpu"
-	GPU        = "gpu"
+	Link       = profiler.BottleneckLink
+	StorageCPU = profiler.BottleneckStorageCPU
+	ComputeCPU = profiler.BottleneckComputeCPU
+	GPU        = profiler.BottleneckGPU
 )
 
 // Prediction is the predicted cost of one epoch under a plan.

@@ -44,11 +44,13 @@ type Seconds struct {
 	Storage float64
 }
 
-// Bottleneck names.
+// Bottleneck names: stage 1's and the planner's (policy.Link and the
+// others are these), one vocabulary in reports and logs.
 const (
-	BottleneckLink    = "link"
-	BottleneckCompute = "compute"
-	BottleneckGPU     = "gpu"
+	BottleneckLink       = "link"
+	BottleneckStorageCPU = "storage-cpu"
+	BottleneckComputeCPU = "compute-cpu"
+	BottleneckGPU        = "gpu"
 	// BottleneckNone is the answer when no rate was measured.
 	BottleneckNone = "none"
 )
@@ -61,7 +63,7 @@ type Decision struct {
 	// link, compute and GPU times.
 	PredictedNoOffSeconds float64
 	// Bottleneck is the resource with that time: BottleneckLink,
-	// BottleneckCompute, BottleneckGPU (or BottleneckNone). A tie goes to
+	// BottleneckComputeCPU, BottleneckGPU (or BottleneckNone). A tie goes to
 	// the GPU, then the compute CPU: the link is the bottleneck only when
 	// it is strictly the slowest, since otherwise cutting traffic cannot
 	// shorten the epoch.
@@ -113,7 +115,7 @@ func Stage1(r Rates, opts ...Stage1Option) Decision {
 		measured bool
 	}{
 		{BottleneckGPU, d.Seconds.GPU, r.GPUSamplesPerSec > 0},
-		{BottleneckCompute, d.Seconds.Compute, r.ComputeSamplesPerSec > 0},
+		{BottleneckComputeCPU, d.Seconds.Compute, r.ComputeSamplesPerSec > 0},
 		{BottleneckLink, d.Seconds.Link, r.LinkBytesPerSec > 0},
 	} {
 		if c.measured && (d.Bottleneck == BottleneckNone || c.s > d.PredictedNoOffSeconds) {

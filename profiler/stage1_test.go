@@ -24,13 +24,13 @@ func TestStage1(t *testing.T) {
 	}{
 		// 500 Mbit/s: 62.5 MB/s -> 1.1e9 B / 62.5e6 = 17.6 s.
 		{"link", with(62.5e6, 2000, 1500, 300), false, BottleneckLink, 17.6, true},
-		{"compute", with(1e9, 400, 1500, 300), false, BottleneckCompute, 25, false},
+		{"compute", with(1e9, 400, 1500, 300), false, BottleneckComputeCPU, 25, false},
 		{"gpu", with(1e9, 2000, 500, 300), false, BottleneckGPU, 20, false},
 		{"gpu forced", with(1e9, 2000, 500, 300), true, BottleneckGPU, 20, true},
 		{"link ties gpu", with(110e6, 2000, 1000, 0), false, BottleneckGPU, 10, false},
 		{"compute ties gpu", with(1e9, 1000, 1000, 0), false, BottleneckGPU, 10, false},
 		{"gpu unmeasured", with(62.5e6, 2000, 0, 0), false, BottleneckLink, 17.6, true},
-		{"only compute", with(0, 1000, 0, 0), false, BottleneckCompute, 10, false},
+		{"only compute", with(0, 1000, 0, 0), false, BottleneckComputeCPU, 10, false},
 		{"nothing measured", with(0, 0, 0, 300), false, BottleneckNone, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
