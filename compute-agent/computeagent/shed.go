@@ -26,7 +26,8 @@ import (
 //
 // and compares the storage time of the offloads still owed, C/S, with the
 // link time of every byte still owed, B/R (the planner's link rate). When
-// the storage side would finish more than shedSlack after the link, it
+// the storage side would finish more than shedTrigger after the link (once
+// shedding, shedSlack), it
 // takes the offloads not yet requested from the least efficient (the
 // plan's priority: bytes saved per storage CPU-ms) up, moving each one's
 // CPU out of C and its saved bytes into B, until the two meet: those
@@ -45,9 +46,13 @@ const (
 	// shedEvery is the least time between recomputations.
 	shedEvery = 50 * time.Millisecond
 	// shedSlack is how far past the link's the storage side may finish
-	// before offloads are shed: the plan balances the two, and a few
-	// percent of measurement noise must not shed anything.
-	shedSlack = 0.05
+	// once offloads are being shed; shedTrigger how far before the
+	// first one is. The plan balances the two, and the first offloads of
+	// an epoch measure slow (a CPU quota spent by a neighbour while the
+	// agent idled between epochs): a small imbalance is cheaper to
+	// carry than raw bytes the link must take on.
+	shedSlack   = 0.05
+	shedTrigger = 0.25
 )
 
 // A position's state in the shedder.
@@ -206,6 +211,9 @@ func (s *shedder) rebalanceLocked() {
 	}
 	cut := uint32(0)
 	link := func() float64 { return bytes / s.rate * 1e9 }
+	if s.cut.Load() == 0 && storage/speed <= link()*(1+shedTrigger) {
+		return
+	}
 	for _, pos := range s.byPrio {
 		if storage/speed <= link()*(1+shedSlack) {
 			break
