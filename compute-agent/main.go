@@ -142,6 +142,7 @@ type settings struct {
 	FetchOnly       bool          `yaml:"fetch-only"`
 	GCPercent       int           `yaml:"gc-percent"`
 	OnError         string        `yaml:"on-error"`
+	Placement       string        `yaml:"placement"`
 	Codec           string        `yaml:"codec"`
 	WorkConserving  bool          `yaml:"work-conserving"`
 	Retries         int           `yaml:"retries"`
@@ -173,6 +174,7 @@ func defaults() settings {
 		Slots:           computeagent.DefaultSlots,
 		RingBytes:       computeagent.DefaultRingBytes,
 		OnError:         c.OnError,
+		Placement:       computeagent.PlacementPull,
 		Codec:           "none",
 		WorkConserving:  true,
 		Retries:         c.Retries,
@@ -226,7 +228,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.GPU, "gpu", s.GPU, "GPU `consumer`: sim:alexnet-v100, sim:resnet50-v100, sim:RATE (img/s) or sim:step=DURATION")
 	fs.StringVar(&s.TrainerSocket, "trainer-socket", s.TrainerSocket, "serve the node's trainer processes on this Unix socket `path` (python/sophon's Loader) instead of the simulated --gpu; the agent then runs the epochs the local ranks ask for until stopped")
 	fs.StringVar(&s.DType, "dtype", s.DType, "what trainer slots hold: uint8 (NHWC crops; the client applies to_tensor and normalize on its device) or float32 (NCHW, the whole pipeline)")
-	fs.BoolVar(&s.DropLast, "drop-last", s.DropLast, "trainers get only full batches (default: each rank is padded by repeats to the same count, as DistributedSampler)")
+	fs.BoolVar(&s.DropLast, "drop-last", s.DropLast, "every rank gets only full batches (default: each rank is padded by repeats of its own samples to the same count, as DistributedSampler; reports count them in padded)")
 	fs.IntVar(&s.Slots, "slots", s.Slots, "batch `slots` per trainer rank in its shared-memory ring")
 	fs.Int64Var(&s.RingBytes, "ring-bytes", s.RingBytes, "shared-memory `bytes` for the rings of all local ranks; slots per rank are lowered to fit")
 	fs.StringVar(&s.Metrics, "metrics", s.Metrics, "serve Prometheus /metrics and /healthz on `host:port` (default: none)")
@@ -236,6 +238,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.GCPercent, "gc-percent", s.GCPercent, "Go GC target `percent` (GOGC); -1 means 100, or 400 with --fetch-only; ignored when GOGC is set")
 	fs.StringVar(&s.OnError, "on-error", s.OnError, "bad samples: fail (the epoch fails naming the sample) or skip (reported, not delivered)")
 	fs.StringVar(&s.Codec, "codec", s.Codec, "`codec` for intermediates on the wire: none, zstd or s2")
+	fs.StringVar(&s.Placement, "placement", s.Placement, "which storage agent serves each sample: pull (every agent pulls the next sample it holds from one shared schedule, so faster agents take more) or round-robin (sample p goes to the (p mod k)-th of its k holders, whatever their speed: a baseline)")
 	fs.BoolVar(&s.WorkConserving, "work-conserving", s.WorkConserving, "let storage agents answer an offload request raw when their CPU cannot finish it before the raw bytes would have crossed the link (=false: run the plan's splits however long the storage agents take)")
 	fs.IntVar(&s.Retries, "retries", s.Retries, "deprecated for stream failures (see --retry-budget); now only how often one sample is re-requested after a storage agent's queue deadline")
 	fs.DurationVar(&s.RetryBudget, "retry-budget", s.RetryBudget, "`time` a storage agent may make no progress (restart, outage) before it is given up for the epoch; failed streams, Info and Catalog are retried with exponential back-off and jitter meanwhile, and the epoch fails only when no storage agent is left")
@@ -311,6 +314,7 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	c.StrictOrder = s.StrictOrder
 	c.FetchOnly = s.FetchOnly
 	c.OnError = s.OnError
+	c.Placement = s.Placement
 	c.Codec = codec
 	c.StrictOffload = !s.WorkConserving
 	c.Retries = s.Retries

@@ -501,8 +501,12 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		}
 		order = tr.order
 	} else {
-		order = Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)
+		// Every rank the same count (DDP hangs on uneven ones): padded by
+		// repeats of its own samples, or with --drop-last cut to full
+		// batches; with one rank, the whole catalog.
+		order = RankOrder(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
 	}
+	padded := max(0, len(order)-len(Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)))
 	resumed := 0
 	if done := jr.delivered(num); len(done) > 0 {
 		// Resume: the samples journaled before the restart were delivered;
@@ -551,7 +555,15 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 	for i, s := range order {
 		offloaded[i] = split[i] != 0 || e.codec(s) != ops.CodecNone
 	}
-	e.sched = newSchedule(len(order), gate, len(fs), offloaded)
+	pl, unowned, err := e.placement(fs)
+	if err != nil {
+		return EpochReport{}, err
+	}
+	if len(unowned) > 0 && cfg.OnError == OnErrorFail {
+		return EpochReport{}, fmt.Errorf("%w: epoch %d not started: %d of the shard's %d samples (the first: %d) have no live storage agent holding them; --on-error skip reports them and runs the rest",
+			ErrUnavailable, num, len(unowned), len(order), order[unowned[0]])
+	}
+	e.sched = newPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
 	e.sched.now = cfg.Clock.Now
 	e.linkRate = opts.linkRate
 	if !cfg.StrictOffload {
@@ -566,7 +578,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 	names := make([]string, len(fs))
 	for i, f := range fs {
 		f.e = e
-		f.w = window{maxCount: cfg.Window, maxBytes: cfg.WindowBytes, outstanding: map[uint64]*request{}}
+		f.w = window{idx: i, maxCount: cfg.Window, maxBytes: cfg.WindowBytes, outstanding: map[uint64]*request{}}
 		names[i] = f.ep.Name
 	}
 
@@ -617,6 +629,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		ServedRaw:                servedRaw(e),
 		Shed:                     int(e.shed.count()),
 		Resumed:                  resumed,
+		Padded:                   padded,
 		Status:                   "ok",
 		GPU:                      gpu,
 	}

@@ -32,6 +32,18 @@ const (
 	DefaultReplanThreshold = 0.2
 )
 
+// Placements: which storage agent serves which position of an epoch.
+const (
+	// PlacementPull lets every fetcher pull the next position its storage
+	// agent holds from the shared schedule: faster agents take more.
+	PlacementPull = "pull"
+	// PlacementRoundRobin binds position p to the (p mod k)-th of the k
+	// agents holding its sample, whatever their speed (the baseline that
+	// ignores rates); a position falls back to its other holders only
+	// once its bound agent is given up.
+	PlacementRoundRobin = "round-robin"
+)
+
 // OnError policies: what a bad sample does to the epoch.
 const (
 	// OnErrorFail fails the epoch with an error naming the sample.
@@ -158,6 +170,9 @@ type Config struct {
 	FetchOnly bool
 	// OnError is OnErrorFail or OnErrorSkip. Empty means OnErrorFail.
 	OnError string
+	// Placement is PlacementPull or PlacementRoundRobin. Empty means
+	// PlacementPull.
+	Placement string
 	// Codec asks the storage agents to compress intermediates. Zero means
 	// none.
 	Codec ops.Codec
@@ -345,6 +360,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.OnError == "" {
 		c.OnError = OnErrorFail
 	}
+	if c.Placement == "" {
+		c.Placement = PlacementPull
+	}
 	if c.Retries == 0 {
 		c.Retries = DefaultRetries
 	}
@@ -378,6 +396,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, configErr("unknown codec %d", c.Codec)
 	case c.OnError != OnErrorFail && c.OnError != OnErrorSkip:
 		return c, configErr("on-error %q: want %q or %q", c.OnError, OnErrorFail, OnErrorSkip)
+	case c.Placement != PlacementPull && c.Placement != PlacementRoundRobin:
+		return c, configErr("placement %q: want %q or %q", c.Placement, PlacementPull, PlacementRoundRobin)
 	}
 	if c.Trainer.Socket != "" {
 		t := &c.Trainer

@@ -127,6 +127,11 @@ func (e *epochRun) run(ctx context.Context, fetchers []*fetcher) error {
 	g.Go(func() error {
 		defer close(e.work)
 		fg, fctx := errgroup.WithContext(gctx)
+		if orphans := e.sched.unowned(&fetchers[0].w); len(orphans) > 0 {
+			fg.Go(func() error {
+				return fetchers[0].unavailable(fctx, orphans, "no storage agent of this epoch holds its shard")
+			})
+		}
 		for _, f := range fetchers {
 			fg.Go(func() error { return f.run(fctx) })
 		}
@@ -195,7 +200,9 @@ func (e *epochRun) worker(ctx context.Context) error {
 			it.rank, it.j, it.gpos = e.posRank[r.pos], e.posJ[r.pos], e.gpos[r.pos]
 		}
 		var bad *SampleFailure
-		if se := w.resp.GetError(); se != nil {
+		if w.fail != nil {
+			bad = w.fail
+		} else if se := w.resp.GetError(); se != nil {
 			bad = &SampleFailure{Sample: r.sample, Split: r.split, Kind: errkind.Name(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
 		} else {
 			e.a.sizes.observe(k, e.cat.RawSizes[r.sample], len(w.resp.GetData()))

@@ -35,7 +35,10 @@ type fetcher struct {
 	ep     Endpoint
 	client dataplanepb.StorageClient
 	cpus   float64 // the storage agent's cores (InfoResponse.cpus)
-	w      window
+	// holds reports whether the agent holds a sample's shard; nil holds
+	// every sample.
+	holds func(sample uint64) bool
+	w     window
 
 	// lastRecv is when the current stream last received a response or
 	// handed one on (Unix ns); handing is set while recv waits to hand a
@@ -52,6 +55,9 @@ type work struct {
 	f    *fetcher
 	r    *request
 	resp *dataplanepb.FetchResponse
+	// fail, when set, is the sample's failure instead of a response (no
+	// storage agent left that holds it).
+	fail *SampleFailure
 }
 
 func (f *fetcher) run(ctx context.Context) error {
@@ -90,7 +96,7 @@ func (f *fetcher) run(ctx context.Context) error {
 				return ctx.Err()
 			}
 			if errors.Is(err, ErrFingerprint) {
-				return f.giveUp(log, err)
+				return f.giveUp(ctx, log, err)
 			}
 			log.Debug().Err(err).Msg("storage agent still unavailable")
 		}
@@ -99,7 +105,7 @@ func (f *fetcher) run(ctx context.Context) error {
 		}
 		idle := e.cfg.Clock.Now().Sub(time.Unix(0, f.progress.Load()))
 		if idle > budget {
-			return f.giveUp(log, fmt.Errorf("no progress for %v (retry budget %v), last: %w", idle.Round(time.Millisecond), budget, err))
+			return f.giveUp(ctx, log, fmt.Errorf("no progress for %v (retry budget %v), last: %w", idle.Round(time.Millisecond), budget, err))
 		}
 		failures++
 		if err := pause(ctx, min(retryDelay(failures), budget-idle), e.sched); err != nil {
@@ -113,11 +119,30 @@ func (f *fetcher) run(ctx context.Context) error {
 
 // giveUp drops this storage agent for the epoch; the epoch fails when it
 // was the last one.
-func (f *fetcher) giveUp(log zerolog.Logger, err error) error {
-	if f.e.sched.giveUp() == 0 {
+func (f *fetcher) giveUp(ctx context.Context, log zerolog.Logger, err error) error {
+	alive, orphans := f.e.sched.giveUp(&f.w)
+	if alive == 0 {
 		return fmt.Errorf("%w: %s: %w", ErrNoStorage, f.ep.Name, err)
 	}
-	log.Error().Err(err).Msg("giving up on storage agent for this epoch")
+	log.Error().Err(err).Int("unavailable", len(orphans)).Msg("giving up on storage agent for this epoch")
+	return f.unavailable(ctx, orphans, fmt.Sprintf("no live storage agent holds it (%s gave up: %v)", f.ep.Name, err))
+}
+
+// unavailable hands the orphaned requests on f's window to the workers as
+// failures of this epoch (KindUnavailable): under --on-error skip they are
+// reported, never silently dropped; under fail the first one fails the
+// epoch.
+func (f *fetcher) unavailable(ctx context.Context, orphans []*request, why string) error {
+	for _, r := range orphans {
+		r.sample = f.e.order[r.pos]
+		f.e.sched.claim(&f.w, r.tag, 0)
+		fail := &SampleFailure{Sample: r.sample, Kind: KindUnavailable, Where: "storage", Message: why}
+		select {
+		case f.e.work <- work{f: f, r: r, fail: fail}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	return nil
 }
 

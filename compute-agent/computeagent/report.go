@@ -115,11 +115,14 @@ type EpochReport struct {
 	// Shed counts the offloads this agent requested raw because the
 	// storage side fell behind the plan (work-conserving offload; see
 	// shedder), omitted when none.
-	Shed    int      `json:"shed,omitempty"`
-	Resumed int      `json:"resumed,omitempty"`
-	Status  string   `json:"status"`
-	Error   string   `json:"error,omitempty"`
-	GPU     GPUStats `json:"gpu"`
+	Shed    int `json:"shed,omitempty"`
+	Resumed int `json:"resumed,omitempty"`
+	// Padded counts the positions that repeat one of the rank's samples so
+	// that every rank has the same count (as DistributedSampler pads).
+	Padded int      `json:"padded,omitempty"`
+	Status string   `json:"status"`
+	Error  string   `json:"error,omitempty"`
+	GPU    GPUStats `json:"gpu"`
 	// Consumer is "trainer" when trainer processes took the batches
 	// (Trainers says how each rank fared); omitted for the simulated GPU.
 	Consumer string         `json:"consumer,omitempty"`
@@ -156,6 +159,10 @@ type SampleFailure struct {
 	// "local" (decoding the wire form or ops[k:n]).
 	Where string `json:"where"`
 }
+
+// KindUnavailable is the Kind of a sample that no live storage agent of
+// the epoch holds (its shard's owners are gone).
+const KindUnavailable = "UNAVAILABLE"
 
 func (f SampleFailure) Error() string {
 	return fmt.Sprintf("sample %d (split %d, %s): %s: %s", f.Sample, f.Split, f.Where, f.Kind, f.Message)

@@ -34,14 +34,13 @@ type schedule struct {
 	n int
 
 	mu sync.Mutex
-	// lanes[l] lists lane l's positions in permutation order; lane[pos] is
-	// a position's lane. With one lane, lanes[0] is nil and positions are
-	// taken in order.
-	lanes    [2][]int
+	// groups partition the positions by who may take them (placement);
+	// group[pos] is a position's group, nil when there is one group.
+	groups []group
+	group  []uint32
+	// lane[pos] is a position's lane; nil when every position is in lane 0.
 	lane     []uint8
-	cursor   [2]int // next index into lanes[l]; with one lane cursor[0] is the first position never taken
 	sig      chan struct{}
-	retry    posHeap // positions taken and requeued
 	received []bool
 	nRecv    int
 	// In strict order a position is taken only when it lies below
@@ -49,17 +48,65 @@ type schedule struct {
 	gate        int
 	deliverNext int
 	alive       int         // fetchers not given up
+	aliveMask   uint64      // their bits (window.idx)
 	retries     map[int]int // transient per-sample errors so far, by position
 	// now stamps each request's send time (request.sent). Nil leaves it
 	// zero.
 	now func() time.Time
 }
 
-// newSchedule schedules n positions. offloaded, when not nil, marks the
-// positions that run ops on storage; with both kinds present the schedule
-// uses two lanes.
+// group is the positions that the same fetchers may take. A fetcher takes
+// first from the groups that prefer it (pref), then from every group it
+// may serve (mask: the storage agents holding the positions' shard). When
+// every fetcher of mask has given up, the group falls back to owners (the
+// agents holding the shard, when mask bound it to fewer: round-robin
+// placement); when none of those is left either, its positions are
+// orphaned (see giveUp).
+type group struct {
+	mask, pref, owners uint64
+	// lanes[l] lists lane l's positions in permutation order; cursor[l]
+	// is the next index never taken.
+	lanes  [2][]int
+	cursor [2]int
+	retry  posHeap // positions taken and requeued
+	owed   int     // positions not yet received
+}
+
+// maxFetchers bounds the storage agents one epoch uses (a window's bit).
+const maxFetchers = 64
+
+// allFetchers is the mask of n fetchers.
+func allFetchers(n int) uint64 {
+	if n >= maxFetchers {
+		return ^uint64(0)
+	}
+	return 1<<n - 1
+}
+
+// newSchedule schedules n positions that any of fetchers may take.
+// offloaded, when not nil, marks the positions that run ops on storage;
+// with both kinds present the schedule uses two lanes.
 func newSchedule(n, gate, fetchers int, offloaded []bool) *schedule {
-	s := &schedule{n: n, sig: make(chan struct{}), received: make([]bool, n), gate: gate, alive: fetchers}
+	return newPlacedSchedule(n, gate, fetchers, offloaded, placement{})
+}
+
+// placement says which fetchers (bit i: the i-th storage agent) may take
+// each position; a nil slice leaves every position to every fetcher.
+type placement struct {
+	// owners[pos]: the agents holding pos's sample.
+	owners []uint64
+	// bound[pos], a subset of owners[pos]: the only agents that take pos
+	// while one of them is alive (round-robin placement); 0 = owners.
+	bound []uint64
+	// pref[pos]: the agents that take pos before any other position.
+	pref []uint64
+}
+
+// newPlacedSchedule is newSchedule under a placement. Positions of equal
+// (owners, bound, pref) form a group.
+func newPlacedSchedule(n, gate, fetchers int, offloaded []bool, pl placement) *schedule {
+	all := allFetchers(fetchers)
+	s := &schedule{n: n, sig: make(chan struct{}), received: make([]bool, n), gate: gate, alive: fetchers, aliveMask: all}
 	var count int
 	for _, o := range offloaded {
 		if o {
@@ -69,15 +116,50 @@ func newSchedule(n, gate, fetchers int, offloaded []bool) *schedule {
 	if count > 0 && count < n && len(offloaded) == n {
 		s.lane = make([]uint8, n)
 		for pos, o := range offloaded {
-			l := 0
 			if o {
-				l = 1
+				s.lane[pos] = 1
 			}
-			s.lane[pos] = uint8(l)
-			s.lanes[l] = append(s.lanes[l], pos)
 		}
 	}
+	type key struct{ owners, bound, pref uint64 }
+	index := map[key]int{}
+	if pl.owners != nil || pl.bound != nil || pl.pref != nil {
+		s.group = make([]uint32, n)
+	}
+	at := func(m []uint64, pos int, def uint64) uint64 {
+		if m == nil {
+			return def
+		}
+		return m[pos] & all
+	}
+	for pos := range n {
+		k := key{at(pl.owners, pos, all), at(pl.bound, pos, 0), at(pl.pref, pos, 0)}
+		g, ok := index[k]
+		if !ok {
+			g = len(s.groups)
+			index[k] = g
+			mask := k.owners
+			if k.bound&k.owners != 0 {
+				mask = k.bound & k.owners
+			}
+			s.groups = append(s.groups, group{mask: mask, pref: k.pref, owners: k.owners})
+		}
+		if s.group != nil {
+			s.group[pos] = uint32(g)
+		}
+		l := s.laneOf(pos)
+		s.groups[g].lanes[l] = append(s.groups[g].lanes[l], pos)
+		s.groups[g].owed++
+	}
 	return s
+}
+
+// groupOf is pos's group.
+func (s *schedule) groupOf(pos int) *group {
+	if s.group == nil {
+		return &s.groups[0]
+	}
+	return &s.groups[s.group[pos]]
 }
 
 // laneOf is pos's lane.
@@ -88,30 +170,81 @@ func (s *schedule) laneOf(pos int) int {
 	return int(s.lane[pos])
 }
 
-// nextLocked is the next position w may take from the lanes, or -1.
-func (s *schedule) nextLocked(w *window) int {
-	if s.lane == nil {
-		if s.cursor[0] < s.n {
-			return s.cursor[0]
-		}
-		return -1
+// serves reports whether w may take g's positions; pass 0 asks for the
+// groups that prefer w, pass 1 for every group w may serve.
+func (g *group) serves(w *window, pass int) bool {
+	bit := uint64(1) << w.idx
+	if pass == 0 {
+		return g.pref&bit != 0 && g.mask&bit != 0
 	}
-	both := s.cursor[0] < len(s.lanes[0]) && s.cursor[1] < len(s.lanes[1])
-	best := -1
-	for l := range 2 {
-		if s.cursor[l] >= len(s.lanes[l]) || (both && w.laneCount[l] >= (w.maxCount+1)/2) {
-			continue
-		}
-		if pos := s.lanes[l][s.cursor[l]]; best < 0 || pos < best {
-			best = pos
-		}
-	}
-	return best
+	return g.mask&bit != 0
 }
 
-// advanceLocked moves the cursor of pos's lane past pos.
-func (s *schedule) advanceLocked(pos int) {
-	s.cursor[s.laneOf(pos)]++
+// nextLocked is the next position w may take, first from the retries, or
+// -1; retry reports whether it is a retry.
+func (s *schedule) nextLocked(w *window) (pos int, retry bool) {
+	for pass := range 2 {
+		best := -1
+		for i := range s.groups {
+			g := &s.groups[i]
+			if !g.serves(w, pass) {
+				continue
+			}
+			// A hedged position may have been received since it was put
+			// back.
+			for g.retry.Len() > 0 && s.received[g.retry[0]] {
+				heap.Pop(&g.retry)
+			}
+			if g.retry.Len() > 0 && (best < 0 || g.retry[0] < best) {
+				best = g.retry[0]
+			}
+		}
+		if best >= 0 {
+			return best, true
+		}
+		for i := range s.groups {
+			g := &s.groups[i]
+			if !g.serves(w, pass) {
+				continue
+			}
+			both := g.cursor[0] < len(g.lanes[0]) && g.cursor[1] < len(g.lanes[1])
+			for l := range 2 {
+				if g.cursor[l] >= len(g.lanes[l]) || (both && w.laneCount[l] >= (w.maxCount+1)/2) {
+					continue
+				}
+				if pos := g.lanes[l][g.cursor[l]]; best < 0 || pos < best {
+					best = pos
+				}
+			}
+		}
+		if best >= 0 {
+			return best, false
+		}
+	}
+	return -1, false
+}
+
+// advanceLocked moves pos out of its group: off the retries or past its
+// lane's cursor.
+func (s *schedule) advanceLocked(pos int, retry bool) {
+	g := s.groupOf(pos)
+	if retry {
+		heap.Pop(&g.retry)
+		return
+	}
+	g.cursor[s.laneOf(pos)]++
+}
+
+// requeueLocked puts pos back into its group's retries.
+func (s *schedule) requeueLocked(pos int) {
+	heap.Push(&s.groupOf(pos).retry, pos)
+}
+
+// receivedLocked marks pos received.
+func (s *schedule) receivedLocked(pos int) {
+	s.received[pos] = true
+	s.nRecv++
+	s.groupOf(pos).owed--
 }
 
 // freeLocked gives r's window slot back.
@@ -146,6 +279,7 @@ type request struct {
 // window is one fetcher's share of the schedule; its fields are guarded by
 // schedule.mu.
 type window struct {
+	idx         int // the fetcher's index: bit idx of a group's masks
 	maxCount    int
 	maxBytes    int64
 	count       int
@@ -164,16 +298,7 @@ func (s *schedule) take(w *window, est func(pos int) (int64, uint64, int)) (r *r
 	if s.nRecv == s.n {
 		return nil, nil, true
 	}
-	// A hedged position may have been received since it was put back.
-	for s.retry.Len() > 0 && s.received[s.retry[0]] {
-		heap.Pop(&s.retry)
-	}
-	pos := -1
-	if s.retry.Len() > 0 {
-		pos = s.retry[0]
-	} else {
-		pos = s.nextLocked(w)
-	}
+	pos, retry := s.nextLocked(w)
 	if pos < 0 || (s.gate > 0 && pos >= s.deliverNext+s.gate) || w.count >= w.maxCount {
 		return nil, s.sig, false
 	}
@@ -181,11 +306,7 @@ func (s *schedule) take(w *window, est func(pos int) (int64, uint64, int)) (r *r
 	if w.count > 0 && w.bytes+b > w.maxBytes {
 		return nil, s.sig, false
 	}
-	if s.retry.Len() > 0 {
-		heap.Pop(&s.retry)
-	} else {
-		s.advanceLocked(pos)
-	}
+	s.advanceLocked(pos, retry)
 	w.nextTag++
 	r = &request{tag: w.nextTag, pos: pos, sample: sample, split: k, bytes: b, est: b}
 	if s.now != nil {
@@ -217,8 +338,7 @@ func (s *schedule) claim(w *window, tag uint64, actual int64) (r *request, dup b
 	}
 	w.bytes += actual - r.bytes
 	r.bytes = actual
-	s.received[r.pos] = true
-	s.nRecv++
+	s.receivedLocked(r.pos)
 	if s.nRecv == s.n {
 		s.broadcastLocked()
 	}
@@ -244,7 +364,7 @@ func (s *schedule) retryTag(w *window, tag uint64, limit int) bool {
 	delete(w.outstanding, tag)
 	s.freeLocked(w, r)
 	if !r.hedged { // a hedged position is owed by the schedule already
-		heap.Push(&s.retry, r.pos)
+		s.requeueLocked(r.pos)
 	}
 	s.broadcastLocked()
 	return true
@@ -268,7 +388,7 @@ func (s *schedule) requeue(w *window) int {
 		delete(w.outstanding, tag)
 		s.freeLocked(w, r)
 		if !r.hedged && !s.received[r.pos] {
-			heap.Push(&s.retry, r.pos)
+			s.requeueLocked(r.pos)
 		}
 	}
 	s.broadcastLocked()
@@ -289,7 +409,7 @@ func (s *schedule) hedge(w *window) int {
 			continue
 		}
 		r.hedged = true
-		heap.Push(&s.retry, r.pos)
+		s.requeueLocked(r.pos)
 		n++
 	}
 	if n > 0 {
@@ -342,13 +462,73 @@ func (s *schedule) delivered(pos int) {
 	s.mu.Unlock()
 }
 
-// giveUp marks one fetcher dead and reports how many are left.
-func (s *schedule) giveUp() int {
+// giveUp marks w's fetcher dead and reports how many are left. A group
+// none of whose fetchers is left falls back to its owners still alive; a
+// group with none of those either is orphaned: its positions still owed
+// are taken out of the schedule and returned as requests on w (counted in
+// its window until released), for the caller to report as unavailable.
+func (s *schedule) giveUp(w *window) (alive int, orphans []*request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.alive--
+	if s.aliveMask&(1<<w.idx) != 0 {
+		s.aliveMask &^= 1 << w.idx
+		s.alive--
+	}
+	if s.alive > 0 {
+		for i := range s.groups {
+			g := &s.groups[i]
+			if g.owed == 0 || g.mask&s.aliveMask != 0 {
+				continue
+			}
+			if g.owners&s.aliveMask != 0 {
+				g.mask = g.owners & s.aliveMask
+				continue
+			}
+			orphans = append(orphans, s.orphanLocked(w, g)...)
+		}
+	}
 	s.broadcastLocked()
-	return s.alive
+	return s.alive, orphans
+}
+
+// unowned takes the positions no fetcher holds out of the schedule and
+// registers them on w, like giveUp's orphans.
+func (s *schedule) unowned(w *window) []*request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*request
+	for i := range s.groups {
+		if g := &s.groups[i]; g.owners == 0 {
+			out = append(out, s.orphanLocked(w, g)...)
+		}
+	}
+	return out
+}
+
+// orphanLocked takes every position of g still owed and not outstanding
+// on a live window (a dead one's were requeued) and registers it on w.
+func (s *schedule) orphanLocked(w *window, g *group) []*request {
+	var out []*request
+	take := func(pos int) {
+		if s.received[pos] {
+			return
+		}
+		w.nextTag++
+		r := &request{tag: w.nextTag, pos: pos}
+		w.outstanding[r.tag] = r
+		w.count++
+		w.laneCount[s.laneOf(pos)]++
+		out = append(out, r)
+	}
+	for g.retry.Len() > 0 {
+		take(heap.Pop(&g.retry).(int))
+	}
+	for l := range 2 {
+		for ; g.cursor[l] < len(g.lanes[l]); g.cursor[l]++ {
+			take(g.lanes[l][g.cursor[l]])
+		}
+	}
+	return out
 }
 
 // posHeap is a min-heap of positions, so retries go out in permutation

@@ -1,0 +1,59 @@
+package computeagent
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+)
+
+// ErrUnavailable: samples of the epoch that no live storage agent holds.
+var ErrUnavailable = errors.New("computeagent: samples unavailable")
+
+// placement builds the epoch's placement over its fetchers: who holds each
+// position's sample (fetcher.holds), and with PlacementRoundRobin which of
+// them it is bound to. unowned lists the positions no fetcher holds.
+func (e *epochRun) placement(fs []*fetcher) (pl placement, unowned []int, err error) {
+	if len(fs) > maxFetchers {
+		return pl, nil, fmt.Errorf("%w: %d storage agents, at most %d per epoch", ErrNoStorage, len(fs), maxFetchers)
+	}
+	sharded := false
+	for _, f := range fs {
+		sharded = sharded || f.holds != nil
+	}
+	n := len(e.order)
+	all := allFetchers(len(fs))
+	if sharded {
+		pl.owners = make([]uint64, n)
+		for pos, s := range e.order {
+			for i, f := range fs {
+				if f.holds == nil || f.holds(s) {
+					pl.owners[pos] |= 1 << i
+				}
+			}
+			if pl.owners[pos] == 0 {
+				unowned = append(unowned, pos)
+			}
+		}
+	}
+	if e.cfg.Placement == PlacementRoundRobin && len(fs) > 1 {
+		pl.bound = make([]uint64, n)
+		for pos := range n {
+			o := all
+			if pl.owners != nil {
+				o = pl.owners[pos]
+			}
+			if k := bits.OnesCount64(o); k > 0 {
+				pl.bound[pos] = nthBit(o, pos%k)
+			}
+		}
+	}
+	return pl, unowned, nil
+}
+
+// nthBit is the n-th lowest set bit of m (n < popcount(m)).
+func nthBit(m uint64, n int) uint64 {
+	for range n {
+		m &= m - 1
+	}
+	return m & -m
+}
