@@ -454,29 +454,59 @@ func TestDeadlineRetried(t *testing.T) {
 	}
 }
 
+// TestShardingAcrossRanks: ranks get the samples i % world == rank and the
+// same count each (DDP hangs on uneven ones): padded by repeats of their
+// own samples, counted in the report, or with drop-last cut to whole
+// batches, so no sample is delivered twice.
 func TestShardingAcrossRanks(t *testing.T) {
-	n := &memNet{}
-	n.serve(t, "s1:1", newFake(t, "s1"))
-	const world = 3
-	seen := map[uint64]int{}
-	for r := range world {
-		cfg, rec := testConfig(t, n, "s1:1")
-		cfg.Rank, cfg.World = r, world
-		reports, err := runAgent(t, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkReport(t, reports[0])
-		for _, d := range rec.epoch(0) {
-			if int(d.sample%world) != r {
-				t.Errorf("rank %d got sample %d", r, d.sample)
+	for _, dropLast := range []bool{false, true} {
+		n := &memNet{}
+		n.serve(t, "s1:1", newFake(t, "s1"))
+		const world = 3
+		seen := map[uint64]int{}
+		counts := map[int]int{}
+		padded := 0
+		for r := range world {
+			cfg, rec := testConfig(t, n, "s1:1")
+			cfg.Rank, cfg.World = r, world
+			cfg.Trainer.DropLast = dropLast
+			reports, err := runAgent(t, cfg)
+			if err != nil {
+				t.Fatal(err)
 			}
-			seen[d.sample]++
+			checkReport(t, reports[0])
+			padded += reports[0].Padded
+			for _, d := range rec.epoch(0) {
+				if int(d.sample%world) != r {
+					t.Errorf("rank %d got sample %d", r, d.sample)
+				}
+				seen[d.sample]++
+				counts[r]++
+			}
 		}
-	}
-	for _, s := range allSamples() {
-		if seen[s] != 1 {
-			t.Errorf("sample %d delivered %d times across ranks", s, seen[s])
+		all := allSamples()
+		if len(all)%world == 0 {
+			t.Fatalf("%d samples split evenly over %d ranks: the test needs a remainder", len(all), world)
+		}
+		want := RankSamples(world, uint64(len(all)), 8, dropLast) // testConfig's batch
+		extra := 0
+		for r := range world {
+			if counts[r] != want {
+				t.Errorf("drop-last %v: rank %d got %d samples, want %d like every rank", dropLast, r, counts[r], want)
+			}
+		}
+		for _, s := range all {
+			switch c := seen[s]; {
+			case c == 0 && !dropLast:
+				t.Errorf("sample %d never delivered", s)
+			case c > 1 && dropLast:
+				t.Errorf("drop-last: sample %d delivered %d times", s, c)
+			case c > 1:
+				extra += c - 1
+			}
+		}
+		if extra != padded || (!dropLast && padded == 0) {
+			t.Errorf("drop-last %v: %d repeated deliveries, reports count %d padded", dropLast, extra, padded)
 		}
 	}
 }

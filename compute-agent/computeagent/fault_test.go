@@ -338,8 +338,8 @@ func TestScheduleHedgeDuplicate(t *testing.T) {
 	}
 	// The stalled stream is cancelled: its other request (position 1) is
 	// not put back twice, and position 0 not at all.
-	if n := s.requeue(w1); n != 1 || s.retry.Len() != 0 {
-		t.Fatalf("requeued %d, retry heap %v: want 1 dropped, nothing put back", n, s.retry)
+	if n := s.requeue(w1); n != 1 || s.groups[0].retry.Len() != 0 {
+		t.Fatalf("requeued %d, retry heap %v: want 1 dropped, nothing put back", n, s.groups[0].retry)
 	}
 	if w1.count != 0 || w1.bytes != 0 {
 		t.Errorf("stalled window holds %d requests, %d bytes after requeue", w1.count, w1.bytes)
