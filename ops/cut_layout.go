@@ -97,6 +97,13 @@ func readCutLayout(data []byte, h JPEGHeader) (cutLayout, error) {
 			if sawSOF || len(seg) < 6 || len(seg) != 6+3*int(seg[5]) || int(seg[5]) != h.Components {
 				return l, wrapf(ErrCannotCut, "the frame header SOF%d disagrees with the header parse", m-0xC0)
 			}
+			if m >= 0xC9 {
+				// Arithmetic coding: libjpeg's arithmetic decoder reads
+				// corrupt data without a warning the transform could stop
+				// on, and the Huffman-coded cut of such a file need not
+				// decode (found by FuzzCut). Rare in practice: declined.
+				return l, wrapf(ErrCannotCut, "arithmetic-coded frame SOF%d", m-0xC0)
+			}
 			sawSOF = true
 			l.n = h.Components
 			for i := range l.n {
