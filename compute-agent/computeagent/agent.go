@@ -609,6 +609,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		StrictOrder:              cfg.StrictOrder,
 		FetchOnly:                cfg.FetchOnly,
 		Storage:                  names,
+		ByStorage:                byStorage(fs),
 		Shard:                    len(order),
 		Samples:                  e.samples,
 		Batches:                  e.nbatch,

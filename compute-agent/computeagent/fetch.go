@@ -36,9 +36,12 @@ type fetcher struct {
 	client dataplanepb.StorageClient
 	cpus   float64 // the storage agent's cores (InfoResponse.cpus)
 	// holds reports whether the agent holds a sample's shard; nil holds
-	// every sample.
-	holds func(sample uint64) bool
-	w     window
+	// every sample. shards is how many it holds (0 with holds nil).
+	holds  func(sample uint64) bool
+	shards int
+	// served and servedBytes count the responses accepted from it.
+	served, servedBytes atomic.Int64
+	w                   window
 
 	// lastRecv is when the current stream last received a response or
 	// handed one on (Unix ns); handing is set while recv waits to hand a
@@ -350,6 +353,8 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			}}
 		}
 		e.bytesReceived.Add(int64(len(resp.GetData())))
+		f.served.Add(1)
+		f.servedBytes.Add(int64(len(resp.GetData())))
 		if m := e.a.metrics(); m != nil {
 			m.received(r.split, len(resp.GetData()))
 		}

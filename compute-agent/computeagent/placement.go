@@ -57,3 +57,12 @@ func nthBit(m uint64, n int) uint64 {
 	}
 	return m & -m
 }
+
+// byStorage is each fetcher's share of the epoch, in fs's order.
+func byStorage(fs []*fetcher) []StorageStats {
+	out := make([]StorageStats, len(fs))
+	for i, f := range fs {
+		out[i] = StorageStats{Name: f.ep.Name, Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.shards}
+	}
+	return out
+}

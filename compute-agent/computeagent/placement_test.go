@@ -190,6 +190,10 @@ func TestPlacementAgents(t *testing.T) {
 		}
 		checkReport(t, reports[0])
 		checkOnce(t, rec.epoch(0), allSamples())
+		bs := reports[0].ByStorage
+		if len(bs) != 2 || bs[0].Samples != a.responses.Load() || bs[1].Samples != b.responses.Load() {
+			t.Errorf("by_storage %+v, the agents sent %d and %d", bs, a.responses.Load(), b.responses.Load())
+		}
 		return a.responses.Load(), b.responses.Load(), sampleSHAs(t, rec, 0)
 	}
 	fa, fb, rr := run(PlacementRoundRobin)

@@ -84,15 +84,18 @@ import (
 //	                              taken as 1); profile is none, recorded (stage 2 ran in this
 //	                              epoch) or loaded (a saved profile was reused)
 type EpochReport struct {
-	Epoch             uint64          `json:"epoch"`
-	Seconds           float64         `json:"seconds"`
-	StartUnixNS       int64           `json:"start_unix_ns"`
-	EndUnixNS         int64           `json:"end_unix_ns"`
-	Pipeline          string          `json:"pipeline"`
-	Plan              string          `json:"plan"`
-	StrictOrder       bool            `json:"strict_order"`
-	FetchOnly         bool            `json:"fetch_only,omitempty"`
-	Storage           []string        `json:"storage"`
+	Epoch       uint64   `json:"epoch"`
+	Seconds     float64  `json:"seconds"`
+	StartUnixNS int64    `json:"start_unix_ns"`
+	EndUnixNS   int64    `json:"end_unix_ns"`
+	Pipeline    string   `json:"pipeline"`
+	Plan        string   `json:"plan"`
+	StrictOrder bool     `json:"strict_order"`
+	FetchOnly   bool     `json:"fetch_only,omitempty"`
+	Storage     []string `json:"storage"`
+	// ByStorage is what each storage agent of Storage served, in the
+	// same order: samples accepted and their wire bytes.
+	ByStorage         []StorageStats  `json:"by_storage,omitempty"`
 	Shard             int             `json:"shard"`
 	Samples           int             `json:"samples"`
 	Batches           int             `json:"batches"`
@@ -166,6 +169,16 @@ const KindUnavailable = "UNAVAILABLE"
 
 func (f SampleFailure) Error() string {
 	return fmt.Sprintf("sample %d (split %d, %s): %s: %s", f.Sample, f.Split, f.Where, f.Kind, f.Message)
+}
+
+// StorageStats is one storage agent's share of an epoch.
+type StorageStats struct {
+	Name    string `json:"name"`
+	Samples int64  `json:"samples"`
+	Bytes   int64  `json:"bytes"`
+	// Shards is how many shards the agent held at the epoch's start; 0
+	// when it announced no layout (it holds every sample).
+	Shards int `json:"shards,omitempty"`
 }
 
 // SplitStats counts delivered samples at one split.
