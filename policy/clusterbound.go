@@ -33,8 +33,11 @@ type ClusterBoundResult struct {
 
 // BindingResource is a resource and its weight in the bound's dual.
 type BindingResource struct {
+	// Resource is the resource.
 	Resource ClusterResource
-	Weight   float64
+	// Weight is its weight in w (the weights sum to 1): the share of a
+	// marginal epoch second the LP attributes to it.
+	Weight float64
 }
 
 // Bucketing and the cutting-plane search.

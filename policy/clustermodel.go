@@ -76,6 +76,7 @@ type ComputeLoad struct {
 
 // LinkLoad is the payload crossing one capped pair (Cluster.Links).
 type LinkLoad struct {
+	// Bytes is the payload crossing the pair.
 	Bytes float64
 	// Time is Bytes over the cap (zero when the cap is zero, unlimited).
 	Time float64
