@@ -74,6 +74,10 @@ bench: build bench-link ## Go benchmarks, the link benchmarks, then ours vs the 
 bench-link: ## Raw loopback transport and the shaped No-Off epoch (tc in namespaces as root, else a shaping proxy)
 	BENCH_IMAGES=$${BENCH_IMAGES:-600} $(GO) test -run '^$$' -bench 'RawLoopback|LinkBound' -benchtime 1x ./testbed/
 
+.PHONY: bench-cluster
+bench-cluster: ## The cluster planner at ImageNet scale (1.28 M samples, 8 storage agents, 64 ranks on 8 nodes): time, memory, bound, every policy
+	$(GO) run ./policy/cmd/policy scale
+
 .PHONY: demo
 demo: build ## The main job: generate a dataset, run every policy and the torchvision peer over a shaped link, print the table
 	$(BIN)/testbed run --gen openimages-like:$(DEMO_IMAGES) --rate $(DEMO_RATE) --storage-cpus $(DEMO_CPUS) \

@@ -115,14 +115,22 @@ func WithCut(p *profiler.Profile, seed uint64) *profiler.Profile {
 	if len(p.Ops) < 2 || p.Ops[0] != Pipeline[0] || p.Ops[1] != Pipeline[1] {
 		panic(fmt.Sprintf("policytest: ops %v cannot cut: they do not start with decode, random_resized_crop", p.Ops))
 	}
+	out := *p
+	out.Samples = make([]profiler.SampleProfile, len(p.Samples))
+	copy(out.Samples, p.Samples)
+	addCut(out.Samples, seed)
+	return &out
+}
+
+// addCut gives samples WithCut's cut measurements, in place.
+func addCut(samples []profiler.SampleProfile, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0xc07))
 	noise := func(x float64) int64 {
 		f := 1 + 0.1*rng.NormFloat64()
 		return int64(x * min(max(f, 0.7), 1.3))
 	}
-	out := *p
-	out.Samples = make([]profiler.SampleProfile, len(p.Samples))
-	for i, s := range p.Samples {
+	for i := range samples {
+		s := &samples[i]
 		s.CutBytes, s.CutNS, s.CutFinishNS = 0, 0, 0
 		f := 0.06 + 0.8*rng.Float64()
 		if rng.Float64() >= 0.02 {
@@ -132,9 +140,15 @@ func WithCut(p *profiler.Profile, seed uint64) *profiler.Profile {
 			s.CutNS = noise(4*float64(s.Raw) + 4*float64(data))
 			s.CutFinishNS = noise(10*float64(data)+2*pixels) + s.OpNS[1]
 		}
-		out.Samples[i] = s
 	}
-	return &out
+}
+
+// SyntheticCut is WithCut(Synthetic(kind, n, seed), seed) built in place,
+// without the copy: the same profile at two thirds of the peak memory.
+func SyntheticCut(kind string, n int, seed uint64) *profiler.Profile {
+	p := Synthetic(kind, n, seed)
+	addCut(p.Samples, seed)
+	return p
 }
 
 // cutGeomBytes is a cut's geometry on the wire, beside its JPEG.

@@ -1,6 +1,8 @@
 // Command policy explains what each offloading policy would do with a
 // profile: predicted epoch time, bytes on the link, storage and compute CPU,
-// the bottleneck, and the lower bound no plan can beat.
+// the bottleneck, and the lower bound no plan can beat; on one link, or on
+// a cluster of storage and compute nodes (--cluster). `policy scale` plans
+// a cluster instance of ImageNet's size and reports time and memory.
 package main
 
 import (
@@ -21,6 +23,9 @@ const usage = `policy: compare offloading policies on a profile.
 
 Usage:
   policy explain (--profile FILE | --synthetic KIND:N) [--cut=false] [resources]
+  policy explain --cluster FILE (--profile FILE | --synthetic KIND:N) [--cut=false]
+                 [--replicas R] [--seed S] [--policy NAME]
+  policy scale [flags]    (policy scale --help lists them)
 
 A profile FILE is what the compute agent's stage 2 saves (--profile); a
 synthetic profile is generated: KIND is openimages-like or imagenet-like,
@@ -35,9 +40,19 @@ uses the cut, and only where the profile measured it (pipelines that start
 with decode, random_resized_crop); synthetic profiles have it unless
 --cut=false, which also drops it from a profile FILE, to compare.
 
-Example:
+With --cluster, the resources come from a cluster description (YAML:
+storage and compute nodes with their cores and rates, optional per-link
+caps and a shared uplink; see policy/cmd/policy/testdata/cluster.yaml)
+instead of the resource flags, which are then refused. Sample i trains on
+rank i mod ranks; its R replicas are chosen by rendezvous hashing with the
+seed. The tables give every cluster policy's epoch, the bound, and the
+--policy plan's load on every node.
+
+Examples:
   policy explain --synthetic openimages-like:20000 --link-mbit 430 \
     --storage-cores 32 --compute-cores 8 --gpu-rate 1150
+  policy explain --cluster policy/cmd/policy/testdata/cluster.yaml \
+    --synthetic imagenet-like:50000
 
 Flags:
 `
@@ -45,6 +60,9 @@ Flags:
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, out, errOut io.Writer) int {
+	if len(args) > 0 && args[0] == "scale" {
+		return scale(args[1:], out, errOut)
+	}
 	if len(args) == 0 || args[0] != "explain" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprint(out, usage)
@@ -62,6 +80,12 @@ func run(args []string, out, errOut io.Writer) int {
 		}
 		return 2
 	}
+	if o.clusterPath != "" {
+		if err := o.clusterOnly(fs); err != nil {
+			fmt.Fprintln(errOut, "policy:", err)
+			return 2
+		}
+	}
 	p, err := o.profile()
 	if err != nil {
 		fmt.Fprintln(errOut, "policy:", err)
@@ -69,6 +93,9 @@ func run(args []string, out, errOut io.Writer) int {
 	}
 	if !o.cut {
 		p = policytest.WithoutCut(p)
+	}
+	if o.clusterPath != "" {
+		return explainCluster(&o, p, out, errOut)
 	}
 	r := policy.Resources{
 		LinkBytesPerSec:  o.linkMbit * 1e6 / 8,
@@ -98,6 +125,8 @@ type options struct {
 	seed                                                        uint64
 	cut                                                         bool
 	linkMbit, storageCores, computeCores, gpuRate, storageSpeed float64
+	clusterPath, detail                                         string
+	replicas                                                    int
 }
 
 func newFlags(errOut io.Writer, o *options) *flag.FlagSet {
@@ -113,6 +142,9 @@ func newFlags(errOut io.Writer, o *options) *flag.FlagSet {
 	fs.Float64Var(&o.computeCores, "compute-cores", 0, "compute-node cores for preprocessing (0 = unlimited)")
 	fs.Float64Var(&o.gpuRate, "gpu-rate", 0, "samples/s the GPU consumes (0 = unlimited)")
 	fs.Float64Var(&o.storageSpeed, "storage-speed", 1, "storage CPU speed relative to the compute node's")
+	fs.StringVar(&o.clusterPath, "cluster", "", "plan for the cluster this YAML `file` describes instead of one link (refuses the resource flags)")
+	fs.IntVar(&o.replicas, "replicas", 2, "with --cluster: replicas per sample (at most the storage nodes), placed by rendezvous hashing with --seed")
+	fs.StringVar(&o.detail, "policy", policy.NameOptimal, "with --cluster: the policy whose plan's per-node loads are shown")
 	return fs
 }
 

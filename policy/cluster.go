@@ -1,0 +1,270 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Cluster describes the hardware a cluster plan is made for: N storage
+// agents and M compute nodes, each with its own CPU and network rates,
+// optional caps per (storage, compute) pair and an optional uplink shared by
+// all of them. Where Resources pools everything into one link and one
+// storage CPU, a Cluster keeps every node's resources apart, so a plan can
+// choose which replica serves a sample as well as where it is split.
+//
+// Every rate follows Resources: zero means unlimited.
+type Cluster struct {
+	// Storage lists the storage agents. Placement.Sets index it.
+	Storage []StorageNode `json:"storage"`
+	// Compute lists the compute nodes. Ranks are numbered node by node in
+	// this order: the first node's ranks are 0..Ranks-1, and so on.
+	Compute []ComputeNode `json:"compute"`
+	// Links caps individual (storage, compute) pairs, e.g. a rack's
+	// oversubscribed path. A pair not listed is capped only by its
+	// endpoints' egress and ingress. At most one entry per pair.
+	Links []LinkCap `json:"links,omitempty"`
+	// SharedUplinkBytesPerSec caps the payload bytes of all pairs together
+	// (a shared core switch or uplink). Zero means unlimited.
+	SharedUplinkBytesPerSec float64 `json:"shared_uplink_bytes_per_sec,omitempty"`
+	// StorageSpeed is every storage CPU's speed relative to the clock the
+	// profile was measured on, as Resources.StorageSpeed. Zero means 1.
+	StorageSpeed float64 `json:"storage_speed,omitempty"`
+}
+
+// StorageNode is one storage agent.
+type StorageNode struct {
+	// Name identifies the node in Links and in reports; unique among the
+	// storage nodes.
+	Name string `json:"name"`
+	// Cores is the number of cores the agent may spend on preprocessing.
+	// Zero means unlimited.
+	Cores float64 `json:"cores,omitempty"`
+	// EgressBytesPerSec is the payload bandwidth out of the node, to all
+	// compute nodes together. Zero means unlimited.
+	EgressBytesPerSec float64 `json:"egress_bytes_per_sec,omitempty"`
+}
+
+// ComputeNode is one compute node: one compute agent feeding Ranks
+// trainer ranks.
+type ComputeNode struct {
+	// Name identifies the node in Links and in reports; unique among the
+	// compute nodes.
+	Name string `json:"name"`
+	// Cores is the number of cores available to finishing the pipelines.
+	// Zero means unlimited.
+	Cores float64 `json:"cores,omitempty"`
+	// IngressBytesPerSec is the payload bandwidth into the node, from all
+	// storage nodes together. Zero means unlimited.
+	IngressBytesPerSec float64 `json:"ingress_bytes_per_sec,omitempty"`
+	// GPUSamplesPerSec is the rate at which all the node's ranks together
+	// consume samples; each rank is taken to get an equal share of it.
+	// Zero means unlimited.
+	GPUSamplesPerSec float64 `json:"gpu_samples_per_sec,omitempty"`
+	// Ranks is the number of trainer ranks on the node. Zero means 1.
+	Ranks int `json:"ranks,omitempty"`
+}
+
+// LinkCap caps the payload bandwidth from one storage node to one compute
+// node.
+type LinkCap struct {
+	// Storage and Compute name the pair's nodes.
+	Storage string `json:"storage"`
+	Compute string `json:"compute"`
+	// BytesPerSec is the cap. Zero means unlimited.
+	BytesPerSec float64 `json:"bytes_per_sec"`
+}
+
+// Limits on a cluster and its placement, checked before anything is sized
+// by them (a cluster file is outside input).
+const (
+	// MaxStorageNodes bounds len(Cluster.Storage); replica indices are
+	// int16.
+	MaxStorageNodes = 1024
+	// MaxComputeNodes bounds len(Cluster.Compute).
+	MaxComputeNodes = 1024
+	// MaxLinks bounds len(Cluster.Links).
+	MaxLinks = 4096
+	// MaxRanks bounds the ranks of all compute nodes together.
+	MaxRanks = 1 << 20
+	// MaxReplicas bounds the size of one replica set.
+	MaxReplicas = 64
+	// MaxClusterOps bounds the pipeline length a cluster plan handles:
+	// splits are stored as int8.
+	MaxClusterOps = 126
+)
+
+// Errors of cluster descriptions, placements and plans. A *ClusterError
+// wraps one of them with the field at fault; test with errors.Is.
+var (
+	ErrNoNodes        = errors.New("policy: cluster needs at least one storage and one compute node")
+	ErrNodeName       = errors.New("policy: node without a name")
+	ErrDuplicateNode  = errors.New("policy: duplicate node name")
+	ErrDuplicateLink  = errors.New("policy: duplicate link")
+	ErrUnknownNode    = errors.New("policy: unknown node")
+	ErrBadFigure      = errors.New("policy: negative or non-finite figure")
+	ErrClusterTooBig  = errors.New("policy: cluster exceeds a limit")
+	ErrPlacement      = errors.New("policy: placement does not fit the cluster or profile")
+	ErrClusterPlan    = errors.New("policy: cluster plan does not fit the placement")
+	ErrClusterProfile = errors.New("policy: profile does not fit a cluster plan")
+)
+
+// ClusterError reports what is wrong with a cluster description, a
+// placement or a plan: the field at fault (as a path, e.g.
+// "links[2].compute" or "set[7]") and a sentinel error it wraps.
+type ClusterError struct {
+	// Field is the path of the offending field.
+	Field string
+	// Err is one of the sentinel errors above.
+	Err error
+	// Detail says what the field holds and what was wanted.
+	Detail string
+}
+
+func (e *ClusterError) Error() string {
+	return fmt.Sprintf("%v: %s: %s", e.Err, e.Field, e.Detail)
+}
+
+// Unwrap returns the sentinel.
+func (e *ClusterError) Unwrap() error { return e.Err }
+
+func clusterErr(err error, field, format string, args ...any) error {
+	return &ClusterError{Field: field, Err: err, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks c: at least one storage and one compute node, each named
+// and unique within its kind, every figure zero or finite and at least
+// 1e-9, every
+// link naming known nodes and no pair twice, and the counts within the
+// limits above (checked first).
+func (c *Cluster) Validate() error {
+	switch {
+	case len(c.Storage) > MaxStorageNodes:
+		return clusterErr(ErrClusterTooBig, "storage", "%d nodes, at most %d", len(c.Storage), MaxStorageNodes)
+	case len(c.Compute) > MaxComputeNodes:
+		return clusterErr(ErrClusterTooBig, "compute", "%d nodes, at most %d", len(c.Compute), MaxComputeNodes)
+	case len(c.Links) > MaxLinks:
+		return clusterErr(ErrClusterTooBig, "links", "%d links, at most %d", len(c.Links), MaxLinks)
+	case len(c.Storage) == 0:
+		return clusterErr(ErrNoNodes, "storage", "none")
+	case len(c.Compute) == 0:
+		return clusterErr(ErrNoNodes, "compute", "none")
+	}
+	for _, f := range []struct {
+		name string
+		x    float64
+	}{{"shared_uplink_bytes_per_sec", c.SharedUplinkBytesPerSec}, {"storage_speed", c.StorageSpeed}} {
+		if err := checkFigure(f.name, f.x); err != nil {
+			return err
+		}
+	}
+	storage := make(map[string]int, len(c.Storage))
+	for i, s := range c.Storage {
+		at := fmt.Sprintf("storage[%d]", i)
+		if err := checkName("storage", i, s.Name, storage); err != nil {
+			return err
+		}
+		if err := checkFigure(at+".cores", s.Cores); err != nil {
+			return err
+		}
+		if err := checkFigure(at+".egress_bytes_per_sec", s.EgressBytesPerSec); err != nil {
+			return err
+		}
+	}
+	compute := make(map[string]int, len(c.Compute))
+	ranks := 0
+	for i, n := range c.Compute {
+		at := fmt.Sprintf("compute[%d]", i)
+		if err := checkName("compute", i, n.Name, compute); err != nil {
+			return err
+		}
+		for _, f := range []struct {
+			name string
+			x    float64
+		}{{".cores", n.Cores}, {".ingress_bytes_per_sec", n.IngressBytesPerSec}, {".gpu_samples_per_sec", n.GPUSamplesPerSec}} {
+			if err := checkFigure(at+f.name, f.x); err != nil {
+				return err
+			}
+		}
+		if n.Ranks < 0 || n.Ranks > MaxRanks {
+			return clusterErr(ErrBadFigure, at+".ranks", "%d, want 0 (meaning 1) to %d", n.Ranks, MaxRanks)
+		}
+		ranks += max(n.Ranks, 1)
+		if ranks > MaxRanks {
+			return clusterErr(ErrClusterTooBig, "compute", "more than %d ranks in all", MaxRanks)
+		}
+	}
+	pairs := make(map[[2]int]int, len(c.Links))
+	for i, l := range c.Links {
+		at := fmt.Sprintf("links[%d]", i)
+		s, ok := storage[l.Storage]
+		if !ok {
+			return clusterErr(ErrUnknownNode, at+".storage", "%q is not a storage node", l.Storage)
+		}
+		n, ok := compute[l.Compute]
+		if !ok {
+			return clusterErr(ErrUnknownNode, at+".compute", "%q is not a compute node", l.Compute)
+		}
+		if j, dup := pairs[[2]int{s, n}]; dup {
+			return clusterErr(ErrDuplicateLink, at, "%s -> %s already capped by links[%d]", l.Storage, l.Compute, j)
+		}
+		pairs[[2]int{s, n}] = i
+		if err := checkFigure(at+".bytes_per_sec", l.BytesPerSec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkName(kind string, i int, name string, seen map[string]int) error {
+	at := fmt.Sprintf("%s[%d].name", kind, i)
+	if name == "" {
+		return clusterErr(ErrNodeName, at, "empty")
+	}
+	if j, dup := seen[name]; dup {
+		return clusterErr(ErrDuplicateNode, at, "%q is also %s[%d]", name, kind, j)
+	}
+	seen[name] = i
+	return nil
+}
+
+// minFigure is the smallest positive figure a cluster may give: smaller
+// ones are typos, and their reciprocals would overflow the planner's
+// arithmetic.
+const minFigure = 1e-9
+
+func checkFigure(field string, x float64) error {
+	if !(x >= 0) || math.IsInf(x, 1) || (x > 0 && x < minFigure) {
+		return clusterErr(ErrBadFigure, field, "%v, want 0 (unlimited) or a finite number >= %v", x, minFigure)
+	}
+	return nil
+}
+
+// Ranks is the number of ranks over all compute nodes (each node's Ranks,
+// zero counting as 1).
+func (c *Cluster) Ranks() int {
+	n := 0
+	for _, cn := range c.Compute {
+		n += max(cn.Ranks, 1)
+	}
+	return n
+}
+
+// SingleNode is the cluster of one storage node and one compute node that
+// r describes: the storage node has r's storage cores and r's link as its
+// egress, the compute node r's compute cores and GPU and one rank. Cluster
+// plans and bounds on it agree with the single-node ones on r.
+func SingleNode(r Resources) Cluster {
+	return Cluster{
+		Storage:      []StorageNode{{Name: "storage", Cores: r.StorageCores, EgressBytesPerSec: r.LinkBytesPerSec}},
+		Compute:      []ComputeNode{{Name: "compute", Cores: r.ComputeCores, GPUSamplesPerSec: r.GPUSamplesPerSec, Ranks: 1}},
+		StorageSpeed: r.StorageSpeed,
+	}
+}
+
+func (c *Cluster) speed() float64 {
+	if c.StorageSpeed <= 0 {
+		return 1
+	}
+	return c.StorageSpeed
+}

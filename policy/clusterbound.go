@@ -1,0 +1,758 @@
+package policy
+
+import (
+	"math"
+	"slices"
+
+	"github.com/sophon-dl/sophon/profiler"
+)
+
+// ClusterBoundResult is the cluster bound and how it was obtained.
+type ClusterBoundResult struct {
+	// Seconds is the lower bound on the predicted epoch time of every
+	// cluster plan (every replica and split per sample, fractional or
+	// not): max(the slowest node's GPU time, g(w)), g the Lagrangian dual
+	// of the per-sample LP relaxation evaluated exactly, over every
+	// sample, at the weights w of Binding.
+	Seconds float64
+	// BucketLP is the epoch of the best fractional plan found for the
+	// bucketed LP (every sample of a bucket taking the same mix), an upper
+	// estimate of the LP relaxation's optimum: the LP's optimum lies in
+	// [Seconds, BucketLP] (GPU aside), so BucketLP/Seconds - 1 bounds what
+	// bucketing and the search's tolerance cost the bound.
+	BucketLP float64
+	// Buckets is the number of buckets (after refinement); Samples the
+	// number of samples.
+	Buckets, Samples int
+	// Iterations is the number of cutting-plane iterations, both runs.
+	Iterations int
+	// Binding lists the resources with a positive weight in w, heaviest
+	// first: the ones the LP says bound the epoch.
+	Binding []BindingResource
+}
+
+// BindingResource is a resource and its weight in the bound's dual.
+type BindingResource struct {
+	// Resource is the resource.
+	Resource ClusterResource
+	// Weight is its weight in w (the weights sum to 1): the share of a
+	// marginal epoch second the LP attributes to it.
+	Weight float64
+}
+
+// Bucketing and the cutting-plane search.
+const (
+	// bucketExact: profiles of at most this many samples get one bucket
+	// per sample, so the bucketed LP is the LP.
+	bucketExact = 16384
+	// bucketTarget is about how many buckets quantile bucketing makes
+	// before refinement: each of the two features gets L levels, L*L
+	// buckets per (compute node, replica set) pair present (times the
+	// option families), L = sqrt(bucketTarget/pairs), 2 to maxLevels.
+	bucketTarget, maxLevels = 49152, 64
+	// quantileSample is how many samples, evenly spaced, set the levels.
+	quantileSample = 8192
+	// lpTol is the relative gap between the bucketed LP's lower and upper
+	// bounds at which the search stops with one bucket per sample,
+	// lpTolBucketed with quantile buckets (where bucketing costs the bound
+	// far more); lpIters caps its iterations.
+	lpTol, lpTolBucketed = 1e-7, 1e-4
+	lpIters              = 400
+	// maxRows caps the master's active resource rows; maxCuts the plans
+	// it keeps (older, unused ones are dropped beyond it).
+	maxRows = 512
+	maxCuts = 256
+)
+
+// buckets are classes of samples that share a compute node, a replica
+// set (its members, in the order of the first set with them: bk.set
+// indexes Placement.Sets) and the options they have, and fall in the same
+// quantiles of size and of cut shrink (or best-split shrink); refined
+// buckets also share their cheapest column at given prices. tot holds,
+// per bucket and option, the sums of its members' raw quantities: exact
+// loads for any plan that gives every member of a bucket the same option
+// and replica.
+type buckets struct {
+	n     int
+	nopt  int
+	node  []int32
+	set   []int32
+	count []int32
+	tot   []raw   // n*nopt, until prune packs it into optTot
+	of    []int32 // each sample's bucket
+	// opts lists, per bucket, the options worth pricing (opts[optAt[b]:
+	// optAt[b+1]]): those with data that no other option beats or equals
+	// on bytes, storage and compute at once, which no prices could make
+	// the strictly cheapest; optTot holds their totals, packed, so that
+	// pricing streams through less memory.
+	optAt  []int32
+	opts   []uint8
+	optTot []raw
+}
+
+// prune fills bk.opts and packs their totals into bk.optTot, in place of
+// bk.tot (which it consumes).
+func (bk *buckets) prune() {
+	bk.optAt = make([]int32, bk.n+1)
+	tot := make([]raw, bk.nopt)
+	k := 0
+	for b := range bk.n {
+		copy(tot, bk.tot[b*bk.nopt:(b+1)*bk.nopt])
+		for o, q := range tot {
+			if math.IsInf(q[0], 1) {
+				continue
+			}
+			dominated := false
+			for o2, q2 := range tot {
+				if o2 != o && q2[0] <= q[0] && q2[1] <= q[1] && q2[2] <= q[2] && (q2 != q || o2 < o) {
+					dominated = true
+					break
+				}
+			}
+			if !dominated {
+				bk.opts = append(bk.opts, uint8(o))
+				bk.tot[k] = q
+				k++
+			}
+		}
+		bk.optAt[b+1] = int32(k)
+	}
+	bk.optTot, bk.tot = bk.tot[:k], nil
+}
+
+// features are what bucketing classifies a sample by; sig says which
+// option families it has (bit 0 compression, bit 1 the cut).
+func (m *model) features(buf []raw) (size, shrink, cutr float64, sig int) {
+	size = max(buf[0][0], 1)
+	shrink = math.Inf(1)
+	for o := m.stride; o < m.cutOpt; o++ {
+		if b := buf[o][0]; b < shrink {
+			shrink = b
+		}
+	}
+	shrink /= size
+	if m.stride == 2 && !math.IsInf(buf[1][0], 1) {
+		sig |= 1
+	}
+	if m.cut && !math.IsInf(buf[m.cutOpt][0], 1) {
+		sig |= 2
+		cutr = buf[m.cutOpt][0] / size
+	}
+	return size, shrink, cutr, sig
+}
+
+// levels returns the levels-1 cut points of xs' quantiles (xs is sorted in
+// place).
+func levels(xs []float64, n int) []float64 {
+	slices.Sort(xs)
+	cuts := make([]float64, n-1)
+	for k := range cuts {
+		if len(xs) > 0 {
+			cuts[k] = xs[(k+1)*len(xs)/n]
+		}
+	}
+	return cuts
+}
+
+// level is the number of cut points below x.
+func level(x float64, cuts []float64) int {
+	l := 0
+	for l < len(cuts) && x > cuts[l] {
+		l++
+	}
+	return l
+}
+
+// bucket classifies every sample and sums its options per bucket.
+func (cm *cmodel) bucket() *buckets {
+	m, p, pl := cm.m, cm.m.p, cm.pl
+	n := len(p.Samples)
+	nopt := m.nopt()
+	buf := make([]raw, nopt)
+	bk := &buckets{nopt: nopt, of: make([]int32, n)}
+	add := func(i int, b int32) {
+		bk.of[i] = b
+		bk.count[b]++
+		t := bk.tot[int(b)*nopt : int(b+1)*nopt]
+		for o, q := range buf {
+			t[o][0] += q[0]
+			t[o][1] += q[1]
+			t[o][2] += q[2]
+		}
+	}
+	newBucket := func(i int) int32 {
+		bk.node = append(bk.node, cm.node[pl.Rank[i]])
+		bk.set = append(bk.set, cm.canon[pl.Set[i]])
+		bk.count = append(bk.count, 0)
+		bk.tot = append(bk.tot, make([]raw, nopt)...)
+		bk.n++
+		return int32(bk.n - 1)
+	}
+	if n <= cm.exactBuckets {
+		for i := range p.Samples {
+			m.options(&p.Samples[i], buf)
+			add(i, newBucket(i))
+		}
+		bk.prune()
+		return bk
+	}
+	// Quantile cut points from evenly spaced samples. The second feature
+	// is the cut's shrink where the profile has cuts, else the best
+	// split's; each gets as many levels as keep the buckets near
+	// bucketTarget.
+	step := max(1, n/quantileSample)
+	var sz, sh []float64
+	pairs := map[int64]bool{}
+	for i := 0; i < n; i += step {
+		m.options(&p.Samples[i], buf)
+		size, shrink, cutr, sig := m.features(buf)
+		sz = append(sz, size)
+		if m.cut {
+			if sig&2 != 0 {
+				sh = append(sh, cutr)
+			}
+		} else {
+			sh = append(sh, shrink)
+		}
+		pairs[int64(cm.node[pl.Rank[i]])<<32|int64(cm.canon[pl.Set[i]])] = true
+	}
+	lv := int(math.Sqrt(float64(bucketTarget) / float64(len(pairs))))
+	lv = min(max(lv, 2), maxLevels)
+	szc, shc := levels(sz, lv), levels(sh, lv)
+	classes := 4 * lv * lv
+	keys := cm.nc * len(pl.Sets) * classes
+	var dense []int32
+	var sparse map[int]int32
+	if keys <= 1<<22 {
+		dense = make([]int32, keys)
+		for k := range dense {
+			dense[k] = -1
+		}
+	} else {
+		sparse = map[int]int32{}
+	}
+	for i := range p.Samples {
+		m.options(&p.Samples[i], buf)
+		size, shrink, cutr, sig := m.features(buf)
+		second := shrink
+		if m.cut {
+			second = cutr
+		}
+		class := (sig*lv+level(size, szc))*lv + level(second, shc)
+		key := (int(cm.node[pl.Rank[i]])*len(pl.Sets)+int(cm.canon[pl.Set[i]]))*classes + class
+		var b int32
+		var ok bool
+		if dense != nil {
+			b = dense[key]
+			ok = b >= 0
+		} else {
+			b, ok = sparse[key]
+		}
+		if !ok {
+			b = newBucket(i)
+			if dense != nil {
+				dense[key] = b
+			} else {
+				sparse[key] = b
+			}
+		}
+		add(i, b)
+	}
+	bk.prune()
+	return bk
+}
+
+// prices are a weight vector's prices per unit: seconds of weighted load
+// per byte on each (storage, compute) pair, per storage ns on each storage
+// node and per compute ns on each compute node.
+type prices struct {
+	alpha []float64 // ns*nc
+	beta  []float64 // ns
+	gamma []float64 // nc
+}
+
+// pricesAt returns w's prices; a nil w weighs every resource 1 (the
+// unweighted seconds, which break ties).
+func (cm *cmodel) pricesAt(w []float64) prices {
+	wt := func(id int32) float64 {
+		switch {
+		case id < 0:
+			return 0
+		case w == nil:
+			return 1
+		}
+		return w[id]
+	}
+	pr := prices{make([]float64, cm.ns*cm.nc), make([]float64, cm.ns), make([]float64, cm.nc)}
+	for j := range cm.ns {
+		pr.beta[j] = wt(cm.sCPU[j]) * cm.sCPUs[j]
+		for c := range cm.nc {
+			pi := j*cm.nc + c
+			pr.alpha[pi] = wt(cm.sEgr[j])*cm.sEgrs[j] + wt(cm.link[pi])*cm.links[pi] + wt(cm.up)*cm.ups + wt(cm.cIng[c])*cm.cIngs[c]
+		}
+	}
+	for c := range cm.nc {
+		pr.gamma[c] = wt(cm.cCPU[c]) * cm.cCPUs[c]
+	}
+	return pr
+}
+
+// lpCut is one plan of the bucketed problem: every bucket on one column
+// (replica position * nopt + option), and its loads.
+type lpCut struct {
+	v      []float64
+	choice []uint16
+}
+
+// priceBuckets is the bucketed Lagrangian at the prices pr: every bucket
+// takes its cheapest column (exact ties go to the smaller unweighted
+// seconds, then the first); it returns the dual value and the plan.
+func (cm *cmodel) priceBuckets(bk *buckets, pr, unit *prices) (float64, *lpCut) {
+	nopt, nc := bk.nopt, cm.nc
+	cut := &lpCut{v: make([]float64, cm.nres), choice: make([]uint16, bk.n)}
+	pt := make([]ptot, cm.ns*nc)
+	var g float64
+	for b := range bk.n {
+		c := int(bk.node[b])
+		set := cm.pl.Sets[bk.set[b]]
+		best, bestU, bc, bj, bq := math.Inf(1), math.Inf(1), 0, 0, raw{}
+		gc, gu := pr.gamma[c], unit.gamma[c]
+		from, to := bk.optAt[b], bk.optAt[b+1]
+		opts, tots := bk.opts[from:to], bk.optTot[from:to]
+		for jj, j := range set {
+			a, be := pr.alpha[int(j)*nc+c], pr.beta[j]
+			au, bu := unit.alpha[int(j)*nc+c], unit.beta[j]
+			for x, q := range tots {
+				v := a*q[0] + be*q[1] + gc*q[2]
+				if v > best {
+					continue
+				}
+				u := au*q[0] + bu*q[1] + gu*q[2]
+				if v < best || u < bestU {
+					best, bestU, bc, bj, bq = v, u, jj*nopt+int(opts[x]), int(j), q
+				}
+			}
+		}
+		g += best
+		cut.choice[b] = uint16(bc)
+		q := bq
+		t := &pt[bj*nc+c]
+		t.b += q[0]
+		t.s += q[1]
+		t.p += q[2]
+		t.n += float64(bk.count[b])
+	}
+	cm.loads(pt, cut.v)
+	return g, cut
+}
+
+// lpSolution is the bucketed LP's solution.
+type lpSolution struct {
+	w []float64 // weights with the best bucketed dual value
+	// exactW, when set, are weights whose exact Lagrangian value exactG
+	// is known (the coarse buckets' best, before refinement).
+	exactW       []float64
+	exactG       float64
+	lower, upper float64   // bucketed dual value at w; best fractional plan's epoch
+	cuts         []*lpCut  // the plans of the best fractional plan
+	lam          []float64 // and their weights
+	iters        int
+}
+
+// solveLP maximises the bucketed Lagrangian dual over the weights simplex
+// with Kelley's cutting planes, stabilised (the next point is halfway
+// between the best point and the master's, falling back to the master's
+// when that gives no cut), and row generation (the master carries only the
+// resources some plan loads near the top). With quantile buckets, it then
+// refines them once (refine) and goes on from where it was: it returns
+// the buckets the solution is for.
+func (cm *cmodel) solveLP(bk *buckets) (*buckets, *lpSolution) {
+	s := &lpSearch{cm: cm, unit: cm.pricesAt(nil), sol: &lpSolution{lower: math.Inf(-1), upper: math.Inf(1)}}
+	if cm.nres == 0 {
+		pr := cm.pricesAt(make([]float64, 0))
+		_, cut := cm.priceBuckets(bk, &pr, &s.unit)
+		return bk, &lpSolution{cuts: []*lpCut{cut}, lam: []float64{1}}
+	}
+	if bk.n == len(cm.m.p.Samples) {
+		s.run(bk, lpTol)
+		return bk, s.sol
+	}
+	s.run(bk, lpTolBucketed)
+	w := s.sol.w
+	fine, parent, g := cm.refine(bk, w)
+	s.remap(parent)
+	s.run(fine, lpTolBucketed)
+	// The exact Lagrangian at the coarse buckets' weights came with the
+	// refinement; keep those weights if the refined search's best are
+	// worse for it (the bound evaluates the weights exactly again).
+	s.sol.exactW, s.sol.exactG = w, g
+	return fine, s.sol
+}
+
+// lpSearch is the cutting-plane search's state.
+type lpSearch struct {
+	cm     *cmodel
+	unit   prices
+	cuts   []*lpCut
+	rows   []int32
+	active []bool
+	ms     *master
+	sol    *lpSolution
+}
+
+// eval prices the buckets at w and adds the plan as a cut.
+func (s *lpSearch) eval(bk *buckets, w []float64) *lpCut {
+	pr := s.cm.pricesAt(w)
+	g, cut := s.cm.priceBuckets(bk, &pr, &s.unit)
+	if g > s.sol.lower {
+		s.sol.lower, s.sol.w = g, w
+	}
+	s.cuts = append(s.cuts, cut)
+	return cut
+}
+
+func (s *lpSearch) loads() [][]float64 {
+	v := make([][]float64, len(s.cuts))
+	for k, c := range s.cuts {
+		v[k] = c.v
+	}
+	return v
+}
+
+// run iterates until the bucketed LP's bounds meet within tol, or lpIters
+// iterations in all. The first run starts from uniform weights; a later
+// one (on refined buckets) from the best weights so far, whose value it
+// recomputes.
+func (s *lpSearch) run(bk *buckets, tol float64) {
+	cm, sol := s.cm, s.sol
+	if s.ms == nil {
+		w0 := make([]float64, cm.nres)
+		for r := range w0 {
+			w0[r] = 1 / float64(cm.nres)
+		}
+		first := s.eval(bk, w0)
+		// Initial rows: every resource the first plan loads to half its
+		// largest load or more (the most loaded maxRows of them).
+		order := make([]int32, cm.nres)
+		for r := range order {
+			order[r] = int32(r)
+		}
+		slices.SortStableFunc(order, func(a, b int32) int { return cmpDesc(first.v[a], first.v[b]) })
+		top := first.v[order[0]]
+		s.active = make([]bool, cm.nres)
+		for _, r := range order {
+			if len(s.rows) > 0 && (first.v[r] < top/2 || len(s.rows) >= maxRows) {
+				break
+			}
+			s.rows, s.active[r] = append(s.rows, r), true
+		}
+		s.ms = &master{}
+		s.ms.setRows(s.rows, s.loads())
+	} else {
+		// The old lower bound is the coarser buckets' (too high for
+		// these); the old plans are still plans of these buckets, with
+		// the same loads.
+		w := sol.w
+		sol.lower = math.Inf(-1)
+		s.ms.addCol(s.eval(bk, w).v)
+	}
+	ms := s.ms
+	mixed := make([]float64, cm.nres)
+	for ; sol.iters < lpIters; sol.iters++ {
+		ms.solve()
+		if ms.broken {
+			break
+		}
+		lam := ms.lambdas()
+		clear(mixed)
+		for k, l := range lam {
+			if l > 0 {
+				for r, x := range s.cuts[k].v {
+					mixed[r] += l * x
+				}
+			}
+		}
+		t := ms.value()
+		// Row generation: a resource off the master that the master's
+		// mix overloads joins it.
+		added := false
+		for r, x := range mixed {
+			if x > t*(1+1e-9) && len(s.rows) < maxRows && !s.active[r] {
+				s.rows, s.active[r], added = append(s.rows, int32(r)), true, true
+			}
+		}
+		if added {
+			ms.setRows(s.rows, s.loads())
+			continue
+		}
+		if u := maxOf(mixed); u < sol.upper {
+			sol.upper = u
+			sol.cuts, sol.lam = sol.cuts[:0], sol.lam[:0]
+			for k, l := range lam {
+				if l > 0 {
+					sol.cuts, sol.lam = append(sol.cuts, s.cuts[k]), append(sol.lam, l)
+				}
+			}
+		}
+		if sol.upper-sol.lower <= tol*sol.upper {
+			break
+		}
+		wm := ms.weights(cm.nres)
+		wq := make([]float64, cm.nres)
+		for r := range wq {
+			wq[r] = 0.5*sol.w[r] + 0.5*wm[r]
+		}
+		c := s.eval(bk, wq)
+		ms.addCol(c.v)
+		// Misprice: the smoothed point's plan does not cut off the
+		// master's point, so ask the master's point itself.
+		if dot(wm, c.v) >= t*(1-1e-12) {
+			ms.addCol(s.eval(bk, wm).v)
+		}
+		if len(s.cuts) > maxCuts {
+			s.cuts = cm.pruneCuts(ms, s.cuts)
+			ms.setRows(s.rows, s.loads())
+		}
+	}
+	if len(sol.cuts) == 0 { // only if every iteration added rows
+		sol.cuts, sol.lam, sol.upper = s.cuts[:1], []float64{1}, maxOf(s.cuts[0].v)
+	}
+}
+
+// remap carries the master's basic plans and the best fractional plan's
+// over to refined buckets, and drops the others: each refined bucket takes
+// its parent's column, so the plans and their loads are unchanged.
+func (s *lpSearch) remap(parent []int32) {
+	var keep []*lpCut
+	for _, id := range s.ms.basis {
+		if id >= 0 {
+			keep = append(keep, s.cuts[id])
+		}
+	}
+	s.cuts = keep
+	s.ms.setRows(s.rows, s.loads())
+	done := map[*lpCut]bool{}
+	for _, c := range append(slices.Clip(s.cuts), s.sol.cuts...) {
+		if done[c] {
+			continue
+		}
+		done[c] = true
+		choice := make([]uint16, len(parent))
+		for b, p := range parent {
+			choice[b] = c.choice[p]
+		}
+		c.choice = choice
+	}
+}
+
+// refine splits every bucket by the column (replica and option) its
+// members find cheapest at the weights w. The refined buckets' Lagrangian
+// at w is then the exact one, and the search goes on from there: a bucket
+// whose members disagree at the LP's prices is where bucketing cost the
+// bound, and it is split exactly there. It returns the refined buckets,
+// each one's parent and the exact Lagrangian dual value at w.
+func (cm *cmodel) refine(bk *buckets, w []float64) (*buckets, []int32, float64) {
+	m, p, pl := cm.m, cm.m.p, cm.pl
+	nopt, nc := bk.nopt, cm.nc
+	pr, unit := cm.pricesAt(w), cm.pricesAt(nil)
+	buf := make([]raw, nopt)
+	fine := &buckets{nopt: nopt, of: make([]int32, len(p.Samples))}
+	var parent []int32
+	var g float64
+	fine.tot = make([]raw, 0, 2*len(bk.optAt)*nopt)
+	index := map[uint64]int32{}
+	for i := range p.Samples {
+		m.options(&p.Samples[i], buf)
+		b := bk.of[i]
+		c := int(bk.node[b])
+		best, bestU, bc := math.Inf(1), math.Inf(1), 0
+		for jj, j := range pl.Sets[bk.set[b]] {
+			a, be, gc := pr.alpha[int(j)*nc+c], pr.beta[j], pr.gamma[c]
+			au, bu, gu := unit.alpha[int(j)*nc+c], unit.beta[j], unit.gamma[c]
+			for o, q := range buf {
+				if math.IsInf(q[0], 1) {
+					continue
+				}
+				v := a*q[0] + be*q[1] + gc*q[2]
+				if v > best {
+					continue
+				}
+				if u := au*q[0] + bu*q[1] + gu*q[2]; v < best || u < bestU {
+					best, bestU, bc = v, u, jj*nopt+o
+				}
+			}
+		}
+		g += best
+		key := uint64(b)<<16 | uint64(bc)
+		f, ok := index[key]
+		if !ok {
+			f = int32(fine.n)
+			index[key] = f
+			fine.n++
+			fine.node = append(fine.node, bk.node[b])
+			fine.set = append(fine.set, bk.set[b])
+			fine.count = append(fine.count, 0)
+			fine.tot = append(fine.tot, make([]raw, nopt)...)
+			parent = append(parent, b)
+		}
+		fine.of[i] = f
+		fine.count[f]++
+		t := fine.tot[int(f)*nopt : int(f+1)*nopt]
+		for o, q := range buf {
+			t[o][0] += q[0]
+			t[o][1] += q[1]
+			t[o][2] += q[2]
+		}
+	}
+	fine.prune()
+	return fine, parent, g
+}
+
+// pruneCuts keeps the master's basic plans and the most recent ones, half
+// of maxCuts in all.
+func (cm *cmodel) pruneCuts(ms *master, cuts []*lpCut) []*lpCut {
+	keep := make([]bool, len(cuts))
+	for _, id := range ms.basis {
+		if id >= 0 && id < len(cuts) {
+			keep[id] = true
+		}
+	}
+	for k := len(cuts) - maxCuts/2; k < len(cuts); k++ {
+		keep[k] = true
+	}
+	var out []*lpCut
+	for k, c := range cuts {
+		if keep[k] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// cmpDesc orders larger first.
+func cmpDesc(a, b float64) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
+}
+
+func dot(a, b []float64) float64 {
+	var s float64
+	for i, x := range a {
+		s += x * b[i]
+	}
+	return s
+}
+
+// lagrangian is the exact Lagrangian dual value at prices pr: every sample
+// at its cheapest (replica, option). It is a lower bound on the LP
+// relaxation of the per-sample problem, whatever the weights.
+func (cm *cmodel) lagrangian(pr *prices) float64 {
+	m, p, pl := cm.m, cm.m.p, cm.pl
+	buf := make([]raw, m.nopt())
+	var g float64
+	for i := range p.Samples {
+		m.options(&p.Samples[i], buf)
+		c := int(cm.node[pl.Rank[i]])
+		best := math.Inf(1)
+		for _, j := range pl.Sets[pl.Set[i]] {
+			a, be, gc := pr.alpha[int(j)*cm.nc+c], pr.beta[j], pr.gamma[c]
+			for _, q := range buf {
+				if v := a*q[0] + be*q[1] + gc*q[2]; v < best {
+					best = v
+				}
+			}
+		}
+		g += best
+	}
+	return g
+}
+
+// boundResult assembles the result from the LP and the exact dual value
+// g at sol.w.
+func (cm *cmodel) boundResult(bk *buckets, sol *lpSolution, g float64) ClusterBoundResult {
+	w, g := sol.bestExact(g)
+	res := ClusterBoundResult{
+		Seconds:    max(g, cm.gpuMax),
+		BucketLP:   max(sol.upper, cm.gpuMax),
+		Buckets:    bk.n,
+		Samples:    len(cm.m.p.Samples),
+		Iterations: sol.iters,
+	}
+	if cm.nres == 0 {
+		res.BucketLP = res.Seconds
+	}
+	for r, x := range w {
+		if x > 1e-9 {
+			res.Binding = append(res.Binding, BindingResource{cm.res[r], x})
+		}
+	}
+	slices.SortStableFunc(res.Binding, func(a, b BindingResource) int { return cmpDesc(a.Weight, b.Weight) })
+	return res
+}
+
+// ClusterBound is a lower bound on the predicted epoch time of every plan
+// for the cluster: every choice of replica and split (compressed or not,
+// SplitCut where the profile has the cut's measurements) per sample, and
+// every fractional mix of them. See ClusterBoundResult and docs/policy.md.
+//
+// The relaxation: each sample i takes a convex combination x_i of its
+// columns (replica j in its set, option o); each resource's load is linear
+// in the x; the LP minimises T subject to every load <= T. For weights w on
+// the simplex over the resources, the Lagrangian g(w) = sum_i min over
+// (j, o) of the w-weighted seconds of that column is at most the LP's
+// optimum (weak duality), whatever w is. ClusterBound returns
+// max(slowest GPU time, g(w)) with g computed exactly, sample by sample,
+// so it is a lower bound on every plan's predicted epoch.
+//
+// Bucketing only chooses w. Samples are grouped into buckets (same compute
+// node, same replica set members, same option families, same quantile of
+// raw size and of cut shrink, or of best-split shrink where the profile has
+// no cuts; one bucket per sample for profiles of up to 16,384 samples),
+// each bucket's options summed over its members, and w is the dual optimum
+// of the bucketed LP, in which every member of a bucket takes the same mix.
+// The per-bucket sums are exact loads for such plans, so the bucketed LP
+// is the LP restricted to bucket-uniform mixes: its optimum is at least
+// the LP's, and it is not itself a lower bound (its Lagrangian
+// overestimates g, since a sum of minima is at most the minimum of the
+// sums). Hence the bound is g at the bucketed LP's weights, re-evaluated
+// exactly: it can fall short of the LP (BucketLP - Seconds bounds by how
+// much) but never exceed it. To narrow that gap, the search is run twice:
+// after the first, every bucket is split by the column its members find
+// cheapest at the first weights (so that the bucketed Lagrangian is exact
+// there), and the search goes on from the plans it had; the bound is the
+// better of g at the two weights. With one bucket per sample the search
+// runs once and the bound equals the LP's optimum within lpTol (1e-7
+// relative), unless it stops at its 400 iterations.
+//
+// It fails when the cluster, the placement or the profile is invalid.
+func ClusterBound(p *profiler.Profile, c Cluster, pl *Placement) (ClusterBoundResult, error) {
+	cm, err := newCModel(p, &c, pl, true)
+	if err != nil {
+		return ClusterBoundResult{}, err
+	}
+	return cm.bound(), nil
+}
+
+func (cm *cmodel) bound() ClusterBoundResult {
+	bk, sol := cm.solveLP(cm.bucket())
+	var g float64
+	if sol.w != nil {
+		pr := cm.pricesAt(sol.w)
+		g = cm.lagrangian(&pr)
+	}
+	return cm.boundResult(bk, sol, g)
+}
+
+// bestExact returns the better of g, the exact Lagrangian value at sol.w,
+// and the one refinement computed, with its weights.
+func (sol *lpSolution) bestExact(g float64) ([]float64, float64) {
+	if sol.exactW != nil && sol.exactG > g {
+		return sol.exactW, sol.exactG
+	}
+	return sol.w, g
+}

@@ -1,0 +1,72 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestParseCluster(t *testing.T) {
+	data, err := os.ReadFile("cmd/policy/testdata/cluster.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseCluster(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Storage) != 3 || c.Storage[0].EgressBytesPerSec != 250e6 || c.Compute[1].Ranks != 4 ||
+		len(c.Links) != 1 || c.Links[0].Compute != "c1" || c.Ranks() != 8 {
+		t.Errorf("parsed %+v", c)
+	}
+	// JSON is YAML too.
+	if _, err := ParseCluster([]byte(`{"storage": [{"name": "s"}], "compute": [{"name": "c"}]}`)); err != nil {
+		t.Errorf("JSON: %v", err)
+	}
+	for _, c := range []struct {
+		name, doc string
+		want      error
+		detail    string // in the error's text
+	}{
+		{"unknown field", "storage: [{name: s, egres_bytes_per_sec: 1}]\ncompute: [{name: c}]", ErrClusterFile, `"egres_bytes_per_sec"`},
+		{"unknown top-level field", "storage: [{name: s}]\ncompute: [{name: c}]\nuplink: 5", ErrClusterFile, `"uplink"`},
+		{"duplicate field", "storage: [{name: s, cores: 1, cores: 2}]\ncompute: [{name: c}]", ErrClusterFile, "cores"},
+		{"wrong type", "storage: [{name: s, cores: many}]\ncompute: [{name: c}]", ErrClusterFile, "cores"},
+		{"not yaml", "storage: [", ErrClusterFile, ""},
+		{"empty", "", ErrNoNodes, "storage"},
+		{"negative", "storage: [{name: s, cores: -1}]\ncompute: [{name: c}]", ErrBadFigure, "storage[0].cores"},
+		{"unknown link node", "storage: [{name: s}]\ncompute: [{name: c}]\nlinks: [{storage: s, compute: d, bytes_per_sec: 1}]", ErrUnknownNode, `"d"`},
+		{"too large", strings.Repeat("#", MaxClusterFileBytes+1), ErrClusterTooBig, "file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseCluster([]byte(c.doc))
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.detail) {
+				t.Errorf("got %v, want %v mentioning %s", err, c.want, c.detail)
+			}
+		})
+	}
+}
+
+// FuzzParseCluster: outside bytes never crash the decoder, and whatever
+// it accepts is a valid cluster.
+func FuzzParseCluster(f *testing.F) {
+	if data, err := os.ReadFile("cmd/policy/testdata/cluster.yaml"); err == nil {
+		f.Add(data)
+	}
+	f.Add([]byte(`{"storage": [{"name": "s"}], "compute": [{"name": "c", "ranks": 2}]}`))
+	f.Add([]byte("storage: [{name: s}]\ncompute: [{name: c}]\nlinks: [{storage: s, compute: c, bytes_per_sec: 1}]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseCluster(data)
+		if err != nil {
+			var ce *ClusterError
+			if !errors.As(err, &ce) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("accepted an invalid cluster: %v", err)
+		}
+	})
+}

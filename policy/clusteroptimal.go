@@ -1,0 +1,437 @@
+package policy
+
+import (
+	"math"
+	"slices"
+)
+
+// Cluster improvement pass.
+const (
+	// clusterImproveRounds caps the improvement rounds; a round that
+	// lowers the epoch by less than clusterMinGain (relative) ends the
+	// pass.
+	clusterImproveRounds = 6
+	clusterMinGain       = 1e-4
+	// clusterImproveTol: the pass stops within this relative distance of
+	// the bound.
+	clusterImproveTol = 1e-4
+	// maxRefused ends a round after this many proposals in a row could
+	// not be applied: the cheaper ones are spent and the rest are blocked.
+	maxRefused = 4096
+)
+
+// optimal is ClusterOptimal given the baselines' plans, with the bound.
+func (cm *cmodel) optimal(bases ...ClusterPlan) (ClusterPlan, ClusterBoundResult) {
+	bk, sol := cm.solveLP(cm.bucket())
+	mx := cm.mix(bk, sol)
+	w := sol.w
+	if w == nil {
+		w = make([]float64, cm.nres)
+	}
+	rep, opt, pt, g := cm.round(bk, mx, w, cm.lpLoads(sol))
+	b := cm.boundResult(bk, sol, g)
+	if r, o, ok := cm.exact(); ok {
+		rep, opt = r, o
+	} else {
+		cm.improve(rep, opt, pt, w, b.Seconds)
+	}
+	best := cm.plan(NameOptimal, rep, opt)
+	for _, bp := range bases {
+		if bp.Pred.Seconds < best.Pred.Seconds {
+			best = bp
+			best.Policy = NameOptimal
+			best.Replica = slices.Clone(bp.Replica)
+			best.Split = slices.Clone(bp.Split)
+			best.Compress = slices.Clone(bp.Compress)
+		}
+	}
+	return best, b
+}
+
+// lpLoads is the loads of the LP's fractional plan (tiny where zero, as
+// round divides by them).
+func (cm *cmodel) lpLoads(sol *lpSolution) []float64 {
+	u := make([]float64, cm.nres)
+	for k, c := range sol.cuts {
+		for r, x := range c.v {
+			u[r] += sol.lam[k] * x
+		}
+	}
+	for r := range u {
+		u[r] = max(u[r], 1e-300)
+	}
+	return u
+}
+
+// bucketMix is the support of the bucketed LP's fractional plan: per
+// bucket, the columns (replica position * nopt + option) some plan of
+// positive weight gives it.
+type bucketMix struct {
+	start []int32 // bucket b's columns are col[start[b]:start[b+1]]
+	col   []uint16
+}
+
+// mix lists, per bucket, the columns of the LP's plans of positive
+// weight, in the plans' order.
+func (cm *cmodel) mix(bk *buckets, sol *lpSolution) *bucketMix {
+	mx := &bucketMix{start: make([]int32, bk.n+1)}
+	for b := range bk.n {
+		from := len(mx.col)
+		for k, c := range sol.cuts {
+			if col := c.choice[b]; sol.lam[k] > 0 && !slices.Contains(mx.col[from:], col) {
+				mx.col = append(mx.col, col)
+			}
+		}
+		mx.start[b+1] = int32(len(mx.col))
+	}
+	return mx
+}
+
+// round assigns every sample a column of its bucket's mix, in profile
+// order: the one that leaves the resources it loads least filled relative
+// to the LP plan's loads u, so that every resource fills in step towards
+// u. On the same pass it computes the exact Lagrangian dual value at w (the
+// bound); it returns the replicas, options, pair totals and that value.
+func (cm *cmodel) round(bk *buckets, mx *bucketMix, w, u []float64) ([]int16, []uint8, []ptot, float64) {
+	m, p, pl := cm.m, cm.m.p, cm.pl
+	n, nopt, nc := len(p.Samples), m.nopt(), cm.nc
+	pr := cm.pricesAt(w)
+	buf := make([]raw, nopt)
+	rep, opt := make([]int16, n), make([]uint8, n)
+	pt := make([]ptot, cm.ns*nc)
+	L := make([]float64, cm.nres)
+	var g float64
+	for i := range p.Samples {
+		m.options(&p.Samples[i], buf)
+		c := int(cm.node[pl.Rank[i]])
+		set := pl.Sets[pl.Set[i]]
+		gc := pr.gamma[c]
+		best := math.Inf(1)
+		for _, j := range set {
+			a, be := pr.alpha[int(j)*nc+c], pr.beta[j]
+			for _, q := range buf {
+				if v := a*q[0] + be*q[1] + gc*q[2]; v < best {
+					best = v
+				}
+			}
+		}
+		g += best
+		b := bk.of[i]
+		bset := pl.Sets[bk.set[b]]
+		// The column of the bucket's mix that leaves the resources it
+		// loads least filled relative to the LP's loads u: the plan fills
+		// every resource in step, towards the LP's loads.
+		pick, pf := -1, math.Inf(1)
+		for e := mx.start[b]; e < mx.start[b+1]; e++ {
+			col := int(mx.col[e])
+			j := int(bset[col/nopt])
+			q := buf[col%nopt]
+			var d deltas
+			cm.column(&d, j, c, q, 1)
+			fill := 0.0
+			for k := range d.n {
+				fill = max(fill, (L[d.id[k]]+d.x[k])/u[d.id[k]])
+			}
+			if fill < pf {
+				pick, pf = int(e), fill
+			}
+		}
+		if pick < 0 {
+			pick = int(mx.start[b])
+		}
+		col := int(mx.col[pick])
+		j, q := bset[col/nopt], buf[col%nopt]
+		var d deltas
+		cm.column(&d, int(j), c, q, 1)
+		for k := range d.n {
+			L[d.id[k]] += d.x[k]
+		}
+		rep[i], opt[i] = j, uint8(col%nopt)
+		t := &pt[int(j)*nc+c]
+		t.b += q[0]
+		t.s += q[1]
+		t.p += q[2]
+		t.n++
+	}
+	return rep, opt, pt, g
+}
+
+// deltas is the change a move makes to a few resources' loads.
+type deltas struct {
+	id [12]int32
+	x  [12]float64
+	n  int
+}
+
+func (d *deltas) add(id int32, x float64) {
+	if id < 0 || x == 0 {
+		return
+	}
+	for k := range d.n {
+		if d.id[k] == id {
+			d.x[k] += x
+			return
+		}
+	}
+	d.id[d.n], d.x[d.n] = id, x
+	d.n++
+}
+
+// column adds sign times the loads of raw quantities q served from storage
+// node j to compute node c.
+func (cm *cmodel) column(d *deltas, j, c int, q raw, sign float64) {
+	pi := j*cm.nc + c
+	d.add(cm.sEgr[j], sign*q[0]*cm.sEgrs[j])
+	d.add(cm.link[pi], sign*q[0]*cm.links[pi])
+	d.add(cm.up, sign*q[0]*cm.ups)
+	d.add(cm.cIng[c], sign*q[0]*cm.cIngs[c])
+	d.add(cm.sCPU[j], sign*q[1]*cm.sCPUs[j])
+	d.add(cm.cCPU[c], sign*q[2]*cm.cCPUs[c])
+}
+
+// improve lowers the plan's epoch by local moves, in place. Each round
+// sets a target tau a step below the current epoch T, towards the bound;
+// the resources above tau are "over". Every sample whose column loads an
+// over resource proposes its best alternative column: the one that most
+// cheaply (in w-priced seconds per second of over-load removed) reduces
+// the over resources' total. Proposals are applied cheapest first, each
+// only if it takes load off an over resource and no resource it adds load
+// to ends above tau, until no resource is over. A round that clears every
+// over resource doubles the step (up to half the distance to the bound);
+// one that lowers the epoch by less than clusterMinGain ends the pass.
+func (cm *cmodel) improve(rep []int16, opt []uint8, pt []ptot, w []float64, lb float64) {
+	if cm.nres == 0 {
+		return
+	}
+	m, p, pl := cm.m, cm.m.p, cm.pl
+	nopt, nc := m.nopt(), cm.nc
+	L := make([]float64, cm.nres)
+	cm.loads(pt, L)
+	floor := max(lb, cm.gpuMax)
+	pw := cm.pricesAt(w)
+	buf := make([]raw, nopt)
+	moves := make([]move, 0, len(p.Samples)/8)
+	ind := make([]float64, cm.nres)
+	overPair := make([]bool, cm.ns*nc)
+	step := 0.125
+	for range clusterImproveRounds {
+		T := maxOf(L)
+		if T <= cm.gpuMax || T <= floor*(1+clusterImproveTol) {
+			return
+		}
+		tau := T - (T-floor)*step
+		over := 0
+		for r, x := range L {
+			ind[r] = 0
+			if x > tau {
+				ind[r] = 1
+				over++
+			}
+		}
+		po := cm.pricesAt(ind)
+		for j := range cm.ns {
+			for c := range nc {
+				overPair[j*nc+c] = po.alpha[j*nc+c] > 0 || po.beta[j] > 0 || po.gamma[c] > 0
+			}
+		}
+		moves = moves[:0]
+		for i := range p.Samples {
+			c := int(cm.node[pl.Rank[i]])
+			j0 := int(rep[i])
+			if !overPair[j0*nc+c] {
+				continue
+			}
+			m.options(&p.Samples[i], buf)
+			q0 := buf[opt[i]]
+			cur := po.alpha[j0*nc+c]*q0[0] + po.beta[j0]*q0[1] + po.gamma[c]*q0[2]
+			if cur <= 0 {
+				continue
+			}
+			curW := pw.alpha[j0*nc+c]*q0[0] + pw.beta[j0]*q0[1] + pw.gamma[c]*q0[2]
+			bk, bj, bo := math.Inf(1), int16(-1), 0
+			for _, j := range pl.Sets[pl.Set[i]] {
+				ao, bo2, go2 := po.alpha[int(j)*nc+c], po.beta[j], po.gamma[c]
+				aw, bw, gw := pw.alpha[int(j)*nc+c], pw.beta[j], pw.gamma[c]
+				for o, q := range buf {
+					if math.IsInf(q[0], 1) {
+						continue
+					}
+					gain := cur - (ao*q[0] + bo2*q[1] + go2*q[2])
+					if gain <= cur*1e-12 {
+						continue
+					}
+					if k := (aw*q[0] + bw*q[1] + gw*q[2] - curW) / gain; k < bk {
+						bk, bj, bo = k, j, o
+					}
+				}
+			}
+			if bj >= 0 {
+				moves = append(moves, move{bk, int32(i), bj, uint8(bo)})
+			}
+		}
+		// Cheapest first: sort the cheapest sixteenth (at least 4096),
+		// and the rest only if those do not clear the over resources.
+		head := partitionCheapest(moves, max(4096, len(moves)/16))
+		refused := 0
+		for _, ms := range [][]move{moves[:head], moves[head:]} {
+			if over == 0 || refused >= maxRefused {
+				break
+			}
+			slices.SortFunc(ms, func(a, b move) int {
+				if c := cmpDesc(b.key, a.key); c != 0 {
+					return c
+				}
+				return int(a.i - b.i)
+			})
+			for _, mv := range ms {
+				if over == 0 || refused >= maxRefused {
+					break
+				}
+				cleared, ok := cm.apply(mv, rep, opt, pt, L, tau)
+				over -= cleared
+				if refused++; ok {
+					refused = 0
+				}
+			}
+		}
+		if maxOf(L) > T*(1-clusterMinGain) {
+			return
+		}
+		if over == 0 {
+			step = min(0.5, 2*step)
+		}
+	}
+}
+
+// move is a proposed change of one sample's column, and its priced cost
+// per second of over-load removed.
+type move struct {
+	key float64
+	i   int32
+	j   int16
+	o   uint8
+}
+
+// partitionCheapest moves the about n cheapest moves to the front and
+// returns how many it moved: those whose key is at most the n-th smallest
+// key of an evenly spaced sample. It works in place; the order within
+// each part is arbitrary (each is sorted afterwards).
+func partitionCheapest(moves []move, n int) int {
+	if n >= len(moves) {
+		return len(moves)
+	}
+	stride := max(1, len(moves)/1024)
+	var keys []float64
+	for i := 0; i < len(moves); i += stride {
+		keys = append(keys, moves[i].key)
+	}
+	slices.Sort(keys)
+	th := keys[min(len(keys)-1, n*len(keys)/len(moves))]
+	k := 0
+	for i := range moves {
+		if moves[i].key <= th {
+			moves[k], moves[i] = moves[i], moves[k]
+			k++
+		}
+	}
+	return k
+}
+
+// apply makes move mv when it takes load off a resource above tau and
+// adds none past tau, updating the loads L and pair totals pt; it returns
+// how many resources it brought down to tau and whether it made the move.
+func (cm *cmodel) apply(mv move, rep []int16, opt []uint8, pt []ptot, L []float64, tau float64) (int, bool) {
+	m, p, nc := cm.m, cm.m.p, cm.nc
+	i := int(mv.i)
+	c := int(cm.node[cm.pl.Rank[i]])
+	var d deltas
+	qo := m.optRaw(&p.Samples[i], int(opt[i]))
+	qn := m.optRaw(&p.Samples[i], int(mv.o))
+	cm.column(&d, int(rep[i]), c, qo, -1)
+	cm.column(&d, int(mv.j), c, qn, 1)
+	helps := false
+	for k := range d.n {
+		id, x := d.id[k], d.x[k]
+		if x > 0 && L[id]+x > tau {
+			return 0, false
+		}
+		if x < 0 && L[id] > tau {
+			helps = true
+		}
+	}
+	if !helps {
+		return 0, false
+	}
+	cleared := 0
+	for k := range d.n {
+		id := d.id[k]
+		was := L[id] > tau
+		L[id] += d.x[k]
+		if was && L[id] <= tau {
+			cleared++
+		}
+	}
+	o, n := &pt[int(rep[i])*nc+c], &pt[int(mv.j)*nc+c]
+	o.b, o.s, o.p, o.n = o.b-qo[0], o.s-qo[1], o.p-qo[2], o.n-1
+	n.b, n.s, n.p, n.n = n.b+qn[0], n.s+qn[1], n.p+qn[2], n.n+1
+	rep[i], opt[i] = mv.j, mv.o
+	return cleared, true
+}
+
+// clusterExactLimit is the largest number of joint assignments exact
+// enumerates.
+const clusterExactLimit = 1 << 16
+
+// exact enumerates every joint assignment of a tiny instance.
+func (cm *cmodel) exact() ([]int16, []uint8, bool) {
+	m, p, pl := cm.m, cm.m.p, cm.pl
+	n, nopt := len(p.Samples), m.nopt()
+	opts := make([][]raw, n)
+	combos := 1
+	for i := range n {
+		opts[i] = make([]raw, nopt)
+		m.options(&p.Samples[i], opts[i])
+		avail := 0
+		for _, q := range opts[i] {
+			if !math.IsInf(q[0], 1) {
+				avail++
+			}
+		}
+		combos *= avail * len(pl.Sets[pl.Set[i]])
+		if combos > clusterExactLimit {
+			return nil, nil, false
+		}
+	}
+	rep, opt := make([]int16, n), make([]uint8, n)
+	bestRep, bestOpt := make([]int16, n), make([]uint8, n)
+	pt := make([]ptot, cm.ns*cm.nc)
+	L := make([]float64, cm.nres)
+	bestT := math.Inf(1)
+	var rec func(i int)
+	rec = func(i int) {
+		if i == n {
+			cm.loads(pt, L)
+			if t := cm.epoch(L); t < bestT {
+				bestT = t
+				copy(bestRep, rep)
+				copy(bestOpt, opt)
+			}
+			return
+		}
+		c := int(cm.node[pl.Rank[i]])
+		for _, j := range pl.Sets[pl.Set[i]] {
+			t := &pt[int(j)*cm.nc+c]
+			for o, q := range opts[i] {
+				if math.IsInf(q[0], 1) {
+					continue
+				}
+				t.b, t.s, t.p = t.b+q[0], t.s+q[1], t.p+q[2]
+				rep[i], opt[i] = j, uint8(o)
+				rec(i + 1)
+				t.b, t.s, t.p = t.b-q[0], t.s-q[1], t.p-q[2]
+			}
+		}
+	}
+	rec(0)
+	return bestRep, bestOpt, true
+}
