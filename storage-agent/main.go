@@ -10,12 +10,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
+	"gopkg.in/yaml.v3"
 
 	"github.com/sophon-dl/sophon/internal/cli"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
@@ -40,12 +44,20 @@ are served; gossip is encrypted with the cluster's key and labelled with
 --cluster. "storage-agent certs" (or make certs) makes a development CA, the
 nodes' certificates and a gossip key; --insecure turns all of it off.
 
+Shards and replicas: the catalog is split into shards (the tar files, or
+--shard-size id ranges of a folder of images) and each shard is held by the
+--replicas storage agents ranked highest by rendezvous hashing among the
+live agents serving the same dataset. Every agent must have the whole
+dataset (a shared file system or full copies): holding only tells compute
+agents whom to ask, and an agent serves every sample it has. The held
+shards, the layout and --egress are announced in Info and gossip.
+
 Example:
 
   storage-agent --data /srv/imagenet/train --listen :7070 --name s1 \
     --gossip 10.0.0.5:7946 --join 10.0.0.9:7946 --cpus 2.5 --metrics :9100 \
     --tls-cert storage-s1.pem --tls-key storage-s1-key.pem --tls-ca ca.pem \
-    --gossip-key-file gossip.key
+    --gossip-key-file gossip.key --replicas 2 --egress 10gbit
 
 A --config FILE in YAML takes the same keys as the flags (data: ..., cpus: 2.5,
 join: [a:7946, b:7946], request-timeout: 30s, ...); flags given on the command
@@ -92,6 +104,9 @@ type settings struct {
 	LogFormat       string        `yaml:"log-format"`
 	GCPercent       int           `yaml:"gc-percent"`
 	MemoryLimit     int64         `yaml:"memory-limit"`
+	Replicas        int           `yaml:"replicas"`
+	ShardSize       int           `yaml:"shard-size"`
+	Egress          rate          `yaml:"egress"`
 }
 
 func defaults() settings {
@@ -113,6 +128,8 @@ func defaults() settings {
 		LogLevel:       "info",
 		LogFormat:      "auto",
 		GCPercent:      defaultGCPercent,
+		Replicas:       c.Replicas,
+		ShardSize:      c.ShardSize,
 	}
 }
 
@@ -159,6 +176,10 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.LogFormat, "log-format", s.LogFormat, "log `format`: console, json, or auto (console on a terminal)")
 	fs.Int64Var(&s.MemoryLimit, "memory-limit", s.MemoryLimit, "soft limit on the Go heap in `bytes` (GOMEMLIMIT; libjpeg's own memory is bounded per decode on top); 0 means 256 MiB plus 32 MiB per worker; ignored when GOMEMLIMIT is set")
 	fs.IntVar(&s.GCPercent, "gc-percent", s.GCPercent, "Go GC target `percent` (GOGC); ignored when the GOGC environment variable is set")
+	fs.IntVar(&s.Replicas, "replicas", s.Replicas, "storage `agents` that hold each shard, chosen by rendezvous hashing among the live agents of this dataset, layout and replica count; 0, or at least that many agents, means every agent holds every shard. "+
+		"Every agent must have the whole dataset: fetches for shards it does not hold are still served")
+	fs.IntVar(&s.ShardSize, "shard-size", s.ShardSize, "`samples` per shard of a folder of images (the last shard may be shorter); a dataset of *.tar files is sharded by its files. At most 1048576 shards")
+	fs.Var(&s.Egress, "egress", "this node's egress `rate` in tc syntax (500mbit, 10gbit, 1.25gbps), announced to compute agents for planning; 0 means unknown")
 	return fs
 }
 
@@ -196,9 +217,85 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c.ShutdownGrace = s.ShutdownGrace
 	c.MetricsAddr = s.Metrics
 	c.TLS = tlsconf.Files{Cert: s.TLSCert, Key: s.TLSKey, CA: s.TLSCA}
+	c.Replicas = s.Replicas
+	c.ShardSize = s.ShardSize
+	c.Egress = uint64(s.Egress)
 	c.Version = version
 	c.Logger = log
 	return c
+}
+
+// rate is a flag of a tc-style rate, kept in bytes per second; 0 means
+// unknown.
+type rate uint64
+
+// rateUnits are tc's rate units in bits per second, longest suffix first
+// so "kbps" is not read as "bps". As in tc(8), *bit units are bits and
+// *bps units bytes per second, k/m/g/t are powers of 1000 and ki/mi/gi/ti
+// powers of 1024, and a bare number is bits per second.
+var rateUnits = []struct {
+	suffix string
+	bits   float64
+}{
+	{"kibit", 1024}, {"mibit", 1 << 20}, {"gibit", 1 << 30}, {"tibit", 1 << 40},
+	{"kibps", 8 * 1024}, {"mibps", 8 << 20}, {"gibps", 8 << 30}, {"tibps", 8 << 40},
+	{"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}, {"tbit", 1e12},
+	{"kbps", 8e3}, {"mbps", 8e6}, {"gbps", 8e9}, {"tbps", 8e12},
+	{"bit", 1}, {"bps", 8},
+}
+
+// parseRate reads a tc rate ("500mbit", "10gbit", "1.25gbps") in bytes
+// per second, rounded; "0" (any unit) is 0, unknown.
+func parseRate(s string) (uint64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	mult := 1.0
+	for _, u := range rateUnits {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSuffix(t, u.suffix), u.bits
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return 0, fmt.Errorf("rate %q: want a number and a tc unit, e.g. 500mbit or 10gbit", s)
+	}
+	bytes := math.Round(v * mult / 8)
+	switch {
+	case v == 0:
+		return 0, nil
+	case bytes < 1:
+		return 0, fmt.Errorf("rate %q is below one byte per second", s)
+	case bytes >= math.MaxUint64:
+		return 0, fmt.Errorf("rate %q is too large", s)
+	}
+	return uint64(bytes), nil
+}
+
+// Set implements flag.Value.
+func (r *rate) Set(s string) error {
+	v, err := parseRate(s)
+	if err != nil {
+		return err
+	}
+	*r = rate(v)
+	return nil
+}
+
+// String is the rate in bytes per second, with "bps" (tc's bytes-per-second
+// unit) so that it parses back.
+func (r *rate) String() string {
+	if r == nil || *r == 0 {
+		return "0"
+	}
+	return strconv.FormatUint(uint64(*r), 10) + "bps"
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler: "egress: 500mbit".
+func (r *rate) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: egress: want a rate such as 500mbit", n.Line)
+	}
+	return r.Set(n.Value)
 }
 
 func logger(s settings, out *os.File) (zerolog.Logger, error) {

@@ -1,7 +1,9 @@
 // Package membership is the gossip glue both agents share: every storage and
 // compute agent runs one [Node], which joins a hashicorp/memberlist cluster
 // and announces a small [Meta] record (role, gRPC address, cores, dataset
-// fingerprint, version) in memberlist's node meta.
+// fingerprint, version and, for storage agents, compact placement fields:
+// replicas, shard count, layout and held-set digests, egress rate) in
+// memberlist's node meta.
 //
 // A compute agent finds its storage agents with [Node.ByRole] or
 // [Node.WaitFor] and re-reads the membership whenever [Node.Changes] fires. A

@@ -21,6 +21,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/internal/placement"
 )
 
 // cluster is an in-process cluster on a memberlist.MockNetwork. All
@@ -370,6 +372,12 @@ func TestMetaValidate(t *testing.T) {
 		{"fits exactly", fitMeta(0), nil},
 		{"one byte over", fitMeta(1), ErrMetaTooLarge},
 		{"far too large", Meta{Role: RoleStorage, Fingerprint: strings.Repeat("x", 1000)}, ErrMetaTooLarge},
+		{"placement", placedMeta("h:1"), nil},
+		{"negative replicas", Meta{Role: RoleStorage, Replicas: -1}, ErrBadMeta},
+		{"negative shards", Meta{Role: RoleStorage, Shards: -2}, ErrBadMeta},
+		{"held digest not hex", Meta{Role: RoleStorage, Held: "xyz"}, ErrBadMeta},
+		{"held digest upper case", Meta{Role: RoleStorage, Held: "ABCDEF0123456789"}, ErrBadMeta},
+		{"layout digest too long", Meta{Role: RoleStorage, Layout: strings.Repeat("a", maxDigest+1)}, ErrBadMeta},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -388,17 +396,60 @@ func fitMeta(over int) Meta {
 	return m
 }
 
-func TestMetaDecode(t *testing.T) {
-	m := storageMeta("h:1")
+// placedMeta is a storage agent's meta with placement fields.
+func placedMeta(grpc string) Meta {
+	m := storageMeta(grpc)
+	m.Replicas, m.Shards, m.Layout, m.Held, m.Egress = 2, 1250, "fd8d518399cca907", "3067c72c5e501c31", 62_500_000
+	return m
+}
+
+// TestMetaPlacementFits: the longest storage meta an agent announces, with
+// a 253-byte DNS name in its gRPC address, a 64-byte version and every
+// placement field at its largest, still fits memberlist's 512 bytes.
+func TestMetaPlacementFits(t *testing.T) {
+	host := strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 61)
+	if len(host) != 253 {
+		t.Fatalf("host is %d bytes, want 253 (the longest DNS name)", len(host))
+	}
+	m := Meta{
+		Role:        RoleStorage,
+		GRPCAddr:    net.JoinHostPort(host, "65535"),
+		Cores:       1024.123456789,
+		Fingerprint: "0123456789abcdef", // dataplanepb.Fingerprinter: 16 hex digits
+		Version:     strings.Repeat("v", 64),
+		Replicas:    placement.MaxReplicas,
+		Shards:      placement.MaxShards,
+		Layout:      "0123456789abcdef",
+		Held:        "fedcba9876543210",
+		Egress:      math.MaxUint64,
+	}
 	b, err := m.encode()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("encode: %v", err)
 	}
+	if len(b) > memberlist.MetaMaxSize {
+		t.Fatalf("meta is %d bytes, limit %d", len(b), memberlist.MetaMaxSize)
+	}
+	t.Logf("longest storage meta: %d of %d bytes", len(b), memberlist.MetaMaxSize)
 	got, err := decodeMeta(b)
 	if err != nil || got != m {
 		t.Errorf("round trip: got %+v, %v, want %+v", got, err, m)
 	}
-	for _, bad := range []string{"", "{", "[]", `{"grpc":"h:1"}`} {
+}
+
+func TestMetaDecode(t *testing.T) {
+	for _, m := range []Meta{storageMeta("h:1"), placedMeta("h:1")} {
+		b, err := m.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeMeta(b)
+		if err != nil || got != m {
+			t.Errorf("round trip: got %+v, %v, want %+v", got, err, m)
+		}
+	}
+	for _, bad := range []string{"", "{", "[]", `{"grpc":"h:1"}`, `{"role":"storage","rep":-1}`,
+		`{"role":"storage","sh":-5}`, `{"role":"storage","held":"<script>"}`, `{"role":"storage","sh":1e400}`} {
 		if _, err := decodeMeta([]byte(bad)); !errors.Is(err, ErrBadMeta) {
 			t.Errorf("decodeMeta(%q): got %v, want %v", bad, err, ErrBadMeta)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"strings"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -39,7 +40,32 @@ type Meta struct {
 	Fingerprint string `json:"fp,omitempty"`
 	// Version is the agent's build version.
 	Version string `json:"ver"`
+
+	// Placement, announced by storage agents (see internal/placement). The
+	// fields are compact: the full layout and held list are in the agent's
+	// Info, which gossip's 512 bytes could not hold.
+
+	// Replicas is how many storage agents hold each shard (--replicas).
+	// Zero means every agent holds every shard.
+	Replicas int `json:"rep,omitempty"`
+	// Shards is the number of shards in the agent's layout. Zero means an
+	// agent that announces no placement (one that predates it).
+	Shards int `json:"sh,omitempty"`
+	// Layout is the layout's digest (placement.Layout.Digest, 16 hex
+	// digits). Storage agents place shards together only with peers of
+	// the same fingerprint, layout and replicas.
+	Layout string `json:"lay,omitempty"`
+	// Held is the digest of the shards the agent holds (placement.Digest,
+	// 16 hex digits), so a compute agent can tell whether the held list it
+	// read from Info is still current.
+	Held string `json:"held,omitempty"`
+	// Egress is the agent's egress rate in bytes per second (--egress).
+	// Zero means unknown.
+	Egress uint64 `json:"egr,omitempty"`
 }
+
+// maxDigest bounds Meta.Layout and Meta.Held.
+const maxDigest = 64
 
 // Validate checks m and its encoded size.
 func (m Meta) Validate() error {
@@ -60,6 +86,9 @@ func (m Meta) encode() ([]byte, error) {
 			return nil, fmt.Errorf("%w: grpc address %q: %v", ErrBadMeta, m.GRPCAddr, err)
 		}
 	}
+	if err := m.checkPlacement(); err != nil {
+		return nil, err
+	}
 	b, err := json.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadMeta, err)
@@ -79,5 +108,22 @@ func decodeMeta(b []byte) (Meta, error) {
 	if m.Role == "" {
 		return Meta{}, fmt.Errorf("%w: no role", ErrBadMeta)
 	}
+	if err := m.checkPlacement(); err != nil {
+		return Meta{}, err
+	}
 	return m, nil
+}
+
+// checkPlacement checks the placement fields: no negative counts, digests
+// of hex digits and bounded length.
+func (m Meta) checkPlacement() error {
+	if m.Replicas < 0 || m.Shards < 0 {
+		return fmt.Errorf("%w: replicas %d, shards %d", ErrBadMeta, m.Replicas, m.Shards)
+	}
+	for _, d := range []struct{ name, v string }{{"layout", m.Layout}, {"held", m.Held}} {
+		if len(d.v) > maxDigest || strings.Trim(d.v, "0123456789abcdef") != "" {
+			return fmt.Errorf("%w: %s digest %q is not at most %d lower-case hex digits", ErrBadMeta, d.name, d.v, maxDigest)
+		}
+	}
+	return nil
 }

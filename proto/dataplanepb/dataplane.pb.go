@@ -739,21 +739,108 @@ func (*InfoRequest) Descriptor() ([]byte, []int) {
 	return file_proto_dataplanepb_dataplane_proto_rawDescGZIP(), []int{5}
 }
 
+// ShardRange is one shard of a storage agent's layout: the sample ids
+// [first, first + count).
+type ShardRange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	First uint64                 `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
+	// Never zero.
+	Count uint64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// The tar file's name, or "ids-<first>-<last>" for a folder of images.
+	// For logs and reports only.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardRange) Reset() {
+	*x = ShardRange{}
+	mi := &file_proto_dataplanepb_dataplane_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardRange) ProtoMessage() {}
+
+func (x *ShardRange) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_dataplanepb_dataplane_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardRange.ProtoReflect.Descriptor instead.
+func (*ShardRange) Descriptor() ([]byte, []int) {
+	return file_proto_dataplanepb_dataplane_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ShardRange) GetFirst() uint64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *ShardRange) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ShardRange) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 type InfoResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Node        string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Version     string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	Fingerprint string                 `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	// The CPU budget the agent runs ops within (may be fractional).
-	Cpus          float64 `protobuf:"fixed64,4,opt,name=cpus,proto3" json:"cpus,omitempty"`
-	Samples       uint64  `protobuf:"varint,5,opt,name=samples,proto3" json:"samples,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Cpus    float64 `protobuf:"fixed64,4,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	Samples uint64  `protobuf:"varint,5,opt,name=samples,proto3" json:"samples,omitempty"`
+	// The catalog's shards, numbered 0..S-1 in id order: contiguous from id
+	// 0, covering the samples exactly (placement.LayoutFromRanges checks
+	// one; dataplanepb.DecodePlacement decodes an InfoResponse's). At most
+	// placement.MaxShards. Empty from an agent that predates placement: it
+	// holds every sample.
+	Layout []*ShardRange `protobuf:"bytes,6,rep,name=layout,proto3" json:"layout,omitempty"`
+	// The shards this agent holds, ascending indexes into layout: those whose
+	// rendezvous-hashed owners among the live storage agents of this
+	// fingerprint and layout include placement_name. The agent serves fetches
+	// for any sample, held or not (membership views can lag between agents).
+	HeldShards []uint32 `protobuf:"varint,7,rep,packed,name=held_shards,json=heldShards,proto3" json:"held_shards,omitempty"`
+	// How many agents hold each shard (--replicas). Zero: every agent holds
+	// every shard.
+	Replicas uint32 `protobuf:"varint,8,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	// The agent's egress rate in bytes per second (--egress). Zero: unknown.
+	EgressBytesPerSec uint64 `protobuf:"varint,9,opt,name=egress_bytes_per_sec,json=egressBytesPerSec,proto3" json:"egress_bytes_per_sec,omitempty"`
+	// The member name the agent ranks itself under in placement (its gossip
+	// name).
+	PlacementName string `protobuf:"bytes,10,opt,name=placement_name,json=placementName,proto3" json:"placement_name,omitempty"`
+	// The members held_shards was computed over, sorted: the agent's view of
+	// the live storage agents of its fingerprint and layout, itself included.
+	PlacementMembers []string `protobuf:"bytes,11,rep,name=placement_members,json=placementMembers,proto3" json:"placement_members,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_proto_dataplanepb_dataplane_proto_msgTypes[6]
+	mi := &file_proto_dataplanepb_dataplane_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +852,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_dataplanepb_dataplane_proto_msgTypes[6]
+	mi := &file_proto_dataplanepb_dataplane_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +865,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_proto_dataplanepb_dataplane_proto_rawDescGZIP(), []int{6}
+	return file_proto_dataplanepb_dataplane_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InfoResponse) GetNode() string {
@@ -814,6 +901,48 @@ func (x *InfoResponse) GetSamples() uint64 {
 		return x.Samples
 	}
 	return 0
+}
+
+func (x *InfoResponse) GetLayout() []*ShardRange {
+	if x != nil {
+		return x.Layout
+	}
+	return nil
+}
+
+func (x *InfoResponse) GetHeldShards() []uint32 {
+	if x != nil {
+		return x.HeldShards
+	}
+	return nil
+}
+
+func (x *InfoResponse) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetEgressBytesPerSec() uint64 {
+	if x != nil {
+		return x.EgressBytesPerSec
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetPlacementName() string {
+	if x != nil {
+		return x.PlacementName
+	}
+	return ""
+}
+
+func (x *InfoResponse) GetPlacementMembers() []string {
+	if x != nil {
+		return x.PlacementMembers
+	}
+	return nil
 }
 
 var File_proto_dataplanepb_dataplane_proto protoreflect.FileDescriptor
@@ -861,13 +990,26 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\x05error\x18\x05 \x01(\v2 .sophon.dataplane.v1.SampleErrorR\x05error\x12*\n" +
 	"\x11storage_budget_ns\x18\x06 \x01(\x04R\x0fstorageBudgetNs\x123\n" +
 	"\x06served\x18\a \x01(\x0e2\x1b.sophon.dataplane.v1.ServedR\x06served\"\r\n" +
-	"\vInfoRequest\"\x8c\x01\n" +
+	"\vInfoRequest\"L\n" +
+	"\n" +
+	"ShardRange\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\x87\x03\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12 \n" +
 	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint\x12\x12\n" +
 	"\x04cpus\x18\x04 \x01(\x01R\x04cpus\x12\x18\n" +
-	"\asamples\x18\x05 \x01(\x04R\asamples*5\n" +
+	"\asamples\x18\x05 \x01(\x04R\asamples\x127\n" +
+	"\x06layout\x18\x06 \x03(\v2\x1f.sophon.dataplane.v1.ShardRangeR\x06layout\x12\x1f\n" +
+	"\vheld_shards\x18\a \x03(\rR\n" +
+	"heldShards\x12\x1a\n" +
+	"\breplicas\x18\b \x01(\rR\breplicas\x12/\n" +
+	"\x14egress_bytes_per_sec\x18\t \x01(\x04R\x11egressBytesPerSec\x12%\n" +
+	"\x0eplacement_name\x18\n" +
+	" \x01(\tR\rplacementName\x12+\n" +
+	"\x11placement_members\x18\v \x03(\tR\x10placementMembers*5\n" +
 	"\x05Codec\x12\x0e\n" +
 	"\n" +
 	"CODEC_NONE\x10\x00\x12\x0e\n" +
@@ -910,7 +1052,7 @@ func file_proto_dataplanepb_dataplane_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_dataplanepb_dataplane_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_proto_dataplanepb_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_proto_dataplanepb_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_proto_dataplanepb_dataplane_proto_goTypes = []any{
 	(Codec)(0),             // 0: sophon.dataplane.v1.Codec
 	(Served)(0),            // 1: sophon.dataplane.v1.Served
@@ -921,24 +1063,26 @@ var file_proto_dataplanepb_dataplane_proto_goTypes = []any{
 	(*SampleError)(nil),    // 6: sophon.dataplane.v1.SampleError
 	(*FetchResponse)(nil),  // 7: sophon.dataplane.v1.FetchResponse
 	(*InfoRequest)(nil),    // 8: sophon.dataplane.v1.InfoRequest
-	(*InfoResponse)(nil),   // 9: sophon.dataplane.v1.InfoResponse
+	(*ShardRange)(nil),     // 9: sophon.dataplane.v1.ShardRange
+	(*InfoResponse)(nil),   // 10: sophon.dataplane.v1.InfoResponse
 }
 var file_proto_dataplanepb_dataplane_proto_depIdxs = []int32{
-	0, // 0: sophon.dataplane.v1.FetchRequest.codec:type_name -> sophon.dataplane.v1.Codec
-	2, // 1: sophon.dataplane.v1.SampleError.kind:type_name -> sophon.dataplane.v1.ErrorKind
-	6, // 2: sophon.dataplane.v1.FetchResponse.error:type_name -> sophon.dataplane.v1.SampleError
-	1, // 3: sophon.dataplane.v1.FetchResponse.served:type_name -> sophon.dataplane.v1.Served
-	3, // 4: sophon.dataplane.v1.Storage.Catalog:input_type -> sophon.dataplane.v1.CatalogRequest
-	5, // 5: sophon.dataplane.v1.Storage.Fetch:input_type -> sophon.dataplane.v1.FetchRequest
-	8, // 6: sophon.dataplane.v1.Storage.Info:input_type -> sophon.dataplane.v1.InfoRequest
-	4, // 7: sophon.dataplane.v1.Storage.Catalog:output_type -> sophon.dataplane.v1.CatalogPage
-	7, // 8: sophon.dataplane.v1.Storage.Fetch:output_type -> sophon.dataplane.v1.FetchResponse
-	9, // 9: sophon.dataplane.v1.Storage.Info:output_type -> sophon.dataplane.v1.InfoResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0,  // 0: sophon.dataplane.v1.FetchRequest.codec:type_name -> sophon.dataplane.v1.Codec
+	2,  // 1: sophon.dataplane.v1.SampleError.kind:type_name -> sophon.dataplane.v1.ErrorKind
+	6,  // 2: sophon.dataplane.v1.FetchResponse.error:type_name -> sophon.dataplane.v1.SampleError
+	1,  // 3: sophon.dataplane.v1.FetchResponse.served:type_name -> sophon.dataplane.v1.Served
+	9,  // 4: sophon.dataplane.v1.InfoResponse.layout:type_name -> sophon.dataplane.v1.ShardRange
+	3,  // 5: sophon.dataplane.v1.Storage.Catalog:input_type -> sophon.dataplane.v1.CatalogRequest
+	5,  // 6: sophon.dataplane.v1.Storage.Fetch:input_type -> sophon.dataplane.v1.FetchRequest
+	8,  // 7: sophon.dataplane.v1.Storage.Info:input_type -> sophon.dataplane.v1.InfoRequest
+	4,  // 8: sophon.dataplane.v1.Storage.Catalog:output_type -> sophon.dataplane.v1.CatalogPage
+	7,  // 9: sophon.dataplane.v1.Storage.Fetch:output_type -> sophon.dataplane.v1.FetchResponse
+	10, // 10: sophon.dataplane.v1.Storage.Info:output_type -> sophon.dataplane.v1.InfoResponse
+	8,  // [8:11] is the sub-list for method output_type
+	5,  // [5:8] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_proto_dataplanepb_dataplane_proto_init() }
@@ -952,7 +1096,7 @@ func file_proto_dataplanepb_dataplane_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_dataplanepb_dataplane_proto_rawDesc), len(file_proto_dataplanepb_dataplane_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -44,7 +44,8 @@ type StorageClient interface {
 	// Fetch runs ops[0:split] of the named pipeline on each requested sample
 	// and streams the results back as they finish, in any order.
 	Fetch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[FetchRequest, FetchResponse], error)
-	// Info describes the agent: its CPU budget and what it serves.
+	// Info describes the agent: its CPU budget, what it serves, its shard
+	// layout and the shards it holds.
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error)
 }
 
@@ -109,7 +110,8 @@ type StorageServer interface {
 	// Fetch runs ops[0:split] of the named pipeline on each requested sample
 	// and streams the results back as they finish, in any order.
 	Fetch(grpc.BidiStreamingServer[FetchRequest, FetchResponse]) error
-	// Info describes the agent: its CPU budget and what it serves.
+	// Info describes the agent: its CPU budget, what it serves, its shard
+	// layout and the shards it holds.
 	Info(context.Context, *InfoRequest) (*InfoResponse, error)
 	mustEmbedUnimplementedStorageServer()
 }

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sophon-dl/sophon/internal/membership"
+	"github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
@@ -190,6 +191,22 @@ type Config struct {
 	// MetricsAddr is the HTTP address of /metrics and /healthz. Empty means
 	// no metrics listener.
 	MetricsAddr string
+	// Replicas is how many storage agents hold each shard of the dataset:
+	// the Replicas ranked highest by rendezvous hashing among the live
+	// storage agents of the same fingerprint, layout and replica count
+	// (see internal/placement). Zero, or at least the number of such
+	// agents, means every agent holds every shard; DefaultConfig sets
+	// placement.DefaultReplicas. At most placement.MaxReplicas. Holding is
+	// announced, not enforced: the agent serves every sample it has.
+	Replicas int
+	// ShardSize is the samples per shard of a folder of images, the last
+	// shard shorter; a dataset of tar files is sharded by its files. Zero
+	// means placement.DefaultShardSize. The layout may have at most
+	// placement.MaxShards shards.
+	ShardSize int
+	// Egress is the agent's egress rate in bytes per second, announced in
+	// Info and gossip for planners. Zero means unknown.
+	Egress uint64
 	// Version is reported in Info and announced to peers. Empty means "dev".
 	Version string
 	// Logger receives the agent's log. The zero value writes nothing.
@@ -204,6 +221,8 @@ func DefaultConfig() Config {
 		CPUs:           float64(runtime.NumCPU()),
 		RequestTimeout: 30 * time.Second,
 		ShutdownGrace:  5 * time.Second,
+		Replicas:       placement.DefaultReplicas,
+		ShardSize:      placement.DefaultShardSize,
 		Version:        "dev",
 		Logger:         zerolog.Nop(),
 	}
@@ -226,6 +245,12 @@ func (c *Config) withDefaults() (workers int, share float64, err error) {
 	}
 	if c.RequestTimeout < 0 || c.ShutdownGrace < 0 {
 		return 0, 0, fmt.Errorf("%w: negative timeout", ErrConfig)
+	}
+	if c.Replicas < 0 || c.Replicas > placement.MaxReplicas {
+		return 0, 0, fmt.Errorf("%w: replicas %d, want 0 (every agent holds every shard) to %d", ErrConfig, c.Replicas, placement.MaxReplicas)
+	}
+	if c.ShardSize < 0 {
+		return 0, 0, fmt.Errorf("%w: shard size %d", ErrConfig, c.ShardSize)
 	}
 	if c.Gossip == "" && len(c.Join) > 0 {
 		return 0, 0, fmt.Errorf("%w: join needs a gossip address", ErrConfig)
@@ -283,6 +308,9 @@ func (c *Config) withDefaults() (workers int, share float64, err error) {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 5 * time.Second
 	}
+	if c.ShardSize == 0 {
+		c.ShardSize = placement.DefaultShardSize
+	}
 	if c.Name == "" && c.TLS.Enabled() {
 		// The certificate names the node; compute agents check that the
 		// name gossip announces is the one in the certificate.
@@ -319,6 +347,7 @@ type Agent struct {
 	done        chan struct{}      // closed when that Serve returns
 	addr        net.Addr
 	metricsAddr net.Addr
+	node        *membership.Node // while serving with membership
 }
 
 // New validates cfg and opens the dataset.
@@ -339,6 +368,16 @@ func New(cfg Config) (*Agent, error) {
 		a.ds.Close()
 		return nil, err
 	}
+	layout, err := a.ds.Layout(uint64(cfg.ShardSize))
+	if err == nil {
+		a.srv.hold, err = newHolder(cfg.Name, layout, cfg.Replicas, a.srv.m)
+	}
+	if err != nil {
+		a.ds.Close()
+		return nil, fmt.Errorf("storageagent: shard layout: %w", err)
+	}
+	cfg.Logger.Info().Int("shards", layout.Len()).Str("layout", a.srv.hold.digest).Int("replicas", cfg.Replicas).
+		Uint64("egress_bytes_per_sec", cfg.Egress).Msg("dataset sharded")
 	return a, nil
 }
 
@@ -412,6 +451,17 @@ func (a *Agent) Addr() net.Addr {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.addr
+}
+
+// GossipAddr is the gossip host:port peers reach this agent at while it
+// serves with membership, else empty: what other agents join.
+func (a *Agent) GossipAddr() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.node == nil {
+		return ""
+	}
+	return a.node.Self().Addr
 }
 
 // MetricsAddr is the metrics listener's address while serving with one,
@@ -511,8 +561,17 @@ func (a *Agent) Serve(ctx context.Context, lis net.Listener) (err error) {
 			"without TLS anyone who reaches the port can read the dataset, and without a gossip key anyone can join the cluster")
 	}
 	var node *membership.Node
+	var placing sync.WaitGroup
+	placeCtx, stopPlacing := context.WithCancel(ctx)
+	defer stopPlacing()
 	if a.cfg.Gossip != "" {
-		node, err = a.join(lis.Addr())
+		var p *placer
+		if node, p, err = a.join(lis.Addr()); err == nil {
+			a.mu.Lock()
+			a.node = node
+			a.mu.Unlock()
+			placing.Go(func() { p.run(placeCtx) })
+		}
 	}
 	if err == nil {
 		a.cfg.Logger.Info().Str("addr", lis.Addr().String()).Str("node", a.cfg.Name).
@@ -525,8 +584,14 @@ func (a *Agent) Serve(ctx context.Context, lis net.Listener) (err error) {
 		}
 	}
 
-	// Leave first so peers stop picking this agent, then drain.
+	// Leave first so peers stop picking this agent, then drain. The placer
+	// stops first: it announces through the node.
+	stopPlacing()
+	placing.Wait()
 	if node != nil {
+		a.mu.Lock()
+		a.node = nil
+		a.mu.Unlock()
 		if cerr := node.Close(); cerr != nil {
 			a.cfg.Logger.Warn().Err(cerr).Msg("leaving the cluster")
 		}
@@ -565,23 +630,33 @@ func (a *Agent) stopGRPC(gs *grpc.Server) {
 	wg.Wait()
 }
 
-// join announces the agent to the cluster.
-func (a *Agent) join(lis net.Addr) (*membership.Node, error) {
+// join announces the agent to the cluster and returns the node and the
+// placer that keeps its held shards current.
+func (a *Agent) join(lis net.Addr) (*membership.Node, *placer, error) {
 	grpcAddr, err := a.advertised(lis)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	node, err := a.cfg.gossip().Start(a.cfg.Name, membership.Meta{
+	h := a.srv.hold
+	_, held, _ := h.state()
+	meta := membership.Meta{
 		Role:        membership.RoleStorage,
 		GRPCAddr:    grpcAddr,
 		Cores:       a.cfg.CPUs,
 		Fingerprint: a.ds.Fingerprint(),
 		Version:     a.cfg.Version,
-	}, a.cfg.Logger)
-	if err != nil {
-		return nil, fmt.Errorf("storageagent: join cluster: %w", err)
+		Replicas:    a.cfg.Replicas,
+		Shards:      h.layout.Len(),
+		Layout:      h.digest,
+		Held:        held,
+		Egress:      a.cfg.Egress,
 	}
-	return node, nil
+	node, err := a.cfg.gossip().Start(a.cfg.Name, meta, a.cfg.Logger)
+	if err != nil {
+		return nil, nil, fmt.Errorf("storageagent: join cluster: %w", err)
+	}
+	log := a.cfg.Logger.With().Str("component", "placement").Logger()
+	return node, &placer{h: h, node: node, meta: meta, log: log}, nil
 }
 
 // advertised is the gRPC address to announce (see Config.Advertise).

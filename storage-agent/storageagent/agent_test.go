@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sophon-dl/sophon/internal/membership"
+	"github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -220,6 +221,7 @@ func TestMembership(t *testing.T) {
 	cfg.GossipTransport = agentTr
 	cfg.GossipTune = membership.FastTiming
 	cfg.Advertise = "10.1.2.3:7070"
+	cfg.Egress = 62_500_000
 	a := startAgent(t, cfg)
 
 	peer, err := membership.New(membership.Config{
@@ -265,7 +267,13 @@ func TestMembership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := membership.Meta{Role: membership.RoleStorage, GRPCAddr: "10.1.2.3:7070", Cores: 1.5, Fingerprint: a.Dataset().Fingerprint(), Version: "v-test"}
+	shards := a.srv.hold.layout.Len()
+	all := make([]int, shards)
+	for i := range all {
+		all[i] = i
+	}
+	want := membership.Meta{Role: membership.RoleStorage, GRPCAddr: "10.1.2.3:7070", Cores: 1.5, Fingerprint: a.Dataset().Fingerprint(), Version: "v-test",
+		Replicas: 2, Shards: shards, Layout: a.srv.hold.digest, Held: placement.Digest(all), Egress: 62_500_000}
 	if ms[0].Name != "storage-1" || ms[0].Meta != want {
 		t.Errorf("peer sees %+v, want meta %+v", ms[0], want)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -697,6 +698,30 @@ func (d *Dataset) fingerprint() {
 		fp.Add(uint64(s.size), s.label, s.hash)
 	}
 	d.fp = fp.Sum()
+}
+
+// Layout is the catalog's shard layout (see internal/placement): the tar
+// files as they are when the dataset is WebDataset-style shards (named by
+// their file's [DisplayName]; a tar file none of whose samples is served is
+// no shard), else id ranges of shardSize samples, the last one shorter. It
+// fails with placement.ErrTooManyShards past placement.MaxShards shards and
+// placement.ErrShardSize when shardSize is 0 for a folder of images.
+func (d *Dataset) Layout(shardSize uint64) (placement.Layout, error) {
+	if len(d.samples) == 0 || d.samples[0].shard < 0 {
+		return placement.Uniform(d.Len(), shardSize)
+	}
+	// Samples are ordered by shard, so each tar file's are contiguous.
+	var rs []placement.Range
+	for i, s := range d.samples {
+		if i == 0 || s.shard != d.samples[i-1].shard {
+			if len(rs) == placement.MaxShards {
+				return placement.Layout{}, fmt.Errorf("%w: more than %d tar files with samples", placement.ErrTooManyShards, placement.MaxShards)
+			}
+			rs = append(rs, placement.Range{First: uint64(i), Name: DisplayName(d.shardName(s.shard))})
+		}
+		rs[len(rs)-1].Count++
+	}
+	return placement.LayoutFromRanges(d.Len(), rs)
 }
 
 // Dir is the directory the dataset was opened from.

@@ -25,6 +25,9 @@ type metrics struct {
 	rejected  *prometheus.CounterVec
 	stalled   prometheus.Gauge
 	served    *prometheus.CounterVec
+	// Placement: the layout's shards, those held, and the members the
+	// held set was computed over.
+	shards, held, placeMembers prometheus.Gauge
 }
 
 // newMetrics registers the series. queueDepth and buffered are read at
@@ -64,8 +67,20 @@ func newMetrics(queueDepth, buffered func() float64) *metrics {
 			Name: "sophon_storage_served_raw_total",
 			Help: "Offload requests answered with the raw bytes instead, by reason: contended (the CPU budget could not keep up with the link; work-conserving offload) or uncuttable (the JPEG cannot be cut exactly).",
 		}, []string{"reason"}),
+		shards: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sophon_storage_shards",
+			Help: "Shards in the dataset's layout (tar files, or --shard-size id ranges).",
+		}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sophon_storage_held_shards",
+			Help: "Shards this agent holds: those whose rendezvous-hashed --replicas owners among the live storage agents of its placement group include it.",
+		}),
+		placeMembers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sophon_storage_placement_members",
+			Help: "Live storage agents, this one included, that the held shards were computed over (same dataset fingerprint, layout and replicas).",
+		}),
 	}
-	m.reg.MustRegister(m.bytesSent, m.samples, m.cpu, m.errors, m.streams, m.rejected, m.stalled, m.served,
+	m.reg.MustRegister(m.bytesSent, m.samples, m.cpu, m.errors, m.streams, m.rejected, m.stalled, m.served, m.shards, m.held, m.placeMembers,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sophon_storage_buffered_bytes",
 			Help: "Bytes of results waiting to be sent, all streams.",

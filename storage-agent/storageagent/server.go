@@ -54,6 +54,8 @@ type server struct {
 	name    string
 	version string
 	cpus    float64
+	egress  uint64  // bytes per second, 0 unknown
+	hold    *holder // set by New once the layout is known
 	share   float64 // each worker's share of a core
 	timeout time.Duration
 	// limits bound every pipeline run on the agent's data, whatever the
@@ -134,6 +136,7 @@ func newServer(ds *Dataset, cfg Config, workers int, share float64) (*server, er
 		name:        cfg.Name,
 		version:     cfg.Version,
 		cpus:        cfg.CPUs,
+		egress:      cfg.Egress,
 		share:       share,
 		timeout:     cfg.RequestTimeout,
 		limits:      cfg.Limits,
@@ -234,14 +237,26 @@ func peerKey(ctx context.Context) string {
 	return p.Addr.String()
 }
 
-// Info describes the agent.
+// Info describes the agent: its budget, its dataset, the dataset's shard
+// layout and the shards the agent holds now.
 func (s *server) Info(context.Context, *dataplanepb.InfoRequest) (*dataplanepb.InfoResponse, error) {
+	held, _, members := s.hold.state()
+	heldWire := make([]uint32, len(held))
+	for i, sh := range held {
+		heldWire[i] = uint32(sh) // below placement.MaxShards
+	}
 	return &dataplanepb.InfoResponse{
-		Node:        s.name,
-		Version:     s.version,
-		Fingerprint: s.ds.Fingerprint(),
-		Cpus:        s.cpus,
-		Samples:     s.ds.Len(),
+		Node:              s.name,
+		Version:           s.version,
+		Fingerprint:       s.ds.Fingerprint(),
+		Cpus:              s.cpus,
+		Samples:           s.ds.Len(),
+		Layout:            s.hold.wire,
+		HeldShards:        heldWire,
+		Replicas:          uint32(s.hold.replicas), // at most placement.MaxReplicas
+		EgressBytesPerSec: s.egress,
+		PlacementName:     s.hold.self,
+		PlacementMembers:  slices.Clone(members),
 	}, nil
 }
 

@@ -1,0 +1,61 @@
+package dataplanepb
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sophon-dl/sophon/internal/placement"
+)
+
+// TestDecodePlacement: a layout and held set survive the wire, and bad ones
+// fail with placement's sentinels.
+func TestDecodePlacement(t *testing.T) {
+	l, err := placement.Uniform(10, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := &InfoResponse{Node: "s1", Samples: 10, Layout: ShardRanges(l), HeldShards: []uint32{0, 2}, Replicas: 2}
+	b, err := proto.Marshal(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back InfoResponse
+	if err := proto.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	got, held, err := DecodePlacement(&back)
+	if err != nil {
+		t.Fatalf("DecodePlacement: %v", err)
+	}
+	if got.Digest() != l.Digest() || !slices.Equal(held, []int{0, 2}) {
+		t.Errorf("DecodePlacement: layout %v held %v, want %v held [0 2]", got.Ranges(), held, l.Ranges())
+	}
+
+	tests := []struct {
+		name string
+		edit func(*InfoResponse)
+		want error
+	}{
+		{"no layout (an older agent)", func(i *InfoResponse) { i.Layout = nil }, placement.ErrNoShards},
+		{"samples disagree", func(i *InfoResponse) { i.Samples = 11 }, placement.ErrTotal},
+		{"gap", func(i *InfoResponse) { i.Layout[1].First = 5 }, placement.ErrGap},
+		{"held past the layout", func(i *InfoResponse) { i.HeldShards = []uint32{3} }, placement.ErrHeld},
+		{"held twice", func(i *InfoResponse) { i.HeldShards = []uint32{1, 1} }, placement.ErrHeld},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bad := proto.Clone(info).(*InfoResponse)
+			tt.edit(bad)
+			if _, _, err := DecodePlacement(bad); !errors.Is(err, tt.want) {
+				t.Errorf("got %v, want %v", err, tt.want)
+			}
+		})
+	}
+	// A nil Info reads as an empty catalog of no shards.
+	if l, held, err := DecodePlacement(nil); err != nil || l.Len() != 0 || len(held) != 0 {
+		t.Errorf("DecodePlacement(nil): %v, %v, %v; want an empty layout", l.Ranges(), held, err)
+	}
+}
