@@ -392,7 +392,13 @@ wait:
 			a.log.Error().Err(err).Msg("storage agent refused")
 			continue
 		}
-		fs = append(fs, &fetcher{ep: ep, client: p.client, cpus: p.info.GetCpus()})
+		f := &fetcher{ep: ep, client: p.client, cpus: p.info.GetCpus()}
+		if err := f.announced(p.info, cat); err != nil {
+			errs = append(errs, err)
+			a.log.Error().Err(err).Msg("storage agent refused")
+			continue
+		}
+		fs = append(fs, f)
 	}
 	if len(fs) == 0 {
 		errs = append(errs, fmt.Errorf("%d discovered", len(eps)))

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+
+	shards "github.com/sophon-dl/sophon/internal/placement"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
 // ErrUnavailable: samples of the epoch that no live storage agent holds.
@@ -65,4 +68,33 @@ func byStorage(fs []*fetcher) []StorageStats {
 		out[i] = StorageStats{Name: f.ep.Name, Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.shards}
 	}
 	return out
+}
+
+// announced takes the shards f's storage agent holds from its Info: a
+// layout of the catalog and the held shards (checked, from outside). An
+// agent that announces no layout holds every sample.
+func (f *fetcher) announced(info *dataplanepb.InfoResponse, cat *Catalog) error {
+	layout, held, err := dataplanepb.DecodePlacement(info)
+	if errors.Is(err, shards.ErrNoShards) && len(info.GetLayout()) == 0 {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.ep.Name, err)
+	}
+	if layout.Total() != cat.Total {
+		return fmt.Errorf("%s: layout of %d samples, catalog of %d", f.ep.Name, layout.Total(), cat.Total)
+	}
+	set := make([]bool, layout.Len())
+	for _, s := range held {
+		set[s] = true
+	}
+	f.shards = len(held)
+	if len(held) == layout.Len() {
+		return nil // every shard
+	}
+	f.holds = func(sample uint64) bool {
+		s, ok := layout.ShardOf(sample)
+		return ok && set[s]
+	}
+	return nil
 }
