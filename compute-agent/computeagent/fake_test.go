@@ -107,6 +107,14 @@ type fakeStorage struct {
 	contended func(sample uint64) bool
 	// infoErr, when set, is Info's error (nil: answer).
 	infoErr func() error
+	// layout and held, when set, are the shard layout and the shards Info
+	// announces.
+	layout []*dataplanepb.ShardRange
+	held   []uint32
+	// dieAt, when positive, kills the agent at its dieAt-th response:
+	// that stream and every later one abort, and Info fails.
+	dieAt int64
+	dead  atomic.Bool
 
 	responses atomic.Int64
 	requests  atomic.Int64
@@ -148,7 +156,11 @@ func (s *fakeStorage) Info(context.Context, *dataplanepb.InfoRequest) (*dataplan
 			return nil, err
 		}
 	}
-	return &dataplanepb.InfoResponse{Node: s.name, Version: "test", Fingerprint: cmp.Or(s.fingerprint, s.catalogFingerprint()), Cpus: max(s.cpus, 1), Samples: uint64(len(s.data))}, nil
+	if s.dead.Load() {
+		return nil, status.Error(codes.Unavailable, "fake: dead")
+	}
+	return &dataplanepb.InfoResponse{Node: s.name, Version: "test", Fingerprint: cmp.Or(s.fingerprint, s.catalogFingerprint()), Cpus: max(s.cpus, 1),
+		Samples: uint64(len(s.data)), Layout: s.layout, HeldShards: s.held}, nil
 }
 
 func (s *fakeStorage) Catalog(req *dataplanepb.CatalogRequest, stream dataplanepb.Storage_CatalogServer) error {
@@ -222,7 +234,7 @@ loop:
 			break loop
 		}
 		s.requests.Add(1)
-		if s.failAlways {
+		if s.failAlways || s.dead.Load() {
 			cancel(status.Error(codes.Unavailable, "fake: always failing"))
 			break
 		}
@@ -233,6 +245,13 @@ loop:
 			defer sendMu.Unlock()
 			s.addInflight(-1)
 			if ctx.Err() != nil {
+				return
+			}
+			if s.dieAt > 0 && s.responses.Load() >= s.dieAt-1 {
+				s.dead.Store(true)
+			}
+			if s.dead.Load() {
+				cancel(status.Error(codes.Unavailable, "fake: died"))
 				return
 			}
 			n := s.responses.Add(1)

@@ -1,9 +1,14 @@
 package computeagent
 
 import (
+	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
 func indexedWindow(idx, count int) *window {
@@ -208,4 +213,119 @@ func TestPlacementAgents(t *testing.T) {
 		t.Error("tensors differ between the placements")
 	}
 	t.Logf("round-robin %d/%d, pull %d/%d", fa, fb, pa, pb)
+}
+
+// twoShards is the layout of the test catalog in two shards of 32.
+func twoShards() []*dataplanepb.ShardRange {
+	return []*dataplanepb.ShardRange{{First: 0, Count: 32, Name: "ids-0-31"}, {First: 32, Count: 32, Name: "ids-32-63"}}
+}
+
+// TestShardOwnerDies: two storage agents, the catalog in two shards, and
+// one agent dies after a few responses. With each shard on both (R=2) the
+// epoch completes exactly once from the survivor. With each shard on one
+// (R=1) the dead agent's samples not yet delivered are reported
+// UNAVAILABLE under skip (every sample is delivered once or reported,
+// none dropped), and fail the epoch under fail.
+func TestShardOwnerDies(t *testing.T) {
+	run := func(replicas int, onError string) ([]EpochReport, []delivery, error) {
+		n := &memNet{}
+		a, b := newFake(t, "a"), newFake(t, "b")
+		a.layout, b.layout = twoShards(), twoShards()
+		if replicas == 2 {
+			a.held, b.held = []uint32{0, 1}, []uint32{0, 1}
+		} else {
+			a.held, b.held = []uint32{0}, []uint32{1}
+		}
+		b.dieAt = 5
+		n.serve(t, "a:1", a)
+		n.serve(t, "b:1", b)
+		cfg, rec := testConfig(t, n, "a:1", "b:1")
+		cfg.OnError = onError
+		cfg.RetryBudget = 300 * time.Millisecond
+		reports, err := runAgent(t, cfg)
+		return reports, rec.epoch(0), err
+	}
+
+	reports, got, err := run(2, OnErrorFail)
+	if err != nil {
+		t.Fatalf("R=2: %v", err)
+	}
+	checkReport(t, reports[0])
+	checkOnce(t, got, allSamples())
+	if bs := reports[0].ByStorage; len(bs) != 2 || bs[0].Shards != 2 || bs[1].Samples >= testSamples/2 {
+		t.Errorf("R=2: by_storage %+v: want both holding both shards and b, dead after 4, short of half", bs)
+	}
+
+	reports, got, err = run(1, OnErrorSkip)
+	if err != nil {
+		t.Fatalf("R=1, skip: %v", err)
+	}
+	r := reports[0]
+	seen := map[uint64]int{}
+	for _, d := range got {
+		seen[d.sample]++
+	}
+	for _, f := range r.Failed {
+		if f.Kind != KindUnavailable || f.Sample < 32 {
+			t.Errorf("failure %+v: want UNAVAILABLE samples of shard 1 (32-63) only", f)
+		}
+		seen[f.Sample]++
+	}
+	for _, s := range allSamples() {
+		if seen[s] != 1 {
+			t.Errorf("R=1, skip: sample %d delivered or reported %d times, want once", s, seen[s])
+		}
+	}
+	if len(r.Failed) == 0 || r.Samples+r.SamplesFailed != testSamples {
+		t.Errorf("R=1, skip: %d delivered and %d failed of %d: want some unavailable", r.Samples, r.SamplesFailed, testSamples)
+	}
+
+	if _, _, err = run(1, OnErrorFail); !errors.Is(err, ErrSample) || !strings.Contains(err.Error(), KindUnavailable) {
+		t.Errorf("R=1, fail: %v, want the epoch failed naming an unavailable sample", err)
+	}
+}
+
+// TestShardUnowned: a shard no storage agent holds at the epoch's start
+// refuses the epoch under fail, and is reported sample by sample under
+// skip.
+func TestShardUnowned(t *testing.T) {
+	run := func(onError string) ([]EpochReport, []delivery, error) {
+		n := &memNet{}
+		a := newFake(t, "a")
+		a.layout, a.held = twoShards(), []uint32{1}
+		n.serve(t, "a:1", a)
+		cfg, rec := testConfig(t, n, "a:1")
+		cfg.OnError = onError
+		reports, err := runAgent(t, cfg)
+		return reports, rec.epoch(0), err
+	}
+	if _, _, err := run(OnErrorFail); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("fail: %v, want ErrUnavailable", err)
+	}
+	reports, got, err := run(OnErrorSkip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOnce(t, got, allSamples()[32:])
+	if f := reports[0].Failed; len(f) != 32 || f[0].Sample != 0 || f[0].Kind != KindUnavailable {
+		t.Errorf("skip: %d failures (%+v...), want shard 0's 32 samples UNAVAILABLE", len(f), f[:min(len(f), 1)])
+	}
+}
+
+// TestAnnouncedRefused: an agent whose announced layout is not one (a gap)
+// is refused, not trusted.
+func TestAnnouncedRefused(t *testing.T) {
+	f := &fetcher{ep: Endpoint{Name: "x"}}
+	info := &dataplanepb.InfoResponse{Samples: 64, Layout: []*dataplanepb.ShardRange{{First: 0, Count: 30}, {First: 32, Count: 32}}}
+	if err := f.announced(info, &Catalog{Total: 64}); err == nil {
+		t.Fatal("a layout with a gap was accepted")
+	}
+	info = &dataplanepb.InfoResponse{Samples: 64, Layout: twoShards(), HeldShards: []uint32{1, 0}}
+	if err := f.announced(info, &Catalog{Total: 64}); err == nil {
+		t.Fatal("held shards out of order were accepted")
+	}
+	info = &dataplanepb.InfoResponse{Samples: 64, Layout: twoShards(), HeldShards: []uint32{1}}
+	if err := f.announced(info, &Catalog{Total: 64}); err != nil || f.holds == nil || f.holds(3) || !f.holds(40) || f.shards != 1 {
+		t.Fatalf("a good announcement: %v, shards %d", err, f.shards)
+	}
 }
