@@ -68,7 +68,7 @@ type node struct {
 	// compute veth's kernel counter, or the shaping proxies' relayed bytes.
 	received func() (counts, error)
 	kernel   bool
-	rate     string
+	rate     shape.Rate
 	// front puts a shaping proxy in front of a loopback server and returns
 	// the address to dial (loopback mode); nil in netns mode.
 	front func(target string) (string, error)
@@ -99,7 +99,7 @@ func (n *node) place(storageSide bool, pid int) error {
 }
 
 // newNode sets up a cell's link and CPU limits.
-func (x *experiment) newNode(ctx context.Context, rate string, cpus float64) (*node, error) {
+func (x *experiment) newNode(ctx context.Context, rate shape.Rate, cpus float64) (*node, error) {
 	n := &node{mode: x.res.Mode, rate: rate}
 	if n.mode == results.ModeNetns {
 		pair, err := netns.Setup(ctx, netns.Config{Rate: rate})
@@ -260,10 +260,9 @@ func (n *node) startDaemon(ctx context.Context, storageSide bool, logPath, what 
 
 // cell runs every policy (and the trainer and the peer) at one rate and
 // storage CPU limit; rep numbers the repetition with --repeat (0: none).
-func (x *experiment) cell(ctx context.Context, rate string, cpus float64, rep int) (results.Cell, error) {
-	bits, _ := shape.ParseRate(rate)
-	cell := results.Cell{Rate: rate, RateBitsPerSec: bits, StorageCPUs: cpus, Repetition: rep}
-	dir := filepath.Join(x.cfg.Out, cellDir(rate, cpus, rep))
+func (x *experiment) cell(ctx context.Context, rate shape.Rate, cpus float64, rep int) (results.Cell, error) {
+	cell := results.Cell{Rate: rate.String(), RateBitsPerSec: rate.Bits(), StorageCPUs: cpus, Repetition: rep}
+	dir := filepath.Join(x.cfg.Out, cellDir(rate.String(), cpus, rep))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return cell, err
 	}
@@ -300,7 +299,7 @@ func (x *experiment) cell(ctx context.Context, rate string, cpus float64, rep in
 			return cell, err
 		}
 	}
-	if err := x.useCellProfile(rate, cpus); err != nil {
+	if err := x.useCellProfile(rate.String(), cpus); err != nil {
 		return cell, err
 	}
 	for _, p := range policyRuns(x.cfg.Policies, x.cfg.WorkConserving) {

@@ -45,6 +45,7 @@ import (
 
 // Defaults of Config.
 const (
+	// DefaultRate is the link rate of a grid with none, in tc's syntax.
 	DefaultRate     = "500mbit"
 	DefaultCPUs     = 0.5
 	DefaultEpochs   = 3
@@ -90,9 +91,8 @@ type Config struct {
 	// Out is the folder for results.json, the report, the charts and the
 	// agents' logs and reports. Created if missing.
 	Out string
-	// Rates are the link rates of the grid ("500mbit"). Empty means
-	// DefaultRate.
-	Rates []string
+	// Rates are the link rates of the grid. Empty means DefaultRate.
+	Rates []shape.Rate
 	// StorageCPUs are the storage agent's CPU limits of the grid, in cores
 	// (fractions allowed). Empty means DefaultCPUs.
 	StorageCPUs []float64
@@ -186,11 +186,11 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("%w: no output folder", ErrConfig)
 	}
 	if len(c.Rates) == 0 {
-		c.Rates = []string{DefaultRate}
+		c.Rates = []shape.Rate{shape.MustParseRate(DefaultRate)}
 	}
-	for _, r := range c.Rates {
-		if _, err := shape.ParseRate(r); err != nil {
-			return fmt.Errorf("%w: rate %q: %v", ErrConfig, r, err)
+	for i, r := range c.Rates {
+		if r.IsZero() {
+			return fmt.Errorf("%w: rate %d of the grid is unset", ErrConfig, i+1)
 		}
 	}
 	if len(c.StorageCPUs) == 0 {

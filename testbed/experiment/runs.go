@@ -211,7 +211,7 @@ func (x *experiment) runPolicy(ctx context.Context, n *node, dir, addr string, c
 		run.Error = fmt.Sprintf("%d of %d epochs reported", len(run.Epochs), x.cfg.Epochs)
 	}
 	if e := run.Steady(); e != nil {
-		x.cfg.Log.Info().Str("rate", n.rate).Float64("storage_cpus", cpus).Str("policy", policy).Float64("seconds", e.Seconds).
+		x.cfg.Log.Info().Stringer("rate", n.rate).Float64("storage_cpus", cpus).Str("policy", policy).Float64("seconds", e.Seconds).
 			Float64("predicted_seconds", e.PredictedSeconds).Bool("exactly_once", run.ExactlyOnce).Msg("run done")
 	}
 	return run

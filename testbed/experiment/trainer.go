@@ -283,7 +283,7 @@ func (x *experiment) runTrainer(ctx context.Context, n *node, dir, addr string, 
 	if len(run.Epochs) < x.cfg.Epochs && run.Error == "" {
 		run.Error = fmt.Sprintf("%d of %d epochs reported", len(run.Epochs), x.cfg.Epochs)
 	}
-	x.cfg.Log.Info().Str("rate", n.rate).Float64("storage_cpus", cpus).Str("plan", run.Plan).
+	x.cfg.Log.Info().Stringer("rate", n.rate).Float64("storage_cpus", cpus).Str("plan", run.Plan).
 		Float64("loop_images_per_sec", run.LoopImagesPerSec).Floats64("first_losses", run.FirstLosses).
 		Bool("exactly_once", run.ExactlyOnce).Msg("trainer row done")
 	return run

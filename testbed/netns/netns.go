@@ -55,9 +55,9 @@ type Config struct {
 	// MaxPrefix bytes of [A-Za-z0-9_.-]. Empty means a name unique to this
 	// process and call: ProcessPrefix() followed by a counter.
 	Prefix string
-	// Rate is the tc rate of each direction, e.g. "500mbit" (see
-	// shape.ParseRate). Empty means unshaped.
-	Rate string
+	// Rate is the tc rate of each direction. The zero Rate means
+	// unshaped.
+	Rate shape.Rate
 	// Subnet is an IPv4 prefix of /30 or wider, e.g. "10.213.7.0/24": the
 	// storage end takes its first host address (.1), the compute end the
 	// second (.2). Empty means 10.213.<n>.0/24 with n drawn from the
@@ -83,10 +83,8 @@ type Pair struct {
 	// StorageDev and ComputeDev are the veth ends' interface names, each
 	// inside its namespace.
 	StorageDev, ComputeDev string
-	// Rate is the configured tc rate ("" when unshaped) and RateBits the
-	// same in bits per second (0 when unshaped).
-	Rate     string
-	RateBits float64
+	// Rate is the configured tc rate (the zero Rate when unshaped).
+	Rate shape.Rate
 
 	ctx    context.Context // ended by Close: cancels the commands
 	cancel context.CancelFunc
@@ -107,7 +105,6 @@ var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 type layout struct {
 	storageIP, computeIP netip.Addr
 	prefixLen            int
-	rateBits             float64 // 0 when unshaped
 }
 
 // withDefaults validates c and fills in its zero fields.
@@ -131,16 +128,11 @@ func (c Config) withDefaults() (Config, layout, error) {
 	l.storageIP = pfx.Addr().Next()
 	l.computeIP = l.storageIP.Next()
 	l.prefixLen = pfx.Bits()
-	if c.Rate != "" {
-		if l.rateBits, err = shape.ParseRate(c.Rate); err != nil {
-			return c, l, fmt.Errorf("%w: %w", ErrConfig, err)
-		}
-	}
 	if c.Burst < 0 || c.Latency < 0 {
 		return c, l, fmt.Errorf("%w: negative burst or latency", ErrConfig)
 	}
 	if c.Burst == 0 {
-		c.Burst = shape.DefaultBurst(l.rateBits)
+		c.Burst = shape.DefaultBurst(c.Rate.Bits())
 	}
 	if c.Latency == 0 {
 		c.Latency = DefaultLatency
@@ -165,7 +157,6 @@ func Setup(ctx context.Context, cfg Config) (*Pair, error) {
 		StorageDev: cfg.Prefix + "s",
 		ComputeDev: cfg.Prefix + "c",
 		Rate:       cfg.Rate,
-		RateBits:   l.rateBits,
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	// Stale leftovers of the same names: a namespace, or a veth end still
@@ -187,7 +178,7 @@ func Setup(ctx context.Context, cfg Config) (*Pair, error) {
 			[]string{"ip", "-n", end.ns, "addr", "add", end.ip + "/" + strconv.Itoa(l.prefixLen), "dev", end.dev},
 			[]string{"ip", "-n", end.ns, "link", "set", end.dev, "up"},
 		)
-		if cfg.Rate != "" {
+		if !cfg.Rate.IsZero() {
 			steps = append(steps, append([]string{"tc", "-n", end.ns, "qdisc", "add"}, tbfArgs(end.dev, cfg.Rate, cfg.Burst, cfg.Latency)...))
 		}
 	}

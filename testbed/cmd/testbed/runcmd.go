@@ -73,7 +73,8 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	data := fs.String("data", "", "dataset `folder`: JPEGs (ImageFolder or flat) or WebDataset tar shards")
 	gen := fs.String("gen", "", "generate the dataset instead: `KIND:N` (imagenet-like or openimages-like), written to OUT/data-KIND-N-sSEED (reused when present)")
 	out := fs.String("out", "testbed-results", "output `folder`")
-	rates := fs.String("rate", experiment.DefaultRate, "link `rates`, comma-separated (e.g. 100mbit,500mbit): tc tbf both ways")
+	rates := shape.Rates{shape.MustParseRate(experiment.DefaultRate)}
+	fs.Var(&rates, "rate", "link `rates`, comma-separated (e.g. 100mbit,500mbit): tc tbf both ways")
 	cpus := fs.String("storage-cpus", strconv.FormatFloat(experiment.DefaultCPUs, 'f', -1, 64), "storage agent CPU `limits` in cores, comma-separated, fractions allowed")
 	policies := fs.String("policies", strings.Join(computeagent.Policies, ","), "`policies` to run, comma-separated, in order (the first is the reference for placement invariance)")
 	epochs := fs.Int("epochs", experiment.DefaultEpochs, "`epochs` per policy (the first run's first epoch profiles, No-Off)")
@@ -108,7 +109,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 		return fmt.Errorf("run: unexpected arguments %q", fs.Args())
 	}
 	cfg := experiment.Config{
-		Out: *out, Rates: splitList(*rates), Policies: splitList(*policies), Epochs: *epochs, Pipeline: *pipeline,
+		Out: *out, Rates: rates, Policies: splitList(*policies), Epochs: *epochs, Pipeline: *pipeline,
 		GPURate: *gpuRate, Batch: *batch, Seed: *seed, Peer: !*noPeer, Python: *python, Mode: experiment.Mode(*mode),
 		Train: *train, TrainPolicy: *trainPolicy, TrainScript: *trainScript,
 		Bin: *bin, Scale: *scale, ComputeFlags: strings.Fields(*computeFlags), StorageFlags: strings.Fields(*storageFlags),
@@ -216,15 +217,14 @@ func generate(dir, kind string, n int, seed uint64, log zerolog.Logger) error {
 }
 
 // scaleStatement says how the rates map to the paper's 500 Mbit/s link.
-func scaleStatement(rates []string, cpus []float64) string {
+func scaleStatement(rates []shape.Rate, cpus []float64) string {
 	const ref = 500e6
 	var parts []string
 	for _, r := range rates {
-		bits, err := shape.ParseRate(r)
-		if err != nil || bits <= 0 {
+		if r.IsZero() {
 			continue
 		}
-		k := ref / bits
+		k := ref / r.Bits()
 		if k < 1.05 && k > 0.95 {
 			parts = append(parts, fmt.Sprintf("%s is the paper's 500 Mbit/s link unscaled", r))
 			continue
