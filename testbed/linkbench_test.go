@@ -268,7 +268,7 @@ func procCPU(pid int) time.Duration {
 // shapedLink is a storage agent behind a shaped link, with the counters
 // that measure the link.
 type shapedLink struct {
-	rate string
+	rate shape.Rate
 	bits float64 // rate in bits per second
 	// addr is the storage agent's address as the compute side dials it;
 	// storagePID its process.
@@ -293,14 +293,15 @@ type shapedLink struct {
 // (and SHAPER is not "proxy"), else a shape.Proxy on loopback. storageArgs
 // adds flags to the storage agent's (e.g. --cpus).
 func newShapedLink(b *testing.B, bins agentBinaries, data string, storageArgs ...string) *shapedLink {
-	rate := os.Getenv("SHAPED_RATE")
-	if rate == "" {
-		rate = "100mbit"
+	text := os.Getenv("SHAPED_RATE")
+	if text == "" {
+		text = "100mbit"
 	}
-	bits, err := shape.ParseRate(rate)
+	rate, err := shape.ParseRate(text)
 	if err != nil {
 		b.Fatal(err)
 	}
+	bits := rate.Bits()
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	l := &shapedLink{rate: rate, bits: bits, sent: &series{}}

@@ -121,7 +121,7 @@ func TestTrainingIdenticalAcrossPlans(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr := startStorage(t, ctx, bins, data)
-	link := &shape.Proxy{Listen: "127.0.0.1:0", Target: addr, Rate: "40mbit"}
+	link := &shape.Proxy{Listen: "127.0.0.1:0", Target: addr, Rate: shape.MustParseRate("40mbit")}
 	go link.Serve(ctx)
 	for link.Addr() == nil {
 		time.Sleep(5 * time.Millisecond)

@@ -66,18 +66,18 @@ type hog struct {
 	idle, cpu, wall time.Duration
 }
 
-// startHog starts a gated hog of threads busy threads on the storage side
-// and moves it into the storage cgroup; it burns nothing until open. The
-// node's teardown stops it, if nothing did sooner.
-func (n *node) startHog(ctx context.Context, bin string, threads int, logPath string) (*hog, error) {
-	if n.storageGroup == nil {
+// startHog starts a gated hog of threads busy threads on the (first and
+// only) storage node and moves it into its cgroup; it burns nothing until
+// open. The bed's teardown stops it, if nothing did sooner.
+func (b *bed) startHog(ctx context.Context, bin string, threads int, logPath string) (*hog, error) {
+	if b.storage[0].group == nil {
 		return nil, ErrNoStorageGroup
 	}
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := n.command(ctx, true, bin, "hog", "--threads", strconv.Itoa(threads), "--gate")
+	cmd := b.command(ctx, storageHost(0), bin, "hog", "--threads", strconv.Itoa(threads), "--gate")
 	cmd.Stdout, cmd.Stderr = f, f
 	gate, err := cmd.StdinPipe()
 	if err != nil {
@@ -93,12 +93,12 @@ func (n *node) startHog(ctx context.Context, bin string, threads int, logPath st
 		_ = cmd.Wait() // a hog stopped by SIGTERM exits 0; stop's SIGKILL is the only failure
 		close(h.done)
 	}()
-	n.cleanup = append(n.cleanup, func() error {
+	b.cleanup = append(b.cleanup, func() error {
 		h.stop()
 		return nil
 	})
 	// NB: before the gate opens, so it never spins outside the cgroup.
-	if err := n.place(true, cmd.Process.Pid); err != nil {
+	if err := b.place(storageHost(0), cmd.Process.Pid); err != nil {
 		h.stop()
 		return nil, fmt.Errorf("testbed hog into the storage cgroup: %w", err)
 	}

@@ -12,6 +12,13 @@
 // (shape.Proxy) and only --cpus limits the storage agent; Results.Mode says
 // which, and why.
 //
+// With Config.StorageNodes or Config.ComputeNodes above 1 a cell is a star
+// of namespaces instead (netns.NewStar): N storage agents, each with its own
+// name, shaped link and cgroup, all serving the dataset, and M compute agents
+// run as ranks 0..M-1 of one world against all of them; an epoch takes as
+// long as its slowest rank, and exactly-once is checked over all ranks
+// together. Loopback gives each storage agent its own shaping proxy.
+//
 // Everything a cell starts is torn down when the cell ends, when it fails
 // and when ctx ends (Ctrl-C): processes (killed with their process groups,
 // and with this process through Pdeathsig), namespaces and cgroups. Their
@@ -45,6 +52,7 @@ import (
 
 // Defaults of Config.
 const (
+	// DefaultRate is the link rate of a grid with none, in tc's syntax.
 	DefaultRate     = "500mbit"
 	DefaultCPUs     = 0.5
 	DefaultEpochs   = 3
@@ -55,6 +63,18 @@ const (
 	storagePort    = "7070"
 	peerPort       = "8080"
 )
+
+// Compute-agent placements (Config.Placements): PlacementPull is the
+// shared schedule (faster storage agents take more; the compute agent's
+// default), PlacementRoundRobin binds position p of the epoch to storage
+// agent p mod N.
+const (
+	PlacementPull       = "pull"
+	PlacementRoundRobin = "round-robin"
+)
+
+// Placements are the compute agent's --placement values.
+var Placements = []string{PlacementPull, PlacementRoundRobin}
 
 // Config.WorkConserving values.
 const (
@@ -90,9 +110,8 @@ type Config struct {
 	// Out is the folder for results.json, the report, the charts and the
 	// agents' logs and reports. Created if missing.
 	Out string
-	// Rates are the link rates of the grid ("500mbit"). Empty means
-	// DefaultRate.
-	Rates []string
+	// Rates are the link rates of the grid. Empty means DefaultRate.
+	Rates []shape.Rate
 	// StorageCPUs are the storage agent's CPU limits of the grid, in cores
 	// (fractions allowed). Empty means DefaultCPUs.
 	StorageCPUs []float64
@@ -165,6 +184,29 @@ type Config struct {
 	// namespaces, cgroups and agents; the profile is the experiment's
 	// (the first run of the first repetition records it). Zero means 1.
 	Repeat int
+	// StorageNodes and ComputeNodes are each cell's storage agents and
+	// compute agents (ranks of one world: --rank i --world M). Zero means
+	// 1; 1 x 1 is the two-node link, exactly as without them. Contention
+	// (ContendAt), the trainer row and the peer row need 1 x 1 (the last
+	// two are skipped otherwise, with the reason).
+	StorageNodes, ComputeNodes int
+	// StorageRates, when set, gives each storage link its own rate, one
+	// per storage node, in place of the grid's Rates (which must then be
+	// empty): the grid has one rate point, named by the rates joined with
+	// "+" ("400mbit+100mbit").
+	StorageRates []shape.Rate
+	// Placements, when set, runs each policy once per placement, every
+	// compute agent with --placement P: the run of PlacementPull keeps the
+	// policy's name, the others are "<policy>-<placement>" (after "-nowc"
+	// with WorkConservingBoth). Empty means one run per policy and no
+	// --placement flag at all: the compute agent's default, and agents
+	// without the flag still run.
+	Placements []string
+	// Reference, when set, is the --samples-out file of a 1 x 1 run with
+	// the same dataset, seed, pipeline and epochs: every run's tensors are
+	// compared with its, instead of with the experiment's first
+	// exactly-once run's.
+	Reference string
 	// ComputeFlags and StorageFlags add flags to the agents' command lines.
 	ComputeFlags, StorageFlags []string
 	// Insecure runs the agents with --insecure. By default every cell makes
@@ -185,12 +227,39 @@ func (c *Config) defaults() error {
 	if c.Out == "" {
 		return fmt.Errorf("%w: no output folder", ErrConfig)
 	}
-	if len(c.Rates) == 0 {
-		c.Rates = []string{DefaultRate}
+	if c.StorageNodes == 0 {
+		c.StorageNodes = 1
 	}
-	for _, r := range c.Rates {
-		if _, err := shape.ParseRate(r); err != nil {
-			return fmt.Errorf("%w: rate %q: %v", ErrConfig, r, err)
+	if c.ComputeNodes == 0 {
+		c.ComputeNodes = 1
+	}
+	if c.StorageNodes < 1 || c.ComputeNodes < 1 {
+		return fmt.Errorf("%w: %d storage and %d compute nodes: want at least 1 of each", ErrConfig, c.StorageNodes, c.ComputeNodes)
+	}
+	switch {
+	case len(c.StorageRates) > 0 && len(c.Rates) > 0:
+		return fmt.Errorf("%w: storage rates and a grid of rates exclude each other", ErrConfig)
+	case len(c.StorageRates) > 0 && len(c.StorageRates) != c.StorageNodes:
+		return fmt.Errorf("%w: %d storage rates for %d storage nodes: want one per node", ErrConfig, len(c.StorageRates), c.StorageNodes)
+	case len(c.StorageRates) == 0 && len(c.Rates) == 0:
+		c.Rates = []shape.Rate{shape.MustParseRate(DefaultRate)}
+	}
+	for i, r := range c.Rates {
+		if r.IsZero() {
+			return fmt.Errorf("%w: rate %d of the grid is unset", ErrConfig, i+1)
+		}
+	}
+	for i, r := range c.StorageRates {
+		if r.IsZero() {
+			return fmt.Errorf("%w: storage rate %d is unset", ErrConfig, i+1)
+		}
+	}
+	for i, p := range c.Placements {
+		if !slices.Contains(Placements, p) {
+			return fmt.Errorf("%w: unknown placement %q (want %s)", ErrConfig, p, strings.Join(Placements, ", "))
+		}
+		if slices.Contains(c.Placements[:i], p) {
+			return fmt.Errorf("%w: placement %q given twice", ErrConfig, p)
 		}
 	}
 	if len(c.StorageCPUs) == 0 {
@@ -262,6 +331,9 @@ func (c *Config) defaults() error {
 	}
 	if c.ContendThreads < 1 {
 		return fmt.Errorf("%w: contend threads %d", ErrConfig, c.ContendThreads)
+	}
+	if c.ContendAt > 0 && (c.StorageNodes > 1 || c.ComputeNodes > 1) {
+		return fmt.Errorf("%w: contend-at runs on the 1 x 1 topology only, not %d x %d", ErrConfig, c.StorageNodes, c.ComputeNodes)
 	}
 	if c.WorkConserving == "" {
 		c.WorkConserving = WorkConservingOn
@@ -355,10 +427,14 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 	if cfg.Repeat > 1 {
 		res.Repeat = cfg.Repeat
 	}
+	if cfg.StorageNodes > 1 || cfg.ComputeNodes > 1 {
+		res.StorageNodes, res.ComputeNodes = cfg.StorageNodes, cfg.ComputeNodes
+	}
+	res.Placements = cfg.Placements
 	if cfg.ContendAt > 0 {
 		res.ContendAt, res.ContendThreads = cfg.ContendAt, cfg.ContendThreads
 	}
-	res.Mode, res.ModeNote, err = pickMode(cfg.Mode)
+	res.Mode, res.ModeNote, err = pickMode(cfg.Mode, cfg.StorageNodes, cfg.ComputeNodes)
 	if err != nil {
 		return nil, err
 	}
@@ -376,10 +452,20 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 			return nil, fmt.Errorf("%w: --contend-at needs the testbed binary (for testbed hog) next to the agents", ErrConfig)
 		}
 	}
-	pin := pinning(runtime.NumCPU(), res.Mode)
+	pin := pinning(runtime.NumCPU(), res.Mode, cfg.StorageNodes)
 	res.Machine.Pinning = pin.describe()
 
 	x := &experiment{cfg: cfg, bins: bins, res: res, pin: pin, ref: map[[2]uint64]string{}}
+	if cfg.Reference != "" {
+		ref, err := readSamples(cfg.Reference)
+		if err != nil {
+			return nil, fmt.Errorf("%w: reference: %w", ErrConfig, err)
+		}
+		if ref.dups > 0 || len(ref.got) == 0 {
+			return nil, fmt.Errorf("%w: reference %s: %d samples, %d duplicates: want a 1 x 1 run's samples, each once per epoch", ErrConfig, cfg.Reference, len(ref.got), ref.dups)
+		}
+		x.ref, res.Reference = ref.got, cfg.Reference
+	}
 	if cfg.Train {
 		x.trainScript, x.trainErr = trainReady(cfg.Python, cfg.TrainScript, bins.dir)
 		if x.trainErr != nil {
@@ -388,6 +474,11 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 	}
 	x.profile = filepath.Join(cfg.Out, "profile.zst")
 	os.Remove(x.profile) // a fresh profile per experiment: the first run records it
+	if old, err := filepath.Glob(filepath.Join(cfg.Out, "profile-rank*.zst")); err == nil {
+		for _, p := range old { // the ranks' of an N x M experiment
+			os.Remove(p)
+		}
+	}
 	if old, err := filepath.Glob(filepath.Join(cfg.Out, "profile-*-cpu*.zst")); err == nil {
 		for _, p := range old { // and fresh measured resources per cell
 			os.Remove(p)
@@ -397,14 +488,14 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 	os.Remove(x.trainProfile)
 	var runErr error
 grid:
-	for _, rate := range cfg.Rates {
+	for _, p := range cfg.points() {
 		for _, cpus := range cfg.StorageCPUs {
 			for rep := range cfg.Repeat {
 				num := 0 // a grid run once numbers no repetition
 				if cfg.Repeat > 1 {
 					num = rep + 1
 				}
-				cell, err := x.cell(ctx, rate, cpus, num)
+				cell, err := x.cell(ctx, p, cpus, num)
 				results.ScoreContention(&cell)
 				res.Cells = append(res.Cells, cell)
 				if err != nil {
@@ -425,18 +516,24 @@ grid:
 	return res, runErr
 }
 
-// pickMode resolves ModeAuto.
-func pickMode(m Mode) (mode, note string, err error) {
+// pickMode resolves ModeAuto for storage x compute nodes.
+func pickMode(m Mode, storage, compute int) (mode, note string, err error) {
 	nsErr := netns.Available()
+	loop := "both agents on 127.0.0.1 behind an in-process token bucket (shape.Proxy); the storage agent limited by its --cpus budget only"
+	ns := "two network namespaces joined by a veth pair, tc tbf both ways; storage agent under a cgroup CPU quota"
+	if storage > 1 || compute > 1 {
+		loop = fmt.Sprintf("%d storage and %d compute agents on 127.0.0.1, each storage agent behind its own in-process token bucket (shape.Proxy); the storage agents limited by their --cpus budgets only", storage, compute)
+		ns = fmt.Sprintf("%d storage and %d compute network namespaces joined by a bridge in a hub namespace, each storage link shaped with tc tbf both ways, compute links unshaped; each storage agent under a cgroup CPU quota of its own", storage, compute)
+	}
 	switch {
 	case m == ModeLoopback:
-		return results.ModeLoopback, "loopback requested: both agents on 127.0.0.1 behind an in-process token bucket (shape.Proxy); the storage agent limited by its --cpus budget only", nil
+		return results.ModeLoopback, "loopback requested: " + loop, nil
 	case nsErr == nil:
-		return results.ModeNetns, "two network namespaces joined by a veth pair, tc tbf both ways; storage agent under a cgroup CPU quota", nil
+		return results.ModeNetns, ns, nil
 	case m == ModeNetns:
 		return "", "", fmt.Errorf("%w: netns mode: %v", ErrConfig, nsErr)
 	}
-	return results.ModeLoopback, fmt.Sprintf("namespaces unavailable (%v): both agents on 127.0.0.1 behind an in-process token bucket (shape.Proxy); the storage agent limited by its --cpus budget only; run as root for tc shaping and cgroup limits", nsErr), nil
+	return results.ModeLoopback, fmt.Sprintf("namespaces unavailable (%v): %s; run as root for tc shaping and cgroup limits", nsErr, loop), nil
 }
 
 func gpuFlag(rate float64) string {
@@ -510,23 +607,52 @@ func machine() results.Machine {
 
 // pinPlan says which cores each agent gets.
 type pinPlan struct {
-	storage, compute string // cpuset lists; "" = not pinned
-	why              string
+	// storage[i] is storage agent i's cpuset, compute the compute agents'
+	// (all of them share it); nil or "" = not pinned.
+	storage []string
+	compute string
+	why     string
 }
 
-// pinning pins the storage agent to core 0 and the compute agent to the
-// others when there are at least 4 cores (the compute agent then keeps at
-// least 3 for finishing work); with fewer, pinning would halve the compute
-// node, so neither is pinned and the CPU limit is the quota alone.
-func pinning(cores int, mode string) pinPlan {
+// pinning pins each of the storage agents to a core of its own (0, 1, ...)
+// and the compute agents to the others when that leaves them at least 3
+// cores for finishing work (4 cores for one storage agent); with fewer,
+// pinning would starve the compute node, so nothing is pinned and the CPU
+// limit is each storage agent's quota alone. Without cgroups (or outside
+// netns mode) nothing is pinned.
+func pinning(cores int, mode string, storage int) pinPlan {
 	if mode != results.ModeNetns || cgroup.Available() != nil {
 		return pinPlan{why: "not pinned (no cgroups)"}
 	}
-	if cores < 4 {
-		return pinPlan{why: fmt.Sprintf("not pinned: %d cores are too few to split (the storage agent's CPU is limited by its quota)", cores)}
+	return pinningFor(cores, storage)
+}
+
+// pinningFor is pinning's rule for cores cores and storage storage agents.
+func pinningFor(cores, storage int) pinPlan {
+	if cores < storage+3 {
+		if storage == 1 {
+			return pinPlan{why: fmt.Sprintf("not pinned: %d cores are too few to split (the storage agent's CPU is limited by its quota)", cores)}
+		}
+		return pinPlan{why: fmt.Sprintf("not pinned: %d cores are too few to give each of %d storage agents a core and the compute agents 3 (each storage agent's CPU is limited by its quota)", cores, storage)}
 	}
-	return pinPlan{storage: "0", compute: fmt.Sprintf("1-%d", cores-1),
-		why: fmt.Sprintf("storage agent on core 0, compute agent on cores 1-%d", cores-1)}
+	p := pinPlan{compute: fmt.Sprintf("%d-%d", storage, cores-1)}
+	if storage == 1 {
+		p.storage, p.why = []string{"0"}, fmt.Sprintf("storage agent on core 0, compute agent on cores 1-%d", cores-1)
+		return p
+	}
+	for i := range storage {
+		p.storage = append(p.storage, strconv.Itoa(i))
+	}
+	p.why = fmt.Sprintf("storage agents on cores %s (one each), compute agents on cores %s", strings.Join(p.storage, ", "), p.compute)
+	return p
+}
+
+// storageCores is storage agent i's cpuset; "" when not pinned.
+func (p pinPlan) storageCores(i int) string {
+	if i < len(p.storage) {
+		return p.storage[i]
+	}
+	return ""
 }
 
 func (p pinPlan) describe() string { return p.why }

@@ -19,6 +19,7 @@ import (
 	"github.com/sophon-dl/sophon/testbed/cgroup"
 	"github.com/sophon-dl/sophon/testbed/netns"
 	"github.com/sophon-dl/sophon/testbed/results"
+	"github.com/sophon-dl/sophon/testbed/shape"
 	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
@@ -129,7 +130,7 @@ func TestExperimentNetns(t *testing.T) {
 	out := t.TempDir()
 	cfg := Config{
 		Data: smallDataset(t, 40), DataKind: "imagenet-like", DataSeed: 7, Out: out,
-		Rates: []string{"40mbit"}, StorageCPUs: []float64{0.5}, Epochs: 2, Seed: 3,
+		Rates: []shape.Rate{shape.MustParseRate("40mbit")}, StorageCPUs: []float64{0.5}, Epochs: 2, Seed: 3,
 		Peer: true, Bin: bins, Mode: ModeNetns, Log: zerolog.Nop(),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -194,7 +195,7 @@ func TestExperimentCancel(t *testing.T) {
 	// A hog from the first epoch on (floor(0.1 x 5) = 0): Ctrl-C must take
 	// it down too.
 	cfg := Config{
-		Data: smallDataset(t, 40), Out: t.TempDir(), Rates: []string{"10mbit"}, StorageCPUs: []float64{0.5},
+		Data: smallDataset(t, 40), Out: t.TempDir(), Rates: []shape.Rate{shape.MustParseRate("10mbit")}, StorageCPUs: []float64{0.5},
 		Policies: []string{"nooff", "sophon"}, Epochs: 5, Bin: bins, Mode: ModeNetns, Log: zerolog.Nop(),
 		ContendAt: 0.1,
 	}
@@ -220,7 +221,7 @@ func TestExperimentLoopback(t *testing.T) {
 	bins := buildBinaries(t)
 	out := t.TempDir()
 	cfg := Config{
-		Data: smallDataset(t, 24), Out: out, Rates: []string{"100mbit"}, StorageCPUs: []float64{1},
+		Data: smallDataset(t, 24), Out: out, Rates: []shape.Rate{shape.MustParseRate("100mbit")}, StorageCPUs: []float64{1},
 		Policies: []string{"nooff", "resizeoff"}, Epochs: 2, Bin: bins, Mode: ModeLoopback, Log: zerolog.Nop(),
 	}
 	res, err := Run(context.Background(), cfg)
@@ -261,7 +262,7 @@ func TestExperimentTrainLoopback(t *testing.T) {
 	out := t.TempDir()
 	const samples, batch, epochs = 24, 8, 2
 	cfg := Config{
-		Data: smallDataset(t, samples), Out: out, Rates: []string{"100mbit"}, StorageCPUs: []float64{1},
+		Data: smallDataset(t, samples), Out: out, Rates: []shape.Rate{shape.MustParseRate("100mbit")}, StorageCPUs: []float64{1},
 		Policies: []string{"nooff"}, Epochs: epochs, Batch: batch, Seed: 3, Peer: true, Train: true,
 		Bin: bins, Mode: ModeLoopback, Log: zerolog.Nop(),
 	}
@@ -329,7 +330,7 @@ func TestConfigRejects(t *testing.T) {
 	}{
 		{"no data", Config{Out: "x"}},
 		{"no out", Config{Data: "x"}},
-		{"bad rate", Config{Data: "x", Out: "x", Rates: []string{"fast"}}},
+		{"unset rate", Config{Data: "x", Out: "x", Rates: []shape.Rate{{}}}},
 		{"bad cpus", Config{Data: "x", Out: "x", StorageCPUs: []float64{-1}}},
 		{"bad policy", Config{Data: "x", Out: "x", Policies: []string{"greedy"}}},
 		{"bad mode", Config{Data: "x", Out: "x", Mode: "vm"}},
@@ -344,13 +345,13 @@ func TestConfigRejects(t *testing.T) {
 func TestSeries(t *testing.T) {
 	var s series
 	t0 := time.Unix(100, 0)
-	s.add(t0, counts{1000, 10})
-	s.add(t0.Add(10*time.Millisecond), counts{2000, 20})
-	s.add(t0.Add(20*time.Millisecond), counts{2000, 20})
-	if c := s.during(t0.Add(5*time.Millisecond).UnixNano(), t0.Add(30*time.Millisecond).UnixNano()); c.bytes != 500 || c.packets != 5 {
+	s.add(t0, counts{rx: []int64{1000}, rxPackets: []int64{10}})
+	s.add(t0.Add(10*time.Millisecond), counts{rx: []int64{2000}, rxPackets: []int64{20}})
+	s.add(t0.Add(20*time.Millisecond), counts{rx: []int64{2000}, rxPackets: []int64{20}})
+	if c := s.during(t0.Add(5*time.Millisecond).UnixNano(), t0.Add(30*time.Millisecond).UnixNano()); c.rx[0] != 500 || c.rxPackets[0] != 5 {
 		t.Errorf("during: %+v, want 500 bytes, 5 packets (interpolated, clamped)", c)
 	}
-	if c := s.during(t0.Add(-time.Second).UnixNano(), t0.UnixNano()); c.bytes != 0 {
+	if c := s.during(t0.Add(-time.Second).UnixNano(), t0.UnixNano()); c.rx[0] != 0 {
 		t.Errorf("before the first sample: %+v", c)
 	}
 }
@@ -374,7 +375,7 @@ func TestExperimentContend(t *testing.T) {
 	out := t.TempDir()
 	const cpus = 0.5
 	cfg := Config{
-		Data: smallDataset(t, 40), Out: out, Rates: []string{"40mbit"}, StorageCPUs: []float64{cpus},
+		Data: smallDataset(t, 40), Out: out, Rates: []shape.Rate{shape.MustParseRate("40mbit")}, StorageCPUs: []float64{cpus},
 		Policies: []string{"nooff", "sophon"}, Epochs: 2, Seed: 3, Bin: bins, Mode: ModeNetns, Log: zerolog.Nop(),
 		ContendAt: 0.5, ContendThreads: 2, Repeat: 2, Insecure: true,
 	}

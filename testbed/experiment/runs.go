@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,121 +20,66 @@ import (
 	"github.com/sophon-dl/sophon/testbed/results"
 )
 
-// series is a link counter (bytes and packets) sampled over time.
-type series struct {
-	mu sync.Mutex
-	t  []int64 // Unix ns
-	v  []counts
-}
-
-// counts are the bytes and packets the compute side received.
-type counts struct{ bytes, packets int64 }
-
-func (s *series) add(t time.Time, c counts) {
-	s.mu.Lock()
-	s.t = append(s.t, t.UnixNano())
-	s.v = append(s.v, c)
-	s.mu.Unlock()
-}
-
-// at is the counters at Unix time ns, linearly interpolated between
-// samples and clamped to the first and last.
-func (s *series) at(ns int64) (bytes, packets float64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.t) == 0 {
-		return 0, 0
-	}
-	i := sort.Search(len(s.t), func(i int) bool { return s.t[i] >= ns })
-	switch {
-	case i == 0:
-		return float64(s.v[0].bytes), float64(s.v[0].packets)
-	case i == len(s.t):
-		v := s.v[len(s.v)-1]
-		return float64(v.bytes), float64(v.packets)
-	}
-	f := float64(ns-s.t[i-1]) / float64(s.t[i]-s.t[i-1])
-	a, b := s.v[i-1], s.v[i]
-	return float64(a.bytes) + f*float64(b.bytes-a.bytes), float64(a.packets) + f*float64(b.packets-a.packets)
-}
-
-// during is the counters' increase over [from, to] (Unix ns).
-func (s *series) during(from, to int64) counts {
-	b0, p0 := s.at(from)
-	b1, p1 := s.at(to)
-	return counts{int64(b1 - b0 + 0.5), int64(p1 - p0 + 0.5)}
-}
-
-// rate is the bytes per second over the last d.
-func (s *series) rate(d time.Duration) float64 {
-	now := time.Now().UnixNano()
-	b1, _ := s.at(now)
-	b0, _ := s.at(now - d.Nanoseconds())
-	return (b1 - b0) / d.Seconds()
-}
-
-// sampleEvery is how often the link counter is read while a run goes on:
-// the epochs' bytes are interpolated between samples, so this bounds their
-// error to a few milliseconds of traffic at each end.
-const sampleEvery = 5 * time.Millisecond
-
-// watch samples n.received into s until ctx ends, and prints a progress
-// line every x.cfg.ProgressEvery from line.
-func (x *experiment) watch(ctx context.Context, n *node, s *series, line func(linkMBps float64) string) {
-	tick := time.NewTicker(sampleEvery)
-	defer tick.Stop()
-	last := time.Now()
-	for {
-		if c, err := n.received(); err == nil {
-			s.add(time.Now(), c)
-		}
-		if x.cfg.Progress != nil && time.Since(last) >= x.cfg.ProgressEvery {
-			last = time.Now()
-			fmt.Fprintln(x.cfg.Progress, line(s.rate(x.cfg.ProgressEvery)/1e6))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
 // noWorkConserving is the compute agent's flag for the runs that do
 // without work-conserving storage (Config.WorkConserving).
 const noWorkConserving = "--work-conserving=false"
 
+// placementFlag is the compute agent's flag for Config.Placements.
+const placementFlag = "--placement"
+
 // policyRun is one compute-agent run of a cell: its name in the results
-// (the policy, or "<policy>-nowc"), its policy and whether it runs with
-// --work-conserving=false.
+// (the policy, "<policy>-nowc", "<policy>-<placement>"...), its policy,
+// whether it runs with --work-conserving=false and the --placement it
+// passes ("" for none).
 type policyRun struct {
 	name, policy string
 	noWC         bool
+	placement    string
 }
 
 // policyRuns is a cell's compute-agent runs, in order, under the
 // work-conserving setting: each policy once ("on": the agent's default,
 // no flag; "off": each with --work-conserving=false), or ("both") each
 // once with the default and, but nooff, which offloads nothing, once more
-// without.
-func policyRuns(policies []string, wc string) []policyRun {
+// without. With placements each of those runs once per placement, named
+// with "-<placement>" after it but for PlacementPull, the agent's default.
+func policyRuns(policies []string, wc string, placements []string) []policyRun {
 	var out []policyRun
 	for _, p := range policies {
-		out = append(out, policyRun{name: p, policy: p, noWC: wc == WorkConservingOff})
+		variants := []policyRun{{name: p, policy: p, noWC: wc == WorkConservingOff}}
 		if wc == WorkConservingBoth && p != "nooff" {
-			out = append(out, policyRun{name: p + "-nowc", policy: p, noWC: true})
+			variants = append(variants, policyRun{name: p + "-nowc", policy: p, noWC: true})
+		}
+		for _, v := range variants {
+			if len(placements) == 0 {
+				out = append(out, v)
+				continue
+			}
+			for _, pl := range placements {
+				r := v
+				r.placement = pl
+				if pl != PlacementPull {
+					r.name += "-" + pl
+				}
+				out = append(out, r)
+			}
 		}
 	}
 	return out
 }
 
-// policyArgs is the compute agent's command line for run pr against the
-// storage agent at addr, writing its report and samples there.
-func (x *experiment) policyArgs(addr string, pr policyRun, report, samples string) []string {
-	args := []string{"--storage", addr, "--policy", pr.policy, "--epochs", strconv.Itoa(x.cfg.Epochs),
-		"--pipeline", x.cfg.Pipeline, "--profile", x.cellProfile, "--force-profile", "--gpu", gpuFlag(x.cfg.GPURate),
+// policyArgs is compute agent rank's command line for run pr against the
+// storage agents at addrs, writing its report and samples there. With
+// several compute agents it runs as --rank rank --world M with its own
+// profile.
+func (x *experiment) policyArgs(addrs []string, pr policyRun, rank int, report, samples string) []string {
+	args := []string{"--storage", strings.Join(addrs, ","), "--policy", pr.policy, "--epochs", strconv.Itoa(x.cfg.Epochs),
+		"--pipeline", x.cfg.Pipeline, "--profile", x.rankPath(x.cellProfile, rank), "--force-profile", "--gpu", gpuFlag(x.cfg.GPURate),
 		"--seed", strconv.FormatUint(x.cfg.Seed, 10), "--report", report, "--samples-out", samples,
 		"--log-level", "warn", "--log-format", "json"}
+	if x.cfg.ComputeNodes > 1 {
+		args = append(args, "--rank", strconv.Itoa(rank), "--world", strconv.Itoa(x.cfg.ComputeNodes))
+	}
 	if x.cfg.Batch > 0 {
 		args = append(args, "--batch", strconv.Itoa(x.cfg.Batch))
 	}
@@ -143,172 +88,312 @@ func (x *experiment) policyArgs(addr string, pr policyRun, report, samples strin
 		// that predate the flag still run.
 		args = append(args, noWorkConserving)
 	}
-	args = append(args, x.computeTLS...)
+	if pr.placement != "" {
+		// NB: likewise none without Config.Placements.
+		args = append(args, placementFlag, pr.placement)
+	}
+	args = append(args, x.computeTLS[rank]...)
 	return append(args, x.cfg.ComputeFlags...)
 }
 
-// runPolicy runs the compute agent with one policy for the configured
-// epochs and turns its report into a results.Run; with Config.ContendAt a
-// CPU hog joins the storage agent's cgroup partway (contend.go).
-func (x *experiment) runPolicy(ctx context.Context, n *node, dir, addr string, cpus float64, pr policyRun) results.Run {
-	policy := pr.name
-	run := results.Run{Policy: policy, WorkConservingOff: pr.noWC}
-	report := filepath.Join(dir, policy+".jsonl")
-	samples := filepath.Join(dir, policy+".samples")
-	logPath := filepath.Join(dir, policy+".log")
-	for _, p := range []string{report, samples} {
-		os.Remove(p)
+// rankFiles are one compute agent's files in a policy run: its report,
+// sample log and log ("<run>.jsonl"..., or "<run>-rank<i>.jsonl"... with
+// several compute agents).
+type rankFiles struct{ report, samples, log string }
+
+func (x *experiment) rankFiles(dir, name string, rank int) rankFiles {
+	base := filepath.Join(dir, name)
+	return rankFiles{x.rankPath(base+".jsonl", rank), x.rankPath(base+".samples", rank), x.rankPath(base+".log", rank)}
+}
+
+// readReports reads every rank's report: the complete lines so far.
+func readReports(files []rankFiles) ([][]computeagent.EpochReport, error) {
+	out := make([][]computeagent.EpochReport, len(files))
+	var errs []error
+	for i, f := range files {
+		var err error
+		if out[i], err = computeagent.ReadReport(f.report); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	args := x.policyArgs(addr, pr, report, samples)
+	return out, errors.Join(errs...)
+}
+
+// runPolicy runs a compute agent per compute node with one policy for
+// the configured epochs and turns their reports into a results.Run; with
+// Config.ContendAt a CPU hog joins the storage agent's cgroup partway
+// (contend.go).
+func (x *experiment) runPolicy(ctx context.Context, b *bed, dir string, addrs []string, cpus float64, pr policyRun) results.Run {
+	policy := pr.name
+	run := results.Run{Policy: policy, WorkConservingOff: pr.noWC, Placement: pr.placement}
+	var files []rankFiles
+	var procs []proc
+	for rank := range b.compute {
+		f := x.rankFiles(dir, policy, rank)
+		for _, p := range []string{f.report, f.samples} {
+			os.Remove(p)
+		}
+		files = append(files, f)
+		procs = append(procs, proc{logPath: f.log, name: x.bins.compute, args: x.policyArgs(addrs, pr, rank, f.report, f.samples)})
+	}
 	var h *hog
 	if x.cfg.ContendAt > 0 {
 		var err error
-		if h, err = n.startHog(ctx, x.bins.testbed, x.cfg.ContendThreads, filepath.Join(dir, policy+"-hog.log")); err != nil {
+		if h, err = b.startHog(ctx, x.bins.testbed, x.cfg.ContendThreads, filepath.Join(dir, policy+"-hog.log")); err != nil {
 			run.Error = fmt.Sprintf("contention: %v", err)
 			return run
 		}
 	}
-	label := fmt.Sprintf("[%s, %g storage cpus] %s", n.rate, cpus, policy)
-	var rs []computeagent.EpochReport
+	label := fmt.Sprintf("[%s, %g storage cpus] %s", b.label, cpus, policy)
+	var ranks [][]computeagent.EpochReport
 	var during func(context.Context)
 	if h != nil {
 		during = func(ctx context.Context) {
-			h.contend(ctx, report, x.contendAfter(), func(err error) {
+			h.contend(ctx, files[0].report, x.contendAfter(), func(err error) {
 				if err != nil {
 					x.cfg.Log.Warn().Err(err).Str("policy", policy).Msg("contention")
 				}
 			})
 		}
 	}
-	err := x.runProcess(ctx, n, proc{logPath: logPath, name: x.bins.compute, args: args, during: during, progress: func(mbps float64) string {
-		got, _ := computeagent.ReadReport(report)
-		msg := fmt.Sprintf("%s: epoch %d/%d, link %.2f MB/s", label, len(got)+1, x.cfg.Epochs, mbps)
-		if k := len(got); k > 0 {
-			e := got[k-1]
+	err := x.runProcess(ctx, b, client{procs: procs, during: during, progress: func(mbps float64) string {
+		got, _ := readReports(files)
+		done := len(got[0])
+		for _, rs := range got {
+			done = min(done, len(rs))
+		}
+		msg := fmt.Sprintf("%s: epoch %d/%d, link %.2f MB/s", label, done+1, x.cfg.Epochs, mbps)
+		if rs := got[0]; done > 0 {
+			e := rs[done-1]
 			msg += fmt.Sprintf(", epoch %d: %.2f s, %.1f samples/s", e.Epoch, e.Seconds, float64(e.Samples)/max(e.Seconds, 1e-9))
+			if len(got) > 1 {
+				msg += " (rank 0)"
+			}
 		}
 		return msg
 	}, collect: func(s *series) error {
 		var err error
-		rs, err = computeagent.ReadReport(report)
-		if err != nil {
+		if ranks, err = readReports(files); err != nil {
 			return err
 		}
-		x.agentEpochs(n, s, &run, rs)
-		return nil
+		return x.agentEpochs(b, s, &run, ranks)
 	}})
 	if err != nil {
 		run.Error = err.Error()
 	}
+	if ranks == nil {
+		ranks = make([][]computeagent.EpochReport, len(files))
+	}
 	if h != nil {
-		x.contended(&run, pr.policy, h, rs, cpus)
+		x.contended(&run, pr.policy, h, ranks[0], cpus)
 	}
-	if len(rs) > 0 && x.res.Dataset.Samples == 0 {
-		x.res.Dataset.Samples = rs[0].Shard // tar shards: the agent counts
+	if len(ranks[0]) > 0 && x.res.Dataset.Samples == 0 {
+		for _, rs := range ranks {
+			if len(rs) > 0 {
+				x.res.Dataset.Samples += rs[0].Shard // tar shards: the agents count
+			}
+		}
 	}
-	x.checkSamples(&run, rs, samples, true)
+	var samples []string
+	for _, f := range files {
+		samples = append(samples, f.samples)
+	}
+	x.checkSamples(&run, ranks, samples, true)
 	if len(run.Epochs) < x.cfg.Epochs && run.Error == "" {
 		run.Error = fmt.Sprintf("%d of %d epochs reported", len(run.Epochs), x.cfg.Epochs)
 	}
 	if e := run.Steady(); e != nil {
-		x.cfg.Log.Info().Str("rate", n.rate).Float64("storage_cpus", cpus).Str("policy", policy).Float64("seconds", e.Seconds).
+		x.cfg.Log.Info().Str("rate", b.label).Float64("storage_cpus", cpus).Str("policy", policy).Float64("seconds", e.Seconds).
 			Float64("predicted_seconds", e.PredictedSeconds).Bool("exactly_once", run.ExactlyOnce).Msg("run done")
 	}
 	return run
 }
 
-// agentEpochs appends the compute agent's report lines to run's epochs,
-// with the link's bytes over each.
-func (x *experiment) agentEpochs(n *node, s *series, run *results.Run, rs []computeagent.EpochReport) {
-	for _, r := range rs {
-		e := results.Epoch{
-			Epoch: int(r.Epoch), Seconds: r.Seconds, PredictedSeconds: r.PredictedSeconds, BoundSeconds: r.BoundSeconds,
-			Samples: r.Samples, Duplicates: r.Duplicates, Failed: r.SamplesFailed, AgentBytes: r.BytesReceived,
-			StorageCPUSeconds: r.StorageCPUSeconds, ComputeCPUSeconds: r.ComputeCPUSeconds, GPUIdleFraction: r.GPUIdleFraction,
-			Profiled: r.Profiled, Replanned: r.Replanned,
+// ErrRanksDisagree: the compute agents' reports do not number their
+// epochs alike.
+var ErrRanksDisagree = errors.New("experiment: the ranks' reports disagree")
+
+// agentEpochs appends the compute agents' report lines to run's epochs,
+// with the link's bytes over each: one epoch per line every rank reported
+// (ranks[i] is rank i's lines). With one rank an epoch is its line; with
+// several it is the slowest rank's time (data-parallel training waits for
+// it), every rank's time in RankSeconds, and the ranks' counts summed
+// (see results.Epoch).
+func (x *experiment) agentEpochs(b *bed, s *series, run *results.Run, ranks [][]computeagent.EpochReport) error {
+	n := len(ranks[0])
+	for _, rs := range ranks {
+		n = min(n, len(rs))
+	}
+	var errs []error
+	for i := range n {
+		first := ranks[0][i]
+		e := results.Epoch{Epoch: int(first.Epoch)}
+		var windows [][2]int64
+		for k, rs := range ranks {
+			r := rs[i]
+			if r.Epoch != first.Epoch {
+				errs = append(errs, fmt.Errorf("%w: rank %d's line %d is epoch %d, rank 0's epoch %d", ErrRanksDisagree, k, i+1, r.Epoch, first.Epoch))
+			}
+			e.Seconds = max(e.Seconds, r.Seconds)
+			e.PredictedSeconds = max(e.PredictedSeconds, r.PredictedSeconds)
+			e.BoundSeconds = max(e.BoundSeconds, r.BoundSeconds)
+			e.Samples += r.Samples
+			e.Duplicates += r.Duplicates
+			e.Failed += r.SamplesFailed
+			e.AgentBytes += r.BytesReceived
+			e.StorageCPUSeconds += r.StorageCPUSeconds
+			e.ComputeCPUSeconds += r.ComputeCPUSeconds
+			e.GPUIdleFraction += r.GPUIdleFraction / float64(len(ranks))
+			e.Profiled = e.Profiled || r.Profiled
+			e.Replanned = e.Replanned || r.Replanned
+			if len(ranks) > 1 {
+				e.RankSeconds = append(e.RankSeconds, r.Seconds)
+			}
+			windows = append(windows, [2]int64{r.StartUnixNS, r.EndUnixNS})
 		}
-		x.linkBytes(n, s, &e, r.StartUnixNS, r.EndUnixNS)
+		x.linkBytes(b, s, &e, windows...)
 		run.Epochs = append(run.Epochs, e)
 	}
+	return errors.Join(errs...)
 }
 
-// linkBytes fills e's kernel or proxy bytes over [start, end].
-func (x *experiment) linkBytes(n *node, s *series, e *results.Epoch, start, end int64) {
-	if start <= 0 || end <= start {
-		return
+// linkBytes fills e's kernel or proxy bytes, and with several nodes each
+// storage link's bytes and each storage agent's CPU. windows[i] is the
+// epoch of rank i, which ran on compute node i, as [start, end] in Unix
+// ns: its kernel bytes are what node i's interface received over its
+// rank's epoch, summed over the ranks. The proxies' bytes (loopback), the
+// links' and the CPU are over the ranks' epochs together, from the first
+// start to the last end: with ranks out of step they may include some of
+// a neighbouring epoch's traffic.
+func (x *experiment) linkBytes(b *bed, s *series, e *results.Epoch, windows ...[2]int64) {
+	start, end := windows[0][0], windows[0][1]
+	for _, w := range windows {
+		if w[0] <= 0 || w[1] <= w[0] {
+			return
+		}
+		start, end = min(start, w[0]), max(end, w[1])
 	}
 	c := s.during(start, end)
-	if n.kernel {
-		e.KernelBytes, e.KernelPackets = c.bytes, c.packets
-		e.KernelPayloadBytes = max(0, c.bytes-c.packets*results.FrameOverhead)
-	} else {
-		e.ProxyBytes = c.bytes
+	if b.kernel {
+		for i, w := range windows {
+			ci := s.during(w[0], w[1])
+			if i < len(ci.rx) {
+				e.KernelBytes += ci.rx[i]
+				e.KernelPackets += ci.rxPackets[i]
+			}
+		}
+		e.KernelPayloadBytes = max(0, e.KernelBytes-e.KernelPackets*results.FrameOverhead)
+	} else if len(c.rx) > 0 {
+		e.ProxyBytes = c.rx[0]
+	}
+	if b.multi {
+		e.LinkBytes = c.links
+		for _, ns := range c.cpu {
+			e.StorageAgentCPUSeconds = append(e.StorageAgentCPUSeconds, float64(ns)/1e9)
+		}
 	}
 }
 
-// proc is a client program runProcess runs on the compute side.
+// proc is a client program run on a compute node.
 type proc struct {
 	// logPath gets the program's stderr, and its stdout unless stdoutPath
 	// is set.
 	logPath, stdoutPath string
 	// env is added to the program's environment.
-	env []string
-	// progress makes the progress line from the link's MB/s; collect reads
-	// the program's results once it ended, with the link's series.
-	progress func(linkMBps float64) string
-	collect  func(*series) error
-	// during, when set, runs beside the program from its start until its
-	// end cancels ctx.
-	during func(ctx context.Context)
-	name   string
-	args   []string
+	env  []string
+	name string
+	args []string
 }
 
-// runProcess runs a client program on the compute side to its end while
-// watching the link, then calls p.collect with the link's series.
-func (x *experiment) runProcess(ctx context.Context, n *node, p proc) error {
-	f, err := os.Create(p.logPath)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	cmd := n.command(ctx, false, p.name, p.args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if p.stdoutPath != "" {
-		out, err := os.Create(p.stdoutPath)
+// client is what runProcess runs: procs[i] on compute node i, all at
+// once.
+type client struct {
+	procs []proc
+	// progress makes the progress line from the link's MB/s; collect reads
+	// the programs' results once they all ended, with the link's series.
+	progress func(linkMBps float64) string
+	collect  func(*series) error
+	// during, when set, runs beside the programs from their start until
+	// their end cancels ctx.
+	during func(ctx context.Context)
+}
+
+// runProcess runs a client's programs on the compute nodes to their end
+// while watching the links, then calls c.collect with the links' series.
+// A program's failure is reported with its rank when there are several.
+func (x *experiment) runProcess(ctx context.Context, b *bed, c client) error {
+	var cmds []*exec.Cmd
+	for i, p := range c.procs {
+		f, err := os.Create(p.logPath)
 		if err != nil {
 			return err
 		}
-		defer out.Close()
-		cmd.Stdout = out
-	}
-	if len(p.env) > 0 {
-		cmd.Env = append(os.Environ(), p.env...)
+		defer f.Close()
+		cmd := b.command(ctx, computeHost(i), p.name, p.args...)
+		cmd.Stdout, cmd.Stderr = f, f
+		if p.stdoutPath != "" {
+			out, err := os.Create(p.stdoutPath)
+			if err != nil {
+				return err
+			}
+			defer out.Close()
+			cmd.Stdout = out
+		}
+		if len(p.env) > 0 {
+			cmd.Env = append(os.Environ(), p.env...)
+		}
+		cmds = append(cmds, cmd)
 	}
 	s := &series{}
 	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var started []*exec.Cmd
+	var startErr error
+	for i, cmd := range cmds {
+		if startErr = cmd.Start(); startErr != nil {
+			break
+		}
+		started = append(started, cmd)
+		if err := b.place(computeHost(i), cmd.Process.Pid); err != nil {
+			x.cfg.Log.Warn().Err(err).Msg("compute side not pinned")
+		}
+	}
+	if startErr != nil {
+		stop() // ends the started ones' contexts: they are killed
+		for _, cmd := range started {
+			cmd.Wait()
+		}
+		return startErr
+	}
 	var wg sync.WaitGroup
-	if err := cmd.Start(); err != nil {
-		stop()
-		return err
-	}
-	if err := n.place(false, cmd.Process.Pid); err != nil {
-		x.cfg.Log.Warn().Err(err).Msg("compute side not pinned")
-	}
 	wg.Go(func() {
-		x.watch(wctx, n, s, p.progress)
+		x.watch(wctx, b, s, c.progress)
 	})
-	if p.during != nil {
-		wg.Go(func() { p.during(wctx) })
+	if c.during != nil {
+		wg.Go(func() { c.during(wctx) })
 	}
-	runErr := cmd.Wait()
+	errs := make([]error, len(cmds))
+	var waits sync.WaitGroup
+	for i, cmd := range cmds {
+		waits.Go(func() { errs[i] = cmd.Wait() })
+	}
+	waits.Wait()
 	time.Sleep(2 * sampleEvery) // one more sample past the end
 	stop()
 	wg.Wait()
-	if runErr != nil {
-		runErr = fmt.Errorf("%s: %w (log: %s)%s", filepath.Base(p.name), runErr, p.logPath, tail(p.logPath))
+	var runErrs []error
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		p := c.procs[i]
+		err = fmt.Errorf("%s: %w (log: %s)%s", filepath.Base(p.name), err, p.logPath, tail(p.logPath))
+		if len(cmds) > 1 {
+			err = fmt.Errorf("rank %d: %w", i, err)
+		}
+		runErrs = append(runErrs, err)
 	}
-	return errors.Join(runErr, p.collect(s))
+	return errors.Join(append(runErrs, c.collect(s))...)
 }
 
 // tail is the last line of a log, for error messages.
@@ -324,48 +409,86 @@ func tail(path string) string {
 	return ": " + lines[len(lines)-1]
 }
 
-// checkSamples sets run.ExactlyOnce and run.ContentMatches from the agent's
-// --samples-out file: every epoch must hold each of the dataset's samples
-// once, and, with compare, each (epoch, sample)'s tensor hash must equal
-// the reference run's. The first exactly-once run compared becomes the
-// reference. (The trainer row's hashes are of its uint8 slot rows, not of
-// float32 tensors: it is not compared.)
-func (x *experiment) checkSamples(run *results.Run, rs []computeagent.EpochReport, path string, compare bool) {
-	f, err := os.Open(path)
-	if err != nil {
+// sampleLog is what one or more --samples-out files hold: each (epoch,
+// sample)'s tensor hash, the samples per epoch, and the lines that
+// repeated an (epoch, sample) already seen.
+type sampleLog struct {
+	got      map[[2]uint64]string
+	perEpoch map[uint64]int
+	dups     int
+}
+
+// readSamples reads --samples-out files (lines "epoch sample sha256"),
+// together: a sample two files both hold counts as a duplicate. A missing
+// file reads as none.
+func readSamples(paths ...string) (sampleLog, error) {
+	l := sampleLog{got: map[[2]uint64]string{}, perEpoch: map[uint64]int{}}
+	for _, path := range paths {
+		f, err := os.Open(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return l, err
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) != 3 {
+				continue
+			}
+			ep, err1 := strconv.ParseUint(fields[0], 10, 64)
+			id, err2 := strconv.ParseUint(fields[1], 10, 64)
+			if err1 != nil || err2 != nil {
+				continue
+			}
+			k := [2]uint64{ep, id}
+			if _, ok := l.got[k]; ok {
+				l.dups++
+				continue
+			}
+			l.got[k] = fields[2]
+			l.perEpoch[ep]++
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return l, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return l, nil
+}
+
+// checkSamples sets run.ExactlyOnce and run.ContentMatches from the
+// agents' --samples-out files (paths[i] and ranks[i] are rank i's file
+// and report lines): over all ranks together, every epoch must hold each
+// of the dataset's samples once, and, with compare, each (epoch,
+// sample)'s tensor hash must equal the reference's (Config.Reference, or
+// else the first exactly-once run compared, which becomes it). The
+// trainer row's hashes are of its uint8 slot rows, not of float32
+// tensors: it is not compared.
+func (x *experiment) checkSamples(run *results.Run, ranks [][]computeagent.EpochReport, paths []string, compare bool) {
+	l, err := readSamples(paths...)
+	if err != nil || len(l.got) == 0 {
 		return
 	}
-	defer f.Close()
-	got := map[[2]uint64]string{}
-	perEpoch := map[uint64]int{}
-	dups := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) != 3 {
-			continue
-		}
-		ep, err1 := strconv.ParseUint(fields[0], 10, 64)
-		id, err2 := strconv.ParseUint(fields[1], 10, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		k := [2]uint64{ep, id}
-		if _, ok := got[k]; ok {
-			dups++
-			continue
-		}
-		got[k] = fields[2]
-		perEpoch[ep]++
-	}
 	want := x.res.Dataset.Samples
-	once := len(rs) == x.cfg.Epochs && dups == 0 && want > 0
-	for _, r := range rs {
-		once = once && r.Samples == want && r.Duplicates == 0 && r.SamplesFailed == 0 && perEpoch[r.Epoch] == want
+	once := l.dups == 0 && want > 0
+	for _, rs := range ranks {
+		once = once && len(rs) == x.cfg.Epochs
+	}
+	for i := 0; once && i < len(ranks[0]); i++ {
+		total := 0
+		for _, rs := range ranks {
+			r := rs[i]
+			total += r.Samples
+			once = once && r.Epoch == ranks[0][i].Epoch && r.Duplicates == 0 && r.SamplesFailed == 0
+		}
+		once = once && total == want && l.perEpoch[ranks[0][i].Epoch] == want
 	}
 	// Every id in range: the count per epoch and no duplicates then mean
 	// each sample exactly once.
-	for k := range got {
+	for k := range l.got {
 		once = once && k[1] < uint64(want)
 	}
 	run.ExactlyOnce = once
@@ -373,12 +496,12 @@ func (x *experiment) checkSamples(run *results.Run, rs []computeagent.EpochRepor
 		return
 	}
 	if len(x.ref) == 0 {
-		x.ref = got
+		x.ref = l.got
 		run.ContentMatches = true
 		return
 	}
-	match := len(got) == len(x.ref)
-	for k, sha := range got {
+	match := len(l.got) == len(x.ref)
+	for k, sha := range l.got {
 		match = match && x.ref[k] == sha
 	}
 	run.ContentMatches = match
@@ -407,7 +530,7 @@ func (x *experiment) peerLoop(run *results.Run, eps []peer.Epoch) {
 
 // runPeer runs the torchvision DataLoader against a file server on the
 // storage side, through the same link.
-func (x *experiment) runPeer(ctx context.Context, n *node, dir string, cpus float64) results.Run {
+func (x *experiment) runPeer(ctx context.Context, b *bed, dir string, cpus float64) results.Run {
 	run := results.Run{Policy: results.PeerPolicy}
 	if err := peer.Available(x.cfg.Python); err != nil {
 		run.Skipped = err.Error()
@@ -417,26 +540,23 @@ func (x *experiment) runPeer(ctx context.Context, n *node, dir string, cpus floa
 		run.Skipped = "the testbed binary (for the peer's file server) was not found next to the agents"
 		return run
 	}
-	listen := net.JoinHostPort(n.listenHost, peerPort)
-	if n.mode == results.ModeLoopback {
+	listen := net.JoinHostPort(b.storage[0].host, peerPort)
+	if b.mode == results.ModeLoopback {
 		var err error
 		if listen, err = freeAddr(); err != nil {
 			run.Error = err.Error()
 			return run
 		}
 	}
-	if _, err := n.startServer(ctx, true, filepath.Join(dir, "fileserve.log"), listen, x.bins.testbed,
+	if _, err := b.startServer(ctx, storageHost(0), filepath.Join(dir, "fileserve.log"), listen, x.bins.testbed,
 		"serve", "--data", x.cfg.Data, "--listen", listen); err != nil {
 		run.Error = fmt.Sprintf("file server: %v", err)
 		return run
 	}
-	addr := listen
-	if n.front != nil {
-		var err error
-		if addr, err = n.front(listen); err != nil {
-			run.Error = err.Error()
-			return run
-		}
+	addr, err := b.front(0, listen)
+	if err != nil {
+		run.Error = err.Error()
+		return run
 	}
 	report := filepath.Join(dir, "peer.jsonl")
 	os.Remove(report)
@@ -452,8 +572,8 @@ func (x *experiment) runPeer(ctx context.Context, n *node, dir string, cpus floa
 		run.Error = err.Error()
 		return run
 	}
-	label := fmt.Sprintf("[%s, %g storage cpus] %s", n.rate, cpus, run.Policy)
-	err = x.runProcess(ctx, n, proc{logPath: filepath.Join(dir, "peer.log"), name: args[0], args: args[1:], progress: func(mbps float64) string {
+	label := fmt.Sprintf("[%s, %g storage cpus] %s", b.label, cpus, run.Policy)
+	err = x.runProcess(ctx, b, client{procs: []proc{{logPath: filepath.Join(dir, "peer.log"), name: args[0], args: args[1:]}}, progress: func(mbps float64) string {
 		got, _ := peer.ReadReport(report)
 		return fmt.Sprintf("%s: epoch %d/%d, link %.2f MB/s", label, len(got)+1, x.cfg.Epochs, mbps)
 	}, collect: func(s *series) error {
@@ -471,7 +591,7 @@ func (x *experiment) runPeer(ctx context.Context, n *node, dir string, cpus floa
 			if p.Seconds > 0 {
 				e.GPUIdleFraction = p.GPUIdleSeconds / p.Seconds
 			}
-			x.linkBytes(n, s, &e, p.StartUnixNS, p.EndUnixNS)
+			x.linkBytes(b, s, &e, [2]int64{p.StartUnixNS, p.EndUnixNS})
 			run.Epochs = append(run.Epochs, e)
 			once = once && p.Samples == x.res.Dataset.Samples && p.UniqueSamples == p.Samples && p.Duplicates == 0 && p.Failed == 0
 		}

@@ -5,66 +5,140 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
 )
 
-// TestPolicyRuns: the work-conserving setting's runs of a cell, in order.
+// TestPolicyRuns: the work-conserving setting's and the placements' runs
+// of a cell, in order.
 func TestPolicyRuns(t *testing.T) {
 	policies := []string{"nooff", "sophon", "optimal"}
+	both := []string{PlacementPull, PlacementRoundRobin}
 	for _, tc := range []struct {
-		wc   string
-		want string // name:policy, "!" when without work conserving
+		wc         string
+		placements []string
+		want       string // name:policy, "!" when without work conserving, "@placement" when passed
 	}{
-		{WorkConservingOn, "nooff:nooff sophon:sophon optimal:optimal"},
-		{WorkConservingOff, "nooff:nooff! sophon:sophon! optimal:optimal!"},
-		{WorkConservingBoth, "nooff:nooff sophon:sophon sophon-nowc:sophon! optimal:optimal optimal-nowc:optimal!"},
+		{WorkConservingOn, nil, "nooff:nooff sophon:sophon optimal:optimal"},
+		{WorkConservingOff, nil, "nooff:nooff! sophon:sophon! optimal:optimal!"},
+		{WorkConservingBoth, nil, "nooff:nooff sophon:sophon sophon-nowc:sophon! optimal:optimal optimal-nowc:optimal!"},
+		{WorkConservingOn, both, "nooff:nooff@pull nooff-round-robin:nooff@round-robin sophon:sophon@pull " +
+			"sophon-round-robin:sophon@round-robin optimal:optimal@pull optimal-round-robin:optimal@round-robin"},
+		{WorkConservingOn, []string{PlacementRoundRobin}, "nooff-round-robin:nooff@round-robin sophon-round-robin:sophon@round-robin optimal-round-robin:optimal@round-robin"},
+		{WorkConservingBoth, both, "nooff:nooff@pull nooff-round-robin:nooff@round-robin sophon:sophon@pull sophon-round-robin:sophon@round-robin " +
+			"sophon-nowc:sophon!@pull sophon-nowc-round-robin:sophon!@round-robin optimal:optimal@pull optimal-round-robin:optimal@round-robin " +
+			"optimal-nowc:optimal!@pull optimal-nowc-round-robin:optimal!@round-robin"},
 	} {
 		var got []string
-		for _, r := range policyRuns(policies, tc.wc) {
+		for _, r := range policyRuns(policies, tc.wc, tc.placements) {
 			s := r.name + ":" + r.policy
 			if r.noWC {
 				s += "!"
 			}
+			if r.placement != "" {
+				s += "@" + r.placement
+			}
 			got = append(got, s)
 		}
 		if g := strings.Join(got, " "); g != tc.want {
-			t.Errorf("%s: got %v, want %v", tc.wc, g, tc.want)
+			t.Errorf("%s %v:\ngot  %v\nwant %v", tc.wc, tc.placements, g, tc.want)
 		}
 	}
+}
+
+// flagValue is the value after flag name in args ("" when absent), and
+// how often the flag occurs.
+func flagValue(args []string, name string) (string, int) {
+	v, n := "", 0
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			v, n = args[i+1], n+1
+		}
+	}
+	return v, n
 }
 
 // TestPolicyArgs: the compute agent's command line; "on" passes no
 // work-conserving flag at all (agents without it still run), the nowc
 // runs pass --work-conserving=false, before the user's extra flags so
-// those win.
+// those win. Without placements no --placement flag is passed (today's
+// agents run); with them each run passes its own.
 func TestPolicyArgs(t *testing.T) {
-	x := &experiment{cfg: Config{Epochs: 4, Pipeline: "imagenet-train", GPURate: 100, Seed: 3, Batch: 16,
-		ComputeFlags: []string{"--window", "8"}}, cellProfile: "/out/profile.zst", computeTLS: []string{"--insecure"}}
+	x := &experiment{cfg: Config{Epochs: 4, Pipeline: "imagenet-train", GPURate: 100, Seed: 3, Batch: 16, ComputeNodes: 1,
+		ComputeFlags: []string{"--window", "8"}}, cellProfile: "/out/profile.zst", computeTLS: [][]string{{"--insecure"}}}
 	for _, wc := range []string{WorkConservingOn, WorkConservingOff, WorkConservingBoth} {
-		for _, r := range policyRuns([]string{"nooff", "sophon"}, wc) {
-			args := x.policyArgs("10.0.0.1:7070", r, "/out/c/"+r.name+".jsonl", "/out/c/"+r.name+".samples")
-			line := strings.Join(args, " ")
-			for _, want := range []string{"--storage 10.0.0.1:7070", "--policy " + r.policy, "--epochs 4",
-				"--profile /out/profile.zst --force-profile", "--gpu sim:100", "--seed 3", "--batch 16",
-				"--report /out/c/" + r.name + ".jsonl", "--samples-out /out/c/" + r.name + ".samples", "--insecure"} {
-				if !strings.Contains(line, want) {
-					t.Errorf("%s %s: args lack %q: %s", wc, r.name, want, line)
+		for _, placements := range [][]string{nil, Placements} {
+			for _, r := range policyRuns([]string{"nooff", "sophon"}, wc, placements) {
+				args := x.policyArgs([]string{"10.0.0.1:7070"}, r, 0, "/out/c/"+r.name+".jsonl", "/out/c/"+r.name+".samples")
+				line := strings.Join(args, " ")
+				for _, want := range []string{"--storage 10.0.0.1:7070", "--policy " + r.policy, "--epochs 4",
+					"--profile /out/profile.zst --force-profile", "--gpu sim:100", "--seed 3", "--batch 16",
+					"--report /out/c/" + r.name + ".jsonl", "--samples-out /out/c/" + r.name + ".samples", "--insecure"} {
+					if !strings.Contains(line, want) {
+						t.Errorf("%s %s: args lack %q: %s", wc, r.name, want, line)
+					}
+				}
+				if !strings.HasSuffix(line, "--window 8") {
+					t.Errorf("%s %s: the extra flags are not last: %s", wc, r.name, line)
+				}
+				wantOff := wc == WorkConservingOff || strings.Contains(r.name, "-nowc")
+				if got := slices.Contains(args, "--work-conserving=false"); got != wantOff {
+					t.Errorf("%s %s: --work-conserving=false passed %v, want %v: %s", wc, r.name, got, wantOff, line)
+				}
+				if n := strings.Count(line, "work-conserving"); n > 1 || (!wantOff && n > 0) {
+					t.Errorf("%s %s: %d work-conserving flags: %s", wc, r.name, n, line)
+				}
+				pl, n := flagValue(args, "--placement")
+				switch {
+				case placements == nil && strings.Contains(line, "placement"):
+					t.Errorf("%s %s: a placement flag without --placements: %s", wc, r.name, line)
+				case placements != nil && (n != 1 || pl != r.placement):
+					t.Errorf("%s %s: --placement %q (%d times), want %q once: %s", wc, r.name, pl, n, r.placement, line)
+				}
+				if strings.Contains(line, "--rank") || strings.Contains(line, "--world") {
+					t.Errorf("%s %s: rank flags with one compute agent: %s", wc, r.name, line)
 				}
 			}
-			if !strings.HasSuffix(line, "--window 8") {
-				t.Errorf("%s %s: the extra flags are not last: %s", wc, r.name, line)
-			}
-			wantOff := wc == WorkConservingOff || strings.HasSuffix(r.name, "-nowc")
-			if got := slices.Contains(args, "--work-conserving=false"); got != wantOff {
-				t.Errorf("%s %s: --work-conserving=false passed %v, want %v: %s", wc, r.name, got, wantOff, line)
-			}
-			if n := strings.Count(line, "work-conserving"); n > 1 || (!wantOff && n > 0) {
-				t.Errorf("%s %s: %d work-conserving flags: %s", wc, r.name, n, line)
+		}
+	}
+}
+
+// TestPolicyArgsRanks: with several compute agents each rank gets --rank
+// and --world, its own profile, report, samples and TLS identity, and
+// every storage agent.
+func TestPolicyArgsRanks(t *testing.T) {
+	x := &experiment{cfg: Config{Epochs: 2, Pipeline: "imagenet-train", GPURate: 100, ComputeNodes: 3},
+		cellProfile: "/out/profile-100mbit-cpu1.zst",
+		computeTLS:  [][]string{{"--name", "compute-1"}, {"--name", "compute-2"}, {"--name", "compute-3"}}}
+	r := policyRuns([]string{"optimal"}, WorkConservingOn, []string{PlacementRoundRobin})[0]
+	for rank := range 3 {
+		f := x.rankFiles("/out/c", r.name, rank)
+		args := x.policyArgs([]string{"10.0.0.1:7070", "10.0.0.2:7070"}, r, rank, f.report, f.samples)
+		for flag, want := range map[string]string{
+			"--storage":     "10.0.0.1:7070,10.0.0.2:7070",
+			"--rank":        strconv.Itoa(rank),
+			"--world":       "3",
+			"--profile":     fmt.Sprintf("/out/profile-100mbit-cpu1-rank%d.zst", rank),
+			"--report":      fmt.Sprintf("/out/c/optimal-round-robin-rank%d.jsonl", rank),
+			"--samples-out": fmt.Sprintf("/out/c/optimal-round-robin-rank%d.samples", rank),
+			"--name":        fmt.Sprintf("compute-%d", rank+1),
+			"--placement":   "round-robin",
+		} {
+			if got, n := flagValue(args, flag); got != want || n != 1 {
+				t.Errorf("rank %d: %s %q (%d times), want %q once: %v", rank, flag, got, n, want, args)
 			}
 		}
+		if f.log != fmt.Sprintf("/out/c/optimal-round-robin-rank%d.log", rank) {
+			t.Errorf("rank %d: log %s", rank, f.log)
+		}
+	}
+	// One compute agent: today's file names.
+	x.cfg.ComputeNodes = 1
+	if f := x.rankFiles("/out/c", "sophon", 0); f != (rankFiles{"/out/c/sophon.jsonl", "/out/c/sophon.samples", "/out/c/sophon.log"}) {
+		t.Errorf("1 x 1 files: %+v", f)
 	}
 }
 

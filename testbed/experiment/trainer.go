@@ -173,7 +173,7 @@ func trainerSocket(dir string) (path string, cleanup func(), err error) {
 // over the link, and train_cnn.py training through the Python client
 // beside it. Its epochs are the agent's report lines (exactly once from
 // its --samples-out); the loop's figures are the script's.
-func (x *experiment) runTrainer(ctx context.Context, n *node, dir, addr string, cpus float64) results.Run {
+func (x *experiment) runTrainer(ctx context.Context, b *bed, dir, addr string, cpus float64) results.Run {
 	run := results.Run{Policy: results.TrainerPolicy, Plan: x.cfg.TrainPolicy, Training: true}
 	if x.trainErr != nil {
 		run.Skipped = x.trainErr.Error()
@@ -212,10 +212,10 @@ func (x *experiment) runTrainer(ctx context.Context, n *node, dir, addr string, 
 		args = append(args, noWorkConserving)
 		run.WorkConservingOff = true
 	}
-	args = append(args, x.computeTLS...)
+	args = append(args, x.computeTLS[0]...)
 	args = append(args, x.cfg.ComputeFlags...)
 	agentLog := filepath.Join(dir, base+"-agent.log")
-	agent, err := n.startDaemon(ctx, false, agentLog, "serving "+sock, func(context.Context) error {
+	agent, err := b.startDaemon(ctx, computeHost(0), agentLog, "serving "+sock, func(context.Context) error {
 		st, err := os.Stat(sock)
 		if err == nil && st.Mode()&os.ModeSocket == 0 {
 			err = fmt.Errorf("%s is not a socket", sock)
@@ -232,10 +232,10 @@ func (x *experiment) runTrainer(ctx context.Context, n *node, dir, addr string, 
 	targs := []string{x.trainScript, "--socket", sock, "--epochs", strconv.Itoa(x.cfg.Epochs),
 		"--num-classes", strconv.Itoa(x.numClasses())}
 	targs = append(targs, "--timeout", strconv.Itoa(trainTimeout))
-	label := fmt.Sprintf("[%s, %g storage cpus] %s", n.rate, cpus, run.Policy)
+	label := fmt.Sprintf("[%s, %g storage cpus] %s", b.label, cpus, run.Policy)
 	var rs []computeagent.EpochReport
-	err = x.runProcess(ctx, n, proc{logPath: filepath.Join(dir, base+".log"), stdoutPath: out,
-		env: []string{"PYTHONPATH=" + pythonPath(x.trainScript)}, name: x.cfg.Python, args: targs,
+	err = x.runProcess(ctx, b, client{procs: []proc{{logPath: filepath.Join(dir, base+".log"), stdoutPath: out,
+		env: []string{"PYTHONPATH=" + pythonPath(x.trainScript)}, name: x.cfg.Python, args: targs}},
 		progress: func(mbps float64) string {
 			steps, _, _ := readTrainOut(out)
 			msg := fmt.Sprintf("%s: %d steps, link %.2f MB/s", label, len(steps), mbps)
@@ -267,7 +267,9 @@ func (x *experiment) runTrainer(ctx context.Context, n *node, dir, addr string, 
 			if err != nil {
 				return err
 			}
-			x.agentEpochs(n, s, &run, rs)
+			if err := x.agentEpochs(b, s, &run, [][]computeagent.EpochReport{rs}); err != nil {
+				return err
+			}
 			if sum == nil {
 				return fmt.Errorf("%s printed no summary line (stdout: %s)", filepath.Base(x.trainScript), out)
 			}
@@ -279,11 +281,11 @@ func (x *experiment) runTrainer(ctx context.Context, n *node, dir, addr string, 
 	if err != nil {
 		run.Error = err.Error()
 	}
-	x.checkSamples(&run, rs, samples, false)
+	x.checkSamples(&run, [][]computeagent.EpochReport{rs}, []string{samples}, false)
 	if len(run.Epochs) < x.cfg.Epochs && run.Error == "" {
 		run.Error = fmt.Sprintf("%d of %d epochs reported", len(run.Epochs), x.cfg.Epochs)
 	}
-	x.cfg.Log.Info().Str("rate", n.rate).Float64("storage_cpus", cpus).Str("plan", run.Plan).
+	x.cfg.Log.Info().Str("rate", b.label).Float64("storage_cpus", cpus).Str("plan", run.Plan).
 		Float64("loop_images_per_sec", run.LoopImagesPerSec).Floats64("first_losses", run.FirstLosses).
 		Bool("exactly_once", run.ExactlyOnce).Msg("trainer row done")
 	return run

@@ -40,18 +40,13 @@ func (c Counters) Sub(prev Counters) Counters {
 	return Counters{Storage: c.Storage.Sub(prev.Storage), Compute: c.Compute.Sub(prev.Compute)}
 }
 
-// Counters reads both veth ends' counters. It enters each namespace on a
-// locked OS thread (setns) to read /proc/thread-self/net/dev, so it is
-// cheap enough to poll every few milliseconds.
+// Counters reads both veth ends' counters (Node.Counters).
 func (p *Pair) Counters() (Counters, error) {
-	if p.ctx.Err() != nil {
-		return Counters{}, ErrClosed
-	}
-	s, err := devCounters(p.StorageNS, p.StorageDev)
+	s, err := p.side(true).Counters()
 	if err != nil {
 		return Counters{}, err
 	}
-	c, err := devCounters(p.ComputeNS, p.ComputeDev)
+	c, err := p.side(false).Counters()
 	if err != nil {
 		return Counters{}, err
 	}
@@ -145,7 +140,7 @@ func parseNetDev(b []byte, dev string) (DevCounters, error) {
 	return DevCounters{}, fmt.Errorf("netns: no interface %s", dev)
 }
 
-// QdiscStats are the counters of the root qdisc on one veth end, as tc
+// QdiscStats are the counters of the root qdisc on one interface, as tc
 // reports them. Bytes count what the shaper charged: for a GSO packet,
 // every segment's headers, which the interface counters (one set of
 // headers per GSO packet) do not see.
@@ -155,15 +150,14 @@ type QdiscStats struct {
 }
 
 // Qdisc reads the root qdisc's counters of the storage end (storageSide)
-// or the compute end, through `tc -s -j qdisc show`.
+// or the compute end (Node.Qdisc).
 func (p *Pair) Qdisc(ctx context.Context, storageSide bool) (QdiscStats, error) {
-	if p.ctx.Err() != nil {
-		return QdiscStats{}, ErrClosed
-	}
-	ns, dev := p.ComputeNS, p.ComputeDev
-	if storageSide {
-		ns, dev = p.StorageNS, p.StorageDev
-	}
+	return p.side(storageSide).Qdisc(ctx)
+}
+
+// rootQdisc reads the counters of the root qdisc on dev in namespace ns,
+// through `tc -s -j qdisc show`.
+func rootQdisc(ctx context.Context, ns, dev string) (QdiscStats, error) {
 	out, err := output(ctx, "tc", "-n", ns, "-s", "-j", "qdisc", "show", "dev", dev)
 	if err != nil {
 		return QdiscStats{}, err

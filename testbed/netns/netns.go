@@ -1,12 +1,17 @@
-// Package netns emulates a storage node and a GPU node on one machine: two
-// network namespaces joined by a veth pair, each end shaped with a tc token
-// bucket filter (tbf) so that both directions of the link run at a chosen
-// rate. It drives iproute2 (`ip`, `tc`) through os/exec and needs root.
+// Package netns emulates storage nodes and GPU nodes on one machine, each
+// in a network namespace of its own, their links shaped with a tc token
+// bucket filter (tbf) so that both directions run at a chosen rate. A
+// [Topology] is either the two-node link ([NewLink]: two namespaces joined
+// by one veth pair, both ends shaped; [Setup] wraps it as a [Pair]) or the
+// star ([NewStar]: N storage and M compute namespaces, each joined to a
+// bridge in a hub namespace, every storage link shaped at its own rate).
+// It drives iproute2 (`ip`, `tc`) through os/exec and needs root.
 //
-// Everything it creates is named from a prefix ([Config.Prefix]), so
-// [Leftovers] and [Remove] can find what a crashed run left behind.
-// [Pair.Close] kills every process inside the two namespaces and deletes
-// them; the veth ends and their qdiscs go with them.
+// Everything it creates is named from a prefix ([Config.Prefix]) and
+// lives inside the namespaces it made, so [Leftovers] and [Remove] can
+// find what a crashed run left behind. [Topology.Close] kills every
+// process inside its namespaces and deletes them; the veth ends, the
+// bridge and their qdiscs go with them.
 package netns
 
 import (
@@ -35,8 +40,8 @@ var (
 	ErrUnavailable = errors.New("netns: unavailable")
 	// ErrConfig: the configuration is invalid.
 	ErrConfig = errors.New("netns: bad config")
-	// ErrClosed: the pair was closed.
-	ErrClosed = errors.New("netns: pair closed")
+	// ErrClosed: the topology (or pair) was closed.
+	ErrClosed = errors.New("netns: closed")
 )
 
 // MaxPrefix is the longest prefix: a veth name (<prefix>s) must fit the
@@ -48,21 +53,24 @@ const MaxPrefix = 14
 // rate x latency + burst.
 const DefaultLatency = 50 * time.Millisecond
 
-// Config describes the pair. Zero fields take the defaults noted.
+// Config describes the two-node link (and, embedded in StarConfig, the
+// star). Zero fields take the defaults noted.
 type Config struct {
-	// Prefix names everything: namespaces <prefix>-s (storage) and
-	// <prefix>-c (compute), veth ends <prefix>s and <prefix>c. At most
+	// Prefix names everything: for the link, namespaces <prefix>-s
+	// (storage) and <prefix>-c (compute) and veth ends <prefix>s and
+	// <prefix>c; for the star, see NewStar. At most
 	// MaxPrefix bytes of [A-Za-z0-9_.-]. Empty means a name unique to this
 	// process and call: ProcessPrefix() followed by a counter.
 	Prefix string
-	// Rate is the tc rate of each direction, e.g. "500mbit" (see
-	// shape.ParseRate). Empty means unshaped.
-	Rate string
+	// Rate is the tc rate of each direction. The zero Rate means
+	// unshaped.
+	Rate shape.Rate
 	// Subnet is an IPv4 prefix of /30 or wider, e.g. "10.213.7.0/24": the
 	// storage end takes its first host address (.1), the compute end the
-	// second (.2). Empty means 10.213.<n>.0/24 with n drawn from the
-	// process id and a counter. The addresses live only inside the two
-	// namespaces, so they never clash with the host's.
+	// second (.2); in a star the storage nodes take the first ones and the
+	// compute nodes the next. Empty means 10.213.<n>.0/24 with n drawn
+	// from the process id and a counter. The addresses live only inside
+	// the topology's namespaces, so they never clash with the host's.
 	Subnet string
 	// Burst is tbf's bucket size in bytes. Zero means shape.DefaultBurst:
 	// the bytes the rate sends in 4 ms, and at least 64 KiB (one GSO packet,
@@ -72,8 +80,8 @@ type Config struct {
 	Latency time.Duration
 }
 
-// Pair is a set-up pair of namespaces. Create it with [Setup]; release it
-// with [Pair.Close].
+// Pair is a set-up two-node link seen as a storage side and a compute side.
+// Create it with [Setup]; release it with [Pair.Close].
 type Pair struct {
 	// StorageNS and ComputeNS are the namespaces' names (ip netns).
 	StorageNS, ComputeNS string
@@ -83,15 +91,10 @@ type Pair struct {
 	// StorageDev and ComputeDev are the veth ends' interface names, each
 	// inside its namespace.
 	StorageDev, ComputeDev string
-	// Rate is the configured tc rate ("" when unshaped) and RateBits the
-	// same in bits per second (0 when unshaped).
-	Rate     string
-	RateBits float64
+	// Rate is the configured tc rate (the zero Rate when unshaped).
+	Rate shape.Rate
 
-	ctx    context.Context // ended by Close: cancels the commands
-	cancel context.CancelFunc
-	once   sync.Once
-	err    error
+	topo *Topology
 }
 
 var counter atomic.Uint32
@@ -103,117 +106,60 @@ func ProcessPrefix() string { return fmt.Sprintf("sph-%d-", os.Getpid()) }
 
 var validPrefix = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
-// layout is what a validated Config works out to.
-type layout struct {
-	storageIP, computeIP netip.Addr
-	prefixLen            int
-	rateBits             float64 // 0 when unshaped
-}
-
-// withDefaults validates c and fills in its zero fields.
-func (c Config) withDefaults() (Config, layout, error) {
-	var l layout
+// withDefaults validates c and fills in its zero fields; it returns the
+// subnet, masked.
+func (c Config) withDefaults() (Config, netip.Prefix, error) {
 	n := counter.Add(1)
 	if c.Prefix == "" {
 		c.Prefix = ProcessPrefix() + strconv.FormatUint(uint64(n%1296), 36) // at most 2 characters
 	}
 	if len(c.Prefix) > MaxPrefix || !validPrefix.MatchString(c.Prefix) {
-		return c, l, fmt.Errorf("%w: prefix %q: want 1 to %d bytes of [A-Za-z0-9_.-]", ErrConfig, c.Prefix, MaxPrefix)
+		return c, netip.Prefix{}, fmt.Errorf("%w: prefix %q: want 1 to %d bytes of [A-Za-z0-9_.-]", ErrConfig, c.Prefix, MaxPrefix)
 	}
 	if c.Subnet == "" {
 		c.Subnet = fmt.Sprintf("10.213.%d.0/24", (os.Getpid()+int(n))%250+1)
 	}
 	pfx, err := netip.ParsePrefix(c.Subnet)
 	if err != nil || !pfx.Addr().Is4() || pfx.Bits() > 30 {
-		return c, l, fmt.Errorf("%w: subnet %q: want an IPv4 prefix of /30 or wider", ErrConfig, c.Subnet)
-	}
-	pfx = pfx.Masked()
-	l.storageIP = pfx.Addr().Next()
-	l.computeIP = l.storageIP.Next()
-	l.prefixLen = pfx.Bits()
-	if c.Rate != "" {
-		if l.rateBits, err = shape.ParseRate(c.Rate); err != nil {
-			return c, l, fmt.Errorf("%w: %w", ErrConfig, err)
-		}
+		return c, netip.Prefix{}, fmt.Errorf("%w: subnet %q: want an IPv4 prefix of /30 or wider", ErrConfig, c.Subnet)
 	}
 	if c.Burst < 0 || c.Latency < 0 {
-		return c, l, fmt.Errorf("%w: negative burst or latency", ErrConfig)
-	}
-	if c.Burst == 0 {
-		c.Burst = shape.DefaultBurst(l.rateBits)
+		return c, netip.Prefix{}, fmt.Errorf("%w: negative burst or latency", ErrConfig)
 	}
 	if c.Latency == 0 {
 		c.Latency = DefaultLatency
 	}
-	return c, l, nil
+	return c, pfx.Masked(), nil
 }
 
-// Setup creates the two namespaces, the veth pair between them, their
-// addresses and loopbacks, and the tbf qdisc on both ends when Rate is set.
-// A stale namespace or link of the same name (from a run that was killed)
-// is removed first. On any error it undoes what it did.
+// Setup creates the two-node link (NewLink) and returns it as a Pair.
 func Setup(ctx context.Context, cfg Config) (*Pair, error) {
-	cfg, l, err := cfg.withDefaults()
+	t, err := NewLink(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	p := &Pair{
-		StorageNS:  cfg.Prefix + "-s",
-		ComputeNS:  cfg.Prefix + "-c",
-		StorageIP:  l.storageIP.String(),
-		ComputeIP:  l.computeIP.String(),
-		StorageDev: cfg.Prefix + "s",
-		ComputeDev: cfg.Prefix + "c",
-		Rate:       cfg.Rate,
-		RateBits:   l.rateBits,
+	s, c := t.Storage[0], t.Compute[0]
+	return &Pair{
+		StorageNS: s.NS, ComputeNS: c.NS, StorageIP: s.IP, ComputeIP: c.IP, StorageDev: s.Dev, ComputeDev: c.Dev,
+		Rate: s.Rate, topo: t,
+	}, nil
+}
+
+// Topology is the pair as a Topology: one storage and one compute node.
+func (p *Pair) Topology() *Topology { return p.topo }
+
+// side is the storage node (storageSide) or the compute node.
+func (p *Pair) side(storageSide bool) *Node {
+	if storageSide {
+		return p.topo.Storage[0]
 	}
-	p.ctx, p.cancel = context.WithCancel(context.Background())
-	// Stale leftovers of the same names: a namespace, or a veth end still
-	// in this namespace when a run died between creating and moving it.
-	if err := removeNames(ctx, []string{p.StorageNS, p.ComputeNS}, []string{p.StorageDev, p.ComputeDev}); err != nil {
-		p.cancel()
-		return nil, err
-	}
-	steps := [][]string{
-		{"ip", "netns", "add", p.StorageNS},
-		{"ip", "netns", "add", p.ComputeNS},
-		// Created straight inside the namespaces: nothing is ever left in
-		// the caller's namespace.
-		{"ip", "link", "add", p.StorageDev, "netns", p.StorageNS, "type", "veth", "peer", "name", p.ComputeDev, "netns", p.ComputeNS},
-	}
-	for _, end := range []struct{ ns, dev, ip string }{{p.StorageNS, p.StorageDev, p.StorageIP}, {p.ComputeNS, p.ComputeDev, p.ComputeIP}} {
-		steps = append(steps,
-			[]string{"ip", "-n", end.ns, "link", "set", "lo", "up"},
-			[]string{"ip", "-n", end.ns, "addr", "add", end.ip + "/" + strconv.Itoa(l.prefixLen), "dev", end.dev},
-			[]string{"ip", "-n", end.ns, "link", "set", end.dev, "up"},
-		)
-		if cfg.Rate != "" {
-			steps = append(steps, append([]string{"tc", "-n", end.ns, "qdisc", "add"}, tbfArgs(end.dev, cfg.Rate, cfg.Burst, cfg.Latency)...))
-		}
-	}
-	for _, s := range steps {
-		if err := run(ctx, s...); err != nil {
-			return nil, errors.Join(err, p.Close())
-		}
-	}
-	return p, nil
+	return p.topo.Compute[0]
 }
 
 // Command returns a command running name with args inside the storage
-// namespace (storageSide) or the compute namespace, through `ip netns
-// exec`, which execs the program itself: the command's pid is the
-// program's. It runs in its own process group; ending ctx or closing the
-// pair kills the whole group (Close also kills whatever else runs in the
-// namespaces), and the program gets SIGKILL if this process dies first
-// (Pdeathsig; its children do not, but RemoveOnSignal's Remove kills them).
+// namespace (storageSide) or the compute namespace (see Node.Command).
 func (p *Pair) Command(ctx context.Context, storageSide bool, name string, args ...string) *exec.Cmd {
-	ns := p.ComputeNS
-	if storageSide {
-		ns = p.StorageNS
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	context.AfterFunc(p.ctx, cancel)
-	return GroupCommand(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
+	return p.side(storageSide).Command(ctx, name, args...)
 }
 
 // GroupCommand returns a command that runs in its own process group, gets
@@ -234,17 +180,9 @@ func GroupCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// Close kills every process inside the two namespaces (the commands'
-// process groups first), then deletes the namespaces; the veth ends and
-// their qdiscs go with them. It is safe to call twice and returns the same
-// joined errors each time.
-func (p *Pair) Close() error {
-	p.once.Do(func() {
-		p.cancel()
-		p.err = removeNames(context.Background(), []string{p.StorageNS, p.ComputeNS}, []string{p.StorageDev, p.ComputeDev})
-	})
-	return p.err
-}
+// Close kills every process inside the two namespaces and deletes them
+// (Topology.Close). It is safe to call twice.
+func (p *Pair) Close() error { return p.topo.Close() }
 
 // Leftovers lists the namespaces, and the links in this process's
 // namespace, whose names start with prefix.
@@ -456,38 +394,13 @@ func probe() error {
 }
 
 // Listen opens a listener inside the storage namespace (storageSide) or
-// the compute namespace: the socket is made on an OS thread that has
-// joined the namespace, and stays in it.
+// the compute namespace (see Node.Listen).
 func (p *Pair) Listen(storageSide bool, network, addr string) (net.Listener, error) {
-	var lis net.Listener
-	err := p.inNamespace(storageSide, func() (err error) {
-		lis, err = net.Listen(network, addr)
-		return err
-	})
-	return lis, err
+	return p.side(storageSide).Listen(network, addr)
 }
 
 // Dial connects from inside the storage namespace (storageSide) or the
 // compute namespace.
 func (p *Pair) Dial(ctx context.Context, storageSide bool, network, addr string) (net.Conn, error) {
-	var c net.Conn
-	err := p.inNamespace(storageSide, func() (err error) {
-		var d net.Dialer
-		c, err = d.DialContext(ctx, network, addr)
-		return err
-	})
-	return c, err
-}
-
-// inNamespace runs f on an OS thread that has joined one of the pair's
-// namespaces.
-func (p *Pair) inNamespace(storageSide bool, f func() error) error {
-	if p.ctx.Err() != nil {
-		return ErrClosed
-	}
-	ns := p.ComputeNS
-	if storageSide {
-		ns = p.StorageNS
-	}
-	return withNamespace(ns, f)
+	return p.side(storageSide).Dial(ctx, network, addr)
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/testbed/shape"
 	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
@@ -40,7 +41,6 @@ func TestConfigRejects(t *testing.T) {
 		{Subnet: "10.0.0.0/31"},
 		{Subnet: "fd00::/64"},
 		{Subnet: "nonsense"},
-		{Rate: "fast"},
 		{Burst: -1},
 	} {
 		if _, err := Setup(context.Background(), c); !errors.Is(err, ErrConfig) {
@@ -110,8 +110,8 @@ func TestNetnsNoLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { Remove(prefix) })
-	p := setup(t, Config{Prefix: prefix, Rate: "400mbit"})
-	if p.StorageIP == p.ComputeIP || !strings.HasPrefix(p.StorageIP, "10.213.") || p.RateBits != 400e6 {
+	p := setup(t, Config{Prefix: prefix, Rate: shape.MustParseRate("400mbit")})
+	if p.StorageIP == p.ComputeIP || !strings.HasPrefix(p.StorageIP, "10.213.") || p.Rate.Bits() != 400e6 {
 		t.Errorf("pair %+v", p)
 	}
 

@@ -27,32 +27,31 @@ func checkDev(dev string) error {
 }
 
 // tbfArgs are the arguments of `tc qdisc add|replace` that give dev a root
-// tbf qdisc: rate in tc's syntax, burst in bytes, latency rounded down to
-// microseconds.
-func tbfArgs(dev, rate string, burst int, latency time.Duration) []string {
+// tbf qdisc: rate as given (tc's syntax), burst in bytes, latency rounded
+// down to microseconds.
+func tbfArgs(dev string, rate shape.Rate, burst int, latency time.Duration) []string {
 	return []string{"dev", dev, "root", "tbf",
-		"rate", rate, "burst", strconv.Itoa(burst), "latency", fmt.Sprintf("%dus", latency.Microseconds())}
+		"rate", rate.String(), "burst", strconv.Itoa(burst), "latency", fmt.Sprintf("%dus", latency.Microseconds())}
 }
 
 // ShapeDev gives interface dev of the caller's network namespace a root
 // tbf qdisc (`tc qdisc replace`), replacing whatever root qdisc it has:
-// what dev sends then leaves at rate (tc syntax, see shape.ParseRate) at
-// most. A burst of zero means shape.DefaultBurst(rate); a latency of zero
-// means DefaultLatency. Only dev's egress is shaped: to shape both
-// directions of a link, shape both of its ends. It needs root.
-func ShapeDev(ctx context.Context, dev, rate string, burst int, latency time.Duration) error {
+// what dev sends then leaves at rate at most; the zero Rate is ErrConfig.
+// A burst of zero means shape.DefaultBurst(rate); a latency of zero means
+// DefaultLatency. Only dev's egress is shaped: to shape both directions of
+// a link, shape both of its ends. It needs root.
+func ShapeDev(ctx context.Context, dev string, rate shape.Rate, burst int, latency time.Duration) error {
 	if err := checkDev(dev); err != nil {
 		return err
 	}
-	bits, err := shape.ParseRate(rate)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrConfig, err)
+	if rate.IsZero() {
+		return fmt.Errorf("%w: no rate to shape %s at", ErrConfig, dev)
 	}
 	if burst < 0 || latency < 0 {
 		return fmt.Errorf("%w: negative burst or latency", ErrConfig)
 	}
 	if burst == 0 {
-		burst = shape.DefaultBurst(bits)
+		burst = shape.DefaultBurst(rate.Bits())
 	}
 	if latency == 0 {
 		latency = DefaultLatency

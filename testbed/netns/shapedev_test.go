@@ -12,19 +12,20 @@ import (
 
 func TestShapeDevRejects(t *testing.T) {
 	ctx := context.Background()
+	gbit := shape.MustParseRate("1gbit")
 	for _, c := range []struct {
-		dev, rate string
-		burst     int
-		latency   time.Duration
+		dev     string
+		rate    shape.Rate
+		burst   int
+		latency time.Duration
 	}{
-		{"", "1gbit", 0, 0},
-		{"eth0/x", "1gbit", 0, 0},
-		{"-eth0", "1gbit", 0, 0},
-		{"much-too-long-name", "1gbit", 0, 0},
-		{"eth0", "", 0, 0},
-		{"eth0", "fast", 0, 0},
-		{"eth0", "1gbit", -1, 0},
-		{"eth0", "1gbit", 0, -time.Millisecond},
+		{"", gbit, 0, 0},
+		{"eth0/x", gbit, 0, 0},
+		{"-eth0", gbit, 0, 0},
+		{"much-too-long-name", gbit, 0, 0},
+		{"eth0", shape.Rate{}, 0, 0}, // no rate
+		{"eth0", gbit, -1, 0},
+		{"eth0", gbit, 0, -time.Millisecond},
 	} {
 		if err := ShapeDev(ctx, c.dev, c.rate, c.burst, c.latency); !errors.Is(err, ErrConfig) {
 			t.Errorf("ShapeDev(%+v) = %v, want ErrConfig", c, err)
@@ -67,7 +68,7 @@ func tbfRate(out string) float64 {
 		for i := 4; i+1 < len(f); i++ {
 			if f[i] == "rate" {
 				r, _ := shape.ParseRate(f[i+1])
-				return r
+				return r.Bits()
 			}
 		}
 	}
@@ -99,7 +100,7 @@ func TestShapeDev(t *testing.T) {
 		if err := ClearDev(ctx, dev); err != nil {
 			t.Errorf("ClearDev with no qdisc set: %v", err)
 		}
-		if err := ShapeDev(ctx, dev, "500mbit", 0, 0); err != nil {
+		if err := ShapeDev(ctx, dev, shape.MustParseRate("500mbit"), 0, 0); err != nil {
 			return err
 		}
 		out := show()
@@ -107,7 +108,7 @@ func TestShapeDev(t *testing.T) {
 			t.Errorf("after ShapeDev 500mbit: rate %v, qdiscs:\n%s", r, out)
 		}
 		// Replacing, with an explicit burst and latency.
-		if err := ShapeDev(ctx, dev, "200mbit", 100000, 20*time.Millisecond); err != nil {
+		if err := ShapeDev(ctx, dev, shape.MustParseRate("200mbit"), 100000, 20*time.Millisecond); err != nil {
 			return err
 		}
 		out = show()
@@ -124,7 +125,7 @@ func TestShapeDev(t *testing.T) {
 		if err := ClearDev(ctx, dev); err != nil {
 			t.Errorf("second ClearDev: %v", err)
 		}
-		if err := ShapeDev(ctx, "nosuchdev0", "1gbit", 0, 0); err == nil || errors.Is(err, ErrConfig) {
+		if err := ShapeDev(ctx, "nosuchdev0", shape.MustParseRate("1gbit"), 0, 0); err == nil || errors.Is(err, ErrConfig) {
 			t.Errorf("ShapeDev of a missing device = %v, want tc's error", err)
 		}
 		if _, err := ShowDev(ctx, "nosuchdev0"); err == nil {

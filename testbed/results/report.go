@@ -80,6 +80,10 @@ func Table(w io.Writer, r *Results) error {
 			b.WriteString("training loop:\n")
 			writeText(&b, trainingColumns, rows)
 		}
+		if rows := nodesTable(c); len(rows) > 0 {
+			b.WriteString("nodes (last epoch; per rank, per storage link, per storage agent):\n")
+			writeText(&b, nodesColumns, rows)
+		}
 	}
 	if rows := contentionTable(r); len(rows) > 0 {
 		b.WriteString("\n== contention ==\n")
@@ -410,6 +414,15 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 	fmt.Fprintf(b, "- **Link rates:** %s\n", md(orNone(strings.Join(rates, ", "))))
 	fmt.Fprintf(b, "- **Storage CPU limits:** %s\n", md(orNone(strings.Join(cpus, ", "))))
 	fmt.Fprintf(b, "- **Pinning:** %s\n", md(orDefault(m.Pinning, "none")))
+	if s := topologyLine(r); s != "" {
+		fmt.Fprintf(b, "- **Nodes:** %s\n", md(s))
+	}
+	if s := placementsLine(r); s != "" {
+		fmt.Fprintf(b, "- **Placements:** %s\n", md(s))
+	}
+	if r.Reference != "" {
+		fmt.Fprintf(b, "- **Reference:** every run's tensors were compared with the 1 x 1 run's samples in `%s`\n", strings.ReplaceAll(r.Reference, "`", "'"))
+	}
 	d := r.Dataset
 	kind := "a user's folder"
 	if d.Kind != "" {
@@ -480,6 +493,10 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 				"*loop wait* the time the loop was blocked on its loader. The losses differ between rows because "+
 				"their orders and random crops differ.\n\n")
 			writeMarkdownTable(b, trainingColumns, rows)
+		}
+		if rows := nodesTable(c); len(rows) > 0 {
+			b.WriteString("\n" + nodesNote(c))
+			writeMarkdownTable(b, nodesColumns, rows)
 		}
 		if len(perCell[i]) > 0 {
 			b.WriteString("\n")

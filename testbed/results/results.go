@@ -83,6 +83,20 @@ type Results struct {
 	// done (Run.Contention); ContendThreads its busy threads. 0: none.
 	ContendAt      float64 `json:"contend_at,omitempty"`
 	ContendThreads int     `json:"contend_threads,omitempty"`
+	// StorageNodes and ComputeNodes are `--storage-nodes` and
+	// `--compute-nodes` when either is above 1: every cell ran that many
+	// storage agents and compute agents (ranks of one world) in a star of
+	// namespaces (or on loopback). Absent: one of each, the two-node link.
+	StorageNodes int `json:"storage_nodes,omitempty"`
+	ComputeNodes int `json:"compute_nodes,omitempty"`
+	// Placements is `--placements`: each policy ran once per placement,
+	// every compute agent with --placement P (Run.Placement). Absent: no
+	// --placement was passed (the compute agent's default).
+	Placements []string `json:"placements,omitempty"`
+	// Reference is `--reference`: the --samples-out file of a 1 x 1 run
+	// whose tensors every run's were compared with (Run.ContentMatches).
+	// Absent: the experiment's first exactly-once run was the reference.
+	Reference string `json:"reference,omitempty"`
 	// Cells are the grid's points, rates outermost, then storage CPUs,
 	// then repetitions.
 	Cells []Cell `json:"cells"`
@@ -125,8 +139,12 @@ type Cell struct {
 	StorageCPUs float64 `json:"storage_cpus"`
 	// Repetition numbers the cell's repetitions from 1 with --repeat N >
 	// 1; 0 when the grid ran once.
-	Repetition int   `json:"repetition,omitempty"`
-	Runs       []Run `json:"runs"`
+	Repetition int `json:"repetition,omitempty"`
+	// StorageRates is each storage link's rate, in storage node order,
+	// when there are several storage or compute nodes (then Rate is the
+	// rates joined with "+" and RateBitsPerSec their sum). Absent: 1 x 1.
+	StorageRates []string `json:"storage_rates,omitempty"`
+	Runs         []Run    `json:"runs"`
 }
 
 // Run is one policy (or the peer, or the trainer) in one cell.
@@ -154,6 +172,9 @@ type Run struct {
 	// Contention is the CPU hog of `--contend-at` in this run; nil when
 	// none ran.
 	Contention *Contention `json:"contention,omitempty"`
+	// Placement is the compute agents' --placement (with --placements);
+	// absent when none was passed.
+	Placement string `json:"placement,omitempty"`
 
 	// Training is true for the rows that fed a real training loop instead
 	// of the simulated GPU (the trainer row, and the peer with `testbed run
@@ -210,6 +231,23 @@ type Epoch struct {
 	GPUIdleFraction   float64 `json:"gpu_idle_fraction"`
 	Profiled          bool    `json:"profiled,omitempty"`
 	Replanned         bool    `json:"replanned,omitempty"`
+
+	// With several storage or compute nodes (absent otherwise): Seconds
+	// is the slowest rank's epoch (data-parallel training waits for it)
+	// and RankSeconds each rank's, in rank order; the counts, bytes and
+	// CPU above are the ranks' sums (GPUIdleFraction their mean,
+	// PredictedSeconds and BoundSeconds the largest rank's), and the
+	// kernel bytes the compute nodes' together, from the first rank's
+	// start to the last rank's end. LinkBytes is what each storage node
+	// sent on its link over that time, in storage node order (its veth
+	// end's kernel counter; on loopback its shaping proxies' relayed
+	// bytes); StorageAgentCPUSeconds each storage agent's CPU time (user
+	// and system, from /proc, at 10 ms resolution), the gRPC and TLS work
+	// included, unlike StorageCPUSeconds, which sums the ops' CPU the
+	// responses reported.
+	RankSeconds            []float64 `json:"rank_seconds,omitempty"`
+	LinkBytes              []int64   `json:"link_bytes,omitempty"`
+	StorageAgentCPUSeconds []float64 `json:"storage_agent_cpu_seconds,omitempty"`
 }
 
 // SamplesPerSec is the epoch's throughput.

@@ -35,9 +35,8 @@ type Proxy struct {
 	Listen string
 	// Target is the address connections are forwarded to.
 	Target string
-	// Rate is each direction's rate in tc's syntax ("100mbit", see
-	// ParseRate). Empty means unshaped.
-	Rate string
+	// Rate is each direction's rate. The zero Rate means unshaped.
+	Rate Rate
 	// Burst is each bucket's size in bytes. Zero means DefaultBurst(rate).
 	Burst int
 	// Dial opens the connection to Target. Nil means a net.Dialer (TCP).
@@ -92,17 +91,12 @@ func (p *Proxy) ServeListener(ctx context.Context, lis net.Listener) error {
 	}
 	p.started = true
 	p.mu.Unlock()
-	if p.Rate != "" {
-		bits, err := ParseRate(p.Rate)
-		if err != nil {
-			lis.Close()
-			return err
-		}
+	if !p.Rate.IsZero() {
 		burst := p.Burst
 		if burst <= 0 {
-			burst = DefaultBurst(bits)
+			burst = DefaultBurst(p.Rate.Bits())
 		}
-		p.upB, p.downB = NewBucket(bits/8, burst), NewBucket(bits/8, burst)
+		p.upB, p.downB = NewBucket(p.Rate.BytesPerSec(), burst), NewBucket(p.Rate.BytesPerSec(), burst)
 	}
 	dial := p.Dial
 	if dial == nil {

@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"flag"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,15 +30,60 @@ func TestParseRate(t *testing.T) {
 		{"2kbps", 16e3},
 	} {
 		got, err := ParseRate(tc.in)
-		if err != nil || got != tc.want {
-			t.Errorf("ParseRate(%q) = %v, %v, want %v", tc.in, got, err, tc.want)
+		if err != nil || got.Bits() != tc.want || got.BytesPerSec() != tc.want/8 || got.IsZero() {
+			t.Errorf("ParseRate(%q) = %v bits/s, %v, want %v", tc.in, got.Bits(), err, tc.want)
+		}
+		// The text as given names result folders and goes to tc.
+		if got.String() != tc.in {
+			t.Errorf("ParseRate(%q).String() = %q, want it as given", tc.in, got.String())
 		}
 	}
-	for _, bad := range []string{"", "mbit", "-5mbit", "0", "fast", "1e400bit", "NaNbit"} {
-		if _, err := ParseRate(bad); !errors.Is(err, ErrRate) {
-			t.Errorf("ParseRate(%q) err = %v, want ErrRate", bad, err)
+	if r, err := ParseRate(" 100Mbit "); err != nil || r.String() != "100Mbit" {
+		t.Errorf("ParseRate with spaces = %q, %v, want \"100Mbit\"", r, err)
+	}
+	for _, bad := range []string{"", "mbit", "-5mbit", "0", "fast", "1e400bit", "NaNbit", "1e300tbit"} {
+		if r, err := ParseRate(bad); !errors.Is(err, ErrRate) || !r.IsZero() {
+			t.Errorf("ParseRate(%q) = %v, %v, want the zero Rate and ErrRate", bad, r, err)
 		}
 	}
+}
+
+// TestRateFlag: Rate and Rates parse at the flag; a bad value is the
+// flag's error, and Rates' Set replaces its default list.
+func TestRateFlag(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var one Rate
+	many := Rates{MustParseRate("500mbit")}
+	fs.Var(&one, "rate", "")
+	fs.Var(&many, "rates", "")
+	if err := fs.Parse([]string{"--rate", "40mbit", "--rates", "100mbit, 1gbit"}); err != nil {
+		t.Fatal(err)
+	}
+	if one.Bits() != 40e6 || one.String() != "40mbit" {
+		t.Errorf("--rate: %v (%v bits/s)", one, one.Bits())
+	}
+	if len(many) != 2 || many[0].Bits() != 100e6 || many[1].Bits() != 1e9 || many.String() != "100mbit,1gbit" {
+		t.Errorf("--rates: %v", many)
+	}
+	for _, args := range [][]string{{"--rate", "fast"}, {"--rates", "100mbit,fast"}, {"--rates", ","}} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		fs.Var(&one, "rate", "")
+		fs.Var(&many, "rates", "")
+		if err := fs.Parse(args); err == nil || !strings.Contains(err.Error(), ErrRate.Error()) {
+			t.Errorf("Parse(%q) = %v, want the rate's error", args, err)
+		}
+	}
+	if !(Rate{}).IsZero() || (Rate{}).String() != "" {
+		t.Error("the zero Rate is not zero")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("MustParseRate(\"fast\") did not panic")
+		}
+	}()
+	MustParseRate("fast")
 }
 
 // TestBucketRate spends a bucket from four goroutines for about a second
@@ -146,8 +193,8 @@ func startProxy(t *testing.T, p *Proxy) string {
 // TestProxyForwards sends random bytes through the proxy to an echo server
 // and back, unshaped and shaped, on several connections at once.
 func TestProxyForwards(t *testing.T) {
-	for _, rate := range []string{"", "400mbit"} {
-		t.Run("rate="+rate, func(t *testing.T) {
+	for _, rate := range []Rate{{}, MustParseRate("400mbit")} {
+		t.Run("rate="+rate.String(), func(t *testing.T) {
 			p := &Proxy{Target: echoServer(t), Rate: rate}
 			addr := startProxy(t, p)
 			const conns, size = 3, 1 << 20
@@ -189,7 +236,7 @@ func TestProxyForwards(t *testing.T) {
 // TestProxyRate pushes data through a shaped proxy for about a second, in
 // each direction, and checks the rate the receiver saw.
 func TestProxyRate(t *testing.T) {
-	const rate = "80mbit" // 10 MB/s
+	rate := MustParseRate("80mbit") // 10 MB/s
 	want := 10e6
 	for _, dir := range []string{"down", "up"} {
 		t.Run(dir, func(t *testing.T) {

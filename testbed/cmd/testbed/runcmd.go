@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -48,6 +49,24 @@ agent's cgroup, under its quota, until the run ends. The report's
 Contention table compares each contended epoch with the optimal plan's
 prediction at the storage CPU the hog left and with nooff's epoch.
 
+With --storage-nodes N and --compute-nodes M (default 1 x 1, the two-node
+link) each cell is a star instead: N storage namespaces and M compute
+namespaces, each joined to a bridge in a hub namespace, each storage link
+shaped with tbf at --rate both ways (or each at its own rate:
+--storage-rates 400mbit,100mbit), compute links unshaped; N storage agents
+(storage-1..N, the same dataset, each in a cgroup of its own with
+--storage-cpus) and M compute agents run as --rank i --world M against all
+of them. An epoch takes the slowest rank's time; results.json and the
+report add each rank's epoch time, each storage link's bytes and each
+storage agent's CPU, and exactly-once is checked over all ranks together.
+--reference FILE compares every run's tensors with a 1 x 1 run's
+--samples-out file (OUT/<cell>/<policy>.samples of a run with the same
+--gen/--data, --seed, --pipeline and --epochs).
+
+--placements pull,round-robin runs each policy once per placement, every
+compute agent with --placement P: "optimal" (pull) and
+"optimal-round-robin". Without it no --placement flag is passed.
+
 --work-conserving off runs every compute agent with
 --work-conserving=false; both runs each policy but nooff twice, the second
 as "<policy>-nowc" without it. --repeat N runs each cell N times with fresh
@@ -64,6 +83,8 @@ Examples:
   testbed run --gen openimages-like:96 --rate 100mbit --storage-cpus 1 --epochs 2 --batch 16 --policies nooff --train
   testbed run --gen openimages-like:120 --rate 100mbit --storage-cpus 1 --epochs 4 --policies nooff,sophon,optimal --no-peer --contend-at 0.5
   testbed run --gen openimages-like:120 --rate 100mbit --storage-cpus 1 --policies nooff,sophon,optimal --no-peer --repeat 3 --work-conserving both
+  testbed run --gen openimages-like:200 --rate 100mbit --storage-cpus 1 --epochs 2 --policies nooff --no-peer --storage-nodes 2 --compute-nodes 1
+  testbed run --gen openimages-like:200 --storage-rates 400mbit,100mbit --storage-nodes 2 --compute-nodes 2 --policies nooff,optimal --placements pull,round-robin --no-peer
 
 Flags:
 `
@@ -73,7 +94,8 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	data := fs.String("data", "", "dataset `folder`: JPEGs (ImageFolder or flat) or WebDataset tar shards")
 	gen := fs.String("gen", "", "generate the dataset instead: `KIND:N` (imagenet-like or openimages-like), written to OUT/data-KIND-N-sSEED (reused when present)")
 	out := fs.String("out", "testbed-results", "output `folder`")
-	rates := fs.String("rate", experiment.DefaultRate, "link `rates`, comma-separated (e.g. 100mbit,500mbit): tc tbf both ways")
+	rates := shape.Rates{shape.MustParseRate(experiment.DefaultRate)}
+	fs.Var(&rates, "rate", "link `rates`, comma-separated (e.g. 100mbit,500mbit): tc tbf both ways")
 	cpus := fs.String("storage-cpus", strconv.FormatFloat(experiment.DefaultCPUs, 'f', -1, 64), "storage agent CPU `limits` in cores, comma-separated, fractions allowed")
 	policies := fs.String("policies", strings.Join(computeagent.Policies, ","), "`policies` to run, comma-separated, in order (the first is the reference for placement invariance)")
 	epochs := fs.Int("epochs", experiment.DefaultEpochs, "`epochs` per policy (the first run's first epoch profiles, No-Off)")
@@ -95,6 +117,12 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	contendThreads := fs.Int("contend-threads", 1, "the hog's busy `threads`")
 	workConserving := fs.String("work-conserving", experiment.WorkConservingOn, "`setting`: on (the compute agent's default), off (--work-conserving=false) or both (each policy but nooff also as <policy>-nowc)")
 	repeat := fs.Int("repeat", 1, "run each cell `N` times, with fresh agents")
+	storageNodes := fs.Int("storage-nodes", 1, "storage `nodes` (agents) per cell; above 1, or with --compute-nodes above 1, the cell is a star of namespaces")
+	computeNodes := fs.Int("compute-nodes", 1, "compute `nodes` per cell: compute agents run as --rank i --world M")
+	var storageRates shape.Rates
+	fs.Var(&storageRates, "storage-rates", "one link `rate` per storage node, comma-separated (e.g. 400mbit,100mbit), in place of --rate")
+	placements := fs.String("placements", "", "run each policy once per compute-agent `placement`, comma-separated: "+strings.Join(experiment.Placements, ", ")+" (default: no --placement flag)")
+	reference := fs.String("reference", "", "a 1 x 1 run's --samples-out `file` to compare every run's tensors with (default: the experiment's first exactly-once run)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	insecure := fs.Bool("insecure", false, "run the agents with --insecure (default: every cell makes a fresh development CA, certificates and gossip key, and the agents use mutual TLS)")
 	fs.Usage = func() {
@@ -107,8 +135,21 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("run: unexpected arguments %q", fs.Args())
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if len(storageRates) > 0 {
+		if set["rate"] {
+			return fmt.Errorf("run: --rate and --storage-rates exclude each other")
+		}
+		rates = nil
+		if !set["storage-nodes"] {
+			*storageNodes = len(storageRates) // one node per rate
+		}
+	}
 	cfg := experiment.Config{
-		Out: *out, Rates: splitList(*rates), Policies: splitList(*policies), Epochs: *epochs, Pipeline: *pipeline,
+		StorageNodes: *storageNodes, ComputeNodes: *computeNodes, StorageRates: storageRates,
+		Placements: splitList(*placements), Reference: *reference,
+		Out: *out, Rates: rates, Policies: splitList(*policies), Epochs: *epochs, Pipeline: *pipeline,
 		GPURate: *gpuRate, Batch: *batch, Seed: *seed, Peer: !*noPeer, Python: *python, Mode: experiment.Mode(*mode),
 		Train: *train, TrainPolicy: *trainPolicy, TrainScript: *trainScript,
 		Bin: *bin, Scale: *scale, ComputeFlags: strings.Fields(*computeFlags), StorageFlags: strings.Fields(*storageFlags),
@@ -146,7 +187,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 		return fmt.Errorf("run: --data or --gen is required")
 	}
 	if cfg.Scale == "" {
-		cfg.Scale = scaleStatement(cfg.Rates, cfg.StorageCPUs)
+		cfg.Scale = scaleStatement(append(slices.Clip(cfg.Rates), cfg.StorageRates...), cfg.StorageCPUs)
 	}
 	res, err := experiment.Run(ctx, cfg)
 	if res != nil {
@@ -216,15 +257,16 @@ func generate(dir, kind string, n int, seed uint64, log zerolog.Logger) error {
 }
 
 // scaleStatement says how the rates map to the paper's 500 Mbit/s link.
-func scaleStatement(rates []string, cpus []float64) string {
+func scaleStatement(rates []shape.Rate, cpus []float64) string {
 	const ref = 500e6
 	var parts []string
+	seen := map[string]bool{}
 	for _, r := range rates {
-		bits, err := shape.ParseRate(r)
-		if err != nil || bits <= 0 {
+		if r.IsZero() || seen[r.String()] {
 			continue
 		}
-		k := ref / bits
+		seen[r.String()] = true
+		k := ref / r.Bits()
 		if k < 1.05 && k > 0.95 {
 			parts = append(parts, fmt.Sprintf("%s is the paper's 500 Mbit/s link unscaled", r))
 			continue

@@ -10,12 +10,14 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/testbed/netns"
+	"github.com/sophon-dl/sophon/testbed/shape"
 )
 
 func runShape(ctx context.Context, args []string, log zerolog.Logger) error {
 	fs := flag.NewFlagSet("shape", flag.ContinueOnError)
 	dev := fs.String("dev", "", "interface to shape, e.g. eth1 (required)")
-	rate := fs.String("rate", "", "tc rate of what DEV sends: 500mbit, 1gbit (bits/s), 100mbps (bytes/s)")
+	var rate shape.Rate
+	fs.Var(&rate, "rate", "tc `rate` of what DEV sends: 500mbit, 1gbit (bits/s), 100mbps (bytes/s)")
 	burst := fs.Int("burst", 0, "tbf bucket size in bytes (0: what the rate sends in 4 ms, at least 64 KiB)")
 	latency := fs.Duration("latency", netns.DefaultLatency, "tbf latency: longest a packet may queue before it is dropped")
 	remove := fs.Bool("clear", false, "delete DEV's root qdisc, back to the kernel's default")
@@ -49,24 +51,24 @@ Flags:
 	case *dev == "":
 		fs.Usage()
 		return fmt.Errorf("shape: --dev is required")
-	case *rate != "" && *remove:
+	case !rate.IsZero() && *remove:
 		return fmt.Errorf("shape: --rate and --clear exclude each other")
-	case *rate == "" && !*remove && !*show:
+	case rate.IsZero() && !*remove && !*show:
 		fs.Usage()
 		return fmt.Errorf("shape: want --rate, --clear or --show")
-	case (*rate != "" || *remove) && os.Geteuid() != 0:
+	case (!rate.IsZero() || *remove) && os.Geteuid() != 0:
 		return fmt.Errorf("shape: changing %s's qdisc needs root (euid %d)", *dev, os.Geteuid())
 	}
 	switch {
-	case *rate != "":
-		if err := netns.ShapeDev(ctx, *dev, *rate, *burst, *latency); err != nil {
+	case !rate.IsZero():
+		if err := netns.ShapeDev(ctx, *dev, rate, *burst, *latency); err != nil {
 			return err
 		}
 		b := "default"
 		if *burst > 0 {
 			b = fmt.Sprint(*burst)
 		}
-		log.Info().Str("dev", *dev).Str("rate", *rate).Str("burst", b).Str("latency", latency.String()).
+		log.Info().Str("dev", *dev).Stringer("rate", rate).Str("burst", b).Str("latency", latency.String()).
 			Msg("shaped: tbf at the root of dev's egress")
 	case *remove:
 		if err := netns.ClearDev(ctx, *dev); err != nil {

@@ -1,0 +1,256 @@
+package experiment
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/testbed/results"
+	"github.com/sophon-dl/sophon/testbed/shape"
+)
+
+// TestConfigNodes: the N x M options' defaults and what they refuse.
+func TestConfigNodes(t *testing.T) {
+	r := shape.MustParseRate("100mbit")
+	c := Config{Data: "x", Out: "x"}
+	if err := c.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if c.StorageNodes != 1 || c.ComputeNodes != 1 || len(c.Rates) != 1 || c.Rates[0].String() != DefaultRate || c.Placements != nil {
+		t.Errorf("defaults: %d x %d nodes, rates %v, placements %v", c.StorageNodes, c.ComputeNodes, c.Rates, c.Placements)
+	}
+	c = Config{Data: "x", Out: "x", StorageNodes: 2, StorageRates: []shape.Rate{r, shape.MustParseRate("400mbit")}, Placements: Placements}
+	if err := c.defaults(); err != nil || len(c.Rates) != 0 {
+		t.Errorf("storage rates: %v, rates %v (want none)", err, c.Rates)
+	}
+	for name, cfg := range map[string]Config{
+		"negative nodes":         {StorageNodes: -1},
+		"rates and storage rate": {StorageNodes: 2, Rates: []shape.Rate{r}, StorageRates: []shape.Rate{r, r}},
+		"a rate per node":        {StorageNodes: 3, StorageRates: []shape.Rate{r, r}},
+		"an unset storage rate":  {StorageNodes: 2, StorageRates: []shape.Rate{r, {}}},
+		"unknown placement":      {Placements: []string{"random"}},
+		"placement twice":        {Placements: []string{"pull", "pull"}},
+		"contention with 2 x 1":  {StorageNodes: 2, ContendAt: 0.5},
+		"contention with 1 x 2":  {ComputeNodes: 2, ContendAt: 0.5},
+	} {
+		cfg.Data, cfg.Out = "x", "x"
+		if err := cfg.defaults(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", name, err)
+		}
+	}
+}
+
+// TestPoints: the grid's rate points, each storage link at the grid's
+// rate, or one point of per-link rates named by them.
+func TestPoints(t *testing.T) {
+	c := Config{StorageNodes: 2, Rates: []shape.Rate{shape.MustParseRate("100mbit"), shape.MustParseRate("1gbit")}}
+	ps := c.points()
+	if len(ps) != 2 || ps[0].label != "100mbit" || ps[0].bits != 100e6 || len(ps[0].links) != 2 || ps[0].links[1].String() != "100mbit" ||
+		ps[1].label != "1gbit" || ps[1].links[0].Bits() != 1e9 {
+		t.Errorf("grid points %+v", ps)
+	}
+	c = Config{StorageNodes: 2, StorageRates: []shape.Rate{shape.MustParseRate("400mbit"), shape.MustParseRate("100mbit")}}
+	ps = c.points()
+	if len(ps) != 1 || ps[0].label != "400mbit+100mbit" || ps[0].bits != 500e6 || ps[0].links[1].String() != "100mbit" {
+		t.Errorf("storage rates point %+v", ps)
+	}
+	if got := cellDir(ps[0].label, 1, 0); got != "400mbit+100mbit-cpu1" {
+		t.Errorf("cell folder %q", got)
+	}
+}
+
+// TestPinningFor: each storage agent on a core of its own and the compute
+// agents on the rest, when that leaves them 3; one storage agent as
+// before.
+func TestPinningFor(t *testing.T) {
+	for _, tc := range []struct {
+		cores, storage int
+		want           string // storage cpusets | compute cpuset
+		why            string
+	}{
+		{8, 1, "0|1-7", "storage agent on core 0, compute agent on cores 1-7"},
+		{4, 1, "0|1-3", "storage agent on core 0, compute agent on cores 1-3"},
+		{3, 1, "|", "not pinned: 3 cores are too few to split (the storage agent's CPU is limited by its quota)"},
+		{8, 2, "0,1|2-7", "storage agents on cores 0, 1 (one each), compute agents on cores 2-7"},
+		{5, 2, "0,1|2-4", "storage agents on cores 0, 1 (one each), compute agents on cores 2-4"},
+		{4, 2, "|", "not pinned: 4 cores are too few to give each of 2 storage agents a core and the compute agents 3 (each storage agent's CPU is limited by its quota)"},
+	} {
+		p := pinningFor(tc.cores, tc.storage)
+		var set []string
+		for i := range tc.storage {
+			set = append(set, p.storageCores(i))
+		}
+		got := strings.Trim(strings.Join(set, ","), ",") + "|" + p.compute
+		if got != tc.want || p.describe() != tc.why {
+			t.Errorf("%d cores, %d storage agents: got %q (%s), want %q (%s)", tc.cores, tc.storage, got, p.describe(), tc.want, tc.why)
+		}
+	}
+}
+
+func TestRankPath(t *testing.T) {
+	x := &experiment{cfg: Config{ComputeNodes: 1}}
+	if got := x.rankPath("/o/profile.zst", 0); got != "/o/profile.zst" {
+		t.Errorf("one rank: %s", got)
+	}
+	x.cfg.ComputeNodes = 2
+	if got := x.rankPath("/o/profile-100mbit-cpu0.5.zst", 1); got != "/o/profile-100mbit-cpu0.5-rank1.zst" {
+		t.Errorf("rank 1 of 2: %s", got)
+	}
+}
+
+// rankReport is a report line of a rank's epoch.
+func rankReport(epoch uint64, secs float64, start int64, samples int) computeagent.EpochReport {
+	return computeagent.EpochReport{Epoch: epoch, Seconds: secs, StartUnixNS: start, EndUnixNS: start + int64(secs*1e9),
+		Samples: samples, BytesReceived: int64(samples) * 1000, StorageCPUSeconds: 0.5, ComputeCPUSeconds: 1, GPUIdleFraction: 0.2,
+		PredictedSeconds: secs - 0.1}
+}
+
+// TestAgentEpochsRanks: two ranks' report lines make one epoch each: the
+// slowest rank's time, each rank's, the sums, and the counters: each
+// compute node's received bytes over its own rank's epoch, each storage
+// link's bytes and agent's CPU over the ranks' epochs together.
+func TestAgentEpochsRanks(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	sec := int64(time.Second)
+	// Counters grow linearly: compute node i receives (i+1) MB/s, storage
+	// link j sends (j+1) x 10 MB/s, storage agent j burns (j+1)/10 core.
+	s := &series{}
+	for k := range int64(11) {
+		s.add(t0.Add(time.Duration(k*sec)), counts{
+			rx: []int64{k * 1e6, 2 * k * 1e6}, rxPackets: []int64{k * 100, k * 200},
+			links: []int64{k * 10e6, k * 20e6}, cpu: []int64{k * sec / 10, k * sec / 5},
+		})
+	}
+	start := t0.UnixNano()
+	ranks := [][]computeagent.EpochReport{
+		{rankReport(0, 2, start+sec, 30), rankReport(1, 1, start+4*sec, 30)},
+		{rankReport(0, 3, start+2*sec, 30), rankReport(1, 2, start+5*sec, 30), rankReport(2, 1, start+8*sec, 30)},
+	}
+	x := &experiment{cfg: Config{ComputeNodes: 2}}
+	var run results.Run
+	if err := x.agentEpochs(&bed{kernel: true, multi: true}, s, &run, ranks); err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Epochs) != 2 {
+		t.Fatalf("%d epochs, want the 2 both ranks reported", len(run.Epochs))
+	}
+	e := run.Epochs[0]
+	// Rank 0's epoch 0 is [1, 3] s, rank 1's [2, 5] s: together [1, 5].
+	want := results.Epoch{Epoch: 0, Seconds: 3, PredictedSeconds: 2.9, Samples: 60, AgentBytes: 60000,
+		StorageCPUSeconds: 1, ComputeCPUSeconds: 2, GPUIdleFraction: 0.2,
+		KernelBytes: 2e6 + 6e6, KernelPackets: 200 + 600, KernelPayloadBytes: 8e6 - 800*results.FrameOverhead,
+		RankSeconds: []float64{2, 3}, LinkBytes: []int64{40e6, 80e6}, StorageAgentCPUSeconds: []float64{0.4, 0.8}}
+	if fmt.Sprintf("%+v", e) != fmt.Sprintf("%+v", want) {
+		t.Errorf("epoch 0:\n got %+v\nwant %+v", e, want)
+	}
+	if e := run.Epochs[1]; e.Seconds != 2 || !slices.Equal(e.RankSeconds, []float64{1, 2}) || e.Samples != 60 {
+		t.Errorf("epoch 1: %+v", e)
+	}
+
+	// Loopback: the proxies' bytes over the ranks' epochs together.
+	s = &series{}
+	for k := range int64(11) {
+		s.add(t0.Add(time.Duration(k*sec)), counts{rx: []int64{k * 1e6}, rxPackets: []int64{0}})
+	}
+	run = results.Run{}
+	if err := x.agentEpochs(&bed{}, s, &run, ranks); err != nil {
+		t.Fatal(err)
+	}
+	if e := run.Epochs[0]; e.ProxyBytes != 4e6 || e.KernelBytes != 0 || e.LinkBytes != nil {
+		t.Errorf("loopback epoch 0: %+v", e)
+	}
+
+	// Ranks that number their epochs apart.
+	ranks[1][0].Epoch = 7
+	if err := x.agentEpochs(&bed{}, s, &results.Run{}, ranks); !errors.Is(err, ErrRanksDisagree) {
+		t.Errorf("disagreeing ranks: %v, want ErrRanksDisagree", err)
+	}
+}
+
+// writeSamples writes a --samples-out file: epoch, sample and hash lines.
+func writeSamples(t *testing.T, path string, epochs int, ids []int, hash func(e, id int) string) {
+	t.Helper()
+	var b strings.Builder
+	for e := range epochs {
+		for _, id := range ids {
+			fmt.Fprintf(&b, "%d %d %s\n", e, id, hash(e, id))
+		}
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCheckSamplesRanks: exactly-once and content over ranks together,
+// each rank's file holding its shard (ids i % 2 == rank).
+func TestCheckSamplesRanks(t *testing.T) {
+	dir := t.TempDir()
+	const epochs, total = 2, 6
+	hash := func(e, id int) string { return fmt.Sprintf("h%d-%d", e, id) }
+	reports := func(perRank ...int) [][]computeagent.EpochReport {
+		var out [][]computeagent.EpochReport
+		for _, n := range perRank {
+			var rs []computeagent.EpochReport
+			for e := range epochs {
+				rs = append(rs, computeagent.EpochReport{Epoch: uint64(e), Samples: n})
+			}
+			out = append(out, rs)
+		}
+		return out
+	}
+	file := func(name string, ids []int, h func(e, id int) string) string {
+		p := filepath.Join(dir, name)
+		writeSamples(t, p, epochs, ids, h)
+		return p
+	}
+	even, odd := file("even", []int{0, 2, 4}, hash), file("odd", []int{1, 3, 5}, hash)
+	x := &experiment{cfg: Config{Epochs: epochs}, res: &results.Results{Dataset: results.Dataset{Samples: total}}, ref: map[[2]uint64]string{}}
+
+	var run results.Run
+	x.checkSamples(&run, reports(3, 3), []string{even, odd}, true)
+	if !run.ExactlyOnce || !run.ContentMatches || len(x.ref) != epochs*total {
+		t.Fatalf("two shards: exactly once %v, content %v, reference of %d", run.ExactlyOnce, run.ContentMatches, len(x.ref))
+	}
+	for name, tc := range map[string]struct {
+		files   []string
+		reports [][]computeagent.EpochReport
+		once    bool
+		content bool
+	}{
+		"same again":             {[]string{odd, even}, reports(3, 3), true, true},
+		"a sample in both ranks": {[]string{even, file("odd+2", []int{1, 2, 3, 5}, hash)}, reports(3, 4), false, false},
+		"a sample missing":       {[]string{even, file("odd-5", []int{1, 3}, hash)}, reports(3, 2), false, false},
+		"a rank short an epoch":  {[]string{even, odd}, [][]computeagent.EpochReport{reports(3)[0], reports(3)[0][:1]}, false, false},
+		"an id out of range":     {[]string{even, file("odd7", []int{1, 3, 7}, hash)}, reports(3, 3), false, false},
+		"another tensor": {[]string{even, file("odd-other", []int{1, 3, 5}, func(e, id int) string {
+			if id == 3 {
+				return "other"
+			}
+			return hash(e, id)
+		})}, reports(3, 3), true, false},
+	} {
+		var run results.Run
+		x.checkSamples(&run, tc.reports, tc.files, true)
+		if run.ExactlyOnce != tc.once || run.ContentMatches != tc.content {
+			t.Errorf("%s: exactly once %v, content %v; want %v, %v", name, run.ExactlyOnce, run.ContentMatches, tc.once, tc.content)
+		}
+	}
+
+	// A 1 x 1 reference read from its file, as Config.Reference.
+	ref, err := readSamples(file("one", []int{0, 1, 2, 3, 4, 5}, hash))
+	if err != nil || ref.dups != 0 || len(ref.got) != epochs*total || ref.perEpoch[1] != total {
+		t.Fatalf("reference: %d samples, %d duplicates, %v", len(ref.got), ref.dups, err)
+	}
+	x.ref = ref.got
+	run = results.Run{}
+	x.checkSamples(&run, reports(3, 3), []string{even, odd}, true)
+	if !run.ExactlyOnce || !run.ContentMatches {
+		t.Errorf("against the 1 x 1 reference: exactly once %v, content %v", run.ExactlyOnce, run.ContentMatches)
+	}
+}
