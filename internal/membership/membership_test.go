@@ -355,6 +355,73 @@ func TestUpdateMeta(t *testing.T) {
 	}
 }
 
+// TestMembersWhileMetaChanges reads Members and Self while both nodes
+// re-announce their meta: memberlist updates the nodes it returns from its
+// own Members in place, so reading them raced with gossip (go test -race
+// caught it once storage agents re-announced their held shards). The
+// readers must see only whole metas, and in the end the last one. It runs
+// real gossip on loopback: on a MockNetwork the joiner's meta broadcasts
+// are never confirmed, so each UpdateMeta would wait out its timeout.
+func TestMembersWhileMetaChanges(t *testing.T) {
+	g := Gossip{Bind: "127.0.0.1:0", Insecure: true, Tune: FastTiming}
+	s1, err := g.Start("s1", placedMeta("127.0.0.1:7070"), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s1.Close()
+	g.Join = []string{s1.Self().Addr}
+	s2, err := g.Start("s2", placedMeta("127.0.0.1:7071"), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	eventually(t, "s1 to see s2", func() bool { return len(s1.Members()) == 2 })
+	const updates = 20
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for _, n := range []*Node{s1, s2} {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, m := range n.Members() {
+					if m.Meta.Layout != "fd8d518399cca907" {
+						t.Errorf("%s sees %s with meta %+v", n.Self().Name, m.Name, m.Meta)
+					}
+				}
+				_ = n.Self()
+				time.Sleep(time.Millisecond) // leave the CPU to gossip
+			}
+		})
+	}
+	last := placedMeta("127.0.0.1:7071")
+	for i := range updates {
+		last.Shards = 1000 + i
+		if err := s2.UpdateMeta(last); err != nil {
+			t.Errorf("UpdateMeta: %v", err)
+		}
+		if err := s1.UpdateMeta(placedMeta("127.0.0.1:7070")); err != nil {
+			t.Errorf("UpdateMeta: %v", err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	eventually(t, "s1 to see s2's last meta", func() bool {
+		for _, m := range s1.Members() {
+			if m.Name == "s2" {
+				return m.Meta == last
+			}
+		}
+		return false
+	})
+	if got := s2.Self().Meta; got != last {
+		t.Errorf("s2.Self: got %+v, want %+v", got, last)
+	}
+}
+
 func TestMetaValidate(t *testing.T) {
 	tests := []struct {
 		name string

@@ -54,7 +54,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := newDelegate(meta)
+	d := newDelegate(cfg.Name, meta)
 	mc := cfg.memberlistConfig()
 	mc.Delegate = d
 	mc.Events = d
@@ -80,49 +80,49 @@ func New(cfg Config) (*Node, error) {
 		}
 		n.log.Info().Int("contacted", joined).Strs("join", cfg.Join).Msg("joined cluster")
 	}
-	self := ml.LocalNode()
-	n.log.Info().Str("name", self.Name).Str("addr", self.Address()).
+	n.log.Info().Str("name", cfg.Name).Str("addr", d.local().addr).
 		Str("role", string(cfg.Meta.Role)).Bool("encrypted", cfg.SecretKey != nil).Str("label", cfg.Label).Msg("gossip started")
 	return n, nil
 }
 
-// Self returns this node as its peers see it.
+// Self returns this node as its peers see it (as last announced, also
+// after it left).
 func (n *Node) Self() Member {
-	self := n.ml.LocalNode()
-	m, err := decodeMeta(self.Meta)
+	self := n.d.local()
+	m, err := decodeMeta(self.meta)
 	if err != nil {
 		// Unreachable: the local meta was validated when set.
 		n.log.Error().Err(err).Msg("own meta does not decode")
 	}
-	return Member{Name: self.Name, Addr: self.Address(), Meta: m}
+	return Member{Name: n.d.name, Addr: self.addr, Meta: m}
 }
 
 // Members returns the alive members, this node included, sorted by name.
 // Members whose meta does not decode are skipped and logged once.
 func (n *Node) Members() []Member {
-	nodes := n.ml.Members()
+	nodes := n.d.members()
 	out := make([]Member, 0, len(nodes))
-	for _, nd := range nodes {
-		m, err := decodeMeta(nd.Meta)
+	for name, nd := range nodes {
+		m, err := decodeMeta(nd.meta)
 		if err != nil {
-			n.warnBadMeta(nd, err)
+			n.warnBadMeta(name, nd, err)
 			continue
 		}
-		out = append(out, Member{Name: nd.Name, Addr: nd.Address(), Meta: m})
+		out = append(out, Member{Name: name, Addr: nd.addr, Meta: m})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
 // warnBadMeta logs a peer's undecodable meta once per distinct value.
-func (n *Node) warnBadMeta(nd *memberlist.Node, err error) {
+func (n *Node) warnBadMeta(name string, nd peer, err error) {
 	n.warnMu.Lock()
 	defer n.warnMu.Unlock()
-	if prev, ok := n.warned[nd.Name]; ok && prev == string(nd.Meta) {
+	if prev, ok := n.warned[name]; ok && prev == string(nd.meta) {
 		return
 	}
-	n.warned[nd.Name] = string(nd.Meta)
-	n.log.Warn().Err(err).Str("node", nd.Name).Str("addr", nd.Address()).Msg("skipping member with bad meta")
+	n.warned[name] = string(nd.meta)
+	n.log.Warn().Err(err).Str("node", name).Str("addr", nd.addr).Msg("skipping member with bad meta")
 }
 
 // ByRole returns the alive members of role r, sorted by name.

@@ -50,6 +50,9 @@ func TestNewRejects(t *testing.T) {
 		{"certificate of a compute agent", func(c *Config) { c.Insecure = false; c.TLS = pki(t).compute }},
 		{"certificate of another cluster", func(c *Config) { c.Insecure = false; c.TLS = pki(t).storage; c.Cluster = "other" }},
 		{"certificate of another node", func(c *Config) { c.Insecure = false; c.TLS = pki(t).storage; c.Name = "s9" }},
+		{"negative replicas", func(c *Config) { c.Replicas = -1 }},
+		{"too many replicas", func(c *Config) { c.Replicas = placement.MaxReplicas + 1 }},
+		{"negative shard size", func(c *Config) { c.ShardSize = -1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
