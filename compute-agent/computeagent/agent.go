@@ -570,6 +570,13 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 			ErrUnavailable, num, len(unowned), len(order), order[unowned[0]])
 	}
 	e.sched = newPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
+	e.paced = len(fs) > 1
+	if h, ok := plan.(*policyPlan); ok && e.paced {
+		e.sched.cpuOf = func(pos, _ int) int64 {
+			_, c := h.hint(order[pos])
+			return int64(c)
+		}
+	}
 	e.sched.now = cfg.Clock.Now
 	e.linkRate = opts.linkRate
 	if !cfg.StrictOffload {
@@ -585,6 +592,10 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 	for i, f := range fs {
 		f.e = e
 		f.w = window{idx: i, maxCount: cfg.Window, maxBytes: cfg.WindowBytes, outstanding: map[uint64]*request{}}
+		if e.paced {
+			// At most paceTime of the agent's cores queued (see pace).
+			f.w.maxCPU = int64(max(f.cpus, 1) * float64(paceTime))
+		}
 		names[i] = f.ep.Name
 	}
 

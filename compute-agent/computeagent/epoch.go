@@ -49,7 +49,9 @@ type epochRun struct {
 	plan    Plan
 	rec     *profiler.Recorder // stage 2; nil when not profiling
 	sched   *schedule
-	jr      *journal // nil without a sample log
+	// paced: several storage agents, whose windows pace (fetcher.pace).
+	paced bool
+	jr    *journal // nil without a sample log
 
 	work    chan work
 	queue   chan item

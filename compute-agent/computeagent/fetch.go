@@ -41,6 +41,9 @@ type fetcher struct {
 	shards int
 	// served and servedBytes count the responses accepted from it.
 	served, servedBytes atomic.Int64
+	// paceFrom is when its first response of the epoch arrived (recv's
+	// goroutine only); see pace.
+	paceFrom time.Time
 	w                   window
 
 	// lastRecv is when the current stream last received a response or
@@ -355,6 +358,7 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 		e.bytesReceived.Add(int64(len(resp.GetData())))
 		f.served.Add(1)
 		f.servedBytes.Add(int64(len(resp.GetData())))
+		f.pace(now)
 		if m := e.a.metrics(); m != nil {
 			m.received(r.split, len(resp.GetData()))
 		}

@@ -53,6 +53,9 @@ type schedule struct {
 	// now stamps each request's send time (request.sent). Nil leaves it
 	// zero.
 	now func() time.Time
+	// cpuOf, when set, is the storage CPU estimate (ns) of requesting pos
+	// at split k != 0, which window.maxCPU bounds.
+	cpuOf func(pos, k int) int64
 }
 
 // group is the positions that the same fetchers may take. A fetcher takes
@@ -181,8 +184,9 @@ func (g *group) serves(w *window, pass int) bool {
 }
 
 // nextLocked is the next position w may take, first from the retries, or
-// -1; retry reports whether it is a retry.
-func (s *schedule) nextLocked(w *window) (pos int, retry bool) {
+// -1; retry reports whether it is a retry. Positions of lane skip (-1:
+// none) are passed over.
+func (s *schedule) nextLocked(w *window, skip int) (pos int, retry bool) {
 	for pass := range 2 {
 		best := -1
 		for i := range s.groups {
@@ -195,7 +199,7 @@ func (s *schedule) nextLocked(w *window) (pos int, retry bool) {
 			for g.retry.Len() > 0 && s.received[g.retry[0]] {
 				heap.Pop(&g.retry)
 			}
-			if g.retry.Len() > 0 && (best < 0 || g.retry[0] < best) {
+			if g.retry.Len() > 0 && s.laneOf(g.retry[0]) != skip && (best < 0 || g.retry[0] < best) {
 				best = g.retry[0]
 			}
 		}
@@ -209,7 +213,7 @@ func (s *schedule) nextLocked(w *window) (pos int, retry bool) {
 			}
 			both := g.cursor[0] < len(g.lanes[0]) && g.cursor[1] < len(g.lanes[1])
 			for l := range 2 {
-				if g.cursor[l] >= len(g.lanes[l]) || (both && w.laneCount[l] >= (w.maxCount+1)/2) {
+				if l == skip || g.cursor[l] >= len(g.lanes[l]) || (both && w.laneCount[l] >= (w.maxCount+1)/2) {
 					continue
 				}
 				if pos := g.lanes[l][g.cursor[l]]; best < 0 || pos < best {
@@ -252,6 +256,7 @@ func (s *schedule) freeLocked(w *window, r *request) {
 	w.count--
 	w.laneCount[s.laneOf(r.pos)]--
 	w.bytes -= r.bytes
+	w.cpu -= r.cpu
 }
 
 // broadcastLocked wakes every waiter.
@@ -267,6 +272,7 @@ type request struct {
 	sample uint64
 	split  int
 	bytes  int64 // window bytes held: the estimate, then the actual size
+	cpu    int64 // window storage CPU held: the estimate (ns)
 	est    int64 // the estimate
 	sent   time.Time
 	// hedged marks a request of a stalled stream whose position was put
@@ -285,6 +291,9 @@ type window struct {
 	count       int
 	laneCount   [2]int // count by lane
 	bytes       int64
+	// cpu is the storage CPU estimate (ns) of the requests in flight;
+	// maxCPU, when positive, bounds it (fetcher.pace).
+	cpu, maxCPU int64
 	nextTag     uint64
 	outstanding map[uint64]*request // by tag, on the current stream
 }
@@ -298,17 +307,38 @@ func (s *schedule) take(w *window, est func(pos int) (int64, uint64, int)) (r *r
 	if s.nRecv == s.n {
 		return nil, nil, true
 	}
-	pos, retry := s.nextLocked(w)
+	pos, retry := s.nextLocked(w, -1)
 	if pos < 0 || (s.gate > 0 && pos >= s.deliverNext+s.gate) || w.count >= w.maxCount {
 		return nil, s.sig, false
 	}
 	b, sample, k := est(pos)
+	var c int64
+	if s.cpuOf != nil && k != 0 {
+		c = s.cpuOf(pos, k)
+	}
+	if c > 0 && w.maxCPU > 0 && w.cpu > 0 && w.cpu+c > w.maxCPU {
+		// The agent's CPU has enough queued: a raw position instead, if
+		// the other lane has one (the link may be idle).
+		if p2, r2 := s.nextLocked(w, s.laneOf(pos)); p2 >= 0 && s.laneOf(p2) != s.laneOf(pos) {
+			pos, retry = p2, r2
+			b, sample, k = est(pos)
+			c = 0
+			if s.cpuOf != nil && k != 0 {
+				c = s.cpuOf(pos, k)
+			}
+			if c > 0 || (s.gate > 0 && pos >= s.deliverNext+s.gate) {
+				return nil, s.sig, false
+			}
+		} else {
+			return nil, s.sig, false
+		}
+	}
 	if w.count > 0 && w.bytes+b > w.maxBytes {
 		return nil, s.sig, false
 	}
 	s.advanceLocked(pos, retry)
 	w.nextTag++
-	r = &request{tag: w.nextTag, pos: pos, sample: sample, split: k, bytes: b, est: b}
+	r = &request{tag: w.nextTag, pos: pos, sample: sample, split: k, bytes: b, est: b, cpu: c}
 	if s.now != nil {
 		r.sent = s.now()
 	}
@@ -316,6 +346,7 @@ func (s *schedule) take(w *window, est func(pos int) (int64, uint64, int)) (r *r
 	w.count++
 	w.laneCount[s.laneOf(pos)]++
 	w.bytes += b
+	w.cpu += c
 	return r, nil, false
 }
 
@@ -460,6 +491,16 @@ func (s *schedule) delivered(pos int) {
 	s.deliverNext = pos
 	s.broadcastLocked()
 	s.mu.Unlock()
+}
+
+// setMaxBytes sets w's byte bound.
+func (s *schedule) setMaxBytes(w *window, b int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b > w.maxBytes {
+		s.broadcastLocked()
+	}
+	w.maxBytes = b
 }
 
 // giveUp marks w's fetcher dead and reports how many are left. A group
