@@ -329,3 +329,41 @@ func TestAnnouncedRefused(t *testing.T) {
 		t.Fatalf("a good announcement: %v, shards %d", err, f.shards)
 	}
 }
+
+// TestScheduleCPUCap: a window whose storage CPU estimate is full takes
+// raw positions past the offloaded ones it cannot queue, and offloads
+// again once CPU is released.
+func TestScheduleCPUCap(t *testing.T) {
+	off := []bool{true, true, true, true, false, false, false, false}
+	s := newSchedule(len(off), 0, 1, off)
+	s.cpuOf = func(pos, k int) int64 { return 10 }
+	w := testWindow(8)
+	w.maxCPU = 20
+	estOff := func(pos int) (int64, uint64, int) {
+		k := 0
+		if off[pos] {
+			k = 1
+		}
+		return 1, uint64(pos), k
+	}
+	var got []int
+	for {
+		r, _, done := s.take(w, estOff)
+		if done || r == nil {
+			break
+		}
+		got = append(got, r.pos)
+	}
+	if !slices.Equal(got, []int{0, 1, 4, 5, 6, 7}) || w.cpu != 20 {
+		t.Fatalf("took %v with %d ns of CPU, want the offloads 0 and 1 (20 ns), then the raw ones", got, w.cpu)
+	}
+	for _, r := range w.outstanding {
+		if r.pos == 0 {
+			s.release(w, r)
+			delete(w.outstanding, r.tag)
+		}
+	}
+	if r, _, _ := s.take(w, estOff); r == nil || r.pos != 2 || w.cpu != 20 {
+		t.Fatalf("after releasing an offload: took %v, want position 2", r)
+	}
+}
