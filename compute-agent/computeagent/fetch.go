@@ -44,7 +44,7 @@ type fetcher struct {
 	// paceFrom is when its first response of the epoch arrived (recv's
 	// goroutine only); see pace.
 	paceFrom time.Time
-	w                   window
+	w        window
 
 	// lastRecv is when the current stream last received a response or
 	// handed one on (Unix ns); handing is set while recv waits to hand a

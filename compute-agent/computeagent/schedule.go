@@ -285,12 +285,12 @@ type request struct {
 // window is one fetcher's share of the schedule; its fields are guarded by
 // schedule.mu.
 type window struct {
-	idx         int // the fetcher's index: bit idx of a group's masks
-	maxCount    int
-	maxBytes    int64
-	count       int
-	laneCount   [2]int // count by lane
-	bytes       int64
+	idx       int // the fetcher's index: bit idx of a group's masks
+	maxCount  int
+	maxBytes  int64
+	count     int
+	laneCount [2]int // count by lane
+	bytes     int64
 	// cpu is the storage CPU estimate (ns) of the requests in flight;
 	// maxCPU, when positive, bounds it (fetcher.pace).
 	cpu, maxCPU int64
