@@ -48,6 +48,8 @@ test: lint proto-check ## Lint, check generated code, build without cgo, run all
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHandoff$$' -fuzztime $(FUZZTIME) ./compute-agent/computeagent/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJournal$$' -fuzztime $(FUZZTIME) ./compute-agent/computeagent/
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadProfile$$' -fuzztime $(FUZZTIME) ./profiler/
+	$(GO) test -run '^$$' -fuzz '^FuzzLayoutFromRanges$$' -fuzztime $(FUZZTIME) ./internal/placement/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCluster$$' -fuzztime $(FUZZTIME) ./policy/
 
 .PHONY: fuzz
 fuzz: ## Longer fuzz runs (FUZZTIME=5m by default here)

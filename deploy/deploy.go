@@ -84,6 +84,11 @@ type Storage struct {
 	Pipelines      []string `yaml:"pipelines"`
 	StartupSeconds int      `yaml:"startupSeconds"`
 	LogLevel       string   `yaml:"logLevel"`
+	// Replicas, ShardSize and Egress are --replicas, --shard-size and
+	// --egress (docs/architecture.md, "Shards and replicas").
+	Replicas  int    `yaml:"replicas"`
+	ShardSize int    `yaml:"shardSize"`
+	Egress    string `yaml:"egress"`
 }
 
 // Training are the training Job's values.
@@ -267,6 +272,12 @@ func (v Values) Validate() error {
 	}
 	if s.StartupSeconds < 10 {
 		bad("storage.startupSeconds %d: want 10 at least", s.StartupSeconds)
+	}
+	if s.Replicas < 0 || s.ShardSize < 1 {
+		bad("storage: replicas %d must not be negative, shardSize %d must be positive", s.Replicas, s.ShardSize)
+	}
+	if s.Egress == "" || strings.ContainsAny(s.Egress, " ,=") {
+		bad("storage.egress %q: want a rate such as 10gbit, or 0 for unknown", s.Egress)
 	}
 	t := v.Training
 	if t.Nodes < 1 || t.BackoffLimit < 0 || t.GPUs < 0 || t.MinStorage < 1 || t.Batch < 1 {
