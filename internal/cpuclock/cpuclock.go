@@ -20,3 +20,13 @@ func Thread() time.Duration {
 	}
 	return time.Duration(ts.Nano())
 }
+
+// Process is the calling process's CPU time, every thread together
+// (CLOCK_PROCESS_CPUTIME_ID), or 0 when the clock cannot be read.
+func Process() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}

@@ -834,8 +834,14 @@ type InfoResponse struct {
 	// The members held_shards was computed over, sorted: the agent's view of
 	// the live storage agents of its fingerprint and layout, itself included.
 	PlacementMembers []string `protobuf:"bytes,11,rep,name=placement_members,json=placementMembers,proto3" json:"placement_members,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The agent process's CPU time so far (user and system, every thread:
+	// ops, reads, gRPC and TLS), in ns. Two answers bracket an epoch; less
+	// the ops' own storage_cpu_ns, the difference over the bytes sent is
+	// the storage CPU each byte costs to send (the planner's transport
+	// term). Zero: not measured.
+	ProcessCpuNs  uint64 `protobuf:"varint,12,opt,name=process_cpu_ns,json=processCpuNs,proto3" json:"process_cpu_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -945,6 +951,13 @@ func (x *InfoResponse) GetPlacementMembers() []string {
 	return nil
 }
 
+func (x *InfoResponse) GetProcessCpuNs() uint64 {
+	if x != nil {
+		return x.ProcessCpuNs
+	}
+	return 0
+}
+
 var File_proto_dataplanepb_dataplane_proto protoreflect.FileDescriptor
 
 const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
@@ -995,7 +1008,7 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"ShardRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"\x87\x03\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\xad\x03\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12 \n" +
@@ -1009,7 +1022,8 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\x14egress_bytes_per_sec\x18\t \x01(\x04R\x11egressBytesPerSec\x12%\n" +
 	"\x0eplacement_name\x18\n" +
 	" \x01(\tR\rplacementName\x12+\n" +
-	"\x11placement_members\x18\v \x03(\tR\x10placementMembers*5\n" +
+	"\x11placement_members\x18\v \x03(\tR\x10placementMembers\x12$\n" +
+	"\x0eprocess_cpu_ns\x18\f \x01(\x04R\fprocessCpuNs*5\n" +
 	"\x05Codec\x12\x0e\n" +
 	"\n" +
 	"CODEC_NONE\x10\x00\x12\x0e\n" +

@@ -257,6 +257,7 @@ func (s *server) Info(context.Context, *dataplanepb.InfoRequest) (*dataplanepb.I
 		EgressBytesPerSec: s.egress,
 		PlacementName:     s.hold.self,
 		PlacementMembers:  slices.Clone(members),
+		ProcessCpuNs:      uint64(max(cpuclock.Process(), 0)),
 	}, nil
 }
 
