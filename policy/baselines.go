@@ -133,6 +133,7 @@ func SOPHON(p *profiler.Profile, r Resources) Plan {
 			tot[2] += float64(ns)
 		}
 		tot[0] += float64(s.Bytes[0])
+		tot[1] += float64(s.Bytes[0]) * m.perByte // sending it (Resources.StorageNSPerByte)
 		if k == 0 {
 			continue
 		}
@@ -165,7 +166,7 @@ func SOPHON(p *profiler.Profile, r Resources) Plan {
 		}
 		next := tot
 		next[0] -= c.saved
-		next[1] += c.sns
+		next[1] += c.sns - c.saved*m.perByte
 		next[2] -= c.sns
 		if link(next) <= stor(next) && max(link(next), stor(next)) > max(link(tot), stor(tot)) {
 			break // the guard: this overshooting pick does not pay

@@ -56,6 +56,8 @@ type dualResult struct {
 func (m *model) eval(w [3]float64, ch []int32) (float64, [3]float64) {
 	a := [3]float64{w[0] * m.scale[0], w[1] * m.scale[1], w[2] * m.scale[2]}
 	d := a[1] - a[2]
+	// A byte also costs the storage side perByte ns to send.
+	a0 := a[0] + a[1]*m.perByte
 	var g float64
 	var tot raw
 	for i := range m.p.Samples {
@@ -66,7 +68,7 @@ func (m *model) eval(w [3]float64, ch []int32) (float64, [3]float64) {
 		}
 		comp := m.stride == 2 && len(s.Compressed) == m.n+1
 		hasC, hasD := len(s.CompressNS) == m.n+1, len(s.DecompressNS) == m.n+1
-		best, bestV := 0, float64(s.Bytes[0])*a[0]
+		best, bestV := 0, float64(s.Bytes[0])*a0
 		var bestQ raw
 		bestQ = raw{float64(s.Bytes[0]), 0, total}
 		var pre, pre2 float64
@@ -77,7 +79,7 @@ func (m *model) eval(w [3]float64, ch []int32) (float64, [3]float64) {
 					pre2 = pre
 				}
 				q := raw{float64(s.Bytes[k]), pre, total - pre}
-				if v := a[0]*q[0] + d*pre; v <= bestV {
+				if v := a0*q[0] + d*pre; v <= bestV {
 					if v < bestV || m.sum(q) < m.sum(bestQ) {
 						best, bestV, bestQ = k*m.stride, v, q
 					}
@@ -91,7 +93,7 @@ func (m *model) eval(w [3]float64, ch []int32) (float64, [3]float64) {
 				if hasD {
 					q[2] += float64(s.DecompressNS[k])
 				}
-				if v := a[0]*q[0] + a[1]*q[1] + a[2]*q[2] - a[2]*total; v <= bestV {
+				if v := a0*q[0] + a[1]*q[1] + a[2]*q[2] - a[2]*total; v <= bestV {
 					if v < bestV || m.sum(q) < m.sum(bestQ) {
 						best, bestV, bestQ = k*m.stride+1, v, q
 					}
@@ -100,7 +102,7 @@ func (m *model) eval(w [3]float64, ch []int32) (float64, [3]float64) {
 		}
 		if m.cut && s.HasCut() {
 			cb, cns, cfin := float64(s.CutBytes), float64(s.CutNS), float64(s.CutFinishNS)
-			if v := a[0]*cb + a[1]*cns + a[2]*(cfin-pre2); v <= bestV {
+			if v := a0*cb + a[1]*cns + a[2]*(cfin-pre2); v <= bestV {
 				if q := (raw{cb, cns, cfin + total - pre2}); v < bestV || m.sum(q) < m.sum(bestQ) {
 					best, bestV, bestQ = m.cutOpt, v, q
 				}
@@ -108,7 +110,7 @@ func (m *model) eval(w [3]float64, ch []int32) (float64, [3]float64) {
 		}
 		g += bestV + a[2]*total
 		tot[0] += bestQ[0]
-		tot[1] += bestQ[1]
+		tot[1] += bestQ[1] + bestQ[0]*m.perByte
 		tot[2] += bestQ[2]
 		if ch != nil {
 			ch[i] = int32(best)

@@ -58,6 +58,10 @@ func randomResources(rng *rand.Rand, n int) Resources {
 	if rng.IntN(8) == 0 {
 		r.StorageCores = 0
 	}
+	if rng.IntN(2) == 0 {
+		// Sending costs the storage side too: a few ns per byte.
+		r.StorageNSPerByte = 5 * math.Exp(rng.NormFloat64())
+	}
 	return r
 }
 
