@@ -392,7 +392,7 @@ wait:
 			a.log.Error().Err(err).Msg("storage agent refused")
 			continue
 		}
-		f := &fetcher{ep: ep, client: p.client, cpus: p.info.GetCpus()}
+		f := &fetcher{ep: ep, client: p.client, cpus: p.info.GetCpus(), cpu0: p.info.GetProcessCpuNs()}
 		if err := f.announced(p.info, cat); err != nil {
 			errs = append(errs, err)
 			a.log.Error().Err(err).Msg("storage agent refused")
@@ -615,6 +615,10 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 	elapsed := end.Sub(start)
 	stopGPU()
 	wg.Wait()
+	var perByte float64
+	if err == nil {
+		perByte = transport(ctx, fs)
+	}
 
 	r := EpochReport{
 		Epoch:                    num,
@@ -627,6 +631,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		FetchOnly:                cfg.FetchOnly,
 		Storage:                  names,
 		ByStorage:                byStorage(fs),
+		StorageNSPerByte:         perByte,
 		Shard:                    len(order),
 		Samples:                  e.samples,
 		Batches:                  e.nbatch,

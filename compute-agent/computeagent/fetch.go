@@ -44,7 +44,12 @@ type fetcher struct {
 	// paceFrom is when its first response of the epoch arrived (recv's
 	// goroutine only); see pace.
 	paceFrom time.Time
-	w        window
+	// cpu0 is the agent's process CPU (ns) its Info gave at the epoch's
+	// start, 0 when unknown; opsNS sums the storage_cpu_ns of its
+	// responses (see transport).
+	cpu0  uint64
+	opsNS atomic.Int64
+	w     window
 
 	// lastRecv is when the current stream last received a response or
 	// handed one on (Unix ns); handing is set while recv waits to hand a
@@ -363,6 +368,7 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			m.received(r.split, len(resp.GetData()))
 		}
 		e.storageNS.Add(int64(resp.GetStorageCpuNs()))
+		f.opsNS.Add(int64(resp.GetStorageCpuNs()))
 		switch resp.GetServed() {
 		case dataplanepb.Served_SERVED_RAW_CONTENDED:
 			e.servedRawContended.Add(1)

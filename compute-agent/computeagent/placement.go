@@ -1,6 +1,7 @@
 package computeagent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -135,4 +136,38 @@ func (f *fetcher) pace(now time.Time) {
 	b = max(b, 4*got/n)
 	b = min(b, e.cfg.WindowBytes)
 	e.sched.setMaxBytes(&f.w, b)
+}
+
+// transportMinBytes is the least an epoch must have received for its
+// transport figure to count.
+const transportMinBytes = 1 << 20
+
+// transport measures what sending costs the storage agents of fs beyond
+// their ops: each one's process CPU over the epoch (Info at the start and
+// now) less the CPU its responses reported for their ops, summed, over the
+// bytes they sent. Agents that report no process CPU, or do not answer
+// within a second, are left out; 0 when none is left or too few bytes
+// crossed. An agent that also served other compute agents meanwhile
+// counts their CPU too, so the figure errs high then.
+func transport(ctx context.Context, fs []*fetcher) float64 {
+	var ns, bytes float64
+	for _, f := range fs {
+		got := f.servedBytes.Load()
+		if f.cpu0 == 0 || got == 0 {
+			continue
+		}
+		ictx, cancel := context.WithTimeout(ctx, time.Second)
+		info, err := f.client.Info(ictx, &dataplanepb.InfoRequest{})
+		cancel()
+		if err != nil || info.GetProcessCpuNs() < f.cpu0 {
+			continue
+		}
+		spent := float64(info.GetProcessCpuNs()-f.cpu0) - float64(f.opsNS.Load())
+		ns += max(spent, 0)
+		bytes += float64(got)
+	}
+	if bytes < transportMinBytes {
+		return 0
+	}
+	return ns / bytes
 }

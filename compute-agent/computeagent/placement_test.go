@@ -1,12 +1,15 @@
 package computeagent
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -365,5 +368,41 @@ func TestScheduleCPUCap(t *testing.T) {
 	}
 	if r, _, _ := s.take(w, estOff); r == nil || r.pos != 2 || w.cpu != 20 {
 		t.Fatalf("after releasing an offload: took %v, want position 2", r)
+	}
+}
+
+// infoOnly answers Info with a fixed process CPU.
+type infoOnly struct {
+	dataplanepb.StorageClient
+	cpu uint64
+	err error
+}
+
+func (c infoOnly) Info(context.Context, *dataplanepb.InfoRequest, ...grpc.CallOption) (*dataplanepb.InfoResponse, error) {
+	return &dataplanepb.InfoResponse{ProcessCpuNs: c.cpu}, c.err
+}
+
+// TestTransport: the storage CPU per byte beyond the ops is the agents'
+// process CPU over the epoch less their ops' CPU, over the bytes they
+// sent; agents without the figure, or that do not answer, are left out.
+func TestTransport(t *testing.T) {
+	mk := func(cpu0, cpu1 uint64, ops, bytes int64, err error) *fetcher {
+		f := &fetcher{client: infoOnly{cpu: cpu1, err: err}, cpu0: cpu0}
+		f.opsNS.Store(ops)
+		f.servedBytes.Store(bytes)
+		return f
+	}
+	fs := []*fetcher{
+		mk(1e9, 1e9+30e6, 10e6, 2<<20, nil), // 20 ms for 2 MiB
+		mk(5e8, 5e8+10e6, 0, 2<<20, nil),    // 10 ms for 2 MiB
+		mk(0, 9e9, 0, 2<<20, nil),           // no figure at the start
+		mk(1e9, 2e9, 0, 2<<20, errors.New("gone")),
+	}
+	want := 30e6 / float64(4<<20)
+	if got := transport(context.Background(), fs); got < want*0.999 || got > want*1.001 {
+		t.Fatalf("transport %v ns/B, want %v", got, want)
+	}
+	if got := transport(context.Background(), []*fetcher{mk(1, 1e6, 0, 1000, nil)}); got != 0 {
+		t.Fatalf("transport %v from 1000 bytes, want 0 (too few)", got)
 	}
 }

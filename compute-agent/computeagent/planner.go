@@ -105,7 +105,7 @@ func (pl *planner) replan() error {
 	pr := pl.plan.Pred
 	pl.a.log.Info().Str("policy", pl.name).Float64("predicted_seconds", pr.Seconds).Float64("bound_seconds", pl.bound).
 		Str("bottleneck", pr.Bottleneck).Float64("bytes", pr.Bytes).Float64("storage_cpu_seconds", pr.StorageCPUSeconds).
-		Float64("link_bytes_per_sec", r.LinkBytesPerSec).Float64("storage_speed", r.StorageSpeed).Msg("planned")
+		Float64("link_bytes_per_sec", r.LinkBytesPerSec).Float64("storage_speed", r.StorageSpeed).Float64("storage_ns_per_byte", r.StorageNSPerByte).Msg("planned")
 	return nil
 }
 
@@ -173,6 +173,15 @@ func (pl *planner) drift(r *EpochReport, e *epochRun, ran policy.Plan) (string, 
 		if ratio > 1+thr || (ratio < 1-thr && ran.Pred.Bottleneck == policy.Link && storageBusy < 0.8) {
 			why = append(why, fmt.Sprintf("link %.0f B/s, planned %.0f B/s", got, res.LinkBytesPerSec))
 			res.LinkBytesPerSec = got
+		}
+	}
+	if m := r.StorageNSPerByte; m > 0 {
+		// What sending costs the storage side (its process CPU beyond the
+		// ops): under a CPU quota shared with a neighbour, it competes
+		// with the ops for what is left.
+		if old := res.StorageNSPerByte; old <= 0 || m/old > 1+thr || m/old < 1-thr {
+			why = append(why, fmt.Sprintf("transport %.2f ns/B, planned %.2f ns/B", m, old))
+			res.StorageNSPerByte = m
 		}
 	}
 	if len(why) == 0 {
@@ -364,6 +373,7 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 			switch {
 			case opts.rec != nil:
 				r.Profiled = true
+				pl.res.StorageNSPerByte = r.StorageNSPerByte // the No-Off epoch sent every byte raw
 				if err := pl.adopt(opts.rec, len(shard), r); err != nil {
 					return err
 				}

@@ -95,7 +95,11 @@ type EpochReport struct {
 	Storage     []string `json:"storage"`
 	// ByStorage is what each storage agent of Storage served, in the
 	// same order: samples accepted and their wire bytes.
-	ByStorage         []StorageStats  `json:"by_storage,omitempty"`
+	ByStorage []StorageStats `json:"by_storage,omitempty"`
+	// StorageNSPerByte is the storage agents' CPU per byte sent beyond
+	// their ops (reads, gRPC, TLS), measured over the epoch from their
+	// process CPU (see transport); 0 when not measured.
+	StorageNSPerByte  float64         `json:"storage_ns_per_byte,omitempty"`
 	Shard             int             `json:"shard"`
 	Samples           int             `json:"samples"`
 	Batches           int             `json:"batches"`

@@ -228,7 +228,7 @@ func (x *experiment) contended(run *results.Run, policy string, h *hog, rs []com
 		k.LagSeconds = float64(h.opened.UnixNano()-h.lastEnd) / 1e9
 	}
 	var err error
-	if k.PredictedSeconds, err = x.reducedPrediction(policy, rs, k.StorageCoresLeft); err != nil {
+	if k.PredictedSeconds, err = x.reducedPrediction(policy, rs, k.FromEpoch, k.StorageCoresLeft); err != nil {
 		k.PredictionError = err.Error()
 	}
 	run.Contention = k
@@ -240,8 +240,10 @@ func (x *experiment) contended(run *results.Run, policy string, h *hog, rs []com
 
 // reducedPrediction is the named policy's epoch time for the experiment's
 // profile and the run's stage 1 resources (its first report line) with
-// storageCores storage cores: what its re-plan predicts at that CPU.
-func (x *experiment) reducedPrediction(name string, rs []computeagent.EpochReport, storageCores float64) (float64, error) {
+// storageCores storage cores, and the storage CPU per byte sent as the
+// last epoch before the hog (before epoch from) measured it: what its
+// re-plan predicts at that CPU.
+func (x *experiment) reducedPrediction(name string, rs []computeagent.EpochReport, from int, storageCores float64) (float64, error) {
 	if len(rs) == 0 || rs[0].Stage1 == nil {
 		return 0, errors.New("no stage 1 in the compute agent's report")
 	}
@@ -250,6 +252,11 @@ func (x *experiment) reducedPrediction(name string, rs []computeagent.EpochRepor
 		return 0, err
 	}
 	res := stage1Resources(*rs[0].Stage1, storageCores, computeCores(x.cfg.ComputeFlags))
+	for _, r := range rs {
+		if int(r.Epoch) < from && r.StorageNSPerByte > 0 {
+			res.StorageNSPerByte = r.StorageNSPerByte
+		}
+	}
 	plan, err := policy.ByName(name, prof, res)
 	if err != nil {
 		return 0, err
