@@ -254,3 +254,18 @@ func checkedShape(op Op, in shape, lim Limits) (shape, error) {
 	}
 	return out, checkOutput(op.Name(), out, lim.MaxOutputBytes)
 }
+
+// CropSplit is the split just after the pipeline's first crop op
+// (random_resized_crop, decode_random_resized_crop or center_crop): the
+// ResizeOff baseline's split. ok is false when the pipeline has none.
+// Profiles record it (profiler.Profile.CropSplit), so the planners never
+// guess it from op names.
+func (p *Pipeline) CropSplit() (k int, ok bool) {
+	for j := range p.Len() {
+		switch p.Op(j).(type) {
+		case RandomResizedCrop, DecodeRandomResizedCrop, CenterCrop:
+			return j + 1, true
+		}
+	}
+	return 0, false
+}

@@ -42,7 +42,7 @@ func AllOff(p *profiler.Profile, r Resources) Plan {
 }
 
 // ResizeOff runs ops [0:k] on storage for every sample; k is normally
-// ResizeSplit(p.Ops).
+// CropSplit(p).
 func ResizeOff(p *profiler.Profile, r Resources, k int) Plan {
 	return uniform(newModel(p, r, false), NameResizeOff, k, r)
 }
@@ -63,6 +63,17 @@ func ResizeSplit(ops []string) int {
 		}
 	}
 	return -1
+}
+
+// CropSplit is profile p's crop split: the one the profile records
+// (profiler.Profile.CropSplit, from the pipeline itself), else, for a
+// profile that predates the field, ResizeSplit of its op names; -1 when
+// there is none.
+func CropSplit(p *profiler.Profile) int {
+	if p.CropSplit > 0 {
+		return p.CropSplit
+	}
+	return ResizeSplit(p.Ops)
 }
 
 func isWordByte(b byte) bool {

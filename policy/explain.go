@@ -14,7 +14,7 @@ import (
 // (when ResizeSplit finds a crop op), fastflow, sophon, optimal.
 func All(p *profiler.Profile, r Resources) []Plan {
 	plans := []Plan{NoOff(p, r), AllOff(p, r)}
-	if k := ResizeSplit(p.Ops); k >= 0 {
+	if k := CropSplit(p); k >= 0 {
 		plans = append(plans, ResizeOff(p, r, k))
 	}
 	return append(plans, FastFlow(p, r), SOPHON(p, r), Optimal(p, r))

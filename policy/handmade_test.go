@@ -238,3 +238,19 @@ func TestWithMeasured(t *testing.T) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 }
+
+// TestCropSplit: the profile's recorded crop split wins over op names; a
+// profile without one falls back to them.
+func TestCropSplit(t *testing.T) {
+	p := &profiler.Profile{Ops: []string{"decode", "center_crop", "to_tensor"}}
+	if got := CropSplit(p); got != 2 {
+		t.Errorf("from names: %d, want 2", got)
+	}
+	p.CropSplit = 1
+	if got := CropSplit(p); got != 1 {
+		t.Errorf("recorded 1: got %d", got)
+	}
+	if got := CropSplit(&profiler.Profile{Ops: []string{"decode"}}); got != -1 {
+		t.Errorf("no crop: %d, want -1", got)
+	}
+}

@@ -244,7 +244,7 @@ func (m *model) rounded(r Resources) []int32 {
 	best := m.improve(ch, d.w, target)
 	bestT := m.epoch(best)
 	bases := []Plan{NoOff(p, r), AllOff(p, r), FastFlow(p, r), SOPHON(p, r)}
-	if k := ResizeSplit(p.Ops); k >= 0 {
+	if k := CropSplit(p); k >= 0 {
 		bases = append(bases, ResizeOff(p, r, k))
 	}
 	for _, b := range bases {

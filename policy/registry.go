@@ -22,7 +22,7 @@ func ByName(name string, p *profiler.Profile, r Resources) (Plan, error) {
 	case NameAllOff:
 		return AllOff(p, r), nil
 	case NameResizeOff:
-		k := ResizeSplit(p.Ops)
+		k := CropSplit(p)
 		if k < 0 {
 			return Plan{}, fmt.Errorf("policy: resizeoff: pipeline %s has no crop op", p.Pipeline)
 		}

@@ -25,6 +25,10 @@ type Profile struct {
 	Pipeline string `json:"pipeline"`
 	// Ops names the pipeline's ops; split k runs Ops[0:k] on storage.
 	Ops []string `json:"ops"`
+	// CropSplit is the split just after the pipeline's first crop op
+	// (ops.Pipeline.CropSplit: ResizeOff's split), 0 when it has none or
+	// the profile predates the field.
+	CropSplit int `json:"crop_split,omitempty"`
 	// Samples holds one entry per sample, in id order.
 	Samples []SampleProfile `json:"samples"`
 	// Resources, when set, is the running mean of the resources measured

@@ -298,7 +298,8 @@ func newProfile(p *ops.Pipeline, fingerprint string) *Profile {
 	for j := range names {
 		names[j] = p.Op(j).Name()
 	}
-	return &Profile{Version: ProfileVersion, Fingerprint: fingerprint, Pipeline: p.ID(), Ops: names}
+	k, _ := p.CropSplit()
+	return &Profile{Version: ProfileVersion, Fingerprint: fingerprint, Pipeline: p.ID(), Ops: names, CropSplit: k}
 }
 
 // FromTraces builds a profile from [Trace] results. Trace measures wall

@@ -208,6 +208,9 @@ func (p *Profile) Validate() error {
 	if err := p.Resources.validate(); err != nil {
 		return fmt.Errorf("%w: resources: %v", ErrProfileInvalid, err)
 	}
+	if p.CropSplit < 0 || p.CropSplit > n {
+		return fmt.Errorf("%w: crop split %d outside [0, %d]", ErrProfileInvalid, p.CropSplit, n)
+	}
 	for i := range p.Samples {
 		s := &p.Samples[i]
 		if i > 0 && s.ID <= p.Samples[i-1].ID {

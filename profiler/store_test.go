@@ -211,6 +211,9 @@ func TestValidate(t *testing.T) {
 		{"NaN speed", func(p *Profile) { p.Resources.StorageSpeed = math.NaN() }, false},
 		{"negative epochs", func(p *Profile) { p.Resources.Epochs = -1 }, false},
 		{"duplicate", func(p *Profile) { p.Samples[0].ID = 3 }, false},
+		{"crop split", func(p *Profile) { p.CropSplit = len(p.Ops) }, true},
+		{"crop split past the ops", func(p *Profile) { p.CropSplit = len(p.Ops) + 1 }, false},
+		{"negative crop split", func(p *Profile) { p.CropSplit = -1 }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := handProfile()

@@ -42,22 +42,11 @@ func AllOff(p *ops.Pipeline) Plan { return staticPlan{name: "alloff", k: p.Len()
 // ResizeOff splits right after the pipeline's first crop op
 // (random_resized_crop, decode_random_resized_crop or center_crop).
 func ResizeOff(p *ops.Pipeline) (Plan, error) {
-	k, ok := cropSplit(p)
+	k, ok := p.CropSplit()
 	if !ok {
 		return nil, configErr("resizeoff: pipeline %s has no crop op", p.ID())
 	}
 	return staticPlan{name: "resizeoff", k: k}, nil
-}
-
-// cropSplit is the index after the first crop op.
-func cropSplit(p *ops.Pipeline) (int, bool) {
-	for j := range p.Len() {
-		switch p.Op(j).(type) {
-		case ops.RandomResizedCrop, ops.DecodeRandomResizedCrop, ops.CenterCrop:
-			return j + 1, true
-		}
-	}
-	return 0, false
 }
 
 // PlanFile is a per-sample plan, stored as JSON:
