@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -229,39 +228,16 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 // unknown.
 type rate uint64
 
-// rateUnits are tc's rate units in bits per second, longest suffix first
-// so "kbps" is not read as "bps". As in tc(8), *bit units are bits and
-// *bps units bytes per second, k/m/g/t are powers of 1000 and ki/mi/gi/ti
-// powers of 1024, and a bare number is bits per second.
-var rateUnits = []struct {
-	suffix string
-	bits   float64
-}{
-	{"kibit", 1024}, {"mibit", 1 << 20}, {"gibit", 1 << 30}, {"tibit", 1 << 40},
-	{"kibps", 8 * 1024}, {"mibps", 8 << 20}, {"gibps", 8 << 30}, {"tibps", 8 << 40},
-	{"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}, {"tbit", 1e12},
-	{"kbps", 8e3}, {"mbps", 8e6}, {"gbps", 8e9}, {"tbps", 8e12},
-	{"bit", 1}, {"bps", 8},
-}
-
 // parseRate reads a tc rate ("500mbit", "10gbit", "1.25gbps") in bytes
 // per second, rounded; "0" (any unit) is 0, unknown.
 func parseRate(s string) (uint64, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	mult := 1.0
-	for _, u := range rateUnits {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSuffix(t, u.suffix), u.bits
-			break
-		}
+	bits, err := cli.ParseBitRate(s)
+	if err != nil {
+		return 0, err
 	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
-		return 0, fmt.Errorf("rate %q: want a number and a tc unit, e.g. 500mbit or 10gbit", s)
-	}
-	bytes := math.Round(v * mult / 8)
+	bytes := math.Round(bits / 8)
 	switch {
-	case v == 0:
+	case bits == 0:
 		return 0, nil
 	case bytes < 1:
 		return 0, fmt.Errorf("rate %q is below one byte per second", s)

@@ -3,27 +3,13 @@ package shape
 import (
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
+
+	"github.com/sophon-dl/sophon/internal/cli"
 )
 
 // ErrRate: a rate that is not a positive tc-style rate.
 var ErrRate = errors.New("shape: bad rate")
-
-// rateUnits are tc's rate units, in bits per second. A bare number is bits
-// per second, as in tc.
-var rateUnits = []struct {
-	suffix string
-	bits   float64
-}{
-	// Longest suffixes first, so "kbps" is not read as "bps".
-	{"kibit", 1024}, {"mibit", 1 << 20}, {"gibit", 1 << 30}, {"tibit", 1 << 40},
-	{"kibps", 8 * 1024}, {"mibps", 8 << 20}, {"gibps", 8 << 30}, {"tibps", 8 << 40},
-	{"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}, {"tbit", 1e12},
-	{"kbps", 8e3}, {"mbps", 8e6}, {"gbps", 8e9}, {"tbps", 8e12},
-	{"bit", 1}, {"bps", 8},
-}
 
 // Rate is a link rate in tc's syntax, parsed once (at the flag, with
 // ParseRate or Set) and carried typed from there: to tc, to the in-process
@@ -44,19 +30,11 @@ type Rate struct {
 // bits per second. A rate that is not positive and finite is ErrRate.
 func ParseRate(s string) (Rate, error) {
 	text := strings.TrimSpace(s)
-	t := strings.ToLower(text)
-	mult := 1.0
-	for _, u := range rateUnits {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSuffix(t, u.suffix), u.bits
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v <= 0 || math.IsInf(v, 0) || math.IsNaN(v) || math.IsInf(v*mult, 0) {
+	bits, err := cli.ParseBitRate(text)
+	if err != nil || bits <= 0 {
 		return Rate{}, fmt.Errorf("%w: %q: want a positive tc rate such as 500mbit, 1gbit or 12.5mbps", ErrRate, s)
 	}
-	return Rate{text: text, bits: v * mult}, nil
+	return Rate{text: text, bits: bits}, nil
 }
 
 // MustParseRate is ParseRate for constants and tests: it panics on a bad
