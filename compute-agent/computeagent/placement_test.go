@@ -406,3 +406,45 @@ func TestTransport(t *testing.T) {
 		t.Fatalf("transport %v from 1000 bytes, want 0 (too few)", got)
 	}
 }
+
+// TestPace: with several storage agents a fetcher's window bytes follow
+// what its agent delivers: paceTime of its measured rate, at least four
+// average responses, at most Config.WindowBytes; before its 8th response,
+// and with one agent, the window is left alone.
+func TestPace(t *testing.T) {
+	cfg := &Config{WindowBytes: 64 << 20}
+	e := &epochRun{cfg: cfg, paced: true}
+	e.sched = newSchedule(1, 0, 1, nil)
+	f := &fetcher{e: e, w: window{maxBytes: cfg.WindowBytes}}
+	t0 := time.Unix(100, 0)
+	f.pace(t0) // the first response starts the clock
+	f.served.Store(4)
+	f.servedBytes.Store(4 << 20)
+	f.pace(t0.Add(time.Second))
+	if f.w.maxBytes != cfg.WindowBytes {
+		t.Fatalf("after 4 responses: %d bytes, want the window untouched", f.w.maxBytes)
+	}
+	f.served.Store(100)
+	f.servedBytes.Store(10 << 20) // 10 MiB in 1 s, 100 KiB each
+	f.pace(t0.Add(time.Second))
+	if want := int64(float64(10<<20) * paceTime.Seconds()); f.w.maxBytes != want {
+		t.Errorf("at 10 MiB/s: %d bytes, want %d (paceTime of it)", f.w.maxBytes, want)
+	}
+	f.pace(t0.Add(100 * time.Second)) // 0.1 MiB/s: the floor of 4 responses
+	if want := int64(4 * (10 << 20) / 100); f.w.maxBytes != want {
+		t.Errorf("at 0.1 MiB/s: %d bytes, want the floor %d", f.w.maxBytes, want)
+	}
+	f.servedBytes.Store(10 << 30) // 10 GiB in 1 s: the ceiling
+	f.pace(t0.Add(time.Second))
+	if f.w.maxBytes != cfg.WindowBytes {
+		t.Errorf("at 10 GiB/s: %d bytes, want the ceiling %d", f.w.maxBytes, cfg.WindowBytes)
+	}
+	one := &fetcher{e: &epochRun{cfg: cfg}, w: window{maxBytes: 7}}
+	one.served.Store(100)
+	one.servedBytes.Store(100)
+	one.pace(t0)
+	one.pace(t0.Add(time.Second))
+	if one.w.maxBytes != 7 {
+		t.Errorf("one agent: window bytes %d, want untouched", one.w.maxBytes)
+	}
+}
