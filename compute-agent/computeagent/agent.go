@@ -649,6 +649,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		Duplicates:               int(e.duplicates.Load()),
 		Stalls:                   int(e.stalls.Load()),
 		Hedged:                   int(e.hedged.Load()),
+		Refetched:                int(e.refetched.Load()),
 		ServedRaw:                servedRaw(e),
 		Shed:                     int(e.shed.count()),
 		Resumed:                  resumed,

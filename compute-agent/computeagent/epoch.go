@@ -80,6 +80,7 @@ type epochRun struct {
 	duplicates     atomic.Int64
 	stalls         atomic.Int64 // streams declared stalled
 	hedged         atomic.Int64 // requests of stalled streams put back while outstanding
+	refetched      atomic.Int64 // cuts that did not finish here, fetched again raw (refetchRaw)
 	// Offloads the storage agents answered raw: their CPU could not keep
 	// up (work-conserving offload), or the file cannot be cut exactly.
 	servedRawContended, servedRawUncuttable atomic.Int64
@@ -212,6 +213,9 @@ func (e *epochRun) worker(ctx context.Context) error {
 				bad = e.check(w.resp.GetData(), lim, &it)
 			} else {
 				bad = e.finish(w.f, w.resp.GetData(), lim, &it)
+				if bad != nil && it.split == ops.SplitCut && bad.Where == "local" {
+					bad = e.refetchRaw(ctx, w.f, lim, &it, bad)
+				}
 			}
 		}
 		if bad != nil {

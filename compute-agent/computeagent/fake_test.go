@@ -111,6 +111,9 @@ type fakeStorage struct {
 	// announces.
 	layout []*dataplanepb.ShardRange
 	held   []uint32
+	// badCut, when set, damages the cuts of the samples it picks (half
+	// their JPEG is cut off): a cut that does not decode.
+	badCut func(sample uint64) bool
 	// dieAt, when positive, kills the agent at its dieAt-th response:
 	// that stream and every later one abort, and Info fails.
 	dieAt int64
@@ -320,6 +323,11 @@ func (s *fakeStorage) serve(ctx context.Context, req *dataplanepb.FetchRequest) 
 		v, err = s.p.Cut(key, raw, ops.Limits{})
 		if errors.Is(err, ops.ErrCannotCut) {
 			v, err, resp.Served = raw, nil, dataplanepb.Served_SERVED_RAW_UNCUTTABLE
+		}
+		if c, ok := v.(*ops.CutJPEG); ok && s.badCut != nil && s.badCut(req.GetSample()) {
+			bad := *c
+			bad.Data = bad.Data[:len(bad.Data)/2]
+			v = &bad
 		}
 	default:
 		v, err = s.p.Run(key, raw, 0, int(req.GetSplit()))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	shards "github.com/sophon-dl/sophon/internal/placement"
+	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -170,4 +171,34 @@ func transport(ctx context.Context, fs []*fetcher) float64 {
 		return 0
 	}
 	return ns / bytes
+}
+
+// refetchRaw finishes sample it from its raw bytes, fetched again from f's
+// storage agent on a stream of their own, after its JPEG-domain cut failed
+// to finish here (bad). The cut is lossless for the files it accepts, but
+// a damaged file can decode whole and still give a cut that does not
+// (FuzzCut found such files): the sample is not lost for that. When the
+// raw fetch fails too, bad stands.
+func (e *epochRun) refetchRaw(ctx context.Context, f *fetcher, lim ops.WireLimits, it *item, bad *SampleFailure) *SampleFailure {
+	rctx, cancel := context.WithTimeout(ctx, e.cfg.RetryBudget)
+	defer cancel()
+	stream, err := f.client.Fetch(rctx)
+	if err != nil {
+		return bad
+	}
+	req := &dataplanepb.FetchRequest{Tag: 1, Sample: it.sample, Epoch: e.num, Seed: e.cfg.Seed,
+		PipelineId: e.a.pipeID, PipelineSpec: e.a.pipeSpec}
+	if err := stream.Send(req); err != nil {
+		return bad
+	}
+	stream.CloseSend()
+	resp, err := stream.Recv()
+	if err != nil || resp.GetError() != nil || resp.GetSample() != it.sample {
+		return bad
+	}
+	e.refetched.Add(1)
+	e.log.Warn().Uint64("sample", it.sample).Str("storage", f.ep.Name).Str("cut_error", bad.Message).Msg("a cut did not finish here: fetched again raw")
+	it.split, it.wire = 0, int64(len(resp.GetData()))
+	e.bytesReceived.Add(int64(len(resp.GetData())))
+	return e.finish(f, resp.GetData(), lim, it)
 }

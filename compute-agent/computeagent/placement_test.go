@@ -11,6 +11,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -447,4 +449,47 @@ func TestPace(t *testing.T) {
 	if one.w.maxBytes != 7 {
 		t.Errorf("one agent: window bytes %d, want untouched", one.w.maxBytes)
 	}
+}
+
+// TestCutRefetched: cuts that do not decode here (damaged on purpose) are
+// fetched again raw and finished from the raw bytes: no sample fails and
+// the tensors are No-Off's.
+func TestCutRefetched(t *testing.T) {
+	p := testPipeline(t)
+	big := make([][]byte, testSamples)
+	for i := range big {
+		b, err := synth.JPEG(uint64(i), 200+8*(i%5), 160+8*(i%3), synth.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		big[i] = b
+	}
+	run := func(plan Plan, bad bool) (EpochReport, map[uint64][32]byte) {
+		n := &memNet{}
+		s := newFake(t, "s")
+		s.data = big
+		if bad {
+			s.badCut = func(sample uint64) bool { return sample%2 == 0 }
+		}
+		n.serve(t, "s:1", s)
+		cfg, rec := testConfig(t, n, "s:1")
+		cfg.Plan = plan
+		reports, err := runAgent(t, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkReport(t, reports[0])
+		checkOnce(t, rec.epoch(0), allSamples())
+		return reports[0], sampleSHAs(t, rec, 0)
+	}
+	_, want := run(NoOff(), false)
+	cut := &PlanFile{PlanName: "cut", Pipeline: p.ID(), Default: ops.SplitCut}
+	r, got := run(cut, true)
+	if !maps.Equal(got, want) {
+		t.Error("tensors differ from No-Off's")
+	}
+	if ops.JPEGBackend == "libjpeg-turbo" && (r.Refetched == 0 || r.Refetched > testSamples/2) {
+		t.Errorf("%d refetched, want some and at most the %d damaged", r.Refetched, testSamples/2)
+	}
+	t.Logf("refetched %d, by split %+v", r.Refetched, r.BySplit)
 }

@@ -116,6 +116,10 @@ type EpochReport struct {
 	Duplicates        int             `json:"duplicates"`
 	Stalls            int             `json:"stalls"`
 	Hedged            int             `json:"hedged"`
+	// Refetched counts the JPEG-domain cuts that did not finish here
+	// (a file whose cut does not decode although the whole file does)
+	// and were fetched again raw.
+	Refetched int `json:"refetched,omitempty"`
 	// ServedRaw counts the offloads storage agents answered with the raw
 	// bytes instead (omitted when none was).
 	ServedRaw *ServedRaw `json:"served_raw,omitempty"`
