@@ -561,6 +561,9 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 	for i, s := range order {
 		offloaded[i] = split[i] != 0 || e.codec(s) != ops.CodecNone
 	}
+	if n := replace(fs); n > 0 {
+		a.log.Warn().Uint64("epoch", num).Int("shards", n).Msg("shards that no reachable storage agent announced are placed over the reachable ones (their holders are gone)")
+	}
 	pl, unowned, err := e.placement(fs)
 	if err != nil {
 		return EpochReport{}, err

@@ -39,6 +39,7 @@ type fetcher struct {
 	// every sample. shards is how many it holds (0 with holds nil).
 	holds  func(sample uint64) bool
 	shards int
+	place  *announcement // nil: no layout announced
 	// served and servedBytes count the responses accepted from it.
 	served, servedBytes atomic.Int64
 	// paceFrom is when its first response of the epoch arrived (recv's

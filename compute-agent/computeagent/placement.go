@@ -87,19 +87,77 @@ func (f *fetcher) announced(info *dataplanepb.InfoResponse, cat *Catalog) error 
 	if layout.Total() != cat.Total {
 		return fmt.Errorf("%s: layout of %d samples, catalog of %d", f.ep.Name, layout.Total(), cat.Total)
 	}
-	set := make([]bool, layout.Len())
+	f.place = &announcement{layout: layout, held: make([]bool, layout.Len()), name: info.GetPlacementName(), replicas: int(info.GetReplicas())}
 	for _, s := range held {
-		set[s] = true
+		f.place.held[s] = true
 	}
 	f.shards = len(held)
 	if len(held) == layout.Len() {
 		return nil // every shard
 	}
-	f.holds = func(sample uint64) bool {
-		s, ok := layout.ShardOf(sample)
-		return ok && set[s]
-	}
+	f.holds = f.place.holds
 	return nil
+}
+
+// announcement is what a storage agent's Info said about placement.
+type announcement struct {
+	layout   shards.Layout
+	held     []bool // by shard
+	name     string // its placement (gossip) name
+	replicas int
+}
+
+func (a *announcement) holds(sample uint64) bool {
+	s, ok := a.layout.ShardOf(sample)
+	return ok && a.held[s]
+}
+
+// replace gives the shards that none of fs holds to the agents of fs by
+// rendezvous hashing over their names alone, as the storage agents
+// themselves will once gossip has declared the missing holders dead: a
+// storage agent that died (and is unreachable now) no longer leaves its
+// shards unavailable for the epochs gossip takes to notice. Every agent of
+// a placement group has the whole dataset (the same fingerprint), so any
+// of them can serve any shard. It does so only when every agent of fs
+// announced the same layout and replica count under a name, and returns
+// how many shards it placed.
+func replace(fs []*fetcher) int {
+	if len(fs) == 0 || fs[0].place == nil {
+		return 0
+	}
+	first := fs[0].place
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		p := f.place
+		if p == nil || p.name == "" || p.replicas != first.replicas || p.layout.Digest() != first.layout.Digest() {
+			return 0
+		}
+		names[i] = p.name
+	}
+	byName := map[string]*fetcher{}
+	for _, f := range fs {
+		byName[f.place.name] = f
+	}
+	placed := 0
+	for s := range first.layout.Len() {
+		held := false
+		for _, f := range fs {
+			held = held || f.place.held[s]
+		}
+		if held {
+			continue
+		}
+		for _, owner := range shards.Owners(s, names, first.replicas) {
+			f := byName[owner]
+			f.place.held[s] = true
+			f.shards++
+			if f.holds == nil {
+				f.holds = f.place.holds
+			}
+		}
+		placed++
+	}
+	return placed
 }
 
 // paceTime is how much of its storage agent's measured delivery a
