@@ -106,8 +106,9 @@ func runShards(t *testing.T, bins agentBinaries, data string, replicas int) shar
 
 // TestShardsTwoByTwo: with R=2 every epoch of both ranks completes exactly
 // once despite the kill; with R=1 the killed agent's samples are reported
-// unavailable, never silently dropped; both give equal batch counts per
-// rank and the same tensors for the same (epoch, sample).
+// unavailable in the epoch of the kill, never silently dropped, and the
+// next epoch places its shards on the survivor; both give equal batch
+// counts per rank and the same tensors for the same (epoch, sample).
 func TestShardsTwoByTwo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the agents for about 30 s")
@@ -122,6 +123,7 @@ func TestShardsTwoByTwo(t *testing.T) {
 	for _, replicas := range []int{2, 1} {
 		run := runShards(t, bins, data, replicas)
 		unavailable := 0
+		var perEpoch [3]int
 		for e := range uint64(3) {
 			if b0, b1 := run.reports[0][e].Batches, run.reports[1][e].Batches; e == 0 && (b0 != b1 || b0 == 0) {
 				t.Errorf("R=%d epoch 0: %d and %d batches, want the same for both ranks", replicas, b0, b1)
@@ -146,6 +148,7 @@ func TestShardsTwoByTwo(t *testing.T) {
 					}
 					got[f.Sample]++
 					unavailable++
+					perEpoch[e]++
 				}
 				ids := want(e, r)
 				for _, s := range ids {
@@ -164,6 +167,10 @@ func TestShardsTwoByTwo(t *testing.T) {
 			t.Errorf("R=2: %d samples unavailable, want none (every shard has a live replica)", unavailable)
 		case replicas == 1 && unavailable == 0:
 			t.Errorf("R=1: no sample reported unavailable after its only holder was killed")
+		case replicas == 1 && perEpoch[2] > 0:
+			// The dead agent is unreachable at epoch 2's start: its shards
+			// are placed over the survivor, which has the data.
+			t.Errorf("R=1: %d samples unavailable in epoch 2, after the dead agent's shards could be placed on the survivor", perEpoch[2])
 		}
 	}
 }

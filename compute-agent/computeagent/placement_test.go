@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	shards "github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
@@ -492,4 +493,36 @@ func TestCutRefetched(t *testing.T) {
 		t.Errorf("%d refetched, want some and at most the %d damaged", r.Refetched, testSamples/2)
 	}
 	t.Logf("refetched %d, by split %+v", r.Refetched, r.BySplit)
+}
+
+// TestReplace: shards none of the reachable agents announced go to them by
+// rendezvous hashing over their names, as the agents will place them once
+// gossip has declared the missing holders dead; nothing moves when the
+// agents disagree on the replica count.
+func TestReplace(t *testing.T) {
+	mk := func(name string, replicas int, held ...uint32) *fetcher {
+		f := &fetcher{ep: Endpoint{Name: name}}
+		info := &dataplanepb.InfoResponse{Samples: 64, Layout: twoShards(), HeldShards: held, PlacementName: name, Replicas: uint32(replicas)}
+		if err := f.announced(info, &Catalog{Total: 64}); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	a, b := mk("a", 1), mk("b", 1, 1) // shard 0's holder is gone
+	if n := replace([]*fetcher{a, b}); n != 1 {
+		t.Fatalf("placed %d shards, want 1", n)
+	}
+	owner := shards.Owners(0, []string{"a", "b"}, 1)[0]
+	for _, f := range []*fetcher{a, b} {
+		if got, want := f.holds != nil && f.holds(3), f.ep.Name == owner; got != want {
+			t.Errorf("%s holds sample 3: %v, want %v (rendezvous owner %s)", f.ep.Name, got, want, owner)
+		}
+	}
+	if !b.holds(40) {
+		t.Error("b lost shard 1")
+	}
+	c, d := mk("c", 1), mk("d", 2, 1)
+	if n := replace([]*fetcher{c, d}); n != 0 || c.holds != nil && c.holds(3) {
+		t.Errorf("replica counts differ: placed %d, want none", n)
+	}
 }
