@@ -158,17 +158,6 @@ func TestPlacementUnowned(t *testing.T) {
 	}
 }
 
-// TestPlacementPreference: a fetcher takes the positions that prefer it
-// first, then any other it holds.
-func TestPlacementPreference(t *testing.T) {
-	pref := []uint64{2, 1, 2, 1}
-	s := newPlacedSchedule(4, 0, 2, nil, placement{pref: pref})
-	w0 := indexedWindow(0, 100)
-	if got := drain(t, s, w0); !slices.Equal(got, []int{1, 3, 0, 2}) {
-		t.Fatalf("took %v, want its preferred 1 and 3 first", got)
-	}
-}
-
 func TestNthBit(t *testing.T) {
 	for _, c := range []struct {
 		m    uint64

@@ -58,15 +58,14 @@ type schedule struct {
 	cpuOf func(pos, k int) int64
 }
 
-// group is the positions that the same fetchers may take. A fetcher takes
-// first from the groups that prefer it (pref), then from every group it
-// may serve (mask: the storage agents holding the positions' shard). When
+// group is the positions that the same fetchers may take (mask: the
+// storage agents holding the positions' shard). When
 // every fetcher of mask has given up, the group falls back to owners (the
 // agents holding the shard, when mask bound it to fewer: round-robin
 // placement); when none of those is left either, its positions are
 // orphaned (see giveUp).
 type group struct {
-	mask, pref, owners uint64
+	mask, owners uint64
 	// lanes[l] lists lane l's positions in permutation order; cursor[l]
 	// is the next index never taken.
 	lanes  [2][]int
@@ -101,12 +100,10 @@ type placement struct {
 	// bound[pos], a subset of owners[pos]: the only agents that take pos
 	// while one of them is alive (round-robin placement); 0 = owners.
 	bound []uint64
-	// pref[pos]: the agents that take pos before any other position.
-	pref []uint64
 }
 
 // newPlacedSchedule is newSchedule under a placement. Positions of equal
-// (owners, bound, pref) form a group.
+// (owners, bound) form a group.
 func newPlacedSchedule(n, gate, fetchers int, offloaded []bool, pl placement) *schedule {
 	all := allFetchers(fetchers)
 	s := &schedule{n: n, sig: make(chan struct{}), received: make([]bool, n), gate: gate, alive: fetchers, aliveMask: all}
@@ -124,9 +121,9 @@ func newPlacedSchedule(n, gate, fetchers int, offloaded []bool, pl placement) *s
 			}
 		}
 	}
-	type key struct{ owners, bound, pref uint64 }
+	type key struct{ owners, bound uint64 }
 	index := map[key]int{}
-	if pl.owners != nil || pl.bound != nil || pl.pref != nil {
+	if pl.owners != nil || pl.bound != nil {
 		s.group = make([]uint32, n)
 	}
 	at := func(m []uint64, pos int, def uint64) uint64 {
@@ -136,7 +133,7 @@ func newPlacedSchedule(n, gate, fetchers int, offloaded []bool, pl placement) *s
 		return m[pos] & all
 	}
 	for pos := range n {
-		k := key{at(pl.owners, pos, all), at(pl.bound, pos, 0), at(pl.pref, pos, 0)}
+		k := key{at(pl.owners, pos, all), at(pl.bound, pos, 0)}
 		g, ok := index[k]
 		if !ok {
 			g = len(s.groups)
@@ -145,7 +142,7 @@ func newPlacedSchedule(n, gate, fetchers int, offloaded []bool, pl placement) *s
 			if k.bound&k.owners != 0 {
 				mask = k.bound & k.owners
 			}
-			s.groups = append(s.groups, group{mask: mask, pref: k.pref, owners: k.owners})
+			s.groups = append(s.groups, group{mask: mask, owners: k.owners})
 		}
 		if s.group != nil {
 			s.group[pos] = uint32(g)
@@ -173,59 +170,47 @@ func (s *schedule) laneOf(pos int) int {
 	return int(s.lane[pos])
 }
 
-// serves reports whether w may take g's positions; pass 0 asks for the
-// groups that prefer w, pass 1 for every group w may serve.
-func (g *group) serves(w *window, pass int) bool {
-	bit := uint64(1) << w.idx
-	if pass == 0 {
-		return g.pref&bit != 0 && g.mask&bit != 0
-	}
-	return g.mask&bit != 0
-}
+// serves reports whether w may take g's positions.
+func (g *group) serves(w *window) bool { return g.mask&(1<<w.idx) != 0 }
 
 // nextLocked is the next position w may take, first from the retries, or
 // -1; retry reports whether it is a retry. Positions of lane skip (-1:
 // none) are passed over.
 func (s *schedule) nextLocked(w *window, skip int) (pos int, retry bool) {
-	for pass := range 2 {
-		best := -1
-		for i := range s.groups {
-			g := &s.groups[i]
-			if !g.serves(w, pass) {
-				continue
-			}
-			// A hedged position may have been received since it was put
-			// back.
-			for g.retry.Len() > 0 && s.received[g.retry[0]] {
-				heap.Pop(&g.retry)
-			}
-			if g.retry.Len() > 0 && s.laneOf(g.retry[0]) != skip && (best < 0 || g.retry[0] < best) {
-				best = g.retry[0]
-			}
+	best := -1
+	for i := range s.groups {
+		g := &s.groups[i]
+		if !g.serves(w) {
+			continue
 		}
-		if best >= 0 {
-			return best, true
+		// A hedged position may have been received since it was put
+		// back.
+		for g.retry.Len() > 0 && s.received[g.retry[0]] {
+			heap.Pop(&g.retry)
 		}
-		for i := range s.groups {
-			g := &s.groups[i]
-			if !g.serves(w, pass) {
-				continue
-			}
-			both := g.cursor[0] < len(g.lanes[0]) && g.cursor[1] < len(g.lanes[1])
-			for l := range 2 {
-				if l == skip || g.cursor[l] >= len(g.lanes[l]) || (both && w.laneCount[l] >= (w.maxCount+1)/2) {
-					continue
-				}
-				if pos := g.lanes[l][g.cursor[l]]; best < 0 || pos < best {
-					best = pos
-				}
-			}
-		}
-		if best >= 0 {
-			return best, false
+		if g.retry.Len() > 0 && s.laneOf(g.retry[0]) != skip && (best < 0 || g.retry[0] < best) {
+			best = g.retry[0]
 		}
 	}
-	return -1, false
+	if best >= 0 {
+		return best, true
+	}
+	for i := range s.groups {
+		g := &s.groups[i]
+		if !g.serves(w) {
+			continue
+		}
+		both := g.cursor[0] < len(g.lanes[0]) && g.cursor[1] < len(g.lanes[1])
+		for l := range 2 {
+			if l == skip || g.cursor[l] >= len(g.lanes[l]) || (both && w.laneCount[l] >= (w.maxCount+1)/2) {
+				continue
+			}
+			if pos := g.lanes[l][g.cursor[l]]; best < 0 || pos < best {
+				best = pos
+			}
+		}
+	}
+	return best, false
 }
 
 // advanceLocked moves pos out of its group: off the retries or past its
