@@ -839,7 +839,13 @@ type InfoResponse struct {
 	// the ops' own storage_cpu_ns, the difference over the bytes sent is
 	// the storage CPU each byte costs to send (the planner's transport
 	// term). Zero: not measured.
-	ProcessCpuNs  uint64 `protobuf:"varint,12,opt,name=process_cpu_ns,json=processCpuNs,proto3" json:"process_cpu_ns,omitempty"`
+	ProcessCpuNs uint64 `protobuf:"varint,12,opt,name=process_cpu_ns,json=processCpuNs,proto3" json:"process_cpu_ns,omitempty"`
+	// The shards of layout this agent does not store, ascending: it was
+	// started with a manifest of the whole dataset (storage-agent manifest)
+	// and has only some of its files. held_shards never names one of them,
+	// and the agent cannot serve their samples (NOT_FOUND). Empty: it stores
+	// every shard.
+	MissingShards []uint32 `protobuf:"varint,13,rep,packed,name=missing_shards,json=missingShards,proto3" json:"missing_shards,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -958,6 +964,13 @@ func (x *InfoResponse) GetProcessCpuNs() uint64 {
 	return 0
 }
 
+func (x *InfoResponse) GetMissingShards() []uint32 {
+	if x != nil {
+		return x.MissingShards
+	}
+	return nil
+}
+
 var File_proto_dataplanepb_dataplane_proto protoreflect.FileDescriptor
 
 const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
@@ -1008,7 +1021,7 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"ShardRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"\xad\x03\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\xd4\x03\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12 \n" +
@@ -1023,7 +1036,8 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\x0eplacement_name\x18\n" +
 	" \x01(\tR\rplacementName\x12+\n" +
 	"\x11placement_members\x18\v \x03(\tR\x10placementMembers\x12$\n" +
-	"\x0eprocess_cpu_ns\x18\f \x01(\x04R\fprocessCpuNs*5\n" +
+	"\x0eprocess_cpu_ns\x18\f \x01(\x04R\fprocessCpuNs\x12%\n" +
+	"\x0emissing_shards\x18\r \x03(\rR\rmissingShards*5\n" +
 	"\x05Codec\x12\x0e\n" +
 	"\n" +
 	"CODEC_NONE\x10\x00\x12\x0e\n" +

@@ -47,3 +47,30 @@ func DecodePlacement(info *InfoResponse) (placement.Layout, []int, error) {
 	}
 	return l, out, nil
 }
+
+// DecodeMissing checks and decodes the shards of l that a storage agent's
+// Info says it does not store (info.missing_shards: ascending, within l,
+// none of them among held, which DecodePlacement returned for the same
+// Info). An empty list means the agent stores every shard. Its errors wrap
+// placement.ErrHeld.
+func DecodeMissing(info *InfoResponse, l placement.Layout, held []int) ([]int, error) {
+	miss := info.GetMissingShards()
+	if err := placement.CheckHeld(miss, l.Len()); err != nil {
+		return nil, fmt.Errorf("storage agent %q: missing shards: %w", info.GetNode(), err)
+	}
+	out := make([]int, len(miss))
+	for i, s := range miss {
+		out[i] = int(s)
+	}
+	for i, j := 0, 0; i < len(out) && j < len(held); {
+		switch {
+		case out[i] == held[j]:
+			return nil, fmt.Errorf("storage agent %q: %w: shard %d is both held and missing", info.GetNode(), placement.ErrHeld, out[i])
+		case out[i] < held[j]:
+			i++
+		default:
+			j++
+		}
+	}
+	return out, nil
+}

@@ -59,3 +59,32 @@ func TestDecodePlacement(t *testing.T) {
 		t.Errorf("DecodePlacement(nil): %v, %v, %v; want an empty layout", l.Ranges(), held, err)
 	}
 }
+
+// TestDecodeMissing: the shards an agent does not store survive the wire;
+// a list out of order, past the layout or overlapping the held shards is
+// refused with placement.ErrHeld.
+func TestDecodeMissing(t *testing.T) {
+	l, err := placement.Uniform(10, 4) // 3 shards
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := &InfoResponse{Node: "s1", Samples: 10, Layout: ShardRanges(l), HeldShards: []uint32{0}, MissingShards: []uint32{1, 2}}
+	miss, err := DecodeMissing(info, l, []int{0})
+	if err != nil || !slices.Equal(miss, []int{1, 2}) {
+		t.Fatalf("DecodeMissing: %v, %v; want [1 2]", miss, err)
+	}
+	if miss, err := DecodeMissing(&InfoResponse{}, l, nil); err != nil || len(miss) != 0 {
+		t.Errorf("DecodeMissing(none): %v, %v; want every shard stored", miss, err)
+	}
+	for name, bad := range map[string][]uint32{
+		"past the layout": {3},
+		"descending":      {2, 1},
+		"repeated":        {1, 1},
+		"also held":       {0, 2},
+	} {
+		info.MissingShards = bad
+		if _, err := DecodeMissing(info, l, []int{0}); !errors.Is(err, placement.ErrHeld) {
+			t.Errorf("%s %v: got %v, want ErrHeld", name, bad, err)
+		}
+	}
+}
