@@ -44,6 +44,7 @@ test: lint proto-check ## Lint, check generated code, build without cgo, run all
 	$(GO) test -run '^$$' -fuzz '^FuzzCut$$' -fuzztime $(FUZZTIME) ./ops/
 	$(GO) test -run '^$$' -fuzz '^FuzzOpenShard$$' -fuzztime $(FUZZTIME) ./storage-agent/storageagent/
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadIndex$$' -fuzztime $(FUZZTIME) ./storage-agent/storageagent/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeManifest$$' -fuzztime $(FUZZTIME) ./storage-agent/storageagent/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodePlanFile$$' -fuzztime $(FUZZTIME) ./compute-agent/computeagent/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHandoff$$' -fuzztime $(FUZZTIME) ./compute-agent/computeagent/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJournal$$' -fuzztime $(FUZZTIME) ./compute-agent/computeagent/

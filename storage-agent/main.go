@@ -31,6 +31,8 @@ var version = "dev"
 
 const usageHead = `Usage: storage-agent --data DIR (--tls-cert F --tls-key F --tls-ca F | --insecure) [flags]
        storage-agent certs --out DIR [--cluster NAME] [--storage NAMES] [--compute NAMES] [--hosts HOSTS] [--days N]
+       storage-agent manifest --data DIR --out FILE
+       storage-agent place --manifest FILE --members NAMES [--replicas R] [--shard-size N] [--member NAME]
 
 Serves the dataset in DIR (an ImageFolder: one folder per class; or
 WebDataset-style *.tar shards) to compute agents over gRPC, running the
@@ -46,9 +48,12 @@ nodes' certificates and a gossip key; --insecure turns all of it off.
 Shards and replicas: the catalog is split into shards (the tar files, or
 --shard-size id ranges of a folder of images) and each shard is held by the
 --replicas storage agents ranked highest by rendezvous hashing among the
-live agents serving the same dataset. Every agent must have the whole
-dataset (a shared file system or full copies): holding only tells compute
-agents whom to ask, and an agent serves every sample it has. The held
+live agents serving the same dataset. Either every agent has the whole
+dataset (a shared file system or full copies), or each has part of its
+files and all run with --manifest FILE, the whole dataset's catalog that
+"storage-agent manifest" writes from a full copy; "storage-agent place"
+lists the files each agent should then have. An agent never holds a shard
+it lacks a file of, and serves every sample it has. The held and missing
 shards, the layout and --egress are announced in Info and gossip.
 
 Example:
@@ -105,6 +110,7 @@ type settings struct {
 	MemoryLimit     int64         `yaml:"memory-limit"`
 	Replicas        int           `yaml:"replicas"`
 	ShardSize       int           `yaml:"shard-size"`
+	Manifest        string        `yaml:"manifest"`
 	Egress          rate          `yaml:"egress"`
 }
 
@@ -129,6 +135,7 @@ func defaults() settings {
 		GCPercent:      defaultGCPercent,
 		Replicas:       c.Replicas,
 		ShardSize:      c.ShardSize,
+		Manifest:       c.Manifest,
 	}
 }
 
@@ -178,6 +185,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.Replicas, "replicas", s.Replicas, "storage `agents` that hold each shard, chosen by rendezvous hashing among the live agents of this dataset, layout and replica count; 0, or at least that many agents, means every agent holds every shard. "+
 		"Every agent must have the whole dataset: fetches for shards it does not hold are still served")
 	fs.IntVar(&s.ShardSize, "shard-size", s.ShardSize, "`samples` per shard of a folder of images (the last shard may be shorter); a dataset of *.tar files is sharded by its files. At most 1048576 shards")
+	fs.StringVar(&s.Manifest, "manifest", s.Manifest, "the whole dataset's manifest `file` (storage-agent manifest) when --data holds only part of its files: the agent serves its catalog and fingerprint, from the files it has (checked against it), and never holds a shard it lacks a file of")
 	fs.Var(&s.Egress, "egress", "this node's egress `rate` in tc syntax (500mbit, 10gbit, 1.25gbps), announced to compute agents for planning; 0 means unknown")
 	return fs
 }
@@ -218,6 +226,7 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c.TLS = tlsconf.Files{Cert: s.TLSCert, Key: s.TLSKey, CA: s.TLSCA}
 	c.Replicas = s.Replicas
 	c.ShardSize = s.ShardSize
+	c.Manifest = s.Manifest
 	c.Egress = uint64(s.Egress)
 	c.Version = version
 	c.Logger = log
@@ -279,8 +288,15 @@ func logger(s settings, out *os.File) (zerolog.Logger, error) {
 }
 
 func run(args []string) int {
-	if len(args) > 0 && args[0] == "certs" {
-		return cli.Certs("storage-agent", args[1:], os.Stdout)
+	if len(args) > 0 {
+		switch args[0] {
+		case "certs":
+			return cli.Certs("storage-agent", args[1:], os.Stdout)
+		case "manifest":
+			return manifestCmd(args[1:], os.Stdout, os.Stderr)
+		case "place":
+			return placeCmd(args[1:], os.Stdout, os.Stderr)
+		}
 	}
 	s, err := parse(args, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {

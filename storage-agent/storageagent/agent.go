@@ -204,6 +204,12 @@ type Config struct {
 	// means placement.DefaultShardSize. The layout may have at most
 	// placement.MaxShards shards.
 	ShardSize int
+	// Manifest is the path of the whole dataset's manifest (see
+	// [Manifest]; "storage-agent manifest" writes one) when Data holds
+	// only part of its files: the agent serves the catalog of the
+	// manifest, and its fingerprint, from the files it has, and never
+	// holds a shard it lacks a file of. Empty: Data is the whole dataset.
+	Manifest string
 	// Egress is the agent's egress rate in bytes per second, announced in
 	// Info and gossip for planners. Zero means unknown.
 	Egress uint64
@@ -360,7 +366,13 @@ func New(cfg Config) (*Agent, error) {
 	if a.gopts, err = a.serverOptions(); err != nil {
 		return nil, err
 	}
-	if a.ds, err = OpenWith(cfg.Data, OpenOptions{Strict: cfg.Strict, Index: cfg.Index, Logger: cfg.Logger}); err != nil {
+	var man *Manifest
+	if cfg.Manifest != "" {
+		if man, err = ReadManifest(cfg.Manifest); err != nil {
+			return nil, err
+		}
+	}
+	if a.ds, err = OpenWith(cfg.Data, OpenOptions{Strict: cfg.Strict, Index: cfg.Index, Logger: cfg.Logger, Manifest: man}); err != nil {
 		return nil, err
 	}
 	logIndexed(cfg.Logger, a.ds)
@@ -370,13 +382,13 @@ func New(cfg Config) (*Agent, error) {
 	}
 	layout, err := a.ds.Layout(uint64(cfg.ShardSize))
 	if err == nil {
-		a.srv.hold, err = newHolder(cfg.Name, layout, cfg.Replicas, a.srv.m)
+		a.srv.hold, err = newHolder(cfg.Name, layout, cfg.Replicas, a.ds.MissingShards(layout), a.srv.m)
 	}
 	if err != nil {
 		a.ds.Close()
 		return nil, fmt.Errorf("storageagent: shard layout: %w", err)
 	}
-	cfg.Logger.Info().Int("shards", layout.Len()).Str("layout", a.srv.hold.digest).Int("replicas", cfg.Replicas).
+	cfg.Logger.Info().Int("shards", layout.Len()).Int("missing_shards", len(a.srv.hold.missingWire)).Str("layout", a.srv.hold.digest).Int("replicas", cfg.Replicas).
 		Uint64("egress_bytes_per_sec", cfg.Egress).Msg("dataset sharded")
 	return a, nil
 }

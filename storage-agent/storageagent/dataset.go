@@ -44,6 +44,9 @@ var (
 	ErrLayout = errors.New("storageagent: bad dataset layout")
 	// ErrClosed: the dataset was closed.
 	ErrClosed = errors.New("storageagent: dataset closed")
+	// ErrNotStored: a sample of the manifest whose file this agent does
+	// not have (see OpenOptions.Manifest).
+	ErrNotStored = errors.New("storageagent: sample not stored on this agent")
 )
 
 // MaxSampleBytes bounds one sample's raw size. A larger sample fails with
@@ -65,6 +68,9 @@ const (
 	SkipCutShard   SkipReason = "cut-shard"        // a damaged or cut tail (the members before it are served)
 	SkipDuplicate  SkipReason = "duplicate-key"    // a second image for one key in a shard
 	SkipBadLabel   SkipReason = "bad-label"        // a .cls that is no class number, or none where others have one
+	// With a manifest (OpenOptions.Manifest):
+	SkipNotInManifest    SkipReason = "not-in-manifest"   // a sample the manifest does not list
+	SkipManifestMismatch SkipReason = "manifest-mismatch" // listed, with another size or content hash
 )
 
 // Skip is one entry left out of the catalog.
@@ -81,8 +87,11 @@ func (s Skip) String() string { return fmt.Sprintf("%s: %s: %s", s.Path, s.Reaso
 
 // IndexStats describes what OpenWith did.
 type IndexStats struct {
-	// Samples is the number of samples served.
+	// Samples is the number of samples in the catalog.
 	Samples int
+	// Missing counts the catalog's samples whose files this agent does
+	// not have (with a manifest).
+	Missing int
 	// Hashed and Reused count the content hashes computed and those taken
 	// from the index file.
 	Hashed, Reused int
@@ -114,6 +123,14 @@ type OpenOptions struct {
 	Index string
 	// Workers hash samples in parallel. Zero means runtime.NumCPU().
 	Workers int
+	// Manifest, when set, is the whole dataset's catalog (see [Manifest]):
+	// the dataset has its samples, ids, labels, classes and fingerprint,
+	// whichever of their files dir holds. A file of dir that is in the
+	// manifest with the same size and content hash is served; one that
+	// differs (SkipManifestMismatch) or is not in it (SkipNotInManifest) is
+	// skipped; a manifest sample without its file is missing: listed and
+	// counted, never served (ErrNotStored).
+	Manifest *Manifest
 }
 
 // maxSkipLogs bounds the warnings logged for skipped entries per open; the
@@ -152,6 +169,8 @@ type sample struct {
 	id    fileID // the loose file's identity (zero for a shard member)
 	mtime int64  // the file's (or shard's) modification time, for the index
 	hash  [32]byte
+	// absent: a manifest sample whose file this agent does not have.
+	absent bool
 }
 
 // shardFile is an open shard and what identified it when indexed.
@@ -205,6 +224,7 @@ type Dataset struct {
 	pathsDigest [32]byte
 	skips       []Skip
 	stats       IndexStats
+	tars        bool // WebDataset-style tar files
 
 	mu     sync.RWMutex // guards root and shards against Close
 	shards []shardFile
@@ -282,13 +302,20 @@ func (ix *indexer) run() error {
 			tars = append(tars, e.Name())
 		}
 	}
-	if len(tars) > 0 {
+	d.tars = len(tars) > 0
+	if d.tars {
 		ix.indexShards(tars)
 	} else {
 		ix.indexFolders(ents)
 	}
 	idx := ix.loadIndex()
 	ix.hashAll(idx)
+	if len(d.samples) > 0 && (d.stats.Hashed > 0 || len(idx) != len(d.samples)) {
+		ix.saveIndex()
+	}
+	if ix.opts.Manifest != nil {
+		ix.applyManifest(ix.opts.Manifest)
+	}
 	d.stats.Samples = len(d.samples)
 	d.stats.Skipped = map[SkipReason]int{}
 	for _, s := range d.skips {
@@ -297,14 +324,44 @@ func (ix *indexer) run() error {
 	if ix.opts.Strict && len(d.skips) > 0 {
 		return fmt.Errorf("%w: %d bad entries, first %s", ErrLayout, len(d.skips), d.skips[0])
 	}
-	if len(d.samples) == 0 {
+	if len(d.samples) == d.stats.Missing {
+		if ix.opts.Manifest != nil {
+			return fmt.Errorf("%w: none of the manifest's %d samples is in %s", ErrLayout, len(d.samples), DisplayName(d.dir))
+		}
 		return fmt.Errorf("%w: no samples in %s", ErrLayout, DisplayName(d.dir))
 	}
 	d.fingerprint()
-	if d.stats.Hashed > 0 || len(idx) != len(d.samples) {
-		ix.saveIndex()
-	}
 	return nil
+}
+
+// applyManifest makes the manifest's samples the catalog: each takes the
+// file dir has for it when that file's size and hash match, else is
+// absent. Files the manifest does not list are skipped.
+func (ix *indexer) applyManifest(m *Manifest) {
+	d := ix.d
+	local := make(map[string]int, len(d.samples))
+	for i, s := range d.samples {
+		local[s.rel] = i
+	}
+	out := make([]sample, len(m.Samples))
+	for i, ms := range m.Samples {
+		j, ok := local[ms.Rel]
+		if ok {
+			delete(local, ms.Rel)
+			if s := d.samples[j]; uint64(s.size) == ms.Size && s.hash == ms.Hash {
+				s.label = ms.Label
+				out[i] = s
+				continue
+			}
+			ix.skip(ms.Rel, SkipManifestMismatch, fmt.Sprintf("%d bytes here, %d in the manifest, or other content", d.samples[j].size, ms.Size))
+		}
+		out[i] = sample{rel: ms.Rel, shard: -1, size: int64(ms.Size), label: ms.Label, hash: ms.Hash, absent: true}
+		d.stats.Missing++
+	}
+	for rel := range local {
+		ix.skip(rel, SkipNotInManifest, "the manifest does not list it")
+	}
+	d.samples, d.classes, d.tars = out, slices.Clone(m.Classes), m.Tars
 }
 
 // readDir lists dir (relative to root) sorted by name.
@@ -707,21 +764,25 @@ func (d *Dataset) fingerprint() {
 // fails with placement.ErrTooManyShards past placement.MaxShards shards and
 // placement.ErrShardSize when shardSize is 0 for a folder of images.
 func (d *Dataset) Layout(shardSize uint64) (placement.Layout, error) {
-	if len(d.samples) == 0 || d.samples[0].shard < 0 {
-		return placement.Uniform(d.Len(), shardSize)
-	}
 	// Samples are ordered by shard, so each tar file's are contiguous.
-	var rs []placement.Range
-	for i, s := range d.samples {
-		if i == 0 || s.shard != d.samples[i-1].shard {
-			if len(rs) == placement.MaxShards {
-				return placement.Layout{}, fmt.Errorf("%w: more than %d tar files with samples", placement.ErrTooManyShards, placement.MaxShards)
+	return layoutOf(len(d.samples), d.tars, func(i int) string { return d.samples[i].rel }, shardSize)
+}
+
+// MissingShards lists, ascending, the shards of l (the dataset's Layout)
+// with a sample whose file this agent does not have (see
+// [OpenOptions.Manifest]).
+func (d *Dataset) MissingShards(l placement.Layout) []int {
+	var out []int
+	for s := range l.Len() {
+		r := l.Shard(s)
+		for i := r.First; i < r.First+r.Count && i < uint64(len(d.samples)); i++ {
+			if d.samples[i].absent {
+				out = append(out, s)
+				break
 			}
-			rs = append(rs, placement.Range{First: uint64(i), Name: DisplayName(d.shardName(s.shard))})
 		}
-		rs[len(rs)-1].Count++
 	}
-	return placement.LayoutFromRanges(d.Len(), rs)
+	return out
 }
 
 // Dir is the directory the dataset was opened from.
@@ -782,6 +843,9 @@ func (d *Dataset) Read(i uint64) ([]byte, error) {
 		return nil, fmt.Errorf("sample %d: %w (the catalog holds %d)", i, ErrNotFound, len(d.samples))
 	}
 	s := &d.samples[i]
+	if s.absent {
+		return nil, notStored(i, s)
+	}
 	if s.size > MaxSampleBytes {
 		return nil, fmt.Errorf("sample %d (%s): %w: %d bytes, limit %d", i, DisplayName(s.rel), ops.ErrTooLarge, s.size, MaxSampleBytes)
 	}
@@ -799,6 +863,9 @@ func (d *Dataset) ReadInto(i uint64, buf []byte) error {
 		return fmt.Errorf("sample %d: %w (the catalog holds %d)", i, ErrNotFound, len(d.samples))
 	}
 	s := &d.samples[i]
+	if s.absent {
+		return notStored(i, s)
+	}
 	if int64(len(buf)) != s.size {
 		return fmt.Errorf("sample %d (%s): buffer of %d bytes for a %d-byte sample", i, DisplayName(s.rel), len(buf), s.size)
 	}
@@ -806,6 +873,10 @@ func (d *Dataset) ReadInto(i uint64, buf []byte) error {
 		return readErr(i, s, err)
 	}
 	return nil
+}
+
+func notStored(i uint64, s *sample) error {
+	return &utf8Error{fmt.Errorf("sample %d (%s): %w (its file is on other storage agents)", i, DisplayName(s.rel), ErrNotStored)}
 }
 
 func readErr(i uint64, s *sample, err error) error {

@@ -31,6 +31,10 @@ type holder struct {
 	wire     []*dataplanepb.ShardRange // the layout in Info, built once
 	replicas int
 	m        *metrics
+	// missing marks the shards whose files the agent lacks (it runs from
+	// a manifest); it never holds them. missingWire is them in Info.
+	missing     []bool
+	missingWire []uint32
 
 	mu      sync.Mutex
 	held    []int // ascending
@@ -38,12 +42,22 @@ type holder struct {
 	members []string // sorted, self included
 }
 
-// newHolder starts with self alone, so every shard is held until the
-// membership says otherwise (and for good without membership).
-func newHolder(self string, layout placement.Layout, replicas int, m *metrics) (*holder, error) {
+// newHolder starts with self alone, so every shard it stores is held until
+// the membership says otherwise (and for good without membership). missing
+// lists, ascending, the shards of layout whose files the agent lacks.
+func newHolder(self string, layout placement.Layout, replicas int, missing []int, m *metrics) (*holder, error) {
 	h := &holder{self: self, layout: layout, digest: layout.Digest(), wire: dataplanepb.ShardRanges(layout), replicas: replicas, m: m}
-	// Bound the Info response: the layout, every shard held (5 bytes
-	// each at most, packed) and the members' names must fit one message.
+	if len(missing) > 0 {
+		h.missing = make([]bool, layout.Len())
+		h.missingWire = make([]uint32, len(missing))
+		for i, s := range missing {
+			h.missing[s] = true
+			h.missingWire[i] = uint32(s) // below placement.MaxShards
+		}
+	}
+	// Bound the Info response: the layout, every shard held or missing
+	// (5 bytes each at most, packed) and the members' names must fit one
+	// message.
 	size := proto.Size(&dataplanepb.InfoResponse{Layout: h.wire}) + 5*layout.Len() + infoMembersSlack
 	if limit := MaxMessageBytes - wireSlack; size > limit {
 		return nil, fmt.Errorf("%w: %d shards take about %d bytes in Info, more than %d: use larger shards",
@@ -69,6 +83,9 @@ func (h *holder) update(members []string) (gained, lost int) {
 		return 0, 0
 	}
 	held := placement.Held(h.self, ms, h.layout.Len(), h.replicas)
+	if h.missing != nil {
+		held = slices.DeleteFunc(held, func(s int) bool { return h.missing[s] })
+	}
 	if held == nil {
 		held = []int{}
 	}

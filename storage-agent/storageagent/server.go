@@ -258,6 +258,7 @@ func (s *server) Info(context.Context, *dataplanepb.InfoRequest) (*dataplanepb.I
 		PlacementName:     s.hold.self,
 		PlacementMembers:  slices.Clone(members),
 		ProcessCpuNs:      uint64(max(cpuclock.Process(), 0)),
+		MissingShards:     s.hold.missingWire,
 	}, nil
 }
 
@@ -735,6 +736,7 @@ func (s *server) failure(req *dataplanepb.FetchRequest, err error) *dataplanepb.
 func errorKind(err error) dataplanepb.ErrorKind {
 	return errkind.Of(err,
 		errkind.Pair{Err: ErrNotFound, Kind: dataplanepb.ErrorKind_ERROR_KIND_NOT_FOUND},
+		errkind.Pair{Err: ErrNotStored, Kind: dataplanepb.ErrorKind_ERROR_KIND_NOT_FOUND},
 		errkind.Pair{Err: ErrRead, Kind: dataplanepb.ErrorKind_ERROR_KIND_IO},
 		errkind.Pair{Err: ErrClosed, Kind: dataplanepb.ErrorKind_ERROR_KIND_IO},
 	)
