@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/internal/placement"
+	"github.com/sophon-dl/sophon/ops/synth"
 )
 
 func TestParseRate(t *testing.T) {
@@ -103,5 +104,61 @@ func TestPlacementFlags(t *testing.T) {
 		if !strings.Contains(out.String(), flag) {
 			t.Errorf("--help does not document %s", flag)
 		}
+	}
+}
+
+// TestManifestAndPlace: "manifest" writes a full dataset's manifest and
+// "place" lists each member's files from it: every file once per replica,
+// and with --member only that member's paths.
+func TestManifestAndPlace(t *testing.T) {
+	data := t.TempDir()
+	for i, rel := range []string{"a/x.jpg", "a/y.jpg", "b/z.jpg"} {
+		img, err := synth.JPEG(uint64(i), 64, 48, synth.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(data, filepath.Dir(rel)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(data, rel), img, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	man := filepath.Join(t.TempDir(), "m")
+	var out, errs bytes.Buffer
+	if rc := manifestCmd([]string{"--data", data, "--out", man, "--index", "-"}, &out, &errs); rc != 0 || !strings.Contains(out.String(), "3 samples, 2 classes") {
+		t.Fatalf("manifest: rc %d, out %q, err %q", rc, out.String(), errs.String())
+	}
+	out.Reset()
+	if rc := placeCmd([]string{"--manifest", man, "--members", "s1,s2", "--replicas", "2", "--shard-size", "2"}, &out, &errs); rc != 0 {
+		t.Fatalf("place: rc %d, err %q", rc, errs.String())
+	}
+	want := "s1\ta/x.jpg\ns1\ta/y.jpg\ns1\tb/z.jpg\ns2\ta/x.jpg\ns2\ta/y.jpg\ns2\tb/z.jpg\n"
+	if out.String() != want {
+		t.Errorf("place, R=2 over 2: got %q, want %q", out.String(), want)
+	}
+	out.Reset()
+	if rc := placeCmd([]string{"--manifest", man, "--members", "s1,s2", "--replicas", "1", "--shard-size", "2", "--member", "s1"}, &out, &errs); rc != 0 {
+		t.Fatalf("place --member: rc %d, err %q", rc, errs.String())
+	}
+	shardFiles := []string{"a/x.jpg\na/y.jpg\n", "b/z.jpg\n"}
+	want = ""
+	for _, s := range placement.Assign([]string{"s1", "s2"}, 2, 1)["s1"] {
+		want += shardFiles[s]
+	}
+	if got := out.String(); got != want {
+		t.Errorf("place --member s1, R=1: got %q, want %q", got, want)
+	}
+	for _, bad := range [][]string{
+		{"--manifest", man}, // no members
+		{"--manifest", man, "--members", "a", "--member", "b"}, // not a member
+		{"--manifest", man, "--members", "a", "--replicas", "-1"},
+	} {
+		if rc := placeCmd(bad, &out, &errs); rc != 2 {
+			t.Errorf("place %v: rc %d, want 2", bad, rc)
+		}
+	}
+	if rc := placeCmd([]string{"--manifest", data, "--members", "a"}, &out, &errs); rc != 1 {
+		t.Errorf("place with a directory for a manifest: rc %d, want 1", rc)
 	}
 }

@@ -1,0 +1,299 @@
+package storageagent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/sophon-dl/sophon/internal/placement"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
+)
+
+// tarDataset writes four tar shards of three samples each (labels by
+// .cls) into a new directory, or only the shards named in keep.
+func tarDataset(t *testing.T, keep ...int) string {
+	t.Helper()
+	dir := t.TempDir()
+	for s := range 4 {
+		if keep != nil && !slices.Contains(keep, s) {
+			continue
+		}
+		var ms []tarMember
+		for j := range 3 {
+			key := "k" + string(rune('a'+j))
+			ms = append(ms, tarMember{key + ".jpg", testJPEG(t, uint64(10*s+j))}, tarMember{key + ".cls", []byte{byte('0' + (s+j)%3)}})
+		}
+		writeTar(t, filepath.Join(dir, "shard-"+string(rune('0'+s))+".tar"), ms)
+	}
+	return dir
+}
+
+func openT(t *testing.T, dir string, m *Manifest) *Dataset {
+	t.Helper()
+	d, err := OpenWith(dir, OpenOptions{Index: "-", Manifest: m})
+	if err != nil {
+		t.Fatalf("OpenWith(%s): %v", dir, err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// TestManifestPartialTars: agents with part of the tar files and the whole
+// dataset's manifest have the whole catalog: the same ids, labels, classes,
+// sizes, hashes, fingerprint and layout as the full copy; they serve the
+// samples they have, byte for byte, refuse the others with ErrNotStored
+// and name the shards they lack.
+func TestManifestPartialTars(t *testing.T) {
+	full := openT(t, tarDataset(t), nil)
+	l, err := full.Layout(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := full.Manifest().Encode()
+	m, err := DecodeManifest(b)
+	if err != nil {
+		t.Fatalf("DecodeManifest: %v", err)
+	}
+	if !reflect.DeepEqual(m, full.Manifest()) {
+		t.Fatal("the manifest changed through its file form")
+	}
+	if ml, err := m.Layout(0); err != nil || ml.Digest() != l.Digest() {
+		t.Fatalf("manifest layout %v, %v; want the dataset's %v", ml.Ranges(), err, l.Ranges())
+	}
+	for _, keep := range [][]int{{0, 2}, {1, 3}, {3}} {
+		part := openT(t, tarDataset(t, keep...), m)
+		if part.Fingerprint() != full.Fingerprint() || part.Len() != full.Len() || !slices.Equal(part.ClassNames(), full.ClassNames()) {
+			t.Fatalf("keep %v: fingerprint %s, %d samples, classes %v; want %s, %d, %v", keep,
+				part.Fingerprint(), part.Len(), part.ClassNames(), full.Fingerprint(), full.Len(), full.ClassNames())
+		}
+		pl, err := part.Layout(0)
+		if err != nil || pl.Digest() != l.Digest() {
+			t.Fatalf("keep %v: layout %v, %v; want %v", keep, pl.Ranges(), err, l.Ranges())
+		}
+		var missing []int
+		for s := range 4 {
+			if !slices.Contains(keep, s) {
+				missing = append(missing, s)
+			}
+		}
+		if got := part.MissingShards(pl); !slices.Equal(got, missing) {
+			t.Errorf("keep %v: missing shards %v, want %v", keep, got, missing)
+		}
+		if st := part.Stats(); st.Missing != 3*len(missing) || st.Samples != 12 {
+			t.Errorf("keep %v: stats %+v, want 12 samples, %d missing", keep, st, 3*len(missing))
+		}
+		for i := range part.Len() {
+			if part.Label(i) != full.Label(i) || part.RawSize(i) != full.RawSize(i) || part.ContentHash(i) != full.ContentHash(i) || part.Path(i) != full.Path(i) {
+				t.Errorf("keep %v: sample %d differs from the full copy's", keep, i)
+			}
+			s, _ := pl.ShardOf(i)
+			got, err := part.Read(i)
+			if slices.Contains(keep, s) {
+				want, _ := full.Read(i)
+				if err != nil || !bytes.Equal(got, want) {
+					t.Errorf("keep %v: sample %d: %v, or other bytes", keep, i, err)
+				}
+				continue
+			}
+			if !errors.Is(err, ErrNotStored) || errorKind(err) != dataplanepb.ErrorKind_ERROR_KIND_NOT_FOUND {
+				t.Errorf("keep %v: sample %d of missing shard %d: %v, want ErrNotStored (NOT_FOUND)", keep, i, s, err)
+			}
+			if err := part.ReadInto(i, make([]byte, part.RawSize(i))); !errors.Is(err, ErrNotStored) {
+				t.Errorf("keep %v: ReadInto sample %d: %v, want ErrNotStored", keep, i, err)
+			}
+		}
+	}
+}
+
+// TestManifestFolderMismatch: with a folder of images, a file that differs
+// from the manifest is skipped and its sample (and id range) missing; a
+// file the manifest does not list is skipped; a directory with none of the
+// manifest's files is refused.
+func TestManifestFolderMismatch(t *testing.T) {
+	fullDir := imageFolder(t, []string{"a", "b", "c"}, 4)
+	full := openT(t, fullDir, nil)
+	m := full.Manifest()
+	dir := t.TempDir()
+	for _, rel := range []string{"a/imga.jpg", "a/imgb.jpg", "a/imgc.jpg", "a/imgd.jpg", "b/imgc.jpg", "c/imgd.jpg"} {
+		b, err := os.ReadFile(filepath.Join(fullDir, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rel == "b/imgc.jpg" {
+			b = append(b[:len(b):len(b)], 0) // other content
+		}
+		writeFile(t, filepath.Join(dir, rel), b)
+	}
+	writeFile(t, filepath.Join(dir, "c", "extra.jpg"), testJPEG(t, 99))
+	part := openT(t, dir, m)
+	if part.Fingerprint() != full.Fingerprint() {
+		t.Fatal("fingerprint differs from the full copy's")
+	}
+	skips := map[string]SkipReason{}
+	for _, s := range part.Skipped() {
+		skips[s.Path] = s.Reason
+	}
+	if want := map[string]SkipReason{"b/imgc.jpg": SkipManifestMismatch, "c/extra.jpg": SkipNotInManifest}; !reflect.DeepEqual(skips, want) {
+		t.Errorf("skipped %v, want %v", skips, want)
+	}
+	l, err := part.Layout(4) // shards are the classes here
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := part.MissingShards(l); !slices.Equal(got, []int{1, 2}) {
+		t.Errorf("missing shards %v, want [1 2] (a complete; b with one file, which differs; c with one of four)", got)
+	}
+	if _, err := part.Read(6); !errors.Is(err, ErrNotStored) {
+		t.Errorf("the mismatched sample: %v, want ErrNotStored", err)
+	}
+	if _, err := OpenWith(t.TempDir(), OpenOptions{Index: "-", Manifest: m}); !errors.Is(err, ErrLayout) {
+		t.Errorf("no file of the manifest: %v, want ErrLayout", err)
+	}
+	if _, err := OpenWith(dir, OpenOptions{Index: "-", Manifest: m, Strict: true}); !errors.Is(err, ErrLayout) {
+		t.Errorf("strict with mismatches: %v, want ErrLayout", err)
+	}
+}
+
+// TestManifestPlace: the files Place lists per member hold every shard
+// exactly replicas times, and agents given exactly those files hold what
+// rendezvous hashing says and miss the rest.
+func TestManifestPlace(t *testing.T) {
+	full := openT(t, tarDataset(t), nil)
+	m := full.Manifest()
+	members := []string{"s1", "s2", "s3"}
+	for _, r := range []int{1, 2} {
+		files, err := m.Place(members, r, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		count := map[string]int{}
+		for _, fs := range files {
+			for _, f := range fs {
+				count[f]++
+			}
+		}
+		for s := range 4 {
+			if name := "shard-" + string(rune('0'+s)) + ".tar"; count[name] != r {
+				t.Errorf("R=%d: %s placed %d times", r, name, count[name])
+			}
+		}
+		held := placement.Assign(members, 4, r)
+		for _, mem := range members {
+			var keep []int
+			for _, f := range files[mem] {
+				keep = append(keep, int(f[len("shard-")]-'0'))
+			}
+			if !slices.Equal(keep, held[mem]) {
+				t.Errorf("R=%d: %s gets %v, rendezvous holds %v", r, mem, keep, held[mem])
+			}
+		}
+	}
+	folder := openT(t, imageFolder(t, []string{"a", "b"}, 3), nil).Manifest()
+	files, err := folder.Place([]string{"x"}, 1, 4)
+	if err != nil || !slices.Equal(files["x"], []string{"a/imga.jpg", "a/imgb.jpg", "a/imgc.jpg", "b/imga.jpg", "b/imgb.jpg", "b/imgc.jpg"}) {
+		t.Errorf("folder, one member: %v, %v", files, err)
+	}
+}
+
+// TestInfoMissingShards: an agent started from a manifest with part of the
+// files announces its missing shards in Info and never holds them, and a
+// compute agent's decoder accepts the announcement.
+func TestInfoMissingShards(t *testing.T) {
+	full := openT(t, tarDataset(t), nil)
+	man := filepath.Join(t.TempDir(), "manifest")
+	writeFile(t, man, full.Manifest().Encode())
+	cfg := testConfig(t)
+	cfg.Data = tarDataset(t, 1, 2)
+	cfg.Manifest = man
+	cfg.Replicas = 0 // every shard it stores
+	a := startAgent(t, cfg)
+	info, err := a.client.Info(context.Background(), &dataplanepb.InfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, held, err := dataplanepb.DecodePlacement(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing, err := dataplanepb.DecodeMissing(info, l, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetFingerprint() != full.Fingerprint() || !slices.Equal(held, []int{1, 2}) || !slices.Equal(missing, []int{0, 3}) {
+		t.Errorf("Info: fingerprint %s held %v missing %v; want %s, [1 2], [0 3]", info.GetFingerprint(), held, missing, full.Fingerprint())
+	}
+	id := preset(t, "imagenet-train").ID()
+	resp := fetchAll(t, a.client, []*dataplanepb.FetchRequest{{Tag: 1, Sample: 0, PipelineId: id}, {Tag: 2, Sample: 4, PipelineId: id}})
+	if k := resp[1].GetError().GetKind(); k != dataplanepb.ErrorKind_ERROR_KIND_NOT_FOUND {
+		t.Errorf("a sample of a missing shard: %v, want NOT_FOUND", resp[1].GetError())
+	}
+	if resp[2].GetError() != nil {
+		t.Errorf("a stored sample: %v", resp[2].GetError())
+	}
+}
+
+// FuzzDecodeManifest: any bytes decode to a manifest or an ErrManifest,
+// never a panic, and what decodes encodes back to the same bytes.
+func FuzzDecodeManifest(f *testing.F) {
+	m := &Manifest{Tars: true, Classes: []string{"0", "1"}, Samples: []ManifestSample{
+		{Rel: "a.tar/x.jpg", Size: 10, Label: 1}, {Rel: "a.tar/y.jpg", Size: 3}, {Rel: "b.tar/z.jpg", Size: 7, Label: 1}}}
+	f.Add(m.Encode())
+	f.Add((&Manifest{Classes: []string{"c"}, Samples: []ManifestSample{{Rel: "c/p.jpg", Size: 1}}}).Encode())
+	f.Add([]byte(manifestMagic))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeManifest(b)
+		if err != nil {
+			if !errors.Is(err, ErrManifest) {
+				t.Fatalf("error %v does not wrap ErrManifest", err)
+			}
+			return
+		}
+		if !bytes.Equal(m.Encode(), b) {
+			t.Fatal("decoded manifest encodes to other bytes")
+		}
+		if _, err := m.Layout(1); err != nil && !errors.Is(err, placement.ErrTooManyShards) {
+			t.Fatalf("Layout of a decoded manifest: %v", err)
+		}
+	})
+}
+
+// TestDecodeManifestRejects: damaged or hostile manifests are refused with
+// ErrManifest, naming the sample at fault.
+func TestDecodeManifestRejects(t *testing.T) {
+	ok := func() *Manifest {
+		return &Manifest{Tars: true, Classes: []string{"0", "1"}, Samples: []ManifestSample{
+			{Rel: "a.tar/x.jpg", Size: 10}, {Rel: "b.tar/y.jpg", Size: 3, Label: 1}}}
+	}
+	tests := map[string]func(*Manifest){
+		"absolute path": func(m *Manifest) { m.Samples[0].Rel = "/a.tar/x.jpg" },
+		"dot-dot":       func(m *Manifest) { m.Samples[1].Rel = "b.tar/../y.jpg" },
+		"listed twice":  func(m *Manifest) { m.Samples[1].Rel = m.Samples[0].Rel },
+		"not in a tar":  func(m *Manifest) { m.Samples[1].Rel = "b/y.jpg" },
+		"label past":    func(m *Manifest) { m.Samples[1].Label = 2 },
+		"too large":     func(m *Manifest) { m.Samples[0].Size = MaxSampleBytes + 1 },
+		"tar not contiguous": func(m *Manifest) {
+			m.Samples = append(m.Samples, ManifestSample{Rel: "a.tar/z.jpg"})
+		},
+		"no samples": func(m *Manifest) { m.Samples = nil },
+	}
+	for name, edit := range tests {
+		m := ok()
+		edit(m)
+		if _, err := DecodeManifest(m.Encode()); !errors.Is(err, ErrManifest) {
+			t.Errorf("%s: %v, want ErrManifest", name, err)
+		}
+	}
+	b := ok().Encode()
+	b[len(manifestMagic)+3] ^= 1
+	if _, err := DecodeManifest(b); !errors.Is(err, ErrManifest) {
+		t.Errorf("a flipped bit: %v, want ErrManifest", err)
+	}
+	if _, err := DecodeManifest(ok().Encode()); err != nil {
+		t.Errorf("the good manifest: %v", err)
+	}
+}
