@@ -87,9 +87,19 @@ func (f *fetcher) announced(info *dataplanepb.InfoResponse, cat *Catalog) error 
 	if layout.Total() != cat.Total {
 		return fmt.Errorf("%s: layout of %d samples, catalog of %d", f.ep.Name, layout.Total(), cat.Total)
 	}
+	missing, err := dataplanepb.DecodeMissing(info, layout, held)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.ep.Name, err)
+	}
 	f.place = &announcement{layout: layout, held: make([]bool, layout.Len()), name: info.GetPlacementName(), replicas: int(info.GetReplicas())}
 	for _, s := range held {
 		f.place.held[s] = true
+	}
+	if len(missing) > 0 {
+		f.place.missing = make([]bool, layout.Len())
+		for _, s := range missing {
+			f.place.missing[s] = true
+		}
 	}
 	f.shards = len(held)
 	if len(held) == layout.Len() {
@@ -105,20 +115,28 @@ type announcement struct {
 	held     []bool // by shard
 	name     string // its placement (gossip) name
 	replicas int
+	// missing marks the shards the agent does not store (it runs from a
+	// manifest with part of the files); nil: it stores every shard.
+	missing []bool
 }
+
+// stores reports whether the agent has shard s's files.
+func (a *announcement) stores(s int) bool { return a.missing == nil || !a.missing[s] }
 
 func (a *announcement) holds(sample uint64) bool {
 	s, ok := a.layout.ShardOf(sample)
 	return ok && a.held[s]
 }
 
-// replace gives the shards that none of fs holds to the agents of fs by
-// rendezvous hashing over their names alone, as the storage agents
-// themselves will once gossip has declared the missing holders dead: a
-// storage agent that died (and is unreachable now) no longer leaves its
-// shards unavailable for the epochs gossip takes to notice. Every agent of
-// a placement group has the whole dataset (the same fingerprint), so any
-// of them can serve any shard. It does so only when every agent of fs
+// replace gives the shards that none of fs holds to the agents of fs that
+// store them, by rendezvous hashing over those agents' names alone, as the
+// storage agents themselves will once gossip has declared the missing
+// holders dead: a storage agent that died (and is unreachable now) no
+// longer leaves its shards unavailable for the epochs gossip takes to
+// notice. Agents of a placement group have the same dataset (the same
+// fingerprint), all of its files or, from a manifest, part of them (their
+// missing shards); a shard that no reachable agent stores stays unplaced,
+// and its samples unavailable. It does so only when every agent of fs
 // announced the same layout and replica count under a name, and returns
 // how many shards it placed.
 func replace(fs []*fetcher) int {
@@ -126,13 +144,11 @@ func replace(fs []*fetcher) int {
 		return 0
 	}
 	first := fs[0].place
-	names := make([]string, len(fs))
-	for i, f := range fs {
+	for _, f := range fs {
 		p := f.place
 		if p == nil || p.name == "" || p.replicas != first.replicas || p.layout.Digest() != first.layout.Digest() {
 			return 0
 		}
-		names[i] = p.name
 	}
 	byName := map[string]*fetcher{}
 	for _, f := range fs {
@@ -147,7 +163,16 @@ func replace(fs []*fetcher) int {
 		if held {
 			continue
 		}
-		for _, owner := range shards.Owners(s, names, first.replicas) {
+		storers := make([]string, 0, len(fs))
+		for _, f := range fs {
+			if f.place.stores(s) {
+				storers = append(storers, f.place.name)
+			}
+		}
+		if len(storers) == 0 {
+			continue
+		}
+		for _, owner := range shards.Owners(s, storers, first.replicas) {
 			f := byName[owner]
 			f.place.held[s] = true
 			f.shards++

@@ -515,3 +515,44 @@ func TestReplace(t *testing.T) {
 		t.Errorf("replica counts differ: placed %d, want none", n)
 	}
 }
+
+// TestReplaceStored: re-placement gives a shard only to the agents that
+// store it (agents started from a manifest with part of the files), and
+// leaves a shard nobody reachable stores unplaced, its samples unowned.
+func TestReplaceStored(t *testing.T) {
+	mk := func(name string, held, missing []uint32) *fetcher {
+		f := &fetcher{ep: Endpoint{Name: name}}
+		info := &dataplanepb.InfoResponse{Samples: 64, Layout: twoShards(), HeldShards: held, MissingShards: missing, PlacementName: name, Replicas: 1}
+		if err := f.announced(info, &Catalog{Total: 64}); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	// Shard 0's holder is gone; of the survivors only b stores it.
+	for _, order := range [][2]string{{"a", "b"}, {"b", "a"}} {
+		a, b := mk(order[0], nil, []uint32{0}), mk(order[1], []uint32{1}, nil)
+		if n := replace([]*fetcher{a, b}); n != 1 {
+			t.Fatalf("placed %d shards, want 1", n)
+		}
+		if a.holds != nil && a.holds(3) {
+			t.Errorf("%s, which does not store shard 0, was given it", a.ep.Name)
+		}
+		if b.holds != nil && !b.holds(3) {
+			t.Errorf("%s stores shard 0 but was not given it", b.ep.Name)
+		}
+	}
+	// Nobody reachable stores shard 0: it stays unplaced.
+	a, b := mk("a", nil, []uint32{0}), mk("b", []uint32{1}, []uint32{0})
+	if n := replace([]*fetcher{a, b}); n != 0 {
+		t.Errorf("placed %d shards that nobody stores, want 0", n)
+	}
+	if a.holds(3) || b.holds(3) {
+		t.Error("a shard nobody stores was given to an agent")
+	}
+	// An announcement whose missing shards overlap its held ones is refused.
+	f := &fetcher{ep: Endpoint{Name: "x"}}
+	bad := &dataplanepb.InfoResponse{Samples: 64, Layout: twoShards(), HeldShards: []uint32{0}, MissingShards: []uint32{0}, PlacementName: "x", Replicas: 1}
+	if err := f.announced(bad, &Catalog{Total: 64}); !errors.Is(err, shards.ErrHeld) {
+		t.Errorf("held and missing shard 0: %v, want ErrHeld", err)
+	}
+}
