@@ -89,6 +89,10 @@ type Storage struct {
 	Replicas  int    `yaml:"replicas"`
 	ShardSize int    `yaml:"shardSize"`
 	Egress    string `yaml:"egress"`
+	// Manifest is the whole dataset's manifest (storage-agent manifest),
+	// a path relative to dataHostPath, when each node has only part of
+	// the files (--manifest); empty: every node has the whole dataset.
+	Manifest string `yaml:"manifest"`
 }
 
 // Training are the training Job's values.
@@ -275,6 +279,9 @@ func (v Values) Validate() error {
 	}
 	if s.Replicas < 0 || s.ShardSize < 1 {
 		bad("storage: replicas %d must not be negative, shardSize %d must be positive", s.Replicas, s.ShardSize)
+	}
+	if s.Manifest != "" && (!filepath.IsLocal(s.Manifest) || strings.ContainsAny(s.Manifest, "\n\"$")) {
+		bad("storage.manifest %q: want a path inside dataHostPath, relative to it", s.Manifest)
 	}
 	if s.Egress == "" || strings.ContainsAny(s.Egress, " ,=") {
 		bad("storage.egress %q: want a rate such as 10gbit, or 0 for unknown", s.Egress)

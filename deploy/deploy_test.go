@@ -51,6 +51,7 @@ storage:
   pipelines: [imagenet-train, imagenet-eval]
   startupSeconds: 600
   logLevel: debug
+  manifest: sophon/imagenet.manifest
 training:
   name: resnet
   nodes: 3
@@ -474,6 +475,12 @@ func checkStorage(t *testing.T, v Values, m manifests, nodes []string) {
 		t.Errorf("DaemonSet selector %v does not select its pods %v", ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels)
 	}
 
+	// The manifest, when the nodes have part of the dataset, is inside the
+	// data mount.
+	if want := v.Storage.Manifest; want == "" && flags["manifest"] != "" || want != "" && flags["manifest"] != flags["data"]+"/"+want {
+		t.Errorf("--manifest=%q, want %q under --data=%s", flags["manifest"], want, flags["data"])
+	}
+
 	// CPU: the limit is the budget the agent plans with.
 	cpus, err := strconv.ParseFloat(flags["cpus"], 64)
 	if err != nil || cpus != v.Storage.CPUs {
@@ -748,6 +755,8 @@ func TestBadValues(t *testing.T) {
 		{"root", "uid: 0\n"},
 		{"bad namespace", "namespace: Sophon_Data\n"},
 		{"relative dataset", "storage: {dataHostPath: data}\n"},
+		{"manifest outside the data", "storage: {manifest: ../m}\n"},
+		{"absolute manifest", "storage: {manifest: /etc/m}\n"},
 		{"certificate name", "training: {certName: a/b}\n"},
 		{"no plan", "training: {policy: '', plan: ''}\n"},
 		{"socket flag with a value", "training: {trainerSocketFlag: --socket=/x}\n"},
