@@ -90,7 +90,8 @@ const (
 	// MaxReplicas bounds the size of one replica set.
 	MaxReplicas = 64
 	// MaxClusterOps bounds the pipeline length a cluster plan handles:
-	// splits are stored as int8.
+	// the planner numbers a sample's options (split x codec, the cut) in
+	// a byte.
 	MaxClusterOps = 126
 )
 

@@ -48,7 +48,7 @@ func TestClusterHeterogeneousEgress(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			byName := map[string]policy.ClusterPlan{}
+			byName := map[string]policy.Plan{}
 			for _, plan := range plans {
 				byName[plan.Policy] = plan
 				t.Logf("%-10s %8.3f s (%.3f x bound) %v", plan.Policy, plan.Pred.Seconds, plan.Pred.Seconds/b.Seconds, plan.Pred.Bottleneck)

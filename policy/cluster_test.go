@@ -157,7 +157,7 @@ func TestClusterPredictHandmade(t *testing.T) {
 	// Sample 0: s0 -> c0 raw: 100 B, storage 0, compute 3 s.
 	// Sample 1: s1 -> c1 at split 1: 40 B, storage 1 s, compute 2 s.
 	// Sample 2: s1 -> c1 at split 2: 30 B, storage 3 s, compute 0.
-	pr, err := ClusterPredict(p, c, pl, []int16{0, 1, 1}, []int8{0, 1, 2}, nil)
+	pr, err := ClusterPredict(p, c, pl, []int16{0, 1, 1}, []int{0, 1, 2}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestClusterPredictHandmade(t *testing.T) {
 	// With more storage cores the capped link binds; the cluster's
 	// order puts it before everything but egress.
 	c.Storage[1].Cores = 4
-	pr, _ = ClusterPredict(p, c, pl, []int16{0, 1, 1}, []int8{0, 1, 2}, nil)
+	pr, _ = ClusterPredict(p, c, pl, []int16{0, 1, 1}, []int{0, 1, 2}, nil)
 	if want := (ClusterResource{Kind: Link, Storage: "s1", Compute: "c1"}); pr.Bottleneck != want || !near(pr.Seconds, 3.5) {
 		t.Errorf("bottleneck: got %v %v, want %v 3.5", pr.Bottleneck, pr.Seconds, want)
 	}
@@ -198,10 +198,10 @@ func TestClusterPredictHandmade(t *testing.T) {
 	}
 	// A replica outside the set, or arrays of the wrong length, fail.
 	pl2 := &Placement{Rank: []int32{0, 1, 2}, Sets: [][]int16{{0}}, Set: []int32{0, 0, 0}}
-	if _, err := ClusterPredict(p, c, pl2, []int16{0, 1, 0}, []int8{0, 0, 0}, nil); !errors.Is(err, ErrClusterPlan) {
+	if _, err := ClusterPredict(p, c, pl2, []int16{0, 1, 0}, []int{0, 0, 0}, nil); !errors.Is(err, ErrClusterPlan) {
 		t.Errorf("replica outside the set: got %v", err)
 	}
-	if _, err := ClusterPredict(p, c, pl, []int16{0}, []int8{0, 0, 0}, nil); !errors.Is(err, ErrClusterPlan) {
+	if _, err := ClusterPredict(p, c, pl, []int16{0}, []int{0, 0, 0}, nil); !errors.Is(err, ErrClusterPlan) {
 		t.Errorf("short replicas: got %v", err)
 	}
 }
@@ -343,7 +343,7 @@ func bruteCluster(p *profiler.Profile, c Cluster, pl *Placement) float64 {
 	if nops >= 2 && slices.ContainsFunc(p.Samples, func(s profiler.SampleProfile) bool { return s.HasCut() }) {
 		first = SplitCut
 	}
-	rep, split, compress := make([]int16, n), make([]int8, n), make([]bool, n)
+	rep, split, compress := make([]int16, n), make([]int, n), make([]bool, n)
 	best := math.Inf(1)
 	var rec func(i int)
 	rec = func(i int) {
@@ -361,7 +361,7 @@ func bruteCluster(p *profiler.Profile, c Cluster, pl *Placement) float64 {
 					if cc == 1 && (!comp || k == SplitCut) {
 						continue
 					}
-					rep[i], split[i], compress[i] = j, int8(k), cc == 1
+					rep[i], split[i], compress[i] = j, k, cc == 1
 					rec(i + 1)
 				}
 			}
@@ -455,7 +455,7 @@ func TestClusterSingleNode(t *testing.T) {
 			worstBound = max(worstBound, rel)
 		}
 		for _, c := range []struct {
-			got  ClusterPlan
+			got  Plan
 			want Plan
 		}{{plans[0], NoOff(p, r)}, {plans[2], SOPHON(p, r)}} {
 			for i, k := range c.got.Split {
@@ -544,8 +544,8 @@ func TestClusterRoundRobinAndNoOff(t *testing.T) {
 	if !near(no.Pred.Seconds, 1) || !near(rr.Pred.Seconds, 2) {
 		t.Errorf("epochs: nooff %v (want 1), round robin %v (want 2)", no.Pred.Seconds, rr.Pred.Seconds)
 	}
-	for _, pl := range []ClusterPlan{no, rr} {
-		if !slices.Equal(pl.Split, []int8{0, 0, 0, 0, 0}) || pl.Compress != nil {
+	for _, pl := range []Plan{no, rr} {
+		if !slices.Equal(pl.Split, []int{0, 0, 0, 0, 0}) || pl.Compress != nil {
 			t.Errorf("%s: splits %v, compress %v: want raw", pl.Policy, pl.Split, pl.Compress)
 		}
 	}
@@ -564,8 +564,8 @@ func TestClusterSOPHONShares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if so.Pred.Storage[0].Samples != 300 || so.Pred.Storage[1].Samples != 100 {
-		t.Errorf("samples per node: %d, %d; want 300, 100", so.Pred.Storage[0].Samples, so.Pred.Storage[1].Samples)
+	if so.Cluster.Storage[0].Samples != 300 || so.Cluster.Storage[1].Samples != 100 {
+		t.Errorf("samples per node: %d, %d; want 300, 100", so.Cluster.Storage[0].Samples, so.Cluster.Storage[1].Samples)
 	}
 	// Each agent runs SOPHON on its own samples: the same splits as
 	// SOPHON on a profile of just those samples, with the agent's

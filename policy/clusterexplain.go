@@ -25,7 +25,7 @@ func ExplainCluster(w io.Writer, p *profiler.Profile, c Cluster, pl *Placement, 
 	if detail == "" {
 		detail = NameOptimal
 	}
-	var shown *ClusterPlan
+	var shown *Plan
 	for i := range plans {
 		if plans[i].Policy == detail {
 			shown = &plans[i]
@@ -37,7 +37,7 @@ func ExplainCluster(w io.Writer, p *profiler.Profile, c Cluster, pl *Placement, 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "policy\tepoch s\tx bound\tMB\tstorage CPU s\tcompute CPU s\tcut\tbottleneck\t\n")
 	for _, pl := range plans {
-		pr := pl.Pred
+		pr := pl.Cluster
 		cuts := 0
 		for _, k := range pl.Split {
 			if k == SplitCut {
@@ -64,7 +64,7 @@ func ExplainCluster(w io.Writer, p *profiler.Profile, c Cluster, pl *Placement, 
 		b.Seconds, b.BucketLP, b.Buckets, b.Samples, b.Iterations)
 	fmt.Fprintf(w, "binding resources (dual weights): %s\n", strings.Join(binding, ", "))
 
-	pr := shown.Pred
+	pr := shown.Cluster
 	fmt.Fprintf(w, "\n%s plan: epoch %.3f s, bottleneck %s\n", shown.Policy, pr.Seconds, pr.Bottleneck)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "storage\tsamples\tMB\tCPU s\tCPU time s\tegress s\t\n")

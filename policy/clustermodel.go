@@ -105,25 +105,6 @@ type ClusterPrediction struct {
 	Bytes, StorageCPUSeconds, ComputeCPUSeconds float64
 }
 
-// ClusterPlan is a decision for every sample: which replica serves it,
-// where its pipeline is split and whether it crosses compressed. The
-// arrays are compact (4 bytes a sample) so that plans of millions of
-// samples stay small.
-type ClusterPlan struct {
-	// Policy names the policy that made the plan.
-	Policy string
-	// Replica holds, per sample, the index in Cluster.Storage of the node
-	// that serves it: a member of its replica set.
-	Replica []int16
-	// Split holds one split per sample, as Plan.Split (SplitCut = -1).
-	Split []int8
-	// Compress holds, per sample, whether the payload crosses
-	// zstd-compressed. Nil means none does.
-	Compress []bool
-	// Pred is the plan's predicted epoch.
-	Pred ClusterPrediction
-}
-
 // ptot is one (storage, compute) pair's totals: payload bytes, storage ns
 // (on the profile's clock), compute ns and samples.
 type ptot struct{ b, s, p, n float64 }
@@ -408,16 +389,16 @@ func (cm *cmodel) pairTotals(rep []int16, opt []uint8) []ptot {
 	return pt
 }
 
-// plan turns replicas and options into a ClusterPlan.
-func (cm *cmodel) plan(name string, rep []int16, opt []uint8) ClusterPlan {
+// plan turns replicas and options into a Plan.
+func (cm *cmodel) plan(name string, rep []int16, opt []uint8) Plan {
 	m := cm.m
-	pl := ClusterPlan{Policy: name, Replica: rep, Split: make([]int8, len(opt))}
+	pl := Plan{Policy: name, Pipeline: m.p.Pipeline, IDs: m.sampleIDs(), Replica: rep, Split: make([]int, len(opt))}
 	for i, o := range opt {
 		if m.cut && int(o) == m.cutOpt {
 			pl.Split[i] = SplitCut
 			continue
 		}
-		pl.Split[i] = int8(int(o) / m.stride)
+		pl.Split[i] = int(o) / m.stride
 		if m.stride == 2 && o%2 == 1 {
 			if pl.Compress == nil {
 				pl.Compress = make([]bool, len(opt))
@@ -425,8 +406,36 @@ func (cm *cmodel) plan(name string, rep []int16, opt []uint8) ClusterPlan {
 			pl.Compress[i] = true
 		}
 	}
-	pl.Pred = cm.predict(cm.pairTotals(rep, opt))
+	cp := cm.predict(cm.pairTotals(rep, opt))
+	pl.Pred, pl.Cluster = cp.Totals(), &cp
 	return pl
+}
+
+// Totals is the prediction in the single-node vocabulary: each time the
+// largest over the nodes of its kind (LinkSeconds over storage egress,
+// capped links, the shared uplink and compute ingress), the totals over
+// every node, and the bottleneck's kind (Link for any of the four
+// network resources).
+func (cp ClusterPrediction) Totals() Prediction {
+	pr := Prediction{Seconds: cp.Seconds, Bytes: cp.Bytes, StorageCPUSeconds: cp.StorageCPUSeconds, ComputeCPUSeconds: cp.ComputeCPUSeconds,
+		LinkSeconds: cp.UplinkTime}
+	for _, s := range cp.Storage {
+		pr.LinkSeconds = max(pr.LinkSeconds, s.EgressTime)
+		pr.StorageSeconds = max(pr.StorageSeconds, s.CPUTime)
+	}
+	for _, l := range cp.Links {
+		pr.LinkSeconds = max(pr.LinkSeconds, l.Time)
+	}
+	for _, c := range cp.Compute {
+		pr.LinkSeconds = max(pr.LinkSeconds, c.IngressTime)
+		pr.ComputeSeconds = max(pr.ComputeSeconds, c.CPUTime)
+		pr.GPUSeconds = max(pr.GPUSeconds, c.GPUTime)
+	}
+	switch pr.Bottleneck = cp.Bottleneck.Kind; pr.Bottleneck {
+	case StorageEgress, ComputeIngress, SharedUplink:
+		pr.Bottleneck = Link
+	}
+	return pr
 }
 
 // ClusterPredict returns the predicted epoch of serving sample i from
@@ -437,7 +446,7 @@ func (cm *cmodel) plan(name string, rep []int16, opt []uint8) ClusterPlan {
 // profile is invalid, when the slices' lengths differ from the profile's
 // sample count (compress may be nil), or when a sample's replica is not in
 // its replica set (ErrClusterPlan).
-func ClusterPredict(p *profiler.Profile, c Cluster, pl *Placement, replica []int16, split []int8, compress []bool) (ClusterPrediction, error) {
+func ClusterPredict(p *profiler.Profile, c Cluster, pl *Placement, replica []int16, split []int, compress []bool) (ClusterPrediction, error) {
 	cm, err := newCModel(p, &c, pl, slices.Contains(split, SplitCut))
 	if err != nil {
 		return ClusterPrediction{}, err
@@ -451,11 +460,7 @@ func ClusterPredict(p *profiler.Profile, c Cluster, pl *Placement, replica []int
 			return ClusterPrediction{}, clusterErr(ErrClusterPlan, fmt.Sprintf("replica[%d]", i), "storage node %d does not hold the sample (set %v)", j, pl.Sets[pl.Set[i]])
 		}
 	}
-	wide := make([]int, n)
-	for i, k := range split {
-		wide[i] = int(k)
-	}
-	ch := cm.m.choices(wide, compress)
+	ch := cm.m.choices(split, compress)
 	opt := make([]uint8, n)
 	for i, o := range ch {
 		opt[i] = uint8(o)

@@ -21,7 +21,7 @@ const (
 )
 
 // optimal is ClusterOptimal given the baselines' plans, with the bound.
-func (cm *cmodel) optimal(bases ...ClusterPlan) (ClusterPlan, ClusterBoundResult) {
+func (cm *cmodel) optimal(bases ...Plan) (Plan, ClusterBoundResult) {
 	bk, sol := cm.solveLP(cm.bucket())
 	mx := cm.mix(bk, sol)
 	w := sol.w

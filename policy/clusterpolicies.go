@@ -18,7 +18,7 @@ var ClusterNames = []string{NameNoOff, NameRoundRobin, NameSOPHON, NameOptimal}
 // cluster policy. It fails for a name not in ClusterNames (wrapping
 // ErrUnknownPolicy) and where the cluster, placement or profile is
 // invalid.
-func ClusterByName(name string, p *profiler.Profile, c Cluster, pl *Placement) (ClusterPlan, error) {
+func ClusterByName(name string, p *profiler.Profile, c Cluster, pl *Placement) (Plan, error) {
 	switch name {
 	case NameNoOff:
 		return ClusterNoOff(p, c, pl)
@@ -29,19 +29,19 @@ func ClusterByName(name string, p *profiler.Profile, c Cluster, pl *Placement) (
 	case NameOptimal:
 		return ClusterOptimal(p, c, pl)
 	}
-	return ClusterPlan{}, fmt.Errorf("%w %q for a cluster (one of %v)", ErrUnknownPolicy, name, ClusterNames)
+	return Plan{}, fmt.Errorf("%w %q for a cluster (one of %v)", ErrUnknownPolicy, name, ClusterNames)
 }
 
 // ClusterAll returns every cluster policy's plan, in ClusterNames order,
 // and the bound (computed once, by the optimal policy).
-func ClusterAll(p *profiler.Profile, c Cluster, pl *Placement) ([]ClusterPlan, ClusterBoundResult, error) {
+func ClusterAll(p *profiler.Profile, c Cluster, pl *Placement) ([]Plan, ClusterBoundResult, error) {
 	cm, err := newCModel(p, &c, pl, true)
 	if err != nil {
 		return nil, ClusterBoundResult{}, err
 	}
 	noff, rr, so := cm.noOff(), cm.roundRobin(), cm.sophon()
 	opt, b := cm.optimal(noff, rr, so)
-	return []ClusterPlan{noff, rr, so, opt}, b, nil
+	return []Plan{noff, rr, so, opt}, b, nil
 }
 
 // ClusterNoOff sends every sample raw (split 0), each from the replica
@@ -49,15 +49,15 @@ func ClusterAll(p *profiler.Profile, c Cluster, pl *Placement) ([]ClusterPlan, C
 // each goes to the member of its replica set whose egress time, with the
 // sample added, is smallest (ties to the fewest bytes so far, then to the
 // first in the set).
-func ClusterNoOff(p *profiler.Profile, c Cluster, pl *Placement) (ClusterPlan, error) {
+func ClusterNoOff(p *profiler.Profile, c Cluster, pl *Placement) (Plan, error) {
 	cm, err := newCModel(p, &c, pl, false)
 	if err != nil {
-		return ClusterPlan{}, err
+		return Plan{}, err
 	}
 	return cm.noOff(), nil
 }
 
-func (cm *cmodel) noOff() ClusterPlan {
+func (cm *cmodel) noOff() Plan {
 	p, pl := cm.m.p, cm.pl
 	rep, opt := make([]int16, len(p.Samples)), make([]uint8, len(p.Samples))
 	bytes := make([]float64, cm.ns)
@@ -80,15 +80,15 @@ func (cm *cmodel) noOff() ClusterPlan {
 // ignoring every rate: the k-th sample (in profile order) with a given
 // replica set goes to the set's (k mod size)-th member. It is the baseline
 // a rate-blind client gives.
-func ClusterRoundRobin(p *profiler.Profile, c Cluster, pl *Placement) (ClusterPlan, error) {
+func ClusterRoundRobin(p *profiler.Profile, c Cluster, pl *Placement) (Plan, error) {
 	cm, err := newCModel(p, &c, pl, false)
 	if err != nil {
-		return ClusterPlan{}, err
+		return Plan{}, err
 	}
 	return cm.roundRobin(), nil
 }
 
-func (cm *cmodel) roundRobin() ClusterPlan {
+func (cm *cmodel) roundRobin() Plan {
 	pl := cm.pl
 	n := len(cm.m.p.Samples)
 	rep, opt := make([]int16, n), make([]uint8, n)
@@ -113,15 +113,15 @@ func (cm *cmodel) roundRobin() ClusterPlan {
 // time, with SOPHON's guard. An agent with unlimited egress offloads
 // nothing. Like SOPHON, it never compresses and never uses SplitCut. On
 // SingleNode(r) its splits are SOPHON(p, r)'s.
-func ClusterSOPHON(p *profiler.Profile, c Cluster, pl *Placement) (ClusterPlan, error) {
+func ClusterSOPHON(p *profiler.Profile, c Cluster, pl *Placement) (Plan, error) {
 	cm, err := newCModel(p, &c, pl, false)
 	if err != nil {
-		return ClusterPlan{}, err
+		return Plan{}, err
 	}
 	return cm.sophon(), nil
 }
 
-func (cm *cmodel) sophon() ClusterPlan {
+func (cm *cmodel) sophon() Plan {
 	m, p, pl, c := cm.m, cm.m.p, cm.pl, cm.c
 	n := len(p.Samples)
 	rep, opt := make([]int16, n), make([]uint8, n)
@@ -239,17 +239,17 @@ func (cm *cmodel) sophon() ClusterPlan {
 // 65,536 joint assignments) are solved exhaustively. The cost is a few
 // passes over the samples plus the LP on the buckets (docs/policy.md gives
 // the figures at 1.28 M samples).
-func ClusterOptimal(p *profiler.Profile, c Cluster, pl *Placement) (ClusterPlan, error) {
+func ClusterOptimal(p *profiler.Profile, c Cluster, pl *Placement) (Plan, error) {
 	plan, _, err := ClusterSolve(p, c, pl)
 	return plan, err
 }
 
 // ClusterSolve returns ClusterOptimal's plan and the bound it computes on
 // the way (ClusterBound's), for the price of one.
-func ClusterSolve(p *profiler.Profile, c Cluster, pl *Placement) (ClusterPlan, ClusterBoundResult, error) {
+func ClusterSolve(p *profiler.Profile, c Cluster, pl *Placement) (Plan, ClusterBoundResult, error) {
 	cm, err := newCModel(p, &c, pl, true)
 	if err != nil {
-		return ClusterPlan{}, ClusterBoundResult{}, err
+		return Plan{}, ClusterBoundResult{}, err
 	}
 	plan, b := cm.optimal(cm.noOff(), cm.roundRobin(), cm.sophon())
 	return plan, b, nil

@@ -100,20 +100,43 @@ func (r Resources) speed() float64 {
 // FastFlow and SOPHON never do; Optimal and Bound use it.
 const SplitCut = -1
 
-// Plan is a decision for every sample of a profile.
+// Plan is the one plan type: per sample, which storage node serves it,
+// where its pipeline is split and how its payload crosses. Every policy
+// makes one (single-node and cluster alike, its entries indexed as
+// Profile.Samples), a plan file stores one (the compute agent's --plan
+// FILE: IDs, Split and Default), and the compute agent runs one, looking
+// samples up by id.
 type Plan struct {
-	// Policy names the policy that made the plan.
+	// Policy names the policy that made the plan (or the plan file).
 	Policy string
-	// Split holds one split per sample, indexed as Profile.Samples: split
-	// k runs ops [0:k] on storage; SplitCut (-1) sends the JPEG cut to the
-	// crop box.
+	// Pipeline is the ID of the pipeline the plan is for
+	// (profiler.Profile.Pipeline, ops.Pipeline.ID); empty means any.
+	Pipeline string
+	// IDs holds each entry's sample id: the profile's, in its order, for
+	// a policy's plan.
+	IDs []uint64
+	// Split holds each entry's split: split k runs ops [0:k] on storage;
+	// SplitCut (-1) sends the JPEG cut to the crop box.
 	Split []int
-	// Compress holds, per sample, whether the payload crosses the link
+	// Compress holds, per entry, whether the payload crosses the link
 	// zstd-compressed (never at SplitCut: a JPEG does not compress). Nil
-	// means none is.
+	// means none does.
 	Compress []bool
-	// Pred is the plan's predicted epoch.
+	// Replica holds, per entry, the index in Cluster.Storage of the
+	// storage node that serves it, one of its replica set: a preference,
+	// since a compute agent's fetchers pull from whoever holds a sample.
+	// Nil for a single-node plan or a plan file: any holder.
+	Replica []int16
+	// Default is the split of a sample the plan does not list.
+	Default int
+	// Pred is the plan's predicted epoch. For a cluster plan its times are
+	// each the largest over the nodes of that kind (the link time over
+	// egress, links, the uplink and ingress), its totals sum the nodes,
+	// and Cluster holds the per-node breakdown.
 	Pred Prediction
+	// Cluster is a cluster plan's prediction per node; nil for a
+	// single-node plan.
+	Cluster *ClusterPrediction
 }
 
 // Bottleneck names, as reported in Prediction.Bottleneck.
@@ -158,6 +181,18 @@ type model struct {
 	// profile's) each payload byte costs to send: StorageNSPerByte times
 	// the storage speed.
 	perByte float64
+	// ids is the profile's sample ids, made once and shared, read-only,
+	// by the model's plans.
+	ids []uint64
+}
+
+// sampleIDs is the profile's sample ids, in its order, shared by the
+// model's plans (which must not change them).
+func (m *model) sampleIDs() []uint64 {
+	if m.ids == nil {
+		m.ids = ids(m.p)
+	}
+	return m.ids
 }
 
 // newModel returns the model of p under r. With cut, it offers SplitCut
@@ -347,9 +382,18 @@ func (m *model) totals(ch []int32) raw {
 	return tot
 }
 
+// ids is the profile's sample ids, in its order.
+func ids(p *profiler.Profile) []uint64 {
+	out := make([]uint64, len(p.Samples))
+	for i := range p.Samples {
+		out[i] = p.Samples[i].ID
+	}
+	return out
+}
+
 // plan turns option indices into a Plan.
 func (m *model) plan(name string, ch []int32, r Resources) Plan {
-	pl := Plan{Policy: name, Split: make([]int, len(ch))}
+	pl := Plan{Policy: name, Pipeline: m.p.Pipeline, IDs: m.sampleIDs(), Split: make([]int, len(ch))}
 	for i, o := range ch {
 		if m.cut && int(o) == m.cutOpt {
 			pl.Split[i] = SplitCut
