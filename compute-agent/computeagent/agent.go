@@ -23,6 +23,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -63,7 +64,8 @@ type Agent struct {
 	log      zerolog.Logger
 	sizes    *sizeModel
 	pipeID   string
-	pipeSpec []byte // sent on each stream's first request; nil for presets
+	pipeSpec []byte   // sent on each stream's first request; nil for presets
+	plan     *runPlan // Config.Plan, indexed
 	gpu      GPUMonitor
 	// tail is what the trainer client finishes on its device when slots
 	// hold uint8 (the pipeline's trailing to_tensor and normalize); nil
@@ -96,6 +98,7 @@ func New(cfg Config) (*Agent, error) {
 		log:    cfg.Logger, // the binary names the component (internal/cli.Logger)
 		sizes:  newSizeModel(cfg.Pipeline),
 		pipeID: cfg.Pipeline.ID(),
+		plan:   newRunPlan(cfg.Plan, nil, policy.Resources{}),
 		gpu:    cfg.GPU,
 		conns:  map[string]*grpc.ClientConn{},
 		m:      newMetrics(),
@@ -179,7 +182,7 @@ func (a *Agent) Run(ctx context.Context) ([]EpochReport, error) {
 		if !ok {
 			return reports, nil // in trainer mode: the agent was stopped
 		}
-		r, err := a.runEpoch(ctx, num, epochOpts{plan: a.cfg.Plan, trainer: req})
+		r, err := a.runEpoch(ctx, num, epochOpts{plan: a.plan, trainer: req})
 		if errors.Is(err, errEpochSkipped) {
 			continue
 		}
@@ -410,12 +413,12 @@ wait:
 // RunEpoch runs one epoch with Config.Plan and returns its report (also
 // appended to Config.ReportPath). It does not consult Config.Policy.
 func (a *Agent) RunEpoch(ctx context.Context, num uint64) (EpochReport, error) {
-	return a.runEpoch(ctx, num, epochOpts{plan: a.cfg.Plan})
+	return a.runEpoch(ctx, num, epochOpts{plan: a.plan})
 }
 
 // epochOpts are what a policy run changes about one epoch.
 type epochOpts struct {
-	plan Plan
+	plan *runPlan
 	// rec, when set, records stage 2's profile of every sample fetched
 	// raw.
 	rec *profiler.Recorder
@@ -449,7 +452,7 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 		r.Status = "interrupted"
 	}
 	if r.Pipeline == "" {
-		r.Pipeline, r.Plan = a.pipeID, opts.plan.Name()
+		r.Pipeline, r.Plan = a.pipeID, opts.plan.name()
 	}
 	if r.Failed == nil {
 		r.Failed = []SampleFailure{}
@@ -465,7 +468,7 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 
 // openJournal opens the sample log and resume state once the catalog is
 // known (its fingerprint is part of the run's identity).
-func (a *Agent) openJournal(cat *Catalog, plan Plan) (*journal, error) {
+func (a *Agent) openJournal(cat *Catalog, plan *runPlan) (*journal, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.jr != nil || a.jrErr != nil || (a.cfg.SamplesOut == "" && a.cfg.StateDir == "") {
@@ -475,7 +478,7 @@ func (a *Agent) openJournal(cat *Catalog, plan Plan) (*journal, error) {
 		return nil, ErrClosed
 	}
 	a.jr, a.jrErr = openJournal(a.cfg.SamplesOut, a.cfg.StateDir, runState{
-		Seed: a.cfg.Seed, Fingerprint: cat.Fingerprint, Pipeline: a.pipeID, Plan: plan.Name(),
+		Seed: a.cfg.Seed, Fingerprint: cat.Fingerprint, Pipeline: a.pipeID, Plan: plan.name(),
 		Rank: a.cfg.Rank, World: a.cfg.World, FirstEpoch: a.cfg.FirstEpoch, FetchOnly: a.cfg.FetchOnly,
 	})
 	if a.jrErr != nil {
@@ -532,7 +535,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		}
 	}
 	for i, s := range order {
-		if split[i], err = splitOf(plan, s, cfg.Pipeline, n); err != nil {
+		if split[i], err = plan.split(s, cfg.Pipeline, n); err != nil {
 			return EpochReport{}, err
 		}
 		split[i] = min(split[i], cfg.Pipeline.Len())
@@ -574,9 +577,9 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 	}
 	e.sched = newPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
 	e.paced = len(fs) > 1
-	if h, ok := plan.(*policyPlan); ok && e.paced {
+	if plan.hinted() && e.paced {
 		e.sched.cpuOf = func(pos, _ int) int64 {
-			_, c := h.hint(order[pos])
+			_, c := plan.hint(order[pos])
 			return int64(c)
 		}
 	}
@@ -590,7 +593,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		e.left.Add(b)
 	}
 	e.jr = jr
-	a.log.Info().Uint64("epoch", num).Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.Name()).Msg("epoch start")
+	a.log.Info().Uint64("epoch", num).Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.name()).Msg("epoch start")
 	names := make([]string, len(fs))
 	for i, f := range fs {
 		f.e = e
@@ -629,7 +632,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		StartUnixNS:              start.UnixNano(),
 		EndUnixNS:                end.UnixNano(),
 		Pipeline:                 a.pipeID,
-		Plan:                     plan.Name(),
+		Plan:                     plan.name(),
 		StrictOrder:              cfg.StrictOrder,
 		FetchOnly:                cfg.FetchOnly,
 		Storage:                  names,

@@ -18,6 +18,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/policy"
 )
 
 // checkOnce fails unless got holds every sample of want exactly once.
@@ -177,11 +178,12 @@ func TestPlacementInvariance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mixed := &PlanFile{PlanName: "mixed", Pipeline: p.ID(), Default: 1, Splits: map[uint64]int{}}
+	splits := map[uint64]int{}
 	for s := range uint64(testSamples) {
-		mixed.Splits[s] = int(s % uint64(p.Len()+1))
+		splits[s] = int(s % uint64(p.Len()+1))
 	}
-	plans := []Plan{NoOff(), AllOff(p), resize, mixed}
+	mixed := PlanOf("mixed", p.ID(), 1, splits)
+	plans := []*policy.Plan{NoOff(), AllOff(p), resize, mixed}
 	var ref map[uint64][32]byte
 	for _, plan := range plans {
 		cfg, rec := testConfig(t, n, "s1:1", "s2:1")
@@ -189,7 +191,7 @@ func TestPlacementInvariance(t *testing.T) {
 		cfg.FirstEpoch = 3
 		reports, err := runAgent(t, cfg)
 		if err != nil {
-			t.Fatalf("%s: %v", plan.Name(), err)
+			t.Fatalf("%s: %v", plan.Policy, err)
 		}
 		checkReport(t, reports[0])
 		got := rec.epoch(3)
@@ -205,16 +207,16 @@ func TestPlacementInvariance(t *testing.T) {
 		if !maps.Equal(m, ref) {
 			for s := range ref {
 				if m[s] != ref[s] {
-					t.Errorf("%s: sample %d (split %d) differs from nooff", plan.Name(), s, plan.Split(s))
+					t.Errorf("%s: sample %d (split %d) differs from nooff", plan.Policy, s, planSplit(plan, s))
 				}
 			}
 		}
 		wantSplits := 1
-		if plan == Plan(mixed) {
+		if plan == mixed {
 			wantSplits = p.Len() + 1
 		}
 		if len(reports[0].BySplit) != wantSplits {
-			t.Errorf("%s: by split %+v, want %d splits", plan.Name(), reports[0].BySplit, wantSplits)
+			t.Errorf("%s: by split %+v, want %d splits", plan.Policy, reports[0].BySplit, wantSplits)
 		}
 	}
 }
@@ -232,10 +234,10 @@ func TestBadSample(t *testing.T) {
 	const bad = 13
 	p := testPipeline(t)
 	for _, tc := range []struct {
-		plan  Plan
+		plan  *policy.Plan
 		where string
 	}{{NoOff(), "local"}, {AllOff(p), "storage"}} {
-		t.Run(tc.plan.Name()+"/fail", func(t *testing.T) {
+		t.Run(tc.plan.Policy+"/fail", func(t *testing.T) {
 			n := &memNet{}
 			n.serve(t, "s1:1", corruptFake(t, "s1", bad))
 			cfg, _ := testConfig(t, n, "s1:1")
@@ -245,7 +247,7 @@ func TestBadSample(t *testing.T) {
 				t.Fatalf("got %v, want an ErrSample naming sample 13", err)
 			}
 		})
-		t.Run(tc.plan.Name()+"/skip", func(t *testing.T) {
+		t.Run(tc.plan.Policy+"/skip", func(t *testing.T) {
 			n := &memNet{}
 			n.serve(t, "s1:1", corruptFake(t, "s1", bad))
 			cfg, rec := testConfig(t, n, "s1:1")
@@ -571,8 +573,8 @@ func TestConfigValidation(t *testing.T) {
 		"rank":                     func(c *Config) { c.Rank, c.World = 3, 3 },
 		"window":                   func(c *Config) { c.Window = -1 },
 		"on-error":                 func(c *Config) { c.OnError = "ignore" },
-		"split":                    func(c *Config) { c.Plan = &PlanFile{PlanName: "x", Default: 9} },
-		"plan pipe":                func(c *Config) { c.Plan = &PlanFile{PlanName: "x", Pipeline: "other@1"} },
+		"split":                    func(c *Config) { c.Plan = PlanOf("x", "", 9, nil) },
+		"plan pipe":                func(c *Config) { c.Plan = PlanOf("x", "other@1", 0, nil) },
 		"tls":                      func(c *Config) { c.TLS = tlsconf.Files{Cert: "c"} },
 		"neither tls nor insecure": func(c *Config) { c.Insecure = false },
 		"gossip without a key": func(c *Config) {
@@ -591,7 +593,7 @@ func TestConfigValidation(t *testing.T) {
 	}
 	c := a.cfg
 	if c.Window != DefaultWindow || c.WindowBytes != DefaultWindowBytes || c.Queue != DefaultQueue || c.Batch != DefaultBatch ||
-		c.OnError != OnErrorFail || c.World != 1 || c.Epochs != 1 || c.Workers < 1 || c.Plan.Name() != "nooff" {
+		c.OnError != OnErrorFail || c.World != 1 || c.Epochs != 1 || c.Workers < 1 || c.Plan.Policy != "nooff" {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 	if err := a.Close(); err != nil {
@@ -613,7 +615,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A failing epoch must not leak either.
-	cfg.Plan = &PlanFile{PlanName: "bad", Default: 0, Splits: map[uint64]int{5: 0}}
+	cfg.Plan = PlanOf("bad", "", 0, map[uint64]int{5: 0})
 	cfg.Consumer = consumerFunc(func(ctx context.Context, b *Batch) error { return errors.New("gpu fell over") })
 	if _, err := runAgent(t, cfg); err == nil || !strings.Contains(err.Error(), "gpu fell over") {
 		t.Fatalf("got %v, want the consumer's error", err)
@@ -633,7 +635,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 func TestFetchOnly(t *testing.T) {
 	n := &memNet{}
 	n.serve(t, "s1:1", newFake(t, "s1"))
-	for _, plan := range []Plan{NoOff(), AllOff(testPipeline(t))} {
+	for _, plan := range []*policy.Plan{NoOff(), AllOff(testPipeline(t))} {
 		cfg, rec := testConfig(t, n, "s1:1")
 		cfg.Epochs = 2
 		cfg.Plan = plan
@@ -643,19 +645,19 @@ func TestFetchOnly(t *testing.T) {
 		})
 		reports, err := runAgent(t, cfg)
 		if err != nil {
-			t.Fatalf("%s: %v", plan.Name(), err)
+			t.Fatalf("%s: %v", plan.Policy, err)
 		}
 		for e, r := range reports {
 			checkOnce(t, rec.epoch(uint64(e)), allSamples())
 			checkReport(t, r)
 			if !r.FetchOnly || r.BytesReceived == 0 {
-				t.Errorf("%s epoch %d: fetch_only %v, bytes %d", plan.Name(), e, r.FetchOnly, r.BytesReceived)
+				t.Errorf("%s epoch %d: fetch_only %v, bytes %d", plan.Policy, e, r.FetchOnly, r.BytesReceived)
 			}
 		}
 	}
 	// The sha OnSample sees is the wire form's, so it differs by split.
 	var shas [2]map[uint64][32]byte
-	for i, plan := range []Plan{NoOff(), AllOff(testPipeline(t))} {
+	for i, plan := range []*policy.Plan{NoOff(), AllOff(testPipeline(t))} {
 		cfg, rec := testConfig(t, n, "s1:1")
 		cfg.Plan = plan
 		cfg.FetchOnly = true
@@ -682,10 +684,11 @@ func TestFetchOnly(t *testing.T) {
 // no request asks for them.
 func TestCutAndFallbackInvariance(t *testing.T) {
 	p := testPipeline(t)
-	mixed := &PlanFile{PlanName: "mixed-cut", Pipeline: p.ID(), Splits: map[uint64]int{}}
+	splits := map[uint64]int{}
 	for s := range uint64(testSamples) {
-		mixed.Splits[s] = int(s%uint64(p.Len()+2)) - 1
+		splits[s] = int(s%uint64(p.Len()+2)) - 1
 	}
+	mixed := PlanOf("mixed-cut", p.ID(), 0, splits)
 	// Photos large enough that most cuts are smaller than their file.
 	big := make([][]byte, testSamples)
 	for i := range big {
@@ -698,7 +701,7 @@ func TestCutAndFallbackInvariance(t *testing.T) {
 	var ref map[uint64][32]byte
 	for _, c := range []struct {
 		name   string
-		plan   Plan
+		plan   *policy.Plan
 		strict bool
 	}{{"nooff", NoOff(), false}, {"mixed", mixed, false}, {"strict", mixed, true}} {
 		n := &memNet{}
@@ -728,7 +731,7 @@ func TestCutAndFallbackInvariance(t *testing.T) {
 		}
 		for s := range ref {
 			if m[s] != ref[s] {
-				t.Errorf("%s: sample %d (split %d) differs from nooff", c.name, s, mixed.Split(s))
+				t.Errorf("%s: sample %d (split %d) differs from nooff", c.name, s, planSplit(mixed, s))
 			}
 		}
 		contended, cuts := 0, 0

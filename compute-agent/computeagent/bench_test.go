@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
 
@@ -58,8 +59,8 @@ func BenchmarkEpochLoopback(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, plan := range []Plan{NoOff(), resize, AllOff(p)} {
-		b.Run(plan.Name(), func(b *testing.B) {
+	for _, plan := range []*policy.Plan{NoOff(), resize, AllOff(p)} {
+		b.Run(plan.Policy, func(b *testing.B) {
 			cfg := DefaultConfig()
 			cfg.Discovery = Static(lis.Addr().String())
 			cfg.Insecure = true

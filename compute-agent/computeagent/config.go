@@ -16,6 +16,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/policy"
 )
 
 // Defaults for the zero values of [Config].
@@ -95,8 +96,9 @@ type Config struct {
 	// Pipeline is the online preprocessing pipeline; it must end in a
 	// tensor. Required.
 	Pipeline *ops.Pipeline
-	// Plan maps each sample to its split k. Nil means NoOff (k = 0).
-	Plan Plan
+	// Plan maps each sample to its split k (see NoOff, AllOff, ResizeOff,
+	// ParsePlan). Nil means NoOff (k = 0).
+	Plan *policy.Plan
 
 	// Policy, when set, plans the splits itself (see planner.go): one of
 	// nooff, alloff, resizeoff, fastflow, sophon or optimal. Run then
@@ -314,8 +316,8 @@ func (c Config) withDefaults() (Config, error) {
 		if !slices.Contains(Policies, c.Policy) {
 			return c, configErr("policy %q: want one of %s", c.Policy, strings.Join(Policies, ", "))
 		}
-		if _, static := c.Plan.(staticPlan); c.Plan != nil && !static {
-			return c, configErr("policy %s and plan %s: give one or the other", c.Policy, c.Plan.Name())
+		if c.Plan != nil && !isStatic(c.Plan) {
+			return c, configErr("policy %s and plan %s: give one or the other", c.Policy, c.Plan.Policy)
 		}
 		if c.FetchOnly {
 			return c, configErr("policy %s needs training epochs, not fetch-only", c.Policy)

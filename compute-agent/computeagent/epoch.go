@@ -46,7 +46,7 @@ type epochRun struct {
 	posJ    []int32
 	gpos    []uint64
 	asm     *assembler
-	plan    Plan
+	plan    *runPlan
 	rec     *profiler.Recorder // stage 2; nil when not profiling
 	sched   *schedule
 	// paced: several storage agents, whose windows pace (fetcher.pace).
@@ -64,7 +64,7 @@ type epochRun struct {
 	// their storage agent reported times its per-worker share of a core:
 	// their CPU time, or more where the agent got less than its budget.
 	storageOffEffNS atomic.Int64
-	// offPlannedNS sums the plan's storage CPU estimate (policyPlan.hint)
+	// offPlannedNS sums the plan's storage CPU estimate (runPlan.hint)
 	// of the samples served offloaded as planned: the drift check's
 	// prediction when storage agents answered some offloads raw.
 	offPlannedNS atomic.Int64

@@ -287,8 +287,8 @@ func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 			// An offload: let the storage agent answer raw when its CPU
 			// cannot keep up, unless the operator wants strict plans.
 			req.Fallback = !e.cfg.StrictOffload
-			if h, ok := e.plan.(*policyPlan); ok {
-				req.Priority, req.CostNs = h.hint(r.sample)
+			if e.plan.hinted() {
+				req.Priority, req.CostNs = e.plan.hint(r.sample)
 			}
 			if req.Fallback {
 				req.HorizonNs = e.horizon()
@@ -379,9 +379,9 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 		asPlanned := r.split != 0 && resp.GetServed() == dataplanepb.Served_SERVED_AS_REQUESTED
 		held := float64(resp.GetStorageBudgetNs()) * f.share()
 		if asPlanned {
-			if h, ok := e.plan.(*policyPlan); ok {
-				_, c := h.hint(r.sample)
-				e.offPlannedNS.Add(int64(float64(c) / h.speed))
+			if e.plan.hinted() {
+				_, c := e.plan.hint(r.sample)
+				e.offPlannedNS.Add(int64(float64(c) / e.plan.speed))
 			}
 			e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
 			e.storageOffEffNS.Add(int64(held))

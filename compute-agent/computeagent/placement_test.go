@@ -14,6 +14,7 @@ import (
 	shards "github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -454,7 +455,7 @@ func TestCutRefetched(t *testing.T) {
 		}
 		big[i] = b
 	}
-	run := func(plan Plan, bad bool) (EpochReport, map[uint64][32]byte) {
+	run := func(plan *policy.Plan, bad bool) (EpochReport, map[uint64][32]byte) {
 		n := &memNet{}
 		s := newFake(t, "s")
 		s.data = big
@@ -473,7 +474,7 @@ func TestCutRefetched(t *testing.T) {
 		return reports[0], sampleSHAs(t, rec, 0)
 	}
 	_, want := run(NoOff(), false)
-	cut := &PlanFile{PlanName: "cut", Pipeline: p.ID(), Default: ops.SplitCut}
+	cut := PlanOf("cut", p.ID(), ops.SplitCut, nil)
 	r, got := run(cut, true)
 	if !maps.Equal(got, want) {
 		t.Error("tensors differ from No-Off's")

@@ -5,51 +5,68 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/policy"
 )
 
-// Plan maps each sample to its split k: the storage agent runs ops[0:k] and
-// this agent runs ops[k:n]. k may also be ops.SplitCut (-1), the
-// JPEG-domain crop, for pipelines that have it (ops.Pipeline.CanCut): the
-// storage agent cuts the JPEG to the crop box and this agent runs every op
-// from the cut. A plan is pure data; New checks every split it can name
-// against the pipeline.
-type Plan interface {
-	// Name identifies the plan in reports, e.g. "nooff" or a file's name.
-	Name() string
-	// Split is sample's split k, in [0, n], or ops.SplitCut.
-	Split(sample uint64) int
-}
+// The agent runs a *policy.Plan, the one plan type: per listed sample its
+// split k (the storage agent runs ops[0:k] and this agent ops[k:n]) and,
+// for a policy's plan, its codec; Default for every other sample. k may
+// also be ops.SplitCut (-1), the JPEG-domain crop, for pipelines that have
+// it (ops.Pipeline.CanCut): the storage agent cuts the JPEG to the crop
+// box and this agent runs every op from the cut. The agent's own plans are
+// static (NoOff, AllOff, ResizeOff: a Default and no entries) or plan
+// files (DecodePlanFile); a policy's come from the planner. New checks
+// every split a plan names against the pipeline.
 
-// staticPlan gives every sample the same split.
-type staticPlan struct {
-	name string
-	k    int
-}
+// static is the plan that gives every sample split k.
+func static(name string, k int) *policy.Plan { return &policy.Plan{Policy: name, Default: k} }
 
-func (p staticPlan) Name() string         { return p.name }
-func (p staticPlan) Split(uint64) int     { return p.k }
-func (p staticPlan) splits() (int, []int) { return p.k, nil }
+// isStatic reports whether plan is one of NoOff, AllOff and ResizeOff.
+func isStatic(plan *policy.Plan) bool {
+	switch plan.Policy {
+	case "nooff", "alloff", "resizeoff":
+		return len(plan.IDs) == 0 && len(plan.Split) == 0
+	}
+	return false
+}
 
 // NoOff fetches raw bytes for every sample (k = 0).
-func NoOff() Plan { return staticPlan{name: "nooff", k: 0} }
+func NoOff() *policy.Plan { return static("nooff", 0) }
 
 // AllOff runs the whole pipeline on the storage agent (k = n).
-func AllOff(p *ops.Pipeline) Plan { return staticPlan{name: "alloff", k: p.Len()} }
+func AllOff(p *ops.Pipeline) *policy.Plan { return static("alloff", p.Len()) }
 
 // ResizeOff splits right after the pipeline's first crop op
 // (random_resized_crop, decode_random_resized_crop or center_crop).
-func ResizeOff(p *ops.Pipeline) (Plan, error) {
+func ResizeOff(p *ops.Pipeline) (*policy.Plan, error) {
 	k, ok := p.CropSplit()
 	if !ok {
 		return nil, configErr("resizeoff: pipeline %s has no crop op", p.ID())
 	}
-	return staticPlan{name: "resizeoff", k: k}, nil
+	return static("resizeoff", k), nil
 }
 
-// PlanFile is a per-sample plan, stored as JSON:
+// PlanOf is the plan named name that gives the samples in splits their
+// split and every other sample def, for pipeline (an ops.Pipeline.ID();
+// empty: any): a plan file's plan, its entries in ascending id order.
+func PlanOf(name, pipeline string, def int, splits map[uint64]int) *policy.Plan {
+	pl := &policy.Plan{Policy: name, Pipeline: pipeline, Default: def, IDs: make([]uint64, 0, len(splits))}
+	for id := range splits {
+		pl.IDs = append(pl.IDs, id)
+	}
+	slices.Sort(pl.IDs)
+	pl.Split = make([]int, len(pl.IDs))
+	for i, id := range pl.IDs {
+		pl.Split[i] = splits[id]
+	}
+	return pl
+}
+
+// A plan file is a per-sample plan, stored as JSON:
 //
 //	{
 //	  "pipeline": "imagenet-train@1f8b59f902fd",  // ops.Pipeline.ID(); empty: any
@@ -58,37 +75,11 @@ func ResizeOff(p *ops.Pipeline) (Plan, error) {
 //	}
 //
 // Every k must lie in [0, n] for the pipeline's n ops, or be -1
-// (ops.SplitCut) where the pipeline has the JPEG-domain crop.
-type PlanFile struct {
-	// PlanName is the plan's name in reports; not stored.
-	PlanName string `json:"-"`
-	Pipeline string `json:"pipeline"`
-	Default  int    `json:"default"`
-	// Splits maps a sample id to its split.
-	Splits map[uint64]int `json:"splits"`
-}
+// (ops.SplitCut) where the pipeline has the JPEG-domain crop. Its plan is
+// named after the file.
 
-// Name implements [Plan].
-func (f *PlanFile) Name() string { return f.PlanName }
-
-// Split implements [Plan].
-func (f *PlanFile) Split(sample uint64) int {
-	if k, ok := f.Splits[sample]; ok {
-		return k
-	}
-	return f.Default
-}
-
-func (f *PlanFile) splits() (int, []int) {
-	ks := make([]int, 0, len(f.Splits))
-	for _, k := range f.Splits {
-		ks = append(ks, k)
-	}
-	return f.Default, ks
-}
-
-// ReadPlanFile reads a per-sample plan file (see [PlanFile]).
-func ReadPlanFile(path string) (*PlanFile, error) {
+// ReadPlanFile reads a per-sample plan file.
+func ReadPlanFile(path string) (*policy.Plan, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, configErr("plan: %v", err)
@@ -99,11 +90,11 @@ func ReadPlanFile(path string) (*PlanFile, error) {
 // maxPlanFile bounds a plan file's size (about 30 bytes per listed sample).
 const maxPlanFile = 1 << 30
 
-// DecodePlanFile parses a per-sample plan named name from its JSON (see
-// [PlanFile]). Unknown fields, non-decimal sample ids and trailing data are
-// errors; split ranges are checked against a pipeline by [ParsePlan] and
-// New.
-func DecodePlanFile(b []byte, name string) (*PlanFile, error) {
+// DecodePlanFile parses a plan file's JSON into the plan named name.
+// Unknown fields, non-decimal sample ids, an id listed twice and trailing
+// data are errors; split ranges are checked against a pipeline by
+// [ParsePlan] and New.
+func DecodePlanFile(b []byte, name string) (*policy.Plan, error) {
 	if len(b) > maxPlanFile {
 		return nil, configErr("plan %s: %d bytes, limit %d", name, len(b), maxPlanFile)
 	}
@@ -120,20 +111,23 @@ func DecodePlanFile(b []byte, name string) (*PlanFile, error) {
 	if dec.More() {
 		return nil, configErr("plan %s: data after the plan object", name)
 	}
-	f := &PlanFile{PlanName: name, Pipeline: raw.Pipeline, Default: raw.Default, Splits: make(map[uint64]int, len(raw.Splits))}
+	splits := make(map[uint64]int, len(raw.Splits))
 	for s, k := range raw.Splits {
 		id, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			return nil, configErr("plan %s: sample %q is not a decimal id", name, s)
 		}
-		f.Splits[id] = k
+		if _, dup := splits[id]; dup {
+			return nil, configErr("plan %s: sample %d listed twice", name, id)
+		}
+		splits[id] = k
 	}
-	return f, nil
+	return PlanOf(name, raw.Pipeline, raw.Default, splits), nil
 }
 
 // ParsePlan resolves a plan name: nooff, alloff, resizeoff, or the path of
 // a plan file.
-func ParsePlan(name string, p *ops.Pipeline) (Plan, error) {
+func ParsePlan(name string, p *ops.Pipeline) (*policy.Plan, error) {
 	switch name {
 	case "", "nooff":
 		return NoOff(), nil
@@ -149,21 +143,23 @@ func ParsePlan(name string, p *ops.Pipeline) (Plan, error) {
 	return f, checkPlan(f, p)
 }
 
-// checkPlan validates the splits a plan can enumerate and, for a plan file,
-// its pipeline. Other plans are checked per sample as the epoch runs.
-func checkPlan(plan Plan, p *ops.Pipeline) error {
+// checkPlan validates a plan against the pipeline p: the pipeline it is
+// for, its shape (a split per listed sample, a codec per listed sample or
+// none) and every split it names.
+func checkPlan(plan *policy.Plan, p *ops.Pipeline) error {
+	if plan.Pipeline != "" && plan.Pipeline != p.ID() {
+		return configErr("plan %s is for pipeline %s, running %s", plan.Policy, plan.Pipeline, p.ID())
+	}
+	if len(plan.Split) != len(plan.IDs) || plan.Compress != nil && len(plan.Compress) != len(plan.IDs) {
+		return configErr("plan %s: %d samples, %d splits, %d codecs", plan.Policy, len(plan.IDs), len(plan.Split), len(plan.Compress))
+	}
 	n := p.Len()
-	if f, ok := plan.(*PlanFile); ok && f.Pipeline != "" && f.Pipeline != p.ID() {
-		return configErr("plan %s is for pipeline %s, running %s", f.Name(), f.Pipeline, p.ID())
+	if err := validSplit(p, plan.Default, n); err != nil {
+		return configErr("plan %s: default: %v", plan.Policy, err)
 	}
-	e, ok := plan.(interface{ splits() (int, []int) })
-	if !ok {
-		return nil
-	}
-	def, ks := e.splits()
-	for _, k := range append(ks, def) {
+	for i, k := range plan.Split {
 		if err := validSplit(p, k, n); err != nil {
-			return configErr("plan %s: %v", plan.Name(), err)
+			return configErr("plan %s: sample %d: %v", plan.Policy, plan.IDs[i], err)
 		}
 	}
 	return nil
@@ -181,13 +177,4 @@ func validSplit(p *ops.Pipeline, k, n int) error {
 		return fmt.Errorf("split %d outside [0, %d]", k, n)
 	}
 	return nil
-}
-
-// splitOf is plan's split for sample, checked against p and n ops.
-func splitOf(plan Plan, sample uint64, p *ops.Pipeline, n int) (int, error) {
-	k := plan.Split(sample)
-	if err := validSplit(p, k, n); err != nil {
-		return 0, fmt.Errorf("%w: plan %s: sample %d: %v", ErrConfig, plan.Name(), sample, err)
-	}
-	return k, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -31,8 +32,8 @@ func TestParsePlan(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s %s: %v", tc.preset, name, err)
 			}
-			if got := plan.Split(12345); got != k || plan.Name() != name {
-				t.Errorf("%s %s: split %d name %q, want %d", tc.preset, name, got, plan.Name(), k)
+			if got := planSplit(plan, 12345); got != k || plan.Policy != name {
+				t.Errorf("%s %s: split %d name %q, want %d", tc.preset, name, got, plan.Policy, k)
 			}
 		}
 	}
@@ -52,7 +53,7 @@ func TestParsePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	for s, want := range map[uint64]int{0: 2, 3: 0, 4: 5, 99: 2} {
-		if got := plan.Split(s); got != want {
+		if got := planSplit(plan, s); got != want {
 			t.Errorf("sample %d: split %d, want %d", s, got, want)
 		}
 	}
@@ -69,7 +70,7 @@ func TestParsePlan(t *testing.T) {
 		}
 	}
 	// -1 is the JPEG-domain crop: valid where the pipeline has it.
-	if plan, err := ParsePlan(write("cut.json", `{"default": -1}`), p); err != nil || plan.Split(7) != ops.SplitCut {
+	if plan, err := ParsePlan(write("cut.json", `{"default": -1}`), p); err != nil || planSplit(plan, 7) != ops.SplitCut {
 		t.Errorf("cut plan: %v", err)
 	}
 	fast, err := ops.Preset("imagenet-train-fast")
@@ -205,10 +206,14 @@ func FuzzDecodePlanFile(f *testing.F) {
 			}
 			return
 		}
-		for s := range pf.Splits {
-			if k, err := splitOf(pf, s, p, p.Len()); err != nil || (k < 0 && k != ops.SplitCut) || k > p.Len() {
+		rp := newRunPlan(pf, nil, policy.Resources{})
+		for _, s := range append(slices.Clone(pf.IDs), 1<<63) {
+			if k, err := rp.split(s, p, p.Len()); err != nil || (k < 0 && k != ops.SplitCut) || k > p.Len() {
 				t.Fatalf("sample %d: split %d, %v after a passing check", s, k, err)
 			}
+		}
+		if !slices.IsSorted(pf.IDs) || len(slices.Compact(slices.Clone(pf.IDs))) != len(pf.IDs) {
+			t.Fatalf("ids %v: not ascending and distinct", pf.IDs)
 		}
 	})
 }
@@ -220,4 +225,13 @@ func TestSplitCutAgrees(t *testing.T) {
 	if policy.SplitCut != ops.SplitCut {
 		t.Fatalf("policy.SplitCut %d, ops.SplitCut %d", policy.SplitCut, ops.SplitCut)
 	}
+}
+
+// planSplit is plan's split for sample, as the agent runs it.
+func planSplit(plan *policy.Plan, sample uint64) int {
+	k := plan.Default
+	if i, ok := newRunPlan(plan, nil, policy.Resources{}).entry(sample); ok {
+		k = plan.Split[i]
+	}
+	return k
 }

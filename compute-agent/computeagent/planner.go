@@ -89,7 +89,7 @@ type planner struct {
 	saved *profiler.Profile
 	plan  policy.Plan // valid when prof is set
 	bound float64
-	agent Plan // plan as the agent runs it
+	agent *runPlan // plan as the agent runs it
 }
 
 // replan plans with the current profile and resources.
@@ -101,7 +101,7 @@ func (pl *planner) replan() error {
 	}
 	pl.plan = plan
 	pl.bound = policy.Bound(p, r)
-	pl.agent = newPolicyPlan(pl.plan, p, r)
+	pl.agent = newRunPlan(&pl.plan, p, r)
 	pr := pl.plan.Pred
 	pl.a.log.Info().Str("policy", pl.name).Float64("predicted_seconds", pr.Seconds).Float64("bound_seconds", pl.bound).
 		Str("bottleneck", pr.Bottleneck).Float64("bytes", pr.Bytes).Float64("storage_cpu_seconds", pr.StorageCPUSeconds).
@@ -352,7 +352,7 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 		if !ok {
 			return reports, nil // in trainer mode: the agent was stopped
 		}
-		opts := epochOpts{plan: NoOff(), trainer: req, linkRate: pl.res.LinkBytesPerSec, storageCores: pl.res.StorageCores}
+		opts := epochOpts{plan: newRunPlan(NoOff(), nil, policy.Resources{}), trainer: req, linkRate: pl.res.LinkBytesPerSec, storageCores: pl.res.StorageCores}
 		predicted, bound := d.PredictedNoOffSeconds, 0.0
 		ran := pl.prof != nil
 		var planRan policy.Plan
@@ -412,76 +412,104 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 	}
 }
 
-// policyPlan is a policy.Plan as the agent runs it: per sample of the
-// profile its split and codec, by sample id; other samples get k = 0. It
-// also gives each offload the planner's hints for work-conserving
-// admission (FetchRequest.priority, cost_ns).
-type policyPlan struct {
-	name  string
-	ids   []uint64 // sorted
-	split []int32
-	zstd  []bool // nil: none compressed
-	// prio and cost: bytes saved per storage CPU-ms and storage CPU ns of
-	// the sample's offload on the profile's clock (0 for raw). cost is
-	// not scaled by the planner's storage speed: the storage agent learns
-	// its own ratio of budget time to these estimates, which a re-plan's
-	// new speed would otherwise count twice.
+// runPlan is a plan (a *policy.Plan) indexed for running: by sample id,
+// its split and codec and, for a policy's plan, the planner's hints for
+// work-conserving admission (FetchRequest.priority, cost_ns) and pacing.
+type runPlan struct {
+	plan *policy.Plan
+	// byID lists the plan's entries in ascending id order; nil when its
+	// IDs ascend already.
+	byID []int32
+	// prio and cost, per entry (nil: the plan has no profile behind it):
+	// bytes saved per storage CPU-ms and storage CPU ns of the sample's
+	// offload on the profile's clock (0 for raw). cost is not scaled by
+	// the planner's storage speed: the storage agent learns its own ratio
+	// of budget time to these estimates, which a re-plan's new speed
+	// would otherwise count twice.
 	prio []uint32
 	cost []uint64
-	// speed is the planner's storage speed, for the drift check.
+	// speed is the planner's storage speed (1 without a profile).
 	speed float64
 }
 
-func newPolicyPlan(pl policy.Plan, p *profiler.Profile, r policy.Resources) *policyPlan {
-	n := len(p.Samples)
-	speed := r.StorageSpeed
-	if speed <= 0 {
-		speed = 1
-	}
-	out := &policyPlan{name: pl.Policy, ids: make([]uint64, n), split: make([]int32, n), prio: make([]uint32, n), cost: make([]uint64, n), speed: speed}
-	for i := range p.Samples {
-		s := &p.Samples[i]
-		out.ids[i] = s.ID
-		if i < len(pl.Split) {
-			out.split[i] = int32(pl.Split[i])
+// newRunPlan indexes pl, a checked plan. With a profile p (the one pl was
+// made from: entry i is p.Samples[i]) and the resources r it was made
+// under, it also computes each offload's hints; pl's codecs then decide
+// every request's (see runPlan.codec).
+func newRunPlan(pl *policy.Plan, p *profiler.Profile, r policy.Resources) *runPlan {
+	out := &runPlan{plan: pl, speed: 1}
+	if !slices.IsSorted(pl.IDs) {
+		out.byID = make([]int32, len(pl.IDs))
+		for i := range out.byID {
+			out.byID[i] = int32(i)
 		}
-		zstd := pl.Compress != nil && i < len(pl.Compress) && pl.Compress[i]
-		if bytes, ns, ok := offloadCost(s, int(out.split[i]), zstd); ok && ns > 0 {
+		slices.SortStableFunc(out.byID, func(x, y int32) int { return cmp.Compare(pl.IDs[x], pl.IDs[y]) })
+	}
+	if p == nil {
+		return out
+	}
+	if r.StorageSpeed > 0 {
+		out.speed = r.StorageSpeed
+	}
+	n := len(pl.Split)
+	out.prio, out.cost = make([]uint32, n), make([]uint64, n)
+	for i := range min(n, len(p.Samples)) {
+		s := &p.Samples[i]
+		zstd := pl.Compress != nil && pl.Compress[i]
+		if bytes, ns, ok := offloadCost(s, pl.Split[i], zstd); ok && ns > 0 {
 			out.cost[i] = uint64(ns)
 			if saved := float64(s.Raw) - bytes; saved > 0 {
 				out.prio[i] = uint32(min(saved/(ns/1e6), math.MaxUint32))
 			}
 		}
 	}
-	if pl.Compress != nil {
-		out.zstd = make([]bool, n)
-		copy(out.zstd, pl.Compress)
-	}
-	if !slices.IsSorted(out.ids) {
-		idx := make([]int, n)
-		for i := range idx {
-			idx[i] = i
-		}
-		slices.SortFunc(idx, func(x, y int) int { return cmp.Compare(out.ids[x], out.ids[y]) })
-		out.ids = permute(out.ids, idx)
-		out.split = permute(out.split, idx)
-		out.prio = permute(out.prio, idx)
-		out.cost = permute(out.cost, idx)
-		if out.zstd != nil {
-			out.zstd = permute(out.zstd, idx)
-		}
-	}
 	return out
 }
 
-// permute returns xs reordered: element j of the result is xs[idx[j]].
-func permute[T any](xs []T, idx []int) []T {
-	out := make([]T, len(idx))
-	for j, i := range idx {
-		out[j] = xs[i]
+// name is the plan's name in reports.
+func (p *runPlan) name() string { return p.plan.Policy }
+
+// entry is the index of sample's entry in the plan, if it has one.
+func (p *runPlan) entry(sample uint64) (int, bool) {
+	ids := p.plan.IDs
+	if p.byID == nil {
+		return slices.BinarySearch(ids, sample)
 	}
-	return out
+	j, ok := slices.BinarySearchFunc(p.byID, sample, func(i int32, s uint64) int { return cmp.Compare(ids[i], s) })
+	if !ok {
+		return 0, false
+	}
+	return int(p.byID[j]), true
 }
+
+// split is sample's split, checked against p and n ops.
+func (p *runPlan) split(sample uint64, pipe *ops.Pipeline, n int) (int, error) {
+	k := p.plan.Default
+	if i, ok := p.entry(sample); ok {
+		k = p.plan.Split[i]
+	}
+	if err := validSplit(pipe, k, n); err != nil {
+		return 0, fmt.Errorf("%w: plan %s: sample %d: %v", ErrConfig, p.name(), sample, err)
+	}
+	return k, nil
+}
+
+// hint is the sample's priority (bytes saved per storage CPU-ms) and
+// storage CPU estimate (ns on the profile's clock); zeros for raw and for
+// a plan without a profile.
+func (p *runPlan) hint(sample uint64) (uint32, uint64) {
+	if p.prio == nil {
+		return 0, 0
+	}
+	if i, ok := p.entry(sample); ok {
+		return p.prio[i], p.cost[i]
+	}
+	return 0, 0
+}
+
+// hinted reports whether the plan carries the planner's hints (it was
+// made from a profile).
+func (p *runPlan) hinted() bool { return p.prio != nil }
 
 // offloadCost is what sample s's offload at split k (compressed when zstd)
 // sends and costs the storage side on the profile's clock: the payload
@@ -505,46 +533,15 @@ func offloadCost(s *profiler.SampleProfile, k int, zstd bool) (bytes, ns float64
 	return bytes, ns, true
 }
 
-// hint is the sample's priority (bytes saved per storage CPU-ms) and
-// storage CPU estimate (ns on the profile's clock); zeros for raw.
-func (p *policyPlan) hint(sample uint64) (uint32, uint64) {
-	if i, ok := slices.BinarySearch(p.ids, sample); ok {
-		return p.prio[i], p.cost[i]
+// codec is the codec requested for sample: a policy's plan decides it
+// (zstd where the plan compresses the sample, else none); for other plans
+// it is Config.Codec.
+func (e *epochRun) codec(sample uint64) ops.Codec {
+	if !e.plan.hinted() {
+		return e.cfg.Codec
 	}
-	return 0, 0
-}
-
-// Name implements [Plan].
-func (p *policyPlan) Name() string { return p.name }
-
-// Split implements [Plan].
-func (p *policyPlan) Split(sample uint64) int {
-	if i, ok := slices.BinarySearch(p.ids, sample); ok {
-		return int(p.split[i])
-	}
-	return 0
-}
-
-// codec is the codec of sample's request.
-func (p *policyPlan) codec(sample uint64) ops.Codec {
-	if p.zstd == nil {
-		return ops.CodecNone
-	}
-	if i, ok := slices.BinarySearch(p.ids, sample); ok && p.zstd[i] {
+	if i, ok := e.plan.entry(sample); ok && e.plan.plan.Compress != nil && e.plan.plan.Compress[i] {
 		return ops.CodecZstd
 	}
 	return ops.CodecNone
-}
-
-// codecPlan is a plan that chooses each request's codec.
-type codecPlan interface {
-	codec(sample uint64) ops.Codec
-}
-
-// codec is the codec requested for sample: the plan's, else Config.Codec.
-func (e *epochRun) codec(sample uint64) ops.Codec {
-	if c, ok := e.plan.(codecPlan); ok {
-		return c.codec(sample)
-	}
-	return e.cfg.Codec
 }

@@ -264,7 +264,7 @@ func TestPolicyConfig(t *testing.T) {
 		{"unknown policy", func(c *Config) { c.Policy = "greedy" }},
 		{"policy and plan file", func(c *Config) {
 			c.Policy = policy.NameSOPHON
-			c.Plan = &PlanFile{PlanName: "f", Pipeline: p.ID()}
+			c.Plan = PlanOf("f", p.ID(), 0, nil)
 		}},
 		{"policy and fetch-only", func(c *Config) { c.Policy, c.FetchOnly = policy.NameSOPHON, true }},
 		{"negative threshold", func(c *Config) { c.Policy, c.ReplanThreshold = policy.NameSOPHON, -1 }},

@@ -98,8 +98,8 @@ type shedder struct {
 // when there is nothing to shed: no per-sample plan, no offload, or no
 // known link rate or storage cores.
 func newShedder(e *epochRun, cores float64) *shedder {
-	p, ok := e.plan.(*policyPlan)
-	if !ok || e.linkRate <= 0 || cores <= 0 {
+	p := e.plan
+	if !p.hinted() || e.linkRate <= 0 || cores <= 0 {
 		return nil
 	}
 	n := len(e.order)

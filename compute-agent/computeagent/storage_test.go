@@ -17,6 +17,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
+	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
 
@@ -89,12 +90,13 @@ func TestWithStorageAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mixed := &PlanFile{PlanName: "mixed", Pipeline: p.ID(), Splits: map[uint64]int{}}
+	splits := map[uint64]int{}
 	for s := range uint64(testSamples) {
-		mixed.Splits[s] = int((s * 7) % uint64(p.Len()+1))
+		splits[s] = int((s * 7) % uint64(p.Len()+1))
 	}
+	mixed := PlanOf("mixed", p.ID(), 0, splits)
 	var ref map[uint64][32]byte
-	for _, plan := range []Plan{NoOff(), AllOff(p), resize, mixed} {
+	for _, plan := range []*policy.Plan{NoOff(), AllOff(p), resize, mixed} {
 		cfg, rec := testConfig(t, nil, "st1:7070", "st2:7070")
 		cfg.Dial = n.Dial
 		cfg.Plan = plan
@@ -102,12 +104,12 @@ func TestWithStorageAgent(t *testing.T) {
 		cfg.Codec = 1 // zstd
 		reports, err := runAgent(t, cfg)
 		if err != nil {
-			t.Fatalf("%s: %v", plan.Name(), err)
+			t.Fatalf("%s: %v", plan.Policy, err)
 		}
 		r := reports[0]
 		checkReport(t, r)
 		if r.SamplesFailed != 1 || r.Failed[0].Kind != "TRUNCATED" {
-			t.Fatalf("%s: failed %+v, want one TRUNCATED sample", plan.Name(), r.Failed)
+			t.Fatalf("%s: failed %+v, want one TRUNCATED sample", plan.Policy, r.Failed)
 		}
 		badID := r.Failed[0].Sample
 		want := []uint64{}
@@ -125,12 +127,12 @@ func TestWithStorageAgent(t *testing.T) {
 		if ref == nil {
 			ref = m
 		} else if !maps.Equal(ref, m) {
-			t.Errorf("%s: tensors differ from nooff's", plan.Name())
+			t.Errorf("%s: tensors differ from nooff's", plan.Policy)
 		}
 		if r.StorageCPUSeconds <= 0 {
-			t.Errorf("%s: storage cpu seconds %v", plan.Name(), r.StorageCPUSeconds)
+			t.Errorf("%s: storage cpu seconds %v", plan.Policy, r.StorageCPUSeconds)
 		}
-		t.Logf("%s: %d samples, %d bytes, by split %+v", plan.Name(), r.Samples, r.BytesReceived, r.BySplit)
+		t.Logf("%s: %d samples, %d bytes, by split %+v", plan.Policy, r.Samples, r.BytesReceived, r.BySplit)
 	}
 }
 
