@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"fmt"
 	"math"
 	"slices"
 
@@ -10,27 +9,6 @@ import (
 
 // NameRoundRobin names the round-robin cluster policy.
 const NameRoundRobin = "roundrobin"
-
-// ClusterNames lists every cluster policy, in the order reports show them.
-var ClusterNames = []string{NameNoOff, NameRoundRobin, NameSOPHON, NameOptimal}
-
-// ClusterByName plans p on cluster c under placement pl with the named
-// cluster policy. It fails for a name not in ClusterNames (wrapping
-// ErrUnknownPolicy) and where the cluster, placement or profile is
-// invalid.
-func ClusterByName(name string, p *profiler.Profile, c Cluster, pl *Placement) (Plan, error) {
-	switch name {
-	case NameNoOff:
-		return ClusterNoOff(p, c, pl)
-	case NameRoundRobin:
-		return ClusterRoundRobin(p, c, pl)
-	case NameSOPHON:
-		return ClusterSOPHON(p, c, pl)
-	case NameOptimal:
-		return ClusterOptimal(p, c, pl)
-	}
-	return Plan{}, fmt.Errorf("%w %q for a cluster (one of %v)", ErrUnknownPolicy, name, ClusterNames)
-}
 
 // ClusterAll returns every cluster policy's plan, in ClusterNames order,
 // and the bound (computed once, by the optimal policy).

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/sophon-dl/sophon/policy/policytest"
@@ -26,5 +27,32 @@ func TestByName(t *testing.T) {
 	q.Ops = []string{"decode", "normalize"}
 	if _, err := ByName(NameResizeOff, &q, r); err == nil {
 		t.Fatal("resizeoff planned a pipeline without a crop op")
+	}
+}
+
+// TestRegistry: Names and ClusterNames are the registry's forms, every
+// cluster policy plans a cluster and a name without a form is refused.
+func TestRegistry(t *testing.T) {
+	if !slices.Equal(Names, []string{NameNoOff, NameAllOff, NameResizeOff, NameFastFlow, NameSOPHON, NameOptimal}) ||
+		!slices.Equal(ClusterNames, []string{NameNoOff, NameRoundRobin, NameSOPHON, NameOptimal}) {
+		t.Fatalf("Names %v, ClusterNames %v", Names, ClusterNames)
+	}
+	p := policytest.Synthetic("openimages-like", 60, 3)
+	r := Resources{LinkBytesPerSec: 12.5e6, StorageCores: 1, ComputeCores: 2, GPUSamplesPerSec: 1e4}
+	c := SingleNode(r)
+	pl := &Placement{Rank: make([]int32, len(p.Samples)), Set: make([]int32, len(p.Samples)), Sets: [][]int16{{0}}}
+	for _, name := range ClusterNames {
+		plan, err := ClusterByName(name, p, c, pl)
+		if err != nil || plan.Policy != name || len(plan.Replica) != len(p.Samples) || plan.Cluster == nil {
+			t.Errorf("%s: plan %q, %d replicas, %v", name, plan.Policy, len(plan.Replica), err)
+		}
+	}
+	for _, name := range []string{NameFastFlow, "greedy"} {
+		if _, err := ClusterByName(name, p, c, pl); !errors.Is(err, ErrUnknownPolicy) {
+			t.Errorf("cluster %s: %v, want ErrUnknownPolicy", name, err)
+		}
+	}
+	if _, err := ByName(NameRoundRobin, p, r); !errors.Is(err, ErrUnknownPolicy) {
+		t.Errorf("single-node roundrobin: %v, want ErrUnknownPolicy", err)
 	}
 }

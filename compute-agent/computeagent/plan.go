@@ -28,17 +28,17 @@ func static(name string, k int) *policy.Plan { return &policy.Plan{Policy: name,
 // isStatic reports whether plan is one of NoOff, AllOff and ResizeOff.
 func isStatic(plan *policy.Plan) bool {
 	switch plan.Policy {
-	case "nooff", "alloff", "resizeoff":
+	case policy.NameNoOff, policy.NameAllOff, policy.NameResizeOff:
 		return len(plan.IDs) == 0 && len(plan.Split) == 0
 	}
 	return false
 }
 
 // NoOff fetches raw bytes for every sample (k = 0).
-func NoOff() *policy.Plan { return static("nooff", 0) }
+func NoOff() *policy.Plan { return static(policy.NameNoOff, 0) }
 
 // AllOff runs the whole pipeline on the storage agent (k = n).
-func AllOff(p *ops.Pipeline) *policy.Plan { return static("alloff", p.Len()) }
+func AllOff(p *ops.Pipeline) *policy.Plan { return static(policy.NameAllOff, p.Len()) }
 
 // ResizeOff splits right after the pipeline's first crop op
 // (random_resized_crop, decode_random_resized_crop or center_crop).
@@ -47,7 +47,7 @@ func ResizeOff(p *ops.Pipeline) (*policy.Plan, error) {
 	if !ok {
 		return nil, configErr("resizeoff: pipeline %s has no crop op", p.ID())
 	}
-	return static("resizeoff", k), nil
+	return static(policy.NameResizeOff, k), nil
 }
 
 // PlanOf is the plan named name that gives the samples in splits their
