@@ -30,6 +30,11 @@ type Cluster struct {
 	// StorageSpeed is every storage CPU's speed relative to the clock the
 	// profile was measured on, as Resources.StorageSpeed. Zero means 1.
 	StorageSpeed float64 `json:"storage_speed,omitempty"`
+	// StorageNSPerByte is the storage CPU, in ns on the storage nodes'
+	// own clock, that sending one payload byte costs beyond the ops (gRPC,
+	// TLS, copies), as Resources.StorageNSPerByte: every option's storage
+	// cost includes it. Zero means free.
+	StorageNSPerByte float64 `json:"storage_ns_per_byte,omitempty"`
 }
 
 // StorageNode is one storage agent.
@@ -154,7 +159,7 @@ func (c *Cluster) Validate() error {
 	for _, f := range []struct {
 		name string
 		x    float64
-	}{{"shared_uplink_bytes_per_sec", c.SharedUplinkBytesPerSec}, {"storage_speed", c.StorageSpeed}} {
+	}{{"shared_uplink_bytes_per_sec", c.SharedUplinkBytesPerSec}, {"storage_speed", c.StorageSpeed}, {"storage_ns_per_byte", c.StorageNSPerByte}} {
 		if err := checkFigure(f.name, f.x); err != nil {
 			return err
 		}
@@ -253,13 +258,15 @@ func (c *Cluster) Ranks() int {
 
 // SingleNode is the cluster of one storage node and one compute node that
 // r describes: the storage node has r's storage cores and r's link as its
-// egress, the compute node r's compute cores and GPU and one rank. Cluster
+// egress, the compute node r's compute cores and GPU and one rank, and the
+// storage speed and transport cost are r's. Cluster
 // plans and bounds on it agree with the single-node ones on r.
 func SingleNode(r Resources) Cluster {
 	return Cluster{
 		Storage:      []StorageNode{{Name: "storage", Cores: r.StorageCores, EgressBytesPerSec: r.LinkBytesPerSec}},
 		Compute:      []ComputeNode{{Name: "compute", Cores: r.ComputeCores, GPUSamplesPerSec: r.GPUSamplesPerSec, Ranks: 1}},
-		StorageSpeed: r.StorageSpeed,
+		StorageSpeed:     r.StorageSpeed,
+		StorageNSPerByte: r.StorageNSPerByte,
 	}
 }
 

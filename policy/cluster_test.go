@@ -438,7 +438,6 @@ func TestClusterSingleNode(t *testing.T) {
 			addRandomCut(rng, p)
 		}
 		r := randomResources(rng, n)
-		r.StorageNSPerByte = 0 // the cluster model has no transport term yet
 		pl, err := NewPlacement(make([]int32, n), func(int) []int16 { return []int16{0} })
 		if err != nil {
 			t.Fatal(err)

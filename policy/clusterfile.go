@@ -19,6 +19,7 @@ var ErrClusterFile = errors.New("policy: bad cluster description")
 // validates it. Field names are the Cluster's JSON tags:
 //
 //	storage_speed: 1
+//	storage_ns_per_byte: 4.5
 //	shared_uplink_bytes_per_sec: 0
 //	storage:
 //	  - {name: s0, cores: 16, egress_bytes_per_sec: 5.0e9}

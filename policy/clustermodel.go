@@ -164,7 +164,7 @@ func newCModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) (*cmode
 	if err := pl.check(c, len(p.Samples)); err != nil {
 		return nil, err
 	}
-	cm := &cmodel{m: newModel(p, Resources{}, cut), c: c, pl: pl, ns: len(c.Storage), nc: len(c.Compute), exactBuckets: bucketExact}
+	cm := &cmodel{m: newModel(p, Resources{StorageSpeed: c.StorageSpeed, StorageNSPerByte: c.StorageNSPerByte}, cut), c: c, pl: pl, ns: len(c.Storage), nc: len(c.Compute), exactBuckets: bucketExact}
 	cm.node = make([]int32, 0, c.Ranks())
 	for k, n := range c.Compute {
 		for range max(n.Ranks, 1) {
@@ -342,8 +342,15 @@ func (cm *cmodel) predict(pt []ptot) ClusterPrediction {
 }
 
 // optRaw is sample s's raw quantities at option o (as options fills them,
-// without filling the others).
+// without filling the others), sending its payload included.
 func (m *model) optRaw(s *profiler.SampleProfile, o int) raw {
+	q := m.optRawOps(s, o)
+	q[1] += q[0] * m.perByte // +Inf stays +Inf
+	return q
+}
+
+// optRawOps is optRaw without the transport term.
+func (m *model) optRawOps(s *profiler.SampleProfile, o int) raw {
 	var total, pre, pre2 float64
 	for j, ns := range s.OpNS {
 		total += float64(ns)

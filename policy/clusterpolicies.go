@@ -180,7 +180,7 @@ func (cm *cmodel) sophon() Plan {
 	for x, cd := range cands {
 		j := cd.j
 		if x == 0 || cands[x-1].j != j {
-			sns = 0 // the next agent
+			sns = max(bytes[j], 0) * m.perByte // the next agent: sending its raw bytes
 		}
 		link := func(b float64) float64 { return b * cm.sEgrs[j] }
 		stor := func(s float64) float64 { return s * cm.sCPUs[j] }
@@ -188,7 +188,7 @@ func (cm *cmodel) sophon() Plan {
 			bytes[j] = -1 // this agent is done
 			continue
 		}
-		nb, ns := bytes[j]-cd.saved, sns+cd.sns
+		nb, ns := bytes[j]-cd.saved, sns+cd.sns-cd.saved*m.perByte
 		if link(nb) <= stor(ns) && max(link(nb), stor(ns)) > max(link(bytes[j]), stor(sns)) {
 			bytes[j] = -1 // the guard: this overshooting pick does not pay
 			continue
