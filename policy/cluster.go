@@ -263,8 +263,8 @@ func (c *Cluster) Ranks() int {
 // plans and bounds on it agree with the single-node ones on r.
 func SingleNode(r Resources) Cluster {
 	return Cluster{
-		Storage:      []StorageNode{{Name: "storage", Cores: r.StorageCores, EgressBytesPerSec: r.LinkBytesPerSec}},
-		Compute:      []ComputeNode{{Name: "compute", Cores: r.ComputeCores, GPUSamplesPerSec: r.GPUSamplesPerSec, Ranks: 1}},
+		Storage:          []StorageNode{{Name: "storage", Cores: r.StorageCores, EgressBytesPerSec: r.LinkBytesPerSec}},
+		Compute:          []ComputeNode{{Name: "compute", Cores: r.ComputeCores, GPUSamplesPerSec: r.GPUSamplesPerSec, Ranks: 1}},
 		StorageSpeed:     r.StorageSpeed,
 		StorageNSPerByte: r.StorageNSPerByte,
 	}
