@@ -31,18 +31,13 @@ Flags:
 
 // manifestCmd is "storage-agent manifest".
 func manifestCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("storage-agent manifest", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, manifestUsage); fs.PrintDefaults() }
+	fs := subcommand("storage-agent manifest", manifestUsage, stderr)
 	data := fs.String("data", "", "the whole dataset's `directory` (ImageFolder or *.tar shards); required")
 	out := fs.String("out", "", "manifest `file` to write; required")
 	index := fs.String("index", "", "content-hash index `file`, as the agent's --index")
 	strict := fs.Bool("strict", false, "refuse the dataset on any bad entry, as the agent's --strict")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if rc, done := parseSub(fs, args); done {
+		return rc
 	}
 	if *data == "" || *out == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "storage-agent manifest: --data and --out are required, and nothing else")
@@ -84,20 +79,15 @@ Flags:
 
 // placeCmd is "storage-agent place".
 func placeCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("storage-agent place", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, placeUsage); fs.PrintDefaults() }
+	fs := subcommand("storage-agent place", placeUsage, stderr)
 	man := fs.String("manifest", "", "manifest `file` (storage-agent manifest); required")
 	var members cli.List
 	fs.Var(&members, "members", "the storage agents' gossip `names`, comma-separated; required")
 	replicas := fs.Int("replicas", placement.DefaultReplicas, "`copies` of each shard, as the agents' --replicas")
 	shardSize := fs.Uint64("shard-size", placement.DefaultShardSize, "`samples` per shard of a folder of images, as the agents' --shard-size")
 	only := fs.String("member", "", "print only this agent's paths")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if rc, done := parseSub(fs, args); done {
+		return rc
 	}
 	if *man == "" || len(members) == 0 || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "storage-agent place: --manifest and --members are required, and nothing else")
@@ -138,4 +128,25 @@ func placeCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// subcommand is a subcommand's flag set, printing usage and its flags on
+// stderr for --help and errors.
+func subcommand(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	return fs
+}
+
+// parseSub parses a subcommand's args; done means return rc: 0 after
+// --help, 2 on a bad flag (already reported).
+func parseSub(fs *flag.FlagSet, args []string) (rc int, done bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, true
+		}
+		return 2, true
+	}
+	return 0, false
 }

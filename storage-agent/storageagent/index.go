@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -68,74 +69,52 @@ func encodeIndex(dir string, samples []sample) []byte {
 
 // decodeIndex parses an index file written for dir.
 func decodeIndex(b []byte, dir string) (map[string]indexEntry, error) {
-	if len(b) < len(indexMagic)+sha256.Size || string(b[:len(indexMagic)]) != indexMagic {
-		return nil, fmt.Errorf("%w: not an index file", errIndex)
+	body, err := checksummed(b, indexMagic, errIndex, "an index file")
+	if err != nil {
+		return nil, err
 	}
-	body, sum := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
-	if got := sha256.Sum256(body); string(got[:]) != string(sum) {
-		return nil, fmt.Errorf("%w: checksum mismatch", errIndex)
-	}
-	r := body[len(indexMagic):]
-	uv := func() (uint64, error) {
-		v, n := binary.Uvarint(r)
-		if n <= 0 {
-			return 0, fmt.Errorf("%w: truncated", errIndex)
-		}
-		r = r[n:]
-		return v, nil
-	}
-	str := func() (string, error) {
-		n, err := uv()
-		if err != nil {
-			return "", err
-		}
-		if n > uint64(len(r)) {
-			return "", fmt.Errorf("%w: truncated", errIndex)
-		}
-		s := string(r[:n])
-		r = r[n:]
-		return s, nil
-	}
-	got, err := str()
+	f := &fields{r: body, bad: errIndex}
+	got, err := f.str(math.MaxUint64)
 	if err != nil {
 		return nil, err
 	}
 	if got != dir {
 		return nil, fmt.Errorf("%w: written for %s", errIndex, DisplayName(got))
 	}
-	n, err := uv()
+	n, err := f.uv()
 	if err != nil {
 		return nil, err
 	}
-	if n > uint64(len(r))/minIndexEntry {
-		return nil, fmt.Errorf("%w: %d entries in %d bytes", errIndex, n, len(r))
+	if n > uint64(len(f.r))/minIndexEntry {
+		return nil, fmt.Errorf("%w: %d entries in %d bytes", errIndex, n, len(f.r))
 	}
 	m := make(map[string]indexEntry, n)
 	for range n {
-		rel, err := str()
+		rel, err := f.str(math.MaxUint64)
 		if err != nil {
 			return nil, err
 		}
 		var e indexEntry
 		for _, p := range []*uint64{&e.size, &e.off, &e.ino} {
-			if *p, err = uv(); err != nil {
+			if *p, err = f.uv(); err != nil {
 				return nil, err
 			}
 		}
-		mt, k := binary.Varint(r)
-		if k <= 0 || len(r)-k < 32 {
+		mt, k := binary.Varint(f.r)
+		if k <= 0 {
 			return nil, fmt.Errorf("%w: truncated", errIndex)
 		}
-		e.mtime = mt
-		copy(e.hash[:], r[k:k+32])
-		r = r[k+32:]
+		f.r, e.mtime = f.r[k:], mt
+		if e.hash, err = f.hash(); err != nil {
+			return nil, err
+		}
 		if _, dup := m[rel]; dup {
 			return nil, fmt.Errorf("%w: %s listed twice", errIndex, DisplayName(rel))
 		}
 		m[rel] = e
 	}
-	if len(r) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", errIndex, len(r))
+	if len(f.r) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errIndex, len(f.r))
 	}
 	return m, nil
 }
@@ -270,4 +249,61 @@ func writeAtomic(root *os.Root, name string, b []byte) error {
 		root.Remove(tmp)
 	}
 	return err
+}
+
+// checksummed checks a file of the given magic and a trailing SHA-256 over
+// everything before it, and returns what lies between the two; its errors
+// wrap bad and name what.
+func checksummed(b []byte, magic string, bad error, what string) ([]byte, error) {
+	if len(b) < len(magic)+sha256.Size || string(b[:len(magic)]) != magic {
+		return nil, fmt.Errorf("%w: not %s", bad, what)
+	}
+	body, sum := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
+	if got := sha256.Sum256(body); string(got[:]) != string(sum) {
+		return nil, fmt.Errorf("%w: checksum mismatch", bad)
+	}
+	return body[len(magic):], nil
+}
+
+// fields reads uvarints and length-prefixed strings off a checked body;
+// its errors wrap bad.
+type fields struct {
+	r   []byte
+	bad error
+}
+
+func (f *fields) uv() (uint64, error) {
+	v, n := binary.Uvarint(f.r)
+	if n <= 0 {
+		return 0, fmt.Errorf("%w: truncated", f.bad)
+	}
+	f.r = f.r[n:]
+	return v, nil
+}
+
+// str reads a string of at most max bytes.
+func (f *fields) str(max uint64) (string, error) {
+	n, err := f.uv()
+	if err != nil {
+		return "", err
+	}
+	if n > max {
+		return "", fmt.Errorf("%w: a name of %d bytes, at most %d", f.bad, n, max)
+	}
+	if n > uint64(len(f.r)) {
+		return "", fmt.Errorf("%w: truncated", f.bad)
+	}
+	s := string(f.r[:n])
+	f.r = f.r[n:]
+	return s, nil
+}
+
+// hash reads a 32-byte hash.
+func (f *fields) hash() (h [32]byte, err error) {
+	if len(f.r) < len(h) {
+		return h, fmt.Errorf("%w: truncated", f.bad)
+	}
+	copy(h[:], f.r)
+	f.r = f.r[len(h):]
+	return h, nil
 }

@@ -126,38 +126,12 @@ func ReadManifest(path string) (*Manifest, error) {
 // files paths "<file>.tar/<member>" whose files are contiguous. Errors wrap
 // ErrManifest and name the sample at fault.
 func DecodeManifest(b []byte) (*Manifest, error) {
-	if len(b) < len(manifestMagic)+sha256.Size || string(b[:len(manifestMagic)]) != manifestMagic {
-		return nil, fmt.Errorf("%w: not a manifest file", ErrManifest)
+	body, err := checksummed(b, manifestMagic, ErrManifest, "a manifest file")
+	if err != nil {
+		return nil, err
 	}
-	body, sum := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
-	if got := sha256.Sum256(body); string(got[:]) != string(sum) {
-		return nil, fmt.Errorf("%w: checksum mismatch", ErrManifest)
-	}
-	r := body[len(manifestMagic):]
-	uv := func() (uint64, error) {
-		v, n := binary.Uvarint(r)
-		if n <= 0 {
-			return 0, fmt.Errorf("%w: truncated", ErrManifest)
-		}
-		r = r[n:]
-		return v, nil
-	}
-	str := func() (string, error) {
-		n, err := uv()
-		if err != nil {
-			return "", err
-		}
-		if n > maxManifestName {
-			return "", fmt.Errorf("%w: a name of %d bytes, at most %d", ErrManifest, n, maxManifestName)
-		}
-		if n > uint64(len(r)) {
-			return "", fmt.Errorf("%w: truncated", ErrManifest)
-		}
-		s := string(r[:n])
-		r = r[n:]
-		return s, nil
-	}
-	flags, err := uv()
+	f := &fields{r: body, bad: ErrManifest}
+	flags, err := f.uv()
 	if err != nil {
 		return nil, err
 	}
@@ -165,27 +139,27 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("%w: unknown flags %#x", ErrManifest, flags)
 	}
 	m := &Manifest{Tars: flags&manifestTars != 0}
-	nc, err := uv()
+	nc, err := f.uv()
 	if err != nil {
 		return nil, err
 	}
-	if nc > uint64(len(r)) {
-		return nil, fmt.Errorf("%w: %d classes in %d bytes", ErrManifest, nc, len(r))
+	if nc > uint64(len(f.r)) {
+		return nil, fmt.Errorf("%w: %d classes in %d bytes", ErrManifest, nc, len(f.r))
 	}
 	m.Classes = make([]string, 0, nc)
 	for range nc {
-		c, err := str()
+		c, err := f.str(maxManifestName)
 		if err != nil {
 			return nil, err
 		}
 		m.Classes = append(m.Classes, c)
 	}
-	n, err := uv()
+	n, err := f.uv()
 	if err != nil {
 		return nil, err
 	}
-	if n > uint64(len(r))/minManifestEntry {
-		return nil, fmt.Errorf("%w: %d samples in %d bytes", ErrManifest, n, len(r))
+	if n > uint64(len(f.r))/minManifestEntry {
+		return nil, fmt.Errorf("%w: %d samples in %d bytes", ErrManifest, n, len(f.r))
 	}
 	if n == 0 {
 		return nil, fmt.Errorf("%w: no samples", ErrManifest)
@@ -195,7 +169,7 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	tars := map[string]bool{} // tar files whose samples are behind
 	for i := range n {
 		var s ManifestSample
-		if s.Rel, err = str(); err != nil {
+		if s.Rel, err = f.str(maxManifestName); err != nil {
 			return nil, fmt.Errorf("sample %d: %w", i, err)
 		}
 		if err := checkRel(s.Rel); err != nil {
@@ -219,13 +193,13 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 				}
 			}
 		}
-		if s.Size, err = uv(); err != nil {
+		if s.Size, err = f.uv(); err != nil {
 			return nil, fmt.Errorf("sample %d: %w", i, err)
 		}
 		if s.Size > MaxSampleBytes {
 			return nil, fmt.Errorf("%w: sample %d (%s): %d bytes, at most %d", ErrManifest, i, DisplayName(s.Rel), s.Size, MaxSampleBytes)
 		}
-		label, err := uv()
+		label, err := f.uv()
 		if err != nil {
 			return nil, fmt.Errorf("sample %d: %w", i, err)
 		}
@@ -233,15 +207,13 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 			return nil, fmt.Errorf("%w: sample %d (%s): label %d of %d classes", ErrManifest, i, DisplayName(s.Rel), label, len(m.Classes))
 		}
 		s.Label = uint32(label)
-		if len(r) < 32 {
-			return nil, fmt.Errorf("%w: truncated", ErrManifest)
+		if s.Hash, err = f.hash(); err != nil {
+			return nil, fmt.Errorf("sample %d: %w", i, err)
 		}
-		copy(s.Hash[:], r[:32])
-		r = r[32:]
 		m.Samples = append(m.Samples, s)
 	}
-	if len(r) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", ErrManifest, len(r))
+	if len(f.r) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrManifest, len(f.r))
 	}
 	return m, nil
 }
