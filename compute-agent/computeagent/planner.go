@@ -101,7 +101,7 @@ func (pl *planner) replan() error {
 	}
 	pl.plan = plan
 	pl.bound = policy.Bound(p, r)
-	pl.agent = newRunPlan(&pl.plan, p, r)
+	pl.agent = newRunPlan(&plan, p, r) // its own copy: pl.plan changes at the next re-plan
 	pr := pl.plan.Pred
 	pl.a.log.Info().Str("policy", pl.name).Float64("predicted_seconds", pr.Seconds).Float64("bound_seconds", pl.bound).
 		Str("bottleneck", pr.Bottleneck).Float64("bytes", pr.Bytes).Float64("storage_cpu_seconds", pr.StorageCPUSeconds).

@@ -951,7 +951,7 @@ func logIndexed(log zerolog.Logger, d *Dataset) {
 	if n > 0 {
 		ev = log.Warn()
 	}
-	ev.Int("samples", st.Samples).Int("skipped", n).Dict("skipped_by_reason", skipped).
+	ev.Int("samples", st.Samples).Int("missing", st.Missing).Int("skipped", n).Dict("skipped_by_reason", skipped).
 		Int("hashed", st.Hashed).Int("reused", st.Reused).Str("index", st.IndexFile).
 		Dur("took", st.Took).Str("fingerprint", d.Fingerprint()).Msg("dataset indexed")
 }
