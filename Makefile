@@ -6,6 +6,22 @@ BIN   := bin
 PYTHON ?= /usr/bin/python3
 # Short fuzz runs in `make test`; `make fuzz` runs longer.
 FUZZTIME ?= 10s
+
+# fuzz runs one fuzz target ($(1), in package $(2)) for FUZZTIME. With a
+# duration, Go's fuzz coordinator can end a clean run with a bare "context
+# deadline exceeded" and no failing input (a race at the -fuzztime
+# boundary, golang/go#75804, fixed in Go 1.27; seen here on 2 busy cores):
+# such a run is tried once more. Any other failure, or a failing input
+# written, fails at once.
+define fuzz
+	@out=$$(mktemp); for try in 1 2; do \
+	  echo "$(GO) test -run '^$$' -fuzz '^$(1)$$' -fuzztime $(FUZZTIME) $(2)"; \
+	  if $(GO) test -run '^$$' -fuzz '^$(1)$$' -fuzztime $(FUZZTIME) $(2) >$$out 2>&1; then cat $$out; rm -f $$out; exit 0; fi; \
+	  cat $$out; \
+	  if grep -q 'Failing input written to' $$out || ! grep -qx '    context deadline exceeded' $$out; then rm -f $$out; exit 1; fi; \
+	  echo "RETRY $(1): context deadline exceeded and no failing input: the coordinator race of golang/go#75804"; \
+	done; rm -f $$out; exit 1
+endef
 DEMO_DIR ?= $(CURDIR)/.demo
 # The demo's default: a link slow enough to be the bottleneck on 2 cores.
 DEMO_IMAGES ?= 160
@@ -39,18 +55,18 @@ test: lint proto-check ## Lint, check generated code, build without cgo, run all
 	@if $(PYTHON) -c 'import torch, numpy' 2>/dev/null; then $(PYTHON) -m unittest discover -s python/tests; \
 	elif [ "$$CI" = true ]; then echo "FAIL python/tests: CI=true but $(PYTHON) cannot import torch (apt-get install python3-torch python3-numpy)"; exit 1; \
 	else echo "SKIP python/tests: $(PYTHON) cannot import torch (apt-get install python3-torch python3-numpy)"; fi
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJPEG$$' -fuzztime $(FUZZTIME) ./ops/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeWire$$' -fuzztime $(FUZZTIME) ./ops/
-	$(GO) test -run '^$$' -fuzz '^FuzzCut$$' -fuzztime $(FUZZTIME) ./ops/
-	$(GO) test -run '^$$' -fuzz '^FuzzOpenShard$$' -fuzztime $(FUZZTIME) ./storage-agent/storageagent/
-	$(GO) test -run '^$$' -fuzz '^FuzzLoadIndex$$' -fuzztime $(FUZZTIME) ./storage-agent/storageagent/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeManifest$$' -fuzztime $(FUZZTIME) ./storage-agent/storageagent/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodePlanFile$$' -fuzztime $(FUZZTIME) ./compute-agent/computeagent/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHandoff$$' -fuzztime $(FUZZTIME) ./compute-agent/computeagent/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJournal$$' -fuzztime $(FUZZTIME) ./compute-agent/computeagent/
-	$(GO) test -run '^$$' -fuzz '^FuzzLoadProfile$$' -fuzztime $(FUZZTIME) ./profiler/
-	$(GO) test -run '^$$' -fuzz '^FuzzLayoutFromRanges$$' -fuzztime $(FUZZTIME) ./internal/placement/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseCluster$$' -fuzztime $(FUZZTIME) ./policy/
+	$(call fuzz,FuzzDecodeJPEG,./ops/)
+	$(call fuzz,FuzzDecodeWire,./ops/)
+	$(call fuzz,FuzzCut,./ops/)
+	$(call fuzz,FuzzOpenShard,./storage-agent/storageagent/)
+	$(call fuzz,FuzzLoadIndex,./storage-agent/storageagent/)
+	$(call fuzz,FuzzDecodeManifest,./storage-agent/storageagent/)
+	$(call fuzz,FuzzDecodePlanFile,./compute-agent/computeagent/)
+	$(call fuzz,FuzzDecodeHandoff,./compute-agent/computeagent/)
+	$(call fuzz,FuzzDecodeJournal,./compute-agent/computeagent/)
+	$(call fuzz,FuzzLoadProfile,./profiler/)
+	$(call fuzz,FuzzLayoutFromRanges,./internal/placement/)
+	$(call fuzz,FuzzParseCluster,./policy/)
 
 .PHONY: fuzz
 fuzz: ## Longer fuzz runs (FUZZTIME=5m by default here)
