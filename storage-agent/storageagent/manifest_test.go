@@ -227,6 +227,11 @@ func TestInfoMissingShards(t *testing.T) {
 	if info.GetFingerprint() != full.Fingerprint() || !slices.Equal(held, []int{1, 2}) || !slices.Equal(missing, []int{0, 3}) {
 		t.Errorf("Info: fingerprint %s held %v missing %v; want %s, [1 2], [0 3]", info.GetFingerprint(), held, missing, full.Fingerprint())
 	}
+	for name, want := range map[string]string{"sophon_storage_shards": "4", "sophon_storage_held_shards": "2", "sophon_storage_missing_shards": "2"} {
+		if got := metricValue(t, a.Agent, name); got != want {
+			t.Errorf("%s: got %s, want %s", name, got, want)
+		}
+	}
 	id := preset(t, "imagenet-train").ID()
 	resp := fetchAll(t, a.client, []*dataplanepb.FetchRequest{{Tag: 1, Sample: 0, PipelineId: id}, {Tag: 2, Sample: 4, PipelineId: id}})
 	if k := resp[1].GetError().GetKind(); k != dataplanepb.ErrorKind_ERROR_KIND_NOT_FOUND {

@@ -25,9 +25,10 @@ type metrics struct {
 	rejected  *prometheus.CounterVec
 	stalled   prometheus.Gauge
 	served    *prometheus.CounterVec
-	// Placement: the layout's shards, those held, and the members the
-	// held set was computed over.
-	shards, held, placeMembers prometheus.Gauge
+	// Placement: the layout's shards, those held, those whose files are
+	// missing here (with a manifest), and the members the held set was
+	// computed over.
+	shards, held, missing, placeMembers prometheus.Gauge
 }
 
 // newMetrics registers the series. queueDepth and buffered are read at
@@ -75,12 +76,16 @@ func newMetrics(queueDepth, buffered func() float64) *metrics {
 			Name: "sophon_storage_held_shards",
 			Help: "Shards this agent holds: those whose rendezvous-hashed --replicas owners among the live storage agents of its placement group include it.",
 		}),
+		missing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sophon_storage_missing_shards",
+			Help: "Shards of the layout with a file this agent does not have (it serves part of the dataset from --manifest); it never holds them.",
+		}),
 		placeMembers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sophon_storage_placement_members",
 			Help: "Live storage agents, this one included, that the held shards were computed over (same dataset fingerprint, layout and replicas).",
 		}),
 	}
-	m.reg.MustRegister(m.bytesSent, m.samples, m.cpu, m.errors, m.streams, m.rejected, m.stalled, m.served, m.shards, m.held, m.placeMembers,
+	m.reg.MustRegister(m.bytesSent, m.samples, m.cpu, m.errors, m.streams, m.rejected, m.stalled, m.served, m.shards, m.held, m.missing, m.placeMembers,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sophon_storage_buffered_bytes",
 			Help: "Bytes of results waiting to be sent, all streams.",

@@ -64,6 +64,7 @@ func newHolder(self string, layout placement.Layout, replicas int, missing []int
 			ErrLayout, layout.Len(), size, limit)
 	}
 	m.shards.Set(float64(layout.Len()))
+	m.missing.Set(float64(len(missing)))
 	h.update([]string{self})
 	return h, nil
 }
