@@ -690,14 +690,7 @@ func TestCutAndFallbackInvariance(t *testing.T) {
 	}
 	mixed := PlanOf("mixed-cut", p.ID(), 0, splits)
 	// Photos large enough that most cuts are smaller than their file.
-	big := make([][]byte, testSamples)
-	for i := range big {
-		b, err := synth.JPEG(uint64(i), 200+8*(i%5), 160+8*(i%3), synth.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		big[i] = b
-	}
+	big := bigPhotos(t)
 	var ref map[uint64][32]byte
 	for _, c := range []struct {
 		name   string
@@ -754,4 +747,19 @@ func TestCutAndFallbackInvariance(t *testing.T) {
 			t.Errorf("%s: no offload answered raw; report %+v", c.name, r.ServedRaw)
 		}
 	}
+}
+
+// bigPhotos is testSamples photos large enough that most JPEG-domain cuts
+// are smaller than their file.
+func bigPhotos(t *testing.T) [][]byte {
+	t.Helper()
+	big := make([][]byte, testSamples)
+	for i := range big {
+		b, err := synth.JPEG(uint64(i), 200+8*(i%5), 160+8*(i%3), synth.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		big[i] = b
+	}
+	return big
 }

@@ -13,7 +13,6 @@ import (
 
 	shards "github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/ops"
-	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -447,14 +446,7 @@ func TestPace(t *testing.T) {
 // the tensors are No-Off's.
 func TestCutRefetched(t *testing.T) {
 	p := testPipeline(t)
-	big := make([][]byte, testSamples)
-	for i := range big {
-		b, err := synth.JPEG(uint64(i), 200+8*(i%5), 160+8*(i%3), synth.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		big[i] = b
-	}
+	big := bigPhotos(t)
 	run := func(plan *policy.Plan, bad bool) (EpochReport, map[uint64][32]byte) {
 		n := &memNet{}
 		s := newFake(t, "s")
