@@ -112,6 +112,7 @@ type settings struct {
 	ShardSize       int           `yaml:"shard-size"`
 	Manifest        string        `yaml:"manifest"`
 	Egress          rate          `yaml:"egress"`
+	SendBuffer      int           `yaml:"send-buffer"`
 }
 
 func defaults() settings {
@@ -136,6 +137,7 @@ func defaults() settings {
 		Replicas:       c.Replicas,
 		ShardSize:      c.ShardSize,
 		Manifest:       c.Manifest,
+		SendBuffer:     c.SendBuffer,
 	}
 }
 
@@ -187,6 +189,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.ShardSize, "shard-size", s.ShardSize, "`samples` per shard of a folder of images (the last shard may be shorter); a dataset of *.tar files is sharded by its files. At most 1048576 shards")
 	fs.StringVar(&s.Manifest, "manifest", s.Manifest, "the whole dataset's manifest `file` (storage-agent manifest) when --data holds only part of its files: the agent serves its catalog and fingerprint, from the files it has (checked against it), and never holds a shard it lacks a file of")
 	fs.Var(&s.Egress, "egress", "this node's egress `rate` in tc syntax (500mbit, 10gbit, 1.25gbps), announced to compute agents for planning; 0 means unknown")
+	fs.IntVar(&s.SendBuffer, "send-buffer", s.SendBuffer, "kernel send buffer of each connection in `bytes` (SO_SNDBUF; SO_SNDBUFFORCE with CAP_NET_ADMIN): what keeps the link busy while a CPU limit throttles the agent; at least the egress rate times 100 ms. 0 leaves the kernel's autotuning")
 	return fs
 }
 
@@ -228,6 +231,7 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c.ShardSize = s.ShardSize
 	c.Manifest = s.Manifest
 	c.Egress = uint64(s.Egress)
+	c.SendBuffer = s.SendBuffer
 	c.Version = version
 	c.Logger = log
 	return c

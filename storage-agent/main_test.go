@@ -11,6 +11,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
 
 func TestParseRate(t *testing.T) {
@@ -64,16 +65,16 @@ func TestPlacementFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := s.agentConfig(zerolog.Nop())
-	if c.Replicas != placement.DefaultReplicas || c.ShardSize != placement.DefaultShardSize || c.Egress != 0 {
-		t.Errorf("defaults: replicas %d, shard size %d, egress %d; want %d, %d, 0",
-			c.Replicas, c.ShardSize, c.Egress, placement.DefaultReplicas, placement.DefaultShardSize)
+	if c.Replicas != placement.DefaultReplicas || c.ShardSize != placement.DefaultShardSize || c.Egress != 0 || c.SendBuffer != storageagent.DefaultSendBuffer {
+		t.Errorf("defaults: replicas %d, shard size %d, egress %d, send buffer %d; want %d, %d, 0, %d",
+			c.Replicas, c.ShardSize, c.Egress, c.SendBuffer, placement.DefaultReplicas, placement.DefaultShardSize, storageagent.DefaultSendBuffer)
 	}
-	s, err = parse([]string{"--data", "d", "--replicas", "0", "--shard-size", "256", "--egress", "500mbit"}, &out)
+	s, err = parse([]string{"--data", "d", "--replicas", "0", "--shard-size", "256", "--egress", "500mbit", "--send-buffer", "0"}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := s.agentConfig(zerolog.Nop()); c.Replicas != 0 || c.ShardSize != 256 || c.Egress != 62_500_000 {
-		t.Errorf("flags: replicas %d, shard size %d, egress %d; want 0, 256, 62500000", c.Replicas, c.ShardSize, c.Egress)
+	if c := s.agentConfig(zerolog.Nop()); c.Replicas != 0 || c.ShardSize != 256 || c.Egress != 62_500_000 || c.SendBuffer != 0 {
+		t.Errorf("flags: replicas %d, shard size %d, egress %d, send buffer %d; want 0, 256, 62500000, 0", c.Replicas, c.ShardSize, c.Egress, c.SendBuffer)
 	}
 	if _, err := parse([]string{"--data", "d", "--egress", "fast"}, &out); err == nil {
 		t.Error("--egress fast: parsed, want an error")
@@ -100,7 +101,7 @@ func TestPlacementFlags(t *testing.T) {
 	out.Reset()
 	fs := flagSet(&settings{}, &out)
 	fs.Usage()
-	for _, flag := range []string{"-replicas", "-shard-size", "-egress", "Shards and replicas"} {
+	for _, flag := range []string{"-replicas", "-shard-size", "-egress", "-send-buffer", "Shards and replicas"} {
 		if !strings.Contains(out.String(), flag) {
 			t.Errorf("--help does not document %s", flag)
 		}

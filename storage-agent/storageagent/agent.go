@@ -213,6 +213,11 @@ type Config struct {
 	// Egress is the agent's egress rate in bytes per second, announced in
 	// Info and gossip for planners. Zero means unknown.
 	Egress uint64
+	// SendBuffer is the kernel send buffer in bytes of every connection
+	// the agent accepts (see DefaultSendBuffer for why it matters under a
+	// CPU limit), at most MaxSendBuffer. Zero leaves the kernel's
+	// autotuning; DefaultConfig sets DefaultSendBuffer.
+	SendBuffer int
 	// Version is reported in Info and announced to peers. Empty means "dev".
 	Version string
 	// Logger receives the agent's log. The zero value writes nothing.
@@ -229,6 +234,7 @@ func DefaultConfig() Config {
 		ShutdownGrace:  5 * time.Second,
 		Replicas:       placement.DefaultReplicas,
 		ShardSize:      placement.DefaultShardSize,
+		SendBuffer:     DefaultSendBuffer,
 		Version:        "dev",
 		Logger:         zerolog.Nop(),
 	}
@@ -257,6 +263,9 @@ func (c *Config) withDefaults() (workers int, share float64, err error) {
 	}
 	if c.ShardSize < 0 {
 		return 0, 0, fmt.Errorf("%w: shard size %d", ErrConfig, c.ShardSize)
+	}
+	if c.SendBuffer < 0 || c.SendBuffer > MaxSendBuffer {
+		return 0, 0, fmt.Errorf("%w: send buffer %d bytes, want 0 (the kernel's autotuning) to %d", ErrConfig, c.SendBuffer, MaxSendBuffer)
 	}
 	if c.Gossip == "" && len(c.Join) > 0 {
 		return 0, 0, fmt.Errorf("%w: join needs a gossip address", ErrConfig)
@@ -557,6 +566,9 @@ func (a *Agent) Serve(ctx context.Context, lis net.Listener) (err error) {
 	}
 	wg.Go(func() { a.srv.watch(workCtx, hs, a.cfg.StallTimeout) })
 	serveErr := make(chan error, 1)
+	if a.cfg.SendBuffer > 0 {
+		lis = &sendBufferListener{Listener: lis, size: a.cfg.SendBuffer, force: true, log: a.cfg.Logger}
+	}
 	wg.Go(func() { serveErr <- gs.Serve(lis) })
 	var hsrv *http.Server
 	if mlis != nil {

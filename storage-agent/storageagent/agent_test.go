@@ -53,6 +53,8 @@ func TestNewRejects(t *testing.T) {
 		{"negative replicas", func(c *Config) { c.Replicas = -1 }},
 		{"too many replicas", func(c *Config) { c.Replicas = placement.MaxReplicas + 1 }},
 		{"negative shard size", func(c *Config) { c.ShardSize = -1 }},
+		{"negative send buffer", func(c *Config) { c.SendBuffer = -1 }},
+		{"send buffer too large", func(c *Config) { c.SendBuffer = MaxSendBuffer + 1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
