@@ -127,6 +127,7 @@ type settings struct {
 	World           int           `yaml:"world"`
 	Window          int           `yaml:"window"`
 	WindowBytes     int64         `yaml:"window-bytes"`
+	RecvWindow      int           `yaml:"recv-window"`
 	Workers         int           `yaml:"workers"`
 	Queue           int           `yaml:"queue"`
 	Batch           int           `yaml:"batch"`
@@ -167,6 +168,7 @@ func defaults() settings {
 		World:           c.World,
 		Window:          c.Window,
 		WindowBytes:     c.WindowBytes,
+		RecvWindow:      c.RecvWindow,
 		Queue:           c.Queue,
 		Batch:           c.Batch,
 		GPU:             "sim:resnet50-v100",
@@ -222,6 +224,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.World, "world", s.World, "`number` of compute agents sharing the dataset")
 	fs.IntVar(&s.Window, "window", s.Window, "requests in flight per storage agent (`count`)")
 	fs.Int64Var(&s.WindowBytes, "window-bytes", s.WindowBytes, "estimated response `bytes` in flight per storage agent")
+	fs.IntVar(&s.RecvWindow, "recv-window", s.RecvWindow, "gRPC flow-control window in `bytes` a storage agent may send ahead on a stream (twice that per connection): what keeps the link busy while a CPU limit throttles the storage agent; 0 leaves grpc's own, sized from a round trip")
 	fs.IntVar(&s.Workers, "workers", s.Workers, "finishing `workers` running ops[k:n] (default: number of CPUs)")
 	fs.IntVar(&s.Queue, "queue", s.Queue, "shared queue capacity in `batches`")
 	fs.IntVar(&s.Batch, "batch", s.Batch, "batch `size`")
@@ -308,6 +311,7 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	c.Rank, c.World = s.Rank, s.World
 	c.Window = s.Window
 	c.WindowBytes = s.WindowBytes
+	c.RecvWindow = s.RecvWindow
 	c.Workers = s.Workers
 	c.Queue = s.Queue
 	c.Batch = s.Batch

@@ -57,6 +57,7 @@ func TestBinaries(t *testing.T) {
 		{"--storage", "127.0.0.1:1", "--gpu", "tpu"},
 		{"--storage", "127.0.0.1:1", "--on-error", "shrug"},
 		{"--storage", "127.0.0.1:1", "--policy", "greedy"},
+		{"--storage", "127.0.0.1:1", "--recv-window", "1000"},
 		{"--storage", "127.0.0.1:1", "--policy", "sophon", "--fetch-only"},
 		{"--pipeline", "imagenet-train"},
 	} {
@@ -118,6 +119,10 @@ func TestBinaries(t *testing.T) {
 		_ = srv.Process.Signal(syscall.SIGTERM)
 		if err := srv.Wait(); err != nil {
 			t.Errorf("storage agent: %v\n%s", err, slogs.String())
+		}
+		// The first connection logs its send buffer: set, or why not.
+		if !strings.Contains(slogs.String(), `"send_buffer":4194304`) {
+			t.Errorf("storage agent: no line on the connections' 4 MiB send buffer:\n%s", slogs.String())
 		}
 	}()
 	for deadline := time.Now().Add(10 * time.Second); ; {

@@ -248,14 +248,19 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 	if maxMsg == 0 {
 		maxMsg = ops.DefaultMaxWirePayload
 	}
-	c, err := grpc.NewClient("passthrough:///"+addr,
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(a.cfg.Dial),
 		// A storage agent that stops answering (host down, link cut) fails
 		// the stream, whose requests are then retried elsewhere.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithConnectParams(connectParams),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg+1<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg + 1<<20)),
+	}
+	if w := a.cfg.RecvWindow; w > 0 {
+		opts = append(opts, grpc.WithInitialWindowSize(int32(w)), grpc.WithInitialConnWindowSize(int32(2*w)))
+	}
+	c, err := grpc.NewClient("passthrough:///"+addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("computeagent: %s: %w", addr, err)
 	}

@@ -572,6 +572,8 @@ func TestConfigValidation(t *testing.T) {
 		"no pipeline":              func(c *Config) { c.Pipeline = nil },
 		"rank":                     func(c *Config) { c.Rank, c.World = 3, 3 },
 		"window":                   func(c *Config) { c.Window = -1 },
+		"receive window too small": func(c *Config) { c.RecvWindow = MinRecvWindow - 1 },
+		"receive window too large": func(c *Config) { c.RecvWindow = MaxRecvWindow + 1 },
 		"on-error":                 func(c *Config) { c.OnError = "ignore" },
 		"split":                    func(c *Config) { c.Plan = PlanOf("x", "", 9, nil) },
 		"plan pipe":                func(c *Config) { c.Plan = PlanOf("x", "other@1", 0, nil) },

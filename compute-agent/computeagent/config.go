@@ -23,6 +23,12 @@ import (
 const (
 	DefaultWindow      = 64
 	DefaultWindowBytes = 64 << 20
+	// DefaultRecvWindow lets a storage agent run 8 MiB ahead on each
+	// stream: while a CPU limit throttles it (up to the rest of a 100 ms
+	// CFS period) only what it has already sent can cross the link, and
+	// grpc's own window, sized from a round trip, held a few hundred kB
+	// (docs/architecture.md, "CPU limits on the storage node").
+	DefaultRecvWindow  = 8 << 20
 	DefaultQueue       = 4
 	DefaultBatch       = 128
 	DefaultEpochs      = 1
@@ -223,6 +229,12 @@ type Config struct {
 	// MaxPayload bounds a decoded response's payload (ops.WireLimits).
 	// Zero means ops.DefaultMaxWirePayload.
 	MaxPayload int
+	// RecvWindow is the gRPC flow-control window, in bytes, that each
+	// stream from a storage agent may send ahead of what the agent has
+	// read; a connection's is twice that. Zero leaves grpc's own, which
+	// it sizes from a round trip's bytes; DefaultConfig sets
+	// DefaultRecvWindow. Else MinRecvWindow to MaxRecvWindow.
+	RecvWindow int
 
 	// Consumer receives the batches. Nil means a consumer that discards
 	// them at once. Unused in trainer mode.
@@ -282,8 +294,16 @@ func DefaultConfig() Config {
 		OnError:     OnErrorFail,
 		Retries:     DefaultRetries,
 		RetryBudget: DefaultRetryBudget,
+		RecvWindow:  DefaultRecvWindow,
 	}
 }
+
+// Bounds of Config.RecvWindow: grpc ignores windows under 64 KiB, and a
+// connection's (twice the stream's) must fit an int32.
+const (
+	MinRecvWindow = 64 << 10
+	MaxRecvWindow = 256 << 20
+)
 
 // ErrConfig marks an invalid configuration.
 var ErrConfig = errors.New("computeagent: bad config")
@@ -394,6 +414,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, configErr("state dir: resuming is for simulated-GPU runs without a policy (trainers resume from their own state)")
 	case c.MaxPayload < 0:
 		return c, configErr("max payload %d is negative", c.MaxPayload)
+	case c.RecvWindow != 0 && (c.RecvWindow < MinRecvWindow || c.RecvWindow > MaxRecvWindow):
+		return c, configErr("receive window %d bytes: want 0 (grpc's own) or %d to %d", c.RecvWindow, MinRecvWindow, MaxRecvWindow)
 	case c.Codec > ops.CodecS2:
 		return c, configErr("unknown codec %d", c.Codec)
 	case c.OnError != OnErrorFail && c.OnError != OnErrorSkip:
