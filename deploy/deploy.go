@@ -89,6 +89,10 @@ type Storage struct {
 	Replicas  int    `yaml:"replicas"`
 	ShardSize int    `yaml:"shardSize"`
 	Egress    string `yaml:"egress"`
+	// SendBuffer is --send-buffer: each connection's kernel send buffer in
+	// bytes, which keeps the link busy while the CPU limit throttles the
+	// agent (docs/deploy.md, "CPU limits and the send buffer").
+	SendBuffer int `yaml:"sendBuffer"`
 	// Manifest is the whole dataset's manifest (storage-agent manifest),
 	// a path relative to dataHostPath, when each node has only part of
 	// the files (--manifest); empty: every node has the whole dataset.
@@ -282,6 +286,9 @@ func (v Values) Validate() error {
 	}
 	if s.Manifest != "" && (!filepath.IsLocal(s.Manifest) || strings.ContainsAny(s.Manifest, "\n\"$")) {
 		bad("storage.manifest %q: want a path inside dataHostPath, relative to it", s.Manifest)
+	}
+	if s.SendBuffer < 0 {
+		bad("storage.sendBuffer %d: want bytes, or 0 for the kernel's autotuning", s.SendBuffer)
 	}
 	if s.Egress == "" || strings.ContainsAny(s.Egress, " ,=") {
 		bad("storage.egress %q: want a rate such as 10gbit, or 0 for unknown", s.Egress)
