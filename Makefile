@@ -41,13 +41,24 @@ CERTS_DAYS    ?= 365
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# prereq-build, prereq-demo, prereq-test: stop within seconds, printing the
+# one apt-get line, when the machine lacks what the target needs
+# (.ci/packages lists it; .ci/prereq checks it and installs nothing).
+.PHONY: prereq-build prereq-demo prereq-test
+prereq-build prereq-demo prereq-test: prereq-%:
+	@PYTHON=$(PYTHON) bash .ci/prereq $*
+
+.PHONY: deps
+deps: ## Install (as root) every Debian package the build, demo and tests need (.ci/packages)
+	apt-get update && apt-get install -y --no-install-recommends $$(bash .ci/prereq --packages)
+
 .PHONY: build
-build: ## Build every binary into bin/: storage-agent, compute-agent, testbed, policy (cgo, libjpeg-turbo)
+build: prereq-build ## Build every binary into bin/: storage-agent, compute-agent, testbed, policy (cgo, libjpeg-turbo)
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./storage-agent ./compute-agent ./testbed/cmd/... ./policy/cmd/...
 
 .PHONY: test
-test: lint proto-check ## Lint, check generated code, build without cgo, run all tests (the agents' with -race; Go and the Python client's) and short fuzz runs; with CI=true missing requirements fail instead of skipping
+test: prereq-test lint proto-check ## Lint, check generated code, build without cgo, run all tests (the agents' with -race; Go and the Python client's) and short fuzz runs; with CI=true missing requirements fail instead of skipping
 	CGO_ENABLED=0 $(GO) build ./...
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /storage-agent -e /compute-agent)
 	$(GO) test -race -count=1 ./storage-agent/... ./compute-agent/...
@@ -73,9 +84,16 @@ fuzz: ## Longer fuzz runs (FUZZTIME=5m by default here)
 	$(MAKE) test FUZZTIME=5m
 
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet, and the README's apt-get line against .ci/packages
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
+	$(GO) vet ./... ./.ci/codesize
+	@want="apt-get install -y --no-install-recommends $$(bash .ci/prereq --packages)"; \
+	  grep -qxF "$$want" README.md || { echo "README.md must carry the line: $$want (from .ci/packages)"; exit 1; }
+
+.PHONY: size
+size: ## The longest functions in the agents and every package's lines, purpose and imports (docs/architecture.md's table)
+	@$(GO) run ./.ci/codesize funcs -max 80 compute-agent storage-agent || true
+	@$(GO) run ./.ci/codesize packages -max 3000 || true
 
 .PHONY: reliability
 reliability: ## Faults at full counts: 30 storage-agent kill -9/restarts (0.5-10 s gaps), 10 SIGSTOPs of 20 s with a replica, 10 compute-agent kill -9/resumes; then the hostile corpus and clients. Figures appended to docs/results/reliability.jsonl
@@ -98,7 +116,7 @@ bench-cluster: ## The cluster planner at ImageNet scale (1.28 M samples, 8 stora
 	$(GO) run ./policy/cmd/policy scale
 
 .PHONY: demo
-demo: build ## The main job: generate a dataset, run every policy and the torchvision peer over a shaped link, print the table
+demo: prereq-demo build ## The main job: generate a dataset, run every policy and the torchvision peer over a shaped link, print the table
 	$(BIN)/testbed run --gen openimages-like:$(DEMO_IMAGES) --rate $(DEMO_RATE) --storage-cpus $(DEMO_CPUS) \
 		--epochs 2 --out $(DEMO_DIR)
 
