@@ -53,9 +53,9 @@ deps: ## Install (as root) every Debian package the build, demo and tests need (
 	apt-get update && apt-get install -y --no-install-recommends $$(bash .ci/prereq --packages)
 
 .PHONY: build
-build: prereq-build ## Build every binary into bin/: storage-agent, compute-agent, testbed, policy (cgo, libjpeg-turbo)
+build: prereq-build ## Build every binary into bin/: storage-agent, compute-agent, testbed, policy, render (cgo, libjpeg-turbo)
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./storage-agent ./compute-agent ./testbed/cmd/... ./policy/cmd/...
+	$(GO) build -o $(BIN)/ ./storage-agent ./compute-agent ./testbed/cmd/... ./policy/cmd/... ./deploy/render
 
 .PHONY: test
 test: prereq-test lint proto-check ## Lint, check generated code, build without cgo, run all tests (the agents' with -race; Go and the Python client's) and short fuzz runs; with CI=true missing requirements fail instead of skipping

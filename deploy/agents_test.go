@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,49 +10,25 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sophon-dl/sophon/internal/testutil"
 )
 
-// The tests build the real agents (and deploy/render) once, into binDir, so
+// The tests run the real agents and deploy/render (testutil.Binaries), so
 // that every flag a manifest or the batch template passes is checked
 // against the binary that will parse it.
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
 
 func TestMain(m *testing.M) {
 	// The Slurm test runs this test binary as a stand-in compute agent.
 	if os.Getenv("SOPHON_FAKE_AGENT") == "1" {
 		os.Exit(fakeAgent(os.Args[1:]))
 	}
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
-// binaries builds storage-agent, compute-agent and render (from the build
-// cache after the first time) and returns their folder.
-func binaries(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "sophon-deploy-bin-"); buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binDir+string(filepath.Separator),
-			"./storage-agent", "./compute-agent", "./deploy/render")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
-}
+// binaries returns the folder of the module's binaries, built once per go
+// test run.
+func binaries(t *testing.T) string { return testutil.Binaries(t) }
 
 // agentFlag is one flag as the binary's --help lists it.
 type agentFlag struct {

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/internal/testutil"
+
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/testbed/netns"
@@ -85,25 +87,16 @@ var (
 	buildErr  error
 )
 
-// buildAgents builds the two agent binaries once per test process.
+// buildAgents returns the two agent binaries (built once per go test run)
+// and their security flags.
 // STORAGE_AGENT_BIN and COMPUTE_AGENT_BIN replace them with binaries built
 // elsewhere (for trying agent options without editing the agents).
 func buildAgents(tb testing.TB) agentBinaries {
 	tb.Helper()
 	dir := scratch(tb)
 	buildOnce.Do(func() {
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			buildErr = fmt.Errorf("no go command to build the agents: %w", err)
-			return
-		}
-		out, err := exec.Command(goTool, "build", "-o", dir+"/",
-			"github.com/sophon-dl/sophon/storage-agent", "github.com/sophon-dl/sophon/compute-agent").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-			return
-		}
-		built = agentBinaries{storage: filepath.Join(dir, "storage-agent"), compute: filepath.Join(dir, "compute-agent")}
+		bins := testutil.Binaries(tb)
+		built = agentBinaries{storage: filepath.Join(bins, "storage-agent"), compute: filepath.Join(bins, "compute-agent")}
 		built.storageSec, built.computeSec, buildErr = AgentCerts(filepath.Join(dir, "certs"))
 	})
 	if buildErr != nil {
@@ -173,25 +166,6 @@ func envInt(tb testing.TB, name string, def int) int {
 	return v
 }
 
-// lockedBuffer is a bytes.Buffer safe for a process to write while the
-// benchmark reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // command returns a command in its own process group that dies with this
 // process (Pdeathsig) and whose whole group is killed when ctx ends.
 func command(ctx context.Context, name string, args ...string) *exec.Cmd {
@@ -201,7 +175,7 @@ func command(ctx context.Context, name string, args ...string) *exec.Cmd {
 // proc is a started background process (a storage agent).
 type proc struct {
 	cmd  *exec.Cmd
-	logs *lockedBuffer
+	logs *testutil.SyncBuffer
 	done chan struct{}
 	err  error
 }
@@ -210,7 +184,7 @@ type proc struct {
 // the benchmark ends.
 func start(tb testing.TB, cmd *exec.Cmd) *proc {
 	tb.Helper()
-	p := &proc{cmd: cmd, logs: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: cmd, logs: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
@@ -287,7 +261,7 @@ type computeRun struct {
 // epochs and peak memory.
 func runCompute(tb testing.TB, cmd *exec.Cmd, report string, tick func()) computeRun {
 	tb.Helper()
-	logs := &lockedBuffer{}
+	logs := &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	began := time.Now()
 	if err := cmd.Start(); err != nil {

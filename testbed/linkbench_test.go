@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/internal/testutil"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -55,21 +57,10 @@ const fastGPU = "sim:1000000"
 // 224x224x3 float32 tensor.
 const tensorBytes = 224 * 224 * 3 * 4
 
-// freeAddr returns a loopback address with a port free a moment ago.
-func freeAddr(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startStorageLoopback starts a storage agent binary on loopback and
 // returns its address and pid; extra adds flags to the agent's.
 func startStorageLoopback(b *testing.B, bins agentBinaries, data string, extra ...string) (string, int) {
-	addr := freeAddr(b)
+	addr := testutil.FreeAddr(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	args := append([]string{"--data", data, "--listen", addr, "--log-level", "warn", "--log-format", "json"}, bins.storageSec...)

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/internal/testutil"
+
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
 	"github.com/sophon-dl/sophon/ops/synth"
 )
@@ -98,7 +100,7 @@ type storageProc struct {
 }
 
 func newStorageProc(t *testing.T, bins agentBinaries, data string) *storageProc {
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	s := &storageProc{t: t, bin: bins.storage, addr: addr,
 		args: append([]string{"--data", data, "--listen", addr, "--cpus", "1", "--log-level", "warn"}, faultCerts(t).storage...)}
 	s.start()
@@ -354,7 +356,7 @@ func TestFaultComputeKillResume(t *testing.T) {
 	var lives []float64
 	for kill := 0; ; kill++ {
 		cmd := command(context.Background(), bins.compute, args...)
-		logs := &lockedBuffer{}
+		logs := &testutil.SyncBuffer{}
 		cmd.Stdout, cmd.Stderr = logs, logs
 		began := time.Now()
 		if err := cmd.Start(); err != nil {

@@ -1,11 +1,12 @@
 package testbed
 
 import (
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/computeagent"
 )
 
 func TestSeriesDuring(t *testing.T) {

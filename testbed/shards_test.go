@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/internal/testutil"
+
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
 	"github.com/sophon-dl/sophon/internal/placement"
 )
@@ -43,8 +45,8 @@ func runShards(t *testing.T, bins agentBinaries, data []string, manifest string,
 	st := make([]*storageProc, len(data))
 	addrs := make([]string, len(data))
 	for i := range st {
-		gossip[i] = freeAddr(t)
-		args := []string{"--data", data[i], "--listen", freeAddr(t), "--cpus", "1", "--insecure", "--log-level", "info",
+		gossip[i] = testutil.FreeAddr(t)
+		args := []string{"--data", data[i], "--listen", testutil.FreeAddr(t), "--cpus", "1", "--insecure", "--log-level", "info",
 			"--name", "s" + strconv.Itoa(i+1), "--gossip", gossip[i], "--replicas", strconv.Itoa(replicas),
 			"--shard-size", strconv.Itoa(shardSize)}
 		if i > 0 {

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/internal/testutil"
+
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/testbed/shape"
@@ -45,7 +47,7 @@ func needTorch(tb testing.TB) {
 // address, waits until it listens and returns the address.
 func startStorage(t *testing.T, ctx context.Context, bins agentBinaries, data string) string {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	st := start(t, command(ctx, bins.storage, append([]string{"--data", data, "--listen", addr, "--cpus", "1", "--log-level", "warn"}, bins.storageSec...)...))
 	st.waitListening(t, func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "tcp", addr) })
 	return addr

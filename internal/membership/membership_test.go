@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/internal/testutil"
+
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 
@@ -630,7 +632,7 @@ func TestSecretKeyRoundTrip(t *testing.T) {
 func TestGossipSecurity(t *testing.T) {
 	baseline := runtime.NumGoroutine()
 	key := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	seed := Gossip{Bind: "127.0.0.1:0", Cluster: "lab", Key: key, Tune: FastTiming}
 	s1, err := seed.Start("s1", storageMeta("127.0.0.1:7070"), zerolog.New(&logs).Level(zerolog.InfoLevel))
 	if err != nil {
@@ -745,26 +747,8 @@ func TestGossipCheck(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for memberlist's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestMemberlistLogRouted(t *testing.T) {
-	var buf syncBuffer
+	var buf testutil.SyncBuffer
 	c := newCluster(t, "s1", "c1")
 	c.start("s1", storageMeta("h:1"))
 	cfg := c.config("c1", computeMeta(), "s1")

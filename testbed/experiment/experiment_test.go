@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
 	"github.com/sophon-dl/sophon/testbed/netns"
@@ -50,27 +51,16 @@ var (
 	binErr  error
 )
 
-// buildBinaries builds the agents and the testbed once per test binary.
+// buildBinaries returns a folder of this test process's own links to the
+// agents and the testbed (built once per go test run), so that
+// checkNothingLeft finds only processes started from it.
 func buildBinaries(t *testing.T) string {
 	t.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command to build the binaries")
-	}
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "experiment-bin-")
-		if binErr != nil {
-			return
-		}
-		cmd := exec.Command(goTool, "build", "-o", binDir+"/", "../../storage-agent", "../../compute-agent", "../cmd/testbed")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = errors.New(string(out))
-		}
-	})
+	binOnce.Do(func() { binDir, binErr = os.MkdirTemp("", "experiment-bin-") })
 	if binErr != nil {
-		t.Fatalf("go build: %v", binErr)
+		t.Fatal(binErr)
 	}
-	return binDir
+	return testutil.LinkBinaries(t, binDir)
 }
 
 // smallDataset writes n imagenet-like JPEGs.
