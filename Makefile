@@ -58,7 +58,10 @@ build: prereq-build ## Build every binary into bin/: storage-agent, compute-agen
 	$(GO) build -o $(BIN)/ ./storage-agent ./compute-agent ./testbed/cmd/... ./policy/cmd/... ./deploy/render
 
 .PHONY: test
-test: prereq-test lint proto-check ## Lint, check generated code, build without cgo, run all tests (the agents' with -race; Go and the Python client's) and short fuzz runs; with CI=true missing requirements fail instead of skipping
+# The tests run the binaries make build made (SOPHON_TEST_BIN,
+# internal/testutil) instead of building their own.
+test: export SOPHON_TEST_BIN := $(CURDIR)/$(BIN)
+test: prereq-test lint proto-check build ## Check prerequisites, lint, check generated code, build (with and without cgo), run all tests (the agents' with -race; Go and the Python client's) and short fuzz runs; with CI=true missing requirements fail instead of skipping
 	CGO_ENABLED=0 $(GO) build ./...
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /storage-agent -e /compute-agent)
 	$(GO) test -race -count=1 ./storage-agent/... ./compute-agent/...
