@@ -1,4 +1,4 @@
-package ops
+package jpeg
 
 // This file holds the pure-Go checks that decide whether a JPEG can be cut
 // exactly: its sampling factors and, for a progressive frame, whether its
@@ -44,7 +44,7 @@ type cutLayout struct {
 // It walks the markers up to the first scan (through every scan of a
 // progressive frame), skipping entropy-coded data without decoding it: time
 // linear in len(data), no allocation.
-func readCutLayout(data []byte, h JPEGHeader) (cutLayout, error) {
+func readCutLayout(data []byte, h Header) (cutLayout, error) {
 	var (
 		l       cutLayout
 		ids     [4]byte
@@ -140,7 +140,7 @@ func readCutLayout(data []byte, h JPEGHeader) (cutLayout, error) {
 }
 
 // classify sets l's subsampling and iMCU from its factors, or refuses them.
-func (l *cutLayout) classify(h JPEGHeader) error {
+func (l *cutLayout) classify(h Header) error {
 	f := l.factors
 	if l.n == 1 {
 		if f[0] != [2]int{1, 1} {
@@ -220,7 +220,7 @@ func cutScanBits(seg []byte, nf int, ids *[4]byte, bits *[4][64]int8) error {
 
 // cutCoefBlocks is the number of 8x8 blocks libjpeg allocates for a w x h
 // image of layout l: each component's rounded up to whole iMCUs, as
-// parseJPEGSOF counts them.
+// parseSOF counts them.
 func (l *cutLayout) cutCoefBlocks(w, h int) int64 {
 	hmax, vmax := 1, 1
 	for i := range l.n {
