@@ -167,18 +167,25 @@ func scansOver(data []byte, max int) bool {
 		if scans++; scans > max {
 			return true
 		}
-		// Entropy-coded data: to the next 0xFF that starts a marker other
-		// than RSTn (0xFF00 is a stuffed 0xFF byte).
-		for p+1 < len(data) {
-			if data[p] == 0xFF {
-				if n := data[p+1]; n != 0x00 && (n < 0xD0 || n > 0xD7) {
-					break
-				}
-			}
-			p++
-		}
+		p = skipEntropy(data, p)
 	}
 	return false
+}
+
+// skipEntropy returns the offset, at or after p, of the 0xFF that starts
+// the marker ending the entropy-coded data at p: the next 0xFF followed by
+// a byte other than 0x00 (a stuffed 0xFF byte) or an RSTn. Without one it
+// stops at the last byte of data (or at p, where p is past it).
+func skipEntropy(data []byte, p int) int {
+	for p+1 < len(data) {
+		if data[p] == 0xFF {
+			if n := data[p+1]; n != 0x00 && (n < 0xD0 || n > 0xD7) {
+				break
+			}
+		}
+		p++
+	}
+	return p
 }
 
 // parseSOF fills h from the payload of SOF marker m.
