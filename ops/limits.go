@@ -31,9 +31,10 @@ type Limits struct {
 	// non-interleaved) JPEG, as djpeg -maxscans does: the decoder refuses
 	// the file when it reaches scan MaxScans+1. Each scan makes libjpeg
 	// visit every block of its components, so a small file of thousands of
-	// scans costs seconds of CPU. libjpeg's simple progression writes 10
-	// scans for colour and 6 for grey. Zero means no limit. The pure-Go
-	// decoder counts the file's SOS markers before decoding instead.
+	// scans costs CPU out of all proportion to its size. libjpeg's simple
+	// progression writes 10 scans for colour and 6 for grey. Zero means no
+	// limit. The pure-Go decoder counts the file's SOS markers before
+	// decoding instead.
 	MaxScans int
 	// MaxMemory bounds libjpeg's own allocations for whole-image buffers
 	// (its cinfo->mem->max_memory_to_use): the DCT coefficients that a

@@ -308,8 +308,8 @@ func TestDecodeJPEGErrors(t *testing.T) {
 // TestDecodeJPEGFlippedBytes flips single bytes in the entropy-coded data:
 // every outcome must be a clean decode, ErrCorrupt or ErrTruncated (a flip can
 // change only coefficient magnitude bits and go unnoticed, or make a marker
-// and look like an early end). libjpeg notices only some: about one in eight
-// of these.
+// and look like an early end). libjpeg notices only some of them; it must
+// notice at least one.
 func TestDecodeJPEGFlippedBytes(t *testing.T) {
 	data := jpegTestData(t)
 	scan := jpegScanStart(t, data)
