@@ -134,7 +134,13 @@ import (
 // the cut does not reproduce exactly, the transform fails, the cut is no
 // smaller than data, or it would break lim's scan or memory bounds, which
 // the decode may not share: MaxMemory bounds the transform's coefficients
-// and its output buffer together), or ErrDeadline.
+// and its output buffer together), or ErrDeadline; a want outside the
+// image wraps ErrSpec. The pure-Go build declines every cut.
+//
+// Where data's layout is accepted, the cut's pixels equal the original's
+// except near the cut's own edges inside the image, where chroma upsampling
+// reads neighbours the cut lacks: a caller that needs exact pixels widens
+// want by a margin first (package ops widens it by ops.CutMargin).
 //
 // NB: every transform failure declines rather than failing the sample: the
 // decoder, which is stricter on some files and looser on others, then
