@@ -69,7 +69,7 @@ test: prereq-test lint proto-check build ## Check prerequisites, lint, check gen
 	@if $(PYTHON) -c 'import torch, numpy' 2>/dev/null; then $(PYTHON) -m unittest discover -s python/tests; \
 	elif [ "$$CI" = true ]; then echo "FAIL python/tests: CI=true but $(PYTHON) cannot import torch (apt-get install python3-torch python3-numpy)"; exit 1; \
 	else echo "SKIP python/tests: $(PYTHON) cannot import torch (apt-get install python3-torch python3-numpy)"; fi
-	$(call fuzz,FuzzDecodeJPEG,./ops/)
+	$(call fuzz,FuzzDecodeJPEG,./ops/jpeg/)
 	$(call fuzz,FuzzDecodeWire,./ops/)
 	$(call fuzz,FuzzCut,./ops/)
 	$(call fuzz,FuzzOpenShard,./storage-agent/storageagent/)

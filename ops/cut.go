@@ -2,7 +2,8 @@ package ops
 
 import (
 	"encoding/binary"
-	"errors"
+
+	"github.com/sophon-dl/sophon/ops/jpeg"
 )
 
 // The JPEG-domain crop split.
@@ -27,7 +28,7 @@ import (
 // progressive, each of its coefficients must be complete (libjpeg smooths
 // the blocks of an incomplete progressive image using their neighbours, and
 // a baseline cut of it would not be smoothed). Files where this argument
-// does not hold (see readCutLayout), and files the transform does not read
+// does not hold (see [jpeg.Cut]), and files the transform does not read
 // without a warning, are declined with ErrCannotCut, and the sample crosses
 // the link in another form; the model sees the same bytes either way.
 
@@ -48,7 +49,7 @@ const CutMargin = 16
 // limit only the transform would break, a cut no smaller than the file, a
 // build without libturbojpeg). The sample may still decode, or fail: a
 // server sends it in another form, and the decode there decides.
-var ErrCannotCut = errors.New("ops: cannot cut jpeg exactly")
+var ErrCannotCut = jpeg.ErrCannotCut
 
 // KindCut is a [CutJPEG]: a JPEG cut losslessly out of a larger one.
 const KindCut Kind = 4
@@ -118,7 +119,7 @@ func (p *Pipeline) Cut(key Key, raw Encoded, lim Limits) (*CutJPEG, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := dl.check(h); err != nil {
+	if err := dl.Check(h); err != nil {
 		return fail(err)
 	}
 	// The decode's output is the whole image, whatever the pipeline decodes
@@ -129,10 +130,11 @@ func (p *Pipeline) Cut(key Key, raw Encoded, lim Limits) (*CutJPEG, error) {
 	var r Rand
 	r.Seed(SeedFor(key.Seed, key.Epoch, key.Sample, 1))
 	box := SampleRRCBox(h.W, h.H, c.Params, &r)
-	out, got, err := cutJPEG(raw, h, cutRegion(h.W, h.H, box), dl)
+	out, jgot, err := jpeg.Cut(raw, h, jpeg.Rect(cutRegion(h.W, h.H, box)), dl)
 	if err != nil {
 		return fail(err)
 	}
+	got := Rect(jgot)
 	if len(out) >= len(raw) {
 		return fail(wrapf(ErrCannotCut, "the cut %v is %d bytes, no smaller than the %d-byte file", got, len(out), len(raw)))
 	}
@@ -154,7 +156,7 @@ func (p *Pipeline) finishCut(key Key, in Value, lim Limits) (Value, error) {
 		return nil, wrapf(ErrKind, "split cut takes a cut jpeg, got %v", kindOf(in))
 	}
 	dl := lim.decode(d.Limits)
-	if cut.W < 1 || cut.H < 1 || cut.W > dl.maxPixels()/cut.H {
+	if cut.W < 1 || cut.H < 1 || cut.W > dl.PixelLimit()/cut.H {
 		return nil, wrapf(ErrTooLarge, "cut of a %dx%d image", cut.W, cut.H)
 	}
 	// Refuse what the run from split 0 refuses before decoding: the whole

@@ -8,4 +8,10 @@
 // so running ops[0:k] on one node, shipping the intermediate in its wire form
 // ([EncodeWire], [DecodeWire]) and running ops[k:n] on another gives output
 // byte-identical to running all n ops in one place.
+//
+// The JPEG codec (libjpeg-turbo under cgo, image/jpeg otherwise) and the
+// lossless JPEG-domain crop are package [github.com/sophon-dl/sophon/ops/jpeg],
+// which works on plain pixel buffers; ops keeps their API under its own names
+// (DecodeJPEG, EncodeJPEG, ReadJPEGHeader, DecodeLimits, the JPEG errors) and
+// adapts them to its values.
 package ops

@@ -3,29 +3,33 @@ package ops
 import (
 	"errors"
 	"fmt"
+
+	"github.com/sophon-dl/sophon/ops/jpeg"
 )
 
 // Errors returned by the op library. Callers test them with errors.Is; the
-// agents map them to per-sample error kinds.
+// agents map them to per-sample error kinds. The JPEG errors and ErrSpec are
+// package jpeg's, under the same names: the codec returns them, and so does
+// ops.
 var (
 	// ErrEmpty: the input has no bytes.
-	ErrEmpty = errors.New("ops: empty input")
+	ErrEmpty = jpeg.ErrEmpty
 	// ErrNotJPEG: the input does not start with a JPEG SOI marker.
-	ErrNotJPEG = errors.New("ops: not a jpeg")
+	ErrNotJPEG = jpeg.ErrNotJPEG
 	// ErrTruncated: the JPEG ends before its image data is complete.
-	ErrTruncated = errors.New("ops: truncated jpeg")
+	ErrTruncated = jpeg.ErrTruncated
 	// ErrCorrupt: the JPEG's headers or entropy-coded data are invalid.
-	ErrCorrupt = errors.New("ops: corrupt jpeg")
+	ErrCorrupt = jpeg.ErrCorrupt
 	// ErrTooLarge: the input or an op's output would exceed a limit: the
 	// declared dimensions, the scans or memory a JPEG needs, or an output's
 	// bytes (see [Limits]).
-	ErrTooLarge = errors.New("ops: image too large")
+	ErrTooLarge = jpeg.ErrTooLarge
 	// ErrUnsupported: a valid JPEG the library does not handle.
-	ErrUnsupported = errors.New("ops: unsupported jpeg")
+	ErrUnsupported = jpeg.ErrUnsupported
 	// ErrDeadline: a run under [Limits] (or a decode under [DecodeLimits])
 	// went past its Deadline, between ops or inside the decoder. Nothing is
 	// wrong with the input; the server may retry it with more time.
-	ErrDeadline = errors.New("ops: deadline exceeded")
+	ErrDeadline = jpeg.ErrDeadline
 
 	// ErrWireHeader: a wire form whose header is malformed (magic, version,
 	// kind, dtype, rank or dims).
@@ -43,7 +47,7 @@ var (
 	// ErrKind: an op received a representation it cannot take.
 	ErrKind = errors.New("ops: wrong input kind")
 	// ErrSpec: a pipeline spec is invalid.
-	ErrSpec = errors.New("ops: bad pipeline spec")
+	ErrSpec = jpeg.ErrSpec
 	// ErrSplit: a split point is outside [0, n].
 	ErrSplit = errors.New("ops: split out of range")
 )

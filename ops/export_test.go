@@ -22,7 +22,7 @@ type TestEncodeOptions struct {
 // EncodeJPEGTest is EncodeJPEG with the test-only options.
 func EncodeJPEGTest(img *Image, o TestEncodeOptions) ([]byte, error) {
 	opt := o.EncodeOptions
-	opt.ycck, opt.lumaSamp, opt.restartInterval, opt.arithmetic = o.YCCK, o.LumaSamp, o.RestartInterval, o.Arithmetic
-	opt.nonInterleaved = o.NonInterleaved
+	opt.YCCK, opt.LumaSampling, opt.RestartInterval, opt.Arithmetic = o.YCCK, o.LumaSamp, o.RestartInterval, o.Arithmetic
+	opt.NonInterleaved = o.NonInterleaved
 	return EncodeJPEG(img, opt)
 }

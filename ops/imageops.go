@@ -33,7 +33,7 @@ func decodeShape(in shape, lim DecodeLimits) (shape, error) {
 	if err != nil {
 		return shape{}, err
 	}
-	if err := lim.check(h); err != nil {
+	if err := lim.Check(h); err != nil {
 		return shape{}, err
 	}
 	return imageShape(h.W, h.H), nil

@@ -3,6 +3,8 @@ package ops
 import (
 	"fmt"
 	"time"
+
+	"github.com/sophon-dl/sophon/ops/internal/bytesize"
 )
 
 // Limits bound what one pipeline run may cost a server that runs ops on
@@ -29,9 +31,10 @@ type Limits struct {
 	// non-interleaved) JPEG, as djpeg -maxscans does: the decoder refuses
 	// the file when it reaches scan MaxScans+1. Each scan makes libjpeg
 	// visit every block of its components, so a small file of thousands of
-	// scans costs seconds of CPU. libjpeg's simple progression writes 10
-	// scans for colour and 6 for grey. Zero means no limit. The pure-Go
-	// decoder counts the file's SOS markers before decoding instead.
+	// scans costs CPU out of all proportion to its size. libjpeg's simple
+	// progression writes 10 scans for colour and 6 for grey. Zero means no
+	// limit. The pure-Go decoder counts the file's SOS markers before
+	// decoding instead.
 	MaxScans int
 	// MaxMemory bounds libjpeg's own allocations for whole-image buffers
 	// (its cinfo->mem->max_memory_to_use): the DCT coefficients that a
@@ -95,7 +98,7 @@ func DefaultLimits() Limits {
 // for each bound the smaller of the two, a zero meaning no bound.
 func (l Limits) decode(own DecodeLimits) DecodeLimits {
 	d := own
-	if l.MaxPixels > 0 && l.MaxPixels < int64(own.maxPixels()) {
+	if l.MaxPixels > 0 && l.MaxPixels < int64(own.PixelLimit()) {
 		d.MaxPixels = int(l.MaxPixels)
 	}
 	if l.MaxScans > 0 && (d.MaxScans <= 0 || l.MaxScans < d.MaxScans) {
@@ -104,8 +107,8 @@ func (l Limits) decode(own DecodeLimits) DecodeLimits {
 	if l.MaxMemory > 0 && (d.MaxMemory <= 0 || l.MaxMemory < d.MaxMemory) {
 		d.MaxMemory = l.MaxMemory
 	}
-	if l.MaxOutputBytes > 0 && (d.maxBytes <= 0 || l.MaxOutputBytes < d.maxBytes) {
-		d.maxBytes = l.MaxOutputBytes
+	if l.MaxOutputBytes > 0 && (d.MaxBytes <= 0 || l.MaxOutputBytes < d.MaxBytes) {
+		d.MaxBytes = l.MaxOutputBytes
 	}
 	if !l.Deadline.IsZero() && (d.Deadline.IsZero() || l.Deadline.Before(d.Deadline)) {
 		d.Deadline = l.Deadline
@@ -191,31 +194,9 @@ func checkOutput(name string, out shape, max int64) error {
 		return nil
 	}
 	if n := out.bytes(); n > max {
-		return wrapf(ErrTooLarge, "%s output %v = %s above the %s limit", name, out, formatBytes(n), formatBytes(max))
+		return wrapf(ErrTooLarge, "%s output %v = %s above the %s limit", name, out, bytesize.Format(n), bytesize.Format(max))
 	}
 	return nil
-}
-
-// formatBytes writes n as a person would: in KiB, MiB or GiB when it is a
-// whole number of them, otherwise in decimal kB, MB or GB to one decimal.
-func formatBytes(n int64) string {
-	for _, u := range []struct {
-		size int64
-		name string
-	}{{1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
-		if n >= u.size && n%u.size == 0 {
-			return fmt.Sprintf("%d %s", n/u.size, u.name)
-		}
-	}
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.1f GB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
 
 var (

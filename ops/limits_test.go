@@ -210,7 +210,8 @@ func TestRunLimitedDeadline(t *testing.T) {
 
 	t.Run("inside-libjpeg", func(t *testing.T) {
 		needLibjpeg(t)
-		// 20000 scans of 1024x1024 take seconds to decode without limits.
+		// 20000 scans of 1024x1024: without limits, its decode would run far
+		// past any per-request deadline.
 		bomb := ops.Encoded(hostile.Progressive(1024, 1024, 20000))
 		lim := ops.DefaultLimits()
 		lim.MaxScans = 0

@@ -64,7 +64,7 @@ func decodeCropResize(data Encoded, lim DecodeLimits, c RandomResizedCrop, r *Ra
 	if err != nil {
 		return nil, err
 	}
-	if err := lim.check(h); err != nil {
+	if err := lim.Check(h); err != nil {
 		return nil, err
 	}
 	box := SampleRRCBox(h.W, h.H, c.Params, r)

@@ -200,11 +200,10 @@ var (
 	zstdDec     *zstd.Decoder
 )
 
-// zstdEncLevel is the encoder level. On a normalised 3x224x224 tensor
-// SpeedFastest encodes 1.4x to 2x faster than SpeedDefault for a 5% lower
-// ratio (3.30 against 3.47); uint8 photos barely compress at either level
-// (see BenchmarkWireZstdLevels). Encoding runs per sample at link rate, so
-// speed wins.
+// zstdEncLevel is the encoder level. On a normalised tensor SpeedFastest
+// encodes faster than SpeedDefault for a slightly lower ratio, and uint8
+// photos barely compress at either level (BenchmarkWireZstdLevels measures
+// both). Encoding runs per sample at link rate, so speed wins.
 const zstdEncLevel = zstd.SpeedFastest
 
 // zstdEncoder is shared: EncodeAll is safe for concurrent use.

@@ -9,10 +9,9 @@ import (
 // PhotoOptions tune [PhotoWith].
 type PhotoOptions struct {
 	// Detail scales the texture and grain, and with them the encoded size,
-	// roughly logarithmically: at 500x375 and quality 90, 0.1 gives about
-	// 40% of the bytes of 1, 0.5 about 80%, 2 about 120% and 4 about 130%.
-	// Zero means 1; negative means no texture at all (smooth shapes and
-	// gradients only). Values above 64 count as 64.
+	// roughly logarithmically: below 1 the files shrink, above 1 they grow,
+	// ever more slowly. Zero means 1; negative means no texture at all
+	// (smooth shapes and gradients only). Values above 64 count as 64.
 	Detail float64
 }
 

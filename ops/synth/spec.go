@@ -43,8 +43,9 @@ type Spec struct {
 // ImageNetLike follows ImageNet's training set (ILSVRC-2012): most images
 // 500 px on the long side, a spread of smaller and larger ones, a mean file
 // near 110 KB and about 23% of files larger than 150,528 bytes (a 224x224x3
-// uint8 crop). Fitted with libjpeg-turbo on three seeds of 400 samples:
-// mean 113.5 KB, 23.3% above 150,528 bytes. Treat it as read-only.
+// uint8 crop). Its weights were fitted to these targets with libjpeg-turbo;
+// TestSpecCalibration checks that a sample still follows them. Treat it as
+// read-only.
 var ImageNetLike = Spec{
 	Name: "imagenet-like",
 	Dims: []Dim{
@@ -65,9 +66,9 @@ var ImageNetLike = Spec{
 // OpenImagesLike follows Open Images as commonly distributed (resized to
 // 1024 px on the long side): a mean file near 317 KB, about 75% of files
 // larger than 150,528 bytes and 11% larger than 602,112 (a 224x224x3
-// float32 tensor). Fitted with libjpeg-turbo on three seeds of 400 samples:
-// mean 311.5 KB, 74.6% above 150,528 bytes, 10.5% above 602,112. Treat it
-// as read-only.
+// float32 tensor). Its weights were fitted to these targets with
+// libjpeg-turbo; TestSpecCalibration checks that a sample still follows
+// them. Treat it as read-only.
 var OpenImagesLike = Spec{
 	Name: "openimages-like",
 	Dims: []Dim{

@@ -213,9 +213,8 @@ func TestSpecSample(t *testing.T) {
 
 // TestSpecCalibration checks that a modest sample of each preset follows
 // the real dataset's file-size distribution. The presets were fitted on
-// 400-sample runs with three seeds (within 5% of every target); 80 samples
-// are noisier, so the bounds are wide, but a generator or encoder change
-// that shifts sizes by a fifth fails them.
+// larger samples; 80 samples are noisier, so the bounds are wide, but a
+// generator or encoder change that shifts sizes by a fifth fails them.
 func TestSpecCalibration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("renders 160 images")

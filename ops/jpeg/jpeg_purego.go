@@ -1,9 +1,9 @@
 //go:build !cgo
 
-package ops
+package jpeg
 
 // The pure-Go backend, used when cgo is off: the standard library's
-// image/jpeg. It is several times slower than libjpeg-turbo and its pixels
+// image/jpeg. It is slower than libjpeg-turbo and its pixels
 // are not byte-identical to libjpeg-turbo's (nor so to Pillow's): it
 // upsamples chroma by replication rather than libjpeg's "fancy" triangle
 // filter and converts YCbCr with different rounding. It also tolerates some
@@ -16,17 +16,17 @@ import (
 	"fmt"
 	"image"
 	"image/color"
-	"image/jpeg"
+	stdjpeg "image/jpeg"
 	"io"
 )
 
-// JPEGBackend names the codec in use: "libjpeg-turbo" or "image/jpeg".
-const JPEGBackend = "image/jpeg"
+// Backend names the codec in use: "libjpeg-turbo" or "image/jpeg".
+const Backend = "image/jpeg"
 
-// goJPEGError maps an image/jpeg error to a sentinel-wrapping error.
-func goJPEGError(err error) error {
-	var fe jpeg.FormatError
-	var ue jpeg.UnsupportedError
+// goError maps an image/jpeg error to a sentinel-wrapping error.
+func goError(err error) error {
+	var fe stdjpeg.FormatError
+	var ue stdjpeg.UnsupportedError
 	switch {
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
 		return wrapf(ErrTruncated, "decode jpeg: image/jpeg: %v", err)
@@ -42,7 +42,7 @@ func goJPEGError(err error) error {
 	return wrapf(ErrCorrupt, "decode jpeg: image/jpeg: %v", err)
 }
 
-// decodeJPEG decodes the whole image (so it always reads and validates the
+// decode decodes the whole image (so it always reads and validates the
 // whole file, whatever finish says), box-filters it to num/8 and returns
 // exactly region. h has passed the limits; region lies inside the scaled
 // image.
@@ -51,55 +51,51 @@ func goJPEGError(err error) error {
 // before the decode), the pixel buffer's size, counted as the whole image's
 // since image/jpeg decodes it all, and MaxScans, by counting the file's SOS
 // markers before decoding, and MaxMemory, the caller having counted
-// image/jpeg's coefficient buffers (jpegCoefMemory). It cannot stop at the
+// image/jpeg's coefficient buffers (coefMemory). It cannot stop at the
 // deadline.
-func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, _ bool, lim DecodeLimits) (img *Image, r Rect, err error) {
+func decode(data []byte, h Header, num int, region Rect, _ bool, lim DecodeLimits) (img *Image, r Rect, err error) {
 	if err := lim.checkAlloc(h.W, h.H); err != nil {
 		return nil, Rect{}, err
 	}
-	if lim.MaxScans > 0 && jpegScansOver(data, lim.MaxScans) {
-		kind := "multi-scan"
-		if h.Progressive {
-			kind = "progressive"
-		}
-		return nil, Rect{}, wrapf(ErrTooLarge, "decode jpeg: %s JPEG has more than %d scans", kind, lim.MaxScans)
+	if lim.MaxScans > 0 && scansOver(data, lim.MaxScans) {
+		return nil, Rect{}, wrapf(ErrTooLarge, "decode jpeg: %s JPEG has more than %d scans", scanKind(h.Progressive), lim.MaxScans)
 	}
 	defer func() {
 		if p := recover(); p != nil {
 			img, r, err = nil, Rect{}, wrapf(ErrCorrupt, "decode jpeg: image/jpeg panicked: %v", p)
 		}
 	}()
-	src, err := jpeg.Decode(bytes.NewReader(data))
+	src, err := stdjpeg.Decode(bytes.NewReader(data))
 	if err != nil {
-		return nil, Rect{}, goJPEGError(err)
+		return nil, Rect{}, goError(err)
 	}
 	if b := src.Bounds(); b.Dx() != h.W || b.Dy() != h.H {
 		return nil, Rect{}, wrapf(ErrCorrupt, "decode jpeg: image/jpeg decoded %dx%d, header says %dx%d", b.Dx(), b.Dy(), h.W, h.H)
 	}
-	full := jpegToRGB(src)
+	full := toRGB(src)
 	if num == 8 {
 		if region == (Rect{W: h.W, H: h.H}) {
 			return full, region, nil
 		}
-		return cropImage(full, region), region, nil
+		return crop(full, region), region, nil
 	}
-	return jpegBoxScale(full, num, region), region, nil
+	return boxScale(full, num, region), region, nil
 }
 
-// jpegCoefMemory is what image/jpeg allocates for h's whole-image
+// coefMemory is what image/jpeg allocates for h's whole-image
 // coefficient buffers: a [64]int32, 256 bytes, for every block of a
 // progressive image (it decodes other multi-scan images without them).
-func jpegCoefMemory(h JPEGHeader) int64 {
+func coefMemory(h Header) int64 {
 	if !h.Progressive {
 		return 0
 	}
 	return h.coefBlocks * 256
 }
 
-// jpegToRGB converts a decoded image to an RGB Image.
-func jpegToRGB(src image.Image) *Image {
+// toRGB converts a decoded image to an RGB Image.
+func toRGB(src image.Image) *Image {
 	b := src.Bounds()
-	dst := NewImage(b.Dx(), b.Dy())
+	dst := newImage(b.Dx(), b.Dy())
 	i := 0
 	switch m := src.(type) {
 	case *image.YCbCr:
@@ -125,7 +121,7 @@ func jpegToRGB(src image.Image) *Image {
 			row := m.Pix[(y-b.Min.Y)*m.Stride:]
 			for x := range b.Dx() {
 				p := row[4*x : 4*x+4]
-				dst.Pix[i], dst.Pix[i+1], dst.Pix[i+2] = jpegCMYKToRGB(p[0], p[1], p[2], p[3])
+				dst.Pix[i], dst.Pix[i+1], dst.Pix[i+2] = cmykToRGB(p[0], p[1], p[2], p[3])
 				i += 3
 			}
 		}
@@ -141,16 +137,16 @@ func jpegToRGB(src image.Image) *Image {
 	return dst
 }
 
-// jpegBoxScale returns region of src scaled by num/8 to ScaledSize: each output
+// boxScale returns region of src scaled by num/8 to ScaledSize: each output
 // pixel is the rounded mean of its box of input pixels, input x in
 // [floor(x*W/w), ceil((x+1)*W/w)) and likewise for y.
-func jpegBoxScale(src *Image, num int, region Rect) *Image {
+func boxScale(src *Image, num int, region Rect) *Image {
 	sw, sh := ScaledSize(src.W, src.H, num)
 	span := func(o, in, out int) (int, int) {
 		return o * in / out, min(((o+1)*in+out-1)/out, in)
 	}
-	dst := NewImage(region.W, region.H)
-	stride := src.Stride()
+	dst := newImage(region.W, region.H)
+	stride := src.W * channels
 	i := 0
 	for oy := region.Y; oy < region.Y+region.H; oy++ {
 		y0, y1 := span(oy, src.H, sh)
@@ -158,7 +154,7 @@ func jpegBoxScale(src *Image, num int, region Rect) *Image {
 			x0, x1 := span(ox, src.W, sw)
 			var s0, s1, s2 int
 			for y := y0; y < y1; y++ {
-				row := src.Pix[y*stride+x0*Channels : y*stride+x1*Channels]
+				row := src.Pix[y*stride+x0*channels : y*stride+x1*channels]
 				for x := 0; x < len(row); x += 3 {
 					s0 += int(row[x])
 					s1 += int(row[x+1])
@@ -175,25 +171,25 @@ func jpegBoxScale(src *Image, num int, region Rect) *Image {
 	return dst
 }
 
-// EncodeJPEG compresses img with image/jpeg, always as baseline 4:2:0 (or
+// Encode compresses img with image/jpeg, always as baseline 4:2:0 (or
 // grey).
-func EncodeJPEG(img *Image, opt EncodeOptions) ([]byte, error) {
+func Encode(img *Image, opt EncodeOptions) ([]byte, error) {
 	opt, err := opt.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if err := checkJPEGEncodeImage(img); err != nil {
+	if err := checkEncodeImage(img); err != nil {
 		return nil, err
 	}
 	switch {
 	case opt.Progressive:
-		return nil, wrapf(ErrUnsupported, "encode jpeg: %s cannot write progressive JPEGs", JPEGBackend)
+		return nil, wrapf(ErrUnsupported, "encode jpeg: %s cannot write progressive JPEGs", Backend)
 	case opt.CMYK:
-		return nil, wrapf(ErrUnsupported, "encode jpeg: %s cannot write CMYK JPEGs", JPEGBackend)
-	case opt.restartInterval > 0 || opt.arithmetic || opt.nonInterleaved:
-		return nil, wrapf(ErrUnsupported, "encode jpeg: %s writes neither restart markers, arithmetic codes nor non-interleaved scans", JPEGBackend)
-	case !opt.Gray && (opt.Subsampling != 420 || opt.lumaSamp != [2]int{}):
-		return nil, wrapf(ErrUnsupported, "encode jpeg: %s writes only 4:2:0, not %d", JPEGBackend, opt.Subsampling)
+		return nil, wrapf(ErrUnsupported, "encode jpeg: %s cannot write CMYK JPEGs", Backend)
+	case opt.RestartInterval > 0 || opt.Arithmetic || opt.NonInterleaved:
+		return nil, wrapf(ErrUnsupported, "encode jpeg: %s writes neither restart markers, arithmetic codes nor non-interleaved scans", Backend)
+	case !opt.Gray && (opt.Subsampling != 420 || opt.LumaSampling != [2]int{}):
+		return nil, wrapf(ErrUnsupported, "encode jpeg: %s writes only 4:2:0, not %d", Backend, opt.Subsampling)
 	}
 	var m image.Image
 	if opt.Gray {
@@ -213,13 +209,18 @@ func EncodeJPEG(img *Image, opt EncodeOptions) ([]byte, error) {
 		m = rgba
 	}
 	var buf bytes.Buffer
-	if err := jpeg.Encode(&buf, m, &jpeg.Options{Quality: opt.Quality}); err != nil {
+	if err := stdjpeg.Encode(&buf, m, &stdjpeg.Options{Quality: opt.Quality}); err != nil {
 		return nil, fmt.Errorf("%w: encode jpeg: image/jpeg: %v", ErrUnsupported, err)
 	}
 	return buf.Bytes(), nil
 }
 
-// cutJPEG needs libturbojpeg's lossless transform, which this build lacks.
-func cutJPEG(_ []byte, _ JPEGHeader, _ Rect, _ DecodeLimits) ([]byte, Rect, error) {
-	return nil, Rect{}, wrapf(ErrCannotCut, "this build has no lossless jpeg transform (built without cgo)")
+// crop copies the pixels of src inside r into a new image.
+func crop(src *Image, r Rect) *Image {
+	dst := newImage(r.W, r.H)
+	sstride, dstride := src.W*channels, dst.W*channels
+	for y := 0; y < r.H; y++ {
+		copy(dst.Pix[y*dstride:(y+1)*dstride], src.Pix[(r.Y+y)*sstride+r.X*channels:])
+	}
+	return dst
 }

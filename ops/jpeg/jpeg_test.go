@@ -1,4 +1,4 @@
-package ops
+package jpeg
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 // jpegTestImage is a deterministic photo-like image: smooth colour gradients
 // and soft blobs plus mild noise.
 func jpegTestImage(w, h int, seed uint64) *Image {
-	img := NewImage(w, h)
+	img := newImage(w, h)
 	s := seed*0x9E3779B97F4A7C15 + 1
 	for y := range h {
 		for x := range w {
@@ -30,7 +30,7 @@ func jpegTestImage(w, h int, seed uint64) *Image {
 			fx, fy := float64(x)/float64(max(w, 200)), float64(y)/float64(max(h, 200))
 			blob := 60 * math.Sin(fx*7+float64(seed)) * math.Cos(fy*5)
 			noise := float64(int(s%17) - 8)
-			i := (y*w + x) * Channels
+			i := (y*w + x) * channels
 			img.Pix[i] = jpegClamp(40 + 160*fx + blob + noise)
 			img.Pix[i+1] = jpegClamp(200 - 120*fy + blob/2 + noise)
 			img.Pix[i+2] = jpegClamp(90 + 80*fx*fy - blob + noise)
@@ -58,7 +58,7 @@ func jpegPSNR(a, b *Image) float64 {
 
 // jpegLuma is the grey image a Gray encode starts from, replicated to RGB.
 func jpegLuma(img *Image) *Image {
-	out := NewImage(img.W, img.H)
+	out := newImage(img.W, img.H)
 	for i := 0; i < len(img.Pix); i += 3 {
 		y := uint8((19595*int(img.Pix[i]) + 38470*int(img.Pix[i+1]) + 7471*int(img.Pix[i+2]) + 1<<15) >> 16)
 		out.Pix[i], out.Pix[i+1], out.Pix[i+2] = y, y, y
@@ -71,7 +71,7 @@ type jpegCase struct {
 	name string
 	w, h int
 	opt  EncodeOptions
-	// want is what ReadJPEGHeader must report.
+	// want is what ReadHeader must report.
 	comps int
 	space string
 	// cgoOnly marks options the pure-Go encoder refuses.
@@ -83,16 +83,16 @@ var jpegCases = []jpegCase{
 	{name: "422", w: 160, h: 120, opt: EncodeOptions{Subsampling: 422}, comps: 3, space: "ycbcr", cgoOnly: true},
 	{name: "444", w: 160, h: 120, opt: EncodeOptions{Subsampling: 444}, comps: 3, space: "ycbcr", cgoOnly: true},
 	{name: "gray", w: 160, h: 120, opt: EncodeOptions{Gray: true}, comps: 1, space: "gray"},
-	{name: "440", w: 160, h: 120, opt: EncodeOptions{lumaSamp: [2]int{1, 2}}, comps: 3, space: "ycbcr", cgoOnly: true},
-	{name: "411", w: 203, h: 117, opt: EncodeOptions{lumaSamp: [2]int{4, 1}}, comps: 3, space: "ycbcr", cgoOnly: true},
-	{name: "410", w: 203, h: 117, opt: EncodeOptions{lumaSamp: [2]int{4, 2}}, comps: 3, space: "ycbcr", cgoOnly: true},
-	{name: "410_progressive", w: 203, h: 117, opt: EncodeOptions{lumaSamp: [2]int{4, 2}, Progressive: true}, comps: 3, space: "ycbcr", cgoOnly: true},
-	{name: "h3v1", w: 203, h: 117, opt: EncodeOptions{lumaSamp: [2]int{3, 1}}, comps: 3, space: "ycbcr", cgoOnly: true},
-	{name: "h1v3", w: 117, h: 203, opt: EncodeOptions{lumaSamp: [2]int{1, 3}}, comps: 3, space: "ycbcr", cgoOnly: true},
+	{name: "440", w: 160, h: 120, opt: EncodeOptions{LumaSampling: [2]int{1, 2}}, comps: 3, space: "ycbcr", cgoOnly: true},
+	{name: "411", w: 203, h: 117, opt: EncodeOptions{LumaSampling: [2]int{4, 1}}, comps: 3, space: "ycbcr", cgoOnly: true},
+	{name: "410", w: 203, h: 117, opt: EncodeOptions{LumaSampling: [2]int{4, 2}}, comps: 3, space: "ycbcr", cgoOnly: true},
+	{name: "410_progressive", w: 203, h: 117, opt: EncodeOptions{LumaSampling: [2]int{4, 2}, Progressive: true}, comps: 3, space: "ycbcr", cgoOnly: true},
+	{name: "h3v1", w: 203, h: 117, opt: EncodeOptions{LumaSampling: [2]int{3, 1}}, comps: 3, space: "ycbcr", cgoOnly: true},
+	{name: "h1v3", w: 117, h: 203, opt: EncodeOptions{LumaSampling: [2]int{1, 3}}, comps: 3, space: "ycbcr", cgoOnly: true},
 	{name: "progressive", w: 160, h: 120, opt: EncodeOptions{Progressive: true}, comps: 3, space: "ycbcr", cgoOnly: true},
 	{name: "progressive_gray", w: 97, h: 61, opt: EncodeOptions{Progressive: true, Gray: true}, comps: 1, space: "gray", cgoOnly: true},
 	{name: "cmyk", w: 160, h: 120, opt: EncodeOptions{CMYK: true}, comps: 4, space: "cmyk", cgoOnly: true},
-	{name: "ycck", w: 160, h: 120, opt: EncodeOptions{CMYK: true, ycck: true}, comps: 4, space: "ycck", cgoOnly: true},
+	{name: "ycck", w: 160, h: 120, opt: EncodeOptions{CMYK: true, YCCK: true}, comps: 4, space: "ycck", cgoOnly: true},
 	{name: "odd_333x251", w: 333, h: 251, comps: 3, space: "ycbcr"},
 	{name: "odd_333x251_444_q75", w: 333, h: 251, opt: EncodeOptions{Subsampling: 444, Quality: 75}, comps: 3, space: "ycbcr", cgoOnly: true},
 	{name: "1x1", w: 1, h: 1, comps: 3, space: "ycbcr"},
@@ -103,13 +103,13 @@ var jpegCases = []jpegCase{
 // encode makes the case's JPEG, skipping the test where the backend cannot.
 func (c jpegCase) encode(t testing.TB) ([]byte, *Image) {
 	t.Helper()
-	if c.cgoOnly && JPEGBackend != "libjpeg-turbo" {
-		t.Skipf("%s cannot encode %+v (cgo is off)", JPEGBackend, c.opt)
+	if c.cgoOnly && Backend != "libjpeg-turbo" {
+		t.Skipf("%s cannot encode %+v (cgo is off)", Backend, c.opt)
 	}
 	img := jpegTestImage(c.w, c.h, uint64(c.w*7+c.h))
-	data, err := EncodeJPEG(img, c.opt)
+	data, err := Encode(img, c.opt)
 	if err != nil {
-		t.Fatalf("EncodeJPEG(%s): %v", c.name, err)
+		t.Fatalf("Encode(%s): %v", c.name, err)
 	}
 	return data, img
 }
@@ -118,9 +118,9 @@ func TestReadJPEGHeader(t *testing.T) {
 	for _, c := range jpegCases {
 		t.Run(c.name, func(t *testing.T) {
 			data, _ := c.encode(t)
-			h, err := ReadJPEGHeader(data)
+			h, err := ReadHeader(data)
 			if err != nil {
-				t.Fatalf("ReadJPEGHeader: %v", err)
+				t.Fatalf("ReadHeader: %v", err)
 			}
 			got := fmt.Sprintf("%dx%d %d %s %v", h.W, h.H, h.Components, h.ColorSpace, h.Progressive)
 			want := fmt.Sprintf("%dx%d %d %s %v", c.w, c.h, c.comps, c.space, c.opt.Progressive)
@@ -137,11 +137,11 @@ func TestDecodeJPEGRoundTrip(t *testing.T) {
 	for _, c := range jpegCases {
 		t.Run(c.name, func(t *testing.T) {
 			data, src := c.encode(t)
-			img, err := DecodeJPEG(data, DecodeLimits{})
+			img, err := Decode(data, DecodeLimits{})
 			if err != nil {
-				t.Fatalf("DecodeJPEG: %v", err)
+				t.Fatalf("Decode: %v", err)
 			}
-			if img.W != c.w || img.H != c.h || len(img.Pix) != c.w*c.h*Channels {
+			if img.W != c.w || img.H != c.h || len(img.Pix) != c.w*c.h*channels {
 				t.Fatalf("got %dx%d with %d bytes, want %dx%d", img.W, img.H, len(img.Pix), c.w, c.h)
 			}
 			want := src
@@ -165,7 +165,7 @@ func TestDecodeJPEGRoundTrip(t *testing.T) {
 // jpegTestData is the 333x251 colour JPEG most error tests mutate.
 func jpegTestData(t testing.TB) []byte {
 	t.Helper()
-	data, err := EncodeJPEG(jpegTestImage(333, 251, 3), EncodeOptions{})
+	data, err := Encode(jpegTestImage(333, 251, 3), EncodeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestDecodeJPEGErrors(t *testing.T) {
 
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			img, err := DecodeJPEG(c.in, c.lim)
+			img, err := Decode(c.in, c.lim)
 			if c.want == nil {
 				if err != nil {
 					t.Fatalf("got %v, want nil", err)
@@ -287,18 +287,18 @@ func TestDecodeJPEGErrors(t *testing.T) {
 				return
 			}
 			if img != nil || !errors.Is(err, c.want) {
-				if JPEGBackend != "libjpeg-turbo" && err == nil && c.want == ErrCorrupt {
-					t.Skipf("%s decodes this corrupt input without error", JPEGBackend)
+				if Backend != "libjpeg-turbo" && err == nil && c.want == ErrCorrupt {
+					t.Skipf("%s decodes this corrupt input without error", Backend)
 				}
 				t.Fatalf("got %v, %v; want nil, %v", img, err, c.want)
 			}
 			t.Logf("%v", err)
-			// DecodeJPEGRegion must fail alike on inputs whose failure
+			// DecodeRegion must fail alike on inputs whose failure
 			// shows before the first row.
 			if c.want != ErrTruncated && c.want != ErrCorrupt {
-				_, _, rerr := DecodeJPEGRegion(c.in, 4, Rect{W: 1, H: 1}, c.lim)
+				_, _, rerr := DecodeRegion(c.in, 4, Rect{W: 1, H: 1}, c.lim)
 				if !errors.Is(rerr, c.want) {
-					t.Errorf("DecodeJPEGRegion: got %v, want %v", rerr, c.want)
+					t.Errorf("DecodeRegion: got %v, want %v", rerr, c.want)
 				}
 			}
 		})
@@ -308,8 +308,8 @@ func TestDecodeJPEGErrors(t *testing.T) {
 // TestDecodeJPEGFlippedBytes flips single bytes in the entropy-coded data:
 // every outcome must be a clean decode, ErrCorrupt or ErrTruncated (a flip can
 // change only coefficient magnitude bits and go unnoticed, or make a marker
-// and look like an early end). libjpeg notices only some: about one in eight
-// of these.
+// and look like an early end). libjpeg notices only some of them; it must
+// notice at least one.
 func TestDecodeJPEGFlippedBytes(t *testing.T) {
 	data := jpegTestData(t)
 	scan := jpegScanStart(t, data)
@@ -319,7 +319,7 @@ func TestDecodeJPEGFlippedBytes(t *testing.T) {
 		b := bytes.Clone(data)
 		at := scan + (i*7919)%(len(data)-2-scan)
 		b[at] ^= byte(1 << (i % 8))
-		img, err := DecodeJPEG(b, DecodeLimits{})
+		img, err := Decode(b, DecodeLimits{})
 		switch {
 		case err == nil:
 			if img == nil || img.W != 333 || img.H != 251 {
@@ -331,8 +331,8 @@ func TestDecodeJPEGFlippedBytes(t *testing.T) {
 			t.Fatalf("flip at %d: got %v, want nil, ErrCorrupt or ErrTruncated", at, err)
 		}
 	}
-	t.Logf("%s reported %d of %d flips", JPEGBackend, detected, trials)
-	if JPEGBackend == "libjpeg-turbo" && detected == 0 {
+	t.Logf("%s reported %d of %d flips", Backend, detected, trials)
+	if Backend == "libjpeg-turbo" && detected == 0 {
 		t.Errorf("libjpeg reported none of %d flips", trials)
 	}
 }
@@ -341,19 +341,19 @@ func TestDecodeJPEGFlippedBytes(t *testing.T) {
 // 65535x65535 is refused before anything in proportion to it is allocated.
 func TestDecodeJPEGTooLargeAllocatesNothing(t *testing.T) {
 	data := jpegHugeHeader(65535, 65535)
-	h, err := ReadJPEGHeader(data)
+	h, err := ReadHeader(data)
 	if err != nil || h.W != 65535 || h.H != 65535 {
-		t.Fatalf("ReadJPEGHeader: got %+v, %v", h, err)
+		t.Fatalf("ReadHeader: got %+v, %v", h, err)
 	}
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	const runs = 100
 	allocs := testing.AllocsPerRun(runs, func() {
-		if _, err := DecodeJPEG(data, DecodeLimits{}); !errors.Is(err, ErrTooLarge) {
+		if _, err := Decode(data, DecodeLimits{}); !errors.Is(err, ErrTooLarge) {
 			t.Fatalf("got %v, want ErrTooLarge", err)
 		}
-		if _, _, err := DecodeJPEGRegion(data, 1, Rect{W: 8, H: 8}, DecodeLimits{}); !errors.Is(err, ErrTooLarge) {
+		if _, _, err := DecodeRegion(data, 1, Rect{W: 8, H: 8}, DecodeLimits{}); !errors.Is(err, ErrTooLarge) {
 			t.Fatalf("region: got %v, want ErrTooLarge", err)
 		}
 	})
@@ -382,7 +382,7 @@ func TestDecodeJPEGRegionArgs(t *testing.T) {
 		{4, Rect{W: 167, H: 126}, nil},
 	} {
 		t.Run(fmt.Sprintf("%d_%v", c.scale, c.r), func(t *testing.T) {
-			img, got, err := DecodeJPEGRegion(data, c.scale, c.r, DecodeLimits{})
+			img, got, err := DecodeRegion(data, c.scale, c.r, DecodeLimits{})
 			if !errors.Is(err, c.want) || (err == nil && (img == nil || got.W != img.W || got.H != img.H)) {
 				t.Fatalf("got %v, %v, %v; want %v", img, got, err, c.want)
 			}
@@ -398,7 +398,7 @@ func TestScaledSize(t *testing.T) {
 		if w != wantW || h != wantH {
 			t.Errorf("ScaledSize(333, 251, %d) = %dx%d, want %dx%d", s, w, h, wantW, wantH)
 		}
-		img, r, err := DecodeJPEGRegion(data, s, Rect{W: w, H: h}, DecodeLimits{})
+		img, r, err := DecodeRegion(data, s, Rect{W: w, H: h}, DecodeLimits{})
 		if err != nil {
 			t.Fatalf("scale %d: %v", s, err)
 		}
@@ -428,7 +428,7 @@ func jpegCheckRegions(t *testing.T, data []byte, w, h int) {
 	t.Helper()
 	for s := 1; s <= 8; s++ {
 		sw, sh := ScaledSize(w, h, s)
-		full, fr, err := DecodeJPEGRegion(data, s, Rect{W: sw, H: sh}, DecodeLimits{})
+		full, fr, err := DecodeRegion(data, s, Rect{W: sw, H: sh}, DecodeLimits{})
 		if err != nil {
 			t.Fatalf("scale %d full: %v", s, err)
 		}
@@ -436,9 +436,9 @@ func jpegCheckRegions(t *testing.T, data []byte, w, h int) {
 			t.Fatalf("scale %d full: got %v, want %dx%d", s, fr, sw, sh)
 		}
 		if s == 8 {
-			whole, err := DecodeJPEG(data, DecodeLimits{})
+			whole, err := Decode(data, DecodeLimits{})
 			if err != nil || !bytes.Equal(whole.Pix, full.Pix) {
-				t.Fatalf("scale 8 full region differs from DecodeJPEG (%v)", err)
+				t.Fatalf("scale 8 full region differs from Decode (%v)", err)
 			}
 		}
 		regions := []Rect{
@@ -466,17 +466,17 @@ func jpegCheckRegions(t *testing.T, data []byte, w, h int) {
 			if r.W <= 0 || r.H <= 0 || r.X+r.W > sw || r.Y+r.H > sh {
 				continue
 			}
-			img, got, err := DecodeJPEGRegion(data, s, r, DecodeLimits{})
+			img, got, err := DecodeRegion(data, s, r, DecodeLimits{})
 			if err != nil {
 				t.Fatalf("scale %d region %v: %v", s, r, err)
 			}
 			if got.Y != r.Y || got.H != r.H || got.X > r.X || got.X+got.W != r.X+r.W || got.X < 0 || r.X-got.X > 32 {
 				t.Fatalf("scale %d region %v: covers %v, want the same rows and right edge", s, r, got)
 			}
-			if JPEGBackend != "libjpeg-turbo" && got != r {
+			if Backend != "libjpeg-turbo" && got != r {
 				t.Fatalf("scale %d region %v: covers %v, want exactly the region", s, r, got)
 			}
-			if img.W != got.W || img.H != got.H || len(img.Pix) != got.W*got.H*Channels {
+			if img.W != got.W || img.H != got.H || len(img.Pix) != got.W*got.H*channels {
 				t.Fatalf("scale %d region %v: image %dx%d for %v", s, r, img.W, img.H, got)
 			}
 			if diff := jpegFirstDiff(full, img, got); diff != "" {
@@ -492,8 +492,8 @@ func jpegFirstDiff(full, sub *Image, r Rect) string {
 	first := ""
 	for y := range r.H {
 		for x := range r.W {
-			a := full.Pix[((r.Y+y)*full.W+r.X+x)*Channels:][:3]
-			b := sub.Pix[(y*sub.W+x)*Channels:][:3]
+			a := full.Pix[((r.Y+y)*full.W+r.X+x)*channels:][:3]
+			b := sub.Pix[(y*sub.W+x)*channels:][:3]
 			if !bytes.Equal(a, b) {
 				if n == 0 {
 					first = fmt.Sprintf("at (%d,%d) got %v, want %v", r.X+x, r.Y+y, b, a)
@@ -509,20 +509,20 @@ func jpegFirstDiff(full, sub *Image, r Rect) string {
 }
 
 func TestDecodeJPEGTruncatedBelowRegion(t *testing.T) {
-	if JPEGBackend != "libjpeg-turbo" {
-		t.Skipf("%s decodes the whole image for a region", JPEGBackend)
+	if Backend != "libjpeg-turbo" {
+		t.Skipf("%s decodes the whole image for a region", Backend)
 	}
 	data := jpegTestData(t)
 	scan := jpegScanStart(t, data)
 	cut := data[:scan+(len(data)-scan)*3/4]
-	if _, err := DecodeJPEG(cut, DecodeLimits{}); !errors.Is(err, ErrTruncated) {
+	if _, err := Decode(cut, DecodeLimits{}); !errors.Is(err, ErrTruncated) {
 		t.Fatalf("full decode: got %v, want ErrTruncated", err)
 	}
-	img, _, err := DecodeJPEGRegion(cut, 8, Rect{X: 100, Y: 8, W: 100, H: 50}, DecodeLimits{})
+	img, _, err := DecodeRegion(cut, 8, Rect{X: 100, Y: 8, W: 100, H: 50}, DecodeLimits{})
 	if err != nil || img == nil {
 		t.Fatalf("region above the cut: got %v, want success", err)
 	}
-	if _, _, err := DecodeJPEGRegion(cut, 8, Rect{X: 100, Y: 200, W: 100, H: 51}, DecodeLimits{}); !errors.Is(err, ErrTruncated) {
+	if _, _, err := DecodeRegion(cut, 8, Rect{X: 100, Y: 200, W: 100, H: 51}, DecodeLimits{}); !errors.Is(err, ErrTruncated) {
 		t.Fatalf("region below the cut: got %v, want ErrTruncated", err)
 	}
 }
@@ -547,15 +547,15 @@ func TestEncodeJPEGErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := EncodeJPEG(c.img, c.opt)
+			_, err := Encode(c.img, c.opt)
 			if !errors.Is(err, c.want) {
 				t.Fatalf("got %v, want %v", err, c.want)
 			}
 		})
 	}
-	if JPEGBackend != "libjpeg-turbo" {
+	if Backend != "libjpeg-turbo" {
 		for _, opt := range []EncodeOptions{{Progressive: true}, {CMYK: true}, {Subsampling: 444}, {Subsampling: 422}} {
-			if _, err := EncodeJPEG(img, opt); !errors.Is(err, ErrUnsupported) {
+			if _, err := Encode(img, opt); !errors.Is(err, ErrUnsupported) {
 				t.Errorf("%+v: got %v, want ErrUnsupported", opt, err)
 			}
 		}
@@ -566,7 +566,7 @@ func TestEncodeJPEGQualityOrders(t *testing.T) {
 	img := jpegTestImage(200, 150, 9)
 	var prev int
 	for _, q := range []int{10, 50, 90, 100} {
-		data, err := EncodeJPEG(img, EncodeOptions{Quality: q})
+		data, err := Encode(img, EncodeOptions{Quality: q})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -637,13 +637,13 @@ func jpegPillow(t *testing.T, jobs []string) []string {
 	return lines
 }
 
-// TestDecodeJPEGMatchesPillow compares DecodeJPEG byte for byte with Pillow's
-// decode and convert("RGB"), and DecodeJPEGRegion of the whole image at 4/8,
+// TestDecodeJPEGMatchesPillow compares Decode byte for byte with Pillow's
+// decode and convert("RGB"), and DecodeRegion of the whole image at 4/8,
 // 2/8 and 1/8 with Pillow's draft mode, which scales in libjpeg the same way.
-// The JPEGs come from EncodeJPEG and from Pillow's own encoder.
+// The JPEGs come from Encode and from Pillow's own encoder.
 func TestDecodeJPEGMatchesPillow(t *testing.T) {
-	if JPEGBackend != "libjpeg-turbo" {
-		t.Skipf("%s is not byte-identical to Pillow's libjpeg-turbo by design", JPEGBackend)
+	if Backend != "libjpeg-turbo" {
+		t.Skipf("%s is not byte-identical to Pillow's libjpeg-turbo by design", Backend)
 	}
 	dir := t.TempDir()
 	type file struct {
@@ -718,7 +718,7 @@ func TestDecodeJPEGMatchesPillow(t *testing.T) {
 				if pw != sw || ph != sh {
 					t.Fatalf("1/%d: Pillow's draft gave %dx%d, ScaledSize %dx%d", d, pw, ph, sw, sh)
 				}
-				img, _, err := DecodeJPEGRegion(f.data, s, Rect{W: sw, H: sh}, DecodeLimits{})
+				img, _, err := DecodeRegion(f.data, s, Rect{W: sw, H: sh}, DecodeLimits{})
 				if err != nil {
 					t.Fatalf("1/%d: %v", d, err)
 				}
@@ -742,7 +742,7 @@ func TestDecodeJPEGMatchesPillow(t *testing.T) {
 // jpegBenchData is a photo-like JPEG at quality 90.
 func jpegBenchData(b *testing.B, w, h int) []byte {
 	b.Helper()
-	data, err := EncodeJPEG(jpegTestImage(w, h, 11), EncodeOptions{Quality: 90})
+	data, err := Encode(jpegTestImage(w, h, 11), EncodeOptions{Quality: 90})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -756,7 +756,7 @@ func BenchmarkDecodeJPEG(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := DecodeJPEG(data, DecodeLimits{}); err != nil {
+				if _, err := Decode(data, DecodeLimits{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -777,7 +777,7 @@ func BenchmarkDecodeJPEGRegion(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := DecodeJPEGRegion(data, 4, r, DecodeLimits{}); err != nil {
+				if _, _, err := DecodeRegion(data, 4, r, DecodeLimits{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -790,7 +790,7 @@ func BenchmarkEncodeJPEG(b *testing.B) {
 	img := jpegTestImage(500, 375, 11)
 	b.SetBytes(int64(len(img.Pix)))
 	for b.Loop() {
-		if _, err := EncodeJPEG(img, EncodeOptions{Quality: 90}); err != nil {
+		if _, err := Encode(img, EncodeOptions{Quality: 90}); err != nil {
 			b.Fatal(err)
 		}
 	}

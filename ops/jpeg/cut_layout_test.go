@@ -1,4 +1,4 @@
-package ops
+package jpeg
 
 import (
 	"errors"
@@ -91,7 +91,7 @@ func TestReadCutLayout(t *testing.T) {
 		{"progressive scan of component 9", cutTestFile([][2]int{one}, [][]int{{1, 8, 0, 0, 0}}, false), 0, 0, 0, "unknown component id 9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := ReadJPEGHeader(tc.data)
+			h, err := ReadHeader(tc.data)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package ops
+package jpeg
 
 // This file holds the pure-Go checks that decide whether a JPEG can be cut
 // exactly: its sampling factors and, for a progressive frame, whether its
@@ -44,7 +44,7 @@ type cutLayout struct {
 // It walks the markers up to the first scan (through every scan of a
 // progressive frame), skipping entropy-coded data without decoding it: time
 // linear in len(data), no allocation.
-func readCutLayout(data []byte, h JPEGHeader) (cutLayout, error) {
+func readCutLayout(data []byte, h Header) (cutLayout, error) {
 	var (
 		l       cutLayout
 		ids     [4]byte
@@ -94,23 +94,11 @@ func readCutLayout(data []byte, h JPEGHeader) (cutLayout, error) {
 		p += n
 		switch {
 		case m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC: // SOFn
-			if sawSOF || len(seg) < 6 || len(seg) != 6+3*int(seg[5]) || int(seg[5]) != h.Components {
+			if sawSOF {
 				return l, wrapf(ErrCannotCut, "the frame header SOF%d disagrees with the header parse", m-0xC0)
 			}
-			if m >= 0xC9 {
-				// Arithmetic coding: libjpeg's arithmetic decoder reads
-				// corrupt data without a warning the transform could stop
-				// on, and the Huffman-coded cut of such a file need not
-				// decode (found by FuzzCut). Rare in practice: declined.
-				return l, wrapf(ErrCannotCut, "arithmetic-coded frame SOF%d", m-0xC0)
-			}
 			sawSOF = true
-			l.n = h.Components
-			for i := range l.n {
-				ids[i] = seg[6+3*i]
-				l.factors[i] = [2]int{int(seg[7+3*i] >> 4), int(seg[7+3*i] & 15)}
-			}
-			if err := l.classify(h); err != nil {
+			if err := l.frame(h, m, seg, &ids); err != nil {
 				return l, err
 			}
 		case m == 0xDA: // SOS
@@ -125,22 +113,34 @@ func readCutLayout(data []byte, h JPEGHeader) (cutLayout, error) {
 			if err := cutScanBits(seg, l.n, &ids, &bits); err != nil {
 				return l, err
 			}
-			// Entropy-coded data: to the next 0xFF that starts a marker
-			// other than RSTn (0xFF00 is a stuffed 0xFF byte).
-			for p+1 < len(data) {
-				if data[p] == 0xFF {
-					if c := data[p+1]; c != 0x00 && (c < 0xD0 || c > 0xD7) {
-						break
-					}
-				}
-				p++
-			}
+			p = skipEntropy(data, p)
 		}
 	}
 }
 
+// frame reads the frame header seg of SOF marker m into l and ids, or
+// refuses it.
+func (l *cutLayout) frame(h Header, m byte, seg []byte, ids *[4]byte) error {
+	if len(seg) < 6 || len(seg) != 6+3*int(seg[5]) || int(seg[5]) != h.Components {
+		return wrapf(ErrCannotCut, "the frame header SOF%d disagrees with the header parse", m-0xC0)
+	}
+	if m >= 0xC9 {
+		// Arithmetic coding: libjpeg's arithmetic decoder reads corrupt
+		// data without a warning the transform could stop on, and the
+		// Huffman-coded cut of such a file need not decode (found by
+		// FuzzCut). Rare in practice: declined.
+		return wrapf(ErrCannotCut, "arithmetic-coded frame SOF%d", m-0xC0)
+	}
+	l.n = h.Components
+	for i := range l.n {
+		ids[i] = seg[6+3*i]
+		l.factors[i] = [2]int{int(seg[7+3*i] >> 4), int(seg[7+3*i] & 15)}
+	}
+	return l.classify(h)
+}
+
 // classify sets l's subsampling and iMCU from its factors, or refuses them.
-func (l *cutLayout) classify(h JPEGHeader) error {
+func (l *cutLayout) classify(h Header) error {
 	f := l.factors
 	if l.n == 1 {
 		if f[0] != [2]int{1, 1} {
@@ -220,7 +220,7 @@ func cutScanBits(seg []byte, nf int, ids *[4]byte, bits *[4][64]int8) error {
 
 // cutCoefBlocks is the number of 8x8 blocks libjpeg allocates for a w x h
 // image of layout l: each component's rounded up to whole iMCUs, as
-// parseJPEGSOF counts them.
+// parseSOF counts them.
 func (l *cutLayout) cutCoefBlocks(w, h int) int64 {
 	hmax, vmax := 1, 1
 	for i := range l.n {

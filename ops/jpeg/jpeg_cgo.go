@@ -1,6 +1,6 @@
 //go:build cgo
 
-package ops
+package jpeg
 
 // The libjpeg-turbo backend. Each decode and each encode is one cgo call into
 // a C function that arms its own setjmp before touching libjpeg, so libjpeg's
@@ -497,13 +497,15 @@ import "C"
 import (
 	"time"
 	"unsafe"
+
+	"github.com/sophon-dl/sophon/ops/internal/bytesize"
 )
 
-// JPEGBackend names the codec in use: "libjpeg-turbo" or "image/jpeg".
-const JPEGBackend = "libjpeg-turbo"
+// Backend names the codec in use: "libjpeg-turbo" or "image/jpeg".
+const Backend = "libjpeg-turbo"
 
-// jpegResultError maps a C result to a sentinel-wrapping error.
-func jpegResultError(res *C.sj_result, what string) error {
+// resultError maps a C result to a sentinel-wrapping error.
+func resultError(res *C.sj_result, what string) error {
 	msg := C.GoString(&res.msg[0])
 	switch res.code {
 	case C.SJ_OK:
@@ -522,18 +524,18 @@ func jpegResultError(res *C.sj_result, what string) error {
 	return wrapf(ErrCorrupt, "%s: libjpeg: %s", what, msg)
 }
 
-// jpegCoefMemory is what libjpeg allocates for h's whole-image coefficient
+// coefMemory is what libjpeg allocates for h's whole-image coefficient
 // buffers: a JBLOCK, 128 bytes, for every block of a multi-scan image.
-func jpegCoefMemory(h JPEGHeader) int64 {
+func coefMemory(h Header) int64 {
 	if !h.multiScan {
 		return 0
 	}
 	return h.coefBlocks * 128
 }
 
-// decodeJPEG decodes region of the image scaled by num/8. h has passed the
+// decode decodes region of the image scaled by num/8. h has passed the
 // limits; region lies inside the scaled image.
-func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, finish bool, lim DecodeLimits) (*Image, Rect, error) {
+func decode(data []byte, h Header, num int, region Rect, finish bool, lim DecodeLimits) (*Image, Rect, error) {
 	// libjpeg moves the window's left edge down to a multiple of the iMCU
 	// width, at most 8 (the scaled DCT size) times 4 (the largest sampling
 	// factor) minus 1 columns; sj_decode asks for one column more and drops
@@ -552,54 +554,47 @@ func decodeJPEG(data []byte, h JPEGHeader, num int, region Rect, finish bool, li
 			return nil, Rect{}, checkDeadline(lim.Deadline, "decode jpeg")
 		}
 	}
-	pix := make([]uint8, maxW*region.H*Channels)
+	pix := make([]uint8, maxW*region.H*channels)
 	var res C.sj_result
 	C.sj_decode((*C.uchar)(unsafe.Pointer(&data[0])), C.size_t(len(data)), C.int(num),
-		C.longlong(lim.maxPixels()), C.int(max(lim.MaxScans, 0)), C.longlong(max(lim.MaxMemory, 0)),
+		C.longlong(lim.PixelLimit()), C.int(max(lim.MaxScans, 0)), C.longlong(max(lim.MaxMemory, 0)),
 		C.longlong(timeout.Nanoseconds()),
 		C.int(region.X), C.int(region.Y), C.int(region.W), C.int(region.H),
-		C.int(jpegBool(finish)), (*C.uchar)(unsafe.Pointer(&pix[0])), C.size_t(len(pix)), &res)
+		C.int(cBool(finish)), (*C.uchar)(unsafe.Pointer(&pix[0])), C.size_t(len(pix)), &res)
 	switch res.code {
 	case C.SJ_SCANS:
-		kind := "multi-scan"
-		if res.progressive != 0 {
-			kind = "progressive"
-		}
-		return nil, Rect{}, wrapf(ErrTooLarge, "decode jpeg: %s JPEG has more than %d scans", kind, lim.MaxScans)
+		return nil, Rect{}, wrapf(ErrTooLarge, "decode jpeg: %s JPEG has more than %d scans", scanKind(res.progressive != 0), lim.MaxScans)
 	case C.SJ_MEMORY:
-		kind := "multi-scan"
-		if res.progressive != 0 {
-			kind = "progressive"
-		}
+		kind := scanKind(res.progressive != 0)
 		if res.need >= 0 {
 			return nil, Rect{}, wrapf(ErrTooLarge, "decode jpeg: %s JPEG of %dx%d needs %s of coefficient buffers, above the %s memory limit",
-				kind, h.W, h.H, formatBytes(int64(res.need)), formatBytes(lim.MaxMemory))
+				kind, h.W, h.H, bytesize.Format(int64(res.need)), bytesize.Format(lim.MaxMemory))
 		}
 		return nil, Rect{}, wrapf(ErrTooLarge, "decode jpeg: %dx%d %s JPEG needs more than the %s memory limit: libjpeg: %s",
-			h.W, h.H, kind, formatBytes(lim.MaxMemory), C.GoString(&res.msg[0]))
+			h.W, h.H, kind, bytesize.Format(lim.MaxMemory), C.GoString(&res.msg[0]))
 	}
-	if err := jpegResultError(&res, "decode jpeg"); err != nil {
+	if err := resultError(&res, "decode jpeg"); err != nil {
 		return nil, Rect{}, err
 	}
 	w := int(res.w)
-	img := &Image{W: w, H: region.H, Pix: pix[:w*region.H*Channels]}
+	img := &Image{W: w, H: region.H, Pix: pix[:w*region.H*channels]}
 	return img, Rect{X: int(res.x0), Y: region.Y, W: w, H: region.H}, nil
 }
 
-// EncodeJPEG compresses img with libjpeg-turbo.
-func EncodeJPEG(img *Image, opt EncodeOptions) ([]byte, error) {
+// Encode compresses img with libjpeg-turbo.
+func Encode(img *Image, opt EncodeOptions) ([]byte, error) {
 	opt, err := opt.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if err := checkJPEGEncodeImage(img); err != nil {
+	if err := checkEncodeImage(img); err != nil {
 		return nil, err
 	}
 	mode := C.SJ_ENC_RGB
 	switch {
 	case opt.Gray:
 		mode = C.SJ_ENC_GRAY
-	case opt.CMYK && opt.ycck:
+	case opt.CMYK && opt.YCCK:
 		mode = C.SJ_ENC_YCCK
 	case opt.CMYK:
 		mode = C.SJ_ENC_CMYK
@@ -614,8 +609,8 @@ func EncodeJPEG(img *Image, opt EncodeOptions) ([]byte, error) {
 	if opt.CMYK {
 		hs, vs = 1, 1
 	}
-	if opt.lumaSamp != [2]int{} {
-		hs, vs = opt.lumaSamp[0], opt.lumaSamp[1]
+	if opt.LumaSampling != [2]int{} {
+		hs, vs = opt.LumaSampling[0], opt.LumaSampling[1]
 	}
 	var (
 		res  C.sj_result
@@ -623,8 +618,8 @@ func EncodeJPEG(img *Image, opt EncodeOptions) ([]byte, error) {
 		size C.ulong
 	)
 	C.sj_encode((*C.uchar)(unsafe.Pointer(&img.Pix[0])), C.int(img.W), C.int(img.H),
-		C.int(opt.Quality), C.int(jpegBool(opt.Progressive)), C.int(mode), C.int(hs), C.int(vs),
-		C.int(max(opt.restartInterval, 0)), C.int(jpegBool(opt.arithmetic)), C.int(jpegBool(opt.nonInterleaved)),
+		C.int(opt.Quality), C.int(cBool(opt.Progressive)), C.int(mode), C.int(hs), C.int(vs),
+		C.int(max(opt.RestartInterval, 0)), C.int(cBool(opt.Arithmetic)), C.int(cBool(opt.NonInterleaved)),
 		&out, &size, &res)
 	if res.code != C.SJ_OK {
 		return nil, wrapf(ErrUnsupported, "encode jpeg: libjpeg: %s", C.GoString(&res.msg[0]))
@@ -633,7 +628,7 @@ func EncodeJPEG(img *Image, opt EncodeOptions) ([]byte, error) {
 	return C.GoBytes(unsafe.Pointer(out), C.int(size)), nil
 }
 
-func jpegBool(b bool) int {
+func cBool(b bool) int {
 	if b {
 		return 1
 	}

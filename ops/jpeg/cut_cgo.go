@@ -1,6 +1,6 @@
 //go:build cgo
 
-package ops
+package jpeg
 
 // The cut's backend: libturbojpeg's lossless transform. Each cut is one cgo
 // call into sj_cut, which creates a transformer, transforms, copies the cut
@@ -120,9 +120,13 @@ static void sj_cut(const unsigned char *data, size_t len, int ww, int wh, int ws
 */
 import "C"
 
-import "unsafe"
+import (
+	"unsafe"
 
-// cutJPEG cuts data (whose header is h and has passed lim's header checks)
+	"github.com/sophon-dl/sophon/ops/internal/bytesize"
+)
+
+// Cut cuts data (whose header h is ReadHeader's and has passed lim.Check)
 // losslessly to the whole iMCUs that cover want, returning the cut file and
 // the rectangle of the original it holds: its origin is want's rounded down
 // to the iMCU, its right and bottom edges want's rounded up to the iMCU or
@@ -130,18 +134,24 @@ import "unsafe"
 // the cut does not reproduce exactly, the transform fails, the cut is no
 // smaller than data, or it would break lim's scan or memory bounds, which
 // the decode may not share: MaxMemory bounds the transform's coefficients
-// and its output buffer together), or ErrDeadline.
+// and its output buffer together), or ErrDeadline; a want outside the
+// image wraps ErrSpec. The pure-Go build declines every cut.
+//
+// Where data's layout is accepted, the cut's pixels equal the original's
+// except near the cut's own edges inside the image, where chroma upsampling
+// reads neighbours the cut lacks: a caller that needs exact pixels widens
+// want by a margin first (package ops widens it by ops.CutMargin).
 //
 // NB: every transform failure declines rather than failing the sample: the
 // decoder, which is stricter on some files and looser on others, then
 // decides the sample's fate exactly as it does without the cut.
-func cutJPEG(data []byte, h JPEGHeader, want Rect, lim DecodeLimits) ([]byte, Rect, error) {
+func Cut(data []byte, h Header, want Rect, lim DecodeLimits) ([]byte, Rect, error) {
 	if want.W <= 0 || want.H <= 0 || want.X < 0 || want.Y < 0 || want.X > h.W-want.W || want.Y > h.H-want.H {
 		return nil, Rect{}, wrapf(ErrSpec, "cut %v outside the %dx%d image", want, h.W, h.H)
 	}
 	// A scan bomb: the decode refuses it at scan MaxScans+1 (or fails on
 	// something it meets first), and the transform would read every scan.
-	if lim.MaxScans > 0 && h.multiScan && jpegScansOver(data, lim.MaxScans) {
+	if lim.MaxScans > 0 && h.multiScan && scansOver(data, lim.MaxScans) {
 		return nil, Rect{}, wrapf(ErrCannotCut, "the JPEG has more than %d scans, which the decode refuses", lim.MaxScans)
 	}
 	l, err := readCutLayout(data, h)
@@ -160,7 +170,7 @@ func cutJPEG(data []byte, h JPEGHeader, want Rect, lim DecodeLimits) ([]byte, Re
 	if lim.MaxMemory > 0 {
 		if coef >= lim.MaxMemory {
 			return nil, Rect{}, wrapf(ErrCannotCut, "cutting the %dx%d JPEG needs %s of coefficient buffers, above the %s memory limit",
-				h.W, h.H, formatBytes(coef), formatBytes(lim.MaxMemory))
+				h.W, h.H, bytesize.Format(coef), bytesize.Format(lim.MaxMemory))
 		}
 		maxBuf = lim.MaxMemory - coef
 	}
@@ -181,7 +191,7 @@ func cutJPEG(data []byte, h JPEGHeader, want Rect, lim DecodeLimits) ([]byte, Re
 			int(res.w), int(res.h), int(res.subsamp), h.W, h.H, l.samp)
 	case C.SJC_MEMORY:
 		return nil, Rect{}, wrapf(ErrCannotCut, "cutting the %dx%d JPEG needs %s of coefficient buffers and %s of output buffer, above the %s memory limit",
-			h.W, h.H, formatBytes(coef), formatBytes(int64(res.size)), formatBytes(lim.MaxMemory))
+			h.W, h.H, bytesize.Format(coef), bytesize.Format(int64(res.size)), bytesize.Format(lim.MaxMemory))
 	case C.SJC_LARGER:
 		return nil, Rect{}, wrapf(ErrCannotCut, "the cut %v is %d bytes, no smaller than the %d-byte file", got, uint64(res.size), len(data))
 	}
