@@ -238,7 +238,7 @@ func TestDockerignoreKeepsTheSources(t *testing.T) {
 		}
 		return false
 	}
-	for _, p := range []string{"go.mod", "go.sum", "storage-agent/main.go", "compute-agent/main.go", "ops/jpeg_cgo.go",
+	for _, p := range []string{"go.mod", "go.sum", "storage-agent/main.go", "compute-agent/main.go", "ops/jpeg/jpeg_cgo.go",
 		"internal/tlsconf/files.go", "proto/dataplanepb/dataplane.pb.go", "python/sophon/loader.py", "python/examples/train_cnn.py"} {
 		if ignored(p) {
 			t.Errorf("%s is ignored: the build needs it", p)
