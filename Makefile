@@ -47,12 +47,13 @@ build: ## Build every binary into bin/: storage-agent, compute-agent, testbed, p
 	$(GO) build -o $(BIN)/ ./storage-agent ./compute-agent ./testbed/cmd/... ./policy/cmd/...
 
 .PHONY: test
-test: lint proto-check ## Lint, check generated code, build without cgo, run all tests (the agents' with -race; Go and the Python client's) and short fuzz runs; with CI=true missing requirements fail instead of skipping
+test: lint proto-check ## Lint, check generated code, build without cgo, run all tests (the agents' with -race; Go and the Python client's, from the repository and pip-installed in a venv) and short fuzz runs; with CI=true missing requirements fail instead of skipping
 	CGO_ENABLED=0 $(GO) build ./...
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /storage-agent -e /compute-agent)
 	$(GO) test -race -count=1 ./storage-agent/... ./compute-agent/...
 	$(GO) test -count=1 -run 'Hostile.*AgainstBinary|^TestBinary$$' ./storage-agent/storageagent/
-	@if $(PYTHON) -c 'import torch, numpy' 2>/dev/null; then $(PYTHON) -m unittest discover -s python/tests; \
+	@if $(PYTHON) -c 'import torch, numpy' 2>/dev/null; then $(PYTHON) -m unittest discover -s python/tests && \
+	  PYTHON=$(PYTHON) python/tests/run-installed.sh; \
 	elif [ "$$CI" = true ]; then echo "FAIL python/tests: CI=true but $(PYTHON) cannot import torch (apt-get install python3-torch python3-numpy)"; exit 1; \
 	else echo "SKIP python/tests: $(PYTHON) cannot import torch (apt-get install python3-torch python3-numpy)"; fi
 	$(call fuzz,FuzzDecodeJPEG,./ops/)
