@@ -69,6 +69,12 @@ test: lint proto-check ## Lint, check generated code, build without cgo, run all
 	$(call fuzz,FuzzLayoutFromRanges,./internal/placement/)
 	$(call fuzz,FuzzParseCluster,./policy/)
 
+.PHONY: typecheck
+typecheck: ## mypy --strict on the Python client and its build backend (settings in python/pyproject.toml; apt-get install mypy)
+	@command -v mypy >/dev/null || { if [ "$$CI" = true ]; then echo "FAIL typecheck: CI=true but mypy is missing (apt-get install mypy)"; exit 1; fi; \
+		echo "SKIP typecheck: mypy missing (apt-get install mypy)"; exit 0; }; \
+	cd python && mypy sophon build_backend
+
 .PHONY: fuzz
 fuzz: ## Longer fuzz runs (FUZZTIME=5m by default here)
 	$(MAKE) test FUZZTIME=5m
