@@ -515,8 +515,10 @@ class ErrorTest(AgentTest):
             list(self.loader(timeout=0.2))
 
     def test_status_frames_keep_the_wait_alive(self):
-        self.agent(samples=8, batch_size=4, script={1: [("status_for", 0.6, 0.05, "waiting")]})
-        self.assertEqual(len(list(self.loader(timeout=0.3))), 2)
+        # STATUS every 0.05 s for 2.5 timeouts; the timeout leaves room for a
+        # busy machine (at 0.3 s a loaded CI box missed it now and then).
+        self.agent(samples=8, batch_size=4, script={1: [("status_for", 1.5, 0.05, "waiting")]})
+        self.assertEqual(len(list(self.loader(timeout=0.6))), 2)
 
     def test_error_frame(self):
         self.agent(samples=20, batch_size=4, script={1: [("error", "FAILED", "bad sample 7")]})
