@@ -29,7 +29,9 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+# An installed sophon (pip install ./python) or PYTHONPATH=python comes first;
+# otherwise the copy next to this script.
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
 import torch  # noqa: E402
 
@@ -62,8 +64,8 @@ def toucher(loader, mode):
     if mode == "nocopy":
         return lambda batch: None
     info = loader.info
-    dtype = {"uint8": torch.uint8, "float32": torch.float32}[info["dtype"]]
-    destination = torch.empty([info["batch_size"]] + info["row_shape"], dtype=dtype)
+    dtype = {"uint8": torch.uint8, "float32": torch.float32}[info.dtype]
+    destination = torch.empty((info.batch_size,) + info.row_shape, dtype=dtype)
     return lambda batch: destination[:batch.rows].copy_(torch.from_numpy(batch.images))
 
 

@@ -25,7 +25,9 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+# An installed sophon (pip install ./python) or PYTHONPATH=python comes first;
+# otherwise the copy next to this script.
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402

@@ -6,11 +6,12 @@ Unix socket and a shared-memory ring (docs/handoff.md), and yields them as
 torch tensors. See python/README.md and docs/training.md.
 """
 
+from ._version import __version__
 from .errors import (AgentError, AgentNotRunning, AgentTimeout, MismatchError, ProtocolError,
                      SophonError)
 from .loader import IterableDataset, Loader
+from .protocol import Normalize, Welcome
 from .session import RawBatch
 
-__all__ = ["Loader", "IterableDataset", "RawBatch", "SophonError", "AgentNotRunning",
-           "ProtocolError", "AgentError", "MismatchError", "AgentTimeout"]
-__version__ = "0.1"
+__all__ = ["Loader", "IterableDataset", "RawBatch", "Welcome", "Normalize", "SophonError",
+           "AgentNotRunning", "ProtocolError", "AgentError", "MismatchError", "AgentTimeout"]

@@ -28,7 +28,7 @@ class AgentError(SophonError):
     agent's own text.
     """
 
-    def __init__(self, code, message, context=""):
+    def __init__(self, code: str, message: str, context: str = "") -> None:
         self.code = code
         self.message = message
         text = f"compute agent error {code}: {message}"

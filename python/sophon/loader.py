@@ -8,20 +8,32 @@ the shared ring, finishes ``to_tensor``/``normalize`` for uint8 batches and
 keeps the state a checkpoint needs to resume mid-epoch.
 """
 
+from __future__ import annotations
+
 import base64
 import contextlib
 import ctypes
+import mmap
 import os
 import warnings
+from typing import Any, Dict, Generator, Iterator, Optional, Tuple, Union
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import torch.utils.data
 
 from . import images as finish
 from . import protocol
 from .errors import MismatchError
-from .session import Session
+from .protocol import Welcome
+from .session import RawBatch, Session
+
+Batch = Union[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+"""What iterating a Loader yields: ``(images, labels)``, or ``(images, labels, ids)`` with
+``with_ids=True``."""
+StateDict = Dict[str, Any]
+""":meth:`Loader.state_dict`'s plain dict."""
 
 DEFAULT_SOCKET = "/tmp/sophon.sock"
 STATE_VERSION = 1
@@ -63,9 +75,12 @@ class Loader:
     :meth:`state_dict` and :meth:`load_state_dict`.
     """
 
-    def __init__(self, socket=None, batch_size=None, drop_last=None, strict_order=None,
-                 dtype=None, device="cpu", copy=True, timeout=120.0, fingerprint=None,
-                 with_ids=False, rank=None, world=None, local_rank=None, local_world=None):
+    def __init__(self, socket: Optional[str] = None, batch_size: Optional[int] = None,
+                 drop_last: Optional[bool] = None, strict_order: Optional[bool] = None,
+                 dtype: Optional[str] = None, device: Union[str, torch.device] = "cpu",
+                 copy: bool = True, timeout: float = 120.0, fingerprint: Optional[str] = None,
+                 with_ids: bool = False, rank: Optional[int] = None, world: Optional[int] = None,
+                 local_rank: Optional[int] = None, local_world: Optional[int] = None) -> None:
         self.socket = socket or os.environ.get("SOPHON_SOCKET") or DEFAULT_SOCKET
         self.rank = _env_int(rank, "RANK", 0)
         self.world = _env_int(world, "WORLD_SIZE", 1)
@@ -89,36 +104,37 @@ class Loader:
         self.copy = copy
         self.timeout = float(timeout)
         self.with_ids = with_ids
-        self._session = None
-        self._welcome = None
-        self._table = None
-        self._cuda = None
+        self._session: Optional[Session] = None
+        self._welcome: Optional[Welcome] = None
+        self._table: Optional[npt.NDArray[np.float32]] = None
+        self._cuda: Optional[_Cuda] = None
         # The epoch the next iteration runs, and whether it moves on by
         # itself after each complete pass (until set_epoch is called).
         self._epoch = 0
         self._auto = True
         # What was consumed of the latest epoch, and a loaded state the next
         # iteration resumes from.
-        self._progress = None
-        self._pending = None
+        self._progress: Optional[_Progress] = None
+        self._pending: Optional[_Progress] = None
 
-    def __len__(self):
+    def __len__(self) -> int:
         """Batches per epoch for this rank (WELCOME's ``batches_per_epoch``)."""
         return self._open().welcome.batches_per_epoch
 
     @property
-    def info(self):
-        """The agent's WELCOME as a dict: batch size, dtype, row shape,
-        normalisation, dataset fingerprint, ... (connects if need be)."""
-        return dict(self._open().welcome.info)
+    def info(self) -> Welcome:
+        """The agent's WELCOME (:class:`sophon.Welcome`): batch size, dtype,
+        row shape, normalisation, dataset fingerprint, ... (connects if need
+        be). ``info.to_dict()`` is the JSON object the agent sent."""
+        return self._open().welcome
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Batch]:
         with contextlib.closing(self._epoch_batches()) as batches:
             for batch in batches:
                 tensors = self._tensors(batch)
                 yield tensors if self.with_ids else tensors[:2]
 
-    def raw_batches(self):
+    def raw_batches(self) -> Iterator[RawBatch]:
         """Iterates one epoch as :class:`~sophon.session.RawBatch` objects:
         numpy views of the slots, as served, each valid until the next one is
         requested or the iteration ends. This is the iterator the tensors
@@ -126,14 +142,14 @@ class Loader:
         return self._epoch_batches()
 
     @property
-    def epoch(self):
+    def epoch(self) -> int:
         """The epoch the next iteration runs (connects when a loaded state
         needs ``len`` to tell whether its epoch was complete)."""
         if self._pending is not None:
             self._settle(len(self))
         return self._epoch
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         """Makes the next iterations run ``epoch``, as DistributedSampler's
         set_epoch; epochs no longer move on by themselves after this."""
         if not isinstance(epoch, int) or epoch < 0:
@@ -141,7 +157,7 @@ class Loader:
         self._epoch = epoch
         self._auto = False
 
-    def state_dict(self):
+    def state_dict(self) -> StateDict:
         """The position in the data as a plain, picklable dict.
 
         ``epoch`` is the latest epoch iterated and ``batches`` the number of
@@ -161,7 +177,7 @@ class Loader:
             "auto_epoch": self._auto,
         }
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: StateDict) -> None:
         """Restores :meth:`state_dict`'s position: the next iteration of the
         saved epoch sends the agent the batches and positions already
         consumed and yields the rest of the epoch. A saved epoch that was
@@ -173,18 +189,18 @@ class Loader:
         self._progress = progress
         self._pending = progress if progress.batches > 0 else None
 
-    def close(self):
+    def close(self) -> None:
         """Closes the connection (the ring stays mapped while tensors view it)."""
         if self._session is not None:
             self._drop(self._session)
 
-    def __enter__(self):
+    def __enter__(self) -> Loader:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _epoch_batches(self):
+    def _epoch_batches(self) -> Generator[RawBatch, None, None]:
         """One epoch's RawBatches: the single path both iterators take."""
         if self._session is not None and self._session.in_epoch:
             self._drop(self._session)
@@ -208,7 +224,7 @@ class Loader:
         if self._auto:
             self._epoch = epoch + 1
 
-    def _open(self):
+    def _open(self) -> Session:
         if self._session is not None:
             return self._session
         hello = protocol.hello(self.rank, self.world, self.local_rank, self.local_world,
@@ -229,7 +245,7 @@ class Loader:
         self._session, self._welcome, self._table = session, welcome, table
         return session
 
-    def _drop(self, session):
+    def _drop(self, session: Session) -> None:
         if session is self._session:
             if self._cuda is not None:
                 self._cuda.close()
@@ -237,7 +253,7 @@ class Loader:
             self._session = None
         session.close()
 
-    def _check_welcome(self, welcome):
+    def _check_welcome(self, welcome: Welcome) -> None:
         asked = {"batch_size": self.batch_size, "drop_last": self.drop_last,
                  "strict_order": self.strict_order, "dtype": self.dtype,
                  "fingerprint": self.fingerprint, "rank": self.rank, "world": self.world,
@@ -249,7 +265,7 @@ class Loader:
             raise MismatchError("MISMATCH", "the agent's WELCOME contradicts the Loader's "
                                 "arguments: " + "; ".join(wrong), f"socket {self.socket}")
 
-    def _settle(self, batches_per_epoch):
+    def _settle(self, batches_per_epoch: int) -> None:
         """A loaded state whose epoch was complete moves auto epochs on."""
         pending = self._pending
         if (self._auto and pending is not None and pending.epoch == self._epoch
@@ -257,7 +273,7 @@ class Loader:
             self._epoch += 1
             self._pending = None
 
-    def _plan(self, welcome):
+    def _plan(self, welcome: Welcome) -> Tuple[int, Optional[_Progress]]:
         """The next iteration's epoch and the loaded progress it resumes (or None)."""
         self._settle(welcome.batches_per_epoch)
         pending = self._pending
@@ -268,7 +284,7 @@ class Loader:
         self._pending = None
         return self._epoch, pending
 
-    def _tensors(self, batch):
+    def _tensors(self, batch: RawBatch) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self._cuda is not None:
             return self._cuda.tensors(batch)
         # A normalised batch is a new tensor already: its slot can go back.
@@ -287,17 +303,17 @@ class Loader:
         return images, labels, ids
 
 
-class IterableDataset(torch.utils.data.IterableDataset):
+class IterableDataset(torch.utils.data.IterableDataset[Batch]):
     """A :class:`Loader` as a torch IterableDataset, for code that wants a
     DataLoader: ``DataLoader(sophon.IterableDataset(...), batch_size=None,
     num_workers=0)``. It takes the Loader's arguments; the Loader is
     ``.loader``."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
         self.loader = Loader(*args, **kwargs)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Batch]:
         if torch.utils.data.get_worker_info() is not None:
             raise RuntimeError(
                 "sophon.IterableDataset needs DataLoader(..., num_workers=0): the compute "
@@ -305,18 +321,18 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 "process would open its own connection to the agent as the same rank")
         return iter(self.loader)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.loader)
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         """See :meth:`Loader.set_epoch`."""
         self.loader.set_epoch(epoch)
 
-    def state_dict(self):
+    def state_dict(self) -> StateDict:
         """See :meth:`Loader.state_dict`."""
         return self.loader.state_dict()
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: StateDict) -> None:
         """See :meth:`Loader.load_state_dict`."""
         self.loader.load_state_dict(state)
 
@@ -325,21 +341,22 @@ class _Progress:
     """What the consumer was handed of one epoch: the batch count and, in
     completion order, the bitmap of the rows' global positions."""
 
-    def __init__(self, epoch, batches, strict_order, consumed):
+    def __init__(self, epoch: int, batches: int, strict_order: Optional[bool],
+                 consumed: Optional[npt.NDArray[np.uint8]]) -> None:
         self.epoch = epoch
         self.batches = batches
         self.strict_order = strict_order
         self.consumed = consumed
 
     @classmethod
-    def fresh(cls, epoch, welcome):
+    def fresh(cls, epoch: int, welcome: Welcome) -> _Progress:
         """Nothing consumed yet of ``epoch``."""
         bitmap = None
         if not welcome.strict_order:
             bitmap = np.zeros((welcome.positions_per_epoch + 7) // 8, np.uint8)
         return cls(epoch, 0, welcome.strict_order, bitmap)
 
-    def record(self, batch):
+    def record(self, batch: RawBatch) -> None:
         """Counts a yielded batch and marks its rows' positions."""
         self.batches += 1
         if self.consumed is not None:
@@ -347,14 +364,14 @@ class _Progress:
             np.bitwise_or.at(self.consumed, positions >> 3,
                              np.left_shift(1, positions & 7).astype(np.uint8))
 
-    def wire(self):
+    def wire(self) -> Dict[str, Any]:
         """EPOCH's ``resume`` object."""
         consumed = None
         if self.consumed is not None:
             consumed = base64.b64encode(self.consumed.tobytes()).decode()
         return {"batches": self.batches, "consumed": consumed}
 
-    def check(self, welcome, socket):
+    def check(self, welcome: Welcome, socket: str) -> None:
         """Raises MismatchError when this progress cannot resume the agent's epoch."""
         problem = None
         need = (welcome.positions_per_epoch + 7) // 8
@@ -377,18 +394,19 @@ class _Cuda:
     memory, the copy runs on a side stream, the current stream waits for it,
     and the slot goes back to the agent once the copy's event completed."""
 
-    def __init__(self, ring, device, table):
+    def __init__(self, ring: mmap.mmap, device: torch.device,
+                 table: Optional[npt.NDArray[np.float32]]) -> None:
         self.device = device
         pointer = ctypes.c_char.from_buffer(ring)
         self._address = ctypes.addressof(pointer)
         del pointer
         torch.cuda.check_error(torch.cuda.cudart().cudaHostRegister(self._address, len(ring), 0))
         self._stream = torch.cuda.Stream(device)
-        self._table = None
+        self._table: Optional[torch.Tensor] = None
         if table is not None:
             self._table = torch.from_numpy(table.reshape(-1)).to(device)
 
-    def tensors(self, batch):
+    def tensors(self, batch: RawBatch) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The batch's images, labels and ids on the device, normalised."""
         current = torch.cuda.current_stream(self.device)
         self._stream.wait_stream(current)
@@ -399,20 +417,20 @@ class _Cuda:
             done.record(self._stream)
         current.wait_stream(self._stream)
         for tensor in moved:
-            tensor.record_stream(current)
+            tensor.record_stream(current)  # type: ignore[arg-type]
         batch.release_after(done)
         images, labels, ids = moved
         if self._table is not None:
             images = finish.apply_torch(self._table, images)
         return images, labels, ids
 
-    def close(self):
+    def close(self) -> None:
         """Waits for the copies and unregisters the ring."""
         self._stream.synchronize()
         torch.cuda.check_error(torch.cuda.cudart().cudaHostUnregister(self._address))
 
 
-def _check_state(state, rank, world):
+def _check_state(state: Any, rank: int, world: int) -> _Progress:
     """Validates a state_dict and returns its progress."""
     if not isinstance(state, dict) or any(key not in state for key in _STATE_KEYS):
         raise ValueError("not a sophon.Loader state_dict: want a dict with "
@@ -438,15 +456,15 @@ def _check_state(state, rank, world):
     return _Progress(epoch, batches, strict, bitmap)
 
 
-def _env_int(value, name, default):
+def _env_int(value: Optional[int], name: str, default: int) -> int:
     if value is not None:
         return int(value)
     text = os.environ.get(name)
     return int(text) if text else default
 
 
-def _device(device):
-    device = torch.device(device)
+def _device(spec: Union[str, torch.device]) -> torch.device:
+    device = torch.device(spec)
     if device.type == "cuda":
         if not torch.cuda.is_available():
             warnings.warn("sophon.Loader: CUDA is not available, batches stay on the CPU",

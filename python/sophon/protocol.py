@@ -5,19 +5,24 @@ more: it knows the frame format, the message codecs and the slot header, not
 what a training loop does with them (that is :mod:`sophon.loader`).
 """
 
+from __future__ import annotations
+
 import array
+import copy
 import json
 import math
 import os
 import socket
 import struct
 import time
-from collections import namedtuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Type, TypeVar
 
+from ._version import __version__
 from .errors import ProtocolError
 
 PROTOCOL = 1
-CLIENT = "sophon-python/0.1"
+CLIENT = f"sophon-python/{__version__}"
 
 # A frame is a u32 little-endian body length, then the body: one type byte
 # and the payload. The agent refuses bodies over 16 MiB and so does the client.
@@ -54,15 +59,34 @@ _HEADER = struct.Struct("<IHBBII4IQQQQQQ")
 _MAX_FDS = 4
 _RECV_BYTES = 1 << 16
 
-Ready = namedtuple("Ready", "slot rows epoch batch")
-Ready.__doc__ = "A READY frame: slot ``slot`` holds ``rows`` rows of batch ``batch`` of ``epoch``."
+_T = TypeVar("_T")
 
-SlotHeader = namedtuple(
-    "SlotHeader",
-    "magic version dtype layout rows capacity shape epoch batch "
-    "images labels ids positions")
-SlotHeader.__doc__ = ("A slot's 128-byte header; the last four fields are offsets from the "
-                      "slot's start.")
+
+class Ready(NamedTuple):
+    """A READY frame: slot ``slot`` holds ``rows`` rows of batch ``batch`` of ``epoch``."""
+
+    slot: int
+    rows: int
+    epoch: int
+    batch: int
+
+
+class SlotHeader(NamedTuple):
+    """A slot's 128-byte header; the last four fields are offsets from the slot's start."""
+
+    magic: int
+    version: int
+    dtype: int
+    layout: int
+    rows: int
+    capacity: int
+    shape: Tuple[int, int, int, int]
+    epoch: int
+    batch: int
+    images: int
+    labels: int
+    ids: int
+    positions: int
 
 
 class Connection:
@@ -73,18 +97,18 @@ class Connection:
     handler takes it with :meth:`take_fds`.
     """
 
-    def __init__(self, sock):
+    def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._buffer = bytearray()
-        self._fds = []
+        self._fds: List[int] = []
 
-    def send(self, kind, payload, timeout):
+    def send(self, kind: int, payload: bytes, timeout: float) -> None:
         """Sends one frame; raises TimeoutError or OSError as the socket does."""
         body = bytes([kind]) + payload
         self._sock.settimeout(timeout)
         self._sock.sendall(_LENGTH.pack(len(body)) + body)
 
-    def recv(self, timeout):
+    def recv(self, timeout: float) -> Tuple[int, bytes]:
         """Returns the next frame as ``(kind, payload)``.
 
         Raises TimeoutError when no whole frame arrived within ``timeout``
@@ -101,18 +125,18 @@ class Connection:
                 raise TimeoutError("no frame within the timeout")
             self._fill(remaining)
 
-    def take_fds(self):
+    def take_fds(self) -> List[int]:
         """Returns the descriptors received so far and forgets them."""
         fds, self._fds = self._fds, []
         return fds
 
-    def close(self):
+    def close(self) -> None:
         """Closes the socket and any descriptor nobody took."""
         for fd in self.take_fds():
             os.close(fd)
         self._sock.close()
 
-    def _parse(self):
+    def _parse(self) -> Optional[Tuple[int, bytes]]:
         if len(self._buffer) < _LENGTH.size:
             return None
         (length,) = _LENGTH.unpack_from(self._buffer)
@@ -125,7 +149,7 @@ class Connection:
         del self._buffer[:end]
         return body[0], body[1:]
 
-    def _fill(self, timeout):
+    def _fill(self, timeout: float) -> None:
         self._sock.settimeout(timeout)
         data, ancillary, flags, _ = self._sock.recvmsg(
             _RECV_BYTES, socket.CMSG_SPACE(_MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC)
@@ -141,12 +165,12 @@ class Connection:
         self._buffer += data
 
 
-def encode_json(message):
+def encode_json(message: Dict[str, Any]) -> bytes:
     """Encodes a JSON message payload."""
     return json.dumps(message, separators=(",", ":")).encode()
 
 
-def decode_json(kind, payload):
+def decode_json(kind: int, payload: bytes) -> Dict[str, Any]:
     """Decodes a JSON payload that must be an object."""
     try:
         message = json.loads(payload)
@@ -157,8 +181,9 @@ def decode_json(kind, payload):
     return message
 
 
-def hello(rank, world, local_rank, local_world, batch_size, drop_last, strict_order, dtype,
-          fingerprint):
+def hello(rank: int, world: int, local_rank: int, local_world: int, batch_size: Optional[int],
+          drop_last: Optional[bool], strict_order: Optional[bool], dtype: Optional[str],
+          fingerprint: Optional[str]) -> Dict[str, Any]:
     """The HELLO message; None (or 0, "") means "whatever the agent serves"."""
     return {
         "protocol": PROTOCOL, "client": CLIENT, "pid": os.getpid(),
@@ -168,61 +193,128 @@ def hello(rank, world, local_rank, local_world, batch_size, drop_last, strict_or
     }
 
 
-def epoch_message(epoch, resume):
+def epoch_message(epoch: int, resume: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """The EPOCH message; ``resume`` is None or ``{"batches": k, "consumed": base64 or None}``."""
     return {"epoch": epoch, "resume": resume}
 
 
-def decode_ready(payload):
+def decode_ready(payload: bytes) -> Ready:
     """Decodes a READY payload."""
     if len(payload) != _READY.size:
         raise ProtocolError(f"READY payload of {len(payload)} bytes, want {_READY.size}")
     return Ready(*_READY.unpack(payload))
 
 
-def encode_release(slot, wait_ns):
+def encode_release(slot: int, wait_ns: int) -> bytes:
     """Encodes a RELEASE payload."""
     return _RELEASE.pack(slot, 0, wait_ns)
 
 
-def read_header(buffer, offset):
+def read_header(buffer: Any, offset: int) -> SlotHeader:
     """Reads the slot header at ``offset`` of ``buffer``."""
-    fields = _HEADER.unpack_from(buffer, offset)
-    return SlotHeader(*fields[:6], tuple(fields[6:10]), *fields[10:])
+    (magic, version, dtype, layout, rows, capacity, n, h, w, c, epoch, batch, images, labels,
+     ids, positions) = _HEADER.unpack_from(buffer, offset)
+    return SlotHeader(magic, version, dtype, layout, rows, capacity, (n, h, w, c), epoch, batch,
+                      images, labels, ids, positions)
 
 
+@dataclass(frozen=True)
+class Normalize:
+    """WELCOME's ``normalize``: the per-channel ``mean`` and ``std`` that follow ``to_tensor``."""
+
+    mean: Tuple[float, ...]
+    std: Tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Welcome:
-    """The WELCOME message, type-checked; the raw object is ``info``."""
+    """The agent's WELCOME, the handshake's reply (docs/handoff.md), decoded and checked.
 
-    _INTS = ("protocol", "rank", "world", "local_rank", "local_world", "batch_size", "slots",
-             "slot_bytes", "header_bytes", "batches_per_epoch", "rows_per_epoch",
-             "positions_per_epoch")
-    _BOOLS = ("drop_last", "strict_order", "to_tensor")
+    :meth:`decode` builds one from the frame's JSON object and refuses what
+    the contract does not allow; :meth:`to_dict` gives that object back as the
+    agent sent it (fields this client does not know included). The wire
+    format is the JSON object: this class is only its typed view.
+    """
 
-    def __init__(self, info):
-        self.info = info
-        for key in self._INTS:
-            setattr(self, key, _field(info, key, int))
-        for key in self._BOOLS:
-            setattr(self, key, _field(info, key, bool))
-        self.dtype = _field(info, "dtype", str)
-        self.layout = _field(info, "layout", str)
-        self.fingerprint = _field(info, "fingerprint", str)
-        self.row_shape = tuple(_field(info, "row_shape", list))
-        self.normalize = info.get("normalize")
-        self._check()
+    protocol: int
+    fingerprint: str
+    rank: int
+    world: int
+    local_rank: int
+    local_world: int
+    batch_size: int
+    drop_last: bool
+    strict_order: bool
+    dtype: str
+    layout: str
+    row_shape: Tuple[int, int, int]
+    slots: int
+    slot_bytes: int
+    header_bytes: int
+    batches_per_epoch: int
+    rows_per_epoch: int
+    positions_per_epoch: int
+    to_tensor: bool
+    normalize: Optional[Normalize] = None
+    # Informational: which agent, its version and pipeline, the dataset's
+    # sample count and the shuffle seed. The client checks their types only.
+    agent: str = ""
+    version: str = ""
+    pipeline: str = ""
+    samples: Optional[int] = None
+    seed: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def decode(cls, info: Dict[str, Any]) -> "Welcome":
+        """The WELCOME of the JSON object ``info``; raises ProtocolError when
+        a field is missing, of the wrong type or contradicts the contract."""
+        def integer(key: str) -> int:
+            return _field(info, key, int)
+
+        def flag(key: str) -> bool:
+            return _field(info, key, bool)
+
+        def text(key: str) -> str:
+            return _field(info, key, str)
+
+        row_shape = _field(info, "row_shape", list)
+        if len(row_shape) != 3 or not all(isinstance(d, int) and not isinstance(d, bool)
+                                          and d > 0 for d in row_shape):
+            raise ProtocolError(f"WELCOME row_shape {row_shape} is not 3 positive ints")
+        welcome = cls(
+            protocol=integer("protocol"), fingerprint=text("fingerprint"), rank=integer("rank"),
+            world=integer("world"), local_rank=integer("local_rank"),
+            local_world=integer("local_world"), batch_size=integer("batch_size"),
+            drop_last=flag("drop_last"), strict_order=flag("strict_order"), dtype=text("dtype"),
+            layout=text("layout"), row_shape=(row_shape[0], row_shape[1], row_shape[2]),
+            slots=integer("slots"), slot_bytes=integer("slot_bytes"),
+            header_bytes=integer("header_bytes"), batches_per_epoch=integer("batches_per_epoch"),
+            rows_per_epoch=integer("rows_per_epoch"),
+            positions_per_epoch=integer("positions_per_epoch"), to_tensor=flag("to_tensor"),
+            normalize=_normalize(info.get("normalize")),
+            agent=_optional(info, "agent", str, ""), version=_optional(info, "version", str, ""),
+            pipeline=_optional(info, "pipeline", str, ""),
+            samples=_optional(info, "samples", int, None), seed=_optional(info, "seed", int, None),
+            raw=copy.deepcopy(info))
+        welcome._check(info.get("normalize"))
+        return welcome
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The WELCOME's JSON object, as the agent sent it."""
+        return copy.deepcopy(self.raw)
 
     @property
-    def channels(self):
+    def channels(self) -> int:
         """Channels per pixel: the last row dimension in NHWC, the first in NCHW."""
         return self.row_shape[-1] if self.layout == "NHWC" else self.row_shape[0]
 
     @property
-    def row_elements(self):
+    def row_elements(self) -> int:
         """Image elements per row."""
         return math.prod(self.row_shape)
 
-    def _check(self):
+    def _check(self, normalize: Any) -> None:
         if self.protocol != PROTOCOL:
             raise ProtocolError(f"agent speaks protocol {self.protocol}, this client {PROTOCOL}")
         if self.dtype not in DTYPE_LAYOUT:
@@ -230,9 +322,6 @@ class Welcome:
         if self.layout != DTYPE_LAYOUT[self.dtype]:
             raise ProtocolError(f"WELCOME layout {self.layout} for dtype {self.dtype}, "
                                 f"want {DTYPE_LAYOUT[self.dtype]}")
-        if len(self.row_shape) != 3 or not all(isinstance(d, int) and d > 0
-                                               for d in self.row_shape):
-            raise ProtocolError(f"WELCOME row_shape {list(self.row_shape)} is not 3 positive ints")
         if self.header_bytes != HEADER_BYTES:
             raise ProtocolError(f"WELCOME header_bytes {self.header_bytes}, want {HEADER_BYTES}")
         if self.slots < 1 or self.batch_size < 1:
@@ -241,27 +330,43 @@ class Welcome:
         need = HEADER_BYTES + self.batch_size * (self.row_elements * itemsize + 3 * 8)
         if self.slot_bytes < need:
             raise ProtocolError(f"WELCOME slot_bytes {self.slot_bytes} < {need} needed")
-        self._check_normalize()
+        self._check_normalize(normalize)
 
-    def _check_normalize(self):
-        if self.normalize is None:
+    def _check_normalize(self, normalize: Any) -> None:
+        if normalize is None:
             return
         if not self.to_tensor:
             raise ProtocolError("WELCOME has normalize without to_tensor")
-        if not isinstance(self.normalize, dict):
+        if not isinstance(normalize, dict):
             raise ProtocolError("WELCOME normalize is not an object")
         for key in ("mean", "std"):
-            values = self.normalize.get(key)
+            values = normalize.get(key)
             if (not isinstance(values, list) or len(values) != self.channels
                     or not all(isinstance(v, (int, float)) for v in values)):
                 raise ProtocolError(f"WELCOME normalize.{key} is not {self.channels} numbers")
-        if any(s == 0 for s in self.normalize["std"]):
+        if any(s == 0 for s in normalize["std"]):
             raise ProtocolError("WELCOME normalize.std has a zero")
 
 
-def _field(info, key, kind):
+def _normalize(value: Any) -> Optional[Normalize]:
+    """The typed ``normalize`` of a WELCOME; Welcome._check_normalize checks it afterwards."""
+    if not isinstance(value, dict):
+        return None
+    mean, std = value.get("mean"), value.get("std")
+    if not isinstance(mean, list) or not isinstance(std, list):
+        return None
+    return Normalize(tuple(mean), tuple(std))
+
+
+def _field(info: Dict[str, Any], key: str, kind: Type[_T]) -> _T:
     value = info.get(key)
     # bool is an int in Python; JSON true must not pass for a count.
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise ProtocolError(f"WELCOME field {key!r} is {value!r}, want {kind.__name__}")
     return value
+
+
+def _optional(info: Dict[str, Any], key: str, kind: Type[_T], default: Any) -> Any:
+    if info.get(key) is None:
+        return default
+    return _field(info, key, kind)

@@ -5,20 +5,28 @@ agent sends against the contract; it knows nothing of tensors or training
 state (:mod:`sophon.loader` builds those on top).
 """
 
+from __future__ import annotations
+
 import mmap
 import os
 import socket
 import time
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from . import protocol
 from .errors import AgentError, AgentNotRunning, AgentTimeout, MismatchError, ProtocolError
-from .protocol import END, EPOCH, ERROR, HELLO, NAMES, READY, RELEASE, STATUS, WELCOME
+from .protocol import END, EPOCH, ERROR, HELLO, NAMES, READY, RELEASE, STATUS, WELCOME, Welcome
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    import torch
 
 # The agent's error codes that mean "not what you asked for".
 _MISMATCH_CODES = ("MISMATCH", "DATASET")
-_NUMPY_DTYPES = {"uint8": np.dtype(np.uint8), "float32": np.dtype("<f4")}
+_NUMPY_DTYPES: Dict[str, np.dtype[Any]] = {"uint8": np.dtype(np.uint8),
+                                            "float32": np.dtype("<f4")}
 _INT64 = np.dtype("<i8")
 _UINT64 = np.dtype("<u8")
 
@@ -39,20 +47,32 @@ class RawBatch:
     __slots__ = ("images", "labels", "ids", "positions", "epoch", "batch", "rows", "slot",
                  "wait_ns", "_session", "_after", "_released")
 
-    def __init__(self, session, ready, wait_ns, images, labels, ids, positions):
+    images: npt.NDArray[Any]
+    labels: npt.NDArray[np.int64]
+    ids: npt.NDArray[np.uint64]
+    positions: npt.NDArray[np.uint64]
+    epoch: int
+    batch: int
+    rows: int
+    slot: int
+    wait_ns: int
+
+    def __init__(self, session: Session, ready: protocol.Ready, wait_ns: int,
+                 images: npt.NDArray[Any], labels: npt.NDArray[np.int64],
+                 ids: npt.NDArray[np.uint64], positions: npt.NDArray[np.uint64]) -> None:
         self.images, self.labels, self.ids, self.positions = images, labels, ids, positions
         self.epoch, self.batch = ready.epoch, ready.batch
         self.rows, self.slot = ready.rows, ready.slot
         self.wait_ns = wait_ns
         self._session = session
-        self._after = None
+        self._after: Optional[torch.cuda.Event] = None
         self._released = False
 
-    def release_after(self, event):
+    def release_after(self, event: torch.cuda.Event) -> None:
         """Makes :meth:`release` wait for ``event`` (a copy still reading the slot) first."""
         self._after = event
 
-    def release(self):
+    def release(self) -> None:
         """Hands the slot back to the agent; later calls do nothing."""
         if self._released:
             return
@@ -67,15 +87,18 @@ class Session:
     ring ``ring``. Every blocking read waits at most ``timeout`` seconds for
     a frame (a STATUS frame counts)."""
 
-    def __init__(self, path, hello, timeout):
+    welcome: Welcome
+    ring: mmap.mmap
+
+    def __init__(self, path: str, hello: Dict[str, Any], timeout: float) -> None:
         self.path = path
         self.timeout = timeout
         self.closed = False
         self.in_epoch = False
-        self.epoch = None
-        self.last_batch = None
-        self.last_status = None
-        self._held = {}
+        self.epoch: Optional[int] = None
+        self.last_batch: Optional[int] = None
+        self.last_status: Optional[str] = None
+        self._held: Dict[int, RawBatch] = {}
         self._resumed = self._next = self._got = 0
         self._conn = protocol.Connection(_connect(path, timeout))
         try:
@@ -89,7 +112,7 @@ class Session:
             self.close()
             raise
 
-    def start_epoch(self, epoch, resumed, resume):
+    def start_epoch(self, epoch: int, resumed: int, resume: Optional[Dict[str, Any]]) -> None:
         """Releases any slot still held and sends EPOCH; ``resumed`` batches
         of the epoch were consumed before (``resume`` is their wire form)."""
         self._check_open()
@@ -103,7 +126,7 @@ class Session:
         self._next = resumed
         self._got = 0
 
-    def next_batch(self):
+    def next_batch(self) -> Optional[RawBatch]:
         """Waits for the next READY and returns its :class:`RawBatch`, or None at END."""
         self._check_open()
         try:
@@ -120,14 +143,14 @@ class Session:
         except ProtocolError as exc:
             raise ProtocolError(f"{exc} ({self._context()})") from None
 
-    def release(self, slot, wait_ns):
+    def release(self, slot: int, wait_ns: int) -> None:
         """Sends RELEASE for ``slot``; does nothing once the session is closed."""
         if self.closed:
             return
         del self._held[slot]
         self._send(RELEASE, protocol.encode_release(slot, wait_ns))
 
-    def close(self):
+    def close(self) -> None:
         """Closes the connection. The ring stays mapped while views of it live."""
         if self.closed:
             return
@@ -136,12 +159,12 @@ class Session:
         self._held.clear()
         self._conn.close()
 
-    def _check_open(self):
+    def _check_open(self) -> None:
         if self.closed:
             raise RuntimeError(f"the connection to {self.path} was closed "
                                "(the Loader was closed or a newer iteration started)")
 
-    def _handshake(self):
+    def _handshake(self) -> Tuple[Welcome, int]:
         try:
             kind, payload = self._frame()
             if kind != WELCOME:
@@ -152,14 +175,14 @@ class Session:
                     os.close(fd)
                 raise ProtocolError(f"WELCOME came with {len(fds)} file descriptors, want 1")
             try:
-                return protocol.Welcome(protocol.decode_json(kind, payload)), fds[0]
+                return Welcome.decode(protocol.decode_json(kind, payload)), fds[0]
             except BaseException:
                 os.close(fds[0])
                 raise
         except ProtocolError as exc:
             raise ProtocolError(f"{exc} ({self._context()})") from None
 
-    def _frame(self):
+    def _frame(self) -> Tuple[int, bytes]:
         """The next frame other than STATUS; an ERROR frame raises."""
         while True:
             try:
@@ -180,7 +203,7 @@ class Session:
             else:
                 return kind, payload
 
-    def _send(self, kind, payload):
+    def _send(self, kind: int, payload: bytes) -> None:
         try:
             self._conn.send(kind, payload, self.timeout)
         except TimeoutError:
@@ -191,7 +214,7 @@ class Session:
             # (an ERROR, say) is still to be read: the next read reports it.
             pass
 
-    def _context(self):
+    def _context(self) -> str:
         epoch = "none started" if self.epoch is None else self.epoch
         batch = "none yet" if self.last_batch is None else self.last_batch
         text = f"socket {self.path}, epoch {epoch}, last good batch {batch}"
@@ -199,7 +222,7 @@ class Session:
             text += f", last STATUS: {self.last_status!r}"
         return text
 
-    def _end(self, message):
+    def _end(self, message: Dict[str, Any]) -> None:
         if message.get("epoch") != self.epoch:
             raise ProtocolError(f"END for epoch {message.get('epoch')!r}")
         expected = self.welcome.batches_per_epoch - self._resumed
@@ -210,7 +233,7 @@ class Session:
                 f"resumed after {self._resumed})")
         self.in_epoch = False
 
-    def _ready(self, ready, wait_ns):
+    def _ready(self, ready: protocol.Ready, wait_ns: int) -> RawBatch:
         welcome = self.welcome
         if self._got == welcome.batches_per_epoch - self._resumed:
             raise ProtocolError(f"READY for batch {ready.batch} past the epoch's "
@@ -229,17 +252,18 @@ class Session:
         self.last_batch = ready.batch
         return batch
 
-    def _views(self, ready, wait_ns):
+    def _views(self, ready: protocol.Ready, wait_ns: int) -> RawBatch:
         welcome = self.welcome
         base = ready.slot * welcome.slot_bytes
         header = protocol.read_header(self.ring, base)
         _check_header(header, ready, welcome)
         dtype = _NUMPY_DTYPES[welcome.dtype]
         capacity = welcome.batch_size
-        regions = ((header.images, dtype, welcome.row_elements),
+        regions: Tuple[Tuple[int, np.dtype[Any], int], ...] = (
+                   (header.images, dtype, welcome.row_elements),
                    (header.labels, _INT64, 1), (header.ids, _UINT64, 1),
                    (header.positions, _UINT64, 1))
-        views = []
+        views: List[npt.NDArray[Any]] = []
         for offset, kind, per_row in regions:
             if offset + capacity * per_row * kind.itemsize > welcome.slot_bytes:
                 raise ProtocolError(f"slot {ready.slot}: a region at offset {offset} "
@@ -253,7 +277,8 @@ class Session:
         return RawBatch(self, ready, wait_ns, images, labels, ids, positions)
 
 
-def _check_header(header, ready, welcome):
+def _check_header(header: protocol.SlotHeader, ready: protocol.Ready,
+                  welcome: Welcome) -> None:
     want = {
         "magic": protocol.SLOT_MAGIC, "version": protocol.SLOT_VERSION,
         "dtype": protocol.DTYPE_CODES[welcome.dtype],
@@ -269,7 +294,7 @@ def _check_header(header, ready, welcome):
                             + ", ".join(wrong))
 
 
-def _connect(path, timeout):
+def _connect(path: str, timeout: float) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
@@ -290,7 +315,7 @@ def _connect(path, timeout):
     return sock
 
 
-def _map(fd, welcome):
+def _map(fd: int, welcome: Welcome) -> mmap.mmap:
     size = welcome.slots * welcome.slot_bytes
     have = os.fstat(fd).st_size
     if have < size:

@@ -9,14 +9,16 @@ import tempfile
 import unittest
 
 from fakeagent import FakeAgent
-
-PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from sophonpath import PYTHON_DIR
 TRAIN = os.path.join(PYTHON_DIR, "examples", "train_cnn.py")
 CONSUMER = os.path.join(PYTHON_DIR, "bench", "handoff_consumer.py")
 
 
 def run(script, *args):
-    """Runs a script without PYTHONPATH; returns (exit status, JSON lines of stdout)."""
+    """Runs a script without PYTHONPATH; returns (exit status, JSON lines of stdout).
+
+    The scripts import an installed sophon when there is one (the run against
+    the installed package) and the copy next to them otherwise."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
                           env=env, timeout=60)

@@ -1,8 +1,11 @@
 """Tests of the sophon trainer client against a fake compute agent.
 
 Run from the repository root:
-``/usr/bin/python3 -m unittest discover -s python/tests -v``.
+``/usr/bin/python3 -m unittest discover -s python/tests -v``; against an
+installed copy of the package, ``python/tests/run-installed.sh``.
 """
+
+import dataclasses
 
 import io
 import os
@@ -19,9 +22,9 @@ import torch.utils.data
 import torchvision.transforms.functional as TF
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
+import sophonpath  # noqa: E402  (puts python/ on sys.path unless testing an installed copy)
 import sophon  # noqa: E402
 from sophon import images as finish  # noqa: E402
 from fakeagent import IMAGENET, FakeAgent, reference_float  # noqa: E402
@@ -69,6 +72,20 @@ class AgentTest(unittest.TestCase):
         return (images, [agent.label(s) for s in samples], [agent.sample_id(s) for s in samples])
 
 
+class PackageTest(unittest.TestCase):
+
+    def test_imports_the_copy_asked_for(self):
+        sophonpath.check(sophon)
+
+    def test_version_is_written_once(self):
+        self.assertRegex(sophon.__version__, r"^\d+(\.\d+)+$")
+        self.assertEqual(sophon.protocol.CLIENT, f"sophon-python/{sophon.__version__}")
+
+    def test_ships_its_type_hints(self):
+        self.assertTrue(os.path.isfile(os.path.join(os.path.dirname(sophon.__file__),
+                                                    "py.typed")))
+
+
 class HandshakeTest(AgentTest):
 
     def test_hello_carries_the_arguments_and_ranks(self):
@@ -78,6 +95,7 @@ class HandshakeTest(AgentTest):
         self.assertEqual(len(loader), 3)
         hello = agent.hellos[0]
         self.assertEqual(hello["protocol"], 1)
+        self.assertEqual(hello["client"], f"sophon-python/{sophon.__version__}")
         self.assertEqual(hello["pid"], os.getpid())
         self.assertEqual((hello["batch_size"], hello["drop_last"], hello["strict_order"],
                           hello["dtype"], hello["fingerprint"]),
@@ -103,6 +121,42 @@ class HandshakeTest(AgentTest):
         del os.environ["LOCAL_RANK"], os.environ["LOCAL_WORLD_SIZE"]
         loader = sophon.Loader(socket=self.path)
         self.assertEqual((loader.local_rank, loader.local_world), (3, 8))
+
+    def test_welcome_is_a_dataclass_of_the_json_object(self):
+        agent = self.agent(batch_size=4)
+        loader = self.loader()
+        info = loader.info
+        self.assertIsInstance(info, sophon.Welcome)
+        self.assertTrue(dataclasses.is_dataclass(info))
+        self.assertEqual(info.to_dict(), agent.welcome(agent.hellos[0]))
+        self.assertEqual((info.protocol, info.agent, info.version, info.batch_size, info.dtype,
+                          info.layout, info.row_shape, info.samples, info.seed),
+                         (1, "fake", "test", 4, "uint8", "NHWC", (8, 12, 3), 10, 0))
+        self.assertEqual(info.normalize, sophon.Normalize(tuple(IMAGENET["mean"]),
+                                                          tuple(IMAGENET["std"])))
+        with self.assertRaises(dataclasses.FrozenInstanceError):
+            info.batch_size = 8  # type: ignore[misc]
+        # A copy: changing it leaves the WELCOME as it was.
+        info.to_dict()["batch_size"] = 8
+        self.assertEqual(loader.info.to_dict()["batch_size"], 4)
+
+    def test_welcome_with_unknown_and_without_informational_fields(self):
+        agent = self.agent(welcome={"future_field": [1, 2], "agent": None, "samples": None})
+        info = self.loader().info
+        self.assertEqual((info.agent, info.samples), ("", None))
+        self.assertEqual(info.to_dict()["future_field"], [1, 2])
+        self.assertEqual(len(agent.hellos), 1)
+
+    def test_welcome_field_of_the_wrong_type(self):
+        for field, value in (("batch_size", True), ("row_shape", [224, 224]),
+                             ("samples", "12"), ("normalize", {"mean": [0.5] * 3})):
+            with self.subTest(field=field):
+                path = os.path.join(self.dir.name, f"{field}.sock")
+                self.addCleanup(FakeAgent(path, welcome={field: value}).start().stop)
+                loader = sophon.Loader(socket=path)
+                self.addCleanup(loader.close)
+                with self.assertRaisesRegex(sophon.ProtocolError, field.split("_")[0]):
+                    len(loader)
 
     def test_ring_is_the_passed_memfd(self):
         agent = self.agent()
@@ -461,8 +515,10 @@ class ErrorTest(AgentTest):
             list(self.loader(timeout=0.2))
 
     def test_status_frames_keep_the_wait_alive(self):
-        self.agent(samples=8, batch_size=4, script={1: [("status_for", 0.6, 0.05, "waiting")]})
-        self.assertEqual(len(list(self.loader(timeout=0.3))), 2)
+        # STATUS every 0.05 s for 2.5 timeouts; the timeout leaves room for a
+        # busy machine (at 0.3 s a loaded CI box missed it now and then).
+        self.agent(samples=8, batch_size=4, script={1: [("status_for", 1.5, 0.05, "waiting")]})
+        self.assertEqual(len(list(self.loader(timeout=0.6))), 2)
 
     def test_error_frame(self):
         self.agent(samples=20, batch_size=4, script={1: [("error", "FAILED", "bad sample 7")]})
