@@ -146,10 +146,13 @@ func (cm *cmodel) sophon() Plan {
 		sns   float64
 	}
 	cands := make([]cand, 0, n)
-	bytes := make([]float64, cm.ns)
+	// Per agent: the raw payload it sends, and the storage ns sending it
+	// costs.
+	bytes, send := make([]float64, cm.ns), make([]float64, cm.ns)
 	for i := range p.Samples {
 		s := &p.Samples[i]
 		bytes[rep[i]] += float64(s.Bytes[0])
+		send[rep[i]] += float64(s.Bytes[0]) * m.perByte
 		k := 0
 		for j := 1; j <= m.n; j++ {
 			if s.Bytes[j] < s.Bytes[k] {
@@ -180,7 +183,7 @@ func (cm *cmodel) sophon() Plan {
 	for x, cd := range cands {
 		j := cd.j
 		if x == 0 || cands[x-1].j != j {
-			sns = max(bytes[j], 0) * m.perByte // the next agent: sending its raw bytes
+			sns = send[j] // the next agent: sending its raw bytes
 		}
 		link := func(b float64) float64 { return b * cm.sEgrs[j] }
 		stor := func(s float64) float64 { return s * cm.sCPUs[j] }

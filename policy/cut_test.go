@@ -262,7 +262,7 @@ func TestEvalMatchesOptions(t *testing.T) {
 			addRandomCut(rng, p)
 		}
 		r := randomResources(rng, len(p.Samples))
-		m := newModel(p, r, true)
+		m := newDualModel(p, r, true)
 		w := [3]float64{rng.Float64(), rng.Float64(), rng.Float64()}
 		sum := w[0] + w[1] + w[2]
 		for j := range w {

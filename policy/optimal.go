@@ -23,7 +23,7 @@ import (
 // a relative 1e-6 of the maximum, or after 200 iterations, whichever comes
 // first; see boundTol.
 func Bound(p *profiler.Profile, r Resources) float64 {
-	m := newModel(p, r, true)
+	m := newDualModel(p, r, true)
 	d := m.dual()
 	return max(d.lb, m.gpu)
 }
@@ -35,6 +35,56 @@ const boundTol = 1e-6
 
 // boundIters caps the cutting-plane iterations.
 const boundIters = 200
+
+// dualModel is the single-node model's prices: seconds per byte, per
+// storage ns and per compute ns, and the GPU's seconds.
+type dualModel struct {
+	*model
+	r     Resources
+	scale [3]float64
+	gpu   float64
+}
+
+func newDualModel(p *profiler.Profile, r Resources, cut bool) *dualModel {
+	m := &dualModel{model: newModel(p, r.StorageSpeed, r.StorageNSPerByte, cut), r: r}
+	m.prices()
+	return m
+}
+
+func (m *dualModel) prices() {
+	r := m.r
+	if r.LinkBytesPerSec > 0 {
+		m.scale[0] = 1 / r.LinkBytesPerSec
+	}
+	if r.StorageCores > 0 {
+		m.scale[1] = 1e-9 / (speedOr1(r.StorageSpeed) * r.StorageCores)
+	}
+	if r.ComputeCores > 0 {
+		m.scale[2] = 1e-9 / r.ComputeCores
+	}
+	if r.GPUSamplesPerSec > 0 {
+		m.gpu = float64(len(m.p.Samples)) / r.GPUSamplesPerSec
+	}
+}
+
+// secs converts raw quantities into the three resource times.
+func (m *dualModel) secs(q raw) [3]float64 {
+	return [3]float64{q[0] * m.scale[0], q[1] * m.scale[1], q[2] * m.scale[2]}
+}
+
+// totals sums the raw quantities of the chosen options.
+func (m *dualModel) totals(ch []int32) raw {
+	buf := make([]raw, m.nopt())
+	var tot raw
+	for i := range m.p.Samples {
+		m.options(&m.p.Samples[i], buf)
+		q := buf[ch[i]]
+		tot[0] += q[0]
+		tot[1] += q[1]
+		tot[2] += q[2]
+	}
+	return tot
+}
 
 type dualResult struct {
 	lb, ub float64    // lb <= LP optimum (of link, storage, compute) <= ub
@@ -53,7 +103,7 @@ type dualResult struct {
 // total, it drops the per-sample constant a2*total until the minimum is
 // known. The compressed options and the cut do not have that sum and are
 // priced in full, less the same constant.
-func (m *model) eval(w [3]float64, ch []int32) (float64, [3]float64) {
+func (m *dualModel) eval(w [3]float64, ch []int32) (float64, [3]float64) {
 	a := [3]float64{w[0] * m.scale[0], w[1] * m.scale[1], w[2] * m.scale[2]}
 	d := a[1] - a[2]
 	// A byte also costs the storage side perByte ns to send.
@@ -120,7 +170,7 @@ func (m *model) eval(w [3]float64, ch []int32) (float64, [3]float64) {
 }
 
 // sum is the unweighted sum of an option's resource seconds.
-func (m *model) sum(q raw) float64 {
+func (m *dualModel) sum(q raw) float64 {
 	s := m.secs(q)
 	return s[0] + s[1] + s[2]
 }
@@ -132,7 +182,7 @@ func (m *model) sum(q raw) float64 {
 // exact to ~1e-12 in w, which is ample as the model is concave and
 // piecewise linear in two variables), and the model's maximum bounds the LP
 // optimum from above.
-func (m *model) dual() dualResult {
+func (m *dualModel) dual() dualResult {
 	var cuts [][3]float64
 	res := dualResult{lb: math.Inf(-1), ub: math.Inf(1)}
 	try := func(w [3]float64) {
@@ -226,16 +276,23 @@ const exactLimit = 1 << 16
 // O(N * options) per dual iteration and per improvement round plus a sort,
 // so O(N log N) overall.
 func Optimal(p *profiler.Profile, r Resources) Plan {
-	m := newModel(p, r, true)
-	if ch, ok := m.exact(); ok {
-		return m.plan(NameOptimal, ch, r)
+	cm := singleModel(p, r, true)
+	m := &dualModel{model: cm.m, r: r}
+	m.prices()
+	ch, ok := m.exact()
+	if !ok {
+		ch = m.rounded(cm)
 	}
-	return m.plan(NameOptimal, m.rounded(r), r)
+	opt := make([]uint8, len(ch))
+	for i, o := range ch {
+		opt[i] = uint8(o)
+	}
+	return singlePlan(cm.plan(NameOptimal, make([]int16, len(ch)), opt))
 }
 
 // rounded is Optimal's LP-rounding path: the dual's cheapest options,
 // improved locally, or an improved baseline where that is better.
-func (m *model) rounded(r Resources) []int32 {
+func (m *dualModel) rounded(cm *cmodel) []int32 {
 	p := m.p
 	d := m.dual()
 	ch := make([]int32, len(p.Samples))
@@ -243,9 +300,9 @@ func (m *model) rounded(r Resources) []int32 {
 	target := max(d.lb, m.gpu) * (1 + improveTol)
 	best := m.improve(ch, d.w, target)
 	bestT := m.epoch(best)
-	bases := []Plan{NoOff(p, r), AllOff(p, r), FastFlow(p, r), SOPHON(p, r)}
+	bases := []Plan{cm.noOff(), cm.uniform(NameAllOff, m.n), cm.fastFlow(), cm.sophon()}
 	if k := CropSplit(p); k >= 0 {
-		bases = append(bases, ResizeOff(p, r, k))
+		bases = append(bases, cm.uniform(NameResizeOff, k))
 	}
 	for _, b := range bases {
 		if b.Pred.Seconds < bestT {
@@ -259,13 +316,13 @@ func (m *model) rounded(r Resources) []int32 {
 }
 
 // epoch is the predicted epoch time of options ch.
-func (m *model) epoch(ch []int32) float64 {
+func (m *dualModel) epoch(ch []int32) float64 {
 	s := m.secs(m.totals(ch))
 	return max(s[0], s[1], s[2], m.gpu)
 }
 
 // exact enumerates every joint assignment of tiny profiles.
-func (m *model) exact() ([]int32, bool) {
+func (m *dualModel) exact() ([]int32, bool) {
 	n := len(m.p.Samples)
 	combos := 1
 	for range n {
@@ -314,7 +371,7 @@ const improveTol = 1e-6
 
 // improve runs the local improvement pass on a copy of in, stopping once
 // the predicted epoch is at most target.
-func (m *model) improve(in []int32, w [3]float64, target float64) []int32 {
+func (m *dualModel) improve(in []int32, w [3]float64, target float64) []int32 {
 	ch := slices.Clone(in)
 	tot := m.secs(m.totals(ch))
 	buf := make([]raw, m.nopt())

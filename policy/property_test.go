@@ -171,8 +171,8 @@ func TestPropertiesTiny(t *testing.T) {
 		}
 		// The rounding path Optimal takes on larger profiles, against the
 		// true optimum.
-		m := newModel(p, r, true)
-		if h := m.epoch(m.rounded(r)); h < bf*(1-1e-9) {
+		m := newDualModel(p, r, true)
+		if h := m.epoch(m.rounded(singleModel(p, r, true))); h < bf*(1-1e-9) {
 			t.Errorf("trial %d: rounding %v beats brute force %v", trial, h, bf)
 		} else if bf > 0 {
 			worst = max(worst, h/bf)
@@ -191,8 +191,8 @@ func TestRoundingSmall(t *testing.T) {
 		p := randomProfile(rng, 8+rng.IntN(3), 2, false)
 		r := randomResources(rng, len(p.Samples))
 		bf := bruteForce(p, r)
-		m := newModel(p, r, true)
-		h := m.epoch(m.rounded(r))
+		m := newDualModel(p, r, true)
+		h := m.epoch(m.rounded(singleModel(p, r, true)))
 		if h < bf*(1-1e-9) {
 			t.Fatalf("rounding %v beats brute force %v", h, bf)
 		}
@@ -229,7 +229,7 @@ func TestDualCertificate(t *testing.T) {
 	for range 40 {
 		p := randomProfile(rng, 50+rng.IntN(200), 1+rng.IntN(5), rng.IntN(2) == 0)
 		r := randomResources(rng, len(p.Samples))
-		d := newModel(p, r, true).dual()
+		d := newDualModel(p, r, true).dual()
 		if d.ub-d.lb > boundTol*d.ub || d.lb > d.ub*(1+1e-12) {
 			t.Errorf("gap not closed: lb %v ub %v after %d iterations", d.lb, d.ub, d.iters)
 		}

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"math"
 	"slices"
 	"strings"
 
@@ -18,33 +17,56 @@ const (
 	NameOptimal   = "optimal"
 )
 
-// uniform is the plan that splits every sample at k in [0, n],
-// uncompressed (never SplitCut).
-func uniform(m *model, name string, k int, r Resources) Plan {
-	ch := make([]int32, len(m.p.Samples))
-	o := int32(m.option(min(max(k, 0), m.n), false))
-	for i := range ch {
-		ch[i] = o
+// The single-node policies below are the cluster planner on SingleNode(r):
+// one storage node, one compute node of one rank, every sample on both.
+// Their plans carry no Replica and no Cluster breakdown, as a single-node
+// plan never did.
+
+// singleModel is the planner model of r: the cluster SingleNode(r) with
+// every sample on its one rank and held by its one storage node. Nothing
+// is validated, as the single-node policies cannot fail: a zero or
+// negative figure is unlimited.
+func singleModel(p *profiler.Profile, r Resources, cut bool) *cmodel {
+	c := SingleNode(r)
+	n := len(p.Samples)
+	pl := &Placement{Rank: make([]int32, n), Sets: [][]int16{{0}}, Set: make([]int32, n)}
+	return indexModel(p, &c, pl, cut)
+}
+
+// singlePlan is a plan of singleModel as a single-node plan.
+func singlePlan(pl Plan) Plan {
+	pl.Replica, pl.Cluster = nil, nil
+	return pl
+}
+
+// uniform is the plan of a single-node model that splits every sample at
+// k in [0, n], uncompressed (never SplitCut).
+func (cm *cmodel) uniform(name string, k int) Plan {
+	n := len(cm.m.p.Samples)
+	rep, opt := make([]int16, n), make([]uint8, n)
+	o := uint8(cm.m.option(min(max(k, 0), cm.m.n), false))
+	for i := range opt {
+		opt[i] = o
 	}
-	return m.plan(name, ch, r)
+	return cm.plan(name, rep, opt)
 }
 
 // NoOff runs the whole pipeline on the compute node: every sample crosses
 // the link raw.
 func NoOff(p *profiler.Profile, r Resources) Plan {
-	return uniform(newModel(p, r, false), NameNoOff, 0, r)
+	return singlePlan(singleModel(p, r, false).noOff())
 }
 
 // AllOff runs the whole pipeline on storage.
 func AllOff(p *profiler.Profile, r Resources) Plan {
-	m := newModel(p, r, false)
-	return uniform(m, NameAllOff, m.n, r)
+	cm := singleModel(p, r, false)
+	return singlePlan(cm.uniform(NameAllOff, cm.m.n))
 }
 
 // ResizeOff runs ops [0:k] on storage for every sample; k is normally
 // CropSplit(p).
 func ResizeOff(p *profiler.Profile, r Resources, k int) Plan {
-	return uniform(newModel(p, r, false), NameResizeOff, k, r)
+	return singlePlan(singleModel(p, r, false).uniform(NameResizeOff, k))
 }
 
 // resizeOps are the crop ops ResizeSplit looks for.
@@ -85,26 +107,38 @@ func isWordByte(b byte) bool {
 // predicted epoch time (ties go to the smaller split). Its splits are the
 // ops' boundaries 0..n; it never uses SplitCut.
 func FastFlow(p *profiler.Profile, r Resources) Plan {
-	m := newModel(p, r, false)
-	// Totals per uniform split in one pass over the samples.
-	tot := make([]raw, m.n+1)
+	return singlePlan(singleModel(p, r, false).fastFlow())
+}
+
+// fastFlow is FastFlow on a single-node model.
+func (cm *cmodel) fastFlow() Plan {
+	m := cm.m
+	// The one pair's totals per uniform split, in one pass over the
+	// samples.
+	tot := make([]ptot, m.n+1)
 	buf := make([]raw, m.nopt())
-	for i := range p.Samples {
-		m.options(&p.Samples[i], buf)
+	for i := range m.p.Samples {
+		m.options(&m.p.Samples[i], buf)
 		for k := range tot {
 			q := buf[m.option(k, false)]
-			tot[k][0] += q[0]
-			tot[k][1] += q[1]
-			tot[k][2] += q[2]
+			tot[k].b += q[0]
+			tot[k].s += q[1]
+			tot[k].p += q[2]
+			tot[k].n++
 		}
+	}
+	L := make([]float64, cm.nres)
+	epoch := func(k int) float64 {
+		cm.loads(tot[k:k+1], L)
+		return cm.epoch(L)
 	}
 	best := 0
 	for k := 1; k <= m.n; k++ {
-		if m.predict(tot[k], r).Seconds < m.predict(tot[best], r).Seconds {
+		if epoch(k) < epoch(best) {
 			best = k
 		}
 	}
-	return uniform(m, NameFastFlow, best, r)
+	return cm.uniform(NameFastFlow, best)
 }
 
 // SOPHON is the paper's greedy. Per sample it considers only the split
@@ -116,74 +150,23 @@ func FastFlow(p *profiler.Profile, r Resources) Plan {
 // after each pick, and the efficiency is positive. It ignores compute CPU,
 // the GPU and compression, as the paper does, and never uses SplitCut,
 // which the paper does not have, so that comparisons with it stay fair.
+// It is ClusterSOPHON on SingleNode(r).
 //
 // NB: one guard beyond the paper: the pick that makes storage CPU time
 // reach link time is undone when it raises max(link, storage) above what it
 // was before the pick, so that SOPHON never predicts worse than NoOff (one
 // expensive sample can otherwise overshoot on small profiles).
 func SOPHON(p *profiler.Profile, r Resources) Plan {
-	m := newModel(p, r, false)
-	type cand struct {
-		eff   float64
-		i     int32
-		k     int32
-		saved float64 // bytes
-		sns   float64 // storage ns on the compute node's clock
-	}
-	cands := make([]cand, 0, len(p.Samples))
-	var tot raw
-	for i := range p.Samples {
-		s := &p.Samples[i]
-		k := 0
-		for j := 1; j <= m.n; j++ {
-			if s.Bytes[j] < s.Bytes[k] {
-				k = j
-			}
-		}
-		for _, ns := range s.OpNS {
-			tot[2] += float64(ns)
-		}
-		tot[0] += float64(s.Bytes[0])
-		tot[1] += float64(s.Bytes[0]) * m.perByte // sending it (Resources.StorageNSPerByte)
-		if k == 0 {
-			continue
-		}
-		var sns float64
-		for _, ns := range s.OpNS[:k] {
-			sns += float64(ns)
-		}
-		saved := float64(s.Bytes[0] - s.Bytes[k])
-		eff := math.Inf(1)
-		if sns > 0 {
-			eff = saved / sns
-		}
-		cands = append(cands, cand{eff, int32(i), int32(k), saved, sns})
-	}
-	slices.SortFunc(cands, func(a, b cand) int {
-		if a.eff != b.eff {
-			if a.eff > b.eff {
-				return -1
-			}
-			return 1
-		}
-		return int(a.i - b.i)
-	})
-	ch := make([]int32, len(p.Samples))
-	link := func(t raw) float64 { return t[0] * m.scale[0] }
-	stor := func(t raw) float64 { return t[1] * m.scale[1] }
-	for _, c := range cands {
-		if link(tot) <= stor(tot) || !(c.eff > 0) {
-			break
-		}
-		next := tot
-		next[0] -= c.saved
-		next[1] += c.sns - c.saved*m.perByte
-		next[2] -= c.sns
-		if link(next) <= stor(next) && max(link(next), stor(next)) > max(link(tot), stor(tot)) {
-			break // the guard: this overshooting pick does not pay
-		}
-		tot = next
-		ch[c.i] = int32(m.option(int(c.k), false))
-	}
-	return m.plan(NameSOPHON, ch, r)
+	return singlePlan(singleModel(p, r, false).sophon())
+}
+
+// Predict returns the predicted epoch of running sample i with split[i]
+// (clamped to [0, n], except SplitCut) and, where compress is non-nil and
+// the sample has compression data, compressed when compress[i]. A sample
+// at SplitCut is predicted at the cut where the profile has its cut
+// measurements (compress[i] is then ignored) and as split 0 where it has
+// not: a sample that cannot be cut crosses the link raw.
+func Predict(p *profiler.Profile, r Resources, split []int, compress []bool) Prediction {
+	cm := singleModel(p, r, slices.Contains(split, SplitCut))
+	return cm.predictSplits(make([]int16, len(p.Samples)), split, compress).Totals()
 }
