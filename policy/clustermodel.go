@@ -141,6 +141,9 @@ type cmodel struct {
 	// exactBuckets is the largest profile bucketed one sample a bucket
 	// (bucketExact; tests change it).
 	exactBuckets int
+	// exactLimit is the most joint assignments exact enumerates
+	// (clusterExactLimit; tests change it).
+	exactLimit int
 }
 
 // newCModel validates everything and indexes it. With cut, the model
@@ -170,7 +173,7 @@ func newCModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) (*cmode
 // indexModel indexes a profile, a cluster and a placement that are valid
 // together (newCModel checks that).
 func indexModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) *cmodel {
-	cm := &cmodel{m: newModel(p, c.StorageSpeed, c.StorageNSPerByte, cut), c: c, pl: pl, ns: len(c.Storage), nc: len(c.Compute), exactBuckets: bucketExact}
+	cm := &cmodel{m: newModel(p, c.StorageSpeed, c.StorageNSPerByte, cut), c: c, pl: pl, ns: len(c.Storage), nc: len(c.Compute), exactBuckets: bucketExact, exactLimit: clusterExactLimit}
 	cm.node = make([]int32, 0, c.Ranks())
 	for k, n := range c.Compute {
 		for range max(n.Ranks, 1) {
@@ -487,10 +490,16 @@ func ClusterPredict(p *profiler.Profile, c Cluster, pl *Placement, replica []int
 // predictSplits is the prediction of serving sample i from replica[i] with
 // split[i] and compress[i], read as Predict reads them.
 func (cm *cmodel) predictSplits(replica []int16, split []int, compress []bool) ClusterPrediction {
+	return cm.predict(cm.pairTotals(replica, cm.opts(split, compress)))
+}
+
+// opts is the options of a plan's splits and compression, read as Predict
+// reads them.
+func (cm *cmodel) opts(split []int, compress []bool) []uint8 {
 	ch := cm.m.choices(split, compress)
 	opt := make([]uint8, len(ch))
 	for i, o := range ch {
 		opt[i] = uint8(o)
 	}
-	return cm.predict(cm.pairTotals(replica, opt))
+	return opt
 }

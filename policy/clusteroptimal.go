@@ -20,7 +20,9 @@ const (
 	maxRefused = 4096
 )
 
-// optimal is ClusterOptimal given the baselines' plans, with the bound.
+// optimal is ClusterOptimal given the baselines' plans, with the bound. A
+// baseline that predicts better than the rounded plan is improved in its
+// turn (unless the instance was solved exactly), and the best plan kept.
 func (cm *cmodel) optimal(bases ...Plan) (Plan, ClusterBoundResult) {
 	bk, sol := cm.solveLP(cm.bucket())
 	mx := cm.mix(bk, sol)
@@ -30,20 +32,30 @@ func (cm *cmodel) optimal(bases ...Plan) (Plan, ClusterBoundResult) {
 	}
 	rep, opt, pt, g := cm.round(bk, mx, w, cm.lpLoads(sol))
 	b := cm.boundResult(bk, sol, g)
-	if r, o, ok := cm.exact(); ok {
+	r, o, exact := cm.exact()
+	if exact {
 		rep, opt = r, o
 	} else {
 		cm.improve(rep, opt, pt, w, b.Seconds)
 	}
 	best := cm.plan(NameOptimal, rep, opt)
 	for _, bp := range bases {
-		if bp.Pred.Seconds < best.Pred.Seconds {
-			best = bp
-			best.Policy = NameOptimal
-			best.Replica = slices.Clone(bp.Replica)
-			best.Split = slices.Clone(bp.Split)
-			best.Compress = slices.Clone(bp.Compress)
+		if bp.Pred.Seconds >= best.Pred.Seconds {
+			continue
 		}
+		next := bp
+		next.Policy = NameOptimal
+		next.Replica = slices.Clone(bp.Replica)
+		next.Split = slices.Clone(bp.Split)
+		next.Compress = slices.Clone(bp.Compress)
+		if !exact {
+			rep, opt := slices.Clone(bp.Replica), cm.opts(bp.Split, bp.Compress)
+			cm.improve(rep, opt, cm.pairTotals(rep, opt), w, b.Seconds)
+			if c := cm.plan(NameOptimal, rep, opt); c.Pred.Seconds < next.Pred.Seconds {
+				next = c
+			}
+		}
+		best = next
 	}
 	return best, b
 }
@@ -398,7 +410,7 @@ func (cm *cmodel) exact() ([]int16, []uint8, bool) {
 			}
 		}
 		combos *= avail * len(pl.Sets[pl.Set[i]])
-		if combos > clusterExactLimit {
+		if combos > cm.exactLimit {
 			return nil, nil, false
 		}
 	}

@@ -101,7 +101,7 @@ func TestHandmade(t *testing.T) {
 }
 
 // near2 allows the dual search's tolerance.
-func near2(a, b float64) bool { return a <= b*(1+1e-12) && a >= b*(1-2*boundTol) }
+func near2(a, b float64) bool { return a <= b*(1+1e-12) && a >= b*(1-2e-6) }
 
 func equalInts(a, b []int) bool {
 	if len(a) != len(b) {

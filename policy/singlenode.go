@@ -160,6 +160,32 @@ func SOPHON(p *profiler.Profile, r Resources) Plan {
 	return singlePlan(singleModel(p, r, false).sophon())
 }
 
+// Optimal minimises the predicted epoch time over per-sample splits and
+// per-sample compression, using every split point (SplitCut included,
+// where the profile has the cut's measurements) and all four resources.
+// It is ClusterOptimal on SingleNode(r), compared with every single-node
+// baseline (NoOff, AllOff, FastFlow, SOPHON, ResizeOff where the pipeline
+// has a crop op) rather than the cluster's, so it never predicts worse
+// than any of them.
+func Optimal(p *profiler.Profile, r Resources) Plan {
+	cm := singleModel(p, r, true)
+	bases := []Plan{cm.noOff(), cm.uniform(NameAllOff, cm.m.n), cm.fastFlow(), cm.sophon()}
+	if k := CropSplit(p); k >= 0 {
+		bases = append(bases, cm.uniform(NameResizeOff, k))
+	}
+	pl, _ := cm.optimal(bases...)
+	return singlePlan(pl)
+}
+
+// Bound is a lower bound on every policy's predicted epoch time: the
+// optimum of the LP relaxation of the planning problem (every sample a
+// convex combination of its options, SplitCut included where the profile
+// has the cut's measurements), as ClusterBound computes it on
+// SingleNode(r).
+func Bound(p *profiler.Profile, r Resources) float64 {
+	return singleModel(p, r, true).bound().Seconds
+}
+
 // Predict returns the predicted epoch of running sample i with split[i]
 // (clamped to [0, n], except SplitCut) and, where compress is non-nil and
 // the sample has compression data, compressed when compress[i]. A sample
