@@ -25,6 +25,7 @@ package policy
 import (
 	"math"
 
+	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -82,15 +83,14 @@ func (r Resources) WithMeasured(m *profiler.MeasuredResources) Resources {
 	return r
 }
 
-// SplitCut is the split of the JPEG-domain crop, equal to ops.SplitCut
-// (policy does not import ops, which would pull in its cgo codecs): the
+// SplitCut is the split of the JPEG-domain crop, ops.SplitCut: the
 // storage side cuts the sample's JPEG losslessly to the crop box of ops[1]
 // (random_resized_crop) without decoding it, the cut crosses the link, and
 // the compute side decodes the box from it, resamples, and runs ops [2:n].
 // A plan puts a sample there only when the profile has the sample's cut
 // measurements (profiler.SampleProfile.HasCut). NoOff, AllOff, ResizeOff,
 // FastFlow and SOPHON never do; Optimal and Bound use it.
-const SplitCut = -1
+const SplitCut = ops.SplitCut
 
 // Plan is the one plan type: per sample, which storage node serves it,
 // where its pipeline is split and how its payload crosses. Every policy

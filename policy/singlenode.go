@@ -2,8 +2,8 @@ package policy
 
 import (
 	"slices"
-	"strings"
 
+	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -69,37 +69,18 @@ func ResizeOff(p *profiler.Profile, r Resources, k int) Plan {
 	return singlePlan(singleModel(p, r, false).uniform(NameResizeOff, k))
 }
 
-// resizeOps are the crop ops ResizeSplit looks for.
-var resizeOps = []string{"random_resized_crop", "decode_random_resized_crop", "center_crop"}
-
-// ResizeSplit returns the split just after the first crop op in ops
-// (random_resized_crop, decode_random_resized_crop or center_crop; a name
-// matches when it equals one or starts with one followed by a non-letter,
-// e.g. "center_crop(224)"), or -1 when there is none.
-func ResizeSplit(ops []string) int {
-	for i, name := range ops {
-		for _, c := range resizeOps {
-			if name == c || (strings.HasPrefix(name, c) && !isWordByte(name[len(c)])) {
-				return i + 1
-			}
-		}
-	}
-	return -1
-}
-
-// CropSplit is profile p's crop split: the one the profile records
-// (profiler.Profile.CropSplit, from the pipeline itself), else, for a
-// profile that predates the field, ResizeSplit of its op names; -1 when
-// there is none.
+// CropSplit is profile p's crop split, ResizeOff's: the one the profile
+// records (profiler.Profile.CropSplit, from the pipeline itself), else,
+// for a profile that predates the field, ops.CropSplitOf its op names; -1
+// when there is none.
 func CropSplit(p *profiler.Profile) int {
 	if p.CropSplit > 0 {
 		return p.CropSplit
 	}
-	return ResizeSplit(p.Ops)
-}
-
-func isWordByte(b byte) bool {
-	return b == '_' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9'
+	if k, ok := ops.CropSplitOf(p.Ops); ok {
+		return k
+	}
+	return -1
 }
 
 // FastFlow makes one decision for the whole dataset at op granularity, as
