@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/sophon-dl/sophon/policy/internal/lp"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -396,7 +397,7 @@ type lpSearch struct {
 	cuts   []*lpCut
 	rows   []int32
 	active []bool
-	ms     *master
+	ms     *lp.Master
 	sol    *lpSolution
 }
 
@@ -446,24 +447,24 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 			}
 			s.rows, s.active[r] = append(s.rows, r), true
 		}
-		s.ms = &master{}
-		s.ms.setRows(s.rows, s.loads())
+		s.ms = &lp.Master{}
+		s.ms.SetRows(s.rows, s.loads())
 	} else {
 		// The old lower bound is the coarser buckets' (too high for
 		// these); the old plans are still plans of these buckets, with
 		// the same loads.
 		w := sol.w
 		sol.lower = math.Inf(-1)
-		s.ms.addCol(s.eval(bk, w).v)
+		s.ms.AddCol(s.eval(bk, w).v)
 	}
 	ms := s.ms
 	mixed := make([]float64, cm.nres)
 	for ; sol.iters < lpIters; sol.iters++ {
-		ms.solve()
-		if ms.broken {
+		ms.Solve()
+		if ms.Broken() {
 			break
 		}
-		lam := ms.lambdas()
+		lam := ms.Lambdas()
 		clear(mixed)
 		for k, l := range lam {
 			if l > 0 {
@@ -472,7 +473,7 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 				}
 			}
 		}
-		t := ms.value()
+		t := ms.Value()
 		// Row generation: a resource off the master that the master's
 		// mix overloads joins it.
 		added := false
@@ -482,10 +483,10 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 			}
 		}
 		if added {
-			ms.setRows(s.rows, s.loads())
+			ms.SetRows(s.rows, s.loads())
 			continue
 		}
-		if u := maxOf(mixed); u < sol.upper {
+		if u := lp.MaxOf(mixed); u < sol.upper {
 			sol.upper = u
 			sol.cuts, sol.lam = sol.cuts[:0], sol.lam[:0]
 			for k, l := range lam {
@@ -497,25 +498,25 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 		if sol.upper-sol.lower <= tol*sol.upper {
 			break
 		}
-		wm := ms.weights(cm.nres)
+		wm := ms.Weights(cm.nres)
 		wq := make([]float64, cm.nres)
 		for r := range wq {
 			wq[r] = 0.5*sol.w[r] + 0.5*wm[r]
 		}
 		c := s.eval(bk, wq)
-		ms.addCol(c.v)
+		ms.AddCol(c.v)
 		// Misprice: the smoothed point's plan does not cut off the
 		// master's point, so ask the master's point itself.
 		if dot(wm, c.v) >= t*(1-1e-12) {
-			ms.addCol(s.eval(bk, wm).v)
+			ms.AddCol(s.eval(bk, wm).v)
 		}
 		if len(s.cuts) > maxCuts {
 			s.cuts = cm.pruneCuts(ms, s.cuts)
-			ms.setRows(s.rows, s.loads())
+			ms.SetRows(s.rows, s.loads())
 		}
 	}
 	if len(sol.cuts) == 0 { // only if every iteration added rows
-		sol.cuts, sol.lam, sol.upper = s.cuts[:1], []float64{1}, maxOf(s.cuts[0].v)
+		sol.cuts, sol.lam, sol.upper = s.cuts[:1], []float64{1}, lp.MaxOf(s.cuts[0].v)
 	}
 }
 
@@ -524,13 +525,13 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 // its parent's column, so the plans and their loads are unchanged.
 func (s *lpSearch) remap(parent []int32) {
 	var keep []*lpCut
-	for _, id := range s.ms.basis {
+	for _, id := range s.ms.Basis() {
 		if id >= 0 {
 			keep = append(keep, s.cuts[id])
 		}
 	}
 	s.cuts = keep
-	s.ms.setRows(s.rows, s.loads())
+	s.ms.SetRows(s.rows, s.loads())
 	done := map[*lpCut]bool{}
 	for _, c := range append(slices.Clip(s.cuts), s.sol.cuts...) {
 		if done[c] {
@@ -610,9 +611,9 @@ func (cm *cmodel) refine(bk *buckets, w []float64) (*buckets, []int32, float64) 
 
 // pruneCuts keeps the master's basic plans and the most recent ones, half
 // of maxCuts in all.
-func (cm *cmodel) pruneCuts(ms *master, cuts []*lpCut) []*lpCut {
+func (cm *cmodel) pruneCuts(ms *lp.Master, cuts []*lpCut) []*lpCut {
 	keep := make([]bool, len(cuts))
-	for _, id := range ms.basis {
+	for _, id := range ms.Basis() {
 		if id >= 0 && id < len(cuts) {
 			keep[id] = true
 		}

@@ -3,6 +3,8 @@ package policy
 import (
 	"math"
 	"slices"
+
+	"github.com/sophon-dl/sophon/policy/internal/lp"
 )
 
 // Cluster improvement pass.
@@ -227,7 +229,7 @@ func (cm *cmodel) improve(rep []int16, opt []uint8, pt []ptot, w []float64, lb f
 	overPair := make([]bool, cm.ns*nc)
 	step := 0.125
 	for range clusterImproveRounds {
-		T := maxOf(L)
+		T := lp.MaxOf(L)
 		if T <= cm.gpuMax || T <= floor*(1+clusterImproveTol) {
 			return
 		}
@@ -306,7 +308,7 @@ func (cm *cmodel) improve(rep []int16, opt []uint8, pt []ptot, w []float64, lb f
 				}
 			}
 		}
-		if maxOf(L) > T*(1-clusterMinGain) {
+		if lp.MaxOf(L) > T*(1-clusterMinGain) {
 			return
 		}
 		if over == 0 {
