@@ -217,7 +217,7 @@ func indexModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) *cmode
 		cm.cIng[k], cm.cIngs[k] = add(n.IngressBytesPerSec, 1/n.IngressBytesPerSec, ClusterResource{Kind: ComputeIngress, Compute: n.Name})
 	}
 	for j, s := range c.Storage {
-		cm.sCPU[j], cm.sCPUs[j] = add(s.Cores, 1e-9/(c.speed()*s.Cores), ClusterResource{Kind: StorageCPU, Storage: s.Name})
+		cm.sCPU[j], cm.sCPUs[j] = add(s.Cores, 1e-9/(c.Speed()*s.Cores), ClusterResource{Kind: StorageCPU, Storage: s.Name})
 	}
 	for k, n := range c.Compute {
 		cm.cCPU[k], cm.cCPUs[k] = add(n.Cores, 1e-9/n.Cores, ClusterResource{Kind: ComputeCPU, Compute: n.Name})
@@ -304,7 +304,7 @@ func (cm *cmodel) predict(pt []ptot) ClusterPrediction {
 			s, n := &pr.Storage[j], &pr.Compute[k]
 			s.Samples += int(t.n)
 			s.Bytes += t.b
-			s.CPUSeconds += t.s * 1e-9 / c.speed()
+			s.CPUSeconds += t.s * 1e-9 / c.Speed()
 			n.Samples += int(t.n)
 			n.Bytes += t.b
 			n.CPUSeconds += t.p * 1e-9

@@ -29,60 +29,6 @@ import (
 	"github.com/sophon-dl/sophon/profiler"
 )
 
-// Resources describes the hardware a plan is made for.
-type Resources struct {
-	// LinkBytesPerSec is the total payload bandwidth from storage to the
-	// compute node, summed over all storage agents (the planner treats the
-	// agents' links as one pooled link). Zero means unlimited.
-	LinkBytesPerSec float64
-	// StorageCores is the number of storage-side cores available to
-	// preprocessing, summed over all storage agents. Zero means unlimited.
-	StorageCores float64
-	// ComputeCores is the number of compute-node cores available to
-	// preprocessing. Zero means unlimited.
-	ComputeCores float64
-	// GPUSamplesPerSec is the rate at which training consumes samples.
-	// Zero means unlimited.
-	GPUSamplesPerSec float64
-	// StorageSpeed is the storage CPU's speed relative to the compute
-	// node's (1 = same, 0.5 = half as fast): storage CPU time is the
-	// measured compute-node time divided by StorageSpeed. The paper assumes
-	// homogeneous CPUs; this handles heterogeneous ones. Zero means 1.
-	StorageSpeed float64
-	// StorageNSPerByte is the storage CPU (ns, on the storage side's own
-	// clock) each payload byte costs to send beyond the ops: reading,
-	// gRPC framing, TLS. The storage agent's process CPU less its ops'
-	// CPU over the bytes it sent measures it (about 5 ns per byte over
-	// mutual TLS on this machine); every option then costs the storage
-	// side its bytes times this, raw ones included. Zero means free.
-	StorageNSPerByte float64
-}
-
-// WithMeasured returns r with every field that m measured (a positive one)
-// in place of r's; a nil m returns r. A compute agent plans from the
-// profile's running means this way, keeping its own figures for what the
-// means lack.
-func (r Resources) WithMeasured(m *profiler.MeasuredResources) Resources {
-	if m == nil {
-		return r
-	}
-	for _, f := range []struct {
-		dst *float64
-		x   float64
-	}{
-		{&r.LinkBytesPerSec, m.LinkBytesPerSec},
-		{&r.StorageCores, m.StorageCores},
-		{&r.ComputeCores, m.ComputeCores},
-		{&r.GPUSamplesPerSec, m.GPUSamplesPerSec},
-		{&r.StorageSpeed, m.StorageSpeed},
-	} {
-		if f.x > 0 && !math.IsInf(f.x, 1) {
-			*f.dst = f.x
-		}
-	}
-	return r
-}
-
 // SplitCut is the split of the JPEG-domain crop, ops.SplitCut: the
 // storage side cuts the sample's JPEG losslessly to the crop box of ops[1]
 // (random_resized_crop) without decoding it, the cut crosses the link, and
