@@ -164,6 +164,35 @@ func level(x float64, cuts []float64) int {
 	return l
 }
 
+// quantiles returns the levels per feature and the quantile cut points of
+// the two features bucket classifies by, from evenly spaced samples. The
+// second feature is the cut's shrink where the profile has cuts, else the
+// best split's; each gets as many levels as keep the buckets near
+// bucketTarget. buf is scratch of nopt options.
+func (cm *cmodel) quantiles(buf []raw) (lv int, szc, shc []float64) {
+	m, p, pl := cm.m, cm.m.p, cm.pl
+	n := len(p.Samples)
+	step := max(1, n/quantileSample)
+	var sz, sh []float64
+	pairs := map[int64]bool{}
+	for i := 0; i < n; i += step {
+		m.options(&p.Samples[i], buf)
+		size, shrink, cutr, sig := m.features(buf)
+		sz = append(sz, size)
+		if m.cut {
+			if sig&2 != 0 {
+				sh = append(sh, cutr)
+			}
+		} else {
+			sh = append(sh, shrink)
+		}
+		pairs[int64(cm.node[pl.Rank[i]])<<32|int64(cm.canon[pl.Set[i]])] = true
+	}
+	lv = int(math.Sqrt(float64(bucketTarget) / float64(len(pairs))))
+	lv = min(max(lv, 2), maxLevels)
+	return lv, levels(sz, lv), levels(sh, lv)
+}
+
 // bucket classifies every sample and sums its options per bucket.
 func (cm *cmodel) bucket() *buckets {
 	m, p, pl := cm.m, cm.m.p, cm.pl
@@ -197,29 +226,7 @@ func (cm *cmodel) bucket() *buckets {
 		bk.prune()
 		return bk
 	}
-	// Quantile cut points from evenly spaced samples. The second feature
-	// is the cut's shrink where the profile has cuts, else the best
-	// split's; each gets as many levels as keep the buckets near
-	// bucketTarget.
-	step := max(1, n/quantileSample)
-	var sz, sh []float64
-	pairs := map[int64]bool{}
-	for i := 0; i < n; i += step {
-		m.options(&p.Samples[i], buf)
-		size, shrink, cutr, sig := m.features(buf)
-		sz = append(sz, size)
-		if m.cut {
-			if sig&2 != 0 {
-				sh = append(sh, cutr)
-			}
-		} else {
-			sh = append(sh, shrink)
-		}
-		pairs[int64(cm.node[pl.Rank[i]])<<32|int64(cm.canon[pl.Set[i]])] = true
-	}
-	lv := int(math.Sqrt(float64(bucketTarget) / float64(len(pairs))))
-	lv = min(max(lv, 2), maxLevels)
-	szc, shc := levels(sz, lv), levels(sh, lv)
+	lv, szc, shc := cm.quantiles(buf)
 	classes := 4 * lv * lv
 	keys := cm.nc * len(pl.Sets) * classes
 	var dense []int32
@@ -420,6 +427,33 @@ func (s *lpSearch) loads() [][]float64 {
 	return v
 }
 
+// start evaluates uniform weights and starts the master from that plan,
+// with every resource it loads to half its largest load or more as rows
+// (the most loaded maxRows of them).
+func (s *lpSearch) start(bk *buckets) {
+	cm := s.cm
+	w0 := make([]float64, cm.nres)
+	for r := range w0 {
+		w0[r] = 1 / float64(cm.nres)
+	}
+	first := s.eval(bk, w0)
+	order := make([]int32, cm.nres)
+	for r := range order {
+		order[r] = int32(r)
+	}
+	slices.SortStableFunc(order, func(a, b int32) int { return cmpDesc(first.v[a], first.v[b]) })
+	top := first.v[order[0]]
+	s.active = make([]bool, cm.nres)
+	for _, r := range order {
+		if len(s.rows) > 0 && (first.v[r] < top/2 || len(s.rows) >= maxRows) {
+			break
+		}
+		s.rows, s.active[r] = append(s.rows, r), true
+	}
+	s.ms = &lp.Master{}
+	s.ms.SetRows(s.rows, s.loads())
+}
+
 // run iterates until the bucketed LP's bounds meet within tol, or lpIters
 // iterations in all. The first run starts from uniform weights; a later
 // one (on refined buckets) from the best weights so far, whose value it
@@ -427,28 +461,7 @@ func (s *lpSearch) loads() [][]float64 {
 func (s *lpSearch) run(bk *buckets, tol float64) {
 	cm, sol := s.cm, s.sol
 	if s.ms == nil {
-		w0 := make([]float64, cm.nres)
-		for r := range w0 {
-			w0[r] = 1 / float64(cm.nres)
-		}
-		first := s.eval(bk, w0)
-		// Initial rows: every resource the first plan loads to half its
-		// largest load or more (the most loaded maxRows of them).
-		order := make([]int32, cm.nres)
-		for r := range order {
-			order[r] = int32(r)
-		}
-		slices.SortStableFunc(order, func(a, b int32) int { return cmpDesc(first.v[a], first.v[b]) })
-		top := first.v[order[0]]
-		s.active = make([]bool, cm.nres)
-		for _, r := range order {
-			if len(s.rows) > 0 && (first.v[r] < top/2 || len(s.rows) >= maxRows) {
-				break
-			}
-			s.rows, s.active[r] = append(s.rows, r), true
-		}
-		s.ms = &lp.Master{}
-		s.ms.SetRows(s.rows, s.loads())
+		s.start(bk)
 	} else {
 		// The old lower bound is the coarser buckets' (too high for
 		// these); the old plans are still plans of these buckets, with

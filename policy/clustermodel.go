@@ -236,10 +236,17 @@ func indexModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) *cmode
 		}
 	}
 	cm.gpuMax = slices.Max(cm.gpu)
-	cm.canon = make([]int32, len(pl.Sets))
+	cm.canon = canonSets(pl.Sets)
+	return cm
+}
+
+// canonSets maps each replica set to the first set with the same members,
+// in any order.
+func canonSets(sets [][]int16) []int32 {
+	canon := make([]int32, len(sets))
 	first := map[string]int32{}
 	var key []byte
-	for k, set := range pl.Sets {
+	for k, set := range sets {
 		sorted := slices.Sorted(slices.Values(set))
 		key = key[:0]
 		for _, j := range sorted {
@@ -250,9 +257,9 @@ func indexModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) *cmode
 			f = int32(k)
 			first[string(key)] = f
 		}
-		cm.canon[k] = f
+		canon[k] = f
 	}
-	return cm
+	return canon
 }
 
 // loads converts pair totals into every resource's seconds (len nres).

@@ -217,7 +217,7 @@ func (cm *cmodel) improve(rep []int16, opt []uint8, pt []ptot, w []float64, lb f
 	if cm.nres == 0 {
 		return
 	}
-	m, p, pl := cm.m, cm.m.p, cm.pl
+	m, p := cm.m, cm.m.p
 	nopt, nc := m.nopt(), cm.nc
 	L := make([]float64, cm.nres)
 	cm.loads(pt, L)
@@ -248,41 +248,7 @@ func (cm *cmodel) improve(rep []int16, opt []uint8, pt []ptot, w []float64, lb f
 				overPair[j*nc+c] = po.alpha[j*nc+c] > 0 || po.beta[j] > 0 || po.gamma[c] > 0
 			}
 		}
-		moves = moves[:0]
-		for i := range p.Samples {
-			c := int(cm.node[pl.Rank[i]])
-			j0 := int(rep[i])
-			if !overPair[j0*nc+c] {
-				continue
-			}
-			m.options(&p.Samples[i], buf)
-			q0 := buf[opt[i]]
-			cur := po.alpha[j0*nc+c]*q0[0] + po.beta[j0]*q0[1] + po.gamma[c]*q0[2]
-			if cur <= 0 {
-				continue
-			}
-			curW := pw.alpha[j0*nc+c]*q0[0] + pw.beta[j0]*q0[1] + pw.gamma[c]*q0[2]
-			bk, bj, bo := math.Inf(1), int16(-1), 0
-			for _, j := range pl.Sets[pl.Set[i]] {
-				ao, bo2, go2 := po.alpha[int(j)*nc+c], po.beta[j], po.gamma[c]
-				aw, bw, gw := pw.alpha[int(j)*nc+c], pw.beta[j], pw.gamma[c]
-				for o, q := range buf {
-					if math.IsInf(q[0], 1) {
-						continue
-					}
-					gain := cur - (ao*q[0] + bo2*q[1] + go2*q[2])
-					if gain <= cur*1e-12 {
-						continue
-					}
-					if k := (aw*q[0] + bw*q[1] + gw*q[2] - curW) / gain; k < bk {
-						bk, bj, bo = k, j, o
-					}
-				}
-			}
-			if bj >= 0 {
-				moves = append(moves, move{bk, int32(i), bj, uint8(bo)})
-			}
-		}
+		moves = cm.propose(moves[:0], rep, opt, &po, &pw, overPair, buf)
 		// Cheapest first: sort the cheapest sixteenth (at least 4096),
 		// and the rest only if those do not clear the over resources.
 		head := partitionCheapest(moves, max(4096, len(moves)/16))
@@ -315,6 +281,49 @@ func (cm *cmodel) improve(rep []int16, opt []uint8, pt []ptot, w []float64, lb f
 			step = min(0.5, 2*step)
 		}
 	}
+}
+
+// propose appends to moves, for every sample whose pair loads a resource
+// priced in po (the over resources), its best alternative column: the one
+// that takes po-priced load off most cheaply in pw-priced seconds per
+// second removed.
+func (cm *cmodel) propose(moves []move, rep []int16, opt []uint8, po, pw *prices, overPair []bool, buf []raw) []move {
+	m, p, pl, nc := cm.m, cm.m.p, cm.pl, cm.nc
+	for i := range p.Samples {
+		c := int(cm.node[pl.Rank[i]])
+		j0 := int(rep[i])
+		if !overPair[j0*nc+c] {
+			continue
+		}
+		m.options(&p.Samples[i], buf)
+		q0 := buf[opt[i]]
+		cur := po.alpha[j0*nc+c]*q0[0] + po.beta[j0]*q0[1] + po.gamma[c]*q0[2]
+		if cur <= 0 {
+			continue
+		}
+		curW := pw.alpha[j0*nc+c]*q0[0] + pw.beta[j0]*q0[1] + pw.gamma[c]*q0[2]
+		bk, bj, bo := math.Inf(1), int16(-1), 0
+		for _, j := range pl.Sets[pl.Set[i]] {
+			ao, bo2, go2 := po.alpha[int(j)*nc+c], po.beta[j], po.gamma[c]
+			aw, bw, gw := pw.alpha[int(j)*nc+c], pw.beta[j], pw.gamma[c]
+			for o, q := range buf {
+				if math.IsInf(q[0], 1) {
+					continue
+				}
+				gain := cur - (ao*q[0] + bo2*q[1] + go2*q[2])
+				if gain <= cur*1e-12 {
+					continue
+				}
+				if k := (aw*q[0] + bw*q[1] + gw*q[2] - curW) / gain; k < bk {
+					bk, bj, bo = k, j, o
+				}
+			}
+		}
+		if bj >= 0 {
+			moves = append(moves, move{bk, int32(i), bj, uint8(bo)})
+		}
+	}
+	return moves
 }
 
 // move is a proposed change of one sample's column, and its priced cost
