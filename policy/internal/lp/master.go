@@ -227,6 +227,71 @@ func (ms *Master) reduced(id int) float64 {
 	return -y[-2-id]
 }
 
+// entering is the column to enter the basis: the most negative reduced
+// cost (Dantzig), or the first negative one in Bland's order (plans, T,
+// slacks) after a run of degenerate pivots; found is false at the optimum.
+func (ms *Master) entering(inBasis map[int]bool) (enter int, found bool) {
+	m := ms.m
+	best := -masterTol
+	try := func(id int) bool {
+		if inBasis[id] {
+			return false
+		}
+		if d := ms.reduced(id); d < best {
+			enter, found = id, true
+			if ms.bland {
+				return true
+			}
+			best = d
+		}
+		return false
+	}
+	// Bland's order: plans, T, slacks.
+	done := false
+	for k := range ms.cols {
+		if try(k) {
+			done = true
+			break
+		}
+	}
+	if !done && !try(colT) {
+		for r := range m - 1 {
+			if try(slackID(r)) {
+				break
+			}
+		}
+	}
+	return enter, found
+}
+
+// leaving is the ratio test for column enter (written into a): the basis
+// row to leave, -1 for none, and the step; ties go to Bland's order.
+func (ms *Master) leaving(enter int, a []float64) (int, float64) {
+	m := ms.m
+	ms.column(enter, a)
+	for i := range m {
+		var s float64
+		row := ms.binv[i*m : (i+1)*m]
+		for k, x := range a {
+			if x != 0 {
+				s += row[k] * x
+			}
+		}
+		ms.u[i] = s
+	}
+	leave, theta := -1, math.Inf(1)
+	for i, ui := range ms.u {
+		if ui <= masterTol {
+			continue
+		}
+		t := ms.xb[i] / ui
+		if t < theta-1e-15 || (math.Abs(t-theta) <= 1e-15 && leave >= 0 && blandOrder(ms.basis[i]) < blandOrder(ms.basis[leave])) {
+			leave, theta = i, t
+		}
+	}
+	return leave, theta
+}
+
 // Solve runs the simplex to optimality (or maxPivots pivots).
 func (ms *Master) Solve() {
 	if ms.broken {
@@ -248,62 +313,11 @@ func (ms *Master) Solve() {
 			inBasis[id] = true
 		}
 		ms.duals()
-		// Entering column: most negative reduced cost (Dantzig), or the
-		// first negative one (Bland) after a run of degenerate pivots.
-		enter, best := 0, -masterTol
-		found := false
-		try := func(id int) bool {
-			if inBasis[id] {
-				return false
-			}
-			if d := ms.reduced(id); d < best {
-				enter, found = id, true
-				if ms.bland {
-					return true
-				}
-				best = d
-			}
-			return false
-		}
-		// Bland's order: plans, T, slacks.
-		done := false
-		for k := range ms.cols {
-			if try(k) {
-				done = true
-				break
-			}
-		}
-		if !done && !try(colT) {
-			for r := range m - 1 {
-				if try(slackID(r)) {
-					break
-				}
-			}
-		}
+		enter, found := ms.entering(inBasis)
 		if !found {
 			return
 		}
-		ms.column(enter, a)
-		for i := range m {
-			var s float64
-			row := ms.binv[i*m : (i+1)*m]
-			for k, x := range a {
-				if x != 0 {
-					s += row[k] * x
-				}
-			}
-			ms.u[i] = s
-		}
-		leave, theta := -1, math.Inf(1)
-		for i, ui := range ms.u {
-			if ui <= masterTol {
-				continue
-			}
-			t := ms.xb[i] / ui
-			if t < theta-1e-15 || (math.Abs(t-theta) <= 1e-15 && leave >= 0 && blandOrder(ms.basis[i]) < blandOrder(ms.basis[leave])) {
-				leave, theta = i, t
-			}
-		}
+		leave, theta := ms.leaving(enter, a)
 		if leave < 0 {
 			return // unbounded cannot happen (T >= 0 is minimised); stop
 		}
