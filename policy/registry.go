@@ -116,9 +116,13 @@ func Lookup(name string) (p Policy, ok bool) {
 }
 
 // ByName plans p under r with the named policy. It fails for a name not in
-// Names, and for resizeoff when p's pipeline has no crop op.
+// Names, for a pipeline of more than MaxClusterOps ops (ErrClusterProfile)
+// and for resizeoff when p's pipeline has no crop op.
 func ByName(name string, p *profiler.Profile, r Resources) (Plan, error) {
 	if e, ok := Lookup(name); ok && e.Single != nil {
+		if p.N() > MaxClusterOps {
+			return Plan{}, clusterErr(ErrClusterProfile, "profile.ops", "%d ops, at most %d", p.N(), MaxClusterOps)
+		}
 		return e.Single(p, r)
 	}
 	return Plan{}, fmt.Errorf("%w %q (one of %v)", ErrUnknownPolicy, name, Names)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy/policytest"
+	"github.com/sophon-dl/sophon/profiler"
 )
 
 func TestByName(t *testing.T) {
@@ -86,5 +87,14 @@ func TestStaticPlan(t *testing.T) {
 	}
 	if _, ok, err := StaticPlan(NameResizeOff, flat); !ok || !errors.Is(err, ErrNoCropOp) {
 		t.Errorf("resizeoff without a crop op: ok %v, err %v; want ErrNoCropOp", ok, err)
+	}
+}
+
+// TestByNameTooManyOps: the planner numbers options in a byte, so ByName
+// refuses longer pipelines rather than plan them wrong.
+func TestByNameTooManyOps(t *testing.T) {
+	p := &profiler.Profile{Ops: make([]string, MaxClusterOps+1)}
+	if _, err := ByName(NameNoOff, p, Resources{}); !errors.Is(err, ErrClusterProfile) {
+		t.Fatalf("%d ops: %v, want ErrClusterProfile", len(p.Ops), err)
 	}
 }

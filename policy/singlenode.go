@@ -20,7 +20,8 @@ const (
 // The single-node policies below are the cluster planner on SingleNode(r):
 // one storage node, one compute node of one rank, every sample on both.
 // Their plans carry no Replica and no Cluster breakdown, as a single-node
-// plan never did.
+// plan never did. Like the cluster planner they take profiles of at most
+// MaxClusterOps ops (ByName checks).
 
 // singleModel is the planner model of r: the cluster SingleNode(r) with
 // every sample on its one rank and held by its one storage node. Nothing
