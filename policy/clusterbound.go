@@ -664,20 +664,31 @@ func dot(a, b []float64) float64 {
 
 // lagrangian is the exact Lagrangian dual value at prices pr: every sample
 // at its cheapest (replica, option). It is a lower bound on the LP
-// relaxation of the per-sample problem, whatever the weights.
-func (cm *cmodel) lagrangian(pr *prices) float64 {
+// relaxation of the per-sample problem, whatever the weights. Where rep
+// and opt are non-nil they receive those columns (exact ties go to the
+// smaller unweighted seconds, then the first).
+func (cm *cmodel) lagrangian(pr *prices, rep []int16, opt []uint8) float64 {
 	m, p, pl := cm.m, cm.m.p, cm.pl
 	buf := make([]raw, m.nopt())
+	unit := cm.pricesAt(nil)
 	var g float64
 	for i := range p.Samples {
 		m.options(&p.Samples[i], buf)
 		c := int(cm.node[pl.Rank[i]])
-		best := math.Inf(1)
+		best, bestU := math.Inf(1), math.Inf(1)
 		for _, j := range pl.Sets[pl.Set[i]] {
 			a, be, gc := pr.alpha[int(j)*cm.nc+c], pr.beta[j], pr.gamma[c]
-			for _, q := range buf {
-				if v := a*q[0] + be*q[1] + gc*q[2]; v < best {
-					best = v
+			for o, q := range buf {
+				v := a*q[0] + be*q[1] + gc*q[2]
+				if v > best || rep == nil && v == best {
+					continue
+				}
+				u := unit.alpha[int(j)*cm.nc+c]*q[0] + unit.beta[j]*q[1] + unit.gamma[c]*q[2]
+				if v < best || u < bestU {
+					best, bestU = v, u
+					if rep != nil {
+						rep[i], opt[i] = j, uint8(o)
+					}
 				}
 			}
 		}
@@ -757,7 +768,7 @@ func (cm *cmodel) bound() ClusterBoundResult {
 	var g float64
 	if sol.w != nil {
 		pr := cm.pricesAt(sol.w)
-		g = cm.lagrangian(&pr)
+		g = cm.lagrangian(&pr, nil, nil)
 	}
 	return cm.boundResult(bk, sol, g)
 }

@@ -144,6 +144,9 @@ type cmodel struct {
 	// exactLimit is the most joint assignments exact enumerates
 	// (clusterExactLimit; tests change it).
 	exactLimit int
+	// pass is the improvement pass's rules: clusterPass, or singlePass for
+	// the single-node policies.
+	pass passRules
 }
 
 // newCModel validates everything and indexes it. With cut, the model
@@ -173,7 +176,7 @@ func newCModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) (*cmode
 // indexModel indexes a profile, a cluster and a placement that are valid
 // together (newCModel checks that).
 func indexModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) *cmodel {
-	cm := &cmodel{m: newModel(p, c.StorageSpeed, c.StorageNSPerByte, cut), c: c, pl: pl, ns: len(c.Storage), nc: len(c.Compute), exactBuckets: bucketExact, exactLimit: clusterExactLimit}
+	cm := &cmodel{m: newModel(p, c.StorageSpeed, c.StorageNSPerByte, cut), c: c, pl: pl, ns: len(c.Storage), nc: len(c.Compute), exactBuckets: bucketExact, exactLimit: clusterExactLimit, pass: clusterPass}
 	cm.node = make([]int32, 0, c.Ranks())
 	for k, n := range c.Compute {
 		for range max(n.Ranks, 1) {

@@ -31,7 +31,9 @@ func singleModel(p *profiler.Profile, r Resources, cut bool) *cmodel {
 	c := SingleNode(r)
 	n := len(p.Samples)
 	pl := &Placement{Rank: make([]int32, n), Sets: [][]int16{{0}}, Set: make([]int32, n)}
-	return indexModel(p, &c, pl, cut)
+	cm := indexModel(p, &c, pl, cut)
+	cm.pass = singlePass
+	return cm
 }
 
 // singlePlan is a plan of singleModel as a single-node plan.
