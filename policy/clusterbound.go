@@ -382,7 +382,7 @@ func (cm *cmodel) solveLP(bk *buckets) (*buckets, *lpSolution) {
 		return bk, &lpSolution{cuts: []*lpCut{cut}, lam: []float64{1}}
 	}
 	if bk.n == len(cm.m.p.Samples) {
-		s.run(bk, lpTol)
+		s.run(bk, cm.pass.lpTol)
 		return bk, s.sol
 	}
 	s.run(bk, lpTolBucketed)
@@ -430,13 +430,33 @@ func (s *lpSearch) loads() [][]float64 {
 // start evaluates uniform weights and starts the master from that plan,
 // with every resource it loads to half its largest load or more as rows
 // (the most loaded maxRows of them).
+//
+// With strict rules (the single-node planner's search) it evaluates every
+// resource's unit weights first, then uniform weights, and starts with
+// every resource as a row.
 func (s *lpSearch) start(bk *buckets) {
 	cm := s.cm
+	if cm.pass.strict && cm.nres <= maxRows {
+		for r := range cm.nres {
+			e := make([]float64, cm.nres)
+			e[r] = 1
+			s.eval(bk, e)
+		}
+	}
 	w0 := make([]float64, cm.nres)
 	for r := range w0 {
 		w0[r] = 1 / float64(cm.nres)
 	}
 	first := s.eval(bk, w0)
+	if cm.pass.strict && cm.nres <= maxRows {
+		s.active = make([]bool, cm.nres)
+		for r := range cm.nres {
+			s.rows, s.active[r] = append(s.rows, int32(r)), true
+		}
+		s.ms = &lp.Master{}
+		s.ms.SetRows(s.rows, s.loads())
+		return
+	}
 	order := make([]int32, cm.nres)
 	for r := range order {
 		order[r] = int32(r)
@@ -472,7 +492,19 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 	}
 	ms := s.ms
 	mixed := make([]float64, cm.nres)
-	for ; sol.iters < lpIters; sol.iters++ {
+	plain := s.plain(bk)
+	for ; plain && sol.iters < lpIters; sol.iters++ {
+		// The single-node planner's step: the model's maximiser by
+		// nested golden-section search (maximiseModel), whose points,
+		// to the last bit, its plans depend on.
+		w, ub := maximiseModel(s.loads())
+		sol.upper = min(sol.upper, ub)
+		if sol.upper-sol.lower <= tol*sol.upper || sol.upper <= 0 {
+			break
+		}
+		s.eval(bk, w)
+	}
+	for ; !plain && sol.iters < lpIters; sol.iters++ {
 		ms.Solve()
 		if ms.Broken() {
 			break
@@ -512,6 +544,11 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 			break
 		}
 		wm := ms.Weights(cm.nres)
+		if cm.pass.strict {
+			// Kelley's plain step: the master's point.
+			ms.AddCol(s.eval(bk, wm).v)
+			continue
+		}
 		wq := make([]float64, cm.nres)
 		for r := range wq {
 			wq[r] = 0.5*sol.w[r] + 0.5*wm[r]
@@ -528,9 +565,71 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 			ms.SetRows(s.rows, s.loads())
 		}
 	}
-	if len(sol.cuts) == 0 { // only if every iteration added rows
-		sol.cuts, sol.lam, sol.upper = s.cuts[:1], []float64{1}, lp.MaxOf(s.cuts[0].v)
+	if len(sol.cuts) == 0 { // plain steps, or every iteration added rows
+		sol.cuts, sol.lam = s.cuts[:1], []float64{1}
+		if !plain {
+			sol.upper = lp.MaxOf(s.cuts[0].v)
+		}
 	}
+}
+
+// plain reports whether the search takes the single-node planner's
+// steps: strict rules, one bucket per sample and the three resources of
+// one node (link, storage CPU, compute CPU), whose weights are a point of
+// the 2-simplex.
+func (s *lpSearch) plain(bk *buckets) bool {
+	return s.cm.pass.strict && s.cm.nres == 3 && bk.n == len(s.cm.m.p.Samples)
+}
+
+// maximiseModel maximises the cutting-plane model min over cuts of w.v
+// over the 2-simplex: outer golden-section search over w0, inner over w1
+// (the inner maximum of a concave function is concave in w0), exact to
+// ~1e-12 in w, which is ample as the model is concave and piecewise
+// linear. It returns the point and the model's value there, an upper
+// bound on the LP's optimum.
+func maximiseModel(cuts [][]float64) ([]float64, float64) {
+	at := func(w [3]float64) float64 {
+		v := math.Inf(1)
+		for _, c := range cuts {
+			v = min(v, w[0]*c[0]+w[1]*c[1]+w[2]*c[2])
+		}
+		return v
+	}
+	inner := func(w0 float64) (float64, float64) {
+		return goldenMax(func(w1 float64) float64 {
+			return at([3]float64{w0, w1, max(0, 1-w0-w1)})
+		}, 0, 1-w0)
+	}
+	w0, v := goldenMax(func(w0 float64) float64 { _, v := inner(w0); return v }, 0, 1)
+	w1, _ := inner(w0)
+	return []float64{w0, w1, max(0, 1-w0-w1)}, v
+}
+
+// goldenMax maximises a concave f on [lo, hi] by golden-section search.
+func goldenMax(f func(float64) float64, lo, hi float64) (float64, float64) {
+	const phi = 0.6180339887498949
+	a, b := lo, hi
+	x1, x2 := b-phi*(b-a), a+phi*(b-a)
+	f1, f2 := f(x1), f(x2)
+	for range 64 {
+		if f1 < f2 {
+			a, x1, f1 = x1, x2, f2
+			x2 = a + phi*(b-a)
+			f2 = f(x2)
+		} else {
+			b, x2, f2 = x2, x1, f1
+			x1 = b - phi*(b-a)
+			f1 = f(x1)
+		}
+	}
+	// The endpoints matter when the maximum sits on the boundary.
+	best, fb := x1, f1
+	for _, x := range []float64{x2, lo, hi} {
+		if fx := f(x); fx > fb {
+			best, fb = x, fx
+		}
+	}
+	return best, fb
 }
 
 // remap carries the master's basic plans and the best fractional plan's

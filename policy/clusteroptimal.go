@@ -23,12 +23,19 @@ type passRules struct {
 	// the epoch (every resource ends below the epoch before it), over
 	// every proposal. Otherwise each round steps towards the bound (tau,
 	// see improve), which a cluster's many near-equal resources need.
+	//
+	// With strict rules the bound's search (lpSearch) is the single-node
+	// planner's too: plain Kelley steps from every resource's unit
+	// weights, to lpTol.
 	strict bool
+	// lpTol is the relative gap at which the bound's search stops with
+	// one bucket per sample.
+	lpTol float64
 }
 
 var (
-	clusterPass = passRules{rounds: 6, tol: 1e-4, minGain: 1e-4}
-	singlePass  = passRules{rounds: 16, tol: 1e-6, strict: true}
+	clusterPass = passRules{rounds: 6, tol: 1e-4, minGain: 1e-4, lpTol: lpTol}
+	singlePass  = passRules{rounds: 16, tol: 1e-6, strict: true, lpTol: 1e-6}
 )
 
 // maxRefused ends a (cluster) round after this many proposals in a row
