@@ -430,33 +430,13 @@ func (s *lpSearch) loads() [][]float64 {
 // start evaluates uniform weights and starts the master from that plan,
 // with every resource it loads to half its largest load or more as rows
 // (the most loaded maxRows of them).
-//
-// With strict rules (the single-node planner's search) it evaluates every
-// resource's unit weights first, then uniform weights, and starts with
-// every resource as a row.
 func (s *lpSearch) start(bk *buckets) {
 	cm := s.cm
-	if cm.pass.strict && cm.nres <= maxRows {
-		for r := range cm.nres {
-			e := make([]float64, cm.nres)
-			e[r] = 1
-			s.eval(bk, e)
-		}
-	}
 	w0 := make([]float64, cm.nres)
 	for r := range w0 {
 		w0[r] = 1 / float64(cm.nres)
 	}
 	first := s.eval(bk, w0)
-	if cm.pass.strict && cm.nres <= maxRows {
-		s.active = make([]bool, cm.nres)
-		for r := range cm.nres {
-			s.rows, s.active[r] = append(s.rows, int32(r)), true
-		}
-		s.ms = &lp.Master{}
-		s.ms.SetRows(s.rows, s.loads())
-		return
-	}
 	order := make([]int32, cm.nres)
 	for r := range order {
 		order[r] = int32(r)
@@ -478,7 +458,14 @@ func (s *lpSearch) start(bk *buckets) {
 // iterations in all. The first run starts from uniform weights; a later
 // one (on refined buckets) from the best weights so far, whose value it
 // recomputes.
+//
+// The single-node planner's search (plainDims) is Kelley's plain method
+// instead (runPlain).
 func (s *lpSearch) run(bk *buckets, tol float64) {
+	if dims, ok := s.plainDims(bk); ok {
+		s.runPlain(bk, dims, tol)
+		return
+	}
 	cm, sol := s.cm, s.sol
 	if s.ms == nil {
 		s.start(bk)
@@ -492,19 +479,7 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 	}
 	ms := s.ms
 	mixed := make([]float64, cm.nres)
-	plain := s.plain(bk)
-	for ; plain && sol.iters < lpIters; sol.iters++ {
-		// The single-node planner's step: the model's maximiser by
-		// nested golden-section search (maximiseModel), whose points,
-		// to the last bit, its plans depend on.
-		w, ub := maximiseModel(s.loads())
-		sol.upper = min(sol.upper, ub)
-		if sol.upper-sol.lower <= tol*sol.upper || sol.upper <= 0 {
-			break
-		}
-		s.eval(bk, w)
-	}
-	for ; !plain && sol.iters < lpIters; sol.iters++ {
+	for ; sol.iters < lpIters; sol.iters++ {
 		ms.Solve()
 		if ms.Broken() {
 			break
@@ -544,11 +519,6 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 			break
 		}
 		wm := ms.Weights(cm.nres)
-		if cm.pass.strict {
-			// Kelley's plain step: the master's point.
-			ms.AddCol(s.eval(bk, wm).v)
-			continue
-		}
 		wq := make([]float64, cm.nres)
 		for r := range wq {
 			wq[r] = 0.5*sol.w[r] + 0.5*wm[r]
@@ -565,20 +535,69 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 			ms.SetRows(s.rows, s.loads())
 		}
 	}
-	if len(sol.cuts) == 0 { // plain steps, or every iteration added rows
-		sol.cuts, sol.lam = s.cuts[:1], []float64{1}
-		if !plain {
-			sol.upper = lp.MaxOf(s.cuts[0].v)
-		}
+	if len(sol.cuts) == 0 { // only if every iteration added rows
+		sol.cuts, sol.lam, sol.upper = s.cuts[:1], []float64{1}, lp.MaxOf(s.cuts[0].v)
 	}
 }
 
-// plain reports whether the search takes the single-node planner's
-// steps: strict rules, one bucket per sample and the three resources of
-// one node (link, storage CPU, compute CPU), whose weights are a point of
-// the 2-simplex.
-func (s *lpSearch) plain(bk *buckets) bool {
-	return s.cm.pass.strict && s.cm.nres == 3 && bk.n == len(s.cm.m.p.Samples)
+// plainDims returns, where the search is the single-node planner's
+// (strict rules, one storage and one compute node whose resources are at
+// most its egress, the link, and the two CPUs, one bucket per sample),
+// those three resources' ids (-1: unlimited), the dimensions of its
+// weights, a point of the 2-simplex.
+func (s *lpSearch) plainDims(bk *buckets) ([3]int32, bool) {
+	cm := s.cm
+	if !cm.pass.strict || cm.ns != 1 || cm.nc != 1 || bk.n != len(cm.m.p.Samples) {
+		return [3]int32{}, false
+	}
+	dims := [3]int32{cm.sEgr[0], cm.sCPU[0], cm.cCPU[0]}
+	n := 0
+	for _, id := range dims {
+		if id >= 0 {
+			n++
+		}
+	}
+	return dims, n > 0 && n == cm.nres
+}
+
+// runPlain is the single-node planner's search, on which its plans
+// depend to the last bit: Kelley's cutting planes in the three
+// dimensions dims (an unlimited resource's weight prices nothing), from
+// each dimension's unit weights and uniform weights, each next point the
+// model's maximiser by nested golden-section search (maximiseModel),
+// until the model's maximum and the best dual value meet within tol, or
+// lpIters iterations. It keeps no fractional plan but the first cut.
+func (s *lpSearch) runPlain(bk *buckets, dims [3]int32, tol float64) {
+	sol := s.sol
+	var cuts [][3]float64
+	eval := func(w3 [3]float64) {
+		w := make([]float64, s.cm.nres)
+		for d, id := range dims {
+			if id >= 0 {
+				w[id] = w3[d]
+			}
+		}
+		c := s.eval(bk, w)
+		var v [3]float64
+		for d, id := range dims {
+			if id >= 0 {
+				v[d] = c.v[id]
+			}
+		}
+		cuts = append(cuts, v)
+	}
+	for _, w := range [][3]float64{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}, {1.0 / 3, 1.0 / 3, 1.0 / 3}} {
+		eval(w)
+	}
+	for ; sol.iters < lpIters; sol.iters++ {
+		w, ub := maximiseModel(cuts)
+		sol.upper = min(sol.upper, ub)
+		if sol.upper-sol.lower <= tol*sol.upper || sol.upper <= 0 {
+			break
+		}
+		eval(w)
+	}
+	sol.cuts, sol.lam = s.cuts[:1], []float64{1}
 }
 
 // maximiseModel maximises the cutting-plane model min over cuts of w.v
@@ -587,7 +606,7 @@ func (s *lpSearch) plain(bk *buckets) bool {
 // ~1e-12 in w, which is ample as the model is concave and piecewise
 // linear. It returns the point and the model's value there, an upper
 // bound on the LP's optimum.
-func maximiseModel(cuts [][]float64) ([]float64, float64) {
+func maximiseModel(cuts [][3]float64) ([3]float64, float64) {
 	at := func(w [3]float64) float64 {
 		v := math.Inf(1)
 		for _, c := range cuts {
@@ -602,7 +621,7 @@ func maximiseModel(cuts [][]float64) ([]float64, float64) {
 	}
 	w0, v := goldenMax(func(w0 float64) float64 { _, v := inner(w0); return v }, 0, 1)
 	w1, _ := inner(w0)
-	return []float64{w0, w1, max(0, 1-w0-w1)}, v
+	return [3]float64{w0, w1, max(0, 1-w0-w1)}, v
 }
 
 // goldenMax maximises a concave f on [lo, hi] by golden-section search.
