@@ -382,7 +382,7 @@ func (cm *cmodel) solveLP(bk *buckets) (*buckets, *lpSolution) {
 		return bk, &lpSolution{cuts: []*lpCut{cut}, lam: []float64{1}}
 	}
 	if bk.n == len(cm.m.p.Samples) {
-		s.run(bk, cm.pass.lpTol)
+		s.run(bk, lpTol)
 		return bk, s.sol
 	}
 	s.run(bk, lpTolBucketed)
@@ -458,14 +458,7 @@ func (s *lpSearch) start(bk *buckets) {
 // iterations in all. The first run starts from uniform weights; a later
 // one (on refined buckets) from the best weights so far, whose value it
 // recomputes.
-//
-// The single-node planner's search (plainDims) is Kelley's plain method
-// instead (runPlain).
 func (s *lpSearch) run(bk *buckets, tol float64) {
-	if dims, ok := s.plainDims(bk); ok {
-		s.runPlain(bk, dims, tol)
-		return
-	}
 	cm, sol := s.cm, s.sol
 	if s.ms == nil {
 		s.start(bk)
@@ -540,14 +533,23 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 	}
 }
 
+// solve is the bound's dual search: solveLP on the model's buckets, or,
+// for the single-node planner (plainDims), solvePlain, without buckets
+// (nil).
+func (cm *cmodel) solve() (*buckets, *lpSolution) {
+	if dims, ok := cm.plainDims(); ok {
+		return nil, cm.solvePlain(dims)
+	}
+	return cm.solveLP(cm.bucket())
+}
+
 // plainDims returns, where the search is the single-node planner's
 // (strict rules, one storage and one compute node whose resources are at
-// most its egress, the link, and the two CPUs, one bucket per sample),
-// those three resources' ids (-1: unlimited), the dimensions of its
-// weights, a point of the 2-simplex.
-func (s *lpSearch) plainDims(bk *buckets) ([3]int32, bool) {
-	cm := s.cm
-	if !cm.pass.strict || cm.ns != 1 || cm.nc != 1 || bk.n != len(cm.m.p.Samples) {
+// most its egress, the link, and the two CPUs), those three resources'
+// ids (-1: unlimited), the dimensions of its weights, a point of the
+// 2-simplex.
+func (cm *cmodel) plainDims() ([3]int32, bool) {
+	if !cm.pass.strict || cm.ns != 1 || cm.nc != 1 {
 		return [3]int32{}, false
 	}
 	dims := [3]int32{cm.sEgr[0], cm.sCPU[0], cm.cCPU[0]}
@@ -560,28 +562,36 @@ func (s *lpSearch) plainDims(bk *buckets) ([3]int32, bool) {
 	return dims, n > 0 && n == cm.nres
 }
 
-// runPlain is the single-node planner's search, on which its plans
+// solvePlain is the single-node planner's search, on which its plans
 // depend to the last bit: Kelley's cutting planes in the three
-// dimensions dims (an unlimited resource's weight prices nothing), from
-// each dimension's unit weights and uniform weights, each next point the
-// model's maximiser by nested golden-section search (maximiseModel),
-// until the model's maximum and the best dual value meet within tol, or
-// lpIters iterations. It keeps no fractional plan but the first cut.
-func (s *lpSearch) runPlain(bk *buckets, dims [3]int32, tol float64) {
-	sol := s.sol
+// dimensions dims (an unlimited resource's weight prices nothing), every
+// sample priced on its own (lagrangian), from each dimension's unit
+// weights and uniform weights, each next point the model's maximiser by
+// nested golden-section search (maximiseModel), until the model's maximum
+// and the best dual value meet within the rules' lpTol, or lpIters
+// iterations. It keeps no fractional plan.
+func (cm *cmodel) solvePlain(dims [3]int32) *lpSolution {
+	sol := &lpSolution{lower: math.Inf(-1), upper: math.Inf(1)}
+	n := len(cm.m.p.Samples)
+	rep, opt := make([]int16, n), make([]uint8, n)
+	l := make([]float64, cm.nres)
 	var cuts [][3]float64
 	eval := func(w3 [3]float64) {
-		w := make([]float64, s.cm.nres)
+		w := make([]float64, cm.nres)
 		for d, id := range dims {
 			if id >= 0 {
 				w[id] = w3[d]
 			}
 		}
-		c := s.eval(bk, w)
+		pr := cm.pricesAt(w)
+		if g := cm.lagrangian(&pr, rep, opt); g > sol.lower {
+			sol.lower, sol.w = g, w
+		}
+		cm.loads(cm.pairTotals(rep, opt), l)
 		var v [3]float64
 		for d, id := range dims {
 			if id >= 0 {
-				v[d] = c.v[id]
+				v[d] = l[id]
 			}
 		}
 		cuts = append(cuts, v)
@@ -592,12 +602,12 @@ func (s *lpSearch) runPlain(bk *buckets, dims [3]int32, tol float64) {
 	for ; sol.iters < lpIters; sol.iters++ {
 		w, ub := maximiseModel(cuts)
 		sol.upper = min(sol.upper, ub)
-		if sol.upper-sol.lower <= tol*sol.upper || sol.upper <= 0 {
+		if sol.upper-sol.lower <= cm.pass.lpTol*sol.upper || sol.upper <= 0 {
 			break
 		}
 		eval(w)
 	}
-	sol.cuts, sol.lam = s.cuts[:1], []float64{1}
+	return sol
 }
 
 // maximiseModel maximises the cutting-plane model min over cuts of w.v
@@ -822,9 +832,12 @@ func (cm *cmodel) boundResult(bk *buckets, sol *lpSolution, g float64) ClusterBo
 	res := ClusterBoundResult{
 		Seconds:    max(g, cm.gpuMax),
 		BucketLP:   max(sol.upper, cm.gpuMax),
-		Buckets:    bk.n,
+		Buckets:    len(cm.m.p.Samples),
 		Samples:    len(cm.m.p.Samples),
 		Iterations: sol.iters,
+	}
+	if bk != nil {
+		res.Buckets = bk.n
 	}
 	if cm.nres == 0 {
 		res.BucketLP = res.Seconds
@@ -882,7 +895,7 @@ func ClusterBound(p *profiler.Profile, c Cluster, pl *Placement) (ClusterBoundRe
 }
 
 func (cm *cmodel) bound() ClusterBoundResult {
-	bk, sol := cm.solveLP(cm.bucket())
+	bk, sol := cm.solve()
 	var g float64
 	if sol.w != nil {
 		pr := cm.pricesAt(sol.w)

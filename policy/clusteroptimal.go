@@ -24,17 +24,16 @@ type passRules struct {
 	// every proposal. Otherwise each round steps towards the bound (tau,
 	// see improve), which a cluster's many near-equal resources need.
 	//
-	// With strict rules the bound's search (lpSearch) is the single-node
-	// planner's too: plain Kelley steps from every resource's unit
-	// weights, to lpTol.
+	// With strict rules the bound's dual search is the single-node
+	// planner's too (solvePlain), to lpTol.
 	strict bool
-	// lpTol is the relative gap at which the bound's search stops with
-	// one bucket per sample.
+	// lpTol is the relative gap at which the single-node bound's search
+	// (solvePlain) stops.
 	lpTol float64
 }
 
 var (
-	clusterPass = passRules{rounds: 6, tol: 1e-4, minGain: 1e-4, lpTol: lpTol}
+	clusterPass = passRules{rounds: 6, tol: 1e-4, minGain: 1e-4}
 	singlePass  = passRules{rounds: 16, tol: 1e-6, strict: true, lpTol: 1e-6}
 )
 
@@ -47,7 +46,7 @@ const maxRefused = 4096
 // baseline that predicts better than the rounded plan is improved in its
 // turn (unless the instance was solved exactly), and the best plan kept.
 func (cm *cmodel) optimal(bases ...Plan) (Plan, ClusterBoundResult) {
-	bk, sol := cm.solveLP(cm.bucket())
+	bk, sol := cm.solve()
 	w := sol.w
 	if w == nil {
 		w = make([]float64, cm.nres)
