@@ -63,6 +63,8 @@ const (
 	// it keeps (older, unused ones are dropped beyond it).
 	maxRows = 512
 	maxCuts = 256
+	// plainIters caps the single-node planner's search (solvePlain).
+	plainIters = 200
 )
 
 // buckets are classes of samples that share a compute node, a replica
@@ -568,12 +570,13 @@ func (cm *cmodel) plainDims() ([3]int32, bool) {
 // sample priced on its own (lagrangian), from each dimension's unit
 // weights and uniform weights, each next point the model's maximiser by
 // nested golden-section search (maximiseModel), until the model's maximum
-// and the best dual value meet within the rules' lpTol, or lpIters
+// and the best dual value meet within the rules' lpTol, or plainIters
 // iterations. It keeps no fractional plan.
 func (cm *cmodel) solvePlain(dims [3]int32) *lpSolution {
 	sol := &lpSolution{lower: math.Inf(-1), upper: math.Inf(1)}
 	n := len(cm.m.p.Samples)
 	rep, opt := make([]int16, n), make([]uint8, n)
+	pt := make([]ptot, cm.ns*cm.nc)
 	l := make([]float64, cm.nres)
 	var cuts [][3]float64
 	eval := func(w3 [3]float64) {
@@ -584,10 +587,10 @@ func (cm *cmodel) solvePlain(dims [3]int32) *lpSolution {
 			}
 		}
 		pr := cm.pricesAt(w)
-		if g := cm.lagrangian(&pr, rep, opt); g > sol.lower {
+		if g := cm.lagrangian(&pr, rep, opt, pt); g > sol.lower {
 			sol.lower, sol.w = g, w
 		}
-		cm.loads(cm.pairTotals(rep, opt), l)
+		cm.loads(pt, l)
 		var v [3]float64
 		for d, id := range dims {
 			if id >= 0 {
@@ -599,7 +602,7 @@ func (cm *cmodel) solvePlain(dims [3]int32) *lpSolution {
 	for _, w := range [][3]float64{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}, {1.0 / 3, 1.0 / 3, 1.0 / 3}} {
 		eval(w)
 	}
-	for ; sol.iters < lpIters; sol.iters++ {
+	for ; sol.iters < plainIters; sol.iters++ {
 		w, ub := maximiseModel(cuts)
 		sol.upper = min(sol.upper, ub)
 		if sol.upper-sol.lower <= cm.pass.lpTol*sol.upper || sol.upper <= 0 {
@@ -792,35 +795,42 @@ func dot(a, b []float64) float64 {
 
 // lagrangian is the exact Lagrangian dual value at prices pr: every sample
 // at its cheapest (replica, option). It is a lower bound on the LP
-// relaxation of the per-sample problem, whatever the weights. Where rep
-// and opt are non-nil they receive those columns (exact ties go to the
-// smaller unweighted seconds, then the first).
-func (cm *cmodel) lagrangian(pr *prices, rep []int16, opt []uint8) float64 {
-	m, p, pl := cm.m, cm.m.p, cm.pl
+// relaxation of the per-sample problem, whatever the weights. Where pt is
+// non-nil, rep and opt receive those columns (exact ties go to the
+// smaller unweighted seconds, then the first) and pt their pair totals.
+func (cm *cmodel) lagrangian(pr *prices, rep []int16, opt []uint8, pt []ptot) float64 {
+	m, p, pl, nc := cm.m, cm.m.p, cm.pl, cm.nc
 	buf := make([]raw, m.nopt())
 	unit := cm.pricesAt(nil)
+	clear(pt)
 	var g float64
 	for i := range p.Samples {
 		m.options(&p.Samples[i], buf)
 		c := int(cm.node[pl.Rank[i]])
-		best, bestU := math.Inf(1), math.Inf(1)
+		best, bestU, bj, bo := math.Inf(1), math.Inf(1), int16(0), 0
 		for _, j := range pl.Sets[pl.Set[i]] {
-			a, be, gc := pr.alpha[int(j)*cm.nc+c], pr.beta[j], pr.gamma[c]
+			a, be, gc := pr.alpha[int(j)*nc+c], pr.beta[j], pr.gamma[c]
 			for o, q := range buf {
 				v := a*q[0] + be*q[1] + gc*q[2]
-				if v > best || rep == nil && v == best {
+				if v > best || pt == nil && v == best {
 					continue
 				}
-				u := unit.alpha[int(j)*cm.nc+c]*q[0] + unit.beta[j]*q[1] + unit.gamma[c]*q[2]
+				u := unit.alpha[int(j)*nc+c]*q[0] + unit.beta[j]*q[1] + unit.gamma[c]*q[2]
 				if v < best || u < bestU {
-					best, bestU = v, u
-					if rep != nil {
-						rep[i], opt[i] = j, uint8(o)
-					}
+					best, bestU, bj, bo = v, u, j, o
 				}
 			}
 		}
 		g += best
+		if pt != nil {
+			rep[i], opt[i] = bj, uint8(bo)
+			q := buf[bo]
+			t := &pt[int(bj)*nc+c]
+			t.b += q[0]
+			t.s += q[1]
+			t.p += q[2]
+			t.n++
+		}
 	}
 	return g
 }
@@ -899,7 +909,7 @@ func (cm *cmodel) bound() ClusterBoundResult {
 	var g float64
 	if sol.w != nil {
 		pr := cm.pricesAt(sol.w)
-		g = cm.lagrangian(&pr, nil, nil)
+		g = cm.lagrangian(&pr, nil, nil, nil)
 	}
 	return cm.boundResult(bk, sol, g)
 }

@@ -57,10 +57,9 @@ func (cm *cmodel) optimal(bases ...Plan) (Plan, ClusterBoundResult) {
 	var g float64
 	if cm.pass.strict {
 		n := len(cm.m.p.Samples)
-		rep, opt = make([]int16, n), make([]uint8, n)
+		rep, opt, pt = make([]int16, n), make([]uint8, n), make([]ptot, cm.ns*cm.nc)
 		pr := cm.pricesAt(w)
-		g = cm.lagrangian(&pr, rep, opt)
-		pt = cm.pairTotals(rep, opt)
+		g = cm.lagrangian(&pr, rep, opt, pt)
 	} else {
 		rep, opt, pt, g = cm.round(bk, cm.mix(bk, sol), w, cm.lpLoads(sol))
 	}
