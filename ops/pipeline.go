@@ -261,10 +261,26 @@ func checkedShape(op Op, in shape, lim Limits) (shape, error) {
 // Profiles record it (profiler.Profile.CropSplit), so the planners never
 // guess it from op names.
 func (p *Pipeline) CropSplit() (k int, ok bool) {
-	for j := range p.Len() {
-		switch p.Op(j).(type) {
-		case RandomResizedCrop, DecodeRandomResizedCrop, CenterCrop:
-			return j + 1, true
+	names := make([]string, p.Len())
+	for j := range names {
+		names[j] = p.Op(j).Name()
+	}
+	return CropSplitOf(names)
+}
+
+// cropOps are the ops a crop split follows.
+var cropOps = []Op{RandomResizedCrop{}, DecodeRandomResizedCrop{}, CenterCrop{}}
+
+// CropSplitOf is CropSplit of a pipeline whose ops have these names (as
+// Op.Name gives them, and a profile lists them): the split just after the
+// first crop op; ok is false when there is none. A planner reads the crop
+// split of a profile that predates profiler.Profile.CropSplit this way.
+func CropSplitOf(names []string) (k int, ok bool) {
+	for j, name := range names {
+		for _, op := range cropOps {
+			if name == op.Name() {
+				return j + 1, true
+			}
 		}
 	}
 	return 0, false

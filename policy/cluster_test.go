@@ -448,7 +448,7 @@ func TestClusterSingleNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		b := Bound(p, r)
-		if rel := math.Abs(cb.Seconds-b) / max(b, 1e-300); rel > boundTol {
+		if rel := math.Abs(cb.Seconds-b) / max(b, 1e-300); rel > 1e-6 {
 			t.Errorf("trial %d: cluster bound %v, Bound %v (relative %.2g)", trial, cb.Seconds, b, rel)
 		} else {
 			worstBound = max(worstBound, rel)

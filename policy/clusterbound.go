@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/sophon-dl/sophon/policy/internal/lp"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -62,6 +63,8 @@ const (
 	// it keeps (older, unused ones are dropped beyond it).
 	maxRows = 512
 	maxCuts = 256
+	// plainIters caps the single-node planner's search (solvePlain).
+	plainIters = 200
 )
 
 // buckets are classes of samples that share a compute node, a replica
@@ -163,6 +166,35 @@ func level(x float64, cuts []float64) int {
 	return l
 }
 
+// quantiles returns the levels per feature and the quantile cut points of
+// the two features bucket classifies by, from evenly spaced samples. The
+// second feature is the cut's shrink where the profile has cuts, else the
+// best split's; each gets as many levels as keep the buckets near
+// bucketTarget. buf is scratch of nopt options.
+func (cm *cmodel) quantiles(buf []raw) (lv int, szc, shc []float64) {
+	m, p, pl := cm.m, cm.m.p, cm.pl
+	n := len(p.Samples)
+	step := max(1, n/quantileSample)
+	var sz, sh []float64
+	pairs := map[int64]bool{}
+	for i := 0; i < n; i += step {
+		m.options(&p.Samples[i], buf)
+		size, shrink, cutr, sig := m.features(buf)
+		sz = append(sz, size)
+		if m.cut {
+			if sig&2 != 0 {
+				sh = append(sh, cutr)
+			}
+		} else {
+			sh = append(sh, shrink)
+		}
+		pairs[int64(cm.node[pl.Rank[i]])<<32|int64(cm.canon[pl.Set[i]])] = true
+	}
+	lv = int(math.Sqrt(float64(bucketTarget) / float64(len(pairs))))
+	lv = min(max(lv, 2), maxLevels)
+	return lv, levels(sz, lv), levels(sh, lv)
+}
+
 // bucket classifies every sample and sums its options per bucket.
 func (cm *cmodel) bucket() *buckets {
 	m, p, pl := cm.m, cm.m.p, cm.pl
@@ -196,29 +228,7 @@ func (cm *cmodel) bucket() *buckets {
 		bk.prune()
 		return bk
 	}
-	// Quantile cut points from evenly spaced samples. The second feature
-	// is the cut's shrink where the profile has cuts, else the best
-	// split's; each gets as many levels as keep the buckets near
-	// bucketTarget.
-	step := max(1, n/quantileSample)
-	var sz, sh []float64
-	pairs := map[int64]bool{}
-	for i := 0; i < n; i += step {
-		m.options(&p.Samples[i], buf)
-		size, shrink, cutr, sig := m.features(buf)
-		sz = append(sz, size)
-		if m.cut {
-			if sig&2 != 0 {
-				sh = append(sh, cutr)
-			}
-		} else {
-			sh = append(sh, shrink)
-		}
-		pairs[int64(cm.node[pl.Rank[i]])<<32|int64(cm.canon[pl.Set[i]])] = true
-	}
-	lv := int(math.Sqrt(float64(bucketTarget) / float64(len(pairs))))
-	lv = min(max(lv, 2), maxLevels)
-	szc, shc := levels(sz, lv), levels(sh, lv)
+	lv, szc, shc := cm.quantiles(buf)
 	classes := 4 * lv * lv
 	keys := cm.nc * len(pl.Sets) * classes
 	var dense []int32
@@ -396,7 +406,7 @@ type lpSearch struct {
 	cuts   []*lpCut
 	rows   []int32
 	active []bool
-	ms     *master
+	ms     *lp.Master
 	sol    *lpSolution
 }
 
@@ -419,6 +429,33 @@ func (s *lpSearch) loads() [][]float64 {
 	return v
 }
 
+// start evaluates uniform weights and starts the master from that plan,
+// with every resource it loads to half its largest load or more as rows
+// (the most loaded maxRows of them).
+func (s *lpSearch) start(bk *buckets) {
+	cm := s.cm
+	w0 := make([]float64, cm.nres)
+	for r := range w0 {
+		w0[r] = 1 / float64(cm.nres)
+	}
+	first := s.eval(bk, w0)
+	order := make([]int32, cm.nres)
+	for r := range order {
+		order[r] = int32(r)
+	}
+	slices.SortStableFunc(order, func(a, b int32) int { return cmpDesc(first.v[a], first.v[b]) })
+	top := first.v[order[0]]
+	s.active = make([]bool, cm.nres)
+	for _, r := range order {
+		if len(s.rows) > 0 && (first.v[r] < top/2 || len(s.rows) >= maxRows) {
+			break
+		}
+		s.rows, s.active[r] = append(s.rows, r), true
+	}
+	s.ms = &lp.Master{}
+	s.ms.SetRows(s.rows, s.loads())
+}
+
 // run iterates until the bucketed LP's bounds meet within tol, or lpIters
 // iterations in all. The first run starts from uniform weights; a later
 // one (on refined buckets) from the best weights so far, whose value it
@@ -426,44 +463,23 @@ func (s *lpSearch) loads() [][]float64 {
 func (s *lpSearch) run(bk *buckets, tol float64) {
 	cm, sol := s.cm, s.sol
 	if s.ms == nil {
-		w0 := make([]float64, cm.nres)
-		for r := range w0 {
-			w0[r] = 1 / float64(cm.nres)
-		}
-		first := s.eval(bk, w0)
-		// Initial rows: every resource the first plan loads to half its
-		// largest load or more (the most loaded maxRows of them).
-		order := make([]int32, cm.nres)
-		for r := range order {
-			order[r] = int32(r)
-		}
-		slices.SortStableFunc(order, func(a, b int32) int { return cmpDesc(first.v[a], first.v[b]) })
-		top := first.v[order[0]]
-		s.active = make([]bool, cm.nres)
-		for _, r := range order {
-			if len(s.rows) > 0 && (first.v[r] < top/2 || len(s.rows) >= maxRows) {
-				break
-			}
-			s.rows, s.active[r] = append(s.rows, r), true
-		}
-		s.ms = &master{}
-		s.ms.setRows(s.rows, s.loads())
+		s.start(bk)
 	} else {
 		// The old lower bound is the coarser buckets' (too high for
 		// these); the old plans are still plans of these buckets, with
 		// the same loads.
 		w := sol.w
 		sol.lower = math.Inf(-1)
-		s.ms.addCol(s.eval(bk, w).v)
+		s.ms.AddCol(s.eval(bk, w).v)
 	}
 	ms := s.ms
 	mixed := make([]float64, cm.nres)
 	for ; sol.iters < lpIters; sol.iters++ {
-		ms.solve()
-		if ms.broken {
+		ms.Solve()
+		if ms.Broken() {
 			break
 		}
-		lam := ms.lambdas()
+		lam := ms.Lambdas()
 		clear(mixed)
 		for k, l := range lam {
 			if l > 0 {
@@ -472,7 +488,7 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 				}
 			}
 		}
-		t := ms.value()
+		t := ms.Value()
 		// Row generation: a resource off the master that the master's
 		// mix overloads joins it.
 		added := false
@@ -482,10 +498,10 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 			}
 		}
 		if added {
-			ms.setRows(s.rows, s.loads())
+			ms.SetRows(s.rows, s.loads())
 			continue
 		}
-		if u := maxOf(mixed); u < sol.upper {
+		if u := lp.MaxOf(mixed); u < sol.upper {
 			sol.upper = u
 			sol.cuts, sol.lam = sol.cuts[:0], sol.lam[:0]
 			for k, l := range lam {
@@ -497,26 +513,155 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 		if sol.upper-sol.lower <= tol*sol.upper {
 			break
 		}
-		wm := ms.weights(cm.nres)
+		wm := ms.Weights(cm.nres)
 		wq := make([]float64, cm.nres)
 		for r := range wq {
 			wq[r] = 0.5*sol.w[r] + 0.5*wm[r]
 		}
 		c := s.eval(bk, wq)
-		ms.addCol(c.v)
+		ms.AddCol(c.v)
 		// Misprice: the smoothed point's plan does not cut off the
 		// master's point, so ask the master's point itself.
 		if dot(wm, c.v) >= t*(1-1e-12) {
-			ms.addCol(s.eval(bk, wm).v)
+			ms.AddCol(s.eval(bk, wm).v)
 		}
 		if len(s.cuts) > maxCuts {
 			s.cuts = cm.pruneCuts(ms, s.cuts)
-			ms.setRows(s.rows, s.loads())
+			ms.SetRows(s.rows, s.loads())
 		}
 	}
 	if len(sol.cuts) == 0 { // only if every iteration added rows
-		sol.cuts, sol.lam, sol.upper = s.cuts[:1], []float64{1}, maxOf(s.cuts[0].v)
+		sol.cuts, sol.lam, sol.upper = s.cuts[:1], []float64{1}, lp.MaxOf(s.cuts[0].v)
 	}
+}
+
+// solve is the bound's dual search: solveLP on the model's buckets, or,
+// for the single-node planner (plainDims), solvePlain, without buckets
+// (nil).
+func (cm *cmodel) solve() (*buckets, *lpSolution) {
+	if dims, ok := cm.plainDims(); ok {
+		return nil, cm.solvePlain(dims)
+	}
+	return cm.solveLP(cm.bucket())
+}
+
+// plainDims returns, where the search is the single-node planner's
+// (strict rules, one storage and one compute node whose resources are at
+// most its egress, the link, and the two CPUs), those three resources'
+// ids (-1: unlimited), the dimensions of its weights, a point of the
+// 2-simplex.
+func (cm *cmodel) plainDims() ([3]int32, bool) {
+	if !cm.pass.strict || cm.ns != 1 || cm.nc != 1 {
+		return [3]int32{}, false
+	}
+	dims := [3]int32{cm.sEgr[0], cm.sCPU[0], cm.cCPU[0]}
+	n := 0
+	for _, id := range dims {
+		if id >= 0 {
+			n++
+		}
+	}
+	return dims, n > 0 && n == cm.nres
+}
+
+// solvePlain is the single-node planner's search, on which its plans
+// depend to the last bit: Kelley's cutting planes in the three
+// dimensions dims (an unlimited resource's weight prices nothing), every
+// sample priced on its own (lagrangian), from each dimension's unit
+// weights and uniform weights, each next point the model's maximiser by
+// nested golden-section search (maximiseModel), until the model's maximum
+// and the best dual value meet within the rules' lpTol, or plainIters
+// iterations. It keeps no fractional plan.
+func (cm *cmodel) solvePlain(dims [3]int32) *lpSolution {
+	sol := &lpSolution{lower: math.Inf(-1), upper: math.Inf(1)}
+	n := len(cm.m.p.Samples)
+	rep, opt := make([]int16, n), make([]uint8, n)
+	pt := make([]ptot, cm.ns*cm.nc)
+	l := make([]float64, cm.nres)
+	var cuts [][3]float64
+	eval := func(w3 [3]float64) {
+		w := make([]float64, cm.nres)
+		for d, id := range dims {
+			if id >= 0 {
+				w[id] = w3[d]
+			}
+		}
+		pr := cm.pricesAt(w)
+		if g := cm.lagrangian(&pr, rep, opt, pt); g > sol.lower {
+			sol.lower, sol.w = g, w
+		}
+		cm.loads(pt, l)
+		var v [3]float64
+		for d, id := range dims {
+			if id >= 0 {
+				v[d] = l[id]
+			}
+		}
+		cuts = append(cuts, v)
+	}
+	for _, w := range [][3]float64{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}, {1.0 / 3, 1.0 / 3, 1.0 / 3}} {
+		eval(w)
+	}
+	for ; sol.iters < plainIters; sol.iters++ {
+		w, ub := maximiseModel(cuts)
+		sol.upper = min(sol.upper, ub)
+		if sol.upper-sol.lower <= cm.pass.lpTol*sol.upper || sol.upper <= 0 {
+			break
+		}
+		eval(w)
+	}
+	return sol
+}
+
+// maximiseModel maximises the cutting-plane model min over cuts of w.v
+// over the 2-simplex: outer golden-section search over w0, inner over w1
+// (the inner maximum of a concave function is concave in w0), exact to
+// ~1e-12 in w, which is ample as the model is concave and piecewise
+// linear. It returns the point and the model's value there, an upper
+// bound on the LP's optimum.
+func maximiseModel(cuts [][3]float64) ([3]float64, float64) {
+	at := func(w [3]float64) float64 {
+		v := math.Inf(1)
+		for _, c := range cuts {
+			v = min(v, w[0]*c[0]+w[1]*c[1]+w[2]*c[2])
+		}
+		return v
+	}
+	inner := func(w0 float64) (float64, float64) {
+		return goldenMax(func(w1 float64) float64 {
+			return at([3]float64{w0, w1, max(0, 1-w0-w1)})
+		}, 0, 1-w0)
+	}
+	w0, v := goldenMax(func(w0 float64) float64 { _, v := inner(w0); return v }, 0, 1)
+	w1, _ := inner(w0)
+	return [3]float64{w0, w1, max(0, 1-w0-w1)}, v
+}
+
+// goldenMax maximises a concave f on [lo, hi] by golden-section search.
+func goldenMax(f func(float64) float64, lo, hi float64) (float64, float64) {
+	const phi = 0.6180339887498949
+	a, b := lo, hi
+	x1, x2 := b-phi*(b-a), a+phi*(b-a)
+	f1, f2 := f(x1), f(x2)
+	for range 64 {
+		if f1 < f2 {
+			a, x1, f1 = x1, x2, f2
+			x2 = a + phi*(b-a)
+			f2 = f(x2)
+		} else {
+			b, x2, f2 = x2, x1, f1
+			x1 = b - phi*(b-a)
+			f1 = f(x1)
+		}
+	}
+	// The endpoints matter when the maximum sits on the boundary.
+	best, fb := x1, f1
+	for _, x := range []float64{x2, lo, hi} {
+		if fx := f(x); fx > fb {
+			best, fb = x, fx
+		}
+	}
+	return best, fb
 }
 
 // remap carries the master's basic plans and the best fractional plan's
@@ -524,13 +669,13 @@ func (s *lpSearch) run(bk *buckets, tol float64) {
 // its parent's column, so the plans and their loads are unchanged.
 func (s *lpSearch) remap(parent []int32) {
 	var keep []*lpCut
-	for _, id := range s.ms.basis {
+	for _, id := range s.ms.Basis() {
 		if id >= 0 {
 			keep = append(keep, s.cuts[id])
 		}
 	}
 	s.cuts = keep
-	s.ms.setRows(s.rows, s.loads())
+	s.ms.SetRows(s.rows, s.loads())
 	done := map[*lpCut]bool{}
 	for _, c := range append(slices.Clip(s.cuts), s.sol.cuts...) {
 		if done[c] {
@@ -610,9 +755,9 @@ func (cm *cmodel) refine(bk *buckets, w []float64) (*buckets, []int32, float64) 
 
 // pruneCuts keeps the master's basic plans and the most recent ones, half
 // of maxCuts in all.
-func (cm *cmodel) pruneCuts(ms *master, cuts []*lpCut) []*lpCut {
+func (cm *cmodel) pruneCuts(ms *lp.Master, cuts []*lpCut) []*lpCut {
 	keep := make([]bool, len(cuts))
-	for _, id := range ms.basis {
+	for _, id := range ms.Basis() {
 		if id >= 0 && id < len(cuts) {
 			keep[id] = true
 		}
@@ -650,24 +795,42 @@ func dot(a, b []float64) float64 {
 
 // lagrangian is the exact Lagrangian dual value at prices pr: every sample
 // at its cheapest (replica, option). It is a lower bound on the LP
-// relaxation of the per-sample problem, whatever the weights.
-func (cm *cmodel) lagrangian(pr *prices) float64 {
-	m, p, pl := cm.m, cm.m.p, cm.pl
+// relaxation of the per-sample problem, whatever the weights. Where pt is
+// non-nil, rep and opt receive those columns (exact ties go to the
+// smaller unweighted seconds, then the first) and pt their pair totals.
+func (cm *cmodel) lagrangian(pr *prices, rep []int16, opt []uint8, pt []ptot) float64 {
+	m, p, pl, nc := cm.m, cm.m.p, cm.pl, cm.nc
 	buf := make([]raw, m.nopt())
+	unit := cm.pricesAt(nil)
+	clear(pt)
 	var g float64
 	for i := range p.Samples {
 		m.options(&p.Samples[i], buf)
 		c := int(cm.node[pl.Rank[i]])
-		best := math.Inf(1)
+		best, bestU, bj, bo := math.Inf(1), math.Inf(1), int16(0), 0
 		for _, j := range pl.Sets[pl.Set[i]] {
-			a, be, gc := pr.alpha[int(j)*cm.nc+c], pr.beta[j], pr.gamma[c]
-			for _, q := range buf {
-				if v := a*q[0] + be*q[1] + gc*q[2]; v < best {
-					best = v
+			a, be, gc := pr.alpha[int(j)*nc+c], pr.beta[j], pr.gamma[c]
+			for o, q := range buf {
+				v := a*q[0] + be*q[1] + gc*q[2]
+				if v > best || pt == nil && v == best {
+					continue
+				}
+				u := unit.alpha[int(j)*nc+c]*q[0] + unit.beta[j]*q[1] + unit.gamma[c]*q[2]
+				if v < best || u < bestU {
+					best, bestU, bj, bo = v, u, j, o
 				}
 			}
 		}
 		g += best
+		if pt != nil {
+			rep[i], opt[i] = bj, uint8(bo)
+			q := buf[bo]
+			t := &pt[int(bj)*nc+c]
+			t.b += q[0]
+			t.s += q[1]
+			t.p += q[2]
+			t.n++
+		}
 	}
 	return g
 }
@@ -679,9 +842,12 @@ func (cm *cmodel) boundResult(bk *buckets, sol *lpSolution, g float64) ClusterBo
 	res := ClusterBoundResult{
 		Seconds:    max(g, cm.gpuMax),
 		BucketLP:   max(sol.upper, cm.gpuMax),
-		Buckets:    bk.n,
+		Buckets:    len(cm.m.p.Samples),
 		Samples:    len(cm.m.p.Samples),
 		Iterations: sol.iters,
+	}
+	if bk != nil {
+		res.Buckets = bk.n
 	}
 	if cm.nres == 0 {
 		res.BucketLP = res.Seconds
@@ -739,11 +905,11 @@ func ClusterBound(p *profiler.Profile, c Cluster, pl *Placement) (ClusterBoundRe
 }
 
 func (cm *cmodel) bound() ClusterBoundResult {
-	bk, sol := cm.solveLP(cm.bucket())
+	bk, sol := cm.solve()
 	var g float64
 	if sol.w != nil {
 		pr := cm.pricesAt(sol.w)
-		g = cm.lagrangian(&pr)
+		g = cm.lagrangian(&pr, nil, nil, nil)
 	}
 	return cm.boundResult(bk, sol, g)
 }

@@ -64,9 +64,22 @@ func ExplainCluster(w io.Writer, p *profiler.Profile, c Cluster, pl *Placement, 
 		b.Seconds, b.BucketLP, b.Buckets, b.Samples, b.Iterations)
 	fmt.Fprintf(w, "binding resources (dual weights): %s\n", strings.Join(binding, ", "))
 
+	return writeLoads(w, c, shown)
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+// writeLoads writes plan shown's load on every node, capped link and the
+// uplink of cluster c.
+func writeLoads(w io.Writer, c Cluster, shown *Plan) error {
 	pr := shown.Cluster
 	fmt.Fprintf(w, "\n%s plan: epoch %.3f s, bottleneck %s\n", shown.Policy, pr.Seconds, pr.Bottleneck)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "storage\tsamples\tMB\tCPU s\tCPU time s\tegress s\t\n")
 	for j, s := range pr.Storage {
 		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.3f\t%.3f\t\n", c.Storage[j].Name, s.Samples, s.Bytes/1e6, s.CPUSeconds, s.CPUTime, s.EgressTime)
@@ -98,11 +111,4 @@ func ExplainCluster(w io.Writer, p *profiler.Profile, c Cluster, pl *Placement, 
 		fmt.Fprintf(w, "\nshared uplink: %.1f MB, %.3f s\n", pr.Bytes/1e6, pr.UplinkTime)
 	}
 	return nil
-}
-
-func ratio(a, b float64) float64 {
-	if b <= 0 {
-		return 0
-	}
-	return a / b
 }

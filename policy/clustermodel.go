@@ -141,6 +141,12 @@ type cmodel struct {
 	// exactBuckets is the largest profile bucketed one sample a bucket
 	// (bucketExact; tests change it).
 	exactBuckets int
+	// exactLimit is the most joint assignments exact enumerates
+	// (clusterExactLimit; tests change it).
+	exactLimit int
+	// pass is the improvement pass's rules: clusterPass, or singlePass for
+	// the single-node policies.
+	pass passRules
 }
 
 // newCModel validates everything and indexes it. With cut, the model
@@ -164,7 +170,13 @@ func newCModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) (*cmode
 	if err := pl.check(c, len(p.Samples)); err != nil {
 		return nil, err
 	}
-	cm := &cmodel{m: newModel(p, Resources{StorageSpeed: c.StorageSpeed, StorageNSPerByte: c.StorageNSPerByte}, cut), c: c, pl: pl, ns: len(c.Storage), nc: len(c.Compute), exactBuckets: bucketExact}
+	return indexModel(p, c, pl, cut), nil
+}
+
+// indexModel indexes a profile, a cluster and a placement that are valid
+// together (newCModel checks that).
+func indexModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) *cmodel {
+	cm := &cmodel{m: newModel(p, c.StorageSpeed, c.StorageNSPerByte, cut), c: c, pl: pl, ns: len(c.Storage), nc: len(c.Compute), exactBuckets: bucketExact, exactLimit: clusterExactLimit, pass: clusterPass}
 	cm.node = make([]int32, 0, c.Ranks())
 	for k, n := range c.Compute {
 		for range max(n.Ranks, 1) {
@@ -175,15 +187,18 @@ func newCModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) (*cmode
 	cm.sCPU, cm.sEgr, cm.sCPUs, cm.sEgrs = make([]int32, ns), make([]int32, ns), make([]float64, ns), make([]float64, ns)
 	cm.cIng, cm.cCPU, cm.cIngs, cm.cCPUs = make([]int32, nc), make([]int32, nc), make([]float64, nc), make([]float64, nc)
 	cm.link, cm.links, cm.linkOf = make([]int32, ns*nc), make([]float64, ns*nc), make([]int32, ns*nc)
-	add := func(limit float64, r ClusterResource) (int32, float64) {
+	// add gives a resource with a limit an id; per is its seconds per
+	// unit: 1/limit for bytes, the ns's share of a second over the cores
+	// for CPUs.
+	add := func(limit, per float64, r ClusterResource) (int32, float64) {
 		if limit <= 0 {
 			return -1, 0
 		}
 		cm.res = append(cm.res, r)
-		return int32(len(cm.res) - 1), 1 / limit
+		return int32(len(cm.res) - 1), per
 	}
 	for j, s := range c.Storage {
-		cm.sEgr[j], cm.sEgrs[j] = add(s.EgressBytesPerSec, ClusterResource{Kind: StorageEgress, Storage: s.Name})
+		cm.sEgr[j], cm.sEgrs[j] = add(s.EgressBytesPerSec, 1/s.EgressBytesPerSec, ClusterResource{Kind: StorageEgress, Storage: s.Name})
 	}
 	for i := range cm.link {
 		cm.link[i], cm.linkOf[i] = -1, -1
@@ -198,17 +213,17 @@ func newCModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) (*cmode
 	for li, l := range c.Links {
 		pi := sIdx[l.Storage]*nc + cIdx[l.Compute]
 		cm.linkOf[pi] = int32(li)
-		cm.link[pi], cm.links[pi] = add(l.BytesPerSec, ClusterResource{Kind: Link, Storage: l.Storage, Compute: l.Compute})
+		cm.link[pi], cm.links[pi] = add(l.BytesPerSec, 1/l.BytesPerSec, ClusterResource{Kind: Link, Storage: l.Storage, Compute: l.Compute})
 	}
-	cm.up, cm.ups = add(c.SharedUplinkBytesPerSec, ClusterResource{Kind: SharedUplink})
+	cm.up, cm.ups = add(c.SharedUplinkBytesPerSec, 1/c.SharedUplinkBytesPerSec, ClusterResource{Kind: SharedUplink})
 	for k, n := range c.Compute {
-		cm.cIng[k], cm.cIngs[k] = add(n.IngressBytesPerSec, ClusterResource{Kind: ComputeIngress, Compute: n.Name})
+		cm.cIng[k], cm.cIngs[k] = add(n.IngressBytesPerSec, 1/n.IngressBytesPerSec, ClusterResource{Kind: ComputeIngress, Compute: n.Name})
 	}
 	for j, s := range c.Storage {
-		cm.sCPU[j], cm.sCPUs[j] = add(s.Cores*c.speed()*1e9, ClusterResource{Kind: StorageCPU, Storage: s.Name})
+		cm.sCPU[j], cm.sCPUs[j] = add(s.Cores, 1e-9/(c.Speed()*s.Cores), ClusterResource{Kind: StorageCPU, Storage: s.Name})
 	}
 	for k, n := range c.Compute {
-		cm.cCPU[k], cm.cCPUs[k] = add(n.Cores*1e9, ClusterResource{Kind: ComputeCPU, Compute: n.Name})
+		cm.cCPU[k], cm.cCPUs[k] = add(n.Cores, 1e-9/n.Cores, ClusterResource{Kind: ComputeCPU, Compute: n.Name})
 	}
 	cm.nres = len(cm.res)
 	// GPU seconds: each rank gets an equal share of its node's rate.
@@ -224,10 +239,17 @@ func newCModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) (*cmode
 		}
 	}
 	cm.gpuMax = slices.Max(cm.gpu)
-	cm.canon = make([]int32, len(pl.Sets))
+	cm.canon = canonSets(pl.Sets)
+	return cm
+}
+
+// canonSets maps each replica set to the first set with the same members,
+// in any order.
+func canonSets(sets [][]int16) []int32 {
+	canon := make([]int32, len(sets))
 	first := map[string]int32{}
 	var key []byte
-	for k, set := range pl.Sets {
+	for k, set := range sets {
 		sorted := slices.Sorted(slices.Values(set))
 		key = key[:0]
 		for _, j := range sorted {
@@ -238,9 +260,9 @@ func newCModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) (*cmode
 			f = int32(k)
 			first[string(key)] = f
 		}
-		cm.canon[k] = f
+		canon[k] = f
 	}
-	return cm, nil
+	return canon
 }
 
 // loads converts pair totals into every resource's seconds (len nres).
@@ -281,13 +303,18 @@ func (cm *cmodel) predict(pt []ptot) ClusterPrediction {
 		Compute: make([]ComputeLoad, cm.nc),
 		Links:   make([]LinkLoad, len(c.Links)),
 	}
+	// Each node's ns, from which its CPU time follows as it does in the
+	// planner's loads.
+	sns, cns := make([]float64, cm.ns), make([]float64, cm.nc)
 	for j := range cm.ns {
 		for k := range cm.nc {
 			t := pt[j*cm.nc+k]
+			sns[j] += t.s
+			cns[k] += t.p
 			s, n := &pr.Storage[j], &pr.Compute[k]
 			s.Samples += int(t.n)
 			s.Bytes += t.b
-			s.CPUSeconds += t.s * 1e-9 / c.speed()
+			s.CPUSeconds += t.s * 1e-9 / c.Speed()
 			n.Samples += int(t.n)
 			n.Bytes += t.b
 			n.CPUSeconds += t.p * 1e-9
@@ -300,14 +327,14 @@ func (cm *cmodel) predict(pt []ptot) ClusterPrediction {
 	for j := range pr.Storage {
 		s := &pr.Storage[j]
 		s.EgressTime = s.Bytes * cm.sEgrs[j]
-		s.CPUTime = s.CPUSeconds * c.speed() * 1e9 * cm.sCPUs[j]
+		s.CPUTime = sns[j] * cm.sCPUs[j]
 		pr.Bytes += s.Bytes
 		pr.StorageCPUSeconds += s.CPUSeconds
 	}
 	for k := range pr.Compute {
 		n := &pr.Compute[k]
 		n.IngressTime = n.Bytes * cm.cIngs[k]
-		n.CPUTime = n.CPUSeconds * 1e9 * cm.cCPUs[k]
+		n.CPUTime = cns[k] * cm.cCPUs[k]
 		n.GPUTime = cm.gpu[k]
 		pr.ComputeCPUSeconds += n.CPUSeconds
 	}
@@ -467,10 +494,22 @@ func ClusterPredict(p *profiler.Profile, c Cluster, pl *Placement, replica []int
 			return ClusterPrediction{}, clusterErr(ErrClusterPlan, fmt.Sprintf("replica[%d]", i), "storage node %d does not hold the sample (set %v)", j, pl.Sets[pl.Set[i]])
 		}
 	}
+	return cm.predictSplits(replica, split, compress), nil
+}
+
+// predictSplits is the prediction of serving sample i from replica[i] with
+// split[i] and compress[i], read as Predict reads them.
+func (cm *cmodel) predictSplits(replica []int16, split []int, compress []bool) ClusterPrediction {
+	return cm.predict(cm.pairTotals(replica, cm.opts(split, compress)))
+}
+
+// opts is the options of a plan's splits and compression, read as Predict
+// reads them.
+func (cm *cmodel) opts(split []int, compress []bool) []uint8 {
 	ch := cm.m.choices(split, compress)
-	opt := make([]uint8, n)
+	opt := make([]uint8, len(ch))
 	for i, o := range ch {
 		opt[i] = uint8(o)
 	}
-	return cm.predict(cm.pairTotals(replica, opt)), nil
+	return opt
 }

@@ -3,47 +3,91 @@ package policy
 import (
 	"math"
 	"slices"
+
+	"github.com/sophon-dl/sophon/policy/internal/lp"
 )
 
-// Cluster improvement pass.
-const (
-	// clusterImproveRounds caps the improvement rounds; a round that
-	// lowers the epoch by less than clusterMinGain (relative) ends the
-	// pass.
-	clusterImproveRounds = 6
-	clusterMinGain       = 1e-4
-	// clusterImproveTol: the pass stops within this relative distance of
-	// the bound.
-	clusterImproveTol = 1e-4
-	// maxRefused ends a round after this many proposals in a row could
-	// not be applied: the cheaper ones are spent and the rest are blocked.
-	maxRefused = 4096
+// passRules are the improvement pass's settings: the cluster planner's
+// (clusterPass) or the single-node one's (singlePass), which the model
+// carries (cmodel.pass).
+type passRules struct {
+	// rounds caps the rounds; the pass stops within tol (relative) of the
+	// bound, and after a round that lowers the epoch by less than minGain
+	// (relative; with strict, after a round that does not lower it).
+	rounds       int
+	tol, minGain float64
+	// strict is the single-node planner's pass, which the single-node
+	// goldens pin: the plan starts from every sample's cheapest column at
+	// the LP's weights (not the rounded LP plan), each round takes load
+	// off the bottleneck alone, and a move is made only where it lowers
+	// the epoch (every resource ends below the epoch before it), over
+	// every proposal. Otherwise each round steps towards the bound (tau,
+	// see improve), which a cluster's many near-equal resources need.
+	//
+	// With strict rules the bound's dual search is the single-node
+	// planner's too (solvePlain), to lpTol.
+	strict bool
+	// lpTol is the relative gap at which the single-node bound's search
+	// (solvePlain) stops.
+	lpTol float64
+}
+
+var (
+	clusterPass = passRules{rounds: 6, tol: 1e-4, minGain: 1e-4}
+	singlePass  = passRules{rounds: 16, tol: 1e-6, strict: true, lpTol: 1e-6}
 )
 
-// optimal is ClusterOptimal given the baselines' plans, with the bound.
+// maxRefused ends a (cluster) round after this many proposals in a row
+// could not be applied: the cheaper ones are spent and the rest are
+// blocked.
+const maxRefused = 4096
+
+// optimal is ClusterOptimal given the baselines' plans, with the bound. A
+// baseline that predicts better than the rounded plan is improved in its
+// turn (unless the instance was solved exactly), and the best plan kept.
 func (cm *cmodel) optimal(bases ...Plan) (Plan, ClusterBoundResult) {
-	bk, sol := cm.solveLP(cm.bucket())
-	mx := cm.mix(bk, sol)
+	bk, sol := cm.solve()
 	w := sol.w
 	if w == nil {
 		w = make([]float64, cm.nres)
 	}
-	rep, opt, pt, g := cm.round(bk, mx, w, cm.lpLoads(sol))
+	var rep []int16
+	var opt []uint8
+	var pt []ptot
+	var g float64
+	if cm.pass.strict {
+		n := len(cm.m.p.Samples)
+		rep, opt, pt = make([]int16, n), make([]uint8, n), make([]ptot, cm.ns*cm.nc)
+		pr := cm.pricesAt(w)
+		g = cm.lagrangian(&pr, rep, opt, pt)
+	} else {
+		rep, opt, pt, g = cm.round(bk, cm.mix(bk, sol), w, cm.lpLoads(sol))
+	}
 	b := cm.boundResult(bk, sol, g)
-	if r, o, ok := cm.exact(); ok {
+	r, o, exact := cm.exact()
+	if exact {
 		rep, opt = r, o
 	} else {
 		cm.improve(rep, opt, pt, w, b.Seconds)
 	}
 	best := cm.plan(NameOptimal, rep, opt)
 	for _, bp := range bases {
-		if bp.Pred.Seconds < best.Pred.Seconds {
-			best = bp
-			best.Policy = NameOptimal
-			best.Replica = slices.Clone(bp.Replica)
-			best.Split = slices.Clone(bp.Split)
-			best.Compress = slices.Clone(bp.Compress)
+		if bp.Pred.Seconds >= best.Pred.Seconds {
+			continue
 		}
+		next := bp
+		next.Policy = NameOptimal
+		next.Replica = slices.Clone(bp.Replica)
+		next.Split = slices.Clone(bp.Split)
+		next.Compress = slices.Clone(bp.Compress)
+		if !exact {
+			rep, opt := slices.Clone(bp.Replica), cm.opts(bp.Split, bp.Compress)
+			cm.improve(rep, opt, cm.pairTotals(rep, opt), w, b.Seconds)
+			if c := cm.plan(NameOptimal, rep, opt); c.Pred.Seconds < next.Pred.Seconds {
+				next = c
+			}
+		}
+		best = next
 	}
 	return best, b
 }
@@ -189,21 +233,25 @@ func (cm *cmodel) column(d *deltas, j, c int, q raw, sign float64) {
 	d.add(cm.cCPU[c], sign*q[2]*cm.cCPUs[c])
 }
 
-// improve lowers the plan's epoch by local moves, in place. Each round
-// sets a target tau a step below the current epoch T, towards the bound;
-// the resources above tau are "over". Every sample whose column loads an
-// over resource proposes its best alternative column: the one that most
-// cheaply (in w-priced seconds per second of over-load removed) reduces
-// the over resources' total. Proposals are applied cheapest first, each
-// only if it takes load off an over resource and no resource it adds load
-// to ends above tau, until no resource is over. A round that clears every
-// over resource doubles the step (up to half the distance to the bound);
-// one that lowers the epoch by less than clusterMinGain ends the pass.
+// improve lowers the plan's epoch by local moves, in place, under the
+// model's passRules. Each round sets a target tau a step below the current
+// epoch T, towards the bound; the resources above tau are "over". Every
+// sample whose column loads an over resource proposes its best alternative
+// column: the one that most cheaply (in w-priced seconds per second of
+// over-load removed) reduces the over resources' total. Proposals are
+// applied cheapest first, each only if it takes load off an over resource
+// and no resource it adds load to ends above tau, until no resource is
+// over. A round that clears every over resource doubles the step (up to
+// half the distance to the bound); one that lowers the epoch by less than
+// minGain ends the pass. With strict rules the one over resource is the
+// bottleneck (the first of equals), tau is the current epoch, falling with
+// every move made, and every proposal is tried.
 func (cm *cmodel) improve(rep []int16, opt []uint8, pt []ptot, w []float64, lb float64) {
 	if cm.nres == 0 {
 		return
 	}
-	m, p, pl := cm.m, cm.m.p, cm.pl
+	rules := cm.pass
+	m, p := cm.m, cm.m.p
 	nopt, nc := m.nopt(), cm.nc
 	L := make([]float64, cm.nres)
 	cm.loads(pt, L)
@@ -214,19 +262,23 @@ func (cm *cmodel) improve(rep []int16, opt []uint8, pt []ptot, w []float64, lb f
 	ind := make([]float64, cm.nres)
 	overPair := make([]bool, cm.ns*nc)
 	step := 0.125
-	for range clusterImproveRounds {
-		T := maxOf(L)
-		if T <= cm.gpuMax || T <= floor*(1+clusterImproveTol) {
+	for range rules.rounds {
+		T := lp.MaxOf(L)
+		if T <= cm.gpuMax || T <= floor*(1+rules.tol) {
 			return
 		}
 		tau := T - (T-floor)*step
 		over := 0
 		for r, x := range L {
 			ind[r] = 0
-			if x > tau {
+			if x > tau && !rules.strict {
 				ind[r] = 1
 				over++
 			}
+		}
+		if rules.strict {
+			tau, over = T, 1
+			ind[slices.Index(L, T)] = 1
 		}
 		po := cm.pricesAt(ind)
 		for j := range cm.ns {
@@ -234,41 +286,7 @@ func (cm *cmodel) improve(rep []int16, opt []uint8, pt []ptot, w []float64, lb f
 				overPair[j*nc+c] = po.alpha[j*nc+c] > 0 || po.beta[j] > 0 || po.gamma[c] > 0
 			}
 		}
-		moves = moves[:0]
-		for i := range p.Samples {
-			c := int(cm.node[pl.Rank[i]])
-			j0 := int(rep[i])
-			if !overPair[j0*nc+c] {
-				continue
-			}
-			m.options(&p.Samples[i], buf)
-			q0 := buf[opt[i]]
-			cur := po.alpha[j0*nc+c]*q0[0] + po.beta[j0]*q0[1] + po.gamma[c]*q0[2]
-			if cur <= 0 {
-				continue
-			}
-			curW := pw.alpha[j0*nc+c]*q0[0] + pw.beta[j0]*q0[1] + pw.gamma[c]*q0[2]
-			bk, bj, bo := math.Inf(1), int16(-1), 0
-			for _, j := range pl.Sets[pl.Set[i]] {
-				ao, bo2, go2 := po.alpha[int(j)*nc+c], po.beta[j], po.gamma[c]
-				aw, bw, gw := pw.alpha[int(j)*nc+c], pw.beta[j], pw.gamma[c]
-				for o, q := range buf {
-					if math.IsInf(q[0], 1) {
-						continue
-					}
-					gain := cur - (ao*q[0] + bo2*q[1] + go2*q[2])
-					if gain <= cur*1e-12 {
-						continue
-					}
-					if k := (aw*q[0] + bw*q[1] + gw*q[2] - curW) / gain; k < bk {
-						bk, bj, bo = k, j, o
-					}
-				}
-			}
-			if bj >= 0 {
-				moves = append(moves, move{bk, int32(i), bj, uint8(bo)})
-			}
-		}
+		moves = cm.propose(moves[:0], rep, opt, &po, &pw, overPair, buf, rules.strict, w)
 		// Cheapest first: sort the cheapest sixteenth (at least 4096),
 		// and the rest only if those do not clear the over resources.
 		head := partitionCheapest(moves, max(4096, len(moves)/16))
@@ -287,19 +305,99 @@ func (cm *cmodel) improve(rep []int16, opt []uint8, pt []ptot, w []float64, lb f
 				if over == 0 || refused >= maxRefused {
 					break
 				}
-				cleared, ok := cm.apply(mv, rep, opt, pt, L, tau)
-				over -= cleared
-				if refused++; ok {
-					refused = 0
+				cleared, ok := cm.apply(mv, rep, opt, pt, L, tau, rules.strict)
+				switch {
+				case rules.strict && ok:
+					tau = lp.MaxOf(L)
+				case !rules.strict:
+					over -= cleared
+					if refused++; ok {
+						refused = 0
+					}
 				}
 			}
 		}
-		if maxOf(L) > T*(1-clusterMinGain) {
+		if t := lp.MaxOf(L); t > T*(1-rules.minGain) || rules.strict && t >= T {
 			return
 		}
 		if over == 0 {
 			step = min(0.5, 2*step)
 		}
+	}
+}
+
+// propose appends to moves, for every sample whose pair loads a resource
+// priced in po (the over resources), its best alternative column: the one
+// that takes po-priced load off most cheaply in pw-priced seconds per
+// second removed. With strict rules the cost is summed resource by
+// resource (w, in id order), as the single-node planner priced it.
+func (cm *cmodel) propose(moves []move, rep []int16, opt []uint8, po, pw *prices, overPair []bool, buf []raw, strict bool, w []float64) []move {
+	m, p, pl, nc := cm.m, cm.m.p, cm.pl, cm.nc
+	minGain := 1e-12
+	if strict {
+		minGain = 0
+	}
+	for i := range p.Samples {
+		c := int(cm.node[pl.Rank[i]])
+		j0 := int(rep[i])
+		if !overPair[j0*nc+c] {
+			continue
+		}
+		m.options(&p.Samples[i], buf)
+		q0 := buf[opt[i]]
+		cur := po.alpha[j0*nc+c]*q0[0] + po.beta[j0]*q0[1] + po.gamma[c]*q0[2]
+		if cur <= 0 {
+			continue
+		}
+		curW := pw.alpha[j0*nc+c]*q0[0] + pw.beta[j0]*q0[1] + pw.gamma[c]*q0[2]
+		bk, bj, bo := math.Inf(1), int16(-1), 0
+		for _, j := range pl.Sets[pl.Set[i]] {
+			ao, bo2, go2 := po.alpha[int(j)*nc+c], po.beta[j], po.gamma[c]
+			aw, bw, gw := pw.alpha[int(j)*nc+c], pw.beta[j], pw.gamma[c]
+			for o, q := range buf {
+				if math.IsInf(q[0], 1) {
+					continue
+				}
+				gain := cur - (ao*q[0] + bo2*q[1] + go2*q[2])
+				if gain <= cur*minGain {
+					continue
+				}
+				cost := aw*q[0] + bw*q[1] + gw*q[2] - curW
+				if strict {
+					cost = cm.priced(w, j0, int(j), c, q0, q)
+				}
+				if k := cost / gain; k < bk {
+					bk, bj, bo = k, j, o
+				}
+			}
+		}
+		if bj >= 0 {
+			moves = append(moves, move{bk, int32(i), bj, uint8(bo)})
+		}
+	}
+	return moves
+}
+
+// priced is the w-priced seconds that moving a sample on compute node c
+// from column (j0, q0) to (j, q) adds, summed resource by resource in id
+// order.
+func (cm *cmodel) priced(w []float64, j0, j, c int, q0, q raw) float64 {
+	var d deltas
+	cm.column(&d, j0, c, q0, -1)
+	cm.column(&d, j, c, q, 1)
+	var sum float64
+	for last := int32(-1); ; {
+		k := -1
+		for e := range d.n {
+			if d.id[e] > last && (k < 0 || d.id[e] < d.id[k]) {
+				k = e
+			}
+		}
+		if k < 0 {
+			return sum
+		}
+		sum += w[d.id[k]] * d.x[k]
+		last = d.id[k]
 	}
 }
 
@@ -340,35 +438,68 @@ func partitionCheapest(moves []move, n int) int {
 // apply makes move mv when it takes load off a resource above tau and
 // adds none past tau, updating the loads L and pair totals pt; it returns
 // how many resources it brought down to tau and whether it made the move.
-func (cm *cmodel) apply(mv move, rep []int16, opt []uint8, pt []ptot, L []float64, tau float64) (int, bool) {
+// With strict rules it makes the move when every resource ends below tau,
+// each load updated as (load - old column's) + new column's, as the
+// single-node planner did.
+func (cm *cmodel) apply(mv move, rep []int16, opt []uint8, pt []ptot, L []float64, tau float64, strict bool) (int, bool) {
 	m, p, nc := cm.m, cm.m.p, cm.nc
 	i := int(mv.i)
 	c := int(cm.node[cm.pl.Rank[i]])
-	var d deltas
 	qo := m.optRaw(&p.Samples[i], int(opt[i]))
 	qn := m.optRaw(&p.Samples[i], int(mv.o))
-	cm.column(&d, int(rep[i]), c, qo, -1)
-	cm.column(&d, int(mv.j), c, qn, 1)
-	helps := false
-	for k := range d.n {
-		id, x := d.id[k], d.x[k]
-		if x > 0 && L[id]+x > tau {
+	cleared := 0
+	if strict {
+		var out, in deltas
+		cm.column(&out, int(rep[i]), c, qo, -1)
+		cm.column(&in, int(mv.j), c, qn, 1)
+		next := func(r int32) float64 {
+			x := L[r]
+			for k := range out.n {
+				if out.id[k] == r {
+					x += out.x[k]
+				}
+			}
+			for k := range in.n {
+				if in.id[k] == r {
+					x += in.x[k]
+				}
+			}
+			return x
+		}
+		for r := range L {
+			if next(int32(r)) >= tau {
+				return 0, false
+			}
+		}
+		for _, d := range []*deltas{&out, &in} {
+			for k := range d.n {
+				L[d.id[k]] += d.x[k]
+			}
+		}
+	} else {
+		var d deltas
+		cm.column(&d, int(rep[i]), c, qo, -1)
+		cm.column(&d, int(mv.j), c, qn, 1)
+		helps := false
+		for k := range d.n {
+			id, x := d.id[k], d.x[k]
+			if x > 0 && L[id]+x > tau {
+				return 0, false
+			}
+			if x < 0 && L[id] > tau {
+				helps = true
+			}
+		}
+		if !helps {
 			return 0, false
 		}
-		if x < 0 && L[id] > tau {
-			helps = true
-		}
-	}
-	if !helps {
-		return 0, false
-	}
-	cleared := 0
-	for k := range d.n {
-		id := d.id[k]
-		was := L[id] > tau
-		L[id] += d.x[k]
-		if was && L[id] <= tau {
-			cleared++
+		for k := range d.n {
+			id := d.id[k]
+			was := L[id] > tau
+			L[id] += d.x[k]
+			if was && L[id] <= tau {
+				cleared++
+			}
 		}
 	}
 	o, n := &pt[int(rep[i])*nc+c], &pt[int(mv.j)*nc+c]
@@ -398,7 +529,7 @@ func (cm *cmodel) exact() ([]int16, []uint8, bool) {
 			}
 		}
 		combos *= avail * len(pl.Sets[pl.Set[i]])
-		if combos > clusterExactLimit {
+		if combos > cm.exactLimit {
 			return nil, nil, false
 		}
 	}

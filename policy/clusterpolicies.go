@@ -79,31 +79,15 @@ func (cm *cmodel) roundRobin() Plan {
 	return cm.plan(NameRoundRobin, rep, opt)
 }
 
-// ClusterSOPHON applies the paper's greedy on every storage agent. First
-// each sample gets a replica in proportion to the replicas' egress rates:
-// within each replica set, the k-th sample goes to the member furthest
-// below its share (rate over the set's total rate) of the set's first k
-// samples; where any storage node's egress is unlimited, every node weighs
-// the same. Then each agent runs SOPHON's greedy (see SOPHON) on its own
-// samples, with its egress as the link and its cores as the storage CPU:
-// the split with the smallest output, samples by decreasing bytes saved
-// per storage CPU second while the agent's egress time exceeds its CPU
-// time, with SOPHON's guard. An agent with unlimited egress offloads
-// nothing. Like SOPHON, it never compresses and never uses SplitCut. On
-// SingleNode(r) its splits are SOPHON(p, r)'s.
-func ClusterSOPHON(p *profiler.Profile, c Cluster, pl *Placement) (Plan, error) {
-	cm, err := newCModel(p, &c, pl, false)
-	if err != nil {
-		return Plan{}, err
-	}
-	return cm.sophon(), nil
-}
-
-func (cm *cmodel) sophon() Plan {
-	m, p, pl, c := cm.m, cm.m.p, cm.pl, cm.c
-	n := len(p.Samples)
-	rep, opt := make([]int16, n), make([]uint8, n)
-	// Rate-proportional replicas.
+// rateReplicas gives each sample a replica in proportion to the replicas'
+// egress rates: within each replica set, the k-th sample goes to the
+// member furthest below its share (rate over the set's total rate) of the
+// set's first k samples; where any storage node's egress is unlimited,
+// every node weighs the same.
+func (cm *cmodel) rateReplicas() []int16 {
+	pl, c := cm.pl, cm.c
+	n := len(cm.m.p.Samples)
+	rep := make([]int16, n)
 	wt := make([]float64, cm.ns)
 	for j, s := range c.Storage {
 		wt[j] = s.EgressBytesPerSec
@@ -136,6 +120,33 @@ func (cm *cmodel) sophon() Plan {
 		assigned[off[k]+best]++
 		rep[i] = set[best]
 	}
+	return rep
+}
+
+// ClusterSOPHON applies the paper's greedy on every storage agent. First
+// each sample gets a replica in proportion to the replicas' egress rates:
+// within each replica set, the k-th sample goes to the member furthest
+// below its share (rate over the set's total rate) of the set's first k
+// samples; where any storage node's egress is unlimited, every node weighs
+// the same. Then each agent runs SOPHON's greedy (see SOPHON) on its own
+// samples, with its egress as the link and its cores as the storage CPU:
+// the split with the smallest output, samples by decreasing bytes saved
+// per storage CPU second while the agent's egress time exceeds its CPU
+// time, with SOPHON's guard. An agent with unlimited egress offloads
+// nothing. Like SOPHON, it never compresses and never uses SplitCut. On
+// SingleNode(r) its splits are SOPHON(p, r)'s.
+func ClusterSOPHON(p *profiler.Profile, c Cluster, pl *Placement) (Plan, error) {
+	cm, err := newCModel(p, &c, pl, false)
+	if err != nil {
+		return Plan{}, err
+	}
+	return cm.sophon(), nil
+}
+
+func (cm *cmodel) sophon() Plan {
+	m, p := cm.m, cm.m.p
+	n := len(p.Samples)
+	rep, opt := cm.rateReplicas(), make([]uint8, n)
 	// Per agent: SOPHON's candidates and greedy.
 	type cand struct {
 		eff   float64
@@ -146,10 +157,13 @@ func (cm *cmodel) sophon() Plan {
 		sns   float64
 	}
 	cands := make([]cand, 0, n)
-	bytes := make([]float64, cm.ns)
+	// Per agent: the raw payload it sends, and the storage ns sending it
+	// costs.
+	bytes, send := make([]float64, cm.ns), make([]float64, cm.ns)
 	for i := range p.Samples {
 		s := &p.Samples[i]
 		bytes[rep[i]] += float64(s.Bytes[0])
+		send[rep[i]] += float64(s.Bytes[0]) * m.perByte
 		k := 0
 		for j := 1; j <= m.n; j++ {
 			if s.Bytes[j] < s.Bytes[k] {
@@ -180,7 +194,7 @@ func (cm *cmodel) sophon() Plan {
 	for x, cd := range cands {
 		j := cd.j
 		if x == 0 || cands[x-1].j != j {
-			sns = max(bytes[j], 0) * m.perByte // the next agent: sending its raw bytes
+			sns = send[j] // the next agent: sending its raw bytes
 		}
 		link := func(b float64) float64 { return b * cm.sEgrs[j] }
 		stor := func(s float64) float64 { return s * cm.sCPUs[j] }

@@ -144,7 +144,7 @@ func TestPropertiesCut(t *testing.T) {
 		if o := Optimal(nc, r).Pred.Seconds; opt > o*(1+1e-9) {
 			t.Errorf("trial %d: optimal with the cut %v > without %v", trial, opt, o)
 		}
-		if b := Bound(nc, r); bound > b*(1+4*boundTol) {
+		if b := Bound(nc, r); bound > b*(1+4e-6) {
 			t.Errorf("trial %d: bound with the cut %v > without %v", trial, bound, b)
 		}
 		// The baselines ignore the cut: the same plans either way.
@@ -247,57 +247,5 @@ func TestSyntheticCut(t *testing.T) {
 	}
 	if q := policytest.WithoutCut(p); slices.ContainsFunc(q.Samples, func(s profiler.SampleProfile) bool { return s.HasCut() }) {
 		t.Errorf("WithoutCut left cut data")
-	}
-}
-
-// TestEvalMatchesOptions checks the dual's hot loop, which prices the
-// options in its own way, against the options as the model lists them:
-// g(w) is the sum over samples of the cheapest option under w, and the
-// plan it returns has the totals it reports.
-func TestEvalMatchesOptions(t *testing.T) {
-	rng := rand.New(rand.NewPCG(31, 32))
-	for trial := range 200 {
-		p := randomProfile(rng, 1+rng.IntN(50), 1+rng.IntN(5), rng.IntN(2) == 0)
-		if p.N() >= 2 && rng.IntN(4) != 0 {
-			addRandomCut(rng, p)
-		}
-		r := randomResources(rng, len(p.Samples))
-		m := newModel(p, r, true)
-		w := [3]float64{rng.Float64(), rng.Float64(), rng.Float64()}
-		sum := w[0] + w[1] + w[2]
-		for j := range w {
-			w[j] /= sum
-		}
-		ch := make([]int32, len(p.Samples))
-		g, secs := m.eval(w, ch)
-		var want float64
-		buf := make([]raw, m.nopt())
-		for i := range p.Samples {
-			m.options(&p.Samples[i], buf)
-			best := math.Inf(1)
-			for _, q := range buf {
-				if math.IsInf(q[0], 1) {
-					continue // no data for this option
-				}
-				s := m.secs(q)
-				best = min(best, w[0]*s[0]+w[1]*s[1]+w[2]*s[2])
-			}
-			want += best
-			s := m.secs(buf[ch[i]])
-			if got := w[0]*s[0] + w[1]*s[1] + w[2]*s[2]; !near(got, best) {
-				t.Errorf("trial %d sample %d: option %d costs %v, the cheapest %v", trial, i, ch[i], got, best)
-			}
-		}
-		if !near(g, want) {
-			t.Errorf("trial %d: g %v, want %v", trial, g, want)
-		}
-		if tot := m.secs(m.totals(ch)); !near(tot[0], secs[0]) || !near(tot[1], secs[1]) || !near(tot[2], secs[2]) {
-			t.Errorf("trial %d: eval's totals %v, the plan's %v", trial, secs, tot)
-		}
-		if m.cut {
-			if d := m.dual(); d.ub-d.lb > boundTol*d.ub || d.lb > d.ub*(1+1e-12) {
-				t.Errorf("trial %d: gap not closed: lb %v ub %v after %d iterations", trial, d.lb, d.ub, d.iters)
-			}
-		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // All returns every policy's plan, in the order nooff, alloff, resizeoff
-// (when ResizeSplit finds a crop op), fastflow, sophon, optimal.
+// (when CropSplit finds a crop op), fastflow, sophon, optimal.
 func All(p *profiler.Profile, r Resources) []Plan {
 	plans := []Plan{NoOff(p, r), AllOff(p, r)}
 	if k := CropSplit(p); k >= 0 {

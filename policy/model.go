@@ -24,81 +24,19 @@ package policy
 
 import (
 	"math"
-	"slices"
 
+	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
-// Resources describes the hardware a plan is made for.
-type Resources struct {
-	// LinkBytesPerSec is the total payload bandwidth from storage to the
-	// compute node, summed over all storage agents (the planner treats the
-	// agents' links as one pooled link). Zero means unlimited.
-	LinkBytesPerSec float64
-	// StorageCores is the number of storage-side cores available to
-	// preprocessing, summed over all storage agents. Zero means unlimited.
-	StorageCores float64
-	// ComputeCores is the number of compute-node cores available to
-	// preprocessing. Zero means unlimited.
-	ComputeCores float64
-	// GPUSamplesPerSec is the rate at which training consumes samples.
-	// Zero means unlimited.
-	GPUSamplesPerSec float64
-	// StorageSpeed is the storage CPU's speed relative to the compute
-	// node's (1 = same, 0.5 = half as fast): storage CPU time is the
-	// measured compute-node time divided by StorageSpeed. The paper assumes
-	// homogeneous CPUs; this handles heterogeneous ones. Zero means 1.
-	StorageSpeed float64
-	// StorageNSPerByte is the storage CPU (ns, on the storage side's own
-	// clock) each payload byte costs to send beyond the ops: reading,
-	// gRPC framing, TLS. The storage agent's process CPU less its ops'
-	// CPU over the bytes it sent measures it (about 5 ns per byte over
-	// mutual TLS on this machine); every option then costs the storage
-	// side its bytes times this, raw ones included. Zero means free.
-	StorageNSPerByte float64
-}
-
-// WithMeasured returns r with every field that m measured (a positive one)
-// in place of r's; a nil m returns r. A compute agent plans from the
-// profile's running means this way, keeping its own figures for what the
-// means lack.
-func (r Resources) WithMeasured(m *profiler.MeasuredResources) Resources {
-	if m == nil {
-		return r
-	}
-	for _, f := range []struct {
-		dst *float64
-		x   float64
-	}{
-		{&r.LinkBytesPerSec, m.LinkBytesPerSec},
-		{&r.StorageCores, m.StorageCores},
-		{&r.ComputeCores, m.ComputeCores},
-		{&r.GPUSamplesPerSec, m.GPUSamplesPerSec},
-		{&r.StorageSpeed, m.StorageSpeed},
-	} {
-		if f.x > 0 && !math.IsInf(f.x, 1) {
-			*f.dst = f.x
-		}
-	}
-	return r
-}
-
-func (r Resources) speed() float64 {
-	if r.StorageSpeed <= 0 {
-		return 1
-	}
-	return r.StorageSpeed
-}
-
-// SplitCut is the split of the JPEG-domain crop, equal to ops.SplitCut
-// (policy does not import ops, which would pull in its cgo codecs): the
+// SplitCut is the split of the JPEG-domain crop, ops.SplitCut: the
 // storage side cuts the sample's JPEG losslessly to the crop box of ops[1]
 // (random_resized_crop) without decoding it, the cut crosses the link, and
 // the compute side decodes the box from it, resamples, and runs ops [2:n].
 // A plan puts a sample there only when the profile has the sample's cut
 // measurements (profiler.SampleProfile.HasCut). NoOff, AllOff, ResizeOff,
 // FastFlow and SOPHON never do; Optimal and Bound use it.
-const SplitCut = -1
+const SplitCut = ops.SplitCut
 
 // Plan is the one plan type: per sample, which storage node serves it,
 // where its pipeline is split and how its payload crosses. Every policy
@@ -167,16 +105,15 @@ type Prediction struct {
 	Bottleneck string
 }
 
-// model holds a profile and the per-unit prices of the three divisible
-// resources, in seconds of epoch time.
+// model is a profile's options, the per-sample layer of the planner
+// model (cmodel): what each option of a sample (split k, compressed or
+// not, SplitCut) costs in payload bytes, storage ns and compute ns.
 type model struct {
 	p      *profiler.Profile
 	n      int
-	stride int        // options per split: 2 when any sample has compression data
-	cut    bool       // whether option cutOpt, SplitCut, exists
-	cutOpt int        // (n+1)*stride: the last option
-	scale  [3]float64 // seconds per byte, per storage ns, per compute ns
-	gpu    float64    // GPU seconds per epoch
+	stride int  // options per split: 2 when any sample has compression data
+	cut    bool // whether option cutOpt, SplitCut, exists
+	cutOpt int  // (n+1)*stride: the last option
 	// perByte is the storage ns (on the compute node's clock, like the
 	// profile's) each payload byte costs to send: StorageNSPerByte times
 	// the storage speed.
@@ -195,10 +132,12 @@ func (m *model) sampleIDs() []uint64 {
 	return m.ids
 }
 
-// newModel returns the model of p under r. With cut, it offers SplitCut
-// where any sample has the cut's measurements (which takes a pass over the
-// samples); without, it never does, as the baselines need.
-func newModel(p *profiler.Profile, r Resources, cut bool) *model {
+// newModel returns the options of p on storage CPUs of relative speed
+// speed (zero meaning 1) that spend nsPerByte of their own ns sending each
+// payload byte. With cut, it offers SplitCut where any sample has the
+// cut's measurements (which takes a pass over the samples); without, it
+// never does, as the baselines need.
+func newModel(p *profiler.Profile, speed, nsPerByte float64, cut bool) *model {
 	m := &model{p: p, n: p.N(), stride: 1}
 	for i := range p.Samples {
 		if len(p.Samples[i].Compressed) == m.n+1 {
@@ -215,22 +154,18 @@ func newModel(p *profiler.Profile, r Resources, cut bool) *model {
 			}
 		}
 	}
-	if r.LinkBytesPerSec > 0 {
-		m.scale[0] = 1 / r.LinkBytesPerSec
-	}
-	if r.StorageCores > 0 {
-		m.scale[1] = 1e-9 / (r.speed() * r.StorageCores)
-	}
-	if r.ComputeCores > 0 {
-		m.scale[2] = 1e-9 / r.ComputeCores
-	}
-	if r.GPUSamplesPerSec > 0 {
-		m.gpu = float64(len(p.Samples)) / r.GPUSamplesPerSec
-	}
-	if r.StorageNSPerByte > 0 {
-		m.perByte = r.StorageNSPerByte * r.speed()
+	if nsPerByte > 0 {
+		m.perByte = nsPerByte * speedOr1(speed)
 	}
 	return m
+}
+
+// speedOr1 is a storage speed, zero meaning 1.
+func speedOr1(speed float64) float64 {
+	if speed <= 0 {
+		return 1
+	}
+	return speed
 }
 
 // nopt is the number of options per sample: option o < cutOpt is split
@@ -309,45 +244,6 @@ func (m *model) cutRaw(s *profiler.SampleProfile, total, pre2 float64) raw {
 	return raw{float64(s.CutBytes), float64(s.CutNS), float64(s.CutFinishNS) + total - pre2}
 }
 
-// secs converts raw quantities into the three resource times.
-func (m *model) secs(q raw) [3]float64 {
-	return [3]float64{q[0] * m.scale[0], q[1] * m.scale[1], q[2] * m.scale[2]}
-}
-
-// predictTotals builds a Prediction from raw totals.
-func (m *model) predict(tot raw, r Resources) Prediction {
-	pr := Prediction{
-		Bytes:             tot[0],
-		StorageCPUSeconds: tot[1] * 1e-9 / r.speed(),
-		ComputeCPUSeconds: tot[2] * 1e-9,
-		LinkSeconds:       tot[0] * m.scale[0],
-		StorageSeconds:    tot[1] * m.scale[1],
-		ComputeSeconds:    tot[2] * m.scale[2],
-		GPUSeconds:        m.gpu,
-	}
-	pr.Seconds, pr.Bottleneck = pr.LinkSeconds, Link
-	for _, c := range []struct {
-		s    float64
-		name string
-	}{{pr.StorageSeconds, StorageCPU}, {pr.ComputeSeconds, ComputeCPU}, {pr.GPUSeconds, GPU}} {
-		if c.s > pr.Seconds {
-			pr.Seconds, pr.Bottleneck = c.s, c.name
-		}
-	}
-	return pr
-}
-
-// Predict returns the predicted epoch of running sample i with split[i]
-// (clamped to [0, n], except SplitCut) and, where compress is non-nil and
-// the sample has compression data, compressed when compress[i]. A sample
-// at SplitCut is predicted at the cut where the profile has its cut
-// measurements (compress[i] is then ignored) and as split 0 where it has
-// not: a sample that cannot be cut crosses the link raw.
-func Predict(p *profiler.Profile, r Resources, split []int, compress []bool) Prediction {
-	m := newModel(p, r, slices.Contains(split, SplitCut))
-	return m.predict(m.totals(m.choices(split, compress)), r)
-}
-
 // choices converts a split/compress pair into option indices.
 func (m *model) choices(split []int, compress []bool) []int32 {
 	ch := make([]int32, len(m.p.Samples))
@@ -368,20 +264,6 @@ func (m *model) choices(split []int, compress []bool) []int32 {
 	return ch
 }
 
-// totals sums the raw quantities of the chosen options.
-func (m *model) totals(ch []int32) raw {
-	buf := make([]raw, m.nopt())
-	var tot raw
-	for i := range m.p.Samples {
-		m.options(&m.p.Samples[i], buf)
-		q := buf[ch[i]]
-		tot[0] += q[0]
-		tot[1] += q[1]
-		tot[2] += q[2]
-	}
-	return tot
-}
-
 // ids is the profile's sample ids, in its order.
 func ids(p *profiler.Profile) []uint64 {
 	out := make([]uint64, len(p.Samples))
@@ -389,24 +271,4 @@ func ids(p *profiler.Profile) []uint64 {
 		out[i] = p.Samples[i].ID
 	}
 	return out
-}
-
-// plan turns option indices into a Plan.
-func (m *model) plan(name string, ch []int32, r Resources) Plan {
-	pl := Plan{Policy: name, Pipeline: m.p.Pipeline, IDs: m.sampleIDs(), Split: make([]int, len(ch))}
-	for i, o := range ch {
-		if m.cut && int(o) == m.cutOpt {
-			pl.Split[i] = SplitCut
-			continue
-		}
-		pl.Split[i] = int(o) / m.stride
-		if m.stride == 2 && o%2 == 1 {
-			if pl.Compress == nil {
-				pl.Compress = make([]bool, len(ch))
-			}
-			pl.Compress[i] = true
-		}
-	}
-	pl.Pred = m.predict(m.totals(ch), r)
-	return pl
 }

@@ -4,16 +4,52 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
 // Policy is one entry of the registry: a policy's name and how it plans
 // one storage node (Single) and a cluster of nodes (Cluster), each nil
-// where the policy has no such form.
+// where the policy has no such form. A static policy, one that splits
+// every sample alike whatever the profile, also gives that split for a
+// pipeline (Static), so that an agent can run it before any profile
+// exists.
 type Policy struct {
 	Name    string
 	Single  func(p *profiler.Profile, r Resources) (Plan, error)
 	Cluster func(p *profiler.Profile, c Cluster, pl *Placement) (Plan, error)
+	Static  func(p *ops.Pipeline) (int, error)
+}
+
+// ErrNoCropOp is returned by resizeoff's Static for a pipeline without a
+// crop op.
+var ErrNoCropOp = errors.New("policy: resizeoff: pipeline has no crop op")
+
+// resizeOffSplit is resizeoff's split of pipeline p: just after its first
+// crop op.
+func resizeOffSplit(p *ops.Pipeline) (int, error) {
+	k, ok := p.CropSplit()
+	if !ok {
+		return 0, fmt.Errorf("%w: %s", ErrNoCropOp, p.ID())
+	}
+	return k, nil
+}
+
+// StaticPlan is the plan of the static policy named name for pipeline p:
+// its split as the Default of every sample, no entries. ok is false when
+// the registry has no static policy of that name (the caller may then
+// read name as a plan file); err is set when the policy has no split for
+// p (resizeoff without a crop op).
+func StaticPlan(name string, p *ops.Pipeline) (plan *Plan, ok bool, err error) {
+	e, found := Lookup(name)
+	if !found || e.Static == nil {
+		return nil, false, nil
+	}
+	k, err := e.Static(p)
+	if err != nil {
+		return nil, true, err
+	}
+	return &Plan{Policy: name, Default: k}, true, nil
 }
 
 // single adapts a single-node policy that cannot fail.
@@ -25,7 +61,7 @@ func single(f func(*profiler.Profile, Resources) Plan) func(*profiler.Profile, R
 func resizeOff(p *profiler.Profile, r Resources) (Plan, error) {
 	k := CropSplit(p)
 	if k < 0 {
-		return Plan{}, fmt.Errorf("policy: resizeoff: pipeline %s has no crop op", p.Pipeline)
+		return Plan{}, fmt.Errorf("%w: %s", ErrNoCropOp, p.Pipeline)
 	}
 	return ResizeOff(p, r, k), nil
 }
@@ -33,9 +69,11 @@ func resizeOff(p *profiler.Profile, r Resources) (Plan, error) {
 // Registry is the one list of policies, in the order reports show them;
 // Names and ClusterNames are its single-node and cluster policies.
 var Registry = []Policy{
-	{Name: NameNoOff, Single: single(NoOff), Cluster: ClusterNoOff},
-	{Name: NameAllOff, Single: single(AllOff)},
-	{Name: NameResizeOff, Single: resizeOff},
+	{Name: NameNoOff, Single: single(NoOff), Cluster: ClusterNoOff,
+		Static: func(*ops.Pipeline) (int, error) { return 0, nil }},
+	{Name: NameAllOff, Single: single(AllOff),
+		Static: func(p *ops.Pipeline) (int, error) { return p.Len(), nil }},
+	{Name: NameResizeOff, Single: resizeOff, Static: resizeOffSplit},
 	{Name: NameFastFlow, Single: single(FastFlow)},
 	{Name: NameRoundRobin, Cluster: ClusterRoundRobin},
 	{Name: NameSOPHON, Single: single(SOPHON), Cluster: ClusterSOPHON},
@@ -66,8 +104,9 @@ var (
 // name without that form in the registry.
 var ErrUnknownPolicy = errors.New("policy: unknown policy")
 
-// lookup is the registry's entry named name.
-func lookup(name string) (Policy, bool) {
+// Lookup is the registry's entry named name; ok is false when there is
+// none.
+func Lookup(name string) (p Policy, ok bool) {
 	for _, p := range Registry {
 		if p.Name == name {
 			return p, true
@@ -77,9 +116,13 @@ func lookup(name string) (Policy, bool) {
 }
 
 // ByName plans p under r with the named policy. It fails for a name not in
-// Names, and for resizeoff when p's pipeline has no crop op.
+// Names, for a pipeline of more than MaxClusterOps ops (ErrClusterProfile)
+// and for resizeoff when p's pipeline has no crop op.
 func ByName(name string, p *profiler.Profile, r Resources) (Plan, error) {
-	if e, ok := lookup(name); ok && e.Single != nil {
+	if e, ok := Lookup(name); ok && e.Single != nil {
+		if p.N() > MaxClusterOps {
+			return Plan{}, clusterErr(ErrClusterProfile, "profile.ops", "%d ops, at most %d", p.N(), MaxClusterOps)
+		}
 		return e.Single(p, r)
 	}
 	return Plan{}, fmt.Errorf("%w %q (one of %v)", ErrUnknownPolicy, name, Names)
@@ -90,7 +133,7 @@ func ByName(name string, p *profiler.Profile, r Resources) (Plan, error) {
 // ErrUnknownPolicy) and where the cluster, placement or profile is
 // invalid.
 func ClusterByName(name string, p *profiler.Profile, c Cluster, pl *Placement) (Plan, error) {
-	if e, ok := lookup(name); ok && e.Cluster != nil {
+	if e, ok := Lookup(name); ok && e.Cluster != nil {
 		return e.Cluster(p, c, pl)
 	}
 	return Plan{}, fmt.Errorf("%w %q for a cluster (one of %v)", ErrUnknownPolicy, name, ClusterNames)

@@ -5,7 +5,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy/policytest"
+	"github.com/sophon-dl/sophon/profiler"
 )
 
 func TestByName(t *testing.T) {
@@ -54,5 +56,45 @@ func TestRegistry(t *testing.T) {
 	}
 	if _, err := ByName(NameRoundRobin, p, r); !errors.Is(err, ErrUnknownPolicy) {
 		t.Errorf("single-node roundrobin: %v, want ErrUnknownPolicy", err)
+	}
+}
+
+// TestStaticPlan: the static policies' plans are a Default alone, every
+// other name is not static, and resizeoff needs a crop op.
+func TestStaticPlan(t *testing.T) {
+	p, err := ops.Preset("imagenet-train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crop, _ := p.CropSplit()
+	for _, c := range []struct {
+		name string
+		ok   bool
+		k    int
+	}{{NameNoOff, true, 0}, {NameAllOff, true, p.Len()}, {NameResizeOff, true, crop},
+		{NameSOPHON, false, 0}, {NameOptimal, false, 0}, {"plan.json", false, 0}} {
+		plan, ok, err := StaticPlan(c.name, p)
+		if ok != c.ok || err != nil {
+			t.Fatalf("%s: ok %v, err %v; want ok %v", c.name, ok, err, c.ok)
+		}
+		if ok && (plan.Policy != c.name || plan.Default != c.k || plan.IDs != nil || plan.Split != nil) {
+			t.Errorf("%s: plan %+v, want a Default of %d alone", c.name, *plan, c.k)
+		}
+	}
+	flat, err := ops.Spec{Name: "flat", Ops: []ops.OpSpec{{Op: "decode"}, {Op: "to_tensor"}}}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := StaticPlan(NameResizeOff, flat); !ok || !errors.Is(err, ErrNoCropOp) {
+		t.Errorf("resizeoff without a crop op: ok %v, err %v; want ErrNoCropOp", ok, err)
+	}
+}
+
+// TestByNameTooManyOps: the planner numbers options in a byte, so ByName
+// refuses longer pipelines rather than plan them wrong.
+func TestByNameTooManyOps(t *testing.T) {
+	p := &profiler.Profile{Ops: make([]string, MaxClusterOps+1)}
+	if _, err := ByName(NameNoOff, p, Resources{}); !errors.Is(err, ErrClusterProfile) {
+		t.Fatalf("%d ops: %v, want ErrClusterProfile", len(p.Ops), err)
 	}
 }

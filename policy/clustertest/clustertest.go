@@ -75,15 +75,19 @@ func (s Spec) Profile() *profiler.Profile {
 }
 
 // Placement deals n samples' ranks in turn over c's ranks and gives each
-// sample the replicas rendezvous hashing picks among c's storage nodes
-// (policytest.ReplicaSet with seed).
+// sample the replicas the agents' rendezvous hashing picks among c's
+// storage nodes, by name (policytest.ReplicaSet with seed).
 func Placement(n int, c policy.Cluster, replicas int, seed uint64) (*policy.Placement, error) {
 	if replicas < 1 || replicas > len(c.Storage) {
 		return nil, fmt.Errorf("clustertest: %d replicas over %d storage nodes", replicas, len(c.Storage))
 	}
+	names := make([]string, len(c.Storage))
+	for j, s := range c.Storage {
+		names[j] = s.Name
+	}
 	var buf []int16
 	return policy.NewPlacement(policytest.Ranks(n, c.Ranks()), func(i int) []int16 {
-		buf = policytest.ReplicaSet(buf, uint64(i), len(c.Storage), replicas, seed)
+		buf = policytest.ReplicaSet(buf, uint64(i), names, replicas, seed)
 		return buf
 	})
 }

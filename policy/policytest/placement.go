@@ -1,26 +1,30 @@
 package policytest
 
-// ReplicaSet returns, in buf[:0], the r of nodes storage nodes (r <= nodes)
-// that hold sample i under rendezvous hashing with seed: the nodes with the
-// r highest scores hash(seed, i, node), highest first. It is deterministic
-// and spreads every pair of nodes evenly.
-func ReplicaSet(buf []int16, i uint64, nodes, r int, seed uint64) []int16 {
+import "github.com/sophon-dl/sophon/internal/placement"
+
+// ReplicaSet returns, in buf[:0], the r storage nodes of names (r <=
+// len(names)) that hold sample i under the agents' rendezvous hashing
+// (internal/placement.Weight), sample i of seed being the shard
+// seed<<32 | i: the r nodes of highest weight, highest first, ties by
+// name, as placement.Owners ranks them, as indices into names.
+func ReplicaSet(buf []int16, i uint64, names []string, r int, seed uint64) []int16 {
 	buf = buf[:0]
 	var scores [8]uint64
 	sc := scores[:0]
-	for j := range nodes {
-		s := mix64(seed ^ mix64(i*0x9e3779b97f4a7c15+uint64(j)+1))
+	shard := int(seed<<32 | i)
+	for j, name := range names {
+		s := placement.Weight(shard, name)
 		// Insert (s, j) keeping the r best, highest first.
 		k := len(buf)
 		if k < r {
 			buf = append(buf, 0)
 			sc = append(sc, 0)
-		} else if s <= sc[k-1] {
+		} else if !above(s, name, sc[k-1], names[buf[k-1]]) {
 			continue
 		} else {
 			k--
 		}
-		for k > 0 && sc[k-1] < s {
+		for k > 0 && above(s, name, sc[k-1], names[buf[k-1]]) {
 			sc[k], buf[k] = sc[k-1], buf[k-1]
 			k--
 		}
@@ -29,13 +33,10 @@ func ReplicaSet(buf []int16, i uint64, nodes, r int, seed uint64) []int16 {
 	return buf
 }
 
-// mix64 is SplitMix64's finaliser.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ (x >> 31)
+// above reports whether weight s of node name ranks above weight t of
+// node other: the higher weight, ties by name.
+func above(s uint64, name string, t uint64, other string) bool {
+	return s > t || s == t && name < other
 }
 
 // Ranks returns n samples' ranks dealt in turn over ranks ranks (sample i

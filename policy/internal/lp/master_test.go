@@ -1,4 +1,4 @@
-package policy
+package lp
 
 import (
 	"math"
@@ -10,11 +10,11 @@ import (
 // convex combination whose largest row load is T, w a point of the
 // simplex at which every plan costs at least T (so no combination does
 // better than T: strong duality).
-func checkMaster(t *testing.T, ms *master, plans [][]float64, nres int) {
+func checkMaster(t *testing.T, ms *Master, plans [][]float64, nres int) {
 	t.Helper()
-	T := ms.value()
-	lam := ms.lambdas()
-	w := ms.weights(nres)
+	T := ms.Value()
+	lam := ms.Lambdas()
+	w := ms.Weights(nres)
 	var sum, wsum float64
 	mixed := make([]float64, nres)
 	for k, l := range lam {
@@ -74,28 +74,38 @@ func TestMaster(t *testing.T) {
 		}
 		// All at once, and one plan at a time with warm starts: the same
 		// optimum.
-		ms := &master{}
-		ms.setRows(rows, plans)
-		ms.solve()
+		ms := &Master{}
+		ms.SetRows(rows, plans)
+		ms.Solve()
 		checkMaster(t, ms, plans, nres)
-		inc := &master{}
-		inc.setRows(rows, plans[:1])
-		inc.solve()
+		inc := &Master{}
+		inc.SetRows(rows, plans[:1])
+		inc.Solve()
 		for k := 1; k < len(plans); k++ {
-			inc.addCol(plans[k])
-			inc.solve()
+			inc.AddCol(plans[k])
+			inc.Solve()
 		}
 		checkMaster(t, inc, plans, nres)
-		if a, b := ms.value(), inc.value(); math.Abs(a-b) > 1e-9*max(1, a) {
+		if a, b := ms.Value(), inc.Value(); math.Abs(a-b) > 1e-9*max(1, a) {
 			t.Errorf("trial %d: cold %v, warm %v", trial, a, b)
 		}
 	}
 	// Two plans, two resources: (2, 0) and (0, 1) mix as 1/3, 2/3 at
 	// T = 2/3; the weights are (1/3, 2/3).
-	ms := &master{}
-	ms.setRows([]int32{0, 1}, [][]float64{{2, 0}, {0, 1}})
-	ms.solve()
-	if lam, w := ms.lambdas(), ms.weights(2); !near(ms.value(), 2.0/3) || !near(lam[0], 1.0/3) || !near(w[0], 1.0/3) {
-		t.Errorf("T %v, lam %v, w %v; want 2/3, (1/3, 2/3), (1/3, 2/3)", ms.value(), lam, w)
+	ms := &Master{}
+	ms.SetRows([]int32{0, 1}, [][]float64{{2, 0}, {0, 1}})
+	ms.Solve()
+	if lam, w := ms.Lambdas(), ms.Weights(2); !near(ms.Value(), 2.0/3) || !near(lam[0], 1.0/3) || !near(w[0], 1.0/3) {
+		t.Errorf("T %v, lam %v, w %v; want 2/3, (1/3, 2/3), (1/3, 2/3)", ms.Value(), lam, w)
 	}
 }
+
+func dot(a, b []float64) float64 {
+	var s float64
+	for i, x := range a {
+		s += x * b[i]
+	}
+	return s
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, math.Abs(a), math.Abs(b)) }

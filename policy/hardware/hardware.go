@@ -1,9 +1,16 @@
-package policy
+// Package hardware describes the hardware a plan runs on: storage and
+// compute nodes with their cores and rates, per-link caps and a shared
+// uplink (Cluster), its common one-node case (Resources), the measured
+// figures folded in (Resources.WithMeasured) and the YAML description of
+// a cluster (Parse). Package policy plans on it; it decides nothing.
+package hardware
 
 import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/sophon-dl/sophon/profiler"
 )
 
 // Cluster describes the hardware a cluster plan is made for: N storage
@@ -92,27 +99,19 @@ const (
 	MaxLinks = 4096
 	// MaxRanks bounds the ranks of all compute nodes together.
 	MaxRanks = 1 << 20
-	// MaxReplicas bounds the size of one replica set.
-	MaxReplicas = 64
-	// MaxClusterOps bounds the pipeline length a cluster plan handles:
-	// the planner numbers a sample's options (split x codec, the cut) in
-	// a byte.
-	MaxClusterOps = 126
 )
 
-// Errors of cluster descriptions, placements and plans. A *ClusterError
-// wraps one of them with the field at fault; test with errors.Is.
+// Errors of cluster descriptions. A *ClusterError wraps one of them (or
+// one of package policy's, for placements and plans) with the field at
+// fault; test with errors.Is.
 var (
-	ErrNoNodes        = errors.New("policy: cluster needs at least one storage and one compute node")
-	ErrNodeName       = errors.New("policy: node without a name")
-	ErrDuplicateNode  = errors.New("policy: duplicate node name")
-	ErrDuplicateLink  = errors.New("policy: duplicate link")
-	ErrUnknownNode    = errors.New("policy: unknown node")
-	ErrBadFigure      = errors.New("policy: negative or non-finite figure")
-	ErrClusterTooBig  = errors.New("policy: cluster exceeds a limit")
-	ErrPlacement      = errors.New("policy: placement does not fit the cluster or profile")
-	ErrClusterPlan    = errors.New("policy: cluster plan does not fit the placement")
-	ErrClusterProfile = errors.New("policy: profile does not fit a cluster plan")
+	ErrNoNodes       = errors.New("policy: cluster needs at least one storage and one compute node")
+	ErrNodeName      = errors.New("policy: node without a name")
+	ErrDuplicateNode = errors.New("policy: duplicate node name")
+	ErrDuplicateLink = errors.New("policy: duplicate link")
+	ErrUnknownNode   = errors.New("policy: unknown node")
+	ErrBadFigure     = errors.New("policy: negative or non-finite figure")
+	ErrClusterTooBig = errors.New("policy: cluster exceeds a limit")
 )
 
 // ClusterError reports what is wrong with a cluster description, a
@@ -134,7 +133,9 @@ func (e *ClusterError) Error() string {
 // Unwrap returns the sentinel.
 func (e *ClusterError) Unwrap() error { return e.Err }
 
-func clusterErr(err error, field, format string, args ...any) error {
+// NewError is a *ClusterError wrapping err at field, its detail
+// formatted.
+func NewError(err error, field, format string, args ...any) error {
 	return &ClusterError{Field: field, Err: err, Detail: fmt.Sprintf(format, args...)}
 }
 
@@ -146,15 +147,15 @@ func clusterErr(err error, field, format string, args ...any) error {
 func (c *Cluster) Validate() error {
 	switch {
 	case len(c.Storage) > MaxStorageNodes:
-		return clusterErr(ErrClusterTooBig, "storage", "%d nodes, at most %d", len(c.Storage), MaxStorageNodes)
+		return NewError(ErrClusterTooBig, "storage", "%d nodes, at most %d", len(c.Storage), MaxStorageNodes)
 	case len(c.Compute) > MaxComputeNodes:
-		return clusterErr(ErrClusterTooBig, "compute", "%d nodes, at most %d", len(c.Compute), MaxComputeNodes)
+		return NewError(ErrClusterTooBig, "compute", "%d nodes, at most %d", len(c.Compute), MaxComputeNodes)
 	case len(c.Links) > MaxLinks:
-		return clusterErr(ErrClusterTooBig, "links", "%d links, at most %d", len(c.Links), MaxLinks)
+		return NewError(ErrClusterTooBig, "links", "%d links, at most %d", len(c.Links), MaxLinks)
 	case len(c.Storage) == 0:
-		return clusterErr(ErrNoNodes, "storage", "none")
+		return NewError(ErrNoNodes, "storage", "none")
 	case len(c.Compute) == 0:
-		return clusterErr(ErrNoNodes, "compute", "none")
+		return NewError(ErrNoNodes, "compute", "none")
 	}
 	for _, f := range []struct {
 		name string
@@ -193,11 +194,11 @@ func (c *Cluster) Validate() error {
 			}
 		}
 		if n.Ranks < 0 || n.Ranks > MaxRanks {
-			return clusterErr(ErrBadFigure, at+".ranks", "%d, want 0 (meaning 1) to %d", n.Ranks, MaxRanks)
+			return NewError(ErrBadFigure, at+".ranks", "%d, want 0 (meaning 1) to %d", n.Ranks, MaxRanks)
 		}
 		ranks += max(n.Ranks, 1)
 		if ranks > MaxRanks {
-			return clusterErr(ErrClusterTooBig, "compute", "more than %d ranks in all", MaxRanks)
+			return NewError(ErrClusterTooBig, "compute", "more than %d ranks in all", MaxRanks)
 		}
 	}
 	pairs := make(map[[2]int]int, len(c.Links))
@@ -205,14 +206,14 @@ func (c *Cluster) Validate() error {
 		at := fmt.Sprintf("links[%d]", i)
 		s, ok := storage[l.Storage]
 		if !ok {
-			return clusterErr(ErrUnknownNode, at+".storage", "%q is not a storage node", l.Storage)
+			return NewError(ErrUnknownNode, at+".storage", "%q is not a storage node", l.Storage)
 		}
 		n, ok := compute[l.Compute]
 		if !ok {
-			return clusterErr(ErrUnknownNode, at+".compute", "%q is not a compute node", l.Compute)
+			return NewError(ErrUnknownNode, at+".compute", "%q is not a compute node", l.Compute)
 		}
 		if j, dup := pairs[[2]int{s, n}]; dup {
-			return clusterErr(ErrDuplicateLink, at, "%s -> %s already capped by links[%d]", l.Storage, l.Compute, j)
+			return NewError(ErrDuplicateLink, at, "%s -> %s already capped by links[%d]", l.Storage, l.Compute, j)
 		}
 		pairs[[2]int{s, n}] = i
 		if err := checkFigure(at+".bytes_per_sec", l.BytesPerSec); err != nil {
@@ -225,10 +226,10 @@ func (c *Cluster) Validate() error {
 func checkName(kind string, i int, name string, seen map[string]int) error {
 	at := fmt.Sprintf("%s[%d].name", kind, i)
 	if name == "" {
-		return clusterErr(ErrNodeName, at, "empty")
+		return NewError(ErrNodeName, at, "empty")
 	}
 	if j, dup := seen[name]; dup {
-		return clusterErr(ErrDuplicateNode, at, "%q is also %s[%d]", name, kind, j)
+		return NewError(ErrDuplicateNode, at, "%q is also %s[%d]", name, kind, j)
 	}
 	seen[name] = i
 	return nil
@@ -241,7 +242,7 @@ const minFigure = 1e-9
 
 func checkFigure(field string, x float64) error {
 	if !(x >= 0) || math.IsInf(x, 1) || (x > 0 && x < minFigure) {
-		return clusterErr(ErrBadFigure, field, "%v, want 0 (unlimited) or a finite number >= %v", x, minFigure)
+		return NewError(ErrBadFigure, field, "%v, want 0 (unlimited) or a finite number >= %v", x, minFigure)
 	}
 	return nil
 }
@@ -270,9 +271,68 @@ func SingleNode(r Resources) Cluster {
 	}
 }
 
-func (c *Cluster) speed() float64 {
+// Speed is StorageSpeed, zero meaning 1.
+func (c *Cluster) Speed() float64 {
 	if c.StorageSpeed <= 0 {
 		return 1
 	}
 	return c.StorageSpeed
+}
+
+// Resources is the common case of a Cluster: one storage node and one
+// compute node, with the storage agents' links and cores pooled into one.
+// SingleNode gives it as the Cluster every planner function plans on; it
+// stays a type of its own so that a single-node caller names its five
+// figures directly.
+type Resources struct {
+	// LinkBytesPerSec is the total payload bandwidth from storage to the
+	// compute node, summed over all storage agents (the planner treats the
+	// agents' links as one pooled link). Zero means unlimited.
+	LinkBytesPerSec float64
+	// StorageCores is the number of storage-side cores available to
+	// preprocessing, summed over all storage agents. Zero means unlimited.
+	StorageCores float64
+	// ComputeCores is the number of compute-node cores available to
+	// preprocessing. Zero means unlimited.
+	ComputeCores float64
+	// GPUSamplesPerSec is the rate at which training consumes samples.
+	// Zero means unlimited.
+	GPUSamplesPerSec float64
+	// StorageSpeed is the storage CPU's speed relative to the compute
+	// node's (1 = same, 0.5 = half as fast): storage CPU time is the
+	// measured compute-node time divided by StorageSpeed. The paper assumes
+	// homogeneous CPUs; this handles heterogeneous ones. Zero means 1.
+	StorageSpeed float64
+	// StorageNSPerByte is the storage CPU (ns, on the storage side's own
+	// clock) each payload byte costs to send beyond the ops: reading,
+	// gRPC framing, TLS. The storage agent's process CPU less its ops'
+	// CPU over the bytes it sent measures it (about 5 ns per byte over
+	// mutual TLS on this machine); every option then costs the storage
+	// side its bytes times this, raw ones included. Zero means free.
+	StorageNSPerByte float64
+}
+
+// WithMeasured returns r with every field that m measured (a positive one)
+// in place of r's; a nil m returns r. A compute agent plans from the
+// profile's running means this way, keeping its own figures for what the
+// means lack.
+func (r Resources) WithMeasured(m *profiler.MeasuredResources) Resources {
+	if m == nil {
+		return r
+	}
+	for _, f := range []struct {
+		dst *float64
+		x   float64
+	}{
+		{&r.LinkBytesPerSec, m.LinkBytesPerSec},
+		{&r.StorageCores, m.StorageCores},
+		{&r.ComputeCores, m.ComputeCores},
+		{&r.GPUSamplesPerSec, m.GPUSamplesPerSec},
+		{&r.StorageSpeed, m.StorageSpeed},
+	} {
+		if f.x > 0 && !math.IsInf(f.x, 1) {
+			*f.dst = f.x
+		}
+	}
+	return r
 }

@@ -1,4 +1,4 @@
-package policy
+package hardware
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// MaxClusterFileBytes bounds the size of a cluster description ParseCluster
+// MaxClusterFileBytes bounds the size of a cluster description Parse
 // accepts, so that decoding one allocates a bounded amount.
 const MaxClusterFileBytes = 1 << 20
 
@@ -15,7 +15,7 @@ const MaxClusterFileBytes = 1 << 20
 // the wrong type, an unknown or duplicate field (named in the detail).
 var ErrClusterFile = errors.New("policy: bad cluster description")
 
-// ParseCluster decodes a cluster description in YAML (or JSON) and
+// Parse decodes a cluster description in YAML (or JSON) and
 // validates it. Field names are the Cluster's JSON tags:
 //
 //	storage_speed: 1
@@ -32,9 +32,9 @@ var ErrClusterFile = errors.New("policy: bad cluster description")
 // Input larger than MaxClusterFileBytes is refused before it is decoded
 // (ErrClusterTooBig); the node and link counts are checked against their
 // limits before anything is sized by them (Validate).
-func ParseCluster(data []byte) (Cluster, error) {
+func Parse(data []byte) (Cluster, error) {
 	if len(data) > MaxClusterFileBytes {
-		return Cluster{}, clusterErr(ErrClusterTooBig, "file", "%d bytes, at most %d", len(data), MaxClusterFileBytes)
+		return Cluster{}, NewError(ErrClusterTooBig, "file", "%d bytes, at most %d", len(data), MaxClusterFileBytes)
 	}
 	var c Cluster
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {

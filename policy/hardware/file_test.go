@@ -1,4 +1,4 @@
-package policy
+package hardware
 
 import (
 	"errors"
@@ -7,12 +7,12 @@ import (
 	"testing"
 )
 
-func TestParseCluster(t *testing.T) {
-	data, err := os.ReadFile("cmd/policy/testdata/cluster.yaml")
+func TestParse(t *testing.T) {
+	data, err := os.ReadFile("../cmd/policy/testdata/cluster.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := ParseCluster(data)
+	c, err := Parse(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +21,7 @@ func TestParseCluster(t *testing.T) {
 		t.Errorf("parsed %+v", c)
 	}
 	// JSON is YAML too.
-	if _, err := ParseCluster([]byte(`{"storage": [{"name": "s"}], "compute": [{"name": "c"}]}`)); err != nil {
+	if _, err := Parse([]byte(`{"storage": [{"name": "s"}], "compute": [{"name": "c"}]}`)); err != nil {
 		t.Errorf("JSON: %v", err)
 	}
 	for _, c := range []struct {
@@ -40,7 +40,7 @@ func TestParseCluster(t *testing.T) {
 		{"too large", strings.Repeat("#", MaxClusterFileBytes+1), ErrClusterTooBig, "file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := ParseCluster([]byte(c.doc))
+			_, err := Parse([]byte(c.doc))
 			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.detail) {
 				t.Errorf("got %v, want %v mentioning %s", err, c.want, c.detail)
 			}
@@ -50,14 +50,14 @@ func TestParseCluster(t *testing.T) {
 
 // FuzzParseCluster: outside bytes never crash the decoder, and whatever
 // it accepts is a valid cluster.
-func FuzzParseCluster(f *testing.F) {
-	if data, err := os.ReadFile("cmd/policy/testdata/cluster.yaml"); err == nil {
+func FuzzParse(f *testing.F) {
+	if data, err := os.ReadFile("../cmd/policy/testdata/cluster.yaml"); err == nil {
 		f.Add(data)
 	}
 	f.Add([]byte(`{"storage": [{"name": "s"}], "compute": [{"name": "c", "ranks": 2}]}`))
 	f.Add([]byte("storage: [{name: s}]\ncompute: [{name: c}]\nlinks: [{storage: s, compute: c, bytes_per_sec: 1}]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := ParseCluster(data)
+		c, err := Parse(data)
 		if err != nil {
 			var ce *ClusterError
 			if !errors.As(err, &ce) {

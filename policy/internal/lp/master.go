@@ -1,8 +1,12 @@
-package policy
+// Package lp is the restricted master LP of the cluster bound's
+// cutting-plane search (policy's ClusterBound): a small dense revised
+// simplex over the plans found so far. It is pure arithmetic: no I/O,
+// goroutines or clock.
+package lp
 
 import "math"
 
-// master is the restricted master LP of the cluster bound's cutting-plane
+// Master is the restricted master LP of the cluster bound's cutting-plane
 // search, in its column form: given the resource loads v_k of plans
 // k = 0..K-1 (each a column, over the active resource rows),
 //
@@ -18,7 +22,7 @@ import "math"
 // refactorEvery pivots, Dantzig's rule with Bland's rule after a run of
 // degenerate pivots, so it cannot cycle. Adding a column keeps the basis
 // (warm start); changing the rows starts again from the best single plan.
-type master struct {
+type Master struct {
 	rows  []int32     // active resource ids
 	cols  [][]float64 // per plan: its loads on rows, divided by scale
 	scale float64
@@ -45,23 +49,23 @@ const (
 
 func slackID(r int) int { return -2 - r }
 
-// setRows replaces the active rows, rebuilds every column from the plans'
+// SetRows replaces the active rows, rebuilds every column from the plans'
 // full load vectors and starts from the best single plan.
-func (ms *master) setRows(rows []int32, plans [][]float64) {
+func (ms *Master) SetRows(rows []int32, plans [][]float64) {
 	ms.rows = rows
 	ms.cols = ms.cols[:0]
 	for _, v := range plans {
-		ms.addCol(v)
+		ms.AddCol(v)
 	}
 	ms.coldStart()
 }
 
-// addCol appends a plan's column (its full load vector v, indexed by
+// AddCol appends a plan's column (its full load vector v, indexed by
 // resource id); the basis stays valid.
-func (ms *master) addCol(v []float64) {
+func (ms *Master) AddCol(v []float64) {
 	if ms.scale == 0 {
 		ms.scale = 1
-		if mx := maxOf(v); mx > 0 {
+		if mx := MaxOf(v); mx > 0 {
 			ms.scale = mx
 		}
 	}
@@ -72,7 +76,8 @@ func (ms *master) addCol(v []float64) {
 	ms.cols = append(ms.cols, col)
 }
 
-func maxOf(v []float64) float64 {
+// MaxOf is the largest of v, -Inf for none.
+func MaxOf(v []float64) float64 {
 	x := math.Inf(-1)
 	for _, f := range v {
 		x = max(x, f)
@@ -82,7 +87,7 @@ func maxOf(v []float64) float64 {
 
 // coldStart takes the plan with the smallest largest load: lam = 1 on it,
 // T its largest load, and every slack but the largest row's basic.
-func (ms *master) coldStart() {
+func (ms *Master) coldStart() {
 	ms.m = len(ms.rows) + 1
 	best, bestT, arg := 0, math.Inf(1), 0
 	for k, col := range ms.cols {
@@ -109,7 +114,7 @@ func (ms *master) coldStart() {
 }
 
 // column writes column id into a (len m).
-func (ms *master) column(id int, a []float64) {
+func (ms *Master) column(id int, a []float64) {
 	clear(a)
 	switch {
 	case id >= 0:
@@ -127,13 +132,13 @@ func (ms *master) column(id int, a []float64) {
 // refactor inverts the basis from scratch (Gauss-Jordan, partial
 // pivoting) and recomputes the basic values. A numerically singular basis
 // restarts from the best single plan, whose basis is never singular.
-func (ms *master) refactor() {
+func (ms *Master) refactor() {
 	if !ms.invert() {
 		ms.coldStart()
 	}
 }
 
-func (ms *master) invert() bool {
+func (ms *Master) invert() bool {
 	m := ms.m
 	a := make([]float64, m*m) // the basis, row-major
 	col := make([]float64, m)
@@ -193,7 +198,7 @@ func (ms *master) invert() bool {
 }
 
 // duals computes y = c_B B^-1: the row of the inverse at T's position.
-func (ms *master) duals() {
+func (ms *Master) duals() {
 	clear(ms.y)
 	for p, id := range ms.basis {
 		if id == colT {
@@ -203,7 +208,7 @@ func (ms *master) duals() {
 }
 
 // reduced is column id's reduced cost under ms.y.
-func (ms *master) reduced(id int) float64 {
+func (ms *Master) reduced(id int) float64 {
 	y := ms.y
 	switch {
 	case id >= 0:
@@ -222,8 +227,73 @@ func (ms *master) reduced(id int) float64 {
 	return -y[-2-id]
 }
 
-// solve runs the simplex to optimality (or maxPivots pivots).
-func (ms *master) solve() {
+// entering is the column to enter the basis: the most negative reduced
+// cost (Dantzig), or the first negative one in Bland's order (plans, T,
+// slacks) after a run of degenerate pivots; found is false at the optimum.
+func (ms *Master) entering(inBasis map[int]bool) (enter int, found bool) {
+	m := ms.m
+	best := -masterTol
+	try := func(id int) bool {
+		if inBasis[id] {
+			return false
+		}
+		if d := ms.reduced(id); d < best {
+			enter, found = id, true
+			if ms.bland {
+				return true
+			}
+			best = d
+		}
+		return false
+	}
+	// Bland's order: plans, T, slacks.
+	done := false
+	for k := range ms.cols {
+		if try(k) {
+			done = true
+			break
+		}
+	}
+	if !done && !try(colT) {
+		for r := range m - 1 {
+			if try(slackID(r)) {
+				break
+			}
+		}
+	}
+	return enter, found
+}
+
+// leaving is the ratio test for column enter (written into a): the basis
+// row to leave, -1 for none, and the step; ties go to Bland's order.
+func (ms *Master) leaving(enter int, a []float64) (int, float64) {
+	m := ms.m
+	ms.column(enter, a)
+	for i := range m {
+		var s float64
+		row := ms.binv[i*m : (i+1)*m]
+		for k, x := range a {
+			if x != 0 {
+				s += row[k] * x
+			}
+		}
+		ms.u[i] = s
+	}
+	leave, theta := -1, math.Inf(1)
+	for i, ui := range ms.u {
+		if ui <= masterTol {
+			continue
+		}
+		t := ms.xb[i] / ui
+		if t < theta-1e-15 || (math.Abs(t-theta) <= 1e-15 && leave >= 0 && blandOrder(ms.basis[i]) < blandOrder(ms.basis[leave])) {
+			leave, theta = i, t
+		}
+	}
+	return leave, theta
+}
+
+// Solve runs the simplex to optimality (or maxPivots pivots).
+func (ms *Master) Solve() {
 	if ms.broken {
 		return
 	}
@@ -243,62 +313,11 @@ func (ms *master) solve() {
 			inBasis[id] = true
 		}
 		ms.duals()
-		// Entering column: most negative reduced cost (Dantzig), or the
-		// first negative one (Bland) after a run of degenerate pivots.
-		enter, best := 0, -masterTol
-		found := false
-		try := func(id int) bool {
-			if inBasis[id] {
-				return false
-			}
-			if d := ms.reduced(id); d < best {
-				enter, found = id, true
-				if ms.bland {
-					return true
-				}
-				best = d
-			}
-			return false
-		}
-		// Bland's order: plans, T, slacks.
-		done := false
-		for k := range ms.cols {
-			if try(k) {
-				done = true
-				break
-			}
-		}
-		if !done && !try(colT) {
-			for r := range m - 1 {
-				if try(slackID(r)) {
-					break
-				}
-			}
-		}
+		enter, found := ms.entering(inBasis)
 		if !found {
 			return
 		}
-		ms.column(enter, a)
-		for i := range m {
-			var s float64
-			row := ms.binv[i*m : (i+1)*m]
-			for k, x := range a {
-				if x != 0 {
-					s += row[k] * x
-				}
-			}
-			ms.u[i] = s
-		}
-		leave, theta := -1, math.Inf(1)
-		for i, ui := range ms.u {
-			if ui <= masterTol {
-				continue
-			}
-			t := ms.xb[i] / ui
-			if t < theta-1e-15 || (math.Abs(t-theta) <= 1e-15 && leave >= 0 && blandOrder(ms.basis[i]) < blandOrder(ms.basis[leave])) {
-				leave, theta = i, t
-			}
-		}
+		leave, theta := ms.leaving(enter, a)
 		if leave < 0 {
 			return // unbounded cannot happen (T >= 0 is minimised); stop
 		}
@@ -326,7 +345,7 @@ func blandOrder(id int) int {
 
 // pivot brings column enter in at row p with step theta (ms.u holds
 // B^-1 times the entering column).
-func (ms *master) pivot(p, enter int, theta float64) {
+func (ms *Master) pivot(p, enter int, theta float64) {
 	m := ms.m
 	up := ms.u[p]
 	rowP := ms.binv[p*m : (p+1)*m]
@@ -349,8 +368,8 @@ func (ms *master) pivot(p, enter int, theta float64) {
 	ms.since++
 }
 
-// value is the master's optimum T, in the loads' units.
-func (ms *master) value() float64 {
+// Value is the master's optimum T, in the loads' units.
+func (ms *Master) Value() float64 {
 	for p, id := range ms.basis {
 		if id == colT {
 			return ms.xb[p] * ms.scale
@@ -359,8 +378,8 @@ func (ms *master) value() float64 {
 	return 0
 }
 
-// lambdas returns the plans' weights (len = number of plans).
-func (ms *master) lambdas() []float64 {
+// Lambdas returns the plans' weights (len = number of plans).
+func (ms *Master) Lambdas() []float64 {
 	lam := make([]float64, len(ms.cols))
 	for p, id := range ms.basis {
 		if id >= 0 {
@@ -379,9 +398,9 @@ func (ms *master) lambdas() []float64 {
 	return lam
 }
 
-// weights returns the duals of the rows as weights on all nres
+// Weights returns the duals of the rows as weights on all nres
 // resources: w >= 0, summing to 1 (zero off the active rows).
-func (ms *master) weights(nres int) []float64 {
+func (ms *Master) Weights(nres int) []float64 {
 	ms.duals()
 	w := make([]float64, nres)
 	var s float64
@@ -400,3 +419,13 @@ func (ms *master) weights(nres int) []float64 {
 	}
 	return w
 }
+
+// Broken reports whether even the initial basis could not be inverted
+// (loads too far apart for float64): the caller's search should stop
+// where it is, which leaves its bound valid, only looser.
+func (ms *Master) Broken() bool { return ms.broken }
+
+// Basis is the basis' column ids: the plans' indices (in the order they
+// were added since the last SetRows) for basic plans, negative ids for the
+// T column and slacks. The caller must not modify it.
+func (ms *Master) Basis() []int { return ms.basis }
