@@ -415,7 +415,7 @@ func TestClusterBruteForce(t *testing.T) {
 // baselines: the LP, the rounding and the improvement pass.
 func roundingPath(cm *cmodel) ([]int16, []uint8) {
 	bk, sol := cm.solveLP(cm.bucket())
-	w := sol.w
+	w := sol.W
 	if w == nil {
 		w = make([]float64, cm.nres)
 	}

@@ -4,7 +4,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/sophon-dl/sophon/policy/internal/lp"
+	"github.com/sophon-dl/sophon/policy/internal/dual"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -56,13 +56,8 @@ const (
 	// lpTol is the relative gap between the bucketed LP's lower and upper
 	// bounds at which the search stops with one bucket per sample,
 	// lpTolBucketed with quantile buckets (where bucketing costs the bound
-	// far more); lpIters caps its iterations.
+	// far more); dual.Iters caps its iterations.
 	lpTol, lpTolBucketed = 1e-7, 1e-4
-	lpIters              = 400
-	// maxRows caps the master's active resource rows; maxCuts the plans
-	// it keeps (older, unused ones are dropped beyond it).
-	maxRows = 512
-	maxCuts = 256
 	// plainIters caps the single-node planner's search (solvePlain).
 	plainIters = 200
 )
@@ -307,19 +302,13 @@ func (cm *cmodel) pricesAt(w []float64) prices {
 	return pr
 }
 
-// lpCut is one plan of the bucketed problem: every bucket on one column
-// (replica position * nopt + option), and its loads.
-type lpCut struct {
-	v      []float64
-	choice []uint16
-}
-
 // priceBuckets is the bucketed Lagrangian at the prices pr: every bucket
 // takes its cheapest column (exact ties go to the smaller unweighted
-// seconds, then the first); it returns the dual value and the plan.
-func (cm *cmodel) priceBuckets(bk *buckets, pr, unit *prices) (float64, *lpCut) {
+// seconds, then the first); it returns the dual value and the plan: each
+// bucket's column (replica position * nopt + option), and its loads.
+func (cm *cmodel) priceBuckets(bk *buckets, pr, unit *prices) (float64, *dual.Cut) {
 	nopt, nc := bk.nopt, cm.nc
-	cut := &lpCut{v: make([]float64, cm.nres), choice: make([]uint16, bk.n)}
+	cut := &dual.Cut{Loads: make([]float64, cm.nres), Choice: make([]uint16, bk.n)}
 	pt := make([]ptot, cm.ns*nc)
 	var g float64
 	for b := range bk.n {
@@ -344,7 +333,7 @@ func (cm *cmodel) priceBuckets(bk *buckets, pr, unit *prices) (float64, *lpCut) 
 			}
 		}
 		g += best
-		cut.choice[b] = uint16(bc)
+		cut.Choice[b] = uint16(bc)
 		q := bq
 		t := &pt[bj*nc+c]
 		t.b += q[0]
@@ -352,187 +341,52 @@ func (cm *cmodel) priceBuckets(bk *buckets, pr, unit *prices) (float64, *lpCut) 
 		t.p += q[2]
 		t.n += float64(bk.count[b])
 	}
-	cm.loads(pt, cut.v)
+	cm.loads(pt, cut.Loads)
 	return g, cut
 }
 
-// lpSolution is the bucketed LP's solution.
+// lpSolution is the bound's dual search's solution: dual.Solution's
+// weights, bounds and (for the bucketed LP) fractional plan, whose cuts'
+// Choice give each bucket's column (replica position * nopt + option).
 type lpSolution struct {
-	w []float64 // weights with the best bucketed dual value
+	dual.Solution
 	// exactW, when set, are weights whose exact Lagrangian value exactG
 	// is known (the coarse buckets' best, before refinement).
-	exactW       []float64
-	exactG       float64
-	lower, upper float64   // bucketed dual value at w; best fractional plan's epoch
-	cuts         []*lpCut  // the plans of the best fractional plan
-	lam          []float64 // and their weights
-	iters        int
+	exactW []float64
+	exactG float64
 }
 
 // solveLP maximises the bucketed Lagrangian dual over the weights simplex
-// with Kelley's cutting planes, stabilised (the next point is halfway
-// between the best point and the master's, falling back to the master's
-// when that gives no cut), and row generation (the master carries only the
-// resources some plan loads near the top). With quantile buckets, it then
-// refines them once (refine) and goes on from where it was: it returns
-// the buckets the solution is for.
+// (dual.Search, the buckets priced by priceBuckets). With quantile
+// buckets, it then refines them once (refine) and goes on from where it
+// was: it returns the buckets the solution is for.
 func (cm *cmodel) solveLP(bk *buckets) (*buckets, *lpSolution) {
-	s := &lpSearch{cm: cm, unit: cm.pricesAt(nil), sol: &lpSolution{lower: math.Inf(-1), upper: math.Inf(1)}}
+	unit := cm.pricesAt(nil)
 	if cm.nres == 0 {
 		pr := cm.pricesAt(make([]float64, 0))
-		_, cut := cm.priceBuckets(bk, &pr, &s.unit)
-		return bk, &lpSolution{cuts: []*lpCut{cut}, lam: []float64{1}}
+		_, cut := cm.priceBuckets(bk, &pr, &unit)
+		return bk, &lpSolution{Solution: dual.Solution{Cuts: []*dual.Cut{cut}, Lam: []float64{1}}}
 	}
+	price := func(bk *buckets) dual.Oracle {
+		return func(w []float64) (float64, *dual.Cut) {
+			pr := cm.pricesAt(w)
+			return cm.priceBuckets(bk, &pr, &unit)
+		}
+	}
+	s := dual.NewSearch(cm.nres)
 	if bk.n == len(cm.m.p.Samples) {
-		s.run(bk, lpTol)
-		return bk, s.sol
+		s.Run(price(bk), lpTol)
+		return bk, &lpSolution{Solution: s.Sol}
 	}
-	s.run(bk, lpTolBucketed)
-	w := s.sol.w
+	s.Run(price(bk), lpTolBucketed)
+	w := s.Sol.W
 	fine, parent, g := cm.refine(bk, w)
-	s.remap(parent)
-	s.run(fine, lpTolBucketed)
+	s.Remap(parent)
+	s.Run(price(fine), lpTolBucketed)
 	// The exact Lagrangian at the coarse buckets' weights came with the
 	// refinement; keep those weights if the refined search's best are
 	// worse for it (the bound evaluates the weights exactly again).
-	s.sol.exactW, s.sol.exactG = w, g
-	return fine, s.sol
-}
-
-// lpSearch is the cutting-plane search's state.
-type lpSearch struct {
-	cm     *cmodel
-	unit   prices
-	cuts   []*lpCut
-	rows   []int32
-	active []bool
-	ms     *lp.Master
-	sol    *lpSolution
-}
-
-// eval prices the buckets at w and adds the plan as a cut.
-func (s *lpSearch) eval(bk *buckets, w []float64) *lpCut {
-	pr := s.cm.pricesAt(w)
-	g, cut := s.cm.priceBuckets(bk, &pr, &s.unit)
-	if g > s.sol.lower {
-		s.sol.lower, s.sol.w = g, w
-	}
-	s.cuts = append(s.cuts, cut)
-	return cut
-}
-
-func (s *lpSearch) loads() [][]float64 {
-	v := make([][]float64, len(s.cuts))
-	for k, c := range s.cuts {
-		v[k] = c.v
-	}
-	return v
-}
-
-// start evaluates uniform weights and starts the master from that plan,
-// with every resource it loads to half its largest load or more as rows
-// (the most loaded maxRows of them).
-func (s *lpSearch) start(bk *buckets) {
-	cm := s.cm
-	w0 := make([]float64, cm.nres)
-	for r := range w0 {
-		w0[r] = 1 / float64(cm.nres)
-	}
-	first := s.eval(bk, w0)
-	order := make([]int32, cm.nres)
-	for r := range order {
-		order[r] = int32(r)
-	}
-	slices.SortStableFunc(order, func(a, b int32) int { return cmpDesc(first.v[a], first.v[b]) })
-	top := first.v[order[0]]
-	s.active = make([]bool, cm.nres)
-	for _, r := range order {
-		if len(s.rows) > 0 && (first.v[r] < top/2 || len(s.rows) >= maxRows) {
-			break
-		}
-		s.rows, s.active[r] = append(s.rows, r), true
-	}
-	s.ms = &lp.Master{}
-	s.ms.SetRows(s.rows, s.loads())
-}
-
-// run iterates until the bucketed LP's bounds meet within tol, or lpIters
-// iterations in all. The first run starts from uniform weights; a later
-// one (on refined buckets) from the best weights so far, whose value it
-// recomputes.
-func (s *lpSearch) run(bk *buckets, tol float64) {
-	cm, sol := s.cm, s.sol
-	if s.ms == nil {
-		s.start(bk)
-	} else {
-		// The old lower bound is the coarser buckets' (too high for
-		// these); the old plans are still plans of these buckets, with
-		// the same loads.
-		w := sol.w
-		sol.lower = math.Inf(-1)
-		s.ms.AddCol(s.eval(bk, w).v)
-	}
-	ms := s.ms
-	mixed := make([]float64, cm.nres)
-	for ; sol.iters < lpIters; sol.iters++ {
-		ms.Solve()
-		if ms.Broken() {
-			break
-		}
-		lam := ms.Lambdas()
-		clear(mixed)
-		for k, l := range lam {
-			if l > 0 {
-				for r, x := range s.cuts[k].v {
-					mixed[r] += l * x
-				}
-			}
-		}
-		t := ms.Value()
-		// Row generation: a resource off the master that the master's
-		// mix overloads joins it.
-		added := false
-		for r, x := range mixed {
-			if x > t*(1+1e-9) && len(s.rows) < maxRows && !s.active[r] {
-				s.rows, s.active[r], added = append(s.rows, int32(r)), true, true
-			}
-		}
-		if added {
-			ms.SetRows(s.rows, s.loads())
-			continue
-		}
-		if u := lp.MaxOf(mixed); u < sol.upper {
-			sol.upper = u
-			sol.cuts, sol.lam = sol.cuts[:0], sol.lam[:0]
-			for k, l := range lam {
-				if l > 0 {
-					sol.cuts, sol.lam = append(sol.cuts, s.cuts[k]), append(sol.lam, l)
-				}
-			}
-		}
-		if sol.upper-sol.lower <= tol*sol.upper {
-			break
-		}
-		wm := ms.Weights(cm.nres)
-		wq := make([]float64, cm.nres)
-		for r := range wq {
-			wq[r] = 0.5*sol.w[r] + 0.5*wm[r]
-		}
-		c := s.eval(bk, wq)
-		ms.AddCol(c.v)
-		// Misprice: the smoothed point's plan does not cut off the
-		// master's point, so ask the master's point itself.
-		if dot(wm, c.v) >= t*(1-1e-12) {
-			ms.AddCol(s.eval(bk, wm).v)
-		}
-		if len(s.cuts) > maxCuts {
-			s.cuts = cm.pruneCuts(ms, s.cuts)
-			ms.SetRows(s.rows, s.loads())
-		}
-	}
-	if len(sol.cuts) == 0 { // only if every iteration added rows
-		sol.cuts, sol.lam, sol.upper = s.cuts[:1], []float64{1}, lp.MaxOf(s.cuts[0].v)
-	}
+	return fine, &lpSolution{Solution: s.Sol, exactW: w, exactG: g}
 }
 
 // solve is the bound's dual search: solveLP on the model's buckets, or,
@@ -565,31 +419,28 @@ func (cm *cmodel) plainDims() ([3]int32, bool) {
 }
 
 // solvePlain is the single-node planner's search, on which its plans
-// depend to the last bit: Kelley's cutting planes in the three
-// dimensions dims (an unlimited resource's weight prices nothing), every
-// sample priced on its own (lagrangian), from each dimension's unit
-// weights and uniform weights, each next point the model's maximiser by
-// nested golden-section search (maximiseModel), until the model's maximum
-// and the best dual value meet within the rules' lpTol, or plainIters
-// iterations. It keeps no fractional plan.
+// depend to the last bit: dual.Simplex3 in the three dimensions dims (an
+// unlimited resource's weight prices nothing), every sample priced on its
+// own (lagrangian), until the model's maximum and the best dual value meet
+// within the rules' lpTol, or plainIters iterations. It keeps no
+// fractional plan.
 func (cm *cmodel) solvePlain(dims [3]int32) *lpSolution {
-	sol := &lpSolution{lower: math.Inf(-1), upper: math.Inf(1)}
 	n := len(cm.m.p.Samples)
 	rep, opt := make([]int16, n), make([]uint8, n)
 	pt := make([]ptot, cm.ns*cm.nc)
 	l := make([]float64, cm.nres)
-	var cuts [][3]float64
-	eval := func(w3 [3]float64) {
+	weights := func(w3 [3]float64) []float64 {
 		w := make([]float64, cm.nres)
 		for d, id := range dims {
 			if id >= 0 {
 				w[id] = w3[d]
 			}
 		}
-		pr := cm.pricesAt(w)
-		if g := cm.lagrangian(&pr, rep, opt, pt); g > sol.lower {
-			sol.lower, sol.w = g, w
-		}
+		return w
+	}
+	r := dual.Simplex3(func(w3 [3]float64) (float64, [3]float64) {
+		pr := cm.pricesAt(weights(w3))
+		g := cm.lagrangian(&pr, rep, opt, pt)
 		cm.loads(pt, l)
 		var v [3]float64
 		for d, id := range dims {
@@ -597,97 +448,13 @@ func (cm *cmodel) solvePlain(dims [3]int32) *lpSolution {
 				v[d] = l[id]
 			}
 		}
-		cuts = append(cuts, v)
-	}
-	for _, w := range [][3]float64{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}, {1.0 / 3, 1.0 / 3, 1.0 / 3}} {
-		eval(w)
-	}
-	for ; sol.iters < plainIters; sol.iters++ {
-		w, ub := maximiseModel(cuts)
-		sol.upper = min(sol.upper, ub)
-		if sol.upper-sol.lower <= cm.pass.lpTol*sol.upper || sol.upper <= 0 {
-			break
-		}
-		eval(w)
+		return g, v
+	}, cm.pass.lpTol, plainIters)
+	sol := &lpSolution{Solution: dual.Solution{Lower: r.Lower, Upper: r.Upper, Iters: r.Iters}}
+	if r.Found {
+		sol.W = weights(r.W)
 	}
 	return sol
-}
-
-// maximiseModel maximises the cutting-plane model min over cuts of w.v
-// over the 2-simplex: outer golden-section search over w0, inner over w1
-// (the inner maximum of a concave function is concave in w0), exact to
-// ~1e-12 in w, which is ample as the model is concave and piecewise
-// linear. It returns the point and the model's value there, an upper
-// bound on the LP's optimum.
-func maximiseModel(cuts [][3]float64) ([3]float64, float64) {
-	at := func(w [3]float64) float64 {
-		v := math.Inf(1)
-		for _, c := range cuts {
-			v = min(v, w[0]*c[0]+w[1]*c[1]+w[2]*c[2])
-		}
-		return v
-	}
-	inner := func(w0 float64) (float64, float64) {
-		return goldenMax(func(w1 float64) float64 {
-			return at([3]float64{w0, w1, max(0, 1-w0-w1)})
-		}, 0, 1-w0)
-	}
-	w0, v := goldenMax(func(w0 float64) float64 { _, v := inner(w0); return v }, 0, 1)
-	w1, _ := inner(w0)
-	return [3]float64{w0, w1, max(0, 1-w0-w1)}, v
-}
-
-// goldenMax maximises a concave f on [lo, hi] by golden-section search.
-func goldenMax(f func(float64) float64, lo, hi float64) (float64, float64) {
-	const phi = 0.6180339887498949
-	a, b := lo, hi
-	x1, x2 := b-phi*(b-a), a+phi*(b-a)
-	f1, f2 := f(x1), f(x2)
-	for range 64 {
-		if f1 < f2 {
-			a, x1, f1 = x1, x2, f2
-			x2 = a + phi*(b-a)
-			f2 = f(x2)
-		} else {
-			b, x2, f2 = x2, x1, f1
-			x1 = b - phi*(b-a)
-			f1 = f(x1)
-		}
-	}
-	// The endpoints matter when the maximum sits on the boundary.
-	best, fb := x1, f1
-	for _, x := range []float64{x2, lo, hi} {
-		if fx := f(x); fx > fb {
-			best, fb = x, fx
-		}
-	}
-	return best, fb
-}
-
-// remap carries the master's basic plans and the best fractional plan's
-// over to refined buckets, and drops the others: each refined bucket takes
-// its parent's column, so the plans and their loads are unchanged.
-func (s *lpSearch) remap(parent []int32) {
-	var keep []*lpCut
-	for _, id := range s.ms.Basis() {
-		if id >= 0 {
-			keep = append(keep, s.cuts[id])
-		}
-	}
-	s.cuts = keep
-	s.ms.SetRows(s.rows, s.loads())
-	done := map[*lpCut]bool{}
-	for _, c := range append(slices.Clip(s.cuts), s.sol.cuts...) {
-		if done[c] {
-			continue
-		}
-		done[c] = true
-		choice := make([]uint16, len(parent))
-		for b, p := range parent {
-			choice[b] = c.choice[p]
-		}
-		c.choice = choice
-	}
 }
 
 // refine splits every bucket by the column (replica and option) its
@@ -753,27 +520,6 @@ func (cm *cmodel) refine(bk *buckets, w []float64) (*buckets, []int32, float64) 
 	return fine, parent, g
 }
 
-// pruneCuts keeps the master's basic plans and the most recent ones, half
-// of maxCuts in all.
-func (cm *cmodel) pruneCuts(ms *lp.Master, cuts []*lpCut) []*lpCut {
-	keep := make([]bool, len(cuts))
-	for _, id := range ms.Basis() {
-		if id >= 0 && id < len(cuts) {
-			keep[id] = true
-		}
-	}
-	for k := len(cuts) - maxCuts/2; k < len(cuts); k++ {
-		keep[k] = true
-	}
-	var out []*lpCut
-	for k, c := range cuts {
-		if keep[k] {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 // cmpDesc orders larger first.
 func cmpDesc(a, b float64) int {
 	switch {
@@ -783,14 +529,6 @@ func cmpDesc(a, b float64) int {
 		return 1
 	}
 	return 0
-}
-
-func dot(a, b []float64) float64 {
-	var s float64
-	for i, x := range a {
-		s += x * b[i]
-	}
-	return s
 }
 
 // lagrangian is the exact Lagrangian dual value at prices pr: every sample
@@ -836,15 +574,15 @@ func (cm *cmodel) lagrangian(pr *prices, rep []int16, opt []uint8, pt []ptot) fl
 }
 
 // boundResult assembles the result from the LP and the exact dual value
-// g at sol.w.
+// g at sol.W.
 func (cm *cmodel) boundResult(bk *buckets, sol *lpSolution, g float64) ClusterBoundResult {
 	w, g := sol.bestExact(g)
 	res := ClusterBoundResult{
 		Seconds:    max(g, cm.gpuMax),
-		BucketLP:   max(sol.upper, cm.gpuMax),
+		BucketLP:   max(sol.Upper, cm.gpuMax),
 		Buckets:    len(cm.m.p.Samples),
 		Samples:    len(cm.m.p.Samples),
-		Iterations: sol.iters,
+		Iterations: sol.Iters,
 	}
 	if bk != nil {
 		res.Buckets = bk.n
@@ -907,18 +645,18 @@ func ClusterBound(p *profiler.Profile, c Cluster, pl *Placement) (ClusterBoundRe
 func (cm *cmodel) bound() ClusterBoundResult {
 	bk, sol := cm.solve()
 	var g float64
-	if sol.w != nil {
-		pr := cm.pricesAt(sol.w)
+	if sol.W != nil {
+		pr := cm.pricesAt(sol.W)
 		g = cm.lagrangian(&pr, nil, nil, nil)
 	}
 	return cm.boundResult(bk, sol, g)
 }
 
-// bestExact returns the better of g, the exact Lagrangian value at sol.w,
+// bestExact returns the better of g, the exact Lagrangian value at sol.W,
 // and the one refinement computed, with its weights.
 func (sol *lpSolution) bestExact(g float64) ([]float64, float64) {
 	if sol.exactW != nil && sol.exactG > g {
 		return sol.exactW, sol.exactG
 	}
-	return sol.w, g
+	return sol.W, g
 }

@@ -47,7 +47,7 @@ const maxRefused = 4096
 // turn (unless the instance was solved exactly), and the best plan kept.
 func (cm *cmodel) optimal(bases ...Plan) (Plan, ClusterBoundResult) {
 	bk, sol := cm.solve()
-	w := sol.w
+	w := sol.W
 	if w == nil {
 		w = make([]float64, cm.nres)
 	}
@@ -96,9 +96,9 @@ func (cm *cmodel) optimal(bases ...Plan) (Plan, ClusterBoundResult) {
 // round divides by them).
 func (cm *cmodel) lpLoads(sol *lpSolution) []float64 {
 	u := make([]float64, cm.nres)
-	for k, c := range sol.cuts {
-		for r, x := range c.v {
-			u[r] += sol.lam[k] * x
+	for k, c := range sol.Cuts {
+		for r, x := range c.Loads {
+			u[r] += sol.Lam[k] * x
 		}
 	}
 	for r := range u {
@@ -121,8 +121,8 @@ func (cm *cmodel) mix(bk *buckets, sol *lpSolution) *bucketMix {
 	mx := &bucketMix{start: make([]int32, bk.n+1)}
 	for b := range bk.n {
 		from := len(mx.col)
-		for k, c := range sol.cuts {
-			if col := c.choice[b]; sol.lam[k] > 0 && !slices.Contains(mx.col[from:], col) {
+		for k, c := range sol.Cuts {
+			if col := c.Choice[b]; sol.Lam[k] > 0 && !slices.Contains(mx.col[from:], col) {
 				mx.col = append(mx.col, col)
 			}
 		}
