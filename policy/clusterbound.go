@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/sophon-dl/sophon/policy/internal/bucket"
 	"github.com/sophon-dl/sophon/policy/internal/dual"
 	"github.com/sophon-dl/sophon/profiler"
 )
@@ -62,61 +63,12 @@ const (
 	plainIters = 200
 )
 
-// buckets are classes of samples that share a compute node, a replica
-// set (its members, in the order of the first set with them: bk.set
-// indexes Placement.Sets) and the options they have, and fall in the same
-// quantiles of size and of cut shrink (or best-split shrink); refined
-// buckets also share their cheapest column at given prices. tot holds,
-// per bucket and option, the sums of its members' raw quantities: exact
-// loads for any plan that gives every member of a bucket the same option
-// and replica.
-type buckets struct {
-	n     int
-	nopt  int
-	node  []int32
-	set   []int32
-	count []int32
-	tot   []raw   // n*nopt, until prune packs it into optTot
-	of    []int32 // each sample's bucket
-	// opts lists, per bucket, the options worth pricing (opts[optAt[b]:
-	// optAt[b+1]]): those with data that no other option beats or equals
-	// on bytes, storage and compute at once, which no prices could make
-	// the strictly cheapest; optTot holds their totals, packed, so that
-	// pricing streams through less memory.
-	optAt  []int32
-	opts   []uint8
-	optTot []raw
-}
-
-// prune fills bk.opts and packs their totals into bk.optTot, in place of
-// bk.tot (which it consumes).
-func (bk *buckets) prune() {
-	bk.optAt = make([]int32, bk.n+1)
-	tot := make([]raw, bk.nopt)
-	k := 0
-	for b := range bk.n {
-		copy(tot, bk.tot[b*bk.nopt:(b+1)*bk.nopt])
-		for o, q := range tot {
-			if math.IsInf(q[0], 1) {
-				continue
-			}
-			dominated := false
-			for o2, q2 := range tot {
-				if o2 != o && q2[0] <= q[0] && q2[1] <= q[1] && q2[2] <= q[2] && (q2 != q || o2 < o) {
-					dominated = true
-					break
-				}
-			}
-			if !dominated {
-				bk.opts = append(bk.opts, uint8(o))
-				bk.tot[k] = q
-				k++
-			}
-		}
-		bk.optAt[b+1] = int32(k)
-	}
-	bk.optTot, bk.tot = bk.tot[:k], nil
-}
+// buckets are bucket.Buckets of samples that share a compute node, a
+// replica set (its members, in the order of the first set with them:
+// bk.Set indexes Placement.Sets) and the options they have, and fall in
+// the same quantiles of size and of cut shrink (or best-split shrink);
+// refined buckets also share their cheapest column at given prices.
+type buckets = bucket.Buckets
 
 // features are what bucketing classifies a sample by; sig says which
 // option families it has (bit 0 compression, bit 1 the cut).
@@ -137,28 +89,6 @@ func (m *model) features(buf []raw) (size, shrink, cutr float64, sig int) {
 		cutr = buf[m.cutOpt][0] / size
 	}
 	return size, shrink, cutr, sig
-}
-
-// levels returns the levels-1 cut points of xs' quantiles (xs is sorted in
-// place).
-func levels(xs []float64, n int) []float64 {
-	slices.Sort(xs)
-	cuts := make([]float64, n-1)
-	for k := range cuts {
-		if len(xs) > 0 {
-			cuts[k] = xs[(k+1)*len(xs)/n]
-		}
-	}
-	return cuts
-}
-
-// level is the number of cut points below x.
-func level(x float64, cuts []float64) int {
-	l := 0
-	for l < len(cuts) && x > cuts[l] {
-		l++
-	}
-	return l
 }
 
 // quantiles returns the levels per feature and the quantile cut points of
@@ -187,55 +117,27 @@ func (cm *cmodel) quantiles(buf []raw) (lv int, szc, shc []float64) {
 	}
 	lv = int(math.Sqrt(float64(bucketTarget) / float64(len(pairs))))
 	lv = min(max(lv, 2), maxLevels)
-	return lv, levels(sz, lv), levels(sh, lv)
+	return lv, bucket.Levels(sz, lv), bucket.Levels(sh, lv)
 }
 
 // bucket classifies every sample and sums its options per bucket.
 func (cm *cmodel) bucket() *buckets {
 	m, p, pl := cm.m, cm.m.p, cm.pl
 	n := len(p.Samples)
-	nopt := m.nopt()
-	buf := make([]raw, nopt)
-	bk := &buckets{nopt: nopt, of: make([]int32, n)}
-	add := func(i int, b int32) {
-		bk.of[i] = b
-		bk.count[b]++
-		t := bk.tot[int(b)*nopt : int(b+1)*nopt]
-		for o, q := range buf {
-			t[o][0] += q[0]
-			t[o][1] += q[1]
-			t[o][2] += q[2]
-		}
-	}
-	newBucket := func(i int) int32 {
-		bk.node = append(bk.node, cm.node[pl.Rank[i]])
-		bk.set = append(bk.set, cm.canon[pl.Set[i]])
-		bk.count = append(bk.count, 0)
-		bk.tot = append(bk.tot, make([]raw, nopt)...)
-		bk.n++
-		return int32(bk.n - 1)
-	}
+	buf := make([]raw, m.nopt())
+	bk := bucket.New(m.nopt(), n, 0)
+	newBucket := func(i int) int32 { return bk.Add(cm.node[pl.Rank[i]], cm.canon[pl.Set[i]]) }
 	if n <= cm.exactBuckets {
 		for i := range p.Samples {
 			m.options(&p.Samples[i], buf)
-			add(i, newBucket(i))
+			bk.Put(i, newBucket(i), buf)
 		}
-		bk.prune()
+		bk.Prune()
 		return bk
 	}
 	lv, szc, shc := cm.quantiles(buf)
 	classes := 4 * lv * lv
-	keys := cm.nc * len(pl.Sets) * classes
-	var dense []int32
-	var sparse map[int]int32
-	if keys <= 1<<22 {
-		dense = make([]int32, keys)
-		for k := range dense {
-			dense[k] = -1
-		}
-	} else {
-		sparse = map[int]int32{}
-	}
+	index := bucket.NewIndex(cm.nc * len(pl.Sets) * classes)
 	for i := range p.Samples {
 		m.options(&p.Samples[i], buf)
 		size, shrink, cutr, sig := m.features(buf)
@@ -243,27 +145,16 @@ func (cm *cmodel) bucket() *buckets {
 		if m.cut {
 			second = cutr
 		}
-		class := (sig*lv+level(size, szc))*lv + level(second, shc)
+		class := (sig*lv+bucket.Level(size, szc))*lv + bucket.Level(second, shc)
 		key := (int(cm.node[pl.Rank[i]])*len(pl.Sets)+int(cm.canon[pl.Set[i]]))*classes + class
-		var b int32
-		var ok bool
-		if dense != nil {
-			b = dense[key]
-			ok = b >= 0
-		} else {
-			b, ok = sparse[key]
-		}
+		b, ok := index.Get(key)
 		if !ok {
 			b = newBucket(i)
-			if dense != nil {
-				dense[key] = b
-			} else {
-				sparse[key] = b
-			}
+			index.Put(key, b)
 		}
-		add(i, b)
+		bk.Put(i, b, buf)
 	}
-	bk.prune()
+	bk.Prune()
 	return bk
 }
 
@@ -307,17 +198,17 @@ func (cm *cmodel) pricesAt(w []float64) prices {
 // seconds, then the first); it returns the dual value and the plan: each
 // bucket's column (replica position * nopt + option), and its loads.
 func (cm *cmodel) priceBuckets(bk *buckets, pr, unit *prices) (float64, *dual.Cut) {
-	nopt, nc := bk.nopt, cm.nc
-	cut := &dual.Cut{Loads: make([]float64, cm.nres), Choice: make([]uint16, bk.n)}
+	nopt, nc := bk.Nopt, cm.nc
+	cut := &dual.Cut{Loads: make([]float64, cm.nres), Choice: make([]uint16, bk.N)}
 	pt := make([]ptot, cm.ns*nc)
 	var g float64
-	for b := range bk.n {
-		c := int(bk.node[b])
-		set := cm.pl.Sets[bk.set[b]]
+	for b := range bk.N {
+		c := int(bk.Node[b])
+		set := cm.pl.Sets[bk.Set[b]]
 		best, bestU, bc, bj, bq := math.Inf(1), math.Inf(1), 0, 0, raw{}
 		gc, gu := pr.gamma[c], unit.gamma[c]
-		from, to := bk.optAt[b], bk.optAt[b+1]
-		opts, tots := bk.opts[from:to], bk.optTot[from:to]
+		from, to := bk.OptAt[b], bk.OptAt[b+1]
+		opts, tots := bk.Opts[from:to], bk.OptTot[from:to]
 		for jj, j := range set {
 			a, be := pr.alpha[int(j)*nc+c], pr.beta[j]
 			au, bu := unit.alpha[int(j)*nc+c], unit.beta[j]
@@ -339,7 +230,7 @@ func (cm *cmodel) priceBuckets(bk *buckets, pr, unit *prices) (float64, *dual.Cu
 		t.b += q[0]
 		t.s += q[1]
 		t.p += q[2]
-		t.n += float64(bk.count[b])
+		t.n += float64(bk.Count[b])
 	}
 	cm.loads(pt, cut.Loads)
 	return g, cut
@@ -374,7 +265,7 @@ func (cm *cmodel) solveLP(bk *buckets) (*buckets, *lpSolution) {
 		}
 	}
 	s := dual.NewSearch(cm.nres)
-	if bk.n == len(cm.m.p.Samples) {
+	if bk.N == len(cm.m.p.Samples) {
 		s.Run(price(bk), lpTol)
 		return bk, &lpSolution{Solution: s.Sol}
 	}
@@ -465,20 +356,19 @@ func (cm *cmodel) solvePlain(dims [3]int32) *lpSolution {
 // each one's parent and the exact Lagrangian dual value at w.
 func (cm *cmodel) refine(bk *buckets, w []float64) (*buckets, []int32, float64) {
 	m, p, pl := cm.m, cm.m.p, cm.pl
-	nopt, nc := bk.nopt, cm.nc
+	nopt, nc := bk.Nopt, cm.nc
 	pr, unit := cm.pricesAt(w), cm.pricesAt(nil)
 	buf := make([]raw, nopt)
-	fine := &buckets{nopt: nopt, of: make([]int32, len(p.Samples))}
+	fine := bucket.New(nopt, len(p.Samples), 2*len(bk.OptAt)*nopt)
 	var parent []int32
 	var g float64
-	fine.tot = make([]raw, 0, 2*len(bk.optAt)*nopt)
 	index := map[uint64]int32{}
 	for i := range p.Samples {
 		m.options(&p.Samples[i], buf)
-		b := bk.of[i]
-		c := int(bk.node[b])
+		b := bk.Of[i]
+		c := int(bk.Node[b])
 		best, bestU, bc := math.Inf(1), math.Inf(1), 0
-		for jj, j := range pl.Sets[bk.set[b]] {
+		for jj, j := range pl.Sets[bk.Set[b]] {
 			a, be, gc := pr.alpha[int(j)*nc+c], pr.beta[j], pr.gamma[c]
 			au, bu, gu := unit.alpha[int(j)*nc+c], unit.beta[j], unit.gamma[c]
 			for o, q := range buf {
@@ -498,25 +388,13 @@ func (cm *cmodel) refine(bk *buckets, w []float64) (*buckets, []int32, float64) 
 		key := uint64(b)<<16 | uint64(bc)
 		f, ok := index[key]
 		if !ok {
-			f = int32(fine.n)
+			f = fine.Add(bk.Node[b], bk.Set[b])
 			index[key] = f
-			fine.n++
-			fine.node = append(fine.node, bk.node[b])
-			fine.set = append(fine.set, bk.set[b])
-			fine.count = append(fine.count, 0)
-			fine.tot = append(fine.tot, make([]raw, nopt)...)
 			parent = append(parent, b)
 		}
-		fine.of[i] = f
-		fine.count[f]++
-		t := fine.tot[int(f)*nopt : int(f+1)*nopt]
-		for o, q := range buf {
-			t[o][0] += q[0]
-			t[o][1] += q[1]
-			t[o][2] += q[2]
-		}
+		fine.Put(i, f, buf)
 	}
-	fine.prune()
+	fine.Prune()
 	return fine, parent, g
 }
 
@@ -585,7 +463,7 @@ func (cm *cmodel) boundResult(bk *buckets, sol *lpSolution, g float64) ClusterBo
 		Iterations: sol.Iters,
 	}
 	if bk != nil {
-		res.Buckets = bk.n
+		res.Buckets = bk.N
 	}
 	if cm.nres == 0 {
 		res.BucketLP = res.Seconds

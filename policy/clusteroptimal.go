@@ -118,8 +118,8 @@ type bucketMix struct {
 // mix lists, per bucket, the columns of the LP's plans of positive
 // weight, in the plans' order.
 func (cm *cmodel) mix(bk *buckets, sol *lpSolution) *bucketMix {
-	mx := &bucketMix{start: make([]int32, bk.n+1)}
-	for b := range bk.n {
+	mx := &bucketMix{start: make([]int32, bk.N+1)}
+	for b := range bk.N {
 		from := len(mx.col)
 		for k, c := range sol.Cuts {
 			if col := c.Choice[b]; sol.Lam[k] > 0 && !slices.Contains(mx.col[from:], col) {
@@ -160,8 +160,8 @@ func (cm *cmodel) round(bk *buckets, mx *bucketMix, w, u []float64) ([]int16, []
 			}
 		}
 		g += best
-		b := bk.of[i]
-		bset := pl.Sets[bk.set[b]]
+		b := bk.Of[i]
+		bset := pl.Sets[bk.Set[b]]
 		// The column of the bucket's mix that leaves the resources it
 		// loads least filled relative to the LP's loads u: the plan fills
 		// every resource in step, towards the LP's loads.

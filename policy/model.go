@@ -187,8 +187,9 @@ func (m *model) option(split int, compress bool) int {
 }
 
 // raw holds an option's raw quantities: payload bytes, storage ns (on the
-// compute node's clock) and compute ns.
-type raw [3]float64
+// compute node's clock) and compute ns. It is an alias so that package
+// bucket, which sums them, takes a sample's options as they are.
+type raw = [3]float64
 
 // options fills buf (len nopt) with sample s's raw option quantities. An
 // option the sample has no data for costs +Inf.
