@@ -58,9 +58,9 @@ test: lint proto-check ## Lint, check generated code, build without cgo, run all
 	$(call fuzz,FuzzDecodeJPEG,./ops/)
 	$(call fuzz,FuzzDecodeWire,./ops/)
 	$(call fuzz,FuzzCut,./ops/)
-	$(call fuzz,FuzzOpenShard,./storage-agent/storageagent/)
-	$(call fuzz,FuzzLoadIndex,./storage-agent/storageagent/)
-	$(call fuzz,FuzzDecodeManifest,./storage-agent/storageagent/)
+	$(call fuzz,FuzzOpenShard,./storage-agent/dataset/)
+	$(call fuzz,FuzzLoadIndex,./storage-agent/dataset/)
+	$(call fuzz,FuzzDecodeManifest,./storage-agent/dataset/)
 	$(call fuzz,FuzzDecodePlanFile,./compute-agent/computeagent/)
 	$(call fuzz,FuzzDecodeHandoff,./compute-agent/computeagent/)
 	$(call fuzz,FuzzDecodeJournal,./compute-agent/computeagent/)
@@ -82,7 +82,7 @@ reliability: ## Faults at full counts: 30 storage-agent kill -9/restarts (0.5-10
 	@mkdir -p docs/results
 	SOPHON_RELIABILITY=full SOPHON_RELIABILITY_OUT=$(CURDIR)/docs/results/reliability.jsonl \
 		$(GO) test -count=1 -timeout 60m -run 'TestFault' -v ./testbed/
-	$(GO) test -count=1 -run 'TestHostile|TestMutualTLS|TestDatasetHostileEntries' -v ./storage-agent/storageagent/
+	$(GO) test -count=1 -run 'TestHostile|TestMutualTLS|TestDatasetHostileEntries' -v ./storage-agent/storageagent/ ./storage-agent/dataset/
 
 .PHONY: bench
 bench: build bench-link ## Go benchmarks, the link benchmarks, then ours vs the torchvision peer on the same JPEGs

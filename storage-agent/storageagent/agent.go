@@ -33,6 +33,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
+	"github.com/sophon-dl/sophon/storage-agent/dataset"
 )
 
 // MaxMessageBytes bounds a gRPC message either way: room for a 224x224x3
@@ -95,14 +96,14 @@ var (
 // Config configures an [Agent]. Zero fields take the defaults noted.
 type Config struct {
 	// Data is the dataset directory (ImageFolder or tar shards; see
-	// [Dataset]). Required.
+	// [dataset.Dataset]). Required.
 	Data string
 	// Strict refuses to start on any bad entry in Data (see
-	// OpenOptions.Strict). False skips, logs and counts them.
+	// dataset.OpenOptions.Strict). False skips, logs and counts them.
 	Strict bool
-	// Index is the content-hash index file (see OpenOptions.Index). Empty
-	// means <Data>/.sophon-index when writable, else one in the user's
-	// cache directory; "-" means none.
+	// Index is the content-hash index file (see
+	// dataset.OpenOptions.Index). Empty means <Data>/.sophon-index when
+	// writable, else one in the user's cache directory; "-" means none.
 	Index string
 	// Listen is the gRPC address for [Agent.Run]. Empty means
 	// DefaultListen.
@@ -205,8 +206,8 @@ type Config struct {
 	// placement.MaxShards shards.
 	ShardSize int
 	// Manifest is the path of the whole dataset's manifest (see
-	// [Manifest]; "storage-agent manifest" writes one) when Data holds
-	// only part of its files: the agent serves the catalog of the
+	// [dataset.Manifest]; "storage-agent manifest" writes one) when Data
+	// holds only part of its files: the agent serves the catalog of the
 	// manifest, and its fingerprint, from the files it has, and never
 	// holds a shard it lacks a file of. Empty: Data is the whole dataset.
 	Manifest string
@@ -350,7 +351,7 @@ func (c *Config) withDefaults() (workers int, share float64, err error) {
 // [Agent.Serve], release it with [Agent.Close].
 type Agent struct {
 	cfg     Config
-	ds      *Dataset
+	ds      *dataset.Dataset
 	srv     *server
 	workers int
 	gopts   []grpc.ServerOption
@@ -375,13 +376,13 @@ func New(cfg Config) (*Agent, error) {
 	if a.gopts, err = a.serverOptions(); err != nil {
 		return nil, err
 	}
-	var man *Manifest
+	var man *dataset.Manifest
 	if cfg.Manifest != "" {
-		if man, err = ReadManifest(cfg.Manifest); err != nil {
+		if man, err = dataset.ReadManifest(cfg.Manifest); err != nil {
 			return nil, err
 		}
 	}
-	if a.ds, err = OpenWith(cfg.Data, OpenOptions{Strict: cfg.Strict, Index: cfg.Index, Logger: cfg.Logger, Manifest: man}); err != nil {
+	if a.ds, err = dataset.OpenWith(cfg.Data, dataset.OpenOptions{Strict: cfg.Strict, Index: cfg.Index, Logger: cfg.Logger, Manifest: man}); err != nil {
 		return nil, err
 	}
 	logIndexed(cfg.Logger, a.ds)
@@ -462,7 +463,7 @@ func (c *Config) gossip() membership.Gossip {
 }
 
 // Dataset is the dataset the agent serves.
-func (a *Agent) Dataset() *Dataset { return a.ds }
+func (a *Agent) Dataset() *dataset.Dataset { return a.ds }
 
 // Config is the agent's configuration with the defaults filled in.
 func (a *Agent) Config() Config { return a.cfg }
@@ -725,4 +726,22 @@ func (a *Agent) Close() error {
 		<-done
 	}
 	return a.ds.Close()
+}
+
+// logIndexed logs what opening the dataset did.
+func logIndexed(log zerolog.Logger, d *dataset.Dataset) {
+	st := d.Stats()
+	skipped := zerolog.Dict()
+	n := 0
+	for r, c := range st.Skipped {
+		skipped.Int(string(r), c)
+		n += c
+	}
+	ev := log.Info()
+	if n > 0 {
+		ev = log.Warn()
+	}
+	ev.Int("samples", st.Samples).Int("missing", st.Missing).Int("skipped", n).Dict("skipped_by_reason", skipped).
+		Int("hashed", st.Hashed).Int("reused", st.Reused).Str("index", st.IndexFile).
+		Dur("took", st.Took).Str("fingerprint", d.Fingerprint()).Msg("dataset indexed")
 }

@@ -26,6 +26,8 @@ import (
 	"github.com/sophon-dl/sophon/ops/hostile"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
+	"github.com/sophon-dl/sophon/storage-agent/dataset"
+	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
 )
 
 // The agent under hostile input, as an operator runs it: the binary with
@@ -210,18 +212,18 @@ func watchCanary(t *testing.T, path string) func() int {
 
 // TestHostileCorpusAgainstBinary serves a data directory holding the
 // hostile JPEG corpus (ops/hostile), the path and symlink cases of
-// secCases built before start, and 1,000 good samples. Every hostile
+// datasettest.Cases built before start, and 1,000 good samples. Every hostile
 // sample must fail with its typed error naming it within 1 s (or decode,
 // where the corpus says it does); the agent stays SERVING and then serves
 // the 1,000 good samples; its peak RSS stays under 512 MiB; the canary
 // outside the root is never opened and never served.
 func TestHostileCorpusAgainstBinary(t *testing.T) {
 	storageBinary(t) // skips early where it would skip later
-	e := newSecEnv(t, "folder")
+	e := datasettest.NewEnv(t, "folder")
 	paths := 0
-	for _, tc := range secCases() {
-		if tc.layout == "" && tc.build != nil && tc.after == nil && !tc.needUser {
-			tc.build(t, e)
+	for _, tc := range datasettest.Cases() {
+		if tc.Layout == "" && tc.Build != nil && tc.After == nil && !tc.NeedUser {
+			tc.Build(t, e)
 			paths++
 		}
 	}
@@ -229,19 +231,22 @@ func TestHostileCorpusAgainstBinary(t *testing.T) {
 	cats := map[string]bool{}
 	for i, c := range corpus {
 		cats[c.Category] = true
-		writeFile(t, e.p(fmt.Sprintf("hostile/%03d.jpg", i)), c.Data)
+		datasettest.WriteFile(t, e.P(fmt.Sprintf("hostile/%03d.jpg", i)), c.Data)
 	}
 	// Path cases that happen after the agent indexed the files.
 	swaps := []func(name string){
-		func(name string) { mustT(t, os.Remove(name)); symlink(t, e.canary, name) },
-		func(name string) { mustT(t, os.Remove(name)); writeFile(t, name, testJPEG(t, 3)) },
-		func(name string) { mustT(t, os.Truncate(name, 100)) },
-		func(name string) { mustT(t, os.Remove(name)) },
-		func(name string) { mustT(t, os.Remove(name)); mustT(t, unix.Mkfifo(name, 0o644)) },
-		func(name string) { mustT(t, os.Remove(name)); symlink(t, "/etc/passwd", name) },
+		func(name string) { datasettest.Must(t, os.Remove(name)); datasettest.Symlink(t, e.Canary, name) },
+		func(name string) {
+			datasettest.Must(t, os.Remove(name))
+			datasettest.WriteFile(t, name, datasettest.JPEG(t, 3))
+		},
+		func(name string) { datasettest.Must(t, os.Truncate(name, 100)) },
+		func(name string) { datasettest.Must(t, os.Remove(name)) },
+		func(name string) { datasettest.Must(t, os.Remove(name)); datasettest.Must(t, unix.Mkfifo(name, 0o644)) },
+		func(name string) { datasettest.Must(t, os.Remove(name)); datasettest.Symlink(t, "/etc/passwd", name) },
 	}
 	for k := range swaps {
-		writeFile(t, e.p(fmt.Sprintf("swap/%d.jpg", k)), e.img)
+		datasettest.WriteFile(t, e.P(fmt.Sprintf("swap/%d.jpg", k)), e.Img)
 	}
 	paths += len(swaps)
 	if len(corpus) < 40 || len(cats) < 12 || paths < 30 {
@@ -249,19 +254,19 @@ func TestHostileCorpusAgainstBinary(t *testing.T) {
 	}
 	const good = 1000
 	for i := range good {
-		writeFile(t, e.p(fmt.Sprintf("zgood/%04d.jpg", i)), testJPEG(t, uint64(i%10)))
+		datasettest.WriteFile(t, e.P(fmt.Sprintf("zgood/%04d.jpg", i)), datasettest.JPEG(t, uint64(i%10)))
 	}
-	opened := watchCanary(t, e.canary)
-	ds, err := OpenWith(e.dir, OpenOptions{Index: "-"})
+	opened := watchCanary(t, e.Canary)
+	ds, err := dataset.OpenWith(e.Dir, dataset.OpenOptions{Index: "-"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ds.Close()
 
-	p := startBinary(t, e.dir)
+	p := startBinary(t, e.Dir)
 	c, conn := p.client(t, "good")
 	for k, swap := range swaps {
-		swap(e.p(fmt.Sprintf("swap/%d.jpg", k)))
+		swap(e.P(fmt.Sprintf("swap/%d.jpg", k)))
 	}
 	id := preset(t, "imagenet-train").ID()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -285,7 +290,7 @@ func TestHostileCorpusAgainstBinary(t *testing.T) {
 			fmt.Sscanf(strings.TrimPrefix(path, "hostile/"), "%03d.jpg", &k)
 			want = corpus[k].Want
 		case strings.HasPrefix(path, "swap/"):
-			want = ErrRead
+			want = dataset.ErrRead
 		default:
 			continue // a path case that indexing let through: a good image
 		}
@@ -302,7 +307,7 @@ func TestHostileCorpusAgainstBinary(t *testing.T) {
 		if took > time.Second {
 			t.Errorf("%s: answered in %v, want under 1 s", path, took)
 		}
-		if bytes.Contains(r.Data, []byte(canaryMark)) {
+		if bytes.Contains(r.Data, []byte(datasettest.CanaryMark)) {
 			t.Fatalf("%s: the canary was served", path)
 		}
 		switch {
@@ -359,7 +364,7 @@ func TestHostileClientsAgainstBinary(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		writeFile(t, filepath.Join(dir, fmt.Sprintf("c%d", i%3), fmt.Sprintf("%03d.jpg", i)), b)
+		datasettest.WriteFile(t, filepath.Join(dir, fmt.Sprintf("c%d", i%3), fmt.Sprintf("%03d.jpg", i)), b)
 	}
 	p := startBinary(t, dir, "--allow-client-specs")
 	good, goodConn := p.client(t, "good")

@@ -1,4 +1,4 @@
-package storageagent
+package dataset
 
 import (
 	"archive/tar"
@@ -936,22 +936,4 @@ func (d *Dataset) Close() error {
 		errs = append(errs, d.root.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// logIndexed logs what opening the dataset did.
-func logIndexed(log zerolog.Logger, d *Dataset) {
-	st := d.Stats()
-	skipped := zerolog.Dict()
-	n := 0
-	for r, c := range st.Skipped {
-		skipped.Int(string(r), c)
-		n += c
-	}
-	ev := log.Info()
-	if n > 0 {
-		ev = log.Warn()
-	}
-	ev.Int("samples", st.Samples).Int("missing", st.Missing).Int("skipped", n).Dict("skipped_by_reason", skipped).
-		Int("hashed", st.Hashed).Int("reused", st.Reused).Str("index", st.IndexFile).
-		Dur("took", st.Took).Str("fingerprint", d.Fingerprint()).Msg("dataset indexed")
 }

@@ -1,0 +1,7 @@
+package dataset
+
+// Names of files for the external tests.
+const (
+	IndexName     = indexName
+	ManifestMagic = manifestMagic
+)
