@@ -176,9 +176,16 @@ type sample struct {
 // shardFile is an open shard and what identified it when indexed.
 type shardFile struct {
 	name  string // relative to the dataset directory
-	f     *os.File
-	id    fileID
+	r     shardReader
+	id    fileID // id.size is the shard's size
 	mtime int64
+}
+
+// shardReader is an open shard: its *os.File, or the bytes of one where a
+// test indexes shards in memory.
+type shardReader interface {
+	io.ReaderAt
+	io.Closer
 }
 
 // Dataset is a read-only set of samples opened from a directory. Sample ids
@@ -290,7 +297,19 @@ func classify(err error) SkipReason {
 	return SkipUnreadable
 }
 
+// run indexes the directory: it finds the samples, hashes them and
+// checks what it found.
 func (ix *indexer) run() error {
+	if err := ix.scan(); err != nil {
+		return err
+	}
+	ix.hash()
+	return ix.finish()
+}
+
+// scan lists the directory's samples: its tar files' members when it
+// holds tar files, else an ImageFolder's images.
+func (ix *indexer) scan() error {
 	d := ix.d
 	ents, err := readDir(d.root, ".")
 	if err != nil {
@@ -308,11 +327,25 @@ func (ix *indexer) run() error {
 	} else {
 		ix.indexFolders(ents)
 	}
+	return nil
+}
+
+// hash fills the samples' content hashes, from the index file where it
+// has them, and rewrites the index file when it lacked some.
+func (ix *indexer) hash() {
+	d := ix.d
 	idx := ix.loadIndex()
 	ix.hashAll(idx)
 	if len(d.samples) > 0 && (d.stats.Hashed > 0 || len(idx) != len(d.samples)) {
 		ix.saveIndex()
 	}
+}
+
+// finish applies the manifest, counts what was skipped, refuses the
+// dataset when it must (strict with a bad entry, or no samples) and
+// fingerprints it.
+func (ix *indexer) finish() error {
+	d := ix.d
 	if ix.opts.Manifest != nil {
 		ix.applyManifest(ix.opts.Manifest)
 	}
@@ -503,33 +536,46 @@ type memberSkip struct {
 	detail string
 }
 
+// indexShards opens the tar files names and catalogs their samples.
 func (ix *indexer) indexShards(names []string) {
-	d := ix.d
-	type found struct {
-		shard int
-		m     *member
-	}
-	var all []found
+	var shards []shardFile
 	for _, name := range names {
-		f, fi, err := openChecked(d.root, name, nil)
+		f, fi, err := openChecked(ix.d.root, name, nil)
 		if err != nil {
 			ix.skipErr(name, err)
 			continue
 		}
-		members, skips, err := indexShard(f, fi.Size())
+		shards = append(shards, shardFile{name: name, r: f, id: idOf(fi), mtime: mtimeOf(fi)})
+	}
+	ix.catalogShards(shards)
+}
+
+// found is a sample found in shard d.shards[shard] while indexing.
+type found struct {
+	shard int
+	m     *member
+}
+
+// catalogShards walks each open shard's tar headers, keeps the shards with
+// samples (closing the others) and labels the samples.
+func (ix *indexer) catalogShards(shards []shardFile) {
+	d := ix.d
+	var all []found
+	for _, sf := range shards {
+		members, skips, err := indexShard(sf.r, sf.id.size)
 		for _, s := range skips {
-			ix.skip(name+"/"+s.name, s.reason, s.detail)
+			ix.skip(sf.name+"/"+s.name, s.reason, s.detail)
 		}
 		if err != nil {
 			if len(members) == 0 {
-				ix.skip(name, SkipBadShard, err.Error())
-				f.Close()
+				ix.skip(sf.name, SkipBadShard, err.Error())
+				sf.r.Close()
 				continue
 			}
-			ix.skip(name, SkipCutShard, fmt.Sprintf("%v (the %d samples before it are served)", err, len(members)))
+			ix.skip(sf.name, SkipCutShard, fmt.Sprintf("%v (the %d samples before it are served)", err, len(members)))
 		}
 		si := len(d.shards)
-		d.shards = append(d.shards, shardFile{name: name, f: f, id: idOf(fi), mtime: mtimeOf(fi)})
+		d.shards = append(d.shards, sf)
 		for _, m := range members {
 			all = append(all, found{si, m})
 		}
@@ -541,26 +587,41 @@ func (ix *indexer) indexShards(names []string) {
 		}
 	}
 	if withCls > 0 {
-		maxLabel := -1
-		for _, x := range all {
-			rel := d.shardName(x.shard) + "/" + x.m.image
-			if !x.m.hasCls {
-				ix.skip(rel, SkipBadLabel, fmt.Sprintf("no .cls member while %d samples have one", withCls))
-				continue
-			}
-			v, err := strconv.ParseUint(strings.TrimSpace(x.m.cls), 10, 31)
-			if err != nil || x.m.badCls {
-				ix.skip(rel, SkipBadLabel, fmt.Sprintf(".cls %q is not a class number", x.m.cls))
-				continue
-			}
-			maxLabel = max(maxLabel, int(v))
-			d.samples = append(d.samples, d.shardSample(x.shard, x.m, uint32(v)))
-		}
-		for i := 0; i <= maxLabel; i++ {
-			d.classes = append(d.classes, strconv.Itoa(i))
-		}
-		return
+		ix.labelByCls(all, withCls)
+	} else {
+		ix.labelByFolder(all)
 	}
+}
+
+// labelByCls labels the samples by their .cls members (withCls of them
+// have one) and names the classes "0".."max"; a sample without a class
+// number is skipped.
+func (ix *indexer) labelByCls(all []found, withCls int) {
+	d := ix.d
+	maxLabel := -1
+	for _, x := range all {
+		rel := d.shardName(x.shard) + "/" + x.m.image
+		if !x.m.hasCls {
+			ix.skip(rel, SkipBadLabel, fmt.Sprintf("no .cls member while %d samples have one", withCls))
+			continue
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(x.m.cls), 10, 31)
+		if err != nil || x.m.badCls {
+			ix.skip(rel, SkipBadLabel, fmt.Sprintf(".cls %q is not a class number", x.m.cls))
+			continue
+		}
+		maxLabel = max(maxLabel, int(v))
+		d.samples = append(d.samples, d.shardSample(x.shard, x.m, uint32(v)))
+	}
+	for i := 0; i <= maxLabel; i++ {
+		d.classes = append(d.classes, strconv.Itoa(i))
+	}
+}
+
+// labelByFolder labels the samples by their parent folder's name, the
+// names sorted into labels 0..C-1.
+func (ix *indexer) labelByFolder(all []found) {
+	d := ix.d
 	set := map[string]bool{}
 	for _, x := range all {
 		set[path.Base(path.Dir(x.m.key))] = true
@@ -592,13 +653,15 @@ func (d *Dataset) shardSample(si int, m *member, label uint32) sample {
 // maxClsBytes bounds a .cls member read while indexing.
 const maxClsBytes = 64
 
-// indexShard walks f's tar headers once and returns its samples in the
-// order of their images, the members it left out, and the error that
-// stopped it early, if any: the members before a damaged or cut part are
-// returned. NB: tar.Reader reads a header without reading ahead, so right
-// after Next the file's offset is the member's first data byte; it skips
-// unread data with Seek, so indexing does not read images.
-func indexShard(f *os.File, size int64) (order []*member, skips []memberSkip, err error) {
+// indexShard walks the tar headers of the size-byte shard r once and
+// returns its samples in the order of their images, the members it left
+// out, and the error that stopped it early, if any: the members before a
+// damaged or cut part are returned. NB: tar.Reader reads a header without
+// reading ahead, so right after Next the section's offset is the member's
+// first data byte; it skips unread data with Seek, so indexing does not
+// read images.
+func indexShard(r io.ReaderAt, size int64) (order []*member, skips []memberSkip, err error) {
+	f := io.NewSectionReader(r, 0, size)
 	tr := tar.NewReader(f)
 	byKey := map[string]*member{}
 	for {
@@ -688,11 +751,17 @@ func (ix *indexer) hashAll(idx map[string]indexEntry) {
 	if workers <= 0 {
 		workers = runtime.NumCPU()
 	}
+	// Each worker's copy buffer: 256 KiB, or the largest sample's size
+	// when smaller (a dataset of small samples allocates no more).
+	bufSize := int64(1)
+	for _, i := range todo {
+		bufSize = max(bufSize, min(d.samples[i].size, 256<<10))
+	}
 	next := make(chan int)
 	var wg sync.WaitGroup
 	for range min(workers, len(todo)) {
 		wg.Go(func() {
-			buf := make([]byte, 256<<10)
+			buf := make([]byte, bufSize)
 			for i := range next {
 				errs[i] = d.hashSample(&d.samples[i], buf)
 			}
@@ -729,7 +798,7 @@ func (d *Dataset) hashSample(s *sample, buf []byte) error {
 		defer f.Close()
 		r = f
 	} else {
-		r = io.NewSectionReader(d.shards[s.shard].f, s.off, s.size)
+		r = io.NewSectionReader(d.shards[s.shard].r, s.off, s.size)
 	}
 	n, err := io.CopyBuffer(h, io.LimitReader(r, s.size), buf)
 	if err != nil {
@@ -897,7 +966,7 @@ func (d *Dataset) read(s *sample, buf []byte) error {
 		return ErrClosed
 	}
 	if s.shard >= 0 {
-		return readFull(d.shards[s.shard].f, buf, s.off)
+		return readFull(d.shards[s.shard].r, buf, s.off)
 	}
 	f, _, err := openChecked(d.root, s.rel, &s.id)
 	if err != nil {
@@ -930,7 +999,7 @@ func (d *Dataset) Close() error {
 	d.closed = true
 	var errs []error
 	for _, sf := range d.shards {
-		errs = append(errs, sf.f.Close())
+		errs = append(errs, sf.r.Close())
 	}
 	if d.root != nil {
 		errs = append(errs, d.root.Close())

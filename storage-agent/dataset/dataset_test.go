@@ -257,31 +257,3 @@ func TestTruncatedShard(t *testing.T) {
 		t.Errorf("cut shard: %d samples, skipped %v; want x.jpg served and the cut counted", d.Len(), d.Skipped())
 	}
 }
-
-// FuzzOpenShard feeds arbitrary bytes as a tar shard: Open must fail or
-// give a dataset whose every sample reads without panicking.
-func FuzzOpenShard(f *testing.F) {
-	dir := f.TempDir()
-	datasettest.WriteTar(f, filepath.Join(dir, "seed.tar"), []datasettest.Member{{Name: "a/x.jpg", Data: []byte("\xff\xd8jpeg")}, {Name: "a/x.cls", Data: []byte("3")}, {Name: "b/y.jpeg", Data: []byte("y")}})
-	seed, err := os.ReadFile(filepath.Join(dir, "seed.tar"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(seed)
-	f.Add(seed[:700])
-	f.Fuzz(func(t *testing.T, b []byte) {
-		dir := t.TempDir()
-		datasettest.WriteFile(t, filepath.Join(dir, "s.tar"), b)
-		d, err := dataset.OpenWith(dir, dataset.OpenOptions{Index: "-"})
-		if err != nil {
-			return
-		}
-		defer d.Close()
-		for i := range d.Len() {
-			got, err := d.Read(i)
-			if err == nil && uint64(len(got)) != d.RawSize(i) {
-				t.Fatalf("sample %d: %d bytes, catalog says %d", i, len(got), d.RawSize(i))
-			}
-		}
-	})
-}
