@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -355,6 +356,14 @@ func TestHostileCorpusAgainstBinary(t *testing.T) {
 // malformed specs, opens 1,000 streams and never reads, a well-behaved peer
 // keeps at least 80% of its solo throughput and the agent's peak RSS stays
 // under 512 MiB.
+//
+// The machine may be shared, and other load slows whichever measurement it
+// overlaps: solo and attacked throughputs are measured interleaved (solo,
+// attacked, solo, ..., solo: the attack is started and ended each time),
+// each attacked rate is compared with the mean of the solo rates just
+// before and after it, and the median of those ratios must reach 0.8. Load
+// that comes and goes hits both sides alike; an attack that starves the
+// peer lowers every ratio.
 func TestHostileClientsAgainstBinary(t *testing.T) {
 	storageBinary(t)
 	dir := t.TempDir()
@@ -373,7 +382,7 @@ func TestHostileClientsAgainstBinary(t *testing.T) {
 
 	rate := func() float64 {
 		var reqs []*dataplanepb.FetchRequest
-		for i := range uint64(3 * n) {
+		for i := range uint64(2 * n) {
 			reqs = append(reqs, &dataplanepb.FetchRequest{Tag: i, Sample: i % n, Epoch: i / n, Split: 5, PipelineId: id})
 		}
 		begin := time.Now()
@@ -385,9 +394,6 @@ func TestHostileClientsAgainstBinary(t *testing.T) {
 		return float64(len(reqs)) / time.Since(begin).Seconds()
 	}
 	rate() // warm up
-	// The best of two runs each, solo and under attack: the machine is
-	// shared, and noise only ever slows a run down.
-	solo := max(rate(), rate())
 
 	// Oversized and malformed specs: each a BAD_REQUEST or TOO_LARGE
 	// sample error, or the stream refused for a message over the limit.
@@ -432,66 +438,103 @@ func TestHostileClientsAgainstBinary(t *testing.T) {
 		t.Errorf("a 1 MiB request: %v, want RESOURCE_EXHAUSTED", err)
 	}
 
-	// 1,000 streams that send requests and never read, over 16
-	// connections (64 streams each at most).
+	// attack opens 1,000 streams that send requests and never read, over
+	// 16 connections (64 streams each at most), and a slow trickle of bad
+	// specs; it returns once the streams have had time to fill their
+	// windows, with the function that ends the attack.
 	var accepted, refused atomic.Int64
-	var wg sync.WaitGroup
-	for c := range 16 {
-		cl, _ := p.client(t, "hostile")
-		for s := range 63 {
-			if c*63+s >= 1000 {
-				break
-			}
-			wg.Go(func() {
-				st, err := cl.Fetch(ctx)
-				if err != nil {
-					refused.Add(1)
-					return
+	attack := func() (stop func()) {
+		actx, acancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for c := range 16 {
+			// NB: each attack dials new connections. Opening the next
+			// attack's streams on the connections of an ended one (whose
+			// cancelled streams left responses unread) slows the good peer
+			// far more, a case this test does not set out to measure.
+			cl, _ := p.client(t, "hostile")
+			for s := range 63 {
+				if c*63+s >= 1000 {
+					break
 				}
-				for i := uint64(0); ; i++ {
-					if st.Send(&dataplanepb.FetchRequest{Tag: i, Sample: i % n, Split: 1, PipelineId: id}) != nil {
-						break
+				wg.Go(func() {
+					st, err := cl.Fetch(actx)
+					if err != nil {
+						refused.Add(1)
+						return
 					}
+					for i := uint64(0); ; i++ {
+						if st.Send(&dataplanepb.FetchRequest{Tag: i, Sample: i % n, Split: 1, PipelineId: id}) != nil {
+							break
+						}
+					}
+					if _, err := st.Recv(); status.Code(err) == codes.ResourceExhausted {
+						refused.Add(1)
+					} else {
+						accepted.Add(1)
+					}
+				})
+			}
+		}
+		if trickle, err := bad.Fetch(actx); err == nil {
+			wg.Go(func() {
+				for k := uint64(0); actx.Err() == nil; k++ {
+					if trickle.Send(&dataplanepb.FetchRequest{Tag: k, Sample: 1, Split: 2, PipelineId: "x", PipelineSpec: specs[k%4]}) != nil {
+						return
+					}
+					time.Sleep(50 * time.Millisecond)
 				}
-				if _, err := st.Recv(); status.Code(err) == codes.ResourceExhausted {
-					refused.Add(1)
-				} else {
-					accepted.Add(1)
+			})
+			wg.Go(func() {
+				for {
+					if _, err := trickle.Recv(); err != nil {
+						return
+					}
 				}
 			})
 		}
+		time.Sleep(3 * time.Second) // the non-reading streams fill their windows
+		return func() {
+			acancel()
+			wg.Wait()
+		}
 	}
-	// A slow trickle of bad specs keeps coming meanwhile.
-	go func() {
-		for k := uint64(0); ctx.Err() == nil; k++ {
-			if specStream.Send(&dataplanepb.FetchRequest{Tag: k, Sample: 1, Split: 2, PipelineId: "x", PipelineSpec: specs[k%4]}) != nil {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
+	const rounds = 4 // attacks, between rounds+1 solo runs
+	solo := []float64{rate()}
+	var loaded, ratios []float64
+	for r := range rounds {
+		stop := attack()
+		loaded = append(loaded, rate())
+		if r == rounds-1 {
+			p.serving(t, goodConn)
 		}
-	}()
-	go func() {
-		for {
-			if _, err := specStream.Recv(); err != nil {
-				return
-			}
-		}
-	}()
-	time.Sleep(3 * time.Second) // the non-reading streams fill their windows
-	loaded := max(rate(), rate())
-	p.serving(t, goodConn)
+		stop()
+		solo = append(solo, rate())
+		ratios = append(ratios, loaded[r]/((solo[r]+solo[r+1])/2))
+	}
 	rss := p.peakRSS(t)
 	cancel()
-	wg.Wait()
-	t.Logf("solo %.0f samples/s, under attack %.0f (%.2f); streams: %d held open, %d refused; peak RSS %d MiB",
-		solo, loaded, loaded/solo, accepted.Load(), refused.Load(), rss>>20)
-	if loaded < 0.8*solo {
-		t.Errorf("the well-behaved peer got %.0f samples/s under attack, %.2f of its solo %.0f; want at least 0.8", loaded, loaded/solo, solo)
+	ratio := median(ratios)
+	t.Logf("solo %.0f samples/s, under attack %.0f (median ratio %.2f of rounds %.2f); streams: %d held open, %d refused over %d attacks; peak RSS %d MiB",
+		median(solo), median(loaded), ratio, ratios, accepted.Load(), refused.Load(), rounds, rss>>20)
+	if ratio < 0.8 {
+		t.Errorf("the well-behaved peer kept a median %.2f of its solo throughput under attack (rounds %.2f: solo %.0f, attacked %.0f samples/s); want at least 0.8",
+			ratio, ratios, solo, loaded)
 	}
 	if rss > rssLimit {
 		t.Errorf("peak RSS %d MiB, want under %d MiB", rss>>20, rssLimit>>20)
 	}
-	if refused.Load() < 1000-DefaultMaxStreamsPerPeer {
-		t.Errorf("%d of 1000 streams refused, want all but the per-peer limit of %d", refused.Load(), DefaultMaxStreamsPerPeer)
+	if refused.Load() < rounds*(1000-DefaultMaxStreamsPerPeer) {
+		t.Errorf("%d of %d streams refused, want all but the per-peer limit of %d in each attack", refused.Load(), rounds*1000, DefaultMaxStreamsPerPeer)
 	}
+}
+
+// median is the median of xs (the mean of the middle two for an even
+// count); xs is left as it is.
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
