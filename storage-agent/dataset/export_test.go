@@ -1,6 +1,7 @@
 package dataset
 
-// Names of files for the external tests.
+// For the external tests: the index file's default name in the data
+// directory and the manifest file's magic.
 const (
 	IndexName     = indexName
 	ManifestMagic = manifestMagic
