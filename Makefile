@@ -6,6 +6,11 @@ BIN   := bin
 PYTHON ?= /usr/bin/python3
 # Short fuzz runs in `make test`; `make fuzz` runs longer.
 FUZZTIME ?= 10s
+# FUZZMINIMIZE bounds the minimizing of each new input, in executions. Go's
+# byte minimizer tries a number of candidates quadratic in the input's
+# length (a tar shard is kilobytes), up to 60 s by default: a short run
+# would spend its time minimizing one input instead of fuzzing.
+FUZZMINIMIZE ?= 1000x
 
 # fuzz runs one fuzz target ($(1), in package $(2)) for FUZZTIME. With a
 # duration, Go's fuzz coordinator can end a clean run with a bare "context
@@ -15,8 +20,8 @@ FUZZTIME ?= 10s
 # written, fails at once.
 define fuzz
 	@out=$$(mktemp); for try in 1 2; do \
-	  echo "$(GO) test -run '^$$' -fuzz '^$(1)$$' -fuzztime $(FUZZTIME) $(2)"; \
-	  if $(GO) test -run '^$$' -fuzz '^$(1)$$' -fuzztime $(FUZZTIME) $(2) >$$out 2>&1; then cat $$out; rm -f $$out; exit 0; fi; \
+	  echo "$(GO) test -run '^$$' -fuzz '^$(1)$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) $(2)"; \
+	  if $(GO) test -run '^$$' -fuzz '^$(1)$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) $(2) >$$out 2>&1; then cat $$out; rm -f $$out; exit 0; fi; \
 	  cat $$out; \
 	  if grep -q 'Failing input written to' $$out || ! grep -qx '    context deadline exceeded' $$out; then rm -f $$out; exit 1; fi; \
 	  echo "RETRY $(1): context deadline exceeded and no failing input: the coordinator race of golang/go#75804"; \
@@ -71,9 +76,9 @@ test: prereq-test lint proto-check build ## Check prerequisites, lint, check gen
 	$(call fuzz,FuzzDecodeJPEG,./ops/jpeg/)
 	$(call fuzz,FuzzDecodeWire,./ops/)
 	$(call fuzz,FuzzCut,./ops/)
-	$(call fuzz,FuzzOpenShard,./storage-agent/storageagent/)
-	$(call fuzz,FuzzLoadIndex,./storage-agent/storageagent/)
-	$(call fuzz,FuzzDecodeManifest,./storage-agent/storageagent/)
+	$(call fuzz,FuzzOpenShard,./storage-agent/dataset/)
+	$(call fuzz,FuzzLoadIndex,./storage-agent/dataset/)
+	$(call fuzz,FuzzDecodeManifest,./storage-agent/dataset/)
 	$(call fuzz,FuzzDecodePlanFile,./compute-agent/computeagent/)
 	$(call fuzz,FuzzDecodeHandoff,./compute-agent/computeagent/)
 	$(call fuzz,FuzzDecodeJournal,./compute-agent/computeagent/)
@@ -89,7 +94,7 @@ typecheck: ## mypy --strict on the Python client and its build backend (settings
 
 .PHONY: fuzz
 fuzz: ## Longer fuzz runs (FUZZTIME=5m by default here)
-	$(MAKE) test FUZZTIME=5m
+	$(MAKE) test FUZZTIME=5m FUZZMINIMIZE=60s
 
 .PHONY: lint
 lint: ## gofmt, go vet, and the README's apt-get line against .ci/packages
@@ -108,7 +113,7 @@ reliability: ## Faults at full counts: 30 storage-agent kill -9/restarts (0.5-10
 	@mkdir -p docs/results
 	SOPHON_RELIABILITY=full SOPHON_RELIABILITY_OUT=$(CURDIR)/docs/results/reliability.jsonl \
 		$(GO) test -count=1 -timeout 60m -run 'TestFault' -v ./testbed/
-	$(GO) test -count=1 -run 'TestHostile|TestMutualTLS|TestDatasetHostileEntries' -v ./storage-agent/storageagent/
+	$(GO) test -count=1 -run 'TestHostile|TestMutualTLS|TestDatasetHostileEntries' -v ./storage-agent/storageagent/ ./storage-agent/dataset/
 
 .PHONY: bench
 bench: build bench-link ## Go benchmarks, the link benchmarks, then ours vs the torchvision peer on the same JPEGs

@@ -338,10 +338,10 @@ func run(args []string) int {
 
 // defaultGCPercent is the storage agent's GC target. Its live heap is
 // small (queued requests and in-flight results) while it allocates a
-// sample-sized buffer per request, so with Go's default of 100 it collects
-// every few megabytes: measured on loopback raw fetches, GC then costs about
-// a third of the CPU per byte. 400 collects a quarter as often for a heap a
-// few tens of megabytes larger.
+// sample-sized buffer per request, so with Go's default of 100 it would
+// collect every few megabytes and spend a large share of the CPU it has
+// per byte served on collecting. 400 collects a quarter as often for a
+// heap a few tens of megabytes larger, which defaultMemoryLimit bounds.
 const defaultGCPercent = 400
 
 // defaultMemoryLimit is the Go heap's soft limit for a pool of workers:

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/cli"
 	"github.com/sophon-dl/sophon/internal/placement"
-	"github.com/sophon-dl/sophon/storage-agent/storageagent"
+	"github.com/sophon-dl/sophon/storage-agent/dataset"
 )
 
 const manifestUsage = `Usage: storage-agent manifest --data DIR --out FILE [--index FILE] [--strict]
@@ -43,7 +43,7 @@ func manifestCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "storage-agent manifest: --data and --out are required, and nothing else")
 		return 2
 	}
-	d, err := storageagent.OpenWith(*data, storageagent.OpenOptions{Strict: *strict, Index: *index})
+	d, err := dataset.OpenWith(*data, dataset.OpenOptions{Strict: *strict, Index: *index})
 	if err != nil {
 		fmt.Fprintln(stderr, "storage-agent manifest:", err)
 		return 1
@@ -101,7 +101,7 @@ func placeCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "storage-agent place: --member %s is not one of --members\n", *only)
 		return 2
 	}
-	m, err := storageagent.ReadManifest(*man)
+	m, err := dataset.ReadManifest(*man)
 	if err != nil {
 		fmt.Fprintln(stderr, "storage-agent place:", err)
 		return 1
@@ -117,7 +117,7 @@ func placeCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		for _, f := range files[n] {
 			if strings.ContainsAny(f, "\n\r") {
-				fmt.Fprintf(stderr, "storage-agent place: %s: a path with a line break cannot be listed one per line\n", storageagent.DisplayName(f))
+				fmt.Fprintf(stderr, "storage-agent place: %s: a path with a line break cannot be listed one per line\n", dataset.DisplayName(f))
 				return 1
 			}
 			if *only != "" {

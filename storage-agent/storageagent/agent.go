@@ -24,15 +24,13 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
-	"github.com/sophon-dl/sophon/proto/dataplanepb"
+	"github.com/sophon-dl/sophon/storage-agent/dataset"
 )
 
 // MaxMessageBytes bounds a gRPC message either way: room for a 224x224x3
@@ -95,14 +93,14 @@ var (
 // Config configures an [Agent]. Zero fields take the defaults noted.
 type Config struct {
 	// Data is the dataset directory (ImageFolder or tar shards; see
-	// [Dataset]). Required.
+	// [dataset.Dataset]). Required.
 	Data string
 	// Strict refuses to start on any bad entry in Data (see
-	// OpenOptions.Strict). False skips, logs and counts them.
+	// dataset.OpenOptions.Strict). False skips, logs and counts them.
 	Strict bool
-	// Index is the content-hash index file (see OpenOptions.Index). Empty
-	// means <Data>/.sophon-index when writable, else one in the user's
-	// cache directory; "-" means none.
+	// Index is the content-hash index file (see
+	// dataset.OpenOptions.Index). Empty means <Data>/.sophon-index when
+	// writable, else one in the user's cache directory; "-" means none.
 	Index string
 	// Listen is the gRPC address for [Agent.Run]. Empty means
 	// DefaultListen.
@@ -205,8 +203,8 @@ type Config struct {
 	// placement.MaxShards shards.
 	ShardSize int
 	// Manifest is the path of the whole dataset's manifest (see
-	// [Manifest]; "storage-agent manifest" writes one) when Data holds
-	// only part of its files: the agent serves the catalog of the
+	// [dataset.Manifest]; "storage-agent manifest" writes one) when Data
+	// holds only part of its files: the agent serves the catalog of the
 	// manifest, and its fingerprint, from the files it has, and never
 	// holds a shard it lacks a file of. Empty: Data is the whole dataset.
 	Manifest string
@@ -243,44 +241,8 @@ func DefaultConfig() Config {
 // withDefaults validates c and fills in its zero fields. It returns the
 // worker count and each worker's share of a core.
 func (c *Config) withDefaults() (workers int, share float64, err error) {
-	if c.Data == "" {
-		return 0, 0, fmt.Errorf("%w: no dataset directory (Data)", ErrConfig)
-	}
-	if math.IsNaN(c.CPUs) || math.IsInf(c.CPUs, 0) || c.CPUs < 0 {
-		return 0, 0, fmt.Errorf("%w: cpus %v", ErrConfig, c.CPUs)
-	}
-	if c.Queue < 0 || c.MaxStreams < 0 || c.MaxStreamsPerPeer < 0 || c.StallTimeout < 0 || c.OpTimeout < 0 {
-		return 0, 0, fmt.Errorf("%w: negative queue, stream limit or timeout", ErrConfig)
-	}
-	if c.Limits.MaxPixels < 0 || c.Limits.MaxScans < 0 || c.Limits.MaxMemory < 0 || c.Limits.MaxOutputBytes < 0 {
-		return 0, 0, fmt.Errorf("%w: negative decode or op limit", ErrConfig)
-	}
-	if c.RequestTimeout < 0 || c.ShutdownGrace < 0 {
-		return 0, 0, fmt.Errorf("%w: negative timeout", ErrConfig)
-	}
-	if c.Replicas < 0 || c.Replicas > placement.MaxReplicas {
-		return 0, 0, fmt.Errorf("%w: replicas %d, want 0 (every agent holds every shard) to %d", ErrConfig, c.Replicas, placement.MaxReplicas)
-	}
-	if c.ShardSize < 0 {
-		return 0, 0, fmt.Errorf("%w: shard size %d", ErrConfig, c.ShardSize)
-	}
-	if c.SendBuffer < 0 || c.SendBuffer > MaxSendBuffer {
-		return 0, 0, fmt.Errorf("%w: send buffer %d bytes, want 0 (the kernel's autotuning) to %d", ErrConfig, c.SendBuffer, MaxSendBuffer)
-	}
-	if c.Gossip == "" && len(c.Join) > 0 {
-		return 0, 0, fmt.Errorf("%w: join needs a gossip address", ErrConfig)
-	}
-	if c.Advertise != "" {
-		if _, _, err := net.SplitHostPort(c.Advertise); err != nil {
-			return 0, 0, fmt.Errorf("%w: advertise %q: %v", ErrConfig, c.Advertise, err)
-		}
-	}
-	if err := c.TLS.Validate(); err != nil {
-		return 0, 0, fmt.Errorf("%w: tls: %w", ErrConfig, err)
-	}
-	if !c.TLS.Enabled() && !c.Insecure {
-		return 0, 0, fmt.Errorf("%w: no TLS certificate: pass --tls-cert, --tls-key and --tls-ca "+
-			"(make certs, or storage-agent certs --out DIR, makes a development CA and certificates), or --insecure", ErrConfig)
+	if err := c.validate(); err != nil {
+		return 0, 0, err
 	}
 	if c.Cluster == "" {
 		c.Cluster = tlsconf.DefaultCluster
@@ -290,6 +252,59 @@ func (c *Config) withDefaults() (workers int, share float64, err error) {
 			return 0, 0, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
+	workers, share = c.fillDefaults()
+	c.fillIdentity()
+	return workers, share, nil
+}
+
+// validate checks the fields that have no default to fall back on: the
+// dataset, ranges, the gossip and TLS settings.
+func (c *Config) validate() error {
+	if c.Data == "" {
+		return fmt.Errorf("%w: no dataset directory (Data)", ErrConfig)
+	}
+	if math.IsNaN(c.CPUs) || math.IsInf(c.CPUs, 0) || c.CPUs < 0 {
+		return fmt.Errorf("%w: cpus %v", ErrConfig, c.CPUs)
+	}
+	if c.Queue < 0 || c.MaxStreams < 0 || c.MaxStreamsPerPeer < 0 || c.StallTimeout < 0 || c.OpTimeout < 0 {
+		return fmt.Errorf("%w: negative queue, stream limit or timeout", ErrConfig)
+	}
+	if c.Limits.MaxPixels < 0 || c.Limits.MaxScans < 0 || c.Limits.MaxMemory < 0 || c.Limits.MaxOutputBytes < 0 {
+		return fmt.Errorf("%w: negative decode or op limit", ErrConfig)
+	}
+	if c.RequestTimeout < 0 || c.ShutdownGrace < 0 {
+		return fmt.Errorf("%w: negative timeout", ErrConfig)
+	}
+	if c.Replicas < 0 || c.Replicas > placement.MaxReplicas {
+		return fmt.Errorf("%w: replicas %d, want 0 (every agent holds every shard) to %d", ErrConfig, c.Replicas, placement.MaxReplicas)
+	}
+	if c.ShardSize < 0 {
+		return fmt.Errorf("%w: shard size %d", ErrConfig, c.ShardSize)
+	}
+	if c.SendBuffer < 0 || c.SendBuffer > MaxSendBuffer {
+		return fmt.Errorf("%w: send buffer %d bytes, want 0 (the kernel's autotuning) to %d", ErrConfig, c.SendBuffer, MaxSendBuffer)
+	}
+	if c.Gossip == "" && len(c.Join) > 0 {
+		return fmt.Errorf("%w: join needs a gossip address", ErrConfig)
+	}
+	if c.Advertise != "" {
+		if _, _, err := net.SplitHostPort(c.Advertise); err != nil {
+			return fmt.Errorf("%w: advertise %q: %v", ErrConfig, c.Advertise, err)
+		}
+	}
+	if err := c.TLS.Validate(); err != nil {
+		return fmt.Errorf("%w: tls: %w", ErrConfig, err)
+	}
+	if !c.TLS.Enabled() && !c.Insecure {
+		return fmt.Errorf("%w: no TLS certificate: pass --tls-cert, --tls-key and --tls-ca "+
+			"(make certs, or storage-agent certs --out DIR, makes a development CA and certificates), or --insecure", ErrConfig)
+	}
+	return nil
+}
+
+// fillDefaults fills in the zero sizes, counts, limits and timeouts, and
+// returns the worker count and each worker's share of a core.
+func (c *Config) fillDefaults() (workers int, share float64) {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
@@ -326,6 +341,12 @@ func (c *Config) withDefaults() (workers int, share float64, err error) {
 	if c.ShardSize == 0 {
 		c.ShardSize = placement.DefaultShardSize
 	}
+	return workers, share
+}
+
+// fillIdentity fills in the node's name (from the TLS certificate, else the
+// host name) and the version.
+func (c *Config) fillIdentity() {
 	if c.Name == "" && c.TLS.Enabled() {
 		// The certificate names the node; compute agents check that the
 		// name gossip announces is the one in the certificate.
@@ -343,14 +364,13 @@ func (c *Config) withDefaults() (workers int, share float64, err error) {
 	if c.Version == "" {
 		c.Version = "dev"
 	}
-	return workers, share, nil
 }
 
 // Agent is a storage agent. Create it with [New], serve with [Agent.Run] or
 // [Agent.Serve], release it with [Agent.Close].
 type Agent struct {
 	cfg     Config
-	ds      *Dataset
+	ds      *dataset.Dataset
 	srv     *server
 	workers int
 	gopts   []grpc.ServerOption
@@ -375,13 +395,13 @@ func New(cfg Config) (*Agent, error) {
 	if a.gopts, err = a.serverOptions(); err != nil {
 		return nil, err
 	}
-	var man *Manifest
+	var man *dataset.Manifest
 	if cfg.Manifest != "" {
-		if man, err = ReadManifest(cfg.Manifest); err != nil {
+		if man, err = dataset.ReadManifest(cfg.Manifest); err != nil {
 			return nil, err
 		}
 	}
-	if a.ds, err = OpenWith(cfg.Data, OpenOptions{Strict: cfg.Strict, Index: cfg.Index, Logger: cfg.Logger, Manifest: man}); err != nil {
+	if a.ds, err = dataset.OpenWith(cfg.Data, dataset.OpenOptions{Strict: cfg.Strict, Index: cfg.Index, Logger: cfg.Logger, Manifest: man}); err != nil {
 		return nil, err
 	}
 	logIndexed(cfg.Logger, a.ds)
@@ -462,7 +482,7 @@ func (c *Config) gossip() membership.Gossip {
 }
 
 // Dataset is the dataset the agent serves.
-func (a *Agent) Dataset() *Dataset { return a.ds }
+func (a *Agent) Dataset() *dataset.Dataset { return a.ds }
 
 // Config is the agent's configuration with the defaults filled in.
 func (a *Agent) Config() Config { return a.cfg }
@@ -496,163 +516,6 @@ func (a *Agent) MetricsAddr() net.Addr {
 // MetricsHandler serves GET /metrics and GET /healthz, for embedding the
 // agent's metrics in another server.
 func (a *Agent) MetricsHandler() http.Handler { return a.srv.m.handler() }
-
-// Run listens on Config.Listen and serves until ctx ends.
-func (a *Agent) Run(ctx context.Context) error {
-	lis, err := net.Listen("tcp", a.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("storageagent: listen: %w", err)
-	}
-	return a.Serve(ctx, lis)
-}
-
-// Serve serves gRPC on lis (closing it when done), the metrics endpoint
-// when configured, and the cluster membership unless Config.Gossip is
-// empty, until ctx ends or Close is called. It then stops the gRPC server
-// gracefully within Config.ShutdownGrace, force-stops what is left, and
-// returns nil; it returns an error when serving fails. An agent serves
-// once.
-func (a *Agent) Serve(ctx context.Context, lis net.Listener) (err error) {
-	a.mu.Lock()
-	if a.closed || a.serving {
-		a.mu.Unlock()
-		lis.Close()
-		if a.closed {
-			return ErrAgentClosed
-		}
-		return ErrServing
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	a.serving, a.stop, a.done, a.addr = true, cancel, make(chan struct{}), lis.Addr()
-	done := a.done
-	a.mu.Unlock()
-	defer close(done)
-	defer func() {
-		a.mu.Lock()
-		a.addr, a.metricsAddr = nil, nil
-		a.mu.Unlock()
-	}()
-
-	var mlis net.Listener
-	if a.cfg.MetricsAddr != "" {
-		if mlis, err = net.Listen("tcp", a.cfg.MetricsAddr); err != nil {
-			lis.Close()
-			return fmt.Errorf("storageagent: metrics listen: %w", err)
-		}
-		a.mu.Lock()
-		a.metricsAddr = mlis.Addr()
-		a.mu.Unlock()
-	}
-
-	gs := grpc.NewServer(a.gopts...)
-	hs := health.NewServer()
-	dataplanepb.RegisterStorageServer(gs, a.srv)
-	healthpb.RegisterHealthServer(gs, hs)
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(dataplanepb.Storage_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	// Workers stop only after every handler has returned (WaitForHandlers),
-	// since a handler waits for its stream's queued jobs to be dropped.
-	workCtx, stopWork := context.WithCancel(context.Background())
-	defer stopWork()
-	for i := range a.workers {
-		wg.Go(func() { a.srv.worker(workCtx, i) })
-	}
-	for i := range RawWorkers {
-		wg.Go(func() { a.srv.rawWorker(i) })
-	}
-	wg.Go(func() { a.srv.watch(workCtx, hs, a.cfg.StallTimeout) })
-	serveErr := make(chan error, 1)
-	if a.cfg.SendBuffer > 0 {
-		lis = &sendBufferListener{Listener: lis, size: a.cfg.SendBuffer, force: true, log: a.cfg.Logger}
-	}
-	wg.Go(func() { serveErr <- gs.Serve(lis) })
-	var hsrv *http.Server
-	if mlis != nil {
-		hsrv = &http.Server{Handler: a.srv.m.handler(), ReadHeaderTimeout: 10 * time.Second}
-		wg.Go(func() {
-			if err := hsrv.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				a.cfg.Logger.Error().Err(err).Msg("metrics server failed")
-			}
-		})
-	}
-
-	if a.cfg.Insecure {
-		a.cfg.Logger.Warn().Bool("tls", a.cfg.TLS.Enabled()).Msg("INSECURE (--insecure): " +
-			"without TLS anyone who reaches the port can read the dataset, and without a gossip key anyone can join the cluster")
-	}
-	var node *membership.Node
-	var placing sync.WaitGroup
-	placeCtx, stopPlacing := context.WithCancel(ctx)
-	defer stopPlacing()
-	if a.cfg.Gossip != "" {
-		var p *placer
-		if node, p, err = a.join(lis.Addr()); err == nil {
-			a.mu.Lock()
-			a.node = node
-			a.mu.Unlock()
-			placing.Go(func() { p.run(placeCtx) })
-		}
-	}
-	if err == nil {
-		a.cfg.Logger.Info().Str("addr", lis.Addr().String()).Str("node", a.cfg.Name).
-			Str("fingerprint", a.ds.Fingerprint()).Uint64("samples", a.ds.Len()).
-			Float64("cpus", a.cfg.CPUs).Int("workers", a.workers).Msg("storage agent serving")
-		select {
-		case <-ctx.Done():
-		case err = <-serveErr:
-			err = fmt.Errorf("storageagent: grpc serve: %w", err)
-		}
-	}
-
-	// Leave first so peers stop picking this agent, then drain. The placer
-	// stops first: it announces through the node.
-	stopPlacing()
-	placing.Wait()
-	if node != nil {
-		a.mu.Lock()
-		a.node = nil
-		a.mu.Unlock()
-		if cerr := node.Close(); cerr != nil {
-			a.cfg.Logger.Warn().Err(cerr).Msg("leaving the cluster")
-		}
-	}
-	hs.Shutdown()
-	a.stopGRPC(gs)
-	stopWork()
-	a.srv.stopWorkers()
-	if hsrv != nil {
-		sctx, scancel := context.WithTimeout(context.Background(), metricsStopWithin)
-		if hsrv.Shutdown(sctx) != nil {
-			hsrv.Close()
-		}
-		scancel()
-	}
-	a.cfg.Logger.Info().Msg("storage agent stopped")
-	return err
-}
-
-// stopGRPC stops gs gracefully, force-stopping it after ShutdownGrace.
-func (a *Agent) stopGRPC(gs *grpc.Server) {
-	stopped := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		gs.GracefulStop()
-		close(stopped)
-	})
-	t := time.NewTimer(a.cfg.ShutdownGrace)
-	defer t.Stop()
-	select {
-	case <-stopped:
-	case <-t.C:
-		a.cfg.Logger.Warn().Dur("grace", a.cfg.ShutdownGrace).Msg("streams still open: force-stopping")
-		gs.Stop()
-	}
-	wg.Wait()
-}
 
 // join announces the agent to the cluster and returns the node and the
 // placer that keeps its held shards current.
@@ -725,4 +588,22 @@ func (a *Agent) Close() error {
 		<-done
 	}
 	return a.ds.Close()
+}
+
+// logIndexed logs what opening the dataset did.
+func logIndexed(log zerolog.Logger, d *dataset.Dataset) {
+	st := d.Stats()
+	skipped := zerolog.Dict()
+	n := 0
+	for r, c := range st.Skipped {
+		skipped.Int(string(r), c)
+		n += c
+	}
+	ev := log.Info()
+	if n > 0 {
+		ev = log.Warn()
+	}
+	ev.Int("samples", st.Samples).Int("missing", st.Missing).Int("skipped", n).Dict("skipped_by_reason", skipped).
+		Int("hashed", st.Hashed).Int("reused", st.Reused).Str("index", st.IndexFile).
+		Dur("took", st.Took).Str("fingerprint", d.Fingerprint()).Msg("dataset indexed")
 }

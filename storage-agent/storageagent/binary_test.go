@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sophon-dl/sophon/internal/tlsconf"
+	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
 
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -56,7 +57,7 @@ func testBinaryServe(t *testing.T, bin string) {
 	addr, metrics := freeAddr(t), freeAddr(t)
 	cfgFile := filepath.Join(dir, "agent.yaml")
 	// The file's listen address is overridden by the flag.
-	writeFile(t, cfgFile, []byte("data: "+data+"\nlisten: 127.0.0.1:1\ncpus: 1.5\nname: bin-agent\nrequest-timeout: 10s\nmetrics: "+metrics+"\n"))
+	datasettest.WriteFile(t, cfgFile, []byte("data: "+data+"\nlisten: 127.0.0.1:1\ncpus: 1.5\nname: bin-agent\nrequest-timeout: 10s\nmetrics: "+metrics+"\n"))
 	// The default start is mutual TLS: certificates from the certs
 	// subcommand.
 	certs := filepath.Join(dir, "certs")

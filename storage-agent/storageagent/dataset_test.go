@@ -2,290 +2,143 @@ package storageagent
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
+	"github.com/sophon-dl/sophon/storage-agent/dataset"
+	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
 )
 
-// wantSample is what the catalog should hold for one id.
-type wantSample struct {
-	path  string
-	label uint32
-	data  []byte
+// TestServeNeverSendsCanary serves a directory full of symlinks to the
+// canary, swaps a file for one after start, and checks that the catalog
+// can be read and no response carries the canary.
+func TestServeNeverSendsCanary(t *testing.T) {
+	e := datasettest.NewEnv(t, "folder")
+	datasettest.Symlink(t, e.Canary, e.P("good/evil.jpg"))
+	datasettest.Symlink(t, "/etc/passwd", e.P("good/passwd.jpg"))
+	datasettest.Symlink(t, filepath.Join(e.Outside, "cls"), e.P("evil"))
+	datasettest.Symlink(t, filepath.Join(e.Outside, "cls"), e.P("good/sub"))
+	datasettest.WriteFile(t, e.P("cl\xe9/x.jpg"), e.Img)
+	cfg := DefaultConfig()
+	cfg.Data, cfg.Listen, cfg.CPUs, cfg.Index, cfg.Insecure = e.Dir, "", 1, "-", true
+	a := startAgent(t, cfg)
+	// Swap after start.
+	datasettest.Must(t, os.Remove(e.P("good/a.jpg")))
+	datasettest.Symlink(t, e.Canary, e.P("good/a.jpg"))
+
+	stream, err := a.client.Catalog(context.Background(), &dataplanepb.CatalogRequest{})
+	datasettest.Must(t, err)
+	page, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("catalog with a non-UTF-8 class: %v", err)
+	}
+	if len(page.ContentHashes) != 32*len(page.Labels) {
+		t.Errorf("%d bytes of hashes for %d samples", len(page.ContentHashes), len(page.Labels))
+	}
+	n := a.Dataset().Len()
+	var reqs []*dataplanepb.FetchRequest
+	for i := range n {
+		reqs = append(reqs, &dataplanepb.FetchRequest{Tag: i, Sample: i})
+	}
+	failed := 0
+	for _, r := range fetchAll(t, a.client, reqs) {
+		if bytes.Contains(r.Data, []byte(datasettest.CanaryMark)) {
+			t.Fatalf("sample %d served the canary", r.Sample)
+		}
+		if r.Error != nil {
+			failed++
+			if r.Error.Kind != dataplanepb.ErrorKind_ERROR_KIND_IO || !strings.Contains(r.Error.Message, "good/a.jpg") {
+				t.Errorf("sample %d: %v, want an IO error naming good/a.jpg", r.Sample, r.Error)
+			}
+		}
+	}
+	if failed != 1 {
+		t.Errorf("%d samples failed, want 1 (the swapped one)", failed)
+	}
 }
 
-func checkDataset(t *testing.T, d *Dataset, classes []string, want []wantSample) {
+// TestInfoMissingShards: an agent started from a manifest with part of the
+// files announces its missing shards in Info and never holds them, and a
+// compute agent's decoder accepts the announcement.
+func TestInfoMissingShards(t *testing.T) {
+	full := openDataset(t, datasettest.TarShards(t))
+	man := filepath.Join(t.TempDir(), "manifest")
+	datasettest.WriteFile(t, man, full.Manifest().Encode())
+	cfg := testConfig(t)
+	cfg.Data = datasettest.TarShards(t, 1, 2)
+	cfg.Manifest = man
+	cfg.Replicas = 0 // every shard it stores
+	a := startAgent(t, cfg)
+	info, err := a.client.Info(context.Background(), &dataplanepb.InfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, held, err := dataplanepb.DecodePlacement(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing, err := dataplanepb.DecodeMissing(info, l, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetFingerprint() != full.Fingerprint() || !slices.Equal(held, []int{1, 2}) || !slices.Equal(missing, []int{0, 3}) {
+		t.Errorf("Info: fingerprint %s held %v missing %v; want %s, [1 2], [0 3]", info.GetFingerprint(), held, missing, full.Fingerprint())
+	}
+	for name, want := range map[string]string{"sophon_storage_shards": "4", "sophon_storage_held_shards": "2", "sophon_storage_missing_shards": "2"} {
+		if got := metricValue(t, a.Agent, name); got != want {
+			t.Errorf("%s: got %s, want %s", name, got, want)
+		}
+	}
+	id := preset(t, "imagenet-train").ID()
+	resp := fetchAll(t, a.client, []*dataplanepb.FetchRequest{{Tag: 1, Sample: 0, PipelineId: id}, {Tag: 2, Sample: 4, PipelineId: id}})
+	if k := resp[1].GetError().GetKind(); k != dataplanepb.ErrorKind_ERROR_KIND_NOT_FOUND {
+		t.Errorf("a sample of a missing shard: %v, want NOT_FOUND", resp[1].GetError())
+	}
+	if resp[2].GetError() != nil {
+		t.Errorf("a stored sample: %v", resp[2].GetError())
+	}
+}
+
+// openDataset opens dir without an index file until the test ends.
+func openDataset(t *testing.T, dir string) *dataset.Dataset {
 	t.Helper()
-	if got := d.ClassNames(); !slices.Equal(got, classes) {
-		t.Errorf("ClassNames() = %v, want %v", got, classes)
-	}
-	if d.Len() != uint64(len(want)) {
-		t.Fatalf("Len() = %d, want %d", d.Len(), len(want))
-	}
-	for i, w := range want {
-		id := uint64(i)
-		if got := d.Path(id); got != w.path {
-			t.Errorf("Path(%d) = %q, want %q", i, got, w.path)
-		}
-		if got := d.Label(id); got != w.label {
-			t.Errorf("Label(%d) = %d, want %d", i, got, w.label)
-		}
-		if got := d.RawSize(id); got != uint64(len(w.data)) {
-			t.Errorf("RawSize(%d) = %d, want %d", i, got, len(w.data))
-		}
-	}
-	// Concurrent reads return every sample's exact bytes.
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for i, w := range want {
-				got, err := d.Read(uint64(i))
-				if err != nil {
-					t.Errorf("Read(%d): %v", i, err)
-					return
-				}
-				if !bytes.Equal(got, w.data) {
-					t.Errorf("Read(%d): %d bytes differ from the %d written", i, len(got), len(w.data))
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if _, err := d.Read(d.Len()); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Read(Len()) = %v, want ErrNotFound", err)
-	}
-	if len(d.Fingerprint()) != 16 {
-		t.Errorf("Fingerprint() = %q, want 16 hex digits", d.Fingerprint())
-	}
-}
-
-func TestImageFolder(t *testing.T) {
-	dir := t.TempDir()
-	a, b, c, e := testJPEG(t, 1), testJPEG(t, 2), testJPEG(t, 3), testJPEG(t, 4)
-	writeFile(t, filepath.Join(dir, "dog", "b.jpg"), b)
-	writeFile(t, filepath.Join(dir, "dog", "a.JPEG"), a)
-	writeFile(t, filepath.Join(dir, "dog", "notes.txt"), []byte("ignored"))
-	writeFile(t, filepath.Join(dir, "cat", "sub", "z.jpg"), c)
-	writeFile(t, filepath.Join(dir, "cat", "y.jpeg"), e)
-	writeFile(t, filepath.Join(dir, "empty", ".keep"), nil)
-	writeFile(t, filepath.Join(dir, "loose.jpg"), a) // not in a class folder
-	d, err := Open(dir)
+	d, err := dataset.OpenWith(dir, dataset.OpenOptions{Index: "-"})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("OpenWith(%s): %v", dir, err)
 	}
-	defer d.Close()
-	checkDataset(t, d, []string{"cat", "dog", "empty"}, []wantSample{
-		{"cat/sub/z.jpg", 0, c},
-		{"cat/y.jpeg", 0, e},
-		{"dog/a.JPEG", 1, a},
-		{"dog/b.jpg", 1, b},
-	})
-	if err := d.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-	if _, err := d.Read(0); !errors.Is(err, ErrClosed) {
-		t.Errorf("Read after Close = %v, want ErrClosed", err)
-	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }
 
-func TestTarShardsWithCls(t *testing.T) {
-	dir := t.TempDir()
-	a, b, c := testJPEG(t, 1), testJPEG(t, 2), testJPEG(t, 3)
-	long := strings.Repeat("deep/", 30) + "x" // needs a PAX header
-	// Written out of order: shards sort by name, samples keep tar order.
-	writeTar(t, filepath.Join(dir, "shard-001.tar"), []tarMember{
-		{"s3.cls", []byte("7\n")},
-		{"s3.jpg", c},
-		{gnuPrefix + long + "g.cls", []byte("1")},
-		{gnuPrefix + long + "g.jpg", b},
-	})
-	writeTar(t, filepath.Join(dir, "shard-000.tar"), []tarMember{
-		{"s2.jpg", b},
-		{"s2.cls", []byte("2")},
-		{"s2.json", []byte("{}")},
-		{long + ".cls", []byte("0")},
-		{long + ".jpeg", a},
-	})
-	writeFile(t, filepath.Join(dir, "README"), []byte("ignored"))
-	d, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
+// TestDatasetErrorKinds: the dataset's read errors reach clients as the
+// error kinds they stand for.
+func TestDatasetErrorKinds(t *testing.T) {
+	d := openDataset(t, datasettest.ImageFolder(t, []string{"a"}, 2))
+	datasettest.Must(t, os.Remove(filepath.Join(d.Dir(), "a", "imgb.jpg")))
+	_, err := d.Read(1)
+	if got := errorKind(err); got != dataplanepb.ErrorKind_ERROR_KIND_IO {
+		t.Errorf("a removed file: %v gives %v, want IO", err, got)
 	}
-	defer d.Close()
-	checkDataset(t, d, []string{"0", "1", "2", "3", "4", "5", "6", "7"}, []wantSample{
-		{"shard-000.tar/s2.jpg", 2, b},
-		{"shard-000.tar/" + long + ".jpeg", 0, a},
-		{"shard-001.tar/s3.jpg", 7, c},
-		{"shard-001.tar/" + long + "g.jpg", 1, b},
-	})
-}
-
-func TestTarShardsByFolder(t *testing.T) {
-	dir := t.TempDir()
-	a, b, c := testJPEG(t, 1), testJPEG(t, 2), testJPEG(t, 3)
-	writeTar(t, filepath.Join(dir, "train.tar"), []tarMember{
-		{"./zebra/001.jpg", a},
-		{"ant/002.jpg", b},
-		{"zebra/003.seg.jpg", a}, // WebDataset: key zebra/003, field seg.jpg, not the image
-		{"zebra/003.JPG", c},
-	})
-	d, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
+	full := openDataset(t, datasettest.TarShards(t))
+	man := filepath.Join(t.TempDir(), "manifest")
+	datasettest.WriteFile(t, man, full.Manifest().Encode())
+	m, err := dataset.ReadManifest(man)
+	datasettest.Must(t, err)
+	part, err := dataset.OpenWith(datasettest.TarShards(t, 1), dataset.OpenOptions{Index: "-", Manifest: m})
+	datasettest.Must(t, err)
+	defer part.Close()
+	_, err = part.Read(0)
+	if got := errorKind(err); !errors.Is(err, dataset.ErrNotStored) || got != dataplanepb.ErrorKind_ERROR_KIND_NOT_FOUND {
+		t.Errorf("a sample stored elsewhere: %v gives %v, want ErrNotStored as NOT_FOUND", err, got)
 	}
-	defer d.Close()
-	checkDataset(t, d, []string{"ant", "zebra"}, []wantSample{
-		{"train.tar/zebra/001.jpg", 1, a},
-		{"train.tar/ant/002.jpg", 0, b},
-		{"train.tar/zebra/003.JPG", 1, c},
-	})
-}
-
-func TestOpenRejects(t *testing.T) {
-	img := testJPEG(t, 1)
-	for _, tc := range []struct {
-		name  string
-		build func(dir string)
-	}{
-		{"missing dir", func(dir string) { os.Remove(dir) }},
-		{"empty", func(string) {}},
-		{"mixed cls", func(dir string) {
-			writeTar(t, filepath.Join(dir, "a.tar"), []tarMember{{"x.jpg", img}, {"x.cls", []byte("1")}, {"y.jpg", img}})
-		}},
-		{"bad cls", func(dir string) {
-			writeTar(t, filepath.Join(dir, "a.tar"), []tarMember{{"x.jpg", img}, {"x.cls", []byte("cat")}})
-		}},
-		{"two images", func(dir string) {
-			writeTar(t, filepath.Join(dir, "a.tar"), []tarMember{{"x.jpg", img}, {"x.jpeg", img}})
-		}},
-		{"not a tar", func(dir string) { writeFile(t, filepath.Join(dir, "a.tar"), bytes.Repeat([]byte{7}, 1000)) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			tc.build(dir)
-			if d, err := OpenWith(dir, OpenOptions{Strict: true, Index: "-"}); err == nil {
-				d.Close()
-				t.Fatalf("strict Open succeeded, want an error")
-			}
-		})
+	if got := errorKind(fmt.Errorf("wrapped: %w", dataset.ErrClosed)); got != dataplanepb.ErrorKind_ERROR_KIND_IO {
+		t.Errorf("a closed dataset gives %v, want IO", got)
 	}
-}
-
-func TestFingerprint(t *testing.T) {
-	classes := []string{"a", "b"}
-	fp := func(dir string) string {
-		t.Helper()
-		d, err := Open(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
-		return d.Fingerprint()
-	}
-	dir := imageFolder(t, classes, 3)
-	base := fp(dir)
-	if again := fp(dir); again != base {
-		t.Fatalf("fingerprint changed on reopening: %s then %s", base, again)
-	}
-	if other := fp(imageFolder(t, classes, 3)); other != base {
-		t.Errorf("same files elsewhere: fingerprint %s, want %s", other, base)
-	}
-	for _, tc := range []struct {
-		name   string
-		change func(dir string)
-	}{
-		{"label", func(dir string) { os.Rename(filepath.Join(dir, "a", "imga.jpg"), filepath.Join(dir, "b", "imga.jpg")) }},
-		{"size", func(dir string) { writeFile(t, filepath.Join(dir, "a", "imga.jpg"), testJPEG(t, 40)) }},
-		{"name", func(dir string) { os.Rename(filepath.Join(dir, "a", "imga.jpg"), filepath.Join(dir, "a", "imgz.jpg")) }},
-		{"added", func(dir string) { writeFile(t, filepath.Join(dir, "b", "new.jpg"), testJPEG(t, 1)) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := imageFolder(t, classes, 3)
-			tc.change(dir)
-			if got := fp(dir); got == base {
-				t.Errorf("fingerprint unchanged (%s)", got)
-			}
-		})
-	}
-}
-
-func TestReadTooLargeAndIO(t *testing.T) {
-	dir := imageFolder(t, []string{"a"}, 2)
-	d, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	os.Remove(filepath.Join(dir, "a", "imgb.jpg"))
-	_, err = d.Read(1)
-	if !errors.Is(err, ErrRead) || !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("Read of a removed file = %v, want ErrRead wrapping ErrNotExist", err)
-	}
-	if got := errorKind(err); got.String() != "ERROR_KIND_IO" {
-		t.Errorf("errorKind = %v, want IO", got)
-	}
-	d.samples[0].size = MaxSampleBytes + 1
-	if _, err := d.Read(0); !errors.Is(err, ops.ErrTooLarge) {
-		t.Errorf("Read of a huge sample = %v, want ops.ErrTooLarge", err)
-	}
-}
-
-func TestTruncatedShard(t *testing.T) {
-	dir := t.TempDir()
-	name := filepath.Join(dir, "a.tar")
-	writeTar(t, name, []tarMember{{"x.jpg", testJPEG(t, 1)}, {"y.jpg", testJPEG(t, 2)}})
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, name, b[:len(b)-1024-512-100]) // cut inside y.jpg
-	if d, err := OpenWith(dir, OpenOptions{Strict: true}); err == nil {
-		d.Close()
-		t.Fatal("strict Open of a cut shard succeeded")
-	}
-	d, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if d.Len() != 1 || d.Path(0) != "a.tar/x.jpg" || d.Stats().Skipped[SkipCutShard] != 1 {
-		t.Errorf("cut shard: %d samples, skipped %v; want x.jpg served and the cut counted", d.Len(), d.Skipped())
-	}
-}
-
-// FuzzOpenShard feeds arbitrary bytes as a tar shard: Open must fail or
-// give a dataset whose every sample reads without panicking.
-func FuzzOpenShard(f *testing.F) {
-	dir := f.TempDir()
-	writeTar(f, filepath.Join(dir, "seed.tar"), []tarMember{{"a/x.jpg", []byte("\xff\xd8jpeg")}, {"a/x.cls", []byte("3")}, {"b/y.jpeg", []byte("y")}})
-	seed, err := os.ReadFile(filepath.Join(dir, "seed.tar"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(seed)
-	f.Add(seed[:700])
-	f.Fuzz(func(t *testing.T, b []byte) {
-		dir := t.TempDir()
-		writeFile(t, filepath.Join(dir, "s.tar"), b)
-		d, err := OpenWith(dir, OpenOptions{Index: "-"})
-		if err != nil {
-			return
-		}
-		defer d.Close()
-		for i := range d.Len() {
-			got, err := d.Read(i)
-			if err == nil && uint64(len(got)) != d.RawSize(i) {
-				t.Fatalf("sample %d: %d bytes, catalog says %d", i, len(got), d.RawSize(i))
-			}
-		}
-	})
 }

@@ -1,15 +1,11 @@
 package storageagent
 
 import (
-	"archive/tar"
 	"context"
 	"errors"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,91 +15,8 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/sophon-dl/sophon/ops"
-	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
-
-// jpegCache memoizes synthetic JPEGs: the tests build several datasets from
-// the same few images.
-var jpegCache sync.Map
-
-// testJPEG is a small deterministic photo-like JPEG; the size varies with
-// the seed.
-func testJPEG(t testing.TB, seed uint64) []byte {
-	t.Helper()
-	if b, ok := jpegCache.Load(seed); ok {
-		return b.([]byte)
-	}
-	w, h := 96+int(seed%5)*16, 72+int(seed%3)*24
-	b, err := synth.JPEG(seed, w, h, synth.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	jpegCache.Store(seed, b)
-	return b
-}
-
-func writeFile(t testing.TB, name string, data []byte) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(name, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// imageFolder writes perClass JPEGs into each class folder and returns the
-// directory.
-func imageFolder(t testing.TB, classes []string, perClass int) string {
-	t.Helper()
-	dir := t.TempDir()
-	seed := uint64(1)
-	for _, c := range classes {
-		for i := range perClass {
-			writeFile(t, filepath.Join(dir, c, "img"+string(rune('a'+i))+".jpg"), testJPEG(t, seed))
-			seed++
-		}
-	}
-	return dir
-}
-
-// tarMember is one file of a test shard.
-type tarMember struct {
-	name string
-	data []byte
-}
-
-// gnuPrefix on a test member's name asks for a GNU-format header (a long
-// name then takes an extra entry before the member's own header).
-const gnuPrefix = "gnu:"
-
-func writeTar(t testing.TB, name string, members []tarMember) {
-	t.Helper()
-	f, err := os.Create(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tw := tar.NewWriter(f)
-	for _, m := range members {
-		h := &tar.Header{Name: m.name, Mode: 0o644, Size: int64(len(m.data)), Typeflag: tar.TypeReg}
-		if name, ok := strings.CutPrefix(m.name, gnuPrefix); ok {
-			h.Name, h.Format = name, tar.FormatGNU
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(m.data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // testAgent is an agent serving on a bufconn listener with a client dialled
 // to it.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
+	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
 )
 
 const tinySpec = `{"name": "tiny", "ops": [{"op": "decode"}, {"op": "resize", "size": [40]}, {"op": "center_crop", "size": [32, 32]}, {"op": "to_tensor"}]}`
@@ -55,7 +56,7 @@ func TestPipelineWhitelist(t *testing.T) {
 
 	cfg := testConfig(t)
 	file := filepath.Join(t.TempDir(), "tiny.json")
-	writeFile(t, file, []byte(tinySpec))
+	datasettest.WriteFile(t, file, []byte(tinySpec))
 	cfg.Pipelines = []string{file}
 	b := startAgent(t, cfg)
 	got = fetchAll(t, b.client, []*dataplanepb.FetchRequest{req(0, nil),

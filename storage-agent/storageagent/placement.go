@@ -12,6 +12,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
+	"github.com/sophon-dl/sophon/storage-agent/dataset"
 )
 
 // infoMembersSlack is room left in an Info response for the placement
@@ -61,7 +62,7 @@ func newHolder(self string, layout placement.Layout, replicas int, missing []int
 	size := proto.Size(&dataplanepb.InfoResponse{Layout: h.wire}) + 5*layout.Len() + infoMembersSlack
 	if limit := MaxMessageBytes - wireSlack; size > limit {
 		return nil, fmt.Errorf("%w: %d shards take about %d bytes in Info, more than %d: use larger shards",
-			ErrLayout, layout.Len(), size, limit)
+			dataset.ErrLayout, layout.Len(), size, limit)
 	}
 	m.shards.Set(float64(layout.Len()))
 	m.missing.Set(float64(len(missing)))

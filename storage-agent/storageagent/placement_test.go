@@ -16,6 +16,8 @@ import (
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
+	"github.com/sophon-dl/sophon/storage-agent/dataset"
+	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
 )
 
 // eventually polls cond, which says what is still missing, until it says
@@ -41,7 +43,7 @@ func rng(first, count uint64, name string) placement.Range {
 }
 
 func TestLayoutFolder(t *testing.T) {
-	d, err := Open(imageFolder(t, []string{"a", "b", "c"}, 5))
+	d, err := dataset.Open(datasettest.ImageFolder(t, []string{"a", "b", "c"}, 5))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,12 +69,12 @@ func TestLayoutFolder(t *testing.T) {
 // (display-safe), and a file with no sample is no shard.
 func TestLayoutTars(t *testing.T) {
 	dir := t.TempDir()
-	img := testJPEG(t, 1)
-	writeTar(t, filepath.Join(dir, "bad\xff.tar"), []tarMember{{"k/x.jpg", img}})
-	writeTar(t, filepath.Join(dir, "shard-000.tar"), []tarMember{{"k/a.jpg", img}, {"k/b.jpg", img}, {"j/c.jpg", img}})
-	writeTar(t, filepath.Join(dir, "shard-001.tar"), []tarMember{{"k/readme.txt", []byte("no images")}})
-	writeTar(t, filepath.Join(dir, "shard-002.tar"), []tarMember{{"k/d.jpg", img}, {"k/e.jpg", img}})
-	d, err := Open(dir)
+	img := datasettest.JPEG(t, 1)
+	datasettest.WriteTar(t, filepath.Join(dir, "bad\xff.tar"), []datasettest.Member{{Name: "k/x.jpg", Data: img}})
+	datasettest.WriteTar(t, filepath.Join(dir, "shard-000.tar"), []datasettest.Member{{Name: "k/a.jpg", Data: img}, {Name: "k/b.jpg", Data: img}, {Name: "j/c.jpg", Data: img}})
+	datasettest.WriteTar(t, filepath.Join(dir, "shard-001.tar"), []datasettest.Member{{Name: "k/readme.txt", Data: []byte("no images")}})
+	datasettest.WriteTar(t, filepath.Join(dir, "shard-002.tar"), []datasettest.Member{{Name: "k/d.jpg", Data: img}, {Name: "k/e.jpg", Data: img}})
+	d, err := dataset.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +164,7 @@ func metricValue(t *testing.T, a *Agent, name string) string {
 // placement name, all of which decode.
 func TestInfoPlacement(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Data = imageFolder(t, []string{"a", "b"}, 5)
+	cfg.Data = datasettest.ImageFolder(t, []string{"a", "b"}, 5)
 	cfg.ShardSize = 3
 	cfg.Replicas = 2
 	cfg.Egress = 1_250_000_000
@@ -201,7 +203,7 @@ func TestInfoPlacement(t *testing.T) {
 // survivors recompute and again cover every shard exactly --replicas times.
 func TestPlacementAcrossAgents(t *testing.T) {
 	const replicas = 2
-	data := imageFolder(t, []string{"a", "b", "c", "d"}, 10) // 40 samples
+	data := datasettest.ImageFolder(t, []string{"a", "b", "c", "d"}, 10) // 40 samples
 	port := 7070
 	start := func(name string, join ...string) *testAgent {
 		cfg := testConfig(t)

@@ -14,7 +14,7 @@ import (
 // group has spent the quota, and in that time only what is already in the
 // socket's buffer crosses the link: the kernel's autotuning sizes the
 // buffer to the congestion window, a few tens of milliseconds of a shaped
-// link, so the link idled through every throttled period. 4 MiB (8 MiB
+// link, so the link would idle through every throttled period. 4 MiB (8 MiB
 // in the kernel) holds 100 ms of a 600 Mbit/s link; for faster links set
 // Config.SendBuffer to the egress rate times 100 to 200 ms.
 const DefaultSendBuffer = 4 << 20

@@ -24,6 +24,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/errkind"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
+	"github.com/sophon-dl/sophon/storage-agent/dataset"
 )
 
 var _ dataplanepb.StorageServer = (*server)(nil)
@@ -50,7 +51,7 @@ const (
 type server struct {
 	dataplanepb.UnimplementedStorageServer
 
-	ds      *Dataset
+	ds      *dataset.Dataset
 	name    string
 	version string
 	cpus    float64
@@ -130,7 +131,7 @@ type result struct {
 	split string
 }
 
-func newServer(ds *Dataset, cfg Config, workers int, share float64) (*server, error) {
+func newServer(ds *dataset.Dataset, cfg Config, workers int, share float64) (*server, error) {
 	s := &server{
 		ds:          ds,
 		name:        cfg.Name,
@@ -687,11 +688,11 @@ func (s *server) process(j *job) ([]byte, dataplanepb.Served, error) {
 // epoch: the file is read straight into its wire form.
 func (s *server) processRaw(i uint64) ([]byte, error) {
 	if i >= uint64(s.ds.Len()) {
-		return nil, fmt.Errorf("sample %d: %w (the catalog holds %d)", i, ErrNotFound, s.ds.Len())
+		return nil, fmt.Errorf("sample %d: %w (the catalog holds %d)", i, dataset.ErrNotFound, s.ds.Len())
 	}
 	n := s.ds.RawSize(i)
-	if n > MaxSampleBytes {
-		return nil, fmt.Errorf("sample %d (%s): %w: %d bytes, limit %d", i, s.ds.Path(i), ops.ErrTooLarge, n, MaxSampleBytes)
+	if n > dataset.MaxSampleBytes {
+		return nil, fmt.Errorf("sample %d (%s): %w: %d bytes, limit %d", i, s.ds.Path(i), ops.ErrTooLarge, n, dataset.MaxSampleBytes)
 	}
 	form, payload, err := ops.NewEncodedWire(int(n))
 	if err != nil {
@@ -735,9 +736,9 @@ func (s *server) failure(req *dataplanepb.FetchRequest, err error) *dataplanepb.
 // wire's error kinds.
 func errorKind(err error) dataplanepb.ErrorKind {
 	return errkind.Of(err,
-		errkind.Pair{Err: ErrNotFound, Kind: dataplanepb.ErrorKind_ERROR_KIND_NOT_FOUND},
-		errkind.Pair{Err: ErrNotStored, Kind: dataplanepb.ErrorKind_ERROR_KIND_NOT_FOUND},
-		errkind.Pair{Err: ErrRead, Kind: dataplanepb.ErrorKind_ERROR_KIND_IO},
-		errkind.Pair{Err: ErrClosed, Kind: dataplanepb.ErrorKind_ERROR_KIND_IO},
+		errkind.Pair{Err: dataset.ErrNotFound, Kind: dataplanepb.ErrorKind_ERROR_KIND_NOT_FOUND},
+		errkind.Pair{Err: dataset.ErrNotStored, Kind: dataplanepb.ErrorKind_ERROR_KIND_NOT_FOUND},
+		errkind.Pair{Err: dataset.ErrRead, Kind: dataplanepb.ErrorKind_ERROR_KIND_IO},
+		errkind.Pair{Err: dataset.ErrClosed, Kind: dataplanepb.ErrorKind_ERROR_KIND_IO},
 	)
 }

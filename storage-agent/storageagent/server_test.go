@@ -20,6 +20,7 @@ import (
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
+	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
 )
 
 // Ids of testData's samples.
@@ -34,10 +35,10 @@ const (
 // damaged files at the end of the last class.
 func testData(t testing.TB) string {
 	t.Helper()
-	dir := imageFolder(t, []string{"a", "b", "c"}, 2)
-	writeFile(t, filepath.Join(dir, "c", "zz_bad.jpg"), []byte("this is not a jpeg at all"))
-	j := testJPEG(t, 99)
-	writeFile(t, filepath.Join(dir, "c", "zz_trunc.jpg"), j[:len(j)/2])
+	dir := datasettest.ImageFolder(t, []string{"a", "b", "c"}, 2)
+	datasettest.WriteFile(t, filepath.Join(dir, "c", "zz_bad.jpg"), []byte("this is not a jpeg at all"))
+	j := datasettest.JPEG(t, 99)
+	datasettest.WriteFile(t, filepath.Join(dir, "c", "zz_trunc.jpg"), j[:len(j)/2])
 	return dir
 }
 
@@ -559,7 +560,7 @@ func BenchmarkFetch(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		writeFile(b, filepath.Join(dir, "c", fmt.Sprintf("%02d.jpg", i)), img)
+		datasettest.WriteFile(b, filepath.Join(dir, "c", fmt.Sprintf("%02d.jpg", i)), img)
 	}
 	cfg := DefaultConfig()
 	cfg.Insecure = true // TLS is tested in agent_test.go
@@ -648,7 +649,7 @@ func TestRawFetchesBypassBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		writeFile(t, filepath.Join(dir, "c", fmt.Sprintf("%02d.jpg", i)), img)
+		datasettest.WriteFile(t, filepath.Join(dir, "c", fmt.Sprintf("%02d.jpg", i)), img)
 	}
 	cfg := DefaultConfig()
 	cfg.Insecure = true // TLS is tested in agent_test.go

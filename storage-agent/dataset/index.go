@@ -1,4 +1,4 @@
-package storageagent
+package dataset
 
 import (
 	"crypto/rand"

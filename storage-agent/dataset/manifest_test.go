@@ -1,8 +1,7 @@
-package storageagent
+package dataset_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,31 +10,13 @@ import (
 	"testing"
 
 	"github.com/sophon-dl/sophon/internal/placement"
-	"github.com/sophon-dl/sophon/proto/dataplanepb"
+	"github.com/sophon-dl/sophon/storage-agent/dataset"
+	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
 )
 
-// tarDataset writes four tar shards of three samples each (labels by
-// .cls) into a new directory, or only the shards named in keep.
-func tarDataset(t *testing.T, keep ...int) string {
+func openT(t *testing.T, dir string, m *dataset.Manifest) *dataset.Dataset {
 	t.Helper()
-	dir := t.TempDir()
-	for s := range 4 {
-		if keep != nil && !slices.Contains(keep, s) {
-			continue
-		}
-		var ms []tarMember
-		for j := range 3 {
-			key := "k" + string(rune('a'+j))
-			ms = append(ms, tarMember{key + ".jpg", testJPEG(t, uint64(10*s+j))}, tarMember{key + ".cls", []byte{byte('0' + (s+j)%3)}})
-		}
-		writeTar(t, filepath.Join(dir, "shard-"+string(rune('0'+s))+".tar"), ms)
-	}
-	return dir
-}
-
-func openT(t *testing.T, dir string, m *Manifest) *Dataset {
-	t.Helper()
-	d, err := OpenWith(dir, OpenOptions{Index: "-", Manifest: m})
+	d, err := dataset.OpenWith(dir, dataset.OpenOptions{Index: "-", Manifest: m})
 	if err != nil {
 		t.Fatalf("OpenWith(%s): %v", dir, err)
 	}
@@ -49,13 +30,13 @@ func openT(t *testing.T, dir string, m *Manifest) *Dataset {
 // samples they have, byte for byte, refuse the others with ErrNotStored
 // and name the shards they lack.
 func TestManifestPartialTars(t *testing.T) {
-	full := openT(t, tarDataset(t), nil)
+	full := openT(t, datasettest.TarShards(t), nil)
 	l, err := full.Layout(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := full.Manifest().Encode()
-	m, err := DecodeManifest(b)
+	m, err := dataset.DecodeManifest(b)
 	if err != nil {
 		t.Fatalf("DecodeManifest: %v", err)
 	}
@@ -66,7 +47,7 @@ func TestManifestPartialTars(t *testing.T) {
 		t.Fatalf("manifest layout %v, %v; want the dataset's %v", ml.Ranges(), err, l.Ranges())
 	}
 	for _, keep := range [][]int{{0, 2}, {1, 3}, {3}} {
-		part := openT(t, tarDataset(t, keep...), m)
+		part := openT(t, datasettest.TarShards(t, keep...), m)
 		if part.Fingerprint() != full.Fingerprint() || part.Len() != full.Len() || !slices.Equal(part.ClassNames(), full.ClassNames()) {
 			t.Fatalf("keep %v: fingerprint %s, %d samples, classes %v; want %s, %d, %v", keep,
 				part.Fingerprint(), part.Len(), part.ClassNames(), full.Fingerprint(), full.Len(), full.ClassNames())
@@ -100,10 +81,10 @@ func TestManifestPartialTars(t *testing.T) {
 				}
 				continue
 			}
-			if !errors.Is(err, ErrNotStored) || errorKind(err) != dataplanepb.ErrorKind_ERROR_KIND_NOT_FOUND {
-				t.Errorf("keep %v: sample %d of missing shard %d: %v, want ErrNotStored (NOT_FOUND)", keep, i, s, err)
+			if !errors.Is(err, dataset.ErrNotStored) {
+				t.Errorf("keep %v: sample %d of missing shard %d: %v, want ErrNotStored", keep, i, s, err)
 			}
-			if err := part.ReadInto(i, make([]byte, part.RawSize(i))); !errors.Is(err, ErrNotStored) {
+			if err := part.ReadInto(i, make([]byte, part.RawSize(i))); !errors.Is(err, dataset.ErrNotStored) {
 				t.Errorf("keep %v: ReadInto sample %d: %v, want ErrNotStored", keep, i, err)
 			}
 		}
@@ -115,7 +96,7 @@ func TestManifestPartialTars(t *testing.T) {
 // file the manifest does not list is skipped; a directory with none of the
 // manifest's files is refused.
 func TestManifestFolderMismatch(t *testing.T) {
-	fullDir := imageFolder(t, []string{"a", "b", "c"}, 4)
+	fullDir := datasettest.ImageFolder(t, []string{"a", "b", "c"}, 4)
 	full := openT(t, fullDir, nil)
 	m := full.Manifest()
 	dir := t.TempDir()
@@ -127,18 +108,18 @@ func TestManifestFolderMismatch(t *testing.T) {
 		if rel == "b/imgc.jpg" {
 			b = append(b[:len(b):len(b)], 0) // other content
 		}
-		writeFile(t, filepath.Join(dir, rel), b)
+		datasettest.WriteFile(t, filepath.Join(dir, rel), b)
 	}
-	writeFile(t, filepath.Join(dir, "c", "extra.jpg"), testJPEG(t, 99))
+	datasettest.WriteFile(t, filepath.Join(dir, "c", "extra.jpg"), datasettest.JPEG(t, 99))
 	part := openT(t, dir, m)
 	if part.Fingerprint() != full.Fingerprint() {
 		t.Fatal("fingerprint differs from the full copy's")
 	}
-	skips := map[string]SkipReason{}
+	skips := map[string]dataset.SkipReason{}
 	for _, s := range part.Skipped() {
 		skips[s.Path] = s.Reason
 	}
-	if want := map[string]SkipReason{"b/imgc.jpg": SkipManifestMismatch, "c/extra.jpg": SkipNotInManifest}; !reflect.DeepEqual(skips, want) {
+	if want := map[string]dataset.SkipReason{"b/imgc.jpg": dataset.SkipManifestMismatch, "c/extra.jpg": dataset.SkipNotInManifest}; !reflect.DeepEqual(skips, want) {
 		t.Errorf("skipped %v, want %v", skips, want)
 	}
 	l, err := part.Layout(4) // shards are the classes here
@@ -148,13 +129,13 @@ func TestManifestFolderMismatch(t *testing.T) {
 	if got := part.MissingShards(l); !slices.Equal(got, []int{1, 2}) {
 		t.Errorf("missing shards %v, want [1 2] (a complete; b with one file, which differs; c with one of four)", got)
 	}
-	if _, err := part.Read(6); !errors.Is(err, ErrNotStored) {
+	if _, err := part.Read(6); !errors.Is(err, dataset.ErrNotStored) {
 		t.Errorf("the mismatched sample: %v, want ErrNotStored", err)
 	}
-	if _, err := OpenWith(t.TempDir(), OpenOptions{Index: "-", Manifest: m}); !errors.Is(err, ErrLayout) {
+	if _, err := dataset.OpenWith(t.TempDir(), dataset.OpenOptions{Index: "-", Manifest: m}); !errors.Is(err, dataset.ErrLayout) {
 		t.Errorf("no file of the manifest: %v, want ErrLayout", err)
 	}
-	if _, err := OpenWith(dir, OpenOptions{Index: "-", Manifest: m, Strict: true}); !errors.Is(err, ErrLayout) {
+	if _, err := dataset.OpenWith(dir, dataset.OpenOptions{Index: "-", Manifest: m, Strict: true}); !errors.Is(err, dataset.ErrLayout) {
 		t.Errorf("strict with mismatches: %v, want ErrLayout", err)
 	}
 }
@@ -163,7 +144,7 @@ func TestManifestFolderMismatch(t *testing.T) {
 // exactly replicas times, and agents given exactly those files hold what
 // rendezvous hashing says and miss the rest.
 func TestManifestPlace(t *testing.T) {
-	full := openT(t, tarDataset(t), nil)
+	full := openT(t, datasettest.TarShards(t), nil)
 	m := full.Manifest()
 	members := []string{"s1", "s2", "s3"}
 	for _, r := range []int{1, 2} {
@@ -193,67 +174,25 @@ func TestManifestPlace(t *testing.T) {
 			}
 		}
 	}
-	folder := openT(t, imageFolder(t, []string{"a", "b"}, 3), nil).Manifest()
+	folder := openT(t, datasettest.ImageFolder(t, []string{"a", "b"}, 3), nil).Manifest()
 	files, err := folder.Place([]string{"x"}, 1, 4)
 	if err != nil || !slices.Equal(files["x"], []string{"a/imga.jpg", "a/imgb.jpg", "a/imgc.jpg", "b/imga.jpg", "b/imgb.jpg", "b/imgc.jpg"}) {
 		t.Errorf("folder, one member: %v, %v", files, err)
 	}
 }
 
-// TestInfoMissingShards: an agent started from a manifest with part of the
-// files announces its missing shards in Info and never holds them, and a
-// compute agent's decoder accepts the announcement.
-func TestInfoMissingShards(t *testing.T) {
-	full := openT(t, tarDataset(t), nil)
-	man := filepath.Join(t.TempDir(), "manifest")
-	writeFile(t, man, full.Manifest().Encode())
-	cfg := testConfig(t)
-	cfg.Data = tarDataset(t, 1, 2)
-	cfg.Manifest = man
-	cfg.Replicas = 0 // every shard it stores
-	a := startAgent(t, cfg)
-	info, err := a.client.Info(context.Background(), &dataplanepb.InfoRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, held, err := dataplanepb.DecodePlacement(info)
-	if err != nil {
-		t.Fatal(err)
-	}
-	missing, err := dataplanepb.DecodeMissing(info, l, held)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.GetFingerprint() != full.Fingerprint() || !slices.Equal(held, []int{1, 2}) || !slices.Equal(missing, []int{0, 3}) {
-		t.Errorf("Info: fingerprint %s held %v missing %v; want %s, [1 2], [0 3]", info.GetFingerprint(), held, missing, full.Fingerprint())
-	}
-	for name, want := range map[string]string{"sophon_storage_shards": "4", "sophon_storage_held_shards": "2", "sophon_storage_missing_shards": "2"} {
-		if got := metricValue(t, a.Agent, name); got != want {
-			t.Errorf("%s: got %s, want %s", name, got, want)
-		}
-	}
-	id := preset(t, "imagenet-train").ID()
-	resp := fetchAll(t, a.client, []*dataplanepb.FetchRequest{{Tag: 1, Sample: 0, PipelineId: id}, {Tag: 2, Sample: 4, PipelineId: id}})
-	if k := resp[1].GetError().GetKind(); k != dataplanepb.ErrorKind_ERROR_KIND_NOT_FOUND {
-		t.Errorf("a sample of a missing shard: %v, want NOT_FOUND", resp[1].GetError())
-	}
-	if resp[2].GetError() != nil {
-		t.Errorf("a stored sample: %v", resp[2].GetError())
-	}
-}
-
 // FuzzDecodeManifest: any bytes decode to a manifest or an ErrManifest,
 // never a panic, and what decodes encodes back to the same bytes.
 func FuzzDecodeManifest(f *testing.F) {
-	m := &Manifest{Tars: true, Classes: []string{"0", "1"}, Samples: []ManifestSample{
+	m := &dataset.Manifest{Tars: true, Classes: []string{"0", "1"}, Samples: []dataset.ManifestSample{
 		{Rel: "a.tar/x.jpg", Size: 10, Label: 1}, {Rel: "a.tar/y.jpg", Size: 3}, {Rel: "b.tar/z.jpg", Size: 7, Label: 1}}}
 	f.Add(m.Encode())
-	f.Add((&Manifest{Classes: []string{"c"}, Samples: []ManifestSample{{Rel: "c/p.jpg", Size: 1}}}).Encode())
-	f.Add([]byte(manifestMagic))
+	f.Add((&dataset.Manifest{Classes: []string{"c"}, Samples: []dataset.ManifestSample{{Rel: "c/p.jpg", Size: 1}}}).Encode())
+	f.Add([]byte(dataset.ManifestMagic))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := DecodeManifest(b)
+		m, err := dataset.DecodeManifest(b)
 		if err != nil {
-			if !errors.Is(err, ErrManifest) {
+			if !errors.Is(err, dataset.ErrManifest) {
 				t.Fatalf("error %v does not wrap ErrManifest", err)
 			}
 			return
@@ -270,35 +209,35 @@ func FuzzDecodeManifest(f *testing.F) {
 // TestDecodeManifestRejects: damaged or hostile manifests are refused with
 // ErrManifest, naming the sample at fault.
 func TestDecodeManifestRejects(t *testing.T) {
-	ok := func() *Manifest {
-		return &Manifest{Tars: true, Classes: []string{"0", "1"}, Samples: []ManifestSample{
+	ok := func() *dataset.Manifest {
+		return &dataset.Manifest{Tars: true, Classes: []string{"0", "1"}, Samples: []dataset.ManifestSample{
 			{Rel: "a.tar/x.jpg", Size: 10}, {Rel: "b.tar/y.jpg", Size: 3, Label: 1}}}
 	}
-	tests := map[string]func(*Manifest){
-		"absolute path": func(m *Manifest) { m.Samples[0].Rel = "/a.tar/x.jpg" },
-		"dot-dot":       func(m *Manifest) { m.Samples[1].Rel = "b.tar/../y.jpg" },
-		"listed twice":  func(m *Manifest) { m.Samples[1].Rel = m.Samples[0].Rel },
-		"not in a tar":  func(m *Manifest) { m.Samples[1].Rel = "b/y.jpg" },
-		"label past":    func(m *Manifest) { m.Samples[1].Label = 2 },
-		"too large":     func(m *Manifest) { m.Samples[0].Size = MaxSampleBytes + 1 },
-		"tar not contiguous": func(m *Manifest) {
-			m.Samples = append(m.Samples, ManifestSample{Rel: "a.tar/z.jpg"})
+	tests := map[string]func(*dataset.Manifest){
+		"absolute path": func(m *dataset.Manifest) { m.Samples[0].Rel = "/a.tar/x.jpg" },
+		"dot-dot":       func(m *dataset.Manifest) { m.Samples[1].Rel = "b.tar/../y.jpg" },
+		"listed twice":  func(m *dataset.Manifest) { m.Samples[1].Rel = m.Samples[0].Rel },
+		"not in a tar":  func(m *dataset.Manifest) { m.Samples[1].Rel = "b/y.jpg" },
+		"label past":    func(m *dataset.Manifest) { m.Samples[1].Label = 2 },
+		"too large":     func(m *dataset.Manifest) { m.Samples[0].Size = dataset.MaxSampleBytes + 1 },
+		"tar not contiguous": func(m *dataset.Manifest) {
+			m.Samples = append(m.Samples, dataset.ManifestSample{Rel: "a.tar/z.jpg"})
 		},
-		"no samples": func(m *Manifest) { m.Samples = nil },
+		"no samples": func(m *dataset.Manifest) { m.Samples = nil },
 	}
 	for name, edit := range tests {
 		m := ok()
 		edit(m)
-		if _, err := DecodeManifest(m.Encode()); !errors.Is(err, ErrManifest) {
+		if _, err := dataset.DecodeManifest(m.Encode()); !errors.Is(err, dataset.ErrManifest) {
 			t.Errorf("%s: %v, want ErrManifest", name, err)
 		}
 	}
 	b := ok().Encode()
-	b[len(manifestMagic)+3] ^= 1
-	if _, err := DecodeManifest(b); !errors.Is(err, ErrManifest) {
+	b[len(dataset.ManifestMagic)+3] ^= 1
+	if _, err := dataset.DecodeManifest(b); !errors.Is(err, dataset.ErrManifest) {
 		t.Errorf("a flipped bit: %v, want ErrManifest", err)
 	}
-	if _, err := DecodeManifest(ok().Encode()); err != nil {
+	if _, err := dataset.DecodeManifest(ok().Encode()); err != nil {
 		t.Errorf("the good manifest: %v", err)
 	}
 }

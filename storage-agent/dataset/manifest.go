@@ -1,4 +1,4 @@
-package storageagent
+package dataset
 
 import (
 	"crypto/sha256"
@@ -131,6 +131,38 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 		return nil, err
 	}
 	f := &fields{r: body, bad: ErrManifest}
+	m, err := decodeManifestHead(f)
+	if err != nil {
+		return nil, err
+	}
+	n, err := f.uv()
+	if err != nil {
+		return nil, err
+	}
+	if n > uint64(len(f.r))/minManifestEntry {
+		return nil, fmt.Errorf("%w: %d samples in %d bytes", ErrManifest, n, len(f.r))
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("%w: no samples", ErrManifest)
+	}
+	m.Samples = make([]ManifestSample, 0, n)
+	seen := make(map[string]bool, n)
+	tars := map[string]bool{} // tar files whose samples are behind
+	for i := range n {
+		s, err := m.decodeSample(f, i, seen, tars)
+		if err != nil {
+			return nil, err
+		}
+		m.Samples = append(m.Samples, s)
+	}
+	if len(f.r) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrManifest, len(f.r))
+	}
+	return m, nil
+}
+
+// decodeManifestHead reads a manifest's flags and class names.
+func decodeManifestHead(f *fields) (*Manifest, error) {
 	flags, err := f.uv()
 	if err != nil {
 		return nil, err
@@ -154,68 +186,65 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 		}
 		m.Classes = append(m.Classes, c)
 	}
-	n, err := f.uv()
-	if err != nil {
-		return nil, err
-	}
-	if n > uint64(len(f.r))/minManifestEntry {
-		return nil, fmt.Errorf("%w: %d samples in %d bytes", ErrManifest, n, len(f.r))
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("%w: no samples", ErrManifest)
-	}
-	m.Samples = make([]ManifestSample, 0, n)
-	seen := make(map[string]bool, n)
-	tars := map[string]bool{} // tar files whose samples are behind
-	for i := range n {
-		var s ManifestSample
-		if s.Rel, err = f.str(maxManifestName); err != nil {
-			return nil, fmt.Errorf("sample %d: %w", i, err)
-		}
-		if err := checkRel(s.Rel); err != nil {
-			return nil, fmt.Errorf("%w: sample %d (%s): %v", ErrManifest, i, DisplayName(s.Rel), err)
-		}
-		if seen[s.Rel] {
-			return nil, fmt.Errorf("%w: sample %d (%s) listed twice", ErrManifest, i, DisplayName(s.Rel))
-		}
-		seen[s.Rel] = true
-		if m.Tars {
-			t, ok := tarOf(s.Rel)
-			if !ok {
-				return nil, fmt.Errorf("%w: sample %d (%s) is not <file>.tar/<member>", ErrManifest, i, DisplayName(s.Rel))
-			}
-			if prev := len(m.Samples) - 1; prev >= 0 {
-				if p, _ := tarOf(m.Samples[prev].Rel); p != t {
-					tars[p] = true
-					if tars[t] {
-						return nil, fmt.Errorf("%w: sample %d (%s): the samples of %s are not contiguous", ErrManifest, i, DisplayName(s.Rel), DisplayName(t))
-					}
-				}
-			}
-		}
-		if s.Size, err = f.uv(); err != nil {
-			return nil, fmt.Errorf("sample %d: %w", i, err)
-		}
-		if s.Size > MaxSampleBytes {
-			return nil, fmt.Errorf("%w: sample %d (%s): %d bytes, at most %d", ErrManifest, i, DisplayName(s.Rel), s.Size, MaxSampleBytes)
-		}
-		label, err := f.uv()
-		if err != nil {
-			return nil, fmt.Errorf("sample %d: %w", i, err)
-		}
-		if label >= uint64(len(m.Classes)) {
-			return nil, fmt.Errorf("%w: sample %d (%s): label %d of %d classes", ErrManifest, i, DisplayName(s.Rel), label, len(m.Classes))
-		}
-		s.Label = uint32(label)
-		if s.Hash, err = f.hash(); err != nil {
-			return nil, fmt.Errorf("sample %d: %w", i, err)
-		}
-		m.Samples = append(m.Samples, s)
-	}
-	if len(f.r) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", ErrManifest, len(f.r))
-	}
 	return m, nil
+}
+
+// decodeSample reads sample i of m (its classes and the samples before it
+// decoded) and checks it: seen holds the paths so far, tars the tar files
+// whose samples are behind.
+func (m *Manifest) decodeSample(f *fields, i uint64, seen, tars map[string]bool) (s ManifestSample, err error) {
+	if s.Rel, err = f.str(maxManifestName); err != nil {
+		return s, fmt.Errorf("sample %d: %w", i, err)
+	}
+	if err := checkRel(s.Rel); err != nil {
+		return s, fmt.Errorf("%w: sample %d (%s): %v", ErrManifest, i, DisplayName(s.Rel), err)
+	}
+	if seen[s.Rel] {
+		return s, fmt.Errorf("%w: sample %d (%s) listed twice", ErrManifest, i, DisplayName(s.Rel))
+	}
+	seen[s.Rel] = true
+	if m.Tars {
+		if err := m.checkContiguous(i, s.Rel, tars); err != nil {
+			return s, err
+		}
+	}
+	if s.Size, err = f.uv(); err != nil {
+		return s, fmt.Errorf("sample %d: %w", i, err)
+	}
+	if s.Size > MaxSampleBytes {
+		return s, fmt.Errorf("%w: sample %d (%s): %d bytes, at most %d", ErrManifest, i, DisplayName(s.Rel), s.Size, MaxSampleBytes)
+	}
+	label, err := f.uv()
+	if err != nil {
+		return s, fmt.Errorf("sample %d: %w", i, err)
+	}
+	if label >= uint64(len(m.Classes)) {
+		return s, fmt.Errorf("%w: sample %d (%s): label %d of %d classes", ErrManifest, i, DisplayName(s.Rel), label, len(m.Classes))
+	}
+	s.Label = uint32(label)
+	if s.Hash, err = f.hash(); err != nil {
+		return s, fmt.Errorf("sample %d: %w", i, err)
+	}
+	return s, nil
+}
+
+// checkContiguous checks that tar sample i, at rel, is "<file>.tar/<member>"
+// and that its tar file's samples are contiguous: tars holds the tar files
+// whose samples are behind.
+func (m *Manifest) checkContiguous(i uint64, rel string, tars map[string]bool) error {
+	t, ok := tarOf(rel)
+	if !ok {
+		return fmt.Errorf("%w: sample %d (%s) is not <file>.tar/<member>", ErrManifest, i, DisplayName(rel))
+	}
+	if prev := len(m.Samples) - 1; prev >= 0 {
+		if p, _ := tarOf(m.Samples[prev].Rel); p != t {
+			tars[p] = true
+			if tars[t] {
+				return fmt.Errorf("%w: sample %d (%s): the samples of %s are not contiguous", ErrManifest, i, DisplayName(rel), DisplayName(t))
+			}
+		}
+	}
+	return nil
 }
 
 // checkRel checks a manifest path: slash-separated and local.
