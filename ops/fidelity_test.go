@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/ops"
-	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 // peerPython is the interpreter that carries Debian's python3-pil and

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/ops"
-	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 // peerValScript runs torchvision's imagenet-val transforms on each JPEG

@@ -19,9 +19,9 @@ import (
 	"github.com/sophon-dl/sophon/internal/testutil"
 
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/testbed/shape"
-	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 const debianPython = "/usr/bin/python3"

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/ops"
-	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 // BenchmarkHandoffPython measures the hand-off from the agent's ring to a

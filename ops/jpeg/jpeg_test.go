@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sophon-dl/sophon/testbed/testenv"
+	"github.com/sophon-dl/sophon/internal/testenv"
 )
 
 // jpegTestImage is a deterministic photo-like image: smooth colour gradients

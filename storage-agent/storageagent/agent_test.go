@@ -1,7 +1,6 @@
 package storageagent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -16,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sophon-dl/sophon/internal/testutil"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
@@ -357,7 +358,7 @@ func pki(t testing.TB) testPKI {
 // logged at warn level with the peer's address.
 func TestMutualTLS(t *testing.T) {
 	p := pki(t)
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	cfg := testConfig(t)
 	cfg.Insecure = false
 	cfg.Name = "" // from the certificate
@@ -436,22 +437,4 @@ func TestMutualTLS(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

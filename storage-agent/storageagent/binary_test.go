@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sophon-dl/sophon/internal/testutil"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -24,18 +25,6 @@ import (
 
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
-
-// freeAddr returns a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
 
 // TestBinary runs the storage-agent command (built once, storageBinary).
 func TestBinary(t *testing.T) {
@@ -54,7 +43,7 @@ func testBinaryServe(t *testing.T, bin string) {
 	}
 
 	data := testData(t)
-	addr, metrics := freeAddr(t), freeAddr(t)
+	addr, metrics := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	cfgFile := filepath.Join(dir, "agent.yaml")
 	// The file's listen address is overridden by the flag.
 	datasettest.WriteFile(t, cfgFile, []byte("data: "+data+"\nlisten: 127.0.0.1:1\ncpus: 1.5\nname: bin-agent\nrequest-timeout: 10s\nmetrics: "+metrics+"\n"))

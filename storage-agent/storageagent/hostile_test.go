@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/internal/testutil"
+
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -37,14 +39,8 @@ import (
 // rssLimit is the peak resident set the agent must stay under.
 const rssLimit = 512 << 20
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// storageBinary builds the storage-agent command once per test binary;
-// the tests that run it skip under -race (see below).
+// storageBinary returns the storage-agent command (testutil.Binary, built
+// once per go test run); the tests that run it skip under -race (see below).
 func storageBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
@@ -57,21 +53,7 @@ func storageBinary(t *testing.T) string {
 		// in a run of their own without -race.
 		t.Skip("SKIP under -race: make test runs the binary tests without it")
 	}
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sophon-storage-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "storage-agent")
-		if out, err := exec.Command("go", "build", "-o", binPath, "..").CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
+	return testutil.Binary(t, "storage-agent")
 }
 
 // agentProc is a running storage-agent binary and clients of its peers.
@@ -96,7 +78,7 @@ func startBinary(t *testing.T, data string, extra ...string) *agentProc {
 		t.Fatal(err)
 	}
 	st := certs.Storage["storage-1"]
-	p := &agentProc{addr: freeAddr(t), certs: certs, logs: &bytes.Buffer{}, done: make(chan error, 1)}
+	p := &agentProc{addr: testutil.FreeAddr(t), certs: certs, logs: &bytes.Buffer{}, done: make(chan error, 1)}
 	args := append([]string{"--data", data, "--listen", p.addr, "--cpus", "2", "--name", "storage-1",
 		"--tls-cert", st.Cert, "--tls-key", st.Key, "--tls-ca", st.CA, "--log-format", "json", "--index", "-"}, extra...)
 	p.cmd = exec.Command(bin, args...)

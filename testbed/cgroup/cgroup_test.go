@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/testbed/netns"
-	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 // prefix names every group of this test process.

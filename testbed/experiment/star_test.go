@@ -12,10 +12,10 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/testbed/netns"
 	"github.com/sophon-dl/sophon/testbed/results"
 	"github.com/sophon-dl/sophon/testbed/shape"
-	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 // checkStarRun checks a policy run of an N x M experiment: every epoch

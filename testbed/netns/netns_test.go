@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/testbed/shape"
-	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 // TestMain removes this process's namespaces on Ctrl-C and checks, after

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/testbed/shape"
-	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 // TestLinkLayout: the two-node link's names, addresses and qdiscs, and the

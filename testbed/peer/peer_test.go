@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/testbed/fileserve"
-	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 func TestDefaultBatchIsTheComputeAgents(t *testing.T) {

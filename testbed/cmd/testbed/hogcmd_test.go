@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
-	"github.com/sophon-dl/sophon/testbed/testenv"
 )
 
 // mainEnv makes the test binary run main instead of the tests, so the
