@@ -21,7 +21,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sophon-dl/sophon/internal/cli"
-	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
@@ -72,54 +71,40 @@ Flags:
 
 // settings are the command line and config file keys.
 type settings struct {
-	Config          string        `yaml:"-"`
-	Data            string        `yaml:"data"`
-	Strict          bool          `yaml:"strict"`
-	Index           string        `yaml:"index"`
-	Listen          string        `yaml:"listen"`
-	Advertise       string        `yaml:"advertise"`
-	Gossip          string        `yaml:"gossip"`
-	GossipAdvertise string        `yaml:"gossip-advertise"`
-	Join            cli.List      `yaml:"join"`
-	GossipKey       string        `yaml:"gossip-key"`
-	GossipKeyFile   string        `yaml:"gossip-key-file"`
-	Cluster         string        `yaml:"cluster"`
-	Insecure        bool          `yaml:"insecure"`
-	Name            string        `yaml:"name"`
-	CPUs            float64       `yaml:"cpus"`
-	Queue           int           `yaml:"queue"`
-	Pipelines       cli.List      `yaml:"pipeline"`
-	ClientSpecs     bool          `yaml:"allow-client-specs"`
-	MaxStreams      int           `yaml:"max-streams"`
-	MaxPeerStreams  int           `yaml:"max-streams-per-peer"`
-	StallTimeout    time.Duration `yaml:"stall-timeout"`
-	OpTimeout       time.Duration `yaml:"op-timeout"`
-	MaxPixels       int64         `yaml:"max-pixels"`
-	MaxScans        int           `yaml:"max-scans"`
-	DecodeMemory    int64         `yaml:"decode-memory"`
-	MaxOutputBytes  int64         `yaml:"max-output-bytes"`
-	RequestTimeout  time.Duration `yaml:"request-timeout"`
-	ShutdownGrace   time.Duration `yaml:"shutdown-grace"`
-	Metrics         string        `yaml:"metrics"`
-	TLSCert         string        `yaml:"tls-cert"`
-	TLSKey          string        `yaml:"tls-key"`
-	TLSCA           string        `yaml:"tls-ca"`
-	LogLevel        string        `yaml:"log-level"`
-	LogFormat       string        `yaml:"log-format"`
-	GCPercent       int           `yaml:"gc-percent"`
-	MemoryLimit     int64         `yaml:"memory-limit"`
-	Replicas        int           `yaml:"replicas"`
-	ShardSize       int           `yaml:"shard-size"`
-	Manifest        string        `yaml:"manifest"`
-	Egress          rate          `yaml:"egress"`
-	SendBuffer      int           `yaml:"send-buffer"`
+	cli.Common     `yaml:",inline"`
+	Data           string        `yaml:"data"`
+	Strict         bool          `yaml:"strict"`
+	Index          string        `yaml:"index"`
+	Listen         string        `yaml:"listen"`
+	Advertise      string        `yaml:"advertise"`
+	CPUs           float64       `yaml:"cpus"`
+	Queue          int           `yaml:"queue"`
+	Pipelines      cli.List      `yaml:"pipeline"`
+	ClientSpecs    bool          `yaml:"allow-client-specs"`
+	MaxStreams     int           `yaml:"max-streams"`
+	MaxPeerStreams int           `yaml:"max-streams-per-peer"`
+	StallTimeout   time.Duration `yaml:"stall-timeout"`
+	OpTimeout      time.Duration `yaml:"op-timeout"`
+	MaxPixels      int64         `yaml:"max-pixels"`
+	MaxScans       int           `yaml:"max-scans"`
+	DecodeMemory   int64         `yaml:"decode-memory"`
+	MaxOutputBytes int64         `yaml:"max-output-bytes"`
+	RequestTimeout time.Duration `yaml:"request-timeout"`
+	ShutdownGrace  time.Duration `yaml:"shutdown-grace"`
+	GCPercent      int           `yaml:"gc-percent"`
+	MemoryLimit    int64         `yaml:"memory-limit"`
+	Replicas       int           `yaml:"replicas"`
+	ShardSize      int           `yaml:"shard-size"`
+	Manifest       string        `yaml:"manifest"`
+	Egress         rate          `yaml:"egress"`
+	SendBuffer     int           `yaml:"send-buffer"`
 }
 
 func defaults() settings {
 	c := storageagent.DefaultConfig()
 	return settings{
+		Common:         cli.DefaultCommon(),
 		Listen:         c.Listen,
-		Cluster:        tlsconf.DefaultCluster,
 		CPUs:           0,
 		RequestTimeout: c.RequestTimeout,
 		ShutdownGrace:  c.ShutdownGrace,
@@ -131,8 +116,6 @@ func defaults() settings {
 		MaxScans:       ops.DefaultMaxScans,
 		DecodeMemory:   ops.DefaultMaxMemory,
 		MaxOutputBytes: ops.DefaultMaxOutputBytes,
-		LogLevel:       "info",
-		LogFormat:      "auto",
 		GCPercent:      defaultGCPercent,
 		Replicas:       c.Replicas,
 		ShardSize:      c.ShardSize,
@@ -148,20 +131,12 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 		fmt.Fprint(out, usageHead)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&s.Config, "config", s.Config, "YAML config `file` with the same keys as these flags; flags override it")
+	s.Common.Register(fs, cli.StorageRole)
 	fs.StringVar(&s.Data, "data", s.Data, "dataset `directory` (ImageFolder or *.tar shards); required")
 	fs.BoolVar(&s.Strict, "strict", s.Strict, "refuse to start on any bad entry in the dataset (dangling or escaping symlink, unreadable file, damaged shard, duplicate key); default: skip, log and count them")
 	fs.StringVar(&s.Index, "index", s.Index, "content-hash index `file`, so restarts hash only what changed; - for none (default: DIR/.sophon-index when writable, else the user cache dir)")
 	fs.StringVar(&s.Listen, "listen", s.Listen, "gRPC listen `address`")
 	fs.StringVar(&s.Advertise, "advertise", s.Advertise, "gRPC `host:port` announced to peers (default: the listen address, a wildcard host replaced by the gossip host or hostname)")
-	fs.StringVar(&s.Gossip, "gossip", s.Gossip, "memberlist bind `host:port` (UDP and TCP); empty disables membership")
-	fs.StringVar(&s.GossipAdvertise, "gossip-advertise", s.GossipAdvertise, "gossip `host:port` announced to peers (default: derived from --gossip)")
-	fs.Var(&s.Join, "join", "gossip `peers` to join, comma-separated host:port")
-	fs.StringVar(&s.GossipKey, "gossip-key", s.GossipKey, "gossip encryption `key`, base64 or hex, 16/24/32 bytes; with --gossip, it or --gossip-key-file is required unless --insecure")
-	fs.StringVar(&s.GossipKeyFile, "gossip-key-file", s.GossipKeyFile, "`file` holding the gossip key (make certs writes one)")
-	fs.StringVar(&s.Cluster, "cluster", s.Cluster, "cluster `name`: the gossip label, and the cluster peers' certificates must name")
-	fs.BoolVar(&s.Insecure, "insecure", s.Insecure, "serve plaintext gRPC to anyone and gossip without a key (tests and first try-outs only; logs a warning)")
-	fs.StringVar(&s.Name, "name", s.Name, "node `name` in the cluster; must match the certificate's (default: the certificate's, else hostname)")
 	fs.Float64Var(&s.CPUs, "cpus", s.CPUs, "CPU `cores` for running ops, fractions allowed (default: all)")
 	fs.IntVar(&s.Queue, "queue", s.Queue, "requests one stream may have in the agent at once, queued, running or unsent (default: 128 or 4 per worker, whichever is more)")
 	fs.Var(&s.Pipelines, "pipeline", "pipelines the agent runs for clients, comma-separated preset `names` or spec files; clients may also run the first ops of these (default: every preset)")
@@ -176,12 +151,6 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&s.StallTimeout, "stall-timeout", s.StallTimeout, "health turns NOT_SERVING when every worker of a pool has been on one job this long")
 	fs.DurationVar(&s.RequestTimeout, "request-timeout", s.RequestTimeout, "longest a request may wait in the queue before failing with DEADLINE")
 	fs.DurationVar(&s.ShutdownGrace, "shutdown-grace", s.ShutdownGrace, "how long open streams may finish on shutdown before they are cut")
-	fs.StringVar(&s.Metrics, "metrics", s.Metrics, "HTTP `address` for /metrics and /healthz (default: off)")
-	fs.StringVar(&s.TLSCert, "tls-cert", s.TLSCert, "PEM certificate `file` for mutual TLS, naming sophon://CLUSTER/storage/NAME (with --tls-key and --tls-ca; required unless --insecure)")
-	fs.StringVar(&s.TLSKey, "tls-key", s.TLSKey, "PEM private key `file` of --tls-cert")
-	fs.StringVar(&s.TLSCA, "tls-ca", s.TLSCA, "PEM CA `file` that signs client certificates")
-	fs.StringVar(&s.LogLevel, "log-level", s.LogLevel, "log `level`: debug, info, warn or error")
-	fs.StringVar(&s.LogFormat, "log-format", s.LogFormat, "log `format`: console, json, or auto (console on a terminal)")
 	fs.Int64Var(&s.MemoryLimit, "memory-limit", s.MemoryLimit, "soft limit on the Go heap in `bytes` (GOMEMLIMIT; libjpeg's own memory is bounded per decode on top); 0 means 256 MiB plus 32 MiB per worker; ignored when GOMEMLIMIT is set")
 	fs.IntVar(&s.GCPercent, "gc-percent", s.GCPercent, "Go GC target `percent` (GOGC); ignored when the GOGC environment variable is set")
 	fs.IntVar(&s.Replicas, "replicas", s.Replicas, "storage `agents` that hold each shard, chosen by rendezvous hashing among the live agents of this dataset, layout and replica count; 0, or at least that many agents, means every agent holds every shard. "+
@@ -226,7 +195,7 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c.RequestTimeout = s.RequestTimeout
 	c.ShutdownGrace = s.ShutdownGrace
 	c.MetricsAddr = s.Metrics
-	c.TLS = tlsconf.Files{Cert: s.TLSCert, Key: s.TLSKey, CA: s.TLSCA}
+	c.TLS = s.TLSFiles()
 	c.Replicas = s.Replicas
 	c.ShardSize = s.ShardSize
 	c.Manifest = s.Manifest
