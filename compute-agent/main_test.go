@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops/synth"
 )
@@ -141,24 +141,24 @@ func TestBinaries(t *testing.T) {
 	writeFile(t, spec, "name: bin-test\nops:\n  - op: decode\n  - op: random_resized_crop\n    size: [32, 32]\n  - op: random_horizontal_flip\n  - op: to_tensor\n  - op: normalize\n    mean: [0.5, 0.5, 0.5]\n    std: [0.25, 0.25, 0.25]\n")
 	plan := filepath.Join(dir, "plan.json")
 	writeFile(t, plan, `{"default": 2, "splits": {"0": 0, "1": 5, "2": 4}}`)
-	report, samplesOut := filepath.Join(dir, "report.jsonl"), filepath.Join(dir, "samples.txt")
+	reportPath, samplesOut := filepath.Join(dir, "report.jsonl"), filepath.Join(dir, "samples.txt")
 	cfgFile := filepath.Join(dir, "compute.yaml")
 	// The file's epochs are overridden by the flag.
 	writeFile(t, cfgFile, "storage: ["+addr+"]\nepochs: 5\nbatch: 5\nwindow: 4\ngpu: sim:step=1ms\ncodec: zstd\nlog-format: json\n")
 	out, err = exec.Command(compute, "--config", cfgFile, "--epochs", "2", "--pipeline", spec, "--plan", plan,
-		"--report", report, "--samples-out", samplesOut, "--seed", "3", "--tls-cert", client.Cert, "--tls-key", client.Key, "--tls-ca", client.CA).CombinedOutput()
+		"--report", reportPath, "--samples-out", samplesOut, "--seed", "3", "--tls-cert", client.Cert, "--tls-key", client.Key, "--tls-ca", client.CA).CombinedOutput()
 	if err != nil {
 		t.Fatalf("compute agent: %v\n%s", err, out)
 	}
-	f, err := os.Open(report)
+	f, err := os.Open(reportPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
-	var reports []computeagent.EpochReport
+	var reports []report.EpochReport
 	for sc.Scan() {
-		var r computeagent.EpochReport
+		var r report.EpochReport
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatal(err)
 		}
@@ -229,7 +229,7 @@ func TestBinaries(t *testing.T) {
 		t.Fatalf("%d policy report lines, want 2", len(lines))
 	}
 	for i, line := range lines {
-		var r computeagent.EpochReport
+		var r report.EpochReport
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatal(err)
 		}

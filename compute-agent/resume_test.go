@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops/synth"
 )
 
@@ -124,8 +124,8 @@ func TestKillResume(t *testing.T) {
 	}
 	want := readSamples(t, clean)
 
-	state, samples, report := filepath.Join(dir, "state"), filepath.Join(dir, "samples.txt"), filepath.Join(dir, "report.jsonl")
-	run := args("--state-dir", state, "--samples-out", samples, "--report", report)
+	state, samples, reportPath := filepath.Join(dir, "state"), filepath.Join(dir, "samples.txt"), filepath.Join(dir, "report.jsonl")
+	run := args("--state-dir", state, "--samples-out", samples, "--report", reportPath)
 	cmd := exec.Command(compute, run...)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -158,7 +158,7 @@ func TestKillResume(t *testing.T) {
 			}
 		}
 	}
-	reports, err := computeagent.ReadReport(report)
+	reports, err := report.ReadReport(reportPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestKillResume(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("SIGTERM: %v, want exit status 0\n%s", err, logs.String())
 	}
-	reports, err = computeagent.ReadReport(sigReport)
+	reports, err = report.ReadReport(sigReport)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"io"
 	"net"
 	"net/http"
@@ -146,7 +147,7 @@ func (a *Agent) Catalog() *Catalog {
 // epochs and returns their reports. It stops early when ctx ends or an
 // epoch fails, returning the reports of the epochs that completed. It
 // leaves the cluster before it returns.
-func (a *Agent) Run(ctx context.Context) ([]EpochReport, error) {
+func (a *Agent) Run(ctx context.Context) ([]report.EpochReport, error) {
 	if a.cfg.Insecure {
 		a.log.Warn().Bool("tls", a.cfg.TLS.Enabled()).Msg("INSECURE (--insecure): without TLS the data is readable on the network " +
 			"and any server can pose as a storage agent; without a gossip key anyone can join the cluster")
@@ -176,7 +177,7 @@ func (a *Agent) Run(ctx context.Context) ([]EpochReport, error) {
 	if a.cfg.Policy != "" {
 		return a.runPolicy(ctx, src)
 	}
-	var reports []EpochReport
+	var reports []report.EpochReport
 	for i := 0; ; i++ {
 		num, req, ok := src(ctx, i)
 		if !ok {
@@ -417,7 +418,7 @@ wait:
 
 // RunEpoch runs one epoch with Config.Plan and returns its report (also
 // appended to Config.ReportPath). It does not consult Config.Policy.
-func (a *Agent) RunEpoch(ctx context.Context, num uint64) (EpochReport, error) {
+func (a *Agent) RunEpoch(ctx context.Context, num uint64) (report.EpochReport, error) {
 	return a.runEpoch(ctx, num, epochOpts{plan: a.plan})
 }
 
@@ -429,7 +430,7 @@ type epochOpts struct {
 	rec *profiler.Recorder
 	// annotate, when set, completes a successful epoch's report before it
 	// is logged and written.
-	annotate func(*EpochReport, *epochRun) error
+	annotate func(*report.EpochReport, *epochRun) error
 	// trainer, when set, is the epoch the local trainer ranks asked for:
 	// the epoch runs their orders and fills their slots.
 	trainer *epochReq
@@ -447,7 +448,7 @@ var errEpochSkipped = errors.New("computeagent: epoch completed before the resta
 
 // runEpoch runs one epoch. A failed or interrupted epoch's report is
 // written too, with its status and error.
-func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (EpochReport, error) {
+func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (report.EpochReport, error) {
 	r, err := a.runEpochOnce(ctx, num, opts)
 	if err == nil || errors.Is(err, errEpochSkipped) {
 		return r, err
@@ -460,11 +461,11 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 		r.Pipeline, r.Plan = a.pipeID, opts.plan.name()
 	}
 	if r.Failed == nil {
-		r.Failed = []SampleFailure{}
+		r.Failed = []report.SampleFailure{}
 	}
 	a.log.Error().Err(err).Uint64("epoch", num).Str("status", r.Status).Msg("epoch failed")
 	if a.cfg.ReportPath != "" {
-		if werr := appendReport(a.cfg.ReportPath, r); werr != nil {
+		if werr := report.Append(a.cfg.ReportPath, r); werr != nil {
 			err = errors.Join(err, fmt.Errorf("computeagent: report: %w", werr))
 		}
 	}
@@ -492,26 +493,26 @@ func (a *Agent) openJournal(cat *Catalog, plan *runPlan) (*journal, error) {
 	return a.jr, a.jrErr
 }
 
-func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (EpochReport, error) {
+func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (report.EpochReport, error) {
 	cfg := &a.cfg
 	fs, cat, err := a.storage(ctx)
 	if err != nil {
-		return EpochReport{}, err
+		return report.EpochReport{}, err
 	}
 	jr, err := a.openJournal(cat, opts.plan)
 	if err != nil {
-		return EpochReport{}, err
+		return report.EpochReport{}, err
 	}
 	if jr.complete(num) {
 		a.log.Info().Uint64("epoch", num).Msg("epoch completed before the restart: skipped")
-		return EpochReport{}, errEpochSkipped
+		return report.EpochReport{}, errEpochSkipped
 	}
 	plan := opts.plan
 	var order []uint64
 	var tr *trainerEpoch
 	if opts.trainer != nil {
 		if tr, err = a.trainerOrder(opts.trainer, cat); err != nil {
-			return EpochReport{}, err
+			return report.EpochReport{}, err
 		}
 		order = tr.order
 	} else {
@@ -541,7 +542,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 	}
 	for i, s := range order {
 		if split[i], err = plan.split(s, cfg.Pipeline, n); err != nil {
-			return EpochReport{}, err
+			return report.EpochReport{}, err
 		}
 		split[i] = min(split[i], cfg.Pipeline.Len())
 	}
@@ -561,7 +562,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		e.posRank, e.posJ, e.gpos = tr.rank, tr.j, tr.gpos
 		e.asm = newAssembler(e, opts.trainer.conns, cfg.StrictOrder, cfg.Batch, tr.rows, tr.batches, tr.first, len(order))
 		if err := a.hub.start(e.asm); err != nil {
-			return EpochReport{}, err
+			return report.EpochReport{}, err
 		}
 		defer a.hub.finish()
 	}
@@ -574,10 +575,10 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 	}
 	pl, unowned, err := e.placement(fs)
 	if err != nil {
-		return EpochReport{}, err
+		return report.EpochReport{}, err
 	}
 	if len(unowned) > 0 && cfg.OnError == OnErrorFail {
-		return EpochReport{}, fmt.Errorf("%w: epoch %d not started: %d of the shard's %d samples (the first: %d) have no live storage agent holding them; --on-error skip reports them and runs the rest",
+		return report.EpochReport{}, fmt.Errorf("%w: epoch %d not started: %d of the shard's %d samples (the first: %d) have no live storage agent holding them; --on-error skip reports them and runs the rest",
 			ErrUnavailable, num, len(unowned), len(order), order[unowned[0]])
 	}
 	e.sched = newPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
@@ -617,7 +618,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 	}
 
 	gctx, stopGPU := context.WithCancel(ctx)
-	var gpu GPUStats
+	var gpu report.GPUStats
 	var wg sync.WaitGroup
 	wg.Go(func() { gpu = a.gpu.Sample(gctx) })
 	a.m.cur.Store(e)
@@ -637,7 +638,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		perByte = transport(ctx, fs)
 	}
 
-	r := EpochReport{
+	r := report.EpochReport{
 		Epoch:                    num,
 		Seconds:                  elapsed.Seconds(),
 		StartUnixNS:              start.UnixNano(),
@@ -675,9 +676,9 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		GPU:                      gpu,
 	}
 	if r.Failed == nil {
-		r.Failed = []SampleFailure{}
+		r.Failed = []report.SampleFailure{}
 	}
-	slices.SortFunc(r.Failed, func(x, y SampleFailure) int { return cmp.Compare(x.Sample, y.Sample) })
+	slices.SortFunc(r.Failed, func(x, y report.SampleFailure) int { return cmp.Compare(x.Sample, y.Sample) })
 	if e.asm != nil {
 		r.Consumer = "trainer"
 		r.Trainers = e.asm.stats()
@@ -705,7 +706,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 	a.log.Info().Uint64("epoch", num).Float64("seconds", r.Seconds).Int("samples", r.Samples).
 		Int("failed", r.SamplesFailed).Int64("bytes", r.BytesReceived).Float64("gpu_idle", r.GPUIdleFraction).Msg("epoch done")
 	if cfg.ReportPath != "" {
-		if err := appendReport(cfg.ReportPath, r); err != nil {
+		if err := report.Append(cfg.ReportPath, r); err != nil {
 			return r, fmt.Errorf("computeagent: report: %w", err)
 		}
 	}

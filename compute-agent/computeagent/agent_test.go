@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"maps"
 	"os"
 	"path/filepath"
@@ -48,7 +49,7 @@ func allSamples() []uint64 {
 }
 
 // checkReport checks a report's internal consistency.
-func checkReport(t *testing.T, r EpochReport) {
+func checkReport(t *testing.T, r report.EpochReport) {
 	t.Helper()
 	sum, bytes := 0, int64(0)
 	for _, s := range r.BySplit {
@@ -115,7 +116,7 @@ func TestExactlyOncePerEpoch(t *testing.T) {
 	sc := bufio.NewScanner(f)
 	lines := 0
 	for sc.Scan() {
-		var r EpochReport
+		var r report.EpochReport
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("report line %d: %v", lines, err)
 		}

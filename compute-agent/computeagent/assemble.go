@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"slices"
 	"strconv"
 	"sync"
@@ -483,24 +484,13 @@ func (a *assembler) checkDoneLocked() {
 }
 
 // stats are the ranks' account for the report.
-func (a *assembler) stats() []TrainerStats {
+func (a *assembler) stats() []report.TrainerStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]TrainerStats, len(a.ranks))
+	out := make([]report.TrainerStats, len(a.ranks))
 	for i, rf := range a.ranks {
-		out[i] = TrainerStats{Rank: rf.c.hello.Rank, LocalRank: rf.local, Batches: rf.batches,
+		out[i] = report.TrainerStats{Rank: rf.c.hello.Rank, LocalRank: rf.local, Batches: rf.batches,
 			Samples: rf.samples, WaitSeconds: float64(rf.waitNS) / 1e9}
 	}
 	return out
-}
-
-// TrainerStats is one rank's part of an epoch.
-type TrainerStats struct {
-	Rank      int `json:"rank"`
-	LocalRank int `json:"local_rank"`
-	Batches   int `json:"batches"`
-	Samples   int `json:"samples"`
-	// WaitSeconds is the time the rank's training loop was blocked on the
-	// loader: the measure of its GPU's idleness.
-	WaitSeconds float64 `json:"wait_seconds"`
 }

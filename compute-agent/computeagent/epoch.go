@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"math"
 	"runtime"
 	"sync"
@@ -90,7 +91,7 @@ type epochRun struct {
 	lat  latencies // response latencies, for the adaptive stall timeout
 
 	mu     sync.Mutex
-	failed []SampleFailure
+	failed []report.SampleFailure
 
 	// Feeder-owned.
 	samples int
@@ -158,7 +159,7 @@ func (e *epochRun) run(ctx context.Context, fetchers []*fetcher) error {
 }
 
 // fail records a bad sample. In fail mode it returns the epoch's error.
-func (e *epochRun) fail(f SampleFailure) error {
+func (e *epochRun) fail(f report.SampleFailure) error {
 	if m := e.a.metrics(); m != nil {
 		m.failures.Inc()
 	}
@@ -202,11 +203,11 @@ func (e *epochRun) worker(ctx context.Context) error {
 		if e.asm != nil {
 			it.rank, it.j, it.gpos = e.posRank[r.pos], e.posJ[r.pos], e.gpos[r.pos]
 		}
-		var bad *SampleFailure
+		var bad *report.SampleFailure
 		if w.fail != nil {
 			bad = w.fail
 		} else if se := w.resp.GetError(); se != nil {
-			bad = &SampleFailure{Sample: r.sample, Split: r.split, Kind: errkind.Name(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
+			bad = &report.SampleFailure{Sample: r.sample, Split: r.split, Kind: errkind.Name(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
 		} else {
 			e.a.sizes.observe(k, e.cat.RawSizes[r.sample], len(w.resp.GetData()))
 			if e.cfg.FetchOnly {
@@ -245,7 +246,7 @@ func (e *epochRun) worker(ctx context.Context) error {
 // finish decodes a response's wire form from f, checks raw bytes against
 // the catalog's content hash (see checkRaw) and runs ops[k:n] on it, timing
 // both on the thread's CPU clock, and fills it with the tensor.
-func (e *epochRun) finish(f *fetcher, data []byte, lim ops.WireLimits, it *item) *SampleFailure {
+func (e *epochRun) finish(f *fetcher, data []byte, lim ops.WireLimits, it *item) *report.SampleFailure {
 	p := e.cfg.Pipeline
 	key := ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: it.sample}
 	t0 := cpuclock.Thread()
@@ -280,7 +281,7 @@ func (e *epochRun) finish(f *fetcher, data []byte, lim ops.WireLimits, it *item)
 		}
 	}
 	if err != nil {
-		return &SampleFailure{Sample: it.sample, Split: it.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
+		return &report.SampleFailure{Sample: it.sample, Split: it.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
 	}
 	if (e.cfg.OnSample != nil || e.jr != nil) && e.asm == nil { // the assembler hashes the rows it publishes
 		it.sha = tensorSHA(it.tensor)
@@ -289,12 +290,12 @@ func (e *epochRun) finish(f *fetcher, data []byte, lim ops.WireLimits, it *item)
 }
 
 // check validates a response's wire form without finishing it (FetchOnly).
-func (e *epochRun) check(data []byte, lim ops.WireLimits, it *item) *SampleFailure {
+func (e *epochRun) check(data []byte, lim ops.WireLimits, it *item) *report.SampleFailure {
 	t0 := cpuclock.Thread()
 	_, err := ops.CheckWire(data, lim)
 	e.computeNS.Add(int64(cpuclock.Thread() - t0))
 	if err != nil {
-		return &SampleFailure{Sample: it.sample, Split: it.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
+		return &report.SampleFailure{Sample: it.sample, Split: it.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
 	}
 	if e.cfg.OnSample != nil || e.jr != nil {
 		it.sha = sha256.Sum256(data)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"maps"
 	"net"
 	"os"
@@ -248,7 +249,7 @@ func TestStalledReplica(t *testing.T) {
 		t.Skip("times two epochs of a few seconds")
 	}
 	const step = 300 * time.Millisecond // per batch of 8: a GPU-bound epoch of about 2.4 s
-	run := func(stall bool) (EpochReport, map[uint64][32]byte) {
+	run := func(stall bool) (report.EpochReport, map[uint64][32]byte) {
 		n := &memNet{}
 		g := &gate{}
 		n.serve(t, "a:1", newFake(t, "a"))
@@ -296,7 +297,7 @@ func TestFailedEpochReported(t *testing.T) {
 	if _, err := runAgent(t, cfg); !errors.Is(err, ErrNoStorage) {
 		t.Fatalf("got %v, want ErrNoStorage", err)
 	}
-	rs, err := ReadReport(cfg.ReportPath)
+	rs, err := report.ReadReport(cfg.ReportPath)
 	if err != nil {
 		t.Fatal(err)
 	}

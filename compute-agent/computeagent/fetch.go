@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"io"
 	"math"
 	"sync"
@@ -69,7 +70,7 @@ type work struct {
 	resp *dataplanepb.FetchResponse
 	// fail, when set, is the sample's failure instead of a response (no
 	// storage agent left that holds it).
-	fail *SampleFailure
+	fail *report.SampleFailure
 }
 
 func (f *fetcher) run(ctx context.Context) error {
@@ -148,7 +149,7 @@ func (f *fetcher) unavailable(ctx context.Context, orphans []*request, why strin
 	for _, r := range orphans {
 		r.sample = f.e.order[r.pos]
 		f.e.sched.claim(&f.w, r.tag, 0)
-		fail := &SampleFailure{Sample: r.sample, Kind: KindUnavailable, Where: "storage", Message: why}
+		fail := &report.SampleFailure{Sample: r.sample, Kind: report.KindUnavailable, Where: "storage", Message: why}
 		select {
 		case f.e.work <- work{f: f, r: r, fail: fail}:
 		case <-ctx.Done():

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"math/bits"
 	"time"
 
@@ -65,10 +66,10 @@ func nthBit(m uint64, n int) uint64 {
 }
 
 // byStorage is each fetcher's share of the epoch, in fs's order.
-func byStorage(fs []*fetcher) []StorageStats {
-	out := make([]StorageStats, len(fs))
+func byStorage(fs []*fetcher) []report.StorageStats {
+	out := make([]report.StorageStats, len(fs))
 	for i, f := range fs {
-		out[i] = StorageStats{Name: f.ep.Name, Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.shards}
+		out[i] = report.StorageStats{Name: f.ep.Name, Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.shards}
 	}
 	return out
 }
@@ -267,7 +268,7 @@ func transport(ctx context.Context, fs []*fetcher) float64 {
 // a damaged file can decode whole and still give a cut that does not
 // (FuzzCut found such files): the sample is not lost for that. When the
 // raw fetch fails too, bad stands.
-func (e *epochRun) refetchRaw(ctx context.Context, f *fetcher, lim ops.WireLimits, it *item, bad *SampleFailure) *SampleFailure {
+func (e *epochRun) refetchRaw(ctx context.Context, f *fetcher, lim ops.WireLimits, it *item, bad *report.SampleFailure) *report.SampleFailure {
 	rctx, cancel := context.WithTimeout(ctx, e.cfg.RetryBudget)
 	defer cancel()
 	stream, err := f.client.Fetch(rctx)

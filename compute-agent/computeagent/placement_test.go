@@ -3,6 +3,7 @@ package computeagent
 import (
 	"context"
 	"errors"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"maps"
 	"slices"
 	"strings"
@@ -222,7 +223,7 @@ func twoShards() []*dataplanepb.ShardRange {
 // UNAVAILABLE under skip (every sample is delivered once or reported,
 // none dropped), and fail the epoch under fail.
 func TestShardOwnerDies(t *testing.T) {
-	run := func(replicas int, onError string) ([]EpochReport, []delivery, error) {
+	run := func(replicas int, onError string) ([]report.EpochReport, []delivery, error) {
 		n := &memNet{}
 		a, b := newFake(t, "a"), newFake(t, "b")
 		a.layout, b.layout = twoShards(), twoShards()
@@ -261,7 +262,7 @@ func TestShardOwnerDies(t *testing.T) {
 		seen[d.sample]++
 	}
 	for _, f := range r.Failed {
-		if f.Kind != KindUnavailable || f.Sample < 32 {
+		if f.Kind != report.KindUnavailable || f.Sample < 32 {
 			t.Errorf("failure %+v: want UNAVAILABLE samples of shard 1 (32-63) only", f)
 		}
 		seen[f.Sample]++
@@ -275,7 +276,7 @@ func TestShardOwnerDies(t *testing.T) {
 		t.Errorf("R=1, skip: %d delivered and %d failed of %d: want some unavailable", r.Samples, r.SamplesFailed, testSamples)
 	}
 
-	if _, _, err = run(1, OnErrorFail); !errors.Is(err, ErrSample) || !strings.Contains(err.Error(), KindUnavailable) {
+	if _, _, err = run(1, OnErrorFail); !errors.Is(err, ErrSample) || !strings.Contains(err.Error(), report.KindUnavailable) {
 		t.Errorf("R=1, fail: %v, want the epoch failed naming an unavailable sample", err)
 	}
 }
@@ -284,7 +285,7 @@ func TestShardOwnerDies(t *testing.T) {
 // refuses the epoch under fail, and is reported sample by sample under
 // skip.
 func TestShardUnowned(t *testing.T) {
-	run := func(onError string) ([]EpochReport, []delivery, error) {
+	run := func(onError string) ([]report.EpochReport, []delivery, error) {
 		n := &memNet{}
 		a := newFake(t, "a")
 		a.layout, a.held = twoShards(), []uint32{1}
@@ -302,7 +303,7 @@ func TestShardUnowned(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkOnce(t, got, allSamples()[32:])
-	if f := reports[0].Failed; len(f) != 32 || f[0].Sample != 0 || f[0].Kind != KindUnavailable {
+	if f := reports[0].Failed; len(f) != 32 || f[0].Sample != 0 || f[0].Kind != report.KindUnavailable {
 		t.Errorf("skip: %d failures (%+v...), want shard 0's 32 samples UNAVAILABLE", len(f), f[:min(len(f), 1)])
 	}
 }
@@ -447,7 +448,7 @@ func TestPace(t *testing.T) {
 func TestCutRefetched(t *testing.T) {
 	p := testPipeline(t)
 	big := bigPhotos(t)
-	run := func(plan *policy.Plan, bad bool) (EpochReport, map[uint64][32]byte) {
+	run := func(plan *policy.Plan, bad bool) (report.EpochReport, map[uint64][32]byte) {
 		n := &memNet{}
 		s := newFake(t, "s")
 		s.data = big

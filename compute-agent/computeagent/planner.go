@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"io/fs"
 	"math"
 	"slices"
@@ -51,32 +52,6 @@ import (
 // Policies are the names Config.Policy accepts.
 var Policies = policy.Names
 
-// Stage1Summary.Profile values.
-const (
-	// ProfileNone: no profile; every epoch runs No-Off.
-	ProfileNone = "none"
-	// ProfileRecorded: stage 2 recorded the profile in the first epoch.
-	ProfileRecorded = "recorded"
-	// ProfileLoaded: a saved profile was reused; stage 2 did not run.
-	ProfileLoaded = "loaded"
-)
-
-// Stage1Summary is stage 1's decision in the first epoch's report of a
-// policy run.
-type Stage1Summary struct {
-	LinkBytesPerSec       float64 `json:"link_bytes_per_sec"`
-	ComputeSamplesPerSec  float64 `json:"compute_samples_per_sec"`
-	StorageSamplesPerSec  float64 `json:"storage_samples_per_sec"`
-	GPUSamplesPerSec      float64 `json:"gpu_samples_per_sec"`
-	StorageSpeed          float64 `json:"storage_speed"`
-	PredictedNoOffSeconds float64 `json:"predicted_nooff_seconds"`
-	Bottleneck            string  `json:"bottleneck"`
-	Stage2                bool    `json:"stage2"`
-	Forced                bool    `json:"forced,omitempty"`
-	Reason                string  `json:"reason"`
-	Profile               string  `json:"profile"`
-}
-
 // planner holds a policy run's state between epochs.
 type planner struct {
 	a    *Agent
@@ -122,7 +97,7 @@ const StorageCalibration = 0.05
 // assumptions, updates the resources where they drifted past the
 // threshold, and reports whether it did (the next epoch then runs a new
 // plan).
-func (pl *planner) drift(r *EpochReport, e *epochRun, ran policy.Plan) (string, bool) {
+func (pl *planner) drift(r *report.EpochReport, e *epochRun, ran policy.Plan) (string, bool) {
 	thr := pl.a.cfg.ReplanThreshold
 	res := pl.res
 	var why []string
@@ -198,7 +173,7 @@ func (pl *planner) drift(r *EpochReport, e *epochRun, ran policy.Plan) (string, 
 // the plan's model is wrong about something that matters, whatever the
 // drift thresholds say, so the next epoch re-plans with the resources as
 // this epoch updated them. It returns the reason, or "".
-func (pl *planner) guard(r *EpochReport, noOff float64) string {
+func (pl *planner) guard(r *report.EpochReport, noOff float64) string {
 	if noOff <= 0 || pl.name == policy.NameNoOff || r.Seconds <= noOff {
 		return ""
 	}
@@ -243,7 +218,7 @@ func (pl *planner) save() {
 // profiling epoch's report: a No-Off epoch bound by the link (stage 1 said
 // so), whose bytes over seconds is the link rate measured over a whole
 // epoch.
-func (pl *planner) adopt(rec *profiler.Recorder, shard int, r *EpochReport) error {
+func (pl *planner) adopt(rec *profiler.Recorder, shard int, r *report.EpochReport) error {
 	a := pl.a
 	prof := rec.Profile()
 	a.log.Info().Int("recorded", len(prof.Samples)).Int("missing", shard-len(prof.Samples)).Msg("stage 2: profile recorded")
@@ -308,7 +283,7 @@ func (a *Agent) loadProfile(cat *Catalog) (*profiler.Profile, *profiler.Profile)
 }
 
 // runPolicy is Run under Config.Policy (see the top of this file).
-func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochReport, error) {
+func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]report.EpochReport, error) {
 	cfg := &a.cfg
 	fs, cat, err := a.storage(ctx)
 	if err != nil {
@@ -341,12 +316,12 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 		if saved.Resources != nil {
 			noOff = saved.Resources.NoOffSeconds
 		}
-		summary.Profile = ProfileLoaded
+		summary.Profile = report.ProfileLoaded
 		if err := pl.replan(); err != nil {
 			return nil, err
 		}
 	}
-	var reports []EpochReport
+	var reports []report.EpochReport
 	for i := 0; ; i++ {
 		num, req, ok := src(ctx, i)
 		if !ok {
@@ -361,14 +336,14 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]EpochRepo
 			predicted, bound = pl.plan.Pred.Seconds, pl.bound
 		} else if d.RunStage2 {
 			opts.rec = profiler.NewRecorder(cfg.Pipeline, cat.Fingerprint, int(cat.Total))
-			summary.Profile = ProfileRecorded
+			summary.Profile = report.ProfileRecorded
 		}
-		var sum *Stage1Summary
+		var sum *report.Stage1Summary
 		if i == 0 {
 			s := summary
 			sum = &s
 		}
-		opts.annotate = func(r *EpochReport, e *epochRun) error {
+		opts.annotate = func(r *report.EpochReport, e *epochRun) error {
 			r.Policy, r.PredictedSeconds, r.BoundSeconds, r.Stage1 = cfg.Policy, predicted, bound, sum
 			switch {
 			case opts.rec != nil:

@@ -3,6 +3,7 @@ package computeagent
 import (
 	"bytes"
 	"errors"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"maps"
 	"math"
 	"path/filepath"
@@ -94,7 +95,7 @@ func shas(t *testing.T, rec *recorder, e uint64) map[uint64][32]byte {
 }
 
 // checkPlanned checks a planned epoch's policy fields.
-func checkPlanned(t *testing.T, r EpochReport, name string) {
+func checkPlanned(t *testing.T, r report.EpochReport, name string) {
 	t.Helper()
 	checkReport(t, r)
 	if r.Policy != name || r.Plan != name {
@@ -122,7 +123,7 @@ func TestPolicySOPHON(t *testing.T) {
 	if s1 == nil {
 		t.Fatal("epoch 0 has no stage 1 summary")
 	}
-	if s1.Bottleneck != "link" || !s1.Stage2 || s1.Profile != ProfileRecorded || !(s1.LinkBytesPerSec > 0) ||
+	if s1.Bottleneck != "link" || !s1.Stage2 || s1.Profile != report.ProfileRecorded || !(s1.LinkBytesPerSec > 0) ||
 		!(s1.ComputeSamplesPerSec > 0) || !(s1.StorageSamplesPerSec > 0) || !(s1.StorageSpeed > 0) {
 		t.Errorf("stage 1: %+v, want a measured link bottleneck and stage 2 recorded", *s1)
 	}
@@ -206,7 +207,7 @@ func TestPolicyProfileReused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first[0].Stage1.Profile != ProfileRecorded || !first[0].Profiled {
+	if first[0].Stage1.Profile != report.ProfileRecorded || !first[0].Profiled {
 		t.Fatalf("first run: stage 1 %+v, profiled %v, want recorded", *first[0].Stage1, first[0].Profiled)
 	}
 	cfg, rec2 := policyConfig(t, policy.NameOptimal, constBPS(1e6), 1)
@@ -216,7 +217,7 @@ func TestPolicyProfileReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := second[0]
-	if r.Stage1.Profile != ProfileLoaded || r.Profiled {
+	if r.Stage1.Profile != report.ProfileLoaded || r.Profiled {
 		t.Errorf("second run: stage 1 %+v, profiled %v, want the profile loaded", *r.Stage1, r.Profiled)
 	}
 	checkPlanned(t, r, policy.NameOptimal)
@@ -317,7 +318,7 @@ func TestStorageCalibration(t *testing.T) {
 		ran := policy.Plan{Pred: policy.Prediction{Seconds: 2, StorageCPUSeconds: 1.5, Bottleneck: policy.StorageCPU}}
 		e := &epochRun{}
 		e.storageOffNS.Store(int64(1.5 * tc.got * 1e9))
-		r := &EpochReport{Epoch: 1, Seconds: 2, BytesReceived: 2e6}
+		r := &report.EpochReport{Epoch: 1, Seconds: 2, BytesReceived: 2e6}
 		if _, got := pl.drift(r, e, ran); got != tc.replan {
 			t.Errorf("storage CPU x%.2f: replan %v, want %v", tc.got, got, tc.replan)
 		}
@@ -333,7 +334,7 @@ func TestStorageCalibration(t *testing.T) {
 	e := &epochRun{}
 	e.storageOffNS.Store(1.5e9)
 	e.storageOffEffNS.Store(1.95e9)
-	if _, ok := pl.drift(&EpochReport{Epoch: 1, Seconds: 2.6, BytesReceived: 2e6}, e, ran); !ok || math.Abs(pl.res.StorageSpeed-0.8/1.3) > 1e-9 {
+	if _, ok := pl.drift(&report.EpochReport{Epoch: 1, Seconds: 2.6, BytesReceived: 2e6}, e, ran); !ok || math.Abs(pl.res.StorageSpeed-0.8/1.3) > 1e-9 {
 		t.Errorf("budget time x1.3: speed %.4f, want %.4f and a re-plan", pl.res.StorageSpeed, 0.8/1.3)
 	}
 }
@@ -344,7 +345,7 @@ func TestStorageCalibration(t *testing.T) {
 func TestGuard(t *testing.T) {
 	a := &Agent{cfg: Config{ReplanThreshold: 0.2}}
 	pl := &planner{a: a, name: policy.NameOptimal}
-	if why := pl.guard(&EpochReport{Epoch: 3, Seconds: 5.1}, 5); !strings.Contains(why, "guard") || !strings.Contains(why, "5.100") {
+	if why := pl.guard(&report.EpochReport{Epoch: 3, Seconds: 5.1}, 5); !strings.Contains(why, "guard") || !strings.Contains(why, "5.100") {
 		t.Errorf("epoch 5.1 s against No-Off's 5 s: reason %q", why)
 	}
 	for _, c := range []struct {
@@ -352,7 +353,7 @@ func TestGuard(t *testing.T) {
 		secs, noOff float64
 	}{{policy.NameOptimal, 4.9, 5}, {policy.NameOptimal, 9, 0}, {policy.NameNoOff, 9, 5}} {
 		pl.name = c.name
-		if why := pl.guard(&EpochReport{Epoch: 3, Seconds: c.secs}, c.noOff); why != "" {
+		if why := pl.guard(&report.EpochReport{Epoch: 3, Seconds: c.secs}, c.noOff); why != "" {
 			t.Errorf("%s: epoch %.1f s, No-Off %.1f s: guard fired (%q)", c.name, c.secs, c.noOff, why)
 		}
 	}

@@ -3,6 +3,7 @@ package computeagent
 import (
 	"context"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"maps"
 	"runtime"
 	"slices"
@@ -34,9 +35,9 @@ type stage1Result struct {
 }
 
 // summary is the decision as the first epoch's report carries it.
-func (s stage1Result) summary() Stage1Summary {
+func (s stage1Result) summary() report.Stage1Summary {
 	d := s.decision
-	return Stage1Summary{
+	return report.Stage1Summary{
 		LinkBytesPerSec:       d.Rates.LinkBytesPerSec,
 		ComputeSamplesPerSec:  d.Rates.ComputeSamplesPerSec,
 		StorageSamplesPerSec:  d.Rates.StorageSamplesPerSec,
@@ -47,7 +48,7 @@ func (s stage1Result) summary() Stage1Summary {
 		Stage2:                d.RunStage2,
 		Forced:                d.Forced,
 		Reason:                d.Reason,
-		Profile:               ProfileNone,
+		Profile:               report.ProfileNone,
 	}
 }
 
