@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"slices"
 	"strconv"
@@ -86,9 +87,9 @@ func newAssembler(e *epochRun, conns []*trainerConn, strict bool, batch, rows, n
 	a := &assembler{e: e, strict: strict, batch: batch, sig: make(chan struct{}), done: make(chan struct{})}
 	for lr, c := range conns {
 		rf := &rankFeed{c: c, local: lr, rows: rows, next: first[lr], end: nb,
-			state: make([]openBatch, c.ring.slots), held: make([]bool, c.ring.slots),
-			open: make([]*openBatch, 0, c.ring.slots)}
-		for s := c.ring.slots - 1; s >= 0; s-- {
+			state: make([]openBatch, c.ring.Slots), held: make([]bool, c.ring.Slots),
+			open: make([]*openBatch, 0, c.ring.Slots)}
+		for s := c.ring.Slots - 1; s >= 0; s-- {
 			rf.free = append(rf.free, s)
 			rf.state[s].holes = make([]bool, batch)
 		}
@@ -309,16 +310,16 @@ func (a *assembler) fill(t target, it item) error {
 		t.ob.holes[t.row] = true
 	} else {
 		src, err := rowBytes(it)
-		if err == nil && len(src) != r.l.rowBytes {
+		if err == nil && len(src) != r.Geometry.RowBytes {
 			err = fmt.Errorf("%w: epoch %d: sample %d gives a row of %d bytes, the ring's rows hold %d (every sample must have the shape %v)",
-				ErrTrainer, a.e.num, it.sample, len(src), r.l.rowBytes, r.l.shape)
+				ErrTrainer, a.e.num, it.sample, len(src), r.Geometry.RowBytes, r.Geometry.Shape)
 		}
 		if err != nil {
-			a.abort(err, codeFailed)
+			a.abort(err, handoff.CodeFailed)
 			return err
 		}
-		copy(r.row(t.ob.slot, t.row), src)
-		r.setMeta(t.ob.slot, t.row, int64(it.label), it.sample, it.gpos)
+		copy(r.Row(t.ob.slot, t.row), src)
+		r.SetMeta(t.ob.slot, t.row, int64(it.label), it.sample, it.gpos)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -350,8 +351,8 @@ func (a *assembler) publishLocked(rf *rankFeed) error {
 		copy(rf.open, rf.open[1:])
 		rf.open = rf.open[:len(rf.open)-1]
 		r := rf.c.ring
-		rows := r.compact(ob.slot, ob.holes[:ob.target])
-		r.writeHeader(ob.slot, rows, a.e.num, uint64(ob.index))
+		rows := r.Compact(ob.slot, ob.holes[:ob.target])
+		r.WriteHeader(ob.slot, rows, a.e.num, uint64(ob.index))
 		if a.e.cfg.OnSample != nil || a.e.jr != nil {
 			if err := a.report(r, ob.slot, rows); err != nil {
 				return a.failLocked(fmt.Errorf("computeagent: samples out: %w", err))
@@ -368,7 +369,7 @@ func (a *assembler) publishLocked(rf *rankFeed) error {
 			return a.failLocked(fmt.Errorf("%w: rank %d: sending READY: %v", ErrTrainer, rf.c.hello.Rank, err))
 		}
 		if ob.index == rf.end-1 {
-			if err := rf.c.send(jsonFrame(frameEnd, endMsg{Epoch: a.e.num, Batches: rf.end, Samples: rf.samples})); err != nil {
+			if err := rf.c.send(handoff.JSONFrame(handoff.FrameEnd, handoff.EndMsg{Epoch: a.e.num, Batches: rf.end, Samples: rf.samples})); err != nil {
 				return a.failLocked(fmt.Errorf("%w: rank %d: sending END: %v", ErrTrainer, rf.c.hello.Rank, err))
 			}
 		}
@@ -377,12 +378,12 @@ func (a *assembler) publishLocked(rf *rankFeed) error {
 }
 
 // report journals a published batch's rows and calls OnSample for them.
-func (a *assembler) report(r *ring, slot, rows int) error {
+func (a *assembler) report(r *handoff.Ring, slot, rows int) error {
 	ids, shas := make([]uint64, rows), make([][32]byte, rows)
 	for j := range rows {
-		s := r.slot(slot)
-		ids[j] = binary.LittleEndian.Uint64(s[r.l.idsOff+8*j:])
-		shas[j] = sha256.Sum256(r.row(slot, j))
+		s := r.Slot(slot)
+		ids[j] = binary.LittleEndian.Uint64(s[r.Geometry.IDsOff+8*j:])
+		shas[j] = sha256.Sum256(r.Row(slot, j))
 	}
 	if err := a.e.jr.write(a.e.num, ids, shas); err != nil {
 		return err
@@ -397,7 +398,7 @@ func (a *assembler) report(r *ring, slot, rows int) error {
 
 func (a *assembler) failLocked(err error) error {
 	if a.err == nil {
-		a.err, a.errCode = err, codeFailed
+		a.err, a.errCode = err, handoff.CodeFailed
 	}
 	a.broadcastLocked()
 	a.wakeLocked()
@@ -416,7 +417,7 @@ func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
 	}
 	if slot < 0 || slot >= len(rf.held) || !rf.held[slot] {
 		a.mu.Unlock()
-		return fmt.Errorf("%w: RELEASE of slot %d, which the trainer does not hold", ErrFrame, slot)
+		return fmt.Errorf("%w: RELEASE of slot %d, which the trainer does not hold", handoff.ErrFrame, slot)
 	}
 	rf.held[slot] = false
 	rf.free = append(rf.free, slot)

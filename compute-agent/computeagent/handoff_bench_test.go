@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -114,7 +115,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 		runtime.ReadMemStats(&ms1)
 		n1 := published()
 		o := <-out
-		asm.abort(errBenchDone, codeFailed)
+		asm.abort(errBenchDone, handoff.CodeFailed)
 		pg.Wait()
 		hub.finish()
 		var res struct {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"image"
 	"image/jpeg"
 	"math/bits"
@@ -58,8 +59,8 @@ type trainerHub struct {
 	a      *Agent
 	log    zerolog.Logger
 	lis    *net.UnixListener
-	tmpl   welcomeMsg // the fields every rank shares
-	layout slotLayout
+	tmpl   handoff.WelcomeMsg // the fields every rank shares
+	layout handoff.SlotLayout
 
 	mu                      sync.Mutex
 	sig                     chan struct{}
@@ -72,13 +73,13 @@ type trainerHub struct {
 type trainerConn struct {
 	h     *trainerHub
 	c     *net.UnixConn
-	hello helloMsg
-	ring  *ring
+	hello handoff.HelloMsg
+	ring  *handoff.Ring
 	wmu   sync.Mutex
-	ready [5 + readyLen]byte
+	ready [5 + handoff.ReadyLen]byte
 
 	// Guarded by h.mu.
-	want   *epochMsg
+	want   *handoff.EpochMsg
 	closed bool
 }
 
@@ -88,7 +89,7 @@ type epochReq struct {
 	world  int
 	base   int // global rank of local rank 0
 	conns  []*trainerConn
-	resume []*resumeMsg
+	resume []*handoff.ResumeMsg
 }
 
 // rowShape runs the pipeline on a small synthetic JPEG to learn the shape
@@ -123,9 +124,9 @@ func newTrainerHub(a *Agent, cat *Catalog) (*trainerHub, error) {
 	if err != nil {
 		return nil, err
 	}
-	dtype, layout := uint8(dtypeUint8), uint8(layoutNHWC)
+	dtype, layout := uint8(handoff.DTypeUint8), uint8(handoff.LayoutNHWC)
 	if a.trainerDType() == "float32" {
-		dtype, layout = dtypeFloat32, layoutNCHW
+		dtype, layout = handoff.DTypeFloat32, handoff.LayoutNCHW
 	}
 	path := cfg.Trainer.Socket
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
@@ -141,23 +142,23 @@ func newTrainerHub(a *Agent, cat *Catalog) (*trainerHub, error) {
 	}
 	h := &trainerHub{
 		a: a, log: a.log.With().Str("socket", path).Logger(), lis: lis,
-		layout: newSlotLayout(cfg.Batch, shape, dtype, layout),
+		layout: handoff.NewSlotLayout(cfg.Batch, shape, dtype, layout),
 		sig:    make(chan struct{}), conns: map[int]*trainerConn{},
 	}
-	h.tmpl = welcomeMsg{
-		Protocol: handoffProtocol, Agent: cfg.Name, Version: cfg.Version,
+	h.tmpl = handoff.WelcomeMsg{
+		Protocol: handoff.Protocol, Agent: cfg.Name, Version: cfg.Version,
 		Fingerprint: cat.Fingerprint, Pipeline: a.pipeID, Samples: cat.Total, Seed: cfg.Seed,
 		BatchSize: cfg.Batch, DropLast: cfg.Trainer.DropLast, StrictOrder: cfg.StrictOrder,
-		DType: a.trainerDType(), Layout: "NHWC", RowShape: shape, HeaderBytes: slotHeaderSize,
-		SlotBytes: h.layout.slotBytes,
+		DType: a.trainerDType(), Layout: "NHWC", RowShape: shape, HeaderBytes: handoff.SlotHeaderSize,
+		SlotBytes: h.layout.SlotBytes,
 	}
-	if layout == layoutNCHW {
+	if layout == handoff.LayoutNCHW {
 		h.tmpl.Layout = "NCHW"
 	}
 	if a.tail != nil {
 		h.tmpl.ToTensor = true
 		if a.tail.normalize != nil {
-			h.tmpl.Normalize = &normalizeMsg{Mean: a.tail.normalize.Mean, Std: a.tail.normalize.Std}
+			h.tmpl.Normalize = &handoff.NormalizeMsg{Mean: a.tail.normalize.Mean, Std: a.tail.normalize.Std}
 		}
 	}
 	return h, nil
@@ -177,7 +178,7 @@ func (h *trainerHub) serve(ctx context.Context) {
 		}
 		h.mu.Unlock()
 	})
-	h.log.Info().Int("slot_bytes", h.layout.slotBytes).Str("dtype", h.tmpl.DType).Msg("serving trainers")
+	h.log.Info().Int("slot_bytes", h.layout.SlotBytes).Str("dtype", h.tmpl.DType).Msg("serving trainers")
 	for {
 		c, err := h.lis.AcceptUnix()
 		if err != nil {
@@ -193,57 +194,57 @@ func (h *trainerHub) serve(ctx context.Context) {
 // handle runs one trainer connection.
 func (h *trainerHub) handle(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
-	fr := &frameReader{r: c}
+	fr := handoff.NewFrameReader(c)
 	c.SetReadDeadline(time.Now().Add(helloTimeout))
-	typ, p, err := fr.next()
+	typ, p, err := fr.Next()
 	if err != nil {
 		h.log.Warn().Err(err).Msg("trainer sent no HELLO")
 		return
 	}
-	m, err := decodeClientFrame(typ, p)
-	if err == nil && m.hello == nil {
-		err = fmt.Errorf("%w: first frame is %#x, want HELLO", ErrFrame, typ)
+	m, err := handoff.DecodeClientFrame(typ, p)
+	if err == nil && m.Hello == nil {
+		err = fmt.Errorf("%w: first frame is %#x, want HELLO", handoff.ErrFrame, typ)
 	}
 	if err != nil {
-		sendError(c, codeBadFrame, err.Error())
+		sendError(c, handoff.CodeBadFrame, err.Error())
 		return
 	}
-	tc, code, err := h.register(c, *m.hello)
+	tc, code, err := h.register(c, *m.Hello)
 	if err != nil {
-		h.log.Warn().Err(err).Int("rank", m.hello.Rank).Msg("trainer refused")
+		h.log.Warn().Err(err).Int("rank", m.Hello.Rank).Msg("trainer refused")
 		sendError(c, code, err.Error())
 		return
 	}
 	defer h.unregister(tc)
 	c.SetReadDeadline(time.Time{})
 	h.log.Info().Int("rank", tc.hello.Rank).Int("local_rank", tc.hello.LocalRank).Int("pid", tc.hello.PID).
-		Int("slots", tc.ring.slots).Msg("trainer connected")
+		Int("slots", tc.ring.Slots).Msg("trainer connected")
 	for {
-		typ, p, err := fr.next()
+		typ, p, err := fr.Next()
 		if err != nil {
 			if ctx.Err() == nil {
 				h.log.Info().Err(err).Int("rank", tc.hello.Rank).Msg("trainer disconnected")
 			}
 			return
 		}
-		m, err := decodeClientFrame(typ, p)
-		if err == nil && m.hello != nil {
-			err = fmt.Errorf("%w: second HELLO", ErrFrame)
+		m, err := handoff.DecodeClientFrame(typ, p)
+		if err == nil && m.Hello != nil {
+			err = fmt.Errorf("%w: second HELLO", handoff.ErrFrame)
 		}
 		if err != nil {
 			h.log.Warn().Err(err).Int("rank", tc.hello.Rank).Msg("bad frame from trainer")
-			tc.sendError(codeBadFrame, err.Error())
+			tc.sendError(handoff.CodeBadFrame, err.Error())
 			return
 		}
-		if m.release.ok {
-			if err := h.release(tc, m.release.slot, m.release.waitNS); err != nil {
-				tc.sendError(codeBadFrame, err.Error())
+		if m.Release.OK {
+			if err := h.release(tc, m.Release.Slot, m.Release.WaitNS); err != nil {
+				tc.sendError(handoff.CodeBadFrame, err.Error())
 				return
 			}
 			continue
 		}
 		h.mu.Lock()
-		tc.want = m.epoch
+		tc.want = m.Epoch
 		h.broadcastLocked()
 		h.mu.Unlock()
 	}
@@ -251,49 +252,49 @@ func (h *trainerHub) handle(ctx context.Context, c *net.UnixConn) {
 
 // register checks a HELLO against the agent and the other local ranks,
 // makes the rank's ring and sends WELCOME with its file descriptor.
-func (h *trainerHub) register(c *net.UnixConn, hello helloMsg) (*trainerConn, string, error) {
+func (h *trainerHub) register(c *net.UnixConn, hello handoff.HelloMsg) (*trainerConn, string, error) {
 	cfg := &h.a.cfg
 	t := &h.tmpl
-	if hello.Protocol != handoffProtocol {
-		return nil, codeVersion, fmt.Errorf("%w: client speaks protocol %d, this agent %d", ErrTrainer, hello.Protocol, handoffProtocol)
+	if hello.Protocol != handoff.Protocol {
+		return nil, handoff.CodeVersion, fmt.Errorf("%w: client speaks protocol %d, this agent %d", ErrTrainer, hello.Protocol, handoff.Protocol)
 	}
 	if hello.Fingerprint != "" && hello.Fingerprint != t.Fingerprint {
-		return nil, codeDataset, fmt.Errorf("%w: trainer expects dataset %q, the agent serves %q", ErrTrainer, hello.Fingerprint, t.Fingerprint)
+		return nil, handoff.CodeDataset, fmt.Errorf("%w: trainer expects dataset %q, the agent serves %q", ErrTrainer, hello.Fingerprint, t.Fingerprint)
 	}
 	switch {
 	case hello.BatchSize != 0 && hello.BatchSize != cfg.Batch:
-		return nil, codeMismatch, fmt.Errorf("%w: trainer asks batch size %d, the agent serves %d (--batch)", ErrTrainer, hello.BatchSize, cfg.Batch)
+		return nil, handoff.CodeMismatch, fmt.Errorf("%w: trainer asks batch size %d, the agent serves %d (--batch)", ErrTrainer, hello.BatchSize, cfg.Batch)
 	case hello.DropLast != nil && *hello.DropLast != cfg.Trainer.DropLast:
-		return nil, codeMismatch, fmt.Errorf("%w: trainer asks drop_last=%v, the agent serves %v (--drop-last)", ErrTrainer, *hello.DropLast, cfg.Trainer.DropLast)
+		return nil, handoff.CodeMismatch, fmt.Errorf("%w: trainer asks drop_last=%v, the agent serves %v (--drop-last)", ErrTrainer, *hello.DropLast, cfg.Trainer.DropLast)
 	case hello.StrictOrder != nil && *hello.StrictOrder != cfg.StrictOrder:
-		return nil, codeMismatch, fmt.Errorf("%w: trainer asks strict_order=%v, the agent serves %v (--strict-order)", ErrTrainer, *hello.StrictOrder, cfg.StrictOrder)
+		return nil, handoff.CodeMismatch, fmt.Errorf("%w: trainer asks strict_order=%v, the agent serves %v (--strict-order)", ErrTrainer, *hello.StrictOrder, cfg.StrictOrder)
 	case hello.DType != "" && hello.DType != t.DType:
-		return nil, codeMismatch, fmt.Errorf("%w: trainer asks dtype %s, the agent serves %s (--dtype)", ErrTrainer, hello.DType, t.DType)
+		return nil, handoff.CodeMismatch, fmt.Errorf("%w: trainer asks dtype %s, the agent serves %s (--dtype)", ErrTrainer, hello.DType, t.DType)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	base := hello.Rank - hello.LocalRank
 	if len(h.conns) > 0 && (hello.World != h.world || hello.LocalWorld != h.localWorld || base != h.base) {
-		return nil, codeMismatch, fmt.Errorf("%w: rank %d says world %d, local world %d, first local rank %d; connected ranks say %d, %d, %d",
+		return nil, handoff.CodeMismatch, fmt.Errorf("%w: rank %d says world %d, local world %d, first local rank %d; connected ranks say %d, %d, %d",
 			ErrTrainer, hello.Rank, hello.World, hello.LocalWorld, base, h.world, h.localWorld, h.base)
 	}
 	if h.conns[hello.LocalRank] != nil {
-		return nil, codeDuplicateRank, fmt.Errorf("%w: local rank %d is already connected", ErrTrainer, hello.LocalRank)
+		return nil, handoff.CodeDuplicateRank, fmt.Errorf("%w: local rank %d is already connected", ErrTrainer, hello.LocalRank)
 	}
 	if h.asm != nil {
-		return nil, codeEpoch, fmt.Errorf("%w: an epoch is running for the other local ranks", ErrTrainer)
+		return nil, handoff.CodeEpoch, fmt.Errorf("%w: an epoch is running for the other local ranks", ErrTrainer)
 	}
 	slots := cfg.Trainer.Slots
-	if fit := int(cfg.Trainer.RingBytes / int64(hello.LocalWorld*h.layout.slotBytes)); fit < slots {
+	if fit := int(cfg.Trainer.RingBytes / int64(hello.LocalWorld*h.layout.SlotBytes)); fit < slots {
 		slots = fit
 	}
 	if slots < 1 {
-		return nil, codeMismatch, fmt.Errorf("%w: one slot of %d bytes per rank for %d local ranks exceeds the ring budget of %d bytes (--ring-bytes)",
-			ErrTrainer, h.layout.slotBytes, hello.LocalWorld, cfg.Trainer.RingBytes)
+		return nil, handoff.CodeMismatch, fmt.Errorf("%w: one slot of %d bytes per rank for %d local ranks exceeds the ring budget of %d bytes (--ring-bytes)",
+			ErrTrainer, h.layout.SlotBytes, hello.LocalWorld, cfg.Trainer.RingBytes)
 	}
-	r, err := newRing(fmt.Sprintf("sophon-rank%d", hello.Rank), slots, h.layout)
+	r, err := handoff.NewRing(fmt.Sprintf("sophon-rank%d", hello.Rank), slots, h.layout)
 	if err != nil {
-		return nil, codeFailed, err
+		return nil, handoff.CodeFailed, err
 	}
 	w := *t
 	w.Rank, w.World, w.LocalRank, w.LocalWorld = hello.Rank, hello.World, hello.LocalRank, hello.LocalWorld
@@ -301,9 +302,9 @@ func (h *trainerHub) register(c *net.UnixConn, hello helloMsg) (*trainerConn, st
 	w.RowsPerEpoch = RankSamples(hello.World, t.Samples, cfg.Batch, cfg.Trainer.DropLast)
 	w.BatchesPerEpoch = RankBatches(hello.World, t.Samples, cfg.Batch, cfg.Trainer.DropLast)
 	w.PositionsPerEpoch = w.RowsPerEpoch * hello.World
-	if _, _, err := c.WriteMsgUnix(jsonFrame(frameWelcome, w), unix.UnixRights(r.fd), nil); err != nil {
+	if _, _, err := c.WriteMsgUnix(handoff.JSONFrame(handoff.FrameWelcome, w), unix.UnixRights(r.FD), nil); err != nil {
 		r.Close()
-		return nil, codeFailed, fmt.Errorf("%w: sending WELCOME: %v", ErrTrainer, err)
+		return nil, handoff.CodeFailed, fmt.Errorf("%w: sending WELCOME: %v", ErrTrainer, err)
 	}
 	tc := &trainerConn{h: h, c: c, hello: hello, ring: r}
 	h.conns[hello.LocalRank] = tc
@@ -321,7 +322,7 @@ func (h *trainerHub) unregister(tc *trainerConn) {
 	h.broadcastLocked()
 	h.mu.Unlock()
 	if asm != nil && asm.has(tc) {
-		asm.abort(fmt.Errorf("%w: rank %d disconnected during the epoch", ErrTrainer, tc.hello.Rank), codePeerLost)
+		asm.abort(fmt.Errorf("%w: rank %d disconnected during the epoch", ErrTrainer, tc.hello.Rank), handoff.CodePeerLost)
 	}
 	tc.ring.Close()
 }
@@ -331,7 +332,7 @@ func (h *trainerHub) release(tc *trainerConn, slot int, waitNS int64) error {
 	asm := h.asm
 	h.mu.Unlock()
 	if asm == nil || !asm.has(tc) {
-		return fmt.Errorf("%w: RELEASE of slot %d outside an epoch", ErrFrame, slot)
+		return fmt.Errorf("%w: RELEASE of slot %d outside an epoch", handoff.ErrFrame, slot)
 	}
 	return asm.release(tc, slot, waitNS)
 }
@@ -360,7 +361,7 @@ func (h *trainerHub) next(ctx context.Context) (*epochReq, error) {
 		case <-sig:
 		case <-tick.C:
 			for _, c := range waiting {
-				c.send(jsonFrame(frameStatus, statusMsg{Message: msg}))
+				c.send(handoff.JSONFrame(handoff.FrameStatus, handoff.StatusMsg{Message: msg}))
 			}
 		}
 	}
@@ -389,7 +390,7 @@ func (h *trainerHub) readyLocked() (*epochReq, []*trainerConn, string) {
 				waiting[0].hello.Rank, first, c.hello.Rank, e)
 			for _, w := range waiting {
 				w.want = nil
-				w.sendError(codeEpoch, msg)
+				w.sendError(handoff.CodeEpoch, msg)
 				w.c.Close()
 			}
 			return nil, nil, ""
@@ -439,17 +440,17 @@ func (tc *trainerConn) send(frame []byte) error {
 func (tc *trainerConn) sendReady(slot, rows int, epoch, batch uint64) error {
 	tc.wmu.Lock()
 	defer tc.wmu.Unlock()
-	putReady(tc.ready[:], slot, rows, epoch, batch)
+	handoff.PutReady(tc.ready[:], slot, rows, epoch, batch)
 	_, err := tc.c.Write(tc.ready[:])
 	return err
 }
 
 func (tc *trainerConn) sendError(code, msg string) {
-	tc.send(jsonFrame(frameError, errorMsg{Code: code, Message: msg}))
+	tc.send(handoff.JSONFrame(handoff.FrameError, handoff.ErrorMsg{Code: code, Message: msg}))
 }
 
 func sendError(c net.Conn, code, msg string) {
-	c.Write(jsonFrame(frameError, errorMsg{Code: code, Message: msg}))
+	c.Write(handoff.JSONFrame(handoff.FrameError, handoff.ErrorMsg{Code: code, Message: msg}))
 }
 
 // checkResume validates the ranks' resume states for an epoch of m rows

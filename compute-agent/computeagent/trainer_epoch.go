@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/handoff"
 
 	"github.com/sophon-dl/sophon/ops"
 )
@@ -95,9 +96,9 @@ func (a *Agent) trainerFailed(ctx context.Context, req *epochReq, err error) boo
 	if req == nil || ctx.Err() != nil {
 		return false
 	}
-	code := codeFailed
+	code := handoff.CodeFailed
 	if errors.Is(err, ErrTrainer) {
-		code = codePeerLost
+		code = handoff.CodePeerLost
 	}
 	a.log.Error().Err(err).Uint64("epoch", req.epoch).Msg("trainer epoch failed; serving on")
 	for _, c := range req.conns {
@@ -127,7 +128,7 @@ func (a *Agent) trainerOrder(req *epochReq, cat *Catalog) (*trainerEpoch, error)
 	first, consumed, err := checkResume(req, cfg.StrictOrder, m, nb, cfg.Batch)
 	if err != nil {
 		for _, c := range req.conns {
-			c.sendError(codeEpoch, err.Error())
+			c.sendError(handoff.CodeEpoch, err.Error())
 			c.c.Close()
 		}
 		return nil, fmt.Errorf("%w: epoch %d: %v", ErrTrainer, req.epoch, err)
