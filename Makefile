@@ -63,7 +63,7 @@ test: lint proto-check ## Lint, check generated code, build without cgo, run all
 	$(call fuzz,FuzzDecodeManifest,./storage-agent/storageagent/)
 	$(call fuzz,FuzzDecodePlanFile,./compute-agent/computeagent/)
 	$(call fuzz,FuzzDecodeHandoff,./compute-agent/handoff/)
-	$(call fuzz,FuzzDecodeJournal,./compute-agent/computeagent/)
+	$(call fuzz,FuzzDecodeJournal,./compute-agent/journal/)
 	$(call fuzz,FuzzLoadProfile,./profiler/)
 	$(call fuzz,FuzzLayoutFromRanges,./internal/placement/)
 	$(call fuzz,FuzzParseCluster,./policy/)

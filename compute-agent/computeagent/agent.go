@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"io"
 	"net"
@@ -52,8 +53,9 @@ var connectParams = grpc.ConnectParams{
 	MinConnectTimeout: 5 * time.Second,
 }
 
-// ErrClosed: the agent was closed.
-var ErrClosed = errors.New("computeagent: closed")
+// ErrClosed: the agent was closed. It is journal.ErrClosed, so a batch
+// journaled after Close fails with it too.
+var ErrClosed = journal.ErrClosed
 
 // Agent is a compute agent: it reads the catalog from the storage agents,
 // then runs epochs. Ordering guarantee: each sample of this agent's shard
@@ -82,7 +84,7 @@ type Agent struct {
 	// refused holds the storage agents refused for the rest of the run,
 	// by name, with why (content.go).
 	refused sync.Map
-	jr      *journal // the sample log and resume state, opened with the catalog
+	jr      *journal.Journal // the sample log and resume state, opened with the catalog
 	jrErr   error
 	closed  bool
 }
@@ -215,7 +217,7 @@ func (a *Agent) Close() error {
 		}
 	}
 	a.conns = nil
-	if err := a.jr.close(); err != nil {
+	if err := a.jr.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("samples out: %w", err))
 	}
 	if c, ok := a.gpu.(io.Closer); ok {
@@ -474,7 +476,7 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (repor
 
 // openJournal opens the sample log and resume state once the catalog is
 // known (its fingerprint is part of the run's identity).
-func (a *Agent) openJournal(cat *Catalog, plan *runPlan) (*journal, error) {
+func (a *Agent) openJournal(cat *Catalog, plan *runPlan) (*journal.Journal, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.jr != nil || a.jrErr != nil || (a.cfg.SamplesOut == "" && a.cfg.StateDir == "") {
@@ -483,7 +485,7 @@ func (a *Agent) openJournal(cat *Catalog, plan *runPlan) (*journal, error) {
 	if a.closed {
 		return nil, ErrClosed
 	}
-	a.jr, a.jrErr = openJournal(a.cfg.SamplesOut, a.cfg.StateDir, runState{
+	a.jr, a.jrErr = journal.Open(a.cfg.SamplesOut, a.cfg.StateDir, journal.RunState{
 		Seed: a.cfg.Seed, Fingerprint: cat.Fingerprint, Pipeline: a.pipeID, Plan: plan.name(),
 		Rank: a.cfg.Rank, World: a.cfg.World, FirstEpoch: a.cfg.FirstEpoch, FetchOnly: a.cfg.FetchOnly,
 	})
@@ -503,7 +505,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 	if err != nil {
 		return report.EpochReport{}, err
 	}
-	if jr.complete(num) {
+	if jr.Complete(num) {
 		a.log.Info().Uint64("epoch", num).Msg("epoch completed before the restart: skipped")
 		return report.EpochReport{}, errEpochSkipped
 	}
@@ -523,7 +525,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 	}
 	padded := max(0, len(order)-len(Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)))
 	resumed := 0
-	if done := jr.delivered(num); len(done) > 0 {
+	if done := jr.Delivered(num); len(done) > 0 {
 		// Resume: the samples journaled before the restart were delivered;
 		// the rest keep their order.
 		order = slices.DeleteFunc(slices.Clone(order), func(s uint64) bool { _, ok := done[s]; return ok })
@@ -710,7 +712,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 			return r, fmt.Errorf("computeagent: report: %w", err)
 		}
 	}
-	if err := jr.epochDone(num); err != nil {
+	if err := jr.EpochDone(num); err != nil {
 		return r, fmt.Errorf("computeagent: state dir: %w", err)
 	}
 	return r, nil

@@ -385,7 +385,7 @@ func (a *assembler) report(r *handoff.Ring, slot, rows int) error {
 		ids[j] = binary.LittleEndian.Uint64(s[r.Geometry.IDsOff+8*j:])
 		shas[j] = sha256.Sum256(r.Row(slot, j))
 	}
-	if err := a.e.jr.write(a.e.num, ids, shas); err != nil {
+	if err := a.e.jr.Write(a.e.num, ids, shas); err != nil {
 		return err
 	}
 	if a.e.cfg.OnSample != nil {

@@ -65,5 +65,5 @@
 // for the stall timeout with requests out is hedged (its positions go back
 // to the schedule while still outstanding; the first response wins, the
 // other is dropped as a duplicate) and cancelled. With Config.StateDir the
-// sample log is a journal a restarted agent resumes from (journal.go).
+// sample log is a journal a restarted agent resumes from (package journal).
 package computeagent

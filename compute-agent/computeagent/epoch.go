@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"math"
 	"runtime"
@@ -52,7 +53,7 @@ type epochRun struct {
 	sched   *schedule
 	// paced: several storage agents, whose windows pace (fetcher.pace).
 	paced bool
-	jr    *journal // nil without a sample log
+	jr    *journal.Journal // nil without a sample log
 
 	work    chan work
 	queue   chan item
@@ -421,7 +422,7 @@ func (e *epochRun) feeder(ctx context.Context) error {
 		}
 		// Journaled right after the consumer took the batch, in one write:
 		// what a crash leaves in the log is what was delivered.
-		if err := e.jr.write(e.num, b.Samples, b.shas); err != nil {
+		if err := e.jr.Write(e.num, b.Samples, b.shas); err != nil {
 			return fmt.Errorf("computeagent: samples out: %w", err)
 		}
 		e.nbatch++

@@ -1,16 +1,12 @@
 package computeagent
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"maps"
 	"net"
-	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -345,75 +341,4 @@ func TestScheduleHedgeDuplicate(t *testing.T) {
 	if w1.count != 0 || w1.bytes != 0 {
 		t.Errorf("stalled window holds %d requests, %d bytes after requeue", w1.count, w1.bytes)
 	}
-}
-
-// TestJournalResume: a journal with a torn last line resumes with the
-// complete lines; another run's state is refused.
-func TestJournalResume(t *testing.T) {
-	dir := t.TempDir()
-	id := runState{Seed: 1, Fingerprint: "fp", Pipeline: "p@1", Plan: "nooff", World: 1}
-	j, err := openJournal("", dir, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := j.write(0, []uint64{3, 1}, make([][32]byte, 2)); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.epochDone(0); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.write(1, []uint64{2}, make([][32]byte, 1)); err != nil {
-		t.Fatal(err)
-	}
-	j.close()
-	f, err := os.OpenFile(filepath.Join(dir, "samples"), os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.WriteString("1 5 00ab") // torn by a kill
-	f.Close()
-
-	j, err = openJournal("", dir, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.close()
-	if !j.complete(0) || j.complete(1) || len(j.delivered(0)) != 2 || len(j.delivered(1)) != 1 {
-		t.Errorf("resumed: done %v, delivered %v", j.done, j.have)
-	}
-	b, _ := os.ReadFile(filepath.Join(dir, "samples"))
-	if _, n, err := decodeJournal(b); err != nil || n != len(b) {
-		t.Errorf("torn line not cut off: %q", b)
-	}
-
-	other := id
-	other.Seed = 2
-	if _, err := openJournal("", dir, other); !errors.Is(err, ErrJournal) {
-		t.Errorf("another run's state: got %v, want ErrJournal", err)
-	}
-}
-
-// FuzzDecodeJournal: the decoder never panics, stops only at a torn last
-// line, and what it decodes encodes and decodes again to the same records.
-func FuzzDecodeJournal(f *testing.F) {
-	f.Add([]byte("0 1 0000000000000000000000000000000000000000000000000000000000000000\n"))
-	f.Add([]byte("0 1 00\n1 2"))
-	f.Add([]byte("\n"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		recs, n, err := decodeJournal(b)
-		if err != nil {
-			return
-		}
-		if n > len(b) || bytes.IndexByte(b[n:], '\n') >= 0 {
-			t.Fatalf("consumed %d of %d bytes with a complete line left", n, len(b))
-		}
-		var out []byte
-		for _, r := range recs {
-			out = fmt.Appendf(out, "%d %d %s\n", r.epoch, r.sample, r.sha)
-		}
-		again, m, err := decodeJournal(out)
-		if err != nil || m != len(out) || !slices.Equal(again, recs) {
-			t.Fatalf("round trip: %v %d %v, want %v", again, m, err, recs)
-		}
-	})
 }
