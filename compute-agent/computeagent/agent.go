@@ -176,17 +176,36 @@ func (a *Agent) Run(ctx context.Context) ([]report.EpochReport, error) {
 		return nil, err
 	}
 	defer stop()
+	next := func(int) epochOpts { return epochOpts{plan: a.plan} }
+	skipDone := true
 	if a.cfg.Policy != "" {
-		return a.runPolicy(ctx, src)
+		p, err := a.startPolicy(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// NB: a policy run does not skip an epoch the state dir says
+		// completed before a restart: runEpoch's errEpochSkipped ends it.
+		next, skipDone = p.next, false
 	}
+	return a.runEpochs(ctx, src, next, skipDone)
+}
+
+// runEpochs is the epoch loop, with or without a policy: it runs the
+// epochs src yields, each with the options next gives it, and returns
+// their reports. skipDone skips an epoch completed before a restart. It
+// stops at the first failed epoch (in trainer mode the failure goes to
+// the ranks and the loop serves on) or when src has no more.
+func (a *Agent) runEpochs(ctx context.Context, src epochSourceFunc, next func(i int) epochOpts, skipDone bool) ([]report.EpochReport, error) {
 	var reports []report.EpochReport
 	for i := 0; ; i++ {
 		num, req, ok := src(ctx, i)
 		if !ok {
 			return reports, nil // in trainer mode: the agent was stopped
 		}
-		r, err := a.runEpoch(ctx, num, epochOpts{plan: a.plan, trainer: req})
-		if errors.Is(err, errEpochSkipped) {
+		opts := next(i)
+		opts.trainer = req
+		r, err := a.runEpoch(ctx, num, opts)
+		if skipDone && errors.Is(err, errEpochSkipped) {
 			continue
 		}
 		if err != nil {
@@ -318,6 +337,31 @@ func (a *Agent) storageOnce(ctx context.Context) (fs []*fetcher, _ *Catalog, ret
 	}
 	slices.SortFunc(eps, func(x, y Endpoint) int { return cmp.Compare(x.Name, y.Name) })
 	retry = len(eps) == 0
+	got, err := a.probeInfo(ctx, eps)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	var errs []error
+	for i, ep := range eps {
+		f, again, err := a.accept(ctx, ep, got[i])
+		if err != nil {
+			errs = append(errs, err)
+			retry = retry || again
+			continue
+		}
+		fs = append(fs, f)
+	}
+	if len(fs) == 0 {
+		errs = append(errs, fmt.Errorf("%d discovered", len(eps)))
+		return nil, nil, retry, fmt.Errorf("%w: %w", ErrNoStorage, errors.Join(errs...))
+	}
+	return fs, a.Catalog(), false, nil
+}
+
+// probeInfo asks every endpoint for its Info at once and returns the
+// answers by endpoint: nil for one that had not answered within
+// probeGrace of the first answer.
+func (a *Agent) probeInfo(ctx context.Context, eps []Endpoint) ([]*probed, error) {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make(chan probed, len(eps))
@@ -339,7 +383,6 @@ func (a *Agent) storageOnce(ctx context.Context) (fs []*fetcher, _ *Catalog, ret
 	}
 	got := make([]*probed, len(eps))
 	var grace <-chan time.Time
-wait:
 	for range eps {
 		select {
 		case p := <-results:
@@ -350,72 +393,60 @@ wait:
 				grace = t.C
 			}
 		case <-grace:
-			break wait
+			return got, nil
 		case <-ctx.Done():
-			return nil, nil, false, ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
-	cancel()
-	var errs []error
-	for i, ep := range eps {
-		if err := a.refusal(ep.Name); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		p := got[i]
-		if p == nil {
-			errs = append(errs, fmt.Errorf("%s: info: no answer within %v of the first", ep.Name, probeGrace))
-			a.log.Warn().Str("storage", ep.Name).Msg("storage agent slow to answer: left out of this epoch")
-			retry = true
-			continue
-		}
-		if p.err != nil {
-			errs = append(errs, fmt.Errorf("%s: info: %w", ep.Name, p.err))
-			a.log.Warn().Err(p.err).Str("storage", ep.Name).Msg("storage agent unreachable")
-			retry = true
-			continue
-		}
-		fp := p.info.GetFingerprint()
-		if ep.Fingerprint != "" && ep.Fingerprint != fp {
-			err := fmt.Errorf("%w: %s announced %q, serves %q", ErrFingerprint, ep.Name, ep.Fingerprint, fp)
-			errs = append(errs, err)
-			a.log.Error().Err(err).Msg("storage agent refused")
-			continue
-		}
-		cat := a.Catalog()
-		if cat == nil {
-			cctx, ccancel := context.WithTimeout(ctx, a.cfg.RetryBudget)
-			cat, err = readCatalog(cctx, p.client)
-			ccancel()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: catalog: %w", ep.Name, err))
-				retry = retry || !errors.Is(err, ErrCatalog)
-				continue
-			}
-			a.mu.Lock()
-			a.cat = cat
-			a.mu.Unlock()
-			a.log.Info().Str("storage", ep.Name).Str("fingerprint", cat.Fingerprint).Uint64("samples", cat.Total).Msg("catalog read")
-		}
-		if fp != cat.Fingerprint {
-			err := fmt.Errorf("%w: %s serves %q, catalog is %q", ErrFingerprint, ep.Name, fp, cat.Fingerprint)
-			errs = append(errs, err)
-			a.log.Error().Err(err).Msg("storage agent refused")
-			continue
-		}
-		f := &fetcher{ep: ep, client: p.client, cpus: p.info.GetCpus(), cpu0: p.info.GetProcessCpuNs()}
-		if err := f.announced(p.info, cat); err != nil {
-			errs = append(errs, err)
-			a.log.Error().Err(err).Msg("storage agent refused")
-			continue
-		}
-		fs = append(fs, f)
+	return got, nil
+}
+
+// accept checks storage agent ep's answer p (nil: none in time) against
+// the catalog, reading the catalog from it on first use, and returns its
+// fetcher; retry reports whether another round may help with it.
+func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *fetcher, retry bool, _ error) {
+	if err := a.refusal(ep.Name); err != nil {
+		return nil, false, err
 	}
-	if len(fs) == 0 {
-		errs = append(errs, fmt.Errorf("%d discovered", len(eps)))
-		return nil, nil, retry, fmt.Errorf("%w: %w", ErrNoStorage, errors.Join(errs...))
+	if p == nil {
+		a.log.Warn().Str("storage", ep.Name).Msg("storage agent slow to answer: left out of this epoch")
+		return nil, true, fmt.Errorf("%s: info: no answer within %v of the first", ep.Name, probeGrace)
 	}
-	return fs, a.Catalog(), false, nil
+	if p.err != nil {
+		a.log.Warn().Err(p.err).Str("storage", ep.Name).Msg("storage agent unreachable")
+		return nil, true, fmt.Errorf("%s: info: %w", ep.Name, p.err)
+	}
+	fp := p.info.GetFingerprint()
+	if ep.Fingerprint != "" && ep.Fingerprint != fp {
+		err := fmt.Errorf("%w: %s announced %q, serves %q", ErrFingerprint, ep.Name, ep.Fingerprint, fp)
+		a.log.Error().Err(err).Msg("storage agent refused")
+		return nil, false, err
+	}
+	cat := a.Catalog()
+	if cat == nil {
+		cctx, ccancel := context.WithTimeout(ctx, a.cfg.RetryBudget)
+		c, err := readCatalog(cctx, p.client)
+		ccancel()
+		if err != nil {
+			return nil, !errors.Is(err, ErrCatalog), fmt.Errorf("%s: catalog: %w", ep.Name, err)
+		}
+		cat = c
+		a.mu.Lock()
+		a.cat = cat
+		a.mu.Unlock()
+		a.log.Info().Str("storage", ep.Name).Str("fingerprint", cat.Fingerprint).Uint64("samples", cat.Total).Msg("catalog read")
+	}
+	if fp != cat.Fingerprint {
+		err := fmt.Errorf("%w: %s serves %q, catalog is %q", ErrFingerprint, ep.Name, fp, cat.Fingerprint)
+		a.log.Error().Err(err).Msg("storage agent refused")
+		return nil, false, err
+	}
+	f := &fetcher{ep: ep, client: p.client, cpus: p.info.GetCpus(), cpu0: p.info.GetProcessCpuNs()}
+	if err := f.announced(p.info, cat); err != nil {
+		a.log.Error().Err(err).Msg("storage agent refused")
+		return nil, false, err
+	}
+	return f, false, nil
 }
 
 // RunEpoch runs one epoch with Config.Plan and returns its report (also
@@ -495,8 +526,10 @@ func (a *Agent) openJournal(cat *Catalog, plan *runPlan) (*journal.Journal, erro
 	return a.jr, a.jrErr
 }
 
+// runEpochOnce runs one epoch in named steps: find the storage agents,
+// decide the shard, prepare the epoch's run, run it, and finish its
+// report.
 func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (report.EpochReport, error) {
-	cfg := &a.cfg
 	fs, cat, err := a.storage(ctx)
 	if err != nil {
 		return report.EpochReport{}, err
@@ -509,30 +542,66 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 		a.log.Info().Uint64("epoch", num).Msg("epoch completed before the restart: skipped")
 		return report.EpochReport{}, errEpochSkipped
 	}
-	plan := opts.plan
-	var order []uint64
-	var tr *trainerEpoch
-	if opts.trainer != nil {
-		if tr, err = a.trainerOrder(opts.trainer, cat); err != nil {
+	sh, err := a.shard(num, cat, jr, opts)
+	if err != nil {
+		return report.EpochReport{}, err
+	}
+	e := a.newEpochRun(num, cat, sh, opts)
+	if sh.tr != nil {
+		e.posRank, e.posJ, e.gpos = sh.tr.rank, sh.tr.j, sh.tr.gpos
+		e.asm = newAssembler(e, opts.trainer.conns, a.cfg.StrictOrder, a.cfg.Batch, sh.tr.rows, sh.tr.batches, sh.tr.first, len(sh.order))
+		if err := a.hub.start(e.asm); err != nil {
 			return report.EpochReport{}, err
 		}
-		order = tr.order
+		defer a.hub.finish()
+	}
+	if err := a.prepare(e, fs, jr, opts); err != nil {
+		return report.EpochReport{}, err
+	}
+	r, err := a.execute(ctx, e, fs, sh)
+	if err != nil {
+		return r, err
+	}
+	return a.finish(r, e, jr, opts)
+}
+
+// epochShard is what one epoch delivers here.
+type epochShard struct {
+	order []uint64      // position -> sample
+	split []int         // position -> k
+	tr    *trainerEpoch // trainer mode: the local ranks' positions
+	// padded counts the positions that repeat a sample (RankOrder);
+	// resumed, the samples delivered before a restart and left out.
+	padded, resumed int
+}
+
+// shard decides the epoch's positions (the rank's order, or the local
+// trainer ranks'), less what the journal says was delivered, and each
+// position's split under opts.plan.
+func (a *Agent) shard(num uint64, cat *Catalog, jr *journal.Journal, opts epochOpts) (epochShard, error) {
+	cfg := &a.cfg
+	var sh epochShard
+	if opts.trainer != nil {
+		tr, err := a.trainerOrder(opts.trainer, cat)
+		if err != nil {
+			return sh, err
+		}
+		sh.tr, sh.order = tr, tr.order
 	} else {
 		// Every rank the same count (DDP hangs on uneven ones): padded by
 		// repeats of its own samples, or with --drop-last cut to full
 		// batches; with one rank, the whole catalog.
-		order = RankOrder(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
+		sh.order = RankOrder(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
 	}
-	padded := max(0, len(order)-len(Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)))
-	resumed := 0
+	sh.padded = max(0, len(sh.order)-len(Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)))
 	if done := jr.Delivered(num); len(done) > 0 {
 		// Resume: the samples journaled before the restart were delivered;
 		// the rest keep their order.
-		order = slices.DeleteFunc(slices.Clone(order), func(s uint64) bool { _, ok := done[s]; return ok })
-		resumed = len(done)
-		a.log.Info().Uint64("epoch", num).Int("resumed", resumed).Int("left", len(order)).Msg("resuming the epoch")
+		sh.order = slices.DeleteFunc(slices.Clone(sh.order), func(s uint64) bool { _, ok := done[s]; return ok })
+		sh.resumed = len(done)
+		a.log.Info().Uint64("epoch", num).Int("resumed", sh.resumed).Int("left", len(sh.order)).Msg("resuming the epoch")
 	}
-	split := make([]int, len(order))
+	sh.split = make([]int, len(sh.order))
 	n := cfg.Pipeline.Len()
 	if a.tail != nil {
 		// A plan names splits of the whole pipeline; with uint8 slots the
@@ -542,45 +611,50 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 			n++
 		}
 	}
-	for i, s := range order {
-		if split[i], err = plan.split(s, cfg.Pipeline, n); err != nil {
-			return report.EpochReport{}, err
+	for i, s := range sh.order {
+		k, err := opts.plan.split(s, cfg.Pipeline, n)
+		if err != nil {
+			return sh, err
 		}
-		split[i] = min(split[i], cfg.Pipeline.Len())
+		sh.split[i] = min(k, cfg.Pipeline.Len())
 	}
-	gate := 0
-	if cfg.StrictOrder {
-		gate = cfg.Window * len(fs)
-	}
-	e := &epochRun{
-		a: a, cfg: cfg, num: num, cat: cat, order: order, split: split, plan: plan, rec: opts.rec,
+	return sh, nil
+}
+
+// newEpochRun is the epoch's run over sh, before its schedule.
+func (a *Agent) newEpochRun(num uint64, cat *Catalog, sh epochShard, opts epochOpts) *epochRun {
+	cfg := &a.cfg
+	return &epochRun{
+		a: a, cfg: cfg, num: num, cat: cat, order: sh.order, split: sh.split, plan: opts.plan, rec: opts.rec,
 		log:     a.log.With().Uint64("epoch", num).Logger(),
 		work:    make(chan work),
 		queue:   make(chan item, cfg.Queue*cfg.Batch),
 		batches: make(chan *Batch),
 		bySplit: splitCounter{},
 	}
-	if tr != nil {
-		e.posRank, e.posJ, e.gpos = tr.rank, tr.j, tr.gpos
-		e.asm = newAssembler(e, opts.trainer.conns, cfg.StrictOrder, cfg.Batch, tr.rows, tr.batches, tr.first, len(order))
-		if err := a.hub.start(e.asm); err != nil {
-			return report.EpochReport{}, err
-		}
-		defer a.hub.finish()
+}
+
+// prepare places e's positions over the storage agents fs, builds its
+// schedule, shedder and the fetchers' windows.
+func (a *Agent) prepare(e *epochRun, fs []*fetcher, jr *journal.Journal, opts epochOpts) error {
+	cfg, num, order, plan := &a.cfg, e.num, e.order, e.plan
+	gate := 0
+	if cfg.StrictOrder {
+		gate = cfg.Window * len(fs)
 	}
 	offloaded := make([]bool, len(order))
 	for i, s := range order {
-		offloaded[i] = split[i] != 0 || e.codec(s) != ops.CodecNone
+		offloaded[i] = e.split[i] != 0 || e.codec(s) != ops.CodecNone
 	}
 	if n := replace(fs); n > 0 {
 		a.log.Warn().Uint64("epoch", num).Int("shards", n).Msg("shards that no reachable storage agent announced are placed over the reachable ones (their holders are gone)")
 	}
 	pl, unowned, err := e.placement(fs)
 	if err != nil {
-		return report.EpochReport{}, err
+		return err
 	}
 	if len(unowned) > 0 && cfg.OnError == OnErrorFail {
-		return report.EpochReport{}, fmt.Errorf("%w: epoch %d not started: %d of the shard's %d samples (the first: %d) have no live storage agent holding them; --on-error skip reports them and runs the rest",
+		return fmt.Errorf("%w: epoch %d not started: %d of the shard's %d samples (the first: %d) have no live storage agent holding them; --on-error skip reports them and runs the rest",
 			ErrUnavailable, num, len(unowned), len(order), order[unowned[0]])
 	}
 	e.sched = newPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
@@ -602,7 +676,6 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 	}
 	e.jr = jr
 	a.log.Info().Uint64("epoch", num).Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.name()).Msg("epoch start")
-	names := make([]string, len(fs))
 	for i, f := range fs {
 		f.e = e
 		f.w = window{idx: i, maxCount: cfg.Window, maxBytes: cfg.WindowBytes, outstanding: map[uint64]*request{}}
@@ -611,14 +684,18 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 			// estimates; past that the window takes raw positions. With
 			// one storage agent too: a window of offloads alone would
 			// commit seconds of a contended storage CPU ahead of the
-			// shedder while the link idles (under a 3-thread hog, epochs
-			// of 4.9-5.3 s against a reference of 4.4-4.7 s; capped,
-			// within 7-11% of it in four runs).
+			// shedder while the link idles, which makes the epoch
+			// measurably slower than with the cap.
 			f.w.maxCPU = int64(max(f.cpus, 1) * float64(paceTime))
 		}
-		names[i] = f.ep.Name
 	}
+	return nil
+}
 
+// execute runs the prepared epoch e, sampling the GPU meanwhile, and
+// returns its account so far; err is the run's.
+func (a *Agent) execute(ctx context.Context, e *epochRun, fs []*fetcher, sh epochShard) (report.EpochReport, error) {
+	cfg := &a.cfg
 	gctx, stopGPU := context.WithCancel(ctx)
 	var gpu report.GPUStats
 	var wg sync.WaitGroup
@@ -630,29 +707,38 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 	}
 	start := cfg.Clock.Now()
 	e.start = start
-	err = e.run(ctx, fs)
+	err := e.run(ctx, fs)
 	end := cfg.Clock.Now()
-	elapsed := end.Sub(start)
 	stopGPU()
 	wg.Wait()
 	var perByte float64
 	if err == nil {
 		perByte = transport(ctx, fs)
 	}
+	r := e.report(start, end, fs, sh)
+	r.GPU, r.StorageNSPerByte = gpu, perByte
+	return r, err
+}
 
+// report is the epoch's account after it ran from start to end.
+func (e *epochRun) report(start, end time.Time, fs []*fetcher, sh epochShard) report.EpochReport {
+	elapsed := end.Sub(start)
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		names[i] = f.ep.Name
+	}
 	r := report.EpochReport{
-		Epoch:                    num,
+		Epoch:                    e.num,
 		Seconds:                  elapsed.Seconds(),
 		StartUnixNS:              start.UnixNano(),
 		EndUnixNS:                end.UnixNano(),
-		Pipeline:                 a.pipeID,
-		Plan:                     plan.name(),
-		StrictOrder:              cfg.StrictOrder,
-		FetchOnly:                cfg.FetchOnly,
+		Pipeline:                 e.a.pipeID,
+		Plan:                     e.plan.name(),
+		StrictOrder:              e.cfg.StrictOrder,
+		FetchOnly:                e.cfg.FetchOnly,
 		Storage:                  names,
 		ByStorage:                byStorage(fs),
-		StorageNSPerByte:         perByte,
-		Shard:                    len(order),
+		Shard:                    len(e.order),
 		Samples:                  e.samples,
 		Batches:                  e.nbatch,
 		SamplesFailed:            len(e.failed),
@@ -672,10 +758,9 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 		Refetched:                int(e.refetched.Load()),
 		ServedRaw:                servedRaw(e),
 		Shed:                     int(e.shed.count()),
-		Resumed:                  resumed,
-		Padded:                   padded,
+		Resumed:                  sh.resumed,
+		Padded:                   sh.padded,
 		Status:                   "ok",
-		GPU:                      gpu,
 	}
 	if r.Failed == nil {
 		r.Failed = []report.SampleFailure{}
@@ -693,11 +778,15 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 	if elapsed > 0 {
 		r.GPUIdleFraction = r.GPUIdleSeconds / elapsed.Seconds()
 	}
-	if err != nil {
-		return r, err
-	}
+	return r
+}
+
+// finish checks that the epoch accounted for every position, completes
+// its report (opts.annotate), logs and writes it and records the epoch
+// done in the journal.
+func (a *Agent) finish(r report.EpochReport, e *epochRun, jr *journal.Journal, opts epochOpts) (report.EpochReport, error) {
 	if r.Samples+r.SamplesFailed != r.Shard {
-		return r, fmt.Errorf("computeagent: epoch %d: delivered %d and failed %d of %d samples", num, r.Samples, r.SamplesFailed, r.Shard)
+		return r, fmt.Errorf("computeagent: epoch %d: delivered %d and failed %d of %d samples", r.Epoch, r.Samples, r.SamplesFailed, r.Shard)
 	}
 	if opts.annotate != nil {
 		if err := opts.annotate(&r, e); err != nil {
@@ -705,14 +794,14 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 		}
 	}
 	a.m.epochs.Inc()
-	a.log.Info().Uint64("epoch", num).Float64("seconds", r.Seconds).Int("samples", r.Samples).
+	a.log.Info().Uint64("epoch", r.Epoch).Float64("seconds", r.Seconds).Int("samples", r.Samples).
 		Int("failed", r.SamplesFailed).Int64("bytes", r.BytesReceived).Float64("gpu_idle", r.GPUIdleFraction).Msg("epoch done")
-	if cfg.ReportPath != "" {
-		if err := report.Append(cfg.ReportPath, r); err != nil {
+	if a.cfg.ReportPath != "" {
+		if err := report.Append(a.cfg.ReportPath, r); err != nil {
 			return r, fmt.Errorf("computeagent: report: %w", err)
 		}
 	}
-	if err := jr.EpochDone(num); err != nil {
+	if err := jr.EpochDone(r.Epoch); err != nil {
 		return r, fmt.Errorf("computeagent: state dir: %w", err)
 	}
 	return r, nil

@@ -282,8 +282,22 @@ func (a *Agent) loadProfile(cat *Catalog) (*profiler.Profile, *profiler.Profile)
 	return &out, p
 }
 
-// runPolicy is Run under Config.Policy (see the top of this file).
-func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]report.EpochReport, error) {
+// policyRun is a policy run's state between epochs (Config.Policy; see
+// the top of this file).
+type policyRun struct {
+	pl      *planner
+	d       profiler.Decision // stage 1's
+	summary report.Stage1Summary
+	// noOff is the last measured No-Off epoch's time, for the guard: this
+	// run's, or the one kept with a reused profile.
+	noOff float64
+	shard int // samples in the first epoch's shard, for stage 2
+	cat   *Catalog
+}
+
+// startPolicy runs stage 1 and takes up a saved profile, ready for the
+// policy run's first epoch.
+func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 	cfg := &a.cfg
 	fs, cat, err := a.storage(ctx)
 	if err != nil {
@@ -303,88 +317,86 @@ func (a *Agent) runPolicy(ctx context.Context, src epochSourceFunc) ([]report.Ep
 	if cfg.Out != nil {
 		fmt.Fprintln(cfg.Out, d.String())
 	}
-	pl := &planner{a: a, name: cfg.Policy, res: st.res}
-	summary := st.summary()
-	// noOff is the last measured No-Off epoch's time, for the guard: this
-	// run's, or the one kept with a reused profile.
-	var noOff float64
+	p := &policyRun{pl: &planner{a: a, name: cfg.Policy, res: st.res}, d: d, summary: st.summary(), shard: len(shard), cat: cat}
 	if prof, saved := a.loadProfile(cat); prof != nil {
+		pl := p.pl
 		pl.prof, pl.saved = prof, saved
 		// Plan from the means kept with the profile, not this run's
 		// stage 1 alone.
 		pl.res = pl.res.WithMeasured(saved.Resources)
 		if saved.Resources != nil {
-			noOff = saved.Resources.NoOffSeconds
+			p.noOff = saved.Resources.NoOffSeconds
 		}
-		summary.Profile = report.ProfileLoaded
+		p.summary.Profile = report.ProfileLoaded
 		if err := pl.replan(); err != nil {
 			return nil, err
 		}
 	}
-	var reports []report.EpochReport
-	for i := 0; ; i++ {
-		num, req, ok := src(ctx, i)
-		if !ok {
-			return reports, nil // in trainer mode: the agent was stopped
-		}
-		opts := epochOpts{plan: newRunPlan(NoOff(), nil, policy.Resources{}), trainer: req, linkRate: pl.res.LinkBytesPerSec, storageCores: pl.res.StorageCores}
-		predicted, bound := d.PredictedNoOffSeconds, 0.0
-		ran := pl.prof != nil
-		var planRan policy.Plan
-		if ran {
-			opts.plan, planRan = pl.agent, pl.plan
-			predicted, bound = pl.plan.Pred.Seconds, pl.bound
-		} else if d.RunStage2 {
-			opts.rec = profiler.NewRecorder(cfg.Pipeline, cat.Fingerprint, int(cat.Total))
-			summary.Profile = report.ProfileRecorded
-		}
-		var sum *report.Stage1Summary
-		if i == 0 {
-			s := summary
-			sum = &s
-		}
-		opts.annotate = func(r *report.EpochReport, e *epochRun) error {
-			r.Policy, r.PredictedSeconds, r.BoundSeconds, r.Stage1 = cfg.Policy, predicted, bound, sum
-			switch {
-			case opts.rec != nil:
-				r.Profiled = true
-				pl.res.StorageNSPerByte = r.StorageNSPerByte // the No-Off epoch sent every byte raw
-				if err := pl.adopt(opts.rec, len(shard), r); err != nil {
-					return err
-				}
-				if pl.prof != nil {
-					r.BoundSeconds = pl.bound
-				}
-			case ran:
-				why, drifted := pl.drift(r, e, planRan)
-				pl.save()
-				if g := pl.guard(r, noOff); g != "" {
-					why = strings.TrimPrefix(why+"; "+g, "; ")
-				}
-				if why != "" || drifted {
-					r.Replanned, r.ReplanReason = true, why
-					return pl.replan()
-				}
-			}
-			if !ran || pl.name == policy.NameNoOff {
-				noOff = r.Seconds
-				pl.observe(profiler.MeasuredResources{NoOffSeconds: noOff})
-				pl.save()
-			}
-			return nil
-		}
-		r, err := a.runEpoch(ctx, num, opts)
-		if err != nil {
-			if a.trainerFailed(ctx, req, err) {
-				continue
-			}
-			if req != nil && ctx.Err() != nil {
-				return reports, nil // the agent was stopped
-			}
-			return reports, err
-		}
-		reports = append(reports, r)
+	return p, nil
+}
+
+// next is the options of the policy run's i-th epoch: No-Off (recording
+// stage 2 when stage 1 asked for it) until there is a profile, then the
+// current plan.
+func (p *policyRun) next(i int) epochOpts {
+	pl, cfg := p.pl, &p.pl.a.cfg
+	opts := epochOpts{plan: newRunPlan(NoOff(), nil, policy.Resources{}), linkRate: pl.res.LinkBytesPerSec, storageCores: pl.res.StorageCores}
+	predicted, bound := p.d.PredictedNoOffSeconds, 0.0
+	ran := pl.prof != nil
+	var planRan policy.Plan
+	if ran {
+		opts.plan, planRan = pl.agent, pl.plan
+		predicted, bound = pl.plan.Pred.Seconds, pl.bound
+	} else if p.d.RunStage2 {
+		opts.rec = profiler.NewRecorder(cfg.Pipeline, p.cat.Fingerprint, int(p.cat.Total))
+		p.summary.Profile = report.ProfileRecorded
 	}
+	var sum *report.Stage1Summary
+	if i == 0 {
+		s := p.summary
+		sum = &s
+	}
+	rec := opts.rec
+	opts.annotate = func(r *report.EpochReport, e *epochRun) error {
+		r.Policy, r.PredictedSeconds, r.BoundSeconds, r.Stage1 = cfg.Policy, predicted, bound, sum
+		return p.annotate(r, e, rec, ran, planRan)
+	}
+	return opts
+}
+
+// annotate completes a successful policy epoch's report and moves the
+// plan on: stage 2's records (rec) become the profile, a planned epoch
+// (ran with planRan) is checked for drift and against the guard, and a
+// No-Off epoch's time is kept for the guard.
+func (p *policyRun) annotate(r *report.EpochReport, e *epochRun, rec *profiler.Recorder, ran bool, planRan policy.Plan) error {
+	pl := p.pl
+	switch {
+	case rec != nil:
+		r.Profiled = true
+		pl.res.StorageNSPerByte = r.StorageNSPerByte // the No-Off epoch sent every byte raw
+		if err := pl.adopt(rec, p.shard, r); err != nil {
+			return err
+		}
+		if pl.prof != nil {
+			r.BoundSeconds = pl.bound
+		}
+	case ran:
+		why, drifted := pl.drift(r, e, planRan)
+		pl.save()
+		if g := pl.guard(r, p.noOff); g != "" {
+			why = strings.TrimPrefix(why+"; "+g, "; ")
+		}
+		if why != "" || drifted {
+			r.Replanned, r.ReplanReason = true, why
+			return pl.replan()
+		}
+	}
+	if !ran || pl.name == policy.NameNoOff {
+		p.noOff = r.Seconds
+		pl.observe(profiler.MeasuredResources{NoOffSeconds: p.noOff})
+		pl.save()
+	}
+	return nil
 }
 
 // runPlan is a plan (a *policy.Plan) indexed for running: by sample id,
