@@ -308,47 +308,7 @@ func (e *epochRun) check(data []byte, lim ops.WireLimits, it *item) *report.Samp
 // order through a reorder buffer that the schedule's gate bounds.
 func (e *epochRun) batcher(ctx context.Context) error {
 	defer close(e.batches)
-	bs := e.cfg.Batch
-	var cur *Batch
-	formed := 0
-	emit := func() error {
-		b := cur
-		cur = nil
-		n := b.Len()
-		b.Shape[0] = n
-		b.Data = b.Data[:n*b.Shape[1]*b.Shape[2]*b.Shape[3]]
-		select {
-		case e.batches <- b:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	add := func(it item) error {
-		t := it.tensor
-		if t == nil { // FetchOnly: rows without data
-			t = &ops.Tensor{}
-		}
-		if cur == nil {
-			cur = &Batch{Epoch: e.num, Index: formed, Shape: [4]int{0, t.C, t.H, t.W},
-				Data: make([]float32, 0, bs*len(t.Data))}
-			formed++
-		}
-		if t.C != cur.Shape[1] || t.H != cur.Shape[2] || t.W != cur.Shape[3] {
-			return fmt.Errorf("computeagent: epoch %d: sample %d has shape [%d %d %d], its batch [%d %d %d]",
-				e.num, it.sample, t.C, t.H, t.W, cur.Shape[1], cur.Shape[2], cur.Shape[3])
-		}
-		cur.Samples = append(cur.Samples, it.sample)
-		cur.Labels = append(cur.Labels, it.label)
-		cur.Data = append(cur.Data, t.Data...)
-		cur.shas = append(cur.shas, it.sha)
-		cur.splits = append(cur.splits, it.split)
-		cur.wire = append(cur.wire, it.wire)
-		if cur.Len() == bs {
-			return emit()
-		}
-		return nil
-	}
+	s := &stacker{e: e}
 	buf := map[int]item{}
 	next := 0
 	for {
@@ -361,8 +321,8 @@ func (e *epochRun) batcher(ctx context.Context) error {
 				if len(buf) > 0 {
 					return fmt.Errorf("computeagent: epoch %d: %d samples stuck behind position %d", e.num, len(buf), next)
 				}
-				if cur != nil {
-					return emit()
+				if s.cur != nil {
+					return s.emit(ctx)
 				}
 				return nil
 			}
@@ -370,32 +330,94 @@ func (e *epochRun) batcher(ctx context.Context) error {
 		}
 		if !e.cfg.StrictOrder {
 			if !it.failed {
-				if err := add(it); err != nil {
+				if err := s.add(ctx, it); err != nil {
 					return err
 				}
 			}
 			continue
 		}
 		buf[it.pos] = it
-		moved := false
-		for {
-			it, ok := buf[next]
-			if !ok {
-				break
-			}
-			delete(buf, next)
-			next++
-			moved = true
-			if !it.failed {
-				if err := add(it); err != nil {
-					return err
-				}
-			}
-		}
-		if moved {
-			e.sched.delivered(next)
+		var err error
+		if next, err = s.drain(ctx, buf, next); err != nil {
+			return err
 		}
 	}
+}
+
+// stacker forms an epoch's batches for batcher.
+type stacker struct {
+	e      *epochRun
+	cur    *Batch // the batch being formed; nil between batches
+	formed int    // batches begun
+}
+
+// emit hands the current batch on.
+func (s *stacker) emit(ctx context.Context) error {
+	b := s.cur
+	s.cur = nil
+	n := b.Len()
+	b.Shape[0] = n
+	b.Data = b.Data[:n*b.Shape[1]*b.Shape[2]*b.Shape[3]]
+	select {
+	case s.e.batches <- b:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// add stacks it onto the current batch, emitting the batch once full.
+func (s *stacker) add(ctx context.Context, it item) error {
+	e, bs := s.e, s.e.cfg.Batch
+	t := it.tensor
+	if t == nil { // FetchOnly: rows without data
+		t = &ops.Tensor{}
+	}
+	if s.cur == nil {
+		s.cur = &Batch{Epoch: e.num, Index: s.formed, Shape: [4]int{0, t.C, t.H, t.W},
+			Data: make([]float32, 0, bs*len(t.Data))}
+		s.formed++
+	}
+	cur := s.cur
+	if t.C != cur.Shape[1] || t.H != cur.Shape[2] || t.W != cur.Shape[3] {
+		return fmt.Errorf("computeagent: epoch %d: sample %d has shape [%d %d %d], its batch [%d %d %d]",
+			e.num, it.sample, t.C, t.H, t.W, cur.Shape[1], cur.Shape[2], cur.Shape[3])
+	}
+	cur.Samples = append(cur.Samples, it.sample)
+	cur.Labels = append(cur.Labels, it.label)
+	cur.Data = append(cur.Data, t.Data...)
+	cur.shas = append(cur.shas, it.sha)
+	cur.splits = append(cur.splits, it.split)
+	cur.wire = append(cur.wire, it.wire)
+	if cur.Len() == bs {
+		return s.emit(ctx)
+	}
+	return nil
+}
+
+// drain stacks the items of the reorder buffer buf from position next on,
+// in order, up to the first missing one, which it returns; the schedule
+// learns how far the epoch got.
+func (s *stacker) drain(ctx context.Context, buf map[int]item, next int) (int, error) {
+	moved := false
+	for {
+		it, ok := buf[next]
+		if !ok {
+			break
+		}
+		delete(buf, next)
+		next++
+		moved = true
+		if !it.failed {
+			if err := s.add(ctx, it); err != nil {
+				return next, err
+			}
+		}
+	}
+	if moved {
+		s.e.sched.delivered(next)
+	}
+	return next, nil
 }
 
 // feeder hands batches to the consumer, timing how long it waits for

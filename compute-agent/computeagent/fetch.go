@@ -362,32 +362,7 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 				Message: fmt.Sprintf("response names sample %d", resp.GetSample()),
 			}}
 		}
-		e.bytesReceived.Add(int64(len(resp.GetData())))
-		f.served.Add(1)
-		f.servedBytes.Add(int64(len(resp.GetData())))
-		f.pace(now)
-		if m := e.a.metrics(); m != nil {
-			m.received(r.split, len(resp.GetData()))
-		}
-		e.storageNS.Add(int64(resp.GetStorageCpuNs()))
-		f.opsNS.Add(int64(resp.GetStorageCpuNs()))
-		switch resp.GetServed() {
-		case dataplanepb.Served_SERVED_RAW_CONTENDED:
-			e.servedRawContended.Add(1)
-		case dataplanepb.Served_SERVED_RAW_UNCUTTABLE:
-			e.servedRawUncuttable.Add(1)
-		}
-		asPlanned := r.split != 0 && resp.GetServed() == dataplanepb.Served_SERVED_AS_REQUESTED
-		held := float64(resp.GetStorageBudgetNs()) * f.share()
-		if asPlanned {
-			if e.plan.hinted() {
-				_, c := e.plan.hint(r.sample)
-				e.offPlannedNS.Add(int64(float64(c) / e.plan.speed))
-			}
-			e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
-			e.storageOffEffNS.Add(int64(held))
-		}
-		e.shed.received(r.pos, asPlanned, held)
+		f.account(r, resp, now)
 		f.handing.Store(true)
 		select {
 		case e.work <- work{f: f, r: r, resp: resp}:
@@ -398,6 +373,39 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 		f.lastRecv.Store(e.cfg.Clock.Now().UnixNano())
 		f.handing.Store(false)
 	}
+}
+
+// account counts an accepted response to r, received at now: bytes, the
+// storage CPU (the offloads' apart) and how it was served, for the report,
+// the metrics, pacing and shedding.
+func (f *fetcher) account(r *request, resp *dataplanepb.FetchResponse, now time.Time) {
+	e := f.e
+	e.bytesReceived.Add(int64(len(resp.GetData())))
+	f.served.Add(1)
+	f.servedBytes.Add(int64(len(resp.GetData())))
+	f.pace(now)
+	if m := e.a.metrics(); m != nil {
+		m.received(r.split, len(resp.GetData()))
+	}
+	e.storageNS.Add(int64(resp.GetStorageCpuNs()))
+	f.opsNS.Add(int64(resp.GetStorageCpuNs()))
+	switch resp.GetServed() {
+	case dataplanepb.Served_SERVED_RAW_CONTENDED:
+		e.servedRawContended.Add(1)
+	case dataplanepb.Served_SERVED_RAW_UNCUTTABLE:
+		e.servedRawUncuttable.Add(1)
+	}
+	asPlanned := r.split != 0 && resp.GetServed() == dataplanepb.Served_SERVED_AS_REQUESTED
+	held := float64(resp.GetStorageBudgetNs()) * f.share()
+	if asPlanned {
+		if e.plan.hinted() {
+			_, c := e.plan.hint(r.sample)
+			e.offPlannedNS.Add(int64(float64(c) / e.plan.speed))
+		}
+		e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
+		e.storageOffEffNS.Add(int64(held))
+	}
+	e.shed.received(r.pos, asPlanned, held)
 }
 
 // share is each of the storage agent's workers' share of a core: cpus over

@@ -188,10 +188,9 @@ func replace(fs []*fetcher) int {
 
 // paceTime is how much of its storage agent's measured delivery a
 // fetcher's window holds when an epoch has several agents. The last
-// window of an epoch can leave the other agents idle for about this long:
-// with 200 ms, two agents' 0.9 s epochs (imagenet-like, 100 Mbit/s links)
-// took 0.91 s where the plan said 0.83 s; with 100 ms, 0.85-0.89 s; with
-// 50 ms no better (0.88-0.92 s), the windows then too short to keep a
+// window of an epoch can leave the other agents idle for about this long,
+// so a longer time puts the end of every epoch past the plan's prediction;
+// a much shorter one gains nothing, the windows then too short to keep a
 // link busy through a slow response.
 const paceTime = 100 * time.Millisecond
 
@@ -203,10 +202,10 @@ const paceTime = 100 * time.Millisecond
 // at least 4 average responses and at most Config.WindowBytes. Pulling
 // then gives each agent a share of the epoch in proportion to its rate
 // and never leaves a slow agent (a slower link, a busier CPU) holding the
-// last positions for longer than about paceTime: with a window of 64
-// requests fixed, an agent on a link 4x slower than its peer's held a
-// fifth of a 300-sample epoch at its end (measured: pull only 1.26x
-// faster than round-robin instead of about 2.5x).
+// last positions for longer than about paceTime: with a window of a fixed
+// count of requests, an agent on a much slower link than its peer's holds
+// a large share of the epoch's positions at its end, and pulling loses
+// most of its advantage over round-robin.
 func (f *fetcher) pace(now time.Time) {
 	e := f.e
 	if !e.paced {

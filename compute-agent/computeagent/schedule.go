@@ -26,8 +26,8 @@ import (
 // CPU: a window fills with offloaded requests queued at the storage agent,
 // and the raw ones behind them go out only as those complete, so when the
 // two resources are balanced the link idles in the gaps and the epoch
-// runs 10-15% over max(link, storage) (measured at a quarter of a storage
-// core). With lanes each resource always has work queued. Batches are in
+// runs measurably over max(link, storage). With lanes each resource always
+// has work queued. Batches are in
 // completion order anyway; strict order (the gate) still bounds both
 // lanes.
 type schedule struct {
