@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	agentepoch "github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/placement"
 )
@@ -179,7 +179,7 @@ func checkShards(t *testing.T, run shardRun, name string, total uint64, hashes m
 				got[f.Sample]++
 				perEpoch[e]++
 			}
-			ids := computeagent.RankOrder(shardSeed, e, r, 2, total, shardBatch, true)
+			ids := agentepoch.RankOrder(shardSeed, e, r, 2, total, shardBatch, true)
 			for _, s := range ids {
 				if got[s] != 1 {
 					t.Errorf("%s rank %d epoch %d: sample %d delivered or reported %d times, want once", name, r, e, s, got[s])
@@ -262,7 +262,7 @@ func TestShardsPartialData(t *testing.T) {
 		}
 		for r := range 2 {
 			want := 0
-			for _, id := range computeagent.RankOrder(shardSeed, 2, r, 2, total, shardBatch, true) {
+			for _, id := range agentepoch.RankOrder(shardSeed, 2, r, 2, total, shardBatch, true) {
 				if lost[id] {
 					want++
 				}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"io"
@@ -591,9 +592,9 @@ func (a *Agent) shard(num uint64, cat *Catalog, jr *journal.Journal, opts epochO
 		// Every rank the same count (DDP hangs on uneven ones): padded by
 		// repeats of its own samples, or with --drop-last cut to full
 		// batches; with one rank, the whole catalog.
-		sh.order = RankOrder(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
+		sh.order = epoch.RankOrder(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
 	}
-	sh.padded = max(0, len(sh.order)-len(Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)))
+	sh.padded = max(0, len(sh.order)-len(epoch.Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)))
 	if done := jr.Delivered(num); len(done) > 0 {
 		// Resume: the samples journaled before the restart were delivered;
 		// the rest keep their order.
@@ -657,15 +658,15 @@ func (a *Agent) prepare(e *epochRun, fs []*fetcher, jr *journal.Journal, opts ep
 		return fmt.Errorf("%w: epoch %d not started: %d of the shard's %d samples (the first: %d) have no live storage agent holding them; --on-error skip reports them and runs the rest",
 			ErrUnavailable, num, len(unowned), len(order), order[unowned[0]])
 	}
-	e.sched = newPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
+	e.sched = epoch.NewPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
 	e.paced = len(fs) > 1
 	if plan.hinted() {
-		e.sched.cpuOf = func(pos, _ int) int64 {
+		e.sched.CPUOf = func(pos, _ int) int64 {
 			_, c := plan.hint(order[pos])
 			return int64(c)
 		}
 	}
-	e.sched.now = cfg.Clock.Now
+	e.sched.Now = cfg.Clock.Now
 	e.linkRate = opts.linkRate
 	if !cfg.StrictOffload {
 		e.shed = newShedder(e, opts.storageCores)
@@ -678,15 +679,15 @@ func (a *Agent) prepare(e *epochRun, fs []*fetcher, jr *journal.Journal, opts ep
 	a.log.Info().Uint64("epoch", num).Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.name()).Msg("epoch start")
 	for i, f := range fs {
 		f.e = e
-		f.w = window{idx: i, maxCount: cfg.Window, maxBytes: cfg.WindowBytes, outstanding: map[uint64]*request{}}
-		if e.sched.cpuOf != nil {
+		f.w = epoch.Window{Idx: i, MaxCount: cfg.Window, MaxBytes: cfg.WindowBytes, Outstanding: map[uint64]*epoch.Request{}}
+		if e.sched.CPUOf != nil {
 			// At most paceTime of the agent's cores queued, by the plan's
 			// estimates; past that the window takes raw positions. With
 			// one storage agent too: a window of offloads alone would
 			// commit seconds of a contended storage CPU ahead of the
 			// shedder while the link idles, which makes the epoch
 			// measurably slower than with the cap.
-			f.w.maxCPU = int64(max(f.cpus, 1) * float64(paceTime))
+			f.w.MaxCPU = int64(max(f.cpus, 1) * float64(paceTime))
 		}
 	}
 	return nil
@@ -856,9 +857,7 @@ func (e *epochRun) progress(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		e.sched.mu.Lock()
-		recv, n := e.sched.nRecv, e.sched.n
-		e.sched.mu.Unlock()
+		recv, n := e.sched.Progress()
 		el := time.Since(start).Seconds()
 		e.log.Info().Int("received", recv).Int("of", n).Float64("samples_per_sec", float64(recv)/el).
 			Float64("queue", e.a.m.queueDepth()).Int64("bytes", e.bytesReceived.Load()).Msg("progress")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"maps"
 	"os"
@@ -130,46 +131,6 @@ func TestExactlyOncePerEpoch(t *testing.T) {
 	}
 }
 
-func TestOrder(t *testing.T) {
-	a := Order(7, 0, 0, 1, 100)
-	b := Order(7, 0, 0, 1, 100)
-	c := Order(7, 1, 0, 1, 100)
-	if !slices.Equal(a, b) {
-		t.Errorf("order is not reproducible")
-	}
-	if slices.Equal(a, c) {
-		t.Errorf("epochs 0 and 1 have the same order")
-	}
-	if slices.Equal(a, Order(8, 0, 0, 1, 100)) {
-		t.Errorf("seeds 7 and 8 have the same order")
-	}
-	sorted := slices.Sorted(slices.Values(a))
-	for i, s := range sorted {
-		if s != uint64(i) {
-			t.Fatalf("order is not a permutation: %v", sorted)
-		}
-	}
-	for _, tc := range []struct{ world, total int }{{1, 0}, {3, 100}, {4, 3}, {7, 64}} {
-		seen := map[uint64]int{}
-		for r := range tc.world {
-			for _, s := range Order(1, 2, r, tc.world, uint64(tc.total)) {
-				if int(s%uint64(tc.world)) != r {
-					t.Errorf("world %d: rank %d got sample %d", tc.world, r, s)
-				}
-				seen[s]++
-			}
-		}
-		if len(seen) != tc.total {
-			t.Errorf("world %d total %d: ranks cover %d samples", tc.world, tc.total, len(seen))
-		}
-		for s, n := range seen {
-			if n != 1 {
-				t.Errorf("sample %d in %d shards", s, n)
-			}
-		}
-	}
-}
-
 func TestPlacementInvariance(t *testing.T) {
 	n := &memNet{}
 	n.serve(t, "s1:1", newFake(t, "s1"))
@@ -273,7 +234,7 @@ func TestBadSample(t *testing.T) {
 
 func TestSlowSampleHeadOfLine(t *testing.T) {
 	const delay = 400 * time.Millisecond
-	order := Order(7, 0, 0, 1, testSamples)
+	order := epoch.Order(7, 0, 0, 1, testSamples)
 	slow := order[1] // early in the permutation: strict order waits for it
 	for _, strict := range []bool{false, true} {
 		t.Run(map[bool]string{false: "completion", true: "strict"}[strict], func(t *testing.T) {
@@ -491,7 +452,7 @@ func TestShardingAcrossRanks(t *testing.T) {
 		if len(all)%world == 0 {
 			t.Fatalf("%d samples split evenly over %d ranks: the test needs a remainder", len(all), world)
 		}
-		want := RankSamples(world, uint64(len(all)), 8, dropLast) // testConfig's batch
+		want := epoch.RankSamples(world, uint64(len(all)), 8, dropLast) // testConfig's batch
 		extra := 0
 		for r := range world {
 			if counts[r] != want {

@@ -298,7 +298,7 @@ func (a *assembler) markPlacedLocked(pos int) {
 		moved = true
 	}
 	if moved {
-		a.e.sched.delivered(a.unplaced)
+		a.e.sched.Delivered(a.unplaced)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"math"
@@ -50,7 +51,7 @@ type epochRun struct {
 	asm     *assembler
 	plan    *runPlan
 	rec     *profiler.Recorder // stage 2; nil when not profiling
-	sched   *schedule
+	sched   *epoch.Schedule
 	// paced: several storage agents, whose windows pace (fetcher.pace).
 	paced bool
 	jr    *journal.Journal // nil without a sample log
@@ -132,7 +133,7 @@ func (e *epochRun) run(ctx context.Context, fetchers []*fetcher) error {
 	g.Go(func() error {
 		defer close(e.work)
 		fg, fctx := errgroup.WithContext(gctx)
-		if orphans := e.sched.unowned(&fetchers[0].w); len(orphans) > 0 {
+		if orphans := e.sched.Unowned(&fetchers[0].w); len(orphans) > 0 {
 			fg.Go(func() error {
 				return fetchers[0].unavailable(fctx, orphans, "no storage agent of this epoch holds its shard")
 			})
@@ -196,21 +197,21 @@ func (e *epochRun) worker(ctx context.Context) error {
 		// The split the sample arrived at: the planned one, or 0 when the
 		// storage agent answered raw instead (work-conserving offload, a
 		// file it cannot cut).
-		k := r.split
+		k := r.Split
 		if w.resp.GetServed() != dataplanepb.Served_SERVED_AS_REQUESTED {
 			k = 0
 		}
-		it := item{pos: r.pos, sample: r.sample, label: e.cat.Labels[r.sample], split: k, wire: int64(len(w.resp.GetData()))}
+		it := item{pos: r.Pos, sample: r.Sample, label: e.cat.Labels[r.Sample], split: k, wire: int64(len(w.resp.GetData()))}
 		if e.asm != nil {
-			it.rank, it.j, it.gpos = e.posRank[r.pos], e.posJ[r.pos], e.gpos[r.pos]
+			it.rank, it.j, it.gpos = e.posRank[r.Pos], e.posJ[r.Pos], e.gpos[r.Pos]
 		}
 		var bad *report.SampleFailure
 		if w.fail != nil {
 			bad = w.fail
 		} else if se := w.resp.GetError(); se != nil {
-			bad = &report.SampleFailure{Sample: r.sample, Split: r.split, Kind: errkind.Name(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
+			bad = &report.SampleFailure{Sample: r.Sample, Split: r.Split, Kind: errkind.Name(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
 		} else {
-			e.a.sizes.observe(k, e.cat.RawSizes[r.sample], len(w.resp.GetData()))
+			e.a.sizes.observe(k, e.cat.RawSizes[r.Sample], len(w.resp.GetData()))
 			if e.cfg.FetchOnly {
 				bad = e.check(w.resp.GetData(), lim, &it)
 			} else {
@@ -222,17 +223,17 @@ func (e *epochRun) worker(ctx context.Context) error {
 		}
 		if bad != nil {
 			if err := e.fail(*bad); err != nil {
-				e.sched.release(&w.f.w, r)
+				e.sched.Release(&w.f.w, r)
 				return err
 			}
 			it.failed, it.tensor, it.image = true, nil, nil
 		}
 		if e.asm != nil {
 			if err := e.asm.place(ctx, it, wake); err != nil {
-				e.sched.release(&w.f.w, r)
+				e.sched.Release(&w.f.w, r)
 				return err
 			}
-			e.sched.release(&w.f.w, r)
+			e.sched.Release(&w.f.w, r)
 			continue
 		}
 		select {
@@ -240,7 +241,7 @@ func (e *epochRun) worker(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		e.sched.release(&w.f.w, r)
+		e.sched.Release(&w.f.w, r)
 	}
 }
 
@@ -415,7 +416,7 @@ func (s *stacker) drain(ctx context.Context, buf map[int]item, next int) (int, e
 		}
 	}
 	if moved {
-		s.e.sched.delivered(next)
+		s.e.sched.Delivered(next)
 	}
 	return next, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"math/bits"
 	"time"
@@ -19,38 +20,38 @@ var ErrUnavailable = errors.New("computeagent: samples unavailable")
 // placement builds the epoch's placement over its fetchers: who holds each
 // position's sample (fetcher.holds), and with PlacementRoundRobin which of
 // them it is bound to. unowned lists the positions no fetcher holds.
-func (e *epochRun) placement(fs []*fetcher) (pl placement, unowned []int, err error) {
-	if len(fs) > maxFetchers {
-		return pl, nil, fmt.Errorf("%w: %d storage agents, at most %d per epoch", ErrNoStorage, len(fs), maxFetchers)
+func (e *epochRun) placement(fs []*fetcher) (pl epoch.Placement, unowned []int, err error) {
+	if len(fs) > epoch.MaxFetchers {
+		return pl, nil, fmt.Errorf("%w: %d storage agents, at most %d per epoch", ErrNoStorage, len(fs), epoch.MaxFetchers)
 	}
 	sharded := false
 	for _, f := range fs {
 		sharded = sharded || f.holds != nil
 	}
 	n := len(e.order)
-	all := allFetchers(len(fs))
+	all := epoch.AllFetchers(len(fs))
 	if sharded {
-		pl.owners = make([]uint64, n)
+		pl.Owners = make([]uint64, n)
 		for pos, s := range e.order {
 			for i, f := range fs {
 				if f.holds == nil || f.holds(s) {
-					pl.owners[pos] |= 1 << i
+					pl.Owners[pos] |= 1 << i
 				}
 			}
-			if pl.owners[pos] == 0 {
+			if pl.Owners[pos] == 0 {
 				unowned = append(unowned, pos)
 			}
 		}
 	}
 	if e.cfg.Placement == PlacementRoundRobin && len(fs) > 1 {
-		pl.bound = make([]uint64, n)
+		pl.Bound = make([]uint64, n)
 		for pos := range n {
 			o := all
-			if pl.owners != nil {
-				o = pl.owners[pos]
+			if pl.Owners != nil {
+				o = pl.Owners[pos]
 			}
 			if k := bits.OnesCount64(o); k > 0 {
-				pl.bound[pos] = nthBit(o, pos%k)
+				pl.Bound[pos] = nthBit(o, pos%k)
 			}
 		}
 	}
@@ -224,7 +225,7 @@ func (f *fetcher) pace(now time.Time) {
 	b := int64(rate * paceTime.Seconds())
 	b = max(b, 4*got/n)
 	b = min(b, e.cfg.WindowBytes)
-	e.sched.setMaxBytes(&f.w, b)
+	e.sched.SetMaxBytes(&f.w, b)
 }
 
 // transportMinBytes is the least an epoch must have received for its

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"io/fs"
 	"math"
@@ -303,7 +304,7 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	shard := Order(cfg.Seed, cfg.FirstEpoch, cfg.Rank, cfg.World, cat.Total)
+	shard := epoch.Order(cfg.Seed, cfg.FirstEpoch, cfg.Rank, cfg.World, cat.Total)
 	st, err := a.stage1(ctx, fs, cat, shard)
 	if err != nil {
 		return nil, err

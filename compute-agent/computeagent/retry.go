@@ -2,6 +2,7 @@ package computeagent
 
 import (
 	"context"
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -41,14 +42,14 @@ func retryDelay(attempt int) time.Duration {
 // pause waits d, or less when ctx ends (its error) or, with sched set,
 // when the epoch's samples are all received (nil): a fetcher backing off
 // does not hold the end of the epoch.
-func pause(ctx context.Context, d time.Duration, sched *schedule) error {
+func pause(ctx context.Context, d time.Duration, sched *epoch.Schedule) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
 		var sig <-chan struct{}
 		if sched != nil {
 			var done bool
-			if done, sig = sched.state(); done {
+			if done, sig = sched.State(); done {
 				return nil
 			}
 		}

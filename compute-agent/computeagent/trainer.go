@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"image"
 	"image/jpeg"
@@ -299,8 +300,8 @@ func (h *trainerHub) register(c *net.UnixConn, hello handoff.HelloMsg) (*trainer
 	w := *t
 	w.Rank, w.World, w.LocalRank, w.LocalWorld = hello.Rank, hello.World, hello.LocalRank, hello.LocalWorld
 	w.Slots = slots
-	w.RowsPerEpoch = RankSamples(hello.World, t.Samples, cfg.Batch, cfg.Trainer.DropLast)
-	w.BatchesPerEpoch = RankBatches(hello.World, t.Samples, cfg.Batch, cfg.Trainer.DropLast)
+	w.RowsPerEpoch = epoch.RankSamples(hello.World, t.Samples, cfg.Batch, cfg.Trainer.DropLast)
+	w.BatchesPerEpoch = epoch.RankBatches(hello.World, t.Samples, cfg.Batch, cfg.Trainer.DropLast)
 	w.PositionsPerEpoch = w.RowsPerEpoch * hello.World
 	if _, _, err := c.WriteMsgUnix(handoff.JSONFrame(handoff.FrameWelcome, w), unix.UnixRights(r.FD), nil); err != nil {
 		r.Close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 
 	"github.com/sophon-dl/sophon/ops"
@@ -123,8 +124,8 @@ type trainerEpoch struct {
 
 func (a *Agent) trainerOrder(req *epochReq, cat *Catalog) (*trainerEpoch, error) {
 	cfg := &a.cfg
-	m := RankSamples(req.world, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
-	nb := RankBatches(req.world, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
+	m := epoch.RankSamples(req.world, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
+	nb := epoch.RankBatches(req.world, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
 	first, consumed, err := checkResume(req, cfg.StrictOrder, m, nb, cfg.Batch)
 	if err != nil {
 		for _, c := range req.conns {
@@ -136,7 +137,7 @@ func (a *Agent) trainerOrder(req *epochReq, cat *Catalog) (*trainerEpoch, error)
 	te := &trainerEpoch{rows: m, batches: nb, first: first}
 	orders := make([][]uint64, len(req.conns))
 	for lr := range req.conns {
-		orders[lr] = RankOrder(cfg.Seed, req.epoch, req.base+lr, req.world, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
+		orders[lr] = epoch.RankOrder(cfg.Seed, req.epoch, req.base+lr, req.world, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
 	}
 	for j := range m {
 		for lr, o := range orders {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"math"
 	"net"
@@ -250,7 +251,7 @@ func TestTrainerEveryRankOnceEqualBatches(t *testing.T) {
 					got = append(got, r.sample)
 				}
 				if strict {
-					want := RankOrder(7, 2, lr, 3, testSamples, 5, false)
+					want := epoch.RankOrder(7, 2, lr, 3, testSamples, 5, false)
 					if !slices.Equal(got, want) {
 						t.Errorf("rank %d strict order: got %v, want %v", lr, got, want)
 					}
@@ -266,33 +267,6 @@ func TestTrainerEveryRankOnceEqualBatches(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestRankOrderEqualCounts(t *testing.T) {
-	for _, drop := range []bool{false, true} {
-		var counts []int
-		ids := map[uint64]int{}
-		for r := range 3 {
-			o := RankOrder(1, 0, r, 3, 1001, 32, drop)
-			counts = append(counts, (len(o)+31)/32)
-			for _, s := range o {
-				ids[s]++
-			}
-		}
-		if counts[0] != counts[1] || counts[1] != counts[2] {
-			t.Errorf("drop_last=%v: batches per rank %v", drop, counts)
-		}
-		want := 11
-		if drop {
-			want = 10
-		}
-		if counts[0] != want || RankBatches(3, 1001, 32, drop) != want {
-			t.Errorf("drop_last=%v: %d batches, want %d", drop, counts[0], want)
-		}
-		if !drop && len(ids) != 1001 {
-			t.Errorf("padded epoch covers %d samples, want all 1001", len(ids))
-		}
 	}
 }
 
