@@ -1,11 +1,12 @@
 package testbed
 
 import (
-	"github.com/sophon-dl/sophon/compute-agent/report"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/report"
 )
 
 func TestSeriesDuring(t *testing.T) {

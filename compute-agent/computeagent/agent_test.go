@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
-	"github.com/sophon-dl/sophon/compute-agent/report"
 	"maps"
 	"os"
 	"path/filepath"
@@ -17,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"

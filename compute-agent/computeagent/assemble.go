@@ -5,14 +5,15 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"github.com/sophon-dl/sophon/compute-agent/handoff"
-	"github.com/sophon-dl/sophon/compute-agent/report"
 	"slices"
 	"strconv"
 	"sync"
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sophon-dl/sophon/compute-agent/handoff"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 )
 
 // assembler fills the local ranks' slots for one epoch. Finishing workers

@@ -2,7 +2,6 @@ package computeagent
 
 import (
 	"encoding/binary"
-	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"io"
 	"net"
 	"os"
@@ -10,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/ops"
 )
 

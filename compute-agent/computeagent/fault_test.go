@@ -3,7 +3,6 @@ package computeagent
 import (
 	"context"
 	"errors"
-	"github.com/sophon-dl/sophon/compute-agent/report"
 	"maps"
 	"net"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
-	"github.com/sophon-dl/sophon/compute-agent/report"
 	"io"
 	"math"
 	"sync"
@@ -16,6 +14,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )

@@ -2,8 +2,9 @@ package computeagent
 
 import (
 	"context"
-	"github.com/sophon-dl/sophon/compute-agent/report"
 	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/report"
 )
 
 // GPUSampleInterval is how often a GPU monitor samples utilisation.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/testbed/testenv"
 )

@@ -5,11 +5,12 @@ package computeagent
 import (
 	"context"
 	"fmt"
-	"github.com/sophon-dl/sophon/compute-agent/report"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/compute-agent/report"
 )
 
 // NVML samples every device's utilisation through the NVIDIA driver. Where

@@ -3,12 +3,12 @@
 package computeagent
 
 import (
-	"github.com/sophon-dl/sophon/compute-agent/report"
-
 	"context"
 	"sync"
 
 	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/compute-agent/report"
 )
 
 // NVML stands in for the NVIDIA monitor in binaries built without cgo,

@@ -3,8 +3,6 @@ package computeagent
 import (
 	"context"
 	"errors"
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
-	"github.com/sophon-dl/sophon/compute-agent/report"
 	"maps"
 	"slices"
 	"strings"
@@ -13,6 +11,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	shards "github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"

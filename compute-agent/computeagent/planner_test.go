@@ -3,7 +3,6 @@ package computeagent
 import (
 	"bytes"
 	"errors"
-	"github.com/sophon-dl/sophon/compute-agent/report"
 	"maps"
 	"math"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/profiler"

@@ -2,11 +2,12 @@ package computeagent
 
 import (
 	"context"
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
 )
 
 // Retry timing. Every retry (a Fetch stream, Info, Catalog) waits an

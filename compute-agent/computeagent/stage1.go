@@ -3,7 +3,6 @@ package computeagent
 import (
 	"context"
 	"fmt"
-	"github.com/sophon-dl/sophon/compute-agent/report"
 	"maps"
 	"runtime"
 	"slices"
@@ -11,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"

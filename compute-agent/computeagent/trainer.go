@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
-	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"image"
 	"image/jpeg"
 	"math/bits"
@@ -18,6 +16,8 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/ops"
 )
 

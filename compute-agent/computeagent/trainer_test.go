@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
-	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"math"
 	"net"
 	"net/http/httptest"
@@ -22,6 +20,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/handoff"
 )
 
 // testTrainer is a trainer rank speaking docs/handoff.md, for tests.
