@@ -66,7 +66,7 @@ var ErrClosed = journal.ErrClosed
 type Agent struct {
 	cfg      Config
 	log      zerolog.Logger
-	sizes    *sizeModel
+	sizes    *epoch.SizeModel
 	pipeID   string
 	pipeSpec []byte   // sent on each stream's first request; nil for presets
 	plan     *runPlan // Config.Plan, indexed
@@ -100,7 +100,7 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{
 		cfg:    cfg,
 		log:    cfg.Logger, // the binary names the component (internal/cli.Logger)
-		sizes:  newSizeModel(cfg.Pipeline),
+		sizes:  epoch.NewSizeModel(cfg.Pipeline),
 		pipeID: cfg.Pipeline.ID(),
 		plan:   newRunPlan(cfg.Plan, nil, policy.Resources{}),
 		gpu:    cfg.GPU,
@@ -114,7 +114,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 		a.cfg.Pipeline, a.tail = p, tail
-		a.sizes, a.pipeID = newSizeModel(p), p.ID()
+		a.sizes, a.pipeID = epoch.NewSizeModel(p), p.ID()
 	}
 	if pre, err := ops.Preset(a.cfg.Pipeline.Name()); err != nil || pre.ID() != a.pipeID {
 		if a.pipeSpec, err = json.Marshal(a.cfg.Pipeline.Spec()); err != nil {
@@ -309,7 +309,7 @@ func (a *Agent) storage(ctx context.Context) ([]*fetcher, *Catalog, error) {
 			return nil, nil, err
 		}
 		a.log.Warn().Err(err).Int("attempt", attempt).Msg("no storage agent usable yet; retrying")
-		if err := pause(ctx, min(retryDelay(attempt), a.cfg.RetryBudget-idle), nil); err != nil {
+		if err := epoch.Pause(ctx, min(epoch.RetryDelay(attempt), a.cfg.RetryBudget-idle), nil); err != nil {
 			return nil, nil, err
 		}
 	}

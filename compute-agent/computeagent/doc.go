@@ -59,11 +59,12 @@
 // the sample. A DEADLINE error (the storage agent's queue was too long) is
 // retried up to Config.Retries times first.
 //
-// Faults cost time, not the run (fetch.go, retry.go): a failed stream,
-// Info or Catalog is retried with exponential back-off and jitter until its
-// storage agent made no progress for Config.RetryBudget; a stream silent
-// for the stall timeout with requests out is hedged (its positions go back
-// to the schedule while still outstanding; the first response wins, the
-// other is dropped as a duplicate) and cancelled. With Config.StateDir the
-// sample log is a journal a restarted agent resumes from (package journal).
+// Faults cost time, not the run (fetch.go, epoch.RetryDelay): a failed
+// stream, Info or Catalog is retried with exponential back-off and jitter
+// until its storage agent made no progress for Config.RetryBudget; a
+// stream silent for the stall timeout with requests out is hedged (its
+// positions go back to the schedule while still outstanding; the first
+// response wins, the other is dropped as a duplicate) and cancelled. With
+// Config.StateDir the sample log is a journal a restarted agent resumes
+// from (package journal).
 package computeagent

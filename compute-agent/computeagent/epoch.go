@@ -90,7 +90,7 @@ type epochRun struct {
 	// shed re-balances the rest of the epoch when the storage side falls
 	// behind the plan (nil: never).
 	shed *shedder
-	lat  latencies // response latencies, for the adaptive stall timeout
+	lat  epoch.Latencies // response latencies, for the adaptive stall timeout
 
 	mu     sync.Mutex
 	failed []report.SampleFailure
@@ -125,7 +125,7 @@ type item struct {
 // sample id and split.
 func (e *epochRun) estimate(pos int) (int64, uint64, int) {
 	s, k := e.order[pos], e.shed.split(pos, e.split[pos])
-	return e.a.sizes.estimate(k, e.cat.RawSizes[s]), s, k
+	return e.a.sizes.Estimate(k, e.cat.RawSizes[s]), s, k
 }
 
 func (e *epochRun) run(ctx context.Context, fetchers []*fetcher) error {
@@ -211,7 +211,7 @@ func (e *epochRun) worker(ctx context.Context) error {
 		} else if se := w.resp.GetError(); se != nil {
 			bad = &report.SampleFailure{Sample: r.Sample, Split: r.Split, Kind: errkind.Name(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
 		} else {
-			e.a.sizes.observe(k, e.cat.RawSizes[r.Sample], len(w.resp.GetData()))
+			e.a.sizes.Observe(k, e.cat.RawSizes[r.Sample], len(w.resp.GetData()))
 			if e.cfg.FetchOnly {
 				bad = e.check(w.resp.GetData(), lim, &it)
 			} else {

@@ -122,7 +122,7 @@ func (f *fetcher) run(ctx context.Context) error {
 			return f.giveUp(ctx, log, fmt.Errorf("no progress for %v (retry budget %v), last: %w", idle.Round(time.Millisecond), budget, err))
 		}
 		failures++
-		if err := pause(ctx, min(retryDelay(failures), budget-idle), e.sched); err != nil {
+		if err := epoch.Pause(ctx, min(epoch.RetryDelay(failures), budget-idle), e.sched); err != nil {
 			return err
 		}
 		if e.sched.Complete() {
@@ -270,7 +270,7 @@ func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 			// Shed: raw, whose bytes the epoch's estimate left did not
 			// count.
 			codec = ops.CodecNone
-			e.left.Add(r.Est - e.a.sizes.estimate(k, e.cat.RawSizes[r.Sample]))
+			e.left.Add(r.Est - e.a.sizes.Estimate(k, e.cat.RawSizes[r.Sample]))
 		}
 		req := &dataplanepb.FetchRequest{
 			Tag:        r.Tag,
@@ -355,7 +355,7 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			// or since the request when the stream had been idle. A
 			// request's own latency would count the storage agent's
 			// queue, which a healthy but busy replica keeps long.
-			e.lat.observe(min(now.Sub(prev), now.Sub(r.Sent)))
+			e.lat.Observe(min(now.Sub(prev), now.Sub(r.Sent)))
 		}
 		if resp.GetSample() != r.Sample && resp.GetError() == nil {
 			resp = &dataplanepb.FetchResponse{Tag: resp.GetTag(), Sample: r.Sample, Error: &dataplanepb.SampleError{

@@ -110,8 +110,8 @@ func newShedder(e *epochRun, cores float64) *shedder {
 	}
 	for pos, sample := range e.order {
 		k := e.split[pos]
-		s.raw[pos] = float64(e.a.sizes.estimate(0, e.cat.RawSizes[sample]))
-		s.wire[pos] = float64(e.a.sizes.estimate(k, e.cat.RawSizes[sample]))
+		s.raw[pos] = float64(e.a.sizes.Estimate(0, e.cat.RawSizes[sample]))
+		s.wire[pos] = float64(e.a.sizes.Estimate(k, e.cat.RawSizes[sample]))
 		if k == 0 {
 			continue
 		}
