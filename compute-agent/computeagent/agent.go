@@ -22,6 +22,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
@@ -68,8 +69,8 @@ type Agent struct {
 	log      zerolog.Logger
 	sizes    *epoch.SizeModel
 	pipeID   string
-	pipeSpec []byte   // sent on each stream's first request; nil for presets
-	plan     *runPlan // Config.Plan, indexed
+	pipeSpec []byte           // sent on each stream's first request; nil for presets
+	plan     *planner.RunPlan // Config.Plan, indexed
 	gpu      GPUMonitor
 	// tail is what the trainer client finishes on its device when slots
 	// hold uint8 (the pipeline's trailing to_tensor and normalize); nil
@@ -102,7 +103,7 @@ func New(cfg Config) (*Agent, error) {
 		log:    cfg.Logger, // the binary names the component (internal/cli.Logger)
 		sizes:  epoch.NewSizeModel(cfg.Pipeline),
 		pipeID: cfg.Pipeline.ID(),
-		plan:   newRunPlan(cfg.Plan, nil, policy.Resources{}),
+		plan:   planner.NewRunPlan(cfg.Plan, nil, policy.Resources{}),
 		gpu:    cfg.GPU,
 		conns:  map[string]*grpc.ClientConn{},
 		m:      newMetrics(),
@@ -458,7 +459,7 @@ func (a *Agent) RunEpoch(ctx context.Context, num uint64) (report.EpochReport, e
 
 // epochOpts are what a policy run changes about one epoch.
 type epochOpts struct {
-	plan *runPlan
+	plan *planner.RunPlan
 	// rec, when set, records stage 2's profile of every sample fetched
 	// raw.
 	rec *profiler.Recorder
@@ -492,7 +493,7 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (repor
 		r.Status = "interrupted"
 	}
 	if r.Pipeline == "" {
-		r.Pipeline, r.Plan = a.pipeID, opts.plan.name()
+		r.Pipeline, r.Plan = a.pipeID, opts.plan.Name()
 	}
 	if r.Failed == nil {
 		r.Failed = []report.SampleFailure{}
@@ -508,7 +509,7 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (repor
 
 // openJournal opens the sample log and resume state once the catalog is
 // known (its fingerprint is part of the run's identity).
-func (a *Agent) openJournal(cat *Catalog, plan *runPlan) (*journal.Journal, error) {
+func (a *Agent) openJournal(cat *Catalog, plan *planner.RunPlan) (*journal.Journal, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.jr != nil || a.jrErr != nil || (a.cfg.SamplesOut == "" && a.cfg.StateDir == "") {
@@ -518,7 +519,7 @@ func (a *Agent) openJournal(cat *Catalog, plan *runPlan) (*journal.Journal, erro
 		return nil, ErrClosed
 	}
 	a.jr, a.jrErr = journal.Open(a.cfg.SamplesOut, a.cfg.StateDir, journal.RunState{
-		Seed: a.cfg.Seed, Fingerprint: cat.Fingerprint, Pipeline: a.pipeID, Plan: plan.name(),
+		Seed: a.cfg.Seed, Fingerprint: cat.Fingerprint, Pipeline: a.pipeID, Plan: plan.Name(),
 		Rank: a.cfg.Rank, World: a.cfg.World, FirstEpoch: a.cfg.FirstEpoch, FetchOnly: a.cfg.FetchOnly,
 	})
 	if a.jrErr != nil {
@@ -613,9 +614,9 @@ func (a *Agent) shard(num uint64, cat *Catalog, jr *journal.Journal, opts epochO
 		}
 	}
 	for i, s := range sh.order {
-		k, err := opts.plan.split(s, cfg.Pipeline, n)
+		k, err := opts.plan.Split(s, cfg.Pipeline, n)
 		if err != nil {
-			return sh, err
+			return sh, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 		sh.split[i] = min(k, cfg.Pipeline.Len())
 	}
@@ -660,9 +661,9 @@ func (a *Agent) prepare(e *epochRun, fs []*fetcher, jr *journal.Journal, opts ep
 	}
 	e.sched = epoch.NewPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
 	e.paced = len(fs) > 1
-	if plan.hinted() {
+	if plan.Hinted() {
 		e.sched.CPUOf = func(pos, _ int) int64 {
-			_, c := plan.hint(order[pos])
+			_, c := plan.Hint(order[pos])
 			return int64(c)
 		}
 	}
@@ -676,7 +677,7 @@ func (a *Agent) prepare(e *epochRun, fs []*fetcher, jr *journal.Journal, opts ep
 		e.left.Add(b)
 	}
 	e.jr = jr
-	a.log.Info().Uint64("epoch", num).Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.name()).Msg("epoch start")
+	a.log.Info().Uint64("epoch", num).Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.Name()).Msg("epoch start")
 	for i, f := range fs {
 		f.e = e
 		f.w = epoch.Window{Idx: i, MaxCount: cfg.Window, MaxBytes: cfg.WindowBytes, Outstanding: map[uint64]*epoch.Request{}}
@@ -734,7 +735,7 @@ func (e *epochRun) report(start, end time.Time, fs []*fetcher, sh epochShard) re
 		StartUnixNS:              start.UnixNano(),
 		EndUnixNS:                end.UnixNano(),
 		Pipeline:                 e.a.pipeID,
-		Plan:                     e.plan.name(),
+		Plan:                     e.plan.Name(),
 		StrictOrder:              e.cfg.StrictOrder,
 		FetchOnly:                e.cfg.FetchOnly,
 		Storage:                  names,

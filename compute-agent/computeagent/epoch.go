@@ -18,6 +18,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/internal/errkind"
@@ -49,7 +50,7 @@ type epochRun struct {
 	posJ    []int32
 	gpos    []uint64
 	asm     *assembler
-	plan    *runPlan
+	plan    *planner.RunPlan
 	rec     *profiler.Recorder // stage 2; nil when not profiling
 	sched   *epoch.Schedule
 	// paced: several storage agents, whose windows pace (fetcher.pace).

@@ -289,8 +289,8 @@ func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 			// An offload: let the storage agent answer raw when its CPU
 			// cannot keep up, unless the operator wants strict plans.
 			req.Fallback = !e.cfg.StrictOffload
-			if e.plan.hinted() {
-				req.Priority, req.CostNs = e.plan.hint(r.Sample)
+			if e.plan.Hinted() {
+				req.Priority, req.CostNs = e.plan.Hint(r.Sample)
 			}
 			if req.Fallback {
 				req.HorizonNs = e.horizon()
@@ -399,9 +399,9 @@ func (f *fetcher) account(r *epoch.Request, resp *dataplanepb.FetchResponse, now
 	asPlanned := r.Split != 0 && resp.GetServed() == dataplanepb.Served_SERVED_AS_REQUESTED
 	held := float64(resp.GetStorageBudgetNs()) * f.share()
 	if asPlanned {
-		if e.plan.hinted() {
-			_, c := e.plan.hint(r.Sample)
-			e.offPlannedNS.Add(int64(float64(c) / e.plan.speed))
+		if e.plan.Hinted() {
+			_, c := e.plan.Hint(r.Sample)
+			e.offPlannedNS.Add(int64(float64(c) / e.plan.Speed))
 		}
 		e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
 		e.storageOffEffNS.Add(int64(held))

@@ -99,7 +99,7 @@ type shedder struct {
 // known link rate or storage cores.
 func newShedder(e *epochRun, cores float64) *shedder {
 	p := e.plan
-	if !p.hinted() || e.linkRate <= 0 || cores <= 0 {
+	if !p.Hinted() || e.linkRate <= 0 || cores <= 0 {
 		return nil
 	}
 	n := len(e.order)
@@ -115,11 +115,11 @@ func newShedder(e *epochRun, cores float64) *shedder {
 		if k == 0 {
 			continue
 		}
-		prio, ns := p.hint(sample)
+		prio, ns := p.Hint(sample)
 		if ns == 0 {
 			continue
 		}
-		s.prio[pos], s.cost[pos] = prio, float64(ns)/p.speed
+		s.prio[pos], s.cost[pos] = prio, float64(ns)/p.Speed
 		s.byPrio = append(s.byPrio, pos)
 	}
 	if len(s.byPrio) == 0 {
