@@ -630,7 +630,7 @@ func (a *Agent) newEpochRun(num uint64, cat *Catalog, sh epochShard, opts epochO
 		a: a, cfg: cfg, num: num, cat: cat, order: sh.order, split: sh.split, plan: opts.plan, rec: opts.rec,
 		log:     a.log.With().Uint64("epoch", num).Logger(),
 		work:    make(chan work),
-		queue:   make(chan item, cfg.Queue*cfg.Batch),
+		queue:   make(chan epoch.Item, cfg.Queue*cfg.Batch),
 		batches: make(chan *Batch),
 		bySplit: splitCounter{},
 	}

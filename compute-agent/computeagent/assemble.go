@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 )
@@ -42,12 +43,12 @@ type assembler struct {
 	sig      chan struct{}
 	err      error
 	errCode  string
-	fifo     []item // ring buffer of fifoCap
+	fifo     []epoch.Item // ring buffer of fifoCap
 	fifoHead int
 	fifoLen  int
-	parked   map[int]item // strict: by position
-	placed   []bool       // strict: position has its row
-	unplaced int          // strict: first position without a row
+	parked   map[int]epoch.Item // strict: by position
+	placed   []bool             // strict: position has its row
+	unplaced int                // strict: first position without a row
 	rr       int
 	pending  int      // batches not yet released, all ranks
 	waiters  []waiter // placers waiting for room in the queue
@@ -69,7 +70,7 @@ type rankFeed struct {
 	batches, samples int
 	waitNS           int64
 
-	todo []item // release's scratch
+	todo []epoch.Item // release's scratch
 	ts   []target
 
 	waitCounter, batchCounter prometheus.Counter // nil without metrics
@@ -102,10 +103,10 @@ func newAssembler(e *epochRun, conns []*trainerConn, strict bool, batch, rows, n
 		a.ranks = append(a.ranks, rf)
 	}
 	if strict {
-		a.parked = map[int]item{}
+		a.parked = map[int]epoch.Item{}
 		a.placed = make([]bool, positions)
 	} else {
-		a.fifo = make([]item, max(e.cfg.Queue*batch, 1))
+		a.fifo = make([]epoch.Item, max(e.cfg.Queue*batch, 1))
 	}
 	a.mu.Lock()
 	for _, rf := range a.ranks {
@@ -188,7 +189,7 @@ func (a *assembler) wakeLocked() {
 // place hands a finished (or failed) sample to a rank. It copies the
 // sample into its row outside the lock, then publishes what is complete.
 // When the shared queue is full it waits on w, the caller's own waiter.
-func (a *assembler) place(ctx context.Context, it item, w waiter) error {
+func (a *assembler) place(ctx context.Context, it epoch.Item, w waiter) error {
 	a.mu.Lock()
 	for {
 		if a.err != nil {
@@ -200,7 +201,7 @@ func (a *assembler) place(ctx context.Context, it item, w waiter) error {
 			return a.fill(t, it)
 		}
 		if a.strict {
-			a.parked[it.pos] = it
+			a.parked[it.Pos] = it
 			a.mu.Unlock()
 			return nil
 		}
@@ -228,15 +229,15 @@ func (a *assembler) place(ctx context.Context, it item, w waiter) error {
 }
 
 // targetLocked reserves it's row, if one is open for it.
-func (a *assembler) targetLocked(it item) (target, bool) {
+func (a *assembler) targetLocked(it epoch.Item) (target, bool) {
 	if a.strict {
-		rf := a.ranks[it.rank]
-		b := int(it.j) / a.batch
+		rf := a.ranks[it.Rank]
+		b := int(it.J) / a.batch
 		for _, ob := range rf.open {
 			if ob.index == b {
 				ob.reserved++
-				a.markPlacedLocked(it.pos)
-				return target{rf, ob, int(it.j) % a.batch}, true
+				a.markPlacedLocked(it.Pos)
+				return target{rf, ob, int(it.J) % a.batch}, true
 			}
 		}
 		return target{}, false
@@ -305,43 +306,43 @@ func (a *assembler) markPlacedLocked(pos int) {
 
 // fill copies it into its row (a failed sample leaves a hole) and
 // completes the row.
-func (a *assembler) fill(t target, it item) error {
+func (a *assembler) fill(t target, it epoch.Item) error {
 	r := t.rf.c.ring
-	if it.failed {
+	if it.Failed {
 		t.ob.holes[t.row] = true
 	} else {
 		src, err := rowBytes(it)
 		if err == nil && len(src) != r.Geometry.RowBytes {
 			err = fmt.Errorf("%w: epoch %d: sample %d gives a row of %d bytes, the ring's rows hold %d (every sample must have the shape %v)",
-				ErrTrainer, a.e.num, it.sample, len(src), r.Geometry.RowBytes, r.Geometry.Shape)
+				ErrTrainer, a.e.num, it.Sample, len(src), r.Geometry.RowBytes, r.Geometry.Shape)
 		}
 		if err != nil {
 			a.abort(err, handoff.CodeFailed)
 			return err
 		}
 		copy(r.Row(t.ob.slot, t.row), src)
-		r.SetMeta(t.ob.slot, t.row, int64(it.label), it.sample, it.gpos)
+		r.SetMeta(t.ob.slot, t.row, int64(it.Label), it.Sample, it.GPos)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	t.ob.complete++
-	if !it.failed {
-		a.e.bySplit.add(it.split, it.wire)
+	if !it.Failed {
+		a.e.bySplit.add(it.Split, it.Wire)
 	}
 	return a.publishLocked(t.rf)
 }
 
 // rowBytes is a finished sample's row: the uint8 image or the float32
 // tensor's bytes.
-func rowBytes(it item) ([]byte, error) {
+func rowBytes(it epoch.Item) ([]byte, error) {
 	switch {
-	case it.image != nil:
-		return it.image.Pix, nil
-	case it.tensor != nil:
-		d := it.tensor.Data
+	case it.Image != nil:
+		return it.Image.Pix, nil
+	case it.Tensor != nil:
+		d := it.Tensor.Data
 		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(d))), 4*len(d)), nil
 	}
-	return nil, fmt.Errorf("%w: sample %d has no output", ErrTrainer, it.sample)
+	return nil, fmt.Errorf("%w: sample %d has no output", ErrTrainer, it.Sample)
 }
 
 // publishLocked sends READY for rf's complete batches in index order, and
@@ -433,7 +434,7 @@ func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
 	if a.strict {
 		a.openLocked(rf)
 		for pos, it := range a.parked {
-			if it.rank != int32(rf.local) {
+			if it.Rank != int32(rf.local) {
 				continue
 			}
 			if t, ok := a.targetLocked(it); ok {
@@ -448,7 +449,7 @@ func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
 			if !ok {
 				break
 			}
-			a.fifo[a.fifoHead] = item{}
+			a.fifo[a.fifoHead] = epoch.Item{}
 			a.fifoHead = (a.fifoHead + 1) % len(a.fifo)
 			a.fifoLen--
 			todo, ts = append(todo, it), append(ts, t)

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/ops"
 )
@@ -58,7 +59,7 @@ func TestHandoffNoAllocsPerBatch(t *testing.T) {
 	wake := newWaiter()
 	cycle := func() {
 		for i := range batch {
-			if err := asm.place(t.Context(), item{sample: uint64(i), image: img}, wake); err != nil {
+			if err := asm.place(t.Context(), epoch.Item{Sample: uint64(i), Image: img}, wake); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -58,7 +58,7 @@ type epochRun struct {
 	jr    *journal.Journal // nil without a sample log
 
 	work    chan work
-	queue   chan item
+	queue   chan epoch.Item
 	batches chan *Batch
 
 	bytesReceived atomic.Int64
@@ -101,25 +101,6 @@ type epochRun struct {
 	nbatch  int
 	idle    time.Duration
 	bySplit splitCounter
-}
-
-// item is one finished sample (or, with failed set, the place of a bad
-// one, which strict order needs to move on).
-type item struct {
-	pos    int
-	sample uint64
-	label  uint32
-	split  int
-	wire   int64
-	tensor *ops.Tensor
-	image  *ops.Image // trainer mode with uint8 slots
-	sha    [32]byte
-	failed bool
-	// Trainer mode: the local rank and index whose order holds pos, and
-	// its global position.
-	rank int32
-	j    int32
-	gpos uint64
 }
 
 // estimate is the schedule's view of a position: its wire-size estimate,
@@ -202,9 +183,9 @@ func (e *epochRun) worker(ctx context.Context) error {
 		if w.resp.GetServed() != dataplanepb.Served_SERVED_AS_REQUESTED {
 			k = 0
 		}
-		it := item{pos: r.Pos, sample: r.Sample, label: e.cat.Labels[r.Sample], split: k, wire: int64(len(w.resp.GetData()))}
+		it := epoch.Item{Pos: r.Pos, Sample: r.Sample, Label: e.cat.Labels[r.Sample], Split: k, Wire: int64(len(w.resp.GetData()))}
 		if e.asm != nil {
-			it.rank, it.j, it.gpos = e.posRank[r.Pos], e.posJ[r.Pos], e.gpos[r.Pos]
+			it.Rank, it.J, it.GPos = e.posRank[r.Pos], e.posJ[r.Pos], e.gpos[r.Pos]
 		}
 		var bad *report.SampleFailure
 		if w.fail != nil {
@@ -217,7 +198,7 @@ func (e *epochRun) worker(ctx context.Context) error {
 				bad = e.check(w.resp.GetData(), lim, &it)
 			} else {
 				bad = e.finish(w.f, w.resp.GetData(), lim, &it)
-				if bad != nil && it.split == ops.SplitCut && bad.Where == "local" {
+				if bad != nil && it.Split == ops.SplitCut && bad.Where == "local" {
 					bad = e.refetchRaw(ctx, w.f, lim, &it, bad)
 				}
 			}
@@ -227,7 +208,7 @@ func (e *epochRun) worker(ctx context.Context) error {
 				e.sched.Release(&w.f.w, r)
 				return err
 			}
-			it.failed, it.tensor, it.image = true, nil, nil
+			it.Failed, it.Tensor, it.Image = true, nil, nil
 		}
 		if e.asm != nil {
 			if err := e.asm.place(ctx, it, wake); err != nil {
@@ -249,59 +230,59 @@ func (e *epochRun) worker(ctx context.Context) error {
 // finish decodes a response's wire form from f, checks raw bytes against
 // the catalog's content hash (see checkRaw) and runs ops[k:n] on it, timing
 // both on the thread's CPU clock, and fills it with the tensor.
-func (e *epochRun) finish(f *fetcher, data []byte, lim ops.WireLimits, it *item) *report.SampleFailure {
+func (e *epochRun) finish(f *fetcher, data []byte, lim ops.WireLimits, it *epoch.Item) *report.SampleFailure {
 	p := e.cfg.Pipeline
-	key := ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: it.sample}
+	key := ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: it.Sample}
 	t0 := cpuclock.Thread()
 	in, err := ops.DecodeWire(data, lim)
-	if raw, ok := in.(ops.Encoded); ok && err == nil && it.split == 0 {
-		err = f.checkRaw(it.sample, raw)
+	if raw, ok := in.(ops.Encoded); ok && err == nil && it.Split == 0 {
+		err = f.checkRaw(it.Sample, raw)
 	}
 	var v ops.Value
 	if err == nil {
-		v, err = p.Run(key, in, it.split, p.Len())
+		v, err = p.Run(key, in, it.Split, p.Len())
 	}
 	e.computeNS.Add(int64(cpuclock.Thread() - t0))
 	if raw, ok := in.(ops.Encoded); ok && err == nil && e.rec != nil {
 		// Stage 2 runs the pipeline again, op by op, on the raw bytes; the
 		// delivered tensor is still p.Run's, and the record's CPU time is
 		// not charged to the epoch's compute CPU.
-		if rerr := e.rec.Record(it.sample, raw, key); rerr != nil {
-			e.log.Debug().Err(rerr).Uint64("sample", it.sample).Msg("sample not profiled")
+		if rerr := e.rec.Record(it.Sample, raw, key); rerr != nil {
+			e.log.Debug().Err(rerr).Uint64("sample", it.Sample).Msg("sample not profiled")
 		}
 	}
 	if err == nil {
 		switch v := v.(type) {
 		case *ops.Tensor:
-			it.tensor = v
+			it.Tensor = v
 		case *ops.Image:
 			if e.asm == nil {
 				err = fmt.Errorf("%w: pipeline gave %s", ops.ErrKind, v.Kind())
 			}
-			it.image = v
+			it.Image = v
 		default:
 			err = fmt.Errorf("%w: pipeline gave %s", ops.ErrKind, v.Kind())
 		}
 	}
 	if err != nil {
-		return &report.SampleFailure{Sample: it.sample, Split: it.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
+		return &report.SampleFailure{Sample: it.Sample, Split: it.Split, Kind: localKind(err), Message: err.Error(), Where: "local"}
 	}
 	if (e.cfg.OnSample != nil || e.jr != nil) && e.asm == nil { // the assembler hashes the rows it publishes
-		it.sha = tensorSHA(it.tensor)
+		it.SHA = tensorSHA(it.Tensor)
 	}
 	return nil
 }
 
 // check validates a response's wire form without finishing it (FetchOnly).
-func (e *epochRun) check(data []byte, lim ops.WireLimits, it *item) *report.SampleFailure {
+func (e *epochRun) check(data []byte, lim ops.WireLimits, it *epoch.Item) *report.SampleFailure {
 	t0 := cpuclock.Thread()
 	_, err := ops.CheckWire(data, lim)
 	e.computeNS.Add(int64(cpuclock.Thread() - t0))
 	if err != nil {
-		return &report.SampleFailure{Sample: it.sample, Split: it.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
+		return &report.SampleFailure{Sample: it.Sample, Split: it.Split, Kind: localKind(err), Message: err.Error(), Where: "local"}
 	}
 	if e.cfg.OnSample != nil || e.jr != nil {
-		it.sha = sha256.Sum256(data)
+		it.SHA = sha256.Sum256(data)
 	}
 	return nil
 }
@@ -311,10 +292,10 @@ func (e *epochRun) check(data []byte, lim ops.WireLimits, it *item) *report.Samp
 func (e *epochRun) batcher(ctx context.Context) error {
 	defer close(e.batches)
 	s := &stacker{e: e}
-	buf := map[int]item{}
+	buf := map[int]epoch.Item{}
 	next := 0
 	for {
-		var it item
+		var it epoch.Item
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -331,14 +312,14 @@ func (e *epochRun) batcher(ctx context.Context) error {
 			it = got
 		}
 		if !e.cfg.StrictOrder {
-			if !it.failed {
+			if !it.Failed {
 				if err := s.add(ctx, it); err != nil {
 					return err
 				}
 			}
 			continue
 		}
-		buf[it.pos] = it
+		buf[it.Pos] = it
 		var err error
 		if next, err = s.drain(ctx, buf, next); err != nil {
 			return err
@@ -369,9 +350,9 @@ func (s *stacker) emit(ctx context.Context) error {
 }
 
 // add stacks it onto the current batch, emitting the batch once full.
-func (s *stacker) add(ctx context.Context, it item) error {
+func (s *stacker) add(ctx context.Context, it epoch.Item) error {
 	e, bs := s.e, s.e.cfg.Batch
-	t := it.tensor
+	t := it.Tensor
 	if t == nil { // FetchOnly: rows without data
 		t = &ops.Tensor{}
 	}
@@ -383,14 +364,14 @@ func (s *stacker) add(ctx context.Context, it item) error {
 	cur := s.cur
 	if t.C != cur.Shape[1] || t.H != cur.Shape[2] || t.W != cur.Shape[3] {
 		return fmt.Errorf("computeagent: epoch %d: sample %d has shape [%d %d %d], its batch [%d %d %d]",
-			e.num, it.sample, t.C, t.H, t.W, cur.Shape[1], cur.Shape[2], cur.Shape[3])
+			e.num, it.Sample, t.C, t.H, t.W, cur.Shape[1], cur.Shape[2], cur.Shape[3])
 	}
-	cur.Samples = append(cur.Samples, it.sample)
-	cur.Labels = append(cur.Labels, it.label)
+	cur.Samples = append(cur.Samples, it.Sample)
+	cur.Labels = append(cur.Labels, it.Label)
 	cur.Data = append(cur.Data, t.Data...)
-	cur.shas = append(cur.shas, it.sha)
-	cur.splits = append(cur.splits, it.split)
-	cur.wire = append(cur.wire, it.wire)
+	cur.shas = append(cur.shas, it.SHA)
+	cur.splits = append(cur.splits, it.Split)
+	cur.wire = append(cur.wire, it.Wire)
 	if cur.Len() == bs {
 		return s.emit(ctx)
 	}
@@ -400,7 +381,7 @@ func (s *stacker) add(ctx context.Context, it item) error {
 // drain stacks the items of the reorder buffer buf from position next on,
 // in order, up to the first missing one, which it returns; the schedule
 // learns how far the epoch got.
-func (s *stacker) drain(ctx context.Context, buf map[int]item, next int) (int, error) {
+func (s *stacker) drain(ctx context.Context, buf map[int]epoch.Item, next int) (int, error) {
 	moved := false
 	for {
 		it, ok := buf[next]
@@ -410,7 +391,7 @@ func (s *stacker) drain(ctx context.Context, buf map[int]item, next int) (int, e
 		delete(buf, next)
 		next++
 		moved = true
-		if !it.failed {
+		if !it.Failed {
 			if err := s.add(ctx, it); err != nil {
 				return next, err
 			}

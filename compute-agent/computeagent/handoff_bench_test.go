@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/testbed/testenv"
@@ -90,7 +91,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 			pg.Go(func() {
 				wake := newWaiter()
 				for i := w; i < batch*(batches+1); i += 2 {
-					if asm.place(ctx, item{sample: uint64(i), image: img}, wake) != nil {
+					if asm.place(ctx, epoch.Item{Sample: uint64(i), Image: img}, wake) != nil {
 						return // the consumer left
 					}
 				}

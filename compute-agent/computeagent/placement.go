@@ -268,26 +268,26 @@ func transport(ctx context.Context, fs []*fetcher) float64 {
 // a damaged file can decode whole and still give a cut that does not
 // (FuzzCut found such files): the sample is not lost for that. When the
 // raw fetch fails too, bad stands.
-func (e *epochRun) refetchRaw(ctx context.Context, f *fetcher, lim ops.WireLimits, it *item, bad *report.SampleFailure) *report.SampleFailure {
+func (e *epochRun) refetchRaw(ctx context.Context, f *fetcher, lim ops.WireLimits, it *epoch.Item, bad *report.SampleFailure) *report.SampleFailure {
 	rctx, cancel := context.WithTimeout(ctx, e.cfg.RetryBudget)
 	defer cancel()
 	stream, err := f.client.Fetch(rctx)
 	if err != nil {
 		return bad
 	}
-	req := &dataplanepb.FetchRequest{Tag: 1, Sample: it.sample, Epoch: e.num, Seed: e.cfg.Seed,
+	req := &dataplanepb.FetchRequest{Tag: 1, Sample: it.Sample, Epoch: e.num, Seed: e.cfg.Seed,
 		PipelineId: e.a.pipeID, PipelineSpec: e.a.pipeSpec}
 	if err := stream.Send(req); err != nil {
 		return bad
 	}
 	stream.CloseSend()
 	resp, err := stream.Recv()
-	if err != nil || resp.GetError() != nil || resp.GetSample() != it.sample {
+	if err != nil || resp.GetError() != nil || resp.GetSample() != it.Sample {
 		return bad
 	}
 	e.refetched.Add(1)
-	e.log.Warn().Uint64("sample", it.sample).Str("storage", f.ep.Name).Str("cut_error", bad.Message).Msg("a cut did not finish here: fetched again raw")
-	it.split, it.wire = 0, int64(len(resp.GetData()))
+	e.log.Warn().Uint64("sample", it.Sample).Str("storage", f.ep.Name).Str("cut_error", bad.Message).Msg("a cut did not finish here: fetched again raw")
+	it.Split, it.Wire = 0, int64(len(resp.GetData()))
 	e.bytesReceived.Add(int64(len(resp.GetData())))
 	return e.finish(f, resp.GetData(), lim, it)
 }
