@@ -75,8 +75,8 @@ type Agent struct {
 	// tail is what the trainer client finishes on its device when slots
 	// hold uint8 (the pipeline's trailing to_tensor and normalize); nil
 	// otherwise.
-	tail *pipelineTail
-	hub  *trainerHub // trainer mode, while Run serves
+	tail *Tail
+	hub  *Hub // trainer mode, while Run serves
 	m    *metrics
 
 	mu        sync.Mutex
@@ -110,7 +110,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.discovery = cfg.Discovery
 	if cfg.Trainer.Socket != "" && a.trainerDType() == "uint8" {
-		p, tail, err := cutTail(cfg.Pipeline)
+		p, tail, err := CutTail(cfg.Pipeline)
 		if err != nil {
 			return nil, err
 		}
@@ -135,6 +135,16 @@ func (a *Agent) metrics() *metrics {
 		return nil
 	}
 	return a.m
+}
+
+// assemblerMetrics are the trainers' assembler's series; nil outside an
+// agent (tests).
+func (a *Agent) assemblerMetrics() *Metrics {
+	m := a.metrics()
+	if m == nil {
+		return nil
+	}
+	return &Metrics{Wait: m.wait, Batches: m.batches, Samples: m.samples}
 }
 
 // MetricsHandler serves GET /metrics and GET /healthz.
@@ -468,7 +478,7 @@ type epochOpts struct {
 	annotate func(*report.EpochReport, *epochRun) error
 	// trainer, when set, is the epoch the local trainer ranks asked for:
 	// the epoch runs their orders and fills their slots.
-	trainer *epochReq
+	trainer *EpochReq
 	// linkRate is the planner's link rate (bytes/s; 0: unknown), for the
 	// offloads' horizon (see epochRun.horizon) and shedding (shedder).
 	linkRate float64
@@ -551,11 +561,11 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 	e := a.newEpochRun(num, cat, sh, opts)
 	if sh.tr != nil {
 		e.posRank, e.posJ, e.gpos = sh.tr.rank, sh.tr.j, sh.tr.gpos
-		e.asm = newAssembler(e, opts.trainer.conns, a.cfg.StrictOrder, a.cfg.Batch, sh.tr.rows, sh.tr.batches, sh.tr.first, len(sh.order))
-		if err := a.hub.start(e.asm); err != nil {
+		e.asm = NewAssembler(e, a.assemblerMetrics(), opts.trainer.Conns, a.cfg.StrictOrder, a.cfg.Batch, a.cfg.Queue, sh.tr.rows, sh.tr.batches, sh.tr.first, len(sh.order))
+		if err := a.hub.Start(e.asm); err != nil {
 			return report.EpochReport{}, err
 		}
-		defer a.hub.finish()
+		defer a.hub.Finish()
 	}
 	if err := a.prepare(e, fs, jr, opts); err != nil {
 		return report.EpochReport{}, err
@@ -609,7 +619,7 @@ func (a *Agent) shard(num uint64, cat *Catalog, jr *journal.Journal, opts epochO
 		// A plan names splits of the whole pipeline; with uint8 slots the
 		// trainer runs its tail, so a split past the agent's part is cut back.
 		n += 1
-		if a.tail.normalize != nil {
+		if a.tail.Normalize != nil {
 			n++
 		}
 	}
@@ -770,7 +780,7 @@ func (e *epochRun) report(start, end time.Time, fs []*fetcher, sh epochShard) re
 	slices.SortFunc(r.Failed, func(x, y report.SampleFailure) int { return cmp.Compare(x.Sample, y.Sample) })
 	if e.asm != nil {
 		r.Consumer = "trainer"
-		r.Trainers = e.asm.stats()
+		r.Trainers = e.asm.Stats()
 		for _, t := range r.Trainers {
 			r.Samples += t.Samples
 			r.Batches += t.Batches

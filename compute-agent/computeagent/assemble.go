@@ -17,7 +17,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/report"
 )
 
-// assembler fills the local ranks' slots for one epoch. Finishing workers
+// Assembler fills the local ranks' slots for one epoch. Finishing workers
 // hand it finished samples (place) and copy each straight into a row of a
 // leased slot; a slot whose rows are all in is published (READY), and the
 // trainer's RELEASE returns it.
@@ -33,8 +33,9 @@ import (
 // batch opens when the rank has a free slot and every earlier batch has
 // opened; samples of batches not open yet are parked, which the schedule's
 // gate bounds.
-type assembler struct {
-	e      *epochRun
+type Assembler struct {
+	e      Epoch
+	m      *Metrics // nil without metrics
 	strict bool
 	batch  int
 	ranks  []*rankFeed
@@ -51,13 +52,37 @@ type assembler struct {
 	unplaced int                // strict: first position without a row
 	rr       int
 	pending  int      // batches not yet released, all ranks
-	waiters  []waiter // placers waiting for room in the queue
+	waiters  []Waiter // placers waiting for room in the queue
 	done     chan struct{}
+}
+
+// Epoch is what an Assembler needs of the epoch whose samples it places.
+type Epoch interface {
+	// Num is the epoch's number.
+	Num() uint64
+	// Delivered moves the schedule's strict-order gate: every position
+	// below pos has its row.
+	Delivered(pos int)
+	// Placed counts a sample in its row, at split with wire bytes (the
+	// report's by_split).
+	Placed(split int, wire int64)
+	// Hashed reports whether the rows of published batches are hashed
+	// and handed to Consumed.
+	Hashed() bool
+	// Consumed journals a published batch's samples with their rows'
+	// hashes and reports them (Config.OnSample).
+	Consumed(ids []uint64, shas [][32]byte) error
+}
+
+// Metrics are the assembler's series.
+type Metrics struct {
+	Wait, Batches *prometheus.CounterVec // by rank
+	Samples       prometheus.Counter
 }
 
 // rankFeed is one rank's slots during the epoch.
 type rankFeed struct {
-	c     *trainerConn
+	c     *Conn
 	local int
 	rows  int // rows per epoch (RankSamples)
 	free  []int
@@ -83,10 +108,10 @@ type openBatch struct {
 	holes                      []bool
 }
 
-// newAssembler prepares the ranks' feeds; first[lr] is the batch each rank
+// NewAssembler prepares the ranks' feeds; first[lr] is the batch each rank
 // starts at.
-func newAssembler(e *epochRun, conns []*trainerConn, strict bool, batch, rows, nb int, first []int, positions int) *assembler {
-	a := &assembler{e: e, strict: strict, batch: batch, sig: make(chan struct{}), done: make(chan struct{})}
+func NewAssembler(e Epoch, m *Metrics, conns []*Conn, strict bool, batch, queue, rows, nb int, first []int, positions int) *Assembler {
+	a := &Assembler{e: e, m: m, strict: strict, batch: batch, sig: make(chan struct{}), done: make(chan struct{})}
 	for lr, c := range conns {
 		rf := &rankFeed{c: c, local: lr, rows: rows, next: first[lr], end: nb,
 			state: make([]openBatch, c.ring.Slots), held: make([]bool, c.ring.Slots),
@@ -96,9 +121,9 @@ func newAssembler(e *epochRun, conns []*trainerConn, strict bool, batch, rows, n
 			rf.state[s].holes = make([]bool, batch)
 		}
 		a.pending += nb - first[lr]
-		if m := e.a.metrics(); m != nil {
+		if m != nil {
 			rank := strconv.Itoa(c.hello.Rank)
-			rf.waitCounter, rf.batchCounter = m.wait.WithLabelValues(rank), m.batches.WithLabelValues(rank)
+			rf.waitCounter, rf.batchCounter = m.Wait.WithLabelValues(rank), m.Batches.WithLabelValues(rank)
 		}
 		a.ranks = append(a.ranks, rf)
 	}
@@ -106,7 +131,7 @@ func newAssembler(e *epochRun, conns []*trainerConn, strict bool, batch, rows, n
 		a.parked = map[int]epoch.Item{}
 		a.placed = make([]bool, positions)
 	} else {
-		a.fifo = make([]epoch.Item, max(e.cfg.Queue*batch, 1))
+		a.fifo = make([]epoch.Item, max(queue*batch, 1))
 	}
 	a.mu.Lock()
 	for _, rf := range a.ranks {
@@ -117,7 +142,7 @@ func newAssembler(e *epochRun, conns []*trainerConn, strict bool, batch, rows, n
 	return a
 }
 
-func (a *assembler) has(tc *trainerConn) bool {
+func (a *Assembler) has(tc *Conn) bool {
 	for _, rf := range a.ranks {
 		if rf.c == tc {
 			return true
@@ -126,14 +151,14 @@ func (a *assembler) has(tc *trainerConn) bool {
 	return false
 }
 
-func (a *assembler) broadcastLocked() {
+func (a *Assembler) broadcastLocked() {
 	close(a.sig)
 	a.sig = make(chan struct{})
 }
 
-// abort fails the epoch: place, release and wait return err, and the
+// Abort fails the epoch: place, release and wait return err, and the
 // ranks get an ERROR frame with code.
-func (a *assembler) abort(err error, code string) {
+func (a *Assembler) Abort(err error, code string) {
 	a.mu.Lock()
 	if a.err == nil {
 		a.err, a.errCode = err, code
@@ -143,8 +168,8 @@ func (a *assembler) abort(err error, code string) {
 	a.mu.Unlock()
 }
 
-// wait returns when every rank released its last batch of the epoch.
-func (a *assembler) wait(ctx context.Context) error {
+// Wait returns when every rank released its last batch of the epoch.
+func (a *Assembler) Wait(ctx context.Context) error {
 	for {
 		a.mu.Lock()
 		err, sig := a.err, a.sig
@@ -169,14 +194,14 @@ type target struct {
 	row int
 }
 
-// waiter is one placing goroutine's wake-up channel, reused so that
+// Waiter is one placing goroutine's wake-up channel, reused so that
 // waiting for room allocates nothing.
-type waiter chan struct{}
+type Waiter chan struct{}
 
-func newWaiter() waiter { return make(waiter, 1) }
+func NewWaiter() Waiter { return make(Waiter, 1) }
 
 // wakeLocked wakes every waiting placer (they re-check).
-func (a *assembler) wakeLocked() {
+func (a *Assembler) wakeLocked() {
 	for _, w := range a.waiters {
 		select {
 		case w <- struct{}{}:
@@ -186,10 +211,10 @@ func (a *assembler) wakeLocked() {
 	a.waiters = a.waiters[:0]
 }
 
-// place hands a finished (or failed) sample to a rank. It copies the
+// Place hands a finished (or failed) sample to a rank. It copies the
 // sample into its row outside the lock, then publishes what is complete.
 // When the shared queue is full it waits on w, the caller's own waiter.
-func (a *assembler) place(ctx context.Context, it epoch.Item, w waiter) error {
+func (a *Assembler) Place(ctx context.Context, it epoch.Item, w Waiter) error {
 	a.mu.Lock()
 	for {
 		if a.err != nil {
@@ -229,7 +254,7 @@ func (a *assembler) place(ctx context.Context, it epoch.Item, w waiter) error {
 }
 
 // targetLocked reserves it's row, if one is open for it.
-func (a *assembler) targetLocked(it epoch.Item) (target, bool) {
+func (a *Assembler) targetLocked(it epoch.Item) (target, bool) {
 	if a.strict {
 		rf := a.ranks[it.Rank]
 		b := int(it.J) / a.batch
@@ -267,7 +292,7 @@ func (a *assembler) targetLocked(it epoch.Item) (target, bool) {
 // openLocked opens rf's next batch in a free slot: in strict order every
 // batch it can, in completion order one when none is being filled. It
 // returns the batch opened last, or nil.
-func (a *assembler) openLocked(rf *rankFeed) *openBatch {
+func (a *Assembler) openLocked(rf *rankFeed) *openBatch {
 	var last *openBatch
 	for len(rf.free) > 0 && rf.next < rf.end {
 		if !a.strict {
@@ -292,7 +317,7 @@ func (a *assembler) openLocked(rf *rankFeed) *openBatch {
 }
 
 // markPlacedLocked moves the strict-order gate past placed positions.
-func (a *assembler) markPlacedLocked(pos int) {
+func (a *Assembler) markPlacedLocked(pos int) {
 	a.placed[pos] = true
 	moved := false
 	for a.unplaced < len(a.placed) && a.placed[a.unplaced] {
@@ -300,13 +325,13 @@ func (a *assembler) markPlacedLocked(pos int) {
 		moved = true
 	}
 	if moved {
-		a.e.sched.Delivered(a.unplaced)
+		a.e.Delivered(a.unplaced)
 	}
 }
 
 // fill copies it into its row (a failed sample leaves a hole) and
 // completes the row.
-func (a *assembler) fill(t target, it epoch.Item) error {
+func (a *Assembler) fill(t target, it epoch.Item) error {
 	r := t.rf.c.ring
 	if it.Failed {
 		t.ob.holes[t.row] = true
@@ -314,10 +339,10 @@ func (a *assembler) fill(t target, it epoch.Item) error {
 		src, err := rowBytes(it)
 		if err == nil && len(src) != r.Geometry.RowBytes {
 			err = fmt.Errorf("%w: epoch %d: sample %d gives a row of %d bytes, the ring's rows hold %d (every sample must have the shape %v)",
-				ErrTrainer, a.e.num, it.Sample, len(src), r.Geometry.RowBytes, r.Geometry.Shape)
+				ErrTrainer, a.e.Num(), it.Sample, len(src), r.Geometry.RowBytes, r.Geometry.Shape)
 		}
 		if err != nil {
-			a.abort(err, handoff.CodeFailed)
+			a.Abort(err, handoff.CodeFailed)
 			return err
 		}
 		copy(r.Row(t.ob.slot, t.row), src)
@@ -327,7 +352,7 @@ func (a *assembler) fill(t target, it epoch.Item) error {
 	defer a.mu.Unlock()
 	t.ob.complete++
 	if !it.Failed {
-		a.e.bySplit.add(it.Split, it.Wire)
+		a.e.Placed(it.Split, it.Wire)
 	}
 	return a.publishLocked(t.rf)
 }
@@ -347,15 +372,15 @@ func rowBytes(it epoch.Item) ([]byte, error) {
 
 // publishLocked sends READY for rf's complete batches in index order, and
 // END after its last.
-func (a *assembler) publishLocked(rf *rankFeed) error {
+func (a *Assembler) publishLocked(rf *rankFeed) error {
 	for len(rf.open) > 0 && rf.open[0].complete == rf.open[0].target {
 		ob := rf.open[0]
 		copy(rf.open, rf.open[1:])
 		rf.open = rf.open[:len(rf.open)-1]
 		r := rf.c.ring
 		rows := r.Compact(ob.slot, ob.holes[:ob.target])
-		r.WriteHeader(ob.slot, rows, a.e.num, uint64(ob.index))
-		if a.e.cfg.OnSample != nil || a.e.jr != nil {
+		r.WriteHeader(ob.slot, rows, a.e.Num(), uint64(ob.index))
+		if a.e.Hashed() {
 			if err := a.report(r, ob.slot, rows); err != nil {
 				return a.failLocked(fmt.Errorf("computeagent: samples out: %w", err))
 			}
@@ -363,15 +388,15 @@ func (a *assembler) publishLocked(rf *rankFeed) error {
 		rf.held[ob.slot] = true
 		rf.batches++
 		rf.samples += rows
-		if m := a.e.a.metrics(); m != nil {
-			m.samples.Add(float64(rows))
+		if a.m != nil {
+			a.m.Samples.Add(float64(rows))
 			rf.batchCounter.Inc()
 		}
-		if err := rf.c.sendReady(ob.slot, rows, a.e.num, uint64(ob.index)); err != nil {
+		if err := rf.c.sendReady(ob.slot, rows, a.e.Num(), uint64(ob.index)); err != nil {
 			return a.failLocked(fmt.Errorf("%w: rank %d: sending READY: %v", ErrTrainer, rf.c.hello.Rank, err))
 		}
 		if ob.index == rf.end-1 {
-			if err := rf.c.send(handoff.JSONFrame(handoff.FrameEnd, handoff.EndMsg{Epoch: a.e.num, Batches: rf.end, Samples: rf.samples})); err != nil {
+			if err := rf.c.send(handoff.JSONFrame(handoff.FrameEnd, handoff.EndMsg{Epoch: a.e.Num(), Batches: rf.end, Samples: rf.samples})); err != nil {
 				return a.failLocked(fmt.Errorf("%w: rank %d: sending END: %v", ErrTrainer, rf.c.hello.Rank, err))
 			}
 		}
@@ -380,25 +405,17 @@ func (a *assembler) publishLocked(rf *rankFeed) error {
 }
 
 // report journals a published batch's rows and calls OnSample for them.
-func (a *assembler) report(r *handoff.Ring, slot, rows int) error {
+func (a *Assembler) report(r *handoff.Ring, slot, rows int) error {
 	ids, shas := make([]uint64, rows), make([][32]byte, rows)
 	for j := range rows {
 		s := r.Slot(slot)
 		ids[j] = binary.LittleEndian.Uint64(s[r.Geometry.IDsOff+8*j:])
 		shas[j] = sha256.Sum256(r.Row(slot, j))
 	}
-	if err := a.e.jr.Write(a.e.num, ids, shas); err != nil {
-		return err
-	}
-	if a.e.cfg.OnSample != nil {
-		for j := range rows {
-			a.e.cfg.OnSample(a.e.num, ids[j], shas[j])
-		}
-	}
-	return nil
+	return a.e.Consumed(ids, shas)
 }
 
-func (a *assembler) failLocked(err error) error {
+func (a *Assembler) failLocked(err error) error {
 	if a.err == nil {
 		a.err, a.errCode = err, handoff.CodeFailed
 	}
@@ -407,9 +424,9 @@ func (a *assembler) failLocked(err error) error {
 	return err
 }
 
-// release returns a published slot of tc's and fills it again from the
+// Release returns a published slot of tc's and fills it again from the
 // parked or queued samples.
-func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
+func (a *Assembler) Release(tc *Conn, slot int, waitNS int64) error {
 	a.mu.Lock()
 	var rf *rankFeed
 	for _, f := range a.ranks {
@@ -424,7 +441,7 @@ func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
 	rf.held[slot] = false
 	rf.free = append(rf.free, slot)
 	rf.waitNS += waitNS
-	if m := a.e.a.metrics(); m != nil {
+	if rf.waitCounter != nil {
 		rf.waitCounter.Add(float64(waitNS) / 1e9)
 	}
 	a.pending--
@@ -468,15 +485,15 @@ func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
 	return err
 }
 
-// queued is the number of finished samples waiting for a slot.
-func (a *assembler) queued() int {
+// Queued is the number of finished samples waiting for a slot.
+func (a *Assembler) Queued() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.fifoLen + len(a.parked)
 }
 
 // checkDoneLocked closes done once every batch was released.
-func (a *assembler) checkDoneLocked() {
+func (a *Assembler) checkDoneLocked() {
 	if a.pending == 0 {
 		select {
 		case <-a.done:
@@ -486,8 +503,8 @@ func (a *assembler) checkDoneLocked() {
 	}
 }
 
-// stats are the ranks' account for the report.
-func (a *assembler) stats() []report.TrainerStats {
+// Stats are the ranks' account for the report.
+func (a *Assembler) Stats() []report.TrainerStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := make([]report.TrainerStats, len(a.ranks))

@@ -46,20 +46,20 @@ func TestHandoffNoAllocsPerBatch(t *testing.T) {
 	}
 	defer r.Close()
 	agentSide, trainerSide := socketPair(t)
-	tc := &trainerConn{c: agentSide, ring: r, hello: handoff.HelloMsg{World: 1, LocalWorld: 1}}
+	tc := &Conn{c: agentSide, ring: r, hello: handoff.HelloMsg{World: 1, LocalWorld: 1}}
 	e := &epochRun{a: &Agent{m: newMetrics()}, cfg: &Config{Queue: 1}, bySplit: splitCounter{}}
 	const batches = 1 << 20
-	asm := newAssembler(e, []*trainerConn{tc}, false, batch, batch*batches, batches, []int{0}, 0)
+	asm := NewAssembler(e, e.a.assemblerMetrics(), []*Conn{tc}, false, batch, 1, batch*batches, batches, []int{0}, 0)
 	img := ops.NewImage(8, 8)
 	fr := handoff.NewFrameReader(agentSide)
 	var ready [5 + handoff.ReadyLen]byte
 	var rel [5 + handoff.ReleaseLen]byte
 	binary.LittleEndian.PutUint32(rel[:], 1+handoff.ReleaseLen)
 	rel[4] = handoff.FrameRelease
-	wake := newWaiter()
+	wake := NewWaiter()
 	cycle := func() {
 		for i := range batch {
-			if err := asm.place(t.Context(), epoch.Item{Sample: uint64(i), Image: img}, wake); err != nil {
+			if err := asm.Place(t.Context(), epoch.Item{Sample: uint64(i), Image: img}, wake); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -78,7 +78,7 @@ func TestHandoffNoAllocsPerBatch(t *testing.T) {
 		if err != nil || !m.Release.OK {
 			t.Fatalf("RELEASE: %v", err)
 		}
-		if err := asm.release(tc, m.Release.Slot, m.Release.WaitNS); err != nil {
+		if err := asm.Release(tc, m.Release.Slot, m.Release.WaitNS); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -49,7 +49,7 @@ type epochRun struct {
 	posRank []int32
 	posJ    []int32
 	gpos    []uint64
-	asm     *assembler
+	asm     *Assembler
 	plan    *planner.RunPlan
 	rec     *profiler.Recorder // stage 2; nil when not profiling
 	sched   *epoch.Schedule
@@ -134,7 +134,7 @@ func (e *epochRun) run(ctx context.Context, fetchers []*fetcher) error {
 		return wg.Wait()
 	})
 	if e.asm != nil {
-		g.Go(func() error { return e.asm.wait(gctx) })
+		g.Go(func() error { return e.asm.Wait(gctx) })
 	} else {
 		g.Go(func() error { return e.batcher(gctx) })
 		g.Go(func() error { return e.feeder(gctx) })
@@ -163,7 +163,7 @@ func (e *epochRun) worker(ctx context.Context) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	lim := ops.WireLimits{MaxPayload: e.cfg.MaxPayload}
-	wake := newWaiter()
+	wake := NewWaiter()
 	for {
 		var w work
 		select {
@@ -211,7 +211,7 @@ func (e *epochRun) worker(ctx context.Context) error {
 			it.Failed, it.Tensor, it.Image = true, nil, nil
 		}
 		if e.asm != nil {
-			if err := e.asm.place(ctx, it, wake); err != nil {
+			if err := e.asm.Place(ctx, it, wake); err != nil {
 				e.sched.Release(&w.f.w, r)
 				return err
 			}
@@ -485,4 +485,31 @@ func (e *epochRun) horizon() uint64 {
 		return 0
 	}
 	return uint64(float64(left) / rate * 1e9)
+}
+
+// Num is the epoch's number (trainer.Epoch).
+func (e *epochRun) Num() uint64 { return e.num }
+
+// Delivered moves the schedule's strict-order gate (trainer.Epoch).
+func (e *epochRun) Delivered(pos int) { e.sched.Delivered(pos) }
+
+// Placed counts a sample in a trainer's row (trainer.Epoch).
+func (e *epochRun) Placed(split int, wire int64) { e.bySplit.add(split, wire) }
+
+// Hashed reports whether published rows are journaled or reported
+// (trainer.Epoch).
+func (e *epochRun) Hashed() bool { return e.cfg.OnSample != nil || e.jr != nil }
+
+// Consumed journals a published batch's samples and calls Config.OnSample
+// for them (trainer.Epoch).
+func (e *epochRun) Consumed(ids []uint64, shas [][32]byte) error {
+	if err := e.jr.Write(e.num, ids, shas); err != nil {
+		return err
+	}
+	if e.cfg.OnSample != nil {
+		for j := range ids {
+			e.cfg.OnSample(e.num, ids[j], shas[j])
+		}
+	}
+	return nil
 }

@@ -50,7 +50,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer a.Close()
-	hub, err := newTrainerHub(a, &Catalog{Total: batch * batches, Fingerprint: "bench"})
+	hub, err := NewHub(a.hubConfig(&Catalog{Total: batch * batches, Fingerprint: "bench"}))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	wg.Go(func() { hub.serve(ctx) })
+	wg.Go(func() { hub.Serve(ctx) })
 	img := ops.NewImage(224, 224)
 	for i := range img.Pix {
 		img.Pix[i] = byte(i * 31)
@@ -77,21 +77,21 @@ func BenchmarkHandoffPython(b *testing.B) {
 			}
 			out <- o
 		}()
-		req, err := hub.next(ctx)
+		req, err := hub.Next(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
-		e := &epochRun{a: a, cfg: &a.cfg, num: req.epoch, bySplit: splitCounter{}}
-		asm := newAssembler(e, req.conns, false, batch, batch*(batches+1), batches+1, []int{0}, 0)
-		if err := hub.start(asm); err != nil {
+		e := &epochRun{a: a, cfg: &a.cfg, num: req.Epoch, bySplit: splitCounter{}}
+		asm := NewAssembler(e, a.assemblerMetrics(), req.Conns, false, batch, a.cfg.Queue, batch*(batches+1), batches+1, []int{0}, 0)
+		if err := hub.Start(asm); err != nil {
 			b.Fatal(err)
 		}
 		var pg sync.WaitGroup
 		for w := range 2 {
 			pg.Go(func() {
-				wake := newWaiter()
+				wake := NewWaiter()
 				for i := w; i < batch*(batches+1); i += 2 {
-					if asm.place(ctx, epoch.Item{Sample: uint64(i), Image: img}, wake) != nil {
+					if asm.Place(ctx, epoch.Item{Sample: uint64(i), Image: img}, wake) != nil {
 						return // the consumer left
 					}
 				}
@@ -116,9 +116,9 @@ func BenchmarkHandoffPython(b *testing.B) {
 		runtime.ReadMemStats(&ms1)
 		n1 := published()
 		o := <-out
-		asm.abort(errBenchDone, handoff.CodeFailed)
+		asm.Abort(errBenchDone, handoff.CodeFailed)
 		pg.Wait()
-		hub.finish()
+		hub.Finish()
 		var res struct {
 			GBPerS float64 `json:"gb_per_s"`
 		}

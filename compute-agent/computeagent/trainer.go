@@ -54,10 +54,10 @@ type TrainerConfig struct {
 // ErrTrainer marks a failure of the trainer hand-off.
 var ErrTrainer = errors.New("computeagent: trainer")
 
-// trainerHub accepts trainer connections and starts an epoch when every
+// Hub accepts trainer connections and starts an epoch when every
 // local rank asked for it.
-type trainerHub struct {
-	a      *Agent
+type Hub struct {
+	cfg    HubConfig
 	log    zerolog.Logger
 	lis    *net.UnixListener
 	tmpl   handoff.WelcomeMsg // the fields every rank shares
@@ -65,14 +65,14 @@ type trainerHub struct {
 
 	mu                      sync.Mutex
 	sig                     chan struct{}
-	conns                   map[int]*trainerConn // by local rank
+	conns                   map[int]*Conn // by local rank
 	world, localWorld, base int
-	asm                     *assembler // the running epoch's; nil between epochs
+	asm                     *Assembler // the running epoch's; nil between epochs
 }
 
-// trainerConn is one connected rank.
-type trainerConn struct {
-	h     *trainerHub
+// Conn is one connected rank.
+type Conn struct {
+	h     *Hub
 	c     *net.UnixConn
 	hello handoff.HelloMsg
 	ring  *handoff.Ring
@@ -84,13 +84,13 @@ type trainerConn struct {
 	closed bool
 }
 
-// epochReq is an epoch every local rank asked for.
-type epochReq struct {
-	epoch  uint64
-	world  int
-	base   int // global rank of local rank 0
-	conns  []*trainerConn
-	resume []*handoff.ResumeMsg
+// EpochReq is an epoch every local rank asked for.
+type EpochReq struct {
+	Epoch  uint64
+	World  int
+	Base   int // global rank of local rank 0
+	Conns  []*Conn
+	Resume []*handoff.ResumeMsg
 }
 
 // rowShape runs the pipeline on a small synthetic JPEG to learn the shape
@@ -117,19 +117,42 @@ func rowShape(p *ops.Pipeline) ([3]int, error) {
 	return [3]int{}, fmt.Errorf("%w: pipeline ends in %s", ErrTrainer, v.Kind())
 }
 
-// newTrainerHub listens on the socket, replacing a stale socket file (one
+// HubConfig is what a Hub serves: the agent's settings that the trainers
+// must agree with, and the dataset.
+type HubConfig struct {
+	Socket      string // the Unix socket's path (Config.Trainer.Socket)
+	Slots       int    // slots per rank (Config.Trainer.Slots)
+	RingBytes   int64  // all ranks' rings together at most (Config.Trainer.RingBytes)
+	DropLast    bool
+	DType       string // the slots' dtype: uint8 or float32
+	Batch       int
+	StrictOrder bool
+	Name        string // the agent's
+	Version     string
+	Seed        uint64
+	// Pipeline is what the agent runs (without Tail), PipelineID its ID.
+	Pipeline   *ops.Pipeline
+	PipelineID string
+	// Tail is what the trainers finish on their device (uint8 slots);
+	// nil otherwise.
+	Tail        *Tail
+	Fingerprint string // the dataset's
+	Samples     uint64 // in the catalog
+	Log         zerolog.Logger
+}
+
+// NewHub listens on the socket, replacing a stale socket file (one
 // nobody accepts on).
-func newTrainerHub(a *Agent, cat *Catalog) (*trainerHub, error) {
-	cfg := &a.cfg
+func NewHub(cfg HubConfig) (*Hub, error) {
 	shape, err := rowShape(cfg.Pipeline)
 	if err != nil {
 		return nil, err
 	}
 	dtype, layout := uint8(handoff.DTypeUint8), uint8(handoff.LayoutNHWC)
-	if a.trainerDType() == "float32" {
+	if cfg.DType == "float32" {
 		dtype, layout = handoff.DTypeFloat32, handoff.LayoutNCHW
 	}
-	path := cfg.Trainer.Socket
+	path := cfg.Socket
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		if c, err := net.Dial("unix", path); err == nil {
 			c.Close()
@@ -141,33 +164,33 @@ func newTrainerHub(a *Agent, cat *Catalog) (*trainerHub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: listen: %v", ErrTrainer, err)
 	}
-	h := &trainerHub{
-		a: a, log: a.log.With().Str("socket", path).Logger(), lis: lis,
+	h := &Hub{
+		cfg: cfg, log: cfg.Log.With().Str("socket", path).Logger(), lis: lis,
 		layout: handoff.NewSlotLayout(cfg.Batch, shape, dtype, layout),
-		sig:    make(chan struct{}), conns: map[int]*trainerConn{},
+		sig:    make(chan struct{}), conns: map[int]*Conn{},
 	}
 	h.tmpl = handoff.WelcomeMsg{
 		Protocol: handoff.Protocol, Agent: cfg.Name, Version: cfg.Version,
-		Fingerprint: cat.Fingerprint, Pipeline: a.pipeID, Samples: cat.Total, Seed: cfg.Seed,
-		BatchSize: cfg.Batch, DropLast: cfg.Trainer.DropLast, StrictOrder: cfg.StrictOrder,
-		DType: a.trainerDType(), Layout: "NHWC", RowShape: shape, HeaderBytes: handoff.SlotHeaderSize,
+		Fingerprint: cfg.Fingerprint, Pipeline: cfg.PipelineID, Samples: cfg.Samples, Seed: cfg.Seed,
+		BatchSize: cfg.Batch, DropLast: cfg.DropLast, StrictOrder: cfg.StrictOrder,
+		DType: cfg.DType, Layout: "NHWC", RowShape: shape, HeaderBytes: handoff.SlotHeaderSize,
 		SlotBytes: h.layout.SlotBytes,
 	}
 	if layout == handoff.LayoutNCHW {
 		h.tmpl.Layout = "NCHW"
 	}
-	if a.tail != nil {
+	if cfg.Tail != nil {
 		h.tmpl.ToTensor = true
-		if a.tail.normalize != nil {
-			h.tmpl.Normalize = &handoff.NormalizeMsg{Mean: a.tail.normalize.Mean, Std: a.tail.normalize.Std}
+		if cfg.Tail.Normalize != nil {
+			h.tmpl.Normalize = &handoff.NormalizeMsg{Mean: cfg.Tail.Normalize.Mean, Std: cfg.Tail.Normalize.Std}
 		}
 	}
 	return h, nil
 }
 
-// serve accepts trainers until ctx ends, then closes every connection and
+// Serve accepts trainers until ctx ends, then closes every connection and
 // the socket, and waits for its goroutines.
-func (h *trainerHub) serve(ctx context.Context) {
+func (h *Hub) Serve(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
@@ -193,7 +216,7 @@ func (h *trainerHub) serve(ctx context.Context) {
 }
 
 // handle runs one trainer connection.
-func (h *trainerHub) handle(ctx context.Context, c *net.UnixConn) {
+func (h *Hub) handle(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
 	fr := handoff.NewFrameReader(c)
 	c.SetReadDeadline(time.Now().Add(helloTimeout))
@@ -234,12 +257,12 @@ func (h *trainerHub) handle(ctx context.Context, c *net.UnixConn) {
 		}
 		if err != nil {
 			h.log.Warn().Err(err).Int("rank", tc.hello.Rank).Msg("bad frame from trainer")
-			tc.sendError(handoff.CodeBadFrame, err.Error())
+			tc.SendError(handoff.CodeBadFrame, err.Error())
 			return
 		}
 		if m.Release.OK {
 			if err := h.release(tc, m.Release.Slot, m.Release.WaitNS); err != nil {
-				tc.sendError(handoff.CodeBadFrame, err.Error())
+				tc.SendError(handoff.CodeBadFrame, err.Error())
 				return
 			}
 			continue
@@ -253,8 +276,8 @@ func (h *trainerHub) handle(ctx context.Context, c *net.UnixConn) {
 
 // register checks a HELLO against the agent and the other local ranks,
 // makes the rank's ring and sends WELCOME with its file descriptor.
-func (h *trainerHub) register(c *net.UnixConn, hello handoff.HelloMsg) (*trainerConn, string, error) {
-	cfg := &h.a.cfg
+func (h *Hub) register(c *net.UnixConn, hello handoff.HelloMsg) (*Conn, string, error) {
+	cfg := &h.cfg
 	t := &h.tmpl
 	if hello.Protocol != handoff.Protocol {
 		return nil, handoff.CodeVersion, fmt.Errorf("%w: client speaks protocol %d, this agent %d", ErrTrainer, hello.Protocol, handoff.Protocol)
@@ -265,8 +288,8 @@ func (h *trainerHub) register(c *net.UnixConn, hello handoff.HelloMsg) (*trainer
 	switch {
 	case hello.BatchSize != 0 && hello.BatchSize != cfg.Batch:
 		return nil, handoff.CodeMismatch, fmt.Errorf("%w: trainer asks batch size %d, the agent serves %d (--batch)", ErrTrainer, hello.BatchSize, cfg.Batch)
-	case hello.DropLast != nil && *hello.DropLast != cfg.Trainer.DropLast:
-		return nil, handoff.CodeMismatch, fmt.Errorf("%w: trainer asks drop_last=%v, the agent serves %v (--drop-last)", ErrTrainer, *hello.DropLast, cfg.Trainer.DropLast)
+	case hello.DropLast != nil && *hello.DropLast != cfg.DropLast:
+		return nil, handoff.CodeMismatch, fmt.Errorf("%w: trainer asks drop_last=%v, the agent serves %v (--drop-last)", ErrTrainer, *hello.DropLast, cfg.DropLast)
 	case hello.StrictOrder != nil && *hello.StrictOrder != cfg.StrictOrder:
 		return nil, handoff.CodeMismatch, fmt.Errorf("%w: trainer asks strict_order=%v, the agent serves %v (--strict-order)", ErrTrainer, *hello.StrictOrder, cfg.StrictOrder)
 	case hello.DType != "" && hello.DType != t.DType:
@@ -285,13 +308,13 @@ func (h *trainerHub) register(c *net.UnixConn, hello handoff.HelloMsg) (*trainer
 	if h.asm != nil {
 		return nil, handoff.CodeEpoch, fmt.Errorf("%w: an epoch is running for the other local ranks", ErrTrainer)
 	}
-	slots := cfg.Trainer.Slots
-	if fit := int(cfg.Trainer.RingBytes / int64(hello.LocalWorld*h.layout.SlotBytes)); fit < slots {
+	slots := cfg.Slots
+	if fit := int(cfg.RingBytes / int64(hello.LocalWorld*h.layout.SlotBytes)); fit < slots {
 		slots = fit
 	}
 	if slots < 1 {
 		return nil, handoff.CodeMismatch, fmt.Errorf("%w: one slot of %d bytes per rank for %d local ranks exceeds the ring budget of %d bytes (--ring-bytes)",
-			ErrTrainer, h.layout.SlotBytes, hello.LocalWorld, cfg.Trainer.RingBytes)
+			ErrTrainer, h.layout.SlotBytes, hello.LocalWorld, cfg.RingBytes)
 	}
 	r, err := handoff.NewRing(fmt.Sprintf("sophon-rank%d", hello.Rank), slots, h.layout)
 	if err != nil {
@@ -300,14 +323,14 @@ func (h *trainerHub) register(c *net.UnixConn, hello handoff.HelloMsg) (*trainer
 	w := *t
 	w.Rank, w.World, w.LocalRank, w.LocalWorld = hello.Rank, hello.World, hello.LocalRank, hello.LocalWorld
 	w.Slots = slots
-	w.RowsPerEpoch = epoch.RankSamples(hello.World, t.Samples, cfg.Batch, cfg.Trainer.DropLast)
-	w.BatchesPerEpoch = epoch.RankBatches(hello.World, t.Samples, cfg.Batch, cfg.Trainer.DropLast)
+	w.RowsPerEpoch = epoch.RankSamples(hello.World, t.Samples, cfg.Batch, cfg.DropLast)
+	w.BatchesPerEpoch = epoch.RankBatches(hello.World, t.Samples, cfg.Batch, cfg.DropLast)
 	w.PositionsPerEpoch = w.RowsPerEpoch * hello.World
 	if _, _, err := c.WriteMsgUnix(handoff.JSONFrame(handoff.FrameWelcome, w), unix.UnixRights(r.FD), nil); err != nil {
 		r.Close()
 		return nil, handoff.CodeFailed, fmt.Errorf("%w: sending WELCOME: %v", ErrTrainer, err)
 	}
-	tc := &trainerConn{h: h, c: c, hello: hello, ring: r}
+	tc := &Conn{h: h, c: c, hello: hello, ring: r}
 	h.conns[hello.LocalRank] = tc
 	h.world, h.localWorld, h.base = hello.World, hello.LocalWorld, base
 	h.broadcastLocked()
@@ -315,7 +338,7 @@ func (h *trainerHub) register(c *net.UnixConn, hello handoff.HelloMsg) (*trainer
 }
 
 // unregister drops a rank; a running epoch cannot go on without it.
-func (h *trainerHub) unregister(tc *trainerConn) {
+func (h *Hub) unregister(tc *Conn) {
 	h.mu.Lock()
 	tc.closed = true
 	delete(h.conns, tc.hello.LocalRank)
@@ -323,29 +346,29 @@ func (h *trainerHub) unregister(tc *trainerConn) {
 	h.broadcastLocked()
 	h.mu.Unlock()
 	if asm != nil && asm.has(tc) {
-		asm.abort(fmt.Errorf("%w: rank %d disconnected during the epoch", ErrTrainer, tc.hello.Rank), handoff.CodePeerLost)
+		asm.Abort(fmt.Errorf("%w: rank %d disconnected during the epoch", ErrTrainer, tc.hello.Rank), handoff.CodePeerLost)
 	}
 	tc.ring.Close()
 }
 
-func (h *trainerHub) release(tc *trainerConn, slot int, waitNS int64) error {
+func (h *Hub) release(tc *Conn, slot int, waitNS int64) error {
 	h.mu.Lock()
 	asm := h.asm
 	h.mu.Unlock()
 	if asm == nil || !asm.has(tc) {
 		return fmt.Errorf("%w: RELEASE of slot %d outside an epoch", handoff.ErrFrame, slot)
 	}
-	return asm.release(tc, slot, waitNS)
+	return asm.Release(tc, slot, waitNS)
 }
 
-func (h *trainerHub) broadcastLocked() {
+func (h *Hub) broadcastLocked() {
 	close(h.sig)
 	h.sig = make(chan struct{})
 }
 
-// next waits until every local rank asked for the same epoch and returns
+// Next waits until every local rank asked for the same epoch and returns
 // it. While it waits it tells the waiting ranks who they wait for.
-func (h *trainerHub) next(ctx context.Context) (*epochReq, error) {
+func (h *Hub) Next(ctx context.Context) (*EpochReq, error) {
 	tick := time.NewTicker(statusInterval)
 	defer tick.Stop()
 	for {
@@ -370,8 +393,8 @@ func (h *trainerHub) next(ctx context.Context) (*epochReq, error) {
 
 // readyLocked returns the epoch every local rank asked for, or the ranks
 // waiting and why.
-func (h *trainerHub) readyLocked() (*epochReq, []*trainerConn, string) {
-	var waiting []*trainerConn
+func (h *Hub) readyLocked() (*EpochReq, []*Conn, string) {
+	var waiting []*Conn
 	var missing []int
 	for lr := range max(h.localWorld, 1) {
 		c := h.conns[lr]
@@ -391,7 +414,7 @@ func (h *trainerHub) readyLocked() (*epochReq, []*trainerConn, string) {
 				waiting[0].hello.Rank, first, c.hello.Rank, e)
 			for _, w := range waiting {
 				w.want = nil
-				w.sendError(handoff.CodeEpoch, msg)
+				w.SendError(handoff.CodeEpoch, msg)
 				w.c.Close()
 			}
 			return nil, nil, ""
@@ -400,17 +423,17 @@ func (h *trainerHub) readyLocked() (*epochReq, []*trainerConn, string) {
 	if len(missing) > 0 {
 		return nil, waiting, fmt.Sprintf("epoch %d waits for ranks %v to connect and ask for it", first, missing)
 	}
-	req := &epochReq{epoch: first, world: h.world, base: h.base}
+	req := &EpochReq{Epoch: first, World: h.world, Base: h.base}
 	for _, c := range waiting {
-		req.conns = append(req.conns, c)
-		req.resume = append(req.resume, c.want.Resume)
+		req.Conns = append(req.Conns, c)
+		req.Resume = append(req.Resume, c.want.Resume)
 		c.want = nil
 	}
 	return req, nil, ""
 }
 
-// start marks asm as the running epoch's assembler; finish clears it.
-func (h *trainerHub) start(asm *assembler) error {
+// Start marks asm as the running epoch's assembler; finish clears it.
+func (h *Hub) Start(asm *Assembler) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, c := range asm.ranks {
@@ -422,15 +445,18 @@ func (h *trainerHub) start(asm *assembler) error {
 	return nil
 }
 
-func (h *trainerHub) finish() {
+func (h *Hub) Finish() {
 	h.mu.Lock()
 	h.asm = nil
 	h.broadcastLocked()
 	h.mu.Unlock()
 }
 
+// Close closes the connection; the rank then disconnects.
+func (tc *Conn) Close() error { return tc.c.Close() }
+
 // send writes one frame.
-func (tc *trainerConn) send(frame []byte) error {
+func (tc *Conn) send(frame []byte) error {
 	tc.wmu.Lock()
 	defer tc.wmu.Unlock()
 	_, err := tc.c.Write(frame)
@@ -438,7 +464,7 @@ func (tc *trainerConn) send(frame []byte) error {
 }
 
 // sendReady writes READY from the connection's own buffer (no allocation).
-func (tc *trainerConn) sendReady(slot, rows int, epoch, batch uint64) error {
+func (tc *Conn) sendReady(slot, rows int, epoch, batch uint64) error {
 	tc.wmu.Lock()
 	defer tc.wmu.Unlock()
 	handoff.PutReady(tc.ready[:], slot, rows, epoch, batch)
@@ -446,7 +472,7 @@ func (tc *trainerConn) sendReady(slot, rows int, epoch, batch uint64) error {
 	return err
 }
 
-func (tc *trainerConn) sendError(code, msg string) {
+func (tc *Conn) SendError(code, msg string) {
 	tc.send(handoff.JSONFrame(handoff.FrameError, handoff.ErrorMsg{Code: code, Message: msg}))
 }
 
@@ -454,18 +480,18 @@ func sendError(c net.Conn, code, msg string) {
 	c.Write(handoff.JSONFrame(handoff.FrameError, handoff.ErrorMsg{Code: code, Message: msg}))
 }
 
-// checkResume validates the ranks' resume states for an epoch of m rows
+// CheckResume validates the ranks' resume states for an epoch of m rows
 // per rank in nb batches, and returns per local rank the first batch and,
 // in completion order, the union of the consumed positions (nil when no
 // rank resumes).
-func checkResume(req *epochReq, strict bool, m, nb, batch int) (first []int, consumed []byte, err error) {
-	first = make([]int, len(req.conns))
-	bitmapLen := (m*req.world + 7) / 8
-	for lr, r := range req.resume {
+func CheckResume(req *EpochReq, strict bool, m, nb, batch int) (first []int, consumed []byte, err error) {
+	first = make([]int, len(req.Conns))
+	bitmapLen := (m*req.World + 7) / 8
+	for lr, r := range req.Resume {
 		if r == nil {
 			continue
 		}
-		rank := req.base + lr
+		rank := req.Base + lr
 		if r.Batches > nb {
 			return nil, nil, fmt.Errorf("rank %d resumes after batch %d of %d", rank, r.Batches, nb)
 		}

@@ -10,20 +10,20 @@ import (
 	"github.com/sophon-dl/sophon/ops"
 )
 
-// pipelineTail is the end of a pipeline that the trainer client runs on
+// Tail is the end of a pipeline that the trainer client runs on
 // its device: to_tensor, then normalize when present.
-type pipelineTail struct {
-	normalize *ops.Normalize
+type Tail struct {
+	Normalize *ops.Normalize
 }
 
-// cutTail splits a pipeline ending in to_tensor (and maybe normalize) into
+// CutTail splits a pipeline ending in to_tensor (and maybe normalize) into
 // the prefix the agent runs, which ends in a uint8 image, and that tail.
-func cutTail(p *ops.Pipeline) (*ops.Pipeline, *pipelineTail, error) {
+func CutTail(p *ops.Pipeline) (*ops.Pipeline, *Tail, error) {
 	n := p.Len()
-	tail := &pipelineTail{}
+	tail := &Tail{}
 	cut := n
 	if nz, ok := p.Op(n - 1).(ops.Normalize); ok && n >= 2 {
-		tail.normalize = &nz
+		tail.Normalize = &nz
 		cut--
 	}
 	if _, ok := p.Op(cut - 1).(ops.ToTensor); !ok {
@@ -48,9 +48,19 @@ func (a *Agent) trainerDType() string {
 	return a.cfg.Trainer.DType
 }
 
+// hubConfig is the trainer hub's configuration for catalog cat.
+func (a *Agent) hubConfig(cat *Catalog) HubConfig {
+	cfg := &a.cfg
+	return HubConfig{
+		Socket: cfg.Trainer.Socket, Slots: cfg.Trainer.Slots, RingBytes: cfg.Trainer.RingBytes, DropLast: cfg.Trainer.DropLast,
+		DType: a.trainerDType(), Batch: cfg.Batch, StrictOrder: cfg.StrictOrder, Name: cfg.Name, Version: cfg.Version, Seed: cfg.Seed,
+		Pipeline: cfg.Pipeline, PipelineID: a.pipeID, Tail: a.tail, Fingerprint: cat.Fingerprint, Samples: cat.Total, Log: a.log,
+	}
+}
+
 // epochSourceFunc yields the i-th epoch to run and, in trainer mode, the
 // ranks that asked for it; ok is false when there are no more.
-type epochSourceFunc func(ctx context.Context, i int) (num uint64, req *epochReq, ok bool)
+type epochSourceFunc func(ctx context.Context, i int) (num uint64, req *EpochReq, ok bool)
 
 // epochSource is Config.Epochs epochs from FirstEpoch, or in trainer mode
 // whatever the local ranks ask for until ctx ends: it then reads the
@@ -58,14 +68,14 @@ type epochSourceFunc func(ctx context.Context, i int) (num uint64, req *epochReq
 // stop is called.
 func (a *Agent) epochSource(ctx context.Context) (epochSourceFunc, func(), error) {
 	if a.cfg.Trainer.Socket == "" {
-		return func(_ context.Context, i int) (uint64, *epochReq, bool) {
+		return func(_ context.Context, i int) (uint64, *EpochReq, bool) {
 			return a.cfg.FirstEpoch + uint64(i), nil, i < a.cfg.Epochs
 		}, func() {}, nil
 	}
 	if _, _, err := a.storage(ctx); err != nil {
 		return nil, nil, err
 	}
-	hub, err := newTrainerHub(a, a.Catalog())
+	hub, err := NewHub(a.hubConfig(a.Catalog()))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -76,24 +86,24 @@ func (a *Agent) epochSource(ctx context.Context) (epochSourceFunc, func(), error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		hub.serve(hctx)
+		hub.Serve(hctx)
 	}()
 	stop := func() {
 		cancel()
 		<-done
 	}
-	return func(ctx context.Context, _ int) (uint64, *epochReq, bool) {
-		req, err := hub.next(ctx)
+	return func(ctx context.Context, _ int) (uint64, *EpochReq, bool) {
+		req, err := hub.Next(ctx)
 		if err != nil {
 			return 0, nil, false
 		}
-		return req.epoch, req, true
+		return req.Epoch, req, true
 	}, stop, nil
 }
 
 // trainerFailed tells the ranks of a failed trainer epoch why, and reports
 // whether the agent should go on serving (trainer mode, not stopped).
-func (a *Agent) trainerFailed(ctx context.Context, req *epochReq, err error) bool {
+func (a *Agent) trainerFailed(ctx context.Context, req *EpochReq, err error) bool {
 	if req == nil || ctx.Err() != nil {
 		return false
 	}
@@ -101,10 +111,10 @@ func (a *Agent) trainerFailed(ctx context.Context, req *epochReq, err error) boo
 	if errors.Is(err, ErrTrainer) {
 		code = handoff.CodePeerLost
 	}
-	a.log.Error().Err(err).Uint64("epoch", req.epoch).Msg("trainer epoch failed; serving on")
-	for _, c := range req.conns {
-		c.sendError(code, fmt.Sprintf("epoch %d failed at the compute agent: %v", req.epoch, err))
-		c.c.Close()
+	a.log.Error().Err(err).Uint64("epoch", req.Epoch).Msg("trainer epoch failed; serving on")
+	for _, c := range req.Conns {
+		c.SendError(code, fmt.Sprintf("epoch %d failed at the compute agent: %v", req.Epoch, err))
+		c.Close()
 	}
 	return true
 }
@@ -122,26 +132,26 @@ type trainerEpoch struct {
 	first   []int // per local rank: the batch it starts at
 }
 
-func (a *Agent) trainerOrder(req *epochReq, cat *Catalog) (*trainerEpoch, error) {
+func (a *Agent) trainerOrder(req *EpochReq, cat *Catalog) (*trainerEpoch, error) {
 	cfg := &a.cfg
-	m := epoch.RankSamples(req.world, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
-	nb := epoch.RankBatches(req.world, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
-	first, consumed, err := checkResume(req, cfg.StrictOrder, m, nb, cfg.Batch)
+	m := epoch.RankSamples(req.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
+	nb := epoch.RankBatches(req.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
+	first, consumed, err := CheckResume(req, cfg.StrictOrder, m, nb, cfg.Batch)
 	if err != nil {
-		for _, c := range req.conns {
-			c.sendError(handoff.CodeEpoch, err.Error())
-			c.c.Close()
+		for _, c := range req.Conns {
+			c.SendError(handoff.CodeEpoch, err.Error())
+			c.Close()
 		}
-		return nil, fmt.Errorf("%w: epoch %d: %v", ErrTrainer, req.epoch, err)
+		return nil, fmt.Errorf("%w: epoch %d: %v", ErrTrainer, req.Epoch, err)
 	}
 	te := &trainerEpoch{rows: m, batches: nb, first: first}
-	orders := make([][]uint64, len(req.conns))
-	for lr := range req.conns {
-		orders[lr] = epoch.RankOrder(cfg.Seed, req.epoch, req.base+lr, req.world, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
+	orders := make([][]uint64, len(req.Conns))
+	for lr := range req.Conns {
+		orders[lr] = epoch.RankOrder(cfg.Seed, req.Epoch, req.Base+lr, req.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
 	}
 	for j := range m {
 		for lr, o := range orders {
-			g := uint64(j)*uint64(req.world) + uint64(req.base+lr)
+			g := uint64(j)*uint64(req.World) + uint64(req.Base+lr)
 			switch {
 			case cfg.StrictOrder && j < first[lr]*cfg.Batch:
 				continue

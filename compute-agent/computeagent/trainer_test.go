@@ -175,7 +175,7 @@ func startTrainerAgentA(t testing.TB, mod func(*Config)) (string, *Agent) {
 		mod(&cfg)
 	}
 	if cfg.Trainer.DType != "float32" { // the fake storage runs only its own pipeline
-		p, _, err := cutTail(cfg.Pipeline)
+		p, _, err := CutTail(cfg.Pipeline)
 		if err != nil {
 			t.Fatal(err)
 		}
