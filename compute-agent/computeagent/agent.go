@@ -24,6 +24,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
@@ -75,8 +76,8 @@ type Agent struct {
 	// tail is what the trainer client finishes on its device when slots
 	// hold uint8 (the pipeline's trailing to_tensor and normalize); nil
 	// otherwise.
-	tail *Tail
-	hub  *Hub // trainer mode, while Run serves
+	tail *trainer.Tail
+	hub  *trainer.Hub // trainer mode, while Run serves
 	m    *metrics
 
 	mu        sync.Mutex
@@ -110,9 +111,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.discovery = cfg.Discovery
 	if cfg.Trainer.Socket != "" && a.trainerDType() == "uint8" {
-		p, tail, err := CutTail(cfg.Pipeline)
+		p, tail, err := trainer.CutTail(cfg.Pipeline)
 		if err != nil {
-			return nil, err
+			return nil, configErr("%v", err)
 		}
 		a.cfg.Pipeline, a.tail = p, tail
 		a.sizes, a.pipeID = epoch.NewSizeModel(p), p.ID()
@@ -139,12 +140,12 @@ func (a *Agent) metrics() *metrics {
 
 // assemblerMetrics are the trainers' assembler's series; nil outside an
 // agent (tests).
-func (a *Agent) assemblerMetrics() *Metrics {
+func (a *Agent) assemblerMetrics() *trainer.Metrics {
 	m := a.metrics()
 	if m == nil {
 		return nil
 	}
-	return &Metrics{Wait: m.wait, Batches: m.batches, Samples: m.samples}
+	return &trainer.Metrics{Wait: m.wait, Batches: m.batches, Samples: m.samples}
 }
 
 // MetricsHandler serves GET /metrics and GET /healthz.
@@ -478,7 +479,7 @@ type epochOpts struct {
 	annotate func(*report.EpochReport, *epochRun) error
 	// trainer, when set, is the epoch the local trainer ranks asked for:
 	// the epoch runs their orders and fills their slots.
-	trainer *EpochReq
+	trainer *trainer.EpochReq
 	// linkRate is the planner's link rate (bytes/s; 0: unknown), for the
 	// offloads' horizon (see epochRun.horizon) and shedding (shedder).
 	linkRate float64
@@ -561,7 +562,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 	e := a.newEpochRun(num, cat, sh, opts)
 	if sh.tr != nil {
 		e.posRank, e.posJ, e.gpos = sh.tr.rank, sh.tr.j, sh.tr.gpos
-		e.asm = NewAssembler(e, a.assemblerMetrics(), opts.trainer.Conns, a.cfg.StrictOrder, a.cfg.Batch, a.cfg.Queue, sh.tr.rows, sh.tr.batches, sh.tr.first, len(sh.order))
+		e.asm = trainer.NewAssembler(e, a.assemblerMetrics(), opts.trainer.Conns, a.cfg.StrictOrder, a.cfg.Batch, a.cfg.Queue, sh.tr.rows, sh.tr.batches, sh.tr.first, len(sh.order))
 		if err := a.hub.Start(e.asm); err != nil {
 			return report.EpochReport{}, err
 		}

@@ -299,6 +299,33 @@ func DefaultConfig() Config {
 	}
 }
 
+// Defaults of [TrainerConfig].
+const (
+	DefaultSlots     = 3
+	DefaultRingBytes = 1 << 30
+)
+
+// TrainerConfig makes the agent serve the trainer processes of its node
+// (docs/handoff.md) instead of a simulated consumer.
+type TrainerConfig struct {
+	// Socket is the Unix socket trainers connect to. Empty means no
+	// trainers: batches go to Config.Consumer.
+	Socket string
+	// DType is what a slot holds: "uint8" (NHWC; the pipeline stops before
+	// its trailing to_tensor and normalize, which the client applies on
+	// the trainer's device) or "float32" (NCHW, the whole pipeline). Empty
+	// means uint8.
+	DType string
+	// DropLast keeps only full batches; otherwise each rank is padded by
+	// repeats to the same count (RankOrder).
+	DropLast bool
+	// Slots is the number of batch slots per rank. Zero means 3.
+	Slots int
+	// RingBytes bounds the rings of all local ranks together; slots per
+	// rank are lowered to fit. Zero means 1 GiB.
+	RingBytes int64
+}
+
 // Bounds of Config.RecvWindow: grpc ignores windows under 64 KiB, and a
 // connection's (twice the stream's) must fit an int32.
 const (

@@ -13,7 +13,7 @@
 //	  -> batcher: [B, C, H, W] float32 batches with labels
 //	  -> feeder -> Consumer (the GPU, or Sim)
 //
-// In trainer mode (Config.Trainer, trainer.go, assemble.go) the node's
+// In trainer mode (Config.Trainer, package trainer) the node's
 // trainer processes connect to a Unix socket and get one memfd ring of
 // batch slots each; the finishing workers copy each finished sample
 // straight into a row of a leased slot (the local ranks share one queue in

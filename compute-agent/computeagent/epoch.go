@@ -20,6 +20,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/internal/errkind"
 	"github.com/sophon-dl/sophon/ops"
@@ -49,7 +50,7 @@ type epochRun struct {
 	posRank []int32
 	posJ    []int32
 	gpos    []uint64
-	asm     *Assembler
+	asm     *trainer.Assembler
 	plan    *planner.RunPlan
 	rec     *profiler.Recorder // stage 2; nil when not profiling
 	sched   *epoch.Schedule
@@ -163,7 +164,7 @@ func (e *epochRun) worker(ctx context.Context) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	lim := ops.WireLimits{MaxPayload: e.cfg.MaxPayload}
-	wake := NewWaiter()
+	wake := trainer.NewWaiter()
 	for {
 		var w work
 		select {

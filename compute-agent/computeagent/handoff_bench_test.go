@@ -16,6 +16,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
+	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/testbed/testenv"
 )
@@ -50,7 +51,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer a.Close()
-	hub, err := NewHub(a.hubConfig(&Catalog{Total: batch * batches, Fingerprint: "bench"}))
+	hub, err := trainer.NewHub(a.hubConfig(&Catalog{Total: batch * batches, Fingerprint: "bench"}))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -82,14 +83,14 @@ func BenchmarkHandoffPython(b *testing.B) {
 			b.Fatal(err)
 		}
 		e := &epochRun{a: a, cfg: &a.cfg, num: req.Epoch, bySplit: splitCounter{}}
-		asm := NewAssembler(e, a.assemblerMetrics(), req.Conns, false, batch, a.cfg.Queue, batch*(batches+1), batches+1, []int{0}, 0)
+		asm := trainer.NewAssembler(e, a.assemblerMetrics(), req.Conns, false, batch, a.cfg.Queue, batch*(batches+1), batches+1, []int{0}, 0)
 		if err := hub.Start(asm); err != nil {
 			b.Fatal(err)
 		}
 		var pg sync.WaitGroup
 		for w := range 2 {
 			pg.Go(func() {
-				wake := NewWaiter()
+				wake := trainer.NewWaiter()
 				for i := w; i < batch*(batches+1); i += 2 {
 					if asm.Place(ctx, epoch.Item{Sample: uint64(i), Image: img}, wake) != nil {
 						return // the consumer left
@@ -99,11 +100,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 		}
 		// Heap allocations in the steady state: between the 5th and the
 		// (batches-5)th batch published, the whole process's Go side.
-		published := func() int {
-			asm.mu.Lock()
-			defer asm.mu.Unlock()
-			return asm.ranks[0].batches
-		}
+		published := func() int { return asm.Stats()[0].Batches }
 		var ms0, ms1 runtime.MemStats
 		for published() < 5 {
 			time.Sleep(time.Millisecond)

@@ -7,38 +7,8 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
-	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/compute-agent/trainer"
 )
-
-// Tail is the end of a pipeline that the trainer client runs on
-// its device: to_tensor, then normalize when present.
-type Tail struct {
-	Normalize *ops.Normalize
-}
-
-// CutTail splits a pipeline ending in to_tensor (and maybe normalize) into
-// the prefix the agent runs, which ends in a uint8 image, and that tail.
-func CutTail(p *ops.Pipeline) (*ops.Pipeline, *Tail, error) {
-	n := p.Len()
-	tail := &Tail{}
-	cut := n
-	if nz, ok := p.Op(n - 1).(ops.Normalize); ok && n >= 2 {
-		tail.Normalize = &nz
-		cut--
-	}
-	if _, ok := p.Op(cut - 1).(ops.ToTensor); !ok {
-		return nil, nil, configErr("uint8 slots: pipeline %s must end in to_tensor or to_tensor, normalize (or use --dtype float32)", p.ID())
-	}
-	cut--
-	spec := p.Spec()
-	spec.Name += "-uint8"
-	spec.Ops = spec.Ops[:cut]
-	q, err := spec.Build()
-	if err != nil {
-		return nil, nil, configErr("uint8 slots: %v", err)
-	}
-	return q, tail, nil
-}
 
 // trainerDType is the slots' dtype.
 func (a *Agent) trainerDType() string {
@@ -49,9 +19,9 @@ func (a *Agent) trainerDType() string {
 }
 
 // hubConfig is the trainer hub's configuration for catalog cat.
-func (a *Agent) hubConfig(cat *Catalog) HubConfig {
+func (a *Agent) hubConfig(cat *Catalog) trainer.HubConfig {
 	cfg := &a.cfg
-	return HubConfig{
+	return trainer.HubConfig{
 		Socket: cfg.Trainer.Socket, Slots: cfg.Trainer.Slots, RingBytes: cfg.Trainer.RingBytes, DropLast: cfg.Trainer.DropLast,
 		DType: a.trainerDType(), Batch: cfg.Batch, StrictOrder: cfg.StrictOrder, Name: cfg.Name, Version: cfg.Version, Seed: cfg.Seed,
 		Pipeline: cfg.Pipeline, PipelineID: a.pipeID, Tail: a.tail, Fingerprint: cat.Fingerprint, Samples: cat.Total, Log: a.log,
@@ -60,7 +30,7 @@ func (a *Agent) hubConfig(cat *Catalog) HubConfig {
 
 // epochSourceFunc yields the i-th epoch to run and, in trainer mode, the
 // ranks that asked for it; ok is false when there are no more.
-type epochSourceFunc func(ctx context.Context, i int) (num uint64, req *EpochReq, ok bool)
+type epochSourceFunc func(ctx context.Context, i int) (num uint64, req *trainer.EpochReq, ok bool)
 
 // epochSource is Config.Epochs epochs from FirstEpoch, or in trainer mode
 // whatever the local ranks ask for until ctx ends: it then reads the
@@ -68,14 +38,14 @@ type epochSourceFunc func(ctx context.Context, i int) (num uint64, req *EpochReq
 // stop is called.
 func (a *Agent) epochSource(ctx context.Context) (epochSourceFunc, func(), error) {
 	if a.cfg.Trainer.Socket == "" {
-		return func(_ context.Context, i int) (uint64, *EpochReq, bool) {
+		return func(_ context.Context, i int) (uint64, *trainer.EpochReq, bool) {
 			return a.cfg.FirstEpoch + uint64(i), nil, i < a.cfg.Epochs
 		}, func() {}, nil
 	}
 	if _, _, err := a.storage(ctx); err != nil {
 		return nil, nil, err
 	}
-	hub, err := NewHub(a.hubConfig(a.Catalog()))
+	hub, err := trainer.NewHub(a.hubConfig(a.Catalog()))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -92,7 +62,7 @@ func (a *Agent) epochSource(ctx context.Context) (epochSourceFunc, func(), error
 		cancel()
 		<-done
 	}
-	return func(ctx context.Context, _ int) (uint64, *EpochReq, bool) {
+	return func(ctx context.Context, _ int) (uint64, *trainer.EpochReq, bool) {
 		req, err := hub.Next(ctx)
 		if err != nil {
 			return 0, nil, false
@@ -103,12 +73,12 @@ func (a *Agent) epochSource(ctx context.Context) (epochSourceFunc, func(), error
 
 // trainerFailed tells the ranks of a failed trainer epoch why, and reports
 // whether the agent should go on serving (trainer mode, not stopped).
-func (a *Agent) trainerFailed(ctx context.Context, req *EpochReq, err error) bool {
+func (a *Agent) trainerFailed(ctx context.Context, req *trainer.EpochReq, err error) bool {
 	if req == nil || ctx.Err() != nil {
 		return false
 	}
 	code := handoff.CodeFailed
-	if errors.Is(err, ErrTrainer) {
+	if errors.Is(err, trainer.ErrTrainer) {
 		code = handoff.CodePeerLost
 	}
 	a.log.Error().Err(err).Uint64("epoch", req.Epoch).Msg("trainer epoch failed; serving on")
@@ -132,17 +102,17 @@ type trainerEpoch struct {
 	first   []int // per local rank: the batch it starts at
 }
 
-func (a *Agent) trainerOrder(req *EpochReq, cat *Catalog) (*trainerEpoch, error) {
+func (a *Agent) trainerOrder(req *trainer.EpochReq, cat *Catalog) (*trainerEpoch, error) {
 	cfg := &a.cfg
 	m := epoch.RankSamples(req.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
 	nb := epoch.RankBatches(req.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
-	first, consumed, err := CheckResume(req, cfg.StrictOrder, m, nb, cfg.Batch)
+	first, consumed, err := trainer.CheckResume(req, cfg.StrictOrder, m, nb, cfg.Batch)
 	if err != nil {
 		for _, c := range req.Conns {
 			c.SendError(handoff.CodeEpoch, err.Error())
 			c.Close()
 		}
-		return nil, fmt.Errorf("%w: epoch %d: %v", ErrTrainer, req.Epoch, err)
+		return nil, fmt.Errorf("%w: epoch %d: %v", trainer.ErrTrainer, req.Epoch, err)
 	}
 	te := &trainerEpoch{rows: m, batches: nb, first: first}
 	orders := make([][]uint64, len(req.Conns))

@@ -1,4 +1,4 @@
-package computeagent
+package trainer
 
 import (
 	"context"

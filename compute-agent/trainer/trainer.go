@@ -1,4 +1,9 @@
-package computeagent
+// Package trainer is the compute agent's side of the trainer hand-off
+// (docs/handoff.md): the Hub that accepts the node's trainer processes on
+// a Unix socket and gives each rank a ring of batch slots, and the
+// Assembler that places an epoch's finished samples into rows of those
+// slots and publishes full batches to their ranks.
+package trainer
 
 import (
 	"bytes"
@@ -21,35 +26,10 @@ import (
 	"github.com/sophon-dl/sophon/ops"
 )
 
-// Defaults of [TrainerConfig].
 const (
-	DefaultSlots     = 3
-	DefaultRingBytes = 1 << 30
-
 	helloTimeout   = 10 * time.Second
 	statusInterval = 5 * time.Second
 )
-
-// TrainerConfig makes the agent serve the trainer processes of its node
-// (docs/handoff.md) instead of a simulated consumer.
-type TrainerConfig struct {
-	// Socket is the Unix socket trainers connect to. Empty means no
-	// trainers: batches go to Config.Consumer.
-	Socket string
-	// DType is what a slot holds: "uint8" (NHWC; the pipeline stops before
-	// its trailing to_tensor and normalize, which the client applies on
-	// the trainer's device) or "float32" (NCHW, the whole pipeline). Empty
-	// means uint8.
-	DType string
-	// DropLast keeps only full batches; otherwise each rank is padded by
-	// repeats to the same count (RankOrder).
-	DropLast bool
-	// Slots is the number of batch slots per rank. Zero means 3.
-	Slots int
-	// RingBytes bounds the rings of all local ranks together; slots per
-	// rank are lowered to fit. Zero means 1 GiB.
-	RingBytes int64
-}
 
 // ErrTrainer marks a failure of the trainer hand-off.
 var ErrTrainer = errors.New("computeagent: trainer")

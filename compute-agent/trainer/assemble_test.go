@@ -1,4 +1,4 @@
-package computeagent
+package trainer
 
 import (
 	"encoding/binary"
@@ -7,6 +7,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
@@ -47,9 +48,13 @@ func TestHandoffNoAllocsPerBatch(t *testing.T) {
 	defer r.Close()
 	agentSide, trainerSide := socketPair(t)
 	tc := &Conn{c: agentSide, ring: r, hello: handoff.HelloMsg{World: 1, LocalWorld: 1}}
-	e := &epochRun{a: &Agent{m: newMetrics()}, cfg: &Config{Queue: 1}, bySplit: splitCounter{}}
+	m := &Metrics{
+		Wait:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wait"}, []string{"rank"}),
+		Batches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "batches"}, []string{"rank"}),
+		Samples: prometheus.NewCounter(prometheus.CounterOpts{Name: "samples"}),
+	}
 	const batches = 1 << 20
-	asm := NewAssembler(e, e.a.assemblerMetrics(), []*Conn{tc}, false, batch, 1, batch*batches, batches, []int{0}, 0)
+	asm := NewAssembler(&fakeEpoch{}, m, []*Conn{tc}, false, batch, 1, batch*batches, batches, []int{0}, 0)
 	img := ops.NewImage(8, 8)
 	fr := handoff.NewFrameReader(agentSide)
 	var ready [5 + handoff.ReadyLen]byte
@@ -89,3 +94,12 @@ func TestHandoffNoAllocsPerBatch(t *testing.T) {
 		t.Errorf("%.1f allocations per batch, want 0", got)
 	}
 }
+
+// fakeEpoch is an epoch without a schedule, journal or report.
+type fakeEpoch struct{ placed int }
+
+func (*fakeEpoch) Num() uint64                                  { return 0 }
+func (*fakeEpoch) Delivered(int)                                {}
+func (e *fakeEpoch) Placed(int, int64)                          { e.placed++ }
+func (*fakeEpoch) Hashed() bool                                 { return false }
+func (*fakeEpoch) Consumed(ids []uint64, shas [][32]byte) error { return nil }
