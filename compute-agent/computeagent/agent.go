@@ -481,7 +481,7 @@ type epochOpts struct {
 	// the epoch runs their orders and fills their slots.
 	trainer *trainer.EpochReq
 	// linkRate is the planner's link rate (bytes/s; 0: unknown), for the
-	// offloads' horizon (see epochRun.horizon) and shedding (shedder).
+	// offloads' horizon (see epochRun.horizon) and shedding (epoch.Shedder).
 	linkRate float64
 	// storageCores is the planner's storage cores (0: unknown), for
 	// shedding.
@@ -681,7 +681,8 @@ func (a *Agent) prepare(e *epochRun, fs []*fetcher, jr *journal.Journal, opts ep
 	e.sched.Now = cfg.Clock.Now
 	e.linkRate = opts.linkRate
 	if !cfg.StrictOffload {
-		e.shed = newShedder(e, opts.storageCores)
+		wire := func(sample uint64, k int) float64 { return float64(a.sizes.Estimate(k, e.cat.RawSizes[sample])) }
+		e.shed = epoch.NewShedder(order, e.split, wire, plan, plan.Speed, e.linkRate, opts.storageCores, cfg.Clock.Now)
 	}
 	for pos := range order {
 		b, _, _ := e.estimate(pos)
@@ -770,7 +771,7 @@ func (e *epochRun) report(start, end time.Time, fs []*fetcher, sh epochShard) re
 		Hedged:                   int(e.hedged.Load()),
 		Refetched:                int(e.refetched.Load()),
 		ServedRaw:                servedRaw(e),
-		Shed:                     int(e.shed.count()),
+		Shed:                     int(e.shed.Count()),
 		Resumed:                  sh.resumed,
 		Padded:                   sh.padded,
 		Status:                   "ok",

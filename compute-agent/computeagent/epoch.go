@@ -91,7 +91,7 @@ type epochRun struct {
 	servedRawContended, servedRawUncuttable atomic.Int64
 	// shed re-balances the rest of the epoch when the storage side falls
 	// behind the plan (nil: never).
-	shed *shedder
+	shed *epoch.Shedder
 	lat  epoch.Latencies // response latencies, for the adaptive stall timeout
 
 	mu     sync.Mutex
@@ -107,7 +107,7 @@ type epochRun struct {
 // estimate is the schedule's view of a position: its wire-size estimate,
 // sample id and split.
 func (e *epochRun) estimate(pos int) (int64, uint64, int) {
-	s, k := e.order[pos], e.shed.split(pos, e.split[pos])
+	s, k := e.order[pos], e.shed.Split(pos, e.split[pos])
 	return e.a.sizes.Estimate(k, e.cat.RawSizes[s]), s, k
 }
 

@@ -265,7 +265,7 @@ func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 			continue
 		}
 		codec := e.codec(r.Sample)
-		e.shed.requested(r.Pos, r.Split, e.split[r.Pos])
+		e.shed.Requested(r.Pos, r.Split, e.split[r.Pos])
 		if k := e.split[r.Pos]; r.Split != k {
 			// Shed: raw, whose bytes the epoch's estimate left did not
 			// count.
@@ -406,7 +406,7 @@ func (f *fetcher) account(r *epoch.Request, resp *dataplanepb.FetchResponse, now
 		e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
 		e.storageOffEffNS.Add(int64(held))
 	}
-	e.shed.received(r.Pos, asPlanned, held)
+	e.shed.Received(r.Pos, asPlanned, held)
 }
 
 // share is each of the storage agent's workers' share of a core: cpus over
