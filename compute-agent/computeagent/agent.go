@@ -190,25 +190,23 @@ func (a *Agent) Run(ctx context.Context) ([]report.EpochReport, error) {
 	}
 	defer stop()
 	next := func(int) epochOpts { return epochOpts{plan: a.plan} }
-	skipDone := true
 	if a.cfg.Policy != "" {
 		p, err := a.startPolicy(ctx)
 		if err != nil {
 			return nil, err
 		}
-		// NB: a policy run does not skip an epoch the state dir says
-		// completed before a restart: runEpoch's errEpochSkipped ends it.
-		next, skipDone = p.next, false
+		next = p.next
 	}
-	return a.runEpochs(ctx, src, next, skipDone)
+	return a.runEpochs(ctx, src, next)
 }
 
 // runEpochs is the epoch loop, with or without a policy: it runs the
 // epochs src yields, each with the options next gives it, and returns
-// their reports. skipDone skips an epoch completed before a restart. It
-// stops at the first failed epoch (in trainer mode the failure goes to
-// the ranks and the loop serves on) or when src has no more.
-func (a *Agent) runEpochs(ctx context.Context, src epochSourceFunc, next func(i int) epochOpts, skipDone bool) ([]report.EpochReport, error) {
+// their reports. It skips an epoch the state dir says completed before a
+// restart (Config.StateDir, which a policy run does not take). It stops at
+// the first failed epoch (in trainer mode the failure goes to the ranks
+// and the loop serves on) or when src has no more.
+func (a *Agent) runEpochs(ctx context.Context, src epochSourceFunc, next func(i int) epochOpts) ([]report.EpochReport, error) {
 	var reports []report.EpochReport
 	for i := 0; ; i++ {
 		num, req, ok := src(ctx, i)
@@ -218,7 +216,7 @@ func (a *Agent) runEpochs(ctx context.Context, src epochSourceFunc, next func(i 
 		opts := next(i)
 		opts.trainer = req
 		r, err := a.runEpoch(ctx, num, opts)
-		if skipDone && errors.Is(err, errEpochSkipped) {
+		if errors.Is(err, errEpochSkipped) {
 			continue
 		}
 		if err != nil {
