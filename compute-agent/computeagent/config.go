@@ -151,9 +151,9 @@ type Config struct {
 	// handed to the shared queue). Zero means 64.
 	Window int
 	// WindowBytes bounds the estimated response bytes of the requests in
-	// flight per storage agent (see sizeModel). Zero means 64 MiB. A single
-	// request larger than the bound is still sent when nothing else is in
-	// flight.
+	// flight per storage agent (see epoch.SizeModel). Zero means 64 MiB. A
+	// single request larger than the bound is still sent when nothing else
+	// is in flight.
 	WindowBytes int64
 	// Workers is the number of finishing workers running ops[k:n]. Zero
 	// means runtime.NumCPU().

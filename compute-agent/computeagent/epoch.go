@@ -69,7 +69,7 @@ type epochRun struct {
 	// their storage agent reported times its per-worker share of a core:
 	// their CPU time, or more where the agent got less than its budget.
 	storageOffEffNS atomic.Int64
-	// offPlannedNS sums the plan's storage CPU estimate (runPlan.hint)
+	// offPlannedNS sums the plan's storage CPU estimate (planner.RunPlan.Hint)
 	// of the samples served offloaded as planned: the drift check's
 	// prediction when storage agents answered some offloads raw.
 	offPlannedNS atomic.Int64

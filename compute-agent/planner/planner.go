@@ -264,7 +264,7 @@ type RunPlan struct {
 // NewRunPlan indexes pl, a checked plan. With a profile p (the one pl was
 // made from: entry i is p.Samples[i]) and the resources r it was made
 // under, it also computes each offload's hints; pl's codecs then decide
-// every request's (see runPlan.codec).
+// every request's (see RunPlan.Codec).
 func NewRunPlan(pl *policy.Plan, p *profiler.Profile, r policy.Resources) *RunPlan {
 	out := &RunPlan{plan: pl, Speed: 1}
 	if !slices.IsSorted(pl.IDs) {
