@@ -559,8 +559,8 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 	}
 	e := a.newEpochRun(num, cat, sh, opts)
 	if sh.tr != nil {
-		e.posRank, e.posJ, e.gpos = sh.tr.rank, sh.tr.j, sh.tr.gpos
-		e.asm = trainer.NewAssembler(e, a.assemblerMetrics(), opts.trainer.Conns, a.cfg.StrictOrder, a.cfg.Batch, a.cfg.Queue, sh.tr.rows, sh.tr.batches, sh.tr.first, len(sh.order))
+		e.posRank, e.posJ, e.gpos = sh.tr.Rank, sh.tr.J, sh.tr.GPos
+		e.asm = trainer.NewAssembler(e, a.assemblerMetrics(), opts.trainer.Conns, a.cfg.StrictOrder, a.cfg.Batch, a.cfg.Queue, sh.tr.Rows, sh.tr.Batches, sh.tr.First, len(sh.order))
 		if err := a.hub.Start(e.asm); err != nil {
 			return report.EpochReport{}, err
 		}
@@ -578,9 +578,9 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 
 // epochShard is what one epoch delivers here.
 type epochShard struct {
-	order []uint64      // position -> sample
-	split []int         // position -> k
-	tr    *trainerEpoch // trainer mode: the local ranks' positions
+	order []uint64           // position -> sample
+	split []int              // position -> k
+	tr    *trainer.Positions // trainer mode: the local ranks' positions
 	// padded counts the positions that repeat a sample (RankOrder);
 	// resumed, the samples delivered before a restart and left out.
 	padded, resumed int
@@ -597,7 +597,7 @@ func (a *Agent) shard(num uint64, cat *Catalog, jr *journal.Journal, opts epochO
 		if err != nil {
 			return sh, err
 		}
-		sh.tr, sh.order = tr, tr.order
+		sh.tr, sh.order = tr, tr.Order
 	} else {
 		// Every rank the same count (DDP hangs on uneven ones): padded by
 		// repeats of its own samples, or with --drop-last cut to full

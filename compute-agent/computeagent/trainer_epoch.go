@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 )
@@ -89,50 +88,8 @@ func (a *Agent) trainerFailed(ctx context.Context, req *trainer.EpochReq, err er
 	return true
 }
 
-// trainerEpoch is a node epoch's positions: the local ranks' RankOrders
-// interleaved (index j of every rank, then j+1), less what a resume
-// already consumed.
-type trainerEpoch struct {
-	order   []uint64
-	rank    []int32
-	j       []int32
-	gpos    []uint64
-	rows    int   // per rank per epoch
-	batches int   // per rank per epoch
-	first   []int // per local rank: the batch it starts at
-}
-
-func (a *Agent) trainerOrder(req *trainer.EpochReq, cat *Catalog) (*trainerEpoch, error) {
+// trainerOrder lays out the epoch the trainer ranks asked for (req).
+func (a *Agent) trainerOrder(req *trainer.EpochReq, cat *Catalog) (*trainer.Positions, error) {
 	cfg := &a.cfg
-	m := epoch.RankSamples(req.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
-	nb := epoch.RankBatches(req.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
-	first, consumed, err := trainer.CheckResume(req, cfg.StrictOrder, m, nb, cfg.Batch)
-	if err != nil {
-		for _, c := range req.Conns {
-			c.SendError(handoff.CodeEpoch, err.Error())
-			c.Close()
-		}
-		return nil, fmt.Errorf("%w: epoch %d: %v", trainer.ErrTrainer, req.Epoch, err)
-	}
-	te := &trainerEpoch{rows: m, batches: nb, first: first}
-	orders := make([][]uint64, len(req.Conns))
-	for lr := range req.Conns {
-		orders[lr] = epoch.RankOrder(cfg.Seed, req.Epoch, req.Base+lr, req.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
-	}
-	for j := range m {
-		for lr, o := range orders {
-			g := uint64(j)*uint64(req.World) + uint64(req.Base+lr)
-			switch {
-			case cfg.StrictOrder && j < first[lr]*cfg.Batch:
-				continue
-			case consumed != nil && consumed[g>>3]&(1<<(g&7)) != 0:
-				continue
-			}
-			te.order = append(te.order, o[j])
-			te.rank = append(te.rank, int32(lr))
-			te.j = append(te.j, int32(j))
-			te.gpos = append(te.gpos, g)
-		}
-	}
-	return te, nil
+	return req.Positions(cfg.Seed, cat.Total, cfg.Batch, cfg.Trainer.DropLast, cfg.StrictOrder)
 }

@@ -460,11 +460,11 @@ func sendError(c net.Conn, code, msg string) {
 	c.Write(handoff.JSONFrame(handoff.FrameError, handoff.ErrorMsg{Code: code, Message: msg}))
 }
 
-// CheckResume validates the ranks' resume states for an epoch of m rows
+// checkResume validates the ranks' resume states for an epoch of m rows
 // per rank in nb batches, and returns per local rank the first batch and,
 // in completion order, the union of the consumed positions (nil when no
 // rank resumes).
-func CheckResume(req *EpochReq, strict bool, m, nb, batch int) (first []int, consumed []byte, err error) {
+func checkResume(req *EpochReq, strict bool, m, nb, batch int) (first []int, consumed []byte, err error) {
 	first = make([]int, len(req.Conns))
 	bitmapLen := (m*req.World + 7) / 8
 	for lr, r := range req.Resume {
