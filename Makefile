@@ -80,11 +80,13 @@ test: prereq-test lint proto-check build ## Check prerequisites, lint, check gen
 	$(call fuzz,FuzzLoadIndex,./storage-agent/dataset/)
 	$(call fuzz,FuzzDecodeManifest,./storage-agent/dataset/)
 	$(call fuzz,FuzzDecodePlanFile,./compute-agent/computeagent/)
-	$(call fuzz,FuzzDecodeHandoff,./compute-agent/computeagent/)
-	$(call fuzz,FuzzDecodeJournal,./compute-agent/computeagent/)
+	$(call fuzz,FuzzDecodeHandoff,./compute-agent/handoff/)
+	$(call fuzz,FuzzDecodeJournal,./compute-agent/journal/)
 	$(call fuzz,FuzzLoadProfile,./profiler/)
 	$(call fuzz,FuzzLayoutFromRanges,./internal/placement/)
-	$(call fuzz,FuzzParseCluster,./policy/)
+	$(call fuzz,FuzzParse,./policy/hardware/)
+	$(call fuzz,FuzzRunLimited,./ops/hostile/)
+	$(call fuzz,FuzzParseID,./testbed/fileserve/)
 
 .PHONY: typecheck
 typecheck: ## mypy --strict on the Python client and its build backend (settings in python/pyproject.toml; apt-get install mypy)
@@ -97,9 +99,10 @@ fuzz: ## Longer fuzz runs (FUZZTIME=5m by default here)
 	$(MAKE) test FUZZTIME=5m FUZZMINIMIZE=60s
 
 .PHONY: lint
-lint: ## gofmt, go vet, and the README's apt-get line against .ci/packages
+lint: ## gofmt, go vet, every fuzz target in make test (.ci/fuzzcheck), and the README's apt-get line against .ci/packages
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./... ./.ci/codesize
+	@bash .ci/fuzzcheck
 	@want="apt-get install -y --no-install-recommends $$(bash .ci/prereq --packages)"; \
 	  grep -qxF "$$want" README.md || { echo "README.md must carry the line: $$want (from .ci/packages)"; exit 1; }
 

@@ -22,7 +22,6 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
 	"github.com/sophon-dl/sophon/internal/cli"
-	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 )
 
@@ -102,16 +101,8 @@ Flags:
 
 // settings are the command line and config file keys.
 type settings struct {
-	Config          string        `yaml:"-"`
+	cli.Common      `yaml:",inline"`
 	Storage         cli.List      `yaml:"storage"`
-	Gossip          string        `yaml:"gossip"`
-	GossipAdvertise string        `yaml:"gossip-advertise"`
-	Join            cli.List      `yaml:"join"`
-	GossipKey       string        `yaml:"gossip-key"`
-	GossipKeyFile   string        `yaml:"gossip-key-file"`
-	Cluster         string        `yaml:"cluster"`
-	Insecure        bool          `yaml:"insecure"`
-	Name            string        `yaml:"name"`
 	MinStorage      int           `yaml:"min-storage"`
 	Pipeline        string        `yaml:"pipeline"`
 	Plan            string        `yaml:"plan"`
@@ -137,7 +128,6 @@ type settings struct {
 	DropLast        bool          `yaml:"drop-last"`
 	Slots           int           `yaml:"slots"`
 	RingBytes       int64         `yaml:"ring-bytes"`
-	Metrics         string        `yaml:"metrics"`
 	Progress        time.Duration `yaml:"progress"`
 	StrictOrder     bool          `yaml:"strict-order"`
 	FetchOnly       bool          `yaml:"fetch-only"`
@@ -152,16 +142,12 @@ type settings struct {
 	StateDir        string        `yaml:"state-dir"`
 	Report          string        `yaml:"report"`
 	SamplesOut      string        `yaml:"samples-out"`
-	TLSCert         string        `yaml:"tls-cert"`
-	TLSKey          string        `yaml:"tls-key"`
-	TLSCA           string        `yaml:"tls-ca"`
-	LogLevel        string        `yaml:"log-level"`
-	LogFormat       string        `yaml:"log-format"`
 }
 
 func defaults() settings {
 	c := computeagent.DefaultConfig()
 	return settings{
+		Common:          cli.DefaultCommon(),
 		Pipeline:        "imagenet-train",
 		Plan:            "nooff",
 		Epochs:          c.Epochs,
@@ -183,9 +169,6 @@ func defaults() settings {
 		RetryBudget:     c.RetryBudget,
 		ProfileBudget:   computeagent.DefaultProfileBudget,
 		ReplanThreshold: computeagent.DefaultReplanThreshold,
-		Cluster:         tlsconf.DefaultCluster,
-		LogLevel:        "info",
-		LogFormat:       "auto",
 		GCPercent:       -1,
 		Progress:        10 * time.Second,
 	}
@@ -198,16 +181,8 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 		fmt.Fprint(out, usageHead)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&s.Config, "config", s.Config, "YAML config `file` with the same keys as these flags; flags override it")
+	s.Common.Register(fs, cli.ComputeRole)
 	fs.Var(&s.Storage, "storage", "storage agents' gRPC `addresses`, comma-separated host:port; skips membership")
-	fs.StringVar(&s.Gossip, "gossip", s.Gossip, "memberlist bind `host:port` (UDP and TCP), to discover storage agents by gossip")
-	fs.StringVar(&s.GossipAdvertise, "gossip-advertise", s.GossipAdvertise, "gossip `host:port` announced to peers (default: derived from --gossip)")
-	fs.Var(&s.Join, "join", "gossip `peers` to join, comma-separated host:port")
-	fs.StringVar(&s.GossipKey, "gossip-key", s.GossipKey, "gossip encryption `key`, base64 or hex, 16/24/32 bytes; with --gossip, it or --gossip-key-file is required unless --insecure")
-	fs.StringVar(&s.GossipKeyFile, "gossip-key-file", s.GossipKeyFile, "`file` holding the gossip key (make certs writes one)")
-	fs.StringVar(&s.Cluster, "cluster", s.Cluster, "cluster `name`: the gossip label, and the cluster storage agents' certificates must name")
-	fs.BoolVar(&s.Insecure, "insecure", s.Insecure, "dial storage agents in plaintext and gossip without a key (tests and first try-outs only; logs a warning)")
-	fs.StringVar(&s.Name, "name", s.Name, "node `name` in the cluster (default: hostname-pid)")
 	fs.IntVar(&s.MinStorage, "min-storage", s.MinStorage, "storage agents to wait for through gossip before each epoch (default 1)")
 	fs.StringVar(&s.Pipeline, "pipeline", s.Pipeline, "pipeline preset `name` ("+strings.Join(ops.PresetNames(), ", ")+") or spec FILE (YAML or JSON)")
 	fs.StringVar(&s.Plan, "plan", s.Plan, "split `plan`: nooff, alloff, resizeoff or a per-sample plan FILE (JSON)")
@@ -234,7 +209,6 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&s.DropLast, "drop-last", s.DropLast, "every rank gets only full batches (default: each rank is padded by repeats of its own samples to the same count, as DistributedSampler; reports count them in padded)")
 	fs.IntVar(&s.Slots, "slots", s.Slots, "batch `slots` per trainer rank in its shared-memory ring")
 	fs.Int64Var(&s.RingBytes, "ring-bytes", s.RingBytes, "shared-memory `bytes` for the rings of all local ranks; slots per rank are lowered to fit")
-	fs.StringVar(&s.Metrics, "metrics", s.Metrics, "serve Prometheus /metrics and /healthz on `host:port` (default: none)")
 	fs.DurationVar(&s.Progress, "progress", s.Progress, "`interval` of the progress log line during an epoch (0: none)")
 	fs.BoolVar(&s.StrictOrder, "strict-order", s.StrictOrder, "form batches in the epoch's permutation order (default: completion order)")
 	fs.BoolVar(&s.FetchOnly, "fetch-only", s.FetchOnly, "test the link: fetch and validate every sample at its split, but do not finish or consume them")
@@ -249,11 +223,6 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.StateDir, "state-dir", s.StateDir, "`directory` that makes the run resumable: after a crash (kill -9) a rerun with the same flags skips the completed epochs and delivers exactly the samples of the interrupted one not yet in the sample log (--samples-out, else DIR/samples); a directory of another run is refused")
 	fs.StringVar(&s.Report, "report", s.Report, "append one JSON report line per epoch to `file` (default: none)")
 	fs.StringVar(&s.SamplesOut, "samples-out", s.SamplesOut, "append one line per delivered sample to `file`: epoch, sample id and the sha256 of its tensor (of its wire form with --fetch-only), to check exactly-once delivery and placement invariance; written with one write per batch as the consumer takes it, so it is complete when an epoch fails or the agent is killed")
-	fs.StringVar(&s.TLSCert, "tls-cert", s.TLSCert, "PEM client certificate `file` for mutual TLS, naming sophon://CLUSTER/compute/NAME (with --tls-key and --tls-ca; required unless --insecure)")
-	fs.StringVar(&s.TLSKey, "tls-key", s.TLSKey, "PEM private key `file` of --tls-cert")
-	fs.StringVar(&s.TLSCA, "tls-ca", s.TLSCA, "PEM CA `file` that signs the storage agents' certificates")
-	fs.StringVar(&s.LogLevel, "log-level", s.LogLevel, "log `level`: debug, info, warn or error")
-	fs.StringVar(&s.LogFormat, "log-format", s.LogFormat, "log `format`: console, json, or auto (console on a terminal)")
 	return fs
 }
 
@@ -333,7 +302,7 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	c.ReportPath = s.Report
 	c.MetricsAddr = s.Metrics
 	c.Progress = s.Progress
-	c.TLS = tlsconf.Files{Cert: s.TLSCert, Key: s.TLSKey, CA: s.TLSCA}
+	c.TLS = s.TLSFiles()
 	c.Logger = log
 	return c, nil
 }

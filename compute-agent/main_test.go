@@ -14,38 +14,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/internal/testutil"
+
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops/synth"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// TestBinaries builds both agents and runs an epoch between them on
+// TestBinaries runs the two agents' binaries: an epoch between them on
 // loopback with mutual TLS, a config file, a spec file and a plan file.
 func TestBinaries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command to build the binaries")
-	}
+	compute, storage := testutil.Binary(t, "compute-agent"), testutil.Binary(t, "storage-agent")
 	dir := t.TempDir()
-	compute, storage := filepath.Join(dir, "compute-agent"), filepath.Join(dir, "storage-agent")
-	for bin, pkg := range map[string]string{compute: ".", storage: "../storage-agent"} {
-		if out, err := exec.Command(goTool, "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
-	}
 
 	if out, err := exec.Command(compute, "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "Example:") || !strings.Contains(string(out), "-strict-order") ||
 		!strings.Contains(string(out), "-policy") || !strings.Contains(string(out), "-replan-threshold") {
@@ -107,7 +90,7 @@ func TestBinaries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	var slogs bytes.Buffer
 	srv := exec.Command(storage, "--data", data, "--listen", addr, "--cpus", "1", "--log-format", "json", "--allow-client-specs",
 		"--tls-cert", server.Cert, "--tls-key", server.Key, "--tls-ca", server.CA)
@@ -141,24 +124,24 @@ func TestBinaries(t *testing.T) {
 	writeFile(t, spec, "name: bin-test\nops:\n  - op: decode\n  - op: random_resized_crop\n    size: [32, 32]\n  - op: random_horizontal_flip\n  - op: to_tensor\n  - op: normalize\n    mean: [0.5, 0.5, 0.5]\n    std: [0.25, 0.25, 0.25]\n")
 	plan := filepath.Join(dir, "plan.json")
 	writeFile(t, plan, `{"default": 2, "splits": {"0": 0, "1": 5, "2": 4}}`)
-	report, samplesOut := filepath.Join(dir, "report.jsonl"), filepath.Join(dir, "samples.txt")
+	reportPath, samplesOut := filepath.Join(dir, "report.jsonl"), filepath.Join(dir, "samples.txt")
 	cfgFile := filepath.Join(dir, "compute.yaml")
 	// The file's epochs are overridden by the flag.
 	writeFile(t, cfgFile, "storage: ["+addr+"]\nepochs: 5\nbatch: 5\nwindow: 4\ngpu: sim:step=1ms\ncodec: zstd\nlog-format: json\n")
 	out, err = exec.Command(compute, "--config", cfgFile, "--epochs", "2", "--pipeline", spec, "--plan", plan,
-		"--report", report, "--samples-out", samplesOut, "--seed", "3", "--tls-cert", client.Cert, "--tls-key", client.Key, "--tls-ca", client.CA).CombinedOutput()
+		"--report", reportPath, "--samples-out", samplesOut, "--seed", "3", "--tls-cert", client.Cert, "--tls-key", client.Key, "--tls-ca", client.CA).CombinedOutput()
 	if err != nil {
 		t.Fatalf("compute agent: %v\n%s", err, out)
 	}
-	f, err := os.Open(report)
+	f, err := os.Open(reportPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
-	var reports []computeagent.EpochReport
+	var reports []report.EpochReport
 	for sc.Scan() {
-		var r computeagent.EpochReport
+		var r report.EpochReport
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatal(err)
 		}
@@ -229,7 +212,7 @@ func TestBinaries(t *testing.T) {
 		t.Fatalf("%d policy report lines, want 2", len(lines))
 	}
 	for i, line := range lines {
-		var r computeagent.EpochReport
+		var r report.EpochReport
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatal(err)
 		}

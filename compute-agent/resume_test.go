@@ -11,24 +11,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/internal/testutil"
+
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops/synth"
 )
 
-// buildAgents builds both binaries into dir.
-func buildAgents(t *testing.T, dir string) (compute, storage string) {
+// buildAgents returns both binaries (built once per go test run); dir is
+// unused.
+func buildAgents(t *testing.T, _ string) (compute, storage string) {
 	t.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command to build the binaries")
-	}
-	compute, storage = filepath.Join(dir, "compute-agent"), filepath.Join(dir, "storage-agent")
-	for bin, pkg := range map[string]string{compute: ".", storage: "../storage-agent"} {
-		if out, err := exec.Command(goTool, "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
-	}
-	return compute, storage
+	return testutil.Binary(t, "compute-agent"), testutil.Binary(t, "storage-agent")
 }
 
 // startStorageBin serves a small generated dataset with the storage-agent
@@ -47,7 +40,7 @@ func startStorageBin(t *testing.T, storage, dir string, n int) string {
 		}
 		writeFile(t, filepath.Join(class, fmt.Sprintf("%02d.jpg", i)), string(b))
 	}
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	var logs bytes.Buffer
 	srv := exec.Command(storage, "--data", data, "--listen", addr, "--cpus", "1", "--insecure")
 	srv.Stdout, srv.Stderr = &logs, &logs
@@ -124,8 +117,8 @@ func TestKillResume(t *testing.T) {
 	}
 	want := readSamples(t, clean)
 
-	state, samples, report := filepath.Join(dir, "state"), filepath.Join(dir, "samples.txt"), filepath.Join(dir, "report.jsonl")
-	run := args("--state-dir", state, "--samples-out", samples, "--report", report)
+	state, samples, reportPath := filepath.Join(dir, "state"), filepath.Join(dir, "samples.txt"), filepath.Join(dir, "report.jsonl")
+	run := args("--state-dir", state, "--samples-out", samples, "--report", reportPath)
 	cmd := exec.Command(compute, run...)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -158,7 +151,7 @@ func TestKillResume(t *testing.T) {
 			}
 		}
 	}
-	reports, err := computeagent.ReadReport(report)
+	reports, err := report.ReadReport(reportPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +178,7 @@ func TestKillResume(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("SIGTERM: %v, want exit status 0\n%s", err, logs.String())
 	}
-	reports, err = computeagent.ReadReport(sigReport)
+	reports, err = report.ReadReport(sigReport)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/testutil"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/testbed/netns"
 )
@@ -233,7 +233,7 @@ func (p *proc) waitListening(tb testing.TB, dial func(ctx context.Context) (net.
 // epoch is one report line of the compute agent and when the benchmark
 // first saw it.
 type epoch struct {
-	computeagent.EpochReport
+	report.EpochReport
 	seen time.Time
 }
 
@@ -259,7 +259,7 @@ type computeRun struct {
 // runCompute runs cmd (a compute agent writing its report to report) to
 // the end, calling tick every poll interval while it runs, and returns its
 // epochs and peak memory.
-func runCompute(tb testing.TB, cmd *exec.Cmd, report string, tick func()) computeRun {
+func runCompute(tb testing.TB, cmd *exec.Cmd, reportPath string, tick func()) computeRun {
 	tb.Helper()
 	logs := &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
@@ -288,7 +288,7 @@ func runCompute(tb testing.TB, cmd *exec.Cmd, report string, tick func()) comput
 				run.peakRSS = hwm
 			}
 		}
-		lines, err := computeagent.ReadReport(report)
+		lines, err := report.ReadReport(reportPath)
 		if err != nil {
 			tb.Fatal(err)
 		}

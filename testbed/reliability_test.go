@@ -17,7 +17,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/testutil"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops/synth"
 )
 
@@ -282,8 +282,8 @@ func TestFaultStalledReplica(t *testing.T) {
 	var stops []window
 	var stopped bool
 	var next time.Time
-	report := filepath.Join(dir, "epochs.jsonl")
-	run := runCompute(t, cmd, report, func() {
+	reportPath := filepath.Join(dir, "epochs.jsonl")
+	run := runCompute(t, cmd, reportPath, func() {
 		now := time.Now()
 		switch {
 		case stopped && now.After(next):
@@ -297,7 +297,7 @@ func TestFaultStalledReplica(t *testing.T) {
 			stops = append(stops, window{from: now})
 			next = now.Add(n.stopFor)
 		case next.IsZero():
-			if reps, _ := computeagent.ReadReport(report); len(reps) >= clean {
+			if reps, _ := report.ReadReport(reportPath); len(reps) >= clean {
 				next = now // the clean epochs are done
 			}
 		}
@@ -381,7 +381,7 @@ func TestFaultComputeKillResume(t *testing.T) {
 		lives = append(lives, time.Since(began).Seconds())
 	}
 	checkExactlyOnce(t, readSamples(t, filepath.Join(dir, "samples.txt")), want)
-	reps, err := computeagent.ReadReport(filepath.Join(dir, "epochs.jsonl"))
+	reps, err := report.ReadReport(filepath.Join(dir, "epochs.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}

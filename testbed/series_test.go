@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 )
 
 func TestSeriesDuring(t *testing.T) {
@@ -36,15 +36,15 @@ func TestSeriesDuring(t *testing.T) {
 
 func TestReadReportAndVmHWM(t *testing.T) {
 	dir := t.TempDir()
-	report := filepath.Join(dir, "r.jsonl")
-	if got, err := computeagent.ReadReport(report); err != nil || len(got) != 0 {
+	reportPath := filepath.Join(dir, "r.jsonl")
+	if got, err := report.ReadReport(reportPath); err != nil || len(got) != 0 {
 		t.Fatalf("missing report: %v, %v; want none, nil", got, err)
 	}
 	// The second line is still being written: it is not read yet.
-	if err := os.WriteFile(report, []byte(`{"epoch":3,"seconds":1.5,"bytes_received":42}`+"\n"+`{"epoch":4,"sec`), 0o644); err != nil {
+	if err := os.WriteFile(reportPath, []byte(`{"epoch":3,"seconds":1.5,"bytes_received":42}`+"\n"+`{"epoch":4,"sec`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got, err := computeagent.ReadReport(report)
+	got, err := report.ReadReport(reportPath)
 	if err != nil || len(got) != 1 || got[0].Epoch != 3 || got[0].Seconds != 1.5 || got[0].BytesReceived != 42 {
 		t.Fatalf("readReport = %+v, %v; want epoch 3 only", got, err)
 	}

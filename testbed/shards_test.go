@@ -14,7 +14,8 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/testutil"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	agentepoch "github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/placement"
 )
 
@@ -31,7 +32,7 @@ const (
 
 // shardRun is what one 2 x 2 run left: each rank's epochs and deliveries.
 type shardRun struct {
-	reports [2][]computeagent.EpochReport
+	reports [2][]report.EpochReport
 	samples [2][]delivery
 }
 
@@ -89,7 +90,7 @@ func runShards(t *testing.T, bins agentBinaries, data []string, manifest string,
 			case <-time.After(20 * time.Millisecond):
 			}
 			if !killed {
-				if reps, _ := computeagent.ReadReport(report0); len(reps) >= 1 {
+				if reps, _ := report.ReadReport(report0); len(reps) >= 1 {
 					time.Sleep(500 * time.Millisecond) // into epoch 1, while its fetches go on (--queue 1)
 					syscall.Kill(-st[len(st)-1].p.cmd.Process.Pid, syscall.SIGKILL)
 					killed = true
@@ -108,7 +109,7 @@ func runShards(t *testing.T, bins agentBinaries, data []string, manifest string,
 	}
 	var out shardRun
 	for r := range 2 {
-		reps, err := computeagent.ReadReport(filepath.Join(dirs[r], "epochs.jsonl"))
+		reps, err := report.ReadReport(filepath.Join(dirs[r], "epochs.jsonl"))
 		if err != nil || len(reps) != 3 {
 			t.Fatalf("rank %d: %d reports (%v)", r, len(reps), err)
 		}
@@ -174,13 +175,13 @@ func checkShards(t *testing.T, run shardRun, name string, total uint64, hashes m
 				hashes[k] = d.sha
 			}
 			for _, f := range rep.Failed {
-				if f.Kind != computeagent.KindUnavailable {
+				if f.Kind != report.KindUnavailable {
 					t.Errorf("%s rank %d epoch %d: failure %+v, want only UNAVAILABLE", name, r, e, f)
 				}
 				got[f.Sample]++
 				perEpoch[e]++
 			}
-			ids := computeagent.RankOrder(shardSeed, e, r, 2, total, shardBatch, true)
+			ids := agentepoch.RankOrder(shardSeed, e, r, 2, total, shardBatch, true)
 			for _, s := range ids {
 				if got[s] != 1 {
 					t.Errorf("%s rank %d epoch %d: sample %d delivered or reported %d times, want once", name, r, e, s, got[s])
@@ -263,7 +264,7 @@ func TestShardsPartialData(t *testing.T) {
 		}
 		for r := range 2 {
 			want := 0
-			for _, id := range computeagent.RankOrder(shardSeed, 2, r, 2, total, shardBatch, true) {
+			for _, id := range agentepoch.RankOrder(shardSeed, 2, r, 2, total, shardBatch, true) {
 				if lost[id] {
 					want++
 				}

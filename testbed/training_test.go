@@ -18,7 +18,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/testutil"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/testbed/shape"
@@ -64,17 +64,17 @@ type step struct {
 
 // trainThrough runs the example trainer through a compute agent started
 // with args, and returns its steps and the agent's reports.
-func trainThrough(t *testing.T, bins agentBinaries, storage, dir string, epochs int, args ...string) ([]step, []computeagent.EpochReport) {
+func trainThrough(t *testing.T, bins agentBinaries, storage, dir string, epochs int, args ...string) ([]step, []report.EpochReport) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "trainer.sock")
-	report := filepath.Join(dir, "epochs.jsonl")
+	reportPath := filepath.Join(dir, "epochs.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	agent := command(ctx, bins.compute, append([]string{"--storage", storage, "--trainer-socket", sock,
-		"--strict-order", "--batch", "8", "--seed", "3", "--report", report, "--log-level", "warn"}, append(bins.computeSec, args...)...)...)
+		"--strict-order", "--batch", "8", "--seed", "3", "--report", reportPath, "--log-level", "warn"}, append(bins.computeSec, args...)...)...)
 	p := start(t, agent)
 	p.waitListening(t, func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) })
 	cmd := exec.CommandContext(ctx, debianPython, filepath.Join(repoRoot(t), "python/examples/train_cnn.py"),
@@ -95,9 +95,9 @@ func trainThrough(t *testing.T, bins agentBinaries, storage, dir string, epochs 
 	}
 	// The agent writes its report line after the trainer released the
 	// epoch's last batch.
-	var reps []computeagent.EpochReport
+	var reps []report.EpochReport
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if reps, err = computeagent.ReadReport(report); err == nil && len(reps) == epochs {
+		if reps, err = report.ReadReport(reportPath); err == nil && len(reps) == epochs {
 			break
 		}
 	}

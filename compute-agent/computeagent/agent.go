@@ -20,6 +20,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/journal"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
+	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
@@ -51,8 +56,9 @@ var connectParams = grpc.ConnectParams{
 	MinConnectTimeout: 5 * time.Second,
 }
 
-// ErrClosed: the agent was closed.
-var ErrClosed = errors.New("computeagent: closed")
+// ErrClosed: the agent was closed. It is journal.ErrClosed, so a batch
+// journaled after Close fails with it too.
+var ErrClosed = journal.ErrClosed
 
 // Agent is a compute agent: it reads the catalog from the storage agents,
 // then runs epochs. Ordering guarantee: each sample of this agent's shard
@@ -62,16 +68,16 @@ var ErrClosed = errors.New("computeagent: closed")
 type Agent struct {
 	cfg      Config
 	log      zerolog.Logger
-	sizes    *sizeModel
+	sizes    *epoch.SizeModel
 	pipeID   string
-	pipeSpec []byte   // sent on each stream's first request; nil for presets
-	plan     *runPlan // Config.Plan, indexed
+	pipeSpec []byte           // sent on each stream's first request; nil for presets
+	plan     *planner.RunPlan // Config.Plan, indexed
 	gpu      GPUMonitor
 	// tail is what the trainer client finishes on its device when slots
 	// hold uint8 (the pipeline's trailing to_tensor and normalize); nil
 	// otherwise.
-	tail *pipelineTail
-	hub  *trainerHub // trainer mode, while Run serves
+	tail *trainer.Tail
+	hub  *trainer.Hub // trainer mode, while Run serves
 	m    *metrics
 
 	mu        sync.Mutex
@@ -81,7 +87,7 @@ type Agent struct {
 	// refused holds the storage agents refused for the rest of the run,
 	// by name, with why (content.go).
 	refused sync.Map
-	jr      *journal // the sample log and resume state, opened with the catalog
+	jr      *journal.Journal // the sample log and resume state, opened with the catalog
 	jrErr   error
 	closed  bool
 }
@@ -96,21 +102,21 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{
 		cfg:    cfg,
 		log:    cfg.Logger, // the binary names the component (internal/cli.Logger)
-		sizes:  newSizeModel(cfg.Pipeline),
+		sizes:  epoch.NewSizeModel(cfg.Pipeline),
 		pipeID: cfg.Pipeline.ID(),
-		plan:   newRunPlan(cfg.Plan, nil, policy.Resources{}),
+		plan:   planner.NewRunPlan(cfg.Plan, nil, policy.Resources{}),
 		gpu:    cfg.GPU,
 		conns:  map[string]*grpc.ClientConn{},
 		m:      newMetrics(),
 	}
 	a.discovery = cfg.Discovery
 	if cfg.Trainer.Socket != "" && a.trainerDType() == "uint8" {
-		p, tail, err := cutTail(cfg.Pipeline)
+		p, tail, err := trainer.CutTail(cfg.Pipeline)
 		if err != nil {
-			return nil, err
+			return nil, configErr("%v", err)
 		}
 		a.cfg.Pipeline, a.tail = p, tail
-		a.sizes, a.pipeID = newSizeModel(p), p.ID()
+		a.sizes, a.pipeID = epoch.NewSizeModel(p), p.ID()
 	}
 	if pre, err := ops.Preset(a.cfg.Pipeline.Name()); err != nil || pre.ID() != a.pipeID {
 		if a.pipeSpec, err = json.Marshal(a.cfg.Pipeline.Spec()); err != nil {
@@ -132,6 +138,16 @@ func (a *Agent) metrics() *metrics {
 	return a.m
 }
 
+// assemblerMetrics are the trainers' assembler's series; nil outside an
+// agent (tests).
+func (a *Agent) assemblerMetrics() *trainer.Metrics {
+	m := a.metrics()
+	if m == nil {
+		return nil
+	}
+	return &trainer.Metrics{Wait: m.wait, Batches: m.batches, Samples: m.samples}
+}
+
 // MetricsHandler serves GET /metrics and GET /healthz.
 func (a *Agent) MetricsHandler() http.Handler { return a.m.handler() }
 
@@ -146,7 +162,7 @@ func (a *Agent) Catalog() *Catalog {
 // epochs and returns their reports. It stops early when ctx ends or an
 // epoch fails, returning the reports of the epochs that completed. It
 // leaves the cluster before it returns.
-func (a *Agent) Run(ctx context.Context) ([]EpochReport, error) {
+func (a *Agent) Run(ctx context.Context) ([]report.EpochReport, error) {
 	if a.cfg.Insecure {
 		a.log.Warn().Bool("tls", a.cfg.TLS.Enabled()).Msg("INSECURE (--insecure): without TLS the data is readable on the network " +
 			"and any server can pose as a storage agent; without a gossip key anyone can join the cluster")
@@ -173,16 +189,33 @@ func (a *Agent) Run(ctx context.Context) ([]EpochReport, error) {
 		return nil, err
 	}
 	defer stop()
+	next := func(int) epochOpts { return epochOpts{plan: a.plan} }
 	if a.cfg.Policy != "" {
-		return a.runPolicy(ctx, src)
+		p, err := a.startPolicy(ctx)
+		if err != nil {
+			return nil, err
+		}
+		next = p.next
 	}
-	var reports []EpochReport
+	return a.runEpochs(ctx, src, next)
+}
+
+// runEpochs is the epoch loop, with or without a policy: it runs the
+// epochs src yields, each with the options next gives it, and returns
+// their reports. It skips an epoch the state dir says completed before a
+// restart (Config.StateDir, which a policy run does not take). It stops at
+// the first failed epoch (in trainer mode the failure goes to the ranks
+// and the loop serves on) or when src has no more.
+func (a *Agent) runEpochs(ctx context.Context, src epochSourceFunc, next func(i int) epochOpts) ([]report.EpochReport, error) {
+	var reports []report.EpochReport
 	for i := 0; ; i++ {
 		num, req, ok := src(ctx, i)
 		if !ok {
 			return reports, nil // in trainer mode: the agent was stopped
 		}
-		r, err := a.runEpoch(ctx, num, epochOpts{plan: a.plan, trainer: req})
+		opts := next(i)
+		opts.trainer = req
+		r, err := a.runEpoch(ctx, num, opts)
 		if errors.Is(err, errEpochSkipped) {
 			continue
 		}
@@ -214,7 +247,7 @@ func (a *Agent) Close() error {
 		}
 	}
 	a.conns = nil
-	if err := a.jr.close(); err != nil {
+	if err := a.jr.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("samples out: %w", err))
 	}
 	if c, ok := a.gpu.(io.Closer); ok {
@@ -286,7 +319,7 @@ func (a *Agent) storage(ctx context.Context) ([]*fetcher, *Catalog, error) {
 			return nil, nil, err
 		}
 		a.log.Warn().Err(err).Int("attempt", attempt).Msg("no storage agent usable yet; retrying")
-		if err := pause(ctx, min(retryDelay(attempt), a.cfg.RetryBudget-idle), nil); err != nil {
+		if err := epoch.Pause(ctx, min(epoch.RetryDelay(attempt), a.cfg.RetryBudget-idle), nil); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -315,6 +348,31 @@ func (a *Agent) storageOnce(ctx context.Context) (fs []*fetcher, _ *Catalog, ret
 	}
 	slices.SortFunc(eps, func(x, y Endpoint) int { return cmp.Compare(x.Name, y.Name) })
 	retry = len(eps) == 0
+	got, err := a.probeInfo(ctx, eps)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	var errs []error
+	for i, ep := range eps {
+		f, again, err := a.accept(ctx, ep, got[i])
+		if err != nil {
+			errs = append(errs, err)
+			retry = retry || again
+			continue
+		}
+		fs = append(fs, f)
+	}
+	if len(fs) == 0 {
+		errs = append(errs, fmt.Errorf("%d discovered", len(eps)))
+		return nil, nil, retry, fmt.Errorf("%w: %w", ErrNoStorage, errors.Join(errs...))
+	}
+	return fs, a.Catalog(), false, nil
+}
+
+// probeInfo asks every endpoint for its Info at once and returns the
+// answers by endpoint: nil for one that had not answered within
+// probeGrace of the first answer.
+func (a *Agent) probeInfo(ctx context.Context, eps []Endpoint) ([]*probed, error) {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make(chan probed, len(eps))
@@ -336,7 +394,6 @@ func (a *Agent) storageOnce(ctx context.Context) (fs []*fetcher, _ *Catalog, ret
 	}
 	got := make([]*probed, len(eps))
 	var grace <-chan time.Time
-wait:
 	for range eps {
 		select {
 		case p := <-results:
@@ -347,94 +404,82 @@ wait:
 				grace = t.C
 			}
 		case <-grace:
-			break wait
+			return got, nil
 		case <-ctx.Done():
-			return nil, nil, false, ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
-	cancel()
-	var errs []error
-	for i, ep := range eps {
-		if err := a.refusal(ep.Name); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		p := got[i]
-		if p == nil {
-			errs = append(errs, fmt.Errorf("%s: info: no answer within %v of the first", ep.Name, probeGrace))
-			a.log.Warn().Str("storage", ep.Name).Msg("storage agent slow to answer: left out of this epoch")
-			retry = true
-			continue
-		}
-		if p.err != nil {
-			errs = append(errs, fmt.Errorf("%s: info: %w", ep.Name, p.err))
-			a.log.Warn().Err(p.err).Str("storage", ep.Name).Msg("storage agent unreachable")
-			retry = true
-			continue
-		}
-		fp := p.info.GetFingerprint()
-		if ep.Fingerprint != "" && ep.Fingerprint != fp {
-			err := fmt.Errorf("%w: %s announced %q, serves %q", ErrFingerprint, ep.Name, ep.Fingerprint, fp)
-			errs = append(errs, err)
-			a.log.Error().Err(err).Msg("storage agent refused")
-			continue
-		}
-		cat := a.Catalog()
-		if cat == nil {
-			cctx, ccancel := context.WithTimeout(ctx, a.cfg.RetryBudget)
-			cat, err = readCatalog(cctx, p.client)
-			ccancel()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: catalog: %w", ep.Name, err))
-				retry = retry || !errors.Is(err, ErrCatalog)
-				continue
-			}
-			a.mu.Lock()
-			a.cat = cat
-			a.mu.Unlock()
-			a.log.Info().Str("storage", ep.Name).Str("fingerprint", cat.Fingerprint).Uint64("samples", cat.Total).Msg("catalog read")
-		}
-		if fp != cat.Fingerprint {
-			err := fmt.Errorf("%w: %s serves %q, catalog is %q", ErrFingerprint, ep.Name, fp, cat.Fingerprint)
-			errs = append(errs, err)
-			a.log.Error().Err(err).Msg("storage agent refused")
-			continue
-		}
-		f := &fetcher{ep: ep, client: p.client, cpus: p.info.GetCpus(), cpu0: p.info.GetProcessCpuNs()}
-		if err := f.announced(p.info, cat); err != nil {
-			errs = append(errs, err)
-			a.log.Error().Err(err).Msg("storage agent refused")
-			continue
-		}
-		fs = append(fs, f)
+	return got, nil
+}
+
+// accept checks storage agent ep's answer p (nil: none in time) against
+// the catalog, reading the catalog from it on first use, and returns its
+// fetcher; retry reports whether another round may help with it.
+func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *fetcher, retry bool, _ error) {
+	if err := a.refusal(ep.Name); err != nil {
+		return nil, false, err
 	}
-	if len(fs) == 0 {
-		errs = append(errs, fmt.Errorf("%d discovered", len(eps)))
-		return nil, nil, retry, fmt.Errorf("%w: %w", ErrNoStorage, errors.Join(errs...))
+	if p == nil {
+		a.log.Warn().Str("storage", ep.Name).Msg("storage agent slow to answer: left out of this epoch")
+		return nil, true, fmt.Errorf("%s: info: no answer within %v of the first", ep.Name, probeGrace)
 	}
-	return fs, a.Catalog(), false, nil
+	if p.err != nil {
+		a.log.Warn().Err(p.err).Str("storage", ep.Name).Msg("storage agent unreachable")
+		return nil, true, fmt.Errorf("%s: info: %w", ep.Name, p.err)
+	}
+	fp := p.info.GetFingerprint()
+	if ep.Fingerprint != "" && ep.Fingerprint != fp {
+		err := fmt.Errorf("%w: %s announced %q, serves %q", ErrFingerprint, ep.Name, ep.Fingerprint, fp)
+		a.log.Error().Err(err).Msg("storage agent refused")
+		return nil, false, err
+	}
+	cat := a.Catalog()
+	if cat == nil {
+		cctx, ccancel := context.WithTimeout(ctx, a.cfg.RetryBudget)
+		c, err := readCatalog(cctx, p.client)
+		ccancel()
+		if err != nil {
+			return nil, !errors.Is(err, ErrCatalog), fmt.Errorf("%s: catalog: %w", ep.Name, err)
+		}
+		cat = c
+		a.mu.Lock()
+		a.cat = cat
+		a.mu.Unlock()
+		a.log.Info().Str("storage", ep.Name).Str("fingerprint", cat.Fingerprint).Uint64("samples", cat.Total).Msg("catalog read")
+	}
+	if fp != cat.Fingerprint {
+		err := fmt.Errorf("%w: %s serves %q, catalog is %q", ErrFingerprint, ep.Name, fp, cat.Fingerprint)
+		a.log.Error().Err(err).Msg("storage agent refused")
+		return nil, false, err
+	}
+	f := &fetcher{ep: ep, client: p.client, cpus: p.info.GetCpus(), cpu0: p.info.GetProcessCpuNs()}
+	if err := f.announced(p.info, cat); err != nil {
+		a.log.Error().Err(err).Msg("storage agent refused")
+		return nil, false, err
+	}
+	return f, false, nil
 }
 
 // RunEpoch runs one epoch with Config.Plan and returns its report (also
 // appended to Config.ReportPath). It does not consult Config.Policy.
-func (a *Agent) RunEpoch(ctx context.Context, num uint64) (EpochReport, error) {
+func (a *Agent) RunEpoch(ctx context.Context, num uint64) (report.EpochReport, error) {
 	return a.runEpoch(ctx, num, epochOpts{plan: a.plan})
 }
 
 // epochOpts are what a policy run changes about one epoch.
 type epochOpts struct {
-	plan *runPlan
+	plan *planner.RunPlan
 	// rec, when set, records stage 2's profile of every sample fetched
 	// raw.
 	rec *profiler.Recorder
 	// annotate, when set, completes a successful epoch's report before it
 	// is logged and written.
-	annotate func(*EpochReport, *epochRun) error
+	annotate func(*report.EpochReport, *epochRun) error
 	// trainer, when set, is the epoch the local trainer ranks asked for:
 	// the epoch runs their orders and fills their slots.
-	trainer *epochReq
+	trainer *trainer.EpochReq
 	// linkRate is the planner's link rate (bytes/s; 0: unknown), for the
-	// offloads' horizon (see epochRun.horizon) and shedding (shedder).
+	// offloads' horizon (see epochRun.horizon) and shedding (epoch.Shedder).
 	linkRate float64
 	// storageCores is the planner's storage cores (0: unknown), for
 	// shedding.
@@ -447,7 +492,7 @@ var errEpochSkipped = errors.New("computeagent: epoch completed before the resta
 
 // runEpoch runs one epoch. A failed or interrupted epoch's report is
 // written too, with its status and error.
-func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (EpochReport, error) {
+func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (report.EpochReport, error) {
 	r, err := a.runEpochOnce(ctx, num, opts)
 	if err == nil || errors.Is(err, errEpochSkipped) {
 		return r, err
@@ -457,14 +502,14 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 		r.Status = "interrupted"
 	}
 	if r.Pipeline == "" {
-		r.Pipeline, r.Plan = a.pipeID, opts.plan.name()
+		r.Pipeline, r.Plan = a.pipeID, opts.plan.Name()
 	}
 	if r.Failed == nil {
-		r.Failed = []SampleFailure{}
+		r.Failed = []report.SampleFailure{}
 	}
 	a.log.Error().Err(err).Uint64("epoch", num).Str("status", r.Status).Msg("epoch failed")
 	if a.cfg.ReportPath != "" {
-		if werr := appendReport(a.cfg.ReportPath, r); werr != nil {
+		if werr := report.Append(a.cfg.ReportPath, r); werr != nil {
 			err = errors.Join(err, fmt.Errorf("computeagent: report: %w", werr))
 		}
 	}
@@ -473,7 +518,7 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (Epoch
 
 // openJournal opens the sample log and resume state once the catalog is
 // known (its fingerprint is part of the run's identity).
-func (a *Agent) openJournal(cat *Catalog, plan *runPlan) (*journal, error) {
+func (a *Agent) openJournal(cat *Catalog, plan *planner.RunPlan) (*journal.Journal, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.jr != nil || a.jrErr != nil || (a.cfg.SamplesOut == "" && a.cfg.StateDir == "") {
@@ -482,8 +527,8 @@ func (a *Agent) openJournal(cat *Catalog, plan *runPlan) (*journal, error) {
 	if a.closed {
 		return nil, ErrClosed
 	}
-	a.jr, a.jrErr = openJournal(a.cfg.SamplesOut, a.cfg.StateDir, runState{
-		Seed: a.cfg.Seed, Fingerprint: cat.Fingerprint, Pipeline: a.pipeID, Plan: plan.name(),
+	a.jr, a.jrErr = journal.Open(a.cfg.SamplesOut, a.cfg.StateDir, journal.RunState{
+		Seed: a.cfg.Seed, Fingerprint: cat.Fingerprint, Pipeline: a.pipeID, Plan: plan.Name(),
 		Rank: a.cfg.Rank, World: a.cfg.World, FirstEpoch: a.cfg.FirstEpoch, FetchOnly: a.cfg.FetchOnly,
 	})
 	if a.jrErr != nil {
@@ -492,132 +537,179 @@ func (a *Agent) openJournal(cat *Catalog, plan *runPlan) (*journal, error) {
 	return a.jr, a.jrErr
 }
 
-func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (EpochReport, error) {
-	cfg := &a.cfg
+// runEpochOnce runs one epoch in named steps: find the storage agents,
+// decide the shard, prepare the epoch's run, run it, and finish its
+// report.
+func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (report.EpochReport, error) {
 	fs, cat, err := a.storage(ctx)
 	if err != nil {
-		return EpochReport{}, err
+		return report.EpochReport{}, err
 	}
 	jr, err := a.openJournal(cat, opts.plan)
 	if err != nil {
-		return EpochReport{}, err
+		return report.EpochReport{}, err
 	}
-	if jr.complete(num) {
+	if jr.Complete(num) {
 		a.log.Info().Uint64("epoch", num).Msg("epoch completed before the restart: skipped")
-		return EpochReport{}, errEpochSkipped
+		return report.EpochReport{}, errEpochSkipped
 	}
-	plan := opts.plan
-	var order []uint64
-	var tr *trainerEpoch
-	if opts.trainer != nil {
-		if tr, err = a.trainerOrder(opts.trainer, cat); err != nil {
-			return EpochReport{}, err
+	sh, err := a.shard(num, cat, jr, opts)
+	if err != nil {
+		return report.EpochReport{}, err
+	}
+	e := a.newEpochRun(num, cat, sh, opts)
+	if sh.tr != nil {
+		e.posRank, e.posJ, e.gpos = sh.tr.Rank, sh.tr.J, sh.tr.GPos
+		e.asm = trainer.NewAssembler(e, a.assemblerMetrics(), opts.trainer.Conns, a.cfg.StrictOrder, a.cfg.Batch, a.cfg.Queue, sh.tr.Rows, sh.tr.Batches, sh.tr.First, len(sh.order))
+		if err := a.hub.Start(e.asm); err != nil {
+			return report.EpochReport{}, err
 		}
-		order = tr.order
+		defer a.hub.Finish()
+	}
+	if err := a.prepare(e, fs, jr, opts); err != nil {
+		return report.EpochReport{}, err
+	}
+	r, err := a.execute(ctx, e, fs, sh)
+	if err != nil {
+		return r, err
+	}
+	return a.finish(r, e, jr, opts)
+}
+
+// epochShard is what one epoch delivers here.
+type epochShard struct {
+	order []uint64           // position -> sample
+	split []int              // position -> k
+	tr    *trainer.Positions // trainer mode: the local ranks' positions
+	// padded counts the positions that repeat a sample (RankOrder);
+	// resumed, the samples delivered before a restart and left out.
+	padded, resumed int
+}
+
+// shard decides the epoch's positions (the rank's order, or the local
+// trainer ranks'), less what the journal says was delivered, and each
+// position's split under opts.plan.
+func (a *Agent) shard(num uint64, cat *Catalog, jr *journal.Journal, opts epochOpts) (epochShard, error) {
+	cfg := &a.cfg
+	var sh epochShard
+	if opts.trainer != nil {
+		tr, err := a.trainerOrder(opts.trainer, cat)
+		if err != nil {
+			return sh, err
+		}
+		sh.tr, sh.order = tr, tr.Order
 	} else {
 		// Every rank the same count (DDP hangs on uneven ones): padded by
 		// repeats of its own samples, or with --drop-last cut to full
 		// batches; with one rank, the whole catalog.
-		order = RankOrder(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
+		sh.order = epoch.RankOrder(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
 	}
-	padded := max(0, len(order)-len(Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)))
-	resumed := 0
-	if done := jr.delivered(num); len(done) > 0 {
+	sh.padded = max(0, len(sh.order)-len(epoch.Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)))
+	if done := jr.Delivered(num); len(done) > 0 {
 		// Resume: the samples journaled before the restart were delivered;
 		// the rest keep their order.
-		order = slices.DeleteFunc(slices.Clone(order), func(s uint64) bool { _, ok := done[s]; return ok })
-		resumed = len(done)
-		a.log.Info().Uint64("epoch", num).Int("resumed", resumed).Int("left", len(order)).Msg("resuming the epoch")
+		sh.order = slices.DeleteFunc(slices.Clone(sh.order), func(s uint64) bool { _, ok := done[s]; return ok })
+		sh.resumed = len(done)
+		a.log.Info().Uint64("epoch", num).Int("resumed", sh.resumed).Int("left", len(sh.order)).Msg("resuming the epoch")
 	}
-	split := make([]int, len(order))
+	sh.split = make([]int, len(sh.order))
 	n := cfg.Pipeline.Len()
 	if a.tail != nil {
 		// A plan names splits of the whole pipeline; with uint8 slots the
 		// trainer runs its tail, so a split past the agent's part is cut back.
 		n += 1
-		if a.tail.normalize != nil {
+		if a.tail.Normalize != nil {
 			n++
 		}
 	}
-	for i, s := range order {
-		if split[i], err = plan.split(s, cfg.Pipeline, n); err != nil {
-			return EpochReport{}, err
+	for i, s := range sh.order {
+		k, err := opts.plan.Split(s, cfg.Pipeline, n)
+		if err != nil {
+			return sh, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
-		split[i] = min(split[i], cfg.Pipeline.Len())
+		sh.split[i] = min(k, cfg.Pipeline.Len())
 	}
+	return sh, nil
+}
+
+// newEpochRun is the epoch's run over sh, before its schedule.
+func (a *Agent) newEpochRun(num uint64, cat *Catalog, sh epochShard, opts epochOpts) *epochRun {
+	cfg := &a.cfg
+	return &epochRun{
+		a: a, cfg: cfg, num: num, cat: cat, order: sh.order, split: sh.split, plan: opts.plan, rec: opts.rec,
+		log:     a.log.With().Uint64("epoch", num).Logger(),
+		work:    make(chan work),
+		queue:   make(chan epoch.Item, cfg.Queue*cfg.Batch),
+		batches: make(chan *Batch),
+		bySplit: splitCounter{},
+	}
+}
+
+// prepare places e's positions over the storage agents fs, builds its
+// schedule, shedder and the fetchers' windows.
+func (a *Agent) prepare(e *epochRun, fs []*fetcher, jr *journal.Journal, opts epochOpts) error {
+	cfg, num, order, plan := &a.cfg, e.num, e.order, e.plan
 	gate := 0
 	if cfg.StrictOrder {
 		gate = cfg.Window * len(fs)
 	}
-	e := &epochRun{
-		a: a, cfg: cfg, num: num, cat: cat, order: order, split: split, plan: plan, rec: opts.rec,
-		log:     a.log.With().Uint64("epoch", num).Logger(),
-		work:    make(chan work),
-		queue:   make(chan item, cfg.Queue*cfg.Batch),
-		batches: make(chan *Batch),
-		bySplit: splitCounter{},
-	}
-	if tr != nil {
-		e.posRank, e.posJ, e.gpos = tr.rank, tr.j, tr.gpos
-		e.asm = newAssembler(e, opts.trainer.conns, cfg.StrictOrder, cfg.Batch, tr.rows, tr.batches, tr.first, len(order))
-		if err := a.hub.start(e.asm); err != nil {
-			return EpochReport{}, err
-		}
-		defer a.hub.finish()
-	}
 	offloaded := make([]bool, len(order))
 	for i, s := range order {
-		offloaded[i] = split[i] != 0 || e.codec(s) != ops.CodecNone
+		offloaded[i] = e.split[i] != 0 || e.codec(s) != ops.CodecNone
 	}
 	if n := replace(fs); n > 0 {
 		a.log.Warn().Uint64("epoch", num).Int("shards", n).Msg("shards that no reachable storage agent announced are placed over the reachable ones (their holders are gone)")
 	}
 	pl, unowned, err := e.placement(fs)
 	if err != nil {
-		return EpochReport{}, err
+		return err
 	}
 	if len(unowned) > 0 && cfg.OnError == OnErrorFail {
-		return EpochReport{}, fmt.Errorf("%w: epoch %d not started: %d of the shard's %d samples (the first: %d) have no live storage agent holding them; --on-error skip reports them and runs the rest",
+		return fmt.Errorf("%w: epoch %d not started: %d of the shard's %d samples (the first: %d) have no live storage agent holding them; --on-error skip reports them and runs the rest",
 			ErrUnavailable, num, len(unowned), len(order), order[unowned[0]])
 	}
-	e.sched = newPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
+	e.sched = epoch.NewPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
 	e.paced = len(fs) > 1
-	if plan.hinted() {
-		e.sched.cpuOf = func(pos, _ int) int64 {
-			_, c := plan.hint(order[pos])
+	if plan.Hinted() {
+		e.sched.CPUOf = func(pos, _ int) int64 {
+			_, c := plan.Hint(order[pos])
 			return int64(c)
 		}
 	}
-	e.sched.now = cfg.Clock.Now
+	e.sched.Now = cfg.Clock.Now
 	e.linkRate = opts.linkRate
 	if !cfg.StrictOffload {
-		e.shed = newShedder(e, opts.storageCores)
+		wire := func(sample uint64, k int) float64 { return float64(a.sizes.Estimate(k, e.cat.RawSizes[sample])) }
+		e.shed = epoch.NewShedder(order, e.split, wire, plan, plan.Speed, e.linkRate, opts.storageCores, cfg.Clock.Now)
 	}
 	for pos := range order {
 		b, _, _ := e.estimate(pos)
 		e.left.Add(b)
 	}
 	e.jr = jr
-	a.log.Info().Uint64("epoch", num).Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.name()).Msg("epoch start")
-	names := make([]string, len(fs))
+	a.log.Info().Uint64("epoch", num).Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.Name()).Msg("epoch start")
 	for i, f := range fs {
 		f.e = e
-		f.w = window{idx: i, maxCount: cfg.Window, maxBytes: cfg.WindowBytes, outstanding: map[uint64]*request{}}
-		if e.sched.cpuOf != nil {
+		f.w = epoch.Window{Idx: i, MaxCount: cfg.Window, MaxBytes: cfg.WindowBytes, Outstanding: map[uint64]*epoch.Request{}}
+		if e.sched.CPUOf != nil {
 			// At most paceTime of the agent's cores queued, by the plan's
 			// estimates; past that the window takes raw positions. With
 			// one storage agent too: a window of offloads alone would
 			// commit seconds of a contended storage CPU ahead of the
-			// shedder while the link idles (under a 3-thread hog, epochs
-			// of 4.9-5.3 s against a reference of 4.4-4.7 s; capped,
-			// within 7-11% of it in four runs).
-			f.w.maxCPU = int64(max(f.cpus, 1) * float64(paceTime))
+			// shedder while the link idles, which makes the epoch
+			// measurably slower than with the cap.
+			f.w.MaxCPU = int64(max(f.cpus, 1) * float64(paceTime))
 		}
-		names[i] = f.ep.Name
 	}
+	return nil
+}
 
+// execute runs the prepared epoch e, sampling the GPU meanwhile, and
+// returns its account so far; err is the run's.
+func (a *Agent) execute(ctx context.Context, e *epochRun, fs []*fetcher, sh epochShard) (report.EpochReport, error) {
+	cfg := &a.cfg
 	gctx, stopGPU := context.WithCancel(ctx)
-	var gpu GPUStats
+	var gpu report.GPUStats
 	var wg sync.WaitGroup
 	wg.Go(func() { gpu = a.gpu.Sample(gctx) })
 	a.m.cur.Store(e)
@@ -627,29 +719,38 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 	}
 	start := cfg.Clock.Now()
 	e.start = start
-	err = e.run(ctx, fs)
+	err := e.run(ctx, fs)
 	end := cfg.Clock.Now()
-	elapsed := end.Sub(start)
 	stopGPU()
 	wg.Wait()
 	var perByte float64
 	if err == nil {
 		perByte = transport(ctx, fs)
 	}
+	r := e.report(start, end, fs, sh)
+	r.GPU, r.StorageNSPerByte = gpu, perByte
+	return r, err
+}
 
-	r := EpochReport{
-		Epoch:                    num,
+// report is the epoch's account after it ran from start to end.
+func (e *epochRun) report(start, end time.Time, fs []*fetcher, sh epochShard) report.EpochReport {
+	elapsed := end.Sub(start)
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		names[i] = f.ep.Name
+	}
+	r := report.EpochReport{
+		Epoch:                    e.num,
 		Seconds:                  elapsed.Seconds(),
 		StartUnixNS:              start.UnixNano(),
 		EndUnixNS:                end.UnixNano(),
-		Pipeline:                 a.pipeID,
-		Plan:                     plan.name(),
-		StrictOrder:              cfg.StrictOrder,
-		FetchOnly:                cfg.FetchOnly,
+		Pipeline:                 e.a.pipeID,
+		Plan:                     e.plan.Name(),
+		StrictOrder:              e.cfg.StrictOrder,
+		FetchOnly:                e.cfg.FetchOnly,
 		Storage:                  names,
 		ByStorage:                byStorage(fs),
-		StorageNSPerByte:         perByte,
-		Shard:                    len(order),
+		Shard:                    len(e.order),
 		Samples:                  e.samples,
 		Batches:                  e.nbatch,
 		SamplesFailed:            len(e.failed),
@@ -668,19 +769,18 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		Hedged:                   int(e.hedged.Load()),
 		Refetched:                int(e.refetched.Load()),
 		ServedRaw:                servedRaw(e),
-		Shed:                     int(e.shed.count()),
-		Resumed:                  resumed,
-		Padded:                   padded,
+		Shed:                     int(e.shed.Count()),
+		Resumed:                  sh.resumed,
+		Padded:                   sh.padded,
 		Status:                   "ok",
-		GPU:                      gpu,
 	}
 	if r.Failed == nil {
-		r.Failed = []SampleFailure{}
+		r.Failed = []report.SampleFailure{}
 	}
-	slices.SortFunc(r.Failed, func(x, y SampleFailure) int { return cmp.Compare(x.Sample, y.Sample) })
+	slices.SortFunc(r.Failed, func(x, y report.SampleFailure) int { return cmp.Compare(x.Sample, y.Sample) })
 	if e.asm != nil {
 		r.Consumer = "trainer"
-		r.Trainers = e.asm.stats()
+		r.Trainers = e.asm.Stats()
 		for _, t := range r.Trainers {
 			r.Samples += t.Samples
 			r.Batches += t.Batches
@@ -690,11 +790,15 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 	if elapsed > 0 {
 		r.GPUIdleFraction = r.GPUIdleSeconds / elapsed.Seconds()
 	}
-	if err != nil {
-		return r, err
-	}
+	return r
+}
+
+// finish checks that the epoch accounted for every position, completes
+// its report (opts.annotate), logs and writes it and records the epoch
+// done in the journal.
+func (a *Agent) finish(r report.EpochReport, e *epochRun, jr *journal.Journal, opts epochOpts) (report.EpochReport, error) {
 	if r.Samples+r.SamplesFailed != r.Shard {
-		return r, fmt.Errorf("computeagent: epoch %d: delivered %d and failed %d of %d samples", num, r.Samples, r.SamplesFailed, r.Shard)
+		return r, fmt.Errorf("computeagent: epoch %d: delivered %d and failed %d of %d samples", r.Epoch, r.Samples, r.SamplesFailed, r.Shard)
 	}
 	if opts.annotate != nil {
 		if err := opts.annotate(&r, e); err != nil {
@@ -702,14 +806,14 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (E
 		}
 	}
 	a.m.epochs.Inc()
-	a.log.Info().Uint64("epoch", num).Float64("seconds", r.Seconds).Int("samples", r.Samples).
+	a.log.Info().Uint64("epoch", r.Epoch).Float64("seconds", r.Seconds).Int("samples", r.Samples).
 		Int("failed", r.SamplesFailed).Int64("bytes", r.BytesReceived).Float64("gpu_idle", r.GPUIdleFraction).Msg("epoch done")
-	if cfg.ReportPath != "" {
-		if err := appendReport(cfg.ReportPath, r); err != nil {
+	if a.cfg.ReportPath != "" {
+		if err := report.Append(a.cfg.ReportPath, r); err != nil {
 			return r, fmt.Errorf("computeagent: report: %w", err)
 		}
 	}
-	if err := jr.epochDone(num); err != nil {
+	if err := jr.EpochDone(r.Epoch); err != nil {
 		return r, fmt.Errorf("computeagent: state dir: %w", err)
 	}
 	return r, nil
@@ -764,9 +868,7 @@ func (e *epochRun) progress(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		e.sched.mu.Lock()
-		recv, n := e.sched.nRecv, e.sched.n
-		e.sched.mu.Unlock()
+		recv, n := e.sched.Progress()
 		el := time.Since(start).Seconds()
 		e.log.Info().Int("received", recv).Int("of", n).Float64("samples_per_sec", float64(recv)/el).
 			Float64("queue", e.a.m.queueDepth()).Int64("bytes", e.bytesReceived.Load()).Msg("progress")

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
@@ -48,7 +50,7 @@ func allSamples() []uint64 {
 }
 
 // checkReport checks a report's internal consistency.
-func checkReport(t *testing.T, r EpochReport) {
+func checkReport(t *testing.T, r report.EpochReport) {
 	t.Helper()
 	sum, bytes := 0, int64(0)
 	for _, s := range r.BySplit {
@@ -115,7 +117,7 @@ func TestExactlyOncePerEpoch(t *testing.T) {
 	sc := bufio.NewScanner(f)
 	lines := 0
 	for sc.Scan() {
-		var r EpochReport
+		var r report.EpochReport
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("report line %d: %v", lines, err)
 		}
@@ -126,46 +128,6 @@ func TestExactlyOncePerEpoch(t *testing.T) {
 	}
 	if lines != 2 {
 		t.Errorf("report file has %d lines, want 2", lines)
-	}
-}
-
-func TestOrder(t *testing.T) {
-	a := Order(7, 0, 0, 1, 100)
-	b := Order(7, 0, 0, 1, 100)
-	c := Order(7, 1, 0, 1, 100)
-	if !slices.Equal(a, b) {
-		t.Errorf("order is not reproducible")
-	}
-	if slices.Equal(a, c) {
-		t.Errorf("epochs 0 and 1 have the same order")
-	}
-	if slices.Equal(a, Order(8, 0, 0, 1, 100)) {
-		t.Errorf("seeds 7 and 8 have the same order")
-	}
-	sorted := slices.Sorted(slices.Values(a))
-	for i, s := range sorted {
-		if s != uint64(i) {
-			t.Fatalf("order is not a permutation: %v", sorted)
-		}
-	}
-	for _, tc := range []struct{ world, total int }{{1, 0}, {3, 100}, {4, 3}, {7, 64}} {
-		seen := map[uint64]int{}
-		for r := range tc.world {
-			for _, s := range Order(1, 2, r, tc.world, uint64(tc.total)) {
-				if int(s%uint64(tc.world)) != r {
-					t.Errorf("world %d: rank %d got sample %d", tc.world, r, s)
-				}
-				seen[s]++
-			}
-		}
-		if len(seen) != tc.total {
-			t.Errorf("world %d total %d: ranks cover %d samples", tc.world, tc.total, len(seen))
-		}
-		for s, n := range seen {
-			if n != 1 {
-				t.Errorf("sample %d in %d shards", s, n)
-			}
-		}
 	}
 }
 
@@ -272,7 +234,7 @@ func TestBadSample(t *testing.T) {
 
 func TestSlowSampleHeadOfLine(t *testing.T) {
 	const delay = 400 * time.Millisecond
-	order := Order(7, 0, 0, 1, testSamples)
+	order := epoch.Order(7, 0, 0, 1, testSamples)
 	slow := order[1] // early in the permutation: strict order waits for it
 	for _, strict := range []bool{false, true} {
 		t.Run(map[bool]string{false: "completion", true: "strict"}[strict], func(t *testing.T) {
@@ -490,7 +452,7 @@ func TestShardingAcrossRanks(t *testing.T) {
 		if len(all)%world == 0 {
 			t.Fatalf("%d samples split evenly over %d ranks: the test needs a remainder", len(all), world)
 		}
-		want := RankSamples(world, uint64(len(all)), 8, dropLast) // testConfig's batch
+		want := epoch.RankSamples(world, uint64(len(all)), 8, dropLast) // testConfig's batch
 		extra := 0
 		for r := range world {
 			if counts[r] != want {

@@ -26,8 +26,9 @@ const (
 	// DefaultRecvWindow lets a storage agent run 8 MiB ahead on each
 	// stream: while a CPU limit throttles it (up to the rest of a 100 ms
 	// CFS period) only what it has already sent can cross the link, and
-	// grpc's own window, sized from a round trip, held a few hundred kB
-	// (docs/architecture.md, "CPU limits on the storage node").
+	// grpc's own window, sized from a round trip, holds too little to
+	// cover the throttled time (docs/architecture.md, "CPU limits on the
+	// storage node").
 	DefaultRecvWindow  = 8 << 20
 	DefaultQueue       = 4
 	DefaultBatch       = 128
@@ -150,9 +151,9 @@ type Config struct {
 	// handed to the shared queue). Zero means 64.
 	Window int
 	// WindowBytes bounds the estimated response bytes of the requests in
-	// flight per storage agent (see sizeModel). Zero means 64 MiB. A single
-	// request larger than the bound is still sent when nothing else is in
-	// flight.
+	// flight per storage agent (see epoch.SizeModel). Zero means 64 MiB. A
+	// single request larger than the bound is still sent when nothing else
+	// is in flight.
 	WindowBytes int64
 	// Workers is the number of finishing workers running ops[k:n]. Zero
 	// means runtime.NumCPU().
@@ -298,6 +299,33 @@ func DefaultConfig() Config {
 	}
 }
 
+// Defaults of [TrainerConfig].
+const (
+	DefaultSlots     = 3
+	DefaultRingBytes = 1 << 30
+)
+
+// TrainerConfig makes the agent serve the trainer processes of its node
+// (docs/handoff.md) instead of a simulated consumer.
+type TrainerConfig struct {
+	// Socket is the Unix socket trainers connect to. Empty means no
+	// trainers: batches go to Config.Consumer.
+	Socket string
+	// DType is what a slot holds: "uint8" (NHWC; the pipeline stops before
+	// its trailing to_tensor and normalize, which the client applies on
+	// the trainer's device) or "float32" (NCHW, the whole pipeline). Empty
+	// means uint8.
+	DType string
+	// DropLast keeps only full batches; otherwise each rank is padded by
+	// repeats to the same count (RankOrder).
+	DropLast bool
+	// Slots is the number of batch slots per rank. Zero means 3.
+	Slots int
+	// RingBytes bounds the rings of all local ranks together; slots per
+	// rank are lowered to fit. Zero means 1 GiB.
+	RingBytes int64
+}
+
 // Bounds of Config.RecvWindow: grpc ignores windows under 64 KiB, and a
 // connection's (twice the stream's) must fit an int32.
 const (
@@ -312,37 +340,54 @@ func configErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
 }
 
-// withDefaults fills the zero values and validates the result.
+// withDefaults fills the zero values and validates the result, in steps.
 func (c Config) withDefaults() (Config, error) {
+	for _, step := range []func() error{c.checkInputs, c.planDefaults, c.counts, c.trainerDefaults, c.checkTLS} {
+		if err := step(); err != nil {
+			return c, err
+		}
+	}
+	c.injected()
+	return c, nil
+}
+
+// checkInputs checks discovery, the pipeline and the policy, the
+// inputs without defaults.
+func (c *Config) checkInputs() error {
 	if c.Discovery == nil && c.Gossip == "" && c.GossipTransport == nil {
-		return c, configErr("no discovery: give storage addresses or a gossip address")
+		return configErr("no discovery: give storage addresses or a gossip address")
 	}
 	if c.Cluster == "" {
 		c.Cluster = tlsconf.DefaultCluster
 	}
 	if c.Discovery == nil || c.GossipKey != "" || c.GossipKeyFile != "" {
 		if err := c.gossip().Check(); err != nil {
-			return c, configErr("%v", err)
+			return configErr("%v", err)
 		}
 	}
 	if c.Pipeline == nil {
-		return c, configErr("no pipeline")
+		return configErr("no pipeline")
 	}
 	n := c.Pipeline.Len()
 	if c.Pipeline.KindAt(n) != ops.KindTensor {
-		return c, configErr("pipeline %s ends in %s, want tensor", c.Pipeline.ID(), c.Pipeline.KindAt(n))
+		return configErr("pipeline %s ends in %s, want tensor", c.Pipeline.ID(), c.Pipeline.KindAt(n))
 	}
 	if c.Policy != "" {
 		if !slices.Contains(Policies, c.Policy) {
-			return c, configErr("policy %q: want one of %s", c.Policy, strings.Join(Policies, ", "))
+			return configErr("policy %q: want one of %s", c.Policy, strings.Join(Policies, ", "))
 		}
 		if c.Plan != nil && !isStatic(c.Plan) {
-			return c, configErr("policy %s and plan %s: give one or the other", c.Policy, c.Plan.Policy)
+			return configErr("policy %s and plan %s: give one or the other", c.Policy, c.Plan.Policy)
 		}
 		if c.FetchOnly {
-			return c, configErr("policy %s needs training epochs, not fetch-only", c.Policy)
+			return configErr("policy %s needs training epochs, not fetch-only", c.Policy)
 		}
 	}
+	return nil
+}
+
+// planDefaults fills and checks the planner's settings and the plan.
+func (c *Config) planDefaults() error {
 	if c.ProfileBudget == 0 {
 		c.ProfileBudget = DefaultProfileBudget
 	}
@@ -350,14 +395,19 @@ func (c Config) withDefaults() (Config, error) {
 		c.ReplanThreshold = DefaultReplanThreshold
 	}
 	if c.ProfileBudget < 0 || !(c.ReplanThreshold > 0) {
-		return c, configErr("profile budget %v and replan threshold %v must be positive", c.ProfileBudget, c.ReplanThreshold)
+		return configErr("profile budget %v and replan threshold %v must be positive", c.ProfileBudget, c.ReplanThreshold)
 	}
 	if c.Plan == nil {
 		c.Plan = NoOff()
 	}
 	if err := checkPlan(c.Plan, c.Pipeline); err != nil {
-		return c, err
+		return err
 	}
+	return nil
+}
+
+// counts fills and checks the counts, sizes and modes.
+func (c *Config) counts() error {
 	if c.Epochs == 0 {
 		c.Epochs = DefaultEpochs
 	}
@@ -393,36 +443,41 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.Epochs < 0:
-		return c, configErr("epochs %d is negative", c.Epochs)
+		return configErr("epochs %d is negative", c.Epochs)
 	case c.World < 1 || c.Rank < 0 || c.Rank >= c.World:
-		return c, configErr("rank %d of world %d: want 0 <= rank < world", c.Rank, c.World)
+		return configErr("rank %d of world %d: want 0 <= rank < world", c.Rank, c.World)
 	case c.Window < 0:
-		return c, configErr("window %d is negative", c.Window)
+		return configErr("window %d is negative", c.Window)
 	case c.WindowBytes < 0:
-		return c, configErr("window bytes %d is negative", c.WindowBytes)
+		return configErr("window bytes %d is negative", c.WindowBytes)
 	case c.Workers < 0:
-		return c, configErr("workers %d is negative", c.Workers)
+		return configErr("workers %d is negative", c.Workers)
 	case c.Queue < 0:
-		return c, configErr("queue %d is negative", c.Queue)
+		return configErr("queue %d is negative", c.Queue)
 	case c.Batch < 0:
-		return c, configErr("batch %d is negative", c.Batch)
+		return configErr("batch %d is negative", c.Batch)
 	case c.Retries < 0:
-		return c, configErr("retries %d is negative", c.Retries)
+		return configErr("retries %d is negative", c.Retries)
 	case c.RetryBudget < 0 || c.StallTimeout < 0:
-		return c, configErr("retry budget %v and stall timeout %v must not be negative", c.RetryBudget, c.StallTimeout)
+		return configErr("retry budget %v and stall timeout %v must not be negative", c.RetryBudget, c.StallTimeout)
 	case c.StateDir != "" && (c.Trainer.Socket != "" || c.Policy != ""):
-		return c, configErr("state dir: resuming is for simulated-GPU runs without a policy (trainers resume from their own state)")
+		return configErr("state dir: resuming is for simulated-GPU runs without a policy (trainers resume from their own state)")
 	case c.MaxPayload < 0:
-		return c, configErr("max payload %d is negative", c.MaxPayload)
+		return configErr("max payload %d is negative", c.MaxPayload)
 	case c.RecvWindow != 0 && (c.RecvWindow < MinRecvWindow || c.RecvWindow > MaxRecvWindow):
-		return c, configErr("receive window %d bytes: want 0 (grpc's own) or %d to %d", c.RecvWindow, MinRecvWindow, MaxRecvWindow)
+		return configErr("receive window %d bytes: want 0 (grpc's own) or %d to %d", c.RecvWindow, MinRecvWindow, MaxRecvWindow)
 	case c.Codec > ops.CodecS2:
-		return c, configErr("unknown codec %d", c.Codec)
+		return configErr("unknown codec %d", c.Codec)
 	case c.OnError != OnErrorFail && c.OnError != OnErrorSkip:
-		return c, configErr("on-error %q: want %q or %q", c.OnError, OnErrorFail, OnErrorSkip)
+		return configErr("on-error %q: want %q or %q", c.OnError, OnErrorFail, OnErrorSkip)
 	case c.Placement != PlacementPull && c.Placement != PlacementRoundRobin:
-		return c, configErr("placement %q: want %q or %q", c.Placement, PlacementPull, PlacementRoundRobin)
+		return configErr("placement %q: want %q or %q", c.Placement, PlacementPull, PlacementRoundRobin)
 	}
+	return nil
+}
+
+// trainerDefaults fills and checks Config.Trainer in trainer mode.
+func (c *Config) trainerDefaults() error {
 	if c.Trainer.Socket != "" {
 		t := &c.Trainer
 		if t.Slots == 0 {
@@ -433,22 +488,32 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		switch {
 		case t.DType != "" && t.DType != "uint8" && t.DType != "float32":
-			return c, configErr("dtype %q: want uint8 or float32", t.DType)
+			return configErr("dtype %q: want uint8 or float32", t.DType)
 		case t.Slots < 1:
-			return c, configErr("slots %d: want at least 1", t.Slots)
+			return configErr("slots %d: want at least 1", t.Slots)
 		case t.RingBytes < 0:
-			return c, configErr("ring bytes %d is negative", t.RingBytes)
+			return configErr("ring bytes %d is negative", t.RingBytes)
 		case c.FetchOnly:
-			return c, configErr("trainers need training epochs, not fetch-only")
+			return configErr("trainers need training epochs, not fetch-only")
 		}
 	}
+	return nil
+}
+
+// checkTLS checks the TLS files, or that --insecure says to go without.
+func (c *Config) checkTLS() error {
 	if err := c.TLS.Validate(); err != nil {
-		return c, configErr("%v", err)
+		return configErr("%v", err)
 	}
 	if !c.TLS.Enabled() && !c.Insecure {
-		return c, configErr("no TLS certificate: pass --tls-cert, --tls-key and --tls-ca " +
+		return configErr("no TLS certificate: pass --tls-cert, --tls-key and --tls-ca " +
 			"(make certs, or compute-agent certs --out DIR, makes a development CA and certificates), or --insecure")
 	}
+	return nil
+}
+
+// injected fills the injected consumer, clock and dialer.
+func (c *Config) injected() {
 	if c.Consumer == nil {
 		c.Consumer = Discard{}
 	}
@@ -461,5 +526,4 @@ func (c Config) withDefaults() (Config, error) {
 			return d.DialContext(ctx, "tcp", addr)
 		}
 	}
-	return c, nil
 }

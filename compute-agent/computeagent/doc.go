@@ -13,7 +13,7 @@
 //	  -> batcher: [B, C, H, W] float32 batches with labels
 //	  -> feeder -> Consumer (the GPU, or Sim)
 //
-// In trainer mode (Config.Trainer, trainer.go, assemble.go) the node's
+// In trainer mode (Config.Trainer, package trainer) the node's
 // trainer processes connect to a Unix socket and get one memfd ring of
 // batch slots each; the finishing workers copy each finished sample
 // straight into a row of a leased slot (the local ranks share one queue in
@@ -59,11 +59,12 @@
 // the sample. A DEADLINE error (the storage agent's queue was too long) is
 // retried up to Config.Retries times first.
 //
-// Faults cost time, not the run (fetch.go, retry.go): a failed stream,
-// Info or Catalog is retried with exponential back-off and jitter until its
-// storage agent made no progress for Config.RetryBudget; a stream silent
-// for the stall timeout with requests out is hedged (its positions go back
-// to the schedule while still outstanding; the first response wins, the
-// other is dropped as a duplicate) and cancelled. With Config.StateDir the
-// sample log is a journal a restarted agent resumes from (journal.go).
+// Faults cost time, not the run (fetch.go, epoch.RetryDelay): a failed
+// stream, Info or Catalog is retried with exponential back-off and jitter
+// until its storage agent made no progress for Config.RetryBudget; a
+// stream silent for the stall timeout with requests out is hedged (its
+// positions go back to the schedule while still outstanding; the first
+// response wins, the other is dropped as a duplicate) and cancelled. With
+// Config.StateDir the sample log is a journal a restarted agent resumes
+// from (package journal).
 package computeagent

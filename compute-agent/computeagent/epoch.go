@@ -16,6 +16,11 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/journal"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
+	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/internal/errkind"
 	"github.com/sophon-dl/sophon/ops"
@@ -45,16 +50,16 @@ type epochRun struct {
 	posRank []int32
 	posJ    []int32
 	gpos    []uint64
-	asm     *assembler
-	plan    *runPlan
+	asm     *trainer.Assembler
+	plan    *planner.RunPlan
 	rec     *profiler.Recorder // stage 2; nil when not profiling
-	sched   *schedule
+	sched   *epoch.Schedule
 	// paced: several storage agents, whose windows pace (fetcher.pace).
 	paced bool
-	jr    *journal // nil without a sample log
+	jr    *journal.Journal // nil without a sample log
 
 	work    chan work
-	queue   chan item
+	queue   chan epoch.Item
 	batches chan *Batch
 
 	bytesReceived atomic.Int64
@@ -64,7 +69,7 @@ type epochRun struct {
 	// their storage agent reported times its per-worker share of a core:
 	// their CPU time, or more where the agent got less than its budget.
 	storageOffEffNS atomic.Int64
-	// offPlannedNS sums the plan's storage CPU estimate (runPlan.hint)
+	// offPlannedNS sums the plan's storage CPU estimate (planner.RunPlan.Hint)
 	// of the samples served offloaded as planned: the drift check's
 	// prediction when storage agents answered some offloads raw.
 	offPlannedNS atomic.Int64
@@ -86,11 +91,11 @@ type epochRun struct {
 	servedRawContended, servedRawUncuttable atomic.Int64
 	// shed re-balances the rest of the epoch when the storage side falls
 	// behind the plan (nil: never).
-	shed *shedder
-	lat  latencies // response latencies, for the adaptive stall timeout
+	shed *epoch.Shedder
+	lat  epoch.Latencies // response latencies, for the adaptive stall timeout
 
 	mu     sync.Mutex
-	failed []SampleFailure
+	failed []report.SampleFailure
 
 	// Feeder-owned.
 	samples int
@@ -99,30 +104,11 @@ type epochRun struct {
 	bySplit splitCounter
 }
 
-// item is one finished sample (or, with failed set, the place of a bad
-// one, which strict order needs to move on).
-type item struct {
-	pos    int
-	sample uint64
-	label  uint32
-	split  int
-	wire   int64
-	tensor *ops.Tensor
-	image  *ops.Image // trainer mode with uint8 slots
-	sha    [32]byte
-	failed bool
-	// Trainer mode: the local rank and index whose order holds pos, and
-	// its global position.
-	rank int32
-	j    int32
-	gpos uint64
-}
-
 // estimate is the schedule's view of a position: its wire-size estimate,
 // sample id and split.
 func (e *epochRun) estimate(pos int) (int64, uint64, int) {
-	s, k := e.order[pos], e.shed.split(pos, e.split[pos])
-	return e.a.sizes.estimate(k, e.cat.RawSizes[s]), s, k
+	s, k := e.order[pos], e.shed.Split(pos, e.split[pos])
+	return e.a.sizes.Estimate(k, e.cat.RawSizes[s]), s, k
 }
 
 func (e *epochRun) run(ctx context.Context, fetchers []*fetcher) error {
@@ -130,7 +116,7 @@ func (e *epochRun) run(ctx context.Context, fetchers []*fetcher) error {
 	g.Go(func() error {
 		defer close(e.work)
 		fg, fctx := errgroup.WithContext(gctx)
-		if orphans := e.sched.unowned(&fetchers[0].w); len(orphans) > 0 {
+		if orphans := e.sched.Unowned(&fetchers[0].w); len(orphans) > 0 {
 			fg.Go(func() error {
 				return fetchers[0].unavailable(fctx, orphans, "no storage agent of this epoch holds its shard")
 			})
@@ -149,7 +135,7 @@ func (e *epochRun) run(ctx context.Context, fetchers []*fetcher) error {
 		return wg.Wait()
 	})
 	if e.asm != nil {
-		g.Go(func() error { return e.asm.wait(gctx) })
+		g.Go(func() error { return e.asm.Wait(gctx) })
 	} else {
 		g.Go(func() error { return e.batcher(gctx) })
 		g.Go(func() error { return e.feeder(gctx) })
@@ -158,7 +144,7 @@ func (e *epochRun) run(ctx context.Context, fetchers []*fetcher) error {
 }
 
 // fail records a bad sample. In fail mode it returns the epoch's error.
-func (e *epochRun) fail(f SampleFailure) error {
+func (e *epochRun) fail(f report.SampleFailure) error {
 	if m := e.a.metrics(); m != nil {
 		m.failures.Inc()
 	}
@@ -178,7 +164,7 @@ func (e *epochRun) worker(ctx context.Context) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	lim := ops.WireLimits{MaxPayload: e.cfg.MaxPayload}
-	wake := newWaiter()
+	wake := trainer.NewWaiter()
 	for {
 		var w work
 		select {
@@ -194,43 +180,43 @@ func (e *epochRun) worker(ctx context.Context) error {
 		// The split the sample arrived at: the planned one, or 0 when the
 		// storage agent answered raw instead (work-conserving offload, a
 		// file it cannot cut).
-		k := r.split
+		k := r.Split
 		if w.resp.GetServed() != dataplanepb.Served_SERVED_AS_REQUESTED {
 			k = 0
 		}
-		it := item{pos: r.pos, sample: r.sample, label: e.cat.Labels[r.sample], split: k, wire: int64(len(w.resp.GetData()))}
+		it := epoch.Item{Pos: r.Pos, Sample: r.Sample, Label: e.cat.Labels[r.Sample], Split: k, Wire: int64(len(w.resp.GetData()))}
 		if e.asm != nil {
-			it.rank, it.j, it.gpos = e.posRank[r.pos], e.posJ[r.pos], e.gpos[r.pos]
+			it.Rank, it.J, it.GPos = e.posRank[r.Pos], e.posJ[r.Pos], e.gpos[r.Pos]
 		}
-		var bad *SampleFailure
+		var bad *report.SampleFailure
 		if w.fail != nil {
 			bad = w.fail
 		} else if se := w.resp.GetError(); se != nil {
-			bad = &SampleFailure{Sample: r.sample, Split: r.split, Kind: errkind.Name(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
+			bad = &report.SampleFailure{Sample: r.Sample, Split: r.Split, Kind: errkind.Name(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
 		} else {
-			e.a.sizes.observe(k, e.cat.RawSizes[r.sample], len(w.resp.GetData()))
+			e.a.sizes.Observe(k, e.cat.RawSizes[r.Sample], len(w.resp.GetData()))
 			if e.cfg.FetchOnly {
 				bad = e.check(w.resp.GetData(), lim, &it)
 			} else {
 				bad = e.finish(w.f, w.resp.GetData(), lim, &it)
-				if bad != nil && it.split == ops.SplitCut && bad.Where == "local" {
+				if bad != nil && it.Split == ops.SplitCut && bad.Where == "local" {
 					bad = e.refetchRaw(ctx, w.f, lim, &it, bad)
 				}
 			}
 		}
 		if bad != nil {
 			if err := e.fail(*bad); err != nil {
-				e.sched.release(&w.f.w, r)
+				e.sched.Release(&w.f.w, r)
 				return err
 			}
-			it.failed, it.tensor, it.image = true, nil, nil
+			it.Failed, it.Tensor, it.Image = true, nil, nil
 		}
 		if e.asm != nil {
-			if err := e.asm.place(ctx, it, wake); err != nil {
-				e.sched.release(&w.f.w, r)
+			if err := e.asm.Place(ctx, it, wake); err != nil {
+				e.sched.Release(&w.f.w, r)
 				return err
 			}
-			e.sched.release(&w.f.w, r)
+			e.sched.Release(&w.f.w, r)
 			continue
 		}
 		select {
@@ -238,66 +224,66 @@ func (e *epochRun) worker(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		e.sched.release(&w.f.w, r)
+		e.sched.Release(&w.f.w, r)
 	}
 }
 
 // finish decodes a response's wire form from f, checks raw bytes against
 // the catalog's content hash (see checkRaw) and runs ops[k:n] on it, timing
 // both on the thread's CPU clock, and fills it with the tensor.
-func (e *epochRun) finish(f *fetcher, data []byte, lim ops.WireLimits, it *item) *SampleFailure {
+func (e *epochRun) finish(f *fetcher, data []byte, lim ops.WireLimits, it *epoch.Item) *report.SampleFailure {
 	p := e.cfg.Pipeline
-	key := ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: it.sample}
+	key := ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: it.Sample}
 	t0 := cpuclock.Thread()
 	in, err := ops.DecodeWire(data, lim)
-	if raw, ok := in.(ops.Encoded); ok && err == nil && it.split == 0 {
-		err = f.checkRaw(it.sample, raw)
+	if raw, ok := in.(ops.Encoded); ok && err == nil && it.Split == 0 {
+		err = f.checkRaw(it.Sample, raw)
 	}
 	var v ops.Value
 	if err == nil {
-		v, err = p.Run(key, in, it.split, p.Len())
+		v, err = p.Run(key, in, it.Split, p.Len())
 	}
 	e.computeNS.Add(int64(cpuclock.Thread() - t0))
 	if raw, ok := in.(ops.Encoded); ok && err == nil && e.rec != nil {
 		// Stage 2 runs the pipeline again, op by op, on the raw bytes; the
 		// delivered tensor is still p.Run's, and the record's CPU time is
 		// not charged to the epoch's compute CPU.
-		if rerr := e.rec.Record(it.sample, raw, key); rerr != nil {
-			e.log.Debug().Err(rerr).Uint64("sample", it.sample).Msg("sample not profiled")
+		if rerr := e.rec.Record(it.Sample, raw, key); rerr != nil {
+			e.log.Debug().Err(rerr).Uint64("sample", it.Sample).Msg("sample not profiled")
 		}
 	}
 	if err == nil {
 		switch v := v.(type) {
 		case *ops.Tensor:
-			it.tensor = v
+			it.Tensor = v
 		case *ops.Image:
 			if e.asm == nil {
 				err = fmt.Errorf("%w: pipeline gave %s", ops.ErrKind, v.Kind())
 			}
-			it.image = v
+			it.Image = v
 		default:
 			err = fmt.Errorf("%w: pipeline gave %s", ops.ErrKind, v.Kind())
 		}
 	}
 	if err != nil {
-		return &SampleFailure{Sample: it.sample, Split: it.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
+		return &report.SampleFailure{Sample: it.Sample, Split: it.Split, Kind: localKind(err), Message: err.Error(), Where: "local"}
 	}
 	if (e.cfg.OnSample != nil || e.jr != nil) && e.asm == nil { // the assembler hashes the rows it publishes
-		it.sha = tensorSHA(it.tensor)
+		it.SHA = tensorSHA(it.Tensor)
 	}
 	return nil
 }
 
 // check validates a response's wire form without finishing it (FetchOnly).
-func (e *epochRun) check(data []byte, lim ops.WireLimits, it *item) *SampleFailure {
+func (e *epochRun) check(data []byte, lim ops.WireLimits, it *epoch.Item) *report.SampleFailure {
 	t0 := cpuclock.Thread()
 	_, err := ops.CheckWire(data, lim)
 	e.computeNS.Add(int64(cpuclock.Thread() - t0))
 	if err != nil {
-		return &SampleFailure{Sample: it.sample, Split: it.split, Kind: localKind(err), Message: err.Error(), Where: "local"}
+		return &report.SampleFailure{Sample: it.Sample, Split: it.Split, Kind: localKind(err), Message: err.Error(), Where: "local"}
 	}
 	if e.cfg.OnSample != nil || e.jr != nil {
-		it.sha = sha256.Sum256(data)
+		it.SHA = sha256.Sum256(data)
 	}
 	return nil
 }
@@ -306,51 +292,11 @@ func (e *epochRun) check(data []byte, lim ops.WireLimits, it *item) *SampleFailu
 // order through a reorder buffer that the schedule's gate bounds.
 func (e *epochRun) batcher(ctx context.Context) error {
 	defer close(e.batches)
-	bs := e.cfg.Batch
-	var cur *Batch
-	formed := 0
-	emit := func() error {
-		b := cur
-		cur = nil
-		n := b.Len()
-		b.Shape[0] = n
-		b.Data = b.Data[:n*b.Shape[1]*b.Shape[2]*b.Shape[3]]
-		select {
-		case e.batches <- b:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	add := func(it item) error {
-		t := it.tensor
-		if t == nil { // FetchOnly: rows without data
-			t = &ops.Tensor{}
-		}
-		if cur == nil {
-			cur = &Batch{Epoch: e.num, Index: formed, Shape: [4]int{0, t.C, t.H, t.W},
-				Data: make([]float32, 0, bs*len(t.Data))}
-			formed++
-		}
-		if t.C != cur.Shape[1] || t.H != cur.Shape[2] || t.W != cur.Shape[3] {
-			return fmt.Errorf("computeagent: epoch %d: sample %d has shape [%d %d %d], its batch [%d %d %d]",
-				e.num, it.sample, t.C, t.H, t.W, cur.Shape[1], cur.Shape[2], cur.Shape[3])
-		}
-		cur.Samples = append(cur.Samples, it.sample)
-		cur.Labels = append(cur.Labels, it.label)
-		cur.Data = append(cur.Data, t.Data...)
-		cur.shas = append(cur.shas, it.sha)
-		cur.splits = append(cur.splits, it.split)
-		cur.wire = append(cur.wire, it.wire)
-		if cur.Len() == bs {
-			return emit()
-		}
-		return nil
-	}
-	buf := map[int]item{}
+	s := &stacker{e: e}
+	buf := map[int]epoch.Item{}
 	next := 0
 	for {
-		var it item
+		var it epoch.Item
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -359,41 +305,103 @@ func (e *epochRun) batcher(ctx context.Context) error {
 				if len(buf) > 0 {
 					return fmt.Errorf("computeagent: epoch %d: %d samples stuck behind position %d", e.num, len(buf), next)
 				}
-				if cur != nil {
-					return emit()
+				if s.cur != nil {
+					return s.emit(ctx)
 				}
 				return nil
 			}
 			it = got
 		}
 		if !e.cfg.StrictOrder {
-			if !it.failed {
-				if err := add(it); err != nil {
+			if !it.Failed {
+				if err := s.add(ctx, it); err != nil {
 					return err
 				}
 			}
 			continue
 		}
-		buf[it.pos] = it
-		moved := false
-		for {
-			it, ok := buf[next]
-			if !ok {
-				break
-			}
-			delete(buf, next)
-			next++
-			moved = true
-			if !it.failed {
-				if err := add(it); err != nil {
-					return err
-				}
-			}
-		}
-		if moved {
-			e.sched.delivered(next)
+		buf[it.Pos] = it
+		var err error
+		if next, err = s.drain(ctx, buf, next); err != nil {
+			return err
 		}
 	}
+}
+
+// stacker forms an epoch's batches for batcher.
+type stacker struct {
+	e      *epochRun
+	cur    *Batch // the batch being formed; nil between batches
+	formed int    // batches begun
+}
+
+// emit hands the current batch on.
+func (s *stacker) emit(ctx context.Context) error {
+	b := s.cur
+	s.cur = nil
+	n := b.Len()
+	b.Shape[0] = n
+	b.Data = b.Data[:n*b.Shape[1]*b.Shape[2]*b.Shape[3]]
+	select {
+	case s.e.batches <- b:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// add stacks it onto the current batch, emitting the batch once full.
+func (s *stacker) add(ctx context.Context, it epoch.Item) error {
+	e, bs := s.e, s.e.cfg.Batch
+	t := it.Tensor
+	if t == nil { // FetchOnly: rows without data
+		t = &ops.Tensor{}
+	}
+	if s.cur == nil {
+		s.cur = &Batch{Epoch: e.num, Index: s.formed, Shape: [4]int{0, t.C, t.H, t.W},
+			Data: make([]float32, 0, bs*len(t.Data))}
+		s.formed++
+	}
+	cur := s.cur
+	if t.C != cur.Shape[1] || t.H != cur.Shape[2] || t.W != cur.Shape[3] {
+		return fmt.Errorf("computeagent: epoch %d: sample %d has shape [%d %d %d], its batch [%d %d %d]",
+			e.num, it.Sample, t.C, t.H, t.W, cur.Shape[1], cur.Shape[2], cur.Shape[3])
+	}
+	cur.Samples = append(cur.Samples, it.Sample)
+	cur.Labels = append(cur.Labels, it.Label)
+	cur.Data = append(cur.Data, t.Data...)
+	cur.shas = append(cur.shas, it.SHA)
+	cur.splits = append(cur.splits, it.Split)
+	cur.wire = append(cur.wire, it.Wire)
+	if cur.Len() == bs {
+		return s.emit(ctx)
+	}
+	return nil
+}
+
+// drain stacks the items of the reorder buffer buf from position next on,
+// in order, up to the first missing one, which it returns; the schedule
+// learns how far the epoch got.
+func (s *stacker) drain(ctx context.Context, buf map[int]epoch.Item, next int) (int, error) {
+	moved := false
+	for {
+		it, ok := buf[next]
+		if !ok {
+			break
+		}
+		delete(buf, next)
+		next++
+		moved = true
+		if !it.Failed {
+			if err := s.add(ctx, it); err != nil {
+				return next, err
+			}
+		}
+	}
+	if moved {
+		s.e.sched.Delivered(next)
+	}
+	return next, nil
 }
 
 // feeder hands batches to the consumer, timing how long it waits for
@@ -420,7 +428,7 @@ func (e *epochRun) feeder(ctx context.Context) error {
 		}
 		// Journaled right after the consumer took the batch, in one write:
 		// what a crash leaves in the log is what was delivered.
-		if err := e.jr.write(e.num, b.Samples, b.shas); err != nil {
+		if err := e.jr.Write(e.num, b.Samples, b.shas); err != nil {
 			return fmt.Errorf("computeagent: samples out: %w", err)
 		}
 		e.nbatch++
@@ -478,4 +486,31 @@ func (e *epochRun) horizon() uint64 {
 		return 0
 	}
 	return uint64(float64(left) / rate * 1e9)
+}
+
+// Num is the epoch's number (trainer.Epoch).
+func (e *epochRun) Num() uint64 { return e.num }
+
+// Delivered moves the schedule's strict-order gate (trainer.Epoch).
+func (e *epochRun) Delivered(pos int) { e.sched.Delivered(pos) }
+
+// Placed counts a sample in a trainer's row (trainer.Epoch).
+func (e *epochRun) Placed(split int, wire int64) { e.bySplit.add(split, wire) }
+
+// Hashed reports whether published rows are journaled or reported
+// (trainer.Epoch).
+func (e *epochRun) Hashed() bool { return e.cfg.OnSample != nil || e.jr != nil }
+
+// Consumed journals a published batch's samples and calls Config.OnSample
+// for them (trainer.Epoch).
+func (e *epochRun) Consumed(ids []uint64, shas [][32]byte) error {
+	if err := e.jr.Write(e.num, ids, shas); err != nil {
+		return err
+	}
+	if e.cfg.OnSample != nil {
+		for j := range ids {
+			e.cfg.OnSample(e.num, ids[j], shas[j])
+		}
+	}
+	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
@@ -424,9 +425,9 @@ func (r *recorder) epoch(e uint64) []delivery {
 // noGPU is a GPU monitor for tests: no NVML probing.
 type noGPU struct{}
 
-func (noGPU) Sample(ctx context.Context) GPUStats {
+func (noGPU) Sample(ctx context.Context) report.GPUStats {
 	<-ctx.Done()
-	return GPUStats{Status: "nvml: unavailable: test"}
+	return report.GPUStats{Status: "nvml: unavailable: test"}
 }
 
 // testConfig is a small configuration over net's servers at addrs.
@@ -450,7 +451,7 @@ func testConfig(t testing.TB, n *memNet, addrs ...string) (Config, *recorder) {
 }
 
 // runAgent runs cfg to completion under a deadline.
-func runAgent(t testing.TB, cfg Config) ([]EpochReport, error) {
+func runAgent(t testing.TB, cfg Config) ([]report.EpochReport, error) {
 	t.Helper()
 	a, err := New(cfg)
 	if err != nil {

@@ -1,15 +1,11 @@
 package computeagent
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"net"
-	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
 
@@ -248,7 +245,7 @@ func TestStalledReplica(t *testing.T) {
 		t.Skip("times two epochs of a few seconds")
 	}
 	const step = 300 * time.Millisecond // per batch of 8: a GPU-bound epoch of about 2.4 s
-	run := func(stall bool) (EpochReport, map[uint64][32]byte) {
+	run := func(stall bool) (report.EpochReport, map[uint64][32]byte) {
 		n := &memNet{}
 		g := &gate{}
 		n.serve(t, "a:1", newFake(t, "a"))
@@ -296,123 +293,11 @@ func TestFailedEpochReported(t *testing.T) {
 	if _, err := runAgent(t, cfg); !errors.Is(err, ErrNoStorage) {
 		t.Fatalf("got %v, want ErrNoStorage", err)
 	}
-	rs, err := ReadReport(cfg.ReportPath)
+	rs, err := report.ReadReport(cfg.ReportPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rs) != 1 || rs[0].Status != "failed" || rs[0].Error == "" || rs[0].StreamFailures < 1 {
 		t.Fatalf("reports %+v, want one failed epoch with its error", rs)
 	}
-}
-
-// TestScheduleHedgeDuplicate: a hedged position taken by a second window
-// is accepted once; the late response of the other copy is dropped and
-// reported as a duplicate, and no position is lost.
-func TestScheduleHedgeDuplicate(t *testing.T) {
-	s := newSchedule(4, 0, 2, nil)
-	w1, w2 := testWindow(2), testWindow(4)
-	takeAll(t, s, w1) // positions 0 and 1 on the stalled stream
-	if n := s.hedge(w1); n != 2 {
-		t.Fatalf("hedged %d, want 2", n)
-	}
-	if n := s.hedge(w1); n != 0 {
-		t.Fatalf("hedged %d again, want 0", n)
-	}
-	got := takeAll(t, s, w2)
-	if len(got) != 4 || got[0] != 0 || got[1] != 1 {
-		t.Fatalf("second window took %v, want the hedged 0 and 1 first, then 2 and 3", got)
-	}
-	// The replica answers position 0 first; the stalled stream then
-	// answers it too.
-	var tag0 uint64
-	for tag, r := range w2.outstanding {
-		if r.pos == 0 {
-			tag0 = tag
-		}
-	}
-	if r, dup := s.claim(w2, tag0, 1); r == nil || dup {
-		t.Fatalf("first response: %v %v", r, dup)
-	}
-	if r, dup := s.claim(w1, 1, 1); r != nil || !dup { // tag 1 is position 0 on w1
-		t.Fatalf("late response: %v %v, want a duplicate", r, dup)
-	}
-	// The stalled stream is cancelled: its other request (position 1) is
-	// not put back twice, and position 0 not at all.
-	if n := s.requeue(w1); n != 1 || s.groups[0].retry.Len() != 0 {
-		t.Fatalf("requeued %d, retry heap %v: want 1 dropped, nothing put back", n, s.groups[0].retry)
-	}
-	if w1.count != 0 || w1.bytes != 0 {
-		t.Errorf("stalled window holds %d requests, %d bytes after requeue", w1.count, w1.bytes)
-	}
-}
-
-// TestJournalResume: a journal with a torn last line resumes with the
-// complete lines; another run's state is refused.
-func TestJournalResume(t *testing.T) {
-	dir := t.TempDir()
-	id := runState{Seed: 1, Fingerprint: "fp", Pipeline: "p@1", Plan: "nooff", World: 1}
-	j, err := openJournal("", dir, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := j.write(0, []uint64{3, 1}, make([][32]byte, 2)); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.epochDone(0); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.write(1, []uint64{2}, make([][32]byte, 1)); err != nil {
-		t.Fatal(err)
-	}
-	j.close()
-	f, err := os.OpenFile(filepath.Join(dir, "samples"), os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.WriteString("1 5 00ab") // torn by a kill
-	f.Close()
-
-	j, err = openJournal("", dir, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.close()
-	if !j.complete(0) || j.complete(1) || len(j.delivered(0)) != 2 || len(j.delivered(1)) != 1 {
-		t.Errorf("resumed: done %v, delivered %v", j.done, j.have)
-	}
-	b, _ := os.ReadFile(filepath.Join(dir, "samples"))
-	if _, n, err := decodeJournal(b); err != nil || n != len(b) {
-		t.Errorf("torn line not cut off: %q", b)
-	}
-
-	other := id
-	other.Seed = 2
-	if _, err := openJournal("", dir, other); !errors.Is(err, ErrJournal) {
-		t.Errorf("another run's state: got %v, want ErrJournal", err)
-	}
-}
-
-// FuzzDecodeJournal: the decoder never panics, stops only at a torn last
-// line, and what it decodes encodes and decodes again to the same records.
-func FuzzDecodeJournal(f *testing.F) {
-	f.Add([]byte("0 1 0000000000000000000000000000000000000000000000000000000000000000\n"))
-	f.Add([]byte("0 1 00\n1 2"))
-	f.Add([]byte("\n"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		recs, n, err := decodeJournal(b)
-		if err != nil {
-			return
-		}
-		if n > len(b) || bytes.IndexByte(b[n:], '\n') >= 0 {
-			t.Fatalf("consumed %d of %d bytes with a complete line left", n, len(b))
-		}
-		var out []byte
-		for _, r := range recs {
-			out = fmt.Appendf(out, "%d %d %s\n", r.epoch, r.sample, r.sha)
-		}
-		again, m, err := decodeJournal(out)
-		if err != nil || m != len(out) || !slices.Equal(again, recs) {
-			t.Fatalf("round trip: %v %d %v, want %v", again, m, err, recs)
-		}
-	})
 }

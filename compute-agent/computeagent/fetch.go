@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -50,7 +52,7 @@ type fetcher struct {
 	// responses (see transport).
 	cpu0  uint64
 	opsNS atomic.Int64
-	w     window
+	w     epoch.Window
 
 	// lastRecv is when the current stream last received a response or
 	// handed one on (Unix ns); handing is set while recv waits to hand a
@@ -65,11 +67,11 @@ type fetcher struct {
 // work is a response on its way to a finishing worker.
 type work struct {
 	f    *fetcher
-	r    *request
+	r    *epoch.Request
 	resp *dataplanepb.FetchResponse
 	// fail, when set, is the sample's failure instead of a response (no
 	// storage agent left that holds it).
-	fail *SampleFailure
+	fail *report.SampleFailure
 }
 
 func (f *fetcher) run(ctx context.Context) error {
@@ -87,13 +89,13 @@ func (f *fetcher) run(ctx context.Context) error {
 		}
 		if err == nil {
 			_, err = f.session(ctx)
-			if err == nil || e.sched.complete() {
+			if err == nil || e.sched.Complete() {
 				return nil
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			n := e.sched.requeue(&f.w)
+			n := e.sched.Requeue(&f.w)
 			e.streamFailures.Add(1)
 			e.retried.Add(int64(n))
 			if m := e.a.metrics(); m != nil {
@@ -112,7 +114,7 @@ func (f *fetcher) run(ctx context.Context) error {
 			}
 			log.Debug().Err(err).Msg("storage agent still unavailable")
 		}
-		if e.sched.complete() {
+		if e.sched.Complete() {
 			return nil
 		}
 		idle := e.cfg.Clock.Now().Sub(time.Unix(0, f.progress.Load()))
@@ -120,10 +122,10 @@ func (f *fetcher) run(ctx context.Context) error {
 			return f.giveUp(ctx, log, fmt.Errorf("no progress for %v (retry budget %v), last: %w", idle.Round(time.Millisecond), budget, err))
 		}
 		failures++
-		if err := pause(ctx, min(retryDelay(failures), budget-idle), e.sched); err != nil {
+		if err := epoch.Pause(ctx, min(epoch.RetryDelay(failures), budget-idle), e.sched); err != nil {
 			return err
 		}
-		if e.sched.complete() {
+		if e.sched.Complete() {
 			return nil
 		}
 	}
@@ -132,7 +134,7 @@ func (f *fetcher) run(ctx context.Context) error {
 // giveUp drops this storage agent for the epoch; the epoch fails when it
 // was the last one.
 func (f *fetcher) giveUp(ctx context.Context, log zerolog.Logger, err error) error {
-	alive, orphans := f.e.sched.giveUp(&f.w)
+	alive, orphans := f.e.sched.GiveUp(&f.w)
 	if alive == 0 {
 		return fmt.Errorf("%w: %s: %w", ErrNoStorage, f.ep.Name, err)
 	}
@@ -144,11 +146,11 @@ func (f *fetcher) giveUp(ctx context.Context, log zerolog.Logger, err error) err
 // failures of this epoch (KindUnavailable): under --on-error skip they are
 // reported, never silently dropped; under fail the first one fails the
 // epoch.
-func (f *fetcher) unavailable(ctx context.Context, orphans []*request, why string) error {
+func (f *fetcher) unavailable(ctx context.Context, orphans []*epoch.Request, why string) error {
 	for _, r := range orphans {
-		r.sample = f.e.order[r.pos]
-		f.e.sched.claim(&f.w, r.tag, 0)
-		fail := &SampleFailure{Sample: r.sample, Kind: KindUnavailable, Where: "storage", Message: why}
+		r.Sample = f.e.order[r.Pos]
+		f.e.sched.Claim(&f.w, r.Tag, 0)
+		fail := &report.SampleFailure{Sample: r.Sample, Kind: report.KindUnavailable, Where: "storage", Message: why}
 		select {
 		case f.e.work <- work{f: f, r: r, fail: fail}:
 		case <-ctx.Done():
@@ -216,7 +218,7 @@ func (f *fetcher) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		done, sig := e.sched.state()
+		done, sig := e.sched.State()
 		if done {
 			// A stopped storage agent never closes its stream: do not wait.
 			cancel(errEpochDone)
@@ -234,11 +236,11 @@ func (f *fetcher) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 		}
 		now := e.cfg.Clock.Now()
 		d := e.stallTimeout()
-		oldest, ok := e.sched.oldestSent(&f.w)
+		oldest, ok := e.sched.OldestSent(&f.w)
 		if !ok || now.Sub(oldest) < d || now.Sub(time.Unix(0, f.lastRecv.Load())) < d {
 			continue
 		}
-		n := e.sched.hedge(&f.w)
+		n := e.sched.Hedge(&f.w)
 		e.hedged.Add(int64(n))
 		e.log.Warn().Str("storage", f.ep.Name).Dur("stall_timeout", d).Int("hedged", n).Msg("fetch stream stalled: requests hedged to the other storage agents")
 		cancel(fmt.Errorf("%w: %s sent nothing for %v", errStalled, f.ep.Name, d))
@@ -250,7 +252,7 @@ func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 	e := f.e
 	first := true
 	for {
-		r, wait, done := e.sched.take(&f.w, e.estimate)
+		r, wait, done := e.sched.Take(&f.w, e.estimate)
 		if done {
 			return stream.CloseSend()
 		}
@@ -262,33 +264,33 @@ func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 			}
 			continue
 		}
-		codec := e.codec(r.sample)
-		e.shed.requested(r.pos, r.split, e.split[r.pos])
-		if k := e.split[r.pos]; r.split != k {
+		codec := e.codec(r.Sample)
+		e.shed.Requested(r.Pos, r.Split, e.split[r.Pos])
+		if k := e.split[r.Pos]; r.Split != k {
 			// Shed: raw, whose bytes the epoch's estimate left did not
 			// count.
 			codec = ops.CodecNone
-			e.left.Add(r.est - e.a.sizes.estimate(k, e.cat.RawSizes[r.sample]))
+			e.left.Add(r.Est - e.a.sizes.Estimate(k, e.cat.RawSizes[r.Sample]))
 		}
 		req := &dataplanepb.FetchRequest{
-			Tag:        r.tag,
-			Sample:     r.sample,
+			Tag:        r.Tag,
+			Sample:     r.Sample,
 			Epoch:      e.num,
 			Seed:       e.cfg.Seed,
 			PipelineId: e.a.pipeID,
 			Codec:      dataplanepb.Codec(codec),
 		}
-		if r.split == ops.SplitCut {
+		if r.Split == ops.SplitCut {
 			req.Cut = true
 		} else {
-			req.Split = uint32(r.split)
+			req.Split = uint32(r.Split)
 		}
-		if r.split != 0 || req.Codec != dataplanepb.Codec_CODEC_NONE {
+		if r.Split != 0 || req.Codec != dataplanepb.Codec_CODEC_NONE {
 			// An offload: let the storage agent answer raw when its CPU
 			// cannot keep up, unless the operator wants strict plans.
 			req.Fallback = !e.cfg.StrictOffload
-			if e.plan.hinted() {
-				req.Priority, req.CostNs = e.plan.hint(r.sample)
+			if e.plan.Hinted() {
+				req.Priority, req.CostNs = e.plan.Hint(r.Sample)
 			}
 			if req.Fallback {
 				req.HorizonNs = e.horizon()
@@ -317,7 +319,7 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 	for {
 		resp, err := stream.Recv()
 		if err == io.EOF {
-			if n := e.sched.outstanding(&f.w); n > 0 || !e.sched.complete() {
+			if n := e.sched.Outstanding(&f.w); n > 0 || !e.sched.Complete() {
 				return fmt.Errorf("computeagent: %s closed the stream with %d requests outstanding", f.ep.Name, n)
 			}
 			return nil
@@ -326,7 +328,7 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			return err
 		}
 		if resp.GetError().GetKind() == dataplanepb.ErrorKind_ERROR_KIND_DEADLINE &&
-			e.sched.retryTag(&f.w, resp.GetTag(), e.cfg.Retries) {
+			e.sched.RetryTag(&f.w, resp.GetTag(), e.cfg.Retries) {
 			// The storage agent was too busy: transient, ask again.
 			e.retried.Add(1)
 			if m := e.a.metrics(); m != nil {
@@ -336,7 +338,7 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 		}
 		now := e.cfg.Clock.Now()
 		prev := time.Unix(0, f.lastRecv.Swap(now.UnixNano()))
-		r, dup := e.sched.claim(&f.w, resp.GetTag(), int64(len(resp.GetData())))
+		r, dup := e.sched.Claim(&f.w, resp.GetTag(), int64(len(resp.GetData())))
 		if dup {
 			e.duplicates.Add(1)
 			continue
@@ -347,46 +349,21 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 		}
 		got.Store(true)
 		f.progress.Store(now.UnixNano())
-		e.left.Add(-r.est)
-		if !r.sent.IsZero() {
+		e.left.Add(-r.Est)
+		if !r.Sent.IsZero() {
 			// The silence before this response: since the one before,
 			// or since the request when the stream had been idle. A
 			// request's own latency would count the storage agent's
 			// queue, which a healthy but busy replica keeps long.
-			e.lat.observe(min(now.Sub(prev), now.Sub(r.sent)))
+			e.lat.Observe(min(now.Sub(prev), now.Sub(r.Sent)))
 		}
-		if resp.GetSample() != r.sample && resp.GetError() == nil {
-			resp = &dataplanepb.FetchResponse{Tag: resp.GetTag(), Sample: r.sample, Error: &dataplanepb.SampleError{
+		if resp.GetSample() != r.Sample && resp.GetError() == nil {
+			resp = &dataplanepb.FetchResponse{Tag: resp.GetTag(), Sample: r.Sample, Error: &dataplanepb.SampleError{
 				Kind:    dataplanepb.ErrorKind_ERROR_KIND_INTERNAL,
 				Message: fmt.Sprintf("response names sample %d", resp.GetSample()),
 			}}
 		}
-		e.bytesReceived.Add(int64(len(resp.GetData())))
-		f.served.Add(1)
-		f.servedBytes.Add(int64(len(resp.GetData())))
-		f.pace(now)
-		if m := e.a.metrics(); m != nil {
-			m.received(r.split, len(resp.GetData()))
-		}
-		e.storageNS.Add(int64(resp.GetStorageCpuNs()))
-		f.opsNS.Add(int64(resp.GetStorageCpuNs()))
-		switch resp.GetServed() {
-		case dataplanepb.Served_SERVED_RAW_CONTENDED:
-			e.servedRawContended.Add(1)
-		case dataplanepb.Served_SERVED_RAW_UNCUTTABLE:
-			e.servedRawUncuttable.Add(1)
-		}
-		asPlanned := r.split != 0 && resp.GetServed() == dataplanepb.Served_SERVED_AS_REQUESTED
-		held := float64(resp.GetStorageBudgetNs()) * f.share()
-		if asPlanned {
-			if e.plan.hinted() {
-				_, c := e.plan.hint(r.sample)
-				e.offPlannedNS.Add(int64(float64(c) / e.plan.speed))
-			}
-			e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
-			e.storageOffEffNS.Add(int64(held))
-		}
-		e.shed.received(r.pos, asPlanned, held)
+		f.account(r, resp, now)
 		f.handing.Store(true)
 		select {
 		case e.work <- work{f: f, r: r, resp: resp}:
@@ -397,6 +374,39 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 		f.lastRecv.Store(e.cfg.Clock.Now().UnixNano())
 		f.handing.Store(false)
 	}
+}
+
+// account counts an accepted response to r, received at now: bytes, the
+// storage CPU (the offloads' apart) and how it was served, for the report,
+// the metrics, pacing and shedding.
+func (f *fetcher) account(r *epoch.Request, resp *dataplanepb.FetchResponse, now time.Time) {
+	e := f.e
+	e.bytesReceived.Add(int64(len(resp.GetData())))
+	f.served.Add(1)
+	f.servedBytes.Add(int64(len(resp.GetData())))
+	f.pace(now)
+	if m := e.a.metrics(); m != nil {
+		m.received(r.Split, len(resp.GetData()))
+	}
+	e.storageNS.Add(int64(resp.GetStorageCpuNs()))
+	f.opsNS.Add(int64(resp.GetStorageCpuNs()))
+	switch resp.GetServed() {
+	case dataplanepb.Served_SERVED_RAW_CONTENDED:
+		e.servedRawContended.Add(1)
+	case dataplanepb.Served_SERVED_RAW_UNCUTTABLE:
+		e.servedRawUncuttable.Add(1)
+	}
+	asPlanned := r.Split != 0 && resp.GetServed() == dataplanepb.Served_SERVED_AS_REQUESTED
+	held := float64(resp.GetStorageBudgetNs()) * f.share()
+	if asPlanned {
+		if e.plan.Hinted() {
+			_, c := e.plan.Hint(r.Sample)
+			e.offPlannedNS.Add(int64(float64(c) / e.plan.Speed))
+		}
+		e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
+		e.storageOffEffNS.Add(int64(held))
+	}
+	e.shed.Received(r.Pos, asPlanned, held)
 }
 
 // share is each of the storage agent's workers' share of a core: cpus over

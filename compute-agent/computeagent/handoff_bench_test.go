@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/handoff"
+	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/ops"
 )
@@ -48,7 +51,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer a.Close()
-	hub, err := newTrainerHub(a, &Catalog{Total: batch * batches, Fingerprint: "bench"})
+	hub, err := trainer.NewHub(a.hubConfig(&Catalog{Total: batch * batches, Fingerprint: "bench"}))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,7 +60,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	wg.Go(func() { hub.serve(ctx) })
+	wg.Go(func() { hub.Serve(ctx) })
 	img := ops.NewImage(224, 224)
 	for i := range img.Pix {
 		img.Pix[i] = byte(i * 31)
@@ -75,21 +78,21 @@ func BenchmarkHandoffPython(b *testing.B) {
 			}
 			out <- o
 		}()
-		req, err := hub.next(ctx)
+		req, err := hub.Next(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
-		e := &epochRun{a: a, cfg: &a.cfg, num: req.epoch, bySplit: splitCounter{}}
-		asm := newAssembler(e, req.conns, false, batch, batch*(batches+1), batches+1, []int{0}, 0)
-		if err := hub.start(asm); err != nil {
+		e := &epochRun{a: a, cfg: &a.cfg, num: req.Epoch, bySplit: splitCounter{}}
+		asm := trainer.NewAssembler(e, a.assemblerMetrics(), req.Conns, false, batch, a.cfg.Queue, batch*(batches+1), batches+1, []int{0}, 0)
+		if err := hub.Start(asm); err != nil {
 			b.Fatal(err)
 		}
 		var pg sync.WaitGroup
 		for w := range 2 {
 			pg.Go(func() {
-				wake := newWaiter()
+				wake := trainer.NewWaiter()
 				for i := w; i < batch*(batches+1); i += 2 {
-					if asm.place(ctx, item{sample: uint64(i), image: img}, wake) != nil {
+					if asm.Place(ctx, epoch.Item{Sample: uint64(i), Image: img}, wake) != nil {
 						return // the consumer left
 					}
 				}
@@ -97,11 +100,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 		}
 		// Heap allocations in the steady state: between the 5th and the
 		// (batches-5)th batch published, the whole process's Go side.
-		published := func() int {
-			asm.mu.Lock()
-			defer asm.mu.Unlock()
-			return asm.ranks[0].batches
-		}
+		published := func() int { return asm.Stats()[0].Batches }
 		var ms0, ms1 runtime.MemStats
 		for published() < 5 {
 			time.Sleep(time.Millisecond)
@@ -114,9 +113,9 @@ func BenchmarkHandoffPython(b *testing.B) {
 		runtime.ReadMemStats(&ms1)
 		n1 := published()
 		o := <-out
-		asm.abort(errBenchDone, codeFailed)
+		asm.Abort(errBenchDone, handoff.CodeFailed)
 		pg.Wait()
-		hub.finish()
+		hub.Finish()
 		var res struct {
 			GBPerS float64 `json:"gb_per_s"`
 		}

@@ -75,7 +75,7 @@ func (m *metrics) queueDepth() float64 {
 		return 0
 	}
 	if e.asm != nil {
-		return float64(e.asm.queued())
+		return float64(e.asm.Queued())
 	}
 	return float64(len(e.queue))
 }

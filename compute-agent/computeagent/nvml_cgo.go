@@ -9,6 +9,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/compute-agent/report"
 )
 
 // NVML samples every device's utilisation through the NVIDIA driver. Where
@@ -63,12 +65,12 @@ func (m *NVML) init() {
 }
 
 // Sample implements [GPUMonitor].
-func (m *NVML) Sample(ctx context.Context) GPUStats {
+func (m *NVML) Sample(ctx context.Context) report.GPUStats {
 	m.init()
 	if m.err != nil {
-		return GPUStats{Status: "nvml: unavailable: " + m.err.Error()}
+		return report.GPUStats{Status: "nvml: unavailable: " + m.err.Error()}
 	}
-	st := GPUStats{Status: "nvml: ok", Devices: len(m.devices)}
+	st := report.GPUStats{Status: "nvml: ok", Devices: len(m.devices)}
 	clock := m.Clock
 	if clock == nil {
 		clock = SystemClock()

@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/compute-agent/report"
 )
 
 // NVML stands in for the NVIDIA monitor in binaries built without cgo,
@@ -23,10 +25,10 @@ const noCgoReason = "built without cgo"
 func NewNVML(clock Clock, log zerolog.Logger) *NVML { return &NVML{Clock: clock, Logger: log} }
 
 // Sample implements [GPUMonitor]: it logs the reason once and waits for ctx.
-func (m *NVML) Sample(ctx context.Context) GPUStats {
+func (m *NVML) Sample(ctx context.Context) report.GPUStats {
 	m.once.Do(func() { m.Logger.Warn().Msg("no GPU: " + noCgoReason) })
 	<-ctx.Done()
-	return GPUStats{Status: "nvml: unavailable: " + noCgoReason}
+	return report.GPUStats{Status: "nvml: unavailable: " + noCgoReason}
 }
 
 // Close implements io.Closer. Safe twice.

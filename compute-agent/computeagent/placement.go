@@ -7,6 +7,8 @@ import (
 	"math/bits"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	shards "github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
@@ -18,38 +20,38 @@ var ErrUnavailable = errors.New("computeagent: samples unavailable")
 // placement builds the epoch's placement over its fetchers: who holds each
 // position's sample (fetcher.holds), and with PlacementRoundRobin which of
 // them it is bound to. unowned lists the positions no fetcher holds.
-func (e *epochRun) placement(fs []*fetcher) (pl placement, unowned []int, err error) {
-	if len(fs) > maxFetchers {
-		return pl, nil, fmt.Errorf("%w: %d storage agents, at most %d per epoch", ErrNoStorage, len(fs), maxFetchers)
+func (e *epochRun) placement(fs []*fetcher) (pl epoch.Placement, unowned []int, err error) {
+	if len(fs) > epoch.MaxFetchers {
+		return pl, nil, fmt.Errorf("%w: %d storage agents, at most %d per epoch", ErrNoStorage, len(fs), epoch.MaxFetchers)
 	}
 	sharded := false
 	for _, f := range fs {
 		sharded = sharded || f.holds != nil
 	}
 	n := len(e.order)
-	all := allFetchers(len(fs))
+	all := epoch.AllFetchers(len(fs))
 	if sharded {
-		pl.owners = make([]uint64, n)
+		pl.Owners = make([]uint64, n)
 		for pos, s := range e.order {
 			for i, f := range fs {
 				if f.holds == nil || f.holds(s) {
-					pl.owners[pos] |= 1 << i
+					pl.Owners[pos] |= 1 << i
 				}
 			}
-			if pl.owners[pos] == 0 {
+			if pl.Owners[pos] == 0 {
 				unowned = append(unowned, pos)
 			}
 		}
 	}
 	if e.cfg.Placement == PlacementRoundRobin && len(fs) > 1 {
-		pl.bound = make([]uint64, n)
+		pl.Bound = make([]uint64, n)
 		for pos := range n {
 			o := all
-			if pl.owners != nil {
-				o = pl.owners[pos]
+			if pl.Owners != nil {
+				o = pl.Owners[pos]
 			}
 			if k := bits.OnesCount64(o); k > 0 {
-				pl.bound[pos] = nthBit(o, pos%k)
+				pl.Bound[pos] = nthBit(o, pos%k)
 			}
 		}
 	}
@@ -65,10 +67,10 @@ func nthBit(m uint64, n int) uint64 {
 }
 
 // byStorage is each fetcher's share of the epoch, in fs's order.
-func byStorage(fs []*fetcher) []StorageStats {
-	out := make([]StorageStats, len(fs))
+func byStorage(fs []*fetcher) []report.StorageStats {
+	out := make([]report.StorageStats, len(fs))
 	for i, f := range fs {
-		out[i] = StorageStats{Name: f.ep.Name, Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.shards}
+		out[i] = report.StorageStats{Name: f.ep.Name, Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.shards}
 	}
 	return out
 }
@@ -187,10 +189,9 @@ func replace(fs []*fetcher) int {
 
 // paceTime is how much of its storage agent's measured delivery a
 // fetcher's window holds when an epoch has several agents. The last
-// window of an epoch can leave the other agents idle for about this long:
-// with 200 ms, two agents' 0.9 s epochs (imagenet-like, 100 Mbit/s links)
-// took 0.91 s where the plan said 0.83 s; with 100 ms, 0.85-0.89 s; with
-// 50 ms no better (0.88-0.92 s), the windows then too short to keep a
+// window of an epoch can leave the other agents idle for about this long,
+// so a longer time puts the end of every epoch past the plan's prediction;
+// a much shorter one gains nothing, the windows then too short to keep a
 // link busy through a slow response.
 const paceTime = 100 * time.Millisecond
 
@@ -202,10 +203,10 @@ const paceTime = 100 * time.Millisecond
 // at least 4 average responses and at most Config.WindowBytes. Pulling
 // then gives each agent a share of the epoch in proportion to its rate
 // and never leaves a slow agent (a slower link, a busier CPU) holding the
-// last positions for longer than about paceTime: with a window of 64
-// requests fixed, an agent on a link 4x slower than its peer's held a
-// fifth of a 300-sample epoch at its end (measured: pull only 1.26x
-// faster than round-robin instead of about 2.5x).
+// last positions for longer than about paceTime: with a window of a fixed
+// count of requests, an agent on a much slower link than its peer's holds
+// a large share of the epoch's positions at its end, and pulling loses
+// most of its advantage over round-robin.
 func (f *fetcher) pace(now time.Time) {
 	e := f.e
 	if !e.paced {
@@ -224,7 +225,7 @@ func (f *fetcher) pace(now time.Time) {
 	b := int64(rate * paceTime.Seconds())
 	b = max(b, 4*got/n)
 	b = min(b, e.cfg.WindowBytes)
-	e.sched.setMaxBytes(&f.w, b)
+	e.sched.SetMaxBytes(&f.w, b)
 }
 
 // transportMinBytes is the least an epoch must have received for its
@@ -267,26 +268,26 @@ func transport(ctx context.Context, fs []*fetcher) float64 {
 // a damaged file can decode whole and still give a cut that does not
 // (FuzzCut found such files): the sample is not lost for that. When the
 // raw fetch fails too, bad stands.
-func (e *epochRun) refetchRaw(ctx context.Context, f *fetcher, lim ops.WireLimits, it *item, bad *SampleFailure) *SampleFailure {
+func (e *epochRun) refetchRaw(ctx context.Context, f *fetcher, lim ops.WireLimits, it *epoch.Item, bad *report.SampleFailure) *report.SampleFailure {
 	rctx, cancel := context.WithTimeout(ctx, e.cfg.RetryBudget)
 	defer cancel()
 	stream, err := f.client.Fetch(rctx)
 	if err != nil {
 		return bad
 	}
-	req := &dataplanepb.FetchRequest{Tag: 1, Sample: it.sample, Epoch: e.num, Seed: e.cfg.Seed,
+	req := &dataplanepb.FetchRequest{Tag: 1, Sample: it.Sample, Epoch: e.num, Seed: e.cfg.Seed,
 		PipelineId: e.a.pipeID, PipelineSpec: e.a.pipeSpec}
 	if err := stream.Send(req); err != nil {
 		return bad
 	}
 	stream.CloseSend()
 	resp, err := stream.Recv()
-	if err != nil || resp.GetError() != nil || resp.GetSample() != it.sample {
+	if err != nil || resp.GetError() != nil || resp.GetSample() != it.Sample {
 		return bad
 	}
 	e.refetched.Add(1)
-	e.log.Warn().Uint64("sample", it.sample).Str("storage", f.ep.Name).Str("cut_error", bad.Message).Msg("a cut did not finish here: fetched again raw")
-	it.split, it.wire = 0, int64(len(resp.GetData()))
+	e.log.Warn().Uint64("sample", it.Sample).Str("storage", f.ep.Name).Str("cut_error", bad.Message).Msg("a cut did not finish here: fetched again raw")
+	it.Split, it.Wire = 0, int64(len(resp.GetData()))
 	e.bytesReceived.Add(int64(len(resp.GetData())))
 	return e.finish(f, resp.GetData(), lim, it)
 }

@@ -11,32 +11,40 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	shards "github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
-func indexedWindow(idx, count int) *window {
+func testWindow(count int) *epoch.Window {
+	return &epoch.Window{MaxCount: count, MaxBytes: 1 << 30, Outstanding: map[uint64]*epoch.Request{}}
+}
+
+func est(pos int) (int64, uint64, int) { return 1, uint64(pos), 0 }
+
+func indexedWindow(idx, count int) *epoch.Window {
 	w := testWindow(count)
-	w.idx = idx
+	w.Idx = idx
 	return w
 }
 
 // drain takes and claims everything w may take now, in order.
-func drain(t *testing.T, s *schedule, w *window) []int {
+func drain(t *testing.T, s *epoch.Schedule, w *epoch.Window) []int {
 	t.Helper()
 	var got []int
 	for {
-		r, _, done := s.take(w, est)
+		r, _, done := s.Take(w, est)
 		if done || r == nil {
 			return got
 		}
-		if c, dup := s.claim(w, r.tag, 1); c == nil || dup {
-			t.Fatalf("claim of position %d: %v %v", r.pos, c, dup)
+		if c, dup := s.Claim(w, r.Tag, 1); c == nil || dup {
+			t.Fatalf("claim of position %d: %v %v", r.Pos, c, dup)
 		}
-		s.release(w, r)
-		got = append(got, r.pos)
+		s.Release(w, r)
+		got = append(got, r.Pos)
 	}
 }
 
@@ -51,18 +59,18 @@ func TestPlacementRoundRobin(t *testing.T) {
 	if err != nil || len(unowned) != 0 {
 		t.Fatal(err, unowned)
 	}
-	s := newPlacedSchedule(len(e.order), 0, 2, nil, pl)
+	s := epoch.NewPlacedSchedule(len(e.order), 0, 2, nil, pl)
 	w0, w1 := indexedWindow(0, 100), indexedWindow(1, 100)
 	if got := drain(t, s, w0); !slices.Equal(got, []int{0, 2, 4, 6}) {
 		t.Fatalf("agent 0 took %v, want the even positions only", got)
 	}
-	if alive, orphans := s.giveUp(w1); alive != 1 || len(orphans) != 0 {
+	if alive, orphans := s.GiveUp(w1); alive != 1 || len(orphans) != 0 {
 		t.Fatalf("give up: %d alive, %d orphans; want 1 and 0 (the data is replicated)", alive, len(orphans))
 	}
 	if got := drain(t, s, w0); !slices.Equal(got, []int{1, 3, 5}) {
 		t.Fatalf("after agent 1 gave up, agent 0 took %v, want the odd positions", got)
 	}
-	if !s.complete() {
+	if !s.Complete() {
 		t.Fatal("schedule not complete")
 	}
 }
@@ -80,7 +88,7 @@ func TestPlacementPullSharded(t *testing.T) {
 	if err != nil || len(unowned) != 0 {
 		t.Fatal(err, unowned)
 	}
-	s := newPlacedSchedule(6, 0, 2, nil, pl)
+	s := epoch.NewPlacedSchedule(6, 0, 2, nil, pl)
 	w0, w1 := indexedWindow(0, 100), indexedWindow(1, 100)
 	if got := drain(t, s, w1); !slices.Equal(got, []int{2, 3, 4, 5}) {
 		t.Fatalf("agent 1 took %v, want 2-5 (what it holds)", got)
@@ -103,37 +111,37 @@ func TestPlacementOrphans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newPlacedSchedule(6, 0, 2, nil, pl)
+	s := epoch.NewPlacedSchedule(6, 0, 2, nil, pl)
 	w0, w1 := indexedWindow(0, 100), indexedWindow(1, 2)
 	// Agent 1 takes positions 1 and 3, receives 1, and its stream fails.
-	r1, _, _ := s.take(w1, est)
-	r3, _, _ := s.take(w1, est)
-	if r1.pos != 1 || r3.pos != 3 {
-		t.Fatalf("agent 1 took %d and %d, want 1 and 3", r1.pos, r3.pos)
+	r1, _, _ := s.Take(w1, est)
+	r3, _, _ := s.Take(w1, est)
+	if r1.Pos != 1 || r3.Pos != 3 {
+		t.Fatalf("agent 1 took %d and %d, want 1 and 3", r1.Pos, r3.Pos)
 	}
-	s.claim(w1, r1.tag, 1)
-	s.release(w1, r1)
-	s.requeue(w1)
-	alive, orphans := s.giveUp(w1)
+	s.Claim(w1, r1.Tag, 1)
+	s.Release(w1, r1)
+	s.Requeue(w1)
+	alive, orphans := s.GiveUp(w1)
 	var pos []int
 	for _, r := range orphans {
-		pos = append(pos, r.pos)
+		pos = append(pos, r.Pos)
 	}
 	slices.Sort(pos)
 	if alive != 1 || !slices.Equal(pos, []int{3, 5}) {
 		t.Fatalf("give up: %d alive, orphans %v; want 1 and [3 5]", alive, pos)
 	}
 	for _, r := range orphans {
-		if c, _ := s.claim(w1, r.tag, 0); c == nil {
-			t.Fatalf("orphan %d not claimable", r.pos)
+		if c, _ := s.Claim(w1, r.Tag, 0); c == nil {
+			t.Fatalf("orphan %d not claimable", r.Pos)
 		}
-		s.release(w1, r)
+		s.Release(w1, r)
 	}
 	if got := drain(t, s, w0); !slices.Equal(got, []int{0, 2, 4}) {
 		t.Fatalf("agent 0 took %v, want its own 0, 2, 4", got)
 	}
-	if !s.complete() || w1.count != 0 {
-		t.Fatalf("complete %v, dead window count %d", s.complete(), w1.count)
+	if !s.Complete() || w1.Count != 0 {
+		t.Fatalf("complete %v, dead window count %d", s.Complete(), w1.Count)
 	}
 }
 
@@ -147,10 +155,10 @@ func TestPlacementUnowned(t *testing.T) {
 	if err != nil || !slices.Equal(unowned, []int{1}) {
 		t.Fatalf("unowned %v (%v), want [1]", unowned, err)
 	}
-	s := newPlacedSchedule(3, 0, 1, nil, pl)
+	s := epoch.NewPlacedSchedule(3, 0, 1, nil, pl)
 	w := indexedWindow(0, 10)
-	orphans := s.unowned(w)
-	if len(orphans) != 1 || orphans[0].pos != 1 {
+	orphans := s.Unowned(w)
+	if len(orphans) != 1 || orphans[0].Pos != 1 {
 		t.Fatalf("orphans %v, want position 1", orphans)
 	}
 	if got := drain(t, s, w); !slices.Equal(got, []int{0, 2}) {
@@ -222,7 +230,7 @@ func twoShards() []*dataplanepb.ShardRange {
 // UNAVAILABLE under skip (every sample is delivered once or reported,
 // none dropped), and fail the epoch under fail.
 func TestShardOwnerDies(t *testing.T) {
-	run := func(replicas int, onError string) ([]EpochReport, []delivery, error) {
+	run := func(replicas int, onError string) ([]report.EpochReport, []delivery, error) {
 		n := &memNet{}
 		a, b := newFake(t, "a"), newFake(t, "b")
 		a.layout, b.layout = twoShards(), twoShards()
@@ -261,7 +269,7 @@ func TestShardOwnerDies(t *testing.T) {
 		seen[d.sample]++
 	}
 	for _, f := range r.Failed {
-		if f.Kind != KindUnavailable || f.Sample < 32 {
+		if f.Kind != report.KindUnavailable || f.Sample < 32 {
 			t.Errorf("failure %+v: want UNAVAILABLE samples of shard 1 (32-63) only", f)
 		}
 		seen[f.Sample]++
@@ -275,7 +283,7 @@ func TestShardOwnerDies(t *testing.T) {
 		t.Errorf("R=1, skip: %d delivered and %d failed of %d: want some unavailable", r.Samples, r.SamplesFailed, testSamples)
 	}
 
-	if _, _, err = run(1, OnErrorFail); !errors.Is(err, ErrSample) || !strings.Contains(err.Error(), KindUnavailable) {
+	if _, _, err = run(1, OnErrorFail); !errors.Is(err, ErrSample) || !strings.Contains(err.Error(), report.KindUnavailable) {
 		t.Errorf("R=1, fail: %v, want the epoch failed naming an unavailable sample", err)
 	}
 }
@@ -284,7 +292,7 @@ func TestShardOwnerDies(t *testing.T) {
 // refuses the epoch under fail, and is reported sample by sample under
 // skip.
 func TestShardUnowned(t *testing.T) {
-	run := func(onError string) ([]EpochReport, []delivery, error) {
+	run := func(onError string) ([]report.EpochReport, []delivery, error) {
 		n := &memNet{}
 		a := newFake(t, "a")
 		a.layout, a.held = twoShards(), []uint32{1}
@@ -302,7 +310,7 @@ func TestShardUnowned(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkOnce(t, got, allSamples()[32:])
-	if f := reports[0].Failed; len(f) != 32 || f[0].Sample != 0 || f[0].Kind != KindUnavailable {
+	if f := reports[0].Failed; len(f) != 32 || f[0].Sample != 0 || f[0].Kind != report.KindUnavailable {
 		t.Errorf("skip: %d failures (%+v...), want shard 0's 32 samples UNAVAILABLE", len(f), f[:min(len(f), 1)])
 	}
 }
@@ -330,10 +338,10 @@ func TestAnnouncedRefused(t *testing.T) {
 // again once CPU is released.
 func TestScheduleCPUCap(t *testing.T) {
 	off := []bool{true, true, true, true, false, false, false, false}
-	s := newSchedule(len(off), 0, 1, off)
-	s.cpuOf = func(pos, k int) int64 { return 10 }
+	s := epoch.NewSchedule(len(off), 0, 1, off)
+	s.CPUOf = func(pos, k int) int64 { return 10 }
 	w := testWindow(8)
-	w.maxCPU = 20
+	w.MaxCPU = 20
 	estOff := func(pos int) (int64, uint64, int) {
 		k := 0
 		if off[pos] {
@@ -343,22 +351,22 @@ func TestScheduleCPUCap(t *testing.T) {
 	}
 	var got []int
 	for {
-		r, _, done := s.take(w, estOff)
+		r, _, done := s.Take(w, estOff)
 		if done || r == nil {
 			break
 		}
-		got = append(got, r.pos)
+		got = append(got, r.Pos)
 	}
-	if !slices.Equal(got, []int{0, 1, 4, 5, 6, 7}) || w.cpu != 20 {
-		t.Fatalf("took %v with %d ns of CPU, want the offloads 0 and 1 (20 ns), then the raw ones", got, w.cpu)
+	if !slices.Equal(got, []int{0, 1, 4, 5, 6, 7}) || w.CPU != 20 {
+		t.Fatalf("took %v with %d ns of CPU, want the offloads 0 and 1 (20 ns), then the raw ones", got, w.CPU)
 	}
-	for _, r := range w.outstanding {
-		if r.pos == 0 {
-			s.release(w, r)
-			delete(w.outstanding, r.tag)
+	for _, r := range w.Outstanding {
+		if r.Pos == 0 {
+			s.Release(w, r)
+			delete(w.Outstanding, r.Tag)
 		}
 	}
-	if r, _, _ := s.take(w, estOff); r == nil || r.pos != 2 || w.cpu != 20 {
+	if r, _, _ := s.Take(w, estOff); r == nil || r.Pos != 2 || w.CPU != 20 {
 		t.Fatalf("after releasing an offload: took %v, want position 2", r)
 	}
 }
@@ -406,38 +414,38 @@ func TestTransport(t *testing.T) {
 func TestPace(t *testing.T) {
 	cfg := &Config{WindowBytes: 64 << 20}
 	e := &epochRun{cfg: cfg, paced: true}
-	e.sched = newSchedule(1, 0, 1, nil)
-	f := &fetcher{e: e, w: window{maxBytes: cfg.WindowBytes}}
+	e.sched = epoch.NewSchedule(1, 0, 1, nil)
+	f := &fetcher{e: e, w: epoch.Window{MaxBytes: cfg.WindowBytes}}
 	t0 := time.Unix(100, 0)
 	f.pace(t0) // the first response starts the clock
 	f.served.Store(4)
 	f.servedBytes.Store(4 << 20)
 	f.pace(t0.Add(time.Second))
-	if f.w.maxBytes != cfg.WindowBytes {
-		t.Fatalf("after 4 responses: %d bytes, want the window untouched", f.w.maxBytes)
+	if f.w.MaxBytes != cfg.WindowBytes {
+		t.Fatalf("after 4 responses: %d bytes, want the window untouched", f.w.MaxBytes)
 	}
 	f.served.Store(100)
 	f.servedBytes.Store(10 << 20) // 10 MiB in 1 s, 100 KiB each
 	f.pace(t0.Add(time.Second))
-	if want := int64(float64(10<<20) * paceTime.Seconds()); f.w.maxBytes != want {
-		t.Errorf("at 10 MiB/s: %d bytes, want %d (paceTime of it)", f.w.maxBytes, want)
+	if want := int64(float64(10<<20) * paceTime.Seconds()); f.w.MaxBytes != want {
+		t.Errorf("at 10 MiB/s: %d bytes, want %d (paceTime of it)", f.w.MaxBytes, want)
 	}
 	f.pace(t0.Add(100 * time.Second)) // 0.1 MiB/s: the floor of 4 responses
-	if want := int64(4 * (10 << 20) / 100); f.w.maxBytes != want {
-		t.Errorf("at 0.1 MiB/s: %d bytes, want the floor %d", f.w.maxBytes, want)
+	if want := int64(4 * (10 << 20) / 100); f.w.MaxBytes != want {
+		t.Errorf("at 0.1 MiB/s: %d bytes, want the floor %d", f.w.MaxBytes, want)
 	}
 	f.servedBytes.Store(10 << 30) // 10 GiB in 1 s: the ceiling
 	f.pace(t0.Add(time.Second))
-	if f.w.maxBytes != cfg.WindowBytes {
-		t.Errorf("at 10 GiB/s: %d bytes, want the ceiling %d", f.w.maxBytes, cfg.WindowBytes)
+	if f.w.MaxBytes != cfg.WindowBytes {
+		t.Errorf("at 10 GiB/s: %d bytes, want the ceiling %d", f.w.MaxBytes, cfg.WindowBytes)
 	}
-	one := &fetcher{e: &epochRun{cfg: cfg}, w: window{maxBytes: 7}}
+	one := &fetcher{e: &epochRun{cfg: cfg}, w: epoch.Window{MaxBytes: 7}}
 	one.served.Store(100)
 	one.servedBytes.Store(100)
 	one.pace(t0)
 	one.pace(t0.Add(time.Second))
-	if one.w.maxBytes != 7 {
-		t.Errorf("one agent: window bytes %d, want untouched", one.w.maxBytes)
+	if one.w.MaxBytes != 7 {
+		t.Errorf("one agent: window bytes %d, want untouched", one.w.MaxBytes)
 	}
 }
 
@@ -447,7 +455,7 @@ func TestPace(t *testing.T) {
 func TestCutRefetched(t *testing.T) {
 	p := testPipeline(t)
 	big := bigPhotos(t)
-	run := func(plan *policy.Plan, bad bool) (EpochReport, map[uint64][32]byte) {
+	run := func(plan *policy.Plan, bad bool) (report.EpochReport, map[uint64][32]byte) {
 		n := &memNet{}
 		s := newFake(t, "s")
 		s.data = big

@@ -3,11 +3,11 @@ package computeagent
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
 	"slices"
 	"strconv"
 
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
 )
@@ -154,27 +154,13 @@ func checkPlan(plan *policy.Plan, p *ops.Pipeline) error {
 		return configErr("plan %s: %d samples, %d splits, %d codecs", plan.Policy, len(plan.IDs), len(plan.Split), len(plan.Compress))
 	}
 	n := p.Len()
-	if err := validSplit(p, plan.Default, n); err != nil {
+	if err := planner.ValidSplit(p, plan.Default, n); err != nil {
 		return configErr("plan %s: default: %v", plan.Policy, err)
 	}
 	for i, k := range plan.Split {
-		if err := validSplit(p, k, n); err != nil {
+		if err := planner.ValidSplit(p, k, n); err != nil {
 			return configErr("plan %s: sample %d: %v", plan.Policy, plan.IDs[i], err)
 		}
-	}
-	return nil
-}
-
-// validSplit checks k: in [0, n], or ops.SplitCut where p has it.
-func validSplit(p *ops.Pipeline, k, n int) error {
-	if k == ops.SplitCut {
-		if !p.CanCut() {
-			return fmt.Errorf("split %d (the JPEG-domain crop) needs a pipeline that starts with decode, random_resized_crop; %s does not", k, p.ID())
-		}
-		return nil
-	}
-	if k < 0 || k > n {
-		return fmt.Errorf("split %d outside [0, %d]", k, n)
 	}
 	return nil
 }

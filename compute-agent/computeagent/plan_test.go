@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
 )
@@ -206,9 +207,9 @@ func FuzzDecodePlanFile(f *testing.F) {
 			}
 			return
 		}
-		rp := newRunPlan(pf, nil, policy.Resources{})
+		rp := planner.NewRunPlan(pf, nil, policy.Resources{})
 		for _, s := range append(slices.Clone(pf.IDs), 1<<63) {
-			if k, err := rp.split(s, p, p.Len()); err != nil || (k < 0 && k != ops.SplitCut) || k > p.Len() {
+			if k, err := rp.Split(s, p, p.Len()); err != nil || (k < 0 && k != ops.SplitCut) || k > p.Len() {
 				t.Fatalf("sample %d: split %d, %v after a passing check", s, k, err)
 			}
 		}
@@ -230,7 +231,7 @@ func TestSplitCutAgrees(t *testing.T) {
 // planSplit is plan's split for sample, as the agent runs it.
 func planSplit(plan *policy.Plan, sample uint64) int {
 	k := plan.Default
-	if i, ok := newRunPlan(plan, nil, policy.Resources{}).entry(sample); ok {
+	if i, ok := planner.NewRunPlan(plan, nil, policy.Resources{}).Entry(sample); ok {
 		k = plan.Split[i]
 	}
 	return k

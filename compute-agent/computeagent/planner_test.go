@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"maps"
-	"math"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/policy"
-	"github.com/sophon-dl/sophon/profiler"
 )
 
 const policySamples = 48
@@ -94,7 +93,7 @@ func shas(t *testing.T, rec *recorder, e uint64) map[uint64][32]byte {
 }
 
 // checkPlanned checks a planned epoch's policy fields.
-func checkPlanned(t *testing.T, r EpochReport, name string) {
+func checkPlanned(t *testing.T, r report.EpochReport, name string) {
 	t.Helper()
 	checkReport(t, r)
 	if r.Policy != name || r.Plan != name {
@@ -122,7 +121,7 @@ func TestPolicySOPHON(t *testing.T) {
 	if s1 == nil {
 		t.Fatal("epoch 0 has no stage 1 summary")
 	}
-	if s1.Bottleneck != "link" || !s1.Stage2 || s1.Profile != ProfileRecorded || !(s1.LinkBytesPerSec > 0) ||
+	if s1.Bottleneck != "link" || !s1.Stage2 || s1.Profile != report.ProfileRecorded || !(s1.LinkBytesPerSec > 0) ||
 		!(s1.ComputeSamplesPerSec > 0) || !(s1.StorageSamplesPerSec > 0) || !(s1.StorageSpeed > 0) {
 		t.Errorf("stage 1: %+v, want a measured link bottleneck and stage 2 recorded", *s1)
 	}
@@ -206,7 +205,7 @@ func TestPolicyProfileReused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first[0].Stage1.Profile != ProfileRecorded || !first[0].Profiled {
+	if first[0].Stage1.Profile != report.ProfileRecorded || !first[0].Profiled {
 		t.Fatalf("first run: stage 1 %+v, profiled %v, want recorded", *first[0].Stage1, first[0].Profiled)
 	}
 	cfg, rec2 := policyConfig(t, policy.NameOptimal, constBPS(1e6), 1)
@@ -216,7 +215,7 @@ func TestPolicyProfileReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := second[0]
-	if r.Stage1.Profile != ProfileLoaded || r.Profiled {
+	if r.Stage1.Profile != report.ProfileLoaded || r.Profiled {
 		t.Errorf("second run: stage 1 %+v, profiled %v, want the profile loaded", *r.Stage1, r.Profiled)
 	}
 	checkPlanned(t, r, policy.NameOptimal)
@@ -299,65 +298,6 @@ func TestSimRate(t *testing.T) {
 	}
 }
 
-// TestStorageCalibration: a planned epoch whose offloaded samples used 10%
-// more storage CPU than planned re-plans with the storage speed ratio
-// corrected, although 10% is under the 20% drift threshold; 3% does not.
-func TestStorageCalibration(t *testing.T) {
-	for _, tc := range []struct {
-		got     float64 // measured / planned storage CPU
-		replan  bool
-		wantSpd float64
-	}{
-		{1.10, true, 0.8 / 1.10},
-		{0.90, true, 0.8 / 0.90},
-		{1.03, false, 0.8},
-	} {
-		a := &Agent{cfg: Config{ReplanThreshold: 0.2}}
-		pl := &planner{a: a, name: policy.NameSOPHON, res: policy.Resources{LinkBytesPerSec: 1e6, StorageSpeed: 0.8}}
-		ran := policy.Plan{Pred: policy.Prediction{Seconds: 2, StorageCPUSeconds: 1.5, Bottleneck: policy.StorageCPU}}
-		e := &epochRun{}
-		e.storageOffNS.Store(int64(1.5 * tc.got * 1e9))
-		r := &EpochReport{Epoch: 1, Seconds: 2, BytesReceived: 2e6}
-		if _, got := pl.drift(r, e, ran); got != tc.replan {
-			t.Errorf("storage CPU x%.2f: replan %v, want %v", tc.got, got, tc.replan)
-		}
-		if d := pl.res.StorageSpeed - tc.wantSpd; d > 1e-9 || d < -1e-9 {
-			t.Errorf("storage CPU x%.2f: speed %.4f, want %.4f", tc.got, pl.res.StorageSpeed, tc.wantSpd)
-		}
-	}
-	// The CPU matches the plan but the agent got less than its budget
-	// (budget time 30% over): the effective speed is what is calibrated.
-	a := &Agent{cfg: Config{ReplanThreshold: 0.2}}
-	pl := &planner{a: a, name: policy.NameSOPHON, res: policy.Resources{LinkBytesPerSec: 1e6, StorageSpeed: 0.8}}
-	ran := policy.Plan{Pred: policy.Prediction{Seconds: 2, StorageCPUSeconds: 1.5, Bottleneck: policy.StorageCPU}}
-	e := &epochRun{}
-	e.storageOffNS.Store(1.5e9)
-	e.storageOffEffNS.Store(1.95e9)
-	if _, ok := pl.drift(&EpochReport{Epoch: 1, Seconds: 2.6, BytesReceived: 2e6}, e, ran); !ok || math.Abs(pl.res.StorageSpeed-0.8/1.3) > 1e-9 {
-		t.Errorf("budget time x1.3: speed %.4f, want %.4f and a re-plan", pl.res.StorageSpeed, 0.8/1.3)
-	}
-}
-
-// TestGuard: a planned epoch slower than the last measured No-Off epoch
-// re-plans and says why; one as fast does not, nor does No-Off itself, nor
-// any epoch before No-Off was measured.
-func TestGuard(t *testing.T) {
-	a := &Agent{cfg: Config{ReplanThreshold: 0.2}}
-	pl := &planner{a: a, name: policy.NameOptimal}
-	if why := pl.guard(&EpochReport{Epoch: 3, Seconds: 5.1}, 5); !strings.Contains(why, "guard") || !strings.Contains(why, "5.100") {
-		t.Errorf("epoch 5.1 s against No-Off's 5 s: reason %q", why)
-	}
-	for _, c := range []struct {
-		name        string
-		secs, noOff float64
-	}{{policy.NameOptimal, 4.9, 5}, {policy.NameOptimal, 9, 0}, {policy.NameNoOff, 9, 5}} {
-		pl.name = c.name
-		if why := pl.guard(&EpochReport{Epoch: 3, Seconds: c.secs}, c.noOff); why != "" {
-			t.Errorf("%s: epoch %.1f s, No-Off %.1f s: guard fired (%q)", c.name, c.secs, c.noOff, why)
-		}
-	}
-}
-
 // TestHorizon: an offload's horizon is the epoch's bytes left over the
 // larger of the planner's link rate and the rate measured this epoch.
 func TestHorizon(t *testing.T) {
@@ -381,23 +321,4 @@ func TestHorizon(t *testing.T) {
 	if h := e.horizon(); h != 0 {
 		t.Fatalf("horizon %v with no rate known", time.Duration(h))
 	}
-}
-
-// TestObserveResources: the saved profile keeps the highest link rate
-// measured (a slower epoch was bound by something else) and the running
-// mean of the storage speed, and the last No-Off epoch.
-func TestObserveResources(t *testing.T) {
-	pl := &planner{a: &Agent{}, saved: &profiler.Profile{}}
-	pl.observe(profiler.MeasuredResources{LinkBytesPerSec: 10, StorageSpeed: 1, NoOffSeconds: 7})
-	pl.observe(profiler.MeasuredResources{LinkBytesPerSec: 8, StorageSpeed: 0.5, NoOffSeconds: 5})
-	m := pl.saved.Resources
-	if m.LinkBytesPerSec != 10 || m.StorageSpeed != 0.75 || m.NoOffSeconds != 5 {
-		t.Fatalf("after 10 then 8 B/s, speeds 1 then 0.5, No-Off 7 then 5 s: %+v", *m)
-	}
-	pl.observe(profiler.MeasuredResources{LinkBytesPerSec: 12})
-	if m.LinkBytesPerSec != 12 || m.StorageSpeed != 0.75 {
-		t.Fatalf("after 12 B/s: %+v", *m)
-	}
-	// No saved profile: nothing to update, and no panic.
-	(&planner{a: &Agent{}}).observe(profiler.MeasuredResources{LinkBytesPerSec: 1})
 }

@@ -1,20 +1,11 @@
 package computeagent
 
-import (
-	"context"
-	"math/rand/v2"
-	"slices"
-	"sync"
-	"time"
-)
+import "time"
 
-// Retry timing. Every retry (a Fetch stream, Info, Catalog) waits an
-// exponentially growing back-off with jitter, and gives up only when the
-// time budget (Config.RetryBudget) since the last progress is spent, so a
-// fault costs time, not the run.
+// Retry timing (see epoch.RetryDelay for the back-off): a stream silent
+// for the stall timeout with requests out is hedged, and the discovery's
+// Info calls are bounded.
 const (
-	backoffBase = 100 * time.Millisecond
-	backoffMax  = 5 * time.Second
 	// minStall is the floor of the adaptive stall timeout, stallFactor its
 	// multiple of the p99 silence between responses on a busy stream.
 	minStall    = 2 * time.Second
@@ -27,80 +18,11 @@ const (
 	probeGrace = 2 * time.Second
 )
 
-// retryDelay is the wait before retry number attempt (1, 2, ...): base x 2^(attempt-1),
-// at most backoffMax, with "equal jitter" (a uniform draw from the upper
-// half), so that agents restarted together do not retry in lockstep.
-func retryDelay(attempt int) time.Duration {
-	d := backoffMax
-	if attempt < 16 {
-		d = min(backoffBase<<max(attempt-1, 0), backoffMax)
-	}
-	return d/2 + rand.N(d/2+1)
-}
-
-// pause waits d, or less when ctx ends (its error) or, with sched set,
-// when the epoch's samples are all received (nil): a fetcher backing off
-// does not hold the end of the epoch.
-func pause(ctx context.Context, d time.Duration, sched *schedule) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for {
-		var sig <-chan struct{}
-		if sched != nil {
-			var done bool
-			if done, sig = sched.state(); done {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			return nil
-		case <-sig:
-		}
-	}
-}
-
-// latencies keeps the last latencyWindow silences of an epoch's streams
-// (the time before each response in which the stream, with requests
-// outstanding, received nothing) for the adaptive stall timeout.
-type latencies struct {
-	mu   sync.Mutex
-	ring []time.Duration
-	next int
-}
-
-const latencyWindow = 512
-
-func (l *latencies) observe(d time.Duration) {
-	l.mu.Lock()
-	if len(l.ring) < latencyWindow {
-		l.ring = append(l.ring, d)
-	} else {
-		l.ring[l.next] = d
-		l.next = (l.next + 1) % latencyWindow
-	}
-	l.mu.Unlock()
-}
-
-// p99 is the 99th percentile of the kept latencies, 0 with none.
-func (l *latencies) p99() time.Duration {
-	l.mu.Lock()
-	s := slices.Clone(l.ring)
-	l.mu.Unlock()
-	if len(s) == 0 {
-		return 0
-	}
-	slices.Sort(s)
-	return s[(len(s)-1)*99/100]
-}
-
 // stallTimeout is the progress deadline of a stream: Config.StallTimeout,
 // or max(minStall, stallFactor x p99 silence between responses).
 func (e *epochRun) stallTimeout() time.Duration {
 	if e.cfg.StallTimeout > 0 {
 		return e.cfg.StallTimeout
 	}
-	return max(minStall, stallFactor*e.lat.p99())
+	return max(minStall, stallFactor*e.lat.P99())
 }

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
@@ -34,9 +35,9 @@ type stage1Result struct {
 }
 
 // summary is the decision as the first epoch's report carries it.
-func (s stage1Result) summary() Stage1Summary {
+func (s stage1Result) summary() report.Stage1Summary {
 	d := s.decision
-	return Stage1Summary{
+	return report.Stage1Summary{
 		LinkBytesPerSec:       d.Rates.LinkBytesPerSec,
 		ComputeSamplesPerSec:  d.Rates.ComputeSamplesPerSec,
 		StorageSamplesPerSec:  d.Rates.StorageSamplesPerSec,
@@ -47,7 +48,7 @@ func (s stage1Result) summary() Stage1Summary {
 		Stage2:                d.RunStage2,
 		Forced:                d.Forced,
 		Reason:                d.Reason,
-		Profile:               ProfileNone,
+		Profile:               report.ProfileNone,
 	}
 }
 
@@ -154,64 +155,21 @@ func (a *Agent) probeAll(ctx context.Context, fs []*fetcher, samples []uint64, k
 // consumer's rate.
 func (a *Agent) stage1(ctx context.Context, fs []*fetcher, cat *Catalog, shard []uint64) (stage1Result, error) {
 	cfg := &a.cfg
-	p := cfg.Pipeline
-	link, err := a.probeAll(ctx, fs, shard, 0, cfg.ProfileBudget, probeKeep)
+	linkRate, ids, raws, err := a.measureLink(ctx, fs, shard)
 	if err != nil {
 		return stage1Result{}, err
 	}
-	var bytes int64
-	var elapsed time.Duration
-	raws := map[uint64][]byte{}
-	for _, r := range link {
-		bytes += r.bytes
-		elapsed = max(elapsed, r.elapsed)
-		maps.Copy(raws, r.raw)
-	}
-	var linkRate float64
-	if elapsed > 0 {
-		linkRate = float64(bytes) / elapsed.Seconds()
-	}
-	ids := slices.Sorted(maps.Keys(raws))
-	samples := make([][]byte, len(ids))
-	for i, id := range ids {
-		samples[i] = raws[id]
-	}
-
-	// Storage CPU and speed: the whole pipeline on both sides.
-	speedIDs := ids[:min(len(ids), speedSamples)]
-	full, err := a.probeAll(ctx, fs, speedIDs, p.Len(), 0, 0)
+	st, err := a.measureStorage(ctx, fs, ids, raws)
 	if err != nil {
 		return stage1Result{}, err
 	}
-	storageNS := map[uint64]int64{}
-	for _, r := range full {
-		maps.Copy(storageNS, r.storageNS)
-	}
-	var local, remote []int64
-	var remoteSum float64
-	for _, id := range speedIDs {
-		sns, ok := storageNS[id]
-		if !ok {
-			continue
-		}
-		key := ops.Key{Seed: cfg.Seed, Epoch: cfg.FirstEpoch, Sample: id}
-		local = append(local, localCost(p, key, raws[id]))
-		remote = append(remote, sns)
-		remoteSum += float64(sns)
-	}
-	speed := profiler.SpeedRatio(local, remote)
-	var cores float64
-	for _, f := range fs {
-		cores += f.cpus
-	}
-	var storageRate float64
-	if len(remote) > 0 && remoteSum > 0 && cores > 0 {
-		storageRate = cores / (remoteSum / 1e9 / float64(len(remote)))
-	}
-
 	var computeRate float64
-	if len(samples) > 0 {
-		computeRate, err = profiler.MeasureComputeRate(ctx, p, samples, cfg.ProfileBudget, cfg.Workers)
+	if len(ids) > 0 {
+		samples := make([][]byte, len(ids))
+		for i, id := range ids {
+			samples[i] = raws[id]
+		}
+		computeRate, err = profiler.MeasureComputeRate(ctx, cfg.Pipeline, samples, cfg.ProfileBudget, cfg.Workers)
 		if err != nil {
 			if ctx.Err() != nil {
 				return stage1Result{}, err
@@ -228,7 +186,7 @@ func (a *Agent) stage1(ctx context.Context, fs []*fetcher, cat *Catalog, shard [
 	}
 	rates := profiler.Rates{
 		LinkBytesPerSec:      linkRate,
-		StorageSamplesPerSec: storageRate,
+		StorageSamplesPerSec: st.rate,
 		ComputeSamplesPerSec: computeRate,
 		GPUSamplesPerSec:     gpu,
 		Samples:              len(shard),
@@ -244,12 +202,77 @@ func (a *Agent) stage1(ctx context.Context, fs []*fetcher, cat *Catalog, shard [
 		decision: profiler.Stage1(rates, opts...),
 		res: policy.Resources{
 			LinkBytesPerSec:  linkRate,
-			StorageCores:     cores,
+			StorageCores:     st.cores,
 			ComputeCores:     float64(cfg.Workers),
 			GPUSamplesPerSec: gpu,
-			StorageSpeed:     speed,
+			StorageSpeed:     st.speed,
 		},
 	}, nil
+}
+
+// measureLink fetches the shard raw from every storage agent at once for
+// at most Config.ProfileBudget and returns the link rate and the samples
+// kept (their ids in ascending order, and their bytes).
+func (a *Agent) measureLink(ctx context.Context, fs []*fetcher, shard []uint64) (rate float64, ids []uint64, raws map[uint64][]byte, err error) {
+	link, err := a.probeAll(ctx, fs, shard, 0, a.cfg.ProfileBudget, probeKeep)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	var bytes int64
+	var elapsed time.Duration
+	raws = map[uint64][]byte{}
+	for _, r := range link {
+		bytes += r.bytes
+		elapsed = max(elapsed, r.elapsed)
+		maps.Copy(raws, r.raw)
+	}
+	if elapsed > 0 {
+		rate = float64(bytes) / elapsed.Seconds()
+	}
+	return rate, slices.Sorted(maps.Keys(raws)), raws, nil
+}
+
+// storageRates is what measureStorage found.
+type storageRates struct {
+	speed float64 // the storage CPU's speed relative to this node's
+	cores float64 // the storage agents' cores together
+	rate  float64 // their samples per second for the whole pipeline (0: unmeasured)
+}
+
+// measureStorage fetches a few of the samples kept (ids, raws) at split n
+// and compares their storage CPU with the same work timed here: the
+// storage CPU and its speed, the whole pipeline on both sides.
+func (a *Agent) measureStorage(ctx context.Context, fs []*fetcher, ids []uint64, raws map[uint64][]byte) (storageRates, error) {
+	cfg := &a.cfg
+	speedIDs := ids[:min(len(ids), speedSamples)]
+	full, err := a.probeAll(ctx, fs, speedIDs, cfg.Pipeline.Len(), 0, 0)
+	if err != nil {
+		return storageRates{}, err
+	}
+	storageNS := map[uint64]int64{}
+	for _, r := range full {
+		maps.Copy(storageNS, r.storageNS)
+	}
+	var local, remote []int64
+	var remoteSum float64
+	for _, id := range speedIDs {
+		sns, ok := storageNS[id]
+		if !ok {
+			continue
+		}
+		key := ops.Key{Seed: cfg.Seed, Epoch: cfg.FirstEpoch, Sample: id}
+		local = append(local, localCost(cfg.Pipeline, key, raws[id]))
+		remote = append(remote, sns)
+		remoteSum += float64(sns)
+	}
+	st := storageRates{speed: profiler.SpeedRatio(local, remote)}
+	for _, f := range fs {
+		st.cores += f.cpus
+	}
+	if len(remote) > 0 && remoteSum > 0 && st.cores > 0 {
+		st.rate = st.cores / (remoteSum / 1e9 / float64(len(remote)))
+	}
+	return st, nil
 }
 
 // localCost is the thread CPU time of the whole pipeline on raw here: the

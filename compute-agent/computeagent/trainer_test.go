@@ -20,20 +20,24 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/handoff"
+	"github.com/sophon-dl/sophon/compute-agent/trainer"
 )
 
 // testTrainer is a trainer rank speaking docs/handoff.md, for tests.
 type testTrainer struct {
 	c       *net.UnixConn
-	fr      *frameReader
-	w       welcomeMsg
+	fr      *handoff.FrameReader
+	w       handoff.WelcomeMsg
 	mem     []byte
 	delay   time.Duration // per batch, after reading it
 	stopAt  int           // close the connection after this many batches (0: never)
 	rows    []trainerRow
 	batches int
 	taken   atomic.Int64 // batches, readable from other goroutines
-	hdr     [5 + releaseLen]byte
+	hdr     [5 + handoff.ReleaseLen]byte
 }
 
 type trainerRow struct {
@@ -43,7 +47,7 @@ type trainerRow struct {
 	row                []byte
 }
 
-func dialTrainer(t testing.TB, path string, hello helloMsg) (*testTrainer, error) {
+func dialTrainer(t testing.TB, path string, hello handoff.HelloMsg) (*testTrainer, error) {
 	t.Helper()
 	var c net.Conn
 	var err error
@@ -57,8 +61,8 @@ func dialTrainer(t testing.TB, path string, hello helloMsg) (*testTrainer, error
 		return nil, err
 	}
 	uc := c.(*net.UnixConn)
-	hello.Protocol = max(hello.Protocol, handoffProtocol)
-	if _, err := uc.Write(jsonFrame(frameHello, hello)); err != nil {
+	hello.Protocol = max(hello.Protocol, handoff.Protocol)
+	if _, err := uc.Write(handoff.JSONFrame(handoff.FrameHello, hello)); err != nil {
 		return nil, err
 	}
 	buf := make([]byte, 1<<16)
@@ -70,12 +74,12 @@ func dialTrainer(t testing.TB, path string, hello helloMsg) (*testTrainer, error
 	if n < 5 {
 		return nil, fmt.Errorf("short frame")
 	}
-	if buf[4] == frameError {
-		var m errorMsg
+	if buf[4] == handoff.FrameError {
+		var m handoff.ErrorMsg
 		json.Unmarshal(buf[5:n], &m)
 		return nil, fmt.Errorf("%s: %s", m.Code, m.Message)
 	}
-	tt := &testTrainer{c: uc, fr: &frameReader{r: uc}}
+	tt := &testTrainer{c: uc, fr: handoff.NewFrameReader(uc)}
 	if err := json.Unmarshal(buf[5:n], &tt.w); err != nil {
 		return nil, err
 	}
@@ -97,23 +101,23 @@ func dialTrainer(t testing.TB, path string, hello helloMsg) (*testTrainer, error
 }
 
 // epoch asks for an epoch and consumes it, returning the batch count.
-func (tt *testTrainer) epoch(e uint64, resume *resumeMsg) error {
-	if _, err := tt.c.Write(jsonFrame(frameEpoch, epochMsg{Epoch: &e, Resume: resume})); err != nil {
+func (tt *testTrainer) epoch(e uint64, resume *handoff.ResumeMsg) error {
+	if _, err := tt.c.Write(handoff.JSONFrame(handoff.FrameEpoch, handoff.EpochMsg{Epoch: &e, Resume: resume})); err != nil {
 		return err
 	}
 	for {
-		typ, p, err := tt.fr.next()
+		typ, p, err := tt.fr.Next()
 		if err != nil {
 			return err
 		}
 		switch typ {
-		case frameStatus:
+		case handoff.FrameStatus:
 			continue
-		case frameError:
+		case handoff.FrameError:
 			return fmt.Errorf("agent error: %s", p)
-		case frameEnd:
+		case handoff.FrameEnd:
 			return nil
-		case frameReady:
+		case handoff.FrameReady:
 		default:
 			return fmt.Errorf("unexpected frame %#x", typ)
 		}
@@ -121,17 +125,17 @@ func (tt *testTrainer) epoch(e uint64, resume *resumeMsg) error {
 		rows := int(binary.LittleEndian.Uint32(p[4:]))
 		batch := int(binary.LittleEndian.Uint64(p[16:]))
 		s := tt.mem[slot*tt.w.SlotBytes : (slot+1)*tt.w.SlotBytes]
-		if binary.LittleEndian.Uint32(s) != slotMagic || int(binary.LittleEndian.Uint32(s[8:])) != rows {
+		if binary.LittleEndian.Uint32(s) != handoff.SlotMagic || int(binary.LittleEndian.Uint32(s[8:])) != rows {
 			return fmt.Errorf("bad slot header")
 		}
 		rb := len(s) // row bytes from the header's shape
 		rb = int(binary.LittleEndian.Uint32(s[20:])) * int(binary.LittleEndian.Uint32(s[24:])) * int(binary.LittleEndian.Uint32(s[28:]))
-		if s[6] == dtypeFloat32 {
+		if s[6] == handoff.DTypeFloat32 {
 			rb *= 4
 		}
 		ids, pos := int(binary.LittleEndian.Uint64(s[64:])), int(binary.LittleEndian.Uint64(s[72:]))
 		for j := range rows {
-			row := s[slotHeaderSize+j*rb : slotHeaderSize+(j+1)*rb]
+			row := s[handoff.SlotHeaderSize+j*rb : handoff.SlotHeaderSize+(j+1)*rb]
 			tt.rows = append(tt.rows, trainerRow{epoch: e, batch: batch,
 				sample: binary.LittleEndian.Uint64(s[ids+8*j:]), pos: binary.LittleEndian.Uint64(s[pos+8*j:]),
 				sha: sha256.Sum256(row), row: slices.Clone(row)})
@@ -143,8 +147,8 @@ func (tt *testTrainer) epoch(e uint64, resume *resumeMsg) error {
 			tt.c.Close()
 			return errStopped
 		}
-		binary.LittleEndian.PutUint32(tt.hdr[:], 1+releaseLen)
-		tt.hdr[4] = frameRelease
+		binary.LittleEndian.PutUint32(tt.hdr[:], 1+handoff.ReleaseLen)
+		tt.hdr[4] = handoff.FrameRelease
 		binary.LittleEndian.PutUint32(tt.hdr[5:], uint32(slot))
 		if _, err := tt.c.Write(tt.hdr[:]); err != nil {
 			return err
@@ -172,7 +176,7 @@ func startTrainerAgentA(t testing.TB, mod func(*Config)) (string, *Agent) {
 		mod(&cfg)
 	}
 	if cfg.Trainer.DType != "float32" { // the fake storage runs only its own pipeline
-		p, _, err := cutTail(cfg.Pipeline)
+		p, _, err := trainer.CutTail(cfg.Pipeline)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +216,7 @@ func runRanks(t *testing.T, path string, n int, e uint64, prep func(lr int, tt *
 	t.Helper()
 	ts := make([]*testTrainer, n)
 	for lr := range n {
-		tt, err := dialTrainer(t, path, helloMsg{Rank: lr, World: n, LocalRank: lr, LocalWorld: n})
+		tt, err := dialTrainer(t, path, handoff.HelloMsg{Rank: lr, World: n, LocalRank: lr, LocalWorld: n})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,7 +253,7 @@ func TestTrainerEveryRankOnceEqualBatches(t *testing.T) {
 					got = append(got, r.sample)
 				}
 				if strict {
-					want := RankOrder(7, 2, lr, 3, testSamples, 5, false)
+					want := epoch.RankOrder(7, 2, lr, 3, testSamples, 5, false)
 					if !slices.Equal(got, want) {
 						t.Errorf("rank %d strict order: got %v, want %v", lr, got, want)
 					}
@@ -268,40 +272,13 @@ func TestTrainerEveryRankOnceEqualBatches(t *testing.T) {
 	}
 }
 
-func TestRankOrderEqualCounts(t *testing.T) {
-	for _, drop := range []bool{false, true} {
-		var counts []int
-		ids := map[uint64]int{}
-		for r := range 3 {
-			o := RankOrder(1, 0, r, 3, 1001, 32, drop)
-			counts = append(counts, (len(o)+31)/32)
-			for _, s := range o {
-				ids[s]++
-			}
-		}
-		if counts[0] != counts[1] || counts[1] != counts[2] {
-			t.Errorf("drop_last=%v: batches per rank %v", drop, counts)
-		}
-		want := 11
-		if drop {
-			want = 10
-		}
-		if counts[0] != want || RankBatches(3, 1001, 32, drop) != want {
-			t.Errorf("drop_last=%v: %d batches, want %d", drop, counts[0], want)
-		}
-		if !drop && len(ids) != 1001 {
-			t.Errorf("padded epoch covers %d samples, want all 1001", len(ids))
-		}
-	}
-}
-
 func TestTrainerSlowRankDoesNotStallOthers(t *testing.T) {
 	path := startTrainerAgent(t, func(c *Config) { c.Batch = 4 })
 	var mu sync.Mutex
 	var fastDone, slowBatchesAtFastDone int
 	ts := make([]*testTrainer, 4)
 	for lr := range 4 {
-		tt, err := dialTrainer(t, path, helloMsg{Rank: lr, World: 4, LocalRank: lr, LocalWorld: 4})
+		tt, err := dialTrainer(t, path, handoff.HelloMsg{Rank: lr, World: 4, LocalRank: lr, LocalWorld: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -350,7 +327,7 @@ func TestTrainerResume(t *testing.T) {
 	for _, strict := range []bool{true, false} {
 		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) {
 			path := startTrainerAgent(t, func(c *Config) { c.StrictOrder = strict; c.Batch = 4 })
-			hello := helloMsg{Rank: 0, World: 1, LocalRank: 0, LocalWorld: 1}
+			hello := handoff.HelloMsg{Rank: 0, World: 1, LocalRank: 0, LocalWorld: 1}
 			full, err := dialTrainer(t, path, hello)
 			if err != nil {
 				t.Fatal(err)
@@ -365,7 +342,7 @@ func TestTrainerResume(t *testing.T) {
 			if err := cut.epoch(3, nil); !errors.Is(err, errStopped) {
 				t.Fatalf("killed trainer: %v", err)
 			}
-			resume := &resumeMsg{Batches: k}
+			resume := &handoff.ResumeMsg{Batches: k}
 			if !strict {
 				resume.Consumed = make([]byte, (cut.w.PositionsPerEpoch+7)/8)
 				for _, r := range cut.rows {
@@ -409,7 +386,7 @@ func TestTrainerResume(t *testing.T) {
 
 // redial connects a rank again once the agent noticed its previous
 // connection closed.
-func redial(t *testing.T, path string, hello helloMsg) *testTrainer {
+func redial(t *testing.T, path string, hello handoff.HelloMsg) *testTrainer {
 	t.Helper()
 	var err error
 	for range 100 {
@@ -428,7 +405,7 @@ func redial(t *testing.T, path string, hello helloMsg) *testTrainer {
 func TestTrainerDTypes(t *testing.T) {
 	run := func(dtype string) *testTrainer {
 		path := startTrainerAgent(t, func(c *Config) { c.StrictOrder = true; c.Trainer.DType = dtype })
-		tt, err := dialTrainer(t, path, helloMsg{Rank: 0, World: 1, LocalRank: 0, LocalWorld: 1})
+		tt, err := dialTrainer(t, path, handoff.HelloMsg{Rank: 0, World: 1, LocalRank: 0, LocalWorld: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -466,54 +443,6 @@ func TestTrainerDTypes(t *testing.T) {
 	}
 }
 
-func TestRingNothingInDevShmAndResident(t *testing.T) {
-	before, _ := os.ReadDir("/dev/shm")
-	l := newSlotLayout(256, [3]int{224, 224, 3}, dtypeUint8, layoutNHWC)
-	slots := (1 << 30) / l.slotBytes // a 1 GiB budget
-	r, err := newRing("sophon-test", slots, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	rss0 := shmemKB(t)
-	for i := range slots {
-		for j := range l.batch {
-			row := r.row(i, j)
-			for k := 0; k < len(row); k += 4096 {
-				row[k] = byte(j)
-			}
-			r.setMeta(i, j, int64(j), uint64(j), uint64(j))
-		}
-		r.writeHeader(i, l.batch, 0, uint64(i))
-	}
-	after, _ := os.ReadDir("/dev/shm")
-	if len(after) != len(before) {
-		t.Errorf("/dev/shm had %d entries, now %d", len(before), len(after))
-	}
-	grew := float64(shmemKB(t)-rss0) * 1024
-	size := float64(r.size())
-	t.Logf("ring %d slots x %d bytes = %.0f MiB; resident shared memory grew %.0f MiB", slots, l.slotBytes, size/(1<<20), grew/(1<<20))
-	if grew > 1.05*size || grew < 0.95*size {
-		t.Errorf("resident shared memory grew %.0f bytes for a ring of %.0f", grew, size)
-	}
-}
-
-// shmemKB is the process's resident shared memory (RssShmem).
-func shmemKB(t *testing.T) int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Skip("no /proc/self/status")
-	}
-	var kb int64
-	for line := range strings.Lines(string(b)) {
-		if _, err := fmt.Sscanf(line, "RssShmem: %d kB", &kb); err == nil {
-			return kb
-		}
-	}
-	t.Skip("no RssShmem in /proc/self/status")
-	return 0
-}
-
 func TestTrainerMetrics(t *testing.T) {
 	path, a := startTrainerAgentA(t, nil)
 	runRanks(t, path, 2, 0, nil)
@@ -545,7 +474,7 @@ func BenchmarkSlowRank(b *testing.B) {
 	for range b.N {
 		// Solo: one rank on its own agent.
 		path := startTrainerAgentB(b, func(c *Config) { c.Batch = 2 })
-		solo, err := dialTrainer(b, path, helloMsg{Rank: 0, World: 1, LocalRank: 0, LocalWorld: 1})
+		solo, err := dialTrainer(b, path, handoff.HelloMsg{Rank: 0, World: 1, LocalRank: 0, LocalWorld: 1})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -559,7 +488,7 @@ func BenchmarkSlowRank(b *testing.B) {
 		path = startTrainerAgentB(b, func(c *Config) { c.Batch = 2 })
 		ts := make([]*testTrainer, 4)
 		for lr := range 4 {
-			if ts[lr], err = dialTrainer(b, path, helloMsg{Rank: lr, World: 4, LocalRank: lr, LocalWorld: 4}); err != nil {
+			if ts[lr], err = dialTrainer(b, path, handoff.HelloMsg{Rank: lr, World: 4, LocalRank: lr, LocalWorld: 4}); err != nil {
 				b.Fatal(err)
 			}
 			ts[lr].delay = step

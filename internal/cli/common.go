@@ -39,7 +39,7 @@ type Role struct {
 	Insecure string
 	// Gossip is what --gossip is for, for its help.
 	Gossip string
-	// Name is --name's default, for its help.
+	// Name ends --name's help: its default, and what it must match.
 	Name string
 }
 
@@ -48,11 +48,11 @@ var (
 	StorageRole = Role{Self: tlsconf.RoleStorage, Peer: tlsconf.RoleCompute,
 		Insecure: "serve plaintext gRPC to anyone and gossip without a key",
 		Gossip:   "empty disables membership",
-		Name:     "the certificate's, else hostname"}
+		Name:     "; must match the certificate's (default: the certificate's, else hostname)"}
 	ComputeRole = Role{Self: tlsconf.RoleCompute, Peer: tlsconf.RoleStorage,
 		Insecure: "dial storage agents in plaintext and gossip without a key",
 		Gossip:   "to discover storage agents by gossip",
-		Name:     "hostname-pid"}
+		Name:     " (default: hostname-pid)"}
 )
 
 // DefaultCommon are the common settings' defaults.
@@ -63,7 +63,7 @@ func DefaultCommon() Common {
 // Register declares the common flags on fs, writing into c.
 func (c *Common) Register(fs *flag.FlagSet, r Role) {
 	fs.StringVar(&c.Config, "config", c.Config, "YAML config `file` with the same keys as these flags; flags override it")
-	fs.StringVar(&c.Name, "name", c.Name, "node `name` in the cluster; must match the certificate's (default: "+r.Name+")")
+	fs.StringVar(&c.Name, "name", c.Name, "node `name` in the cluster"+r.Name)
 	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "cluster `name`: the gossip label, and the cluster the "+string(r.Peer)+" agents' certificates must name")
 	fs.StringVar(&c.Gossip, "gossip", c.Gossip, "memberlist bind `host:port` (UDP and TCP); "+r.Gossip)
 	fs.StringVar(&c.GossipAdvertise, "gossip-advertise", c.GossipAdvertise, "gossip `host:port` announced to peers (default: derived from --gossip)")

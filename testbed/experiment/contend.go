@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/testbed/results"
@@ -147,10 +147,10 @@ func procCPU(pid int) time.Duration {
 }
 
 // contend runs beside a policy run until ctx ends (the compute agent
-// exited): it opens the gate once report shows after epochs, reading it
-// every contendPoll, and stops the hog at the end, so the hog contends
-// for the run's epochs only.
-func (h *hog) contend(ctx context.Context, report string, after int, log func(error)) {
+// exited): it opens the gate once the report at reportPath shows after
+// epochs, reading it every contendPoll, and stops the hog at the end, so
+// the hog contends for the run's epochs only.
+func (h *hog) contend(ctx context.Context, reportPath string, after int, log func(error)) {
 	defer h.stop()
 	tick := time.NewTicker(contendPoll)
 	defer tick.Stop()
@@ -159,7 +159,7 @@ func (h *hog) contend(ctx context.Context, report string, after int, log func(er
 			log(h.open(0, 0))
 			break
 		}
-		if rs, _ := computeagent.ReadReport(report); len(rs) >= after {
+		if rs, _ := report.ReadReport(reportPath); len(rs) >= after {
 			log(h.open(after, rs[after-1].EndUnixNS))
 			break
 		}
@@ -202,7 +202,7 @@ func (h *hog) stop() {
 // contended stops the run's hog and records it in run.Contention, with
 // the reduced-CPU prediction; nothing when the hog never started (the run
 // ended or failed first). policy is the run's.
-func (x *experiment) contended(run *results.Run, policy string, h *hog, rs []computeagent.EpochReport, cpus float64) {
+func (x *experiment) contended(run *results.Run, policy string, h *hog, rs []report.EpochReport, cpus float64) {
 	h.stop()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -243,7 +243,7 @@ func (x *experiment) contended(run *results.Run, policy string, h *hog, rs []com
 // storageCores storage cores, and the storage CPU per byte sent as the
 // last epoch before the hog (before epoch from) measured it: what its
 // re-plan predicts at that CPU.
-func (x *experiment) reducedPrediction(name string, rs []computeagent.EpochReport, from int, storageCores float64) (float64, error) {
+func (x *experiment) reducedPrediction(name string, rs []report.EpochReport, from int, storageCores float64) (float64, error) {
 	if len(rs) == 0 || rs[0].Stage1 == nil {
 		return 0, errors.New("no stage 1 in the compute agent's report")
 	}
@@ -268,7 +268,7 @@ func (x *experiment) reducedPrediction(name string, rs []computeagent.EpochRepor
 // builds them from stage 1 (computeagent's stage1), with storageCores
 // storage cores instead of the storage agents' --cpus (at least
 // minCoresLeft: zero would mean unlimited).
-func stage1Resources(s computeagent.Stage1Summary, storageCores, computeCores float64) policy.Resources {
+func stage1Resources(s report.Stage1Summary, storageCores, computeCores float64) policy.Resources {
 	return policy.Resources{
 		LinkBytesPerSec:  s.LinkBytesPerSec,
 		StorageCores:     max(storageCores, minCoresLeft),

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/testbed/results"
 	"github.com/sophon-dl/sophon/testbed/shape"
 )
@@ -105,8 +105,8 @@ func TestRankPath(t *testing.T) {
 }
 
 // rankReport is a report line of a rank's epoch.
-func rankReport(epoch uint64, secs float64, start int64, samples int) computeagent.EpochReport {
-	return computeagent.EpochReport{Epoch: epoch, Seconds: secs, StartUnixNS: start, EndUnixNS: start + int64(secs*1e9),
+func rankReport(epoch uint64, secs float64, start int64, samples int) report.EpochReport {
+	return report.EpochReport{Epoch: epoch, Seconds: secs, StartUnixNS: start, EndUnixNS: start + int64(secs*1e9),
 		Samples: samples, BytesReceived: int64(samples) * 1000, StorageCPUSeconds: 0.5, ComputeCPUSeconds: 1, GPUIdleFraction: 0.2,
 		PredictedSeconds: secs - 0.1}
 }
@@ -128,7 +128,7 @@ func TestAgentEpochsRanks(t *testing.T) {
 		})
 	}
 	start := t0.UnixNano()
-	ranks := [][]computeagent.EpochReport{
+	ranks := [][]report.EpochReport{
 		{rankReport(0, 2, start+sec, 30), rankReport(1, 1, start+4*sec, 30)},
 		{rankReport(0, 3, start+2*sec, 30), rankReport(1, 2, start+5*sec, 30), rankReport(2, 1, start+8*sec, 30)},
 	}
@@ -193,12 +193,12 @@ func TestCheckSamplesRanks(t *testing.T) {
 	dir := t.TempDir()
 	const epochs, total = 2, 6
 	hash := func(e, id int) string { return fmt.Sprintf("h%d-%d", e, id) }
-	reports := func(perRank ...int) [][]computeagent.EpochReport {
-		var out [][]computeagent.EpochReport
+	reports := func(perRank ...int) [][]report.EpochReport {
+		var out [][]report.EpochReport
 		for _, n := range perRank {
-			var rs []computeagent.EpochReport
+			var rs []report.EpochReport
 			for e := range epochs {
-				rs = append(rs, computeagent.EpochReport{Epoch: uint64(e), Samples: n})
+				rs = append(rs, report.EpochReport{Epoch: uint64(e), Samples: n})
 			}
 			out = append(out, rs)
 		}
@@ -219,14 +219,14 @@ func TestCheckSamplesRanks(t *testing.T) {
 	}
 	for name, tc := range map[string]struct {
 		files   []string
-		reports [][]computeagent.EpochReport
+		reports [][]report.EpochReport
 		once    bool
 		content bool
 	}{
 		"same again":             {[]string{odd, even}, reports(3, 3), true, true},
 		"a sample in both ranks": {[]string{even, file("odd+2", []int{1, 2, 3, 5}, hash)}, reports(3, 4), false, false},
 		"a sample missing":       {[]string{even, file("odd-5", []int{1, 3}, hash)}, reports(3, 2), false, false},
-		"a rank short an epoch":  {[]string{even, odd}, [][]computeagent.EpochReport{reports(3)[0], reports(3)[0][:1]}, false, false},
+		"a rank short an epoch":  {[]string{even, odd}, [][]report.EpochReport{reports(3)[0], reports(3)[0][:1]}, false, false},
 		"an id out of range":     {[]string{even, file("odd7", []int{1, 3, 7}, hash)}, reports(3, 3), false, false},
 		"another tensor": {[]string{even, file("odd-other", []int{1, 3, 5}, func(e, id int) string {
 			if id == 3 {

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/testbed/peer"
 	"github.com/sophon-dl/sophon/testbed/results"
 )
@@ -107,12 +107,12 @@ func (x *experiment) rankFiles(dir, name string, rank int) rankFiles {
 }
 
 // readReports reads every rank's report: the complete lines so far.
-func readReports(files []rankFiles) ([][]computeagent.EpochReport, error) {
-	out := make([][]computeagent.EpochReport, len(files))
+func readReports(files []rankFiles) ([][]report.EpochReport, error) {
+	out := make([][]report.EpochReport, len(files))
 	var errs []error
 	for i, f := range files {
 		var err error
-		if out[i], err = computeagent.ReadReport(f.report); err != nil {
+		if out[i], err = report.ReadReport(f.report); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -145,7 +145,7 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed, dir string, addrs []
 		}
 	}
 	label := fmt.Sprintf("[%s, %g storage cpus] %s", b.label, cpus, policy)
-	var ranks [][]computeagent.EpochReport
+	var ranks [][]report.EpochReport
 	var during func(context.Context)
 	if h != nil {
 		during = func(ctx context.Context) {
@@ -182,7 +182,7 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed, dir string, addrs []
 		run.Error = err.Error()
 	}
 	if ranks == nil {
-		ranks = make([][]computeagent.EpochReport, len(files))
+		ranks = make([][]report.EpochReport, len(files))
 	}
 	if h != nil {
 		x.contended(&run, pr.policy, h, ranks[0], cpus)
@@ -219,7 +219,7 @@ var ErrRanksDisagree = errors.New("experiment: the ranks' reports disagree")
 // several it is the slowest rank's time (data-parallel training waits for
 // it), every rank's time in RankSeconds, and the ranks' counts summed
 // (see results.Epoch).
-func (x *experiment) agentEpochs(b *bed, s *series, run *results.Run, ranks [][]computeagent.EpochReport) error {
+func (x *experiment) agentEpochs(b *bed, s *series, run *results.Run, ranks [][]report.EpochReport) error {
 	n := len(ranks[0])
 	for _, rs := range ranks {
 		n = min(n, len(rs))
@@ -467,7 +467,7 @@ func readSamples(paths ...string) (sampleLog, error) {
 // else the first exactly-once run compared, which becomes it). The
 // trainer row's hashes are of its uint8 slot rows, not of float32
 // tensors: it is not compared.
-func (x *experiment) checkSamples(run *results.Run, ranks [][]computeagent.EpochReport, paths []string, compare bool) {
+func (x *experiment) checkSamples(run *results.Run, ranks [][]report.EpochReport, paths []string, compare bool) {
 	l, err := readSamples(paths...)
 	if err != nil || len(l.got) == 0 {
 		return

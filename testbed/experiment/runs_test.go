@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 )
 
 // TestPolicyRuns: the work-conserving setting's and the placements' runs
@@ -188,7 +188,7 @@ func TestContendAfter(t *testing.T) {
 // link, GPU and speed, the storage cores the hog left (never 0, which
 // means unlimited) and the agent's workers.
 func TestStage1Resources(t *testing.T) {
-	s := computeagent.Stage1Summary{LinkBytesPerSec: 12.5e6, GPUSamplesPerSec: 1e5, StorageSpeed: 0.9, ComputeSamplesPerSec: 50}
+	s := report.Stage1Summary{LinkBytesPerSec: 12.5e6, GPUSamplesPerSec: 1e5, StorageSpeed: 0.9, ComputeSamplesPerSec: 50}
 	r := stage1Resources(s, 0.4, 2)
 	if r.LinkBytesPerSec != 12.5e6 || r.GPUSamplesPerSec != 1e5 || r.StorageSpeed != 0.9 || r.StorageCores != 0.4 || r.ComputeCores != 2 {
 		t.Errorf("got %+v", r)

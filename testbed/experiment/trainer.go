@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/testbed/results"
 )
 
@@ -186,13 +186,13 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed, dir, addr string, c
 	}
 	defer rmSock()
 	base := results.TrainerPolicy
-	report := filepath.Join(dir, base+".jsonl")
+	reportPath := filepath.Join(dir, base+".jsonl")
 	samples := filepath.Join(dir, base+".samples")
-	for _, p := range []string{report, samples} {
+	for _, p := range []string{reportPath, samples} {
 		os.Remove(p)
 	}
 	args := []string{"--storage", addr, "--trainer-socket", sock, "--strict-order", "--epochs", strconv.Itoa(x.cfg.Epochs),
-		"--pipeline", x.cfg.Pipeline, "--seed", strconv.FormatUint(x.cfg.Seed, 10), "--report", report,
+		"--pipeline", x.cfg.Pipeline, "--seed", strconv.FormatUint(x.cfg.Seed, 10), "--report", reportPath,
 		"--samples-out", samples, "--progress", "0", "--log-level", "warn", "--log-format", "json"}
 	if x.cfg.TrainPolicy == "nooff" {
 		args = append(args, "--plan", "nooff")
@@ -233,7 +233,7 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed, dir, addr string, c
 		"--num-classes", strconv.Itoa(x.numClasses())}
 	targs = append(targs, "--timeout", strconv.Itoa(trainTimeout))
 	label := fmt.Sprintf("[%s, %g storage cpus] %s", b.label, cpus, run.Policy)
-	var rs []computeagent.EpochReport
+	var rs []report.EpochReport
 	err = x.runProcess(ctx, b, client{procs: []proc{{logPath: filepath.Join(dir, base+".log"), stdoutPath: out,
 		env: []string{"PYTHONPATH=" + pythonPath(x.trainScript)}, name: x.cfg.Python, args: targs}},
 		progress: func(mbps float64) string {
@@ -259,7 +259,7 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed, dir, addr string, c
 			// The agent writes an epoch's line once the trainer released
 			// its last batch: it may come just after the trainer ended.
 			for deadline := time.Now().Add(reportWait); ; time.Sleep(50 * time.Millisecond) {
-				rs, err = computeagent.ReadReport(report)
+				rs, err = report.ReadReport(reportPath)
 				if (err == nil && len(rs) >= x.cfg.Epochs) || time.Now().After(deadline) || ctx.Err() != nil {
 					break
 				}
@@ -267,7 +267,7 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed, dir, addr string, c
 			if err != nil {
 				return err
 			}
-			if err := x.agentEpochs(b, s, &run, [][]computeagent.EpochReport{rs}); err != nil {
+			if err := x.agentEpochs(b, s, &run, [][]report.EpochReport{rs}); err != nil {
 				return err
 			}
 			if sum == nil {
@@ -281,7 +281,7 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed, dir, addr string, c
 	if err != nil {
 		run.Error = err.Error()
 	}
-	x.checkSamples(&run, [][]computeagent.EpochReport{rs}, []string{samples}, false)
+	x.checkSamples(&run, [][]report.EpochReport{rs}, []string{samples}, false)
 	if len(run.Epochs) < x.cfg.Epochs && run.Error == "" {
 		run.Error = fmt.Sprintf("%d of %d epochs reported", len(run.Epochs), x.cfg.Epochs)
 	}

@@ -1,4 +1,4 @@
-package computeagent
+package epoch
 
 import "github.com/sophon-dl/sophon/ops"
 

@@ -1,4 +1,4 @@
-package computeagent
+package trainer
 
 import (
 	"context"
@@ -11,9 +11,13 @@ import (
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/handoff"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 )
 
-// assembler fills the local ranks' slots for one epoch. Finishing workers
+// Assembler fills the local ranks' slots for one epoch. Finishing workers
 // hand it finished samples (place) and copy each straight into a row of a
 // leased slot; a slot whose rows are all in is published (READY), and the
 // trainer's RELEASE returns it.
@@ -29,8 +33,9 @@ import (
 // batch opens when the rank has a free slot and every earlier batch has
 // opened; samples of batches not open yet are parked, which the schedule's
 // gate bounds.
-type assembler struct {
-	e      *epochRun
+type Assembler struct {
+	e      Epoch
+	m      *Metrics // nil without metrics
 	strict bool
 	batch  int
 	ranks  []*rankFeed
@@ -39,21 +44,45 @@ type assembler struct {
 	sig      chan struct{}
 	err      error
 	errCode  string
-	fifo     []item // ring buffer of fifoCap
+	fifo     []epoch.Item // ring buffer of fifoCap
 	fifoHead int
 	fifoLen  int
-	parked   map[int]item // strict: by position
-	placed   []bool       // strict: position has its row
-	unplaced int          // strict: first position without a row
+	parked   map[int]epoch.Item // strict: by position
+	placed   []bool             // strict: position has its row
+	unplaced int                // strict: first position without a row
 	rr       int
 	pending  int      // batches not yet released, all ranks
-	waiters  []waiter // placers waiting for room in the queue
+	waiters  []Waiter // placers waiting for room in the queue
 	done     chan struct{}
+}
+
+// Epoch is what an Assembler needs of the epoch whose samples it places.
+type Epoch interface {
+	// Num is the epoch's number.
+	Num() uint64
+	// Delivered moves the schedule's strict-order gate: every position
+	// below pos has its row.
+	Delivered(pos int)
+	// Placed counts a sample in its row, at split with wire bytes (the
+	// report's by_split).
+	Placed(split int, wire int64)
+	// Hashed reports whether the rows of published batches are hashed
+	// and handed to Consumed.
+	Hashed() bool
+	// Consumed journals a published batch's samples with their rows'
+	// hashes and reports them (Config.OnSample).
+	Consumed(ids []uint64, shas [][32]byte) error
+}
+
+// Metrics are the assembler's series.
+type Metrics struct {
+	Wait, Batches *prometheus.CounterVec // by rank
+	Samples       prometheus.Counter
 }
 
 // rankFeed is one rank's slots during the epoch.
 type rankFeed struct {
-	c     *trainerConn
+	c     *Conn
 	local int
 	rows  int // rows per epoch (RankSamples)
 	free  []int
@@ -66,7 +95,7 @@ type rankFeed struct {
 	batches, samples int
 	waitNS           int64
 
-	todo []item // release's scratch
+	todo []epoch.Item // release's scratch
 	ts   []target
 
 	waitCounter, batchCounter prometheus.Counter // nil without metrics
@@ -79,30 +108,30 @@ type openBatch struct {
 	holes                      []bool
 }
 
-// newAssembler prepares the ranks' feeds; first[lr] is the batch each rank
+// NewAssembler prepares the ranks' feeds; first[lr] is the batch each rank
 // starts at.
-func newAssembler(e *epochRun, conns []*trainerConn, strict bool, batch, rows, nb int, first []int, positions int) *assembler {
-	a := &assembler{e: e, strict: strict, batch: batch, sig: make(chan struct{}), done: make(chan struct{})}
+func NewAssembler(e Epoch, m *Metrics, conns []*Conn, strict bool, batch, queue, rows, nb int, first []int, positions int) *Assembler {
+	a := &Assembler{e: e, m: m, strict: strict, batch: batch, sig: make(chan struct{}), done: make(chan struct{})}
 	for lr, c := range conns {
 		rf := &rankFeed{c: c, local: lr, rows: rows, next: first[lr], end: nb,
-			state: make([]openBatch, c.ring.slots), held: make([]bool, c.ring.slots),
-			open: make([]*openBatch, 0, c.ring.slots)}
-		for s := c.ring.slots - 1; s >= 0; s-- {
+			state: make([]openBatch, c.ring.Slots), held: make([]bool, c.ring.Slots),
+			open: make([]*openBatch, 0, c.ring.Slots)}
+		for s := c.ring.Slots - 1; s >= 0; s-- {
 			rf.free = append(rf.free, s)
 			rf.state[s].holes = make([]bool, batch)
 		}
 		a.pending += nb - first[lr]
-		if m := e.a.metrics(); m != nil {
+		if m != nil {
 			rank := strconv.Itoa(c.hello.Rank)
-			rf.waitCounter, rf.batchCounter = m.wait.WithLabelValues(rank), m.batches.WithLabelValues(rank)
+			rf.waitCounter, rf.batchCounter = m.Wait.WithLabelValues(rank), m.Batches.WithLabelValues(rank)
 		}
 		a.ranks = append(a.ranks, rf)
 	}
 	if strict {
-		a.parked = map[int]item{}
+		a.parked = map[int]epoch.Item{}
 		a.placed = make([]bool, positions)
 	} else {
-		a.fifo = make([]item, max(e.cfg.Queue*batch, 1))
+		a.fifo = make([]epoch.Item, max(queue*batch, 1))
 	}
 	a.mu.Lock()
 	for _, rf := range a.ranks {
@@ -113,7 +142,7 @@ func newAssembler(e *epochRun, conns []*trainerConn, strict bool, batch, rows, n
 	return a
 }
 
-func (a *assembler) has(tc *trainerConn) bool {
+func (a *Assembler) has(tc *Conn) bool {
 	for _, rf := range a.ranks {
 		if rf.c == tc {
 			return true
@@ -122,14 +151,14 @@ func (a *assembler) has(tc *trainerConn) bool {
 	return false
 }
 
-func (a *assembler) broadcastLocked() {
+func (a *Assembler) broadcastLocked() {
 	close(a.sig)
 	a.sig = make(chan struct{})
 }
 
-// abort fails the epoch: place, release and wait return err, and the
+// Abort fails the epoch: place, release and wait return err, and the
 // ranks get an ERROR frame with code.
-func (a *assembler) abort(err error, code string) {
+func (a *Assembler) Abort(err error, code string) {
 	a.mu.Lock()
 	if a.err == nil {
 		a.err, a.errCode = err, code
@@ -139,8 +168,8 @@ func (a *assembler) abort(err error, code string) {
 	a.mu.Unlock()
 }
 
-// wait returns when every rank released its last batch of the epoch.
-func (a *assembler) wait(ctx context.Context) error {
+// Wait returns when every rank released its last batch of the epoch.
+func (a *Assembler) Wait(ctx context.Context) error {
 	for {
 		a.mu.Lock()
 		err, sig := a.err, a.sig
@@ -165,14 +194,14 @@ type target struct {
 	row int
 }
 
-// waiter is one placing goroutine's wake-up channel, reused so that
+// Waiter is one placing goroutine's wake-up channel, reused so that
 // waiting for room allocates nothing.
-type waiter chan struct{}
+type Waiter chan struct{}
 
-func newWaiter() waiter { return make(waiter, 1) }
+func NewWaiter() Waiter { return make(Waiter, 1) }
 
 // wakeLocked wakes every waiting placer (they re-check).
-func (a *assembler) wakeLocked() {
+func (a *Assembler) wakeLocked() {
 	for _, w := range a.waiters {
 		select {
 		case w <- struct{}{}:
@@ -182,10 +211,10 @@ func (a *assembler) wakeLocked() {
 	a.waiters = a.waiters[:0]
 }
 
-// place hands a finished (or failed) sample to a rank. It copies the
+// Place hands a finished (or failed) sample to a rank. It copies the
 // sample into its row outside the lock, then publishes what is complete.
 // When the shared queue is full it waits on w, the caller's own waiter.
-func (a *assembler) place(ctx context.Context, it item, w waiter) error {
+func (a *Assembler) Place(ctx context.Context, it epoch.Item, w Waiter) error {
 	a.mu.Lock()
 	for {
 		if a.err != nil {
@@ -197,7 +226,7 @@ func (a *assembler) place(ctx context.Context, it item, w waiter) error {
 			return a.fill(t, it)
 		}
 		if a.strict {
-			a.parked[it.pos] = it
+			a.parked[it.Pos] = it
 			a.mu.Unlock()
 			return nil
 		}
@@ -225,15 +254,15 @@ func (a *assembler) place(ctx context.Context, it item, w waiter) error {
 }
 
 // targetLocked reserves it's row, if one is open for it.
-func (a *assembler) targetLocked(it item) (target, bool) {
+func (a *Assembler) targetLocked(it epoch.Item) (target, bool) {
 	if a.strict {
-		rf := a.ranks[it.rank]
-		b := int(it.j) / a.batch
+		rf := a.ranks[it.Rank]
+		b := int(it.J) / a.batch
 		for _, ob := range rf.open {
 			if ob.index == b {
 				ob.reserved++
-				a.markPlacedLocked(it.pos)
-				return target{rf, ob, int(it.j) % a.batch}, true
+				a.markPlacedLocked(it.Pos)
+				return target{rf, ob, int(it.J) % a.batch}, true
 			}
 		}
 		return target{}, false
@@ -263,7 +292,7 @@ func (a *assembler) targetLocked(it item) (target, bool) {
 // openLocked opens rf's next batch in a free slot: in strict order every
 // batch it can, in completion order one when none is being filled. It
 // returns the batch opened last, or nil.
-func (a *assembler) openLocked(rf *rankFeed) *openBatch {
+func (a *Assembler) openLocked(rf *rankFeed) *openBatch {
 	var last *openBatch
 	for len(rf.free) > 0 && rf.next < rf.end {
 		if !a.strict {
@@ -288,7 +317,7 @@ func (a *assembler) openLocked(rf *rankFeed) *openBatch {
 }
 
 // markPlacedLocked moves the strict-order gate past placed positions.
-func (a *assembler) markPlacedLocked(pos int) {
+func (a *Assembler) markPlacedLocked(pos int) {
 	a.placed[pos] = true
 	moved := false
 	for a.unplaced < len(a.placed) && a.placed[a.unplaced] {
@@ -296,62 +325,62 @@ func (a *assembler) markPlacedLocked(pos int) {
 		moved = true
 	}
 	if moved {
-		a.e.sched.delivered(a.unplaced)
+		a.e.Delivered(a.unplaced)
 	}
 }
 
 // fill copies it into its row (a failed sample leaves a hole) and
 // completes the row.
-func (a *assembler) fill(t target, it item) error {
+func (a *Assembler) fill(t target, it epoch.Item) error {
 	r := t.rf.c.ring
-	if it.failed {
+	if it.Failed {
 		t.ob.holes[t.row] = true
 	} else {
 		src, err := rowBytes(it)
-		if err == nil && len(src) != r.l.rowBytes {
+		if err == nil && len(src) != r.Geometry.RowBytes {
 			err = fmt.Errorf("%w: epoch %d: sample %d gives a row of %d bytes, the ring's rows hold %d (every sample must have the shape %v)",
-				ErrTrainer, a.e.num, it.sample, len(src), r.l.rowBytes, r.l.shape)
+				ErrTrainer, a.e.Num(), it.Sample, len(src), r.Geometry.RowBytes, r.Geometry.Shape)
 		}
 		if err != nil {
-			a.abort(err, codeFailed)
+			a.Abort(err, handoff.CodeFailed)
 			return err
 		}
-		copy(r.row(t.ob.slot, t.row), src)
-		r.setMeta(t.ob.slot, t.row, int64(it.label), it.sample, it.gpos)
+		copy(r.Row(t.ob.slot, t.row), src)
+		r.SetMeta(t.ob.slot, t.row, int64(it.Label), it.Sample, it.GPos)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	t.ob.complete++
-	if !it.failed {
-		a.e.bySplit.add(it.split, it.wire)
+	if !it.Failed {
+		a.e.Placed(it.Split, it.Wire)
 	}
 	return a.publishLocked(t.rf)
 }
 
 // rowBytes is a finished sample's row: the uint8 image or the float32
 // tensor's bytes.
-func rowBytes(it item) ([]byte, error) {
+func rowBytes(it epoch.Item) ([]byte, error) {
 	switch {
-	case it.image != nil:
-		return it.image.Pix, nil
-	case it.tensor != nil:
-		d := it.tensor.Data
+	case it.Image != nil:
+		return it.Image.Pix, nil
+	case it.Tensor != nil:
+		d := it.Tensor.Data
 		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(d))), 4*len(d)), nil
 	}
-	return nil, fmt.Errorf("%w: sample %d has no output", ErrTrainer, it.sample)
+	return nil, fmt.Errorf("%w: sample %d has no output", ErrTrainer, it.Sample)
 }
 
 // publishLocked sends READY for rf's complete batches in index order, and
 // END after its last.
-func (a *assembler) publishLocked(rf *rankFeed) error {
+func (a *Assembler) publishLocked(rf *rankFeed) error {
 	for len(rf.open) > 0 && rf.open[0].complete == rf.open[0].target {
 		ob := rf.open[0]
 		copy(rf.open, rf.open[1:])
 		rf.open = rf.open[:len(rf.open)-1]
 		r := rf.c.ring
-		rows := r.compact(ob.slot, ob.holes[:ob.target])
-		r.writeHeader(ob.slot, rows, a.e.num, uint64(ob.index))
-		if a.e.cfg.OnSample != nil || a.e.jr != nil {
+		rows := r.Compact(ob.slot, ob.holes[:ob.target])
+		r.WriteHeader(ob.slot, rows, a.e.Num(), uint64(ob.index))
+		if a.e.Hashed() {
 			if err := a.report(r, ob.slot, rows); err != nil {
 				return a.failLocked(fmt.Errorf("computeagent: samples out: %w", err))
 			}
@@ -359,15 +388,15 @@ func (a *assembler) publishLocked(rf *rankFeed) error {
 		rf.held[ob.slot] = true
 		rf.batches++
 		rf.samples += rows
-		if m := a.e.a.metrics(); m != nil {
-			m.samples.Add(float64(rows))
+		if a.m != nil {
+			a.m.Samples.Add(float64(rows))
 			rf.batchCounter.Inc()
 		}
-		if err := rf.c.sendReady(ob.slot, rows, a.e.num, uint64(ob.index)); err != nil {
+		if err := rf.c.sendReady(ob.slot, rows, a.e.Num(), uint64(ob.index)); err != nil {
 			return a.failLocked(fmt.Errorf("%w: rank %d: sending READY: %v", ErrTrainer, rf.c.hello.Rank, err))
 		}
 		if ob.index == rf.end-1 {
-			if err := rf.c.send(jsonFrame(frameEnd, endMsg{Epoch: a.e.num, Batches: rf.end, Samples: rf.samples})); err != nil {
+			if err := rf.c.send(handoff.JSONFrame(handoff.FrameEnd, handoff.EndMsg{Epoch: a.e.Num(), Batches: rf.end, Samples: rf.samples})); err != nil {
 				return a.failLocked(fmt.Errorf("%w: rank %d: sending END: %v", ErrTrainer, rf.c.hello.Rank, err))
 			}
 		}
@@ -376,36 +405,28 @@ func (a *assembler) publishLocked(rf *rankFeed) error {
 }
 
 // report journals a published batch's rows and calls OnSample for them.
-func (a *assembler) report(r *ring, slot, rows int) error {
+func (a *Assembler) report(r *handoff.Ring, slot, rows int) error {
 	ids, shas := make([]uint64, rows), make([][32]byte, rows)
 	for j := range rows {
-		s := r.slot(slot)
-		ids[j] = binary.LittleEndian.Uint64(s[r.l.idsOff+8*j:])
-		shas[j] = sha256.Sum256(r.row(slot, j))
+		s := r.Slot(slot)
+		ids[j] = binary.LittleEndian.Uint64(s[r.Geometry.IDsOff+8*j:])
+		shas[j] = sha256.Sum256(r.Row(slot, j))
 	}
-	if err := a.e.jr.write(a.e.num, ids, shas); err != nil {
-		return err
-	}
-	if a.e.cfg.OnSample != nil {
-		for j := range rows {
-			a.e.cfg.OnSample(a.e.num, ids[j], shas[j])
-		}
-	}
-	return nil
+	return a.e.Consumed(ids, shas)
 }
 
-func (a *assembler) failLocked(err error) error {
+func (a *Assembler) failLocked(err error) error {
 	if a.err == nil {
-		a.err, a.errCode = err, codeFailed
+		a.err, a.errCode = err, handoff.CodeFailed
 	}
 	a.broadcastLocked()
 	a.wakeLocked()
 	return err
 }
 
-// release returns a published slot of tc's and fills it again from the
+// Release returns a published slot of tc's and fills it again from the
 // parked or queued samples.
-func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
+func (a *Assembler) Release(tc *Conn, slot int, waitNS int64) error {
 	a.mu.Lock()
 	var rf *rankFeed
 	for _, f := range a.ranks {
@@ -415,12 +436,12 @@ func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
 	}
 	if slot < 0 || slot >= len(rf.held) || !rf.held[slot] {
 		a.mu.Unlock()
-		return fmt.Errorf("%w: RELEASE of slot %d, which the trainer does not hold", ErrFrame, slot)
+		return fmt.Errorf("%w: RELEASE of slot %d, which the trainer does not hold", handoff.ErrFrame, slot)
 	}
 	rf.held[slot] = false
 	rf.free = append(rf.free, slot)
 	rf.waitNS += waitNS
-	if m := a.e.a.metrics(); m != nil {
+	if rf.waitCounter != nil {
 		rf.waitCounter.Add(float64(waitNS) / 1e9)
 	}
 	a.pending--
@@ -430,7 +451,7 @@ func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
 	if a.strict {
 		a.openLocked(rf)
 		for pos, it := range a.parked {
-			if it.rank != int32(rf.local) {
+			if it.Rank != int32(rf.local) {
 				continue
 			}
 			if t, ok := a.targetLocked(it); ok {
@@ -445,7 +466,7 @@ func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
 			if !ok {
 				break
 			}
-			a.fifo[a.fifoHead] = item{}
+			a.fifo[a.fifoHead] = epoch.Item{}
 			a.fifoHead = (a.fifoHead + 1) % len(a.fifo)
 			a.fifoLen--
 			todo, ts = append(todo, it), append(ts, t)
@@ -464,15 +485,15 @@ func (a *assembler) release(tc *trainerConn, slot int, waitNS int64) error {
 	return err
 }
 
-// queued is the number of finished samples waiting for a slot.
-func (a *assembler) queued() int {
+// Queued is the number of finished samples waiting for a slot.
+func (a *Assembler) Queued() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.fifoLen + len(a.parked)
 }
 
 // checkDoneLocked closes done once every batch was released.
-func (a *assembler) checkDoneLocked() {
+func (a *Assembler) checkDoneLocked() {
 	if a.pending == 0 {
 		select {
 		case <-a.done:
@@ -482,25 +503,14 @@ func (a *assembler) checkDoneLocked() {
 	}
 }
 
-// stats are the ranks' account for the report.
-func (a *assembler) stats() []TrainerStats {
+// Stats are the ranks' account for the report.
+func (a *Assembler) Stats() []report.TrainerStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]TrainerStats, len(a.ranks))
+	out := make([]report.TrainerStats, len(a.ranks))
 	for i, rf := range a.ranks {
-		out[i] = TrainerStats{Rank: rf.c.hello.Rank, LocalRank: rf.local, Batches: rf.batches,
+		out[i] = report.TrainerStats{Rank: rf.c.hello.Rank, LocalRank: rf.local, Batches: rf.batches,
 			Samples: rf.samples, WaitSeconds: float64(rf.waitNS) / 1e9}
 	}
 	return out
-}
-
-// TrainerStats is one rank's part of an epoch.
-type TrainerStats struct {
-	Rank      int `json:"rank"`
-	LocalRank int `json:"local_rank"`
-	Batches   int `json:"batches"`
-	Samples   int `json:"samples"`
-	// WaitSeconds is the time the rank's training loop was blocked on the
-	// loader: the measure of its GPU's idleness.
-	WaitSeconds float64 `json:"wait_seconds"`
 }

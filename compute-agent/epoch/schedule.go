@@ -1,4 +1,8 @@
-package computeagent
+// Package epoch is the compute agent's epoch engine: an epoch's order
+// (Order, RankOrder) and its schedule, the shared state of which positions
+// each storage agent's window may take, has outstanding or has received,
+// with retries, hedging and the strict-order gate.
+package epoch
 
 import (
 	"container/heap"
@@ -6,7 +10,7 @@ import (
 	"time"
 )
 
-// schedule is an epoch's shared state: which positions of the permutation
+// Schedule is an epoch's shared state: which positions of the permutation
 // are still to be requested, which were received, and each fetcher's
 // window. One mutex guards it all; every change closes sig, so waiters
 // select on sig and their context and re-check.
@@ -26,11 +30,11 @@ import (
 // CPU: a window fills with offloaded requests queued at the storage agent,
 // and the raw ones behind them go out only as those complete, so when the
 // two resources are balanced the link idles in the gaps and the epoch
-// runs 10-15% over max(link, storage) (measured at a quarter of a storage
-// core). With lanes each resource always has work queued. Batches are in
+// runs measurably over max(link, storage). With lanes each resource always
+// has work queued. Batches are in
 // completion order anyway; strict order (the gate) still bounds both
 // lanes.
-type schedule struct {
+type Schedule struct {
 	n int
 
 	mu sync.Mutex
@@ -50,12 +54,12 @@ type schedule struct {
 	alive       int         // fetchers not given up
 	aliveMask   uint64      // their bits (window.idx)
 	retries     map[int]int // transient per-sample errors so far, by position
-	// now stamps each request's send time (request.sent). Nil leaves it
+	// Now stamps each request's send time (request.sent). Nil leaves it
 	// zero.
-	now func() time.Time
-	// cpuOf, when set, is the storage CPU estimate (ns) of requesting pos
+	Now func() time.Time
+	// CPUOf, when set, is the storage CPU estimate (ns) of requesting pos
 	// at split k != 0, which window.maxCPU bounds.
-	cpuOf func(pos, k int) int64
+	CPUOf func(pos, k int) int64
 }
 
 // group is the positions that the same fetchers may take (mask: the
@@ -74,39 +78,39 @@ type group struct {
 	owed   int     // positions not yet received
 }
 
-// maxFetchers bounds the storage agents one epoch uses (a window's bit).
-const maxFetchers = 64
+// MaxFetchers bounds the storage agents one epoch uses (a window's bit).
+const MaxFetchers = 64
 
-// allFetchers is the mask of n fetchers.
-func allFetchers(n int) uint64 {
-	if n >= maxFetchers {
+// AllFetchers is the mask of n fetchers.
+func AllFetchers(n int) uint64 {
+	if n >= MaxFetchers {
 		return ^uint64(0)
 	}
 	return 1<<n - 1
 }
 
-// newSchedule schedules n positions that any of fetchers may take.
+// NewSchedule schedules n positions that any of fetchers may take.
 // offloaded, when not nil, marks the positions that run ops on storage;
 // with both kinds present the schedule uses two lanes.
-func newSchedule(n, gate, fetchers int, offloaded []bool) *schedule {
-	return newPlacedSchedule(n, gate, fetchers, offloaded, placement{})
+func NewSchedule(n, gate, fetchers int, offloaded []bool) *Schedule {
+	return NewPlacedSchedule(n, gate, fetchers, offloaded, Placement{})
 }
 
-// placement says which fetchers (bit i: the i-th storage agent) may take
+// Placement says which fetchers (bit i: the i-th storage agent) may take
 // each position; a nil slice leaves every position to every fetcher.
-type placement struct {
-	// owners[pos]: the agents holding pos's sample.
-	owners []uint64
-	// bound[pos], a subset of owners[pos]: the only agents that take pos
-	// while one of them is alive (round-robin placement); 0 = owners.
-	bound []uint64
+type Placement struct {
+	// Owners[pos]: the agents holding pos's sample.
+	Owners []uint64
+	// Bound[pos], a subset of Owners[pos]: the only agents that take pos
+	// while one of them is alive (round-robin placement); 0 = Owners.
+	Bound []uint64
 }
 
-// newPlacedSchedule is newSchedule under a placement. Positions of equal
-// (owners, bound) form a group.
-func newPlacedSchedule(n, gate, fetchers int, offloaded []bool, pl placement) *schedule {
-	all := allFetchers(fetchers)
-	s := &schedule{n: n, sig: make(chan struct{}), received: make([]bool, n), gate: gate, alive: fetchers, aliveMask: all}
+// NewPlacedSchedule is newSchedule under a placement. Positions of equal
+// (Owners, Bound) form a group.
+func NewPlacedSchedule(n, gate, fetchers int, offloaded []bool, pl Placement) *Schedule {
+	all := AllFetchers(fetchers)
+	s := &Schedule{n: n, sig: make(chan struct{}), received: make([]bool, n), gate: gate, alive: fetchers, aliveMask: all}
 	var count int
 	for _, o := range offloaded {
 		if o {
@@ -123,7 +127,7 @@ func newPlacedSchedule(n, gate, fetchers int, offloaded []bool, pl placement) *s
 	}
 	type key struct{ owners, bound uint64 }
 	index := map[key]int{}
-	if pl.owners != nil || pl.bound != nil {
+	if pl.Owners != nil || pl.Bound != nil {
 		s.group = make([]uint32, n)
 	}
 	at := func(m []uint64, pos int, def uint64) uint64 {
@@ -133,7 +137,7 @@ func newPlacedSchedule(n, gate, fetchers int, offloaded []bool, pl placement) *s
 		return m[pos] & all
 	}
 	for pos := range n {
-		k := key{at(pl.owners, pos, all), at(pl.bound, pos, 0)}
+		k := key{at(pl.Owners, pos, all), at(pl.Bound, pos, 0)}
 		g, ok := index[k]
 		if !ok {
 			g = len(s.groups)
@@ -155,7 +159,7 @@ func newPlacedSchedule(n, gate, fetchers int, offloaded []bool, pl placement) *s
 }
 
 // groupOf is pos's group.
-func (s *schedule) groupOf(pos int) *group {
+func (s *Schedule) groupOf(pos int) *group {
 	if s.group == nil {
 		return &s.groups[0]
 	}
@@ -163,7 +167,7 @@ func (s *schedule) groupOf(pos int) *group {
 }
 
 // laneOf is pos's lane.
-func (s *schedule) laneOf(pos int) int {
+func (s *Schedule) laneOf(pos int) int {
 	if s.lane == nil {
 		return 0
 	}
@@ -171,12 +175,12 @@ func (s *schedule) laneOf(pos int) int {
 }
 
 // serves reports whether w may take g's positions.
-func (g *group) serves(w *window) bool { return g.mask&(1<<w.idx) != 0 }
+func (g *group) serves(w *Window) bool { return g.mask&(1<<w.Idx) != 0 }
 
 // nextLocked is the next position w may take, first from the retries, or
 // -1; retry reports whether it is a retry. Positions of lane skip (-1:
 // none) are passed over.
-func (s *schedule) nextLocked(w *window, skip int) (pos int, retry bool) {
+func (s *Schedule) nextLocked(w *Window, skip int) (pos int, retry bool) {
 	best := -1
 	for i := range s.groups {
 		g := &s.groups[i]
@@ -202,7 +206,7 @@ func (s *schedule) nextLocked(w *window, skip int) (pos int, retry bool) {
 		}
 		both := g.cursor[0] < len(g.lanes[0]) && g.cursor[1] < len(g.lanes[1])
 		for l := range 2 {
-			if l == skip || g.cursor[l] >= len(g.lanes[l]) || (both && w.laneCount[l] >= (w.maxCount+1)/2) {
+			if l == skip || g.cursor[l] >= len(g.lanes[l]) || (both && w.laneCount[l] >= (w.MaxCount+1)/2) {
 				continue
 			}
 			if pos := g.lanes[l][g.cursor[l]]; best < 0 || pos < best {
@@ -215,7 +219,7 @@ func (s *schedule) nextLocked(w *window, skip int) (pos int, retry bool) {
 
 // advanceLocked moves pos out of its group: off the retries or past its
 // lane's cursor.
-func (s *schedule) advanceLocked(pos int, retry bool) {
+func (s *Schedule) advanceLocked(pos int, retry bool) {
 	g := s.groupOf(pos)
 	if retry {
 		heap.Pop(&g.retry)
@@ -225,91 +229,91 @@ func (s *schedule) advanceLocked(pos int, retry bool) {
 }
 
 // requeueLocked puts pos back into its group's retries.
-func (s *schedule) requeueLocked(pos int) {
+func (s *Schedule) requeueLocked(pos int) {
 	heap.Push(&s.groupOf(pos).retry, pos)
 }
 
 // receivedLocked marks pos received.
-func (s *schedule) receivedLocked(pos int) {
+func (s *Schedule) receivedLocked(pos int) {
 	s.received[pos] = true
 	s.nRecv++
 	s.groupOf(pos).owed--
 }
 
 // freeLocked gives r's window slot back.
-func (s *schedule) freeLocked(w *window, r *request) {
-	w.count--
-	w.laneCount[s.laneOf(r.pos)]--
-	w.bytes -= r.bytes
-	w.cpu -= r.cpu
+func (s *Schedule) freeLocked(w *Window, r *Request) {
+	w.Count--
+	w.laneCount[s.laneOf(r.Pos)]--
+	w.Bytes -= r.Bytes
+	w.CPU -= r.CPU
 }
 
 // broadcastLocked wakes every waiter.
-func (s *schedule) broadcastLocked() {
+func (s *Schedule) broadcastLocked() {
 	close(s.sig)
 	s.sig = make(chan struct{})
 }
 
-// request is one sample requested on a stream.
-type request struct {
-	tag    uint64
-	pos    int
-	sample uint64
-	split  int
-	bytes  int64 // window bytes held: the estimate, then the actual size
-	cpu    int64 // window storage CPU held: the estimate (ns)
-	est    int64 // the estimate
-	sent   time.Time
-	// hedged marks a request of a stalled stream whose position was put
+// Request is one sample requested on a stream.
+type Request struct {
+	Tag    uint64
+	Pos    int
+	Sample uint64
+	Split  int
+	Bytes  int64 // window bytes held: the estimate, then the actual size
+	CPU    int64 // window storage CPU held: the estimate (ns)
+	Est    int64 // the estimate
+	Sent   time.Time
+	// Hedged marks a request of a stalled stream whose position was put
 	// back into the schedule while the request stayed outstanding: if the
 	// stalled stream answers after all, the first response wins and the
 	// other is dropped as a duplicate.
-	hedged bool
+	Hedged bool
 }
 
-// window is one fetcher's share of the schedule; its fields are guarded by
+// Window is one fetcher's share of the schedule; its fields are guarded by
 // schedule.mu.
-type window struct {
-	idx       int // the fetcher's index: bit idx of a group's masks
-	maxCount  int
-	maxBytes  int64
-	count     int
+type Window struct {
+	Idx       int // the fetcher's index: bit idx of a group's masks
+	MaxCount  int
+	MaxBytes  int64
+	Count     int
 	laneCount [2]int // count by lane
-	bytes     int64
-	// cpu is the storage CPU estimate (ns) of the requests in flight;
-	// maxCPU, when positive, bounds it (fetcher.pace).
-	cpu, maxCPU int64
+	Bytes     int64
+	// CPU is the storage CPU estimate (ns) of the requests in flight;
+	// MaxCPU, when positive, bounds it (fetcher.pace).
+	CPU, MaxCPU int64
 	nextTag     uint64
-	outstanding map[uint64]*request // by tag, on the current stream
+	Outstanding map[uint64]*Request // by tag, on the current stream
 }
 
-// take hands w the next position if its window has room, registering the
+// Take hands w the next position if its window has room, registering the
 // request as outstanding. Otherwise it returns a channel that is closed on
 // the next change; done reports that every position was received.
-func (s *schedule) take(w *window, est func(pos int) (int64, uint64, int)) (r *request, wait <-chan struct{}, done bool) {
+func (s *Schedule) Take(w *Window, est func(pos int) (int64, uint64, int)) (r *Request, wait <-chan struct{}, done bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.nRecv == s.n {
 		return nil, nil, true
 	}
 	pos, retry := s.nextLocked(w, -1)
-	if pos < 0 || (s.gate > 0 && pos >= s.deliverNext+s.gate) || w.count >= w.maxCount {
+	if pos < 0 || (s.gate > 0 && pos >= s.deliverNext+s.gate) || w.Count >= w.MaxCount {
 		return nil, s.sig, false
 	}
 	b, sample, k := est(pos)
 	var c int64
-	if s.cpuOf != nil && k != 0 {
-		c = s.cpuOf(pos, k)
+	if s.CPUOf != nil && k != 0 {
+		c = s.CPUOf(pos, k)
 	}
-	if c > 0 && w.maxCPU > 0 && w.cpu > 0 && w.cpu+c > w.maxCPU {
+	if c > 0 && w.MaxCPU > 0 && w.CPU > 0 && w.CPU+c > w.MaxCPU {
 		// The agent's CPU has enough queued: a raw position instead, if
 		// the other lane has one (the link may be idle).
 		if p2, r2 := s.nextLocked(w, s.laneOf(pos)); p2 >= 0 && s.laneOf(p2) != s.laneOf(pos) {
 			pos, retry = p2, r2
 			b, sample, k = est(pos)
 			c = 0
-			if s.cpuOf != nil && k != 0 {
-				c = s.cpuOf(pos, k)
+			if s.CPUOf != nil && k != 0 {
+				c = s.CPUOf(pos, k)
 			}
 			if c > 0 || (s.gate > 0 && pos >= s.deliverNext+s.gate) {
 				return nil, s.sig, false
@@ -318,114 +322,114 @@ func (s *schedule) take(w *window, est func(pos int) (int64, uint64, int)) (r *r
 			return nil, s.sig, false
 		}
 	}
-	if w.count > 0 && w.bytes+b > w.maxBytes {
+	if w.Count > 0 && w.Bytes+b > w.MaxBytes {
 		return nil, s.sig, false
 	}
 	s.advanceLocked(pos, retry)
 	w.nextTag++
-	r = &request{tag: w.nextTag, pos: pos, sample: sample, split: k, bytes: b, est: b, cpu: c}
-	if s.now != nil {
-		r.sent = s.now()
+	r = &Request{Tag: w.nextTag, Pos: pos, Sample: sample, Split: k, Bytes: b, Est: b, CPU: c}
+	if s.Now != nil {
+		r.Sent = s.Now()
 	}
-	w.outstanding[r.tag] = r
-	w.count++
+	w.Outstanding[r.Tag] = r
+	w.Count++
 	w.laneCount[s.laneOf(pos)]++
-	w.bytes += b
-	w.cpu += c
+	w.Bytes += b
+	w.CPU += c
 	return r, nil, false
 }
 
-// claim accepts the response for tag on w's current stream, whose wire
+// Claim accepts the response for tag on w's current stream, whose wire
 // size is actual. It returns nil for an unknown tag or a position already
 // received (dup reports the latter). The request keeps its window slot
 // until release.
-func (s *schedule) claim(w *window, tag uint64, actual int64) (r *request, dup bool) {
+func (s *Schedule) Claim(w *Window, tag uint64, actual int64) (r *Request, dup bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r = w.outstanding[tag]
+	r = w.Outstanding[tag]
 	if r == nil {
 		return nil, false
 	}
-	delete(w.outstanding, tag)
-	if s.received[r.pos] {
+	delete(w.Outstanding, tag)
+	if s.received[r.Pos] {
 		s.freeLocked(w, r)
 		s.broadcastLocked()
 		return nil, true
 	}
-	w.bytes += actual - r.bytes
-	r.bytes = actual
-	s.receivedLocked(r.pos)
+	w.Bytes += actual - r.Bytes
+	r.Bytes = actual
+	s.receivedLocked(r.Pos)
 	if s.nRecv == s.n {
 		s.broadcastLocked()
 	}
 	return r, false
 }
 
-// retryTag puts the request for tag on w back into the schedule after a
+// RetryTag puts the request for tag on w back into the schedule after a
 // transient per-sample error (the storage agent's queue deadline), at most
 // limit times per position; it reports whether it did. Unlike claim then
 // requeue, the position never counts as received meanwhile, so no fetcher
 // can see the epoch complete while it is owed.
-func (s *schedule) retryTag(w *window, tag uint64, limit int) bool {
+func (s *Schedule) RetryTag(w *Window, tag uint64, limit int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := w.outstanding[tag]
-	if r == nil || s.received[r.pos] || s.retries[r.pos] >= limit {
+	r := w.Outstanding[tag]
+	if r == nil || s.received[r.Pos] || s.retries[r.Pos] >= limit {
 		return false
 	}
 	if s.retries == nil {
 		s.retries = map[int]int{}
 	}
-	s.retries[r.pos]++
-	delete(w.outstanding, tag)
+	s.retries[r.Pos]++
+	delete(w.Outstanding, tag)
 	s.freeLocked(w, r)
-	if !r.hedged { // a hedged position is owed by the schedule already
-		s.requeueLocked(r.pos)
+	if !r.Hedged { // a hedged position is owed by the schedule already
+		s.requeueLocked(r.Pos)
 	}
 	s.broadcastLocked()
 	return true
 }
 
-// release frees r's window slot once its result left the worker.
-func (s *schedule) release(w *window, r *request) {
+// Release frees r's window slot once its result left the worker.
+func (s *Schedule) Release(w *Window, r *Request) {
 	s.mu.Lock()
 	s.freeLocked(w, r)
 	s.broadcastLocked()
 	s.mu.Unlock()
 }
 
-// requeue returns every request outstanding on w's failed stream to the
+// Requeue returns every request outstanding on w's failed stream to the
 // schedule and frees their slots. It returns how many.
-func (s *schedule) requeue(w *window) int {
+func (s *Schedule) Requeue(w *Window) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := len(w.outstanding)
-	for tag, r := range w.outstanding {
-		delete(w.outstanding, tag)
+	n := len(w.Outstanding)
+	for tag, r := range w.Outstanding {
+		delete(w.Outstanding, tag)
 		s.freeLocked(w, r)
-		if !r.hedged && !s.received[r.pos] {
-			s.requeueLocked(r.pos)
+		if !r.Hedged && !s.received[r.Pos] {
+			s.requeueLocked(r.Pos)
 		}
 	}
 	s.broadcastLocked()
 	return n
 }
 
-// hedge puts the positions of w's outstanding requests back into the
+// Hedge puts the positions of w's outstanding requests back into the
 // schedule, first in line, while they stay outstanding on w (a stalled
 // stream): any fetcher may then take them, and whichever response comes
 // first is accepted (claim drops the other as a duplicate). It returns how
 // many positions it put back.
-func (s *schedule) hedge(w *window) int {
+func (s *Schedule) Hedge(w *Window) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for _, r := range w.outstanding {
-		if r.hedged || s.received[r.pos] {
+	for _, r := range w.Outstanding {
+		if r.Hedged || s.received[r.Pos] {
 			continue
 		}
-		r.hedged = true
-		s.requeueLocked(r.pos)
+		r.Hedged = true
+		s.requeueLocked(r.Pos)
 		n++
 	}
 	if n > 0 {
@@ -434,70 +438,77 @@ func (s *schedule) hedge(w *window) int {
 	return n
 }
 
-// oldestSent is the send time of w's oldest outstanding request; ok is
+// OldestSent is the send time of w's oldest outstanding request; ok is
 // false when none is outstanding.
-func (s *schedule) oldestSent(w *window) (t time.Time, ok bool) {
+func (s *Schedule) OldestSent(w *Window) (t time.Time, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, r := range w.outstanding {
-		if !ok || r.sent.Before(t) {
-			t, ok = r.sent, true
+	for _, r := range w.Outstanding {
+		if !ok || r.Sent.Before(t) {
+			t, ok = r.Sent, true
 		}
 	}
 	return t, ok
 }
 
-// state reports whether every position was received and, if not, a
+// State reports whether every position was received and, if not, a
 // channel closed on the next change.
-func (s *schedule) state() (done bool, sig <-chan struct{}) {
+func (s *Schedule) State() (done bool, sig <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.nRecv == s.n, s.sig
 }
 
-// outstanding is the number of requests awaiting a response on w.
-func (s *schedule) outstanding(w *window) int {
+// Outstanding is the number of requests awaiting a response on w.
+func (s *Schedule) Outstanding(w *Window) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(w.outstanding)
+	return len(w.Outstanding)
 }
 
-// complete reports whether every position was received.
-func (s *schedule) complete() bool {
+// Progress is how many of the schedule's positions were received.
+func (s *Schedule) Progress() (received, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nRecv, s.n
+}
+
+// Complete reports whether every position was received.
+func (s *Schedule) Complete() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.nRecv == s.n
 }
 
-// delivered moves the strict-order gate: positions below pos are out of
+// Delivered moves the strict-order gate: positions below pos are out of
 // the reorder buffer.
-func (s *schedule) delivered(pos int) {
+func (s *Schedule) Delivered(pos int) {
 	s.mu.Lock()
 	s.deliverNext = pos
 	s.broadcastLocked()
 	s.mu.Unlock()
 }
 
-// setMaxBytes sets w's byte bound.
-func (s *schedule) setMaxBytes(w *window, b int64) {
+// SetMaxBytes sets w's byte bound.
+func (s *Schedule) SetMaxBytes(w *Window, b int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if b > w.maxBytes {
+	if b > w.MaxBytes {
 		s.broadcastLocked()
 	}
-	w.maxBytes = b
+	w.MaxBytes = b
 }
 
-// giveUp marks w's fetcher dead and reports how many are left. A group
+// GiveUp marks w's fetcher dead and reports how many are left. A group
 // none of whose fetchers is left falls back to its owners still alive; a
 // group with none of those either is orphaned: its positions still owed
 // are taken out of the schedule and returned as requests on w (counted in
 // its window until released), for the caller to report as unavailable.
-func (s *schedule) giveUp(w *window) (alive int, orphans []*request) {
+func (s *Schedule) GiveUp(w *Window) (alive int, orphans []*Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.aliveMask&(1<<w.idx) != 0 {
-		s.aliveMask &^= 1 << w.idx
+	if s.aliveMask&(1<<w.Idx) != 0 {
+		s.aliveMask &^= 1 << w.Idx
 		s.alive--
 	}
 	if s.alive > 0 {
@@ -517,12 +528,12 @@ func (s *schedule) giveUp(w *window) (alive int, orphans []*request) {
 	return s.alive, orphans
 }
 
-// unowned takes the positions no fetcher holds out of the schedule and
+// Unowned takes the positions no fetcher holds out of the schedule and
 // registers them on w, like giveUp's orphans.
-func (s *schedule) unowned(w *window) []*request {
+func (s *Schedule) Unowned(w *Window) []*Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []*request
+	var out []*Request
 	for i := range s.groups {
 		if g := &s.groups[i]; g.owners == 0 {
 			out = append(out, s.orphanLocked(w, g)...)
@@ -533,16 +544,16 @@ func (s *schedule) unowned(w *window) []*request {
 
 // orphanLocked takes every position of g still owed and not outstanding
 // on a live window (a dead one's were requeued) and registers it on w.
-func (s *schedule) orphanLocked(w *window, g *group) []*request {
-	var out []*request
+func (s *Schedule) orphanLocked(w *Window, g *group) []*Request {
+	var out []*Request
 	take := func(pos int) {
 		if s.received[pos] {
 			return
 		}
 		w.nextTag++
-		r := &request{tag: w.nextTag, pos: pos}
-		w.outstanding[r.tag] = r
-		w.count++
+		r := &Request{Tag: w.nextTag, Pos: pos}
+		w.Outstanding[r.Tag] = r
+		w.Count++
 		w.laneCount[s.laneOf(pos)]++
 		out = append(out, r)
 	}

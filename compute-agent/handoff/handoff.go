@@ -1,4 +1,8 @@
-package computeagent
+// Package handoff is the trainer hand-off protocol (docs/handoff.md): the
+// length-prefixed frames a compute agent and its node's trainer processes
+// exchange on a Unix stream socket, and the ring of batch slots in shared
+// memory that carries the batches themselves.
+package handoff
 
 import (
 	"bytes"
@@ -12,23 +16,23 @@ import (
 // The trainer hand-off protocol (docs/handoff.md): length-prefixed frames
 // on a Unix stream socket.
 const (
-	handoffProtocol = 1
+	Protocol = 1
 
-	frameHello   = 0x01
-	frameWelcome = 0x02
-	frameEpoch   = 0x03
-	frameReady   = 0x04
-	frameRelease = 0x05
-	frameEnd     = 0x06
-	frameError   = 0x07
-	frameStatus  = 0x08
+	FrameHello   = 0x01
+	FrameWelcome = 0x02
+	FrameEpoch   = 0x03
+	FrameReady   = 0x04
+	FrameRelease = 0x05
+	FrameEnd     = 0x06
+	FrameError   = 0x07
+	FrameStatus  = 0x08
 
-	// maxFrame bounds a frame's body; longer frames are refused before
+	// MaxFrame bounds a frame's body; longer frames are refused before
 	// anything is allocated for them.
-	maxFrame = 16 << 20
+	MaxFrame = 16 << 20
 
-	readyLen   = 24
-	releaseLen = 16
+	ReadyLen   = 24
+	ReleaseLen = 16
 )
 
 // ErrFrame marks a malformed frame from a trainer.
@@ -36,19 +40,19 @@ var ErrFrame = errors.New("computeagent: bad hand-off frame")
 
 // Error codes of ERROR frames.
 const (
-	codeVersion       = "VERSION"
-	codeMismatch      = "MISMATCH"
-	codeDataset       = "DATASET"
-	codeDuplicateRank = "DUPLICATE_RANK"
-	codeBadFrame      = "BAD_FRAME"
-	codeEpoch         = "EPOCH"
-	codePeerLost      = "PEER_LOST"
-	codeFailed        = "FAILED"
+	CodeVersion       = "VERSION"
+	CodeMismatch      = "MISMATCH"
+	CodeDataset       = "DATASET"
+	CodeDuplicateRank = "DUPLICATE_RANK"
+	CodeBadFrame      = "BAD_FRAME"
+	CodeEpoch         = "EPOCH"
+	CodePeerLost      = "PEER_LOST"
+	CodeFailed        = "FAILED"
 )
 
-// helloMsg is a trainer's HELLO. Zero values of the optional fields mean
+// HelloMsg is a trainer's HELLO. Zero values of the optional fields mean
 // "whatever the agent serves".
-type helloMsg struct {
+type HelloMsg struct {
 	Protocol    int    `json:"protocol"`
 	Client      string `json:"client"`
 	PID         int    `json:"pid"`
@@ -64,7 +68,7 @@ type helloMsg struct {
 }
 
 // validate checks the ranks' arithmetic.
-func (h *helloMsg) validate() error {
+func (h *HelloMsg) validate() error {
 	switch {
 	case h.World < 1 || h.Rank < 0 || h.Rank >= h.World:
 		return fmt.Errorf("%w: rank %d of world %d", ErrFrame, h.Rank, h.World)
@@ -80,8 +84,8 @@ func (h *helloMsg) validate() error {
 	return nil
 }
 
-// welcomeMsg is the agent's WELCOME (the ring's fd travels with it).
-type welcomeMsg struct {
+// WelcomeMsg is the agent's WELCOME (the ring's fd travels with it).
+type WelcomeMsg struct {
 	Protocol          int           `json:"protocol"`
 	Agent             string        `json:"agent"`
 	Version           string        `json:"version"`
@@ -106,59 +110,62 @@ type welcomeMsg struct {
 	RowsPerEpoch      int           `json:"rows_per_epoch"`
 	PositionsPerEpoch int           `json:"positions_per_epoch"`
 	ToTensor          bool          `json:"to_tensor"`
-	Normalize         *normalizeMsg `json:"normalize"`
+	Normalize         *NormalizeMsg `json:"normalize"`
 }
 
-type normalizeMsg struct {
+type NormalizeMsg struct {
 	Mean [3]float32 `json:"mean"`
 	Std  [3]float32 `json:"std"`
 }
 
-// epochMsg asks for an epoch, maybe resuming it.
-type epochMsg struct {
+// EpochMsg asks for an epoch, maybe resuming it.
+type EpochMsg struct {
 	Epoch  *uint64    `json:"epoch"`
-	Resume *resumeMsg `json:"resume"`
+	Resume *ResumeMsg `json:"resume"`
 }
 
-// resumeMsg is where a rank stopped: batches consumed and, in completion
+// ResumeMsg is where a rank stopped: batches consumed and, in completion
 // order, the bitmap of the global positions it consumed.
-type resumeMsg struct {
+type ResumeMsg struct {
 	Batches  int    `json:"batches"`
 	Consumed []byte `json:"consumed"` // base64 in JSON
 }
 
-type endMsg struct {
+type EndMsg struct {
 	Epoch   uint64 `json:"epoch"`
 	Batches int    `json:"batches"`
 	Samples int    `json:"samples"`
 }
 
-type errorMsg struct {
+type ErrorMsg struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }
 
-type statusMsg struct {
+type StatusMsg struct {
 	Message string `json:"message"`
 }
 
-// frameReader reads frames into one reusable buffer, so steady-state
+// FrameReader reads frames into one reusable buffer, so steady-state
 // reads (RELEASE) allocate nothing.
-type frameReader struct {
+type FrameReader struct {
 	r   io.Reader
 	hdr [4]byte
 	buf []byte
 }
 
-// next returns the next frame's type and payload, valid until the next
+// NewFrameReader reads frames from r.
+func NewFrameReader(r io.Reader) *FrameReader { return &FrameReader{r: r} }
+
+// Next returns the next frame's type and payload, valid until the next
 // call. A body longer than maxFrame is refused before it is read.
-func (f *frameReader) next() (byte, []byte, error) {
+func (f *FrameReader) Next() (byte, []byte, error) {
 	if _, err := io.ReadFull(f.r, f.hdr[:]); err != nil {
 		return 0, nil, err
 	}
 	n := binary.LittleEndian.Uint32(f.hdr[:])
-	if n < 1 || n > maxFrame {
-		return 0, nil, fmt.Errorf("%w: frame of %d bytes (1 to %d)", ErrFrame, n, maxFrame)
+	if n < 1 || n > MaxFrame {
+		return 0, nil, fmt.Errorf("%w: frame of %d bytes (1 to %d)", ErrFrame, n, MaxFrame)
 	}
 	if int(n) > cap(f.buf) {
 		f.buf = make([]byte, n)
@@ -173,8 +180,8 @@ func (f *frameReader) next() (byte, []byte, error) {
 	return b[0], b[1:], nil
 }
 
-// jsonFrame encodes a frame with a JSON payload.
-func jsonFrame(typ byte, v any) []byte {
+// JSONFrame encodes a frame with a JSON payload.
+func JSONFrame(typ byte, v any) []byte {
 	body, err := json.Marshal(v)
 	if err != nil {
 		panic(err) // only our own message types are encoded
@@ -199,11 +206,11 @@ func decodeJSON(b []byte, v any) error {
 	return nil
 }
 
-// putReady encodes READY into b (5+readyLen bytes).
-func putReady(b []byte, slot, rows int, epoch, batch uint64) {
+// PutReady encodes READY into b (5+readyLen bytes).
+func PutReady(b []byte, slot, rows int, epoch, batch uint64) {
 	le := binary.LittleEndian
-	le.PutUint32(b, 1+readyLen)
-	b[4] = frameReady
+	le.PutUint32(b, 1+ReadyLen)
+	b[4] = FrameReady
 	le.PutUint32(b[5:], uint32(slot))
 	le.PutUint32(b[9:], uint32(rows))
 	le.PutUint64(b[13:], epoch)
@@ -212,8 +219,8 @@ func putReady(b []byte, slot, rows int, epoch, batch uint64) {
 
 // parseRelease decodes RELEASE's payload.
 func parseRelease(p []byte) (slot int, waitNS int64, err error) {
-	if len(p) != releaseLen {
-		return 0, 0, fmt.Errorf("%w: RELEASE of %d bytes, want %d", ErrFrame, len(p), releaseLen)
+	if len(p) != ReleaseLen {
+		return 0, 0, fmt.Errorf("%w: RELEASE of %d bytes, want %d", ErrFrame, len(p), ReleaseLen)
 	}
 	s := binary.LittleEndian.Uint32(p)
 	w := binary.LittleEndian.Uint64(p[8:])
@@ -223,35 +230,35 @@ func parseRelease(p []byte) (slot int, waitNS int64, err error) {
 	return int(s), int64(w), nil
 }
 
-// clientMsg is a decoded frame from a trainer: exactly one field is set.
-type clientMsg struct {
-	hello   *helloMsg
-	epoch   *epochMsg
-	release struct {
-		ok     bool
-		slot   int
-		waitNS int64
+// ClientMsg is a decoded frame from a trainer: exactly one field is set.
+type ClientMsg struct {
+	Hello   *HelloMsg
+	Epoch   *EpochMsg
+	Release struct {
+		OK     bool
+		Slot   int
+		WaitNS int64
 	}
 }
 
-// decodeClientFrame decodes and checks one frame a trainer sent. The
+// DecodeClientFrame decodes and checks one frame a trainer sent. The
 // fields it returns are bounded: ranks are validated, and a resume bitmap
 // is at most maxFrame bytes (its exact length is checked against the
 // epoch when the epoch starts).
-func decodeClientFrame(typ byte, p []byte) (clientMsg, error) {
-	var m clientMsg
+func DecodeClientFrame(typ byte, p []byte) (ClientMsg, error) {
+	var m ClientMsg
 	switch typ {
-	case frameHello:
-		var h helloMsg
+	case FrameHello:
+		var h HelloMsg
 		if err := decodeJSON(p, &h); err != nil {
 			return m, err
 		}
 		if err := h.validate(); err != nil {
 			return m, err
 		}
-		m.hello = &h
-	case frameEpoch:
-		var e epochMsg
+		m.Hello = &h
+	case FrameEpoch:
+		var e EpochMsg
 		if err := decodeJSON(p, &e); err != nil {
 			return m, err
 		}
@@ -261,13 +268,13 @@ func decodeClientFrame(typ byte, p []byte) (clientMsg, error) {
 		if r := e.Resume; r != nil && r.Batches < 0 {
 			return m, fmt.Errorf("%w: resume at batch %d", ErrFrame, r.Batches)
 		}
-		m.epoch = &e
-	case frameRelease:
+		m.Epoch = &e
+	case FrameRelease:
 		s, w, err := parseRelease(p)
 		if err != nil {
 			return m, err
 		}
-		m.release.ok, m.release.slot, m.release.waitNS = true, s, w
+		m.Release.OK, m.Release.Slot, m.Release.WaitNS = true, s, w
 	default:
 		return m, fmt.Errorf("%w: unexpected frame type %#x from a trainer", ErrFrame, typ)
 	}

@@ -1,4 +1,4 @@
-package computeagent
+package epoch
 
 import (
 	"cmp"
@@ -63,8 +63,8 @@ const (
 	done                 // received
 )
 
-// shedder is one epoch's shedding state.
-type shedder struct {
+// Shedder is one epoch's shedding state.
+type Shedder struct {
 	cores float64 // the storage agents' cores, as planned
 	rate  float64 // the planner's link rate, bytes/s
 	now   func() time.Time
@@ -94,32 +94,43 @@ type shedder struct {
 	n             int
 }
 
-// newShedder plans shedding for an epoch of e's positions, or returns nil
-// when there is nothing to shed: no per-sample plan, no offload, or no
-// known link rate or storage cores.
-func newShedder(e *epochRun, cores float64) *shedder {
-	p := e.plan
-	if !p.hinted() || e.linkRate <= 0 || cores <= 0 {
+// Hints is what the shedder needs of the epoch's plan (planner.RunPlan).
+type Hints interface {
+	// Hinted reports whether the plan carries per-sample hints.
+	Hinted() bool
+	// Hint is sample's priority (bytes saved per storage CPU-ms) and
+	// storage CPU estimate (ns on the profile's clock).
+	Hint(sample uint64) (prio uint32, ns uint64)
+}
+
+// NewShedder plans shedding for an epoch of positions order (position ->
+// sample) at their planned splits, or returns nil when there is nothing to
+// shed: no per-sample plan, no offload, or no known link rate (bytes/s) or
+// storage cores. wire is a sample's estimated wire bytes at split k;
+// speed, the planner's storage speed, turns the hints' ns into the
+// planner's clock.
+func NewShedder(order []uint64, split []int, wire func(sample uint64, k int) float64, hints Hints, speed, linkRate, cores float64, now func() time.Time) *Shedder {
+	if !hints.Hinted() || linkRate <= 0 || cores <= 0 {
 		return nil
 	}
-	n := len(e.order)
-	s := &shedder{
-		cores: cores, rate: e.linkRate, now: e.cfg.Clock.Now,
+	n := len(order)
+	s := &Shedder{
+		cores: cores, rate: linkRate, now: now,
 		prio: make([]uint32, n), cost: make([]float64, n), raw: make([]float64, n), wire: make([]float64, n),
 		state: make([]uint8, n),
 	}
-	for pos, sample := range e.order {
-		k := e.split[pos]
-		s.raw[pos] = float64(e.a.sizes.estimate(0, e.cat.RawSizes[sample]))
-		s.wire[pos] = float64(e.a.sizes.estimate(k, e.cat.RawSizes[sample]))
+	for pos, sample := range order {
+		k := split[pos]
+		s.raw[pos] = wire(sample, 0)
+		s.wire[pos] = wire(sample, k)
 		if k == 0 {
 			continue
 		}
-		prio, ns := p.hint(sample)
+		prio, ns := hints.Hint(sample)
 		if ns == 0 {
 			continue
 		}
-		s.prio[pos], s.cost[pos] = prio, float64(ns)/p.speed
+		s.prio[pos], s.cost[pos] = prio, float64(ns)/speed
 		s.byPrio = append(s.byPrio, pos)
 	}
 	if len(s.byPrio) == 0 {
@@ -129,17 +140,17 @@ func newShedder(e *epochRun, cores float64) *shedder {
 	return s
 }
 
-// split is the split position pos is requested at: the planned k, or 0
+// Split is the Split position pos is requested at: the planned k, or 0
 // when it is shed.
-func (s *shedder) split(pos, k int) int {
+func (s *Shedder) Split(pos, k int) int {
 	if s == nil || k == 0 || s.cost[pos] == 0 || s.prio[pos] >= s.cut.Load() {
 		return k
 	}
 	return 0
 }
 
-// requested records that pos went out at split k (planned: want).
-func (s *shedder) requested(pos, k, want int) {
+// Requested records that pos went out at split k (planned: want).
+func (s *Shedder) Requested(pos, k, want int) {
 	if s == nil {
 		return
 	}
@@ -155,10 +166,10 @@ func (s *shedder) requested(pos, k, want int) {
 	s.mu.Unlock()
 }
 
-// received records pos as received; an offload served as planned also
+// Received records pos as Received; an offload served as planned also
 // records the budget time its storage agent held (times the worker's
 // share of a core), and may re-balance the rest of the epoch.
-func (s *shedder) received(pos int, offloaded bool, held float64) {
+func (s *Shedder) Received(pos int, offloaded bool, held float64) {
 	if s == nil {
 		return
 	}
@@ -177,8 +188,8 @@ func (s *shedder) received(pos int, offloaded bool, held float64) {
 	}
 }
 
-// count is how many positions were shed.
-func (s *shedder) count() int64 {
+// Count is how many positions were shed.
+func (s *Shedder) Count() int64 {
 	if s == nil {
 		return 0
 	}
@@ -186,7 +197,7 @@ func (s *shedder) count() int64 {
 }
 
 // rebalanceLocked sets cut for the positions not yet requested.
-func (s *shedder) rebalanceLocked() {
+func (s *Shedder) rebalanceLocked() {
 	var planned, held float64
 	for i := range min(s.n, shedWindow) {
 		planned += s.planned[i]

@@ -1,4 +1,4 @@
-package computeagent
+package epoch
 
 import (
 	"sync"
@@ -12,7 +12,7 @@ const (
 	wireHeaderShaped  = 44
 )
 
-// sizeModel estimates a response's wire size before it is sent, for the
+// SizeModel estimates a response's wire size before it is sent, for the
 // byte bound of the window:
 //
 //   - split 0: the catalog's raw size plus the wire header.
@@ -26,7 +26,7 @@ const (
 //
 // Compression is ignored, so estimates err on the large side. When a
 // response arrives, the window holds its actual size instead.
-type sizeModel struct {
+type SizeModel struct {
 	fixed []int64 // by slot (see slot); 0 where the shape varies
 
 	mu    sync.Mutex
@@ -36,7 +36,7 @@ type sizeModel struct {
 
 // slot is split k's index into the model's slices: k itself, and n+1 for
 // ops.SplitCut.
-func (m *sizeModel) slot(k int) int {
+func (m *SizeModel) slot(k int) int {
 	if k == ops.SplitCut {
 		return len(m.fixed) - 1
 	}
@@ -45,9 +45,9 @@ func (m *sizeModel) slot(k int) int {
 
 const initialRatio = 10
 
-func newSizeModel(p *ops.Pipeline) *sizeModel {
+func NewSizeModel(p *ops.Pipeline) *SizeModel {
 	n := p.Len()
-	m := &sizeModel{fixed: make([]int64, n+2), ratio: make([]float64, n+2), seen: make([]int, n+2)}
+	m := &SizeModel{fixed: make([]int64, n+2), ratio: make([]float64, n+2), seen: make([]int, n+2)}
 	m.ratio[n+1] = 1
 	var h, w int64
 	known := false
@@ -77,8 +77,8 @@ func newSizeModel(p *ops.Pipeline) *sizeModel {
 	return m
 }
 
-// estimate is the expected wire size of sample with raw bytes at split k.
-func (m *sizeModel) estimate(k int, raw uint64) int64 {
+// Estimate is the expected wire size of sample with raw bytes at split k.
+func (m *SizeModel) Estimate(k int, raw uint64) int64 {
 	if k == 0 {
 		return int64(raw) + wireHeaderEncoded
 	}
@@ -92,8 +92,8 @@ func (m *sizeModel) estimate(k int, raw uint64) int64 {
 	return int64(float64(raw)*r) + wireHeaderShaped
 }
 
-// observe learns from a response of wire bytes at split k.
-func (m *sizeModel) observe(k int, raw uint64, wire int) {
+// Observe learns from a response of wire bytes at split k.
+func (m *SizeModel) Observe(k int, raw uint64, wire int) {
 	if k == 0 {
 		return
 	}

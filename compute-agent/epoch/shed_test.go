@@ -1,4 +1,4 @@
-package computeagent
+package epoch
 
 import (
 	"testing"
@@ -8,9 +8,9 @@ import (
 // testShedder is a shedder over n offloaded positions of raw bytes 1000
 // and planned bytes 200, position i of priority i+1 and planned storage
 // cost 1 ms, with a link of rate bytes/s and cores storage cores.
-func testShedder(n int, rate, cores float64) (*shedder, *time.Time) {
+func testShedder(n int, rate, cores float64) (*Shedder, *time.Time) {
 	now := time.Unix(0, 0)
-	s := &shedder{
+	s := &Shedder{
 		cores: cores, rate: rate, now: func() time.Time { return now },
 		prio: make([]uint32, n), cost: make([]float64, n), raw: make([]float64, n), wire: make([]float64, n),
 		state: make([]uint8, n),
@@ -25,12 +25,12 @@ func testShedder(n int, rate, cores float64) (*shedder, *time.Time) {
 // serve requests and receives the positions [from, to) at their split,
 // each having held its storage agent's budget for held times its planned
 // cost, advancing the clock by shedEvery between responses.
-func serve(s *shedder, now *time.Time, from, to int, held float64) {
+func serve(s *Shedder, now *time.Time, from, to int, held float64) {
 	for pos := from; pos < to; pos++ {
-		k := s.split(pos, 1)
-		s.requested(pos, k, 1)
+		k := s.Split(pos, 1)
+		s.Requested(pos, k, 1)
 		*now = now.Add(shedEvery)
-		s.received(pos, k == 1, held*s.cost[pos])
+		s.Received(pos, k == 1, held*s.cost[pos])
 	}
 }
 
@@ -40,7 +40,7 @@ func TestShedderKeepsABalancedPlan(t *testing.T) {
 	// nothing is shed.
 	s, now := testShedder(100, 200e3, 1)
 	serve(s, now, 0, 100, 1)
-	if got := s.count(); got != 0 {
+	if got := s.Count(); got != 0 {
 		t.Fatalf("shed %d offloads of a plan served at its speed", got)
 	}
 }
@@ -56,14 +56,14 @@ func TestShedderShedsTheLeastEfficient(t *testing.T) {
 	if cut <= 1 {
 		t.Fatalf("cut %d after 20 offloads at a quarter of the planned speed: nothing would be shed", cut)
 	}
-	if s.split(0, 1) != 0 || s.split(n-1, 1) != 1 {
-		t.Fatalf("cut %d: position 0 (least efficient) requested at %d, position n-1 (most) at %d; want 0 and 1", cut, s.split(0, 1), s.split(n-1, 1))
+	if s.Split(0, 1) != 0 || s.Split(n-1, 1) != 1 {
+		t.Fatalf("cut %d: position 0 (least efficient) requested at %d, position n-1 (most) at %d; want 0 and 1", cut, s.Split(0, 1), s.Split(n-1, 1))
 	}
 	// The balance: the storage time of what stays offloaded (at a
 	// quarter speed) is about the link time of everything owed.
 	var storage, bytes float64
 	for pos := shedMin; pos < n; pos++ {
-		if s.split(pos, 1) == 1 {
+		if s.Split(pos, 1) == 1 {
 			storage += 4 * s.cost[pos]
 			bytes += s.wire[pos]
 		} else {
@@ -84,17 +84,17 @@ func TestShedderShedsTheLeastEfficient(t *testing.T) {
 		t.Fatalf("only %d offloads in the whole epoch after the slowdown", s.n-shedMin)
 	}
 	for owed := pos; owed < n; owed++ {
-		if s.split(owed, 1) != 1 {
+		if s.Split(owed, 1) != 1 {
 			t.Fatalf("cut %d after the storage side recovered (position %d): owed position %d still shed", s.cut.Load(), pos, owed)
 		}
 	}
 }
 
 func TestShedderNilIsPlanned(t *testing.T) {
-	var s *shedder
-	if s.split(3, 2) != 2 || s.count() != 0 {
+	var s *Shedder
+	if s.Split(3, 2) != 2 || s.Count() != 0 {
 		t.Fatal("a nil shedder changed a split")
 	}
-	s.requested(3, 2, 2)
-	s.received(3, true, 1)
+	s.Requested(3, 2, 2)
+	s.Received(3, true, 1)
 }

@@ -1,4 +1,8 @@
-package computeagent
+// Package journal is the compute agent's sample log and resume state:
+// one line per delivered sample, appended per consumed batch, and with a
+// state directory the run's identity and its completed epochs, so that a
+// restarted agent delivers each sample of an epoch exactly once.
+package journal
 
 import (
 	"bytes"
@@ -13,11 +17,14 @@ import (
 	"sync"
 )
 
-// ErrJournal marks a state directory or sample journal that cannot be
+// ErrUnresumable marks a state directory or sample journal that cannot be
 // resumed: another run's, or corrupt.
-var ErrJournal = errors.New("computeagent: journal")
+var ErrUnresumable = errors.New("computeagent: journal")
 
-// The journal is the sample log itself (Config.SamplesOut, or
+// ErrClosed: the journal was closed (the agent was closed).
+var ErrClosed = errors.New("computeagent: closed")
+
+// Journal is the sample log itself (Config.SamplesOut, or
 // StateDir/samples): one line "epoch sample sha256hex\n" per delivered
 // sample, appended with one write(2) per batch right after the consumer
 // took the batch. So the log a crash leaves behind is exactly what was
@@ -26,7 +33,7 @@ var ErrJournal = errors.New("computeagent: journal")
 // during the write is cut off on open and its sample delivered again.
 // StateDir also holds run.json (the run's identity and where in the log
 // this run starts) and epochs (one line per completed epoch).
-type journal struct {
+type Journal struct {
 	mu   sync.Mutex
 	f    *os.File // the sample log, O_APPEND
 	dir  string   // StateDir; empty without
@@ -35,9 +42,9 @@ type journal struct {
 	have map[uint64]map[uint64]string // epoch -> sample -> sha hex, journaled before this start
 }
 
-// runState is StateDir/run.json: what must match for a journal to be
+// RunState is StateDir/run.json: what must match for a journal to be
 // resumed, and where this run's part of the sample log starts.
-type runState struct {
+type RunState struct {
 	Version     int    `json:"version"`
 	Seed        uint64 `json:"seed"`
 	Fingerprint string `json:"fingerprint"`
@@ -51,9 +58,9 @@ type runState struct {
 	Offset      int64  `json:"offset"`  // its size when the run began
 }
 
-// openJournal opens the sample log and, with a state dir, checks or
+// Open opens the sample log and, with a state dir, checks or
 // creates the run's identity and reads back what was delivered.
-func openJournal(samples, dir string, id runState) (*journal, error) {
+func Open(samples, dir string, id RunState) (*Journal, error) {
 	if samples == "" {
 		samples = filepath.Join(dir, "samples")
 	}
@@ -61,7 +68,7 @@ func openJournal(samples, dir string, id runState) (*journal, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &journal{dir: dir, done: map[uint64]bool{}, have: map[uint64]map[uint64]string{}}
+	j := &Journal{dir: dir, done: map[uint64]bool{}, have: map[uint64]map[uint64]string{}}
 	if dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
@@ -85,7 +92,7 @@ func openJournal(samples, dir string, id runState) (*journal, error) {
 // resume checks run.json against id (creating it on a fresh start), cuts
 // a torn last line off the sample log and reads back this run's lines and
 // the completed epochs.
-func (j *journal) resume(samples string, id runState) error {
+func (j *Journal) resume(samples string, id RunState) error {
 	id.Version, id.Samples = 1, samples
 	st, err := j.f.Stat()
 	if err != nil {
@@ -109,25 +116,25 @@ func (j *journal) resume(samples string, id runState) error {
 	if err != nil {
 		return err
 	}
-	var was runState
+	var was RunState
 	if err := json.Unmarshal(b, &was); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrJournal, path, err)
+		return fmt.Errorf("%w: %s: %v", ErrUnresumable, path, err)
 	}
 	off := was.Offset
 	was.Offset = 0
 	if was != id {
-		return fmt.Errorf("%w: %s is another run's: it has %+v, this run is %+v; use another --state-dir or remove it", ErrJournal, j.dir, was, id)
+		return fmt.Errorf("%w: %s is another run's: it has %+v, this run is %+v; use another --state-dir or remove it", ErrUnresumable, j.dir, was, id)
 	}
 	if st.Size() < off {
-		return fmt.Errorf("%w: %s is shorter (%d bytes) than when the run began (%d)", ErrJournal, samples, st.Size(), off)
+		return fmt.Errorf("%w: %s is shorter (%d bytes) than when the run began (%d)", ErrUnresumable, samples, st.Size(), off)
 	}
 	tail := make([]byte, st.Size()-off)
 	if _, err := j.f.ReadAt(tail, off); err != nil && err != io.EOF {
 		return err
 	}
-	recs, n, err := decodeJournal(tail)
+	recs, n, err := decode(tail)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrJournal, samples, err)
+		return fmt.Errorf("%w: %s: %w", ErrUnresumable, samples, err)
 	}
 	if n < len(tail) {
 		// A torn last record: its sample was not journaled, so it is
@@ -143,7 +150,7 @@ func (j *journal) resume(samples string, id runState) error {
 			j.have[r.epoch] = m
 		}
 		if _, dup := m[r.sample]; dup {
-			return fmt.Errorf("%w: %s: epoch %d sample %d twice", ErrJournal, samples, r.epoch, r.sample)
+			return fmt.Errorf("%w: %s: epoch %d sample %d twice", ErrUnresumable, samples, r.epoch, r.sample)
 		}
 		m[r.sample] = r.sha
 	}
@@ -158,7 +165,7 @@ func (j *journal) resume(samples string, id runState) error {
 		}
 		e, err := strconv.ParseUint(string(eb[:i]), 10, 64)
 		if err != nil {
-			return fmt.Errorf("%w: epochs: %q", ErrJournal, eb[:i])
+			return fmt.Errorf("%w: epochs: %q", ErrUnresumable, eb[:i])
 		}
 		j.done[e] = true
 		eb = eb[i+1:]
@@ -166,16 +173,16 @@ func (j *journal) resume(samples string, id runState) error {
 	return nil
 }
 
-// journalRec is one line of the sample log.
-type journalRec struct {
+// record is one line of the sample log.
+type record struct {
 	epoch, sample uint64
 	sha           string
 }
 
-// decodeJournal parses sample-log lines. It stops before a last line
+// decode parses sample-log lines. It stops before a last line
 // without its newline (a torn write) and returns the length of the
 // complete lines; a complete line that does not parse is an error.
-func decodeJournal(b []byte) (recs []journalRec, n int, err error) {
+func decode(b []byte) (recs []record, n int, err error) {
 	for n < len(b) {
 		i := bytes.IndexByte(b[n:], '\n')
 		if i < 0 {
@@ -192,30 +199,30 @@ func decodeJournal(b []byte) (recs []journalRec, n int, err error) {
 		if err := errors.Join(err1, err2, err3); err != nil {
 			return nil, 0, fmt.Errorf("line at byte %d: %q: %v", n, line, err)
 		}
-		recs = append(recs, journalRec{e, s, string(f[2])})
+		recs = append(recs, record{e, s, string(f[2])})
 		n += i + 1
 	}
 	return recs, n, nil
 }
 
-// complete reports whether epoch was completed before this start.
-func (j *journal) complete(epoch uint64) bool {
+// Complete reports whether epoch was completed before this start.
+func (j *Journal) Complete(epoch uint64) bool {
 	if j == nil {
 		return false
 	}
 	return j.done[epoch]
 }
 
-// delivered is the samples of epoch journaled before this start.
-func (j *journal) delivered(epoch uint64) map[uint64]string {
+// Delivered is the samples of epoch journaled before this start.
+func (j *Journal) Delivered(epoch uint64) map[uint64]string {
 	if j == nil {
 		return nil
 	}
 	return j.have[epoch]
 }
 
-// write journals a consumed batch in one write(2).
-func (j *journal) write(epoch uint64, samples []uint64, shas [][32]byte) error {
+// Write journals a consumed batch in one write(2).
+func (j *Journal) Write(epoch uint64, samples []uint64, shas [][32]byte) error {
 	if j == nil {
 		return nil
 	}
@@ -232,8 +239,8 @@ func (j *journal) write(epoch uint64, samples []uint64, shas [][32]byte) error {
 	return err
 }
 
-// epochDone records that epoch completed.
-func (j *journal) epochDone(epoch uint64) error {
+// EpochDone records that epoch completed.
+func (j *Journal) EpochDone(epoch uint64) error {
 	if j == nil || j.dir == "" {
 		return nil
 	}
@@ -245,8 +252,8 @@ func (j *journal) epochDone(epoch uint64) error {
 	return errors.Join(err, f.Close())
 }
 
-// close closes the sample log; safe on nil and twice.
-func (j *journal) close() error {
+// Close closes the sample log; safe on nil and twice.
+func (j *Journal) Close() error {
 	if j == nil {
 		return nil
 	}

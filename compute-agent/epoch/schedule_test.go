@@ -1,0 +1,123 @@
+package epoch
+
+import (
+	"slices"
+	"testing"
+)
+
+func testWindow(count int) *Window {
+	return &Window{MaxCount: count, MaxBytes: 1 << 30, Outstanding: map[uint64]*Request{}}
+}
+
+func est(pos int) (int64, uint64, int) { return 1, uint64(pos), 0 }
+
+// takeAll takes positions until the window is full.
+func takeAll(t *testing.T, s *Schedule, w *Window) []int {
+	t.Helper()
+	var got []int
+	for {
+		r, _, done := s.Take(w, est)
+		if done || r == nil {
+			return got
+		}
+		got = append(got, r.Pos)
+	}
+}
+
+// TestScheduleLanes: with raw and offloaded positions mixed, a window holds
+// at most half its count of each kind, each kind in permutation order, so
+// the link and the storage CPU both have work; once one kind is used up the
+// other gets the whole window; every position is taken exactly once.
+func TestScheduleLanes(t *testing.T) {
+	off := []bool{true, true, true, true, false, false, false, false, true, false}
+	s := NewSchedule(len(off), 0, 1, off)
+	w := testWindow(4)
+	if got := takeAll(t, s, w); !slices.Equal(got, []int{0, 1, 4, 5}) {
+		t.Fatalf("first window %v, want [0 1 4 5]: two of each kind", got)
+	}
+	// Raw ones complete first (the link is quick): more raw ones go out,
+	// not the offloaded position 2 beyond the offloaded half.
+	for _, r := range w.Outstanding {
+		if !off[r.Pos] {
+			s.Release(w, r)
+			delete(w.Outstanding, r.Tag)
+		}
+	}
+	if got := takeAll(t, s, w); !slices.Equal(got, []int{6, 7}) {
+		t.Fatalf("after the raw ones: %v, want [6 7]", got)
+	}
+	// Drain: every position exactly once.
+	seen := map[int]int{0: 1, 1: 1, 4: 1, 5: 1, 6: 1, 7: 1}
+	for len(seen) < len(off) {
+		for tag, r := range w.Outstanding {
+			s.Release(w, r)
+			delete(w.Outstanding, tag)
+		}
+		got := takeAll(t, s, w)
+		if len(got) == 0 {
+			t.Fatalf("stuck with %v taken", seen)
+		}
+		for _, p := range got {
+			seen[p]++
+		}
+	}
+	for p, c := range seen {
+		if c != 1 {
+			t.Errorf("position %d taken %d times", p, c)
+		}
+	}
+	if w.laneCount[0]+w.laneCount[1] != w.Count {
+		t.Errorf("lane counts %v, count %d", w.laneCount, w.Count)
+	}
+}
+
+// TestScheduleOneLane: a plan of one kind keeps permutation order.
+func TestScheduleOneLane(t *testing.T) {
+	for _, off := range [][]bool{nil, {false, false, false}, {true, true, true}} {
+		s := NewSchedule(3, 0, 1, off)
+		if got := takeAll(t, s, testWindow(8)); !slices.Equal(got, []int{0, 1, 2}) {
+			t.Errorf("offloaded %v: took %v, want [0 1 2]", off, got)
+		}
+	}
+}
+
+// TestScheduleHedgeDuplicate: a hedged position taken by a second window
+// is accepted once; the late response of the other copy is dropped and
+// reported as a duplicate, and no position is lost.
+func TestScheduleHedgeDuplicate(t *testing.T) {
+	s := NewSchedule(4, 0, 2, nil)
+	w1, w2 := testWindow(2), testWindow(4)
+	takeAll(t, s, w1) // positions 0 and 1 on the stalled stream
+	if n := s.Hedge(w1); n != 2 {
+		t.Fatalf("hedged %d, want 2", n)
+	}
+	if n := s.Hedge(w1); n != 0 {
+		t.Fatalf("hedged %d again, want 0", n)
+	}
+	got := takeAll(t, s, w2)
+	if len(got) != 4 || got[0] != 0 || got[1] != 1 {
+		t.Fatalf("second window took %v, want the hedged 0 and 1 first, then 2 and 3", got)
+	}
+	// The replica answers position 0 first; the stalled stream then
+	// answers it too.
+	var tag0 uint64
+	for tag, r := range w2.Outstanding {
+		if r.Pos == 0 {
+			tag0 = tag
+		}
+	}
+	if r, dup := s.Claim(w2, tag0, 1); r == nil || dup {
+		t.Fatalf("first response: %v %v", r, dup)
+	}
+	if r, dup := s.Claim(w1, 1, 1); r != nil || !dup { // tag 1 is position 0 on w1
+		t.Fatalf("late response: %v %v, want a duplicate", r, dup)
+	}
+	// The stalled stream is cancelled: its other request (position 1) is
+	// not put back twice, and position 0 not at all.
+	if n := s.Requeue(w1); n != 1 || s.groups[0].retry.Len() != 0 {
+		t.Fatalf("requeued %d, retry heap %v: want 1 dropped, nothing put back", n, s.groups[0].retry)
+	}
+	if w1.Count != 0 || w1.Bytes != 0 {
+		t.Errorf("stalled window holds %d requests, %d bytes after requeue", w1.Count, w1.Bytes)
+	}
+}

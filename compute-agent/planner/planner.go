@@ -1,0 +1,390 @@
+// Package planner is the compute agent's policy planning: the plan as an
+// epoch runs it (RunPlan, indexed by sample), and the Planner that turns a
+// profile and the measured resources into a plan and re-plans when an
+// epoch's measurements drift from the plan's assumptions.
+package planner
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/policy"
+	"github.com/sophon-dl/sophon/profiler"
+)
+
+// Offloads is what an epoch measured of its samples fetched offloaded
+// (split k > 0), for Drift.
+type Offloads struct {
+	// StorageNS is their storage CPU time (FetchResponse.storage_cpu_ns).
+	StorageNS int64
+	// StorageEffNS is their budget time times their agent's per-worker
+	// share of a core: their CPU time, or more where the agent got less
+	// than its budget; 0 from agents that do not report it.
+	StorageEffNS int64
+	// PlannedNS is the plan's storage CPU estimate (RunPlan.Hint) of the
+	// samples served offloaded as planned.
+	PlannedNS int64
+}
+
+// Planner holds a policy run's state between epochs.
+type Planner struct {
+	Log zerolog.Logger
+	// Threshold is the relative drift past which an epoch re-plans
+	// (Config.ReplanThreshold).
+	Threshold float64
+	// ProfilePath is where the profile is saved (Config.ProfilePath;
+	// empty: nowhere).
+	ProfilePath string
+	// Name is the policy (Config.Policy).
+	Name string
+	// Res is the resources the current plan was made under.
+	Res  policy.Resources
+	Prof *profiler.Profile // this shard's samples; nil until known
+	// Saved is the profile as saved at Config.ProfilePath (every shard's
+	// samples), whose measured resources each epoch updates; nil when
+	// there is none to update.
+	Saved *profiler.Profile
+	Plan  policy.Plan // valid when Prof is set
+	// Bound is policy.Bound for Prof and Res.
+	Bound float64
+	Run   *RunPlan // Plan as the agent runs it
+}
+
+// Replan plans with the current profile and resources.
+func (pl *Planner) Replan() error {
+	p, r := pl.Prof, pl.Res
+	plan, err := policy.ByName(pl.Name, p, r)
+	if err != nil {
+		return err
+	}
+	pl.Plan = plan
+	pl.Bound = policy.Bound(p, r)
+	pl.Run = NewRunPlan(&plan, p, r) // its own copy: pl.plan changes at the next re-plan
+	pr := pl.Plan.Pred
+	pl.Log.Info().Str("policy", pl.Name).Float64("predicted_seconds", pr.Seconds).Float64("bound_seconds", pl.Bound).
+		Str("bottleneck", pr.Bottleneck).Float64("bytes", pr.Bytes).Float64("storage_cpu_seconds", pr.StorageCPUSeconds).
+		Float64("link_bytes_per_sec", r.LinkBytesPerSec).Float64("storage_speed", r.StorageSpeed).Float64("storage_ns_per_byte", r.StorageNSPerByte).Msg("planned")
+	return nil
+}
+
+// StorageCalibration is the relative error of the plan's storage CPU
+// estimate past which the next epoch re-plans, when it is below
+// Config.ReplanThreshold. The storage CPU of the offloaded samples is
+// measured exactly (each response carries its thread CPU time), while the
+// estimate comes from stage 1's few samples and the profile's unfused op
+// costs, so a planned epoch calibrates the storage speed ratio rather than
+// waiting for a large drift.
+const StorageCalibration = 0.05
+
+// Drift compares an epoch run with plan ran against the plan's
+// assumptions, updates the resources where they drifted past the
+// threshold, and reports whether it did (the next epoch then runs a new
+// plan).
+func (pl *Planner) Drift(r *report.EpochReport, m *Offloads, ran policy.Plan) (string, bool) {
+	thr := pl.Threshold
+	res := pl.Res
+	var why []string
+	var o Offloads
+	if m != nil {
+		o = *m
+	}
+	got := float64(o.StorageEffNS) / 1e9
+	if got <= 0 { // an agent that does not report budget time
+		got = float64(o.StorageNS) / 1e9
+	}
+	pred := ran.Pred.StorageCPUSeconds
+	if planned := float64(o.PlannedNS) / 1e9; planned > 0 {
+		// Only what the storage agents ran as planned: offloads answered
+		// raw (work-conserving offload) cost them next to nothing.
+		pred = planned
+	}
+	if pred > 0 && got > 0 {
+		ratio := got / pred
+		if tol := min(thr, StorageCalibration); ratio > 1+tol || ratio < 1-tol {
+			speed := res.StorageSpeed
+			if speed <= 0 {
+				speed = 1
+			}
+			res.StorageSpeed = speed / ratio
+			why = append(why, fmt.Sprintf("storage cpu %.3fs, planned %.3fs", got, pred))
+		}
+	}
+	if pred > 0 && got > 0 {
+		speed := pl.Res.StorageSpeed
+		if speed <= 0 {
+			speed = 1
+		}
+		pl.Observe(profiler.MeasuredResources{StorageSpeed: speed * pred / got})
+	}
+	if r.Seconds > 0 && r.BytesReceived > 0 && res.LinkBytesPerSec > 0 {
+		got := float64(r.BytesReceived) / r.Seconds
+		if ran.Pred.Bottleneck == policy.Link {
+			pl.Observe(profiler.MeasuredResources{LinkBytesPerSec: got})
+		}
+		ratio := got / res.LinkBytesPerSec
+		// A lower rate is the link's only when the link bound the epoch:
+		// otherwise bytes over seconds measures whatever did (a storage
+		// agent starved of CPU), and taking it for the link's capacity
+		// makes the next plan offload more, which makes that worse. The
+		// plan predicted the link to bound it, and the storage side was
+		// not busy for most of the epoch.
+		storageBusy := 0.0
+		if cores := pl.Res.StorageCores; cores > 0 && m != nil {
+			storageBusy = float64(o.StorageEffNS) / 1e9 / cores / r.Seconds
+		}
+		if ratio > 1+thr || (ratio < 1-thr && ran.Pred.Bottleneck == policy.Link && storageBusy < 0.8) {
+			why = append(why, fmt.Sprintf("link %.0f B/s, planned %.0f B/s", got, res.LinkBytesPerSec))
+			res.LinkBytesPerSec = got
+		}
+	}
+	if m := r.StorageNSPerByte; m > 0 {
+		// What sending costs the storage side (its process CPU beyond the
+		// ops): under a CPU quota shared with a neighbour, it competes
+		// with the ops for what is left.
+		if old := res.StorageNSPerByte; old <= 0 || m/old > 1+thr || m/old < 1-thr {
+			why = append(why, fmt.Sprintf("transport %.2f ns/B, planned %.2f ns/B", m, old))
+			res.StorageNSPerByte = m
+		}
+	}
+	if len(why) == 0 {
+		return "", false
+	}
+	reason := "drift: " + strings.Join(why, "; ")
+	pl.Log.Info().Uint64("epoch", r.Epoch).Str("drift", reason).Msg("rates drifted: re-planning")
+	pl.Res = res
+	return reason, true
+}
+
+// Guard is the measured Guard: a planned epoch slower than the last
+// measured No-Off epoch (noOff seconds; 0 when none was measured) means
+// the plan's model is wrong about something that matters, whatever the
+// drift thresholds say, so the next epoch re-plans with the resources as
+// this epoch updated them. It returns the reason, or "".
+func (pl *Planner) Guard(r *report.EpochReport, noOff float64) string {
+	if noOff <= 0 || pl.Name == policy.NameNoOff || r.Seconds <= noOff {
+		return ""
+	}
+	reason := fmt.Sprintf("guard: epoch took %.3f s, slower than No-Off's last measured %.3f s", r.Seconds, noOff)
+	pl.Log.Warn().Uint64("epoch", r.Epoch).Float64("seconds", r.Seconds).Float64("nooff_seconds", noOff).Msg("planned epoch slower than No-Off: re-planning")
+	return reason
+}
+
+// Observe folds one epoch's measurement into the saved profile's running
+// means (an epoch's weight is 1 per field it measured). The link is the
+// exception: a link carries at most its capacity, and an epoch that moved
+// fewer bytes per second was bound by something else (the profiling epoch
+// by stage 2's recording), so the saved link rate is the highest measured.
+func (pl *Planner) Observe(obs profiler.MeasuredResources) {
+	if pl.Saved == nil {
+		return
+	}
+	if pl.Saved.Resources == nil {
+		pl.Saved.Resources = &profiler.MeasuredResources{}
+	}
+	m := pl.Saved.Resources
+	if link := obs.LinkBytesPerSec; link > 0 {
+		m.LinkBytesPerSec = max(m.LinkBytesPerSec, link)
+		obs.LinkBytesPerSec = 0
+	}
+	m.Update(obs, 1)
+}
+
+// Save writes the profile with its updated means to Config.ProfilePath.
+func (pl *Planner) Save() {
+	path := pl.ProfilePath
+	if pl.Saved == nil || path == "" {
+		return
+	}
+	if err := profiler.Save(path, pl.Saved); err != nil {
+		pl.Log.Warn().Err(err).Str("path", path).Msg("profile not saved")
+	}
+}
+
+// Adopt turns stage 2's records into the run's profile, saves it and
+// plans. A shard with no sample recorded keeps running No-Off. r is the
+// profiling epoch's report: a No-Off epoch bound by the link (stage 1 said
+// so), whose bytes over seconds is the link rate measured over a whole
+// epoch.
+func (pl *Planner) Adopt(rec *profiler.Recorder, shard int, r *report.EpochReport) error {
+	prof := rec.Profile()
+	pl.Log.Info().Int("recorded", len(prof.Samples)).Int("missing", shard-len(prof.Samples)).Msg("stage 2: profile recorded")
+	if len(prof.Samples) == 0 {
+		pl.Log.Warn().Msg("stage 2: no sample recorded; staying with No-Off")
+		return nil
+	}
+	// The profiling epoch's bytes over seconds is a lower bound on the
+	// link (stage 2's recording may have bound it); stage 1's probe is
+	// another.
+	obs := profiler.MeasuredResources{StorageSpeed: pl.Res.StorageSpeed, NoOffSeconds: r.Seconds, LinkBytesPerSec: pl.Res.LinkBytesPerSec}
+	if r.Seconds > 0 && r.BytesReceived > 0 {
+		obs.LinkBytesPerSec = max(obs.LinkBytesPerSec, float64(r.BytesReceived)/r.Seconds)
+	}
+	prof.Resources = &profiler.MeasuredResources{}
+	prof.Resources.Update(obs, 1)
+	pl.Res = pl.Res.WithMeasured(prof.Resources)
+	if path := pl.ProfilePath; path != "" {
+		pl.Saved = prof
+		if err := profiler.Save(path, prof); err != nil {
+			pl.Log.Warn().Err(err).Str("path", path).Msg("stage 2: profile not saved")
+		} else {
+			pl.Log.Info().Str("path", path).Msg("stage 2: profile saved")
+		}
+	}
+	pl.Prof = prof
+	return pl.Replan()
+}
+
+// RunPlan is a plan (a *policy.Plan) indexed for running: by sample id,
+// its split and codec and, for a policy's plan, the planner's hints for
+// work-conserving admission (FetchRequest.priority, cost_ns) and pacing.
+type RunPlan struct {
+	plan *policy.Plan
+	// byID lists the plan's entries in ascending id order; nil when its
+	// IDs ascend already.
+	byID []int32
+	// prio and cost, per entry (nil: the plan has no profile behind it):
+	// bytes saved per storage CPU-ms and storage CPU ns of the sample's
+	// offload on the profile's clock (0 for raw). cost is not scaled by
+	// the planner's storage speed: the storage agent learns its own ratio
+	// of budget time to these estimates, which a re-plan's new speed
+	// would otherwise count twice.
+	prio []uint32
+	cost []uint64
+	// Speed is the planner's storage Speed (1 without a profile).
+	Speed float64
+}
+
+// NewRunPlan indexes pl, a checked plan. With a profile p (the one pl was
+// made from: entry i is p.Samples[i]) and the resources r it was made
+// under, it also computes each offload's hints; pl's codecs then decide
+// every request's (see RunPlan.Codec).
+func NewRunPlan(pl *policy.Plan, p *profiler.Profile, r policy.Resources) *RunPlan {
+	out := &RunPlan{plan: pl, Speed: 1}
+	if !slices.IsSorted(pl.IDs) {
+		out.byID = make([]int32, len(pl.IDs))
+		for i := range out.byID {
+			out.byID[i] = int32(i)
+		}
+		slices.SortStableFunc(out.byID, func(x, y int32) int { return cmp.Compare(pl.IDs[x], pl.IDs[y]) })
+	}
+	if p == nil {
+		return out
+	}
+	if r.StorageSpeed > 0 {
+		out.Speed = r.StorageSpeed
+	}
+	n := len(pl.Split)
+	out.prio, out.cost = make([]uint32, n), make([]uint64, n)
+	for i := range min(n, len(p.Samples)) {
+		s := &p.Samples[i]
+		zstd := pl.Compress != nil && pl.Compress[i]
+		if bytes, ns, ok := offloadCost(s, pl.Split[i], zstd); ok && ns > 0 {
+			out.cost[i] = uint64(ns)
+			if saved := float64(s.Raw) - bytes; saved > 0 {
+				out.prio[i] = uint32(min(saved/(ns/1e6), math.MaxUint32))
+			}
+		}
+	}
+	return out
+}
+
+// Name is the plan's Name in reports.
+func (p *RunPlan) Name() string { return p.plan.Policy }
+
+// Entry is the index of sample's entry in the plan, if it has one.
+func (p *RunPlan) Entry(sample uint64) (int, bool) {
+	ids := p.plan.IDs
+	if p.byID == nil {
+		return slices.BinarySearch(ids, sample)
+	}
+	j, ok := slices.BinarySearchFunc(p.byID, sample, func(i int32, s uint64) int { return cmp.Compare(ids[i], s) })
+	if !ok {
+		return 0, false
+	}
+	return int(p.byID[j]), true
+}
+
+// Split is sample's Split, checked against p and n ops.
+func (p *RunPlan) Split(sample uint64, pipe *ops.Pipeline, n int) (int, error) {
+	k := p.plan.Default
+	if i, ok := p.Entry(sample); ok {
+		k = p.plan.Split[i]
+	}
+	if err := ValidSplit(pipe, k, n); err != nil {
+		return 0, fmt.Errorf("plan %s: sample %d: %v", p.Name(), sample, err)
+	}
+	return k, nil
+}
+
+// Hint is the sample's priority (bytes saved per storage CPU-ms) and
+// storage CPU estimate (ns on the profile's clock); zeros for raw and for
+// a plan without a profile.
+func (p *RunPlan) Hint(sample uint64) (uint32, uint64) {
+	if p.prio == nil {
+		return 0, 0
+	}
+	if i, ok := p.Entry(sample); ok {
+		return p.prio[i], p.cost[i]
+	}
+	return 0, 0
+}
+
+// Hinted reports whether the plan carries the planner's hints (it was
+// made from a profile).
+func (p *RunPlan) Hinted() bool { return p.prio != nil }
+
+// offloadCost is what sample s's offload at split k (compressed when zstd)
+// sends and costs the storage side on the profile's clock: the payload
+// bytes and the ns of the ops (or the cut, or the compression) it runs
+// there. ok is false for raw (k = 0 uncompressed) and for a split the
+// profile has no data for.
+func offloadCost(s *profiler.SampleProfile, k int, zstd bool) (bytes, ns float64, ok bool) {
+	if k == policy.SplitCut {
+		return float64(s.CutBytes), float64(s.CutNS), s.HasCut()
+	}
+	if k < 0 || k >= len(s.Bytes) || k > len(s.OpNS) || (k == 0 && !zstd) {
+		return 0, 0, false
+	}
+	for _, op := range s.OpNS[:k] {
+		ns += float64(op)
+	}
+	bytes = float64(s.Bytes[k])
+	if zstd && k < len(s.Compressed) && k < len(s.CompressNS) {
+		bytes, ns = float64(s.Compressed[k]), ns+float64(s.CompressNS[k])
+	}
+	return bytes, ns, true
+}
+
+// Codec is the codec requested for sample: a policy's plan decides it
+// (zstd where the plan compresses the sample, else none); for other plans
+// it is def (Config.Codec).
+func (p *RunPlan) Codec(sample uint64, def ops.Codec) ops.Codec {
+	if !p.Hinted() {
+		return def
+	}
+	if i, ok := p.Entry(sample); ok && p.plan.Compress != nil && p.plan.Compress[i] {
+		return ops.CodecZstd
+	}
+	return ops.CodecNone
+}
+
+// ValidSplit checks k: in [0, n], or ops.SplitCut where p has it.
+func ValidSplit(p *ops.Pipeline, k, n int) error {
+	if k == ops.SplitCut {
+		if !p.CanCut() {
+			return fmt.Errorf("split %d (the JPEG-domain crop) needs a pipeline that starts with decode, random_resized_crop; %s does not", k, p.ID())
+		}
+		return nil
+	}
+	if k < 0 || k > n {
+		return fmt.Errorf("split %d outside [0, %d]", k, n)
+	}
+	return nil
+}

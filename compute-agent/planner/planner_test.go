@@ -1,0 +1,83 @@
+package planner
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/policy"
+	"github.com/sophon-dl/sophon/profiler"
+)
+
+// TestStorageCalibration: a planned epoch whose offloaded samples used 10%
+// more storage CPU than planned re-plans with the storage speed ratio
+// corrected, although 10% is under the 20% drift threshold; 3% does not.
+func TestStorageCalibration(t *testing.T) {
+	for _, tc := range []struct {
+		got     float64 // measured / planned storage CPU
+		replan  bool
+		wantSpd float64
+	}{
+		{1.10, true, 0.8 / 1.10},
+		{0.90, true, 0.8 / 0.90},
+		{1.03, false, 0.8},
+	} {
+		pl := &Planner{Threshold: 0.2, Name: policy.NameSOPHON, Res: policy.Resources{LinkBytesPerSec: 1e6, StorageSpeed: 0.8}}
+		ran := policy.Plan{Pred: policy.Prediction{Seconds: 2, StorageCPUSeconds: 1.5, Bottleneck: policy.StorageCPU}}
+		e := &Offloads{StorageNS: int64(1.5 * tc.got * 1e9)}
+		r := &report.EpochReport{Epoch: 1, Seconds: 2, BytesReceived: 2e6}
+		if _, got := pl.Drift(r, e, ran); got != tc.replan {
+			t.Errorf("storage CPU x%.2f: replan %v, want %v", tc.got, got, tc.replan)
+		}
+		if d := pl.Res.StorageSpeed - tc.wantSpd; d > 1e-9 || d < -1e-9 {
+			t.Errorf("storage CPU x%.2f: speed %.4f, want %.4f", tc.got, pl.Res.StorageSpeed, tc.wantSpd)
+		}
+	}
+	// The CPU matches the plan but the agent got less than its budget
+	// (budget time 30% over): the effective speed is what is calibrated.
+	pl := &Planner{Threshold: 0.2, Name: policy.NameSOPHON, Res: policy.Resources{LinkBytesPerSec: 1e6, StorageSpeed: 0.8}}
+	ran := policy.Plan{Pred: policy.Prediction{Seconds: 2, StorageCPUSeconds: 1.5, Bottleneck: policy.StorageCPU}}
+	e := &Offloads{StorageNS: 1.5e9, StorageEffNS: 1.95e9}
+	if _, ok := pl.Drift(&report.EpochReport{Epoch: 1, Seconds: 2.6, BytesReceived: 2e6}, e, ran); !ok || math.Abs(pl.Res.StorageSpeed-0.8/1.3) > 1e-9 {
+		t.Errorf("budget time x1.3: speed %.4f, want %.4f and a re-plan", pl.Res.StorageSpeed, 0.8/1.3)
+	}
+}
+
+// TestGuard: a planned epoch slower than the last measured No-Off epoch
+// re-plans and says why; one as fast does not, nor does No-Off itself, nor
+// any epoch before No-Off was measured.
+func TestGuard(t *testing.T) {
+	pl := &Planner{Threshold: 0.2, Name: policy.NameOptimal}
+	if why := pl.Guard(&report.EpochReport{Epoch: 3, Seconds: 5.1}, 5); !strings.Contains(why, "guard") || !strings.Contains(why, "5.100") {
+		t.Errorf("epoch 5.1 s against No-Off's 5 s: reason %q", why)
+	}
+	for _, c := range []struct {
+		name        string
+		secs, noOff float64
+	}{{policy.NameOptimal, 4.9, 5}, {policy.NameOptimal, 9, 0}, {policy.NameNoOff, 9, 5}} {
+		pl.Name = c.name
+		if why := pl.Guard(&report.EpochReport{Epoch: 3, Seconds: c.secs}, c.noOff); why != "" {
+			t.Errorf("%s: epoch %.1f s, No-Off %.1f s: guard fired (%q)", c.name, c.secs, c.noOff, why)
+		}
+	}
+}
+
+// TestObserveResources: the saved profile keeps the highest link rate
+// measured (a slower epoch was bound by something else) and the running
+// mean of the storage speed, and the last No-Off epoch.
+func TestObserveResources(t *testing.T) {
+	pl := &Planner{Saved: &profiler.Profile{}}
+	pl.Observe(profiler.MeasuredResources{LinkBytesPerSec: 10, StorageSpeed: 1, NoOffSeconds: 7})
+	pl.Observe(profiler.MeasuredResources{LinkBytesPerSec: 8, StorageSpeed: 0.5, NoOffSeconds: 5})
+	m := pl.Saved.Resources
+	if m.LinkBytesPerSec != 10 || m.StorageSpeed != 0.75 || m.NoOffSeconds != 5 {
+		t.Fatalf("after 10 then 8 B/s, speeds 1 then 0.5, No-Off 7 then 5 s: %+v", *m)
+	}
+	pl.Observe(profiler.MeasuredResources{LinkBytesPerSec: 12})
+	if m.LinkBytesPerSec != 12 || m.StorageSpeed != 0.75 {
+		t.Fatalf("after 12 B/s: %+v", *m)
+	}
+	// No saved profile: nothing to update, and no panic.
+	(&Planner{}).Observe(profiler.MeasuredResources{LinkBytesPerSec: 1})
+}

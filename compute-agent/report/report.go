@@ -1,0 +1,334 @@
+// Package report is the compute agent's per-epoch account: EpochReport and
+// the types it holds, written as one JSON line per epoch (Append) and read
+// back (ReadReport). The JSON field names are a contract with the testbed
+// and the docs; each field's comment says what it counts.
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+)
+
+// EpochReport is one epoch's account, written as one JSON line per epoch
+// to the agent's report file (Config.ReportPath) and returned by the
+// agent's Run. When Status is not "ok" the counters cover the part of the
+// epoch that ran. The fields from Policy on are set by a policy run
+// (Config.Policy) only.
+type EpochReport struct {
+	// Epoch is the epoch number.
+	Epoch uint64 `json:"epoch"`
+	// Seconds is the wall time from the first request to the last batch
+	// consumed.
+	Seconds float64 `json:"seconds"`
+	// StartUnixNS is when the epoch began (Unix ns, the agent's clock), to
+	// match the epoch with outside counters (e.g. a NIC's bytes).
+	StartUnixNS int64 `json:"start_unix_ns"`
+	// EndUnixNS is when the epoch ended (Unix ns, the agent's clock).
+	EndUnixNS int64 `json:"end_unix_ns"`
+	// Pipeline is the pipeline's ops.Pipeline.ID().
+	Pipeline string `json:"pipeline"`
+	// Plan is the plan's name: nooff, alloff, resizeoff or a plan file.
+	Plan string `json:"plan"`
+	// StrictOrder is true when batches formed in the epoch's permutation
+	// order, false when they formed in completion order.
+	StrictOrder bool `json:"strict_order"`
+	// FetchOnly marks a link test: samples were validated, not finished or
+	// consumed (omitted when false).
+	FetchOnly bool `json:"fetch_only,omitempty"`
+	// Storage names the storage agents the epoch used.
+	Storage []string `json:"storage"`
+	// ByStorage is what each storage agent of Storage served, in the
+	// same order: samples accepted and their wire bytes.
+	ByStorage []StorageStats `json:"by_storage,omitempty"`
+	// StorageNSPerByte is the storage agents' CPU per byte sent beyond
+	// their ops (reads, gRPC, TLS), measured over the epoch from their
+	// process CPU; 0 when not measured.
+	StorageNSPerByte float64 `json:"storage_ns_per_byte,omitempty"`
+	// Shard is the number of samples in this agent's shard (its rank of
+	// the world); with Resumed, only the samples still to deliver.
+	Shard int `json:"shard"`
+	// Samples is the number of samples delivered to the consumer.
+	Samples int `json:"samples"`
+	// Batches is the number of batches delivered to the consumer.
+	Batches int `json:"batches"`
+	// SamplesFailed is len(Failed).
+	SamplesFailed int `json:"samples_failed"`
+	// Failed lists the epoch's bad samples.
+	Failed []SampleFailure `json:"failed"`
+	// BytesReceived is the wire bytes received (FetchResponse.data),
+	// failed samples included.
+	BytesReceived int64 `json:"bytes_received"`
+	// BySplit is the delivered samples and their wire bytes per split
+	// they arrived at (-1: the JPEG-domain crop; 0 includes offloads
+	// answered raw).
+	BySplit []SplitStats `json:"by_split"`
+	// GPUIdleSeconds is the time the consumer waited for a batch; with
+	// trainers, the mean of their WaitSeconds.
+	GPUIdleSeconds float64 `json:"gpu_idle_seconds"`
+	// GPUIdleFraction is GPUIdleSeconds / Seconds.
+	GPUIdleFraction float64 `json:"gpu_idle_fraction"`
+	// ComputeCPUSeconds is the thread CPU time of the finishing workers
+	// (decoding the wire form, ops[k:n]).
+	ComputeCPUSeconds float64 `json:"compute_cpu_seconds"`
+	// StorageCPUSeconds is the sum of FetchResponse.storage_cpu_ns over
+	// the received samples.
+	StorageCPUSeconds float64 `json:"storage_cpu_seconds"`
+	// Retried counts requests re-issued after stream failures.
+	Retried int `json:"retried"`
+	// StreamFailures counts Fetch streams that failed.
+	StreamFailures int `json:"stream_failures"`
+	// Duplicates counts responses dropped as duplicates: the losing copy
+	// of a hedged request (0 without stalls).
+	Duplicates int `json:"duplicates"`
+	// Stalls counts streams declared stalled (no response within the
+	// stall timeout).
+	Stalls int `json:"stalls"`
+	// Hedged counts requests of stalled streams re-issued to other
+	// storage agents.
+	Hedged int `json:"hedged"`
+	// Refetched counts the JPEG-domain cuts that did not finish here
+	// (a file whose cut does not decode although the whole file does)
+	// and were fetched again raw (omitted when none was).
+	Refetched int `json:"refetched,omitempty"`
+	// ServedRaw counts the offloads storage agents answered with the raw
+	// bytes instead (omitted when none was).
+	ServedRaw *ServedRaw `json:"served_raw,omitempty"`
+	// Shed counts the offloads this agent requested raw because the
+	// storage side fell behind the plan (work-conserving offload),
+	// omitted when none.
+	Shed int `json:"shed,omitempty"`
+	// Resumed counts the samples of this epoch delivered before a restart
+	// (Config.StateDir; omitted when 0): Shard counts only the rest.
+	Resumed int `json:"resumed,omitempty"`
+	// Padded counts the positions that repeat one of the rank's samples so
+	// that every rank has the same count (as DistributedSampler pads),
+	// omitted when none.
+	Padded int `json:"padded,omitempty"`
+	// Status is "ok", "failed" (Error says why) or "interrupted" (the
+	// agent was stopped mid-epoch).
+	Status string `json:"status"`
+	// Error is why the epoch failed (omitted when ok).
+	Error string `json:"error,omitempty"`
+	// GPU is NVML's view of the node's GPUs during the epoch.
+	GPU GPUStats `json:"gpu"`
+	// Consumer is "trainer" when trainer processes took the batches
+	// (Trainers says how each rank fared); omitted for the simulated GPU.
+	Consumer string `json:"consumer,omitempty"`
+	// Trainers is each local trainer rank's part of the epoch (omitted
+	// without trainers).
+	Trainers []TrainerStats `json:"trainers,omitempty"`
+
+	// Policy is the policy of a policy run: nooff, alloff, resizeoff,
+	// fastflow, sophon or optimal.
+	Policy string `json:"policy,omitempty"`
+	// PredictedSeconds is the predicted epoch time: the plan's
+	// Prediction.Seconds, or stage 1's No-Off prediction for an epoch run
+	// before a profile exists.
+	PredictedSeconds float64 `json:"predicted_seconds,omitempty"`
+	// BoundSeconds is policy.Bound: the lower bound on any plan's epoch
+	// time for the profile and resources (omitted while there is no
+	// profile).
+	BoundSeconds float64 `json:"bound_seconds,omitempty"`
+	// OffloadStorageCPUSeconds is StorageCPUSeconds of the samples fetched
+	// at k > 0.
+	OffloadStorageCPUSeconds float64 `json:"offload_storage_cpu_seconds,omitempty"`
+	// OffloadStorageEffSeconds is the same samples' storage_budget_ns
+	// times their agent's per-worker share of a core: their CPU time when
+	// the agent got its whole budget, more when it did not (a cgroup quota
+	// shared with the transport, a busy machine); 0 from agents that do
+	// not report it.
+	OffloadStorageEffSeconds float64 `json:"offload_storage_effective_cpu_seconds,omitempty"`
+	// Profiled is true when stage 2 recorded this epoch's samples
+	// (omitted when false).
+	Profiled bool `json:"profiled,omitempty"`
+	// Replanned is true when this epoch's measured link rate or storage
+	// CPU drifted from the plan's assumptions past
+	// Config.ReplanThreshold, or the epoch was slower than the last
+	// measured No-Off epoch (the measured guard), so the next epoch runs a
+	// new plan (omitted when false).
+	Replanned bool `json:"replanned,omitempty"`
+	// ReplanReason is why: "drift: ..." and/or "guard: ..." (omitted when
+	// not replanned).
+	ReplanReason string `json:"replan_reason,omitempty"`
+	// Stage1 is stage 1's rates and decision, in the first epoch's report
+	// only.
+	Stage1 *Stage1Summary `json:"stage1,omitempty"`
+}
+
+// ServedRaw counts offload requests answered raw, by reason.
+type ServedRaw struct {
+	// Contended: the storage agent's CPU budget could not finish them
+	// before their raw bytes would have crossed the link (work-conserving
+	// offload; Config.StrictOffload turns it off).
+	Contended int `json:"contended"`
+	// Uncuttable: JPEG-domain crops of files that cannot be cut exactly.
+	Uncuttable int `json:"uncuttable"`
+}
+
+// SampleFailure is one bad sample.
+type SampleFailure struct {
+	// Sample is the sample's id.
+	Sample uint64 `json:"sample"`
+	// Split is the split k it was requested at.
+	Split int `json:"split"`
+	// Kind is the proto ErrorKind without its prefix (CORRUPT,
+	// TRUNCATED, ...) for storage errors, the same names for local ops
+	// errors, WIRE for a bad wire form, KindUnavailable for a sample no
+	// live storage agent holds.
+	Kind string `json:"kind"`
+	// Message is the error's text.
+	Message string `json:"message"`
+	// Where is "storage" (the storage agent's ops[0:k] or read) or
+	// "local" (decoding the wire form or ops[k:n]).
+	Where string `json:"where"`
+}
+
+// KindUnavailable is the Kind of a sample that no live storage agent of
+// the epoch holds (its shard's owners are gone).
+const KindUnavailable = "UNAVAILABLE"
+
+func (f SampleFailure) Error() string {
+	return fmt.Sprintf("sample %d (split %d, %s): %s: %s", f.Sample, f.Split, f.Where, f.Kind, f.Message)
+}
+
+// StorageStats is one storage agent's share of an epoch.
+type StorageStats struct {
+	// Name is the storage agent's name.
+	Name string `json:"name"`
+	// Samples counts the responses accepted from it.
+	Samples int64 `json:"samples"`
+	// Bytes is their wire bytes.
+	Bytes int64 `json:"bytes"`
+	// Shards is how many shards the agent held at the epoch's start; 0
+	// when it announced no layout (it holds every sample).
+	Shards int `json:"shards,omitempty"`
+}
+
+// SplitStats counts delivered samples at one split.
+type SplitStats struct {
+	// Split is the split k the samples arrived at.
+	Split int `json:"split"`
+	// Samples counts the delivered samples.
+	Samples int `json:"samples"`
+	// Bytes is their wire bytes.
+	Bytes int64 `json:"bytes"`
+}
+
+// GPUStats is what a GPU monitor saw during one epoch.
+type GPUStats struct {
+	// Status is "nvml: ok" or "nvml: unavailable: <reason>".
+	Status string `json:"status"`
+	// Devices is the number of GPUs sampled.
+	Devices int `json:"devices"`
+	// Samples is the number of utilisation readings taken.
+	Samples int `json:"samples"`
+	// MeanUtil is the readings' mean over readings and devices, in
+	// percent.
+	MeanUtil float64 `json:"mean_util_pct"`
+}
+
+// TrainerStats is one rank's part of an epoch.
+type TrainerStats struct {
+	// Rank is the trainer's global rank.
+	Rank int `json:"rank"`
+	// LocalRank is its rank on this node.
+	LocalRank int `json:"local_rank"`
+	// Batches counts the batches it was handed.
+	Batches int `json:"batches"`
+	// Samples counts the rows of those batches.
+	Samples int `json:"samples"`
+	// WaitSeconds is the time the rank's training loop was blocked on the
+	// loader: the measure of its GPU's idleness.
+	WaitSeconds float64 `json:"wait_seconds"`
+}
+
+// Stage1Summary.Profile values.
+const (
+	// ProfileNone: no profile; every epoch runs No-Off.
+	ProfileNone = "none"
+	// ProfileRecorded: stage 2 recorded the profile in the first epoch.
+	ProfileRecorded = "recorded"
+	// ProfileLoaded: a saved profile was reused; stage 2 did not run.
+	ProfileLoaded = "loaded"
+)
+
+// Stage1Summary is stage 1's decision in the first epoch's report of a
+// policy run.
+type Stage1Summary struct {
+	// LinkBytesPerSec is the measured link rate.
+	LinkBytesPerSec float64 `json:"link_bytes_per_sec"`
+	// ComputeSamplesPerSec is this node's CPU rate for the whole
+	// pipeline, all its workers together.
+	ComputeSamplesPerSec float64 `json:"compute_samples_per_sec"`
+	// StorageSamplesPerSec is the storage node's CPU rate for the whole
+	// pipeline.
+	StorageSamplesPerSec float64 `json:"storage_samples_per_sec"`
+	// GPUSamplesPerSec is the consumer's rate.
+	GPUSamplesPerSec float64 `json:"gpu_samples_per_sec"`
+	// StorageSpeed is the storage CPU's speed relative to this node's (0:
+	// unmeasured, taken as 1).
+	StorageSpeed float64 `json:"storage_speed"`
+	// PredictedNoOffSeconds is stage 1's prediction of a No-Off epoch.
+	PredictedNoOffSeconds float64 `json:"predicted_nooff_seconds"`
+	// Bottleneck names the resource that bounds a No-Off epoch
+	// (profiler.Decision.Bottleneck).
+	Bottleneck string `json:"bottleneck"`
+	// Stage2 is true when stage 1 decided to profile every sample (stage
+	// 2): when the link is the bottleneck, or when forced.
+	Stage2 bool `json:"stage2"`
+	// Forced is true when stage 2 was forced by configuration (omitted
+	// when false).
+	Forced bool `json:"forced,omitempty"`
+	// Reason explains Stage2 in one sentence.
+	Reason string `json:"reason"`
+	// Profile is ProfileNone, ProfileRecorded (stage 2 ran in this epoch)
+	// or ProfileLoaded (a saved profile was reused).
+	Profile string `json:"profile"`
+}
+
+// Append appends r as one JSON line to path, creating the file.
+func Append(path string, r EpochReport) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// ReadReport reads the complete lines of a report file (Config.ReportPath)
+// written so far: a last line still being written is left out, and a file
+// not created yet reads as no epochs.
+func ReadReport(path string) ([]EpochReport, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []EpochReport
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			break // a line still being written
+		}
+		var r EpochReport
+		if err := json.Unmarshal(b[:i], &r); err != nil {
+			return nil, fmt.Errorf("report %s: %w", path, err)
+		}
+		out = append(out, r)
+		b = b[i+1:]
+	}
+	return out, nil
+}
