@@ -11,22 +11,26 @@ FUZZTIME ?= 10s
 # length (a tar shard is kilobytes), up to 60 s by default: a short run
 # would spend its time minimizing one input instead of fuzzing.
 FUZZMINIMIZE ?= 1000x
-
-# fuzz runs one fuzz target ($(1), in package $(2)) for FUZZTIME. With a
-# duration, Go's fuzz coordinator can end a clean run with a bare "context
-# deadline exceeded" and no failing input (a race at the -fuzztime
-# boundary, golang/go#75804, fixed in Go 1.27; seen here on 2 busy cores):
-# such a run is tried once more. Any other failure, or a failing input
-# written, fails at once.
-define fuzz
-	@out=$$(mktemp); for try in 1 2; do \
-	  echo "$(GO) test -run '^$$' -fuzz '^$(1)$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) $(2)"; \
-	  if $(GO) test -run '^$$' -fuzz '^$(1)$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) $(2) >$$out 2>&1; then cat $$out; rm -f $$out; exit 0; fi; \
-	  cat $$out; \
-	  if grep -q 'Failing input written to' $$out || ! grep -qx '    context deadline exceeded' $$out; then rm -f $$out; exit 1; fi; \
-	  echo "RETRY $(1): context deadline exceeded and no failing input: the coordinator race of golang/go#75804"; \
-	done; rm -f $$out; exit 1
-endef
+# Every fuzz target in the tree, as NAME:./package/ (.ci/fuzzcheck, run by
+# make lint, checks that none is missing and that each exists).
+# The long end-to-end packages (namespaces, both agents' binaries): a test
+# stream of their own, so that they start first.
+E2E := ./testbed/ ./testbed/experiment/
+FUZZ_TARGETS := \
+	FuzzDecodeJPEG:./ops/jpeg/ \
+	FuzzDecodeWire:./ops/ \
+	FuzzCut:./ops/ \
+	FuzzRunLimited:./ops/hostile/ \
+	FuzzOpenShard:./storage-agent/dataset/ \
+	FuzzLoadIndex:./storage-agent/dataset/ \
+	FuzzDecodeManifest:./storage-agent/dataset/ \
+	FuzzDecodePlanFile:./compute-agent/computeagent/ \
+	FuzzDecodeHandoff:./compute-agent/handoff/ \
+	FuzzDecodeJournal:./compute-agent/journal/ \
+	FuzzLoadProfile:./profiler/ \
+	FuzzLayoutFromRanges:./internal/placement/ \
+	FuzzParse:./policy/hardware/ \
+	FuzzParseID:./testbed/fileserve/
 DEMO_DIR ?= $(CURDIR)/.demo
 # The demo's default: a link slow enough to be the bottleneck on 2 cores.
 DEMO_IMAGES ?= 160
@@ -66,27 +70,16 @@ build: prereq-build ## Build every binary into bin/: storage-agent, compute-agen
 # The tests run the binaries make build made (SOPHON_TEST_BIN,
 # internal/testutil) instead of building their own.
 test: export SOPHON_TEST_BIN := $(CURDIR)/$(BIN)
-test: prereq-test lint proto-check build ## Check prerequisites, lint, check generated code, build (with and without cgo), run all tests (the agents' with -race; Go and the Python client's, from the repository and pip-installed in a venv) and short fuzz runs
+test: prereq-test lint proto-check build ## Check prerequisites, lint, check generated code, build (with and without cgo), run all tests (the agents' with -race; Go and the Python client's, from the repository and pip-installed in a venv) and short fuzz runs, as concurrent streams (.ci/streams)
 	CGO_ENABLED=0 $(GO) build ./...
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /storage-agent -e /compute-agent)
-	$(GO) test -race -count=1 ./storage-agent/... ./compute-agent/...
-	$(GO) test -count=1 -run 'Hostile.*AgainstBinary|^TestBinary$$' ./storage-agent/storageagent/
-	$(PYTHON) -m unittest discover -s python/tests
-	PYTHON=$(PYTHON) python/tests/run-installed.sh
-	$(call fuzz,FuzzDecodeJPEG,./ops/jpeg/)
-	$(call fuzz,FuzzDecodeWire,./ops/)
-	$(call fuzz,FuzzCut,./ops/)
-	$(call fuzz,FuzzOpenShard,./storage-agent/dataset/)
-	$(call fuzz,FuzzLoadIndex,./storage-agent/dataset/)
-	$(call fuzz,FuzzDecodeManifest,./storage-agent/dataset/)
-	$(call fuzz,FuzzDecodePlanFile,./compute-agent/computeagent/)
-	$(call fuzz,FuzzDecodeHandoff,./compute-agent/handoff/)
-	$(call fuzz,FuzzDecodeJournal,./compute-agent/journal/)
-	$(call fuzz,FuzzLoadProfile,./profiler/)
-	$(call fuzz,FuzzLayoutFromRanges,./internal/placement/)
-	$(call fuzz,FuzzParse,./policy/hardware/)
-	$(call fuzz,FuzzRunLimited,./ops/hostile/)
-	$(call fuzz,FuzzParseID,./testbed/fileserve/)
+	@GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZMINIMIZE=$(FUZZMINIMIZE) bash .ci/streams \
+	  "go test (testbed end to end)" "$(GO) test -count=1 $(E2E)" \
+	  "go test" "$(GO) test -count=1 \$$($(GO) list ./... | grep -v -e /storage-agent -e /compute-agent -e '/testbed$$' -e '/testbed/experiment$$')" \
+	  "go test -race (agents)" "$(GO) test -race -count=1 ./storage-agent/... ./compute-agent/..." \
+	  "binaries and python" "$(GO) test -count=1 -run 'Hostile.*AgainstBinary|^TestBinary$$' ./storage-agent/storageagent/ && \
+	    $(PYTHON) -m unittest discover -s python/tests && PYTHON=$(PYTHON) python/tests/run-installed.sh" \
+	  "fuzz (1 of 2)" "bash .ci/fuzz $(wordlist 1,7,$(FUZZ_TARGETS))" \
+	  "fuzz (2 of 2)" "bash .ci/fuzz $(wordlist 8,99,$(FUZZ_TARGETS))"
 
 .PHONY: typecheck
 typecheck: ## mypy --strict on the Python client and its build backend (settings in python/pyproject.toml; apt-get install mypy)
