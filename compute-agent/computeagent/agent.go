@@ -821,11 +821,16 @@ func (a *Agent) finish(r report.EpochReport, e *epochRun, jr *journal.Journal, o
 
 // join starts this agent's membership, announcing the compute role.
 func (a *Agent) join() (*membership.Node, error) {
-	node, err := a.cfg.gossip().Start(a.cfg.Name, membership.Meta{
+	mc, err := a.cfg.gossip().Config(a.cfg.Cluster, a.cfg.Name, membership.Meta{
 		Role:    membership.RoleCompute,
 		Cores:   float64(runtime.NumCPU()),
 		Version: a.cfg.Version,
-	}, a.log)
+	}, a.cfg.Insecure, a.log)
+	if err != nil {
+		return nil, fmt.Errorf("computeagent: join cluster: %w", err)
+	}
+	mc.Transport, mc.Tune = a.cfg.GossipTransport, a.cfg.GossipTune
+	node, err := membership.New(mc)
 	if err != nil {
 		return nil, fmt.Errorf("computeagent: join cluster: %w", err)
 	}

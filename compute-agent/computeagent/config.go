@@ -361,7 +361,7 @@ func (c *Config) checkInputs() error {
 		c.Cluster = tlsconf.DefaultCluster
 	}
 	if c.Discovery == nil || c.GossipKey != "" || c.GossipKeyFile != "" {
-		if err := c.gossip().Check(); err != nil {
+		if err := c.gossip().Check(c.Insecure); err != nil {
 			return configErr("%v", err)
 		}
 	}

@@ -13,12 +13,8 @@ func (c *Config) gossip() membership.Gossip {
 		Bind:      c.Gossip,
 		Advertise: c.GossipAdvertise,
 		Join:      c.Join,
-		Cluster:   c.Cluster,
 		Key:       c.GossipKey,
 		KeyFile:   c.GossipKeyFile,
-		Insecure:  c.Insecure,
-		Transport: c.GossipTransport,
-		Tune:      c.GossipTune,
 	}
 }
 

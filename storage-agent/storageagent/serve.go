@@ -155,7 +155,7 @@ func (s *session) run(ctx context.Context) error {
 	}
 	placeCtx, stopPlacing := context.WithCancel(ctx)
 	s.stopPlacing = stopPlacing
-	if a.cfg.Gossip != "" {
+	if a.cfg.Gossip.Bind != "" {
 		node, p, err := a.join(s.lis.Addr())
 		if err != nil {
 			return err
