@@ -173,14 +173,13 @@ func TestMembershipDiscovery(t *testing.T) {
 	cfg, rec := testConfig(t, nil)
 	cfg.Discovery = nil
 	cfg.Name = "compute-1"
-	cfg.Gossip = "compute-1"
+	cfg.Gossip = membership.Gossip{Bind: "compute-1", Join: []string{storageGossip}, KeyFile: certs.GossipKey}
 	cfg.GossipTransport = computeTr
 	cfg.GossipTune = membership.FastTiming
-	cfg.Join = []string{storageGossip}
 	cfg.Dial = n.Dial
 	cfg.Insecure = false
-	cfg.Cluster, cfg.TLS, cfg.GossipKeyFile = "lab", certs.Compute["compute-1"], certs.GossipKey
-	a, err := New(cfg)
+	cfg.Cluster, cfg.TLS = "lab", certs.Compute["compute-1"]
+	a, err := cfg.new()
 	if err != nil {
 		t.Fatal(err)
 	}

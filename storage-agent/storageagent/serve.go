@@ -27,8 +27,8 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // Serve serves gRPC on lis (closing it when done), the metrics endpoint
-// when configured, and the cluster membership unless Config.Gossip is
-// empty, until ctx ends or Close is called. It then stops the gRPC server
+// when configured, and the cluster membership unless Config.Gossip.Bind
+// is empty, until ctx ends or Close is called. It then stops the gRPC server
 // gracefully within Config.ShutdownGrace, force-stops what is left, and
 // returns nil; it returns an error when serving fails. An agent serves
 // once.
