@@ -119,7 +119,7 @@ type Config struct {
 	// Zero means 2 s.
 	ProfileBudget time.Duration
 	// ForceProfile runs stage 2 even when stage 1 finds that the link does
-	// not bound the epoch.
+	// not bound the epoch. False profiles only when it does.
 	ForceProfile bool
 	// ReplanThreshold is the relative drift of a measured rate (link
 	// bytes/s, storage CPU per offloaded sample) from the plan's assumption
@@ -135,7 +135,7 @@ type Config struct {
 	// on it). Zero means epoch 0.
 	FirstEpoch uint64
 	// Seed is the run seed: with the epoch it fixes the order and every
-	// random draw of the pipeline.
+	// random draw of the pipeline. Zero is a seed like any other.
 	Seed uint64
 	// Rank and World shard the catalog: this agent serves the samples i
 	// with i % World == Rank. World zero means 1.
@@ -271,9 +271,11 @@ type Config struct {
 }
 
 // DefaultConfig returns a Config with every default spelled out. The caller
-// still sets Discovery and Pipeline.
+// still sets Discovery (or Gossip) and Pipeline, and TLS (or Insecure).
+// [New] validates it and fills in what is left zero.
 func DefaultConfig() Config {
 	return Config{
+		Cluster:     tlsconf.DefaultCluster,
 		Epochs:      DefaultEpochs,
 		World:       1,
 		Window:      DefaultWindow,

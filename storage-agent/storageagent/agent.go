@@ -213,10 +213,12 @@ type Config struct {
 }
 
 // DefaultConfig returns a Config with every default spelled out; the
-// caller sets Data.
+// caller sets Data, and TLS (or Insecure). [New] validates it and fills
+// in what is left zero.
 func DefaultConfig() Config {
 	return Config{
 		Listen:         DefaultListen,
+		Cluster:        tlsconf.DefaultCluster,
 		CPUs:           float64(runtime.NumCPU()),
 		RequestTimeout: 30 * time.Second,
 		ShutdownGrace:  5 * time.Second,
