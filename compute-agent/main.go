@@ -257,11 +257,7 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 		c.Discovery = computeagent.Static(s.Storage...)
 	}
 	c.Name = s.Name
-	c.Gossip = s.Gossip
-	c.GossipAdvertise = s.GossipAdvertise
-	c.Join = s.Join
-	c.GossipKey = s.GossipKey
-	c.GossipKeyFile = s.GossipKeyFile
+	c.Gossip = s.GossipSettings()
 	c.Cluster = s.Cluster
 	c.Insecure = s.Insecure
 	c.MinStorage = s.MinStorage

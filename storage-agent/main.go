@@ -175,11 +175,7 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c.Index = s.Index
 	c.Listen = s.Listen
 	c.Advertise = s.Advertise
-	c.Gossip = s.Gossip
-	c.GossipAdvertise = s.GossipAdvertise
-	c.Join = s.Join
-	c.GossipKey = s.GossipKey
-	c.GossipKeyFile = s.GossipKeyFile
+	c.Gossip = s.GossipSettings()
 	c.Cluster = s.Cluster
 	c.Insecure = s.Insecure
 	c.Name = s.Name

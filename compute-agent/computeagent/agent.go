@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -25,7 +24,6 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
-	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
@@ -66,7 +64,7 @@ var ErrClosed = journal.ErrClosed
 // order (a slow sample does not hold back the batches behind it) unless
 // Config.StrictOrder, which delivers in the epoch's permutation order.
 type Agent struct {
-	cfg      Config
+	cfg      runConfig
 	log      zerolog.Logger
 	sizes    *epoch.SizeModel
 	pipeID   string
@@ -94,13 +92,16 @@ type Agent struct {
 
 // New validates cfg (filling in its zero values) and returns an agent. It
 // does no I/O.
-func New(cfg Config) (*Agent, error) {
+func New(cfg Config) (*Agent, error) { return NewWithKnobs(cfg, Knobs{}) }
+
+// NewWithKnobs is [New] with test hooks.
+func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	a := &Agent{
-		cfg:    cfg,
+		cfg:    runConfig{Config: cfg, Knobs: k.withDefaults()},
 		log:    cfg.Logger, // the binary names the component (internal/cli.Logger)
 		sizes:  epoch.NewSizeModel(cfg.Pipeline),
 		pipeID: cfg.Pipeline.ID(),
@@ -124,7 +125,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	if a.gpu == nil {
-		a.gpu = NewNVML(cfg.Clock, a.log)
+		a.gpu = NewNVML(a.cfg.Clock, a.log)
 	}
 	return a, nil
 }
@@ -817,19 +818,6 @@ func (a *Agent) finish(r report.EpochReport, e *epochRun, jr *journal.Journal, o
 		return r, fmt.Errorf("computeagent: state dir: %w", err)
 	}
 	return r, nil
-}
-
-// join starts this agent's membership, announcing the compute role.
-func (a *Agent) join() (*membership.Node, error) {
-	node, err := a.cfg.gossip().Start(a.cfg.Name, membership.Meta{
-		Role:    membership.RoleCompute,
-		Cores:   float64(runtime.NumCPU()),
-		Version: a.cfg.Version,
-	}, a.log)
-	if err != nil {
-		return nil, fmt.Errorf("computeagent: join cluster: %w", err)
-	}
-	return node, nil
 }
 
 // serveMetrics serves /metrics and /healthz on Config.MetricsAddr until

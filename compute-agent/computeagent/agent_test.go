@@ -542,12 +542,12 @@ func TestConfigValidation(t *testing.T) {
 		"tls":                      func(c *Config) { c.TLS = tlsconf.Files{Cert: "c"} },
 		"neither tls nor insecure": func(c *Config) { c.Insecure = false },
 		"gossip without a key": func(c *Config) {
-			c.Discovery, c.Gossip, c.Insecure, c.TLS = nil, "127.0.0.1:0", false, tlsconf.Files{Cert: "c", Key: "k", CA: "a"}
+			c.Discovery, c.Gossip.Bind, c.Insecure, c.TLS = nil, "127.0.0.1:0", false, tlsconf.Files{Cert: "c", Key: "k", CA: "a"}
 		},
 	} {
 		c := base
-		mut(&c)
-		if _, err := New(c); !errors.Is(err, ErrConfig) {
+		mut(&c.Config)
+		if _, err := c.new(); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: got %v, want ErrConfig", name, err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 
+	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
@@ -65,40 +66,33 @@ const (
 // the zero values as documented and refuses invalid ones.
 type Config struct {
 	// Discovery finds the storage agents. Nil means gossip: Run joins the
-	// cluster on Gossip (required then) and uses MembershipDiscovery.
+	// cluster with Gossip (Gossip.Bind required then) and uses
+	// MembershipDiscovery.
 	Discovery Discovery
 	// Name is this node's name in the cluster. Empty means membership's
 	// default (hostname-pid).
 	Name string
-	// Gossip is the memberlist bind host:port; GossipAdvertise the one
-	// announced (empty: memberlist's choice). Used only when Discovery is
-	// nil.
-	Gossip, GossipAdvertise string
-	// Join lists gossip peers (host:port). Empty starts a new cluster.
-	Join []string
-	// GossipKey is the gossip encryption key, base64 or hex of 16, 24 or 32
-	// bytes (membership.ParseSecretKey). With gossip discovery, it or
-	// GossipKeyFile is required unless Insecure.
-	GossipKey string
-	// GossipKeyFile names a file holding the gossip key (make certs writes
-	// one). At most one of GossipKey and GossipKeyFile may be set.
-	GossipKeyFile string
-	// Cluster is the cluster's name: the gossip label, and the cluster
-	// every storage agent's certificate must name. Empty means "sophon".
+	// Gossip is where the agent gossips, whom it joins and the gossip key
+	// (membership.Gossip), used only when Discovery is nil: then
+	// Gossip.Bind is required, and a key (Gossip.Key or Gossip.KeyFile)
+	// unless Insecure. The label is Cluster. The zero value means no
+	// gossip, which needs a Discovery.
+	Gossip membership.Gossip
+	// Cluster is the cluster's name, held here once for both its uses: the
+	// gossip label, and the cluster every storage agent's certificate must
+	// name. Empty means tlsconf.DefaultCluster.
 	Cluster string
-	// Insecure dials storage agents in plaintext and gossips without a key,
-	// and logs a warning when Run starts. For tests and a first try-out only.
+	// Insecure is the one switch (--insecure) for both of the agent's
+	// protections, held here because it spans Gossip and TLS: with it the
+	// agent dials storage agents in plaintext when TLS is empty and
+	// gossips unencrypted when no key is given, and logs a warning when
+	// Run starts. False requires TLS files and, with gossip discovery, a
+	// gossip key. For tests and a first try-out only.
 	Insecure bool
-	// GossipTransport replaces memberlist's network transport (tests pass
-	// one from memberlist.MockNetwork). Nil means UDP/TCP on Gossip.
-	GossipTransport memberlist.Transport
-	// GossipTune adjusts memberlist's timing (tests pass
-	// membership.FastTiming). Nil keeps the LAN preset.
-	GossipTune func(*memberlist.Config)
 	// MinStorage is how many storage agents gossip discovery waits for
 	// before each epoch. Zero means 1.
 	MinStorage int
-	// Version is announced to the cluster.
+	// Version is announced to the cluster. Empty announces none.
 	Version string
 	// Pipeline is the online preprocessing pipeline; it must end in a
 	// tensor. Required.
@@ -125,7 +119,7 @@ type Config struct {
 	// Zero means 2 s.
 	ProfileBudget time.Duration
 	// ForceProfile runs stage 2 even when stage 1 finds that the link does
-	// not bound the epoch.
+	// not bound the epoch. False profiles only when it does.
 	ForceProfile bool
 	// ReplanThreshold is the relative drift of a measured rate (link
 	// bytes/s, storage CPU per offloaded sample) from the plan's assumption
@@ -141,7 +135,7 @@ type Config struct {
 	// on it). Zero means epoch 0.
 	FirstEpoch uint64
 	// Seed is the run seed: with the epoch it fixes the order and every
-	// random draw of the pipeline.
+	// random draw of the pipeline. Zero is a seed like any other.
 	Seed uint64
 	// Rank and World shard the catalog: this agent serves the samples i
 	// with i % World == Rank. World zero means 1.
@@ -269,22 +263,19 @@ type Config struct {
 	// key and CA; the agent dials with mutual TLS 1.3 and accepts a storage
 	// agent only when its certificate is signed by the CA, valid for the host
 	// of its address, names a storage agent of Cluster and, when gossip
-	// found the agent, names the member gossip announced. Required unless
-	// Insecure.
+	// found the agent, names the member gossip announced. All empty means
+	// no TLS, which is refused unless Insecure.
 	TLS tlsconf.Files
-	// Dial opens network connections to storage agents. Nil means a
-	// net.Dialer (TCP).
-	Dial func(ctx context.Context, addr string) (net.Conn, error)
-	// Clock measures and sleeps. Nil means the system clock.
-	Clock Clock
 	// Logger receives the agent's logs. The zero value discards them.
 	Logger zerolog.Logger
 }
 
 // DefaultConfig returns a Config with every default spelled out. The caller
-// still sets Discovery and Pipeline.
+// still sets Discovery (or Gossip) and Pipeline, and TLS (or Insecure).
+// [New] validates it and fills in what is left zero.
 func DefaultConfig() Config {
 	return Config{
+		Cluster:     tlsconf.DefaultCluster,
 		Epochs:      DefaultEpochs,
 		World:       1,
 		Window:      DefaultWindow,
@@ -297,6 +288,45 @@ func DefaultConfig() Config {
 		RetryBudget: DefaultRetryBudget,
 		RecvWindow:  DefaultRecvWindow,
 	}
+}
+
+// Knobs are the agent's test hooks, apart from its Config (as CockroachDB
+// keeps its TestingKnobs): only tests set them, through [NewWithKnobs].
+// The zero Knobs are production's.
+type Knobs struct {
+	// GossipTransport replaces memberlist's network transport (tests pass
+	// one from memberlist.MockNetwork); Config.Gossip.Bind must still be
+	// set, but is not bound. Nil means UDP/TCP on Config.Gossip.Bind.
+	GossipTransport memberlist.Transport
+	// GossipTune adjusts memberlist's timing (tests pass
+	// membership.FastTiming). Nil keeps the LAN preset.
+	GossipTune func(*memberlist.Config)
+	// Dial opens network connections to storage agents. Nil means a
+	// net.Dialer (TCP).
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Clock measures and sleeps. Nil means the system clock.
+	Clock Clock
+}
+
+// withDefaults returns k with its zero fields filled in.
+func (k Knobs) withDefaults() Knobs {
+	if k.Clock == nil {
+		k.Clock = SystemClock()
+	}
+	if k.Dial == nil {
+		var d net.Dialer
+		k.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", addr)
+		}
+	}
+	return k
+}
+
+// runConfig is what an [Agent] runs with: its Config with the defaults
+// filled in, and its Knobs with theirs.
+type runConfig struct {
+	Config
+	Knobs
 }
 
 // Defaults of [TrainerConfig].
@@ -340,28 +370,31 @@ func configErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
 }
 
-// withDefaults fills the zero values and validates the result, in steps.
+// withDefaults validates c and returns it with its zero fields filled in,
+// in steps.
 func (c Config) withDefaults() (Config, error) {
 	for _, step := range []func() error{c.checkInputs, c.planDefaults, c.counts, c.trainerDefaults, c.checkTLS} {
 		if err := step(); err != nil {
 			return c, err
 		}
 	}
-	c.injected()
+	if c.Consumer == nil {
+		c.Consumer = Discard{}
+	}
 	return c, nil
 }
 
 // checkInputs checks discovery, the pipeline and the policy, the
 // inputs without defaults.
 func (c *Config) checkInputs() error {
-	if c.Discovery == nil && c.Gossip == "" && c.GossipTransport == nil {
+	if c.Discovery == nil && c.Gossip.Bind == "" {
 		return configErr("no discovery: give storage addresses or a gossip address")
 	}
 	if c.Cluster == "" {
 		c.Cluster = tlsconf.DefaultCluster
 	}
-	if c.Discovery == nil || c.GossipKey != "" || c.GossipKeyFile != "" {
-		if err := c.gossip().Check(); err != nil {
+	if c.Discovery == nil || c.Gossip.Key != "" || c.Gossip.KeyFile != "" {
+		if err := c.Gossip.Check(c.Insecure); err != nil {
 			return configErr("%v", err)
 		}
 	}
@@ -510,20 +543,4 @@ func (c *Config) checkTLS() error {
 			"(make certs, or compute-agent certs --out DIR, makes a development CA and certificates), or --insecure")
 	}
 	return nil
-}
-
-// injected fills the injected consumer, clock and dialer.
-func (c *Config) injected() {
-	if c.Consumer == nil {
-		c.Consumer = Discard{}
-	}
-	if c.Clock == nil {
-		c.Clock = SystemClock()
-	}
-	if c.Dial == nil {
-		var d net.Dialer
-		c.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
-			return d.DialContext(ctx, "tcp", addr)
-		}
-	}
 }

@@ -40,7 +40,7 @@ func TestRawContentMismatch(t *testing.T) {
 	cfg, rec := testConfig(t, n, "good:1", "rogue:1")
 	cfg.OnError = OnErrorSkip
 	cfg.Epochs = 2
-	a, err := New(cfg)
+	a, err := cfg.new()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ var ErrSample = errors.New("computeagent: bad sample")
 // fetchers' windows full, so no new requests go out.
 type epochRun struct {
 	a     *Agent
-	cfg   *Config
+	cfg   *runConfig
 	log   zerolog.Logger
 	num   uint64
 	cat   *Catalog

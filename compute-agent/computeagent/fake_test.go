@@ -430,10 +430,19 @@ func (noGPU) Sample(ctx context.Context) report.GPUStats {
 	return report.GPUStats{Status: "nvml: unavailable: test"}
 }
 
+// testSetup is a test agent's Config and Knobs.
+type testSetup struct {
+	Config
+	Knobs
+}
+
+// new is NewWithKnobs of s.
+func (s testSetup) new() (*Agent, error) { return NewWithKnobs(s.Config, s.Knobs) }
+
 // testConfig is a small configuration over net's servers at addrs.
-func testConfig(t testing.TB, n *memNet, addrs ...string) (Config, *recorder) {
+func testConfig(t testing.TB, n *memNet, addrs ...string) (testSetup, *recorder) {
 	rec := &recorder{}
-	cfg := DefaultConfig()
+	cfg := testSetup{Config: DefaultConfig()}
 	cfg.Discovery = Static(addrs...)
 	cfg.Insecure = true // TLS is tested in storage_test.go
 	cfg.Pipeline = testPipeline(t)
@@ -451,9 +460,9 @@ func testConfig(t testing.TB, n *memNet, addrs ...string) (Config, *recorder) {
 }
 
 // runAgent runs cfg to completion under a deadline.
-func runAgent(t testing.TB, cfg Config) ([]report.EpochReport, error) {
+func runAgent(t testing.TB, cfg testSetup) ([]report.EpochReport, error) {
 	t.Helper()
-	a, err := New(cfg)
+	a, err := cfg.new()
 	if err != nil {
 		t.Fatal(err)
 	}

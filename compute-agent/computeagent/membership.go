@@ -3,23 +3,27 @@ package computeagent
 import (
 	"context"
 	"fmt"
+	"runtime"
 
 	"github.com/sophon-dl/sophon/internal/membership"
 )
 
-// gossip is the agent's gossip set-up, shared with the storage agent.
-func (c *Config) gossip() membership.Gossip {
-	return membership.Gossip{
-		Bind:      c.Gossip,
-		Advertise: c.GossipAdvertise,
-		Join:      c.Join,
-		Cluster:   c.Cluster,
-		Key:       c.GossipKey,
-		KeyFile:   c.GossipKeyFile,
-		Insecure:  c.Insecure,
-		Transport: c.GossipTransport,
-		Tune:      c.GossipTune,
+// join starts this agent's membership, announcing the compute role.
+func (a *Agent) join() (*membership.Node, error) {
+	mc, err := a.cfg.Gossip.Config(a.cfg.Cluster, a.cfg.Name, membership.Meta{
+		Role:    membership.RoleCompute,
+		Cores:   float64(runtime.NumCPU()),
+		Version: a.cfg.Version,
+	}, a.cfg.Insecure, a.log)
+	if err != nil {
+		return nil, fmt.Errorf("computeagent: join cluster: %w", err)
 	}
+	mc.Transport, mc.Tune = a.cfg.Knobs.GossipTransport, a.cfg.Knobs.GossipTune
+	node, err := membership.New(mc)
+	if err != nil {
+		return nil, fmt.Errorf("computeagent: join cluster: %w", err)
+	}
+	return node, nil
 }
 
 // MembershipDiscovery finds the storage agents through gossip: the alive

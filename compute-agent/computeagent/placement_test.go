@@ -53,7 +53,7 @@ func drain(t *testing.T, s *epoch.Schedule, w *epoch.Window) []int {
 // when it is idle; once the other gives up, its positions fall back to
 // the agents still holding them, and none is orphaned.
 func TestPlacementRoundRobin(t *testing.T) {
-	e := &epochRun{cfg: &Config{Placement: PlacementRoundRobin}, order: []uint64{10, 11, 12, 13, 14, 15, 16}}
+	e := &epochRun{cfg: &runConfig{Config: Config{Placement: PlacementRoundRobin}}, order: []uint64{10, 11, 12, 13, 14, 15, 16}}
 	fs := []*fetcher{{}, {}}
 	pl, unowned, err := e.placement(fs)
 	if err != nil || len(unowned) != 0 {
@@ -79,7 +79,7 @@ func TestPlacementRoundRobin(t *testing.T) {
 // samples), a fetcher takes only positions its agent holds, pulls them
 // in permutation order, and a position both hold goes to whichever asks.
 func TestPlacementPullSharded(t *testing.T) {
-	e := &epochRun{cfg: &Config{Placement: PlacementPull}, order: []uint64{0, 1, 2, 3, 4, 5}}
+	e := &epochRun{cfg: &runConfig{Config: Config{Placement: PlacementPull}}, order: []uint64{0, 1, 2, 3, 4, 5}}
 	fs := []*fetcher{
 		{holds: func(s uint64) bool { return s < 4 }},
 		{holds: func(s uint64) bool { return s >= 2 }},
@@ -102,7 +102,7 @@ func TestPlacementPullSharded(t *testing.T) {
 // the positions it still owed (requeued from its stream) come back as
 // orphans on its window, exactly once, and the rest go on.
 func TestPlacementOrphans(t *testing.T) {
-	e := &epochRun{cfg: &Config{}, order: []uint64{0, 1, 2, 3, 4, 5}}
+	e := &epochRun{cfg: &runConfig{}, order: []uint64{0, 1, 2, 3, 4, 5}}
 	fs := []*fetcher{
 		{holds: func(s uint64) bool { return s%2 == 0 }},
 		{holds: func(s uint64) bool { return s%2 == 1 }},
@@ -149,7 +149,7 @@ func TestPlacementOrphans(t *testing.T) {
 // listed by placement and taken out of the schedule by unowned, so the
 // epoch can report them instead of waiting for them forever.
 func TestPlacementUnowned(t *testing.T) {
-	e := &epochRun{cfg: &Config{}, order: []uint64{7, 8, 9}}
+	e := &epochRun{cfg: &runConfig{}, order: []uint64{7, 8, 9}}
 	fs := []*fetcher{{holds: func(s uint64) bool { return s != 8 }}}
 	pl, unowned, err := e.placement(fs)
 	if err != nil || !slices.Equal(unowned, []int{1}) {
@@ -412,7 +412,7 @@ func TestTransport(t *testing.T) {
 // average responses, at most Config.WindowBytes; before its 8th response,
 // and with one agent, the window is left alone.
 func TestPace(t *testing.T) {
-	cfg := &Config{WindowBytes: 64 << 20}
+	cfg := &runConfig{Config: Config{WindowBytes: 64 << 20}}
 	e := &epochRun{cfg: cfg, paced: true}
 	e.sched = epoch.NewSchedule(1, 0, 1, nil)
 	f := &fetcher{e: e, w: epoch.Window{MaxBytes: cfg.WindowBytes}}

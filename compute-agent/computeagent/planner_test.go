@@ -61,7 +61,7 @@ func shapedFake(t testing.TB, name string, bps func(epoch uint64) float64) *fake
 func constBPS(bps float64) func(uint64) float64 { return func(uint64) float64 { return bps } }
 
 // policyConfig runs policy over one shaped storage agent.
-func policyConfig(t testing.TB, name string, bps func(uint64) float64, epochs int) (Config, *recorder) {
+func policyConfig(t testing.TB, name string, bps func(uint64) float64, epochs int) (testSetup, *recorder) {
 	n := &memNet{}
 	n.serve(t, "s1:1", shapedFake(t, "s1", bps))
 	cfg, rec := testConfig(t, n, "s1:1")
@@ -270,15 +270,15 @@ func TestPolicyConfig(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, _ := testConfig(t, nil, "s1:1")
-			tc.set(&cfg)
-			if _, err := New(cfg); !errors.Is(err, ErrConfig) {
+			tc.set(&cfg.Config)
+			if _, err := cfg.new(); !errors.Is(err, ErrConfig) {
 				t.Errorf("got %v, want ErrConfig", err)
 			}
 		})
 	}
 	cfg, _ := testConfig(t, nil, "s1:1")
 	cfg.Policy, cfg.Plan = policy.NameFastFlow, AllOff(p)
-	if _, err := New(cfg); err != nil {
+	if _, err := cfg.new(); err != nil {
 		t.Errorf("policy with a static plan: %v", err)
 	}
 }
@@ -302,7 +302,7 @@ func TestSimRate(t *testing.T) {
 // larger of the planner's link rate and the rate measured this epoch.
 func TestHorizon(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(100, 0)}
-	e := &epochRun{cfg: &Config{Clock: clk}, linkRate: 1e6, start: clk.now}
+	e := &epochRun{cfg: &runConfig{Knobs: Knobs{Clock: clk}}, linkRate: 1e6, start: clk.now}
 	if h := e.horizon(); h != 0 {
 		t.Fatalf("horizon %d with nothing left", h)
 	}

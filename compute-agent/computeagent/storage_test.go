@@ -44,9 +44,9 @@ func writeImageFolder(t *testing.T, bad int) string {
 }
 
 // startStorage serves a storage agent on lis until the test ends.
-func startStorage(t *testing.T, cfg storageagent.Config, lis net.Listener) *storageagent.Agent {
+func startStorage(t *testing.T, cfg storageagent.Config, k storageagent.Knobs, lis net.Listener) *storageagent.Agent {
 	t.Helper()
-	a, err := storageagent.New(cfg)
+	a, err := storageagent.NewWithKnobs(cfg, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestWithStorageAgent(t *testing.T) {
 	n := bufNet{"st1:7070": bufconn.Listen(1 << 20), "st2:7070": bufconn.Listen(1 << 20)}
 	dir := writeImageFolder(t, bad)
 	for addr, l := range n {
-		startStorage(t, storageagent.Config{Data: dir, Name: addr, CPUs: 1, AllowClientSpecs: true, Insecure: true}, l)
+		startStorage(t, storageagent.Config{Data: dir, Name: addr, CPUs: 1, AllowClientSpecs: true, Insecure: true}, storageagent.Knobs{}, l)
 	}
 	p := testPipeline(t)
 	resize, err := ResizeOff(p)
@@ -156,10 +156,9 @@ func TestMembershipDiscovery(t *testing.T) {
 	n := bufNet{"st1:7070": bufconn.Listen(1 << 20)}
 	startStorage(t, storageagent.Config{
 		Data: writeImageFolder(t, -1), Name: "storage-1", CPUs: 1, AllowClientSpecs: true,
-		Gossip: storageGossip, Advertise: "st1:7070",
-		GossipTransport: storageTr, GossipTune: membership.FastTiming,
-		Cluster: "lab", TLS: certs.Storage["storage-1"], GossipKeyFile: certs.GossipKey,
-	}, n["st1:7070"])
+		Gossip: membership.Gossip{Bind: storageGossip, KeyFile: certs.GossipKey}, Advertise: "st1:7070",
+		Cluster: "lab", TLS: certs.Storage["storage-1"],
+	}, storageagent.Knobs{GossipTransport: storageTr, GossipTune: membership.FastTiming}, n["st1:7070"])
 
 	// After the compute agent leaves, the storage agent may still gossip
 	// to its transport, whose channels are unbuffered: drain them until
@@ -174,14 +173,13 @@ func TestMembershipDiscovery(t *testing.T) {
 	cfg, rec := testConfig(t, nil)
 	cfg.Discovery = nil
 	cfg.Name = "compute-1"
-	cfg.Gossip = "compute-1"
+	cfg.Gossip = membership.Gossip{Bind: "compute-1", Join: []string{storageGossip}, KeyFile: certs.GossipKey}
 	cfg.GossipTransport = computeTr
 	cfg.GossipTune = membership.FastTiming
-	cfg.Join = []string{storageGossip}
 	cfg.Dial = n.Dial
 	cfg.Insecure = false
-	cfg.Cluster, cfg.TLS, cfg.GossipKeyFile = "lab", certs.Compute["compute-1"], certs.GossipKey
-	a, err := New(cfg)
+	cfg.Cluster, cfg.TLS = "lab", certs.Compute["compute-1"]
+	a, err := cfg.new()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -173,7 +173,7 @@ func startTrainerAgentA(t testing.TB, mod func(*Config)) (string, *Agent) {
 	cfg.Trainer = TrainerConfig{Socket: filepath.Join(t.TempDir(), "t.sock")}
 	cfg.Logger = testLogger(t)
 	if mod != nil {
-		mod(&cfg)
+		mod(&cfg.Config)
 	}
 	if cfg.Trainer.DType != "float32" { // the fake storage runs only its own pipeline
 		p, _, err := trainer.CutTail(cfg.Pipeline)
@@ -183,7 +183,7 @@ func startTrainerAgentA(t testing.TB, mod func(*Config)) (string, *Agent) {
 		fake.p = p
 	}
 	n.serve(t, "s1", fake)
-	a, err := New(cfg)
+	a, err := cfg.new()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ func TestRecvWindow(t *testing.T) {
 		n.serve(t, "s1:1", p)
 		cfg, _ := testConfig(t, n, "s1:1")
 		cfg.RecvWindow = tc.window
-		a, err := New(cfg)
+		a, err := cfg.new()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -79,16 +79,15 @@ func (c *Common) Register(fs *flag.FlagSet, r Role) {
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log `format`: console, json, or auto (console on a terminal)")
 }
 
-// GossipSettings are the gossip settings of c.
+// GossipSettings are the gossip settings of c. The cluster's name and
+// --insecure, which govern TLS too, are c.Cluster and c.Insecure.
 func (c Common) GossipSettings() membership.Gossip {
 	return membership.Gossip{
 		Bind:      c.Gossip,
 		Advertise: c.GossipAdvertise,
 		Join:      c.Join,
-		Cluster:   c.Cluster,
 		Key:       c.GossipKey,
 		KeyFile:   c.GossipKeyFile,
-		Insecure:  c.Insecure,
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 )
 
@@ -13,40 +12,39 @@ import (
 const DefaultCluster = "sophon"
 
 // Gossip is the gossip set-up both agents share: where to bind, whom to
-// join, and how gossip is protected. An agent checks it in its New with
-// [Gossip.Check] and joins with [Gossip.Start], so storage and compute
-// agents are secured the same way: encrypted with the cluster's key and
-// labelled with the cluster's name, unless Insecure.
+// join and the key that encrypts gossip. An agent checks it in its New with
+// [Gossip.Check] and builds its node's [Config] with [Gossip.Config], so
+// storage and compute agents are secured the same way: encrypted with the
+// cluster's key and labelled with the cluster's name, unless insecure.
+//
+// The cluster's name and the insecure switch are not here: they also
+// govern an agent's TLS (the cluster peers' certificates must name, and
+// plaintext gRPC), so each agent's Config holds them once, beside Gossip
+// and its TLS files, and passes them to Check and Config. The test hooks
+// (Transport, Tune) are on [Config] only.
 type Gossip struct {
-	// Bind is the memberlist bind host:port; see [Config.Bind].
+	// Bind is the memberlist bind host:port; see [Config.Bind]. What an
+	// empty Bind means is the agent's: a storage agent then runs without
+	// membership.
 	Bind string
 	// Advertise is the host:port announced to peers; see [Config.Advertise].
+	// Empty means memberlist's choice from Bind.
 	Advertise string
-	// Join lists peers to join; see [Config.Join].
+	// Join lists peers to join; see [Config.Join]. Empty starts a new
+	// cluster.
 	Join []string
-	// Cluster names the cluster; it is the gossip label. Empty means
-	// DefaultCluster.
-	Cluster string
 	// Key is the gossip encryption key in text form (see [ParseSecretKey]).
 	Key string
 	// KeyFile names a file holding the key in text form (make certs writes
 	// one). At most one of Key and KeyFile may be set; one is required
-	// unless Insecure.
+	// unless insecure. Both empty means no key.
 	KeyFile string
-	// Insecure allows gossip without a key (a key given is still used). The
-	// label is set either way.
-	Insecure bool
-	// Transport replaces memberlist's NetTransport (tests). Nil means UDP and
-	// TCP on Bind.
-	Transport memberlist.Transport
-	// Tune adjusts memberlist's configuration (tests pass [FastTiming]).
-	Tune func(*memberlist.Config)
 }
 
 // Check validates g without reading KeyFile: a key must be given unless
-// Insecure, and a key given must parse. Its errors wrap [ErrInsecure],
+// insecure, and a key given must parse. Its errors wrap [ErrInsecure],
 // [ErrBadSecretKey] or [ErrBadConfig] and say how to fix them.
-func (g Gossip) Check() error {
+func (g Gossip) Check(insecure bool) error {
 	if g.Key != "" && g.KeyFile != "" {
 		return fmt.Errorf("%w: both a gossip key and a gossip key file", ErrBadConfig)
 	}
@@ -55,7 +53,7 @@ func (g Gossip) Check() error {
 			return err
 		}
 	}
-	if g.Key == "" && g.KeyFile == "" && !g.Insecure {
+	if g.Key == "" && g.KeyFile == "" && !insecure {
 		return fmt.Errorf("%w: gossip needs a key: pass --gossip-key-file (make certs, or the certs subcommand, writes one) or --gossip-key, or --insecure", ErrInsecure)
 	}
 	return nil
@@ -63,7 +61,7 @@ func (g Gossip) Check() error {
 
 // SecretKey reads the key from Key or KeyFile; nil when neither is set.
 func (g Gossip) SecretKey() ([]byte, error) {
-	if err := g.Check(); err != nil {
+	if err := g.Check(true); err != nil {
 		return nil, err
 	}
 	text := g.Key
@@ -76,6 +74,9 @@ func (g Gossip) SecretKey() ([]byte, error) {
 			return nil, fmt.Errorf("%w: gossip key file %s is empty", ErrBadSecretKey, g.KeyFile)
 		}
 	}
+	if text == "" {
+		return nil, nil
+	}
 	key, err := ParseSecretKey(text)
 	if err != nil {
 		return nil, fmt.Errorf("gossip key file %s: %w", g.KeyFile, err)
@@ -83,15 +84,21 @@ func (g Gossip) SecretKey() ([]byte, error) {
 	return key, nil
 }
 
-// Config is the [Config] of a node called name announcing meta.
-func (g Gossip) Config(name string, meta Meta, log zerolog.Logger) (Config, error) {
+// Config is the [Config] of a node called name announcing meta in the
+// cluster named cluster, whose name is the gossip label (empty means
+// DefaultCluster). insecure allows gossip without a key (a key given is
+// still used). Transport and Tune are left nil for the caller (tests) to
+// set.
+func (g Gossip) Config(cluster, name string, meta Meta, insecure bool, log zerolog.Logger) (Config, error) {
+	if err := g.Check(insecure); err != nil {
+		return Config{}, err
+	}
 	key, err := g.SecretKey()
 	if err != nil {
 		return Config{}, err
 	}
-	label := g.Cluster
-	if label == "" {
-		label = DefaultCluster
+	if cluster == "" {
+		cluster = DefaultCluster
 	}
 	return Config{
 		Name:      name,
@@ -100,24 +107,8 @@ func (g Gossip) Config(name string, meta Meta, log zerolog.Logger) (Config, erro
 		Join:      g.Join,
 		Meta:      meta,
 		SecretKey: key,
-		Label:     label,
-		Insecure:  g.Insecure,
-		Transport: g.Transport,
-		Tune:      g.Tune,
+		Label:     cluster,
+		Insecure:  insecure,
 		Logger:    log,
 	}, nil
-}
-
-// Start joins the cluster as name announcing meta: [New] with g's
-// [Config]. Unencrypted gossip is logged at warn level.
-func (g Gossip) Start(name string, meta Meta, log zerolog.Logger) (*Node, error) {
-	cfg, err := g.Config(name, meta, log)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.SecretKey == nil {
-		log.Warn().Str("component", "membership").Str("label", cfg.Label).
-			Msg("INSECURE: gossip is not encrypted; anyone who reaches the gossip port can join the cluster")
-	}
-	return New(cfg)
 }

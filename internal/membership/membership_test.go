@@ -365,14 +365,14 @@ func TestUpdateMeta(t *testing.T) {
 // real gossip on loopback: on a MockNetwork the joiner's meta broadcasts
 // are never confirmed, so each UpdateMeta would wait out its timeout.
 func TestMembersWhileMetaChanges(t *testing.T) {
-	g := Gossip{Bind: "127.0.0.1:0", Insecure: true, Tune: FastTiming}
-	s1, err := g.Start("s1", placedMeta("127.0.0.1:7070"), zerolog.Nop())
+	g := gossipSetup{g: Gossip{Bind: "127.0.0.1:0"}, insecure: true}
+	s1, err := g.start("s1", placedMeta("127.0.0.1:7070"), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s1.Close()
-	g.Join = []string{s1.Self().Addr}
-	s2, err := g.Start("s2", placedMeta("127.0.0.1:7071"), zerolog.Nop())
+	g.g.Join = []string{s1.Self().Addr}
+	s2, err := g.start("s2", placedMeta("127.0.0.1:7071"), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -633,15 +633,15 @@ func TestGossipSecurity(t *testing.T) {
 	baseline := runtime.NumGoroutine()
 	key := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
 	var logs testutil.SyncBuffer
-	seed := Gossip{Bind: "127.0.0.1:0", Cluster: "lab", Key: key, Tune: FastTiming}
-	s1, err := seed.Start("s1", storageMeta("127.0.0.1:7070"), zerolog.New(&logs).Level(zerolog.InfoLevel))
+	seed := gossipSetup{g: Gossip{Bind: "127.0.0.1:0", Key: key}, cluster: "lab"}
+	s1, err := seed.start("s1", storageMeta("127.0.0.1:7070"), zerolog.New(&logs).Level(zerolog.InfoLevel))
 	if err != nil {
 		t.Fatalf("Start(s1): %v", err)
 	}
 	defer s1.Close()
 	member := seed
-	member.Join = []string{s1.Self().Addr}
-	c1, err := member.Start("c1", computeMeta(), zerolog.Nop())
+	member.g.Join = []string{s1.Self().Addr}
+	c1, err := member.start("c1", computeMeta(), zerolog.Nop())
 	if err != nil {
 		t.Fatalf("Start(c1): %v", err)
 	}
@@ -654,19 +654,19 @@ func TestGossipSecurity(t *testing.T) {
 
 	tests := []struct {
 		name   string
-		edit   func(*Gossip)
+		edit   func(*gossipSetup)
 		reason string // in the warn line
 	}{
-		{"no key", func(g *Gossip) { g.Key, g.Insecure = "", true }, "not encrypted"},
-		{"another key", func(g *Gossip) { g.Key = base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{8}, 32)) }, "decrypt"},
-		{"another label", func(g *Gossip) { g.Cluster = "other" }, "label"},
-		{"no key, default label", func(g *Gossip) { g.Key, g.Insecure, g.Cluster = "", true, "" }, "label"},
+		{"no key", func(g *gossipSetup) { g.g.Key, g.insecure = "", true }, "not encrypted"},
+		{"another key", func(g *gossipSetup) { g.g.Key = base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{8}, 32)) }, "decrypt"},
+		{"another label", func(g *gossipSetup) { g.cluster = "other" }, "label"},
+		{"no key, default label", func(g *gossipSetup) { g.g.Key, g.insecure, g.cluster = "", true, "" }, "label"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := member
 			tt.edit(&g)
-			n, err := g.Start("intruder", storageMeta("127.0.0.1:7071"), zerolog.Nop())
+			n, err := g.start("intruder", storageMeta("127.0.0.1:7071"), zerolog.Nop())
 			if err == nil {
 				_ = n.Close()
 				t.Fatal("an intruder joined the cluster")
@@ -697,6 +697,24 @@ func TestGossipSecurity(t *testing.T) {
 	checkGoroutines(t, baseline)
 }
 
+// gossipSetup is an agent's gossip settings: the shared ones, its
+// cluster's name and its insecure switch.
+type gossipSetup struct {
+	g        Gossip
+	cluster  string
+	insecure bool
+}
+
+// start joins as name announcing meta, with FastTiming.
+func (s gossipSetup) start(name string, meta Meta, log zerolog.Logger) (*Node, error) {
+	cfg, err := s.g.Config(s.cluster, name, meta, s.insecure, log)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Tune = FastTiming
+	return New(cfg)
+}
+
 func TestGossipCheck(t *testing.T) {
 	dir := t.TempDir()
 	key := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
@@ -717,8 +735,7 @@ func TestGossipCheck(t *testing.T) {
 	}{
 		{"key", Gossip{Key: key}, nil, nil, true},
 		{"key file", Gossip{KeyFile: keyFile}, nil, nil, true},
-		{"insecure", Gossip{Insecure: true}, nil, nil, false},
-		{"nothing", Gossip{}, ErrInsecure, ErrInsecure, false},
+		{"nothing", Gossip{}, ErrInsecure, nil, false},
 		{"both", Gossip{Key: key, KeyFile: keyFile}, ErrBadConfig, ErrBadConfig, false},
 		{"bad key", Gossip{Key: "short"}, ErrBadSecretKey, ErrBadSecretKey, false},
 		{"bad key file", Gossip{KeyFile: badFile}, nil, ErrBadSecretKey, false},
@@ -726,8 +743,15 @@ func TestGossipCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := tt.g.Check(); !errors.Is(err, tt.check) {
+			if err := tt.g.Check(false); !errors.Is(err, tt.check) {
 				t.Errorf("Check: got %v, want %v", err, tt.check)
+			}
+			want := tt.check
+			if errors.Is(want, ErrInsecure) {
+				want = nil // insecure needs no key
+			}
+			if err := tt.g.Check(true); !errors.Is(err, want) {
+				t.Errorf("Check(insecure): got %v, want %v", err, want)
 			}
 			k, err := tt.g.SecretKey()
 			if !errors.Is(err, tt.key) {
@@ -738,12 +762,22 @@ func TestGossipCheck(t *testing.T) {
 			}
 		})
 	}
-	if err := (Gossip{}).Check(); err == nil || !strings.Contains(err.Error(), "make certs") || !strings.Contains(err.Error(), "--insecure") {
+	if err := (Gossip{}).Check(true); err != nil {
+		t.Errorf("Check(insecure) without a key: %v", err)
+	}
+	if err := (Gossip{}).Check(false); err == nil || !strings.Contains(err.Error(), "make certs") || !strings.Contains(err.Error(), "--insecure") {
 		t.Errorf("Check without a key says no remedy: %v", err)
 	}
-	cfg, err := Gossip{Key: key}.Config("n", storageMeta("h:1"), zerolog.Nop())
+	cfg, err := Gossip{Key: key}.Config("", "n", storageMeta("h:1"), false, zerolog.Nop())
 	if err != nil || cfg.Label != DefaultCluster || len(cfg.SecretKey) != 32 || cfg.Insecure {
 		t.Errorf("Config: got label %q, key %x, insecure %v, err %v", cfg.Label, cfg.SecretKey, cfg.Insecure, err)
+	}
+	if _, err := (Gossip{}).Config("lab", "n", storageMeta("h:1"), false, zerolog.Nop()); !errors.Is(err, ErrInsecure) {
+		t.Errorf("Config without a key: got %v, want %v", err, ErrInsecure)
+	}
+	cfg, err = Gossip{}.Config("lab", "n", storageMeta("h:1"), true, zerolog.Nop())
+	if err != nil || cfg.Label != "lab" || cfg.SecretKey != nil || !cfg.Insecure {
+		t.Errorf("insecure Config: got label %q, key %x, insecure %v, err %v", cfg.Label, cfg.SecretKey, cfg.Insecure, err)
 	}
 }
 

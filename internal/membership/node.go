@@ -47,7 +47,8 @@ type Node struct {
 }
 
 // New validates cfg, starts gossip with memberlist's LAN timing and joins
-// cfg.Join. It fails with [ErrNoPeerJoined] when cfg.Join is not empty and
+// cfg.Join. Unencrypted gossip (Insecure without SecretKey) is logged at
+// warn level. It fails with [ErrNoPeerJoined] when cfg.Join is not empty and
 // none of its peers could be joined.
 func New(cfg Config) (*Node, error) {
 	cfg, meta, err := cfg.withDefaults()
@@ -68,6 +69,10 @@ func New(cfg Config) (*Node, error) {
 		ml:     ml,
 		done:   make(chan struct{}),
 		warned: make(map[string]string),
+	}
+	if cfg.SecretKey == nil {
+		n.log.Warn().Str("label", cfg.Label).
+			Msg("INSECURE: gossip is not encrypted; anyone who reaches the gossip port can join the cluster")
 	}
 	if len(cfg.Join) > 0 {
 		joined, err := ml.Join(cfg.Join)

@@ -109,31 +109,16 @@ type Config struct {
 	// listener's address, with a wildcard host replaced by the gossip
 	// advertise or bind host when specific, else by the machine's hostname.
 	Advertise string
-	// Gossip is the memberlist bind host:port. Empty means no membership:
-	// the agent serves gRPC only.
-	Gossip string
-	// GossipAdvertise is the gossip host:port announced to peers. Empty
-	// means memberlist's choice from Gossip.
-	GossipAdvertise string
-	// Join lists gossip peers (host:port) to join. Empty starts a new
-	// cluster.
-	Join []string
-	// GossipKey is the base64 or hex gossip encryption key (16, 24 or 32
-	// bytes; see membership.ParseSecretKey). With Gossip set, it or
-	// GossipKeyFile is required unless Insecure.
-	GossipKey string
-	// GossipKeyFile names a file holding the gossip key (make certs writes
-	// one). At most one of GossipKey and GossipKeyFile may be set.
-	GossipKeyFile string
-	// Cluster is the cluster's name: the gossip label, and the cluster
-	// every peer's certificate must name. Empty means "sophon".
+	// Gossip is where the agent gossips, whom it joins and the gossip key
+	// (membership.Gossip). An empty Gossip.Bind means no membership: the
+	// agent serves gRPC only, and Gossip.Join must be empty too. With
+	// Gossip.Bind set, a key (Gossip.Key or Gossip.KeyFile) is required
+	// unless Insecure. The label is Cluster.
+	Gossip membership.Gossip
+	// Cluster is the cluster's name, held here once for both its uses: the
+	// gossip label, and the cluster every peer's certificate (and this
+	// agent's own) must name. Empty means tlsconf.DefaultCluster.
 	Cluster string
-	// GossipTransport replaces memberlist's network transport (tests pass
-	// one from memberlist.MockNetwork). Nil means UDP/TCP on Gossip.
-	GossipTransport memberlist.Transport
-	// GossipTune adjusts memberlist's timing (tests pass
-	// membership.FastTiming). Nil keeps the LAN preset.
-	GossipTune func(*memberlist.Config)
 	// Name is the node's name in the cluster and in Info. Empty means the
 	// hostname.
 	Name string
@@ -180,11 +165,16 @@ type Config struct {
 	// TLS names the certificate, key and CA for mutual TLS 1.3 on the gRPC
 	// server: the certificate must name this storage agent of Cluster
 	// (tlsconf.Identity), and clients must present a certificate signed by
-	// the CA naming a compute agent of Cluster. Required unless Insecure.
+	// the CA naming a compute agent of Cluster. All empty means no TLS,
+	// which is refused unless Insecure.
 	TLS tlsconf.Files
-	// Insecure serves plaintext gRPC without TLS and gossip without a key,
-	// to anyone who can reach the ports, and logs a warning when serving
-	// starts. For tests and a first try-out only.
+	// Insecure is the one switch (--insecure) for both of the agent's
+	// protections, held here because it spans Gossip and TLS: without it
+	// the agent refuses to start without TLS files or, with Gossip.Bind
+	// set, without a gossip key. With it the agent serves plaintext gRPC
+	// when TLS is empty and gossips unencrypted when no key is given, to
+	// anyone who can reach the ports, and logs a warning when serving
+	// starts. False requires both. For tests and a first try-out only.
 	Insecure bool
 	// MetricsAddr is the HTTP address of /metrics and /healthz. Empty means
 	// no metrics listener.
@@ -223,10 +213,12 @@ type Config struct {
 }
 
 // DefaultConfig returns a Config with every default spelled out; the
-// caller sets Data.
+// caller sets Data, and TLS (or Insecure). [New] validates it and fills
+// in what is left zero.
 func DefaultConfig() Config {
 	return Config{
 		Listen:         DefaultListen,
+		Cluster:        tlsconf.DefaultCluster,
 		CPUs:           float64(runtime.NumCPU()),
 		RequestTimeout: 30 * time.Second,
 		ShutdownGrace:  5 * time.Second,
@@ -238,23 +230,37 @@ func DefaultConfig() Config {
 	}
 }
 
-// withDefaults validates c and fills in its zero fields. It returns the
-// worker count and each worker's share of a core.
-func (c *Config) withDefaults() (workers int, share float64, err error) {
+// Knobs are the agent's test hooks, apart from its Config (as CockroachDB
+// keeps its TestingKnobs): only tests set them, through [NewWithKnobs].
+// The zero Knobs are production's.
+type Knobs struct {
+	// GossipTransport replaces memberlist's network transport (tests pass
+	// one from memberlist.MockNetwork); Config.Gossip.Bind must still be
+	// set for the agent to gossip, but is not bound. Nil means UDP/TCP on
+	// Config.Gossip.Bind.
+	GossipTransport memberlist.Transport
+	// GossipTune adjusts memberlist's timing (tests pass
+	// membership.FastTiming). Nil keeps the LAN preset.
+	GossipTune func(*memberlist.Config)
+}
+
+// withDefaults validates c and returns it with its zero fields filled in.
+func (c Config) withDefaults() (Config, error) {
 	if err := c.validate(); err != nil {
-		return 0, 0, err
+		return c, err
 	}
 	if c.Cluster == "" {
 		c.Cluster = tlsconf.DefaultCluster
 	}
-	if c.Gossip != "" || c.GossipKey != "" || c.GossipKeyFile != "" {
-		if err := c.gossip().Check(); err != nil {
-			return 0, 0, fmt.Errorf("%w: %w", ErrConfig, err)
+	g := c.Gossip
+	if g.Bind != "" || g.Key != "" || g.KeyFile != "" {
+		if err := g.Check(c.Insecure); err != nil {
+			return c, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
-	workers, share = c.fillDefaults()
+	c.fillDefaults()
 	c.fillIdentity()
-	return workers, share, nil
+	return c, nil
 }
 
 // validate checks the fields that have no default to fall back on: the
@@ -284,7 +290,7 @@ func (c *Config) validate() error {
 	if c.SendBuffer < 0 || c.SendBuffer > MaxSendBuffer {
 		return fmt.Errorf("%w: send buffer %d bytes, want 0 (the kernel's autotuning) to %d", ErrConfig, c.SendBuffer, MaxSendBuffer)
 	}
-	if c.Gossip == "" && len(c.Join) > 0 {
+	if c.Gossip.Bind == "" && len(c.Gossip.Join) > 0 {
 		return fmt.Errorf("%w: join needs a gossip address", ErrConfig)
 	}
 	if c.Advertise != "" {
@@ -302,16 +308,15 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// fillDefaults fills in the zero sizes, counts, limits and timeouts, and
-// returns the worker count and each worker's share of a core.
-func (c *Config) fillDefaults() (workers int, share float64) {
+// fillDefaults fills in the zero sizes, counts, limits and timeouts.
+func (c *Config) fillDefaults() {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
 	if c.CPUs == 0 {
 		c.CPUs = float64(runtime.NumCPU())
 	}
-	workers, share = poolSize(c.CPUs)
+	workers, _ := poolSize(c.CPUs)
 	if c.Queue == 0 {
 		c.Queue = max(DefaultQueue, 4*workers)
 	}
@@ -341,7 +346,6 @@ func (c *Config) fillDefaults() (workers int, share float64) {
 	if c.ShardSize == 0 {
 		c.ShardSize = placement.DefaultShardSize
 	}
-	return workers, share
 }
 
 // fillIdentity fills in the node's name (from the TLS certificate, else the
@@ -370,6 +374,7 @@ func (c *Config) fillIdentity() {
 // [Agent.Serve], release it with [Agent.Close].
 type Agent struct {
 	cfg     Config
+	knobs   Knobs
 	ds      *dataset.Dataset
 	srv     *server
 	workers int
@@ -385,13 +390,17 @@ type Agent struct {
 	node        *membership.Node // while serving with membership
 }
 
-// New validates cfg and opens the dataset.
-func New(cfg Config) (*Agent, error) {
-	workers, share, err := cfg.withDefaults()
+// New validates cfg, filling in its zero fields, and opens the dataset.
+func New(cfg Config) (*Agent, error) { return NewWithKnobs(cfg, Knobs{}) }
+
+// NewWithKnobs is [New] with test hooks.
+func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
+	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, workers: workers}
+	workers, share := poolSize(cfg.CPUs)
+	a := &Agent{cfg: cfg, knobs: k, workers: workers}
 	if a.gopts, err = a.serverOptions(); err != nil {
 		return nil, err
 	}
@@ -466,21 +475,6 @@ func (a *Agent) checkIdentity() error {
 	return nil
 }
 
-// gossip is the agent's gossip set-up.
-func (c *Config) gossip() membership.Gossip {
-	return membership.Gossip{
-		Bind:      c.Gossip,
-		Advertise: c.GossipAdvertise,
-		Join:      c.Join,
-		Cluster:   c.Cluster,
-		Key:       c.GossipKey,
-		KeyFile:   c.GossipKeyFile,
-		Insecure:  c.Insecure,
-		Transport: c.GossipTransport,
-		Tune:      c.GossipTune,
-	}
-}
-
 // Dataset is the dataset the agent serves.
 func (a *Agent) Dataset() *dataset.Dataset { return a.ds }
 
@@ -538,7 +532,12 @@ func (a *Agent) join(lis net.Addr) (*membership.Node, *placer, error) {
 		Held:        held,
 		Egress:      a.cfg.Egress,
 	}
-	node, err := a.cfg.gossip().Start(a.cfg.Name, meta, a.cfg.Logger)
+	mc, err := a.cfg.Gossip.Config(a.cfg.Cluster, a.cfg.Name, meta, a.cfg.Insecure, a.cfg.Logger)
+	if err != nil {
+		return nil, nil, fmt.Errorf("storageagent: join cluster: %w", err)
+	}
+	mc.Transport, mc.Tune = a.knobs.GossipTransport, a.knobs.GossipTune
+	node, err := membership.New(mc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("storageagent: join cluster: %w", err)
 	}
@@ -558,7 +557,7 @@ func (a *Agent) advertised(lis net.Addr) (string, error) {
 	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
 		return lis.String(), nil
 	}
-	for _, g := range []string{a.cfg.GossipAdvertise, a.cfg.Gossip} {
+	for _, g := range []string{a.cfg.Gossip.Advertise, a.cfg.Gossip.Bind} {
 		if h, _, err := net.SplitHostPort(g); err == nil && h != "" {
 			if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
 				return net.JoinHostPort(h, port), nil

@@ -41,13 +41,13 @@ func TestNewRejects(t *testing.T) {
 		{"negative cpus", func(c *Config) { c.CPUs = -1 }},
 		{"negative queue", func(c *Config) { c.Queue = -1 }},
 		{"negative timeout", func(c *Config) { c.RequestTimeout = -time.Second }},
-		{"join without gossip", func(c *Config) { c.Join = []string{"10.0.0.1:7946"} }},
+		{"join without gossip", func(c *Config) { c.Gossip.Join = []string{"10.0.0.1:7946"} }},
 		{"bad advertise", func(c *Config) { c.Advertise = "nohostport" }},
-		{"bad gossip key", func(c *Config) { c.GossipKey = "short" }},
+		{"bad gossip key", func(c *Config) { c.Gossip.Key = "short" }},
 		{"half tls", func(c *Config) { c.TLS = tlsconf.Files{Cert: "x.pem"} }},
 		{"neither tls nor insecure", func(c *Config) { c.Insecure = false }},
-		{"gossip without a key", func(c *Config) { c.Insecure = false; c.TLS = pki(t).storage; c.Gossip = "127.0.0.1:0" }},
-		{"both gossip key and key file", func(c *Config) { c.Gossip = "127.0.0.1:0"; c.GossipKey = testGossipKey; c.GossipKeyFile = "k" }},
+		{"gossip without a key", func(c *Config) { c.Insecure = false; c.TLS = pki(t).storage; c.Gossip.Bind = "127.0.0.1:0" }},
+		{"both gossip key and key file", func(c *Config) { c.Gossip = membership.Gossip{Bind: "127.0.0.1:0", Key: testGossipKey, KeyFile: "k"} }},
 		{"certificate of a compute agent", func(c *Config) { c.Insecure = false; c.TLS = pki(t).compute }},
 		{"certificate of another cluster", func(c *Config) { c.Insecure = false; c.TLS = pki(t).storage; c.Cluster = "other" }},
 		{"certificate of another node", func(c *Config) { c.Insecure = false; c.TLS = pki(t).storage; c.Name = "s9" }},
@@ -223,12 +223,10 @@ func TestMembership(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Name = "storage-1"
 	cfg.CPUs = 1.5
-	cfg.Gossip = "mock"
-	cfg.GossipTransport = agentTr
-	cfg.GossipTune = membership.FastTiming
+	cfg.Gossip.Bind = "mock"
 	cfg.Advertise = "10.1.2.3:7070"
 	cfg.Egress = 62_500_000
-	a := startAgent(t, cfg)
+	a := startAgentWithKnobs(t, cfg, Knobs{GossipTransport: agentTr, GossipTune: membership.FastTiming})
 
 	peer, err := membership.New(membership.Config{
 		Name:      "peer",
@@ -295,7 +293,7 @@ func TestAdvertised(t *testing.T) {
 		{"[::]:7070", "10.0.0.5:7946", "10.0.0.5:7070"},
 		{"0.0.0.0:7070", "0.0.0.0:7946", ""}, // the hostname
 	} {
-		a.cfg.Gossip = tc.gossip
+		a.cfg.Gossip.Bind = tc.gossip
 		got, err := a.advertised(tcp(tc.lis))
 		if err != nil {
 			t.Fatal(err)

@@ -29,7 +29,13 @@ type testAgent struct {
 // startAgent serves cfg over bufconn until the test ends.
 func startAgent(t testing.TB, cfg Config) *testAgent {
 	t.Helper()
-	a, err := New(cfg)
+	return startAgentWithKnobs(t, cfg, Knobs{})
+}
+
+// startAgentWithKnobs is startAgent with test hooks.
+func startAgentWithKnobs(t testing.TB, cfg Config, k Knobs) *testAgent {
+	t.Helper()
+	a, err := NewWithKnobs(cfg, k)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

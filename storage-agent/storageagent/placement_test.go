@@ -214,10 +214,8 @@ func TestPlacementAcrossAgents(t *testing.T) {
 		cfg.CPUs = 1
 		cfg.ShardSize = 3 // 14 shards
 		cfg.Replicas = replicas
-		cfg.Gossip = "127.0.0.1:0"
-		cfg.GossipTune = membership.FastTiming
-		cfg.Join = join
-		a := startAgent(t, cfg)
+		cfg.Gossip = membership.Gossip{Bind: "127.0.0.1:0", Join: join}
+		a := startAgentWithKnobs(t, cfg, Knobs{GossipTune: membership.FastTiming})
 		eventually(t, name+" to gossip", func() string {
 			if a.GossipAddr() == "" {
 				return "no gossip address"

@@ -27,8 +27,8 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // Serve serves gRPC on lis (closing it when done), the metrics endpoint
-// when configured, and the cluster membership unless Config.Gossip is
-// empty, until ctx ends or Close is called. It then stops the gRPC server
+// when configured, and the cluster membership unless Config.Gossip.Bind
+// is empty, until ctx ends or Close is called. It then stops the gRPC server
 // gracefully within Config.ShutdownGrace, force-stops what is left, and
 // returns nil; it returns an error when serving fails. An agent serves
 // once.
@@ -155,7 +155,7 @@ func (s *session) run(ctx context.Context) error {
 	}
 	placeCtx, stopPlacing := context.WithCancel(ctx)
 	s.stopPlacing = stopPlacing
-	if a.cfg.Gossip != "" {
+	if a.cfg.Gossip.Bind != "" {
 		node, p, err := a.join(s.lis.Addr())
 		if err != nil {
 			return err
