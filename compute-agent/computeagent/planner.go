@@ -8,9 +8,9 @@ import (
 	"strings"
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/fetch"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
-	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/profiler"
 )
@@ -144,15 +144,15 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 // current plan.
 func (p *policyRun) next(i int) epochOpts {
 	pl, cfg := p.pl, &p.a.cfg
-	opts := epochOpts{plan: planner.NewRunPlan(NoOff(), nil, policy.Resources{}), linkRate: pl.Res.LinkBytesPerSec, storageCores: pl.Res.StorageCores}
+	opts := epochOpts{Opts: fetch.Opts{Plan: planner.NewRunPlan(NoOff(), nil, policy.Resources{}), LinkRate: pl.Res.LinkBytesPerSec, StorageCores: pl.Res.StorageCores}}
 	predicted, bound := p.d.PredictedNoOffSeconds, 0.0
 	ran := pl.Prof != nil
 	var planRan policy.Plan
 	if ran {
-		opts.plan, planRan = pl.Run, pl.Plan
+		opts.Plan, planRan = pl.Run, pl.Plan
 		predicted, bound = pl.Plan.Pred.Seconds, pl.Bound
 	} else if p.d.RunStage2 {
-		opts.rec = profiler.NewRecorder(cfg.Pipeline, p.cat.Fingerprint, int(p.cat.Total))
+		opts.Rec = profiler.NewRecorder(cfg.Pipeline, p.cat.Fingerprint, int(p.cat.Total))
 		p.summary.Profile = report.ProfileRecorded
 	}
 	var sum *report.Stage1Summary
@@ -160,8 +160,8 @@ func (p *policyRun) next(i int) epochOpts {
 		s := p.summary
 		sum = &s
 	}
-	rec := opts.rec
-	opts.annotate = func(r *report.EpochReport, e *epochRun) error {
+	rec := opts.Rec
+	opts.annotate = func(r *report.EpochReport, e *fetch.Epoch) error {
 		r.Policy, r.PredictedSeconds, r.BoundSeconds, r.Stage1 = cfg.Policy, predicted, bound, sum
 		return p.annotate(r, e, rec, ran, planRan)
 	}
@@ -172,7 +172,7 @@ func (p *policyRun) next(i int) epochOpts {
 // plan on: stage 2's records (rec) become the profile, a planned epoch
 // (ran with planRan) is checked for drift and against the guard, and a
 // No-Off epoch's time is kept for the guard.
-func (p *policyRun) annotate(r *report.EpochReport, e *epochRun, rec *profiler.Recorder, ran bool, planRan policy.Plan) error {
+func (p *policyRun) annotate(r *report.EpochReport, e *fetch.Epoch, rec *profiler.Recorder, ran bool, planRan policy.Plan) error {
 	pl := p.pl
 	switch {
 	case rec != nil:
@@ -185,7 +185,7 @@ func (p *policyRun) annotate(r *report.EpochReport, e *epochRun, rec *profiler.R
 			r.BoundSeconds = pl.Bound
 		}
 	case ran:
-		why, drifted := pl.Drift(r, e.offloads(), planRan)
+		why, drifted := pl.Drift(r, e.Offloads(), planRan)
 		pl.Save()
 		if g := pl.Guard(r, p.noOff); g != "" {
 			why = strings.TrimPrefix(why+"; "+g, "; ")
@@ -205,11 +205,3 @@ func (p *policyRun) annotate(r *report.EpochReport, e *epochRun, rec *profiler.R
 	}
 	return nil
 }
-
-// offloads is what e measured of its offloaded samples, for the planner.
-func (e *epochRun) offloads() *planner.Offloads {
-	return &planner.Offloads{StorageNS: e.storageOffNS.Load(), StorageEffNS: e.storageOffEffNS.Load(), PlannedNS: e.offPlannedNS.Load()}
-}
-
-// codec is the codec requested for sample (RunPlan.Codec).
-func (e *epochRun) codec(sample uint64) ops.Codec { return e.plan.Codec(sample, e.cfg.Codec) }

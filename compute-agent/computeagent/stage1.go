@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sophon-dl/sophon/compute-agent/fetch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/ops"
@@ -65,14 +66,14 @@ type probeResult struct {
 // budget is positive, budget has passed (the requests then in flight are
 // still received and counted). It keeps the raw bytes of up to keep
 // samples.
-func (a *Agent) probe(ctx context.Context, f *fetcher, samples []uint64, epoch uint64, k, window int, budget time.Duration, keep int) (probeResult, error) {
+func (a *Agent) probe(ctx context.Context, f *fetch.Fetcher, samples []uint64, epoch uint64, k, window int, budget time.Duration, keep int) (probeResult, error) {
 	res := probeResult{raw: map[uint64][]byte{}, storageNS: map[uint64]int64{}}
 	if len(samples) == 0 {
 		return res, nil
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := f.client.Fetch(sctx)
+	stream, err := f.Client().Fetch(sctx)
 	if err != nil {
 		return res, err
 	}
@@ -126,7 +127,7 @@ func (a *Agent) probe(ctx context.Context, f *fetcher, samples []uint64, epoch u
 
 // probeAll runs probe on every storage agent at once, agent i taking the
 // samples at positions i, i+len(fs), ... of samples.
-func (a *Agent) probeAll(ctx context.Context, fs []*fetcher, samples []uint64, k int, budget time.Duration, keep int) ([]probeResult, error) {
+func (a *Agent) probeAll(ctx context.Context, fs []*fetch.Fetcher, samples []uint64, k int, budget time.Duration, keep int) ([]probeResult, error) {
 	out := make([]probeResult, len(fs))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, f := range fs {
@@ -137,7 +138,7 @@ func (a *Agent) probeAll(ctx context.Context, fs []*fetcher, samples []uint64, k
 		g.Go(func() error {
 			r, err := a.probe(gctx, f, mine, a.cfg.FirstEpoch, k, a.cfg.Window, budget, keep)
 			if err != nil {
-				return fmt.Errorf("computeagent: stage 1: split %d from %s: %w", k, f.ep.Name, err)
+				return fmt.Errorf("computeagent: stage 1: split %d from %s: %w", k, f.Name(), err)
 			}
 			out[i] = r
 			return nil
@@ -153,7 +154,7 @@ func (a *Agent) probeAll(ctx context.Context, fs []*fetcher, samples []uint64, k
 // storage_cpu_ns against the same work timed here), this node's CPU for the
 // full pipeline (profiler.MeasureComputeRate with Config.Workers) and the
 // consumer's rate.
-func (a *Agent) stage1(ctx context.Context, fs []*fetcher, cat *Catalog, shard []uint64) (stage1Result, error) {
+func (a *Agent) stage1(ctx context.Context, fs []*fetch.Fetcher, cat *Catalog, shard []uint64) (stage1Result, error) {
 	cfg := &a.cfg
 	linkRate, ids, raws, err := a.measureLink(ctx, fs, shard)
 	if err != nil {
@@ -213,7 +214,7 @@ func (a *Agent) stage1(ctx context.Context, fs []*fetcher, cat *Catalog, shard [
 // measureLink fetches the shard raw from every storage agent at once for
 // at most Config.ProfileBudget and returns the link rate and the samples
 // kept (their ids in ascending order, and their bytes).
-func (a *Agent) measureLink(ctx context.Context, fs []*fetcher, shard []uint64) (rate float64, ids []uint64, raws map[uint64][]byte, err error) {
+func (a *Agent) measureLink(ctx context.Context, fs []*fetch.Fetcher, shard []uint64) (rate float64, ids []uint64, raws map[uint64][]byte, err error) {
 	link, err := a.probeAll(ctx, fs, shard, 0, a.cfg.ProfileBudget, probeKeep)
 	if err != nil {
 		return 0, nil, nil, err
@@ -242,7 +243,7 @@ type storageRates struct {
 // measureStorage fetches a few of the samples kept (ids, raws) at split n
 // and compares their storage CPU with the same work timed here: the
 // storage CPU and its speed, the whole pipeline on both sides.
-func (a *Agent) measureStorage(ctx context.Context, fs []*fetcher, ids []uint64, raws map[uint64][]byte) (storageRates, error) {
+func (a *Agent) measureStorage(ctx context.Context, fs []*fetch.Fetcher, ids []uint64, raws map[uint64][]byte) (storageRates, error) {
 	cfg := &a.cfg
 	speedIDs := ids[:min(len(ids), speedSamples)]
 	full, err := a.probeAll(ctx, fs, speedIDs, cfg.Pipeline.Len(), 0, 0)
@@ -267,7 +268,7 @@ func (a *Agent) measureStorage(ctx context.Context, fs []*fetcher, ids []uint64,
 	}
 	st := storageRates{speed: profiler.SpeedRatio(local, remote)}
 	for _, f := range fs {
-		st.cores += f.cpus
+		st.cores += f.CPUs()
 	}
 	if len(remote) > 0 && remoteSum > 0 && st.cores > 0 {
 		st.rate = st.cores / (remoteSum / 1e9 / float64(len(remote)))

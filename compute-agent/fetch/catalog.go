@@ -1,4 +1,4 @@
-package computeagent
+package fetch
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 // Catalog is the dataset as a storage agent describes it. Sample ids are
 // dense, 0 to Total-1.
 //
-// readCatalog checks it: the fingerprint must be the one its paths digest,
+// ReadCatalog checks it: the fingerprint must be the one its paths digest,
 // sizes, labels and content hashes give (dataplanepb.Fingerprinter), so a
 // storage agent cannot announce another's fingerprint with other content
 // hashes; and every sample fetched raw is checked against its hash
@@ -39,6 +39,10 @@ func (c *Catalog) Hash(i uint64) (h [32]byte, ok bool) {
 	return h, true
 }
 
+// ErrFingerprint: a storage agent serves a different dataset than the
+// catalog's.
+var ErrFingerprint = errors.New("computeagent: dataset fingerprint mismatch")
+
 // ErrCatalog marks a malformed catalog stream.
 var ErrCatalog = errors.New("computeagent: bad catalog")
 
@@ -46,8 +50,8 @@ var ErrCatalog = errors.New("computeagent: bad catalog")
 // per sample).
 const maxCatalog = 1 << 32
 
-// readCatalog pages through a storage agent's catalog.
-func readCatalog(ctx context.Context, c dataplanepb.StorageClient) (*Catalog, error) {
+// ReadCatalog pages through a storage agent's catalog.
+func ReadCatalog(ctx context.Context, c dataplanepb.StorageClient) (*Catalog, error) {
 	stream, err := c.Catalog(ctx, &dataplanepb.CatalogRequest{})
 	if err != nil {
 		return nil, err
