@@ -48,7 +48,7 @@
 //
 // With Config.Policy the agent plans the splits itself (planner.go): stage
 // 1 measures the link, storage CPU, compute CPU and consumer rates
-// (stage1.go); stage 2 profiles every sample during the first, No-Off,
+// (planner.Stage1); stage 2 profiles every sample during the first, No-Off,
 // epoch when the link is the bottleneck, or reuses a saved profile; the
 // policy's plan then runs the later epochs, and a measured rate that
 // drifts from the plan's assumptions triggers a re-plan.

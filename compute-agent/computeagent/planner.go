@@ -18,7 +18,7 @@ import (
 // A policy run (Config.Policy):
 //
 //  1. Stage 1, before the first epoch: measure the link, storage CPU,
-//     compute CPU and consumer rates (stage1.go) and decide, with
+//     compute CPU and consumer rates (planner.Stage1) and decide, with
 //     profiler.Stage1, whether the link bounds a No-Off epoch. The
 //     decision is printed to Config.Out, logged and carried by the first
 //     epoch's report.
@@ -108,20 +108,24 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 		return nil, err
 	}
 	shard := epoch.Order(cfg.Seed, cfg.FirstEpoch, cfg.Rank, cfg.World, cat.Total)
-	st, err := a.stage1(ctx, fs, cat, shard)
+	srcs := make([]planner.Source, len(fs))
+	for i, f := range fs {
+		srcs[i] = f
+	}
+	st, err := planner.Stage1(ctx, a.stage1Config(), srcs, cat.RawSizes, shard)
 	if err != nil {
 		return nil, err
 	}
-	d := st.decision
+	d := st.Decision
 	a.log.Info().Str("policy", cfg.Policy).Str("bottleneck", d.Bottleneck).
 		Float64("predicted_nooff_seconds", d.PredictedNoOffSeconds).Bool("stage2", d.RunStage2).
 		Float64("link_bytes_per_sec", d.Rates.LinkBytesPerSec).Float64("compute_samples_per_sec", d.Rates.ComputeSamplesPerSec).
 		Float64("storage_samples_per_sec", d.Rates.StorageSamplesPerSec).Float64("gpu_samples_per_sec", d.Rates.GPUSamplesPerSec).
-		Float64("storage_speed", st.res.StorageSpeed).Msg(d.String())
+		Float64("storage_speed", st.Res.StorageSpeed).Msg(d.String())
 	if cfg.Out != nil {
 		fmt.Fprintln(cfg.Out, d.String())
 	}
-	p := &policyRun{a: a, pl: &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy, Res: st.res}, d: d, summary: st.summary(), shard: len(shard), cat: cat}
+	p := &policyRun{a: a, pl: &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy, Res: st.Res}, d: d, summary: st.Summary(), shard: len(shard), cat: cat}
 	if prof, saved := a.loadProfile(cat); prof != nil {
 		pl := p.pl
 		pl.Prof, pl.Saved = prof, saved
@@ -204,4 +208,29 @@ func (p *policyRun) annotate(r *report.EpochReport, e *fetch.Epoch, rec *profile
 		pl.Save()
 	}
 	return nil
+}
+
+// stage1Config is stage 1's view of the agent's configuration.
+func (a *Agent) stage1Config() *planner.Stage1Config {
+	cfg := &a.cfg
+	return &planner.Stage1Config{
+		Log: a.log, Now: cfg.Clock.Now, Pipeline: cfg.Pipeline, PipelineID: a.pipeID, PipelineSpec: a.pipeSpec,
+		Seed: cfg.Seed, Epoch: cfg.FirstEpoch, Window: cfg.Window, MaxPayload: cfg.MaxPayload,
+		Budget: cfg.ProfileBudget, Workers: cfg.Workers, Force: cfg.ForceProfile, GPURate: a.gpuRate(),
+	}
+}
+
+// rated is a consumer that knows its rate.
+type rated interface {
+	// Rate is the samples per second consumed at batch size batch; zero
+	// means unknown.
+	Rate(batch int) float64
+}
+
+// gpuRate is the consumer's rate, zero (unlimited) when it does not say.
+func (a *Agent) gpuRate() float64 {
+	if r, ok := a.cfg.Consumer.(rated); ok {
+		return r.Rate(a.cfg.Batch)
+	}
+	return 0
 }
