@@ -2,7 +2,6 @@ package fetch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -38,13 +37,6 @@ func (c *Catalog) Hash(i uint64) (h [32]byte, ok bool) {
 	copy(h[:], c.Hashes[32*i:])
 	return h, true
 }
-
-// ErrFingerprint: a storage agent serves a different dataset than the
-// catalog's.
-var ErrFingerprint = errors.New("computeagent: dataset fingerprint mismatch")
-
-// ErrCatalog marks a malformed catalog stream.
-var ErrCatalog = errors.New("computeagent: bad catalog")
 
 // maxCatalog bounds the samples a catalog may declare (memory: 44 bytes
 // per sample).

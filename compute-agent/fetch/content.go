@@ -3,7 +3,6 @@ package fetch
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -12,11 +11,6 @@ import (
 
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
-
-// ErrContentMismatch: a storage agent sent raw bytes whose SHA-256 is not
-// the catalog's content hash for that sample. The agent is refused for the
-// rest of the run.
-var ErrContentMismatch = errors.New("computeagent: sample content does not match the catalog")
 
 // checkRaw compares a sample fetched raw (split 0) with the catalog's
 // content hash. On a mismatch it refuses f's storage agent for the rest of

@@ -3,7 +3,6 @@ package fetch
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -17,9 +16,6 @@ import (
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/profiler"
 )
-
-// ErrUnavailable: samples of the epoch that no live storage agent holds.
-var ErrUnavailable = errors.New("computeagent: samples unavailable")
 
 // Shard is what one epoch delivers here.
 type Shard struct {

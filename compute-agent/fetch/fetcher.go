@@ -15,13 +15,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
-
-// ErrNoStorage: no storage agent can serve the epoch.
-var ErrNoStorage = errors.New("computeagent: no usable storage agent")
 
 // errStalled ends a stream that received nothing for the stall timeout
 // while requests were outstanding.
@@ -75,6 +73,8 @@ func NewFetcher(name string, client dataplanepb.StorageClient, info *dataplanepb
 	}
 	return f, nil
 }
+
+var _ planner.Source = (*Fetcher)(nil) // stage 1 probes through it
 
 // Name is the storage agent's name.
 func (f *Fetcher) Name() string { return f.name }

@@ -28,10 +28,6 @@ import (
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
-// ErrSample is wrapped by the error of an epoch failed by a bad sample
-// (OnError "fail"); the error names the sample.
-var ErrSample = errors.New("computeagent: bad sample")
-
 // Epoch is one epoch: fetchers -> work -> finishing workers -> queue
 // (the one bounded shared queue) -> batcher -> batches -> feeder ->
 // consumer. Every stage blocks when the next is full, so a slow consumer
@@ -492,6 +488,8 @@ func (e *Epoch) horizon() uint64 {
 	}
 	return uint64(float64(left) / rate * 1e9)
 }
+
+var _ trainer.Epoch = (*Epoch)(nil)
 
 // Num is the epoch's number (trainer.Epoch).
 func (e *Epoch) Num() uint64 { return e.num }
