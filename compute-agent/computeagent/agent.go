@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/fetch"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
@@ -27,13 +28,37 @@ import (
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
-	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
-// ErrFingerprint: a storage agent serves a different dataset than the
-// catalog's.
-var ErrFingerprint = errors.New("computeagent: dataset fingerprint mismatch")
+// The engine's errors (package fetch), under the names the agent's
+// callers match with errors.Is; their texts keep the computeagent prefix.
+var (
+	// ErrFingerprint: a storage agent serves a different dataset than the
+	// catalog's.
+	ErrFingerprint = fetch.ErrFingerprint
+	// ErrCatalog marks a malformed catalog stream.
+	ErrCatalog = fetch.ErrCatalog
+	// ErrNoStorage: no storage agent can serve the epoch.
+	ErrNoStorage = fetch.ErrNoStorage
+	// ErrUnavailable: samples of the epoch that no live storage agent
+	// holds.
+	ErrUnavailable = fetch.ErrUnavailable
+	// ErrContentMismatch: a storage agent sent raw bytes whose SHA-256 is
+	// not the catalog's content hash for that sample. The agent is refused
+	// for the rest of the run.
+	ErrContentMismatch = fetch.ErrContentMismatch
+	// ErrSample is wrapped by the error of an epoch failed by a bad sample
+	// (OnError "fail"); the error names the sample.
+	ErrSample = fetch.ErrSample
+)
+
+// Catalog is the dataset as a storage agent describes it (fetch.Catalog).
+type Catalog = fetch.Catalog
+
+// probeGrace is how long the start of an epoch waits for the storage
+// agents still silent once one of them answered Info.
+const probeGrace = 2 * time.Second
 
 // Connection health checks: a ping after keepaliveTime without traffic
 // (the storage agents accept one every storageagent.MinPingInterval = 10 s
@@ -77,17 +102,19 @@ type Agent struct {
 	tail *trainer.Tail
 	hub  *trainer.Hub // trainer mode, while Run serves
 	m    *metrics
+	// engine is what every epoch's run takes from the agent.
+	engine fetch.Config
 
 	mu        sync.Mutex
 	discovery Discovery
 	conns     map[string]*grpc.ClientConn
 	cat       *Catalog
-	// refused holds the storage agents refused for the rest of the run,
-	// by name, with why (content.go).
-	refused sync.Map
-	jr      *journal.Journal // the sample log and resume state, opened with the catalog
-	jrErr   error
-	closed  bool
+	// refusals holds the storage agents refused for the rest of the run
+	// (fetch.Refusals).
+	refusals *fetch.Refusals
+	jr       *journal.Journal // the sample log and resume state, opened with the catalog
+	jrErr    error
+	closed   bool
 }
 
 // New validates cfg (filling in its zero values) and returns an agent. It
@@ -127,25 +154,27 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 	if a.gpu == nil {
 		a.gpu = NewNVML(a.cfg.Clock, a.log)
 	}
+	a.refusals = &fetch.Refusals{Log: a.log}
+	a.engine = a.engineConfig()
 	return a, nil
 }
 
-// metrics is the agent's series; nil for an epoch run outside an agent
-// (tests).
-func (a *Agent) metrics() *metrics {
-	if a == nil {
-		return nil
+// engineConfig is the epoch engine's view of the agent.
+func (a *Agent) engineConfig() fetch.Config {
+	c := &a.cfg
+	return fetch.Config{
+		Log: a.log, Now: c.Clock.Now, Metrics: a.m, Refusals: a.refusals, Consumer: c.Consumer, OnSample: c.OnSample,
+		Pipeline: c.Pipeline, PipelineID: a.pipeID, PipelineSpec: a.pipeSpec, Sizes: a.sizes, Seed: c.Seed, Codec: c.Codec,
+		Workers: c.Workers, Queue: c.Queue, Batch: c.Batch, Window: c.Window, WindowBytes: c.WindowBytes,
+		MaxPayload: c.MaxPayload, Retries: c.Retries, RetryBudget: c.RetryBudget, StallTimeout: c.StallTimeout,
+		Progress: c.Progress, StrictOrder: c.StrictOrder, StrictOffload: c.StrictOffload, FetchOnly: c.FetchOnly,
+		FailOnError: c.OnError == OnErrorFail, RoundRobin: c.Placement == PlacementRoundRobin,
 	}
-	return a.m
 }
 
-// assemblerMetrics are the trainers' assembler's series; nil outside an
-// agent (tests).
+// assemblerMetrics are the trainers' assembler's series.
 func (a *Agent) assemblerMetrics() *trainer.Metrics {
-	m := a.metrics()
-	if m == nil {
-		return nil
-	}
+	m := a.m
 	return &trainer.Metrics{Wait: m.wait, Batches: m.batches, Samples: m.samples}
 }
 
@@ -190,7 +219,7 @@ func (a *Agent) Run(ctx context.Context) ([]report.EpochReport, error) {
 		return nil, err
 	}
 	defer stop()
-	next := func(int) epochOpts { return epochOpts{plan: a.plan} }
+	next := func(int) epochOpts { return epochOpts{Opts: fetch.Opts{Plan: a.plan}} }
 	if a.cfg.Policy != "" {
 		p, err := a.startPolicy(ctx)
 		if err != nil {
@@ -308,7 +337,7 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 // probeGrace for the rest (a stopped agent does not hold the epoch; the
 // ones left out are asked again at the next epoch). When none is usable it
 // tries again, with back-off, until Config.RetryBudget is spent.
-func (a *Agent) storage(ctx context.Context) ([]*fetcher, *Catalog, error) {
+func (a *Agent) storage(ctx context.Context) ([]*fetch.Fetcher, *Catalog, error) {
 	start := a.cfg.Clock.Now()
 	for attempt := 1; ; attempt++ {
 		fs, cat, retry, err := a.storageOnce(ctx)
@@ -336,7 +365,7 @@ type probed struct {
 
 // storageOnce is one round of storage; retry reports whether another
 // round may help (not when every agent serves another dataset).
-func (a *Agent) storageOnce(ctx context.Context) (fs []*fetcher, _ *Catalog, retry bool, _ error) {
+func (a *Agent) storageOnce(ctx context.Context) (fs []*fetch.Fetcher, _ *Catalog, retry bool, _ error) {
 	a.mu.Lock()
 	d := a.discovery
 	a.mu.Unlock()
@@ -386,8 +415,8 @@ func (a *Agent) probeInfo(ctx context.Context, eps []Endpoint) ([]*probed, error
 				results <- probed{i: i, err: err}
 				return
 			}
-			client := a.guard(ep.Name, dataplanepb.NewStorageClient(c))
-			ictx, icancel := context.WithTimeout(pctx, probeTimeout)
+			client := a.refusals.Guard(ep.Name, dataplanepb.NewStorageClient(c))
+			ictx, icancel := context.WithTimeout(pctx, fetch.ProbeTimeout)
 			info, err := client.Info(ictx, &dataplanepb.InfoRequest{}, grpc.WaitForReady(true))
 			icancel()
 			results <- probed{i: i, client: client, info: info, err: err}
@@ -416,8 +445,8 @@ func (a *Agent) probeInfo(ctx context.Context, eps []Endpoint) ([]*probed, error
 // accept checks storage agent ep's answer p (nil: none in time) against
 // the catalog, reading the catalog from it on first use, and returns its
 // fetcher; retry reports whether another round may help with it.
-func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *fetcher, retry bool, _ error) {
-	if err := a.refusal(ep.Name); err != nil {
+func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *fetch.Fetcher, retry bool, _ error) {
+	if err := a.refusals.Refusal(ep.Name); err != nil {
 		return nil, false, err
 	}
 	if p == nil {
@@ -437,7 +466,7 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *fetcher,
 	cat := a.Catalog()
 	if cat == nil {
 		cctx, ccancel := context.WithTimeout(ctx, a.cfg.RetryBudget)
-		c, err := readCatalog(cctx, p.client)
+		c, err := fetch.ReadCatalog(cctx, p.client)
 		ccancel()
 		if err != nil {
 			return nil, !errors.Is(err, ErrCatalog), fmt.Errorf("%s: catalog: %w", ep.Name, err)
@@ -453,8 +482,8 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *fetcher,
 		a.log.Error().Err(err).Msg("storage agent refused")
 		return nil, false, err
 	}
-	f := &fetcher{ep: ep, client: p.client, cpus: p.info.GetCpus(), cpu0: p.info.GetProcessCpuNs()}
-	if err := f.announced(p.info, cat); err != nil {
+	f, err := fetch.NewFetcher(ep.Name, p.client, p.info, cat)
+	if err != nil {
 		a.log.Error().Err(err).Msg("storage agent refused")
 		return nil, false, err
 	}
@@ -464,27 +493,18 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *fetcher,
 // RunEpoch runs one epoch with Config.Plan and returns its report (also
 // appended to Config.ReportPath). It does not consult Config.Policy.
 func (a *Agent) RunEpoch(ctx context.Context, num uint64) (report.EpochReport, error) {
-	return a.runEpoch(ctx, num, epochOpts{plan: a.plan})
+	return a.runEpoch(ctx, num, epochOpts{Opts: fetch.Opts{Plan: a.plan}})
 }
 
 // epochOpts are what a policy run changes about one epoch.
 type epochOpts struct {
-	plan *planner.RunPlan
-	// rec, when set, records stage 2's profile of every sample fetched
-	// raw.
-	rec *profiler.Recorder
+	fetch.Opts
 	// annotate, when set, completes a successful epoch's report before it
 	// is logged and written.
-	annotate func(*report.EpochReport, *epochRun) error
+	annotate func(*report.EpochReport, *fetch.Epoch) error
 	// trainer, when set, is the epoch the local trainer ranks asked for:
 	// the epoch runs their orders and fills their slots.
 	trainer *trainer.EpochReq
-	// linkRate is the planner's link rate (bytes/s; 0: unknown), for the
-	// offloads' horizon (see epochRun.horizon) and shedding (epoch.Shedder).
-	linkRate float64
-	// storageCores is the planner's storage cores (0: unknown), for
-	// shedding.
-	storageCores float64
 }
 
 // errEpochSkipped: the state dir says the epoch completed before a
@@ -503,7 +523,7 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (repor
 		r.Status = "interrupted"
 	}
 	if r.Pipeline == "" {
-		r.Pipeline, r.Plan = a.pipeID, opts.plan.Name()
+		r.Pipeline, r.Plan = a.pipeID, opts.Plan.Name()
 	}
 	if r.Failed == nil {
 		r.Failed = []report.SampleFailure{}
@@ -546,7 +566,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 	if err != nil {
 		return report.EpochReport{}, err
 	}
-	jr, err := a.openJournal(cat, opts.plan)
+	jr, err := a.openJournal(cat, opts.Plan)
 	if err != nil {
 		return report.EpochReport{}, err
 	}
@@ -558,19 +578,19 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 	if err != nil {
 		return report.EpochReport{}, err
 	}
-	e := a.newEpochRun(num, cat, sh, opts)
+	e := fetch.NewEpoch(&a.engine, num, cat, sh.Shard, opts.Opts)
 	if sh.tr != nil {
-		e.posRank, e.posJ, e.gpos = sh.tr.Rank, sh.tr.J, sh.tr.GPos
-		e.asm = trainer.NewAssembler(e, a.assemblerMetrics(), opts.trainer.Conns, a.cfg.StrictOrder, a.cfg.Batch, a.cfg.Queue, sh.tr.Rows, sh.tr.Batches, sh.tr.First, len(sh.order))
-		if err := a.hub.Start(e.asm); err != nil {
+		asm := trainer.NewAssembler(e, a.assemblerMetrics(), opts.trainer.Conns, a.cfg.StrictOrder, a.cfg.Batch, a.cfg.Queue, sh.tr.Rows, sh.tr.Batches, sh.tr.First, len(sh.Order))
+		e.Feed(asm, sh.tr)
+		if err := a.hub.Start(asm); err != nil {
 			return report.EpochReport{}, err
 		}
 		defer a.hub.Finish()
 	}
-	if err := a.prepare(e, fs, jr, opts); err != nil {
+	if err := e.Prepare(fs, jr); err != nil {
 		return report.EpochReport{}, err
 	}
-	r, err := a.execute(ctx, e, fs, sh)
+	r, err := a.execute(ctx, e, fs)
 	if err != nil {
 		return r, err
 	}
@@ -579,12 +599,8 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 
 // epochShard is what one epoch delivers here.
 type epochShard struct {
-	order []uint64           // position -> sample
-	split []int              // position -> k
-	tr    *trainer.Positions // trainer mode: the local ranks' positions
-	// padded counts the positions that repeat a sample (RankOrder);
-	// resumed, the samples delivered before a restart and left out.
-	padded, resumed int
+	fetch.Shard
+	tr *trainer.Positions // trainer mode: the local ranks' positions
 }
 
 // shard decides the epoch's positions (the rank's order, or the local
@@ -598,22 +614,22 @@ func (a *Agent) shard(num uint64, cat *Catalog, jr *journal.Journal, opts epochO
 		if err != nil {
 			return sh, err
 		}
-		sh.tr, sh.order = tr, tr.Order
+		sh.tr, sh.Order = tr, tr.Order
 	} else {
 		// Every rank the same count (DDP hangs on uneven ones): padded by
 		// repeats of its own samples, or with --drop-last cut to full
 		// batches; with one rank, the whole catalog.
-		sh.order = epoch.RankOrder(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
+		sh.Order = epoch.RankOrder(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
 	}
-	sh.padded = max(0, len(sh.order)-len(epoch.Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)))
+	sh.Padded = max(0, len(sh.Order)-len(epoch.Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)))
 	if done := jr.Delivered(num); len(done) > 0 {
 		// Resume: the samples journaled before the restart were delivered;
 		// the rest keep their order.
-		sh.order = slices.DeleteFunc(slices.Clone(sh.order), func(s uint64) bool { _, ok := done[s]; return ok })
-		sh.resumed = len(done)
-		a.log.Info().Uint64("epoch", num).Int("resumed", sh.resumed).Int("left", len(sh.order)).Msg("resuming the epoch")
+		sh.Order = slices.DeleteFunc(slices.Clone(sh.Order), func(s uint64) bool { _, ok := done[s]; return ok })
+		sh.Resumed = len(done)
+		a.log.Info().Uint64("epoch", num).Int("resumed", sh.Resumed).Int("left", len(sh.Order)).Msg("resuming the epoch")
 	}
-	sh.split = make([]int, len(sh.order))
+	sh.Split = make([]int, len(sh.Order))
 	n := cfg.Pipeline.Len()
 	if a.tail != nil {
 		// A plan names splits of the whole pipeline; with uint8 slots the
@@ -623,181 +639,37 @@ func (a *Agent) shard(num uint64, cat *Catalog, jr *journal.Journal, opts epochO
 			n++
 		}
 	}
-	for i, s := range sh.order {
-		k, err := opts.plan.Split(s, cfg.Pipeline, n)
+	for i, s := range sh.Order {
+		k, err := opts.Plan.Split(s, cfg.Pipeline, n)
 		if err != nil {
 			return sh, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
-		sh.split[i] = min(k, cfg.Pipeline.Len())
+		sh.Split[i] = min(k, cfg.Pipeline.Len())
 	}
 	return sh, nil
 }
 
-// newEpochRun is the epoch's run over sh, before its schedule.
-func (a *Agent) newEpochRun(num uint64, cat *Catalog, sh epochShard, opts epochOpts) *epochRun {
-	cfg := &a.cfg
-	return &epochRun{
-		a: a, cfg: cfg, num: num, cat: cat, order: sh.order, split: sh.split, plan: opts.plan, rec: opts.rec,
-		log:     a.log.With().Uint64("epoch", num).Logger(),
-		work:    make(chan work),
-		queue:   make(chan epoch.Item, cfg.Queue*cfg.Batch),
-		batches: make(chan *Batch),
-		bySplit: splitCounter{},
-	}
-}
-
-// prepare places e's positions over the storage agents fs, builds its
-// schedule, shedder and the fetchers' windows.
-func (a *Agent) prepare(e *epochRun, fs []*fetcher, jr *journal.Journal, opts epochOpts) error {
-	cfg, num, order, plan := &a.cfg, e.num, e.order, e.plan
-	gate := 0
-	if cfg.StrictOrder {
-		gate = cfg.Window * len(fs)
-	}
-	offloaded := make([]bool, len(order))
-	for i, s := range order {
-		offloaded[i] = e.split[i] != 0 || e.codec(s) != ops.CodecNone
-	}
-	if n := replace(fs); n > 0 {
-		a.log.Warn().Uint64("epoch", num).Int("shards", n).Msg("shards that no reachable storage agent announced are placed over the reachable ones (their holders are gone)")
-	}
-	pl, unowned, err := e.placement(fs)
-	if err != nil {
-		return err
-	}
-	if len(unowned) > 0 && cfg.OnError == OnErrorFail {
-		return fmt.Errorf("%w: epoch %d not started: %d of the shard's %d samples (the first: %d) have no live storage agent holding them; --on-error skip reports them and runs the rest",
-			ErrUnavailable, num, len(unowned), len(order), order[unowned[0]])
-	}
-	e.sched = epoch.NewPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
-	e.paced = len(fs) > 1
-	if plan.Hinted() {
-		e.sched.CPUOf = func(pos, _ int) int64 {
-			_, c := plan.Hint(order[pos])
-			return int64(c)
-		}
-	}
-	e.sched.Now = cfg.Clock.Now
-	e.linkRate = opts.linkRate
-	if !cfg.StrictOffload {
-		wire := func(sample uint64, k int) float64 { return float64(a.sizes.Estimate(k, e.cat.RawSizes[sample])) }
-		e.shed = epoch.NewShedder(order, e.split, wire, plan, plan.Speed, e.linkRate, opts.storageCores, cfg.Clock.Now)
-	}
-	for pos := range order {
-		b, _, _ := e.estimate(pos)
-		e.left.Add(b)
-	}
-	e.jr = jr
-	a.log.Info().Uint64("epoch", num).Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.Name()).Msg("epoch start")
-	for i, f := range fs {
-		f.e = e
-		f.w = epoch.Window{Idx: i, MaxCount: cfg.Window, MaxBytes: cfg.WindowBytes, Outstanding: map[uint64]*epoch.Request{}}
-		if e.sched.CPUOf != nil {
-			// At most paceTime of the agent's cores queued, by the plan's
-			// estimates; past that the window takes raw positions. With
-			// one storage agent too: a window of offloads alone would
-			// commit seconds of a contended storage CPU ahead of the
-			// shedder while the link idles, which makes the epoch
-			// measurably slower than with the cap.
-			f.w.MaxCPU = int64(max(f.cpus, 1) * float64(paceTime))
-		}
-	}
-	return nil
-}
-
-// execute runs the prepared epoch e, sampling the GPU meanwhile, and
-// returns its account so far; err is the run's.
-func (a *Agent) execute(ctx context.Context, e *epochRun, fs []*fetcher, sh epochShard) (report.EpochReport, error) {
-	cfg := &a.cfg
+// execute runs the prepared epoch e over fs, sampling the GPU meanwhile,
+// and returns its account so far; err is the run's.
+func (a *Agent) execute(ctx context.Context, e *fetch.Epoch, fs []*fetch.Fetcher) (report.EpochReport, error) {
 	gctx, stopGPU := context.WithCancel(ctx)
 	var gpu report.GPUStats
 	var wg sync.WaitGroup
 	wg.Go(func() { gpu = a.gpu.Sample(gctx) })
 	a.m.cur.Store(e)
 	defer a.m.cur.Store(nil)
-	if cfg.Progress > 0 {
-		wg.Go(func() { e.progress(gctx, cfg.Progress) })
-	}
-	start := cfg.Clock.Now()
-	e.start = start
-	err := e.run(ctx, fs)
-	end := cfg.Clock.Now()
+	err := e.Execute(ctx, fs)
 	stopGPU()
 	wg.Wait()
-	var perByte float64
-	if err == nil {
-		perByte = transport(ctx, fs)
-	}
-	r := e.report(start, end, fs, sh)
-	r.GPU, r.StorageNSPerByte = gpu, perByte
+	r := e.Report(ctx, fs, err == nil)
+	r.GPU = gpu
 	return r, err
-}
-
-// report is the epoch's account after it ran from start to end.
-func (e *epochRun) report(start, end time.Time, fs []*fetcher, sh epochShard) report.EpochReport {
-	elapsed := end.Sub(start)
-	names := make([]string, len(fs))
-	for i, f := range fs {
-		names[i] = f.ep.Name
-	}
-	r := report.EpochReport{
-		Epoch:                    e.num,
-		Seconds:                  elapsed.Seconds(),
-		StartUnixNS:              start.UnixNano(),
-		EndUnixNS:                end.UnixNano(),
-		Pipeline:                 e.a.pipeID,
-		Plan:                     e.plan.Name(),
-		StrictOrder:              e.cfg.StrictOrder,
-		FetchOnly:                e.cfg.FetchOnly,
-		Storage:                  names,
-		ByStorage:                byStorage(fs),
-		Shard:                    len(e.order),
-		Samples:                  e.samples,
-		Batches:                  e.nbatch,
-		SamplesFailed:            len(e.failed),
-		Failed:                   e.failed,
-		BytesReceived:            e.bytesReceived.Load(),
-		BySplit:                  e.bySplit.list(),
-		GPUIdleSeconds:           e.idle.Seconds(),
-		ComputeCPUSeconds:        float64(e.computeNS.Load()) / 1e9,
-		StorageCPUSeconds:        float64(e.storageNS.Load()) / 1e9,
-		OffloadStorageCPUSeconds: float64(e.storageOffNS.Load()) / 1e9,
-		OffloadStorageEffSeconds: float64(e.storageOffEffNS.Load()) / 1e9,
-		Retried:                  int(e.retried.Load()),
-		StreamFailures:           int(e.streamFailures.Load()),
-		Duplicates:               int(e.duplicates.Load()),
-		Stalls:                   int(e.stalls.Load()),
-		Hedged:                   int(e.hedged.Load()),
-		Refetched:                int(e.refetched.Load()),
-		ServedRaw:                servedRaw(e),
-		Shed:                     int(e.shed.Count()),
-		Resumed:                  sh.resumed,
-		Padded:                   sh.padded,
-		Status:                   "ok",
-	}
-	if r.Failed == nil {
-		r.Failed = []report.SampleFailure{}
-	}
-	slices.SortFunc(r.Failed, func(x, y report.SampleFailure) int { return cmp.Compare(x.Sample, y.Sample) })
-	if e.asm != nil {
-		r.Consumer = "trainer"
-		r.Trainers = e.asm.Stats()
-		for _, t := range r.Trainers {
-			r.Samples += t.Samples
-			r.Batches += t.Batches
-			r.GPUIdleSeconds += t.WaitSeconds / float64(len(r.Trainers))
-		}
-	}
-	if elapsed > 0 {
-		r.GPUIdleFraction = r.GPUIdleSeconds / elapsed.Seconds()
-	}
-	return r
 }
 
 // finish checks that the epoch accounted for every position, completes
 // its report (opts.annotate), logs and writes it and records the epoch
 // done in the journal.
-func (a *Agent) finish(r report.EpochReport, e *epochRun, jr *journal.Journal, opts epochOpts) (report.EpochReport, error) {
+func (a *Agent) finish(r report.EpochReport, e *fetch.Epoch, jr *journal.Journal, opts epochOpts) (report.EpochReport, error) {
 	if r.Samples+r.SamplesFailed != r.Shard {
 		return r, fmt.Errorf("computeagent: epoch %d: delivered %d and failed %d of %d samples", r.Epoch, r.Samples, r.SamplesFailed, r.Shard)
 	}
@@ -843,22 +715,4 @@ func (a *Agent) serveMetrics() (stop func(), err error) {
 		}
 		wg.Wait()
 	}, nil
-}
-
-// progress logs the epoch's progress every interval until ctx ends.
-func (e *epochRun) progress(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	start := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		recv, n := e.sched.Progress()
-		el := time.Since(start).Seconds()
-		e.log.Info().Int("received", recv).Int("of", n).Float64("samples_per_sec", float64(recv)/el).
-			Float64("queue", e.a.m.queueDepth()).Int64("bytes", e.bytesReceived.Load()).Msg("progress")
-	}
 }

@@ -6,35 +6,17 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/fetch"
 )
 
 // Batch is what the GPU consumer receives: B samples stacked into one
 // float32 buffer laid out [B, C, H, W], with their labels.
-type Batch struct {
-	Epoch uint64
-	// Index counts the epoch's batches from 0.
-	Index int
-	// Samples and Labels are per row.
-	Samples []uint64
-	Labels  []uint32
-	// Shape is [B, C, H, W].
-	Shape [4]int
-	Data  []float32
-
-	// Per row, for the report and OnSample.
-	shas   [][32]byte
-	splits []int
-	wire   []int64
-}
-
-// Len is the number of samples in the batch.
-func (b *Batch) Len() int { return len(b.Samples) }
+type Batch = fetch.Batch
 
 // Consumer is the GPU side: it takes one batch at a time. Consume blocks
 // for as long as the step takes.
-type Consumer interface {
-	Consume(ctx context.Context, b *Batch) error
-}
+type Consumer = fetch.Consumer
 
 // Discard consumes batches instantly.
 type Discard struct{}

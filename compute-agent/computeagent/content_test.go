@@ -51,7 +51,7 @@ func TestRawContentMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.refusal("rogue:1"); !errors.Is(err, ErrContentMismatch) {
+	if err := a.refusals.Refusal("rogue:1"); !errors.Is(err, ErrContentMismatch) {
 		t.Fatalf("rogue refusal = %v, want ErrContentMismatch", err)
 	}
 	failed := 0

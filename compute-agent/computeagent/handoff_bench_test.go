@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/fetch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/internal/testenv"
@@ -82,7 +83,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		e := &epochRun{a: a, cfg: &a.cfg, num: req.Epoch, bySplit: splitCounter{}}
+		e := fetch.NewEpoch(&a.engine, req.Epoch, &Catalog{}, fetch.Shard{}, fetch.Opts{})
 		asm := trainer.NewAssembler(e, a.assemblerMetrics(), req.Conns, false, batch, a.cfg.Queue, batch*(batches+1), batches+1, []int{0}, 0)
 		if err := hub.Start(asm); err != nil {
 			b.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sophon-dl/sophon/compute-agent/fetch"
 	"github.com/sophon-dl/sophon/internal/metricsrv"
 	"github.com/sophon-dl/sophon/ops"
 )
@@ -23,7 +24,7 @@ type metrics struct {
 	failures prometheus.Counter
 	wait     *prometheus.CounterVec
 	batches  *prometheus.CounterVec
-	cur      atomic.Pointer[epochRun] // the running epoch, for the queue gauge
+	cur      atomic.Pointer[fetch.Epoch] // the running epoch, for the queue gauge
 }
 
 func newMetrics() *metrics {
@@ -74,13 +75,22 @@ func (m *metrics) queueDepth() float64 {
 	if e == nil {
 		return 0
 	}
-	if e.asm != nil {
-		return float64(e.asm.Queued())
-	}
-	return float64(len(e.queue))
+	return float64(e.Queued())
 }
 
-func (m *metrics) received(split, bytes int) {
+var _ fetch.Metrics = (*metrics)(nil)
+
+// Failure implements fetch.Metrics.
+func (m *metrics) Failure() { m.failures.Inc() }
+
+// Retried implements fetch.Metrics.
+func (m *metrics) Retried(n int) { m.retries.Add(float64(n)) }
+
+// Delivered implements fetch.Metrics.
+func (m *metrics) Delivered(n int) { m.samples.Add(float64(n)) }
+
+// Received implements fetch.Metrics.
+func (m *metrics) Received(split, bytes int) {
 	label := strconv.Itoa(split)
 	if split == ops.SplitCut {
 		label = "cut"

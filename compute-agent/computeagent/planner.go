@@ -8,9 +8,9 @@ import (
 	"strings"
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/fetch"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
-	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/profiler"
 )
@@ -18,7 +18,7 @@ import (
 // A policy run (Config.Policy):
 //
 //  1. Stage 1, before the first epoch: measure the link, storage CPU,
-//     compute CPU and consumer rates (stage1.go) and decide, with
+//     compute CPU and consumer rates (planner.Stage1) and decide, with
 //     profiler.Stage1, whether the link bounds a No-Off epoch. The
 //     decision is printed to Config.Out, logged and carried by the first
 //     epoch's report.
@@ -108,20 +108,24 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 		return nil, err
 	}
 	shard := epoch.Order(cfg.Seed, cfg.FirstEpoch, cfg.Rank, cfg.World, cat.Total)
-	st, err := a.stage1(ctx, fs, cat, shard)
+	srcs := make([]planner.Source, len(fs))
+	for i, f := range fs {
+		srcs[i] = f
+	}
+	st, err := planner.Stage1(ctx, a.stage1Config(), srcs, cat.RawSizes, shard)
 	if err != nil {
 		return nil, err
 	}
-	d := st.decision
+	d := st.Decision
 	a.log.Info().Str("policy", cfg.Policy).Str("bottleneck", d.Bottleneck).
 		Float64("predicted_nooff_seconds", d.PredictedNoOffSeconds).Bool("stage2", d.RunStage2).
 		Float64("link_bytes_per_sec", d.Rates.LinkBytesPerSec).Float64("compute_samples_per_sec", d.Rates.ComputeSamplesPerSec).
 		Float64("storage_samples_per_sec", d.Rates.StorageSamplesPerSec).Float64("gpu_samples_per_sec", d.Rates.GPUSamplesPerSec).
-		Float64("storage_speed", st.res.StorageSpeed).Msg(d.String())
+		Float64("storage_speed", st.Res.StorageSpeed).Msg(d.String())
 	if cfg.Out != nil {
 		fmt.Fprintln(cfg.Out, d.String())
 	}
-	p := &policyRun{a: a, pl: &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy, Res: st.res}, d: d, summary: st.summary(), shard: len(shard), cat: cat}
+	p := &policyRun{a: a, pl: &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy, Res: st.Res}, d: d, summary: st.Summary(), shard: len(shard), cat: cat}
 	if prof, saved := a.loadProfile(cat); prof != nil {
 		pl := p.pl
 		pl.Prof, pl.Saved = prof, saved
@@ -144,15 +148,15 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 // current plan.
 func (p *policyRun) next(i int) epochOpts {
 	pl, cfg := p.pl, &p.a.cfg
-	opts := epochOpts{plan: planner.NewRunPlan(NoOff(), nil, policy.Resources{}), linkRate: pl.Res.LinkBytesPerSec, storageCores: pl.Res.StorageCores}
+	opts := epochOpts{Opts: fetch.Opts{Plan: planner.NewRunPlan(NoOff(), nil, policy.Resources{}), LinkRate: pl.Res.LinkBytesPerSec, StorageCores: pl.Res.StorageCores}}
 	predicted, bound := p.d.PredictedNoOffSeconds, 0.0
 	ran := pl.Prof != nil
 	var planRan policy.Plan
 	if ran {
-		opts.plan, planRan = pl.Run, pl.Plan
+		opts.Plan, planRan = pl.Run, pl.Plan
 		predicted, bound = pl.Plan.Pred.Seconds, pl.Bound
 	} else if p.d.RunStage2 {
-		opts.rec = profiler.NewRecorder(cfg.Pipeline, p.cat.Fingerprint, int(p.cat.Total))
+		opts.Rec = profiler.NewRecorder(cfg.Pipeline, p.cat.Fingerprint, int(p.cat.Total))
 		p.summary.Profile = report.ProfileRecorded
 	}
 	var sum *report.Stage1Summary
@@ -160,8 +164,8 @@ func (p *policyRun) next(i int) epochOpts {
 		s := p.summary
 		sum = &s
 	}
-	rec := opts.rec
-	opts.annotate = func(r *report.EpochReport, e *epochRun) error {
+	rec := opts.Rec
+	opts.annotate = func(r *report.EpochReport, e *fetch.Epoch) error {
 		r.Policy, r.PredictedSeconds, r.BoundSeconds, r.Stage1 = cfg.Policy, predicted, bound, sum
 		return p.annotate(r, e, rec, ran, planRan)
 	}
@@ -172,7 +176,7 @@ func (p *policyRun) next(i int) epochOpts {
 // plan on: stage 2's records (rec) become the profile, a planned epoch
 // (ran with planRan) is checked for drift and against the guard, and a
 // No-Off epoch's time is kept for the guard.
-func (p *policyRun) annotate(r *report.EpochReport, e *epochRun, rec *profiler.Recorder, ran bool, planRan policy.Plan) error {
+func (p *policyRun) annotate(r *report.EpochReport, e *fetch.Epoch, rec *profiler.Recorder, ran bool, planRan policy.Plan) error {
 	pl := p.pl
 	switch {
 	case rec != nil:
@@ -185,7 +189,7 @@ func (p *policyRun) annotate(r *report.EpochReport, e *epochRun, rec *profiler.R
 			r.BoundSeconds = pl.Bound
 		}
 	case ran:
-		why, drifted := pl.Drift(r, e.offloads(), planRan)
+		why, drifted := pl.Drift(r, e.Offloads(), planRan)
 		pl.Save()
 		if g := pl.Guard(r, p.noOff); g != "" {
 			why = strings.TrimPrefix(why+"; "+g, "; ")
@@ -206,10 +210,27 @@ func (p *policyRun) annotate(r *report.EpochReport, e *epochRun, rec *profiler.R
 	return nil
 }
 
-// offloads is what e measured of its offloaded samples, for the planner.
-func (e *epochRun) offloads() *planner.Offloads {
-	return &planner.Offloads{StorageNS: e.storageOffNS.Load(), StorageEffNS: e.storageOffEffNS.Load(), PlannedNS: e.offPlannedNS.Load()}
+// stage1Config is stage 1's view of the agent's configuration.
+func (a *Agent) stage1Config() *planner.Stage1Config {
+	cfg := &a.cfg
+	return &planner.Stage1Config{
+		Log: a.log, Now: cfg.Clock.Now, Pipeline: cfg.Pipeline, PipelineID: a.pipeID, PipelineSpec: a.pipeSpec,
+		Seed: cfg.Seed, Epoch: cfg.FirstEpoch, Window: cfg.Window, MaxPayload: cfg.MaxPayload,
+		Budget: cfg.ProfileBudget, Workers: cfg.Workers, Force: cfg.ForceProfile, GPURate: a.gpuRate(),
+	}
 }
 
-// codec is the codec requested for sample (RunPlan.Codec).
-func (e *epochRun) codec(sample uint64) ops.Codec { return e.plan.Codec(sample, e.cfg.Codec) }
+// rated is a consumer that knows its rate.
+type rated interface {
+	// Rate is the samples per second consumed at batch size batch; zero
+	// means unknown.
+	Rate(batch int) float64
+}
+
+// gpuRate is the consumer's rate, zero (unlimited) when it does not say.
+func (a *Agent) gpuRate() float64 {
+	if r, ok := a.cfg.Consumer.(rated); ok {
+		return r.Rate(a.cfg.Batch)
+	}
+	return 0
+}

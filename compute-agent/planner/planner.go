@@ -1,7 +1,10 @@
-// Package planner is the compute agent's policy planning: the plan as an
-// epoch runs it (RunPlan, indexed by sample), and the Planner that turns a
-// profile and the measured resources into a plan and re-plans when an
-// epoch's measurements drift from the plan's assumptions.
+// Package planner is the compute agent's policy planning: stage 1 (Stage1,
+// the probes that measure the link, storage CPU, compute CPU and consumer
+// rates over the storage agents' Fetch streams and decide whether stage 2
+// profiles), the plan as an epoch runs it (RunPlan, indexed by sample), and
+// the Planner that turns a profile and the measured resources into a plan
+// and re-plans when an epoch's measurements drift from the plan's
+// assumptions.
 package planner
 
 import (

@@ -1,4 +1,4 @@
-package computeagent
+package planner
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
@@ -28,21 +29,57 @@ const (
 	speedSamples = 8
 )
 
-// stage1Result is what stage 1 measured and decided.
-type stage1Result struct {
-	decision profiler.Decision
-	res      policy.Resources
+// Stage1Config is what stage 1 takes from the agent's configuration.
+type Stage1Config struct {
+	Log zerolog.Logger
+	// Now is the agent's clock.
+	Now func() time.Time
+	// Pipeline is the agent's pipeline, PipelineID its id and
+	// PipelineSpec its spec for the first request of a stream (nil for a
+	// preset).
+	Pipeline     *ops.Pipeline
+	PipelineID   string
+	PipelineSpec []byte
+	// Seed and Epoch name the probes' requests (the run's first epoch).
+	Seed, Epoch uint64
+	// Window bounds each probe stream's requests in flight; MaxPayload a
+	// response's decoded payload (ops.WireLimits).
+	Window     int
+	MaxPayload int
+	// Budget bounds the link probe and the compute measurement
+	// (computeagent.Config.ProfileBudget).
+	Budget time.Duration
+	// Workers is this node's finishing workers, its compute cores.
+	Workers int
+	// Force runs stage 2 whatever the bottleneck (profiler.Force).
+	Force bool
+	// GPURate is the consumer's samples per second (0: unknown).
+	GPURate float64
 }
 
-// summary is the decision as the first epoch's report carries it.
-func (s stage1Result) summary() report.Stage1Summary {
-	d := s.decision
+// Source is a storage agent stage 1 probes (the compute agent's fetcher).
+type Source interface {
+	Name() string
+	Client() dataplanepb.StorageClient
+	// CPUs is the agent's cores (0: unknown).
+	CPUs() float64
+}
+
+// Stage1Result is what stage 1 measured and decided.
+type Stage1Result struct {
+	Decision profiler.Decision
+	Res      policy.Resources
+}
+
+// Summary is the decision as the first epoch's report carries it.
+func (s Stage1Result) Summary() report.Stage1Summary {
+	d := s.Decision
 	return report.Stage1Summary{
 		LinkBytesPerSec:       d.Rates.LinkBytesPerSec,
 		ComputeSamplesPerSec:  d.Rates.ComputeSamplesPerSec,
 		StorageSamplesPerSec:  d.Rates.StorageSamplesPerSec,
 		GPUSamplesPerSec:      d.Rates.GPUSamplesPerSec,
-		StorageSpeed:          s.res.StorageSpeed,
+		StorageSpeed:          s.Res.StorageSpeed,
 		PredictedNoOffSeconds: d.PredictedNoOffSeconds,
 		Bottleneck:            d.Bottleneck,
 		Stage2:                d.RunStage2,
@@ -65,27 +102,26 @@ type probeResult struct {
 // budget is positive, budget has passed (the requests then in flight are
 // still received and counted). It keeps the raw bytes of up to keep
 // samples.
-func (a *Agent) probe(ctx context.Context, f *fetcher, samples []uint64, epoch uint64, k, window int, budget time.Duration, keep int) (probeResult, error) {
+func (cfg *Stage1Config) probe(ctx context.Context, f Source, samples []uint64, epoch uint64, k, window int, budget time.Duration, keep int) (probeResult, error) {
 	res := probeResult{raw: map[uint64][]byte{}, storageNS: map[uint64]int64{}}
 	if len(samples) == 0 {
 		return res, nil
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := f.client.Fetch(sctx)
+	stream, err := f.Client().Fetch(sctx)
 	if err != nil {
 		return res, err
 	}
-	clock := a.cfg.Clock
-	start := clock.Now()
+	start := cfg.Now()
 	sent, got := 0, 0
 	send := func() error {
 		req := &dataplanepb.FetchRequest{
-			Tag: uint64(sent), Sample: samples[sent], Epoch: epoch, Seed: a.cfg.Seed,
-			Split: uint32(k), PipelineId: a.pipeID,
+			Tag: uint64(sent), Sample: samples[sent], Epoch: epoch, Seed: cfg.Seed,
+			Split: uint32(k), PipelineId: cfg.PipelineID,
 		}
 		if sent == 0 {
-			req.PipelineSpec = a.pipeSpec
+			req.PipelineSpec = cfg.PipelineSpec
 		}
 		sent++
 		return stream.Send(req)
@@ -95,7 +131,7 @@ func (a *Agent) probe(ctx context.Context, f *fetcher, samples []uint64, epoch u
 			return res, err
 		}
 	}
-	lim := ops.WireLimits{MaxPayload: a.cfg.MaxPayload}
+	lim := ops.WireLimits{MaxPayload: cfg.MaxPayload}
 	for got < sent {
 		resp, err := stream.Recv()
 		if err != nil {
@@ -114,19 +150,19 @@ func (a *Agent) probe(ctx context.Context, f *fetcher, samples []uint64, epoch u
 				}
 			}
 		}
-		if sent < len(samples) && (budget <= 0 || clock.Now().Sub(start) < budget) {
+		if sent < len(samples) && (budget <= 0 || cfg.Now().Sub(start) < budget) {
 			if err := send(); err != nil {
 				return res, err
 			}
 		}
 	}
-	res.elapsed = clock.Now().Sub(start)
+	res.elapsed = cfg.Now().Sub(start)
 	return res, stream.CloseSend()
 }
 
 // probeAll runs probe on every storage agent at once, agent i taking the
 // samples at positions i, i+len(fs), ... of samples.
-func (a *Agent) probeAll(ctx context.Context, fs []*fetcher, samples []uint64, k int, budget time.Duration, keep int) ([]probeResult, error) {
+func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []uint64, k int, budget time.Duration, keep int) ([]probeResult, error) {
 	out := make([]probeResult, len(fs))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, f := range fs {
@@ -135,9 +171,9 @@ func (a *Agent) probeAll(ctx context.Context, fs []*fetcher, samples []uint64, k
 			mine = append(mine, samples[j])
 		}
 		g.Go(func() error {
-			r, err := a.probe(gctx, f, mine, a.cfg.FirstEpoch, k, a.cfg.Window, budget, keep)
+			r, err := cfg.probe(gctx, f, mine, cfg.Epoch, k, cfg.Window, budget, keep)
 			if err != nil {
-				return fmt.Errorf("computeagent: stage 1: split %d from %s: %w", k, f.ep.Name, err)
+				return fmt.Errorf("computeagent: stage 1: split %d from %s: %w", k, f.Name(), err)
 			}
 			out[i] = r
 			return nil
@@ -146,22 +182,22 @@ func (a *Agent) probeAll(ctx context.Context, fs []*fetcher, samples []uint64, k
 	return out, g.Wait()
 }
 
-// stage1 measures the rate of each resource for a bounded time and decides
+// Stage1 measures the rate of each resource for a bounded time and decides
 // whether stage 2 runs: the link (raw fetches of at most one pass over the
 // shard, every storage agent at once), the storage CPU and its speed
 // relative to this node's (a few samples fetched at split n, their
 // storage_cpu_ns against the same work timed here), this node's CPU for the
-// full pipeline (profiler.MeasureComputeRate with Config.Workers) and the
-// consumer's rate.
-func (a *Agent) stage1(ctx context.Context, fs []*fetcher, cat *Catalog, shard []uint64) (stage1Result, error) {
-	cfg := &a.cfg
-	linkRate, ids, raws, err := a.measureLink(ctx, fs, shard)
+// full pipeline (profiler.MeasureComputeRate with cfg.Workers) and the
+// consumer's rate (cfg.GPURate). shard is the first epoch's samples and
+// rawSizes the catalog's raw sizes by sample.
+func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard []uint64) (Stage1Result, error) {
+	linkRate, ids, raws, err := cfg.measureLink(ctx, fs, shard)
 	if err != nil {
-		return stage1Result{}, err
+		return Stage1Result{}, err
 	}
-	st, err := a.measureStorage(ctx, fs, ids, raws)
+	st, err := cfg.measureStorage(ctx, fs, ids, raws)
 	if err != nil {
-		return stage1Result{}, err
+		return Stage1Result{}, err
 	}
 	var computeRate float64
 	if len(ids) > 0 {
@@ -169,20 +205,20 @@ func (a *Agent) stage1(ctx context.Context, fs []*fetcher, cat *Catalog, shard [
 		for i, id := range ids {
 			samples[i] = raws[id]
 		}
-		computeRate, err = profiler.MeasureComputeRate(ctx, cfg.Pipeline, samples, cfg.ProfileBudget, cfg.Workers)
+		computeRate, err = profiler.MeasureComputeRate(ctx, cfg.Pipeline, samples, cfg.Budget, cfg.Workers)
 		if err != nil {
 			if ctx.Err() != nil {
-				return stage1Result{}, err
+				return Stage1Result{}, err
 			}
-			a.log.Warn().Err(err).Msg("stage 1: compute rate not measured")
+			cfg.Log.Warn().Err(err).Msg("stage 1: compute rate not measured")
 			computeRate = 0
 		}
 	}
-	gpu := a.gpuRate()
+	gpu := cfg.GPURate
 
 	var rawSum float64
 	for _, s := range shard {
-		rawSum += float64(cat.RawSizes[s])
+		rawSum += float64(rawSizes[s])
 	}
 	rates := profiler.Rates{
 		LinkBytesPerSec:      linkRate,
@@ -195,12 +231,12 @@ func (a *Agent) stage1(ctx context.Context, fs []*fetcher, cat *Catalog, shard [
 		rates.MeanRawBytes = rawSum / float64(len(shard))
 	}
 	var opts []profiler.Stage1Option
-	if cfg.ForceProfile {
+	if cfg.Force {
 		opts = append(opts, profiler.Force())
 	}
-	return stage1Result{
-		decision: profiler.Stage1(rates, opts...),
-		res: policy.Resources{
+	return Stage1Result{
+		Decision: profiler.Stage1(rates, opts...),
+		Res: policy.Resources{
 			LinkBytesPerSec:  linkRate,
 			StorageCores:     st.cores,
 			ComputeCores:     float64(cfg.Workers),
@@ -211,10 +247,10 @@ func (a *Agent) stage1(ctx context.Context, fs []*fetcher, cat *Catalog, shard [
 }
 
 // measureLink fetches the shard raw from every storage agent at once for
-// at most Config.ProfileBudget and returns the link rate and the samples
+// at most cfg.Budget and returns the link rate and the samples
 // kept (their ids in ascending order, and their bytes).
-func (a *Agent) measureLink(ctx context.Context, fs []*fetcher, shard []uint64) (rate float64, ids []uint64, raws map[uint64][]byte, err error) {
-	link, err := a.probeAll(ctx, fs, shard, 0, a.cfg.ProfileBudget, probeKeep)
+func (cfg *Stage1Config) measureLink(ctx context.Context, fs []Source, shard []uint64) (rate float64, ids []uint64, raws map[uint64][]byte, err error) {
+	link, err := cfg.probeAll(ctx, fs, shard, 0, cfg.Budget, probeKeep)
 	if err != nil {
 		return 0, nil, nil, err
 	}
@@ -242,10 +278,9 @@ type storageRates struct {
 // measureStorage fetches a few of the samples kept (ids, raws) at split n
 // and compares their storage CPU with the same work timed here: the
 // storage CPU and its speed, the whole pipeline on both sides.
-func (a *Agent) measureStorage(ctx context.Context, fs []*fetcher, ids []uint64, raws map[uint64][]byte) (storageRates, error) {
-	cfg := &a.cfg
+func (cfg *Stage1Config) measureStorage(ctx context.Context, fs []Source, ids []uint64, raws map[uint64][]byte) (storageRates, error) {
 	speedIDs := ids[:min(len(ids), speedSamples)]
-	full, err := a.probeAll(ctx, fs, speedIDs, cfg.Pipeline.Len(), 0, 0)
+	full, err := cfg.probeAll(ctx, fs, speedIDs, cfg.Pipeline.Len(), 0, 0)
 	if err != nil {
 		return storageRates{}, err
 	}
@@ -260,14 +295,14 @@ func (a *Agent) measureStorage(ctx context.Context, fs []*fetcher, ids []uint64,
 		if !ok {
 			continue
 		}
-		key := ops.Key{Seed: cfg.Seed, Epoch: cfg.FirstEpoch, Sample: id}
+		key := ops.Key{Seed: cfg.Seed, Epoch: cfg.Epoch, Sample: id}
 		local = append(local, localCost(cfg.Pipeline, key, raws[id]))
 		remote = append(remote, sns)
 		remoteSum += float64(sns)
 	}
 	st := storageRates{speed: profiler.SpeedRatio(local, remote)}
 	for _, f := range fs {
-		st.cores += f.cpus
+		st.cores += f.CPUs()
 	}
 	if len(remote) > 0 && remoteSum > 0 && st.cores > 0 {
 		st.rate = st.cores / (remoteSum / 1e9 / float64(len(remote)))
@@ -293,19 +328,4 @@ func localCost(p *ops.Pipeline, key ops.Key, raw []byte) int64 {
 		}
 	}
 	return best
-}
-
-// rated is a consumer that knows its rate.
-type rated interface {
-	// Rate is the samples per second consumed at batch size batch; zero
-	// means unknown.
-	Rate(batch int) float64
-}
-
-// gpuRate is the consumer's rate, zero (unlimited) when it does not say.
-func (a *Agent) gpuRate() float64 {
-	if r, ok := a.cfg.Consumer.(rated); ok {
-		return r.Rate(a.cfg.Batch)
-	}
-	return 0
 }

@@ -1,4 +1,4 @@
-package computeagent
+package fetch
 
 import (
 	"context"
@@ -15,26 +15,24 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
-// ErrNoStorage: no storage agent can serve the epoch.
-var ErrNoStorage = errors.New("computeagent: no usable storage agent")
-
 // errStalled ends a stream that received nothing for the stall timeout
 // while requests were outstanding.
 var errStalled = errors.New("computeagent: stream stalled")
 
-// fetcher keeps one Fetch stream to one storage agent busy for one epoch,
+// Fetcher keeps one Fetch stream to one storage agent busy for one epoch,
 // with a bounded window of requests in flight. On a stream error it
-// requeues that stream's outstanding requests (any fetcher may take them)
+// requeues that stream's outstanding requests (any Fetcher may take them)
 // and opens a new stream after a back-off, until the storage agent made no
 // progress for Config.RetryBudget.
-type fetcher struct {
-	e      *epochRun
-	ep     Endpoint
+type Fetcher struct {
+	e      *Epoch
+	name   string // the storage agent's
 	client dataplanepb.StorageClient
 	cpus   float64 // the storage agent's cores (InfoResponse.cpus)
 	// holds reports whether the agent holds a sample's shard; nil holds
@@ -64,9 +62,32 @@ type fetcher struct {
 	progress atomic.Int64
 }
 
+// NewFetcher is the fetcher of storage agent name, reached through client,
+// which answered Info with info for catalog cat; it fails when the agent's
+// announced placement does not fit cat. It joins an epoch in
+// Epoch.Prepare.
+func NewFetcher(name string, client dataplanepb.StorageClient, info *dataplanepb.InfoResponse, cat *Catalog) (*Fetcher, error) {
+	f := &Fetcher{name: name, client: client, cpus: info.GetCpus(), cpu0: info.GetProcessCpuNs()}
+	if err := f.announced(info, cat); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+var _ planner.Source = (*Fetcher)(nil) // stage 1 probes through it
+
+// Name is the storage agent's name.
+func (f *Fetcher) Name() string { return f.name }
+
+// Client is the storage agent's client.
+func (f *Fetcher) Client() dataplanepb.StorageClient { return f.client }
+
+// CPUs is the storage agent's cores as its Info last said (0: unknown).
+func (f *Fetcher) CPUs() float64 { return f.cpus }
+
 // work is a response on its way to a finishing worker.
 type work struct {
-	f    *fetcher
+	f    *Fetcher
 	r    *epoch.Request
 	resp *dataplanepb.FetchResponse
 	// fail, when set, is the sample's failure instead of a response (no
@@ -74,11 +95,11 @@ type work struct {
 	fail *report.SampleFailure
 }
 
-func (f *fetcher) run(ctx context.Context) error {
+func (f *Fetcher) run(ctx context.Context) error {
 	e := f.e
-	log := e.log.With().Str("storage", f.ep.Name).Logger()
+	log := e.log.With().Str("storage", f.name).Logger()
 	budget := e.cfg.RetryBudget
-	f.progress.Store(e.cfg.Clock.Now().UnixNano())
+	f.progress.Store(e.cfg.Now().UnixNano())
 	failures := 0
 	for {
 		var err error
@@ -98,8 +119,8 @@ func (f *fetcher) run(ctx context.Context) error {
 			n := e.sched.Requeue(&f.w)
 			e.streamFailures.Add(1)
 			e.retried.Add(int64(n))
-			if m := e.a.metrics(); m != nil {
-				m.retries.Add(float64(n))
+			if m := e.cfg.Metrics; m != nil {
+				m.Retried(n)
 			}
 			if errors.Is(err, errStalled) {
 				e.stalls.Add(1)
@@ -117,7 +138,7 @@ func (f *fetcher) run(ctx context.Context) error {
 		if e.sched.Complete() {
 			return nil
 		}
-		idle := e.cfg.Clock.Now().Sub(time.Unix(0, f.progress.Load()))
+		idle := e.cfg.Now().Sub(time.Unix(0, f.progress.Load()))
 		if idle > budget {
 			return f.giveUp(ctx, log, fmt.Errorf("no progress for %v (retry budget %v), last: %w", idle.Round(time.Millisecond), budget, err))
 		}
@@ -133,20 +154,20 @@ func (f *fetcher) run(ctx context.Context) error {
 
 // giveUp drops this storage agent for the epoch; the epoch fails when it
 // was the last one.
-func (f *fetcher) giveUp(ctx context.Context, log zerolog.Logger, err error) error {
+func (f *Fetcher) giveUp(ctx context.Context, log zerolog.Logger, err error) error {
 	alive, orphans := f.e.sched.GiveUp(&f.w)
 	if alive == 0 {
-		return fmt.Errorf("%w: %s: %w", ErrNoStorage, f.ep.Name, err)
+		return fmt.Errorf("%w: %s: %w", ErrNoStorage, f.name, err)
 	}
 	log.Error().Err(err).Int("unavailable", len(orphans)).Msg("giving up on storage agent for this epoch")
-	return f.unavailable(ctx, orphans, fmt.Sprintf("no live storage agent holds it (%s gave up: %v)", f.ep.Name, err))
+	return f.unavailable(ctx, orphans, fmt.Sprintf("no live storage agent holds it (%s gave up: %v)", f.name, err))
 }
 
 // unavailable hands the orphaned requests on f's window to the workers as
 // failures of this epoch (KindUnavailable): under --on-error skip they are
 // reported, never silently dropped; under fail the first one fails the
 // epoch.
-func (f *fetcher) unavailable(ctx context.Context, orphans []*epoch.Request, why string) error {
+func (f *Fetcher) unavailable(ctx context.Context, orphans []*epoch.Request, why string) error {
 	for _, r := range orphans {
 		r.Sample = f.e.order[r.Pos]
 		f.e.sched.Claim(&f.w, r.Tag, 0)
@@ -162,8 +183,8 @@ func (f *fetcher) unavailable(ctx context.Context, orphans []*epoch.Request, why
 
 // probe asks the storage agent for its Info within the stall timeout and
 // checks that it still serves the catalog's dataset.
-func (f *fetcher) probe(ctx context.Context) error {
-	pctx, cancel := context.WithTimeout(ctx, min(f.e.stallTimeout(), probeTimeout))
+func (f *Fetcher) probe(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, min(f.e.stallTimeout(), ProbeTimeout))
 	defer cancel()
 	// WaitForReady: a restarted agent is used as soon as it is back.
 	info, err := f.client.Info(pctx, &dataplanepb.InfoRequest{}, grpc.WaitForReady(true))
@@ -171,7 +192,7 @@ func (f *fetcher) probe(ctx context.Context) error {
 		return err
 	}
 	if fp := info.GetFingerprint(); fp != f.e.cat.Fingerprint {
-		return fmt.Errorf("%w: %s now serves %q, catalog is %q", ErrFingerprint, f.ep.Name, fp, f.e.cat.Fingerprint)
+		return fmt.Errorf("%w: %s now serves %q, catalog is %q", ErrFingerprint, f.name, fp, f.e.cat.Fingerprint)
 	}
 	f.cpus = info.GetCpus()
 	return nil
@@ -183,7 +204,7 @@ func (f *fetcher) probe(ctx context.Context) error {
 // requests outstanding, the oldest sent more than the stall timeout ago,
 // and received nothing for as long: it hedges them (the other fetchers may
 // take them at once) and cancels the stream.
-func (f *fetcher) session(ctx context.Context) (progress bool, err error) {
+func (f *Fetcher) session(ctx context.Context) (progress bool, err error) {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	g, gctx := errgroup.WithContext(sctx)
@@ -191,7 +212,7 @@ func (f *fetcher) session(ctx context.Context) (progress bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	f.lastRecv.Store(f.e.cfg.Clock.Now().UnixNano())
+	f.lastRecv.Store(f.e.cfg.Now().UnixNano())
 	var got atomic.Bool
 	g.Go(func() error { return f.send(gctx, stream) })
 	g.Go(func() error { return f.recv(ctx, stream, &got) })
@@ -213,7 +234,7 @@ func (f *fetcher) session(ctx context.Context) (progress bool, err error) {
 var errEpochDone = errors.New("computeagent: epoch complete")
 
 // watch is session's watchdog; it ends the session through cancel.
-func (f *fetcher) watch(ctx context.Context, cancel context.CancelCauseFunc) {
+func (f *Fetcher) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 	e := f.e
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -234,7 +255,7 @@ func (f *fetcher) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 		if f.handing.Load() {
 			continue
 		}
-		now := e.cfg.Clock.Now()
+		now := e.cfg.Now()
 		d := e.stallTimeout()
 		oldest, ok := e.sched.OldestSent(&f.w)
 		if !ok || now.Sub(oldest) < d || now.Sub(time.Unix(0, f.lastRecv.Load())) < d {
@@ -242,13 +263,13 @@ func (f *fetcher) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 		}
 		n := e.sched.Hedge(&f.w)
 		e.hedged.Add(int64(n))
-		e.log.Warn().Str("storage", f.ep.Name).Dur("stall_timeout", d).Int("hedged", n).Msg("fetch stream stalled: requests hedged to the other storage agents")
-		cancel(fmt.Errorf("%w: %s sent nothing for %v", errStalled, f.ep.Name, d))
+		e.log.Warn().Str("storage", f.name).Dur("stall_timeout", d).Int("hedged", n).Msg("fetch stream stalled: requests hedged to the other storage agents")
+		cancel(fmt.Errorf("%w: %s sent nothing for %v", errStalled, f.name, d))
 		return
 	}
 }
 
-func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClient) error {
+func (f *Fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClient) error {
 	e := f.e
 	first := true
 	for {
@@ -270,14 +291,14 @@ func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 			// Shed: raw, whose bytes the epoch's estimate left did not
 			// count.
 			codec = ops.CodecNone
-			e.left.Add(r.Est - e.a.sizes.Estimate(k, e.cat.RawSizes[r.Sample]))
+			e.left.Add(r.Est - e.cfg.Sizes.Estimate(k, e.cat.RawSizes[r.Sample]))
 		}
 		req := &dataplanepb.FetchRequest{
 			Tag:        r.Tag,
 			Sample:     r.Sample,
 			Epoch:      e.num,
 			Seed:       e.cfg.Seed,
-			PipelineId: e.a.pipeID,
+			PipelineId: e.cfg.PipelineID,
 			Codec:      dataplanepb.Codec(codec),
 		}
 		if r.Split == ops.SplitCut {
@@ -297,7 +318,7 @@ func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 			}
 		}
 		if first {
-			req.PipelineSpec = e.a.pipeSpec
+			req.PipelineSpec = e.cfg.PipelineSpec
 			first = false
 		}
 		if err := stream.Send(req); err != nil {
@@ -314,13 +335,13 @@ func (f *fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 // recv matches responses to requests and hands them to the workers. The
 // hand-off waits on the epoch's ctx, not the stream's: a claimed response
 // is never dropped because its stream failed afterwards.
-func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_FetchClient, got *atomic.Bool) error {
+func (f *Fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_FetchClient, got *atomic.Bool) error {
 	e := f.e
 	for {
 		resp, err := stream.Recv()
 		if err == io.EOF {
 			if n := e.sched.Outstanding(&f.w); n > 0 || !e.sched.Complete() {
-				return fmt.Errorf("computeagent: %s closed the stream with %d requests outstanding", f.ep.Name, n)
+				return fmt.Errorf("computeagent: %s closed the stream with %d requests outstanding", f.name, n)
 			}
 			return nil
 		}
@@ -331,12 +352,12 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			e.sched.RetryTag(&f.w, resp.GetTag(), e.cfg.Retries) {
 			// The storage agent was too busy: transient, ask again.
 			e.retried.Add(1)
-			if m := e.a.metrics(); m != nil {
-				m.retries.Inc()
+			if m := e.cfg.Metrics; m != nil {
+				m.Retried(1)
 			}
 			continue
 		}
-		now := e.cfg.Clock.Now()
+		now := e.cfg.Now()
 		prev := time.Unix(0, f.lastRecv.Swap(now.UnixNano()))
 		r, dup := e.sched.Claim(&f.w, resp.GetTag(), int64(len(resp.GetData())))
 		if dup {
@@ -344,7 +365,7 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			continue
 		}
 		if r == nil {
-			e.log.Warn().Str("storage", f.ep.Name).Uint64("tag", resp.GetTag()).Msg("response for an unknown tag dropped")
+			e.log.Warn().Str("storage", f.name).Uint64("tag", resp.GetTag()).Msg("response for an unknown tag dropped")
 			continue
 		}
 		got.Store(true)
@@ -371,7 +392,7 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			f.handing.Store(false)
 			return epochCtx.Err()
 		}
-		f.lastRecv.Store(e.cfg.Clock.Now().UnixNano())
+		f.lastRecv.Store(e.cfg.Now().UnixNano())
 		f.handing.Store(false)
 	}
 }
@@ -379,14 +400,14 @@ func (f *fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 // account counts an accepted response to r, received at now: bytes, the
 // storage CPU (the offloads' apart) and how it was served, for the report,
 // the metrics, pacing and shedding.
-func (f *fetcher) account(r *epoch.Request, resp *dataplanepb.FetchResponse, now time.Time) {
+func (f *Fetcher) account(r *epoch.Request, resp *dataplanepb.FetchResponse, now time.Time) {
 	e := f.e
 	e.bytesReceived.Add(int64(len(resp.GetData())))
 	f.served.Add(1)
 	f.servedBytes.Add(int64(len(resp.GetData())))
 	f.pace(now)
-	if m := e.a.metrics(); m != nil {
-		m.received(r.Split, len(resp.GetData()))
+	if m := e.cfg.Metrics; m != nil {
+		m.Received(r.Split, len(resp.GetData()))
 	}
 	e.storageNS.Add(int64(resp.GetStorageCpuNs()))
 	f.opsNS.Add(int64(resp.GetStorageCpuNs()))
@@ -411,7 +432,7 @@ func (f *fetcher) account(r *epoch.Request, resp *dataplanepb.FetchResponse, now
 
 // share is each of the storage agent's workers' share of a core: cpus over
 // ceil(cpus) workers (1 when cpus is unknown).
-func (f *fetcher) share() float64 {
+func (f *Fetcher) share() float64 {
 	if !(f.cpus > 0) {
 		return 1
 	}

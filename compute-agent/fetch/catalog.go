@@ -1,8 +1,7 @@
-package computeagent
+package fetch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -12,7 +11,7 @@ import (
 // Catalog is the dataset as a storage agent describes it. Sample ids are
 // dense, 0 to Total-1.
 //
-// readCatalog checks it: the fingerprint must be the one its paths digest,
+// ReadCatalog checks it: the fingerprint must be the one its paths digest,
 // sizes, labels and content hashes give (dataplanepb.Fingerprinter), so a
 // storage agent cannot announce another's fingerprint with other content
 // hashes; and every sample fetched raw is checked against its hash
@@ -39,15 +38,12 @@ func (c *Catalog) Hash(i uint64) (h [32]byte, ok bool) {
 	return h, true
 }
 
-// ErrCatalog marks a malformed catalog stream.
-var ErrCatalog = errors.New("computeagent: bad catalog")
-
 // maxCatalog bounds the samples a catalog may declare (memory: 44 bytes
 // per sample).
 const maxCatalog = 1 << 32
 
-// readCatalog pages through a storage agent's catalog.
-func readCatalog(ctx context.Context, c dataplanepb.StorageClient) (*Catalog, error) {
+// ReadCatalog pages through a storage agent's catalog.
+func ReadCatalog(ctx context.Context, c dataplanepb.StorageClient) (*Catalog, error) {
 	stream, err := c.Catalog(ctx, &dataplanepb.CatalogRequest{})
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package computeagent
+package fetch
 
 import (
 	"context"
@@ -14,13 +14,10 @@ import (
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
-// ErrUnavailable: samples of the epoch that no live storage agent holds.
-var ErrUnavailable = errors.New("computeagent: samples unavailable")
-
 // placement builds the epoch's placement over its fetchers: who holds each
-// position's sample (fetcher.holds), and with PlacementRoundRobin which of
-// them it is bound to. unowned lists the positions no fetcher holds.
-func (e *epochRun) placement(fs []*fetcher) (pl epoch.Placement, unowned []int, err error) {
+// position's sample (Fetcher.holds), and with PlacementRoundRobin which of
+// them it is bound to. unowned lists the positions no Fetcher holds.
+func (e *Epoch) placement(fs []*Fetcher) (pl epoch.Placement, unowned []int, err error) {
 	if len(fs) > epoch.MaxFetchers {
 		return pl, nil, fmt.Errorf("%w: %d storage agents, at most %d per epoch", ErrNoStorage, len(fs), epoch.MaxFetchers)
 	}
@@ -43,7 +40,7 @@ func (e *epochRun) placement(fs []*fetcher) (pl epoch.Placement, unowned []int, 
 			}
 		}
 	}
-	if e.cfg.Placement == PlacementRoundRobin && len(fs) > 1 {
+	if e.cfg.RoundRobin && len(fs) > 1 {
 		pl.Bound = make([]uint64, n)
 		for pos := range n {
 			o := all
@@ -66,11 +63,11 @@ func nthBit(m uint64, n int) uint64 {
 	return m & -m
 }
 
-// byStorage is each fetcher's share of the epoch, in fs's order.
-func byStorage(fs []*fetcher) []report.StorageStats {
+// byStorage is each Fetcher's share of the epoch, in fs's order.
+func byStorage(fs []*Fetcher) []report.StorageStats {
 	out := make([]report.StorageStats, len(fs))
 	for i, f := range fs {
-		out[i] = report.StorageStats{Name: f.ep.Name, Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.shards}
+		out[i] = report.StorageStats{Name: f.name, Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.shards}
 	}
 	return out
 }
@@ -78,20 +75,20 @@ func byStorage(fs []*fetcher) []report.StorageStats {
 // announced takes the shards f's storage agent holds from its Info: a
 // layout of the catalog and the held shards (checked, from outside). An
 // agent that announces no layout holds every sample.
-func (f *fetcher) announced(info *dataplanepb.InfoResponse, cat *Catalog) error {
+func (f *Fetcher) announced(info *dataplanepb.InfoResponse, cat *Catalog) error {
 	layout, held, err := dataplanepb.DecodePlacement(info)
 	if errors.Is(err, shards.ErrNoShards) && len(info.GetLayout()) == 0 {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", f.ep.Name, err)
+		return fmt.Errorf("%s: %w", f.name, err)
 	}
 	if layout.Total() != cat.Total {
-		return fmt.Errorf("%s: layout of %d samples, catalog of %d", f.ep.Name, layout.Total(), cat.Total)
+		return fmt.Errorf("%s: layout of %d samples, catalog of %d", f.name, layout.Total(), cat.Total)
 	}
 	missing, err := dataplanepb.DecodeMissing(info, layout, held)
 	if err != nil {
-		return fmt.Errorf("%s: %w", f.ep.Name, err)
+		return fmt.Errorf("%s: %w", f.name, err)
 	}
 	f.place = &announcement{layout: layout, held: make([]bool, layout.Len()), name: info.GetPlacementName(), replicas: int(info.GetReplicas())}
 	for _, s := range held {
@@ -141,7 +138,7 @@ func (a *announcement) holds(sample uint64) bool {
 // and its samples unavailable. It does so only when every agent of fs
 // announced the same layout and replica count under a name, and returns
 // how many shards it placed.
-func replace(fs []*fetcher) int {
+func replace(fs []*Fetcher) int {
 	if len(fs) == 0 || fs[0].place == nil {
 		return 0
 	}
@@ -152,7 +149,7 @@ func replace(fs []*fetcher) int {
 			return 0
 		}
 	}
-	byName := map[string]*fetcher{}
+	byName := map[string]*Fetcher{}
 	for _, f := range fs {
 		byName[f.place.name] = f
 	}
@@ -188,7 +185,7 @@ func replace(fs []*fetcher) int {
 }
 
 // paceTime is how much of its storage agent's measured delivery a
-// fetcher's window holds when an epoch has several agents. The last
+// Fetcher's window holds when an epoch has several agents. The last
 // window of an epoch can leave the other agents idle for about this long,
 // so a longer time puts the end of every epoch past the plan's prediction;
 // a much shorter one gains nothing, the windows then too short to keep a
@@ -207,7 +204,7 @@ const paceTime = 100 * time.Millisecond
 // count of requests, an agent on a much slower link than its peer's holds
 // a large share of the epoch's positions at its end, and pulling loses
 // most of its advantage over round-robin.
-func (f *fetcher) pace(now time.Time) {
+func (f *Fetcher) pace(now time.Time) {
 	e := f.e
 	if !e.paced {
 		return
@@ -239,7 +236,7 @@ const transportMinBytes = 1 << 20
 // within a second, are left out; 0 when none is left or too few bytes
 // crossed. An agent that also served other compute agents meanwhile
 // counts their CPU too, so the figure errs high then.
-func transport(ctx context.Context, fs []*fetcher) float64 {
+func transport(ctx context.Context, fs []*Fetcher) float64 {
 	var ns, bytes float64
 	for _, f := range fs {
 		got := f.servedBytes.Load()
@@ -268,7 +265,7 @@ func transport(ctx context.Context, fs []*fetcher) float64 {
 // a damaged file can decode whole and still give a cut that does not
 // (FuzzCut found such files): the sample is not lost for that. When the
 // raw fetch fails too, bad stands.
-func (e *epochRun) refetchRaw(ctx context.Context, f *fetcher, lim ops.WireLimits, it *epoch.Item, bad *report.SampleFailure) *report.SampleFailure {
+func (e *Epoch) refetchRaw(ctx context.Context, f *Fetcher, lim ops.WireLimits, it *epoch.Item, bad *report.SampleFailure) *report.SampleFailure {
 	rctx, cancel := context.WithTimeout(ctx, e.cfg.RetryBudget)
 	defer cancel()
 	stream, err := f.client.Fetch(rctx)
@@ -276,7 +273,7 @@ func (e *epochRun) refetchRaw(ctx context.Context, f *fetcher, lim ops.WireLimit
 		return bad
 	}
 	req := &dataplanepb.FetchRequest{Tag: 1, Sample: it.Sample, Epoch: e.num, Seed: e.cfg.Seed,
-		PipelineId: e.a.pipeID, PipelineSpec: e.a.pipeSpec}
+		PipelineId: e.cfg.PipelineID, PipelineSpec: e.cfg.PipelineSpec}
 	if err := stream.Send(req); err != nil {
 		return bad
 	}
@@ -286,7 +283,7 @@ func (e *epochRun) refetchRaw(ctx context.Context, f *fetcher, lim ops.WireLimit
 		return bad
 	}
 	e.refetched.Add(1)
-	e.log.Warn().Uint64("sample", it.Sample).Str("storage", f.ep.Name).Str("cut_error", bad.Message).Msg("a cut did not finish here: fetched again raw")
+	e.log.Warn().Uint64("sample", it.Sample).Str("storage", f.name).Str("cut_error", bad.Message).Msg("a cut did not finish here: fetched again raw")
 	it.Split, it.Wire = 0, int64(len(resp.GetData()))
 	e.bytesReceived.Add(int64(len(resp.GetData())))
 	return e.finish(f, resp.GetData(), lim, it)

@@ -1,4 +1,4 @@
-package computeagent
+package fetch
 
 import (
 	"slices"
@@ -29,7 +29,7 @@ func (c splitCounter) list() []report.SplitStats {
 }
 
 // servedRaw is the epoch's ServedRaw, nil when no offload was answered raw.
-func servedRaw(e *epochRun) *report.ServedRaw {
+func servedRaw(e *Epoch) *report.ServedRaw {
 	c, u := e.servedRawContended.Load(), e.servedRawUncuttable.Load()
 	if c == 0 && u == 0 {
 		return nil

@@ -1,4 +1,4 @@
-package computeagent
+package fetch
 
 import (
 	"context"
@@ -28,18 +28,13 @@ import (
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
-// ErrSample is wrapped by the error of an epoch failed by a bad sample
-// (OnError "fail"); the error names the sample.
-var ErrSample = errors.New("computeagent: bad sample")
-
-// epochRun is one epoch: fetchers -> work -> finishing workers -> queue
+// Epoch is one epoch: fetchers -> work -> finishing workers -> queue
 // (the one bounded shared queue) -> batcher -> batches -> feeder ->
 // consumer. Every stage blocks when the next is full, so a slow consumer
 // stops the workers, which stop taking responses, which leaves the
 // fetchers' windows full, so no new requests go out.
-type epochRun struct {
-	a     *Agent
-	cfg   *runConfig
+type Epoch struct {
+	cfg   *Config
 	log   zerolog.Logger
 	num   uint64
 	cat   *Catalog
@@ -54,7 +49,7 @@ type epochRun struct {
 	plan    *planner.RunPlan
 	rec     *profiler.Recorder // stage 2; nil when not profiling
 	sched   *epoch.Schedule
-	// paced: several storage agents, whose windows pace (fetcher.pace).
+	// paced: several storage agents, whose windows pace (Fetcher.pace).
 	paced bool
 	jr    *journal.Journal // nil without a sample log
 
@@ -78,6 +73,7 @@ type epochRun struct {
 	// each offload request its horizon.
 	left           atomic.Int64
 	linkRate       float64
+	storageCores   float64 // the planner's (0: unknown), for shedding
 	start          time.Time
 	computeNS      atomic.Int64
 	retried        atomic.Int64
@@ -97,6 +93,10 @@ type epochRun struct {
 	mu     sync.Mutex
 	failed []report.SampleFailure
 
+	// Set by NewEpoch for the report.
+	resumed, padded int
+	end             time.Time
+
 	// Feeder-owned.
 	samples int
 	nbatch  int
@@ -106,12 +106,14 @@ type epochRun struct {
 
 // estimate is the schedule's view of a position: its wire-size estimate,
 // sample id and split.
-func (e *epochRun) estimate(pos int) (int64, uint64, int) {
+func (e *Epoch) estimate(pos int) (int64, uint64, int) {
 	s, k := e.order[pos], e.shed.Split(pos, e.split[pos])
-	return e.a.sizes.Estimate(k, e.cat.RawSizes[s]), s, k
+	return e.cfg.Sizes.Estimate(k, e.cat.RawSizes[s]), s, k
 }
 
-func (e *epochRun) run(ctx context.Context, fetchers []*fetcher) error {
+// run runs the epoch over fetchers until every position is delivered or
+// failed, or the first error.
+func (e *Epoch) run(ctx context.Context, fetchers []*Fetcher) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(e.work)
@@ -144,15 +146,15 @@ func (e *epochRun) run(ctx context.Context, fetchers []*fetcher) error {
 }
 
 // fail records a bad sample. In fail mode it returns the epoch's error.
-func (e *epochRun) fail(f report.SampleFailure) error {
-	if m := e.a.metrics(); m != nil {
-		m.failures.Inc()
+func (e *Epoch) fail(f report.SampleFailure) error {
+	if m := e.cfg.Metrics; m != nil {
+		m.Failure()
 	}
 	e.mu.Lock()
 	e.failed = append(e.failed, f)
 	e.mu.Unlock()
 	e.log.Warn().Uint64("sample", f.Sample).Str("kind", f.Kind).Str("where", f.Where).Msg(f.Message)
-	if e.cfg.OnError == OnErrorFail {
+	if e.cfg.FailOnError {
 		return fmt.Errorf("%w: epoch %d: %v", ErrSample, e.num, f)
 	}
 	return nil
@@ -160,7 +162,7 @@ func (e *epochRun) fail(f report.SampleFailure) error {
 
 // worker finishes samples (or, with FetchOnly, only validates them),
 // timing the work with its thread's CPU clock (it keeps its OS thread).
-func (e *epochRun) worker(ctx context.Context) error {
+func (e *Epoch) worker(ctx context.Context) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	lim := ops.WireLimits{MaxPayload: e.cfg.MaxPayload}
@@ -194,7 +196,7 @@ func (e *epochRun) worker(ctx context.Context) error {
 		} else if se := w.resp.GetError(); se != nil {
 			bad = &report.SampleFailure{Sample: r.Sample, Split: r.Split, Kind: errkind.Name(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
 		} else {
-			e.a.sizes.Observe(k, e.cat.RawSizes[r.Sample], len(w.resp.GetData()))
+			e.cfg.Sizes.Observe(k, e.cat.RawSizes[r.Sample], len(w.resp.GetData()))
 			if e.cfg.FetchOnly {
 				bad = e.check(w.resp.GetData(), lim, &it)
 			} else {
@@ -229,9 +231,9 @@ func (e *epochRun) worker(ctx context.Context) error {
 }
 
 // finish decodes a response's wire form from f, checks raw bytes against
-// the catalog's content hash (see checkRaw) and runs ops[k:n] on it, timing
+// the catalog's content hash (see Fetcher.checkRaw) and runs ops[k:n] on it, timing
 // both on the thread's CPU clock, and fills it with the tensor.
-func (e *epochRun) finish(f *fetcher, data []byte, lim ops.WireLimits, it *epoch.Item) *report.SampleFailure {
+func (e *Epoch) finish(f *Fetcher, data []byte, lim ops.WireLimits, it *epoch.Item) *report.SampleFailure {
 	p := e.cfg.Pipeline
 	key := ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: it.Sample}
 	t0 := cpuclock.Thread()
@@ -266,7 +268,7 @@ func (e *epochRun) finish(f *fetcher, data []byte, lim ops.WireLimits, it *epoch
 		}
 	}
 	if err != nil {
-		return &report.SampleFailure{Sample: it.Sample, Split: it.Split, Kind: localKind(err), Message: err.Error(), Where: "local"}
+		return &report.SampleFailure{Sample: it.Sample, Split: it.Split, Kind: LocalKind(err), Message: err.Error(), Where: "local"}
 	}
 	if (e.cfg.OnSample != nil || e.jr != nil) && e.asm == nil { // the assembler hashes the rows it publishes
 		it.SHA = tensorSHA(it.Tensor)
@@ -275,12 +277,12 @@ func (e *epochRun) finish(f *fetcher, data []byte, lim ops.WireLimits, it *epoch
 }
 
 // check validates a response's wire form without finishing it (FetchOnly).
-func (e *epochRun) check(data []byte, lim ops.WireLimits, it *epoch.Item) *report.SampleFailure {
+func (e *Epoch) check(data []byte, lim ops.WireLimits, it *epoch.Item) *report.SampleFailure {
 	t0 := cpuclock.Thread()
 	_, err := ops.CheckWire(data, lim)
 	e.computeNS.Add(int64(cpuclock.Thread() - t0))
 	if err != nil {
-		return &report.SampleFailure{Sample: it.Sample, Split: it.Split, Kind: localKind(err), Message: err.Error(), Where: "local"}
+		return &report.SampleFailure{Sample: it.Sample, Split: it.Split, Kind: LocalKind(err), Message: err.Error(), Where: "local"}
 	}
 	if e.cfg.OnSample != nil || e.jr != nil {
 		it.SHA = sha256.Sum256(data)
@@ -290,7 +292,7 @@ func (e *epochRun) check(data []byte, lim ops.WireLimits, it *epoch.Item) *repor
 
 // batcher stacks items into batches: in completion order, or in strict
 // order through a reorder buffer that the schedule's gate bounds.
-func (e *epochRun) batcher(ctx context.Context) error {
+func (e *Epoch) batcher(ctx context.Context) error {
 	defer close(e.batches)
 	s := &stacker{e: e}
 	buf := map[int]epoch.Item{}
@@ -330,7 +332,7 @@ func (e *epochRun) batcher(ctx context.Context) error {
 
 // stacker forms an epoch's batches for batcher.
 type stacker struct {
-	e      *epochRun
+	e      *Epoch
 	cur    *Batch // the batch being formed; nil between batches
 	formed int    // batches begun
 }
@@ -406,10 +408,9 @@ func (s *stacker) drain(ctx context.Context, buf map[int]epoch.Item, next int) (
 
 // feeder hands batches to the consumer, timing how long it waits for
 // each: the GPU's idle time.
-func (e *epochRun) feeder(ctx context.Context) error {
-	clock := e.cfg.Clock
+func (e *Epoch) feeder(ctx context.Context) error {
 	for {
-		t0 := clock.Now()
+		t0 := e.cfg.Now()
 		var b *Batch
 		select {
 		case <-ctx.Done():
@@ -420,7 +421,7 @@ func (e *epochRun) feeder(ctx context.Context) error {
 			}
 			b = got
 		}
-		e.idle += clock.Now().Sub(t0)
+		e.idle += e.cfg.Now().Sub(t0)
 		if !e.cfg.FetchOnly {
 			if err := e.cfg.Consumer.Consume(ctx, b); err != nil {
 				return fmt.Errorf("computeagent: consumer: %w", err)
@@ -433,8 +434,8 @@ func (e *epochRun) feeder(ctx context.Context) error {
 		}
 		e.nbatch++
 		e.samples += b.Len()
-		if m := e.a.metrics(); m != nil {
-			m.samples.Add(float64(b.Len()))
+		if m := e.cfg.Metrics; m != nil {
+			m.Delivered(b.Len())
 		}
 		for i, s := range b.Samples {
 			e.bySplit.add(b.splits[i], b.wire[i])
@@ -445,9 +446,9 @@ func (e *epochRun) feeder(ctx context.Context) error {
 	}
 }
 
-// localKind names an ops error with the storage agent's kinds, or WIRE for
+// LocalKind names an ops error with the storage agent's kinds, or WIRE for
 // a wire form that does not decode.
-func localKind(err error) string {
+func LocalKind(err error) string {
 	if errors.Is(err, ops.ErrWireHeader) || errors.Is(err, ops.ErrWireSize) ||
 		errors.Is(err, ops.ErrWireChecksum) || errors.Is(err, ops.ErrWireCodec) {
 		return "WIRE"
@@ -476,9 +477,9 @@ func tensorSHA(t *ops.Tensor) [32]byte {
 // left, in ns (FetchRequest.horizon_ns): the estimated bytes of the
 // positions not yet received over the larger of the planner's link rate
 // and the rate measured so far this epoch. 0 when no rate is known yet.
-func (e *epochRun) horizon() uint64 {
+func (e *Epoch) horizon() uint64 {
 	rate := e.linkRate
-	if el := e.cfg.Clock.Now().Sub(e.start); el > 500*time.Millisecond {
+	if el := e.cfg.Now().Sub(e.start); el > 500*time.Millisecond {
 		rate = max(rate, float64(e.bytesReceived.Load())/el.Seconds())
 	}
 	left := e.left.Load()
@@ -488,22 +489,24 @@ func (e *epochRun) horizon() uint64 {
 	return uint64(float64(left) / rate * 1e9)
 }
 
+var _ trainer.Epoch = (*Epoch)(nil)
+
 // Num is the epoch's number (trainer.Epoch).
-func (e *epochRun) Num() uint64 { return e.num }
+func (e *Epoch) Num() uint64 { return e.num }
 
 // Delivered moves the schedule's strict-order gate (trainer.Epoch).
-func (e *epochRun) Delivered(pos int) { e.sched.Delivered(pos) }
+func (e *Epoch) Delivered(pos int) { e.sched.Delivered(pos) }
 
 // Placed counts a sample in a trainer's row (trainer.Epoch).
-func (e *epochRun) Placed(split int, wire int64) { e.bySplit.add(split, wire) }
+func (e *Epoch) Placed(split int, wire int64) { e.bySplit.add(split, wire) }
 
 // Hashed reports whether published rows are journaled or reported
 // (trainer.Epoch).
-func (e *epochRun) Hashed() bool { return e.cfg.OnSample != nil || e.jr != nil }
+func (e *Epoch) Hashed() bool { return e.cfg.OnSample != nil || e.jr != nil }
 
 // Consumed journals a published batch's samples and calls Config.OnSample
 // for them (trainer.Epoch).
-func (e *epochRun) Consumed(ids []uint64, shas [][32]byte) error {
+func (e *Epoch) Consumed(ids []uint64, shas [][32]byte) error {
 	if err := e.jr.Write(e.num, ids, shas); err != nil {
 		return err
 	}

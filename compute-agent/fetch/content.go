@@ -1,20 +1,16 @@
-package computeagent
+package fetch
 
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
+	"sync"
 
+	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
-
-// ErrContentMismatch: a storage agent sent raw bytes whose SHA-256 is not
-// the catalog's content hash for that sample. The agent is refused for the
-// rest of the run.
-var ErrContentMismatch = errors.New("computeagent: sample content does not match the catalog")
 
 // checkRaw compares a sample fetched raw (split 0) with the catalog's
 // content hash. On a mismatch it refuses f's storage agent for the rest of
@@ -22,7 +18,7 @@ var ErrContentMismatch = errors.New("computeagent: sample content does not match
 // requests go to other replicas) and it is never used again. Intermediates
 // (split > 0) cannot be checked: an offloading plan trusts the storage
 // agent for the samples it offloads.
-func (f *fetcher) checkRaw(sample uint64, raw []byte) error {
+func (f *Fetcher) checkRaw(sample uint64, raw []byte) error {
 	cat := f.e.cat
 	want, ok := cat.Hash(sample)
 	if !ok {
@@ -32,41 +28,56 @@ func (f *fetcher) checkRaw(sample uint64, raw []byte) error {
 	if got == want {
 		return nil
 	}
-	err := fmt.Errorf("sample %d from storage agent %s: %w: sha256 %x, catalog %x", sample, f.ep.Name, ErrContentMismatch, got[:8], want[:8])
-	f.e.a.refuse(f.ep.Name, err)
+	err := fmt.Errorf("sample %d from storage agent %s: %w: sha256 %x, catalog %x", sample, f.name, ErrContentMismatch, got[:8], want[:8])
+	f.e.cfg.Refusals.Refuse(f.name, err)
 	return err
 }
 
-// refuse marks storage agent name as not to be used again.
-func (a *Agent) refuse(name string, why error) {
-	if _, loaded := a.refused.LoadOrStore(name, why); !loaded {
-		a.log.Error().Err(why).Str("storage", name).Msg("storage agent refused for the rest of the run")
+// Refusals are the storage agents refused for the rest of a run, by name,
+// with why. The zero value refuses none; a nil *Refusals refuses none and
+// records nothing.
+type Refusals struct {
+	// Log receives one error line per agent refused.
+	Log zerolog.Logger
+	m   sync.Map
+}
+
+// Refuse marks storage agent name as not to be used again.
+func (rs *Refusals) Refuse(name string, why error) {
+	if rs == nil {
+		return
+	}
+	if _, loaded := rs.m.LoadOrStore(name, why); !loaded {
+		rs.Log.Error().Err(why).Str("storage", name).Msg("storage agent refused for the rest of the run")
 	}
 }
 
-// refusal is why storage agent name was refused, or nil.
-func (a *Agent) refusal(name string) error {
-	if v, ok := a.refused.Load(name); ok {
+// Refusal is why storage agent name was refused, or nil.
+func (rs *Refusals) Refusal(name string) error {
+	if rs == nil {
+		return nil
+	}
+	if v, ok := rs.m.Load(name); ok {
 		return fmt.Errorf("%s refused: %w", name, v.(error))
 	}
 	return nil
 }
 
-// guard wraps a storage agent's client so that, once the agent is refused,
+// Guard wraps a storage agent's client so that, once the agent is refused,
 // new Fetch streams fail and open ones fail at their next response: the
 // fetcher's own retry logic then moves the work to other replicas.
-func (a *Agent) guard(name string, c dataplanepb.StorageClient) dataplanepb.StorageClient {
-	return &guardedClient{StorageClient: c, a: a, name: name}
+func (rs *Refusals) Guard(name string, c dataplanepb.StorageClient) dataplanepb.StorageClient {
+	return &guardedClient{StorageClient: c, rs: rs, name: name}
 }
 
 type guardedClient struct {
 	dataplanepb.StorageClient
-	a    *Agent
+	rs   *Refusals
 	name string
 }
 
 func (g *guardedClient) Fetch(ctx context.Context, opts ...grpc.CallOption) (dataplanepb.Storage_FetchClient, error) {
-	if err := g.a.refusal(g.name); err != nil {
+	if err := g.rs.Refusal(g.name); err != nil {
 		return nil, err
 	}
 	s, err := g.StorageClient.Fetch(ctx, opts...)
@@ -82,7 +93,7 @@ type guardedStream struct {
 }
 
 func (s *guardedStream) Recv() (*dataplanepb.FetchResponse, error) {
-	if err := s.g.a.refusal(s.g.name); err != nil {
+	if err := s.g.rs.Refusal(s.g.name); err != nil {
 		return nil, err
 	}
 	return s.Storage_FetchClient.Recv()

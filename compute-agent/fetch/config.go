@@ -1,0 +1,113 @@
+// Package fetch runs the compute agent's epochs over gRPC: the fetchers
+// that keep one Fetch stream per storage agent busy (windows, retries,
+// stall hedging, pacing, the raw refetch of a failed cut), the placement
+// of an epoch's positions over the storage agents that hold them, the
+// check of raw bytes against the catalog's content hashes, and the epoch
+// run itself (finishing workers, batcher, feeder) with its report. It
+// drives the schedule of package epoch, which does no I/O; the root
+// package fills Config with what the engine needs from the agent.
+package fetch
+
+import (
+	"context"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/ops"
+)
+
+// Config is what an epoch needs from the agent: its limits, its pipeline
+// and the hooks to the rest of the agent. The root fills every field from
+// its own, validated configuration; zero values are not defaulted here.
+type Config struct {
+	// Log is the agent's logger; an epoch adds its number.
+	Log zerolog.Logger
+	// Now is the agent's clock (epoch timing, GPU idle time, progress and
+	// stall deadlines).
+	Now func() time.Time
+	// Metrics receives the epoch's counters; nil: none.
+	Metrics Metrics
+	// Refusals are the storage agents refused for the run (content
+	// checks add to them); nil: none is refused.
+	Refusals *Refusals
+	// Consumer takes the batches (not in trainer mode or FetchOnly).
+	Consumer Consumer
+	// OnSample, when set, is called once per delivered sample with its
+	// hash (computeagent.Config.OnSample).
+	OnSample func(epoch, sample uint64, sha [32]byte)
+
+	// Pipeline is the agent's part of the pipeline, PipelineID its id and
+	// PipelineSpec its spec, sent on each stream's first request (nil for
+	// a preset).
+	Pipeline     *ops.Pipeline
+	PipelineID   string
+	PipelineSpec []byte
+	// Sizes estimates wire sizes by split; it learns from every response.
+	Sizes *epoch.SizeModel
+	Seed  uint64
+	Codec ops.Codec
+
+	// The limits and modes of computeagent.Config of the same names.
+	Workers       int
+	Queue         int
+	Batch         int
+	Window        int
+	WindowBytes   int64
+	MaxPayload    int
+	Retries       int
+	RetryBudget   time.Duration
+	StallTimeout  time.Duration
+	Progress      time.Duration
+	StrictOrder   bool
+	StrictOffload bool
+	FetchOnly     bool
+	// FailOnError fails the epoch at its first bad sample (--on-error
+	// fail); false reports bad samples and runs on.
+	FailOnError bool
+	// RoundRobin binds each position to one of the storage agents holding
+	// it (--placement round-robin); false lets every fetcher pull.
+	RoundRobin bool
+}
+
+// Metrics are the agent's counters an epoch moves. The root's Prometheus
+// series implement it.
+type Metrics interface {
+	// Failure counts a bad sample.
+	Failure()
+	// Retried counts n requests issued again.
+	Retried(n int)
+	// Received counts a response's wire bytes at its split.
+	Received(split, bytes int)
+	// Delivered counts n samples handed to the consumer.
+	Delivered(n int)
+}
+
+// Consumer is the GPU side: it takes one batch at a time. Consume blocks
+// for as long as the step takes.
+type Consumer interface {
+	Consume(ctx context.Context, b *Batch) error
+}
+
+// Batch is what the GPU consumer receives: B samples stacked into one
+// float32 buffer laid out [B, C, H, W], with their labels.
+type Batch struct {
+	Epoch uint64
+	// Index counts the epoch's batches from 0.
+	Index int
+	// Samples and Labels are per row.
+	Samples []uint64
+	Labels  []uint32
+	// Shape is [B, C, H, W].
+	Shape [4]int
+	Data  []float32
+
+	// Per row, for the report and OnSample.
+	shas   [][32]byte
+	splits []int
+	wire   []int64
+}
+
+// Len is the number of samples in the batch.
+func (b *Batch) Len() int { return len(b.Samples) }

@@ -1,0 +1,240 @@
+package fetch
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/journal"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
+	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/trainer"
+	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/profiler"
+)
+
+// Shard is what one epoch delivers here.
+type Shard struct {
+	Order []uint64 // position -> sample
+	Split []int    // position -> k
+	// Padded counts the positions that repeat a sample (epoch.RankOrder);
+	// Resumed, the samples delivered before a restart and left out.
+	Padded, Resumed int
+}
+
+// Opts are what a policy run changes about one epoch.
+type Opts struct {
+	Plan *planner.RunPlan
+	// Rec, when set, records stage 2's profile of every sample fetched
+	// raw.
+	Rec *profiler.Recorder
+	// LinkRate is the planner's link rate (bytes/s; 0: unknown), for the
+	// offloads' horizon (see Epoch.horizon) and shedding (epoch.Shedder).
+	LinkRate float64
+	// StorageCores is the planner's storage cores (0: unknown), for
+	// shedding.
+	StorageCores float64
+}
+
+// NewEpoch is epoch num's run over sh, before Prepare. cfg must outlive
+// it.
+func NewEpoch(cfg *Config, num uint64, cat *Catalog, sh Shard, opts Opts) *Epoch {
+	return &Epoch{
+		cfg: cfg, num: num, cat: cat, order: sh.Order, split: sh.Split, plan: opts.Plan, rec: opts.Rec,
+		linkRate: opts.LinkRate, storageCores: opts.StorageCores, resumed: sh.Resumed, padded: sh.Padded,
+		log:     cfg.Log.With().Uint64("epoch", num).Logger(),
+		work:    make(chan work),
+		queue:   make(chan epoch.Item, cfg.Queue*cfg.Batch),
+		batches: make(chan *Batch),
+		bySplit: splitCounter{},
+	}
+}
+
+// Feed makes e fill the trainer ranks' slots through asm instead of
+// forming batches: tr gives each position's rank, index in that rank's
+// order and global position. Call it between NewEpoch and Execute.
+func (e *Epoch) Feed(asm *trainer.Assembler, tr *trainer.Positions) {
+	e.asm = asm
+	e.posRank, e.posJ, e.gpos = tr.Rank, tr.J, tr.GPos
+}
+
+// Prepare places e's positions over the storage agents fs, builds its
+// schedule, shedder and the fetchers' windows, and starts the epoch's
+// journaling into jr (nil: none).
+func (e *Epoch) Prepare(fs []*Fetcher, jr *journal.Journal) error {
+	cfg, num, order, plan := e.cfg, e.num, e.order, e.plan
+	gate := 0
+	if cfg.StrictOrder {
+		gate = cfg.Window * len(fs)
+	}
+	offloaded := make([]bool, len(order))
+	for i, s := range order {
+		offloaded[i] = e.split[i] != 0 || e.codec(s) != ops.CodecNone
+	}
+	if n := replace(fs); n > 0 {
+		e.log.Warn().Int("shards", n).Msg("shards that no reachable storage agent announced are placed over the reachable ones (their holders are gone)")
+	}
+	pl, unowned, err := e.placement(fs)
+	if err != nil {
+		return err
+	}
+	if len(unowned) > 0 && cfg.FailOnError {
+		return fmt.Errorf("%w: epoch %d not started: %d of the shard's %d samples (the first: %d) have no live storage agent holding them; --on-error skip reports them and runs the rest",
+			ErrUnavailable, num, len(unowned), len(order), order[unowned[0]])
+	}
+	e.sched = epoch.NewPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
+	e.paced = len(fs) > 1
+	if plan.Hinted() {
+		e.sched.CPUOf = func(pos, _ int) int64 {
+			_, c := plan.Hint(order[pos])
+			return int64(c)
+		}
+	}
+	e.sched.Now = cfg.Now
+	if !cfg.StrictOffload {
+		wire := func(sample uint64, k int) float64 { return float64(cfg.Sizes.Estimate(k, e.cat.RawSizes[sample])) }
+		e.shed = epoch.NewShedder(order, e.split, wire, plan, plan.Speed, e.linkRate, e.storageCores, cfg.Now)
+	}
+	for pos := range order {
+		b, _, _ := e.estimate(pos)
+		e.left.Add(b)
+	}
+	e.jr = jr
+	e.log.Info().Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.Name()).Msg("epoch start")
+	for i, f := range fs {
+		f.e = e
+		f.w = epoch.Window{Idx: i, MaxCount: cfg.Window, MaxBytes: cfg.WindowBytes, Outstanding: map[uint64]*epoch.Request{}}
+		if e.sched.CPUOf != nil {
+			// At most paceTime of the agent's cores queued, by the plan's
+			// estimates; past that the window takes raw positions. With
+			// one storage agent too: a window of offloads alone would
+			// commit seconds of a contended storage CPU ahead of the
+			// shedder while the link idles, which makes the epoch
+			// slower than with the cap.
+			f.w.MaxCPU = int64(max(f.cpus, 1) * float64(paceTime))
+		}
+	}
+	return nil
+}
+
+// Execute runs the prepared epoch over fs until every position is
+// delivered or failed, or the first error, logging its progress every
+// Config.Progress meanwhile.
+func (e *Epoch) Execute(ctx context.Context, fs []*Fetcher) error {
+	pctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	if e.cfg.Progress > 0 {
+		wg.Go(func() { e.progress(pctx, e.cfg.Progress) })
+	}
+	e.start = e.cfg.Now()
+	err := e.run(ctx, fs)
+	e.end = e.cfg.Now()
+	stop()
+	wg.Wait()
+	return err
+}
+
+// Report is the epoch's account after Execute; with measure it also asks
+// the storage agents of fs what sending cost them (transport).
+func (e *Epoch) Report(ctx context.Context, fs []*Fetcher, measure bool) report.EpochReport {
+	start, end := e.start, e.end
+	elapsed := end.Sub(start)
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		names[i] = f.name
+	}
+	r := report.EpochReport{
+		Epoch:                    e.num,
+		Seconds:                  elapsed.Seconds(),
+		StartUnixNS:              start.UnixNano(),
+		EndUnixNS:                end.UnixNano(),
+		Pipeline:                 e.cfg.PipelineID,
+		Plan:                     e.plan.Name(),
+		StrictOrder:              e.cfg.StrictOrder,
+		FetchOnly:                e.cfg.FetchOnly,
+		Storage:                  names,
+		ByStorage:                byStorage(fs),
+		Shard:                    len(e.order),
+		Samples:                  e.samples,
+		Batches:                  e.nbatch,
+		SamplesFailed:            len(e.failed),
+		Failed:                   e.failed,
+		BytesReceived:            e.bytesReceived.Load(),
+		BySplit:                  e.bySplit.list(),
+		GPUIdleSeconds:           e.idle.Seconds(),
+		ComputeCPUSeconds:        float64(e.computeNS.Load()) / 1e9,
+		StorageCPUSeconds:        float64(e.storageNS.Load()) / 1e9,
+		OffloadStorageCPUSeconds: float64(e.storageOffNS.Load()) / 1e9,
+		OffloadStorageEffSeconds: float64(e.storageOffEffNS.Load()) / 1e9,
+		Retried:                  int(e.retried.Load()),
+		StreamFailures:           int(e.streamFailures.Load()),
+		Duplicates:               int(e.duplicates.Load()),
+		Stalls:                   int(e.stalls.Load()),
+		Hedged:                   int(e.hedged.Load()),
+		Refetched:                int(e.refetched.Load()),
+		ServedRaw:                servedRaw(e),
+		Shed:                     int(e.shed.Count()),
+		Resumed:                  e.resumed,
+		Padded:                   e.padded,
+		Status:                   "ok",
+	}
+	if measure {
+		r.StorageNSPerByte = transport(ctx, fs)
+	}
+	if r.Failed == nil {
+		r.Failed = []report.SampleFailure{}
+	}
+	slices.SortFunc(r.Failed, func(x, y report.SampleFailure) int { return cmp.Compare(x.Sample, y.Sample) })
+	if e.asm != nil {
+		r.Consumer = "trainer"
+		r.Trainers = e.asm.Stats()
+		for _, t := range r.Trainers {
+			r.Samples += t.Samples
+			r.Batches += t.Batches
+			r.GPUIdleSeconds += t.WaitSeconds / float64(len(r.Trainers))
+		}
+	}
+	if elapsed > 0 {
+		r.GPUIdleFraction = r.GPUIdleSeconds / elapsed.Seconds()
+	}
+	return r
+}
+
+// progress logs the epoch's progress every interval until ctx ends.
+func (e *Epoch) progress(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		recv, n := e.sched.Progress()
+		el := time.Since(start).Seconds()
+		e.log.Info().Int("received", recv).Int("of", n).Float64("samples_per_sec", float64(recv)/el).
+			Float64("queue", float64(e.Queued())).Int64("bytes", e.bytesReceived.Load()).Msg("progress")
+	}
+}
+
+// Queued is how many finished samples wait in the shared queue for a
+// batch or a trainer slot.
+func (e *Epoch) Queued() int {
+	if e.asm != nil {
+		return e.asm.Queued()
+	}
+	return len(e.queue)
+}
+
+// Offloads is what e measured of its offloaded samples, for the planner.
+func (e *Epoch) Offloads() *planner.Offloads {
+	return &planner.Offloads{StorageNS: e.storageOffNS.Load(), StorageEffNS: e.storageOffEffNS.Load(), PlannedNS: e.offPlannedNS.Load()}
+}
+
+// codec is the codec requested for sample (RunPlan.Codec).
+func (e *Epoch) codec(sample uint64) ops.Codec { return e.plan.Codec(sample, e.cfg.Codec) }
