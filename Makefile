@@ -92,10 +92,12 @@ fuzz: ## Longer fuzz runs (FUZZTIME=5m by default here)
 	$(MAKE) test FUZZTIME=5m FUZZMINIMIZE=60s
 
 .PHONY: lint
-lint: ## gofmt, go vet, every fuzz target in make test (.ci/fuzzcheck), and the README's apt-get line against .ci/packages
+lint: ## gofmt, go vet, every fuzz target in make test (.ci/fuzzcheck), no function over 80 lines in the agents nor package over 3,000 (.ci/codesize), and the README's apt-get line against .ci/packages
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./... ./.ci/codesize
 	@bash .ci/fuzzcheck
+	@$(GO) run ./.ci/codesize funcs -max 80 -top 0 compute-agent storage-agent
+	@$(GO) run ./.ci/codesize packages -max 3000 >/dev/null
 	@want="apt-get install -y --no-install-recommends $$(bash .ci/prereq --packages)"; \
 	  grep -qxF "$$want" README.md || { echo "README.md must carry the line: $$want (from .ci/packages)"; exit 1; }
 

@@ -41,9 +41,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sophon-dl/sophon/policy"
+
 	"github.com/rs/zerolog"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
 	"github.com/sophon-dl/sophon/testbed/netns"
 	"github.com/sophon-dl/sophon/testbed/results"
@@ -134,7 +135,7 @@ type Config struct {
 	Train bool
 	// TrainPolicy is the trainer row's compute-agent plan: "nooff" (the
 	// default: --plan nooff, no planning) or a policy of
-	// computeagent.Policies (--policy, reusing the experiment's profile).
+	// policy.Names (--policy, reusing the experiment's profile).
 	TrainPolicy string
 	// TrainScript is python/examples/train_cnn.py. Empty means found in
 	// the repository: next to Bin's parent (bin/../python/examples), then
@@ -271,22 +272,22 @@ func (c *Config) defaults() error {
 		}
 	}
 	if len(c.Policies) == 0 {
-		c.Policies = computeagent.Policies
+		c.Policies = policy.Names
 	}
 	for _, p := range c.Policies {
 		known := false
-		for _, q := range computeagent.Policies {
+		for _, q := range policy.Names {
 			known = known || p == q
 		}
 		if !known {
-			return fmt.Errorf("%w: unknown policy %q (want %s)", ErrConfig, p, strings.Join(computeagent.Policies, ", "))
+			return fmt.Errorf("%w: unknown policy %q (want %s)", ErrConfig, p, strings.Join(policy.Names, ", "))
 		}
 	}
 	if c.TrainPolicy == "" {
 		c.TrainPolicy = "nooff"
 	}
-	if !slices.Contains(computeagent.Policies, c.TrainPolicy) {
-		return fmt.Errorf("%w: unknown train policy %q (want %s)", ErrConfig, c.TrainPolicy, strings.Join(computeagent.Policies, ", "))
+	if !slices.Contains(policy.Names, c.TrainPolicy) {
+		return fmt.Errorf("%w: unknown train policy %q (want %s)", ErrConfig, c.TrainPolicy, strings.Join(policy.Names, ", "))
 	}
 	if c.NumClasses < 0 {
 		return fmt.Errorf("%w: num classes %d", ErrConfig, c.NumClasses)

@@ -50,7 +50,7 @@ const ScriptName = "dataloader_peer.py"
 const DefaultPython = "/usr/bin/python3"
 
 // DefaultBatch is the compute agent's default batch
-// (computeagent.DefaultBatch), so both rows step the same GPU alike.
+// (the compute agent's default batch), so both rows step the same GPU alike.
 const DefaultBatch = 128
 
 // SkipExit is the script's exit status when torch or torchvision cannot be

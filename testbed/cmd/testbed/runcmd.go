@@ -10,9 +10,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sophon-dl/sophon/policy"
+
 	"github.com/rs/zerolog"
 
-	"github.com/sophon-dl/sophon/compute-agent/computeagent"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/testbed/experiment"
 	"github.com/sophon-dl/sophon/testbed/results"
@@ -97,7 +98,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	rates := shape.Rates{shape.MustParseRate(experiment.DefaultRate)}
 	fs.Var(&rates, "rate", "link `rates`, comma-separated (e.g. 100mbit,500mbit): tc tbf both ways")
 	cpus := fs.String("storage-cpus", strconv.FormatFloat(experiment.DefaultCPUs, 'f', -1, 64), "storage agent CPU `limits` in cores, comma-separated, fractions allowed")
-	policies := fs.String("policies", strings.Join(computeagent.Policies, ","), "`policies` to run, comma-separated, in order (the first is the reference for placement invariance)")
+	policies := fs.String("policies", strings.Join(policy.Names, ","), "`policies` to run, comma-separated, in order (the first is the reference for placement invariance)")
 	epochs := fs.Int("epochs", experiment.DefaultEpochs, "`epochs` per policy (the first run's first epoch profiles, No-Off)")
 	pipeline := fs.String("pipeline", experiment.DefaultPipeline, "pipeline preset `name`")
 	gpuRate := fs.Float64("gpu-rate", experiment.DefaultGPURate, "simulated GPU `samples/s`, for the agents and the peer alike")
@@ -106,7 +107,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	noPeer := fs.Bool("no-peer", false, "skip the torchvision DataLoader row")
 	python := fs.String("python", "", "`interpreter` for the peer and the trainer (default /usr/bin/python3)")
 	train := fs.Bool("train", false, "add the trainer row (a small CNN trained through the Python client from the compute agent's trainer socket) and make the peer row train the same CNN")
-	trainPolicy := fs.String("train-policy", "nooff", "the trainer row's compute-agent `plan`: nooff or a policy ("+strings.Join(computeagent.Policies, ", ")+")")
+	trainPolicy := fs.String("train-policy", "nooff", "the trainer row's compute-agent `plan`: nooff or a policy ("+strings.Join(policy.Names, ", ")+")")
 	trainScript := fs.String("train-script", "", "the trainer `script` (default: "+experiment.TrainScript+" in the repository, found from this binary's folder or the working directory)")
 	mode := fs.String("mode", string(experiment.ModeAuto), "`mode`: auto (netns as root, else loopback), netns or loopback")
 	bin := fs.String("bin", "", "`folder` with storage-agent, compute-agent and testbed (default: this binary's folder, then $PATH)")
