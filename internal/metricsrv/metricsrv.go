@@ -1,5 +1,6 @@
-// Package metricsrv is the HTTP side of both agents' metrics: GET /metrics
-// for a private Prometheus registry and GET /healthz.
+// Package metricsrv is what both agents' metrics share: one-line
+// constructors of series, a private Prometheus registry with the runtime
+// collectors, and the HTTP side: GET /metrics and GET /healthz.
 package metricsrv
 
 import (
