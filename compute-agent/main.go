@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -303,26 +302,13 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	return c, nil
 }
 
-func logger(s settings, out *os.File) (zerolog.Logger, error) {
-	return cli.Logger(s.LogLevel, s.LogFormat, "compute-agent", out)
-}
-
 func run(args []string) int {
 	if len(args) > 0 && args[0] == "certs" {
 		return cli.Certs("compute-agent", args[1:], os.Stdout)
 	}
-	s, err := parse(args, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "compute-agent:", err)
-		return 2
-	}
-	log, err := logger(s, os.Stderr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "compute-agent:", err)
-		return 2
+	s, log, code, ok := cli.Start("compute-agent", args, parse, os.Stderr)
+	if !ok {
+		return code
 	}
 	cli.SetGCPercent(gcPercent(s))
 	cfg, err := s.agentConfig(log)

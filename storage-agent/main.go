@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -252,10 +251,6 @@ func (r *rate) UnmarshalYAML(n *yaml.Node) error {
 	return r.Set(n.Value)
 }
 
-func logger(s settings, out *os.File) (zerolog.Logger, error) {
-	return cli.Logger(s.LogLevel, s.LogFormat, "storage-agent", out)
-}
-
 func run(args []string) int {
 	if len(args) > 0 {
 		switch args[0] {
@@ -267,18 +262,9 @@ func run(args []string) int {
 			return placeCmd(args[1:], os.Stdout, os.Stderr)
 		}
 	}
-	s, err := parse(args, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "storage-agent:", err)
-		return 2
-	}
-	log, err := logger(s, os.Stderr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "storage-agent:", err)
-		return 2
+	s, log, code, ok := cli.Start("storage-agent", args, parse, os.Stderr)
+	if !ok {
+		return code
 	}
 	cli.SetGCPercent(s.GCPercent)
 	a, err := storageagent.New(s.agentConfig(log))

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sophon-dl/sophon/compute-agent/fetch"
 	"github.com/sophon-dl/sophon/internal/metricsrv"
@@ -29,44 +28,16 @@ type metrics struct {
 
 func newMetrics() *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		samples: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sophon_compute_samples_total",
-			Help: "Samples delivered to the consumer or the trainer ranks (rate() gives samples/s).",
-		}),
-		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sophon_compute_bytes_received_total",
-			Help: "Wire bytes received from storage agents, by the split the sample was cut at.",
-		}, []string{"split"}),
-		retries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sophon_compute_retries_total",
-			Help: "Requests issued again after a stream failure or a storage deadline.",
-		}),
-		epochs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sophon_compute_epochs_total",
-			Help: "Epochs completed.",
-		}),
-		failures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sophon_compute_samples_failed_total",
-			Help: "Bad samples (storage or local errors).",
-		}),
-		wait: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sophon_compute_trainer_wait_seconds_total",
-			Help: "Time each trainer rank's loop was blocked waiting for a batch (its GPU's idle time).",
-		}, []string{"rank"}),
-		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sophon_compute_trainer_batches_total",
-			Help: "Batches handed to each trainer rank.",
-		}, []string{"rank"}),
+		samples:  metricsrv.Counter("sophon_compute_samples_total", "Samples delivered to the consumer or the trainer ranks (rate() gives samples/s)."),
+		bytes:    metricsrv.CounterVec("sophon_compute_bytes_received_total", "Wire bytes received from storage agents, by the split the sample was cut at.", "split"),
+		retries:  metricsrv.Counter("sophon_compute_retries_total", "Requests issued again after a stream failure or a storage deadline."),
+		epochs:   metricsrv.Counter("sophon_compute_epochs_total", "Epochs completed."),
+		failures: metricsrv.Counter("sophon_compute_samples_failed_total", "Bad samples (storage or local errors)."),
+		wait:     metricsrv.CounterVec("sophon_compute_trainer_wait_seconds_total", "Time each trainer rank's loop was blocked waiting for a batch (its GPU's idle time).", "rank"),
+		batches:  metricsrv.CounterVec("sophon_compute_trainer_batches_total", "Batches handed to each trainer rank.", "rank"),
 	}
-	m.reg.MustRegister(m.samples, m.bytes, m.retries, m.epochs, m.failures, m.wait, m.batches,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sophon_compute_queue_depth",
-			Help: "Finished samples waiting in the shared queue for a batch or a trainer slot.",
-		}, m.queueDepth),
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
+	m.reg = metricsrv.Registry(m.samples, m.bytes, m.retries, m.epochs, m.failures, m.wait, m.batches,
+		metricsrv.GaugeFunc("sophon_compute_queue_depth", "Finished samples waiting in the shared queue for a batch or a trainer slot.", m.queueDepth))
 	return m
 }
 

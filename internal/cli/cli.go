@@ -1,5 +1,6 @@
 // Package cli holds what the two agents' command lines share: flags that
-// may also come from a YAML file, list flags, and logger set-up.
+// may also come from a YAML file, list flags, logger set-up and the
+// start-up sequence.
 package cli
 
 import (

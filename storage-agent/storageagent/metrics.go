@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sophon-dl/sophon/internal/metricsrv"
 
@@ -35,68 +34,22 @@ type metrics struct {
 // scrape time.
 func newMetrics(queueDepth, buffered func() float64) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		bytesSent: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sophon_storage_bytes_sent_total",
-			Help: "Bytes of sample data (wire forms) sent on Fetch streams.",
-		}),
-		samples: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sophon_storage_samples_total",
-			Help: "Samples sent, by the split they were cut at (ops[0:split] ran here).",
-		}, []string{"split"}),
-		cpu: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sophon_storage_cpu_seconds_total",
-			Help: "Thread CPU seconds spent reading samples, running ops and encoding.",
-		}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sophon_storage_errors_total",
-			Help: "Per-sample errors returned, by kind.",
-		}, []string{"kind"}),
-		streams: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sophon_storage_streams_in_flight",
-			Help: "Open Fetch streams.",
-		}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sophon_storage_streams_rejected_total",
-			Help: "Fetch streams refused at the agent's or a peer's stream limit, by limit.",
-		}, []string{"limit"}),
-		stalled: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sophon_storage_workers_stalled",
-			Help: "1 while every worker of a pool is stuck on one job past the stall timeout (health NOT_SERVING).",
-		}),
-		served: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sophon_storage_served_raw_total",
-			Help: "Offload requests answered with the raw bytes instead, by reason: contended (the CPU budget could not keep up with the link; work-conserving offload) or uncuttable (the JPEG cannot be cut exactly).",
-		}, []string{"reason"}),
-		shards: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sophon_storage_shards",
-			Help: "Shards in the dataset's layout (tar files, or --shard-size id ranges).",
-		}),
-		held: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sophon_storage_held_shards",
-			Help: "Shards this agent holds: those whose rendezvous-hashed --replicas owners among the live storage agents of its placement group include it.",
-		}),
-		missing: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sophon_storage_missing_shards",
-			Help: "Shards of the layout with a file this agent does not have (it serves part of the dataset from --manifest); it never holds them.",
-		}),
-		placeMembers: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sophon_storage_placement_members",
-			Help: "Live storage agents, this one included, that the held shards were computed over (same dataset fingerprint, layout and replicas).",
-		}),
+		bytesSent:    metricsrv.Counter("sophon_storage_bytes_sent_total", "Bytes of sample data (wire forms) sent on Fetch streams."),
+		samples:      metricsrv.CounterVec("sophon_storage_samples_total", "Samples sent, by the split they were cut at (ops[0:split] ran here).", "split"),
+		cpu:          metricsrv.Counter("sophon_storage_cpu_seconds_total", "Thread CPU seconds spent reading samples, running ops and encoding."),
+		errors:       metricsrv.CounterVec("sophon_storage_errors_total", "Per-sample errors returned, by kind.", "kind"),
+		streams:      metricsrv.Gauge("sophon_storage_streams_in_flight", "Open Fetch streams."),
+		rejected:     metricsrv.CounterVec("sophon_storage_streams_rejected_total", "Fetch streams refused at the agent's or a peer's stream limit, by limit.", "limit"),
+		stalled:      metricsrv.Gauge("sophon_storage_workers_stalled", "1 while every worker of a pool is stuck on one job past the stall timeout (health NOT_SERVING)."),
+		served:       metricsrv.CounterVec("sophon_storage_served_raw_total", "Offload requests answered with the raw bytes instead, by reason: contended (the CPU budget could not keep up with the link; work-conserving offload) or uncuttable (the JPEG cannot be cut exactly).", "reason"),
+		shards:       metricsrv.Gauge("sophon_storage_shards", "Shards in the dataset's layout (tar files, or --shard-size id ranges)."),
+		held:         metricsrv.Gauge("sophon_storage_held_shards", "Shards this agent holds: those whose rendezvous-hashed --replicas owners among the live storage agents of its placement group include it."),
+		missing:      metricsrv.Gauge("sophon_storage_missing_shards", "Shards of the layout with a file this agent does not have (it serves part of the dataset from --manifest); it never holds them."),
+		placeMembers: metricsrv.Gauge("sophon_storage_placement_members", "Live storage agents, this one included, that the held shards were computed over (same dataset fingerprint, layout and replicas)."),
 	}
-	m.reg.MustRegister(m.bytesSent, m.samples, m.cpu, m.errors, m.streams, m.rejected, m.stalled, m.served, m.shards, m.held, m.missing, m.placeMembers,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sophon_storage_buffered_bytes",
-			Help: "Bytes of results waiting to be sent, all streams.",
-		}, buffered),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sophon_storage_queue_depth",
-			Help: "Fetch requests waiting for a worker.",
-		}, queueDepth),
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
+	m.reg = metricsrv.Registry(m.bytesSent, m.samples, m.cpu, m.errors, m.streams, m.rejected, m.stalled, m.served, m.shards, m.held, m.missing, m.placeMembers,
+		metricsrv.GaugeFunc("sophon_storage_buffered_bytes", "Bytes of results waiting to be sent, all streams.", buffered),
+		metricsrv.GaugeFunc("sophon_storage_queue_depth", "Fetch requests waiting for a worker.", queueDepth))
 	return m
 }
 
