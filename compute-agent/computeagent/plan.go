@@ -2,6 +2,7 @@ package computeagent
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"os"
 	"slices"
@@ -22,33 +23,42 @@ import (
 // files (DecodePlanFile); a policy's come from the planner. New checks
 // every split a plan names against the pipeline.
 
-// static is the plan that gives every sample split k.
-func static(name string, k int) *policy.Plan { return &policy.Plan{Policy: name, Default: k} }
+// staticPlan is the registry's static policy name for pipeline p
+// (policy.StaticPlan), its errors as ErrConfig.
+func staticPlan(name string, p *ops.Pipeline) (*policy.Plan, error) {
+	plan, ok, err := policy.StaticPlan(name, p)
+	if !ok {
+		return nil, configErr("%s: not a static policy", name)
+	}
+	if err != nil {
+		return nil, configErr("%v", err)
+	}
+	return plan, nil
+}
 
 // isStatic reports whether plan is one of NoOff, AllOff and ResizeOff.
 func isStatic(plan *policy.Plan) bool {
-	switch plan.Policy {
-	case policy.NameNoOff, policy.NameAllOff, policy.NameResizeOff:
-		return len(plan.IDs) == 0 && len(plan.Split) == 0
+	if e, ok := policy.Lookup(plan.Policy); !ok || e.Static == nil {
+		return false
 	}
-	return false
+	return len(plan.IDs) == 0 && len(plan.Split) == 0
 }
 
 // NoOff fetches raw bytes for every sample (k = 0).
-func NoOff() *policy.Plan { return static(policy.NameNoOff, 0) }
+func NoOff() *policy.Plan {
+	plan, _ := staticPlan(policy.NameNoOff, nil) // nooff's split needs no pipeline and cannot fail
+	return plan
+}
 
 // AllOff runs the whole pipeline on the storage agent (k = n).
-func AllOff(p *ops.Pipeline) *policy.Plan { return static(policy.NameAllOff, p.Len()) }
+func AllOff(p *ops.Pipeline) *policy.Plan {
+	plan, _ := staticPlan(policy.NameAllOff, p) // alloff's split is p.Len() and cannot fail
+	return plan
+}
 
 // ResizeOff splits right after the pipeline's first crop op
 // (random_resized_crop, decode_random_resized_crop or center_crop).
-func ResizeOff(p *ops.Pipeline) (*policy.Plan, error) {
-	k, ok := p.CropSplit()
-	if !ok {
-		return nil, configErr("resizeoff: pipeline %s has no crop op", p.ID())
-	}
-	return static(policy.NameResizeOff, k), nil
-}
+func ResizeOff(p *ops.Pipeline) (*policy.Plan, error) { return staticPlan(policy.NameResizeOff, p) }
 
 // PlanOf is the plan named name that gives the samples in splits their
 // split and every other sample def, for pipeline (an ops.Pipeline.ID();
@@ -125,16 +135,11 @@ func DecodePlanFile(b []byte, name string) (*policy.Plan, error) {
 	return PlanOf(name, raw.Pipeline, raw.Default, splits), nil
 }
 
-// ParsePlan resolves a plan name: nooff, alloff, resizeoff, or the path of
-// a plan file.
+// ParsePlan resolves a plan name: a static policy of the registry (nooff,
+// the default; alloff; resizeoff) or the path of a plan file.
 func ParsePlan(name string, p *ops.Pipeline) (*policy.Plan, error) {
-	switch name {
-	case "", "nooff":
-		return NoOff(), nil
-	case "alloff":
-		return AllOff(p), nil
-	case "resizeoff":
-		return ResizeOff(p)
+	if _, ok, _ := policy.StaticPlan(cmp.Or(name, policy.NameNoOff), p); ok {
+		return staticPlan(cmp.Or(name, policy.NameNoOff), p)
 	}
 	f, err := ReadPlanFile(name)
 	if err != nil {
