@@ -2,32 +2,10 @@ package handoff
 
 import (
 	"encoding/binary"
-	"net"
-	"os"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/sophon-dl/sophon/internal/testutil"
 )
-
-// socketPair is a connected pair of Unix stream sockets.
-func socketPair(t testing.TB) (*net.UnixConn, *net.UnixConn) {
-	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "pair")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c.(*net.UnixConn)
-	}
-	return conn(fds[0]), conn(fds[1])
-}
 
 func TestDecodeClientFrame(t *testing.T) {
 	tests := []struct {
@@ -60,7 +38,7 @@ func TestDecodeClientFrame(t *testing.T) {
 }
 
 func TestFrameTooLong(t *testing.T) {
-	a, b := socketPair(t)
+	a, b := testutil.UnixPair(t)
 	var hdr [4]byte
 	binary.LittleEndian.PutUint32(hdr[:], MaxFrame+1)
 	go b.Write(hdr[:])

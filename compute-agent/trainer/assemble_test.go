@@ -3,37 +3,16 @@ package trainer
 import (
 	"encoding/binary"
 	"io"
-	"net"
-	"os"
 	"testing"
 
+	"github.com/sophon-dl/sophon/internal/testutil"
+
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sys/unix"
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/ops"
 )
-
-// socketPair is a connected pair of Unix stream sockets.
-func socketPair(t testing.TB) (*net.UnixConn, *net.UnixConn) {
-	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "pair")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c.(*net.UnixConn)
-	}
-	return conn(fds[0]), conn(fds[1])
-}
 
 // TestHandoffNoAllocsPerBatch: in steady state a batch's whole cycle on
 // the agent's side (rows placed into a leased slot, header, READY, the
@@ -46,7 +25,7 @@ func TestHandoffNoAllocsPerBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	agentSide, trainerSide := socketPair(t)
+	agentSide, trainerSide := testutil.UnixPair(t)
 	tc := &Conn{c: agentSide, ring: r, hello: handoff.HelloMsg{World: 1, LocalWorld: 1}}
 	m := &Metrics{
 		Wait:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wait"}, []string{"rank"}),

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // EnvBin names a folder holding binaries built beforehand (`make test`
@@ -206,4 +208,25 @@ func LinkBinaries(tb testing.TB, dir string) string {
 		}
 	}
 	return dir
+}
+
+// UnixPair is a connected pair of Unix stream sockets, closed when the test
+// ends.
+func UnixPair(tb testing.TB) (*net.UnixConn, *net.UnixConn) {
+	tb.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "pair")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { c.Close() })
+		return c.(*net.UnixConn)
+	}
+	return conn(fds[0]), conn(fds[1])
 }
