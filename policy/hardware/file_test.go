@@ -70,3 +70,30 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestOver: the pooled figures are spread in proportion to the nodes' own,
+// an unknown egress shares the link equally, an unknown core count is
+// unlimited, and one node is SingleNode.
+func TestOver(t *testing.T) {
+	r := Resources{LinkBytesPerSec: 100, StorageCores: 3, ComputeCores: 2, GPUSamplesPerSec: 50, StorageSpeed: 0.5, StorageNSPerByte: 4}
+	c := r.Over([]StorageNode{{Name: "a", EgressBytesPerSec: 30, Cores: 2}, {Name: "b", EgressBytesPerSec: 10, Cores: 1}})
+	if len(c.Storage) != 2 || c.Storage[0] != (StorageNode{Name: "a", EgressBytesPerSec: 75, Cores: 2}) ||
+		c.Storage[1] != (StorageNode{Name: "b", EgressBytesPerSec: 25, Cores: 1}) {
+		t.Errorf("storage %+v", c.Storage)
+	}
+	if len(c.Compute) != 1 || c.Compute[0].Cores != 2 || c.Compute[0].GPUSamplesPerSec != 50 || c.Ranks() != 1 ||
+		c.StorageSpeed != 0.5 || c.StorageNSPerByte != 4 {
+		t.Errorf("cluster %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Error(err)
+	}
+	c = r.Over([]StorageNode{{Name: "a", EgressBytesPerSec: 30, Cores: 2}, {Name: "b"}})
+	if c.Storage[1] != (StorageNode{Name: "b", EgressBytesPerSec: 50}) || c.Storage[0] != (StorageNode{Name: "a", EgressBytesPerSec: 50, Cores: 3}) {
+		t.Errorf("unknown node: %+v", c.Storage)
+	}
+	one := r.Over([]StorageNode{{Name: "storage", EgressBytesPerSec: 7, Cores: 9}})
+	if single := SingleNode(r); one.Storage[0] != single.Storage[0] || one.Compute[0] != single.Compute[0] {
+		t.Errorf("one node: %+v, SingleNode %+v", one, single)
+	}
+}

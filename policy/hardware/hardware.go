@@ -336,3 +336,39 @@ func (r Resources) WithMeasured(m *profiler.MeasuredResources) Resources {
 	}
 	return r
 }
+
+// Over is the cluster of the storage nodes given and one compute node
+// with r's compute cores and GPU and one rank: r's pooled link and
+// storage cores spread over the nodes in proportion to each node's own
+// figure (its EgressBytesPerSec and Cores as measured or announced, e.g.
+// by a compute agent's stage 1), so that re-measuring the pooled figures
+// rescales every node alike. When any node's egress is zero (unknown) the
+// link is shared equally; a node of zero (unknown) cores gets unlimited
+// cores, and a zero pooled figure leaves every node unlimited. With one
+// node it is SingleNode(r) but for the storage node's name.
+func (r Resources) Over(storage []StorageNode) Cluster {
+	c := SingleNode(r)
+	c.Storage = make([]StorageNode, len(storage))
+	var egress, cores float64
+	known := true
+	for _, s := range storage {
+		egress += s.EgressBytesPerSec
+		cores += s.Cores
+		known = known && s.EgressBytesPerSec > 0
+	}
+	for j, s := range storage {
+		n := StorageNode{Name: s.Name}
+		switch {
+		case r.LinkBytesPerSec <= 0:
+		case known:
+			n.EgressBytesPerSec = r.LinkBytesPerSec * s.EgressBytesPerSec / egress
+		default:
+			n.EgressBytesPerSec = r.LinkBytesPerSec / float64(len(storage))
+		}
+		if r.StorageCores > 0 && s.Cores > 0 {
+			n.Cores = r.StorageCores * s.Cores / cores
+		}
+		c.Storage[j] = n
+	}
+	return c
+}
