@@ -125,7 +125,9 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 	if cfg.Out != nil {
 		fmt.Fprintln(cfg.Out, d.String())
 	}
-	p := &policyRun{a: a, pl: &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy, Res: st.Res}, d: d, summary: st.Summary(), shard: len(shard), cat: cat}
+	pl := &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy, Res: st.Res, Nodes: st.Nodes,
+		Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }}
+	p := &policyRun{a: a, pl: pl, d: d, summary: st.Summary(), shard: len(shard), cat: cat}
 	if prof, saved := a.loadProfile(cat); prof != nil {
 		pl := p.pl
 		pl.Prof, pl.Saved = prof, saved
@@ -152,8 +154,9 @@ func (p *policyRun) next(i int) epochOpts {
 	predicted, bound := p.d.PredictedNoOffSeconds, 0.0
 	ran := pl.Prof != nil
 	var planRan policy.Plan
+	var cluster *policy.Cluster
 	if ran {
-		opts.Plan, planRan = pl.Run, pl.Plan
+		opts.Plan, planRan, cluster = pl.Run, pl.Plan, pl.Cluster
 		predicted, bound = pl.Plan.Pred.Seconds, pl.Bound
 	} else if p.d.RunStage2 {
 		opts.Rec = profiler.NewRecorder(cfg.Pipeline, p.cat.Fingerprint, int(p.cat.Total))
@@ -167,9 +170,28 @@ func (p *policyRun) next(i int) epochOpts {
 	rec := opts.Rec
 	opts.annotate = func(r *report.EpochReport, e *fetch.Epoch) error {
 		r.Policy, r.PredictedSeconds, r.BoundSeconds, r.Stage1 = cfg.Policy, predicted, bound, sum
+		predictNodes(r, cluster, planRan.Cluster)
 		return p.annotate(r, e, rec, ran, planRan)
 	}
 	return opts
+}
+
+// predictNodes puts a cluster plan's prediction pr, made on c, into r:
+// the cluster, and each storage agent's predicted load beside its
+// measured share (by name). Nothing for a plan on pooled resources.
+func predictNodes(r *report.EpochReport, c *policy.Cluster, pr *policy.ClusterPrediction) {
+	if c == nil || pr == nil {
+		return
+	}
+	r.Cluster = c
+	for i := range r.ByStorage {
+		for j, n := range c.Storage {
+			if n.Name == r.ByStorage[i].Name && j < len(pr.Storage) {
+				l := pr.Storage[j]
+				r.ByStorage[i].Predicted = &report.StoragePrediction{Samples: l.Samples, Bytes: l.Bytes, CPUSeconds: l.CPUSeconds, CPUTime: l.CPUTime, EgressTime: l.EgressTime}
+			}
+		}
+	}
 }
 
 // annotate completes a successful policy epoch's report and moves the

@@ -51,9 +51,11 @@ type Schedule struct {
 	// deliverNext + gate, which bounds the batcher's reorder buffer.
 	gate        int
 	deliverNext int
-	alive       int         // fetchers not given up
-	aliveMask   uint64      // their bits (window.idx)
-	retries     map[int]int // transient per-sample errors so far, by position
+	// prefer is Placement.Prefer.
+	prefer    bool
+	alive     int         // fetchers not given up
+	aliveMask uint64      // their bits (window.idx)
+	retries   map[int]int // transient per-sample errors so far, by position
 	// Now stamps each request's send time (request.sent). Nil leaves it
 	// zero.
 	Now func() time.Time
@@ -104,13 +106,18 @@ type Placement struct {
 	// Bound[pos], a subset of Owners[pos]: the only agents that take pos
 	// while one of them is alive (round-robin placement); 0 = Owners.
 	Bound []uint64
+	// Prefer makes Bound a preference (a planner's choice of replica):
+	// an owner outside Bound[pos] takes pos too, once nothing is left in
+	// the groups bound to it, so an agent that runs ahead of the plan
+	// helps with the others' share instead of idling.
+	Prefer bool
 }
 
 // NewPlacedSchedule is newSchedule under a placement. Positions of equal
 // (Owners, Bound) form a group.
 func NewPlacedSchedule(n, gate, fetchers int, offloaded []bool, pl Placement) *Schedule {
 	all := AllFetchers(fetchers)
-	s := &Schedule{n: n, sig: make(chan struct{}), received: make([]bool, n), gate: gate, alive: fetchers, aliveMask: all}
+	s := &Schedule{n: n, sig: make(chan struct{}), received: make([]bool, n), gate: gate, alive: fetchers, aliveMask: all, prefer: pl.Prefer}
 	var count int
 	for _, o := range offloaded {
 		if o {
@@ -177,14 +184,29 @@ func (s *Schedule) laneOf(pos int) int {
 // serves reports whether w may take g's positions.
 func (g *group) serves(w *Window) bool { return g.mask&(1<<w.Idx) != 0 }
 
+// helps reports whether w may take g's positions once nothing is left in
+// the groups it serves: it holds them, though the placement preferred
+// another agent.
+func (g *group) helps(w *Window) bool { return g.owners&(1<<w.Idx) != 0 && !g.serves(w) }
+
 // nextLocked is the next position w may take, first from the retries, or
 // -1; retry reports whether it is a retry. Positions of lane skip (-1:
-// none) are passed over.
+// none) are passed over. Under a preferred placement, w takes from the
+// groups it only helps when those it serves have nothing for it.
 func (s *Schedule) nextLocked(w *Window, skip int) (pos int, retry bool) {
+	pos, retry = s.scanLocked(w, skip, (*group).serves)
+	if pos < 0 && s.prefer {
+		pos, retry = s.scanLocked(w, skip, (*group).helps)
+	}
+	return pos, retry
+}
+
+// scanLocked is nextLocked over the groups that may(g, w).
+func (s *Schedule) scanLocked(w *Window, skip int, may func(*group, *Window) bool) (pos int, retry bool) {
 	best := -1
 	for i := range s.groups {
 		g := &s.groups[i]
-		if !g.serves(w) {
+		if !may(g, w) {
 			continue
 		}
 		// A hedged position may have been received since it was put
@@ -201,7 +223,7 @@ func (s *Schedule) nextLocked(w *Window, skip int) (pos int, retry bool) {
 	}
 	for i := range s.groups {
 		g := &s.groups[i]
-		if !g.serves(w) {
+		if !may(g, w) {
 			continue
 		}
 		both := g.cursor[0] < len(g.lanes[0]) && g.cursor[1] < len(g.lanes[1])

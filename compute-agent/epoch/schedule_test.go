@@ -121,3 +121,28 @@ func TestScheduleHedgeDuplicate(t *testing.T) {
 		t.Errorf("stalled window holds %d requests, %d bytes after requeue", w1.Count, w1.Bytes)
 	}
 }
+
+// TestSchedulePrefer: under a preferred placement each window takes the
+// positions bound to it first, in order; only when its own are all taken
+// does it help with the other agent's, and a strict placement (Prefer
+// false, round-robin) never lets it. Every position is taken once.
+func TestSchedulePrefer(t *testing.T) {
+	bound := []uint64{1, 2, 1, 1, 2, 2, 2, 2}
+	for _, prefer := range []bool{true, false} {
+		s := NewPlacedSchedule(len(bound), 0, 2, nil, Placement{Bound: bound, Prefer: prefer})
+		w0, w1 := testWindow(8), testWindow(2)
+		w0.Idx, w1.Idx = 0, 1
+		got1 := takeAll(t, s, w1)
+		if !slices.Equal(got1, []int{1, 4}) {
+			t.Fatalf("prefer %v: agent 1 took %v, want [1 4]: its own, in order", prefer, got1)
+		}
+		got0 := takeAll(t, s, w0)
+		want := []int{0, 2, 3}
+		if prefer {
+			want = []int{0, 2, 3, 5, 6, 7} // its own, then the rest of agent 1's
+		}
+		if !slices.Equal(got0, want) {
+			t.Errorf("prefer %v: agent 0 took %v, want %v", prefer, got0, want)
+		}
+	}
+}

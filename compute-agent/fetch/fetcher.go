@@ -85,6 +85,10 @@ func (f *Fetcher) Client() dataplanepb.StorageClient { return f.client }
 // CPUs is the storage agent's cores as its Info last said (0: unknown).
 func (f *Fetcher) CPUs() float64 { return f.cpus }
 
+// Holds reports whether the agent holds sample (as its layout announced;
+// an agent without one holds every sample).
+func (f *Fetcher) Holds(sample uint64) bool { return f.holds == nil || f.holds(sample) }
+
 // work is a response on its way to a finishing worker.
 type work struct {
 	f    *Fetcher

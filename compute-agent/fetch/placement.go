@@ -15,8 +15,9 @@ import (
 )
 
 // placement builds the epoch's placement over its fetchers: who holds each
-// position's sample (Fetcher.holds), and with PlacementRoundRobin which of
-// them it is bound to. unowned lists the positions no Fetcher holds.
+// position's sample (Fetcher.holds), and which of them it is bound to:
+// with PlacementRoundRobin strictly, in turn; otherwise by preference, to
+// the agent the plan chose (a cluster plan's Replica). unowned lists the positions no Fetcher holds.
 func (e *Epoch) placement(fs []*Fetcher) (pl epoch.Placement, unowned []int, err error) {
 	if len(fs) > epoch.MaxFetchers {
 		return pl, nil, fmt.Errorf("%w: %d storage agents, at most %d per epoch", ErrNoStorage, len(fs), epoch.MaxFetchers)
@@ -40,7 +41,9 @@ func (e *Epoch) placement(fs []*Fetcher) (pl epoch.Placement, unowned []int, err
 			}
 		}
 	}
-	if e.cfg.RoundRobin && len(fs) > 1 {
+	switch {
+	case len(fs) < 2:
+	case e.cfg.RoundRobin:
 		pl.Bound = make([]uint64, n)
 		for pos := range n {
 			o := all
@@ -51,8 +54,34 @@ func (e *Epoch) placement(fs []*Fetcher) (pl epoch.Placement, unowned []int, err
 				pl.Bound[pos] = nthBit(o, pos%k)
 			}
 		}
+	default:
+		pl.Bound, pl.Prefer = e.planned(fs), true
 	}
 	return pl, unowned, nil
+}
+
+// planned binds each position to the storage agent the plan chose for its
+// sample (RunPlan.Replica), where that agent is among fs; nil when the
+// plan chose none.
+func (e *Epoch) planned(fs []*Fetcher) []uint64 {
+	idx := make(map[string]int, len(fs))
+	for i, f := range fs {
+		idx[f.name] = i
+	}
+	var bound []uint64
+	for pos, s := range e.order {
+		name, ok := e.plan.Replica(s)
+		if !ok {
+			continue
+		}
+		if i, ok := idx[name]; ok {
+			if bound == nil {
+				bound = make([]uint64, len(e.order))
+			}
+			bound[pos] = 1 << i
+		}
+	}
+	return bound
 }
 
 // nthBit is the n-th lowest set bit of m (n < popcount(m)).
@@ -67,7 +96,7 @@ func nthBit(m uint64, n int) uint64 {
 func byStorage(fs []*Fetcher) []report.StorageStats {
 	out := make([]report.StorageStats, len(fs))
 	for i, f := range fs {
-		out[i] = report.StorageStats{Name: f.name, Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.shards}
+		out[i] = report.StorageStats{Name: f.name, Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.shards, OpsCPUSeconds: float64(f.opsNS.Load()) / 1e9}
 	}
 	return out
 }

@@ -55,26 +55,97 @@ type Planner struct {
 	// there is none to update.
 	Saved *profiler.Profile
 	Plan  policy.Plan // valid when Prof is set
-	// Bound is policy.Bound for Prof and Res.
+	// Bound is the bound for Prof and Res (policy.Bound, or the cluster
+	// bound on Cluster).
 	Bound float64
 	Run   *RunPlan // Plan as the agent runs it
+	// Nodes is the storage agents as stage 1 measured them
+	// (Stage1Result.Nodes). With more than one, and a policy of the
+	// registry that has a cluster form, Replan plans on the cluster
+	// Res.Over(Nodes): which agent serves each sample as well as its
+	// split.
+	Nodes []policy.StorageNode
+	// Holds reports whether Nodes[node] holds sample; nil means every
+	// node holds every sample (replicated data).
+	Holds func(node int, sample uint64) bool
+	// Cluster is the cluster the current plan was made on; nil for a
+	// plan on the pooled Res.
+	Cluster *policy.Cluster
 }
 
 // Replan plans with the current profile and resources.
 func (pl *Planner) Replan() error {
 	p, r := pl.Prof, pl.Res
-	plan, err := policy.ByName(pl.Name, p, r)
+	var plan policy.Plan
+	var err error
+	if e, _ := policy.Lookup(pl.Name); len(pl.Nodes) > 1 && e.Cluster != nil {
+		plan, err = pl.planCluster()
+	} else {
+		pl.Cluster = nil
+		plan, err = policy.ByName(pl.Name, p, r)
+		pl.Bound = policy.Bound(p, r)
+	}
 	if err != nil {
 		return err
 	}
 	pl.Plan = plan
-	pl.Bound = policy.Bound(p, r)
 	pl.Run = NewRunPlan(&plan, p, r) // its own copy: pl.plan changes at the next re-plan
+	if pl.Cluster != nil {
+		for _, n := range pl.Cluster.Storage {
+			pl.Run.nodes = append(pl.Run.nodes, n.Name)
+		}
+	}
 	pr := pl.Plan.Pred
 	pl.Log.Info().Str("policy", pl.Name).Float64("predicted_seconds", pr.Seconds).Float64("bound_seconds", pl.Bound).
 		Str("bottleneck", pr.Bottleneck).Float64("bytes", pr.Bytes).Float64("storage_cpu_seconds", pr.StorageCPUSeconds).
-		Float64("link_bytes_per_sec", r.LinkBytesPerSec).Float64("storage_speed", r.StorageSpeed).Float64("storage_ns_per_byte", r.StorageNSPerByte).Msg("planned")
+		Float64("link_bytes_per_sec", r.LinkBytesPerSec).Float64("storage_speed", r.StorageSpeed).Float64("storage_ns_per_byte", r.StorageNSPerByte).
+		Int("storage_nodes", max(len(pl.Run.nodes), 1)).Msg("planned")
 	return nil
+}
+
+// planCluster plans Prof on the cluster of Nodes with the policy's
+// cluster form, each sample held by the nodes Holds names (all of them
+// when it names none: the fetchers then find whoever holds it), and sets
+// Cluster and Bound.
+func (pl *Planner) planCluster() (policy.Plan, error) {
+	p := pl.Prof
+	c := pl.Res.Over(pl.Nodes)
+	var set []int16
+	place, err := policy.NewPlacement(make([]int32, len(p.Samples)), func(i int) []int16 {
+		set = set[:0]
+		for j := range pl.Nodes {
+			if pl.Holds == nil || pl.Holds(j, p.Samples[i].ID) {
+				set = append(set, int16(j))
+			}
+		}
+		if len(set) == 0 {
+			for j := range pl.Nodes {
+				set = append(set, int16(j))
+			}
+		}
+		return set
+	})
+	if err != nil {
+		return policy.Plan{}, err
+	}
+	var plan policy.Plan
+	if pl.Name == policy.NameOptimal {
+		var b policy.ClusterBoundResult
+		plan, b, err = policy.ClusterSolve(p, c, place)
+		pl.Bound = b.Seconds
+	} else {
+		plan, err = policy.ClusterByName(pl.Name, p, c, place)
+		if err == nil {
+			var b policy.ClusterBoundResult
+			b, err = policy.ClusterBound(p, c, place)
+			pl.Bound = b.Seconds
+		}
+	}
+	if err != nil {
+		return policy.Plan{}, err
+	}
+	pl.Cluster = &c
+	return plan, nil
 }
 
 // StorageCalibration is the relative error of the plan's storage CPU
@@ -262,6 +333,9 @@ type RunPlan struct {
 	cost []uint64
 	// Speed is the planner's storage Speed (1 without a profile).
 	Speed float64
+	// nodes names the storage agents a cluster plan's Replica indexes;
+	// nil for a plan on pooled resources.
+	nodes []string
 }
 
 // NewRunPlan indexes pl, a checked plan. With a profile p (the one pl was
@@ -337,6 +411,24 @@ func (p *RunPlan) Hint(sample uint64) (uint32, uint64) {
 		return p.prio[i], p.cost[i]
 	}
 	return 0, 0
+}
+
+// Replica is the storage agent the plan chose to serve sample, by name;
+// ok is false when the plan chose none (a plan on pooled resources, a
+// plan file, a sample it does not list) and for a nil p.
+func (p *RunPlan) Replica(sample uint64) (name string, ok bool) {
+	if p == nil || p.nodes == nil || p.plan.Replica == nil {
+		return "", false
+	}
+	i, ok := p.Entry(sample)
+	if !ok || i >= len(p.plan.Replica) {
+		return "", false
+	}
+	j := int(p.plan.Replica[i])
+	if j < 0 || j >= len(p.nodes) {
+		return "", false
+	}
+	return p.nodes[j], true
 }
 
 // Hinted reports whether the plan carries the planner's hints (it was

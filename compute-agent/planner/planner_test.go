@@ -7,6 +7,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/policy"
+	"github.com/sophon-dl/sophon/policy/policytest"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -80,4 +81,67 @@ func TestObserveResources(t *testing.T) {
 	}
 	// No saved profile: nothing to update, and no panic.
 	(&Planner{}).Observe(profiler.MeasuredResources{LinkBytesPerSec: 1})
+}
+
+// TestReplanCluster: with two storage agents the planner plans per agent
+// on Res.Over(Nodes): the plan names a replica for every sample, one that
+// holds it, the run plan answers with the agent's name, and the plan and
+// bound are the cluster planner's for that cluster. With one agent it
+// plans on the pooled resources.
+func TestReplanCluster(t *testing.T) {
+	prof := policytest.SyntheticCut("imagenet-like", 400, 3)
+	res := policy.Resources{LinkBytesPerSec: 25e6, StorageCores: 2, ComputeCores: 2, StorageSpeed: 1}
+	nodes := []policy.StorageNode{{Name: "a", Cores: 1, EgressBytesPerSec: 30e6}, {Name: "b", Cores: 1, EgressBytesPerSec: 10e6}}
+	// Agent b holds only the even samples.
+	holds := func(node int, s uint64) bool { return node == 0 || s%2 == 0 }
+	pl := &Planner{Name: policy.NameOptimal, Res: res, Prof: prof, Nodes: nodes, Holds: holds}
+	if err := pl.Replan(); err != nil {
+		t.Fatal(err)
+	}
+	if pl.Cluster == nil || len(pl.Plan.Replica) != len(prof.Samples) || pl.Plan.Cluster == nil {
+		t.Fatalf("cluster %v, %d replicas for %d samples", pl.Cluster, len(pl.Plan.Replica), len(prof.Samples))
+	}
+	if got := pl.Cluster.Storage; got[0].EgressBytesPerSec != 18.75e6 || got[1].Cores != 1 {
+		t.Errorf("cluster storage %+v: want the pooled 25 MB/s spread 3:1", got)
+	}
+	served := map[string]int{}
+	for i, s := range prof.Samples {
+		name, ok := pl.Run.Replica(s.ID)
+		if !ok || name != nodes[pl.Plan.Replica[i]].Name {
+			t.Fatalf("sample %d: Replica %q %v, plan %d", s.ID, name, ok, pl.Plan.Replica[i])
+		}
+		if !holds(int(pl.Plan.Replica[i]), s.ID) {
+			t.Fatalf("sample %d planned on %s, which does not hold it", s.ID, name)
+		}
+		served[name]++
+	}
+	if served["a"] == 0 || served["b"] == 0 {
+		t.Errorf("served %v: want both agents used", served)
+	}
+	place, err := policy.NewPlacement(make([]int32, len(prof.Samples)), func(i int) []int16 {
+		if prof.Samples[i].ID%2 == 0 {
+			return []int16{0, 1}
+		}
+		return []int16{0}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, b, err := policy.ClusterSolve(prof, *pl.Cluster, place)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.Pred.Seconds != pl.Plan.Pred.Seconds || b.Seconds != pl.Bound {
+		t.Errorf("planned %.6f s bound %.6f, the cluster planner %.6f bound %.6f", pl.Plan.Pred.Seconds, pl.Bound, want.Pred.Seconds, b.Seconds)
+	}
+	one := &Planner{Name: policy.NameOptimal, Res: res, Prof: prof, Nodes: nodes[:1]}
+	if err := one.Replan(); err != nil {
+		t.Fatal(err)
+	}
+	if one.Cluster != nil || one.Plan.Replica != nil {
+		t.Errorf("one agent: cluster %v, replicas %d", one.Cluster, len(one.Plan.Replica))
+	}
+	if _, ok := one.Run.Replica(prof.Samples[0].ID); ok {
+		t.Error("one agent: a replica named")
+	}
 }

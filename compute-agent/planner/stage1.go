@@ -69,6 +69,11 @@ type Source interface {
 type Stage1Result struct {
 	Decision profiler.Decision
 	Res      policy.Resources
+	// Nodes is each storage agent, in the order of the sources: its name,
+	// the cores it announced and the raw bytes per second it sent during
+	// the link probe, all agents at once (Resources.Over spreads the
+	// pooled figures in these proportions).
+	Nodes []policy.StorageNode
 }
 
 // Summary is the decision as the first epoch's report carries it.
@@ -191,7 +196,7 @@ func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []ui
 // consumer's rate (cfg.GPURate). shard is the first epoch's samples and
 // rawSizes the catalog's raw sizes by sample.
 func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard []uint64) (Stage1Result, error) {
-	linkRate, ids, raws, err := cfg.measureLink(ctx, fs, shard)
+	linkRate, nodes, ids, raws, err := cfg.measureLink(ctx, fs, shard)
 	if err != nil {
 		return Stage1Result{}, err
 	}
@@ -243,29 +248,36 @@ func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard
 			GPUSamplesPerSec: gpu,
 			StorageSpeed:     st.speed,
 		},
+		Nodes: nodes,
 	}, nil
 }
 
 // measureLink fetches the shard raw from every storage agent at once for
 // at most cfg.Budget and returns the link rate and the samples
-// kept (their ids in ascending order, and their bytes).
-func (cfg *Stage1Config) measureLink(ctx context.Context, fs []Source, shard []uint64) (rate float64, ids []uint64, raws map[uint64][]byte, err error) {
+// kept (their ids in ascending order, and their bytes), and each agent as
+// a storage node with the rate it sent at.
+func (cfg *Stage1Config) measureLink(ctx context.Context, fs []Source, shard []uint64) (rate float64, nodes []policy.StorageNode, ids []uint64, raws map[uint64][]byte, err error) {
 	link, err := cfg.probeAll(ctx, fs, shard, 0, cfg.Budget, probeKeep)
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
 	var bytes int64
 	var elapsed time.Duration
 	raws = map[uint64][]byte{}
-	for _, r := range link {
+	nodes = make([]policy.StorageNode, len(fs))
+	for i, r := range link {
 		bytes += r.bytes
 		elapsed = max(elapsed, r.elapsed)
 		maps.Copy(raws, r.raw)
+		nodes[i] = policy.StorageNode{Name: fs[i].Name(), Cores: fs[i].CPUs()}
+		if r.elapsed > 0 {
+			nodes[i].EgressBytesPerSec = float64(r.bytes) / r.elapsed.Seconds()
+		}
 	}
 	if elapsed > 0 {
 		rate = float64(bytes) / elapsed.Seconds()
 	}
-	return rate, slices.Sorted(maps.Keys(raws)), raws, nil
+	return rate, nodes, slices.Sorted(maps.Keys(raws)), raws, nil
 }
 
 // storageRates is what measureStorage found.

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/sophon-dl/sophon/policy/hardware"
 )
 
 // EpochReport is one epoch's account, written as one JSON line per epoch
@@ -130,8 +132,15 @@ type EpochReport struct {
 	PredictedSeconds float64 `json:"predicted_seconds,omitempty"`
 	// BoundSeconds is policy.Bound: the lower bound on any plan's epoch
 	// time for the profile and resources (omitted while there is no
-	// profile).
+	// profile); for a plan made on Cluster, the cluster bound.
 	BoundSeconds float64 `json:"bound_seconds,omitempty"`
+	// Cluster is the cluster the epoch's plan was made on, when the agent
+	// planned per storage agent (several of them, a policy with a cluster
+	// form): the storage agents with their shares of the measured link
+	// and cores, and this node. Written to a file, it is a cluster
+	// description `policy explain --cluster` reads; each ByStorage entry's
+	// Predicted is then what explain prints for that node.
+	Cluster *hardware.Cluster `json:"cluster,omitempty"`
 	// OffloadStorageCPUSeconds is StorageCPUSeconds of the samples fetched
 	// at k > 0.
 	OffloadStorageCPUSeconds float64 `json:"offload_storage_cpu_seconds,omitempty"`
@@ -205,6 +214,29 @@ type StorageStats struct {
 	// Shards is how many shards the agent held at the epoch's start; 0
 	// when it announced no layout (it holds every sample).
 	Shards int `json:"shards,omitempty"`
+	// OpsCPUSeconds is the storage CPU its responses reported for their
+	// ops (storage_cpu_ns, on the agent's own clock).
+	OpsCPUSeconds float64 `json:"ops_cpu_seconds"`
+	// Predicted is the plan's load on this agent, when the plan was made
+	// per storage agent (EpochReport.Cluster); nil otherwise.
+	Predicted *StoragePrediction `json:"predicted,omitempty"`
+}
+
+// StoragePrediction is a cluster plan's load on one storage agent
+// (policy.StorageLoad), for one epoch.
+type StoragePrediction struct {
+	// Samples is the number of samples the plan has it serve.
+	Samples int `json:"samples"`
+	// Bytes is the payload it is to send.
+	Bytes float64 `json:"bytes"`
+	// CPUSeconds is its predicted storage CPU, ops and transport, on its
+	// own clock.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// CPUTime and EgressTime are the epoch seconds its cores and its link
+	// need: CPUSeconds over its cores and Bytes over its link rate (0
+	// when unlimited).
+	CPUTime    float64 `json:"cpu_time"`
+	EgressTime float64 `json:"egress_time"`
 }
 
 // SplitStats counts delivered samples at one split.

@@ -92,6 +92,17 @@ func Placement(n int, c policy.Cluster, replicas int, seed uint64) (*policy.Plac
 	})
 }
 
+// Replicated deals n samples' ranks in turn over c's ranks and puts every
+// sample on every storage node, in c's order: replicated data, as a
+// compute agent over replicated storage agents plans it.
+func Replicated(n int, c policy.Cluster) (*policy.Placement, error) {
+	all := make([]int16, len(c.Storage))
+	for j := range all {
+		all[j] = int16(j)
+	}
+	return policy.NewPlacement(policytest.Ranks(n, c.Ranks()), func(int) []int16 { return all })
+}
+
 // Build returns the spec's profile, cluster and placement.
 func (s Spec) Build() (*profiler.Profile, policy.Cluster, *policy.Placement, error) {
 	p := s.Profile()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/policy/clustertest"
@@ -56,18 +57,24 @@ func explainCluster(o *options, p *profiler.Profile, out, errOut io.Writer) int 
 		fmt.Fprintln(errOut, "policy:", err)
 		return 2
 	}
-	if o.replicas < 1 || o.replicas > len(c.Storage) {
-		fmt.Fprintf(errOut, "policy: --replicas %d: want 1 to %d (the cluster's storage nodes)\n", o.replicas, len(c.Storage))
+	r := int(o.replicas)
+	if o.replicas == allReplicas {
+		r = len(c.Storage)
+	} else if r < 1 || r > len(c.Storage) {
+		fmt.Fprintf(errOut, "policy: --replicas %d: want 1 to %d (the cluster's storage nodes) or all\n", r, len(c.Storage))
 		return 2
 	}
-	pl, err := clustertest.Placement(len(p.Samples), c, o.replicas, o.seed)
+	pl, err := clustertest.Placement(len(p.Samples), c, r, o.seed)
+	if o.replicas == allReplicas {
+		pl, err = clustertest.Replicated(len(p.Samples), c)
+	}
 	if err != nil {
 		fmt.Fprintln(errOut, "policy:", err)
 		return 2
 	}
 	fmt.Fprintf(out, "profile: %d samples, pipeline %s, %d ops\n", len(p.Samples), p.Pipeline, p.N())
 	fmt.Fprintf(out, "cluster: %d storage nodes, %d compute nodes, %d ranks, %d capped links, shared uplink %.0f B/s (0 = unlimited); %d replicas per sample, %d distinct replica sets\n\n",
-		len(c.Storage), len(c.Compute), c.Ranks(), len(c.Links), c.SharedUplinkBytesPerSec, o.replicas, len(pl.Sets))
+		len(c.Storage), len(c.Compute), c.Ranks(), len(c.Links), c.SharedUplinkBytesPerSec, r, len(pl.Sets))
 	if err := policy.ExplainCluster(out, p, c, pl, o.detail); err != nil {
 		fmt.Fprintln(errOut, "policy:", err)
 		if errors.Is(err, policy.ErrUnknownPolicy) {
@@ -76,4 +83,30 @@ func explainCluster(o *options, p *profiler.Profile, out, errOut io.Writer) int 
 		return 1
 	}
 	return 0
+}
+
+// replicas is --replicas: a count, or allReplicas.
+type replicas int
+
+// allReplicas is --replicas all: every sample on every storage node.
+const allReplicas replicas = -1
+
+func (r *replicas) String() string {
+	if *r == allReplicas {
+		return "all"
+	}
+	return strconv.Itoa(int(*r))
+}
+
+func (r *replicas) Set(s string) error {
+	if s == "all" {
+		*r = allReplicas
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return fmt.Errorf("%q: want a count of at least 1, or all", s)
+	}
+	*r = replicas(n)
+	return nil
 }

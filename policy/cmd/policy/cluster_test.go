@@ -8,6 +8,18 @@ import (
 	"testing"
 )
 
+// TestExplainReplicated: --replicas all puts every sample on every node,
+// one replica set.
+func TestExplainReplicated(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"explain", "--cluster", "testdata/cluster.yaml", "--synthetic", "imagenet-like:300", "--replicas", "all"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if want := "3 replicas per sample, 1 distinct replica sets"; !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
+	}
+}
+
 func TestExplainCluster(t *testing.T) {
 	var out, errOut bytes.Buffer
 	code := run([]string{"explain", "--cluster", "testdata/cluster.yaml", "--synthetic", "imagenet-like:3000", "--replicas", "2"}, &out, &errOut)
@@ -65,6 +77,7 @@ func TestExplainClusterErrors(t *testing.T) {
 		{[]string{"explain", "--cluster", filepath.Join(dir, "missing.yaml"), "--synthetic", "imagenet-like:10"}, "missing.yaml"},
 		{[]string{"explain", "--cluster", "testdata/cluster.yaml", "--synthetic", "imagenet-like:10", "--link-mbit", "100"}, "--link-mbit does not apply"},
 		{[]string{"explain", "--cluster", "testdata/cluster.yaml", "--synthetic", "imagenet-like:10", "--replicas", "4"}, "--replicas 4"},
+		{[]string{"explain", "--cluster", "testdata/cluster.yaml", "--synthetic", "imagenet-like:10", "--replicas", "0"}, "or all"},
 		{[]string{"explain", "--cluster", "testdata/cluster.yaml", "--synthetic", "imagenet-like:10", "--policy", "alloff"}, "unknown policy"},
 		{[]string{"explain", "--cluster", "testdata/cluster.yaml"}, "--profile FILE or --synthetic"},
 	} {

@@ -24,7 +24,7 @@ const usage = `policy: compare offloading policies on a profile.
 Usage:
   policy explain (--profile FILE | --synthetic KIND:N) [--cut=false] [resources]
   policy explain --cluster FILE (--profile FILE | --synthetic KIND:N) [--cut=false]
-                 [--replicas R] [--seed S] [--policy NAME]
+                 [--replicas R|all] [--seed S] [--policy NAME]
   policy scale [flags]    (policy scale --help lists them)
 
 A profile FILE is what the compute agent's stage 2 saves (--profile); a
@@ -45,14 +45,20 @@ storage and compute nodes with their cores and rates, optional per-link
 caps and a shared uplink; see policy/cmd/policy/testdata/cluster.yaml)
 instead of the resource flags, which are then refused. Sample i trains on
 rank i mod ranks; its R replicas are chosen by rendezvous hashing with the
-seed. The tables give every cluster policy's epoch, the bound, and the
---policy plan's load on every node.
+seed, or with --replicas all every node holds it (replicated data). The
+tables give every cluster policy's epoch, the bound, and the --policy
+plan's load on every node. A compute agent that plans per storage agent
+writes the cluster it planned on into its epoch report ("cluster"):
+saved as a file, with the profile it saved and --replicas all, explain
+prints the per-node loads the report predicts.
 
 Examples:
   policy explain --synthetic openimages-like:20000 --link-mbit 430 \
     --storage-cores 32 --compute-cores 8 --gpu-rate 1150
   policy explain --cluster policy/cmd/policy/testdata/cluster.yaml \
     --synthetic imagenet-like:50000
+  jq -c 'select(.epoch == 1) | .cluster' report.jsonl > cluster.json
+  policy explain --cluster cluster.json --profile profile.zst --replicas all
 
 Flags:
 `
@@ -126,7 +132,7 @@ type options struct {
 	cut                                                         bool
 	linkMbit, storageCores, computeCores, gpuRate, storageSpeed float64
 	clusterPath, detail                                         string
-	replicas                                                    int
+	replicas                                                    replicas
 }
 
 func newFlags(errOut io.Writer, o *options) *flag.FlagSet {
@@ -143,7 +149,8 @@ func newFlags(errOut io.Writer, o *options) *flag.FlagSet {
 	fs.Float64Var(&o.gpuRate, "gpu-rate", 0, "samples/s the GPU consumes (0 = unlimited)")
 	fs.Float64Var(&o.storageSpeed, "storage-speed", 1, "storage CPU speed relative to the compute node's")
 	fs.StringVar(&o.clusterPath, "cluster", "", "plan for the cluster this YAML `file` describes instead of one link (refuses the resource flags)")
-	fs.IntVar(&o.replicas, "replicas", 2, "with --cluster: replicas per sample (at most the storage nodes), placed by rendezvous hashing with --seed")
+	o.replicas = 2
+	fs.Var(&o.replicas, "replicas", "with --cluster: replicas per sample (at most the storage nodes), placed by rendezvous hashing with --seed; `all` puts every sample on every node, in the file's order, as a compute agent over replicated data plans")
 	fs.StringVar(&o.detail, "policy", policy.NameOptimal, "with --cluster: the policy whose plan's per-node loads are shown")
 	return fs
 }
