@@ -2,8 +2,12 @@ package computeagent
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/policy"
 )
@@ -296,4 +301,78 @@ func TestSimRate(t *testing.T) {
 			t.Errorf("%+v: got %v, want %v", tc.sim, got, tc.want)
 		}
 	}
+}
+
+// TestPolicyClusterExplain: over two storage agents (one link three times
+// the other's) the agent plans per agent, serves every sample once, and
+// the per-agent load its report predicts is what `policy explain
+// --cluster` prints for the cluster the report states and the profile the
+// agent saved (--replicas all: the data is replicated).
+func TestPolicyClusterExplain(t *testing.T) {
+	n := &memNet{}
+	n.serve(t, "s1:1", shapedFake(t, "s1", constBPS(150e3)))
+	n.serve(t, "s2:1", shapedFake(t, "s2", constBPS(50e3)))
+	cfg, rec := testConfig(t, n, "s1:1", "s2:1")
+	cfg.Policy, cfg.Epochs, cfg.ForceProfile = policy.NameOptimal, 2, true
+	cfg.ProfileBudget = 150 * time.Millisecond
+	cfg.ProfilePath = filepath.Join(t.TempDir(), "profile.zst")
+	cfg.Logger = testLogger(t)
+	reports, err := runAgent(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reports[1]
+	checkPlanned(t, r, policy.NameOptimal)
+	checkOnce(t, rec.epoch(1), policyIDs())
+	if r.Cluster == nil || len(r.Cluster.Storage) != 2 || len(r.ByStorage) != 2 {
+		t.Fatalf("cluster %+v, by storage %+v: want a plan over both agents", r.Cluster, r.ByStorage)
+	}
+	if reports[0].Cluster != nil {
+		t.Error("the profiling epoch (No-Off before any plan) states a cluster")
+	}
+	c, err := json.Marshal(r.Cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpath := filepath.Join(t.TempDir(), "cluster.json")
+	if err := os.WriteFile(cpath, c, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(testutil.Binary(t, "policy"), "explain", "--cluster", cpath, "--profile", cfg.ProfilePath,
+		"--replicas", "all", "--policy", policy.NameOptimal).CombinedOutput()
+	if err != nil {
+		t.Fatalf("policy explain: %v\n%s", err, out)
+	}
+	rows := explainedStorage(string(out))
+	samples := 0
+	for _, s := range r.ByStorage {
+		p := s.Predicted
+		if p == nil {
+			t.Fatalf("%s: no prediction", s.Name)
+		}
+		samples += p.Samples
+		// The row as explain prints it (writeLoads' format).
+		want := fmt.Sprintf("%d %.1f %.1f %.3f %.3f", p.Samples, p.Bytes/1e6, p.CPUSeconds, p.CPUTime, p.EgressTime)
+		if got := rows[s.Name]; got != want {
+			t.Errorf("%s: the report predicts %q, policy explain prints %q\n%s", s.Name, want, got, out)
+		}
+		t.Logf("%s: served %d samples %d bytes, predicted %s", s.Name, s.Samples, s.Bytes, want)
+	}
+	if samples != len(policyIDs()) {
+		t.Errorf("predicted samples sum to %d, want %d", samples, len(policyIDs()))
+	}
+}
+
+// explainedStorage is the per-storage-node rows of policy explain
+// --cluster's plan table, by node name: the fields after the name.
+func explainedStorage(out string) map[string]string {
+	rows := map[string]string{}
+	_, table, _ := strings.Cut(out, " plan: epoch")
+	table, _, _ = strings.Cut(table, "compute  samples")
+	for _, line := range strings.Split(table, "\n") {
+		if f := strings.Fields(line); len(f) == 6 && f[0] != "storage" {
+			rows[f[0]] = strings.Join(f[1:], " ")
+		}
+	}
+	return rows
 }

@@ -10,7 +10,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	shards "github.com/sophon-dl/sophon/internal/placement"
+	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -382,5 +384,48 @@ func TestReplaceStored(t *testing.T) {
 	bad := &dataplanepb.InfoResponse{Samples: 64, Layout: twoShards(), HeldShards: []uint32{0}, MissingShards: []uint32{0}, PlacementName: "x", Replicas: 1}
 	if err := f.announced(bad, &Catalog{Total: 64}); !errors.Is(err, shards.ErrHeld) {
 		t.Errorf("held and missing shard 0: %v, want ErrHeld", err)
+	}
+}
+
+// TestPlacementPlanned: a cluster plan's replica is a preference: each
+// fetcher takes the positions the plan gave its agent (by name) first, in
+// order, and then helps with the rest of the other's, so no agent idles
+// while work is left; a sample the plan does not list goes to either.
+func TestPlacementPlanned(t *testing.T) {
+	plan := &policy.Plan{Policy: policy.NameOptimal, IDs: []uint64{10, 11, 12, 13, 14}, Split: make([]int, 5), Replica: []int16{1, 0, 1, 1, 0}}
+	c := &policy.Cluster{Storage: []policy.StorageNode{{Name: "a"}, {Name: "b"}}}
+	e := &Epoch{cfg: &Config{}, order: []uint64{10, 11, 12, 13, 14, 15}, plan: planner.NewRunPlan(plan, nil, policy.Resources{}).On(c)}
+	// The fetchers in another order than the cluster's: bound by name.
+	fs := []*Fetcher{{name: "b"}, {name: "a"}}
+	pl, _, err := e.placement(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pl.Prefer || !slices.Equal(pl.Bound, []uint64{1, 2, 1, 1, 2, 0}) {
+		t.Fatalf("placement %+v: want positions bound to b (bit 0) and a (bit 1) by the plan, preferred", pl)
+	}
+	s := epoch.NewPlacedSchedule(len(e.order), 0, 2, nil, pl)
+	// b's window holds three: they are its own.
+	wb, wa := indexedWindow(0, 3), indexedWindow(1, 100)
+	var got []int
+	for r, _, _ := s.Take(wb, est); r != nil; r, _, _ = s.Take(wb, est) {
+		got = append(got, r.Pos)
+	}
+	if !slices.Equal(got, []int{0, 2, 3}) {
+		t.Fatalf("b took %v, want its own (0, 2, 3) first", got)
+	}
+	if got := drain(t, s, wa); !slices.Equal(got, []int{1, 4, 5}) {
+		t.Fatalf("a took %v, want its own (1, 4) and the unlisted 5, not b's in flight", got)
+	}
+	// An agent ahead of the plan helps: a alone takes its own and the
+	// unlisted first, then b's.
+	s = epoch.NewPlacedSchedule(len(e.order), 0, 2, nil, pl)
+	if got := drain(t, s, indexedWindow(1, 100)); !slices.Equal(got, []int{1, 4, 5, 0, 2, 3}) {
+		t.Fatalf("a alone took %v, want 1 4 5 then 0 2 3", got)
+	}
+	// Without a cluster the plan names no replica: plain pull.
+	e.plan = planner.NewRunPlan(plan, nil, policy.Resources{})
+	if pl, _, _ := e.placement(fs); pl.Bound != nil {
+		t.Errorf("pooled plan bound %v", pl.Bound)
 	}
 }

@@ -89,12 +89,7 @@ func (pl *Planner) Replan() error {
 		return err
 	}
 	pl.Plan = plan
-	pl.Run = NewRunPlan(&plan, p, r) // its own copy: pl.plan changes at the next re-plan
-	if pl.Cluster != nil {
-		for _, n := range pl.Cluster.Storage {
-			pl.Run.nodes = append(pl.Run.nodes, n.Name)
-		}
-	}
+	pl.Run = NewRunPlan(&plan, p, r).On(pl.Cluster) // its own copy: pl.plan changes at the next re-plan
 	pr := pl.Plan.Pred
 	pl.Log.Info().Str("policy", pl.Name).Float64("predicted_seconds", pr.Seconds).Float64("bound_seconds", pl.Bound).
 		Str("bottleneck", pr.Bottleneck).Float64("bytes", pr.Bytes).Float64("storage_cpu_seconds", pr.StorageCPUSeconds).
@@ -370,6 +365,19 @@ func NewRunPlan(pl *policy.Plan, p *profiler.Profile, r policy.Resources) *RunPl
 		}
 	}
 	return out
+}
+
+// On names the storage agents of c, the cluster a cluster plan was made
+// on, for Replica; a nil c leaves p a plan on pooled resources. It
+// returns p.
+func (p *RunPlan) On(c *policy.Cluster) *RunPlan {
+	p.nodes = nil
+	if c != nil {
+		for _, n := range c.Storage {
+			p.nodes = append(p.nodes, n.Name)
+		}
+	}
+	return p
 }
 
 // Name is the plan's Name in reports.
