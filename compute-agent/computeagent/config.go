@@ -44,7 +44,10 @@ const (
 // Placements: which storage agent serves which position of an epoch.
 const (
 	// PlacementPull lets every fetcher pull the next position its storage
-	// agent holds from the shared schedule: faster agents take more.
+	// agent holds from the shared schedule: faster agents take more. Under
+	// a cluster plan (a policy run over several agents) each fetcher takes
+	// the positions the plan gave its agent first and then helps with the
+	// others' (epoch.Placement.Prefer).
 	PlacementPull = "pull"
 	// PlacementRoundRobin binds position p to the (p mod k)-th of the k
 	// agents holding its sample, whatever their speed (the baseline that
