@@ -32,7 +32,10 @@ import (
 //  3. Plan: the policy turns the profile of this agent's shard and the
 //     measured policy.Resources into a per-sample split and codec; samples
 //     missing from the profile (failed, or not in a reused profile) get
-//     k = 0. Later epochs run the plan.
+//     k = 0. With several storage agents it plans on the cluster of them
+//     (Resources.Over stage 1's per-agent rates and cores; each sample on
+//     the agents that hold it) and also chooses which agent serves each
+//     sample, which the fetchers prefer. Later epochs run the plan.
 //  4. Measured resources: the profile keeps the running mean of the link
 //     rate (from the whole profiling epoch, No-Off, and every link-bound
 //     planned epoch) and of the storage speed (stage 1's, then every
