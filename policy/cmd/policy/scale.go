@@ -33,37 +33,13 @@ Usage:
 Flags:
 `
 
-// scale is `policy scale`.
+// scale is `policy scale`: parse the instance, build and solve it, then
+// time and print every baseline beside the optimal plan.
 func scale(args []string, out, errOut io.Writer) int {
-	sp := clustertest.Scale()
-	fs := flag.NewFlagSet("policy scale", flag.ContinueOnError)
-	fs.SetOutput(errOut)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), scaleUsage); fs.PrintDefaults() }
-	fs.IntVar(&sp.Samples, "samples", sp.Samples, "samples in the synthetic profile")
-	fs.StringVar(&sp.Kind, "kind", sp.Kind, "synthetic profile kind: imagenet-like or openimages-like")
-	fs.BoolVar(&sp.Cut, "cut", sp.Cut, "give the profile the JPEG cut's measurements")
-	fs.Uint64Var(&sp.Seed, "seed", sp.Seed, "seed of the profile and the replica placement")
-	fs.IntVar(&sp.Storage, "storage", sp.Storage, "storage nodes")
-	fs.IntVar(&sp.Compute, "compute", sp.Compute, "compute nodes")
-	fs.IntVar(&sp.RanksPerNode, "ranks-per-node", sp.RanksPerNode, "ranks per compute node")
-	fs.IntVar(&sp.Replicas, "replicas", sp.Replicas, "replicas per sample")
-	fs.Float64Var(&sp.FastEgress, "fast-egress", sp.FastEgress, "storage node 0's egress as a multiple of the others'")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	sp, code := parseScale(args, errOut)
+	if code >= 0 {
+		return code
 	}
-	if sp.Kind != "imagenet-like" && sp.Kind != "openimages-like" {
-		fmt.Fprintf(errOut, "policy: --kind %q: want imagenet-like or openimages-like\n", sp.Kind)
-		return 2
-	}
-	if sp.Samples < 1 || sp.Storage < 1 || sp.Compute < 1 || sp.RanksPerNode < 1 || sp.Replicas < 1 || sp.Replicas > sp.Storage ||
-		sp.Storage > policy.MaxStorageNodes || sp.Compute > policy.MaxComputeNodes {
-		fmt.Fprintln(errOut, "policy: want --samples, --storage, --compute, --ranks-per-node >= 1 and 1 <= --replicas <= --storage (within the cluster limits)")
-		return 2
-	}
-
 	start := time.Now()
 	p, c, pl, err := sp.Build()
 	if err != nil {
@@ -86,6 +62,53 @@ func scale(args []string, out, errOut io.Writer) int {
 		return 1
 	}
 	wall := time.Since(start)
+	printSolve(out, wall, cpu0, &before, b)
+	if err := scaleTable(out, opt, b, wall, func(name string) (policy.Plan, error) { return policy.ClusterByName(name, p, c, pl) }); err != nil {
+		fmt.Fprintln(errOut, "policy:", err)
+		return 1
+	}
+	rss, _ := rusage()
+	fmt.Fprintf(out, "\nprocess peak RSS at the end: %.0f MiB\n", rss)
+	return 0
+}
+
+// parseScale reads `policy scale`'s flags into an instance; code is the
+// exit code when the command ends here (help, or bad flags), else -1.
+func parseScale(args []string, errOut io.Writer) (sp clustertest.Spec, code int) {
+	sp = clustertest.Scale()
+	fs := flag.NewFlagSet("policy scale", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), scaleUsage); fs.PrintDefaults() }
+	fs.IntVar(&sp.Samples, "samples", sp.Samples, "samples in the synthetic profile")
+	fs.StringVar(&sp.Kind, "kind", sp.Kind, "synthetic profile kind: imagenet-like or openimages-like")
+	fs.BoolVar(&sp.Cut, "cut", sp.Cut, "give the profile the JPEG cut's measurements")
+	fs.Uint64Var(&sp.Seed, "seed", sp.Seed, "seed of the profile and the replica placement")
+	fs.IntVar(&sp.Storage, "storage", sp.Storage, "storage nodes")
+	fs.IntVar(&sp.Compute, "compute", sp.Compute, "compute nodes")
+	fs.IntVar(&sp.RanksPerNode, "ranks-per-node", sp.RanksPerNode, "ranks per compute node")
+	fs.IntVar(&sp.Replicas, "replicas", sp.Replicas, "replicas per sample")
+	fs.Float64Var(&sp.FastEgress, "fast-egress", sp.FastEgress, "storage node 0's egress as a multiple of the others'")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return sp, 0
+		}
+		return sp, 2
+	}
+	if sp.Kind != "imagenet-like" && sp.Kind != "openimages-like" {
+		fmt.Fprintf(errOut, "policy: --kind %q: want imagenet-like or openimages-like\n", sp.Kind)
+		return sp, 2
+	}
+	if sp.Samples < 1 || sp.Storage < 1 || sp.Compute < 1 || sp.RanksPerNode < 1 || sp.Replicas < 1 || sp.Replicas > sp.Storage ||
+		sp.Storage > policy.MaxStorageNodes || sp.Compute > policy.MaxComputeNodes {
+		fmt.Fprintln(errOut, "policy: want --samples, --storage, --compute, --ranks-per-node >= 1 and 1 <= --replicas <= --storage (within the cluster limits)")
+		return sp, 2
+	}
+	return sp, -1
+}
+
+// printSolve prints what solving took (wall time, CPU since cpu0, memory
+// since before) and the bound.
+func printSolve(out io.Writer, wall time.Duration, cpu0 float64, before *runtime.MemStats, b policy.ClusterBoundResult) {
 	rss, cpu1 := rusage()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
@@ -101,29 +124,27 @@ func scale(args []string, out, errOut io.Writer) int {
 		fmt.Fprintf(out, " %s %.2f", r.Resource, r.Weight)
 	}
 	fmt.Fprintf(out, ")\n\n")
+}
 
+// scaleTable plans and times every cluster baseline with plan and prints
+// each beside opt (planned in wall) and the bound b.
+func scaleTable(out io.Writer, opt policy.Plan, b policy.ClusterBoundResult, wall time.Duration, plan func(string) (policy.Plan, error)) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "policy\tepoch s\tx bound\tplan s\tbottleneck\t\n")
 	for _, name := range policy.ClusterNames {
-		if name == policy.NameOptimal {
-			fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.2f\t%s\t\n", name, opt.Pred.Seconds, opt.Pred.Seconds/b.Seconds, wall.Seconds(), opt.Pred.Bottleneck)
-			continue
+		pp, took := opt, wall
+		if name != policy.NameOptimal {
+			start := time.Now()
+			var err error
+			if pp, err = plan(name); err != nil {
+				return err
+			}
+			took = time.Since(start)
 		}
-		start := time.Now()
-		pp, err := policy.ClusterByName(name, p, c, pl)
-		if err != nil {
-			fmt.Fprintln(errOut, "policy:", err)
-			return 1
-		}
-		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.2f\t%s\t\n", name, pp.Pred.Seconds, pp.Pred.Seconds/b.Seconds, time.Since(start).Seconds(), pp.Pred.Bottleneck)
+		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.2f\t%s\t\n", name, pp.Pred.Seconds, pp.Pred.Seconds/b.Seconds, took.Seconds(), pp.Pred.Bottleneck)
 	}
 	fmt.Fprintf(tw, "bound\t%.4f\t1.0000\t\t\t\n", b.Seconds)
-	if err := tw.Flush(); err != nil {
-		return 1
-	}
-	rss, _ = rusage()
-	fmt.Fprintf(out, "\nprocess peak RSS at the end: %.0f MiB\n", rss)
-	return 0
+	return tw.Flush()
 }
 
 // rusage returns the process's peak RSS in MiB (Linux reports KiB) and
