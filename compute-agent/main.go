@@ -100,76 +100,41 @@ Flags:
 
 // settings are the command line and config file keys.
 type settings struct {
-	cli.Common      `yaml:",inline"`
-	Storage         cli.List      `yaml:"storage"`
-	MinStorage      int           `yaml:"min-storage"`
-	Pipeline        string        `yaml:"pipeline"`
-	Plan            string        `yaml:"plan"`
-	Policy          string        `yaml:"policy"`
-	Profile         string        `yaml:"profile"`
-	ProfileBudget   time.Duration `yaml:"profile-budget"`
-	ForceProfile    bool          `yaml:"force-profile"`
-	ReplanThreshold float64       `yaml:"replan-threshold"`
-	Epochs          int           `yaml:"epochs"`
-	FirstEpoch      uint64        `yaml:"first-epoch"`
-	Seed            uint64        `yaml:"seed"`
-	Rank            int           `yaml:"rank"`
-	World           int           `yaml:"world"`
-	Window          int           `yaml:"window"`
-	WindowBytes     int64         `yaml:"window-bytes"`
-	RecvWindow      int           `yaml:"recv-window"`
-	Workers         int           `yaml:"workers"`
-	Queue           int           `yaml:"queue"`
-	Batch           int           `yaml:"batch"`
-	GPU             string        `yaml:"gpu"`
-	TrainerSocket   string        `yaml:"trainer-socket"`
-	DType           string        `yaml:"dtype"`
-	DropLast        bool          `yaml:"drop-last"`
-	Slots           int           `yaml:"slots"`
-	RingBytes       int64         `yaml:"ring-bytes"`
-	Progress        time.Duration `yaml:"progress"`
-	StrictOrder     bool          `yaml:"strict-order"`
-	FetchOnly       bool          `yaml:"fetch-only"`
-	GCPercent       int           `yaml:"gc-percent"`
-	OnError         string        `yaml:"on-error"`
-	Placement       string        `yaml:"placement"`
-	Codec           string        `yaml:"codec"`
-	WorkConserving  bool          `yaml:"work-conserving"`
-	Retries         int           `yaml:"retries"`
-	RetryBudget     time.Duration `yaml:"retry-budget"`
-	StallTimeout    time.Duration `yaml:"stall-timeout"`
-	StateDir        string        `yaml:"state-dir"`
-	Report          string        `yaml:"report"`
-	SamplesOut      string        `yaml:"samples-out"`
+	cli.Common              `yaml:",inline"`
+	computeagent.RunOptions `yaml:",inline"`
+	Storage                 cli.List `yaml:"storage"`
+	Pipeline                string   `yaml:"pipeline"`
+	Plan                    string   `yaml:"plan"`
+	GPU                     string   `yaml:"gpu"`
+	TrainerSocket           string   `yaml:"trainer-socket"`
+	DType                   string   `yaml:"dtype"`
+	DropLast                bool     `yaml:"drop-last"`
+	Slots                   int      `yaml:"slots"`
+	RingBytes               int64    `yaml:"ring-bytes"`
+	GCPercent               int      `yaml:"gc-percent"`
+	Codec                   string   `yaml:"codec"`
+	WorkConserving          bool     `yaml:"work-conserving"`
 }
 
 func defaults() settings {
-	c := computeagent.DefaultConfig()
+	run := computeagent.DefaultConfig().RunOptions
+	run.Workers = 0 // the flag's default: the number of CPUs
+	run.Placement = computeagent.PlacementPull
+	run.ProfileBudget = computeagent.DefaultProfileBudget
+	run.ReplanThreshold = computeagent.DefaultReplanThreshold
+	run.Progress = 10 * time.Second
 	return settings{
-		Common:          cli.DefaultCommon(),
-		Pipeline:        "imagenet-train",
-		Plan:            "nooff",
-		Epochs:          c.Epochs,
-		World:           c.World,
-		Window:          c.Window,
-		WindowBytes:     c.WindowBytes,
-		RecvWindow:      c.RecvWindow,
-		Queue:           c.Queue,
-		Batch:           c.Batch,
-		GPU:             "sim:resnet50-v100",
-		DType:           "uint8",
-		Slots:           computeagent.DefaultSlots,
-		RingBytes:       computeagent.DefaultRingBytes,
-		OnError:         c.OnError,
-		Placement:       computeagent.PlacementPull,
-		Codec:           "none",
-		WorkConserving:  true,
-		Retries:         c.Retries,
-		RetryBudget:     c.RetryBudget,
-		ProfileBudget:   computeagent.DefaultProfileBudget,
-		ReplanThreshold: computeagent.DefaultReplanThreshold,
-		GCPercent:       -1,
-		Progress:        10 * time.Second,
+		Common:         cli.DefaultCommon(),
+		RunOptions:     run,
+		Pipeline:       "imagenet-train",
+		Plan:           "nooff",
+		GPU:            "sim:resnet50-v100",
+		DType:          "uint8",
+		Slots:          computeagent.DefaultSlots,
+		RingBytes:      computeagent.DefaultRingBytes,
+		Codec:          "none",
+		WorkConserving: true,
+		GCPercent:      -1,
 	}
 }
 
@@ -187,7 +152,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.Plan, "plan", s.Plan, "split `plan`: nooff, alloff, resizeoff or a per-sample plan FILE (JSON)")
 	fs.StringVar(&s.Policy, "policy", s.Policy, "plan the splits with a `policy`: "+strings.Join(computeagent.Policies, ", ")+
 		"; measures the resources (stage 1), profiles the first epoch when the link is the bottleneck (stage 2) and runs later epochs with the plan; excludes a plan FILE")
-	fs.StringVar(&s.Profile, "profile", s.Profile, "stage 2 profile `file`: reused when valid for this dataset and pipeline (stage 2 skipped), else written")
+	fs.StringVar(&s.ProfilePath, "profile", s.ProfilePath, "stage 2 profile `file`: reused when valid for this dataset and pipeline (stage 2 skipped), else written")
 	fs.DurationVar(&s.ProfileBudget, "profile-budget", s.ProfileBudget, "time `limit` of each stage 1 measurement (link, compute CPU)")
 	fs.BoolVar(&s.ForceProfile, "force-profile", s.ForceProfile, "run stage 2 even when the link is not the bottleneck")
 	fs.Float64Var(&s.ReplanThreshold, "replan-threshold", s.ReplanThreshold, "relative drift of the measured link rate or storage CPU from the plan's `fraction` that triggers a re-plan")
@@ -220,7 +185,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&s.RetryBudget, "retry-budget", s.RetryBudget, "`time` a storage agent may make no progress (restart, outage) before it is given up for the epoch; failed streams, Info and Catalog are retried with exponential back-off and jitter meanwhile, and the epoch fails only when no storage agent is left")
 	fs.DurationVar(&s.StallTimeout, "stall-timeout", s.StallTimeout, "progress `deadline` of a fetch stream with requests outstanding: past it the stream is declared stalled, its requests are hedged to the other storage agents and it is retried later (default 0: adaptive, max(2s, 4 x the p99 silence between responses))")
 	fs.StringVar(&s.StateDir, "state-dir", s.StateDir, "`directory` that makes the run resumable: after a crash (kill -9) a rerun with the same flags skips the completed epochs and delivers exactly the samples of the interrupted one not yet in the sample log (--samples-out, else DIR/samples); a directory of another run is refused")
-	fs.StringVar(&s.Report, "report", s.Report, "append one JSON report line per epoch to `file` (default: none)")
+	fs.StringVar(&s.ReportPath, "report", s.ReportPath, "append one JSON report line per epoch to `file` (default: none)")
 	fs.StringVar(&s.SamplesOut, "samples-out", s.SamplesOut, "append one line per delivered sample to `file`: epoch, sample id and the sha256 of its tensor (of its wire form with --fetch-only), to check exactly-once delivery and placement invariance; written with one write per batch as the consumer takes it, so it is complete when an epoch fails or the agent is killed")
 	return fs
 }
@@ -255,48 +220,22 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	if len(s.Storage) > 0 {
 		c.Discovery = computeagent.Static(s.Storage...)
 	}
+	c.RunOptions = s.RunOptions
 	c.Name = s.Name
 	c.Gossip = s.GossipSettings()
 	c.Cluster = s.Cluster
 	c.Insecure = s.Insecure
-	c.MinStorage = s.MinStorage
 	c.Version = version
 	c.Pipeline = p
 	c.Plan = plan
-	c.Policy = s.Policy
-	c.ProfilePath = s.Profile
-	c.ProfileBudget = s.ProfileBudget
-	c.ForceProfile = s.ForceProfile
-	c.ReplanThreshold = s.ReplanThreshold
 	c.Out = os.Stdout
-	c.Epochs = s.Epochs
-	c.FirstEpoch = s.FirstEpoch
-	c.Seed = s.Seed
-	c.Rank, c.World = s.Rank, s.World
-	c.Window = s.Window
-	c.WindowBytes = s.WindowBytes
-	c.RecvWindow = s.RecvWindow
-	c.Workers = s.Workers
-	c.Queue = s.Queue
-	c.Batch = s.Batch
-	c.StrictOrder = s.StrictOrder
-	c.FetchOnly = s.FetchOnly
-	c.OnError = s.OnError
-	c.Placement = s.Placement
 	c.Codec = codec
 	c.StrictOffload = !s.WorkConserving
-	c.Retries = s.Retries
-	c.RetryBudget = s.RetryBudget
-	c.StallTimeout = s.StallTimeout
-	c.StateDir = s.StateDir
-	c.SamplesOut = s.SamplesOut
 	if s.TrainerSocket == "" {
 		c.Consumer = sim // with trainers the GPU's rate is theirs, unknown to stage 1
 	}
 	c.Trainer = computeagent.TrainerConfig{Socket: s.TrainerSocket, DType: s.DType, DropLast: s.DropLast, Slots: s.Slots, RingBytes: s.RingBytes}
-	c.ReportPath = s.Report
 	c.MetricsAddr = s.Metrics
-	c.Progress = s.Progress
 	c.TLS = s.TLSFiles()
 	c.Logger = log
 	return c, nil

@@ -92,9 +92,9 @@ type Config struct {
 	// Run starts. False requires TLS files and, with gossip discovery, a
 	// gossip key. For tests and a first try-out only.
 	Insecure bool
-	// MinStorage is how many storage agents gossip discovery waits for
-	// before each epoch. Zero means 1.
-	MinStorage int
+	// RunOptions are what the run does: its epochs, windows, workers,
+	// policy and files, the settings the command line sets one flag each.
+	RunOptions
 	// Version is announced to the cluster. Empty announces none.
 	Version string
 	// Pipeline is the online preprocessing pipeline; it must end in a
@@ -104,81 +104,10 @@ type Config struct {
 	// ParsePlan). Nil means NoOff (k = 0).
 	Plan *policy.Plan
 
-	// Policy, when set, plans the splits itself (see planner.go): one of
-	// nooff, alloff, resizeoff, fastflow, sophon or optimal. Run then
-	// measures the resources first (stage 1), profiles every sample in the
-	// first epoch under No-Off when the link is the bottleneck (stage 2),
-	// plans with the policy and runs the later epochs with the plan, each
-	// request's codec chosen by the plan (zstd or none; Codec is ignored).
-	// Empty means Plan decides. With a Policy, a static Plan (nooff, alloff,
-	// resizeoff) is ignored and a plan file is refused; Policy and
-	// FetchOnly are mutually exclusive.
-	Policy string
-	// ProfilePath is where the stage 2 profile is kept: a valid profile
-	// there for this dataset and pipeline is reused (stage 2 is skipped),
-	// and a new one is saved there. Empty means none is read or written.
-	ProfilePath string
-	// ProfileBudget bounds each stage 1 measurement (link, compute CPU).
-	// Zero means 2 s.
-	ProfileBudget time.Duration
-	// ForceProfile runs stage 2 even when stage 1 finds that the link does
-	// not bound the epoch. False profiles only when it does.
-	ForceProfile bool
-	// ReplanThreshold is the relative drift of a measured rate (link
-	// bytes/s, storage CPU per offloaded sample) from the plan's assumption
-	// that makes the agent re-plan for the next epoch. Zero means 0.2.
-	ReplanThreshold float64
 	// Out receives the human-readable stage 1 decision. Nil means it is
 	// only logged.
 	Out io.Writer
 
-	// Epochs is how many epochs Run runs. Zero means 1.
-	Epochs int
-	// FirstEpoch is the number of the first epoch (seeds and order depend
-	// on it). Zero means epoch 0.
-	FirstEpoch uint64
-	// Seed is the run seed: with the epoch it fixes the order and every
-	// random draw of the pipeline. Zero is a seed like any other.
-	Seed uint64
-	// Rank and World shard the catalog: this agent serves the samples i
-	// with i % World == Rank. World zero means 1.
-	Rank, World int
-
-	// Window bounds requests in flight per storage agent (sent and not yet
-	// handed to the shared queue). Zero means 64.
-	Window int
-	// WindowBytes bounds the estimated response bytes of the requests in
-	// flight per storage agent (see epoch.SizeModel). Zero means 64 MiB. A
-	// single request larger than the bound is still sent when nothing else
-	// is in flight.
-	WindowBytes int64
-	// Workers is the number of finishing workers running ops[k:n]. Zero
-	// means runtime.NumCPU().
-	Workers int
-	// Queue is the capacity of the shared queue between the workers and
-	// the batcher, in batches. Zero means 4.
-	Queue int
-	// Batch is the number of samples per batch; the last batch of an epoch
-	// may be smaller. Zero means 128.
-	Batch int
-	// StrictOrder forms batches in the epoch's permutation order instead of
-	// completion order, holding early arrivals in a reorder buffer: no
-	// request goes out for a position Window x (storage agents) or more
-	// past the first one not yet batched, which bounds that buffer. A slow
-	// sample then holds back every batch behind it. Zero (false) means
-	// completion order: a slow sample delays only its own batch.
-	StrictOrder bool
-	// FetchOnly tests the link: each sample is fetched at its planned split
-	// and its wire form is validated (ops.CheckWire: header, lengths,
-	// checksum), but ops[k:n] do not run and no batch reaches the
-	// consumer. Reports count samples and bytes as usual; OnSample gets the
-	// sha256 of the wire form. Zero (false) means normal training epochs.
-	FetchOnly bool
-	// OnError is OnErrorFail or OnErrorSkip. Empty means OnErrorFail.
-	OnError string
-	// Placement is PlacementPull or PlacementRoundRobin. Empty means
-	// PlacementPull.
-	Placement string
 	// Codec asks the storage agents to compress intermediates. Zero means
 	// none.
 	Codec ops.Codec
@@ -190,49 +119,9 @@ type Config struct {
 	// agent runs exactly the plan's splits, however long the storage
 	// agents take.
 	StrictOffload bool
-	// Retries is how many times one sample is re-requested after a storage
-	// agent's queue deadline (ERROR_KIND_DEADLINE) before it counts as a bad
-	// sample. Zero means 5. Stream failures are bounded by RetryBudget, not
-	// by a count.
-	Retries int
-	// RetryBudget is how long a storage agent may make no progress (no
-	// response accepted from it) before its fetcher gives up on it for the
-	// epoch; the epoch fails only when every storage agent was given up.
-	// It also bounds the retries of Info and Catalog at the start of an
-	// epoch. Failed streams are retried with exponential back-off and
-	// jitter meanwhile. Zero means 60 s.
-	RetryBudget time.Duration
-	// StallTimeout is the progress deadline of a Fetch stream: a stream
-	// with requests outstanding that receives nothing for this long is
-	// declared stalled (a gray failure: a stopped process, a black-holed
-	// link), its outstanding requests are hedged to the other storage
-	// agents and it is cancelled and retried later within RetryBudget.
-	// Zero means adaptive: max(2 s, 4 x the epoch's p99 response latency).
-	StallTimeout time.Duration
-	// StateDir, when set, makes the run resumable after a crash: the agent
-	// keeps its run identity (run.json) and the completed epochs there, and
-	// the sample journal (SamplesOut, or StateDir/samples when that is
-	// empty) is read back on start, so a restarted agent skips the epochs
-	// already complete and, in the interrupted one, delivers exactly the
-	// samples not yet journaled. A journal of another run (seed, dataset,
-	// pipeline, plan, rank, world) is refused. Not with Trainer or Policy.
-	// Empty means no state: every run starts afresh.
-	StateDir string
-	// SamplesOut, when set, receives one line per delivered sample,
-	// "epoch sample sha256hex\n" (the OnSample hash), appended with one
-	// write(2) per batch right after the consumer took the batch and
-	// before the next batch is handed on. With StateDir it is the journal.
-	// Empty means none (or StateDir/samples with StateDir).
-	SamplesOut string
 	// MaxPayload bounds a decoded response's payload (ops.WireLimits).
 	// Zero means ops.DefaultMaxWirePayload.
 	MaxPayload int
-	// RecvWindow is the gRPC flow-control window, in bytes, that each
-	// stream from a storage agent may send ahead of what the agent has
-	// read; a connection's is twice that. Zero leaves grpc's own, which
-	// it sizes from a round trip's bytes; DefaultConfig sets
-	// DefaultRecvWindow. Else MinRecvWindow to MaxRecvWindow.
-	RecvWindow int
 
 	// Consumer receives the batches. Nil means a consumer that discards
 	// them at once. Unused in trainer mode.
@@ -250,13 +139,7 @@ type Config struct {
 	// MetricsAddr is the HTTP address of /metrics and /healthz. Empty means
 	// no metrics listener.
 	MetricsAddr string
-	// Progress is the interval of the progress log line during an epoch.
-	// Zero means none.
-	Progress time.Duration
 
-	// ReportPath, when set, receives one JSON line per epoch (JSON Lines),
-	// appended. Empty means no file.
-	ReportPath string
 	// OnSample, when set, is called once per delivered sample, after its
 	// batch was consumed, with the sha256 of its tensor's float32 bytes
 	// (little-endian). It is called from one goroutine.
@@ -273,23 +156,152 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
+// RunOptions are the part of a Config that the compute-agent command sets
+// one flag each: the yaml tags are the flags' names and the config file's
+// keys, so the command binds its flags to RunOptions and hands them over
+// whole.
+type RunOptions struct {
+	// MinStorage is how many storage agents gossip discovery waits for
+	// before each epoch. Zero means 1.
+	MinStorage int `yaml:"min-storage"`
+	// Policy, when set, plans the splits itself (see planner.go): one of
+	// nooff, alloff, resizeoff, fastflow, sophon or optimal. Run then
+	// measures the resources first (stage 1), profiles every sample in the
+	// first epoch under No-Off when the link is the bottleneck (stage 2),
+	// plans with the policy and runs the later epochs with the plan, each
+	// request's codec chosen by the plan (zstd or none; Codec is ignored).
+	// Empty means Plan decides. With a Policy, a static Plan (nooff, alloff,
+	// resizeoff) is ignored and a plan file is refused; Policy and
+	// FetchOnly are mutually exclusive.
+	Policy string `yaml:"policy"`
+	// ProfilePath is where the stage 2 profile is kept: a valid profile
+	// there for this dataset and pipeline is reused (stage 2 is skipped),
+	// and a new one is saved there. Empty means none is read or written.
+	ProfilePath string `yaml:"profile"`
+	// ProfileBudget bounds each stage 1 measurement (link, compute CPU).
+	// Zero means 2 s.
+	ProfileBudget time.Duration `yaml:"profile-budget"`
+	// ForceProfile runs stage 2 even when stage 1 finds that the link does
+	// not bound the epoch. False profiles only when it does.
+	ForceProfile bool `yaml:"force-profile"`
+	// ReplanThreshold is the relative drift of a measured rate (link
+	// bytes/s, storage CPU per offloaded sample) from the plan's assumption
+	// that makes the agent re-plan for the next epoch. Zero means 0.2.
+	ReplanThreshold float64 `yaml:"replan-threshold"`
+	// Epochs is how many epochs Run runs. Zero means 1.
+	Epochs int `yaml:"epochs"`
+	// FirstEpoch is the number of the first epoch (seeds and order depend
+	// on it). Zero means epoch 0.
+	FirstEpoch uint64 `yaml:"first-epoch"`
+	// Seed is the run seed: with the epoch it fixes the order and every
+	// random draw of the pipeline. Zero is a seed like any other.
+	Seed uint64 `yaml:"seed"`
+	// Rank and World shard the catalog: this agent serves the samples i
+	// with i % World == Rank. World zero means 1.
+	Rank  int `yaml:"rank"`
+	World int `yaml:"world"`
+	// Window bounds requests in flight per storage agent (sent and not yet
+	// handed to the shared queue). Zero means 64.
+	Window int `yaml:"window"`
+	// WindowBytes bounds the estimated response bytes of the requests in
+	// flight per storage agent (see epoch.SizeModel). Zero means 64 MiB. A
+	// single request larger than the bound is still sent when nothing else
+	// is in flight.
+	WindowBytes int64 `yaml:"window-bytes"`
+	// Workers is the number of finishing workers running ops[k:n]. Zero
+	// means runtime.NumCPU().
+	Workers int `yaml:"workers"`
+	// Queue is the capacity of the shared queue between the workers and
+	// the batcher, in batches. Zero means 4.
+	Queue int `yaml:"queue"`
+	// Batch is the number of samples per batch; the last batch of an epoch
+	// may be smaller. Zero means 128.
+	Batch int `yaml:"batch"`
+	// StrictOrder forms batches in the epoch's permutation order instead of
+	// completion order, holding early arrivals in a reorder buffer: no
+	// request goes out for a position Window x (storage agents) or more
+	// past the first one not yet batched, which bounds that buffer. A slow
+	// sample then holds back every batch behind it. Zero (false) means
+	// completion order: a slow sample delays only its own batch.
+	StrictOrder bool `yaml:"strict-order"`
+	// FetchOnly tests the link: each sample is fetched at its planned split
+	// and its wire form is validated (ops.CheckWire: header, lengths,
+	// checksum), but ops[k:n] do not run and no batch reaches the
+	// consumer. Reports count samples and bytes as usual; OnSample gets the
+	// sha256 of the wire form. Zero (false) means normal training epochs.
+	FetchOnly bool `yaml:"fetch-only"`
+	// OnError is OnErrorFail or OnErrorSkip. Empty means OnErrorFail.
+	OnError string `yaml:"on-error"`
+	// Placement is PlacementPull or PlacementRoundRobin. Empty means
+	// PlacementPull.
+	Placement string `yaml:"placement"`
+	// Retries is how many times one sample is re-requested after a storage
+	// agent's queue deadline (ERROR_KIND_DEADLINE) before it counts as a bad
+	// sample. Zero means 5. Stream failures are bounded by RetryBudget, not
+	// by a count.
+	Retries int `yaml:"retries"`
+	// RetryBudget is how long a storage agent may make no progress (no
+	// response accepted from it) before its fetcher gives up on it for the
+	// epoch; the epoch fails only when every storage agent was given up.
+	// It also bounds the retries of Info and Catalog at the start of an
+	// epoch. Failed streams are retried with exponential back-off and
+	// jitter meanwhile. Zero means 60 s.
+	RetryBudget time.Duration `yaml:"retry-budget"`
+	// StallTimeout is the progress deadline of a Fetch stream: a stream
+	// with requests outstanding that receives nothing for this long is
+	// declared stalled (a gray failure: a stopped process, a black-holed
+	// link), its outstanding requests are hedged to the other storage
+	// agents and it is cancelled and retried later within RetryBudget.
+	// Zero means adaptive: max(2 s, 4 x the epoch's p99 response latency).
+	StallTimeout time.Duration `yaml:"stall-timeout"`
+	// StateDir, when set, makes the run resumable after a crash: the agent
+	// keeps its run identity (run.json) and the completed epochs there, and
+	// the sample journal (SamplesOut, or StateDir/samples when that is
+	// empty) is read back on start, so a restarted agent skips the epochs
+	// already complete and, in the interrupted one, delivers exactly the
+	// samples not yet journaled. A journal of another run (seed, dataset,
+	// pipeline, plan, rank, world) is refused. Not with Trainer or Policy.
+	// Empty means no state: every run starts afresh.
+	StateDir string `yaml:"state-dir"`
+	// SamplesOut, when set, receives one line per delivered sample,
+	// "epoch sample sha256hex\n" (the OnSample hash), appended with one
+	// write(2) per batch right after the consumer took the batch and
+	// before the next batch is handed on. With StateDir it is the journal.
+	// Empty means none (or StateDir/samples with StateDir).
+	SamplesOut string `yaml:"samples-out"`
+	// RecvWindow is the gRPC flow-control window, in bytes, that each
+	// stream from a storage agent may send ahead of what the agent has
+	// read; a connection's is twice that. Zero leaves grpc's own, which
+	// it sizes from a round trip's bytes; DefaultConfig sets
+	// DefaultRecvWindow. Else MinRecvWindow to MaxRecvWindow.
+	RecvWindow int `yaml:"recv-window"`
+	// Progress is the interval of the progress log line during an epoch.
+	// Zero means none.
+	Progress time.Duration `yaml:"progress"`
+	// ReportPath, when set, receives one JSON line per epoch (JSON Lines),
+	// appended. Empty means no file.
+	ReportPath string `yaml:"report"`
+}
+
 // DefaultConfig returns a Config with every default spelled out. The caller
 // still sets Discovery (or Gossip) and Pipeline, and TLS (or Insecure).
 // [New] validates it and fills in what is left zero.
 func DefaultConfig() Config {
 	return Config{
-		Cluster:     tlsconf.DefaultCluster,
-		Epochs:      DefaultEpochs,
-		World:       1,
-		Window:      DefaultWindow,
-		WindowBytes: DefaultWindowBytes,
-		Workers:     runtime.NumCPU(),
-		Queue:       DefaultQueue,
-		Batch:       DefaultBatch,
-		OnError:     OnErrorFail,
-		Retries:     DefaultRetries,
-		RetryBudget: DefaultRetryBudget,
-		RecvWindow:  DefaultRecvWindow,
+		Cluster: tlsconf.DefaultCluster,
+		RunOptions: RunOptions{
+			Epochs:      DefaultEpochs,
+			World:       1,
+			Window:      DefaultWindow,
+			WindowBytes: DefaultWindowBytes,
+			Workers:     runtime.NumCPU(),
+			Queue:       DefaultQueue,
+			Batch:       DefaultBatch,
+			OnError:     OnErrorFail,
+			Retries:     DefaultRetries,
+			RetryBudget: DefaultRetryBudget,
+			RecvWindow:  DefaultRecvWindow,
+		},
 	}
 }
 
