@@ -103,7 +103,6 @@ func defaults() settings {
 	c := storageagent.DefaultConfig()
 	return settings{
 		Common:         cli.DefaultCommon(),
-		Listen:         c.Listen,
 		CPUs:           0,
 		RequestTimeout: c.RequestTimeout,
 		ShutdownGrace:  c.ShutdownGrace,
@@ -134,7 +133,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.Data, "data", s.Data, "dataset `directory` (ImageFolder or *.tar shards); required")
 	fs.BoolVar(&s.Strict, "strict", s.Strict, "refuse to start on any bad entry in the dataset (dangling or escaping symlink, unreadable file, damaged shard, duplicate key); default: skip, log and count them")
 	fs.StringVar(&s.Index, "index", s.Index, "content-hash index `file`, so restarts hash only what changed; - for none (default: DIR/.sophon-index when writable, else the user cache dir)")
-	fs.StringVar(&s.Listen, "listen", s.Listen, "gRPC listen `address`")
+	fs.StringVar(&s.Listen, "listen", s.Listen, "gRPC listen `address` (default "+storageagent.DefaultListen+", every interface; with --insecure "+storageagent.InsecureListen+", loopback only, unless this names an address)")
 	fs.StringVar(&s.Advertise, "advertise", s.Advertise, "gRPC `host:port` announced to peers (default: the listen address, a wildcard host replaced by the gossip host or hostname)")
 	fs.Float64Var(&s.CPUs, "cpus", s.CPUs, "CPU `cores` for running ops, fractions allowed (default: all)")
 	fs.IntVar(&s.Queue, "queue", s.Queue, "requests one stream may have in the agent at once, queued, running or unsent (default: 128 or 4 per worker, whichever is more)")

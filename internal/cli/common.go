@@ -46,7 +46,7 @@ type Role struct {
 // StorageRole and ComputeRole are the two agents' roles.
 var (
 	StorageRole = Role{Self: tlsconf.RoleStorage, Peer: tlsconf.RoleCompute,
-		Insecure: "serve plaintext gRPC to anyone and gossip without a key",
+		Insecure: "serve plaintext gRPC to anyone who reaches it and gossip without a key; the gRPC listener then defaults to loopback (127.0.0.1:7070) unless --listen names an address",
 		Gossip:   "empty disables membership",
 		Name:     "; must match the certificate's (default: the certificate's, else hostname)"}
 	ComputeRole = Role{Self: tlsconf.RoleCompute, Peer: tlsconf.RoleStorage,

@@ -65,8 +65,14 @@ const DefaultStallTimeout = 30 * time.Second
 // DefaultOpTimeout is the deadline of one sample's ops on the agent.
 const DefaultOpTimeout = 10 * time.Second
 
-// DefaultListen is the gRPC address when Config.Listen is empty.
+// DefaultListen is the gRPC address when Config.Listen is empty: every
+// interface, for an agent that authenticates its peers.
 const DefaultListen = ":7070"
+
+// InsecureListen is the gRPC address when Config.Listen is empty and
+// Config.Insecure is set: loopback only, so that an agent without
+// authentication serves no one who can merely route to the host.
+const InsecureListen = "127.0.0.1:7070"
 
 // DefaultQueue is the least Config.Queue defaults to.
 const DefaultQueue = 128
@@ -103,7 +109,7 @@ type Config struct {
 	// writable, else one in the user's cache directory; "-" means none.
 	Index string
 	// Listen is the gRPC address for [Agent.Run]. Empty means
-	// DefaultListen.
+	// DefaultListen, or InsecureListen (loopback) with Insecure.
 	Listen string
 	// Advertise is the gRPC host:port announced to peers. Empty means the
 	// listener's address, with a wildcard host replaced by the gossip
@@ -217,7 +223,6 @@ type Config struct {
 // in what is left zero.
 func DefaultConfig() Config {
 	return Config{
-		Listen:         DefaultListen,
 		Cluster:        tlsconf.DefaultCluster,
 		CPUs:           float64(runtime.NumCPU()),
 		RequestTimeout: 30 * time.Second,
@@ -312,6 +317,9 @@ func (c *Config) validate() error {
 func (c *Config) fillDefaults() {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
+		if c.Insecure {
+			c.Listen = InsecureListen
+		}
 	}
 	if c.CPUs == 0 {
 		c.CPUs = float64(runtime.NumCPU())

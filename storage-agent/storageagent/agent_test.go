@@ -81,8 +81,24 @@ func TestDefaults(t *testing.T) {
 	}
 	defer a.Close()
 	c := a.Config()
-	if a.workers != 3 || c.Queue != DefaultQueue || c.RequestTimeout != 30*time.Second || c.Listen != DefaultListen || c.Name == "" || c.Version != "dev" {
+	if a.workers != 3 || c.Queue != DefaultQueue || c.RequestTimeout != 30*time.Second || c.Listen != InsecureListen || c.Name == "" || c.Version != "dev" {
 		t.Errorf("defaults: workers %d, config %+v", a.workers, c)
+	}
+	// Without authentication the default listener is loopback only; with
+	// it, every interface; a named address is kept either way.
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Insecure: true}, InsecureListen},
+		{Config{Insecure: true, Listen: ":9999"}, ":9999"},
+		{Config{}, DefaultListen},
+	} {
+		given := tc.cfg.Listen
+		tc.cfg.fillDefaults()
+		if tc.cfg.Listen != tc.want {
+			t.Errorf("insecure %v, listen %q: got %q, want %q", tc.cfg.Insecure, given, tc.cfg.Listen, tc.want)
+		}
 	}
 	b, err := New(Config{Data: testData(t), Insecure: true})
 	if err != nil {
