@@ -169,7 +169,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 func (a *Agent) engineConfig() fetch.Config {
 	c := &a.cfg
 	return fetch.Config{
-		Log: a.log, Now: c.Clock.Now, Metrics: a.m, Refusals: a.refusals, Consumer: c.Consumer, OnSample: c.OnSample,
+		Log: a.log, Now: c.Clock.Now, Metrics: a.m, Warnings: a.peer, Refusals: a.refusals, Consumer: c.Consumer, OnSample: c.OnSample,
 		Pipeline: c.Pipeline, PipelineID: a.pipeID, PipelineSpec: a.pipeSpec, Sizes: a.sizes, Seed: c.Seed, Codec: c.Codec,
 		Workers: c.Workers, Queue: c.Queue, Batch: c.Batch, Window: c.Window, WindowBytes: c.WindowBytes,
 		MaxPayload: c.MaxPayload, Retries: c.Retries, RetryBudget: c.RetryBudget, StallTimeout: c.StallTimeout,

@@ -1,7 +1,7 @@
 // Package peerlog rate-limits the log lines a remote peer can cause, so
 // that whoever reaches a port cannot flood the agents' logs: failed TLS
 // handshakes, refused streams and requests, rejected gossip, bad trainer
-// frames.
+// frames, stray responses.
 //
 // A [Limiter] keeps a token bucket per reason (a short stable string such
 // as [TLSHandshakeRejected]): the first Burst events of a reason are
@@ -43,11 +43,14 @@ const (
 	// TrainerRefused: a trainer connection that sent no HELLO, a refused
 	// HELLO or a bad frame.
 	TrainerRefused = "trainer_refused"
+	// UnknownResponse: a storage agent's response for a tag the compute
+	// agent is not waiting for.
+	UnknownResponse = "unknown_response"
 )
 
 // Reasons are the reasons above; [New] creates their series, so that
 // /metrics shows them at zero.
-var Reasons = []string{TLSHandshakeRejected, FetchStreamRefused, BadRequest, GossipRejected, MetricsHTTPError, TrainerRefused}
+var Reasons = []string{TLSHandshakeRejected, FetchStreamRefused, BadRequest, GossipRejected, MetricsHTTPError, TrainerRefused, UnknownResponse}
 
 // Defaults of [Options].
 const (

@@ -191,6 +191,8 @@ func TestMetrics(t *testing.T) {
 		"sophon_storage_queue_depth 0",
 		"sophon_storage_streams_in_flight 0",
 		"sophon_storage_cpu_seconds_total ",
+		`sophon_peer_warnings_total{reason="fetch_stream_refused"} 0`,
+		`sophon_peer_warnings_dropped_total{reason="bad_request"} 0`,
 		"go_goroutines ",
 	} {
 		if !strings.Contains(body, want) {
