@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sophon-dl/sophon/internal/membership"
+	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
@@ -364,7 +365,9 @@ func TestMutualTLS(t *testing.T) {
 	cfg.Name = "" // from the certificate
 	cfg.TLS = p.storage
 	cfg.Logger = zerolog.New(&logs).Level(zerolog.InfoLevel)
-	a, err := New(cfg)
+	// Every refusal below must be logged: a burst wide enough for them all
+	// (TestPeerLogFlood tests the limit).
+	a, err := NewWithKnobs(cfg, Knobs{PeerLog: peerlog.Options{Burst: 1000}})
 	if err != nil {
 		t.Fatal(err)
 	}
