@@ -25,6 +25,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
+	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
@@ -102,6 +103,9 @@ type Agent struct {
 	tail *trainer.Tail
 	hub  *trainer.Hub // trainer mode, while Run serves
 	m    *metrics
+	// peer rate-limits and counts the warnings remote peers cause (TLS,
+	// gossip, trainers, the metrics listener); its counters are in m.
+	peer *peerlog.Limiter
 	// engine is what every epoch's run takes from the agent.
 	engine fetch.Config
 
@@ -127,6 +131,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	peer := peerlog.New(peerlog.Options{})
 	a := &Agent{
 		cfg:    runConfig{Config: cfg, Knobs: k.withDefaults()},
 		log:    cfg.Logger, // the binary names the component (internal/cli.Logger)
@@ -135,7 +140,8 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 		plan:   planner.NewRunPlan(cfg.Plan, nil, policy.Resources{}),
 		gpu:    cfg.GPU,
 		conns:  map[string]*grpc.ClientConn{},
-		m:      newMetrics(),
+		m:      newMetrics(peer.Collectors()...),
+		peer:   peer,
 	}
 	a.discovery = cfg.Discovery
 	if cfg.Trainer.Socket != "" && a.trainerDType() == "uint8" {
@@ -163,7 +169,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 func (a *Agent) engineConfig() fetch.Config {
 	c := &a.cfg
 	return fetch.Config{
-		Log: a.log, Now: c.Clock.Now, Metrics: a.m, Refusals: a.refusals, Consumer: c.Consumer, OnSample: c.OnSample,
+		Log: a.log, Now: c.Clock.Now, Metrics: a.m, Warnings: a.peer, Refusals: a.refusals, Consumer: c.Consumer, OnSample: c.OnSample,
 		Pipeline: c.Pipeline, PipelineID: a.pipeID, PipelineSpec: a.pipeSpec, Sizes: a.sizes, Seed: c.Seed, Codec: c.Codec,
 		Workers: c.Workers, Queue: c.Queue, Batch: c.Batch, Window: c.Window, WindowBytes: c.WindowBytes,
 		MaxPayload: c.MaxPayload, Retries: c.Retries, RetryBudget: c.RetryBudget, StallTimeout: c.StallTimeout,
@@ -305,7 +311,7 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 		if err != nil {
 			return nil, configErr("tls: %v", err)
 		}
-		creds = tlsconf.Credentials(tc, tlsconf.LogRejects(a.log.With().Str("storage", addr).Logger()))
+		creds = tlsconf.Credentials(tc, tlsconf.LogRejects(a.peer, a.log.With().Str("storage", addr).Logger()))
 	}
 	maxMsg := a.cfg.MaxPayload
 	if maxMsg == 0 {
@@ -699,7 +705,8 @@ func (a *Agent) serveMetrics() (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("computeagent: metrics listen: %w", err)
 	}
-	srv := &http.Server{Handler: a.m.handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: a.m.handler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: peerlog.StdLogger(a.peer, a.log, peerlog.MetricsHTTPError)}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {

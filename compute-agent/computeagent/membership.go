@@ -18,7 +18,7 @@ func (a *Agent) join() (*membership.Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("computeagent: join cluster: %w", err)
 	}
-	mc.Transport, mc.Tune = a.cfg.Knobs.GossipTransport, a.cfg.Knobs.GossipTune
+	mc.Transport, mc.Tune, mc.Warnings = a.cfg.Knobs.GossipTransport, a.cfg.Knobs.GossipTune, a.peer
 	node, err := membership.New(mc)
 	if err != nil {
 		return nil, fmt.Errorf("computeagent: join cluster: %w", err)

@@ -26,7 +26,8 @@ type metrics struct {
 	cur      atomic.Pointer[fetch.Epoch] // the running epoch, for the queue gauge
 }
 
-func newMetrics() *metrics {
+// newMetrics registers the series, and more.
+func newMetrics(more ...prometheus.Collector) *metrics {
 	m := &metrics{
 		samples:  metricsrv.Counter("sophon_compute_samples_total", "Samples delivered to the consumer or the trainer ranks (rate() gives samples/s)."),
 		bytes:    metricsrv.CounterVec("sophon_compute_bytes_received_total", "Wire bytes received from storage agents, by the split the sample was cut at.", "split"),
@@ -36,8 +37,8 @@ func newMetrics() *metrics {
 		wait:     metricsrv.CounterVec("sophon_compute_trainer_wait_seconds_total", "Time each trainer rank's loop was blocked waiting for a batch (its GPU's idle time).", "rank"),
 		batches:  metricsrv.CounterVec("sophon_compute_trainer_batches_total", "Batches handed to each trainer rank.", "rank"),
 	}
-	m.reg = metricsrv.Registry(m.samples, m.bytes, m.retries, m.epochs, m.failures, m.wait, m.batches,
-		metricsrv.GaugeFunc("sophon_compute_queue_depth", "Finished samples waiting in the shared queue for a batch or a trainer slot.", m.queueDepth))
+	m.reg = metricsrv.Registry(append([]prometheus.Collector{m.samples, m.bytes, m.retries, m.epochs, m.failures, m.wait, m.batches,
+		metricsrv.GaugeFunc("sophon_compute_queue_depth", "Finished samples waiting in the shared queue for a batch or a trainer slot.", m.queueDepth)}, more...)...)
 	return m
 }
 

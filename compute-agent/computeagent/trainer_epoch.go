@@ -23,7 +23,7 @@ func (a *Agent) hubConfig(cat *Catalog) trainer.HubConfig {
 	return trainer.HubConfig{
 		Socket: cfg.Trainer.Socket, Slots: cfg.Trainer.Slots, RingBytes: cfg.Trainer.RingBytes, DropLast: cfg.Trainer.DropLast,
 		DType: a.trainerDType(), Batch: cfg.Batch, StrictOrder: cfg.StrictOrder, Name: cfg.Name, Version: cfg.Version, Seed: cfg.Seed,
-		Pipeline: cfg.Pipeline, PipelineID: a.pipeID, Tail: a.tail, Fingerprint: cat.Fingerprint, Samples: cat.Total, Log: a.log,
+		Pipeline: cfg.Pipeline, PipelineID: a.pipeID, Tail: a.tail, Fingerprint: cat.Fingerprint, Samples: cat.Total, Log: a.log, Warnings: a.peer,
 	}
 }
 

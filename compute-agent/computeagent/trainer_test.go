@@ -455,6 +455,8 @@ func TestTrainerMetrics(t *testing.T) {
 		`sophon_compute_trainer_wait_seconds_total{rank="0"}`,
 		`sophon_compute_bytes_received_total{split="0"}`,
 		"sophon_compute_queue_depth 0",
+		`sophon_peer_warnings_total{reason="trainer_refused"} 0`,
+		`sophon_peer_warnings_dropped_total{reason="tls_handshake_rejected"} 0`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)

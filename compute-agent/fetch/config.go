@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/ops"
 )
 
@@ -29,6 +30,9 @@ type Config struct {
 	Now func() time.Time
 	// Metrics receives the epoch's counters; nil: none.
 	Metrics Metrics
+	// Warnings rate-limits and counts the warnings a storage agent causes
+	// per response (a response for no request); nil logs every one.
+	Warnings *peerlog.Limiter
 	// Refusals are the storage agents refused for the run (content
 	// checks add to them); nil: none is refused.
 	Refusals *Refusals

@@ -17,6 +17,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -369,7 +370,7 @@ func (f *Fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			continue
 		}
 		if r == nil {
-			e.log.Warn().Str("storage", f.name).Uint64("tag", resp.GetTag()).Msg("response for an unknown tag dropped")
+			e.cfg.Warnings.Warn(e.log, peerlog.UnknownResponse).Str("storage", f.name).Uint64("tag", resp.GetTag()).Msg("response for an unknown tag dropped")
 			continue
 		}
 		got.Store(true)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
+	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/ops"
 )
 
@@ -119,6 +120,10 @@ type HubConfig struct {
 	Fingerprint string // the dataset's
 	Samples     uint64 // in the catalog
 	Log         zerolog.Logger
+	// Warnings rate-limits and counts the warnings a trainer connection
+	// causes (no HELLO, a refused HELLO, a bad frame): whoever can reach
+	// the socket can connect as fast as they like. Nil logs every one.
+	Warnings *peerlog.Limiter
 }
 
 // NewHub listens on the socket, replacing a stale socket file (one
@@ -202,7 +207,7 @@ func (h *Hub) handle(ctx context.Context, c *net.UnixConn) {
 	c.SetReadDeadline(time.Now().Add(helloTimeout))
 	typ, p, err := fr.Next()
 	if err != nil {
-		h.log.Warn().Err(err).Msg("trainer sent no HELLO")
+		h.cfg.Warnings.Warn(h.log, peerlog.TrainerRefused).Err(err).Msg("trainer sent no HELLO")
 		return
 	}
 	m, err := handoff.DecodeClientFrame(typ, p)
@@ -215,7 +220,7 @@ func (h *Hub) handle(ctx context.Context, c *net.UnixConn) {
 	}
 	tc, code, err := h.register(c, *m.Hello)
 	if err != nil {
-		h.log.Warn().Err(err).Int("rank", m.Hello.Rank).Msg("trainer refused")
+		h.cfg.Warnings.Warn(h.log, peerlog.TrainerRefused).Err(err).Int("rank", m.Hello.Rank).Msg("trainer refused")
 		sendError(c, code, err.Error())
 		return
 	}
@@ -236,7 +241,7 @@ func (h *Hub) handle(ctx context.Context, c *net.UnixConn) {
 			err = fmt.Errorf("%w: second HELLO", handoff.ErrFrame)
 		}
 		if err != nil {
-			h.log.Warn().Err(err).Int("rank", tc.hello.Rank).Msg("bad frame from trainer")
+			h.cfg.Warnings.Warn(h.log, peerlog.TrainerRefused).Err(err).Int("rank", tc.hello.Rank).Msg("bad frame from trainer")
 			tc.SendError(handoff.CodeBadFrame, err.Error())
 			return
 		}

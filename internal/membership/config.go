@@ -9,6 +9,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/internal/peerlog"
 )
 
 // DefaultPort is memberlist's customary gossip port, used by
@@ -58,6 +60,11 @@ type Config struct {
 	// Logger receives memberlist's own log at debug level and this package's
 	// warnings. The zero value writes nothing.
 	Logger zerolog.Logger
+	// Warnings rate-limits and counts the warnings about rejected gossip
+	// (see [peerlog.GossipRejected]), which anyone who reaches the gossip
+	// port can cause per packet. Nil means a limiter of this node's own
+	// with the defaults, whose counters no registry shows.
+	Warnings *peerlog.Limiter
 }
 
 // DefaultConfig returns a Config binding every interface on [DefaultPort];
@@ -153,7 +160,7 @@ func (c Config) memberlistConfig() *memberlist.Config {
 		mc.SecretKey = append([]byte(nil), c.SecretKey...)
 	}
 	mc.Label = c.Label
-	mc.Logger = newStdLogger(c.Logger)
+	mc.Logger = newStdLogger(c.Logger, c.Warnings)
 	if c.Tune != nil {
 		c.Tune(mc)
 	}

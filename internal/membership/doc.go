@@ -18,7 +18,8 @@
 // Gossip is encrypted with memberlist's AES-GCM keyring ([Config.SecretKey])
 // and labelled with the cluster's name ([Config.Label]), so a node without
 // the key or of another cluster cannot join; [New] refuses a Config without
-// both unless [Config.Insecure]. Rejected peers are logged at warn level.
+// both unless [Config.Insecure]. Rejected peers are logged at warn level,
+// rate-limited and counted through [Config.Warnings] (internal/peerlog).
 // [Gossip] is the set-up both agents share; [ParseSecretKey] reads a key
 // from a flag or a file.
 package membership

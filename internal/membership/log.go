@@ -6,6 +6,8 @@ import (
 	"regexp"
 
 	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/internal/peerlog"
 )
 
 // logWriter routes memberlist's standard-library log lines into zerolog.
@@ -15,8 +17,12 @@ import (
 // exception is a rejected peer, one whose gossip carries another label or
 // none, or cannot be decrypted with the cluster's key: that is logged at
 // warn with the peer's address, since it is a misconfigured node or an
-// intruder.
-type logWriter struct{ l zerolog.Logger }
+// intruder, through a rate limiter: anyone who reaches the port can send
+// such packets as fast as the network carries them.
+type logWriter struct {
+	l   zerolog.Logger
+	lim *peerlog.Limiter
+}
 
 // rejected matches memberlist's lines about packets and streams dropped for
 // their label or encryption ("discarding packet with unacceptable label",
@@ -30,7 +36,11 @@ var fromAddr = regexp.MustCompile(`from=(\S+)`)
 func (w logWriter) Write(p []byte) (int, error) {
 	msg := bytes.TrimRight(p, "\r\n")
 	if rejected.Match(msg) {
-		ev := w.l.Warn().Str("component", "memberlist")
+		ev := w.lim.Warn(w.l, peerlog.GossipRejected)
+		if ev == nil {
+			return len(p), nil
+		}
+		ev = ev.Str("component", "memberlist")
 		if m := fromAddr.FindSubmatch(msg); m != nil {
 			ev = ev.Str("peer", string(m[1]))
 		}
@@ -41,7 +51,11 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// newStdLogger returns the *log.Logger handed to memberlist.
-func newStdLogger(l zerolog.Logger) *log.Logger {
-	return log.New(logWriter{l}, "", 0)
+// newStdLogger returns the *log.Logger handed to memberlist; nil lim means
+// one with the defaults.
+func newStdLogger(l zerolog.Logger, lim *peerlog.Limiter) *log.Logger {
+	if lim == nil {
+		lim = peerlog.New(peerlog.Options{})
+	}
+	return log.New(logWriter{l: l, lim: lim}, "", 0)
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/sophon-dl/sophon/internal/peerlog"
 )
 
 // Credentials returns gRPC transport credentials for conf that report
@@ -23,14 +25,21 @@ func Credentials(conf *tls.Config, onReject func(peer net.Addr, err error)) cred
 	return reporting{credentials.NewTLS(conf), onReject}
 }
 
-// LogRejects is an onReject for [Credentials] that logs at warn level.
-func LogRejects(log zerolog.Logger) func(net.Addr, error) {
+// LogRejects is an onReject for [Credentials] that logs at warn level
+// through lim ([peerlog.TLSHandshakeRejected]): anyone who reaches the port
+// can fail handshakes as fast as they connect, so the lines are
+// rate-limited and counted there. A nil lim logs every one.
+func LogRejects(lim *peerlog.Limiter, log zerolog.Logger) func(net.Addr, error) {
 	return func(peer net.Addr, err error) {
+		ev := lim.Warn(log, peerlog.TLSHandshakeRejected)
+		if ev == nil {
+			return // dropped: skip building the strings
+		}
 		p := "unknown"
 		if peer != nil {
 			p = peer.String()
 		}
-		log.Warn().Str("peer", p).Str("reason", err.Error()).Msg("tls handshake rejected")
+		ev.Str("peer", p).Str("reason", err.Error()).Msg("tls handshake rejected")
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sophon-dl/sophon/internal/membership"
+	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
@@ -247,6 +248,10 @@ type Knobs struct {
 	// GossipTune adjusts memberlist's timing (tests pass
 	// membership.FastTiming). Nil keeps the LAN preset.
 	GossipTune func(*memberlist.Config)
+	// PeerLog sets the burst, interval and clock of the rate limit on the
+	// warnings peers cause (tests pass a clock of their own). The zero
+	// value is peerlog's defaults.
+	PeerLog peerlog.Options
 }
 
 // withDefaults validates c and returns it with its zero fields filled in.
@@ -387,6 +392,9 @@ type Agent struct {
 	srv     *server
 	workers int
 	gopts   []grpc.ServerOption
+	// peer rate-limits and counts the warnings remote peers cause (TLS,
+	// stream limits, bad requests, gossip, the metrics listener).
+	peer *peerlog.Limiter
 
 	mu          sync.Mutex
 	closed      bool
@@ -408,7 +416,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 		return nil, err
 	}
 	workers, share := poolSize(cfg.CPUs)
-	a := &Agent{cfg: cfg, knobs: k, workers: workers}
+	a := &Agent{cfg: cfg, knobs: k, workers: workers, peer: peerlog.New(k.PeerLog)}
 	if a.gopts, err = a.serverOptions(); err != nil {
 		return nil, err
 	}
@@ -422,7 +430,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 		return nil, err
 	}
 	logIndexed(cfg.Logger, a.ds)
-	if a.srv, err = newServer(a.ds, cfg, workers, share); err != nil {
+	if a.srv, err = newServer(a.ds, cfg, workers, share, a.peer); err != nil {
 		a.ds.Close()
 		return nil, err
 	}
@@ -460,7 +468,7 @@ func (a *Agent) serverOptions() ([]grpc.ServerOption, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: tls: %w", ErrConfig, err)
 		}
-		opts = append(opts, grpc.Creds(tlsconf.Credentials(tc, tlsconf.LogRejects(a.cfg.Logger))))
+		opts = append(opts, grpc.Creds(tlsconf.Credentials(tc, tlsconf.LogRejects(a.peer, a.cfg.Logger))))
 	}
 	return opts, nil
 }
@@ -544,7 +552,7 @@ func (a *Agent) join(lis net.Addr) (*membership.Node, *placer, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("storageagent: join cluster: %w", err)
 	}
-	mc.Transport, mc.Tune = a.knobs.GossipTransport, a.knobs.GossipTune
+	mc.Transport, mc.Tune, mc.Warnings = a.knobs.GossipTransport, a.knobs.GossipTune, a.peer
 	node, err := membership.New(mc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("storageagent: join cluster: %w", err)

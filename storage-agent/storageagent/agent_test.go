@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sophon-dl/sophon/internal/membership"
+	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
@@ -207,6 +208,8 @@ func TestMetrics(t *testing.T) {
 		"sophon_storage_queue_depth 0",
 		"sophon_storage_streams_in_flight 0",
 		"sophon_storage_cpu_seconds_total ",
+		`sophon_peer_warnings_total{reason="fetch_stream_refused"} 0`,
+		`sophon_peer_warnings_dropped_total{reason="bad_request"} 0`,
 		"go_goroutines ",
 	} {
 		if !strings.Contains(body, want) {
@@ -378,7 +381,9 @@ func TestMutualTLS(t *testing.T) {
 	cfg.Name = "" // from the certificate
 	cfg.TLS = p.storage
 	cfg.Logger = zerolog.New(&logs).Level(zerolog.InfoLevel)
-	a, err := New(cfg)
+	// Every refusal below must be logged: a burst wide enough for them all
+	// (TestPeerLogFlood tests the limit).
+	a, err := NewWithKnobs(cfg, Knobs{PeerLog: peerlog.Options{Burst: 1000}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,9 +30,9 @@ type metrics struct {
 	shards, held, missing, placeMembers prometheus.Gauge
 }
 
-// newMetrics registers the series. queueDepth and buffered are read at
-// scrape time.
-func newMetrics(queueDepth, buffered func() float64) *metrics {
+// newMetrics registers the series, and more. queueDepth and buffered are
+// read at scrape time.
+func newMetrics(queueDepth, buffered func() float64, more ...prometheus.Collector) *metrics {
 	m := &metrics{
 		bytesSent:    metricsrv.Counter("sophon_storage_bytes_sent_total", "Bytes of sample data (wire forms) sent on Fetch streams."),
 		samples:      metricsrv.CounterVec("sophon_storage_samples_total", "Samples sent, by the split they were cut at (ops[0:split] ran here).", "split"),
@@ -47,9 +47,9 @@ func newMetrics(queueDepth, buffered func() float64) *metrics {
 		missing:      metricsrv.Gauge("sophon_storage_missing_shards", "Shards of the layout with a file this agent does not have (it serves part of the dataset from --manifest); it never holds them."),
 		placeMembers: metricsrv.Gauge("sophon_storage_placement_members", "Live storage agents, this one included, that the held shards were computed over (same dataset fingerprint, layout and replicas)."),
 	}
-	m.reg = metricsrv.Registry(m.bytesSent, m.samples, m.cpu, m.errors, m.streams, m.rejected, m.stalled, m.served, m.shards, m.held, m.missing, m.placeMembers,
+	m.reg = metricsrv.Registry(append([]prometheus.Collector{m.bytesSent, m.samples, m.cpu, m.errors, m.streams, m.rejected, m.stalled, m.served, m.shards, m.held, m.missing, m.placeMembers,
 		metricsrv.GaugeFunc("sophon_storage_buffered_bytes", "Bytes of results waiting to be sent, all streams.", buffered),
-		metricsrv.GaugeFunc("sophon_storage_queue_depth", "Fetch requests waiting for a worker.", queueDepth))
+		metricsrv.GaugeFunc("sophon_storage_queue_depth", "Fetch requests waiting for a worker.", queueDepth)}, more...)...)
 	return m
 }
 

@@ -14,6 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sophon-dl/sophon/internal/membership"
+	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -136,7 +137,8 @@ func (s *session) start() {
 	s.wg.Go(func() { a.srv.watch(workCtx, s.hs, a.cfg.StallTimeout) })
 	s.wg.Go(func() { s.serveErr <- s.gs.Serve(s.lis) })
 	if s.mlis != nil {
-		s.hsrv = &http.Server{Handler: a.srv.m.handler(), ReadHeaderTimeout: 10 * time.Second}
+		s.hsrv = &http.Server{Handler: a.srv.m.handler(), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: peerlog.StdLogger(a.peer, a.cfg.Logger, peerlog.MetricsHTTPError)}
 		s.wg.Go(func() {
 			if err := s.hsrv.Serve(s.mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				a.cfg.Logger.Error().Err(err).Msg("metrics server failed")

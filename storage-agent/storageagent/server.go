@@ -22,6 +22,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/internal/errkind"
+	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
@@ -66,7 +67,8 @@ type server struct {
 	pending   int // requests a stream may have in the agent (Config.Queue)
 	maxWire   int // the largest wire form a response may carry
 	log       zerolog.Logger
-	failLog   zerolog.Logger // per-sample failures, sampled
+	failLog   zerolog.Logger   // per-sample failures, sampled
+	peer      *peerlog.Limiter // warnings a client causes, rate-limited
 	m         *metrics
 
 	queue *fairQueue
@@ -131,7 +133,7 @@ type result struct {
 	split string
 }
 
-func newServer(ds *dataset.Dataset, cfg Config, workers int, share float64) (*server, error) {
+func newServer(ds *dataset.Dataset, cfg Config, workers int, share float64, peer *peerlog.Limiter) (*server, error) {
 	s := &server{
 		ds:          ds,
 		name:        cfg.Name,
@@ -146,6 +148,7 @@ func newServer(ds *dataset.Dataset, cfg Config, workers int, share float64) (*se
 		maxWire:     MaxMessageBytes - wireSlack,
 		log:         cfg.Logger,
 		failLog:     cfg.Logger.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second}),
+		peer:        peer,
 		busy:        newStallWatch(workers),
 		rawBusy:     newStallWatch(RawWorkers),
 		allowed:     map[string]*ops.Pipeline{},
@@ -158,7 +161,7 @@ func newServer(ds *dataset.Dataset, cfg Config, workers int, share float64) (*se
 	s.wc = newConserver(workers, cfg.OpTimeout)
 	s.queue = newFairQueue(s.runnable)
 	s.raw = newFairQueue(s.runnable)
-	s.m = newMetrics(func() float64 { return float64(s.queue.len() + s.raw.len()) }, func() float64 { return float64(s.buffered.Load()) })
+	s.m = newMetrics(func() float64 { return float64(s.queue.len() + s.raw.len()) }, func() float64 { return float64(s.buffered.Load()) }, peer.Collectors()...)
 	names := cfg.Pipelines
 	if len(names) == 0 {
 		names = ops.PresetNames()
@@ -314,7 +317,7 @@ func (s *server) Fetch(stream grpc.BidiStreamingServer[dataplanepb.FetchRequest,
 	key := peerKey(stream.Context())
 	closeStream, err := s.openStream(key)
 	if err != nil {
-		s.log.Warn().Str("peer", key).Err(err).Msg("fetch stream refused")
+		s.peer.Warn(s.log, peerlog.FetchStreamRefused).Str("peer", key).Err(err).Msg("fetch stream refused")
 		return err
 	}
 	defer closeStream()
@@ -449,7 +452,7 @@ func (s *server) receive(ctx context.Context, stream grpc.BidiStreamingServer[da
 			j.pipe, err = s.resolve(req, local)
 			req.PipelineSpec = nil // queued jobs keep no client bytes
 			if err != nil {
-				s.deliver(j, s.failure(req, err))
+				s.deliver(j, s.failure(st.peer, req, err))
 				continue
 			}
 		}
@@ -602,7 +605,7 @@ func (s *server) handle(j *job, late time.Duration) time.Duration {
 	s.m.cpu.Add(busy.Seconds())
 	var resp *dataplanepb.FetchResponse
 	if err != nil {
-		resp = s.failure(j.req, err)
+		resp = s.failure(j.st.peer, j.req, err)
 	} else {
 		resp = &dataplanepb.FetchResponse{Tag: j.req.GetTag(), Sample: j.req.GetSample(), Data: data, Served: served}
 	}
@@ -709,19 +712,26 @@ func (s *server) processRaw(i uint64) ([]byte, error) {
 }
 
 // failure turns err into the request's error response.
-func (s *server) failure(req *dataplanepb.FetchRequest, err error) *dataplanepb.FetchResponse {
+func (s *server) failure(peer string, req *dataplanepb.FetchRequest, err error) *dataplanepb.FetchResponse {
 	kind := errorKind(err)
 	msg := err.Error()
 	if !strings.HasPrefix(msg, "sample ") { // ops' and the dataset's errors name it already
 		msg = fmt.Sprintf("sample %d: %s", req.GetSample(), msg)
 	}
 	// The operator's log names the file too; bursts are sampled, so that
-	// a client asking for bad samples over and over cannot flood it.
-	ev := s.failLog.Info()
-	if kind == dataplanepb.ErrorKind_ERROR_KIND_IO || kind == dataplanepb.ErrorKind_ERROR_KIND_INTERNAL {
+	// a client asking for bad samples over and over cannot flood it. An
+	// invalid request is the client's doing: a warning, rate-limited per
+	// reason and counted (internal/peerlog).
+	var ev *zerolog.Event
+	switch kind {
+	case dataplanepb.ErrorKind_ERROR_KIND_BAD_REQUEST:
+		ev = s.peer.Warn(s.log, peerlog.BadRequest).Str("peer", peer)
+	case dataplanepb.ErrorKind_ERROR_KIND_IO, dataplanepb.ErrorKind_ERROR_KIND_INTERNAL:
 		ev = s.failLog.Warn()
+	default:
+		ev = s.failLog.Info()
 	}
-	if i := req.GetSample(); i < s.ds.Len() {
+	if i := req.GetSample(); ev != nil && i < s.ds.Len() {
 		ev = ev.Str("file", s.ds.Path(i))
 	}
 	ev.Uint64("sample", req.GetSample()).Str("kind", kindLabel(kind)).Err(err).Msg("fetch failed")

@@ -1,0 +1,42 @@
+package membership
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/internal/peerlog"
+)
+
+// TestRejectedGossipRateLimited: memberlist's per-packet lines about a
+// rejected peer are warnings with the peer's address, a burst of them and
+// then none until the interval passes; routine lines stay at debug, not
+// limited.
+func TestRejectedGossipRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(1_000_000, 0)
+	lim := peerlog.New(peerlog.Options{Burst: 3, Every: time.Minute, Now: func() time.Time { return now }})
+	l := newStdLogger(zerolog.New(&buf), lim)
+	for range 500 {
+		l.Printf("[WARN] memberlist: discarding packet with unacceptable label \"x\": from=10.0.0.9:7946")
+		l.Printf("[DEBUG] memberlist: Stream connection from=10.0.0.8:7946")
+	}
+	var warn, debug int
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		switch {
+		case strings.Contains(line, `"level":"warn"`):
+			warn++
+			if !strings.Contains(line, `"peer":"10.0.0.9:7946"`) || !strings.Contains(line, `"peer_event":"gossip_rejected"`) {
+				t.Errorf("warn line %s: want the peer and peer_event", line)
+			}
+		case strings.Contains(line, `"level":"debug"`):
+			debug++
+		}
+	}
+	if warn != 3 || debug != 500 {
+		t.Errorf("got %d warn and %d debug lines, want the burst of 3 and all 500", warn, debug)
+	}
+}
