@@ -178,6 +178,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&s.FetchOnly, "fetch-only", s.FetchOnly, "test the link: fetch and validate every sample at its split, but do not finish or consume them")
 	fs.IntVar(&s.GCPercent, "gc-percent", s.GCPercent, "Go GC target `percent` (GOGC); -1 means 100, or 400 with --fetch-only; ignored when GOGC is set")
 	fs.StringVar(&s.OnError, "on-error", s.OnError, "bad samples: fail (the epoch fails naming the sample) or skip (reported, not delivered)")
+	s.Settings.Register(fs)
 	fs.StringVar(&s.Codec, "codec", s.Codec, "`codec` for intermediates on the wire: none, zstd or s2")
 	fs.StringVar(&s.Placement, "placement", s.Placement, "which storage agent serves each sample: pull (every agent pulls the next sample it holds from one shared schedule, so faster agents take more; under --policy with several agents, each takes the samples the plan gave it first, then helps with the rest) or round-robin (sample p goes to the (p mod k)-th of its k holders, whatever their speed: a baseline)")
 	fs.BoolVar(&s.WorkConserving, "work-conserving", s.WorkConserving, "let storage agents answer an offload request raw when their CPU cannot finish it before the raw bytes would have crossed the link (=false: run the plan's splits however long the storage agents take)")

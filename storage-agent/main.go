@@ -20,7 +20,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sophon-dl/sophon/internal/cli"
-	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
 
@@ -83,20 +83,17 @@ type settings struct {
 	MaxStreams     int           `yaml:"max-streams"`
 	MaxPeerStreams int           `yaml:"max-streams-per-peer"`
 	StallTimeout   time.Duration `yaml:"stall-timeout"`
-	OpTimeout      time.Duration `yaml:"op-timeout"`
-	MaxPixels      int64         `yaml:"max-pixels"`
-	MaxScans       int           `yaml:"max-scans"`
-	DecodeMemory   int64         `yaml:"decode-memory"`
-	MaxOutputBytes int64         `yaml:"max-output-bytes"`
-	RequestTimeout time.Duration `yaml:"request-timeout"`
-	ShutdownGrace  time.Duration `yaml:"shutdown-grace"`
-	GCPercent      int           `yaml:"gc-percent"`
-	MemoryLimit    int64         `yaml:"memory-limit"`
-	Replicas       int           `yaml:"replicas"`
-	ShardSize      int           `yaml:"shard-size"`
-	Manifest       string        `yaml:"manifest"`
-	Egress         rate          `yaml:"egress"`
-	SendBuffer     int           `yaml:"send-buffer"`
+	// Limits are the ops limits, flags shared with the compute agent.
+	oplimits.Settings `yaml:",inline"`
+	RequestTimeout    time.Duration `yaml:"request-timeout"`
+	ShutdownGrace     time.Duration `yaml:"shutdown-grace"`
+	GCPercent         int           `yaml:"gc-percent"`
+	MemoryLimit       int64         `yaml:"memory-limit"`
+	Replicas          int           `yaml:"replicas"`
+	ShardSize         int           `yaml:"shard-size"`
+	Manifest          string        `yaml:"manifest"`
+	Egress            rate          `yaml:"egress"`
+	SendBuffer        int           `yaml:"send-buffer"`
 }
 
 func defaults() settings {
@@ -109,11 +106,7 @@ func defaults() settings {
 		MaxStreams:     storageagent.DefaultMaxStreams,
 		MaxPeerStreams: storageagent.DefaultMaxStreamsPerPeer,
 		StallTimeout:   storageagent.DefaultStallTimeout,
-		OpTimeout:      storageagent.DefaultOpTimeout,
-		MaxPixels:      ops.DefaultServerMaxPixels,
-		MaxScans:       ops.DefaultMaxScans,
-		DecodeMemory:   ops.DefaultMaxMemory,
-		MaxOutputBytes: ops.DefaultMaxOutputBytes,
+		Settings:       oplimits.Default(),
 		GCPercent:      defaultGCPercent,
 		Replicas:       c.Replicas,
 		ShardSize:      c.ShardSize,
@@ -141,11 +134,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&s.ClientSpecs, "allow-client-specs", s.ClientSpecs, "let clients send pipeline specs of their own (still bounded by the server's decode and op limits)")
 	fs.IntVar(&s.MaxStreams, "max-streams", s.MaxStreams, "open fetch streams the agent accepts, all peers together")
 	fs.IntVar(&s.MaxPeerStreams, "max-streams-per-peer", s.MaxPeerStreams, "open fetch streams one peer (certificate identity, or IP without TLS) may have")
-	fs.DurationVar(&s.OpTimeout, "op-timeout", s.OpTimeout, "deadline of one sample's ops, checked between ops and inside the JPEG decoder (DEADLINE past it)")
-	fs.Int64Var(&s.MaxPixels, "max-pixels", s.MaxPixels, "largest decoded image in `pixels`; clients can lower it, never raise it")
-	fs.IntVar(&s.MaxScans, "max-scans", s.MaxScans, "most `scans` a progressive JPEG may have (djpeg -maxscans)")
-	fs.Int64Var(&s.DecodeMemory, "decode-memory", s.DecodeMemory, "`bytes` the JPEG decoder may allocate for one image (progressive coefficient buffers)")
-	fs.Int64Var(&s.MaxOutputBytes, "max-output-bytes", s.MaxOutputBytes, "largest output of any op in `bytes`, checked before it allocates")
+	s.Settings.Register(fs)
 	fs.DurationVar(&s.StallTimeout, "stall-timeout", s.StallTimeout, "health turns NOT_SERVING when every worker of a pool has been on one job this long")
 	fs.DurationVar(&s.RequestTimeout, "request-timeout", s.RequestTimeout, "longest a request may wait in the queue before failing with DEADLINE")
 	fs.DurationVar(&s.ShutdownGrace, "shutdown-grace", s.ShutdownGrace, "how long open streams may finish on shutdown before they are cut")
@@ -185,7 +174,7 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c.MaxStreamsPerPeer = s.MaxPeerStreams
 	c.StallTimeout = s.StallTimeout
 	c.OpTimeout = s.OpTimeout
-	c.Limits = ops.Limits{MaxPixels: s.MaxPixels, MaxScans: s.MaxScans, MaxMemory: s.DecodeMemory, MaxOutputBytes: s.MaxOutputBytes}
+	c.Limits = s.Settings.Limits()
 	c.RequestTimeout = s.RequestTimeout
 	c.ShutdownGrace = s.ShutdownGrace
 	c.MetricsAddr = s.Metrics

@@ -174,7 +174,7 @@ func (a *Agent) engineConfig() fetch.Config {
 		Workers: c.Workers, Queue: c.Queue, Batch: c.Batch, Window: c.Window, WindowBytes: c.WindowBytes,
 		MaxPayload: c.MaxPayload, Retries: c.Retries, RetryBudget: c.RetryBudget, StallTimeout: c.StallTimeout,
 		Progress: c.Progress, StrictOrder: c.StrictOrder, StrictOffload: c.StrictOffload, FetchOnly: c.FetchOnly,
-		FailOnError: c.OnError == OnErrorFail, RoundRobin: c.Placement == PlacementRoundRobin,
+		FailOnError: c.OnError == OnErrorFail, RoundRobin: c.Placement == PlacementRoundRobin, Limits: c.Settings,
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/internal/membership"
+	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
@@ -281,6 +282,14 @@ type RunOptions struct {
 	// ReportPath, when set, receives one JSON line per epoch (JSON Lines),
 	// appended. Empty means no file.
 	ReportPath string `yaml:"report"`
+	// Settings are the limits of every pipeline run on the agent (the
+	// finishing workers, the raw refetch of a failed cut, stage 1's
+	// measurement): the storage agent's, with its flags and defaults
+	// (--max-pixels, --max-scans, --decode-memory, --max-output-bytes,
+	// --op-timeout; docs/reliability.md). A sample they refuse fails with
+	// TOO_LARGE or DEADLINE like any bad sample (OnError). Zero fields
+	// mean oplimits.Default's values.
+	oplimits.Settings `yaml:",inline"`
 }
 
 // DefaultConfig returns a Config with every default spelled out. The caller
@@ -301,6 +310,7 @@ func DefaultConfig() Config {
 			Retries:     DefaultRetries,
 			RetryBudget: DefaultRetryBudget,
 			RecvWindow:  DefaultRecvWindow,
+			Settings:    oplimits.Default(),
 		},
 	}
 }
@@ -486,6 +496,11 @@ func (c *Config) counts() error {
 	if c.Retries == 0 {
 		c.Retries = DefaultRetries
 	}
+	lim, err := c.Settings.WithDefaults()
+	if err != nil {
+		return configErr("%v", err)
+	}
+	c.Settings = lim
 	if c.RetryBudget == 0 {
 		c.RetryBudget = DefaultRetryBudget
 	}

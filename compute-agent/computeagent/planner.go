@@ -242,6 +242,7 @@ func (a *Agent) stage1Config() *planner.Stage1Config {
 		Log: a.log, Now: cfg.Clock.Now, Pipeline: cfg.Pipeline, PipelineID: a.pipeID, PipelineSpec: a.pipeSpec,
 		Seed: cfg.Seed, Epoch: cfg.FirstEpoch, Window: cfg.Window, MaxPayload: cfg.MaxPayload,
 		Budget: cfg.ProfileBudget, Workers: cfg.Workers, Force: cfg.ForceProfile, GPURate: a.gpuRate(),
+		Limits: cfg.Settings,
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/ops"
 )
@@ -73,6 +74,9 @@ type Config struct {
 	// RoundRobin binds each position to one of the storage agents holding
 	// it (--placement round-robin); false lets every fetcher pull.
 	RoundRobin bool
+	// Limits bound the ops the finishing workers run on each sample (its
+	// deadline starts when the sample's ops do). Zero fields: no limit.
+	Limits oplimits.Settings
 }
 
 // Metrics are the agent's counters an epoch moves. The root's Prometheus

@@ -243,7 +243,7 @@ func (e *Epoch) finish(f *Fetcher, data []byte, lim ops.WireLimits, it *epoch.It
 	}
 	var v ops.Value
 	if err == nil {
-		v, err = p.Run(key, in, it.Split, p.Len())
+		v, err = p.RunLimited(key, in, it.Split, p.Len(), e.cfg.Limits.At(time.Now()))
 	}
 	e.computeNS.Add(int64(cpuclock.Thread() - t0))
 	if raw, ok := in.(ops.Encoded); ok && err == nil && e.rec != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/cpuclock"
+	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/profiler"
@@ -55,6 +56,10 @@ type Stage1Config struct {
 	Force bool
 	// GPURate is the consumer's samples per second (0: unknown).
 	GPURate float64
+	// Limits bound the local measurement's pipeline runs, as the
+	// finishing workers' (computeagent.Config's limits); a sample they
+	// refuse is not measured. Zero fields: no limit.
+	Limits oplimits.Settings
 }
 
 // Source is a storage agent stage 1 probes (the compute agent's fetcher).
@@ -308,7 +313,7 @@ func (cfg *Stage1Config) measureStorage(ctx context.Context, fs []Source, ids []
 			continue
 		}
 		key := ops.Key{Seed: cfg.Seed, Epoch: cfg.Epoch, Sample: id}
-		local = append(local, localCost(cfg.Pipeline, key, raws[id]))
+		local = append(local, localCost(cfg.Pipeline, key, raws[id], cfg.Limits))
 		remote = append(remote, sns)
 		remoteSum += float64(sns)
 	}
@@ -325,13 +330,13 @@ func (cfg *Stage1Config) measureStorage(ctx context.Context, fs []Source, ids []
 // localCost is the thread CPU time of the whole pipeline on raw here: the
 // smaller of two runs, so the first run's cold caches do not count. A run
 // that fails costs 0 (SpeedRatio skips it).
-func localCost(p *ops.Pipeline, key ops.Key, raw []byte) int64 {
+func localCost(p *ops.Pipeline, key ops.Key, raw []byte, lim oplimits.Settings) int64 {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	best := int64(-1)
 	for range 2 {
 		t0 := cpuclock.Thread()
-		if _, err := p.Run(key, ops.Encoded(raw), 0, p.Len()); err != nil {
+		if _, err := p.RunLimited(key, ops.Encoded(raw), 0, p.Len(), lim.At(time.Now())); err != nil {
 			return 0
 		}
 		d := int64(cpuclock.Thread() - t0)

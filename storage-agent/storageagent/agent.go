@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sophon-dl/sophon/internal/membership"
+	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
@@ -64,7 +65,7 @@ const (
 const DefaultStallTimeout = 30 * time.Second
 
 // DefaultOpTimeout is the deadline of one sample's ops on the agent.
-const DefaultOpTimeout = 10 * time.Second
+const DefaultOpTimeout = oplimits.DefaultOpTimeout
 
 // DefaultListen is the gRPC address when Config.Listen is empty: every
 // interface, for an agent that authenticates its peers.
