@@ -3,6 +3,9 @@ package computeagent
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +95,58 @@ func TestCatalogForgedFingerprint(t *testing.T) {
 	}
 	if forged.requests.Load() != 0 {
 		t.Errorf("forged agent got %d requests", forged.requests.Load())
+	}
+}
+
+// TestCatalogPaths: a catalog's paths, checked against its paths digest,
+// name the file of every failed sample in the report; paths that do not
+// give the digest make the catalog bad.
+func TestCatalogPaths(t *testing.T) {
+	const bad = 13
+	paths := func(prefix string) []string {
+		var ps []string
+		for i := range testSamples {
+			ps = append(ps, fmt.Sprintf("%s/%03d.jpg", prefix, i))
+		}
+		return ps
+	}
+	n := &memNet{}
+	honest := newFake(t, "honest")
+	honest.paths = paths("class\x01/\xff") // not printable: reports quote it
+	honest.paths[2] = "class/\xffodd.jpg"
+	honest.data = slices.Clone(honest.data)
+	honest.data[bad] = honest.data[bad][:len(honest.data[bad])/2]
+	n.serve(t, "honest:1", honest)
+	cfg, _ := testConfig(t, n, "honest:1")
+	cfg.OnError = OnErrorSkip
+	reports, err := runAgent(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := reports[0].Failed; len(f) != 1 || f[0].Sample != bad || f[0].Path != strconv.Quote(honest.paths[bad]) || !strings.Contains(f[0].Error(), f[0].Path) {
+		t.Errorf("failed %+v, want sample %d with path %q", f, bad, strconv.Quote(honest.paths[bad]))
+	}
+
+	plain := newFake(t, "plain")
+	plain.paths = paths("cats")
+	plain.data = honest.data
+	n.serve(t, "plain:1", plain)
+	cfg, _ = testConfig(t, n, "plain:1")
+	cfg.OnError = OnErrorSkip
+	if reports, err = runAgent(t, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if f := reports[0].Failed; len(f) != 1 || f[0].Path != "cats/013.jpg" {
+		t.Errorf("failed %+v, want cats/013.jpg", f)
+	}
+
+	liar := newFake(t, "liar")
+	liar.paths = paths("cats")
+	liar.sentPaths = slices.Clone(liar.paths)
+	liar.sentPaths[5], liar.sentPaths[6] = liar.sentPaths[6], liar.sentPaths[5]
+	n.serve(t, "liar:1", liar)
+	cfg, _ = testConfig(t, n, "liar:1")
+	if _, err := runAgent(t, cfg); !errors.Is(err, ErrCatalog) || !strings.Contains(err.Error(), "paths") {
+		t.Errorf("paths not matching the digest: got %v, want ErrCatalog", err)
 	}
 }

@@ -88,6 +88,10 @@ type fakeStorage struct {
 	catData [][]byte
 	// forgeFP, when set, is the fingerprint the catalog claims.
 	forgeFP string
+	// paths, when set, are the sample paths the catalog's digest covers
+	// and its pages carry; sentPaths, when set, are what the pages carry
+	// instead. Nil paths: the pages carry none, under a made-up digest.
+	paths, sentPaths []string
 
 	// delay holds samples back this long before answering.
 	delay map[uint64]time.Duration
@@ -148,11 +152,24 @@ func (s *fakeStorage) catalogData() [][]byte {
 
 // catalogFingerprint is the fingerprint of the catalog the fake serves.
 func (s *fakeStorage) catalogFingerprint() string {
-	fp := dataplanepb.NewFingerprinter(fakePathsDigest[:])
+	pd := s.pathsDigest()
+	fp := dataplanepb.NewFingerprinter(pd[:])
 	for i, b := range s.catalogData() {
 		fp.Add(uint64(len(b)), uint32(i%3), sha256.Sum256(b))
 	}
 	return fp.Sum()
+}
+
+// pathsDigest is the digest of paths, or fakePathsDigest without them.
+func (s *fakeStorage) pathsDigest() [32]byte {
+	if s.paths == nil {
+		return fakePathsDigest
+	}
+	h := sha256.New()
+	for _, p := range s.paths {
+		h.Write(append([]byte(p), 0))
+	}
+	return [32]byte(h.Sum(nil))
 }
 
 func (s *fakeStorage) Info(context.Context, *dataplanepb.InfoRequest) (*dataplanepb.InfoResponse, error) {
@@ -174,7 +191,12 @@ func (s *fakeStorage) Catalog(req *dataplanepb.CatalogRequest, stream dataplanep
 		page := &dataplanepb.CatalogPage{First: uint64(first)}
 		if first == 0 {
 			page.Fingerprint, page.Total, page.ClassNames = cmp.Or(s.forgeFP, s.catalogFingerprint()), uint64(len(s.data)), []string{"a", "b", "c"}
-			page.PathsDigest = fakePathsDigest[:]
+			pd := s.pathsDigest()
+			page.PathsDigest = pd[:]
+		}
+		sent := s.paths
+		if s.sentPaths != nil {
+			sent = s.sentPaths
 		}
 		for i := first; i < min(first+10, len(s.data)); i++ {
 			b := s.catalogData()[i]
@@ -182,6 +204,9 @@ func (s *fakeStorage) Catalog(req *dataplanepb.CatalogRequest, stream dataplanep
 			page.Labels = append(page.Labels, uint32(i%3))
 			page.RawSizes = append(page.RawSizes, uint64(len(b)))
 			page.ContentHashes = append(page.ContentHashes, h[:]...)
+			if sent != nil {
+				page.Paths = append(page.Paths, []byte(sent[i]))
+			}
 		}
 		if err := stream.Send(page); err != nil {
 			return err

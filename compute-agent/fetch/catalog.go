@@ -1,9 +1,15 @@
 package fetch
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -26,6 +32,78 @@ type Catalog struct {
 	Hashes []byte
 	// PathsDigest is the storage agent's digest of the sample paths.
 	PathsDigest []byte
+
+	// paths are the sample paths as the digest hashes them (each path and
+	// a NUL, in id order), pathEnds where each ends; both nil when the
+	// storage agent sent none (see Path).
+	paths    []byte
+	pathEnds []uint32
+}
+
+// Path is sample i's relative path in the dataset (quoted when it is not
+// printable UTF-8), checked against
+// PathsDigest, or "" when the catalog has none: the storage agent sent
+// none (before CatalogPage.paths), or they passed maxCatalogPathBytes.
+func (c *Catalog) Path(i uint64) string {
+	if c == nil || i >= uint64(len(c.pathEnds)) {
+		return ""
+	}
+	start := uint32(0)
+	if i > 0 {
+		start = c.pathEnds[i-1]
+	}
+	p := string(c.paths[start : c.pathEnds[i]-1])
+	if utf8.ValidString(p) && !strings.ContainsFunc(p, unicode.IsControl) {
+		return p
+	}
+	return strconv.Quote(p) // as the storage agent's dataset.DisplayName
+}
+
+// Bounds of the paths a catalog keeps.
+const (
+	// maxPathBytes bounds one path (Linux's PATH_MAX); a longer one makes
+	// the catalog bad.
+	maxPathBytes = 4096
+	// maxCatalogPathBytes bounds the paths kept, all samples together:
+	// past it they are dropped (reports then name samples by id only).
+	maxCatalogPathBytes = 1 << 30
+)
+
+// addPaths keeps a page's paths: every page must have one per sample or
+// none, and a page without them (or paths past maxCatalogPathBytes) drops
+// those kept so far for good.
+func (c *Catalog) addPaths(page *dataplanepb.CatalogPage, dropped *bool) error {
+	ps := page.GetPaths()
+	if len(ps) == 0 || *dropped {
+		c.paths, c.pathEnds, *dropped = nil, nil, true
+		return nil
+	}
+	if len(ps) != len(page.GetLabels()) {
+		return fmt.Errorf("%w: page at %d has %d paths for %d samples", ErrCatalog, page.GetFirst(), len(ps), len(page.GetLabels()))
+	}
+	for _, p := range ps {
+		if len(p) > maxPathBytes || bytes.IndexByte(p, 0) >= 0 {
+			return fmt.Errorf("%w: page at %d has a path of %d bytes or with a NUL", ErrCatalog, page.GetFirst(), len(p))
+		}
+		if len(c.paths)+len(p)+1 > maxCatalogPathBytes {
+			c.paths, c.pathEnds, *dropped = nil, nil, true
+			return nil
+		}
+		c.paths = append(append(c.paths, p...), 0)
+		c.pathEnds = append(c.pathEnds, uint32(len(c.paths)))
+	}
+	return nil
+}
+
+// checkPaths checks the kept paths against PathsDigest.
+func (c *Catalog) checkPaths() error {
+	if c.pathEnds == nil {
+		return nil
+	}
+	if d := sha256.Sum256(c.paths); !bytes.Equal(d[:], c.PathsDigest) {
+		return fmt.Errorf("%w: the paths do not give the paths digest", ErrCatalog)
+	}
+	return nil
 }
 
 // Hash is sample i's content hash; ok is false when the catalog has none
@@ -49,6 +127,7 @@ func ReadCatalog(ctx context.Context, c dataplanepb.StorageClient) (*Catalog, er
 		return nil, err
 	}
 	var cat *Catalog
+	dropped := false
 	for {
 		page, err := stream.Recv()
 		if err == io.EOF {
@@ -83,6 +162,9 @@ func ReadCatalog(ctx context.Context, c dataplanepb.StorageClient) (*Catalog, er
 		if uint64(len(cat.Labels)+len(page.GetLabels())) > cat.Total {
 			return nil, fmt.Errorf("%w: more than the %d samples announced", ErrCatalog, cat.Total)
 		}
+		if err := cat.addPaths(page, &dropped); err != nil {
+			return nil, err
+		}
 		cat.Labels = append(cat.Labels, page.GetLabels()...)
 		cat.RawSizes = append(cat.RawSizes, page.GetRawSizes()...)
 		cat.Hashes = append(cat.Hashes, page.GetContentHashes()...)
@@ -95,6 +177,9 @@ func ReadCatalog(ctx context.Context, c dataplanepb.StorageClient) (*Catalog, er
 	}
 	if len(cat.PathsDigest) != 32 {
 		return nil, fmt.Errorf("%w: paths digest of %d bytes, want 32", ErrCatalog, len(cat.PathsDigest))
+	}
+	if err := cat.checkPaths(); err != nil {
+		return nil, err
 	}
 	if fp := cat.fingerprint(); fp != cat.Fingerprint {
 		return nil, fmt.Errorf("%w: %w: announced %q, its content hashes give %q", ErrCatalog, ErrFingerprint, cat.Fingerprint, fp)

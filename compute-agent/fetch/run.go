@@ -150,10 +150,13 @@ func (e *Epoch) fail(f report.SampleFailure) error {
 	if m := e.cfg.Metrics; m != nil {
 		m.Failure()
 	}
+	if f.Path == "" {
+		f.Path = e.cat.Path(f.Sample)
+	}
 	e.mu.Lock()
 	e.failed = append(e.failed, f)
 	e.mu.Unlock()
-	e.log.Warn().Uint64("sample", f.Sample).Str("kind", f.Kind).Str("where", f.Where).Msg(f.Message)
+	e.log.Warn().Uint64("sample", f.Sample).Str("file", f.Path).Str("kind", f.Kind).Str("where", f.Where).Msg(f.Message)
 	if e.cfg.FailOnError {
 		return fmt.Errorf("%w: epoch %d: %v", ErrSample, e.num, f)
 	}

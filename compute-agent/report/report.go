@@ -181,6 +181,13 @@ type ServedRaw struct {
 type SampleFailure struct {
 	// Sample is the sample's id.
 	Sample uint64 `json:"sample"`
+	// Path is the sample's file: its path relative to the dataset's root
+	// (for a tar shard's member, the shard's name, a slash and the
+	// member's name), quoted when not printable UTF-8, from the storage
+	// agent's catalog (CatalogPage.paths, checked against its
+	// paths_digest). Omitted when the catalog has no paths (a storage
+	// agent that sends none, or over 1 GiB of paths).
+	Path string `json:"path,omitempty"`
 	// Split is the split k it was requested at.
 	Split int `json:"split"`
 	// Kind is the proto ErrorKind without its prefix (CORRUPT,
@@ -200,6 +207,9 @@ type SampleFailure struct {
 const KindUnavailable = "UNAVAILABLE"
 
 func (f SampleFailure) Error() string {
+	if f.Path != "" {
+		return fmt.Sprintf("sample %d (%s, split %d, %s): %s: %s", f.Sample, f.Path, f.Split, f.Where, f.Kind, f.Message)
+	}
 	return fmt.Sprintf("sample %d (split %d, %s): %s: %s", f.Sample, f.Split, f.Where, f.Kind, f.Message)
 }
 

@@ -284,7 +284,16 @@ type CatalogPage struct {
 	// (raw bytes, then a NUL) in id order. The fingerprint covers it, so a
 	// client can recompute the fingerprint from the catalog without the
 	// paths (see dataplanepb.Fingerprinter).
-	PathsDigest   []byte `protobuf:"bytes,8,opt,name=paths_digest,json=pathsDigest,proto3" json:"paths_digest,omitempty"`
+	PathsDigest []byte `protobuf:"bytes,8,opt,name=paths_digest,json=pathsDigest,proto3" json:"paths_digest,omitempty"`
+	// Each sample's relative path in the dataset, as its raw bytes (the
+	// paths_digest input; a file name need not be UTF-8), one per label of
+	// this page, so that a client's reports can name the file of a bad
+	// sample. Optional: a storage agent that sends them sends them on every
+	// page, and ends a page early (fewer samples than asked) once its paths
+	// reach 4 MiB, which bounds a page. A client checks them against
+	// paths_digest and may drop them (storage agents before this field send
+	// none).
+	Paths         [][]byte `protobuf:"bytes,9,rep,name=paths,proto3" json:"paths,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -371,6 +380,13 @@ func (x *CatalogPage) GetContentHashes() []byte {
 func (x *CatalogPage) GetPathsDigest() []byte {
 	if x != nil {
 		return x.PathsDigest
+	}
+	return nil
+}
+
+func (x *CatalogPage) GetPaths() [][]byte {
+	if x != nil {
+		return x.Paths
 	}
 	return nil
 }
@@ -977,7 +993,7 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\n" +
 	"!proto/dataplanepb/dataplane.proto\x12\x13sophon.dataplane.v1\"-\n" +
 	"\x0eCatalogRequest\x12\x1b\n" +
-	"\tpage_size\x18\x01 \x01(\rR\bpageSize\"\xfb\x01\n" +
+	"\tpage_size\x18\x01 \x01(\rR\bpageSize\"\x91\x02\n" +
 	"\vCatalogPage\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x1f\n" +
@@ -987,7 +1003,8 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\x06labels\x18\x05 \x03(\rR\x06labels\x12\x1b\n" +
 	"\traw_sizes\x18\x06 \x03(\x04R\brawSizes\x12%\n" +
 	"\x0econtent_hashes\x18\a \x01(\fR\rcontentHashes\x12!\n" +
-	"\fpaths_digest\x18\b \x01(\fR\vpathsDigest\"\xf2\x02\n" +
+	"\fpaths_digest\x18\b \x01(\fR\vpathsDigest\x12\x14\n" +
+	"\x05paths\x18\t \x03(\fR\x05paths\"\xf2\x02\n" +
 	"\fFetchRequest\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\x04R\x03tag\x12\x16\n" +
 	"\x06sample\x18\x02 \x01(\x04R\x06sample\x12\x14\n" +

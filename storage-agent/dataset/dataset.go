@@ -189,6 +189,10 @@ func (d *Dataset) PathsDigest() [32]byte { return d.pathsDigest }
 // [DisplayName]; i must be below Len.
 func (d *Dataset) Path(i uint64) string { return DisplayName(d.samples[i].rel) }
 
+// RawPath is sample i's location as the paths digest hashes it: Path
+// before DisplayName; i must be below Len.
+func (d *Dataset) RawPath(i uint64) string { return d.samples[i].rel }
+
 // ClassNames are the class names, indexed by label, as [DisplayName]s.
 func (d *Dataset) ClassNames() []string { return slices.Clone(d.classes) }
 

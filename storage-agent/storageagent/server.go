@@ -35,6 +35,9 @@ const (
 	defaultCatalogPage = 65536
 	// maxCatalogPage bounds a catalog page (about 15 bytes per sample).
 	maxCatalogPage = 1 << 20
+	// maxCatalogPathBytes ends a catalog page early once its paths reach
+	// it: the paths bound a page's size as its sample count does.
+	maxCatalogPathBytes = 4 << 20
 	// pipelineCacheSize bounds the pipelines built from client specs that
 	// the agent remembers across streams.
 	pipelineCacheSize = 64
@@ -276,7 +279,7 @@ func (s *server) Catalog(req *dataplanepb.CatalogRequest, stream grpc.ServerStre
 	}
 	size = min(size, maxCatalogPage)
 	n := s.ds.Len()
-	for first := uint64(0); first == 0 || first < n; first += size {
+	for first := uint64(0); first == 0 || first < n; {
 		end := min(first+size, n)
 		page := &dataplanepb.CatalogPage{
 			First:    first,
@@ -292,15 +295,21 @@ func (s *server) Catalog(req *dataplanepb.CatalogRequest, stream grpc.ServerStre
 			pd := s.ds.PathsDigest()
 			page.PathsDigest = pd[:]
 		}
+		pathBytes := 0
 		for i := first; i < end; i++ {
 			page.Labels = append(page.Labels, s.ds.Label(i))
 			page.RawSizes = append(page.RawSizes, s.ds.RawSize(i))
 			h := s.ds.ContentHash(i)
 			page.ContentHashes = append(page.ContentHashes, h[:]...)
+			page.Paths = append(page.Paths, []byte(s.ds.RawPath(i)))
+			if pathBytes += len(page.Paths[len(page.Paths)-1]); pathBytes >= maxCatalogPathBytes {
+				break
+			}
 		}
 		if err := stream.Send(page); err != nil {
 			return err
 		}
+		first += uint64(len(page.Labels))
 	}
 	return nil
 }
@@ -717,6 +726,15 @@ func (s *server) failure(peer string, req *dataplanepb.FetchRequest, err error) 
 	msg := err.Error()
 	if !strings.HasPrefix(msg, "sample ") { // ops' and the dataset's errors name it already
 		msg = fmt.Sprintf("sample %d: %s", req.GetSample(), msg)
+	}
+	if i := req.GetSample(); i < s.ds.Len() && !strings.Contains(msg, s.ds.Path(i)) {
+		// The message names the file as well: "sample 7 (cats/7.jpg): ...".
+		head := fmt.Sprintf("sample %d", i)
+		if rest, ok := strings.CutPrefix(msg, head); ok {
+			msg = fmt.Sprintf("%s (%s)%s", head, s.ds.Path(i), rest)
+		} else {
+			msg = fmt.Sprintf("sample %d (%s): %s", i, s.ds.Path(i), msg)
+		}
 	}
 	// The operator's log names the file too; bursts are sampled, so that
 	// a client asking for bad samples over and over cannot flood it. An

@@ -1,7 +1,9 @@
 package storageagent
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -93,6 +95,7 @@ func TestCatalog(t *testing.T) {
 		}
 		var labels []uint32
 		var sizes []uint64
+		ph := sha256.New() // the paths digest, from the pages' paths
 		pages := 0
 		for {
 			p, err := stream.Recv()
@@ -115,6 +118,16 @@ func TestCatalog(t *testing.T) {
 			if len(p.Labels) != len(p.RawSizes) {
 				t.Fatalf("page %d: %d labels, %d sizes", pages, len(p.Labels), len(p.RawSizes))
 			}
+			if len(p.Paths) != len(p.Labels) {
+				t.Fatalf("page %d: %d paths for %d labels", pages, len(p.Paths), len(p.Labels))
+			}
+			for j, path := range p.Paths {
+				ph.Write(path)
+				ph.Write([]byte{0})
+				if i := p.First + uint64(j); string(path) != ds.RawPath(i) {
+					t.Errorf("sample %d: path %q, want %q", i, path, ds.RawPath(i))
+				}
+			}
 			labels = append(labels, p.Labels...)
 			sizes = append(sizes, p.RawSizes...)
 			pages++
@@ -125,6 +138,9 @@ func TestCatalog(t *testing.T) {
 		}
 		if pages != want {
 			t.Errorf("page size %d: %d pages, want %d", size, pages, want)
+		}
+		if pd := ds.PathsDigest(); !bytes.Equal(ph.Sum(nil), pd[:]) {
+			t.Errorf("page size %d: the paths do not give the paths digest", size)
 		}
 		for i := range uint64(testSamples) {
 			if labels[i] != ds.Label(i) || sizes[i] != ds.RawSize(i) {
@@ -302,6 +318,9 @@ func TestFetchErrors(t *testing.T) {
 		case c.want != nil:
 			if !strings.Contains(resp.Error.Message, "sample ") || len(resp.Data) != 0 {
 				t.Errorf("case %d: message %q (data %d bytes): want the sample named and no data", i, resp.Error.Message, len(resp.Data))
+			}
+			if s := c.req.Sample; s < a.Dataset().Len() && !strings.HasPrefix(resp.Error.Message, fmt.Sprintf("sample %d (%s): ", s, a.Dataset().Path(s))) {
+				t.Errorf("case %d: message %q does not name the file %s", i, resp.Error.Message, a.Dataset().Path(s))
 			}
 		}
 	}
