@@ -520,11 +520,15 @@ var errEpochSkipped = errors.New("computeagent: epoch completed before the resta
 // runEpoch runs one epoch. A failed or interrupted epoch's report is
 // written too, with its status and error.
 func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (report.EpochReport, error) {
-	r, err := a.runEpochOnce(ctx, num, opts)
+	began := a.cfg.Clock.Now()
+	r, err := a.runEpochOnce(ctx, num, began, opts)
 	if err == nil || errors.Is(err, errEpochSkipped) {
 		return r, err
 	}
 	r.Epoch, r.Status, r.Error = num, "failed", err.Error()
+	if r.StartUnixNS == 0 { // failed before its first request: all of it was waiting
+		r.StartWaitSeconds = a.cfg.Clock.Now().Sub(began).Seconds()
+	}
 	if ctx.Err() != nil {
 		r.Status = "interrupted"
 	}
@@ -567,7 +571,7 @@ func (a *Agent) openJournal(cat *Catalog, plan *planner.RunPlan) (*journal.Journ
 // runEpochOnce runs one epoch in named steps: find the storage agents,
 // decide the shard, prepare the epoch's run, run it, and finish its
 // report.
-func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (report.EpochReport, error) {
+func (a *Agent) runEpochOnce(ctx context.Context, num uint64, began time.Time, opts epochOpts) (report.EpochReport, error) {
 	fs, cat, err := a.storage(ctx)
 	if err != nil {
 		return report.EpochReport{}, err
@@ -597,6 +601,9 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, opts epochOpts) (r
 		return report.EpochReport{}, err
 	}
 	r, err := a.execute(ctx, e, fs)
+	if r.StartUnixNS != 0 {
+		r.StartWaitSeconds = max(0, time.Unix(0, r.StartUnixNS).Sub(began).Seconds())
+	}
 	if err != nil {
 		return r, err
 	}

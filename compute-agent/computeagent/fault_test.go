@@ -162,6 +162,15 @@ func TestInfoRetried(t *testing.T) {
 	if calls.Load() < 3 {
 		t.Errorf("Info called %d times, want retries", calls.Load())
 	}
+	// The wait counts in the epoch's report: the epoch began before the
+	// first Info call, which failed, so before until; its first request
+	// followed the first answer, after until.
+	r := reports[0]
+	began := r.StartUnixNS - int64(r.StartWaitSeconds*1e9)
+	if r.StartUnixNS < until.UnixNano() || began >= until.UnixNano() {
+		t.Errorf("start wait %.3f s, first request %v: want the epoch begun before %v and its first request after",
+			r.StartWaitSeconds, time.Unix(0, r.StartUnixNS), until)
+	}
 
 	// With a budget shorter than the outage the run fails, and says why.
 	until = time.Now().Add(time.Hour)

@@ -23,8 +23,17 @@ type EpochReport struct {
 	// Epoch is the epoch number.
 	Epoch uint64 `json:"epoch"`
 	// Seconds is the wall time from the first request to the last batch
-	// consumed.
+	// consumed. It leaves out StartWaitSeconds: the epoch's whole wall
+	// time is Seconds + StartWaitSeconds.
 	Seconds float64 `json:"seconds"`
+	// StartWaitSeconds is the wall time from the epoch's beginning to its
+	// first request (StartUnixNS): finding the storage agents, waiting out
+	// unreachable ones (retried with back-off within --retry-budget),
+	// reading the catalog on first use and preparing the shard. Near 0
+	// when every storage agent answers at once; for an epoch that failed
+	// before its first request (no storage agent within the budget), all
+	// of its time.
+	StartWaitSeconds float64 `json:"start_wait_seconds"`
 	// StartUnixNS is when the epoch began (Unix ns, the agent's clock), to
 	// match the epoch with outside counters (e.g. a NIC's bytes).
 	StartUnixNS int64 `json:"start_unix_ns"`
