@@ -158,6 +158,11 @@ func TestKillResume(t *testing.T) {
 	var resumed int
 	for _, r := range reports {
 		resumed += r.Resumed
+		// Every complete epoch's report counts the whole epoch, the
+		// samples of the killed life included.
+		if r.Status == "ok" && (r.EpochSamples != n || r.EpochShard != n || r.EpochSamples != r.Samples+r.Resumed || r.Shard != n-r.Resumed) {
+			t.Errorf("epoch %d: %d delivered of %d (%d resumed): epoch_samples %d, epoch_shard %d, want %d", r.Epoch, r.Samples, r.Shard, r.Resumed, r.EpochSamples, r.EpochShard, n)
+		}
 	}
 	if resumed == 0 {
 		t.Errorf("no report says an epoch resumed: %+v", reports)

@@ -201,6 +201,7 @@ func (e *Epoch) Report(ctx context.Context, fs []*Fetcher, measure bool) report.
 	if elapsed > 0 {
 		r.GPUIdleFraction = r.GPUIdleSeconds / elapsed.Seconds()
 	}
+	r.EpochShard, r.EpochSamples = r.Shard+r.Resumed, r.Samples+r.Resumed
 	return r
 }
 

@@ -59,9 +59,12 @@ type EpochReport struct {
 	// process CPU; 0 when not measured.
 	StorageNSPerByte float64 `json:"storage_ns_per_byte,omitempty"`
 	// Shard is the number of samples in this agent's shard (its rank of
-	// the world); with Resumed, only the samples still to deliver.
+	// the world); with Resumed, only the samples still to deliver in this
+	// life of the agent (EpochShard is the whole epoch's).
 	Shard int `json:"shard"`
-	// Samples is the number of samples delivered to the consumer.
+	// Samples is the number of samples delivered to the consumer by this
+	// life of the agent (EpochSamples counts the whole epoch's, across a
+	// restart).
 	Samples int `json:"samples"`
 	// Batches is the number of batches delivered to the consumer.
 	Batches int `json:"batches"`
@@ -114,6 +117,17 @@ type EpochReport struct {
 	// Resumed counts the samples of this epoch delivered before a restart
 	// (Config.StateDir; omitted when 0): Shard counts only the rest.
 	Resumed int `json:"resumed,omitempty"`
+	// EpochShard is the whole epoch's shard, over every life of the agent
+	// (Shard + Resumed); it equals Shard without a restart.
+	EpochShard int `json:"epoch_shard"`
+	// EpochSamples is the whole epoch's delivered samples over every life
+	// of the agent: the journaled samples of the lives before a restart
+	// (Resumed) plus this life's (Samples); it equals Samples without a
+	// restart. Bad samples of an earlier life are not journaled: they are
+	// tried again in this one and count in SamplesFailed only if they
+	// fail again, so EpochSamples + SamplesFailed = EpochShard for a
+	// complete epoch.
+	EpochSamples int `json:"epoch_samples"`
 	// Padded counts the positions that repeat one of the rank's samples so
 	// that every rank has the same count (as DistributedSampler pads),
 	// omitted when none.
