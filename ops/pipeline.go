@@ -148,6 +148,11 @@ func (p *Pipeline) RunObserved(key Key, in Value, from, to int, obs Observer) (V
 	return p.run(key, in, from, to, obs, Limits{})
 }
 
+// RunObservedLimited is RunObserved under lim (see [Pipeline.RunLimited]).
+func (p *Pipeline) RunObservedLimited(key Key, in Value, from, to int, obs Observer, lim Limits) (Value, error) {
+	return p.run(key, in, from, to, obs, lim)
+}
+
 func (p *Pipeline) run(key Key, in Value, from, to int, obs Observer, lim Limits) (Value, error) {
 	if from == SplitCut {
 		// ops[0:2] from the cut file, then the rest from split 2.

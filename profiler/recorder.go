@@ -77,6 +77,9 @@ type Recorder struct {
 	p           *ops.Pipeline
 	fingerprint string
 	n           int
+	// lim and opTimeout bound Record's runs (see Limit).
+	lim       ops.Limits
+	opTimeout time.Duration
 
 	mu      sync.Mutex
 	samples []SampleProfile // by id; valid where have is set
@@ -96,6 +99,15 @@ func NewRecorder(p *ops.Pipeline, fingerprint string, n int) *Recorder {
 		samples:     make([]SampleProfile, n),
 		have:        make([]bool, n),
 	}
+}
+
+// Limit makes Record run each sample under lim, as the agent's own runs
+// ([ops.Pipeline.RunLimited]), with the deadline opTimeout after the
+// sample's record starts (none when zero): a sample they refuse is not
+// recorded, and a cut they decline is recorded without the cut. Call it
+// before the first Record. Without it, Record runs unlimited.
+func (r *Recorder) Limit(lim ops.Limits, opTimeout time.Duration) {
+	r.lim, r.opTimeout = lim, opTimeout
 }
 
 // warmWire runs the wire codec once, so its one-time setup (the shared
@@ -124,7 +136,11 @@ func (r *Recorder) Record(sample uint64, raw []byte, key ops.Key) error {
 	if sample >= uint64(r.n) {
 		return fmt.Errorf("%w: %d of %d", ErrSampleRange, sample, r.n)
 	}
-	sp, err := measureSample(r.p, sample, raw, key)
+	lim := r.lim
+	if r.opTimeout > 0 {
+		lim.Deadline = time.Now().Add(r.opTimeout)
+	}
+	sp, err := measureSample(r.p, sample, raw, key, lim)
 	if err != nil {
 		return err
 	}
@@ -139,7 +155,7 @@ func (r *Recorder) Record(sample uint64, raw []byte, key ops.Key) error {
 	return nil
 }
 
-func measureSample(p *ops.Pipeline, sample uint64, raw []byte, key ops.Key) (SampleProfile, error) {
+func measureSample(p *ops.Pipeline, sample uint64, raw []byte, key ops.Key, lim ops.Limits) (SampleProfile, error) {
 	n := p.Len()
 	sp := SampleProfile{
 		ID:           sample,
@@ -161,14 +177,14 @@ func measureSample(p *ops.Pipeline, sample uint64, raw []byte, key ops.Key) (Sam
 	}
 	var werr error
 	last := int64(cpuclock.Thread())
-	_, err := p.RunObserved(key, in, 0, n, func(j int, out ops.Value, _ time.Duration) {
+	_, err := p.RunObservedLimited(key, in, 0, n, func(j int, out ops.Value, _ time.Duration) {
 		sp.OpNS[j] = max(int64(cpuclock.Thread())-last, 0)
 		sp.Bytes[j+1] = int64(out.Size())
 		if werr == nil {
 			werr = measureWire(out, &sp, j+1)
 		}
 		last = int64(cpuclock.Thread())
-	})
+	}, lim)
 	if err != nil {
 		return sp, err
 	}
@@ -176,7 +192,7 @@ func measureSample(p *ops.Pipeline, sample uint64, raw []byte, key ops.Key) (Sam
 		return sp, werr
 	}
 	if p.CanCut() {
-		measureCut(p, key, in, &sp)
+		measureCut(p, key, in, &sp, lim)
 	}
 	return sp, nil
 }
@@ -186,15 +202,15 @@ func measureSample(p *ops.Pipeline, sample uint64, raw []byte, key ops.Key) (Sam
 // the expected one, and a cut that fails otherwise on a sample the whole
 // pipeline ran on is one the storage agent would not send either. The
 // caller holds the goroutine on its OS thread.
-func measureCut(p *ops.Pipeline, key ops.Key, raw ops.Encoded, sp *SampleProfile) {
+func measureCut(p *ops.Pipeline, key ops.Key, raw ops.Encoded, sp *SampleProfile, lim ops.Limits) {
 	t0 := int64(cpuclock.Thread())
-	cut, err := p.Cut(key, raw, ops.Limits{})
+	cut, err := p.Cut(key, raw, lim)
 	t1 := int64(cpuclock.Thread())
 	if err != nil || cut == nil {
 		return
 	}
 	t2 := int64(cpuclock.Thread())
-	_, err = p.Run(key, cut, ops.SplitCut, 2)
+	_, err = p.RunLimited(key, cut, ops.SplitCut, 2, lim)
 	t3 := int64(cpuclock.Thread())
 	if err != nil {
 		return

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
@@ -108,6 +109,21 @@ func TestRecorderErrors(t *testing.T) {
 	}
 	if got := r.Profile(); len(got.Samples) != 1 || got.Samples[0].ID != 1 {
 		t.Errorf("profile: got %+v", got.Samples)
+	}
+
+	// Under the agent's limits: a sample they refuse is not recorded.
+	lim := ops.DefaultLimits()
+	lim.MaxPixels = 100
+	r.Limit(lim, time.Minute)
+	if err := r.Record(0, imgs[0].raw, ops.Key{Sample: 0}); !errors.Is(err, ops.ErrTooLarge) {
+		t.Errorf("above the pixel limit: got %v, want ErrTooLarge", err)
+	}
+	r.Limit(ops.DefaultLimits(), time.Minute)
+	if err := r.Record(2, imgs[0].raw, ops.Key{Sample: 2}); err != nil {
+		t.Errorf("within the limits: %v", err)
+	}
+	if got, want := r.Missing(), []uint64{0}; !slices.Equal(got, want) {
+		t.Errorf("missing: got %v, want %v", got, want)
 	}
 }
 

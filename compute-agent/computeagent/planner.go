@@ -163,6 +163,7 @@ func (p *policyRun) next(i int) epochOpts {
 		predicted, bound = pl.Plan.Pred.Seconds, pl.Bound
 	} else if p.d.RunStage2 {
 		opts.Rec = profiler.NewRecorder(cfg.Pipeline, p.cat.Fingerprint, int(p.cat.Total))
+		opts.Rec.Limit(cfg.Settings.Limits(), cfg.Settings.OpTimeout)
 		p.summary.Profile = report.ProfileRecorded
 	}
 	var sum *report.Stage1Summary
