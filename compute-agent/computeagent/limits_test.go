@@ -2,6 +2,7 @@ package computeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -112,5 +113,26 @@ func TestHostileNoOff(t *testing.T) {
 	}
 	if goods != good || refused < 40 || r.SamplesFailed != refused || r.Samples != int(cat.Total)-refused {
 		t.Errorf("%d good, %d refused of %d; report: %d delivered, %d failed", goods, refused, cat.Total, r.Samples, r.SamplesFailed)
+	}
+}
+
+// TestLimitsConfig: zero limits take the storage agent's defaults, and a
+// negative one is refused.
+func TestLimitsConfig(t *testing.T) {
+	cfg, _ := testConfig(t, nil, "st1:7070")
+	cfg.Settings = oplimits.Settings{MaxScans: 3}
+	a, err := cfg.new()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	want := oplimits.Default()
+	want.MaxScans = 3
+	if a.cfg.Settings != want {
+		t.Errorf("limits %+v, want %+v", a.cfg.Settings, want)
+	}
+	cfg.Settings.OpTimeout = -time.Second
+	if _, err := cfg.new(); !errors.Is(err, ErrConfig) {
+		t.Errorf("negative op timeout: got %v, want ErrConfig", err)
 	}
 }
