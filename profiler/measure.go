@@ -24,6 +24,14 @@ var ErrNoMeasurement = errors.New("profiler: nothing measured")
 // that error returned. Unlike the stage 2 maths this reads the wall clock:
 // it is the measurement itself.
 func MeasureComputeRate(ctx context.Context, p *ops.Pipeline, samples [][]byte, budget time.Duration, workers int) (float64, error) {
+	return MeasureComputeRateLimited(ctx, p, samples, budget, workers, ops.Limits{}, 0)
+}
+
+// MeasureComputeRateLimited is MeasureComputeRate with every run under
+// lim ([ops.Pipeline.RunLimited]), as the agent's own runs, each with the
+// deadline opTimeout after it starts (none when zero): a sample the limits
+// refuse fails its run, before it costs what an unlimited decode would.
+func MeasureComputeRateLimited(ctx context.Context, p *ops.Pipeline, samples [][]byte, budget time.Duration, workers int, lim ops.Limits, opTimeout time.Duration) (float64, error) {
 	if len(samples) == 0 {
 		return 0, fmt.Errorf("%w: no samples", ErrNoMeasurement)
 	}
@@ -45,7 +53,11 @@ func MeasureComputeRate(ctx context.Context, p *ops.Pipeline, samples [][]byte, 
 			for ctx.Err() == nil {
 				i := next.Add(1) - 1
 				pass, s := i/uint64(len(samples)), i%uint64(len(samples))
-				_, err := p.Run(ops.Key{Epoch: pass, Sample: s}, ops.Encoded(samples[s]), 0, p.Len())
+				l := lim
+				if opTimeout > 0 {
+					l.Deadline = time.Now().Add(opTimeout)
+				}
+				_, err := p.RunLimited(ops.Key{Epoch: pass, Sample: s}, ops.Encoded(samples[s]), 0, p.Len(), l)
 				done.Add(1)
 				if err != nil {
 					errOnce.Do(func() { firstErr = err })

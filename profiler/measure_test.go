@@ -28,6 +28,11 @@ func TestMeasureComputeRate(t *testing.T) {
 	if _, err := MeasureComputeRate(t.Context(), p, nil, time.Millisecond, 1); !errors.Is(err, ErrNoMeasurement) {
 		t.Errorf("no samples: got %v, want ErrNoMeasurement", err)
 	}
+	lim := ops.DefaultLimits()
+	lim.MaxPixels = 100
+	if _, err := MeasureComputeRateLimited(t.Context(), p, samples, 20*time.Millisecond, 2, lim, time.Minute); !errors.Is(err, ops.ErrTooLarge) {
+		t.Errorf("above the pixel limit: got %v, want ErrTooLarge", err)
+	}
 	if _, err := MeasureComputeRate(t.Context(), p, [][]byte{[]byte("junk")}, 20*time.Millisecond, 2); !errors.Is(err, ops.ErrNotJPEG) {
 		t.Errorf("junk: got %v, want ErrNotJPEG", err)
 	}

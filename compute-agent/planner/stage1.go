@@ -197,8 +197,8 @@ func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []ui
 // shard, every storage agent at once), the storage CPU and its speed
 // relative to this node's (a few samples fetched at split n, their
 // storage_cpu_ns against the same work timed here), this node's CPU for the
-// full pipeline (profiler.MeasureComputeRate with cfg.Workers) and the
-// consumer's rate (cfg.GPURate). shard is the first epoch's samples and
+// full pipeline (profiler.MeasureComputeRateLimited with cfg.Workers and
+// cfg.Limits) and the consumer's rate (cfg.GPURate). shard is the first epoch's samples and
 // rawSizes the catalog's raw sizes by sample.
 func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard []uint64) (Stage1Result, error) {
 	linkRate, nodes, ids, raws, err := cfg.measureLink(ctx, fs, shard)
@@ -215,7 +215,7 @@ func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard
 		for i, id := range ids {
 			samples[i] = raws[id]
 		}
-		computeRate, err = profiler.MeasureComputeRate(ctx, cfg.Pipeline, samples, cfg.Budget, cfg.Workers)
+		computeRate, err = profiler.MeasureComputeRateLimited(ctx, cfg.Pipeline, samples, cfg.Budget, cfg.Workers, cfg.Limits.Limits(), cfg.Limits.OpTimeout)
 		if err != nil {
 			if ctx.Err() != nil {
 				return Stage1Result{}, err
