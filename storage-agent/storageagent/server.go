@@ -309,6 +309,9 @@ func (s *server) Catalog(req *dataplanepb.CatalogRequest, stream grpc.ServerStre
 		if err := stream.Send(page); err != nil {
 			return err
 		}
+		if len(page.Labels) == 0 { // an empty dataset: one page, no samples
+			break
+		}
 		first += uint64(len(page.Labels))
 	}
 	return nil
