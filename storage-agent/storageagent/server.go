@@ -30,14 +30,16 @@ import (
 
 var _ dataplanepb.StorageServer = (*server)(nil)
 
+// maxCatalogPathBytes ends a catalog page early once its paths reach it:
+// the paths bound a page's size as its sample count does. A variable for
+// tests only.
+var maxCatalogPathBytes = 4 << 20
+
 const (
 	// defaultCatalogPage is the catalog page size when the request says 0.
 	defaultCatalogPage = 65536
 	// maxCatalogPage bounds a catalog page (about 15 bytes per sample).
 	maxCatalogPage = 1 << 20
-	// maxCatalogPathBytes ends a catalog page early once its paths reach
-	// it: the paths bound a page's size as its sample count does.
-	maxCatalogPathBytes = 4 << 20
 	// pipelineCacheSize bounds the pipelines built from client specs that
 	// the agent remembers across streams.
 	pipelineCacheSize = 64

@@ -85,10 +85,19 @@ func TestInfoAndHealth(t *testing.T) {
 	}
 }
 
+// pathCapped is TestCatalog's page size under a small path budget.
+const pathCapped = 1000
+
 func TestCatalog(t *testing.T) {
 	a := startAgent(t, testConfig(t))
 	ds := a.Dataset()
-	for _, size := range []uint32{0, 1, 3, 8, 100} {
+	for _, size := range []uint32{0, 1, 3, 8, 100, pathCapped} {
+		if size == pathCapped {
+			// Pages end once their paths pass 2 paths' bytes: 3 samples a
+			// page (the paths are alike in length), whatever the size asked.
+			defer func(v int) { maxCatalogPathBytes = v }(maxCatalogPathBytes)
+			maxCatalogPathBytes = 2*len(ds.RawPath(0)) + 1
+		}
 		stream, err := a.client.Catalog(context.Background(), &dataplanepb.CatalogRequest{PageSize: size})
 		if err != nil {
 			t.Fatal(err)
@@ -133,7 +142,11 @@ func TestCatalog(t *testing.T) {
 			pages++
 		}
 		want := 1
-		if size != 0 {
+		switch size {
+		case pathCapped:
+			want = (testSamples + 2) / 3
+		case 0:
+		default:
 			want = (testSamples + int(size) - 1) / int(size)
 		}
 		if pages != want {
