@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -25,8 +26,9 @@ var (
 	// wrapped beside it.
 	ErrRead = errors.New("storageagent: read failed")
 	// ErrChanged: the file opened for a sample is not the one indexed (its
-	// device, inode or size differ, or it is no longer a regular file). It
-	// always comes wrapped with ErrRead.
+	// device, inode or size differ, it is no longer a regular file, or the
+	// bytes read do not have the indexed SHA-256). It always comes wrapped
+	// with ErrRead.
 	ErrChanged = errors.New("storageagent: file changed since indexing")
 	// ErrLayout: the directory is neither an ImageFolder nor a set of
 	// WebDataset shards the agent can serve, or (with OpenOptions.Strict)
@@ -98,10 +100,13 @@ type shardReader interface {
 // followed only while it resolves inside the directory (a top-level class
 // folder or a sample file may be one; folders below a class are walked only
 // when real). Each sample's identity (device, inode, size) is remembered and
-// checked on every read, so a file replaced after indexing fails with
-// ErrChanged instead of serving other bytes. Each sample's content hash
-// (SHA-256 of its raw bytes) is computed at open, or reused from the index
-// file (see [OpenOptions.Index]), and the fingerprint covers it.
+// checked on every read. Each sample's content hash (SHA-256 of its raw
+// bytes) is computed at open, or reused from the index file (see
+// [OpenOptions.Index]), and the fingerprint covers it. Every read (Read and
+// ReadInto, a loose file or a shard member) hashes the bytes it read and
+// compares: a file replaced, truncated or overwritten in place after
+// indexing, even by other bytes of the same size under the same inode,
+// fails with ErrChanged instead of serving other bytes.
 //
 // Names need not be UTF-8: reads use the raw bytes, while [Dataset.Path],
 // [Dataset.ClassNames], [Skip] and error messages show [DisplayName]s.
@@ -216,9 +221,10 @@ func (d *Dataset) Stats() IndexStats {
 // the same ids.
 func (d *Dataset) Fingerprint() string { return d.fp }
 
-// Read returns sample i's bytes. An id out of range gives ErrNotFound; a
-// failed read gives ErrRead wrapped with the cause (ErrChanged when the file
-// is no longer the one indexed); a sample above MaxSampleBytes gives
+// Read returns sample i's bytes, checked against the indexed SHA-256. An id
+// out of range gives ErrNotFound; a failed read gives ErrRead wrapped with
+// the cause (ErrChanged when the file is no longer the one indexed or its
+// bytes are not the indexed ones); a sample above MaxSampleBytes gives
 // ops.ErrTooLarge. Error messages start with "sample i (path)" and are
 // valid UTF-8.
 func (d *Dataset) Read(i uint64) ([]byte, error) {
@@ -240,7 +246,9 @@ func (d *Dataset) Read(i uint64) ([]byte, error) {
 }
 
 // ReadInto reads sample i into buf, which must be exactly RawSize(i) long:
-// the storage agent reads raw fetches straight into their wire form.
+// the storage agent reads raw fetches straight into their wire form. It
+// checks the bytes and fails as Read does; after an error buf's content
+// is not the sample's.
 func (d *Dataset) ReadInto(i uint64, buf []byte) error {
 	if i >= uint64(len(d.samples)) {
 		return fmt.Errorf("sample %d: %w (the catalog holds %d)", i, ErrNotFound, len(d.samples))
@@ -274,7 +282,17 @@ func (e *utf8Error) Error() string { return strings.ToValidUTF8(e.err.Error(), "
 
 func (e *utf8Error) Unwrap() error { return e.err }
 
+// read fills buf with s's bytes and checks them against the index.
 func (d *Dataset) read(s *sample, buf []byte) error {
+	if err := d.readUnverified(s, buf); err != nil {
+		return err
+	}
+	return verify(s, buf)
+}
+
+// readUnverified fills buf with s's bytes, checking the file's identity
+// but not its content.
+func (d *Dataset) readUnverified(s *sample, buf []byte) error {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.closed {
@@ -289,6 +307,16 @@ func (d *Dataset) read(s *sample, buf []byte) error {
 	}
 	defer f.Close()
 	return readFull(f, buf, 0)
+}
+
+// verify checks that buf, the bytes just read for s, are the bytes indexed:
+// the (device, inode, size) check cannot see a file overwritten in place,
+// or re-created with the same size under a reused inode number.
+func verify(s *sample, buf []byte) error {
+	if got := sha256.Sum256(buf); got != s.hash {
+		return fmt.Errorf("%w: %s has SHA-256 %x, indexed %x", ErrChanged, DisplayName(s.rel), got[:8], s.hash[:8])
+	}
+	return nil
 }
 
 // readFull fills buf from r at off; a short read is io.ErrUnexpectedEOF.

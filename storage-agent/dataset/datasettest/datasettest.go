@@ -6,6 +6,7 @@ package datasettest
 
 import (
 	"archive/tar"
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,6 +35,35 @@ func JPEG(t testing.TB, seed uint64) []byte {
 	}
 	jpegCache.Store(seed, b)
 	return b
+}
+
+// SameSizeJPEG is a valid JPEG other than orig and exactly as long: a
+// smaller synthetic JPEG padded with zeros after its EOI marker, which
+// decoders ignore.
+func SameSizeJPEG(t testing.TB, orig []byte) []byte {
+	t.Helper()
+	for seed := uint64(1000); seed < 1100; seed++ {
+		j := JPEG(t, seed)
+		if len(j) < len(orig) && !bytes.Equal(j, orig[:len(j)]) {
+			return append(bytes.Clone(j), make([]byte, len(orig)-len(j))...)
+		}
+	}
+	t.Fatalf("no synthetic JPEG under %d bytes", len(orig))
+	return nil
+}
+
+// OverwriteAt writes data into name at off in place: the file keeps its
+// inode and, when data ends before its end, its size.
+func OverwriteAt(t testing.TB, name string, off int64, data []byte) {
+	t.Helper()
+	if off < 0 {
+		t.Fatalf("OverwriteAt %s: negative offset", name)
+	}
+	f, err := os.OpenFile(name, os.O_WRONLY, 0)
+	Must(t, err)
+	_, err = f.WriteAt(data, off)
+	Must(t, err)
+	Must(t, f.Close())
 }
 
 // WriteFile writes name, creating its folders.

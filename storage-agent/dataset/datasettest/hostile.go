@@ -138,6 +138,18 @@ func Cases() []Case {
 			WriteFile(t, e.P("good/new.tmp"), bytes.Repeat([]byte{'x'}, len(e.Img)))
 			Must(t, os.Rename(e.P("good/new.tmp"), e.P("good/a.jpg")))
 		}},
+		{Name: "overwritten in place, same size", Path: "good/a.jpg", ReadErr: dataset.ErrChanged, After: func(t *testing.T, e *Env) {
+			OverwriteAt(t, e.P("good/a.jpg"), 0, SameSizeJPEG(t, e.Img))
+		}},
+		{Name: "re-created, same size", Path: "good/a.jpg", ReadErr: dataset.ErrChanged, After: func(t *testing.T, e *Env) {
+			Must(t, os.Remove(e.P("good/a.jpg")))
+			WriteFile(t, e.P("good/a.jpg"), SameSizeJPEG(t, e.Img))
+		}},
+		{Name: "shard member overwritten in place", Layout: "tar", Path: "good.tar/k/a.jpg", ReadErr: dataset.ErrChanged, After: func(t *testing.T, e *Env) {
+			b, err := os.ReadFile(e.P("good.tar"))
+			Must(t, err)
+			OverwriteAt(t, e.P("good.tar"), int64(bytes.Index(b, e.Img)), SameSizeJPEG(t, e.Img))
+		}},
 		{Name: "truncated", Path: "good/a.jpg", ReadErr: dataset.ErrChanged, After: func(t *testing.T, e *Env) {
 			Must(t, os.Truncate(e.P("good/a.jpg"), 10))
 		}},
