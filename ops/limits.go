@@ -55,6 +55,12 @@ type Limits struct {
 	// only a crop of it, so that a split or a fused pair refuses exactly
 	// what the ops run one by one refuse. Zero means no limit.
 	MaxOutputBytes int64
+	// MaxResultBytes bounds the run's result (the last op's output, what
+	// RunLimited returns), checked with MaxOutputBytes before any op runs:
+	// a server sets it to the payload its messages carry, so that an
+	// intermediate it could not send is never computed. Zero means no bound
+	// beyond MaxOutputBytes.
+	MaxResultBytes int64
 	// Deadline, when set, is checked before every op and, inside libjpeg,
 	// at every progress-monitor call (each row of input while a multi-scan
 	// JPEG is buffered, each output row). A run past it fails with

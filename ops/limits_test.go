@@ -274,3 +274,25 @@ func TestRunLimitedSameBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestRunLimitedMaxResultBytes: MaxResultBytes bounds only the run's last
+// op, before anything is allocated: a 5000x5000 resize fits the op limit
+// but not a 64 MiB result, while a run that ends at the decode, or goes on
+// to a small crop, passes.
+func TestRunLimitedMaxResultBytes(t *testing.T) {
+	small := ops.Encoded(hostile.Baseline(64, 16, 3))
+	p := buildSpec(t, "{name: wide, ops: [{op: decode}, {op: resize, size: [5000, 5000]}, {op: center_crop, size: [8, 8]}]}")
+	lim := ops.DefaultLimits()
+	lim.MaxResultBytes = 64 << 20
+	var err error
+	n := bytesPerRun(10, func() { _, err = p.RunLimited(ops.Key{Sample: 42}, small, 0, 2, lim) })
+	wantErr(t, err, 42, ops.ErrTooLarge, "op resize", "resize output 5000x5000x3 = 75.0 MB above the 64 MiB limit")
+	if n > 1<<20 {
+		t.Errorf("refusing allocated %d bytes per run, want < 1 MiB", n)
+	}
+	for _, to := range []int{1, 3} {
+		if _, err := p.RunLimited(ops.Key{Sample: 42}, small, 0, to, lim); err != nil {
+			t.Errorf("ops [0:%d]: %v", to, err)
+		}
+	}
+}

@@ -117,14 +117,15 @@ func (p *Pipeline) Run(key Key, in Value, from, to int) (Value, error) {
 //
 //   - before any op runs, every op's output size, computed from the input's
 //     dimensions (a JPEG's from its header) and the ops' parameters, against
-//     MaxOutputBytes (ErrTooLarge), so nothing too large is ever allocated;
+//     MaxOutputBytes, and the last op's against MaxResultBytes (ErrTooLarge),
+//     so nothing too large is ever allocated;
 //   - before each op, the deadline (ErrDeadline);
 //   - decode ops run under the smaller of their own max_pixels and
 //     lim.MaxPixels, and under MaxScans, MaxMemory and the deadline inside
 //     the decoder (ErrTooLarge, ErrDeadline).
 //
-// Limits only refuse: a run that passes gives exactly Run's bytes, and a
-// split run refuses what the whole run refuses. Errors are *SampleError
+// Limits only refuse: a run that passes gives exactly Run's bytes, and,
+// MaxResultBytes aside, a split run refuses what the whole run refuses. Errors are *SampleError
 // values naming the sample and the op, e.g.
 //
 //	sample 7: op resize: ops: image too large: resize output
@@ -189,7 +190,7 @@ func (p *Pipeline) run(key Key, in Value, from, to int, obs Observer, lim Limits
 	var r Rand
 	v := in
 	limited := lim != Limits{}
-	if lim.MaxOutputBytes > 0 {
+	if lim.MaxOutputBytes > 0 || lim.MaxResultBytes > 0 {
 		// Every op's output size follows from the input's dimensions (the
 		// JPEG header's for a decode) and the ops' parameters, so check the
 		// whole run before anything is allocated. The ops run one by one,
@@ -198,7 +199,10 @@ func (p *Pipeline) run(key Key, in Value, from, to int, obs Observer, lim Limits
 		for j := from; j < to; j++ {
 			op := limitOp(p.ops[j], lim)
 			var err error
-			if s, err = checkedShape(op, s, lim); err != nil {
+			if s, err = checkedShape(op, s, lim); err == nil && j == to-1 {
+				err = checkOutput(op.Name(), s, lim.MaxResultBytes)
+			}
+			if err != nil {
 				return nil, &SampleError{Sample: key.Sample, Op: op.Name(), Err: err}
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -289,5 +290,43 @@ func TestServerOwnsLimits(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("refusing took %v", d)
+	}
+}
+
+// TestClientSpecBoundedByMessage: a client spec whose resize output fits
+// the op limit (128 MiB) but not a message (64 MiB) is refused from the
+// JPEG header and the spec, before any op runs: the error is the op
+// library's prediction naming the sample and the op, and the fetch
+// allocates a fraction of the 75 MB output. The same spec's decode alone
+// is served.
+func TestClientSpecBoundedByMessage(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.AllowClientSpecs = true
+	a := startAgent(t, cfg)
+	spec := []byte(`{"name": "wide", "ops": [{"op": "decode"}, {"op": "resize", "size": [5000, 5000]}, {"op": "to_tensor"}]}`)
+	sp, err := ops.ParseSpec(spec)
+	datasettest.Must(t, err)
+	p, err := sp.Build()
+	datasettest.Must(t, err)
+	if a.srv.limits.MaxOutputBytes < 5000*5000*3 {
+		t.Fatalf("the op limit %d refuses the resize already", a.srv.limits.MaxOutputBytes)
+	}
+	req := func(tag uint64, split uint32) []*dataplanepb.FetchRequest {
+		return []*dataplanepb.FetchRequest{{Tag: tag, Sample: 1, Split: split, PipelineId: p.ID(), PipelineSpec: spec}}
+	}
+	if e := fetchAll(t, a.client, req(0, 1))[0].Error; e != nil {
+		t.Fatalf("decode alone: %v", e)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	r := fetchAll(t, a.client, req(1, 2))[1]
+	runtime.ReadMemStats(&after)
+	e := r.GetError()
+	if e == nil || e.Kind != dataplanepb.ErrorKind_ERROR_KIND_TOO_LARGE ||
+		!strings.Contains(e.Message, "sample 1") || !strings.Contains(e.Message, "op resize") || !strings.Contains(e.Message, "resize output 5000x5000") {
+		t.Fatalf("resize to 5000x5000: %v, want TOO_LARGE naming sample 1 and op resize, predicted", e)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 16<<20 {
+		t.Errorf("refusing allocated %d MiB, want under 16 (the output is 71 MiB)", n>>20)
 	}
 }

@@ -667,6 +667,10 @@ func (s *server) process(j *job) ([]byte, dataplanepb.Served, error) {
 	key := ops.Key{Seed: req.GetSeed(), Epoch: req.GetEpoch(), Sample: i}
 	lim := s.limits
 	lim.Deadline = time.Now().Add(s.opTimeout)
+	// NB: the result is refused before any op runs when its uncompressed
+	// payload could not be sent, whatever the codec: a client spec must
+	// not make the agent compute what the message limit refuses.
+	lim.MaxResultBytes = int64(s.maxWire)
 	switch {
 	case req.GetCut():
 		c, err := p.Cut(key, raw, lim)
