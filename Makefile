@@ -110,11 +110,11 @@ size: ## The longest functions in the agents and every package's lines, purpose 
 	@$(GO) run ./.ci/codesize packages -max 3000 || true
 
 .PHONY: reliability
-reliability: ## Faults at full counts: 30 storage-agent kill -9/restarts (0.5-10 s gaps), 10 SIGSTOPs of 20 s with a replica, 10 compute-agent kill -9/resumes; then the hostile corpus and clients. Figures appended to docs/results/reliability.jsonl
+reliability: ## Faults at full counts: 30 storage-agent kill -9/restarts (0.5-10 s gaps), 10 SIGSTOPs of 20 s with a replica, 10 compute-agent kill -9/resumes; then the hostile corpus and clients, and the agent's memory after a burst and 60 s idle. Figures appended to docs/results/reliability.jsonl
 	@mkdir -p docs/results
 	SOPHON_RELIABILITY=full SOPHON_RELIABILITY_OUT=$(CURDIR)/docs/results/reliability.jsonl \
 		$(GO) test -count=1 -timeout 60m -run 'TestFault' -v ./testbed/
-	$(GO) test -count=1 -run 'TestHostile|TestMutualTLS|TestDatasetHostileEntries' -v ./storage-agent/storageagent/ ./storage-agent/dataset/
+	SOPHON_RELIABILITY=full $(GO) test -count=1 -run 'TestHostile|TestMutualTLS|TestDatasetHostileEntries|TestIdleMemoryReturns' -v ./storage-agent/storageagent/ ./storage-agent/dataset/
 
 .PHONY: bench
 bench: build bench-link ## Go benchmarks, the link benchmarks, then ours vs the torchvision peer on the same JPEGs

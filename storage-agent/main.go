@@ -85,6 +85,7 @@ type settings struct {
 	StallTimeout   time.Duration `yaml:"stall-timeout"`
 	// Limits are the ops limits, flags shared with the compute agent.
 	oplimits.Settings `yaml:",inline"`
+	IdleRelease       time.Duration `yaml:"idle-release"`
 	RequestTimeout    time.Duration `yaml:"request-timeout"`
 	ShutdownGrace     time.Duration `yaml:"shutdown-grace"`
 	GCPercent         int           `yaml:"gc-percent"`
@@ -107,6 +108,7 @@ func defaults() settings {
 		MaxPeerStreams: storageagent.DefaultMaxStreamsPerPeer,
 		StallTimeout:   storageagent.DefaultStallTimeout,
 		Settings:       oplimits.Default(),
+		IdleRelease:    storageagent.DefaultIdleRelease,
 		GCPercent:      defaultGCPercent,
 		Replicas:       c.Replicas,
 		ShardSize:      c.ShardSize,
@@ -136,6 +138,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.MaxPeerStreams, "max-streams-per-peer", s.MaxPeerStreams, "open fetch streams one peer (certificate identity, or IP without TLS) may have")
 	s.Settings.Register(fs)
 	fs.DurationVar(&s.StallTimeout, "stall-timeout", s.StallTimeout, "health turns NOT_SERVING when every worker of a pool has been on one job this long")
+	fs.DurationVar(&s.IdleRelease, "idle-release", s.IdleRelease, "after this long without a job, return the memory a burst left behind to the OS (a forced GC); negative never")
 	fs.DurationVar(&s.RequestTimeout, "request-timeout", s.RequestTimeout, "longest a request may wait in the queue before failing with DEADLINE")
 	fs.DurationVar(&s.ShutdownGrace, "shutdown-grace", s.ShutdownGrace, "how long open streams may finish on shutdown before they are cut")
 	fs.Int64Var(&s.MemoryLimit, "memory-limit", s.MemoryLimit, "soft limit on the Go heap in `bytes` (GOMEMLIMIT; libjpeg's own memory is bounded per decode on top); 0 means 256 MiB plus 32 MiB per worker; ignored when GOMEMLIMIT is set")
@@ -173,6 +176,7 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c.MaxStreams = s.MaxStreams
 	c.MaxStreamsPerPeer = s.MaxPeerStreams
 	c.StallTimeout = s.StallTimeout
+	c.IdleRelease = s.IdleRelease
 	c.OpTimeout = s.OpTimeout
 	c.Limits = s.Settings.Limits()
 	c.RequestTimeout = s.RequestTimeout

@@ -164,6 +164,11 @@ type Config struct {
 	// StallTimeout is how long every worker of a pool may be stuck on one
 	// job before health says NOT_SERVING. Zero means DefaultStallTimeout.
 	StallTimeout time.Duration
+	// IdleRelease is how long the agent must have run no job before it
+	// returns the memory a burst left behind to the operating system (a
+	// forced collection, see idle.go). Zero means DefaultIdleRelease;
+	// negative never.
+	IdleRelease time.Duration
 	// RequestTimeout is how long a request may wait in the queue; past it
 	// the request fails with ERROR_KIND_DEADLINE. Zero means 30 s.
 	RequestTimeout time.Duration
@@ -342,6 +347,9 @@ func (c *Config) fillDefaults() {
 	}
 	if c.MaxStreamsPerPeer == 0 {
 		c.MaxStreamsPerPeer = DefaultMaxStreamsPerPeer
+	}
+	if c.IdleRelease == 0 {
+		c.IdleRelease = DefaultIdleRelease
 	}
 	if c.StallTimeout == 0 {
 		c.StallTimeout = DefaultStallTimeout

@@ -135,6 +135,13 @@ func (s *session) start() {
 		s.wg.Go(func() { a.srv.rawWorker(i) })
 	}
 	s.wg.Go(func() { a.srv.watch(workCtx, s.hs, a.cfg.StallTimeout) })
+	if a.cfg.IdleRelease > 0 {
+		s.wg.Go(func() {
+			tick := time.NewTicker(a.cfg.IdleRelease)
+			defer tick.Stop()
+			a.srv.idle.releaseWhenIdle(workCtx, tick.C, releaseMemory)
+		})
+	}
 	s.wg.Go(func() { s.serveErr <- s.gs.Serve(s.lis) })
 	if s.mlis != nil {
 		s.hsrv = &http.Server{Handler: a.srv.m.handler(), ReadHeaderTimeout: 10 * time.Second,

@@ -71,6 +71,7 @@ type server struct {
 	opTimeout time.Duration
 	pending   int // requests a stream may have in the agent (Config.Queue)
 	maxWire   int // the largest wire form a response may carry
+	idle      idleWatch
 	log       zerolog.Logger
 	failLog   zerolog.Logger   // per-sample failures, sampled
 	peer      *peerlog.Limiter // warnings a client causes, rate-limited
@@ -591,6 +592,8 @@ func (s *server) deliver(j *job, resp *dataplanepb.FetchResponse) {
 // handle runs one job on the calling worker and returns the thread CPU
 // time it took.
 func (s *server) handle(j *job, late time.Duration) time.Duration {
+	s.idle.begin()
+	defer s.idle.end()
 	if j.st.ctx.Err() != nil {
 		s.wc.released(j.est)
 		j.st.pending.Done() // the stream is gone: drop
