@@ -12,6 +12,13 @@ type Header struct {
 	ColorSpace string
 	// Progressive is set for SOF2 and SOF10 frames.
 	Progressive bool
+	// MCUW and MCUH are the size in pixels of the frame's minimum coded
+	// unit: 8 times the largest horizontal and vertical sampling factors
+	// (16x16 for 4:2:0, 16x8 for 4:2:2, 8x8 for 4:4:4), and 8x8 for a
+	// one-component frame, whose scan is never interleaved. They say how
+	// much chroma a decode must upsample and how finely a lossless cut
+	// can move.
+	MCUW, MCUH int
 
 	// multiScan is set when libjpeg must buffer the whole image's
 	// coefficients: a progressive frame, or a first scan that does not
@@ -223,6 +230,10 @@ func parseSOF(h *Header, m byte, seg []byte) error {
 			return wrapf(ErrCorrupt, "component %d has sampling factors %dx%d", i, hs, vs)
 		}
 		hmax, vmax = max(hmax, hs), max(vmax, vs)
+	}
+	h.MCUW, h.MCUH = 8*hmax, 8*vmax
+	if nf == 1 {
+		h.MCUW, h.MCUH = 8, 8
 	}
 	up := func(a, b int) int { return (a + b - 1) / b }
 	for i := range nf {

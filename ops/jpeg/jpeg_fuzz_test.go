@@ -78,6 +78,7 @@ func FuzzDecodeJPEG(f *testing.F) {
 		if herr != nil {
 			return
 		}
+		checkSummary(t, h)
 		scale := 1 + len(data)%8
 		sw, sh := ScaledSize(h.W, h.H, scale)
 		r := Rect{X: sw / 4, Y: sh / 3, W: max(sw/2, 1), H: max(sh/3, 1)}
