@@ -15,6 +15,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/jpeg"
 )
 
 // Errors returned by the dataset. The server maps them to per-sample error
@@ -56,6 +57,8 @@ type sample struct {
 	id    fileID // the loose file's identity (zero for a shard member)
 	mtime int64  // the file's (or shard's) modification time, for the index
 	hash  [32]byte
+	// hdr is the JPEG header's summary, unknown when it did not parse.
+	hdr jpeg.Summary
 	// absent: a manifest sample whose file this agent does not have.
 	absent bool
 }
@@ -184,6 +187,13 @@ func (d *Dataset) RawSize(i uint64) uint64 { return uint64(d.samples[i].size) }
 // ContentHash is the SHA-256 of sample i's raw bytes as indexed; i must be
 // below Len.
 func (d *Dataset) ContentHash(i uint64) [32]byte { return d.samples[i].hash }
+
+// Header is sample i's JPEG header summary, read at indexing from at most
+// the first MaxHeaderPrefix bytes of its file (or taken from the index
+// file or the manifest): unknown (not Known) when those bytes hold no
+// header ReadHeader parses. It is an estimate for planning; reads do not
+// depend on it. i must be below Len.
+func (d *Dataset) Header(i uint64) jpeg.Summary { return d.samples[i].hdr }
 
 // PathsDigest is the SHA-256 over every sample's relative path (raw
 // bytes, then a NUL) in id order; the fingerprint covers it.

@@ -14,28 +14,35 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sophon-dl/sophon/ops/jpeg"
 )
 
-// The index file keeps each sample's content hash between runs, so a
-// restart hashes only what changed. Its layout (integers are uvarints
-// unless noted):
+// The index file keeps each sample's content hash and JPEG header summary
+// between runs, so a restart hashes and parses only what changed. Its
+// layout (integers are uvarints unless noted):
 //
-//	"sophon-index 1\n"
+//	"sophon-index 2\n"
 //	len(dir) dir                        the absolute data directory
 //	n                                   entries
-//	n x: len(rel) rel size off ino mtime(varint) hash[32]
+//	n x: len(rel) rel size off ino mtime(varint) hash[32] header[5]
 //	SHA-256 of everything above [32]
 //
-// A file that fails any check (magic, checksum, bounds, another directory)
-// is ignored with a warning and rewritten.
+// header is the sample's jpeg.Summary in its binary form (all zero when
+// unknown). Version 1 is the same without header: its hashes are reused
+// and its samples' headers read again (a prefix of each file), and the
+// file is rewritten as version 2. A file that fails any check (magic,
+// checksum, bounds, another directory) is ignored with a warning and
+// rewritten.
 const (
-	indexMagic = "sophon-index 1\n"
+	indexMagic   = "sophon-index 2\n"
+	indexMagicV1 = "sophon-index 1\n"
 	// indexName is the default index file inside the data directory.
 	indexName = ".sophon-index"
 	// maxIndexBytes bounds the index file read.
 	maxIndexBytes = 1 << 34
 	// minIndexEntry is an entry's least size: five one-byte varints and
-	// the hash.
+	// the hash (version 1; version 2 adds the header).
 	minIndexEntry = 5 + 32
 )
 
@@ -44,6 +51,10 @@ type indexEntry struct {
 	size, off, ino uint64
 	mtime          int64
 	hash           [32]byte
+	// hdr is the header summary; hasHdr is false for a version 1 file,
+	// which has none.
+	hdr    jpeg.Summary
+	hasHdr bool
 }
 
 var errIndex = errors.New("storageagent: bad index file")
@@ -62,14 +73,20 @@ func encodeIndex(dir string, samples []sample) []byte {
 		b = binary.AppendUvarint(b, s.id.ino)
 		b = binary.AppendVarint(b, s.mtime)
 		b = append(b, s.hash[:]...)
+		b, _ = s.hdr.AppendBinary(b)
 	}
 	sum := sha256.Sum256(b)
 	return append(b, sum[:]...)
 }
 
-// decodeIndex parses an index file written for dir.
+// decodeIndex parses an index file written for dir, of version 2 or 1.
 func decodeIndex(b []byte, dir string) (map[string]indexEntry, error) {
-	body, err := checksummed(b, indexMagic, errIndex, "an index file")
+	v1 := len(b) >= len(indexMagicV1) && string(b[:len(indexMagicV1)]) == indexMagicV1
+	magic, minEntry := indexMagic, minIndexEntry+jpeg.SummarySize
+	if v1 {
+		magic, minEntry = indexMagicV1, minIndexEntry
+	}
+	body, err := checksummed(b, magic, errIndex, "an index file")
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +102,7 @@ func decodeIndex(b []byte, dir string) (map[string]indexEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n > uint64(len(f.r))/minIndexEntry {
+	if n > uint64(len(f.r))/uint64(minEntry) {
 		return nil, fmt.Errorf("%w: %d entries in %d bytes", errIndex, n, len(f.r))
 	}
 	m := make(map[string]indexEntry, n)
@@ -107,6 +124,12 @@ func decodeIndex(b []byte, dir string) (map[string]indexEntry, error) {
 		f.r, e.mtime = f.r[k:], mt
 		if e.hash, err = f.hash(); err != nil {
 			return nil, err
+		}
+		if !v1 {
+			if e.hdr, err = f.header(); err != nil {
+				return nil, fmt.Errorf("%s: %w", DisplayName(rel), err)
+			}
+			e.hasHdr = true
 		}
 		if _, dup := m[rel]; dup {
 			return nil, fmt.Errorf("%w: %s listed twice", errIndex, DisplayName(rel))
@@ -270,6 +293,7 @@ func checksummed(b []byte, magic string, bad error, what string) ([]byte, error)
 type fields struct {
 	r   []byte
 	bad error
+	v1  bool // a version 1 manifest: no headers
 }
 
 func (f *fields) uv() (uint64, error) {
@@ -296,6 +320,19 @@ func (f *fields) str(max uint64) (string, error) {
 	s := string(f.r[:n])
 	f.r = f.r[n:]
 	return s, nil
+}
+
+// header reads a jpeg.Summary's binary form.
+func (f *fields) header() (jpeg.Summary, error) {
+	if len(f.r) < jpeg.SummarySize {
+		return jpeg.Summary{}, fmt.Errorf("%w: truncated", f.bad)
+	}
+	h, err := jpeg.ParseSummary(f.r)
+	if err != nil {
+		return h, fmt.Errorf("%w: %w", f.bad, err)
+	}
+	f.r = f.r[jpeg.SummarySize:]
+	return h, nil
 }
 
 // hash reads a 32-byte hash.

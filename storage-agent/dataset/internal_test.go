@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/jpeg"
 )
 
 // TestReadTooLarge: a sample above MaxSampleBytes fails with
@@ -38,6 +39,9 @@ func FuzzLoadIndex(f *testing.F) {
 	f.Add(encodeIndex(dir, []sample{{rel: "a/x.jpg", size: 10, id: fileID{ino: 3}, mtime: -5}, {rel: "b", off: 512}}))
 	f.Add(encodeIndex(dir, nil))
 	f.Add([]byte(indexMagic))
+	f.Add(encodeIndexV1(dir, []sample{{rel: "a/x.jpg", size: 10, id: fileID{ino: 3}, mtime: -5}}))
+	known, _ := jpeg.ParseSummary([]byte{1, 0, 0, 200, 0x95})
+	f.Add(encodeIndex(dir, []sample{{rel: "a/x.jpg", size: 10, hdr: known}, {rel: "b", off: 512}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeIndex(b, dir)
 		if err != nil {
@@ -45,11 +49,16 @@ func FuzzLoadIndex(f *testing.F) {
 		}
 		var ss []sample
 		for rel, e := range m {
-			ss = append(ss, sample{rel: rel, size: int64(e.size), off: int64(e.off), id: fileID{ino: e.ino}, mtime: e.mtime, hash: e.hash})
+			ss = append(ss, sample{rel: rel, size: int64(e.size), off: int64(e.off), id: fileID{ino: e.ino}, mtime: e.mtime, hash: e.hash, hdr: e.hdr})
 		}
 		m2, err := decodeIndex(encodeIndex(dir, ss), dir)
 		if err != nil || len(m2) != len(m) {
 			t.Fatalf("re-encoded index: %v, %d entries, want %d", err, len(m2), len(m))
+		}
+		for rel, e := range m {
+			if e2 := m2[rel]; e2.hash != e.hash || e2.hdr != e.hdr || !e2.hasHdr {
+				t.Fatalf("re-encoded index: %s is %+v, want %+v", rel, e2, e)
+			}
 		}
 	})
 }

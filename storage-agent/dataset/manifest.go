@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sophon-dl/sophon/internal/placement"
+	"github.com/sophon-dl/sophon/ops/jpeg"
 )
 
 // A manifest is a dataset's whole catalog written to a file, so that
@@ -21,18 +22,23 @@ import (
 // full copy of the dataset; "storage-agent place" says which files each
 // agent should have. Its layout (integers are uvarints):
 //
-//	"sophon-manifest 1\n"
+//	"sophon-manifest 2\n"
 //	flags                        bit 0: WebDataset-style tar files
 //	c                            classes
 //	c x: len(name) name
 //	n                            samples, in id order
-//	n x: len(rel) rel size label hash[32]
+//	n x: len(rel) rel size label hash[32] header[5]
 //	SHA-256 of everything above [32]
 //
 // rel is the sample's path relative to the data directory, as the index
-// file names it: for tar files "<file>.tar/<member>".
+// file names it: for tar files "<file>.tar/<member>". header is the
+// sample's jpeg.Summary in its binary form (all zero when unknown), so that
+// every agent serves the same headers, those of files it lacks included.
+// Version 1 is the same without header: its samples' headers are unknown,
+// except those an agent reads from its own files.
 const (
-	manifestMagic = "sophon-manifest 1\n"
+	manifestMagic   = "sophon-manifest 2\n"
+	manifestMagicV1 = "sophon-manifest 1\n"
 	// MaxManifestBytes bounds a manifest file read.
 	MaxManifestBytes = 1 << 34
 	// maxManifestName bounds a class name or a sample path in a manifest.
@@ -62,13 +68,17 @@ type ManifestSample struct {
 	Size  uint64
 	Label uint32
 	Hash  [32]byte
+	// Header is the sample's JPEG header summary (unknown in a version 1
+	// manifest).
+	Header jpeg.Summary
+	// NB: a manifest decoded from version 1 re-encodes as version 2.
 }
 
 // Manifest is d's catalog as a manifest.
 func (d *Dataset) Manifest() *Manifest {
 	m := &Manifest{Tars: d.tars, Classes: d.ClassNames(), Samples: make([]ManifestSample, len(d.samples))}
 	for i, s := range d.samples {
-		m.Samples[i] = ManifestSample{Rel: s.rel, Size: uint64(s.size), Label: s.label, Hash: s.hash}
+		m.Samples[i] = ManifestSample{Rel: s.rel, Size: uint64(s.size), Label: s.label, Hash: s.hash, Header: s.hdr}
 	}
 	return m
 }
@@ -93,6 +103,7 @@ func (m *Manifest) Encode() []byte {
 		b = binary.AppendUvarint(b, s.Size)
 		b = binary.AppendUvarint(b, uint64(s.Label))
 		b = append(b, s.Hash[:]...)
+		b, _ = s.Header.AppendBinary(b)
 	}
 	sum := sha256.Sum256(b)
 	return append(b, sum[:]...)
@@ -123,14 +134,21 @@ func ReadManifest(path string) (*Manifest, error) {
 // against the bytes left before allocating, paths that are local
 // (slash-separated, no empty, "." or ".." element, no NUL) and unique,
 // labels below the class count, sizes up to MaxSampleBytes, and for tar
-// files paths "<file>.tar/<member>" whose files are contiguous. Errors wrap
-// ErrManifest and name the sample at fault.
+// files paths "<file>.tar/<member>" whose files are contiguous, and header
+// summaries that jpeg.ParseSummary accepts. It reads versions 2 and 1 (no
+// headers: all unknown). Errors wrap ErrManifest and name the sample at
+// fault.
 func DecodeManifest(b []byte) (*Manifest, error) {
-	body, err := checksummed(b, manifestMagic, ErrManifest, "a manifest file")
+	v1 := len(b) >= len(manifestMagicV1) && string(b[:len(manifestMagicV1)]) == manifestMagicV1
+	magic, minEntry := manifestMagic, minManifestEntry+jpeg.SummarySize
+	if v1 {
+		magic, minEntry = manifestMagicV1, minManifestEntry
+	}
+	body, err := checksummed(b, magic, ErrManifest, "a manifest file")
 	if err != nil {
 		return nil, err
 	}
-	f := &fields{r: body, bad: ErrManifest}
+	f := &fields{r: body, bad: ErrManifest, v1: v1}
 	m, err := decodeManifestHead(f)
 	if err != nil {
 		return nil, err
@@ -139,7 +157,7 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n > uint64(len(f.r))/minManifestEntry {
+	if n > uint64(len(f.r))/uint64(minEntry) {
 		return nil, fmt.Errorf("%w: %d samples in %d bytes", ErrManifest, n, len(f.r))
 	}
 	if n == 0 {
@@ -224,6 +242,11 @@ func (m *Manifest) decodeSample(f *fields, i uint64, seen, tars map[string]bool)
 	s.Label = uint32(label)
 	if s.Hash, err = f.hash(); err != nil {
 		return s, fmt.Errorf("sample %d: %w", i, err)
+	}
+	if !f.v1 {
+		if s.Header, err = f.header(); err != nil {
+			return s, fmt.Errorf("sample %d (%s): %w", i, DisplayName(s.Rel), err)
+		}
 	}
 	return s, nil
 }

@@ -2,14 +2,17 @@ package dataset_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sophon-dl/sophon/internal/placement"
+	"github.com/sophon-dl/sophon/ops/jpeg"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
 	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
 )
@@ -189,6 +192,9 @@ func FuzzDecodeManifest(f *testing.F) {
 	f.Add(m.Encode())
 	f.Add((&dataset.Manifest{Classes: []string{"c"}, Samples: []dataset.ManifestSample{{Rel: "c/p.jpg", Size: 1}}}).Encode())
 	f.Add([]byte(dataset.ManifestMagic))
+	f.Add(dataset.EncodeManifestV1(m))
+	m.Samples[0].Header = jpegSummary(f, 500, 375)
+	f.Add(m.Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := dataset.DecodeManifest(b)
 		if err != nil {
@@ -197,7 +203,13 @@ func FuzzDecodeManifest(f *testing.F) {
 			}
 			return
 		}
-		if !bytes.Equal(m.Encode(), b) {
+		if bytes.HasPrefix(b, []byte(dataset.ManifestMagicV1)) {
+			// Version 1 re-encodes as version 2, with unknown headers.
+			m2, err := dataset.DecodeManifest(m.Encode())
+			if err != nil || !reflect.DeepEqual(m2, m) {
+				t.Fatalf("version 1 manifest re-encoded: %v", err)
+			}
+		} else if !bytes.Equal(m.Encode(), b) {
 			t.Fatal("decoded manifest encodes to other bytes")
 		}
 		if _, err := m.Layout(1); err != nil && !errors.Is(err, placement.ErrTooManyShards) {
@@ -239,5 +251,60 @@ func TestDecodeManifestRejects(t *testing.T) {
 	}
 	if _, err := dataset.DecodeManifest(ok().Encode()); err != nil {
 		t.Errorf("the good manifest: %v", err)
+	}
+}
+
+// jpegSummary is a known 3-component 4:2:0 baseline header summary of
+// w x h.
+func jpegSummary(tb testing.TB, w, h int) jpeg.Summary {
+	tb.Helper()
+	s, err := jpeg.ParseSummary([]byte{byte(w >> 8), byte(w), byte(h >> 8), byte(h), 0x80 | 0x10 | 0x05})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// TestManifestHeaders: a manifest carries each sample's header summary,
+// an agent lacking a file serves the manifest's, a version 1 manifest
+// still opens (headers read from the local files, unknown for the others)
+// and a bad header byte is refused naming the sample.
+func TestManifestHeaders(t *testing.T) {
+	dir := datasettest.ImageFolder(t, []string{"a", "b"}, 2)
+	full := openT(t, dir, nil)
+	m := full.Manifest()
+	for i, s := range m.Samples {
+		if !s.Header.Known() || s.Header != full.Header(uint64(i)) {
+			t.Fatalf("manifest sample %d: header %v, dataset %v", i, s.Header, full.Header(uint64(i)))
+		}
+	}
+	m2, err := dataset.DecodeManifest(m.Encode())
+	if err != nil || !reflect.DeepEqual(m2, m) {
+		t.Fatalf("manifest round trip: %v", err)
+	}
+	part := t.TempDir()
+	datasettest.Must(t, os.CopyFS(part, os.DirFS(dir)))
+	datasettest.Must(t, os.RemoveAll(filepath.Join(part, "b")))
+	d := openT(t, part, m)
+	v1, err := dataset.DecodeManifest(dataset.EncodeManifestV1(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := openT(t, part, v1)
+	for i := range d.Len() {
+		if got, want := d.Header(i), full.Header(i); got != want {
+			t.Errorf("sample %d: header %v with the manifest, want %v", i, got, want)
+		}
+		absent := i >= 2
+		if got := old.Header(i); got.Known() == absent || (!absent && got != full.Header(i)) {
+			t.Errorf("sample %d (absent %v): header %v with a version 1 manifest, want %v or unknown", i, absent, got, full.Header(i))
+		}
+	}
+	b := m.Encode()
+	b[len(b)-32-1] = 0xF0 // the last sample's flags: component code 3
+	sum := sha256.Sum256(b[:len(b)-32])
+	copy(b[len(b)-32:], sum[:])
+	if _, err := dataset.DecodeManifest(b); !errors.Is(err, dataset.ErrManifest) || !errors.Is(err, jpeg.ErrSummary) || !strings.Contains(err.Error(), "sample 3") {
+		t.Errorf("a bad header: %v, want ErrManifest naming sample 3", err)
 	}
 }

@@ -61,6 +61,10 @@ type IndexStats struct {
 	// Hashed and Reused count the content hashes computed and those taken
 	// from the index file.
 	Hashed, Reused int
+	// HeadersRead counts the JPEG headers read from the files (a prefix of
+	// each): every sample hashed, and those whose index entry had no
+	// header (a version 1 index file).
+	HeadersRead int
 	// Skipped counts the skipped entries by reason.
 	Skipped map[SkipReason]int
 	// IndexFile is the index file used, empty when none.
@@ -97,6 +101,10 @@ type OpenOptions struct {
 	// skipped; a manifest sample without its file is missing: listed and
 	// counted, never served (ErrNotStored).
 	Manifest *Manifest
+
+	// noHeaders skips reading JPEG headers (every sample's is unknown): the
+	// baseline of BenchmarkIndexHeaders.
+	noHeaders bool
 }
 
 // maxSkipLogs bounds the warnings logged for skipped entries per open; the
@@ -195,13 +203,14 @@ func (ix *indexer) scan() error {
 	return nil
 }
 
-// hash fills the samples' content hashes, from the index file where it
-// has them, and rewrites the index file when it lacked some.
+// hash fills the samples' content hashes and header summaries, from the
+// index file where it has them, and rewrites the index file when it lacked
+// some.
 func (ix *indexer) hash() {
 	d := ix.d
 	idx := ix.loadIndex()
 	ix.hashAll(idx)
-	if len(d.samples) > 0 && (d.stats.Hashed > 0 || len(idx) != len(d.samples)) {
+	if len(d.samples) > 0 && !ix.opts.noHeaders && (d.stats.HeadersRead > 0 || len(idx) != len(d.samples)) {
 		ix.saveIndex()
 	}
 }
@@ -248,12 +257,15 @@ func (ix *indexer) applyManifest(m *Manifest) {
 			delete(local, ms.Rel)
 			if s := d.samples[j]; uint64(s.size) == ms.Size && s.hash == ms.Hash {
 				s.label = ms.Label
+				if ms.Header.Known() { // the same bytes: the same header, unless from a version 1 manifest
+					s.hdr = ms.Header
+				}
 				out[i] = s
 				continue
 			}
 			ix.skip(ms.Rel, SkipManifestMismatch, fmt.Sprintf("%d bytes here, %d in the manifest, or other content", d.samples[j].size, ms.Size))
 		}
-		out[i] = sample{rel: ms.Rel, shard: -1, size: int64(ms.Size), label: ms.Label, hash: ms.Hash, absent: true}
+		out[i] = sample{rel: ms.Rel, shard: -1, size: int64(ms.Size), label: ms.Label, hash: ms.Hash, hdr: ms.Header, absent: true}
 		d.stats.Missing++
 	}
 	for rel := range local {
@@ -262,53 +274,40 @@ func (ix *indexer) applyManifest(m *Manifest) {
 	d.samples, d.classes, d.tars = out, slices.Clone(m.Classes), m.Tars
 }
 
-// hashAll fills every sample's content hash, reusing the index's when the
-// sample's (path, size, offset, inode, mtime) are unchanged, and drops the
-// samples that cannot be read.
+// hashAll fills every sample's content hash and header summary, reusing
+// the index's when the sample's (path, size, offset, inode, mtime) are
+// unchanged (and reading only the header of a sample whose entry has
+// none), and drops the samples that cannot be read.
 func (ix *indexer) hashAll(idx map[string]indexEntry) {
 	d := ix.d
-	var todo []int
+	var todo, hdrTodo []int
 	for i := range d.samples {
 		s := &d.samples[i]
 		if e, ok := idx[s.rel]; ok && e.size == uint64(s.size) && e.off == uint64(s.off) && e.ino == s.id.ino && e.mtime == s.mtime {
 			s.hash = e.hash
 			d.stats.Reused++
+			if e.hasHdr {
+				s.hdr = e.hdr
+			} else if !ix.opts.noHeaders {
+				hdrTodo = append(hdrTodo, i)
+			}
 			continue
 		}
 		todo = append(todo, i)
 	}
-	errs := make([]error, len(d.samples))
-	workers := ix.opts.Workers
-	if workers <= 0 {
-		workers = runtime.NumCPU()
-	}
-	// Each worker's copy buffer: 256 KiB, or the largest sample's size
-	// when smaller (a dataset of small samples allocates no more).
-	bufSize := int64(1)
-	for _, i := range todo {
-		bufSize = max(bufSize, min(d.samples[i].size, 256<<10))
-	}
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(workers, len(todo)) {
-		wg.Go(func() {
-			buf := make([]byte, bufSize)
-			for i := range next {
-				errs[i] = d.hashSample(&d.samples[i], buf)
-			}
-		})
-	}
-	for _, i := range todo {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	errs := ix.readAll(todo, hdrTodo)
 	d.stats.Hashed = len(todo)
+	if !ix.opts.noHeaders {
+		d.stats.HeadersRead = len(todo) + len(hdrTodo)
+	}
 	kept := d.samples[:0]
 	for i, s := range d.samples {
 		if errs[i] != nil {
 			ix.skipErr(s.rel, errs[i])
 			d.stats.Hashed--
+			if !ix.opts.noHeaders {
+				d.stats.HeadersRead--
+			}
 			continue
 		}
 		kept = append(kept, s)
@@ -316,9 +315,59 @@ func (ix *indexer) hashAll(idx map[string]indexEntry) {
 	d.samples = kept
 }
 
+// readAll hashes (and reads the header of) the samples of todo and reads
+// the header of those of hdrTodo, in parallel; the error of sample i is
+// at i.
+func (ix *indexer) readAll(todo, hdrTodo []int) []error {
+	d := ix.d
+	errs := make([]error, len(d.samples))
+	workers := ix.opts.Workers
+	if workers <= 0 {
+		workers = runtime.NumCPU()
+	}
+	// Each worker's copy buffer: 256 KiB, or the largest sample's size
+	// when smaller (a dataset of small samples allocates no more); it
+	// holds a header prefix too.
+	bufSize := int64(1)
+	for _, i := range todo {
+		bufSize = max(bufSize, min(d.samples[i].size, 256<<10))
+	}
+	for _, i := range hdrTodo {
+		bufSize = max(bufSize, min(d.samples[i].size, MaxHeaderPrefix))
+	}
+	type job struct {
+		i    int
+		hash bool
+	}
+	next := make(chan job)
+	var wg sync.WaitGroup
+	for range min(workers, len(todo)+len(hdrTodo)) {
+		wg.Go(func() {
+			buf := make([]byte, bufSize)
+			for j := range next {
+				s := &d.samples[j.i]
+				if j.hash {
+					errs[j.i] = d.hashSample(s, buf, !ix.opts.noHeaders)
+				} else {
+					s.hdr = d.headerSample(s, buf)
+				}
+			}
+		})
+	}
+	for _, i := range todo {
+		next <- job{i, true}
+	}
+	for _, i := range hdrTodo {
+		next <- job{i, false}
+	}
+	close(next)
+	wg.Wait()
+	return errs
+}
+
 // hashSample computes s.hash from the file (checking it is the one indexed)
-// or the shard member.
-func (d *Dataset) hashSample(s *sample, buf []byte) error {
+// or the shard member and, with header, s.hdr from its first bytes.
+func (d *Dataset) hashSample(s *sample, buf []byte, header bool) error {
 	h := sha256.New()
 	var r io.Reader
 	if s.shard < 0 {
@@ -331,11 +380,24 @@ func (d *Dataset) hashSample(s *sample, buf []byte) error {
 	} else {
 		r = io.NewSectionReader(d.shards[s.shard].r, s.off, s.size)
 	}
-	n, err := io.CopyBuffer(h, io.LimitReader(r, s.size), buf)
+	r = io.LimitReader(r, s.size)
+	var n int64
+	if header {
+		p := buf[:min(int64(len(buf)), s.size, MaxHeaderPrefix)]
+		k, err := io.ReadFull(r, p)
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return fmt.Errorf("%w: read %d of %d bytes", ErrChanged, k, s.size)
+		} else if err != nil {
+			return err
+		}
+		h.Write(p)
+		s.hdr, n = summarize(p), int64(k)
+	}
+	m, err := io.CopyBuffer(h, r, buf)
 	if err != nil {
 		return err
 	}
-	if n != s.size {
+	if n += m; n != s.size {
 		return fmt.Errorf("%w: read %d of %d bytes", ErrChanged, n, s.size)
 	}
 	h.Sum(s.hash[:0])
