@@ -293,7 +293,18 @@ type CatalogPage struct {
 	// reach 4 MiB, which bounds a page. A client checks them against
 	// paths_digest and may drop them (storage agents before this field send
 	// none).
-	Paths         [][]byte `protobuf:"bytes,9,rep,name=paths,proto3" json:"paths,omitempty"`
+	Paths [][]byte `protobuf:"bytes,9,rep,name=paths,proto3" json:"paths,omitempty"`
+	// Each sample's JPEG header summary as the storage agent read it at
+	// indexing (ops/jpeg.Summary's binary form), 5 bytes per sample of this
+	// page in id order: width and height as big-endian uint16s, then a flags
+	// byte (bit 7 known, bit 6 progressive, bits 4-5 components 0 = 1,
+	// 1 = 3, 2 = 4, bits 2-3 MCU width / 8 - 1, bits 0-1 MCU height / 8 - 1);
+	// all 5 bytes zero for a sample whose header is unknown (no JPEG header
+	// in the file's first 64 KiB). A planner's estimate before any op runs;
+	// the fingerprint does not cover it. Optional: a storage agent that sends
+	// them sends them on every page, len(jpeg_headers) = 5 * len(labels);
+	// storage agents before this field send none.
+	JpegHeaders   []byte `protobuf:"bytes,10,opt,name=jpeg_headers,json=jpegHeaders,proto3" json:"jpeg_headers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -387,6 +398,13 @@ func (x *CatalogPage) GetPathsDigest() []byte {
 func (x *CatalogPage) GetPaths() [][]byte {
 	if x != nil {
 		return x.Paths
+	}
+	return nil
+}
+
+func (x *CatalogPage) GetJpegHeaders() []byte {
+	if x != nil {
+		return x.JpegHeaders
 	}
 	return nil
 }
@@ -993,7 +1011,7 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\n" +
 	"!proto/dataplanepb/dataplane.proto\x12\x13sophon.dataplane.v1\"-\n" +
 	"\x0eCatalogRequest\x12\x1b\n" +
-	"\tpage_size\x18\x01 \x01(\rR\bpageSize\"\x91\x02\n" +
+	"\tpage_size\x18\x01 \x01(\rR\bpageSize\"\xb4\x02\n" +
 	"\vCatalogPage\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x1f\n" +
@@ -1004,7 +1022,9 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\traw_sizes\x18\x06 \x03(\x04R\brawSizes\x12%\n" +
 	"\x0econtent_hashes\x18\a \x01(\fR\rcontentHashes\x12!\n" +
 	"\fpaths_digest\x18\b \x01(\fR\vpathsDigest\x12\x14\n" +
-	"\x05paths\x18\t \x03(\fR\x05paths\"\xf2\x02\n" +
+	"\x05paths\x18\t \x03(\fR\x05paths\x12!\n" +
+	"\fjpeg_headers\x18\n" +
+	" \x01(\fR\vjpegHeaders\"\xf2\x02\n" +
 	"\fFetchRequest\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\x04R\x03tag\x12\x16\n" +
 	"\x06sample\x18\x02 \x01(\x04R\x06sample\x12\x14\n" +

@@ -24,6 +24,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/errkind"
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/jpeg"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
 )
@@ -272,7 +273,8 @@ func (s *server) Info(context.Context, *dataplanepb.InfoRequest) (*dataplanepb.I
 	}, nil
 }
 
-// Catalog streams labels, raw sizes and content hashes in pages; the first
+// Catalog streams labels, raw sizes, content hashes, paths and JPEG header
+// summaries in pages; the first
 // page also carries the fingerprint, the total, the class names and the
 // paths digest.
 func (s *server) Catalog(req *dataplanepb.CatalogRequest, stream grpc.ServerStreamingServer[dataplanepb.CatalogPage]) error {
@@ -290,6 +292,7 @@ func (s *server) Catalog(req *dataplanepb.CatalogRequest, stream grpc.ServerStre
 			RawSizes: make([]uint64, 0, end-first),
 			// 32 bytes per sample: SHA-256 of its raw bytes.
 			ContentHashes: make([]byte, 0, 32*(end-first)),
+			JpegHeaders:   make([]byte, 0, jpeg.SummarySize*(end-first)),
 		}
 		if first == 0 {
 			page.Fingerprint = s.ds.Fingerprint()
@@ -304,6 +307,7 @@ func (s *server) Catalog(req *dataplanepb.CatalogRequest, stream grpc.ServerStre
 			page.RawSizes = append(page.RawSizes, s.ds.RawSize(i))
 			h := s.ds.ContentHash(i)
 			page.ContentHashes = append(page.ContentHashes, h[:]...)
+			page.JpegHeaders, _ = s.ds.Header(i).AppendBinary(page.JpegHeaders)
 			page.Paths = append(page.Paths, []byte(s.ds.RawPath(i)))
 			if pathBytes += len(page.Paths[len(page.Paths)-1]); pathBytes >= maxCatalogPathBytes {
 				break

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/jpeg"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
@@ -129,6 +130,16 @@ func TestCatalog(t *testing.T) {
 			}
 			if len(p.Paths) != len(p.Labels) {
 				t.Fatalf("page %d: %d paths for %d labels", pages, len(p.Paths), len(p.Labels))
+			}
+			if len(p.JpegHeaders) != jpeg.SummarySize*len(p.Labels) {
+				t.Fatalf("page %d: %d bytes of headers for %d labels", pages, len(p.JpegHeaders), len(p.Labels))
+			}
+			for j := range p.Labels {
+				i := p.First + uint64(j)
+				h, err := jpeg.ParseSummary(p.JpegHeaders[jpeg.SummarySize*j:])
+				if err != nil || h != ds.Header(i) || h.Known() != (i != badSample) {
+					t.Errorf("sample %d: header %v, %v; dataset's %v, known only for the JPEGs", i, h, err, ds.Header(i))
+				}
 			}
 			for j, path := range p.Paths {
 				ph.Write(path)
