@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/sophon-dl/sophon/ops/jpeg"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -38,6 +39,44 @@ type Catalog struct {
 	// storage agent sent none (see Path).
 	paths    []byte
 	pathEnds []uint32
+	// headers are the samples' JPEG header summaries, jpeg.SummarySize
+	// bytes each in id order, each checked by jpeg.ParseSummary; nil when
+	// the storage agent sent none (see Header).
+	headers []byte
+}
+
+// Header is sample i's JPEG header summary as the storage agent read it at
+// indexing; ok is false when it is unknown (no header in the file's first
+// bytes) or the catalog has none (a storage agent before
+// CatalogPage.jpeg_headers). It is an estimate for planning: nothing
+// checks it against the bytes fetched.
+func (c *Catalog) Header(i uint64) (h jpeg.Summary, ok bool) {
+	if c == nil || i >= uint64(len(c.headers)/jpeg.SummarySize) {
+		return h, false
+	}
+	h, err := jpeg.ParseSummary(c.headers[jpeg.SummarySize*i:])
+	return h, err == nil && h.Known()
+}
+
+// addHeaders keeps a page's JPEG header summaries: every page must have
+// one per sample or none, each valid; a page without them drops those
+// kept so far for good.
+func (c *Catalog) addHeaders(page *dataplanepb.CatalogPage, dropped *bool) error {
+	hs := page.GetJpegHeaders()
+	if len(hs) == 0 || *dropped {
+		c.headers, *dropped = nil, true
+		return nil
+	}
+	if len(hs) != jpeg.SummarySize*len(page.GetLabels()) {
+		return fmt.Errorf("%w: page at %d has %d bytes of JPEG headers for %d samples", ErrCatalog, page.GetFirst(), len(hs), len(page.GetLabels()))
+	}
+	for j := 0; j < len(hs); j += jpeg.SummarySize {
+		if _, err := jpeg.ParseSummary(hs[j:]); err != nil {
+			return fmt.Errorf("%w: sample %d: %w", ErrCatalog, page.GetFirst()+uint64(j/jpeg.SummarySize), err)
+		}
+	}
+	c.headers = append(c.headers, hs...)
+	return nil
 }
 
 // Path is sample i's relative path in the dataset (quoted when it is not
@@ -116,8 +155,8 @@ func (c *Catalog) Hash(i uint64) (h [32]byte, ok bool) {
 	return h, true
 }
 
-// maxCatalog bounds the samples a catalog may declare (memory: 44 bytes
-// per sample).
+// maxCatalog bounds the samples a catalog may declare (memory: 49 bytes
+// per sample, paths aside).
 const maxCatalog = 1 << 32
 
 // ReadCatalog pages through a storage agent's catalog.
@@ -127,7 +166,7 @@ func ReadCatalog(ctx context.Context, c dataplanepb.StorageClient) (*Catalog, er
 		return nil, err
 	}
 	var cat *Catalog
-	dropped := false
+	dropped, noHeaders := false, false
 	for {
 		page, err := stream.Recv()
 		if err == io.EOF {
@@ -163,6 +202,9 @@ func ReadCatalog(ctx context.Context, c dataplanepb.StorageClient) (*Catalog, er
 			return nil, fmt.Errorf("%w: more than the %d samples announced", ErrCatalog, cat.Total)
 		}
 		if err := cat.addPaths(page, &dropped); err != nil {
+			return nil, err
+		}
+		if err := cat.addHeaders(page, &noHeaders); err != nil {
 			return nil, err
 		}
 		cat.Labels = append(cat.Labels, page.GetLabels()...)
