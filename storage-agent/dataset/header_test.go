@@ -79,6 +79,15 @@ func TestHeaders(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer d.Close()
+		unknown := 0
+		for _, c := range cases {
+			if c.want == "unknown" {
+				unknown++
+			}
+		}
+		if st := d.Stats(); st.HeadersUnknown != unknown {
+			t.Errorf("%s: %d headers unknown, want %d", dir, st.HeadersUnknown, unknown)
+		}
 		if d.Len() != uint64(len(cases)) || d.Stats().HeadersRead != len(cases) {
 			t.Fatalf("%s: %d samples, %d headers read; want %d", dir, d.Len(), d.Stats().HeadersRead, len(cases))
 		}

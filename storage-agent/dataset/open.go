@@ -65,6 +65,9 @@ type IndexStats struct {
 	// each): every sample hashed, and those whose index entry had no
 	// header (a version 1 index file).
 	HeadersRead int
+	// HeadersUnknown counts the catalog's samples whose JPEG header is
+	// unknown (see [Dataset.Header]).
+	HeadersUnknown int
 	// Skipped counts the skipped entries by reason.
 	Skipped map[SkipReason]int
 	// IndexFile is the index file used, empty when none.
@@ -224,6 +227,11 @@ func (ix *indexer) finish() error {
 		ix.applyManifest(ix.opts.Manifest)
 	}
 	d.stats.Samples = len(d.samples)
+	for i := range d.samples {
+		if !d.samples[i].hdr.Known() {
+			d.stats.HeadersUnknown++
+		}
+	}
 	d.stats.Skipped = map[SkipReason]int{}
 	for _, s := range d.skips {
 		d.stats.Skipped[s.Reason]++

@@ -629,5 +629,6 @@ func logIndexed(log zerolog.Logger, d *dataset.Dataset) {
 	}
 	ev.Int("samples", st.Samples).Int("missing", st.Missing).Int("skipped", n).Dict("skipped_by_reason", skipped).
 		Int("hashed", st.Hashed).Int("reused", st.Reused).Str("index", st.IndexFile).
+		Int("headers_read", st.HeadersRead).Int("headers_unknown", st.HeadersUnknown).
 		Dur("took", st.Took).Str("fingerprint", d.Fingerprint()).Msg("dataset indexed")
 }
