@@ -187,12 +187,14 @@ func Fit(p *ops.Pipeline, seed, epoch uint64, samples []Sample, records []profil
 	}
 	m.op = make([]linear, n)
 	for j := range n {
-		x := col(func(i int) float64 { return fs[i].ops[j].work })
-		z := col(func(i int) float64 { return fs[i].ops[j].work2 })
+		var xs [][]float64
+		for q := range fs[0].ops[j].work {
+			xs = append(xs, col(func(i int) float64 { return fs[i].ops[j].work[q] }))
+		}
 		y := col(func(i int) float64 { return float64(records[i].OpNS[j]) })
-		m.op[j] = fit2(x, z, y)
+		m.op[j] = fit(y, xs...)
 		if j == 0 {
-			m.fitDecodeClasses(fs, x, z, y)
+			m.fitDecodeClasses(fs, y, xs)
 		}
 	}
 	m.fitWire(fs, records)
@@ -204,7 +206,7 @@ func Fit(p *ops.Pipeline, seed, epoch uint64, samples []Sample, records []profil
 
 // fitDecodeClasses fits op 0 per decode class where the class has enough
 // calibration samples.
-func (m *Model) fitDecodeClasses(fs []feats, x, z, y []float64) {
+func (m *Model) fitDecodeClasses(fs []feats, y []float64, xs [][]float64) {
 	classes := map[int][]int{}
 	for i, f := range fs {
 		classes[f.class] = append(classes[f.class], i)
@@ -223,7 +225,11 @@ func (m *Model) fitDecodeClasses(fs []feats, x, z, y []float64) {
 			}
 			return out
 		}
-		m.decode[c] = fit2(pick(x), pick(z), pick(y))
+		picked := make([][]float64, len(xs))
+		for q, x := range xs {
+			picked[q] = pick(x)
+		}
+		m.decode[c] = fit(pick(y), picked...)
 	}
 }
 
@@ -236,31 +242,32 @@ func (m *Model) fitWire(fs []feats, records []profiler.SampleProfile) {
 	}
 	m.ratio, m.comp, m.decomp = make([]linear, n+1), make([]linear, n+1), make([]linear, n+1)
 	for k := range n + 1 {
-		var d, ratio, bytes, comp, cns, dns []float64
+		var bpp, d, ratio, bytes, saved, cns, dns []float64
 		for i, r := range records {
 			if len(r.Compressed) != n+1 || r.Bytes[k] <= 0 {
 				continue
 			}
-			d = append(d, detailAt(fs[i], k, r.Raw))
+			bpp = append(bpp, fs[i].bpp)
+			d = append(d, detailAt(fs[i], k))
 			ratio = append(ratio, float64(r.Compressed[k])/float64(r.Bytes[k]))
 			bytes = append(bytes, float64(r.Bytes[k]))
-			comp = append(comp, float64(r.Compressed[k]))
+			saved = append(saved, float64(r.Bytes[k]-r.Compressed[k]))
 			if len(r.CompressNS) == n+1 && len(r.DecompressNS) == n+1 {
 				cns = append(cns, float64(r.CompressNS[k]))
 				dns = append(dns, float64(r.DecompressNS[k]))
 			}
 		}
-		m.ratio[k] = fit1(d, ratio)
+		m.ratio[k] = fit(ratio, bpp, d)
 		if len(cns) == len(bytes) {
-			m.comp[k] = fit2(bytes, comp, cns)
-			m.decomp[k] = fit2(bytes, comp, dns)
+			m.comp[k] = fit(cns, saved, bytes)
+			m.decomp[k] = fit(dns, saved, bytes)
 		}
 	}
 }
 
 // detailAt is the detail feature of split k: the raw file's bytes per
 // pixel at k = 0, op k-1's output's after.
-func detailAt(f feats, k int, raw int64) float64 {
+func detailAt(f feats, k int) float64 {
 	if k == 0 {
 		return 1
 	}
@@ -269,7 +276,7 @@ func detailAt(f feats, k int, raw int64) float64 {
 
 // fitCut fits the cut's size and costs on the samples that were cut.
 func (m *Model) fitCut(samples []Sample, fs []feats, records []profiler.SampleProfile) {
-	var x, y, raw, px, ns, area, fin []float64
+	var x, y, px, read, ns, area, rows, fin []float64
 	seen := map[int]bool{}
 	for i, r := range records {
 		f := fs[i]
@@ -283,18 +290,19 @@ func (m *Model) fitCut(samples []Sample, fs []feats, records []profiler.SamplePr
 		unscale := f.thisArea / f.meanArea
 		x = append(x, float64(s.Raw)*f.thisArea/img)
 		y = append(y, float64(r.CutBytes)*unscale)
-		raw = append(raw, float64(s.Raw))
 		px = append(px, img)
+		read = append(read, float64(s.Raw)*f.cutRead)
 		ns = append(ns, float64(r.CutNS))
 		area = append(area, f.thisArea)
+		rows = append(rows, f.cutRows)
 		fin = append(fin, float64(r.CutFinishNS)*unscale)
 	}
 	if len(x) == 0 {
 		return
 	}
-	m.cutBytes = fit1(x, y)
-	m.cutNS = fit2(raw, px, ns)
-	m.cutFinish = fit1(area, fin)
+	m.cutBytes = fit(y, x)
+	m.cutNS = fit(ns, read, px, area, x)
+	m.cutFinish = fit(fin, area, x, rows)
 }
 
 // Profile estimates the profile of samples under the model's pipeline,
@@ -352,28 +360,29 @@ func (m *Model) Sample(s Sample) (profiler.SampleProfile, error) {
 		if c, ok := m.decode[f.class]; ok && j == 0 {
 			fit = c
 		}
-		sp.OpNS[j] = nanos(fit.at(of.work, of.work2))
+		sp.OpNS[j] = nanos(fit.at(of.work...))
 	}
 	if m.ratio != nil {
 		sp.Compressed = make([]int64, n+1)
 		sp.CompressNS = make([]int64, n+1)
 		sp.DecompressNS = make([]int64, n+1)
 		for k := range n + 1 {
-			r := min(m.ratio[k].at(detailAt(f, k, s.Raw), 0), 1)
+			r := min(m.ratio[k].at(f.bpp, detailAt(f, k)), 1)
 			c := max(min(int64(r*float64(sp.Bytes[k])), sp.Bytes[k]), 1)
 			sp.Compressed[k] = c
-			sp.CompressNS[k] = nanos(m.comp[k].at(float64(sp.Bytes[k]), float64(c)))
-			sp.DecompressNS[k] = nanos(m.decomp[k].at(float64(sp.Bytes[k]), float64(c)))
+			sp.CompressNS[k] = nanos(m.comp[k].at(float64(sp.Bytes[k]-c), float64(sp.Bytes[k])))
+			sp.DecompressNS[k] = nanos(m.decomp[k].at(float64(sp.Bytes[k]-c), float64(sp.Bytes[k])))
 		}
 	}
 	if m.cutClass[f.class] && f.thisArea > 0 {
 		img := float64(s.W) * float64(s.H)
-		this := m.cutBytes.at(float64(s.Raw)*f.thisArea/img, 0)
+		x := float64(s.Raw) * f.thisArea / img
+		this := m.cutBytes.at(x)
 		if this < float64(s.Raw) {
 			scale := f.meanArea / f.thisArea
 			sp.CutBytes = max(1, min(int64(this*scale), s.Raw))
-			sp.CutNS = max(nanos(m.cutNS.at(float64(s.Raw), img)), 1)
-			sp.CutFinishNS = max(nanos(m.cutFinish.at(f.thisArea, 0)*scale), 1)
+			sp.CutNS = max(nanos(m.cutNS.at(float64(s.Raw)*f.cutRead, img, f.thisArea, x)), 1)
+			sp.CutFinishNS = max(nanos(m.cutFinish.at(f.thisArea, x, f.cutRows)*scale), 1)
 		}
 	}
 	return sp, nil

@@ -1,100 +1,131 @@
 package estimate
 
-// linear is y = A + B*x + C*z with A, B, C >= 0: a cost or a size as a
-// function of one or two features of a sample.
-type linear struct{ A, B, C float64 }
+// linear is y = A + B[0]*x[0] + B[1]*x[1] + ... with every term
+// non-negative: a cost or a size as a function of a few features of a
+// sample.
+type linear struct {
+	A float64
+	B []float64
+}
 
-func (l linear) at(x, z float64) float64 { return l.A + l.B*x + l.C*z }
+func (l linear) at(x ...float64) float64 {
+	y := l.A
+	for i, b := range l.B {
+		if i < len(x) {
+			y += b * x[i]
+		}
+	}
+	return y
+}
 
-// fitRatio is the least-squares line through the origin, y = B*x: the
-// ratio estimator sum(x*y)/sum(x*x), or the mean of y when every x is
-// zero. It is what the fits fall back to when the calibration cannot tell
-// a slope from an intercept (every x the same) or gives a negative term.
-func fitRatio(xs, ys []float64) linear {
-	var sxx, sxy, sy float64
-	for i, x := range xs {
-		sxx += x * x
-		sxy += x * ys[i]
-		sy += ys[i]
+// fit is the least-squares fit of y on the features xs[0], xs[1], ...
+// (each a column, one value per calibration sample) and an intercept, with
+// every term non-negative. Where the calibration cannot determine it
+// (fewer samples than terms, a feature that does not vary or is collinear
+// with the others) or a term comes out negative, it drops the last feature
+// and tries again; with one feature left it falls back to the line through
+// the origin (the ratio estimator), which a feature that does not vary
+// still determines, and with none to the mean. Dropping from the end, the
+// features go in order of importance.
+func fit(y []float64, xs ...[]float64) linear {
+	for k := len(xs); k >= 1; k-- {
+		if l, ok := solve(y, xs[:k]); ok {
+			return l
+		}
+	}
+	if len(xs) > 0 {
+		return fitRatio(xs[0], y)
+	}
+	return linear{A: max(mean(y), 0)}
+}
+
+// fitRatio is the least-squares line through the origin, y = B*x, or the
+// mean of y when every x is zero.
+func fitRatio(x, y []float64) linear {
+	var sxx, sxy float64
+	for i := range x {
+		sxx += x[i] * x[i]
+		sxy += x[i] * y[i]
 	}
 	if sxx == 0 {
-		if len(ys) == 0 {
-			return linear{}
+		return linear{A: max(mean(y), 0)}
+	}
+	return linear{B: []float64{max(sxy/sxx, 0)}}
+}
+
+func mean(y []float64) float64 {
+	if len(y) == 0 {
+		return 0
+	}
+	var s float64
+	for _, v := range y {
+		s += v
+	}
+	return s / float64(len(y))
+}
+
+// solve fits y = A + sum B[j]*xs[j] by the normal equations on centred
+// columns; ok is false when they are singular or a term is negative.
+func solve(y []float64, xs [][]float64) (linear, bool) {
+	k, n := len(xs), len(y)
+	if n < k+2 {
+		return linear{}, false
+	}
+	mx := make([]float64, k)
+	for j, x := range xs {
+		mx[j] = mean(x)
+	}
+	my := mean(y)
+	// a is the k x (k+1) augmented matrix [X'X | X'y] of centred columns.
+	a := make([][]float64, k)
+	for r := range k {
+		a[r] = make([]float64, k+1)
+		for c := range k {
+			for i := range n {
+				a[r][c] += (xs[r][i] - mx[r]) * (xs[c][i] - mx[c])
+			}
 		}
-		return linear{A: max(sy/float64(len(ys)), 0)}
+		for i := range n {
+			a[r][k] += (xs[r][i] - mx[r]) * (y[i] - my)
+		}
 	}
-	return linear{B: max(sxy/sxx, 0)}
-}
-
-// fit1 is the least-squares line y = A + B*x with A, B >= 0, falling back
-// to fitRatio where the free fit breaks either sign or x does not vary.
-func fit1(xs, ys []float64) linear {
-	n := float64(len(xs))
-	if n < 2 {
-		return fitRatio(xs, ys)
+	diag := make([]float64, k)
+	for r := range k {
+		diag[r] = a[r][r]
+		if diag[r] <= 0 {
+			return linear{}, false
+		}
 	}
-	var mx, my float64
-	for i, x := range xs {
-		mx += x
-		my += ys[i]
+	// Gaussian elimination; a pivot that lost all but a part in a
+	// billion of its column's variance is collinearity.
+	for c := range k {
+		if a[c][c] <= 1e-9*diag[c] {
+			return linear{}, false
+		}
+		for r := c + 1; r < k; r++ {
+			f := a[r][c] / a[c][c]
+			for cc := c; cc <= k; cc++ {
+				a[r][cc] -= f * a[c][cc]
+			}
+		}
 	}
-	mx, my = mx/n, my/n
-	var sxx, sxy float64
-	for i, x := range xs {
-		sxx += (x - mx) * (x - mx)
-		sxy += (x - mx) * (ys[i] - my)
+	b := make([]float64, k)
+	for r := k - 1; r >= 0; r-- {
+		s := a[r][k]
+		for c := r + 1; c < k; c++ {
+			s -= a[r][c] * b[c]
+		}
+		b[r] = s / a[r][r]
+		if b[r] < 0 {
+			return linear{}, false
+		}
 	}
-	// x that varies by less than a part in a million of its mean is
-	// constant: a slope would be noise.
-	if sxx <= 1e-12*mx*mx*n || sxx == 0 {
-		return fitRatio(xs, ys)
+	l := linear{A: my, B: b}
+	for j := range b {
+		l.A -= b[j] * mx[j]
 	}
-	b := sxy / sxx
-	a := my - b*mx
-	if b < 0 {
-		return linear{A: max(my, 0)}
+	if l.A < 0 {
+		return linear{}, false
 	}
-	if a < 0 {
-		return fitRatio(xs, ys)
-	}
-	return linear{A: a, B: b}
-}
-
-// fit2 is the least-squares plane y = A + B*x + C*z with every term
-// non-negative, falling back to fit1 on x where the calibration cannot
-// determine the plane (fewer than four points, x and z collinear) or a
-// term comes out negative.
-func fit2(xs, zs, ys []float64) linear {
-	if len(xs) < 4 {
-		return fit1(xs, ys)
-	}
-	// Normal equations of [1 x z] in centred form.
-	n := float64(len(xs))
-	var mx, mz, my float64
-	for i := range xs {
-		mx += xs[i]
-		mz += zs[i]
-		my += ys[i]
-	}
-	mx, mz, my = mx/n, mz/n, my/n
-	var sxx, szz, sxz, sxy, szy float64
-	for i := range xs {
-		dx, dz, dy := xs[i]-mx, zs[i]-mz, ys[i]-my
-		sxx += dx * dx
-		szz += dz * dz
-		sxz += dx * dz
-		sxy += dx * dy
-		szy += dz * dy
-	}
-	det := sxx*szz - sxz*sxz
-	if sxx == 0 || szz == 0 || det <= 1e-9*sxx*szz {
-		return fit1(xs, ys)
-	}
-	b := (sxy*szz - szy*sxz) / det
-	c := (szy*sxx - sxy*sxz) / det
-	a := my - b*mx - c*mz
-	if a < 0 || b < 0 || c < 0 {
-		return fit1(xs, ys)
-	}
-	return linear{A: a, B: b, C: c}
+	return l, true
 }

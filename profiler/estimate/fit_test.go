@@ -7,36 +7,63 @@ import (
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6*max(1, math.Abs(b)) }
 
-func TestFits(t *testing.T) {
-	xs := []float64{1, 2, 3, 4, 5}
-	zs := []float64{2, 1, 4, 3, 7}
+func TestFit(t *testing.T) {
+	xs := []float64{1, 2, 3, 4, 5, 6}
+	zs := []float64{2, 1, 4, 3, 7, 5}
+	ws := []float64{1, 1, 0, 2, 1, 3}
 	line := make([]float64, len(xs))
 	plane := make([]float64, len(xs))
+	cube := make([]float64, len(xs))
 	for i := range xs {
 		line[i] = 10 + 3*xs[i]
 		plane[i] = 10 + 3*xs[i] + 5*zs[i]
+		cube[i] = 10 + 3*xs[i] + 5*zs[i] + 7*ws[i]
 	}
 	for _, tc := range []struct {
 		name string
 		got  linear
 		want linear
 	}{
-		{"line", fit1(xs, line), linear{A: 10, B: 3}},
-		{"plane", fit2(xs, zs, plane), linear{A: 10, B: 3, C: 5}},
+		{"line", fit(line, xs), linear{A: 10, B: []float64{3}}},
+		{"plane", fit(plane, xs, zs), linear{A: 10, B: []float64{3, 5}}},
+		{"three features", fit(cube, xs, zs, ws), linear{A: 10, B: []float64{3, 5, 7}}},
 		// A constant x cannot tell a slope from an intercept: the ratio.
-		{"constant x", fit1([]float64{2, 2, 2}, []float64{4, 6, 8}), linear{B: 3}},
-		// A falling line would give negative costs further out: the mean.
-		{"falling", fit1(xs, []float64{5, 4, 3, 2, 1}), linear{A: 3}},
+		{"constant x", fit([]float64{4, 6, 8}, []float64{2, 2, 2}), linear{B: []float64{3}}},
+		// A falling line would give negative costs further out: the line
+		// through the origin instead.
+		{"falling", fit([]float64{6, 5, 4, 3, 2, 1}, xs), linear{B: []float64{56.0 / 91}}},
 		// A negative intercept: through the origin.
-		{"negative intercept", fit1(xs, []float64{0, 2, 4, 6, 8}), linear{B: 80.0 / 55}},
-		{"collinear plane", fit2(xs, xs, line), linear{A: 10, B: 3}},
-		{"empty", fit1(nil, nil), linear{}},
+		{"negative intercept", fit([]float64{0, 2, 4, 6, 8, 10}, xs), linear{B: []float64{140.0 / 91}}},
+		// A second feature collinear with the first is dropped.
+		{"collinear", fit(line, xs, xs), linear{A: 10, B: []float64{3}}},
+		// A feature that does not matter gets a zero term.
+		{"unused feature", fit(line, xs, []float64{0, 0, 0, 0, 0, 1}), linear{A: 10, B: []float64{3, 0}}},
+		{"no features", fit([]float64{1, 3}), linear{A: 2}},
+		{"empty", fit(nil, nil), linear{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if !near(tc.got.A, tc.want.A) || !near(tc.got.B, tc.want.B) || !near(tc.got.C, tc.want.C) {
+			ok := near(tc.got.A, tc.want.A) && len(tc.got.B) == len(tc.want.B)
+			for j := range tc.want.B {
+				ok = ok && near(tc.got.B[j], tc.want.B[j])
+			}
+			if !ok {
 				t.Errorf("got %+v, want %+v", tc.got, tc.want)
 			}
 		})
+	}
+}
+
+// TestFitDropsNegative: a feature whose term comes out negative is
+// dropped, as a cost must not fall as work grows.
+func TestFitDropsNegative(t *testing.T) {
+	xs := []float64{1, 2, 3, 4, 5, 6}
+	ws := []float64{1, 0, 1, 0, 0, 0}
+	y := make([]float64, len(xs))
+	for i := range xs {
+		y[i] = 10 + 3*xs[i] - 2*ws[i]
+	}
+	if l := fit(y, xs, ws); len(l.B) != 1 || l.B[0] <= 0 || l.A < 0 {
+		t.Errorf("got %+v, want one positive term", l)
 	}
 }
 
