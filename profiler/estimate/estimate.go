@@ -16,42 +16,51 @@
 // draws.
 //
 // Costs and compressed sizes are fitted on the calibration samples, which
-// run through a profiler.Recorder exactly as stage 2 runs every sample:
+// run through a profiler.Recorder exactly as stage 2 runs every sample.
+// Each is a least-squares fit A + B1*x1 + B2*x2 + ... on a few features of
+// the sample, every term non-negative (a feature whose term would be
+// negative, or that the calibration cannot tell from the others, is
+// dropped):
 //
-//   - each op's CPU time is A + B*x (+ C*z) with non-negative terms fitted
-//     by least squares, where x (and z) is the work the op does on that
-//     sample: decode, the image's pixels and the file's bytes (fitted per
-//     class: baseline or progressive, colour or grey, where the
-//     calibration holds at least minClass samples of the class, otherwise
-//     over all); random_resized_crop, the box's pixels (what the resampler
-//     reads); resize, its input and output pixels; the flip, the pixels it
-//     mirrors (zero when its coin says no flip); center_crop, to_tensor
+//   - decode: the image's pixels and the file's bytes, fitted per class
+//     (baseline or progressive, colour or grey) where the calibration holds
+//     at least minClass samples of the class, otherwise over all;
+//   - random_resized_crop: the box's pixels and rows (the resampler's two
+//     passes); resize, its input and output pixels; the flip, the pixels
+//     it mirrors (zero when its coin says no flip); center_crop, to_tensor
 //     and normalize, their output pixels;
-//   - the zstd ratio at every split (Compressed/Bytes) is A + B*d, at most
-//     1, where d is the file's bytes per source pixel shown, spread over
-//     the value's pixels: a crop of a detailed file compresses worse than
-//     one of a smooth file, and a small box enlarged to 224x224 better
-//     than a large one shrunk to it;
-//   - compressing and decompressing a split's payload cost A + B*bytes +
-//     C*compressed bytes;
-//   - the JPEG-domain cut (ops.SplitCut) of the epoch's box holds about
-//     the file's bytes in the cut region (ops.Pipeline.CutRegion): A +
-//     B*raw*region/image; as the recorder does, the size and the compute
-//     side's cost are scaled to the mean region over the next cutDraws
-//     epochs, and a cut no smaller than the file is declined as ops
-//     declines it. The storage side's cost (the transform reads the whole
-//     file) is A + B*raw + C*pixels; the compute side's, A + B*region.
-//     A decode class none of whose calibration samples could be cut is
+//   - the zstd ratio at every split (Compressed/Bytes), at most 1: the
+//     file's bytes per pixel and the value's "detail", the file's bytes
+//     over the source area the value shows, per pixel of the value (a
+//     small box enlarged to 224x224 compresses better than a large one
+//     shrunk to it);
+//   - compressing and decompressing a split's payload: the bytes zstd
+//     saves and the payload's bytes (zstd gives up quickly on a payload it
+//     cannot shrink);
+//   - the JPEG-domain cut (ops.SplitCut) of the epoch's box holds about the
+//     file's bytes in the cut region (ops.Pipeline.CutRegion, rounded out to
+//     16x16 iMCUs, 8x8 for grey: the header does not say the subsampling),
+//     A + B*raw*region/image. As the recorder does, the size and the
+//     compute side's cost are scaled to the mean region over the next
+//     cutDraws epochs, and a cut no smaller than the file is declined as
+//     ops declines it. The storage side's cost: the file's bytes above the
+//     region's bottom edge (the transform reads that far), the image's
+//     pixels (its coefficient buffers), the region's pixels and bytes; the
+//     compute side's: the region's pixels and bytes and the box's rows. A
+//     decode class none of whose calibration samples could be cut is
 //     estimated without the cut.
 //
 // Assumptions: CPU cost is close to linear in the pixels and bytes an op
-// touches, on the machine that calibrated (costs are that machine's
-// thread CPU time, like a recorded profile's); the calibration samples are
-// representative of the dataset (Pick spreads them over its image sizes);
-// compressibility follows the JPEG's bytes per pixel. The calibration
-// samples themselves are not estimated: their recorded entries are used
-// as they are. An op the package cannot size (not one of ops' built-in
-// ops) is an error, since its output size would be a guess.
+// touches, on the machine that calibrated (costs are that machine's thread
+// CPU time, like a recorded profile's, and move with its load as a
+// recorded profile's do); the calibration samples represent the dataset
+// (Pick spreads them over its image sizes); compressibility and the cut's
+// bytes follow the file's bytes per pixel (per sample, both are off by
+// 15-35% in the mean square: content varies within an image, and what
+// matters to a plan is their sum over many samples). The calibration
+// samples themselves are not estimated: their recorded entries are used as
+// they are. An op the package cannot size (not one of ops' built-in ops)
+// is an error, since its output size would be a guess.
 package estimate
 
 import (
@@ -129,29 +138,21 @@ type Calibrated struct {
 // them, and fits the model. A sample the pipeline fails on is left out;
 // ErrCalibration means none was recorded.
 func Calibrate(p *ops.Pipeline, seed, epoch uint64, cal []Calibrated) (*Model, error) {
-	var maxID uint64
-	for _, c := range cal {
-		maxID = max(maxID, c.ID)
+	// The recorder indexes the calibration samples 0..len(cal)-1; their
+	// keys carry their ids, which draw the boxes.
+	rec := profiler.NewRecorder(p, "", len(cal))
+	for i, c := range cal {
+		_ = rec.Record(uint64(i), c.Data, ops.Key{Seed: seed, Epoch: epoch, Sample: c.ID})
 	}
-	rec := profiler.NewRecorder(p, "", int(maxID)+1)
-	var got []Calibrated
-	for _, c := range cal {
-		if err := rec.Record(c.ID, c.Data, ops.Key{Seed: seed, Epoch: epoch, Sample: c.ID}); err == nil {
-			got = append(got, c)
-		}
+	var samples []Sample
+	var records []profiler.SampleProfile
+	for _, sp := range rec.Profile().Samples {
+		c := cal[sp.ID]
+		sp.ID = c.ID
+		samples, records = append(samples, c.Sample), append(records, sp)
 	}
-	prof := rec.Profile()
-	if len(prof.Samples) == 0 {
+	if len(samples) == 0 {
 		return nil, ErrCalibration
-	}
-	byID := make(map[uint64]profiler.SampleProfile, len(prof.Samples))
-	for _, sp := range prof.Samples {
-		byID[sp.ID] = sp
-	}
-	samples := make([]Sample, len(got))
-	records := make([]profiler.SampleProfile, len(got))
-	for i, c := range got {
-		samples[i], records[i] = c.Sample, byID[c.ID]
 	}
 	return Fit(p, seed, epoch, samples, records)
 }

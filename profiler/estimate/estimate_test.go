@@ -117,7 +117,7 @@ func TestEstimateMatchesMeasured(t *testing.T) {
 		t.Run(tc.spec.Name, func(t *testing.T) {
 			d := generate(t, tc.spec, tc.n)
 			meas := measure(t, p, d)
-			est := estimated(t, p, d, 16)
+			est := estimated(t, p, d, *calibrate)
 			if len(est.Samples) != len(meas.Samples) {
 				t.Fatalf("got %d samples, want %d", len(est.Samples), len(meas.Samples))
 			}
@@ -171,6 +171,8 @@ func TestEstimateMatchesMeasured(t *testing.T) {
 
 // remeasure also records every sample a second time and reports both
 // plans' gaps on that record (go test -run Estimate -v -args -remeasure).
+var calibrate = flag.Int("calibrate", 16, "calibration samples")
+
 var remeasure = flag.Bool("remeasure", false, "report the plans' gaps on a second record too")
 
 // gapOn is how much slower, on profile on, the optimal plan of from is
