@@ -76,6 +76,14 @@ func estimated(t testing.TB, p *ops.Pipeline, d dataset, n int) *profiler.Profil
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Profile keeps the calibration samples' records; here every entry is
+	// an estimate, so that the gap is what a dataset much larger than its
+	// calibration would see.
+	for i, s := range d.samples {
+		if prof.Samples[i], err = m.Sample(s); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := prof.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +179,7 @@ func TestEstimateMatchesMeasured(t *testing.T) {
 
 // remeasure also records every sample a second time and reports both
 // plans' gaps on that record (go test -run Estimate -v -args -remeasure).
-var calibrate = flag.Int("calibrate", 16, "calibration samples")
+var calibrate = flag.Int("calibrate", 32, "calibration samples")
 
 var remeasure = flag.Bool("remeasure", false, "report the plans' gaps on a second record too")
 

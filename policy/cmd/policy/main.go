@@ -157,7 +157,7 @@ func newFlags(errOut io.Writer, o *options) *flag.FlagSet {
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic profile; with --estimate, the run seed whose crop boxes are estimated")
 	fs.StringVar(&o.estimateDir, "estimate", "", "estimate the profile of the ImageFolder `dir` from its files' sizes and JPEG headers, calibrated on a few files")
 	fs.StringVar(&o.pipeline, "pipeline", "imagenet-train", "with --estimate: the pipeline, a preset `name` or a spec file")
-	fs.IntVar(&o.calibrate, "calibrate", 16, "with --estimate: how many files to run through the pipeline to fit costs and compressed sizes")
+	fs.IntVar(&o.calibrate, "calibrate", 32, "with --estimate: how many files to run through the pipeline to fit costs and compressed sizes")
 	fs.Uint64Var(&o.epoch, "epoch", 0, "with --estimate: the epoch whose crop boxes are estimated")
 	fs.BoolVar(&o.cut, "cut", true, "give a synthetic profile the JPEG cut's measurements; false drops them from any profile")
 	fs.Float64Var(&o.linkMbit, "link-mbit", 500, "link bandwidth from storage to compute, Mbit/s of payload")
