@@ -23,9 +23,9 @@ const headerPrefix = 64 << 10
 // does: each subdirectory of dir is a class (sorted by name), the *.jpg
 // and *.jpeg files below it (any case) its samples in path order, ids
 // 0..n-1 in class and then path order. It reads each file's size and JPEG
-// header only. A file whose header does not parse is skipped and counted
-// in skipped (stage 2 does not record a sample the pipeline fails on
-// either). NB: it walks real folders with filepath.WalkDir and follows no
+// header only. A file whose header does not parse keeps its id but is left
+// out of samples and counted in skipped, as stage 2 leaves out a sample
+// the pipeline fails on; paths[i] is samples[i]'s file. NB: it walks real folders with filepath.WalkDir and follows no
 // symlink, a simplification of the agent's catalog; a catalog's own ids,
 // sizes and headers should be used where there is one.
 func ScanFolder(dir string) (samples []Sample, paths []string, skipped int, err error) {
@@ -33,6 +33,7 @@ func ScanFolder(dir string) (samples []Sample, paths []string, skipped int, err 
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("estimate: %w", err)
 	}
+	var next uint64
 	for _, e := range ents {
 		if !e.IsDir() {
 			continue
@@ -53,12 +54,14 @@ func ScanFolder(dir string) (samples []Sample, paths []string, skipped int, err 
 		}
 		slices.Sort(files)
 		for _, path := range files {
+			id := next
+			next++
 			raw, h, err := readHeader(path)
 			if err != nil {
 				skipped++
 				continue
 			}
-			samples = append(samples, FromHeader(uint64(len(samples)), raw, h))
+			samples = append(samples, FromHeader(id, raw, h))
 			paths = append(paths, path)
 		}
 	}

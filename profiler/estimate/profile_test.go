@@ -2,6 +2,8 @@ package estimate_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/sophon-dl/sophon/ops"
@@ -81,5 +83,37 @@ func TestProfileErrors(t *testing.T) {
 	p, _ := ops.Preset("imagenet-train")
 	if _, err := estimate.Calibrate(p, 1, 0, []estimate.Calibrated{{Sample: estimate.Sample{W: 8, H: 8, Raw: 3}, Data: []byte("not")}}); !errors.Is(err, estimate.ErrCalibration) {
 		t.Errorf("nothing recorded: got %v, want ErrCalibration", err)
+	}
+}
+
+func TestScanFolder(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := synth.WriteImageFolder(dir, synth.ImageNetLike, 3, 6, 2); err != nil {
+		t.Fatal(err)
+	}
+	// A file with no JPEG header keeps its id (n0 sorts first in
+	// class_000) and is left out; other names and loose files are no
+	// samples.
+	for name, data := range map[string]string{"class_000/n0.jpg": "not a jpeg", "class_001/notes.txt": "x", "loose.jpg": "x"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	samples, paths, skipped, err := estimate.ScanFolder(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if skipped != 1 || len(samples) != 6 || len(paths) != 6 {
+		t.Fatalf("got %d samples, %d skipped; want 6, 1", len(samples), skipped)
+	}
+	// ids: class_000 holds n0 (id 0, skipped) and samples 0, 2, 4; then
+	// class_001 holds 1, 3, 5.
+	wantIDs := []uint64{1, 2, 3, 4, 5, 6}
+	wantFiles := []string{"n00000000.jpg", "n00000002.jpg", "n00000004.jpg", "n00000001.jpg", "n00000003.jpg", "n00000005.jpg"}
+	for i, s := range samples {
+		raw, _ := os.ReadFile(paths[i])
+		if s.ID != wantIDs[i] || filepath.Base(paths[i]) != wantFiles[i] || s.Raw != int64(len(raw)) || s.W < 1 || s.Components != 3 {
+			t.Errorf("sample %d: got %+v at %s, want id %d at %s", i, s, paths[i], wantIDs[i], wantFiles[i])
+		}
 	}
 }
