@@ -277,7 +277,7 @@ func detailAt(f feats, k int) float64 {
 
 // fitCut fits the cut's size and costs on the samples that were cut.
 func (m *Model) fitCut(samples []Sample, fs []feats, records []profiler.SampleProfile) {
-	var x, y, px, read, ns, area, rows, fin []float64
+	var x, y, px, raw, ns, area, rows, fin []float64
 	seen := map[int]bool{}
 	for i, r := range records {
 		f := fs[i]
@@ -292,7 +292,7 @@ func (m *Model) fitCut(samples []Sample, fs []feats, records []profiler.SamplePr
 		x = append(x, float64(s.Raw)*f.thisArea/img)
 		y = append(y, float64(r.CutBytes)*unscale)
 		px = append(px, img)
-		read = append(read, float64(s.Raw)*f.cutRead)
+		raw = append(raw, float64(s.Raw))
 		ns = append(ns, float64(r.CutNS))
 		area = append(area, f.thisArea)
 		rows = append(rows, f.cutRows)
@@ -302,7 +302,7 @@ func (m *Model) fitCut(samples []Sample, fs []feats, records []profiler.SamplePr
 		return
 	}
 	m.cutBytes = fit(y, x)
-	m.cutNS = fit(ns, read, px, area, x)
+	m.cutNS = fit(ns, raw, px, x, area)
 	m.cutFinish = fit(fin, area, x, rows)
 }
 
@@ -382,7 +382,7 @@ func (m *Model) Sample(s Sample) (profiler.SampleProfile, error) {
 		if this < float64(s.Raw) {
 			scale := f.meanArea / f.thisArea
 			sp.CutBytes = max(1, min(int64(this*scale), s.Raw))
-			sp.CutNS = max(nanos(m.cutNS.at(float64(s.Raw)*f.cutRead, img, f.thisArea, x)), 1)
+			sp.CutNS = max(nanos(m.cutNS.at(float64(s.Raw), img, x, f.thisArea)), 1)
 			sp.CutFinishNS = max(nanos(m.cutFinish.at(f.thisArea, x, f.cutRows)*scale), 1)
 		}
 	}

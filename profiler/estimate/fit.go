@@ -20,23 +20,69 @@ func (l linear) at(x ...float64) float64 {
 
 // fit is the least-squares fit of y on the features xs[0], xs[1], ...
 // (each a column, one value per calibration sample) and an intercept, with
-// every term non-negative. Where the calibration cannot determine it
-// (fewer samples than terms, a feature that does not vary or is collinear
-// with the others) or a term comes out negative, it drops the last feature
-// and tries again; with one feature left it falls back to the line through
-// the origin (the ratio estimator), which a feature that does not vary
-// still determines, and with none to the mean. Dropping from the end, the
-// features go in order of importance.
+// every term non-negative, in the manner of an active-set non-negative
+// least squares: where a term comes out negative it drops the feature
+// whose term contributes most negatively (B[j] times the feature's mean)
+// and solves again over the others; where the calibration cannot
+// determine the fit (fewer samples than terms, a feature that does not
+// vary or is collinear with the others) or only the intercept comes out
+// negative, it drops the last feature still in. A dropped feature's term is zero. With one feature left that the
+// fit still cannot use, it falls back to the line through the origin on
+// it (the ratio estimator, which a feature that does not vary still
+// determines), and with none to the mean. The features go in order of
+// importance.
 func fit(y []float64, xs ...[]float64) linear {
-	for k := len(xs); k >= 1; k-- {
-		if l, ok := solve(y, xs[:k]); ok {
-			return l
+	in := make([]int, len(xs))
+	for j := range in {
+		in[j] = j
+	}
+	for len(in) > 0 {
+		cols := make([][]float64, len(in))
+		for q, j := range in {
+			cols[q] = xs[j]
+		}
+		l, ok := solve(y, cols)
+		if !ok {
+			if len(in) == 1 {
+				r := fitRatio(xs[in[0]], y)
+				return spread(r, in, len(xs))
+			}
+			in = in[:len(in)-1]
+			continue
+		}
+		worst, at := 0.0, -1
+		for q, b := range l.B {
+			if c := b * mean(cols[q]); c < worst {
+				worst, at = c, q
+			}
+		}
+		if at < 0 && l.A >= 0 {
+			return spread(l, in, len(xs))
+		}
+		if at < 0 {
+			// Only the intercept is negative: fewer features, and with
+			// one left the line through the origin.
+			if len(in) == 1 {
+				return spread(fitRatio(xs[in[0]], y), in, len(xs))
+			}
+			in = in[:len(in)-1]
+			continue
+		}
+		in = append(in[:at:at], in[at+1:]...)
+	}
+	return linear{A: max(mean(y), 0), B: make([]float64, len(xs))}
+}
+
+// spread is l, fitted on the features in (indices into n), with a term
+// for every one of the n features: zero for those not in.
+func spread(l linear, in []int, n int) linear {
+	out := linear{A: l.A, B: make([]float64, n)}
+	for q, j := range in {
+		if q < len(l.B) {
+			out.B[j] = l.B[q]
 		}
 	}
-	if len(xs) > 0 {
-		return fitRatio(xs[0], y)
-	}
-	return linear{A: max(mean(y), 0)}
+	return out
 }
 
 // fitRatio is the least-squares line through the origin, y = B*x, or the
@@ -65,7 +111,7 @@ func mean(y []float64) float64 {
 }
 
 // solve fits y = A + sum B[j]*xs[j] by the normal equations on centred
-// columns; ok is false when they are singular or a term is negative.
+// columns; ok is false when they are singular. Terms may be negative.
 func solve(y []float64, xs [][]float64) (linear, bool) {
 	k, n := len(xs), len(y)
 	if n < k+2 {
@@ -116,16 +162,10 @@ func solve(y []float64, xs [][]float64) (linear, bool) {
 			s -= a[r][c] * b[c]
 		}
 		b[r] = s / a[r][r]
-		if b[r] < 0 {
-			return linear{}, false
-		}
 	}
 	l := linear{A: my, B: b}
 	for j := range b {
 		l.A -= b[j] * mx[j]
-	}
-	if l.A < 0 {
-		return linear{}, false
 	}
 	return l, true
 }

@@ -29,17 +29,17 @@ func TestFit(t *testing.T) {
 		{"three features", fit(cube, xs, zs, ws), linear{A: 10, B: []float64{3, 5, 7}}},
 		// A constant x cannot tell a slope from an intercept: the ratio.
 		{"constant x", fit([]float64{4, 6, 8}, []float64{2, 2, 2}), linear{B: []float64{3}}},
-		// A falling line would give negative costs further out: the line
-		// through the origin instead.
-		{"falling", fit([]float64{6, 5, 4, 3, 2, 1}, xs), linear{B: []float64{56.0 / 91}}},
+		// A falling line would give negative costs further out: the
+		// feature is dropped, leaving the mean.
+		{"falling", fit([]float64{6, 5, 4, 3, 2, 1}, xs), linear{A: 3.5, B: []float64{0}}},
 		// A negative intercept: through the origin.
 		{"negative intercept", fit([]float64{0, 2, 4, 6, 8, 10}, xs), linear{B: []float64{140.0 / 91}}},
 		// A second feature collinear with the first is dropped.
-		{"collinear", fit(line, xs, xs), linear{A: 10, B: []float64{3}}},
+		{"collinear", fit(line, xs, xs), linear{A: 10, B: []float64{3, 0}}},
 		// A feature that does not matter gets a zero term.
 		{"unused feature", fit(line, xs, []float64{0, 0, 0, 0, 0, 1}), linear{A: 10, B: []float64{3, 0}}},
 		{"no features", fit([]float64{1, 3}), linear{A: 2}},
-		{"empty", fit(nil, nil), linear{}},
+		{"empty", fit(nil, nil), linear{B: []float64{0}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok := near(tc.got.A, tc.want.A) && len(tc.got.B) == len(tc.want.B)
@@ -54,16 +54,19 @@ func TestFit(t *testing.T) {
 }
 
 // TestFitDropsNegative: a feature whose term comes out negative is
-// dropped, as a cost must not fall as work grows.
+// dropped, wherever it is in the list, and the others are kept, as a cost
+// must not fall as work grows.
 func TestFitDropsNegative(t *testing.T) {
 	xs := []float64{1, 2, 3, 4, 5, 6}
 	ws := []float64{1, 0, 1, 0, 0, 0}
+	zs := []float64{2, 1, 4, 3, 7, 5}
 	y := make([]float64, len(xs))
 	for i := range xs {
-		y[i] = 10 + 3*xs[i] - 2*ws[i]
+		y[i] = 10 + 3*xs[i] - 2*ws[i] + 5*zs[i]
 	}
-	if l := fit(y, xs, ws); len(l.B) != 1 || l.B[0] <= 0 || l.A < 0 {
-		t.Errorf("got %+v, want one positive term", l)
+	l := fit(y, xs, ws, zs)
+	if len(l.B) != 3 || l.B[0] <= 0 || l.B[1] != 0 || l.B[2] <= 0 || l.A < 0 {
+		t.Errorf("got %+v, want the second term zero and the others positive", l)
 	}
 }
 
