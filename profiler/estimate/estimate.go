@@ -43,10 +43,10 @@
 //     A + B*raw*region/image. As the recorder does, the size and the
 //     compute side's cost are scaled to the mean region over the next
 //     cutDraws epochs, and a cut no smaller than the file is declined as
-//     ops declines it. The storage side's cost: the file's bytes above the
-//     region's bottom edge (the transform reads that far), the image's
-//     pixels (its coefficient buffers), the region's pixels and bytes; the
-//     compute side's: the region's pixels and bytes and the box's rows. A
+//     ops declines it. The storage side's cost: the file's bytes (the
+//     transform reads every coefficient), the image's pixels (its
+//     coefficient buffers), the region's bytes and pixels; the compute
+//     side's: the region's pixels and bytes and the box's rows. A
 //     decode class none of whose calibration samples could be cut is
 //     estimated without the cut.
 //

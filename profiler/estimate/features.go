@@ -30,9 +30,8 @@ type feats struct {
 	// bpp is the file's bytes per image pixel.
 	bpp float64
 	// cutRows is the height of the cut's crop box for the sample's own
-	// key (the resampler's vertical pass); cutRead the share of the file
-	// above the cut region's bottom edge, which the transform reads.
-	cutRows, cutRead float64
+	// key (the resampler's vertical pass).
+	cutRows float64
 }
 
 // cutDraws is how many later epochs' boxes a cut is averaged over; it is
@@ -107,7 +106,6 @@ func sampleFeats(p *ops.Pipeline, s Sample, seed, epoch uint64) (feats, error) {
 			return feats{}, err
 		}
 		f.thisArea = mcuArea(this, s)
-		f.cutRead = float64(this.Y+this.H) / float64(s.H)
 		var r ops.Rand
 		r.Seed(ops.SeedFor(seed, epoch, s.ID, 1))
 		if c, ok := p.Op(1).(ops.RandomResizedCrop); ok {
