@@ -79,7 +79,7 @@ func TestExplainClusterErrors(t *testing.T) {
 		{[]string{"explain", "--cluster", "testdata/cluster.yaml", "--synthetic", "imagenet-like:10", "--replicas", "4"}, "--replicas 4"},
 		{[]string{"explain", "--cluster", "testdata/cluster.yaml", "--synthetic", "imagenet-like:10", "--replicas", "0"}, "or all"},
 		{[]string{"explain", "--cluster", "testdata/cluster.yaml", "--synthetic", "imagenet-like:10", "--policy", "alloff"}, "unknown policy"},
-		{[]string{"explain", "--cluster", "testdata/cluster.yaml"}, "--profile FILE or --synthetic"},
+		{[]string{"explain", "--cluster", "testdata/cluster.yaml"}, "--profile FILE, --synthetic KIND:N or --estimate DIR"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(c.args, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), c.want) {

@@ -14,23 +14,32 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/policy/policytest"
 	"github.com/sophon-dl/sophon/profiler"
+	"github.com/sophon-dl/sophon/profiler/estimate"
 )
 
 const usage = `policy: compare offloading policies on a profile.
 
 Usage:
-  policy explain (--profile FILE | --synthetic KIND:N) [--cut=false] [resources]
-  policy explain --cluster FILE (--profile FILE | --synthetic KIND:N) [--cut=false]
-                 [--replicas R|all] [--seed S] [--policy NAME]
+  policy explain (--profile FILE | --synthetic KIND:N | --estimate DIR) [--cut=false]
+                 [resources]
+  policy explain --cluster FILE (--profile FILE | --synthetic KIND:N | --estimate DIR)
+                 [--cut=false] [--replicas R|all] [--seed S] [--policy NAME]
   policy scale [flags]    (policy scale --help lists them)
 
 A profile FILE is what the compute agent's stage 2 saves (--profile); a
 synthetic profile is generated: KIND is openimages-like or imagenet-like,
-N the number of samples. Resources say what the link and the CPUs can do;
-a zero leaves that resource unlimited.
+N the number of samples. An estimated profile (--estimate DIR) plans
+before the first run: DIR is an ImageFolder tree of JPEGs (one folder per
+class), whose file sizes and JPEG headers give every sample's sizes
+exactly and, with a calibration run of --calibrate files through the
+--pipeline, its costs and compressed sizes (package profiler/estimate);
+the crop boxes are those of run seed --seed and epoch --epoch. Resources
+say what the link and the CPUs can do; a zero leaves that resource
+unlimited.
 
 The first table gives each policy's predicted epoch and how many samples
 it sends as JPEG cuts (the split "cut": the storage agent cuts the JPEG to
@@ -55,6 +64,7 @@ prints the per-node loads the report predicts.
 Examples:
   policy explain --synthetic openimages-like:20000 --link-mbit 430 \
     --storage-cores 32 --compute-cores 8 --gpu-rate 1150
+  policy explain --estimate /data/imagenet/train --link-mbit 500 --storage-cores 4
   policy explain --cluster policy/cmd/policy/testdata/cluster.yaml \
     --synthetic imagenet-like:50000
   jq -c 'select(.epoch == 1) | .cluster' report.jsonl > cluster.json
@@ -78,7 +88,7 @@ func run(args []string, out, errOut io.Writer) int {
 		fmt.Fprint(errOut, usage)
 		return 2
 	}
-	var o options
+	o := options{errOut: errOut}
 	fs := newFlags(errOut, &o)
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -128,11 +138,14 @@ func run(args []string, out, errOut io.Writer) int {
 
 type options struct {
 	profilePath, synthetic                                      string
-	seed                                                        uint64
+	estimateDir, pipeline                                       string
+	seed, epoch                                                 uint64
+	calibrate                                                   int
 	cut                                                         bool
 	linkMbit, storageCores, computeCores, gpuRate, storageSpeed float64
 	clusterPath, detail                                         string
 	replicas                                                    replicas
+	errOut                                                      io.Writer
 }
 
 func newFlags(errOut io.Writer, o *options) *flag.FlagSet {
@@ -141,7 +154,11 @@ func newFlags(errOut io.Writer, o *options) *flag.FlagSet {
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
 	fs.StringVar(&o.profilePath, "profile", "", "profile `file` saved by the compute agent's stage 2")
 	fs.StringVar(&o.synthetic, "synthetic", "", "generate a profile instead: `KIND:N` (openimages-like or imagenet-like)")
-	fs.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic profile")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic profile; with --estimate, the run seed whose crop boxes are estimated")
+	fs.StringVar(&o.estimateDir, "estimate", "", "estimate the profile of the ImageFolder `dir` from its files' sizes and JPEG headers, calibrated on a few files")
+	fs.StringVar(&o.pipeline, "pipeline", "imagenet-train", "with --estimate: the pipeline, a preset `name` or a spec file")
+	fs.IntVar(&o.calibrate, "calibrate", 32, "with --estimate: how many files to run through the pipeline to fit costs and compressed sizes")
+	fs.Uint64Var(&o.epoch, "epoch", 0, "with --estimate: the epoch whose crop boxes are estimated")
 	fs.BoolVar(&o.cut, "cut", true, "give a synthetic profile the JPEG cut's measurements; false drops them from any profile")
 	fs.Float64Var(&o.linkMbit, "link-mbit", 500, "link bandwidth from storage to compute, Mbit/s of payload")
 	fs.Float64Var(&o.storageCores, "storage-cores", 0, "storage cores for preprocessing (0 = unlimited)")
@@ -156,9 +173,31 @@ func newFlags(errOut io.Writer, o *options) *flag.FlagSet {
 }
 
 func (o *options) profile() (*profiler.Profile, error) {
+	given := 0
+	for _, s := range []string{o.profilePath, o.synthetic, o.estimateDir} {
+		if s != "" {
+			given++
+		}
+	}
 	switch {
-	case o.profilePath != "" && o.synthetic != "":
-		return nil, errors.New("give --profile or --synthetic, not both")
+	case given > 1:
+		return nil, errors.New("give one of --profile, --synthetic and --estimate")
+	case o.estimateDir != "":
+		p, err := ops.LoadPipeline(o.pipeline)
+		if err != nil {
+			return nil, err
+		}
+		if o.calibrate < 1 {
+			return nil, fmt.Errorf("--calibrate %d: want at least 1", o.calibrate)
+		}
+		prof, skipped, err := estimate.FromFolder(p, o.estimateDir, o.seed, o.epoch, o.calibrate)
+		if err != nil {
+			return nil, err
+		}
+		if skipped > 0 {
+			fmt.Fprintf(o.errOut, "policy: %d files under %s skipped: no readable JPEG header\n", skipped, o.estimateDir)
+		}
+		return prof, nil
 	case o.profilePath != "":
 		return profiler.Load(o.profilePath, "", "")
 	case o.synthetic != "":
@@ -176,5 +215,5 @@ func (o *options) profile() (*profiler.Profile, error) {
 		}
 		return p, nil
 	}
-	return nil, errors.New("give --profile FILE or --synthetic KIND:N")
+	return nil, errors.New("give --profile FILE, --synthetic KIND:N or --estimate DIR")
 }

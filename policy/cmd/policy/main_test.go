@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/policy/policytest"
 	"github.com/sophon-dl/sophon/profiler"
 )
@@ -57,11 +59,43 @@ func TestExplainErrors(t *testing.T) {
 		{"explain", "--synthetic", "openimages-like:5", "--profile", "x"},
 		{"explain", "--profile", filepath.Join(t.TempDir(), "missing")},
 		{"explain", "--bogus"},
+		{"explain", "--estimate", filepath.Join(t.TempDir(), "missing")},
+		{"explain", "--estimate", t.TempDir()},
+		{"explain", "--estimate", t.TempDir(), "--synthetic", "openimages-like:5"},
+		{"explain", "--estimate", t.TempDir(), "--pipeline", "no-such-preset"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(args, &out, &errOut); code == 0 {
 			t.Errorf("%v: exit 0, want an error", args)
 		}
+	}
+}
+
+// TestExplainEstimate plans from the headers of a generated ImageFolder.
+func TestExplainEstimate(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := synth.WriteImageFolder(dir, synth.ImageNetLike, 2, 24, 3); err != nil {
+		t.Fatal(err)
+	}
+	// A file that is no JPEG is skipped and said so.
+	if err := os.WriteFile(filepath.Join(dir, "class_000", "bad.jpg"), []byte("not a jpeg"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	code := run([]string{"explain", "--estimate", dir, "--calibrate", "6", "--link-mbit", "100", "--storage-cores", "0.5"}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{"24 samples", "pipeline imagenet-train", "optimal", "bound", "samples per split"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if !strings.Contains(errOut.String(), "1 files under") {
+		t.Errorf("stderr %q does not report the skipped file", errOut.String())
+	}
+	if got := cutColumn(t, out.String()); got["optimal"] == 0 {
+		t.Errorf("cut column %v: want optimal > 0 (the estimate has the cut)\n%s", got, out.String())
 	}
 }
 

@@ -1,0 +1,205 @@
+package estimate_test
+
+import (
+	"flag"
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/jpeg"
+	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/policy"
+	"github.com/sophon-dl/sophon/profiler"
+	"github.com/sophon-dl/sophon/profiler/estimate"
+)
+
+const testSeed, testEpoch = 11, 3
+
+type dataset struct {
+	samples []estimate.Sample
+	data    [][]byte
+}
+
+func generate(t testing.TB, spec synth.Spec, n int) dataset {
+	t.Helper()
+	d := dataset{samples: make([]estimate.Sample, n), data: make([][]byte, n)}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			for i := w; i < n; i += 2 {
+				raw, err := spec.Generate(5, i)
+				if err != nil {
+					errs[i] = err
+					continue
+				}
+				h, err := jpeg.ReadHeader(raw)
+				errs[i] = err
+				d.samples[i] = estimate.FromHeader(uint64(i), int64(len(raw)), h)
+				d.data[i] = raw
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// measure records every sample as stage 2 does.
+func measure(t testing.TB, p *ops.Pipeline, d dataset) *profiler.Profile {
+	t.Helper()
+	rec := profiler.NewRecorder(p, "fp", len(d.data))
+	for i, raw := range d.data {
+		if err := rec.Record(uint64(i), raw, ops.Key{Seed: testSeed, Epoch: testEpoch, Sample: uint64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rec.Profile()
+}
+
+func estimated(t testing.TB, p *ops.Pipeline, d dataset, n int) *profiler.Profile {
+	t.Helper()
+	var cal []estimate.Calibrated
+	for _, i := range estimate.Pick(d.samples, n) {
+		cal = append(cal, estimate.Calibrated{Sample: d.samples[i], Data: d.data[i]})
+	}
+	m, err := estimate.Calibrate(p, testSeed, testEpoch, cal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof, err := m.Profile("fp", d.samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Profile keeps the calibration samples' records; here every entry is
+	// an estimate, so that the gap is what a dataset much larger than its
+	// calibration would see.
+	for i, s := range d.samples {
+		if prof.Samples[i], err = m.Sample(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := prof.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return prof
+}
+
+func sums(p *profiler.Profile) (comp []float64, ops []float64, cut, cutNS, cutFin float64, cuts int) {
+	n := p.N()
+	comp, ops = make([]float64, n+1), make([]float64, n)
+	for _, s := range p.Samples {
+		for k := range n + 1 {
+			comp[k] += float64(s.Compressed[k])
+		}
+		for j := range n {
+			ops[j] += float64(s.OpNS[j])
+		}
+		if s.HasCut() {
+			cuts++
+			cut += float64(s.CutBytes)
+			cutNS += float64(s.CutNS)
+			cutFin += float64(s.CutFinishNS)
+		}
+	}
+	return
+}
+
+func TestEstimateMatchesMeasured(t *testing.T) {
+	if testing.Short() {
+		t.Skip("records a few hundred images")
+	}
+	p, err := ops.Preset("imagenet-train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		spec synth.Spec
+		n    int
+	}{{synth.ImageNetLike, 300}, {synth.OpenImagesLike, 200}} {
+		t.Run(tc.spec.Name, func(t *testing.T) {
+			d := generate(t, tc.spec, tc.n)
+			meas := measure(t, p, d)
+			est := estimated(t, p, d, *calibrate)
+			if len(est.Samples) != len(meas.Samples) {
+				t.Fatalf("got %d samples, want %d", len(est.Samples), len(meas.Samples))
+			}
+			for i := range meas.Samples {
+				e, m := est.Samples[i], meas.Samples[i]
+				for k := range m.Bytes {
+					if e.Bytes[k] != m.Bytes[k] {
+						t.Fatalf("sample %d split %d: got %d bytes, want %d", m.ID, k, e.Bytes[k], m.Bytes[k])
+					}
+				}
+			}
+			ec, _, ecut, _, _, ecuts := sums(est)
+			mc, _, mcut, _, _, mcuts := sums(meas)
+			for k := range mc {
+				if rel(ec[k], mc[k]) > 0.10 {
+					t.Errorf("split %d: estimated %.0f compressed bytes, measured %.0f", k, ec[k], mc[k])
+				}
+			}
+			if math.Abs(float64(ecuts-mcuts)) > 0.05*float64(len(meas.Samples)) || rel(ecut, mcut) > 0.05 {
+				t.Errorf("cut: estimated %d samples, %.0f bytes; measured %d, %.0f", ecuts, ecut, mcuts, mcut)
+			}
+			// The link is the bottleneck and the CPUs unlimited: the
+			// issue's target, a plan within 5% of the measured profile's.
+			gap := planGap(t, meas, est, policy.Resources{LinkBytesPerSec: 500e6 / 8})
+			if gap > 0.05 {
+				t.Errorf("the estimate's plan is %.2f%% slower than the measured profile's, want at most 5%%", 100*gap)
+			}
+			// With scarce storage CPU the plan also rests on the fitted
+			// costs; logged, as it depends on this machine's timings.
+			var again *profiler.Profile
+			if *remeasure {
+				again = measure(t, p, d)
+			}
+			for _, r := range []policy.Resources{
+				{LinkBytesPerSec: 200e6 / 8, StorageCores: 0.5, ComputeCores: 4},
+				{LinkBytesPerSec: 500e6 / 8, StorageCores: 1, ComputeCores: 8},
+				{LinkBytesPerSec: 500e6 / 8, StorageCores: 0.25, ComputeCores: 8},
+			} {
+				planGap(t, meas, est, r)
+				if again != nil {
+					// The noise floor: both plans on a second record of the
+					// same epoch, against that record's own plan (which
+					// fits its own timing noise, as meas's plan does meas's).
+					t.Logf("  on a second record: the first record's plan %.2f%%, the estimate's %.2f%%",
+						100*gapOn(again, meas, r), 100*gapOn(again, est, r))
+				}
+			}
+		})
+	}
+}
+
+// remeasure also records every sample a second time and reports both
+// plans' gaps on that record (go test -run Estimate -v -args -remeasure).
+var calibrate = flag.Int("calibrate", 32, "calibration samples")
+
+var remeasure = flag.Bool("remeasure", false, "report the plans' gaps on a second record too")
+
+// gapOn is how much slower, on profile on, the optimal plan of from is
+// than on's own.
+func gapOn(on, from *profiler.Profile, r policy.Resources) float64 {
+	plan := policy.Optimal(from, r)
+	return policy.Predict(on, r, plan.Split, plan.Compress).Seconds/policy.Optimal(on, r).Pred.Seconds - 1
+}
+
+func rel(got, want float64) float64 { return math.Abs(got-want) / want }
+
+// planGap is how much slower, on the measured profile, the estimate's
+// optimal plan is than the measured profile's own.
+func planGap(t *testing.T, meas, est *profiler.Profile, r policy.Resources) float64 {
+	best := policy.Optimal(meas, r)
+	plan := policy.Optimal(est, r)
+	got := policy.Predict(meas, r, plan.Split, plan.Compress)
+	gap := got.Seconds/best.Pred.Seconds - 1
+	t.Logf("link %.0f Mbit/s, storage %.2f cores, compute %.0f: measured profile's plan %.4f s (%s), the estimate's %.4f s on the measured profile (%s): gap %.2f%%",
+		r.LinkBytesPerSec*8/1e6, r.StorageCores, r.ComputeCores, best.Pred.Seconds, best.Pred.Bottleneck, got.Seconds, got.Bottleneck, 100*gap)
+	return gap
+}

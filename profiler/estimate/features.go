@@ -1,0 +1,141 @@
+package estimate
+
+import (
+	"fmt"
+
+	"github.com/sophon-dl/sophon/ops"
+)
+
+// opFeat is what one op does to one sample, known before it runs.
+type opFeat struct {
+	// out is the op's output size in bytes (ops.Value.Size), exact.
+	out int64
+	// work are the features its cost is fitted on, most important first.
+	work []float64
+	// detail is the source JPEG's bytes per pixel of the output: the
+	// file's bytes over the image area the output shows, spread over the
+	// output's pixels. It is what the output's zstd ratio is fitted on.
+	detail float64
+}
+
+// feats are a sample's features for every op of p and for its cut.
+type feats struct {
+	ops []opFeat
+	// class is the decode's cost class (progressive, grey).
+	class int
+	// thisArea is the cut region's area for the sample's own key,
+	// rounded out to whole iMCUs as the cut rounds it; meanArea the mean
+	// over the cutDraws epochs after it.
+	thisArea, meanArea float64
+	// bpp is the file's bytes per image pixel.
+	bpp float64
+	// cutRows is the height of the cut's crop box for the sample's own
+	// key (the resampler's vertical pass).
+	cutRows float64
+}
+
+// cutDraws is how many later epochs' boxes a cut is averaged over; it is
+// profiler's (the recorder scales a recorded cut the same way).
+const cutDraws = 16
+
+// sampleFeats walks p's ops over s's shapes, drawing each random op's
+// choice from its seed as the op itself would (ops.SeedFor).
+func sampleFeats(p *ops.Pipeline, s Sample, seed, epoch uint64) (feats, error) {
+	if s.W < 1 || s.H < 1 {
+		return feats{}, fmt.Errorf("%w: sample %d is %dx%d", ErrSample, s.ID, s.W, s.H)
+	}
+	f := feats{ops: make([]opFeat, p.Len()), class: class(s)}
+	raw, area := float64(s.Raw), float64(s.W)*float64(s.H)
+	f.bpp = raw / area
+	// w, h: the current image's size; shown: the area of the source image
+	// it shows; tensor: whether it is a float32 tensor.
+	w, h, shown, tensor := 0, 0, area, false
+	var r ops.Rand
+	for j := range p.Len() {
+		r.Seed(ops.SeedFor(seed, epoch, s.ID, j))
+		var of opFeat
+		switch o := p.Op(j).(type) {
+		case ops.Decode:
+			w, h = s.W, s.H
+			of.work = []float64{area, raw}
+		case ops.RandomResizedCrop:
+			box := ops.SampleRRCBox(w, h, o.Params, &r)
+			shown = shown * float64(box.W*box.H) / float64(max(w*h, 1))
+			// The resampler's horizontal pass reads the box's pixels, its
+			// vertical pass a column per output pixel for each box row.
+			of.work = []float64{float64(box.W * box.H), float64(box.H)}
+			w, h = o.W, o.H
+		case ops.DecodeRandomResizedCrop:
+			box := ops.SampleRRCBox(s.W, s.H, o.Params, &r)
+			shown = float64(box.W * box.H)
+			of.work = []float64{float64(box.W * box.H), raw * shown / area}
+			w, h = o.W, o.H
+		case ops.Resize:
+			in := float64(w * h)
+			w, h = o.OutputSize(w, h)
+			of.work = []float64{in, float64(w * h)}
+		case ops.CenterCrop:
+			cw, ch := min(o.W, w), min(o.H, h)
+			shown = shown * float64(cw*ch) / float64(max(w*h, 1))
+			w, h = o.W, o.H
+			of.work = []float64{float64(w * h)}
+		case ops.RandomHorizontalFlip:
+			of.work = []float64{0}
+			if r.Float64() < o.P {
+				of.work[0] = float64(w * h)
+			}
+		case ops.ToTensor:
+			tensor = true
+			of.work = []float64{float64(w * h)}
+		case ops.Normalize:
+			of.work = []float64{float64(w * h)}
+		default:
+			return feats{}, fmt.Errorf("%w: op %s", ErrUnsupported, p.Op(j).Name())
+		}
+		of.out = int64(w) * int64(h) * ops.Channels
+		if tensor {
+			of.out *= 4
+		}
+		of.detail = raw * shown / area / float64(max(w*h, 1))
+		f.ops[j] = of
+	}
+	if p.CanCut() {
+		key := ops.Key{Seed: seed, Epoch: epoch, Sample: s.ID}
+		this, err := p.CutRegion(s.W, s.H, key)
+		if err != nil {
+			return feats{}, err
+		}
+		f.thisArea = mcuArea(this, s)
+		var r ops.Rand
+		r.Seed(ops.SeedFor(seed, epoch, s.ID, 1))
+		if c, ok := p.Op(1).(ops.RandomResizedCrop); ok {
+			f.cutRows = float64(ops.SampleRRCBox(s.W, s.H, c.Params, &r).H)
+		}
+		for d := range uint64(cutDraws) {
+			k := key
+			k.Epoch += 1 + d
+			r, err := p.CutRegion(s.W, s.H, k)
+			if err != nil {
+				return feats{}, err
+			}
+			f.meanArea += mcuArea(r, s) / cutDraws
+		}
+	}
+	return f, nil
+}
+
+// mcuArea is r's area rounded out to whole iMCUs of s, as the cut rounds
+// it. The header does not say the chroma subsampling, so a colour image's
+// iMCU is taken to be 16x16 (4:2:0, the usual) and a grey one's 8x8.
+// The recorder scales by unrounded areas; the difference is small next to
+// the region's, and only the ratio of two areas enters its scale.
+func mcuArea(r ops.Rect, s Sample) float64 {
+	m := 16
+	if s.Components == 1 {
+		m = 8
+	}
+	x0, y0 := r.X/m*m, r.Y/m*m
+	x1 := min(s.W, (r.X+r.W+m-1)/m*m)
+	y1 := min(s.H, (r.Y+r.H+m-1)/m*m)
+	return float64(x1-x0) * float64(y1-y0)
+}
