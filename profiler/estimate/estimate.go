@@ -39,7 +39,7 @@
 //     cannot shrink);
 //   - the JPEG-domain cut (ops.SplitCut) of the epoch's box holds about the
 //     file's bytes in the cut region (ops.Pipeline.CutRegion, rounded out to
-//     16x16 iMCUs, 8x8 for grey: the header does not say the subsampling),
+//     iMCUs: the header's MCU size, else 16x16, 8x8 for grey),
 //     A + B*raw*region/image. As the recorder does, the size and the
 //     compute side's cost are scaled to the mean region over the next
 //     cutDraws epochs, and a cut no smaller than the file is declined as
@@ -94,11 +94,27 @@ type Sample struct {
 	W, H        int
 	Components  int
 	Progressive bool
+	// MCUW and MCUH are its iMCU's size in pixels (jpeg.Header.MCUW,
+	// MCUH), to which the cut rounds its region; zero means unknown:
+	// 16x16 (4:2:0, the usual) for colour, 8x8 for grey.
+	MCUW, MCUH int
 }
 
 // FromHeader is the sample with this id, raw size and header.
 func FromHeader(id uint64, raw int64, h jpeg.Header) Sample {
-	return Sample{ID: id, Raw: raw, W: h.W, H: h.H, Components: h.Components, Progressive: h.Progressive}
+	return Sample{ID: id, Raw: raw, W: h.W, H: h.H, Components: h.Components, Progressive: h.Progressive, MCUW: h.MCUW, MCUH: h.MCUH}
+}
+
+// FromSummary is the sample with this id and raw size whose header the
+// catalog summarised (a storage agent's jpeg.Summary, as
+// fetch.Catalog.Header gives it); ok is false when the summary is
+// unknown.
+func FromSummary(id uint64, raw int64, s jpeg.Summary) (Sample, bool) {
+	if !s.Known() {
+		return Sample{}, false
+	}
+	w, h := s.MCU()
+	return Sample{ID: id, Raw: raw, W: s.Width(), H: s.Height(), Components: s.Components(), Progressive: s.Progressive(), MCUW: w, MCUH: h}, true
 }
 
 // minClass is the fewest calibration samples of a decode class fitted on

@@ -125,17 +125,20 @@ func sampleFeats(p *ops.Pipeline, s Sample, seed, epoch uint64) (feats, error) {
 }
 
 // mcuArea is r's area rounded out to whole iMCUs of s, as the cut rounds
-// it. The header does not say the chroma subsampling, so a colour image's
-// iMCU is taken to be 16x16 (4:2:0, the usual) and a grey one's 8x8.
-// The recorder scales by unrounded areas; the difference is small next to
-// the region's, and only the ratio of two areas enters its scale.
+// it: s's MCU size where known, else 16x16 (4:2:0, the usual) for colour
+// and 8x8 for grey. The recorder scales by unrounded areas; the
+// difference is small next to the region's, and only the ratio of two
+// areas enters its scale.
 func mcuArea(r ops.Rect, s Sample) float64 {
-	m := 16
-	if s.Components == 1 {
-		m = 8
+	mw, mh := s.MCUW, s.MCUH
+	if mw <= 0 || mh <= 0 {
+		mw, mh = 16, 16
+		if s.Components == 1 {
+			mw, mh = 8, 8
+		}
 	}
-	x0, y0 := r.X/m*m, r.Y/m*m
-	x1 := min(s.W, (r.X+r.W+m-1)/m*m)
-	y1 := min(s.H, (r.Y+r.H+m-1)/m*m)
+	x0, y0 := r.X/mw*mw, r.Y/mh*mh
+	x1 := min(s.W, (r.X+r.W+mw-1)/mw*mw)
+	y1 := min(s.H, (r.Y+r.H+mh-1)/mh*mh)
 	return float64(x1-x0) * float64(y1-y0)
 }

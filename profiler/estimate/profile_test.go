@@ -117,3 +117,28 @@ func TestScanFolder(t *testing.T) {
 		}
 	}
 }
+
+// TestFromSummary: a catalog's summary of a header gives the sample the
+// header gives, MCU size included, and an unknown summary none; the
+// model's estimate from either is the same entry.
+func TestFromSummary(t *testing.T) {
+	m, cal := smallModel(t)
+	for _, c := range cal {
+		h, err := jpeg.ReadHeader(c.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := estimate.FromSummary(c.Sample.ID, c.Sample.Raw, h.Summary())
+		if !ok || got != c.Sample || got.MCUW == 0 || got.MCUH == 0 {
+			t.Fatalf("from summary %+v %v, from header %+v", got, ok, c.Sample)
+		}
+		a, errA := m.Sample(got)
+		b, errB := m.Sample(c.Sample)
+		if errA != nil || errB != nil || a.CutBytes != b.CutBytes || a.Bytes[2] != b.Bytes[2] {
+			t.Errorf("estimates differ: %+v (%v) and %+v (%v)", a, errA, b, errB)
+		}
+	}
+	if _, ok := estimate.FromSummary(1, 10, jpeg.Summary{}); ok {
+		t.Error("an unknown summary gave a sample")
+	}
+}
