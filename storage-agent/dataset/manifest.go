@@ -84,8 +84,12 @@ func (d *Dataset) Manifest() *Manifest {
 }
 
 // Encode is m's file form.
-func (m *Manifest) Encode() []byte {
-	b := []byte(manifestMagic)
+func (m *Manifest) Encode() []byte { return m.encode(manifestMagic, true) }
+
+// encode is m's file form under magic, each sample's JPEG header included
+// when headers is set (version 2; version 1 has none).
+func (m *Manifest) encode(magic string, headers bool) []byte {
+	b := []byte(magic)
 	var flags uint64
 	if m.Tars {
 		flags |= manifestTars
@@ -103,7 +107,9 @@ func (m *Manifest) Encode() []byte {
 		b = binary.AppendUvarint(b, s.Size)
 		b = binary.AppendUvarint(b, uint64(s.Label))
 		b = append(b, s.Hash[:]...)
-		b, _ = s.Header.AppendBinary(b)
+		if headers {
+			b, _ = s.Header.AppendBinary(b)
+		}
 	}
 	sum := sha256.Sum256(b)
 	return append(b, sum[:]...)
