@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,17 +78,7 @@ func TestHostileCorpusBinary(t *testing.T) {
 		_ = srv.Process.Signal(syscall.SIGTERM)
 		_ = srv.Wait()
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("storage agent not listening: %v\n%s", err, slogs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitListening(t, addr, &slogs)
 
 	reportPath := filepath.Join(dir, "report.jsonl")
 	cmd := exec.Command(compute, "--storage", addr, "--insecure", "--pipeline", "imagenet-train", "--plan", "nooff",

@@ -108,17 +108,7 @@ func TestBinaries(t *testing.T) {
 			t.Errorf("storage agent: no line on the connections' 4 MiB send buffer:\n%s", slogs.String())
 		}
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("storage agent not listening: %v\n%s", err, slogs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitListening(t, addr, &slogs)
 
 	spec := filepath.Join(dir, "pipeline.yaml")
 	writeFile(t, spec, "name: bin-test\nops:\n  - op: decode\n  - op: random_resized_crop\n    size: [32, 32]\n  - op: random_horizontal_flip\n  - op: to_tensor\n  - op: normalize\n    mean: [0.5, 0.5, 0.5]\n    std: [0.25, 0.25, 0.25]\n")
@@ -226,5 +216,22 @@ func writeFile(t *testing.T, path, body string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitListening waits up to 10 s for the storage agent started with logs
+// slogs to accept connections on addr.
+func waitListening(t *testing.T, addr string, slogs fmt.Stringer) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("storage agent not listening: %v\n%s", err, slogs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
