@@ -31,3 +31,17 @@ func TestCropSplit(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheSplit: a pipeline with a random op is cached as its file, a
+// deterministic one as its finished output.
+func TestCacheSplit(t *testing.T) {
+	for name, want := range map[string]int{"imagenet-train": 0, "imagenet-train-fast": 0, "imagenet-val": 5} {
+		p, err := ops.Preset(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.CacheSplit(); got != want {
+			t.Errorf("%s: cache split %d, want %d", name, got, want)
+		}
+	}
+}

@@ -294,3 +294,17 @@ func CropSplitOf(names []string) (k int, ok bool) {
 	}
 	return 0, false
 }
+
+// CacheSplit is the split at which a compute-side cache keeps a sample: the
+// finished output (Len) when no op draws from its Rand, so the value depends
+// on neither seed nor epoch (imagenet-val), else the encoded file (0), the
+// smallest seed-independent form of a random pipeline's sample.
+func (p *Pipeline) CacheSplit() int {
+	for _, op := range p.ops {
+		switch op.(type) {
+		case RandomResizedCrop, DecodeRandomResizedCrop, RandomHorizontalFlip:
+			return 0
+		}
+	}
+	return len(p.ops)
+}

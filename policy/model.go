@@ -65,6 +65,13 @@ type Plan struct {
 	// since a compute agent's fetchers pull from whoever holds a sample.
 	// Nil for a single-node plan or a plan file: any holder.
 	Replica []int16
+	// Cached holds, per entry, whether the sample is resident in the
+	// compute node's cache (compute-agent --cache-dir): kept there at the
+	// pipeline's cache split (ops.Pipeline.CacheSplit) once the first
+	// epoch has fetched it, and from then on read locally and finished
+	// from that split, so it costs no link and no storage CPU. Residency is
+	// fixed across epochs. Nil means no sample is cached.
+	Cached []bool
 	// Default is the split of a sample the plan does not list.
 	Default int
 	// Pred is the plan's predicted epoch. For a cluster plan its times are
