@@ -310,6 +310,11 @@ type Resources struct {
 	// mutual TLS on this machine); every option then costs the storage
 	// side its bytes times this, raw ones included. Zero means free.
 	StorageNSPerByte float64
+	// CacheBytes is the compute node's cache budget (compute-agent
+	// --cache-bytes): the bytes of samples a plan may keep resident there
+	// at the pipeline's cache split (policy.Plan.Cached). Zero means no
+	// cache.
+	CacheBytes float64
 }
 
 // WithMeasured returns r with every field that m measured (a positive one)
