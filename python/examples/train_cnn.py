@@ -52,6 +52,38 @@ class SmallCNN(nn.Module):
         return self.classifier(torch.flatten(self.features(x), 1))
 
 
+def build_model(name, num_classes):
+    """The model to train: "small" (SmallCNN, the default, for CPU runs) or a
+    torchvision classifier by name ("resnet18", "resnet50", ...)."""
+    if name == "small":
+        return SmallCNN(num_classes)
+    import torchvision  # only for the torchvision models
+
+    try:
+        return torchvision.models.get_model(name, weights=None, num_classes=num_classes)
+    except ValueError as e:
+        raise SystemExit(f"--model {name!r}: not small nor a torchvision model ({e})") from None
+
+
+def setup(seed, device):
+    """Seeds and determinism as the runs compare them, for a CPU or a CUDA
+    device; returns the torch.device. On CPU the run is bit-reproducible (one
+    thread, deterministic algorithms); on CUDA it asks for deterministic
+    kernels where torch has them and warns where it has none."""
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: torch sees no CUDA device")
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.benchmark = False
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    else:
+        torch.use_deterministic_algorithms(True)
+    return device
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", help="the agent's trainer socket "
@@ -60,6 +92,12 @@ def parse_args(argv):
     parser.add_argument("--num-classes", type=int, default=1000,
                         help="classifier outputs; every label must be below it")
     parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--model", default=os.environ.get("SOPHON_TRAIN_MODEL", "small"),
+                        help="small (the default: a small CNN for CPU runs) or a torchvision "
+                        "model name such as resnet50 (default: $SOPHON_TRAIN_MODEL or small)")
+    parser.add_argument("--device", default=os.environ.get("SOPHON_TRAIN_DEVICE", "cpu"),
+                        help="where the model trains and the loader normalises: cpu or cuda "
+                        "(default: $SOPHON_TRAIN_DEVICE or cpu)")
     parser.add_argument("--max-steps", type=int, help="stop after this many steps in all")
     parser.add_argument("--state-out", help="save the loader, model and optimizer state "
                         "to this file after every step (atomically)")
@@ -96,20 +134,18 @@ def timed(iterable):
 
 
 def digest(tensor):
-    return hashlib.sha256(tensor.contiguous().numpy().tobytes()).hexdigest()
+    return hashlib.sha256(tensor.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
 
 
 def main(argv=None):
     args = parse_args(argv)
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    model = SmallCNN(args.num_classes)
+    device = setup(0, args.device)
+    model = build_model(args.model, args.num_classes).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
     # loader = torch.utils.data.DataLoader(train_set, batch_size=32, shuffle=True, num_workers=8)
-    loader = sophon.Loader(socket=args.socket, timeout=args.timeout)
+    loader = sophon.Loader(socket=args.socket, timeout=args.timeout, device=device)
 
     step = 0
     if args.resume:
@@ -128,6 +164,7 @@ def main(argv=None):
             batch = loader.state_dict()["batches"] - 1
             if int(labels.max()) >= args.num_classes:
                 sys.exit(f"label {int(labels.max())} is not below --num-classes {args.num_classes}")
+            labels = labels.to(device, non_blocking=True)
             optimizer.zero_grad()
             loss = loss_fn(model(images), labels)
             loss.backward()

@@ -211,17 +211,19 @@ class Trainer:
         mod = load_trainer(path)
         if lr is None:
             lr = mod.parse_args(["--num-classes", str(num_classes)]).lr
-        # As train_cnn.py's main: the same seed gives the same initial weights.
-        torch.manual_seed(0)
-        torch.set_num_threads(1)
-        torch.use_deterministic_algorithms(True)
-        self.model = mod.SmallCNN(num_classes)
+        # As train_cnn.py's main: the same seed gives the same initial weights,
+        # the same model ($SOPHON_TRAIN_MODEL) on the same device
+        # ($SOPHON_TRAIN_DEVICE).
+        defaults = mod.parse_args(["--num-classes", str(num_classes)])
+        self.device = mod.setup(0, defaults.device)
+        self.model = mod.build_model(defaults.model, num_classes).to(self.device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
         self.loss_fn = torch.nn.CrossEntropyLoss()
         self.labels, self.num_classes, self.lr = labels, num_classes, lr
 
     def step(self, x, ids):
-        labels = torch.tensor([self.labels[i] for i in ids], dtype=torch.int64)
+        labels = torch.tensor([self.labels[i] for i in ids], dtype=torch.int64).to(self.device)
+        x = x.to(self.device, non_blocking=True)
         if int(labels.max()) >= self.num_classes:
             raise ValueError(f"label {int(labels.max())} is not below --num-classes {self.num_classes}")
         self.optimizer.zero_grad()
