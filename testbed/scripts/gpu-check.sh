@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu-check.sh: the checks only a machine with an NVIDIA GPU can run
 # (docs/results.md, "On a GPU machine"). From the repository root, with the
-# binaries built (make build):
+# binaries built (make build): (BIN=DIR names another folder of them)
 #
 #   OUT=/tmp/gpu-check testbed/scripts/gpu-check.sh
 #
@@ -23,7 +23,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 N=${N:-2000} KIND=${KIND:-imagenet-like} RATE=${RATE:-500mbit} CPUS=${CPUS:-4}
 EPOCHS=${EPOCHS:-3} BATCH=${BATCH:-128} MODEL=${MODEL:-resnet50} POLICY=${POLICY:-optimal}
-PY=${PY:-python3} DATA=${DATA:-/tmp/gpu-check-data}
+PY=${PY:-python3} DATA=${DATA:-/tmp/gpu-check-data} BIN=${BIN:-bin}
 export SOPHON_TRAIN_MODEL=$MODEL SOPHON_TRAIN_DEVICE=${DEVICE:-cuda} PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,11 +49,11 @@ else
 	ip netns del sophon-gpucheck-probe
 fi
 
-[ -d "$DATA" ] || bin/testbed gen --kind "$KIND" -n "$N" --out "$DATA"
+[ -d "$DATA" ] || "$BIN/testbed" gen --kind "$KIND" -n "$N" --out "$DATA"
 run="$OUT.run"
 bed() {
 	rm -rf "$run"
-	bin/testbed run --data "$DATA" --rate "$RATE" --storage-cpus "$CPUS" --epochs "$EPOCHS" \
+	"$BIN/testbed" run --data "$DATA" --rate "$RATE" --storage-cpus "$CPUS" --epochs "$EPOCHS" \
 		--batch "$BATCH" --policies nooff --train --train-policy "$POLICY" --python "$PY" \
 		"$@" --out "$run" 2>&1 | tee -a "$OUT/run.log"
 }
