@@ -158,6 +158,33 @@ func withCache(p *profiler.Profile, r Resources, plan func(*profiler.Profile, Re
 	return best
 }
 
+// FirstEpoch is the plan of the first epoch of plan pl (one of withCache's,
+// made under r): its resident samples fetched at the cache split, which
+// fills the cache, and every other sample's split re-solved around them
+// by pl's policy (on cacheplan.Pin's profile). It is pl's own splits where
+// those predict no worse, and where nothing is resident (lru's first epoch
+// is its cold cache's). Its Pred is the first epoch's; its Cached is pl's.
+func FirstEpoch(p *profiler.Profile, r Resources, pl Plan) Plan {
+	r.CacheBytes = 0
+	best := pl
+	best.Pred = Predict(p, r, pl.Split, pl.Compress)
+	e, ok := Lookup(pl.Policy)
+	if pl.Cached == nil || !ok || e.Single == nil {
+		return best
+	}
+	k := CacheSplit(p)
+	if f, err := e.Single(cacheplan.Pin(p, pl.Cached, k), r); err == nil && f.Pred.Seconds < best.Pred.Seconds {
+		for i, c := range pl.Cached {
+			if c && f.Split[i] != k {
+				return best // only where the link is free
+			}
+		}
+		f.Cached = pl.Cached
+		best = f
+	}
+	return best
+}
+
 // LRU is the baseline a local file cache gives: NoOff's splits, and an LRU
 // cache of r.CacheBytes at the cache split, which a random order every
 // epoch turns into a random subset: each sample is a hit with

@@ -45,8 +45,8 @@ func TestCacheSmallBeforeBig(t *testing.T) {
 			t.Errorf("%s: predicted %v B, %v s; want 300 B, 3 s", name, pl.Pred.Bytes, pl.Pred.Seconds)
 		}
 		// The first epoch fetches the cached samples raw.
-		if e0 := Predict(p, Resources{LinkBytesPerSec: 100, StorageCores: 1, ComputeCores: 1}, pl.Split, pl.Compress); e0.Bytes != 2300 {
-			t.Errorf("%s: epoch 0 sends %v B, want 2300", name, e0.Bytes)
+		if e0 := FirstEpoch(p, r, pl); e0.Pred.Bytes != 2300 || !slices.Equal(e0.Cached, pl.Cached) || !near(e0.Pred.Seconds, 23) {
+			t.Errorf("%s: epoch 0 sends %v B in %v s, want 2300 B, 23 s", name, e0.Pred.Bytes, e0.Pred.Seconds)
 		}
 	}
 	if b := CacheBound(p, r); b > 3+1e-9 || b < 2-1e-9 {
@@ -151,6 +151,22 @@ func checkCache(t *testing.T, p *profiler.Profile, r Resources) (opt, bound floa
 		}
 		if got := Predict(cacheplan.Rewrite(p, pl.Cached, k), r0, split, pl.Compress); !near(got.Seconds, pl.Pred.Seconds) {
 			t.Errorf("%s: Pred %v, Predict on its residency %v", pl.Policy, pl.Pred.Seconds, got.Seconds)
+		}
+	}
+	for _, pl := range All(p, r) {
+		// The first epoch fetches what it fills the cache with, and is no
+		// worse than the steady plan's splits.
+		f := FirstEpoch(p, r, pl)
+		if steady := Predict(p, r0, pl.Split, pl.Compress); f.Pred.Seconds > slack(steady.Seconds) {
+			t.Errorf("%s: first epoch %v > the steady splits' %v", pl.Policy, f.Pred.Seconds, steady.Seconds)
+		}
+		if got := Predict(p, r0, f.Split, f.Compress); !near(got.Seconds, f.Pred.Seconds) {
+			t.Errorf("%s: first epoch Pred %v, Predict %v", pl.Policy, f.Pred.Seconds, got.Seconds)
+		}
+		for i, c := range f.Cached {
+			if c && f.Split[i] != k {
+				t.Errorf("%s: first epoch fetches resident sample %d at %d, want %d", pl.Policy, i, f.Split[i], k)
+			}
 		}
 	}
 	opt = Optimal(p, r).Pred.Seconds

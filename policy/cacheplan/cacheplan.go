@@ -3,7 +3,9 @@
 // profile's samples are kept (the cache split, SplitOf), what a resident
 // sample costs (Entry, FinishNS), the profile in which resident samples
 // cost what reading them from the cache costs (Rewrite, which lets every
-// policy plan and predict with a cache unchanged), the fractional
+// policy plan and predict with a cache unchanged) and the one in which
+// they are fetched at the cache split, as the first epoch fetches them
+// (Pin), the fractional
 // knapsack of residency under a byte budget at given prices (Knapsack),
 // an LRU cache's steady-state hit ratio (LRUHitRatio) and budgets as
 // users write them (ParseBudget). Package policy chooses residency with
@@ -91,6 +93,29 @@ func Rewrite(p *profiler.Profile, cached []bool, k int) *profiler.Profile {
 		}
 		copy(r.OpNS[k:], s.OpNS[k:])
 		r.OpNS[n-1] += read
+		*s = r
+	}
+	return &q
+}
+
+// Pin returns p with every sample i where pinned[i] limited to split k:
+// every other split sends Unreachable bytes, and it has no compressed or
+// cut form. Planning on the result plans the other samples around those
+// fetched at k, as the first epoch fetches the samples it fills the cache
+// with. The other samples are p's (shared, not copied).
+func Pin(p *profiler.Profile, pinned []bool, k int) *profiler.Profile {
+	q := *p
+	q.Samples = slices.Clone(p.Samples)
+	for i := range q.Samples {
+		if i >= len(pinned) || !pinned[i] {
+			continue
+		}
+		s := &q.Samples[i]
+		r := profiler.SampleProfile{ID: s.ID, Raw: s.Raw, Bytes: make([]int64, len(s.Bytes)), OpNS: s.OpNS}
+		for j := range r.Bytes {
+			r.Bytes[j] = Unreachable
+		}
+		r.Bytes[k] = s.Bytes[k]
 		*s = r
 	}
 	return &q

@@ -126,3 +126,18 @@ func FuzzParseBudget(f *testing.F) {
 		}
 	})
 }
+
+// TestPin: a pinned sample keeps its size at the pinned split alone.
+func TestPin(t *testing.T) {
+	p := &profiler.Profile{Ops: []string{"decode", "random_resized_crop"}, Samples: []profiler.SampleProfile{
+		{ID: 7, Raw: 1000, Bytes: []int64{1000, 9000, 300}, OpNS: []int64{5e6, 1e6}, CutBytes: 400},
+		{ID: 8, Raw: 500, Bytes: []int64{500, 9000, 300}, OpNS: []int64{4e6, 1e6}},
+	}}
+	q := Pin(p, []bool{true, false}, 0)
+	if s := q.Samples[0]; !slices.Equal(s.Bytes, []int64{1000, Unreachable, Unreachable}) || s.HasCut() || !slices.Equal(s.OpNS, p.Samples[0].OpNS) {
+		t.Errorf("pinned sample: %+v", s)
+	}
+	if !slices.Equal(q.Samples[1].Bytes, p.Samples[1].Bytes) || p.Samples[0].Bytes[1] != 9000 {
+		t.Error("Pin changed p, or a sample not pinned")
+	}
+}

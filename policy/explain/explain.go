@@ -167,8 +167,8 @@ func writeLoads(w io.Writer, c policy.Cluster, shown *policy.Plan) error {
 }
 
 // cache writes the cache table of Single: per policy the samples
-// resident and their bytes, its predicted first epoch (resident samples
-// fetched at the cache split; lru's cold) and steady-state epoch, and
+// resident and their bytes, its predicted first epoch (policy.FirstEpoch:
+// resident samples fetched at the cache split; lru's cold) and steady-state epoch, and
 // both bounds.
 func cache(w io.Writer, p *profiler.Profile, r policy.Resources, plans []policy.Plan) error {
 	k := policy.CacheSplit(p)
@@ -187,7 +187,7 @@ func cache(w io.Writer, p *profiler.Profile, r policy.Resources, plans []policy.
 				b += cacheplan.Entry(&p.Samples[i], k)
 			}
 		}
-		e0 := policy.Predict(p, r0, pl.Split, pl.Compress).Seconds
+		e0 := policy.FirstEpoch(p, r, pl).Pred.Seconds
 		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.3f\t%.3f\t\n", pl.Policy, n, b/1e6, e0, pl.Pred.Seconds)
 	}
 	fmt.Fprintf(tw, "bound, cache\t\t\t\t%.3f\t\n", policy.CacheBound(p, r))
