@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"errors"
+	"fmt"
 	"math"
+	"slices"
 
 	"github.com/sophon-dl/sophon/policy/cacheplan"
 	"github.com/sophon-dl/sophon/policy/internal/dual"
@@ -130,32 +133,63 @@ func withCache(p *profiler.Profile, r Resources, plan func(*profiler.Profile, Re
 			continue
 		}
 		_, _, save, entry := cm.cacheDual(w, k, budget)
-		cached := cacheplan.Whole(save, entry, budget)
-		q := cacheplan.Rewrite(p, cached, k)
-		pl, moved := plan(q, r), false
-		for i, c := range cached {
-			if c && pl.Split[i] != 0 {
-				pl.Split[i], moved = 0, true // only where the link is free
-			}
+		pl, _ := resident(p, r, cacheplan.Whole(save, entry, budget), k, func(q *profiler.Profile, r Resources) (Plan, error) { return plan(q, r), nil })
+		if pl.Pred.Seconds < best.Pred.Seconds || pl.Pred.Seconds == best.Pred.Seconds && pl.Pred.Bytes < best.Pred.Bytes {
+			best = pl
 		}
-		if moved {
-			pl.Pred = Predict(q, r, pl.Split, pl.Compress)
-		}
-		if pl.Pred.Seconds > best.Pred.Seconds || pl.Pred.Seconds == best.Pred.Seconds && pl.Pred.Bytes >= best.Pred.Bytes {
-			continue
-		}
-		pl.Cached = cached
-		for i, c := range cached {
-			if c {
-				pl.Split[i] = k
-				if pl.Compress != nil {
-					pl.Compress[i] = false
-				}
-			}
-		}
-		best = pl
 	}
 	return best
+}
+
+// resident is plan (run without a cache) on p with the samples where
+// cached[i] resident at split k: a resident entry's Split is k (what the
+// first epoch fetches) and Pred the steady-state epoch.
+func resident(p *profiler.Profile, r Resources, cached []bool, k int, plan func(*profiler.Profile, Resources) (Plan, error)) (Plan, error) {
+	q := cacheplan.Rewrite(p, cached, k)
+	pl, err := plan(q, r)
+	if err != nil {
+		return Plan{}, err
+	}
+	moved := false
+	for i, c := range cached {
+		if c && pl.Split[i] != 0 {
+			pl.Split[i], moved = 0, true // only where the link is free
+		}
+	}
+	if moved {
+		pl.Pred = Predict(q, r, pl.Split, pl.Compress)
+	}
+	pl.Cached = cached
+	for i, c := range cached {
+		if c {
+			pl.Split[i] = k
+			if pl.Compress != nil {
+				pl.Compress[i] = false
+			}
+		}
+	}
+	return pl, nil
+}
+
+// ErrResidency is Resident's error for residency flags that do not match
+// the profile's samples.
+var ErrResidency = errors.New("policy: residency does not fit the profile")
+
+// Resident is the plan of the named single-node policy with the residency
+// fixed: the samples where cached[i] (indexed as p.Samples) resident at
+// the cache split, every other split re-solved around them, as a compute
+// agent re-plans between epochs without moving its cache's contents.
+// r.CacheBytes is ignored: the caller answers for the residency's size.
+func Resident(name string, p *profiler.Profile, r Resources, cached []bool) (Plan, error) {
+	r.CacheBytes = 0
+	e, ok := Lookup(name)
+	if !ok || e.Single == nil {
+		return Plan{}, fmt.Errorf("%w %q (one of %v)", ErrUnknownPolicy, name, Names)
+	}
+	if len(cached) != len(p.Samples) {
+		return Plan{}, fmt.Errorf("%w: %d residency flags for %d samples", ErrResidency, len(cached), len(p.Samples))
+	}
+	return resident(p, r, slices.Clone(cached), CacheSplit(p), e.Single)
 }
 
 // FirstEpoch is the plan of the first epoch of plan pl (one of withCache's,

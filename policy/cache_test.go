@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -48,6 +49,17 @@ func TestCacheSmallBeforeBig(t *testing.T) {
 		if e0 := FirstEpoch(p, r, pl); e0.Pred.Bytes != 2300 || !slices.Equal(e0.Cached, pl.Cached) || !near(e0.Pred.Seconds, 23) {
 			t.Errorf("%s: epoch 0 sends %v B in %v s, want 2300 B, 23 s", name, e0.Pred.Bytes, e0.Pred.Seconds)
 		}
+	}
+	// Re-planned with the residency fixed, the plan is the same.
+	opt := Optimal(p, r)
+	if again, err := Resident(NameOptimal, p, r, opt.Cached); err != nil || !reflect.DeepEqual(again, opt) {
+		t.Errorf("Resident: %+v, %v; want %+v", again, err, opt)
+	}
+	if _, err := Resident(NameOptimal, p, r, opt.Cached[1:]); !errors.Is(err, ErrResidency) {
+		t.Errorf("Resident, short residency: %v, want ErrResidency", err)
+	}
+	if _, err := Resident("greedy", p, r, opt.Cached); !errors.Is(err, ErrUnknownPolicy) {
+		t.Errorf("Resident, unknown policy: %v, want ErrUnknownPolicy", err)
 	}
 	if b := CacheBound(p, r); b > 3+1e-9 || b < 2-1e-9 {
 		t.Errorf("cache bound %v, want in [2, 3] (the relaxation caches a third of the big one)", b)
