@@ -193,11 +193,16 @@ func Resident(name string, p *profiler.Profile, r Resources, cached []bool) (Pla
 }
 
 // FirstEpoch is the plan of the first epoch of plan pl (one of withCache's,
-// made under r): its resident samples fetched at the cache split, which
-// fills the cache, and every other sample's split re-solved around them
-// by pl's policy (on cacheplan.Pin's profile). It is pl's own splits where
-// those predict no worse, and where nothing is resident (lru's first epoch
-// is its cold cache's). Its Pred is the first epoch's; its Cached is pl's.
+// made under r), the epoch that fills the cache. A random pipeline's
+// entries are the files themselves (cache split 0), so its resident
+// samples are fetched raw, and every other sample's split is re-solved
+// around them by pl's policy (on cacheplan.Pin's profile); a
+// deterministic pipeline's entries are finished outputs, which the
+// compute node makes from whatever split a sample arrives at, so its
+// first epoch is pl's policy without a cache. It is pl's own splits where
+// those predict no worse, and where nothing is resident (lru's first
+// epoch is its cold cache's). Its Pred is the first epoch's; its Cached
+// is pl's.
 func FirstEpoch(p *profiler.Profile, r Resources, pl Plan) Plan {
 	r.CacheBytes = 0
 	best := pl
@@ -206,10 +211,13 @@ func FirstEpoch(p *profiler.Profile, r Resources, pl Plan) Plan {
 	if pl.Cached == nil || !ok || e.Single == nil {
 		return best
 	}
-	k := CacheSplit(p)
-	if f, err := e.Single(cacheplan.Pin(p, pl.Cached, k), r); err == nil && f.Pred.Seconds < best.Pred.Seconds {
+	k, q := CacheSplit(p), p
+	if k == 0 {
+		q = cacheplan.Pin(p, pl.Cached, 0)
+	}
+	if f, err := e.Single(q, r); err == nil && f.Pred.Seconds < best.Pred.Seconds {
 		for i, c := range pl.Cached {
-			if c && f.Split[i] != k {
+			if c && k == 0 && f.Split[i] != 0 {
 				return best // only where the link is free
 			}
 		}

@@ -174,8 +174,11 @@ func cache(w io.Writer, p *profiler.Profile, r policy.Resources, plans []policy.
 	k := policy.CacheSplit(p)
 	r0 := r
 	r0.CacheBytes = 0
-	fmt.Fprintf(w, "\ncache: %.1f MB at split %d (%s); first epoch fetches resident samples at that split\n",
-		r.CacheBytes/1e6, k, map[bool]string{true: "the file", false: "the finished output"}[k == 0])
+	what := "the file; the first epoch fetches resident samples raw"
+	if k > 0 {
+		what = "the finished output; the first epoch makes it from whatever it fetches"
+	}
+	fmt.Fprintf(w, "\ncache: %.1f MB at split %d (%s)\n", r.CacheBytes/1e6, k, what)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "policy\tresident\tresident MB\tepoch 0 s\tepoch s\t\n")
 	for _, pl := range plans {

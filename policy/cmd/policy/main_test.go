@@ -87,7 +87,7 @@ func TestExplainCache(t *testing.T) {
 	inCache := false
 	for _, line := range strings.Split(out.String(), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 0 && f[0] == "cache:" && strings.Contains(line, "split 0 (the file)") {
+		if len(f) > 0 && f[0] == "cache:" && strings.Contains(line, "split 0 (the file;") {
 			inCache = true
 		}
 		if strings.HasPrefix(line, "samples per split") {
