@@ -128,12 +128,18 @@ func withCache(p *profiler.Profile, r Resources, plan func(*profiler.Profile, Re
 		ws = append(ws, make([]float64, cm.nres))
 		ws[len(ws)-1][id] = 1
 	}
+	var tried [][]bool
 	for _, w := range ws {
 		if w == nil {
 			continue
 		}
 		_, _, save, entry := cm.cacheDual(w, k, budget)
-		pl, _ := resident(p, r, cacheplan.Whole(save, entry, budget), k, func(q *profiler.Profile, r Resources) (Plan, error) { return plan(q, r), nil })
+		cached := cacheplan.Whole(save, entry, budget)
+		if slices.ContainsFunc(tried, func(c []bool) bool { return slices.Equal(c, cached) }) {
+			continue
+		}
+		tried = append(tried, cached)
+		pl, _ := resident(p, r, cached, k, func(q *profiler.Profile, r Resources) (Plan, error) { return plan(q, r), nil })
 		if pl.Pred.Seconds < best.Pred.Seconds || pl.Pred.Seconds == best.Pred.Seconds && pl.Pred.Bytes < best.Pred.Bytes {
 			best = pl
 		}
