@@ -108,7 +108,8 @@ func CacheBound(p *profiler.Profile, r Resources) float64 {
 // residency chosen jointly under r.CacheBytes: for each of a few weight
 // vectors (the cache bound's, then each limited resource alone) the
 // samples that save the most priced seconds per cached byte are made
-// resident (cacheplan.Whole), plan re-solves every split with them
+// resident (cacheplan.Whole; at the bound's weights also the knapsack's
+// other roundings, cacheplan.Alternatives), plan re-solves every split with them
 // resident (on cacheplan.Rewrite's profile), and the plan predicting the
 // shortest epoch is kept (ties to fewer link bytes), the plan without a
 // cache among them. A resident entry's Split is the cache split, what
@@ -134,14 +135,19 @@ func withCache(p *profiler.Profile, r Resources, plan func(*profiler.Profile, Re
 			continue
 		}
 		_, _, save, entry := cm.cacheDual(w, k, budget)
-		cached := cacheplan.Whole(save, entry, budget)
-		if slices.ContainsFunc(tried, func(c []bool) bool { return slices.Equal(c, cached) }) {
-			continue
+		sets := [][]bool{cacheplan.Whole(save, entry, budget)}
+		if len(tried) == 0 {
+			sets = append(sets, cacheplan.Alternatives(save, entry, budget)...)
 		}
-		tried = append(tried, cached)
-		pl, _ := resident(p, r, cached, k, func(q *profiler.Profile, r Resources) (Plan, error) { return plan(q, r), nil })
-		if pl.Pred.Seconds < best.Pred.Seconds || pl.Pred.Seconds == best.Pred.Seconds && pl.Pred.Bytes < best.Pred.Bytes {
-			best = pl
+		for _, cached := range sets {
+			if slices.ContainsFunc(tried, func(c []bool) bool { return slices.Equal(c, cached) }) {
+				continue
+			}
+			tried = append(tried, cached)
+			pl, _ := resident(p, r, cached, k, func(q *profiler.Profile, r Resources) (Plan, error) { return plan(q, r), nil })
+			if pl.Pred.Seconds < best.Pred.Seconds || pl.Pred.Seconds == best.Pred.Seconds && pl.Pred.Bytes < best.Pred.Bytes {
+				best = pl
+			}
 		}
 	}
 	return best

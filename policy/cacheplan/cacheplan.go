@@ -98,6 +98,14 @@ func Rewrite(p *profiler.Profile, cached []bool, k int) *profiler.Profile {
 	return &q
 }
 
+// density is item i's saving per byte (+Inf for an empty entry).
+func density(save, entry []float64, i int) float64 {
+	if entry[i] <= 0 {
+		return math.Inf(1)
+	}
+	return save[i] / entry[i]
+}
+
 // Pin returns p with every sample i where pinned[i] limited to split k:
 // every other split sends Unreachable bytes, and it has no compressed or
 // cut form. Planning on the result plans the other samples around those
@@ -138,14 +146,8 @@ func Knapsack(save, entry []float64, budget float64) []float64 {
 			idx = append(idx, i)
 		}
 	}
-	density := func(i int) float64 {
-		if entry[i] <= 0 {
-			return math.Inf(1)
-		}
-		return save[i] / entry[i]
-	}
 	slices.SortStableFunc(idx, func(a, b int) int {
-		da, db := density(a), density(b)
+		da, db := density(save, entry, a), density(save, entry, b)
 		switch {
 		case da > db:
 			return -1
@@ -173,19 +175,53 @@ func Knapsack(save, entry []float64, budget float64) []float64 {
 func Whole(save, entry []float64, budget float64) []bool {
 	take := Knapsack(save, entry, budget)
 	in := make([]bool, len(take))
+	for i, t := range take {
+		in[i] = t == 1
+	}
+	return fill(in, save, entry, budget)
+}
+
+// Alternatives are the knapsack's two other roundings, each taken whole
+// first and then filled as Whole fills (nil where there is none): the item
+// Knapsack takes in part, and the item of the largest saving that fits
+// alone. With Whole they make the classic greedy that is never worse than
+// half the best whole residency at the same prices; which is best for the
+// epoch only a plan can tell.
+func Alternatives(save, entry []float64, budget float64) [][]bool {
+	var out [][]bool
+	frac, single := -1, -1
+	for i, t := range Knapsack(save, entry, budget) {
+		if t > 0 && t < 1 {
+			frac = i
+		}
+		if save[i] > 0 && entry[i] <= budget && (single < 0 || save[i] > save[single]) {
+			single = i
+		}
+	}
+	for _, i := range []int{frac, single} {
+		if i >= 0 && entry[i] <= budget {
+			in := make([]bool, len(save))
+			in[i] = true
+			out = append(out, fill(in, save, entry, budget))
+		}
+	}
+	return out
+}
+
+// fill adds to in, by decreasing saving per byte, every item with a
+// positive saving that still fits whole beside those in it.
+func fill(in []bool, save, entry []float64, budget float64) []bool {
 	left := max(budget, 0)
 	var rest []int
-	for i, t := range take {
-		if t == 1 {
-			in[i] = true
+	for i := range in {
+		if in[i] {
 			left -= entry[i]
 		} else if save[i] > 0 {
 			rest = append(rest, i)
 		}
 	}
 	slices.SortStableFunc(rest, func(a, b int) int {
-		// NB: entry > 0 here: a zero entry always fits whole.
-		da, db := save[a]/entry[a], save[b]/entry[b]
+		da, db := density(save, entry, a), density(save, entry, b)
 		switch {
 		case da > db:
 			return -1

@@ -141,3 +141,27 @@ func TestPin(t *testing.T) {
 		t.Error("Pin changed p, or a sample not pinned")
 	}
 }
+
+// TestAlternatives: the item taken in part and the best single item, each
+// first and then filled by saving per byte.
+func TestAlternatives(t *testing.T) {
+	save, entry := []float64{1, 1, 30}, []float64{1, 1, 9}
+	// Savings per byte 1, 1, 3.3: item 2 first, then item 0 fits, 1 does not.
+	if got, want := Whole(save, entry, 10), []bool{true, false, true}; !slices.Equal(got, want) {
+		t.Fatalf("Whole: got %v, want %v", got, want)
+	}
+	save, entry = []float64{2, 2, 9}, []float64{1, 1, 9}
+	// Density: 0, 1 (2/B) then 2 (1/B) in part: Whole takes 0 and 1; the
+	// alternatives take 2 (the item in part, and the best single) then
+	// what fits: nothing.
+	if got, want := Whole(save, entry, 9), []bool{true, true, false}; !slices.Equal(got, want) {
+		t.Fatalf("Whole: got %v, want %v", got, want)
+	}
+	alt := Alternatives(save, entry, 9)
+	if len(alt) != 2 || !slices.Equal(alt[0], []bool{false, false, true}) || !slices.Equal(alt[1], alt[0]) {
+		t.Errorf("Alternatives: got %v, want [[false false true] [false false true]]", alt)
+	}
+	if alt := Alternatives([]float64{1}, []float64{5}, 4); alt != nil {
+		t.Errorf("nothing fits: got %v, want nil", alt)
+	}
+}
