@@ -109,11 +109,11 @@ func CacheBound(p *profiler.Profile, r Resources) float64 {
 // vectors (the cache bound's, then each limited resource alone) the
 // samples that save the most priced seconds per cached byte are made
 // resident (cacheplan.Whole; at the bound's weights also the knapsack's
-// other roundings, cacheplan.Alternatives), plan re-solves every split with them
-// resident (on cacheplan.Rewrite's profile), and the plan predicting the
-// shortest epoch is kept (ties to fewer link bytes), the plan without a
-// cache among them. A resident entry's Split is the cache split, what
-// the first epoch fetches.
+// other roundings, cacheplan.Alternatives), plan re-solves every split
+// with them resident (on cacheplan.Rewrite's profile), and the plan
+// predicting the shortest epoch is kept (ties to fewer link bytes), the
+// plan without a cache among them. A resident entry's Split is the cache
+// split, what the first epoch fetches.
 func withCache(p *profiler.Profile, r Resources, plan func(*profiler.Profile, Resources) Plan) Plan {
 	budget := r.CacheBytes
 	r.CacheBytes = 0
