@@ -30,6 +30,7 @@ FUZZ_TARGETS := \
 	FuzzLoadProfile:./profiler/ \
 	FuzzLayoutFromRanges:./internal/placement/ \
 	FuzzParse:./policy/hardware/ \
+	FuzzParseBudget:./policy/cacheplan/ \
 	FuzzParseID:./testbed/fileserve/
 DEMO_DIR ?= $(CURDIR)/.demo
 # The demo's default: a link slow enough to be the bottleneck on 2 cores.

@@ -320,17 +320,8 @@ func (cm *cmodel) solvePlain(dims [3]int32) *lpSolution {
 	rep, opt := make([]int16, n), make([]uint8, n)
 	pt := make([]ptot, cm.ns*cm.nc)
 	l := make([]float64, cm.nres)
-	weights := func(w3 [3]float64) []float64 {
-		w := make([]float64, cm.nres)
-		for d, id := range dims {
-			if id >= 0 {
-				w[id] = w3[d]
-			}
-		}
-		return w
-	}
 	r := dual.Simplex3(func(w3 [3]float64) (float64, [3]float64) {
-		pr := cm.pricesAt(weights(w3))
+		pr := cm.pricesAt(cm.weights3(dims, w3))
 		g := cm.lagrangian(&pr, rep, opt, pt)
 		cm.loads(pt, l)
 		var v [3]float64
@@ -343,9 +334,20 @@ func (cm *cmodel) solvePlain(dims [3]int32) *lpSolution {
 	}, cm.pass.lpTol, plainIters)
 	sol := &lpSolution{Solution: dual.Solution{Lower: r.Lower, Upper: r.Upper, Iters: r.Iters}}
 	if r.Found {
-		sol.W = weights(r.W)
+		sol.W = cm.weights3(dims, r.W)
 	}
 	return sol
+}
+
+// weights3 is the model's weights of the point w3 of plainDims' simplex.
+func (cm *cmodel) weights3(dims [3]int32, w3 [3]float64) []float64 {
+	w := make([]float64, cm.nres)
+	for d, id := range dims {
+		if id >= 0 {
+			w[id] = w3[d]
+		}
+	}
+	return w
 }
 
 // refine splits every bucket by the column (replica and option) its

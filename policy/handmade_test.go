@@ -1,10 +1,8 @@
 package policy
 
 import (
-	"bytes"
 	"math"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/sophon-dl/sophon/profiler"
@@ -146,37 +144,6 @@ func TestPredict(t *testing.T) {
 	got = Predict(p, Resources{}, []int{9}, nil)
 	if got.Seconds != 0 || got.Bytes != 600 {
 		t.Errorf("unlimited: got %+v, want 0 s and 600 B", got)
-	}
-}
-
-func TestExplain(t *testing.T) {
-	p, r := twoSamples()
-	var buf bytes.Buffer
-	if err := Explain(&buf, p, r); err != nil {
-		t.Fatal(err)
-	}
-	out := buf.String()
-	for _, s := range []string{"nooff", "alloff", "resizeoff", "fastflow", "sophon", "optimal", "bound", "2.600", "storage-cpu",
-		"cut", "samples per split", "1 decode, 2 random_resized_crop"} {
-		if !strings.Contains(out, s) {
-			t.Errorf("explain output lacks %q:\n%s", s, out)
-		}
-	}
-	// With the cut, optimal's row says one sample is cut, and the
-	// histogram puts it there.
-	pc, rc := cutPair()
-	buf.Reset()
-	if err := Explain(&buf, pc, rc); err != nil {
-		t.Fatal(err)
-	}
-	var optRows []string
-	for _, line := range strings.Split(buf.String(), "\n") {
-		if f := strings.Fields(line); len(f) > 0 && f[0] == NameOptimal {
-			optRows = append(optRows, strings.Join(f, " "))
-		}
-	}
-	if want := []string{"optimal 5.000 0.0 0.5 0.5 link 1", "optimal 1 0 0 1 0"}; !slices.Equal(optRows, want) {
-		t.Errorf("optimal's rows: got %q, want %q\n%s", optRows, want, buf.String())
 	}
 }
 

@@ -78,6 +78,8 @@ var Registry = []Policy{
 	{Name: NameRoundRobin, Cluster: ClusterRoundRobin},
 	{Name: NameSOPHON, Single: single(SOPHON), Cluster: ClusterSOPHON},
 	{Name: NameOptimal, Single: single(Optimal), Cluster: ClusterOptimal},
+	{Name: NameLRU, Single: single(LRU),
+		Static: func(*ops.Pipeline) (int, error) { return 0, nil }},
 }
 
 // names lists the registry's policies that have a form.

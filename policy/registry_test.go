@@ -35,7 +35,7 @@ func TestByName(t *testing.T) {
 // TestRegistry: Names and ClusterNames are the registry's forms, every
 // cluster policy plans a cluster and a name without a form is refused.
 func TestRegistry(t *testing.T) {
-	if !slices.Equal(Names, []string{NameNoOff, NameAllOff, NameResizeOff, NameFastFlow, NameSOPHON, NameOptimal}) ||
+	if !slices.Equal(Names, []string{NameNoOff, NameAllOff, NameResizeOff, NameFastFlow, NameSOPHON, NameOptimal, NameLRU}) ||
 		!slices.Equal(ClusterNames, []string{NameNoOff, NameRoundRobin, NameSOPHON, NameOptimal}) {
 		t.Fatalf("Names %v, ClusterNames %v", Names, ClusterNames)
 	}
@@ -71,7 +71,7 @@ func TestStaticPlan(t *testing.T) {
 		name string
 		ok   bool
 		k    int
-	}{{NameNoOff, true, 0}, {NameAllOff, true, p.Len()}, {NameResizeOff, true, crop},
+	}{{NameNoOff, true, 0}, {NameAllOff, true, p.Len()}, {NameResizeOff, true, crop}, {NameLRU, true, 0},
 		{NameSOPHON, false, 0}, {NameOptimal, false, 0}, {"plan.json", false, 0}} {
 		plan, ok, err := StaticPlan(c.name, p)
 		if ok != c.ok || err != nil {

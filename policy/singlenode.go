@@ -140,8 +140,13 @@ func (cm *cmodel) fastFlow() Plan {
 // reach link time is undone when it raises max(link, storage) above what it
 // was before the pick, so that SOPHON never predicts worse than NoOff (one
 // expensive sample can otherwise overshoot on small profiles).
+//
+// With r.CacheBytes, residency is chosen jointly with the splits
+// (withCache).
 func SOPHON(p *profiler.Profile, r Resources) Plan {
-	return singlePlan(singleModel(p, r, false).sophon())
+	return withCache(p, r, func(p *profiler.Profile, r Resources) Plan {
+		return singlePlan(singleModel(p, r, false).sophon())
+	})
 }
 
 // Optimal minimises the predicted epoch time over per-sample splits and
@@ -150,8 +155,11 @@ func SOPHON(p *profiler.Profile, r Resources) Plan {
 // It is ClusterOptimal on SingleNode(r), compared with every single-node
 // baseline (NoOff, AllOff, FastFlow, SOPHON, ResizeOff where the pipeline
 // has a crop op) rather than the cluster's, so it never predicts worse
-// than any of them.
-func Optimal(p *profiler.Profile, r Resources) Plan {
+// than any of them. With r.CacheBytes, residency is chosen jointly with
+// the splits (withCache).
+func Optimal(p *profiler.Profile, r Resources) Plan { return withCache(p, r, optimal) }
+
+func optimal(p *profiler.Profile, r Resources) Plan {
 	cm := singleModel(p, r, true)
 	bases := []Plan{cm.noOff(), cm.uniform(NameAllOff, cm.m.n), cm.fastFlow(), cm.sophon()}
 	if k := CropSplit(p); k >= 0 {

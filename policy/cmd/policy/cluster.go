@@ -10,6 +10,7 @@ import (
 
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/policy/clustertest"
+	"github.com/sophon-dl/sophon/policy/explain"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -21,6 +22,9 @@ var resourceFlags = []string{"link-mbit", "storage-cores", "compute-cores", "gpu
 func (o *options) clusterOnly(fs *flag.FlagSet) error {
 	var err error
 	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "cache-bytes" && err == nil {
+			err = errors.New("--cache-bytes does not apply with --cluster: cluster plans have no cache yet")
+		}
 		for _, name := range resourceFlags {
 			if f.Name == name && err == nil {
 				err = fmt.Errorf("--%s does not apply with --cluster: the cluster file gives every node's resources", name)
@@ -75,7 +79,7 @@ func explainCluster(o *options, p *profiler.Profile, out, errOut io.Writer) int 
 	fmt.Fprintf(out, "profile: %d samples, pipeline %s, %d ops\n", len(p.Samples), p.Pipeline, p.N())
 	fmt.Fprintf(out, "cluster: %d storage nodes, %d compute nodes, %d ranks, %d capped links, shared uplink %.0f B/s (0 = unlimited); %d replicas per sample, %d distinct replica sets\n\n",
 		len(c.Storage), len(c.Compute), c.Ranks(), len(c.Links), c.SharedUplinkBytesPerSec, r, len(pl.Sets))
-	if err := policy.ExplainCluster(out, p, c, pl, o.detail); err != nil {
+	if err := explain.Cluster(out, p, c, pl, o.detail); err != nil {
 		fmt.Fprintln(errOut, "policy:", err)
 		if errors.Is(err, policy.ErrUnknownPolicy) {
 			return 2

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sophon-dl/sophon/policy"
+	"github.com/sophon-dl/sophon/policy/explain"
 	"github.com/sophon-dl/sophon/policy/policytest"
 )
 
@@ -51,13 +52,13 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-// TestGoldenLibrary pins policy.Explain and policy.ExplainCluster with
+// TestGoldenLibrary pins explain.Single and explain.Cluster with
 // what the command's flags cannot set: the transport cost per byte.
 func TestGoldenLibrary(t *testing.T) {
 	p := policytest.WithCut(policytest.Synthetic("openimages-like", 1200, 9), 9)
 	r := policy.Resources{LinkBytesPerSec: 50e6, StorageCores: 1.5, ComputeCores: 6, GPUSamplesPerSec: 900, StorageSpeed: 0.9, StorageNSPerByte: 5}
 	var out bytes.Buffer
-	if err := policy.Explain(&out, p, r); err != nil {
+	if err := explain.Single(&out, p, r); err != nil {
 		t.Fatal(err)
 	}
 	out.WriteString("\n--- the same resources as a one-node cluster ---\n\n")
@@ -66,7 +67,7 @@ func TestGoldenLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := policy.ExplainCluster(&out, p, c, pl, ""); err != nil {
+	if err := explain.Cluster(&out, p, c, pl, ""); err != nil {
 		t.Fatal(err)
 	}
 	checkGolden(t, "library-transport", out.Bytes())

@@ -16,6 +16,8 @@ import (
 
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
+	"github.com/sophon-dl/sophon/policy/cacheplan"
+	"github.com/sophon-dl/sophon/policy/explain"
 	"github.com/sophon-dl/sophon/policy/policytest"
 	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/profiler/estimate"
@@ -25,7 +27,7 @@ const usage = `policy: compare offloading policies on a profile.
 
 Usage:
   policy explain (--profile FILE | --synthetic KIND:N | --estimate DIR) [--cut=false]
-                 [resources]
+                 [resources] [--cache-bytes N|P%]
   policy explain --cluster FILE (--profile FILE | --synthetic KIND:N | --estimate DIR)
                  [--cut=false] [--replicas R|all] [--seed S] [--policy NAME]
   policy scale [flags]    (policy scale --help lists them)
@@ -48,6 +50,15 @@ the second how many samples each policy puts at each split. Only optimal
 uses the cut, and only where the profile measured it (pipelines that start
 with decode, random_resized_crop); synthetic profiles have it unless
 --cut=false, which also drops it from a profile FILE, to compare.
+
+With --cache-bytes, the compute node has a cache of that many bytes (or
+that share of the dataset's bytes): optimal and sophon choose which
+samples stay resident there jointly with every other sample's split
+(the file for a random pipeline, the finished output for a deterministic
+one, fixed across epochs), lru is the baseline of an LRU cache of the
+same size under a random order, and a table gives each policy's resident
+samples, its first epoch (which fetches them) and its steady-state epoch,
+beside the bound with and without the cache.
 
 With --cluster, the resources come from a cluster description (YAML:
 storage and compute nodes with their cores and rates, optional per-link
@@ -120,16 +131,26 @@ func run(args []string, out, errOut io.Writer) int {
 		GPUSamplesPerSec: o.gpuRate,
 		StorageSpeed:     o.storageSpeed,
 	}
-	cuts := 0
+	cuts, total := 0, 0.0
 	for i := range p.Samples {
 		if p.Samples[i].HasCut() {
 			cuts++
+		}
+		total += float64(p.Samples[i].Bytes[0])
+	}
+	if o.cacheBytes != "" {
+		if r.CacheBytes, err = cacheplan.ParseBudget(o.cacheBytes, total); err != nil {
+			fmt.Fprintln(errOut, "policy: --cache-bytes:", err)
+			return 2
 		}
 	}
 	fmt.Fprintf(out, "profile: %d samples, pipeline %s, %d ops, %d samples with a JPEG cut\n", len(p.Samples), p.Pipeline, p.N(), cuts)
 	fmt.Fprintf(out, "resources: link %.0f Mbit/s, storage %.2f cores (speed %.2fx), compute %.2f cores, GPU %.0f samples/s (0 = unlimited)\n\n",
 		o.linkMbit, o.storageCores, max(o.storageSpeed, 0), o.computeCores, o.gpuRate)
-	if err := policy.Explain(out, p, r); err != nil {
+	if r.CacheBytes > 0 {
+		fmt.Fprintf(out, "cache: %.1f MB, %.1f%% of the dataset's %.1f MB\n\n", r.CacheBytes/1e6, 100*r.CacheBytes/max(total, 1), total/1e6)
+	}
+	if err := explain.Single(out, p, r); err != nil {
 		fmt.Fprintln(errOut, "policy:", err)
 		return 1
 	}
@@ -143,7 +164,7 @@ type options struct {
 	calibrate                                                   int
 	cut                                                         bool
 	linkMbit, storageCores, computeCores, gpuRate, storageSpeed float64
-	clusterPath, detail                                         string
+	clusterPath, detail, cacheBytes                             string
 	replicas                                                    replicas
 	errOut                                                      io.Writer
 }
@@ -165,6 +186,7 @@ func newFlags(errOut io.Writer, o *options) *flag.FlagSet {
 	fs.Float64Var(&o.computeCores, "compute-cores", 0, "compute-node cores for preprocessing (0 = unlimited)")
 	fs.Float64Var(&o.gpuRate, "gpu-rate", 0, "samples/s the GPU consumes (0 = unlimited)")
 	fs.Float64Var(&o.storageSpeed, "storage-speed", 1, "storage CPU speed relative to the compute node's")
+	fs.StringVar(&o.cacheBytes, "cache-bytes", "", "the compute node's cache budget: `N` bytes (64MiB, 2GB) or a percentage of the dataset's bytes (25%); explain then shows each policy's residency, its first and steady-state epochs and the bound with the cache")
 	fs.StringVar(&o.clusterPath, "cluster", "", "plan for the cluster this YAML `file` describes instead of one link (refuses the resource flags)")
 	o.replicas = 2
 	fs.Var(&o.replicas, "replicas", "with --cluster: replicas per sample (at most the storage nodes), placed by rendezvous hashing with --seed; `all` puts every sample on every node, in the file's order, as a compute agent over replicated data plans")

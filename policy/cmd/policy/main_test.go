@@ -63,11 +63,68 @@ func TestExplainErrors(t *testing.T) {
 		{"explain", "--estimate", t.TempDir()},
 		{"explain", "--estimate", t.TempDir(), "--synthetic", "openimages-like:5"},
 		{"explain", "--estimate", t.TempDir(), "--pipeline", "no-such-preset"},
+		{"explain", "--synthetic", "openimages-like:5", "--cache-bytes", "120%"},
+		{"explain", "--synthetic", "openimages-like:5", "--cache-bytes", "lots"},
+		{"explain", "--synthetic", "openimages-like:5", "--cache-bytes", "1MB", "--cluster", "testdata/cluster.yaml"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(args, &out, &errOut); code == 0 {
 			t.Errorf("%v: exit 0, want an error", args)
 		}
+	}
+}
+
+// TestExplainCache: --cache-bytes adds lru and the cache table, optimal
+// keeps samples resident, and its steady-state epoch is below nooff's and
+// at least the bound with the cache.
+func TestExplainCache(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run([]string{"explain", "--synthetic", "openimages-like:300", "--link-mbit", "100", "--storage-cores", "1", "--cache-bytes", "25%"}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	rows := map[string][]string{}
+	inCache := false
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == "cache:" && strings.Contains(line, "split 0 (the file;") {
+			inCache = true
+		}
+		if strings.HasPrefix(line, "samples per split") {
+			break
+		}
+		switch {
+		case inCache && len(f) == 3 && f[0] == "bound,":
+			rows["bound "+f[1]] = []string{f[0], "", "", "", f[2]}
+		case inCache && len(f) >= 5:
+			rows[f[0]] = f
+		}
+	}
+	for _, want := range []string{"25.0% of the dataset", "lru", "resident"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	num := func(name string, col int) float64 {
+		f := rows[name]
+		if len(f) <= col {
+			t.Fatalf("no cache row %q:\n%s", name, out.String())
+		}
+		x, err := strconv.ParseFloat(f[col], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	// Columns: policy, resident, resident MB, epoch 0 s, epoch s.
+	if num("optimal", 1) == 0 || num("nooff", 1) != 0 || num("lru", 1) != 0 {
+		t.Errorf("resident: optimal %v, nooff %v, lru %v; want optimal > 0, the others 0\n%s", num("optimal", 1), num("nooff", 1), num("lru", 1), out.String())
+	}
+	if opt, no, lru := num("optimal", 4), num("nooff", 4), num("lru", 4); !(opt < lru && lru < no) {
+		t.Errorf("epochs: optimal %v, lru %v, nooff %v: want optimal < lru < nooff\n%s", opt, lru, no, out.String())
+	}
+	if b, b0, opt := num("bound cache", 4), num("bound none", 4), num("optimal", 4); !(b <= opt && b < b0) {
+		t.Errorf("bounds: with the cache %v, without %v, optimal %v: want the cache's below both\n%s", b, b0, opt, out.String())
 	}
 }
 

@@ -1,0 +1,278 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/sophon-dl/sophon/policy/cacheplan"
+	"github.com/sophon-dl/sophon/policy/internal/dual"
+	"github.com/sophon-dl/sophon/profiler"
+)
+
+// The compute node's cache (Resources.CacheBytes, Plan.Cached) in the
+// single-node model: a resident sample is kept at the pipeline's cache
+// split k (cacheplan.SplitOf: the file for a random pipeline, the finished
+// output for a deterministic one), takes its size there of the budget,
+// and costs no payload, no storage CPU and cacheplan.FinishNS compute ns
+// per steady-state epoch; the first epoch fetches it at k. Residency is
+// fixed across epochs. Cluster plans have no cache yet.
+
+// NameLRU names the LRU baseline.
+const NameLRU = "lru"
+
+// CacheSplit is profile p's cache split (cacheplan.SplitOf its op names).
+func CacheSplit(p *profiler.Profile) int { return cacheplan.SplitOf(p.Ops) }
+
+// cacheDual is the single-node Lagrangian with the cache at weights w: each
+// sample at its cheapest fetched option, then the residency knapsack
+// (cacheplan.Knapsack) of what staying resident at split k saves at w,
+// under budget bytes. It returns the dual value, the loads of that
+// (fractional in at most one sample) plan, and each sample's saving and
+// entry bytes. The capacity's price is the knapsack's last saving per
+// byte, at which its plan meets the budget exactly, so the value is the
+// weighted sum of its loads: a cut as dual.Simplex3 needs.
+func (cm *cmodel) cacheDual(w []float64, k int, budget float64) (float64, ptot, []float64, []float64) {
+	m, p := cm.m, cm.m.p
+	pr := cm.pricesAt(w)
+	a, be, ga := pr.alpha[0], pr.beta[0], pr.gamma[0]
+	n := len(p.Samples)
+	buf, best := make([]raw, m.nopt()), make([]raw, n)
+	cost, save, entry := make([]float64, n), make([]float64, n), make([]float64, n)
+	for i := range p.Samples {
+		s := &p.Samples[i]
+		m.options(s, buf)
+		cost[i] = math.Inf(1)
+		for _, q := range buf {
+			if v := a*q[0] + be*q[1] + ga*q[2]; v < cost[i] {
+				cost[i], best[i] = v, q
+			}
+		}
+		entry[i] = cacheplan.Entry(s, k)
+		save[i] = cost[i] - ga*cacheplan.FinishNS(s, k)
+	}
+	var g float64
+	var t ptot
+	for i, f := range cacheplan.Knapsack(save, entry, budget) {
+		q := best[i]
+		g += cost[i] - f*save[i]
+		t.b += (1 - f) * q[0]
+		t.s += (1 - f) * q[1]
+		t.p += (1-f)*q[2] + f*cacheplan.FinishNS(&p.Samples[i], k)
+		t.n++
+	}
+	return g, t, save, entry
+}
+
+// cacheBound is the single-node bound with the cache: dual.Simplex3 over
+// cacheDual, as solvePlain searches without it, and the weights found
+// (nil when no resource but the GPU is limited).
+func (cm *cmodel) cacheBound(k int, budget float64) (float64, []float64) {
+	dims, ok := cm.plainDims()
+	if !ok {
+		return cm.gpuMax, nil
+	}
+	l := make([]float64, cm.nres)
+	r := dual.Simplex3(func(w3 [3]float64) (float64, [3]float64) {
+		g, t, _, _ := cm.cacheDual(cm.weights3(dims, w3), k, budget)
+		cm.loads([]ptot{t}, l)
+		var v [3]float64
+		for d, id := range dims {
+			if id >= 0 {
+				v[d] = l[id]
+			}
+		}
+		return g, v
+	}, cm.pass.lpTol, plainIters)
+	if !r.Found {
+		return cm.gpuMax, nil
+	}
+	return max(r.Lower, cm.gpuMax), cm.weights3(dims, r.W)
+}
+
+// CacheBound is Bound with r's cache: a lower bound on the predicted
+// steady-state epoch of every plan, resident samples (at most
+// r.CacheBytes of them at the cache split) included. The capacity is
+// dualised with a price per cached byte, chosen per weights as the
+// fractional knapsack's (see docs/policy.md). Without a cache it is Bound.
+func CacheBound(p *profiler.Profile, r Resources) float64 {
+	if r.CacheBytes <= 0 {
+		return Bound(p, r)
+	}
+	b, _ := singleModel(p, r, true).cacheBound(CacheSplit(p), r.CacheBytes)
+	return b
+}
+
+// withCache is plan (a single-node policy run without a cache) with
+// residency chosen jointly under r.CacheBytes: for each of a few weight
+// vectors (the cache bound's, then each limited resource alone) the
+// samples that save the most priced seconds per cached byte are made
+// resident (cacheplan.Whole; at the bound's weights also the knapsack's
+// other roundings, cacheplan.Alternatives), plan re-solves every split
+// with them resident (on cacheplan.Rewrite's profile), and the plan
+// predicting the shortest epoch is kept (ties to fewer link bytes), the
+// plan without a cache among them. A resident entry's Split is the cache
+// split, what the first epoch fetches.
+func withCache(p *profiler.Profile, r Resources, plan func(*profiler.Profile, Resources) Plan) Plan {
+	budget := r.CacheBytes
+	r.CacheBytes = 0
+	best := plan(p, r)
+	if budget <= 0 || p.N() == 0 {
+		return best
+	}
+	k := CacheSplit(p)
+	cm := singleModel(p, r, true)
+	_, wb := cm.cacheBound(k, budget)
+	ws := [][]float64{wb}
+	for id := range cm.nres {
+		ws = append(ws, make([]float64, cm.nres))
+		ws[len(ws)-1][id] = 1
+	}
+	var tried [][]bool
+	for _, w := range ws {
+		if w == nil {
+			continue
+		}
+		_, _, save, entry := cm.cacheDual(w, k, budget)
+		sets := [][]bool{cacheplan.Whole(save, entry, budget)}
+		if len(tried) == 0 {
+			sets = append(sets, cacheplan.Alternatives(save, entry, budget)...)
+		}
+		for _, cached := range sets {
+			if slices.ContainsFunc(tried, func(c []bool) bool { return slices.Equal(c, cached) }) {
+				continue
+			}
+			tried = append(tried, cached)
+			pl, _ := resident(p, r, cached, k, func(q *profiler.Profile, r Resources) (Plan, error) { return plan(q, r), nil })
+			if pl.Pred.Seconds < best.Pred.Seconds || pl.Pred.Seconds == best.Pred.Seconds && pl.Pred.Bytes < best.Pred.Bytes {
+				best = pl
+			}
+		}
+	}
+	return best
+}
+
+// resident is plan (run without a cache) on p with the samples where
+// cached[i] resident at split k: a resident entry's Split is k (what the
+// first epoch fetches) and Pred the steady-state epoch.
+func resident(p *profiler.Profile, r Resources, cached []bool, k int, plan func(*profiler.Profile, Resources) (Plan, error)) (Plan, error) {
+	q := cacheplan.Rewrite(p, cached, k)
+	pl, err := plan(q, r)
+	if err != nil {
+		return Plan{}, err
+	}
+	moved := false
+	for i, c := range cached {
+		if c && pl.Split[i] != 0 {
+			pl.Split[i], moved = 0, true // only where the link is free
+		}
+	}
+	if moved {
+		pl.Pred = Predict(q, r, pl.Split, pl.Compress)
+	}
+	pl.Cached = cached
+	for i, c := range cached {
+		if c {
+			pl.Split[i] = k
+			if pl.Compress != nil {
+				pl.Compress[i] = false
+			}
+		}
+	}
+	return pl, nil
+}
+
+// ErrResidency is Resident's error for residency flags that do not match
+// the profile's samples.
+var ErrResidency = errors.New("policy: residency does not fit the profile")
+
+// Resident is the plan of the named single-node policy with the residency
+// fixed: the samples where cached[i] (indexed as p.Samples) resident at
+// the cache split, every other split re-solved around them, as a compute
+// agent re-plans between epochs without moving its cache's contents.
+// r.CacheBytes is ignored: the caller answers for the residency's size.
+func Resident(name string, p *profiler.Profile, r Resources, cached []bool) (Plan, error) {
+	r.CacheBytes = 0
+	e, ok := Lookup(name)
+	if !ok || e.Single == nil {
+		return Plan{}, fmt.Errorf("%w %q (one of %v)", ErrUnknownPolicy, name, Names)
+	}
+	if len(cached) != len(p.Samples) {
+		return Plan{}, fmt.Errorf("%w: %d residency flags for %d samples", ErrResidency, len(cached), len(p.Samples))
+	}
+	return resident(p, r, slices.Clone(cached), CacheSplit(p), e.Single)
+}
+
+// FirstEpoch is the plan of the first epoch of plan pl (one of withCache's,
+// made under r), the epoch that fills the cache. A random pipeline's
+// entries are the files themselves (cache split 0), so its resident
+// samples are fetched raw, and every other sample's split is re-solved
+// around them by pl's policy (on cacheplan.Pin's profile); a
+// deterministic pipeline's entries are finished outputs, which the
+// compute node makes from whatever split a sample arrives at, so its
+// first epoch is pl's policy without a cache. It is pl's own splits where
+// those predict no worse, and where nothing is resident (lru's first
+// epoch is its cold cache's). Its Pred is the first epoch's; its Cached
+// is pl's.
+func FirstEpoch(p *profiler.Profile, r Resources, pl Plan) Plan {
+	r.CacheBytes = 0
+	best := pl
+	best.Pred = Predict(p, r, pl.Split, pl.Compress)
+	e, ok := Lookup(pl.Policy)
+	if pl.Cached == nil || !ok || e.Single == nil {
+		return best
+	}
+	k, q := CacheSplit(p), p
+	if k == 0 {
+		q = cacheplan.Pin(p, pl.Cached, 0)
+	}
+	if f, err := e.Single(q, r); err == nil && f.Pred.Seconds < best.Pred.Seconds {
+		for i, c := range pl.Cached {
+			if c && k == 0 && f.Split[i] != 0 {
+				return best // only where the link is free
+			}
+		}
+		f.Cached = pl.Cached
+		best = f
+	}
+	return best
+}
+
+// LRU is the baseline a local file cache gives: NoOff's splits, and an LRU
+// cache of r.CacheBytes at the cache split, which a random order every
+// epoch turns into a random subset: each sample is a hit with
+// probability cacheplan.LRUHitRatio of the budget and the entries'
+// bytes. Its Pred is the expected steady-state epoch (a hit costs what a
+// resident sample does); its Cached is nil, since no residency is
+// planned.
+func LRU(p *profiler.Profile, r Resources) Plan {
+	budget := r.CacheBytes
+	r.CacheBytes = 0
+	pl := NoOff(p, r)
+	pl.Policy = NameLRU
+	k := CacheSplit(p)
+	var total, finish float64
+	for i := range p.Samples {
+		total += cacheplan.Entry(&p.Samples[i], k)
+		finish += cacheplan.FinishNS(&p.Samples[i], k)
+	}
+	h := cacheplan.LRUHitRatio(budget, total)
+	pr := &pl.Pred
+	pr.Bytes, pr.LinkSeconds = pr.Bytes*(1-h), pr.LinkSeconds*(1-h)
+	pr.StorageCPUSeconds, pr.StorageSeconds = pr.StorageCPUSeconds*(1-h), pr.StorageSeconds*(1-h)
+	pr.ComputeCPUSeconds = pr.ComputeCPUSeconds*(1-h) + h*finish*1e-9
+	if r.ComputeCores > 0 {
+		pr.ComputeSeconds = pr.ComputeCPUSeconds / r.ComputeCores
+	}
+	pr.Seconds, pr.Bottleneck = -1, ""
+	for _, t := range []struct {
+		s    float64
+		name string
+	}{{pr.LinkSeconds, Link}, {pr.StorageSeconds, StorageCPU}, {pr.ComputeSeconds, ComputeCPU}, {pr.GPUSeconds, GPU}} {
+		if t.s > pr.Seconds {
+			pr.Seconds, pr.Bottleneck = t.s, t.name
+		}
+	}
+	return pl
+}
