@@ -3,6 +3,7 @@ package deploy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -161,7 +162,31 @@ MinJobAge=300
 func startSlurm(t *testing.T, dir string, nodes int) *slurmCluster {
 	t.Helper()
 	c := &slurmCluster{dir: dir, conf: filepath.Join(dir, "slurm.conf")}
-	t.Cleanup(c.stop)
+	t.Cleanup(func() {
+		// After a failure a job may still run: cancel it, stop the
+		// daemons, and kill what is left of the test.
+		if len(c.procs) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			cmd := exec.CommandContext(ctx, "scancel", "--partition=sophon")
+			cmd.Env, cmd.Dir = c.env, c.dir
+			_ = cmd.Run()
+			cancel()
+			// slurmd reaps the job's slurmstepd once it ends; stopped
+			// before, the step would be orphaned.
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				out, err := c.command("squeue", "--noheader").Output()
+				if err != nil || len(bytes.TrimSpace(out)) == 0 {
+					break
+				}
+			}
+		}
+		c.stop()
+		for _, l := range leftovers(dir) {
+			if pid, err := strconv.Atoi(strings.Fields(l)[0]); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
 	for _, d := range []string{"munge", "state", "spool", "log"} {
 		mustMkdir(t, filepath.Join(dir, d), 0o755)
 	}
