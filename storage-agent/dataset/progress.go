@@ -12,10 +12,11 @@ import (
 // OpenOptions.Progress is zero.
 const DefaultProgress = 5 * time.Second
 
-// progress logs the progress of one phase of indexing (hashing the samples
-// a dataset's index file lacks, for example) every interval while the phase
-// runs: files and bytes done of the total, files/s, bytes/s and an ETA. A
-// phase shorter than one interval logs nothing. Workers call add from any
+// progress logs the progress of one phase of indexing (listing a folder's
+// files, hashing the samples the index file lacks) every interval while the
+// phase runs: files and bytes done (of the total, when known), files/s,
+// bytes/s and, with a total, an ETA. A phase shorter than one interval logs
+// nothing. Workers call add from any
 // goroutine; the reporting goroutine is the progress's own and end waits
 // for it.
 type progress struct {
@@ -77,10 +78,11 @@ func (p *progress) end() {
 func (p *progress) report(now time.Time) {
 	p.lines++
 	r := rates(p.files.Load(), p.bytes.Load(), p.totalFiles, p.totalBytes, now.Sub(p.start))
-	ev := p.log.Info().Str("phase", p.phase).
-		Int64("files", r.files).Int64("files_total", p.totalFiles).
-		Int64("bytes", r.bytes).Int64("bytes_total", p.totalBytes).
-		Float64("files_per_s", round1(r.filesPerS)).Float64("bytes_per_s", round1(r.bytesPerS)).
+	ev := p.log.Info().Str("phase", p.phase).Int64("files", r.files).Int64("bytes", r.bytes)
+	if p.totalFiles > 0 {
+		ev = ev.Int64("files_total", p.totalFiles).Int64("bytes_total", p.totalBytes)
+	}
+	ev = ev.Float64("files_per_s", round1(r.filesPerS)).Float64("bytes_per_s", round1(r.bytesPerS)).
 		Str("elapsed", r.elapsed.Round(time.Second).String())
 	if r.eta >= 0 {
 		ev = ev.Str("eta", r.eta.Round(time.Second).String())

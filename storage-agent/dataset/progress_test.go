@@ -43,7 +43,7 @@ func TestRates(t *testing.T) {
 // last line with everything done; with a negative interval, none.
 func TestIndexProgress(t *testing.T) {
 	dir := t.TempDir()
-	const files, size = 2000, 16 << 10
+	const files, size = 1000, 16 << 10
 	buf := make([]byte, size)
 	for i := range files {
 		buf[0], buf[1] = byte(i), byte(i>>8)
@@ -69,12 +69,22 @@ func TestIndexProgress(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("log line %q: %v", l, err)
 		}
-		if m["message"] == "indexing progress" {
+		if m["message"] != "indexing progress" {
+			continue
+		}
+		switch m["phase"] {
+		case "hashing":
 			lines = append(lines, m)
+		case "listing": // may be too quick to log; its total is unknown
+			if _, ok := m["eta"]; ok || m["files"] == nil || m["files_per_s"] == nil || m["files_total"] != nil {
+				t.Errorf("listing line %v: want files and rates, no total and no eta", m)
+			}
+		default:
+			t.Errorf("progress line of phase %v", m["phase"])
 		}
 	}
 	if len(lines) < 2 {
-		t.Fatalf("%d progress lines, want at least 2 (one while hashing, the last one); log:\n%s", len(lines), out.String())
+		t.Fatalf("%d hashing progress lines, want at least 2 (one while hashing, the last one); log:\n%s", len(lines), out.String())
 	}
 	first, last := lines[0], lines[len(lines)-1]
 	for _, k := range []string{"files", "files_total", "bytes", "bytes_total", "files_per_s", "bytes_per_s", "elapsed", "phase"} {
