@@ -104,9 +104,10 @@ type OpenOptions struct {
 	// skipped; a manifest sample without its file is missing: listed and
 	// counted, never served (ErrNotStored).
 	Manifest *Manifest
-	// Progress is how often hashing logs its progress to Logger (files/s,
-	// bytes/s and an ETA, see progress.go) while it runs. Zero means
-	// DefaultProgress (5 s); negative never.
+	// Progress is how often listing a folder and hashing log their
+	// progress to Logger (files/s, bytes/s and, for hashing, an ETA; see
+	// progress.go) while they run. Zero means DefaultProgress (5 s);
+	// negative never.
 	Progress time.Duration
 
 	// noHeaders skips reading JPEG headers (every sample's is unknown): the
