@@ -395,7 +395,11 @@ func TestSlurmCluster(t *testing.T) {
 	}
 	// NB: the daemons' paths and munge's socket must stay short (a Unix
 	// socket path has at most 107 bytes).
-	dir, err := os.MkdirTemp("", "sophon-slurm-")
+	tmp := os.TempDir()
+	if len(tmp) > 40 {
+		tmp = "/tmp"
+	}
+	dir, err := os.MkdirTemp(tmp, "sophon-slurm-")
 	if err != nil {
 		t.Fatal(err)
 	}
