@@ -2,8 +2,9 @@
 // values file: the storage agents as a DaemonSet on labelled storage nodes,
 // and a training Job whose pods run the compute agent as a native sidecar
 // beside the trainer. deploy/render is its command; docs/deploy.md says how
-// to use them. The container build files (deploy/docker) and the Slurm
-// batch template (deploy/slurm) live beside it and are checked by its tests.
+// to use them. The container build files (deploy/docker), the Slurm batch
+// template (deploy/slurm) and the Grafana dashboard (deploy/grafana) live
+// beside it and are checked by its tests.
 package deploy
 
 import (

@@ -30,9 +30,13 @@ func (ix *indexer) indexFolders(ents []fs.DirEntry) {
 			}
 		}
 	}
+	// Listing a large folder (a stat per file) takes a while too; its
+	// total is unknown, so its progress has no ETA.
+	prog := startProgress(ix.opts.Logger, "listing", ix.opts.Progress, 0, 0)
+	defer prog.end()
 	for label, class := range d.classes {
 		var files []sample
-		ix.walk(class, uint32(label), &files)
+		ix.walk(class, uint32(label), &files, prog)
 		slices.SortFunc(files, func(a, b sample) int { return strings.Compare(a.rel, b.rel) })
 		d.samples = append(d.samples, files...)
 		d.classes[label] = DisplayName(class)
@@ -41,7 +45,7 @@ func (ix *indexer) indexFolders(ents []fs.DirEntry) {
 
 // walk adds the JPEGs below dir. It descends into real folders only, so a
 // symlink cannot make it loop.
-func (ix *indexer) walk(dir string, label uint32, files *[]sample) {
+func (ix *indexer) walk(dir string, label uint32, files *[]sample, prog *progress) {
 	ents, err := readDir(ix.d.root, dir)
 	if err != nil {
 		ix.skipErr(dir, err)
@@ -51,7 +55,7 @@ func (ix *indexer) walk(dir string, label uint32, files *[]sample) {
 		rel := dir + "/" + e.Name()
 		switch {
 		case e.IsDir():
-			ix.walk(rel, label, files)
+			ix.walk(rel, label, files, prog)
 		case !isJPEGName(e.Name()):
 		default:
 			fi, err := ix.d.root.Stat(rel) // follows a symlink that stays inside
@@ -64,6 +68,7 @@ func (ix *indexer) walk(dir string, label uint32, files *[]sample) {
 				continue
 			}
 			*files = append(*files, sample{rel: rel, shard: -1, size: fi.Size(), label: label, id: idOf(fi), mtime: mtimeOf(fi)})
+			prog.add(fi.Size())
 		}
 	}
 }

@@ -104,6 +104,11 @@ type OpenOptions struct {
 	// skipped; a manifest sample without its file is missing: listed and
 	// counted, never served (ErrNotStored).
 	Manifest *Manifest
+	// Progress is how often listing a folder and hashing log their
+	// progress to Logger (files/s, bytes/s and, for hashing, an ETA; see
+	// progress.go) while they run. Zero means DefaultProgress (5 s);
+	// negative never.
+	Progress time.Duration
 
 	// noHeaders skips reading JPEG headers (every sample's is unknown): the
 	// baseline of BenchmarkIndexHeaders.
@@ -347,6 +352,15 @@ func (ix *indexer) readAll(todo, hdrTodo []int) []error {
 		i    int
 		hash bool
 	}
+	var total int64
+	for _, i := range todo {
+		total += d.samples[i].size
+	}
+	for _, i := range hdrTodo {
+		total += min(d.samples[i].size, MaxHeaderPrefix)
+	}
+	prog := startProgress(ix.opts.Logger, "hashing", ix.opts.Progress, int64(len(todo)+len(hdrTodo)), total)
+	defer prog.end()
 	next := make(chan job)
 	var wg sync.WaitGroup
 	for range min(workers, len(todo)+len(hdrTodo)) {
@@ -356,8 +370,10 @@ func (ix *indexer) readAll(todo, hdrTodo []int) []error {
 				s := &d.samples[j.i]
 				if j.hash {
 					errs[j.i] = d.hashSample(s, buf, !ix.opts.noHeaders)
+					prog.add(s.size)
 				} else {
 					s.hdr = d.headerSample(s, buf)
+					prog.add(min(s.size, MaxHeaderPrefix))
 				}
 			}
 		})
