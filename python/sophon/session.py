@@ -243,7 +243,10 @@ class Session:
                                 f"want epoch {self.epoch} batch {self._next}")
         if ready.slot >= welcome.slots:
             raise ProtocolError(f"READY for slot {ready.slot} of {welcome.slots}")
-        if not 1 <= ready.rows <= welcome.batch_size:
+        # 0 rows: every sample of the batch failed under the agent's
+        # --on-error skip. It still counts, so every rank sees
+        # batches_per_epoch batches (a DDP loop's collectives stay paired).
+        if not 0 <= ready.rows <= welcome.batch_size:
             raise ProtocolError(f"READY with {ready.rows} rows, batch size {welcome.batch_size}")
         batch = self._views(ready, wait_ns)
         self._held[ready.slot] = batch
@@ -270,7 +273,7 @@ class Session:
                                     f"overruns the slot's {welcome.slot_bytes} bytes")
             views.append(np.frombuffer(self.ring, kind, ready.rows * per_row, base + offset))
         images, labels, ids, positions = views
-        if int(positions.max()) >= welcome.positions_per_epoch:
+        if ready.rows and int(positions.max()) >= welcome.positions_per_epoch:
             raise ProtocolError(f"slot {ready.slot}: position {int(positions.max())} "
                                 f"outside the epoch's {welcome.positions_per_epoch}")
         images = images.reshape((ready.rows,) + welcome.row_shape)

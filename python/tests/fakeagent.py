@@ -52,8 +52,11 @@ class FakeAgent:
 
     def __init__(self, path, samples=10, batch_size=4, shape=(8, 12), dtype="uint8",
                  slots=2, strict_order=True, drop_last=False, to_tensor=True, normalize=IMAGENET,
-                 welcome=None, hello_error=None, script=None, tamper=None):
+                 welcome=None, hello_error=None, script=None, tamper=None, failed_batches=()):
         self.path = path
+        # Batches whose every sample failed (the agent's --on-error skip):
+        # served with no rows.
+        self.failed_batches = set(failed_batches)
         self.samples, self.batch_size, self.shape = samples, batch_size, tuple(shape)
         self.dtype, self.slots = dtype, slots
         self.strict_order, self.drop_last = strict_order, drop_last
@@ -286,6 +289,8 @@ class FakeAgent:
             if not go_on or not self._read_while_serving(client, block=True):
                 return False
             slot = client.free.pop(0)
+            if index in self.failed_batches:
+                rows = []
             self._fill(client.ring, slot, epoch, index, rows)
             if self.tamper:
                 self.tamper(client.ring, slot * self.offsets()[-1], epoch, index)
@@ -327,7 +332,8 @@ class FakeAgent:
         base = slot * slot_bytes
         n = len(rows)
         samples = [s for _, s in rows]
-        images = np.stack([self.image(s) for s in samples])
+        images = (np.stack([self.image(s) for s in samples]) if samples
+                  else np.zeros((0, *self.shape, 3), np.uint8))
         if self.dtype == "float32":
             images = reference_float(images, self.normalize)
         dtype_code, layout_code = (1, 1) if self.dtype == "uint8" else (2, 2)

@@ -242,6 +242,25 @@ class BatchTest(AgentTest):
         self.assertEqual(len(list(loader)), 2)
 
 
+class EmptyBatchTest(AgentTest):
+    def test_every_sample_failed(self):
+        """A batch whose every sample failed (--on-error skip) comes with no
+        rows and still counts: the loop sees len(loader) batches."""
+        for dtype in ("uint8", "float32"):
+            with self.subTest(dtype=dtype):
+                if os.path.exists(self.path):
+                    os.unlink(self.path)
+                agent = self.agent(samples=10, batch_size=4, dtype=dtype, failed_batches={1})
+                loader = self.loader()
+                got = [(images.shape, labels.shape) for images, labels in loader]
+                self.assertEqual(len(got), len(loader))
+                self.assertEqual([s[0][0] for s in got], [4, 0, 2])
+                self.assertEqual(got[1][0][1:], got[0][0][1:])
+                self.assertEqual(got[1][1], (0,))
+                loader.close()
+                agent.stop()
+
+
 class CopyTest(AgentTest):
 
     def test_copy_releases_at_once_and_owns_its_tensors(self):
