@@ -21,6 +21,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/cli"
 	"github.com/sophon-dl/sophon/internal/oplimits"
+	"github.com/sophon-dl/sophon/storage-agent/dataset/s3src"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
 
@@ -95,6 +96,9 @@ type settings struct {
 	Manifest          string        `yaml:"manifest"`
 	Egress            rate          `yaml:"egress"`
 	SendBuffer        int           `yaml:"send-buffer"`
+	S3MaxObjects      int           `yaml:"s3-max-objects"`
+	S3Addressing      string        `yaml:"s3-addressing"`
+	S3Retries         int           `yaml:"s3-retries"`
 }
 
 func defaults() settings {
@@ -114,6 +118,8 @@ func defaults() settings {
 		ShardSize:      c.ShardSize,
 		Manifest:       c.Manifest,
 		SendBuffer:     c.SendBuffer,
+		S3MaxObjects:   s3src.DefaultMaxObjects,
+		S3Retries:      s3src.DefaultMaxRetries,
 	}
 }
 
@@ -125,7 +131,10 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	s.Common.Register(fs, cli.StorageRole)
-	fs.StringVar(&s.Data, "data", s.Data, "dataset `directory` (ImageFolder or *.tar shards); required")
+	fs.StringVar(&s.Data, "data", s.Data, "dataset `directory`, or s3://BUCKET/PREFIX of an S3-compatible object store (ImageFolder or *.tar shards); required")
+	fs.IntVar(&s.S3MaxObjects, "s3-max-objects", s.S3MaxObjects, "with an s3:// --data, the most `objects` the listing may return; more refuses the dataset")
+	fs.StringVar(&s.S3Addressing, "s3-addressing", s.S3Addressing, "with an s3:// --data: path, virtual or auto `style` (default: path with AWS_ENDPOINT_URL, auto for Amazon S3)")
+	fs.IntVar(&s.S3Retries, "s3-retries", s.S3Retries, "with an s3:// --data, the `tries` of one request on throttling (503 SlowDown, 429) and 5xx, with exponential back-off and full jitter")
 	fs.BoolVar(&s.Strict, "strict", s.Strict, "refuse to start on any bad entry in the dataset (dangling or escaping symlink, unreadable file, damaged shard, duplicate key); default: skip, log and count them")
 	fs.StringVar(&s.Index, "index", s.Index, "content-hash index `file`, so restarts hash only what changed; - for none (default: DIR/.sophon-index when writable, else the user cache dir)")
 	fs.StringVar(&s.Listen, "listen", s.Listen, "gRPC listen `address` (default "+storageagent.DefaultListen+", every interface; with --insecure "+storageagent.InsecureListen+", loopback only, unless this names an address)")
@@ -188,6 +197,7 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c.Manifest = s.Manifest
 	c.Egress = uint64(s.Egress)
 	c.SendBuffer = s.SendBuffer
+	c.S3 = s3src.Config{MaxObjects: s.S3MaxObjects, Addressing: s.S3Addressing, MaxRetries: s.S3Retries}
 	c.Version = version
 	c.Logger = log
 	return c
