@@ -159,8 +159,13 @@ type windowReader struct {
 }
 
 func (w *windowReader) ReadAt(p []byte, off int64) (int, error) {
-	if off >= w.off && off+int64(len(p)) <= w.off+int64(len(w.buf)) {
-		return copy(p, w.buf[off-w.off:]), nil
+	end := min(off+int64(len(p)), w.size) // a read past the end is cut short
+	if off >= w.off && off < end && end <= w.off+int64(len(w.buf)) {
+		n := copy(p, w.buf[off-w.off:end-w.off])
+		if n < len(p) {
+			return n, io.EOF
+		}
+		return n, nil
 	}
 	if int64(len(p)) > windowSize || off >= w.size {
 		return w.r.ReadAt(p, off)

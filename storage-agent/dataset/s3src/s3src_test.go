@@ -280,11 +280,11 @@ func TestThrottled(t *testing.T) {
 	}
 }
 
-// TestListMany lists and indexes SOPHON_S3_MANY (default 2,000; make
+// TestListMany lists and indexes SOPHON_S3_MANY (default 1,000; make
 // s3-many runs 10,000) small objects in pages of 1,000, and refuses more
 // than MaxObjects.
 func TestListMany(t *testing.T) {
-	n := 2000
+	n := 1000
 	if v := os.Getenv("SOPHON_S3_MANY"); v != "" {
 		var err error
 		n, err = strconv.Atoi(v)
@@ -331,5 +331,66 @@ func TestParseURL(t *testing.T) {
 		if _, _, err := s3src.ParseURL(bad); !errors.Is(err, s3src.ErrURL) {
 			t.Errorf("ParseURL(%q): %v, want ErrURL", bad, err)
 		}
+	}
+}
+
+// TestIndexFile: the index file spares a reopen from hashing again while
+// the objects keep their key, size and ETag, and a replaced object is
+// hashed again.
+func TestIndexFile(t *testing.T) {
+	e := newBucketEnv(t)
+	for i, name := range []string{"a/x.jpg", "a/y.jpg", "b/z.jpg"} {
+		e.put(t, "i/"+name, datasettest.JPEG(t, uint64(i+1)))
+	}
+	index := filepath.Join(t.TempDir(), "bucket.idx")
+	open := func() dataset.IndexStats {
+		d, err := s3src.OpenDataset(context.Background(), "s3://"+bucket+"/i", e.config(), dataset.OpenOptions{Index: index})
+		datasettest.Must(t, err)
+		defer d.Close()
+		return d.Stats()
+	}
+	if st := open(); st.Hashed != 3 || st.Reused != 0 {
+		t.Fatalf("first open: hashed %d, reused %d; want 3, 0", st.Hashed, st.Reused)
+	}
+	if st := open(); st.Hashed != 0 || st.Reused != 3 || st.IndexFile != index {
+		t.Fatalf("second open: hashed %d, reused %d (index %s); want 0, 3 (%s)", st.Hashed, st.Reused, st.IndexFile, index)
+	}
+	e.put(t, "i/a/y.jpg", datasettest.JPEG(t, 9))
+	if st := open(); st.Hashed != 1 || st.Reused != 2 {
+		t.Fatalf("after a replacement: hashed %d, reused %d; want 1, 2", st.Hashed, st.Reused)
+	}
+}
+
+// TestManifestOverBuckets: a manifest written from the whole dataset
+// serves a bucket holding part of it (sharded placement over buckets):
+// the manifest's catalog and fingerprint, the shards it lacks missing.
+func TestManifestOverBuckets(t *testing.T) {
+	e := newBucketEnv(t)
+	whole := datasettest.TarShards(t)
+	full, err := dataset.OpenWith(whole, dataset.OpenOptions{Index: "-"})
+	datasettest.Must(t, err)
+	man := full.Manifest()
+	fp := full.Fingerprint()
+	full.Close()
+	part := e.dir("part")
+	datasettest.Must(t, os.MkdirAll(part, 0o755))
+	for _, s := range []string{"shard-1.tar", "shard-3.tar"} {
+		b, err := os.ReadFile(filepath.Join(whole, s))
+		datasettest.Must(t, err)
+		e.put(t, "part/"+s, b)
+	}
+	d, err := s3src.OpenDataset(context.Background(), "s3://"+bucket+"/part", e.config(), dataset.OpenOptions{Index: "-", Manifest: man})
+	datasettest.Must(t, err)
+	defer d.Close()
+	l, err := d.Layout(0)
+	datasettest.Must(t, err)
+	if d.Fingerprint() != fp || fmt.Sprint(d.MissingShards(l)) != "[0 2]" {
+		t.Fatalf("fingerprint %s (want %s), missing shards %v (want [0 2])", d.Fingerprint(), fp, d.MissingShards(l))
+	}
+	if _, err := d.Read(0); !errors.Is(err, dataset.ErrNotStored) {
+		t.Fatalf("sample of a missing shard: %v, want ErrNotStored", err)
+	}
+	if _, err := d.Read(3); err != nil {
+		t.Fatal(err)
 	}
 }
