@@ -28,7 +28,7 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-const usageHead = `Usage: storage-agent --data DIR (--tls-cert F --tls-key F --tls-ca F | --insecure) [flags]
+const usageHead = `Usage: storage-agent --data DIR|s3://BUCKET/PREFIX (--tls-cert F --tls-key F --tls-ca F | --insecure) [flags]
        storage-agent certs --out DIR [--cluster NAME] [--storage NAMES] [--compute NAMES] [--hosts HOSTS] [--days N]
        storage-agent manifest --data DIR --out FILE
        storage-agent place --manifest FILE --members NAMES [--replicas R] [--shard-size N] [--member NAME]
@@ -37,6 +37,14 @@ Serves the dataset in DIR (an ImageFolder: one folder per class; or
 WebDataset-style *.tar shards) to compute agents over gRPC, running the
 requested prefix ops[0:k] of each sample's pipeline within a CPU budget, and
 announces itself to the cluster through memberlist gossip.
+
+Object stores: --data s3://BUCKET/PREFIX serves the same layouts from an
+S3-compatible store (keys CLASS/NAME.jpg, or *.tar objects read by ranged
+GETs). Credentials, region and server follow the AWS conventions:
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, else
+~/.aws/credentials with AWS_PROFILE, else the instance's role; AWS_REGION;
+AWS_ENDPOINT_URL (path-style requests to it). The credentials need
+s3:ListBucket and s3:GetObject only (docs/deploy.md, "Object stores").
 
 Secure by default: gRPC is mutual TLS 1.3 and only compute agents whose
 certificate (signed by --tls-ca) names them sophon://CLUSTER/compute/NAME

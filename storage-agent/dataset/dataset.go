@@ -175,7 +175,8 @@ func (d *Dataset) MissingShards(l placement.Layout) []int {
 	return out
 }
 
-// Dir is the directory the dataset was opened from.
+// Dir is the directory the dataset was opened from, or its store's name
+// (s3://BUCKET/PREFIX).
 func (d *Dataset) Dir() string { return d.dir }
 
 // Len is the number of samples.
