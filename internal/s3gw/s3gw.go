@@ -94,12 +94,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	region := c.Region
-	if region == "" {
-		region = "us-east-1"
-	}
-	args := append(append([]string{}, c.Wrap...), bin, "--access", c.Access, "--secret", c.Secret, "--region", region,
-		"--port", addr, "--quiet", "posix", c.Root)
+	args := append(append(append([]string{}, c.Wrap...), bin), Args(c.Root, addr, c.Access, c.Secret, c.Region)...)
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = c.Log, c.Log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -113,6 +108,15 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// Args are the server's arguments: the POSIX gateway over root, listening
+// on addr, with the root account's keys; an empty region is us-east-1.
+func Args(root, addr, access, secret, region string) []string {
+	if region == "" {
+		region = "us-east-1"
+	}
+	return []string{"--access", access, "--secret", secret, "--region", region, "--port", addr, "--quiet", "posix", root}
 }
 
 // wait polls addr until it accepts a connection, the server exits, or 20 s

@@ -64,6 +64,10 @@ func OpenStore(st Store, opts OpenOptions) (*Dataset, error) {
 	return d, nil
 }
 
+// Remote says whether the dataset is read from an object store (each read
+// a network round trip) rather than a directory.
+func (d *Dataset) Remote() bool { return d.store != nil }
+
 // etagID is the 64-bit identity of an ETag that a sample's fileID keeps
 // (in its inode) and the index file records.
 func etagID(etag string) uint64 {

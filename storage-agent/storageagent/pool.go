@@ -40,6 +40,19 @@ import (
 // minSleep is the smallest throttle sleep; shorter debts carry over.
 const minSleep = time.Millisecond
 
+// ioPoolSize is poolSize for a dataset in an object store (see
+// dataset.Dataset.Remote): twice the workers, each with half the share, so
+// that one worker computes while another waits for its sample's ranged GET
+// (a network round trip, where a local file is a page-cache copy). The
+// budget is the same: the workers' shares add up to cpus, and a worker
+// blocked on the network is charged nothing (its thread's CPU clock stands
+// still).
+func ioPoolSize(cpus float64) (workers int, share float64) {
+	w, _ := poolSize(cpus)
+	workers = 2 * w
+	return workers, min(1, cpus/float64(workers))
+}
+
 // poolSize returns the worker count for a CPU budget and each worker's
 // share of a core.
 func poolSize(cpus float64) (workers int, share float64) {
