@@ -444,10 +444,6 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 		return nil, err
 	}
 	logIndexed(cfg.Logger, a.ds)
-	if a.ds.Remote() {
-		workers, share = ioPoolSize(cfg.CPUs)
-		a.workers = workers
-	}
 	if a.srv, err = newServer(a.ds, cfg, workers, share, a.peer); err != nil {
 		a.ds.Close()
 		return nil, err
@@ -491,8 +487,7 @@ func (a *Agent) serverOptions() ([]grpc.ServerOption, error) {
 	return opts, nil
 }
 
-// Workers is the number of budgeted workers: the ceil of the CPU budget,
-// twice that for a dataset in an object store (see ioPoolSize).
+// Workers is the number of budgeted workers (ceil of the CPU budget).
 func (a *Agent) Workers() int { return a.workers }
 
 // checkIdentity checks that the agent's own certificate names a storage

@@ -40,19 +40,6 @@ import (
 // minSleep is the smallest throttle sleep; shorter debts carry over.
 const minSleep = time.Millisecond
 
-// ioPoolSize is poolSize for a dataset in an object store (see
-// dataset.Dataset.Remote): twice the workers, each with half the share, so
-// that one worker computes while another waits for its sample's ranged GET
-// (a network round trip, where a local file is a page-cache copy). The
-// budget is the same: the workers' shares add up to cpus, and a worker
-// blocked on the network is charged nothing (its thread's CPU clock stands
-// still).
-func ioPoolSize(cpus float64) (workers int, share float64) {
-	w, _ := poolSize(cpus)
-	workers = 2 * w
-	return workers, min(1, cpus/float64(workers))
-}
-
 // poolSize returns the worker count for a CPU budget and each worker's
 // share of a core.
 func poolSize(cpus float64) (workers int, share float64) {
@@ -156,15 +143,22 @@ func (s *server) worker(ctx context.Context, i int) {
 	defer runtime.UnlockOSThread()
 	t := throttle{share: s.share}
 	var late time.Duration // the last sleep's overrun, charged to the next job
+	var ahead *job         // taken from the queue, its sample being read ahead
 	for {
-		j := s.queue.next()
-		if j == nil {
-			return
+		j := ahead
+		if ahead = nil; j == nil {
+			if j = s.queue.next(); j == nil {
+				return
+			}
+		}
+		if s.remote {
+			ahead = s.readNext()
 		}
 		t0 := time.Now()
 		s.busy.since[i].Store(t0.UnixNano())
 		busy := s.handle(j, late)
 		s.busy.since[i].Store(0)
+		j.waitRead()
 		late = t.after(ctx, busy, time.Since(t0))
 	}
 }
