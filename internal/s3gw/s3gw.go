@@ -14,10 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
-
-	"github.com/sophon-dl/sophon/internal/testenv"
 )
 
 // Binary is the server's command; Package and Version what installs it.
@@ -166,20 +163,4 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
-}
-
-// StartTest starts a server over root for a test, stopped at its end. It
-// skips the test visibly when versitygw is missing, and fails it under
-// CI=true.
-func StartTest(tb testing.TB, root, access, secret string) *Server {
-	tb.Helper()
-	if _, err := Find(); err != nil {
-		testenv.Require(tb, "%v", err)
-	}
-	s, err := Start(context.Background(), Config{Root: root, Access: access, Secret: secret})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(s.Close)
-	return s
 }

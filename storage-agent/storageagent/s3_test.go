@@ -9,7 +9,7 @@ import (
 
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"github.com/sophon-dl/sophon/internal/s3gw"
+	"github.com/sophon-dl/sophon/internal/s3gw/s3gwtest"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
 	"github.com/sophon-dl/sophon/storage-agent/dataset/s3src"
@@ -31,7 +31,7 @@ func TestServeFromBucket(t *testing.T) {
 			}
 			dir := filepath.Join(root, "data", "ds")
 			datasettest.Must(t, os.Rename(src, dir))
-			srv := s3gw.StartTest(t, root, "sa-test", "sa-test-secret")
+			srv := s3gwtest.Start(t, root, "sa-test", "sa-test-secret")
 
 			fromDir := testConfig(t)
 			fromDir.Data, fromDir.Index = dir, "-"

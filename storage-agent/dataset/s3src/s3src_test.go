@@ -24,6 +24,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/sophon-dl/sophon/internal/s3gw"
+	"github.com/sophon-dl/sophon/internal/s3gw/s3gwtest"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
 	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
 	"github.com/sophon-dl/sophon/storage-agent/dataset/s3src"
@@ -47,7 +48,7 @@ func newBucketEnv(t testing.TB) *bucketEnv {
 	t.Helper()
 	root := t.TempDir()
 	datasettest.Must(t, os.MkdirAll(filepath.Join(root, bucket), 0o755))
-	return &bucketEnv{root: root, srv: s3gw.StartTest(t, root, access, secret)}
+	return &bucketEnv{root: root, srv: s3gwtest.Start(t, root, access, secret)}
 }
 
 // dir is the folder of s3://data/prefix.
