@@ -37,7 +37,7 @@ func TestServeFromBucket(t *testing.T) {
 			fromDir.Data, fromDir.Index = dir, "-"
 			fromBucket := testConfig(t)
 			fromBucket.Data, fromBucket.Index = "s3://data/ds", "-"
-			fromBucket.S3 = s3src.Config{Endpoint: srv.URL, Creds: credentials.NewStaticV4("sa-test", "sa-test-secret", "")}
+			fromBucket.S3 = s3src.Config{Endpoint: srv.URL, Region: "us-east-1", Creds: credentials.NewStaticV4("sa-test", "sa-test-secret", "")}
 			a, b := startAgent(t, fromDir), startAgent(t, fromBucket)
 			ia, err := a.client.Info(context.Background(), &dataplanepb.InfoRequest{})
 			datasettest.Must(t, err)

@@ -249,7 +249,9 @@ func (s *Store) List(ctx context.Context) ([]dataset.Object, error) {
 
 // ReadAt reads len(p) bytes of o at off with one ranged GET conditional
 // on o's ETag (If-Match): another ETag fails with dataset.ErrChanged. A
-// read past o's end is cut short with io.EOF.
+// read past o's end is cut short with io.EOF. A body cut short (a reset
+// connection) is read again, up to bodyTries times in all; the request
+// itself is retried by the client (Config.MaxRetries).
 func (s *Store) ReadAt(o dataset.Object, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("s3src: %s: negative offset %d", dataset.DisplayName(o.Key), off)
@@ -261,20 +263,15 @@ func (s *Store) ReadAt(o dataset.Object, p []byte, off int64) (int, error) {
 	if want == 0 {
 		return 0, nil
 	}
-	ctx, cancel := s.reqCtx()
-	defer cancel()
-	opts := minio.GetObjectOptions{}
-	if err := opts.SetRange(off, off+want-1); err != nil {
-		return 0, err
+	var n int
+	var err error
+	for range bodyTries {
+		if n, err = s.readRange(o, p[:want], off); err == nil || !transient(err) {
+			break
+		}
 	}
-	body, err := s.get(ctx, o, opts)
 	if err != nil {
-		return 0, err
-	}
-	defer body.Close()
-	n, err := io.ReadFull(body, p[:want])
-	if err != nil {
-		return n, fmt.Errorf("s3src: read %s: %w", dataset.DisplayName(o.Key), err)
+		return n, err
 	}
 	if want < int64(len(p)) {
 		return n, io.EOF
@@ -282,10 +279,45 @@ func (s *Store) ReadAt(o dataset.Object, p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// bodyTries bounds the reads of one range whose body was cut short.
+const bodyTries = 3
+
+// errBody marks a response body that ended early or failed mid-way.
+var errBody = errors.New("s3src: body cut short")
+
+func transient(err error) bool { return errors.Is(err, errBody) }
+
+// readRange fills p from o at off with one ranged GET, checking that the
+// server answered that range (a server that ignores Range sends the
+// object from its start).
+func (s *Store) readRange(o dataset.Object, p []byte, off int64) (int, error) {
+	ctx, cancel := s.reqCtx()
+	defer cancel()
+	opts := minio.GetObjectOptions{}
+	last := off + int64(len(p)) - 1
+	if err := opts.SetRange(off, last); err != nil {
+		return 0, err
+	}
+	body, hdr, err := s.get(ctx, o, opts)
+	if err != nil {
+		return 0, err
+	}
+	defer body.Close()
+	if cr := hdr.Get("Content-Range"); !strings.HasPrefix(cr, fmt.Sprintf("bytes %d-%d/", off, last)) &&
+		(off != 0 || int64(len(p)) != o.Size || cr != "") { // a whole object may come without one
+		return 0, fmt.Errorf("s3src: read %s: asked for bytes %d-%d, the server sent %q", dataset.DisplayName(o.Key), off, last, cr)
+	}
+	n, err := io.ReadFull(body, p)
+	if err != nil {
+		return n, fmt.Errorf("s3src: read %s: %w: %w", dataset.DisplayName(o.Key), errBody, err)
+	}
+	return n, nil
+}
+
 // Open streams o whole with one GET conditional on its ETag.
 func (s *Store) Open(o dataset.Object) (io.ReadCloser, error) {
 	ctx, cancel := s.reqCtx()
-	body, err := s.get(ctx, o, minio.GetObjectOptions{})
+	body, _, err := s.get(ctx, o, minio.GetObjectOptions{})
 	if err != nil {
 		cancel()
 		return nil, err
@@ -311,21 +343,21 @@ func (s *Store) reqCtx() (context.Context, context.CancelFunc) {
 
 // get sends a GET for o conditional on its ETag and checks the answer's
 // ETag too (a server may ignore If-Match).
-func (s *Store) get(ctx context.Context, o dataset.Object, opts minio.GetObjectOptions) (io.ReadCloser, error) {
+func (s *Store) get(ctx context.Context, o dataset.Object, opts minio.GetObjectOptions) (io.ReadCloser, http.Header, error) {
 	if o.ETag != "" {
 		if err := opts.SetMatchETag(o.ETag); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	body, info, _, err := s.core.GetObject(ctx, s.bucket, s.prefix+o.Key, opts)
+	body, info, hdr, err := s.core.GetObject(ctx, s.bucket, s.prefix+o.Key, opts)
 	if err != nil {
-		return nil, s.wrapObject(err, o)
+		return nil, nil, s.wrapObject(err, o)
 	}
 	if got := strings.Trim(info.ETag, `"`); o.ETag != "" && got != "" && got != o.ETag {
 		body.Close()
-		return nil, fmt.Errorf("%w: %s has ETag %s, indexed %s", dataset.ErrChanged, dataset.DisplayName(o.Key), got, o.ETag)
+		return nil, nil, fmt.Errorf("%w: %s has ETag %s, indexed %s", dataset.ErrChanged, dataset.DisplayName(o.Key), got, o.ETag)
 	}
-	return body, nil
+	return body, hdr, nil
 }
 
 // wrapObject maps a GET's error: a failed If-Match is ErrChanged, a

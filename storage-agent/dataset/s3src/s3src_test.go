@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -65,7 +66,7 @@ func (e *bucketEnv) adopt(t testing.TB, src, prefix string) string {
 }
 
 func (e *bucketEnv) config() s3src.Config {
-	return s3src.Config{Endpoint: e.srv.URL, Creds: credentials.NewStaticV4(access, secret, "")}
+	return s3src.Config{Endpoint: e.srv.URL, Region: "us-east-1", Creds: credentials.NewStaticV4(access, secret, "")}
 }
 
 func (e *bucketEnv) client(t testing.TB) *minio.Client {
@@ -393,5 +394,58 @@ func TestManifestOverBuckets(t *testing.T) {
 	}
 	if _, err := d.Read(3); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBodyFaults: a ranged read whose body is cut short is read again;
+// a server that ignores Range (sending the object from its start) fails
+// the read instead of serving other bytes.
+func TestBodyFaults(t *testing.T) {
+	e := newBucketEnv(t)
+	dir := e.adopt(t, datasettest.TarShards(t), "f")
+	u, _ := url.Parse(e.srv.URL)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	var mode atomic.Int32 // 0 pass, 1 cut every other ranged body, 2 ignore Range
+	var ranged, cut atomic.Int64
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Range") == "" {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		switch mode.Load() {
+		case 1:
+			if ranged.Add(1)%2 == 1 {
+				cut.Add(1)
+				w.Header().Set("Content-Length", "100000")
+				w.Header().Set("Content-Range", r.Header.Get("Range"))
+				w.WriteHeader(http.StatusPartialContent)
+				w.Write([]byte("0123456789"))
+				panic(http.ErrAbortHandler) // the connection drops mid-body
+			}
+		case 2: // the whole object, as a server that ignores Range sends it
+			b, err := os.ReadFile(filepath.Join(e.root, filepath.FromSlash(r.URL.Path)))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Last-Modified", time.Now().UTC().Format(http.TimeFormat))
+			w.Write(b)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer proxy.Close()
+	c := e.config()
+	c.Endpoint = proxy.URL
+	d := e.open(t, "f", c)
+	mode.Store(1)
+	sameAsFolder(t, d, dir)
+	if cut.Load() == 0 {
+		t.Fatal("no body was cut")
+	}
+	mode.Store(2)
+	if _, err := d.Read(4); err == nil || !strings.Contains(err.Error(), "asked for bytes") {
+		t.Fatalf("read through a server that ignores Range: %v, want the range refused", err)
 	}
 }
