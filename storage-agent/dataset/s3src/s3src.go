@@ -314,27 +314,72 @@ func (s *Store) readRange(o dataset.Object, p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// Open streams o whole with one GET conditional on its ETag.
+// Open streams o whole with one GET conditional on its ETag; a body cut
+// short is resumed from where it stopped with a ranged GET, up to
+// bodyTries times in all.
 func (s *Store) Open(o dataset.Object) (io.ReadCloser, error) {
-	ctx, cancel := s.reqCtx()
-	body, _, err := s.get(ctx, o, minio.GetObjectOptions{})
-	if err != nil {
-		cancel()
+	r := &resumer{s: s, o: o}
+	if err := r.open(); err != nil {
 		return nil, err
 	}
-	return &cancelBody{ReadCloser: body, cancel: cancel}, nil
+	return r, nil
 }
 
-type cancelBody struct {
-	io.ReadCloser
+// resumer is an object's body that resumes after a cut.
+type resumer struct {
+	s      *Store
+	o      dataset.Object
+	off    int64 // bytes read so far
+	tries  int
+	body   io.ReadCloser
 	cancel context.CancelFunc
 }
 
-func (b *cancelBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
+// open sends the GET for the rest of the object, from off.
+func (r *resumer) open() error {
+	ctx, cancel := r.s.reqCtx()
+	opts := minio.GetObjectOptions{}
+	if r.off > 0 {
+		if err := opts.SetRange(r.off, r.o.Size-1); err != nil {
+			cancel()
+			return err
+		}
+	}
+	body, hdr, err := r.s.get(ctx, r.o, opts)
+	if err != nil {
+		cancel()
+		return err
+	}
+	if cr := hdr.Get("Content-Range"); r.off > 0 && !strings.HasPrefix(cr, fmt.Sprintf("bytes %d-", r.off)) {
+		body.Close()
+		cancel()
+		return fmt.Errorf("s3src: read %s: asked for bytes from %d, the server sent %q", dataset.DisplayName(r.o.Key), r.off, cr)
+	}
+	r.tries++
+	r.body, r.cancel = body, cancel
+	return nil
+}
+
+func (r *resumer) Read(p []byte) (int, error) {
+	n, err := r.body.Read(p)
+	r.off += int64(n)
+	if err == nil || err == io.EOF || r.off >= r.o.Size || r.tries >= bodyTries {
+		return n, err
+	}
+	r.closeBody()
+	if oerr := r.open(); oerr != nil {
+		return n, fmt.Errorf("s3src: resume %s at byte %d after %v: %w", dataset.DisplayName(r.o.Key), r.off, err, oerr)
+	}
+	return n, nil
+}
+
+func (r *resumer) closeBody() error {
+	err := r.body.Close()
+	r.cancel()
 	return err
 }
+
+func (r *resumer) Close() error { return r.closeBody() }
 
 // reqCtx is one request's context: bounded by the timeout, ended by Close.
 func (s *Store) reqCtx() (context.Context, context.CancelFunc) {

@@ -397,19 +397,29 @@ func TestManifestOverBuckets(t *testing.T) {
 	}
 }
 
-// TestBodyFaults: a ranged read whose body is cut short is read again;
-// a server that ignores Range (sending the object from its start) fails
-// the read instead of serving other bytes.
+// TestBodyFaults: a ranged read whose body is cut short is read again, a
+// whole object's (hashing a loose sample) resumed where it stopped; a
+// server that ignores Range (sending the object from its start) fails the
+// read instead of serving other bytes.
 func TestBodyFaults(t *testing.T) {
 	e := newBucketEnv(t)
 	dir := e.adopt(t, datasettest.TarShards(t), "f")
+	loose := e.adopt(t, datasettest.ImageFolder(t, []string{"a", "b"}, 3), "g")
 	u, _ := url.Parse(e.srv.URL)
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.ErrorLog = log.New(io.Discard, "", 0)
-	var mode atomic.Int32 // 0 pass, 1 cut every other ranged body, 2 ignore Range
-	var ranged, cut atomic.Int64
+	var mode atomic.Int32 // 0 pass, 1 cut every other ranged body, 2 ignore Range, 3 cut every other whole object's body
+	var ranged, cut, whole atomic.Int64
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Range") == "" {
+			if mode.Load() == 3 && r.Method == http.MethodGet && r.URL.RawQuery == "" && whole.Add(1)%2 == 1 {
+				cut.Add(1)
+				w.Header().Set("Content-Length", "100000")
+				w.Header().Set("Last-Modified", time.Now().UTC().Format(http.TimeFormat))
+				w.WriteHeader(http.StatusOK)
+				w.Write([]byte("0123456789"))
+				panic(http.ErrAbortHandler)
+			}
 			rp.ServeHTTP(w, r)
 			return
 		}
@@ -448,4 +458,13 @@ func TestBodyFaults(t *testing.T) {
 	if _, err := d.Read(4); err == nil || !strings.Contains(err.Error(), "asked for bytes") {
 		t.Fatalf("read through a server that ignores Range: %v, want the range refused", err)
 	}
+
+	mode.Store(3)
+	cut.Store(0)
+	g := e.open(t, "g", c)
+	if cut.Load() == 0 || g.Stats().Skipped[dataset.SkipUnreadable] != 0 {
+		t.Fatalf("%d bodies cut, %d samples unreadable; want some cut, none unreadable", cut.Load(), g.Stats().Skipped[dataset.SkipUnreadable])
+	}
+	mode.Store(0)
+	sameAsFolder(t, g, loose)
 }
