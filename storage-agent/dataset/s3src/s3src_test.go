@@ -413,11 +413,17 @@ func TestBodyFaults(t *testing.T) {
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Range") == "" {
 			if mode.Load() == 3 && r.Method == http.MethodGet && r.URL.RawQuery == "" && whole.Add(1)%2 == 1 {
+				b, err := os.ReadFile(filepath.Join(e.root, filepath.FromSlash(r.URL.Path)))
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
 				cut.Add(1)
-				w.Header().Set("Content-Length", "100000")
+				w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 				w.Header().Set("Last-Modified", time.Now().UTC().Format(http.TimeFormat))
 				w.WriteHeader(http.StatusOK)
-				w.Write([]byte("0123456789"))
+				w.Write(b[:len(b)/3]) // the object's first third
+				w.(http.Flusher).Flush() // the headers and a part reach the client
 				panic(http.ErrAbortHandler)
 			}
 			rp.ServeHTTP(w, r)
@@ -428,9 +434,11 @@ func TestBodyFaults(t *testing.T) {
 			if ranged.Add(1)%2 == 1 {
 				cut.Add(1)
 				w.Header().Set("Content-Length", "100000")
-				w.Header().Set("Content-Range", r.Header.Get("Range"))
+				w.Header().Set("Last-Modified", time.Now().UTC().Format(http.TimeFormat))
+				w.Header().Set("Content-Range", strings.Replace(r.Header.Get("Range"), "=", " ", 1)+"/100000")
 				w.WriteHeader(http.StatusPartialContent)
 				w.Write([]byte("0123456789"))
+				w.(http.Flusher).Flush() // the headers and a part reach the client
 				panic(http.ErrAbortHandler) // the connection drops mid-body
 			}
 		case 2: // the whole object, as a server that ignores Range sends it
