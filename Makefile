@@ -32,6 +32,10 @@ FUZZ_TARGETS := \
 	FuzzParse:./policy/hardware/ \
 	FuzzParseBudget:./policy/cacheplan/ \
 	FuzzParseID:./testbed/fileserve/
+# The S3-compatible server the object-store tests and the testbed start
+# (internal/s3gw): versitygw's POSIX gateway, installed by go install.
+S3GW_PKG     := github.com/versity/versitygw/cmd/versitygw
+S3GW_VERSION := v1.8.0
 DEMO_DIR ?= $(CURDIR)/.demo
 # The demo's default: a link slow enough to be the bottleneck on 2 cores.
 DEMO_IMAGES ?= 160
@@ -49,7 +53,7 @@ CERTS_DAYS    ?= 365
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # prereq-build, prereq-demo, prereq-test: stop within seconds, printing the
 # one apt-get line, when the machine lacks what the target needs
@@ -59,8 +63,19 @@ prereq-build prereq-demo prereq-test: prereq-%:
 	@PYTHON=$(PYTHON) bash .ci/prereq $*
 
 .PHONY: deps
-deps: ## Install (as root) every Debian package the build, demo and tests need (.ci/packages)
+deps: ## Install (as root) every Debian package the build, demo and tests need (.ci/packages), and the S3 server (make s3gw)
 	apt-get update && apt-get install -y --no-install-recommends $$(bash .ci/prereq --packages)
+	$(MAKE) --no-print-directory s3gw
+
+.PHONY: s3gw
+s3gw: ## Install versitygw, the S3-compatible server of the object-store tests and testbed, into $(go env GOPATH)/bin (go install)
+	@bin="$$($(GO) env GOPATH)/bin/versitygw"; \
+	if [ -x "$$bin" ] && $(GO) version -m "$$bin" | grep -q "mod.*github.com/versity/versitygw.*$(S3GW_VERSION)"; then echo "versitygw $(S3GW_VERSION) already installed"; \
+	else $(GO) install $(S3GW_PKG)@$(S3GW_VERSION); fi
+
+.PHONY: s3-many
+s3-many: ## List and index 10,000 objects from a real S3 server (versitygw), the full size of the object-store listing test
+	SOPHON_S3_MANY=10000 $(GO) test -count=1 -v -run '^TestListMany$$' ./storage-agent/dataset/s3src/
 
 .PHONY: build
 build: prereq-build ## Build every binary into bin/: storage-agent, compute-agent, testbed, policy, render (cgo, libjpeg-turbo)

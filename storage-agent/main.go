@@ -21,13 +21,14 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/cli"
 	"github.com/sophon-dl/sophon/internal/oplimits"
+	"github.com/sophon-dl/sophon/storage-agent/dataset/s3src"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-const usageHead = `Usage: storage-agent --data DIR (--tls-cert F --tls-key F --tls-ca F | --insecure) [flags]
+const usageHead = `Usage: storage-agent --data DIR|s3://BUCKET/PREFIX (--tls-cert F --tls-key F --tls-ca F | --insecure) [flags]
        storage-agent certs --out DIR [--cluster NAME] [--storage NAMES] [--compute NAMES] [--hosts HOSTS] [--days N]
        storage-agent manifest --data DIR --out FILE
        storage-agent place --manifest FILE --members NAMES [--replicas R] [--shard-size N] [--member NAME]
@@ -37,6 +38,14 @@ Serves the dataset in DIR (an ImageFolder: one folder per class; or
 WebDataset-style *.tar shards) to compute agents over gRPC, running the
 requested prefix ops[0:k] of each sample's pipeline within a CPU budget, and
 announces itself to the cluster through memberlist gossip.
+
+Object stores: --data s3://BUCKET/PREFIX serves the same layouts from an
+S3-compatible store (keys CLASS/NAME.jpg, or *.tar objects read by ranged
+GETs). Credentials, region and server follow the AWS conventions:
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, else
+~/.aws/credentials with AWS_PROFILE, else the instance's role; AWS_REGION;
+AWS_ENDPOINT_URL (path-style requests to it). The credentials need
+s3:ListBucket and s3:GetObject only (docs/deploy.md, "Object stores").
 
 Secure by default: gRPC is mutual TLS 1.3 and only compute agents whose
 certificate (signed by --tls-ca) names them sophon://CLUSTER/compute/NAME
@@ -101,6 +110,9 @@ type settings struct {
 	Manifest          string        `yaml:"manifest"`
 	Egress            rate          `yaml:"egress"`
 	SendBuffer        int           `yaml:"send-buffer"`
+	S3MaxObjects      int           `yaml:"s3-max-objects"`
+	S3Addressing      string        `yaml:"s3-addressing"`
+	S3Retries         int           `yaml:"s3-retries"`
 }
 
 func defaults() settings {
@@ -120,6 +132,8 @@ func defaults() settings {
 		ShardSize:      c.ShardSize,
 		Manifest:       c.Manifest,
 		SendBuffer:     c.SendBuffer,
+		S3MaxObjects:   s3src.DefaultMaxObjects,
+		S3Retries:      s3src.DefaultMaxRetries,
 	}
 }
 
@@ -131,7 +145,10 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	s.Common.Register(fs, cli.StorageRole)
-	fs.StringVar(&s.Data, "data", s.Data, "dataset `directory` (ImageFolder or *.tar shards); required")
+	fs.StringVar(&s.Data, "data", s.Data, "dataset `directory`, or s3://BUCKET/PREFIX of an S3-compatible object store (ImageFolder or *.tar shards); required")
+	fs.IntVar(&s.S3MaxObjects, "s3-max-objects", s.S3MaxObjects, "with an s3:// --data, the most `objects` the listing may return; more refuses the dataset")
+	fs.StringVar(&s.S3Addressing, "s3-addressing", s.S3Addressing, "with an s3:// --data: path, virtual or auto `style` (default: path with AWS_ENDPOINT_URL, auto for Amazon S3)")
+	fs.IntVar(&s.S3Retries, "s3-retries", s.S3Retries, "with an s3:// --data, the `tries` of one request on throttling (503 SlowDown, 429) and 5xx, with exponential back-off and full jitter")
 	fs.BoolVar(&s.Strict, "strict", s.Strict, "refuse to start on any bad entry in the dataset (dangling or escaping symlink, unreadable file, damaged shard, duplicate key); default: skip, log and count them")
 	fs.StringVar(&s.Index, "index", s.Index, "content-hash index `file`, so restarts hash only what changed; - for none (default: DIR/.sophon-index when writable, else the user cache dir)")
 	fs.StringVar(&s.Listen, "listen", s.Listen, "gRPC listen `address` (default "+storageagent.DefaultListen+", every interface; with --insecure "+storageagent.InsecureListen+", loopback only, unless this names an address)")
@@ -194,6 +211,7 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c.Manifest = s.Manifest
 	c.Egress = uint64(s.Egress)
 	c.SendBuffer = s.SendBuffer
+	c.S3 = s3src.Config{MaxObjects: s.S3MaxObjects, Addressing: s.S3Addressing, MaxRetries: s.S3Retries}
 	c.Version = version
 	c.Logger = log
 	return c

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/cli"
 	"github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
+	"github.com/sophon-dl/sophon/storage-agent/dataset/s3src"
 )
 
 const manifestUsage = `Usage: storage-agent manifest --data DIR --out FILE [--index FILE] [--strict]
@@ -32,10 +34,11 @@ Flags:
 // manifestCmd is "storage-agent manifest".
 func manifestCmd(args []string, stdout, stderr io.Writer) int {
 	fs := subcommand("storage-agent manifest", manifestUsage, stderr)
-	data := fs.String("data", "", "the whole dataset's `directory` (ImageFolder or *.tar shards); required")
+	data := fs.String("data", "", "the whole dataset's `directory` or s3://BUCKET/PREFIX (ImageFolder or *.tar shards); required")
 	out := fs.String("out", "", "manifest `file` to write; required")
 	index := fs.String("index", "", "content-hash index `file`, as the agent's --index")
 	strict := fs.Bool("strict", false, "refuse the dataset on any bad entry, as the agent's --strict")
+	maxObjects := fs.Int("s3-max-objects", s3src.DefaultMaxObjects, "with an s3:// --data, the most `objects` listed, as the agent's --s3-max-objects")
 	if rc, done := parseSub(fs, args); done {
 		return rc
 	}
@@ -43,7 +46,7 @@ func manifestCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "storage-agent manifest: --data and --out are required, and nothing else")
 		return 2
 	}
-	d, err := dataset.OpenWith(*data, dataset.OpenOptions{Strict: *strict, Index: *index})
+	d, err := s3src.OpenDataset(context.Background(), *data, s3src.Config{MaxObjects: *maxObjects}, dataset.OpenOptions{Strict: *strict, Index: *index})
 	if err != nil {
 		fmt.Fprintln(stderr, "storage-agent manifest:", err)
 		return 1

@@ -61,6 +61,8 @@ type sample struct {
 	hdr jpeg.Summary
 	// absent: a manifest sample whose file this agent does not have.
 	absent bool
+	// etag is a loose sample's object's ETag, from a Store.
+	etag string
 }
 
 // shardFile is an open shard and what identified it when indexed.
@@ -124,7 +126,8 @@ type Dataset struct {
 	pathsDigest [32]byte
 	skips       []Skip
 	stats       IndexStats
-	tars        bool // WebDataset-style tar files
+	tars        bool  // WebDataset-style tar files
+	store       Store // the object store, nil for a directory (root)
 
 	mu     sync.RWMutex // guards root and shards against Close
 	shards []shardFile
@@ -172,7 +175,8 @@ func (d *Dataset) MissingShards(l placement.Layout) []int {
 	return out
 }
 
-// Dir is the directory the dataset was opened from.
+// Dir is the directory the dataset was opened from, or its store's name
+// (s3://BUCKET/PREFIX).
 func (d *Dataset) Dir() string { return d.dir }
 
 // Len is the number of samples.
@@ -311,6 +315,9 @@ func (d *Dataset) readUnverified(s *sample, buf []byte) error {
 	if s.shard >= 0 {
 		return readFull(d.shards[s.shard].r, buf, s.off)
 	}
+	if d.store != nil {
+		return readFull(&objectReader{st: d.store, o: s.object()}, buf, 0)
+	}
 	f, _, err := openChecked(d.root, s.rel, &s.id)
 	if err != nil {
 		return err
@@ -356,6 +363,9 @@ func (d *Dataset) Close() error {
 	}
 	if d.root != nil {
 		errs = append(errs, d.root.Close())
+	}
+	if d.store != nil {
+		errs = append(errs, d.store.Close())
 	}
 	return errors.Join(errs...)
 }

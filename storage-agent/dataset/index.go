@@ -160,8 +160,8 @@ func (p indexPlace) String() string {
 // place resolves OpenOptions.Index; ok is false for no index file.
 func (ix *indexer) place() (p indexPlace, ok bool) {
 	abs, err := filepath.Abs(ix.d.dir)
-	if err != nil {
-		abs = ix.d.dir
+	if err != nil || ix.d.store != nil {
+		abs = ix.d.dir // a store's name
 	}
 	p.abs = abs
 	switch ix.opts.Index {
@@ -172,7 +172,7 @@ func (ix *indexer) place() (p indexPlace, ok bool) {
 		p.path = ix.opts.Index
 		return p, true
 	}
-	if unix.Access(ix.d.dir, unix.W_OK) == nil {
+	if ix.d.store == nil && unix.Access(ix.d.dir, unix.W_OK) == nil {
 		p.inRoot = true
 		return p, true
 	}

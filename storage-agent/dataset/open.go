@@ -192,6 +192,9 @@ func (ix *indexer) run() error {
 // holds tar files, else an ImageFolder's images.
 func (ix *indexer) scan() error {
 	d := ix.d
+	if d.store != nil {
+		return ix.scanStore()
+	}
 	ents, err := readDir(d.root, ".")
 	if err != nil {
 		return fmt.Errorf("storageagent: open dataset: %w", err)
@@ -394,14 +397,22 @@ func (ix *indexer) readAll(todo, hdrTodo []int) []error {
 func (d *Dataset) hashSample(s *sample, buf []byte, header bool) error {
 	h := sha256.New()
 	var r io.Reader
-	if s.shard < 0 {
+	switch {
+	case s.shard < 0 && d.store != nil:
+		rc, err := d.store.Open(s.object())
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		r = rc
+	case s.shard < 0:
 		f, _, err := openChecked(d.root, s.rel, &s.id)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
 		r = f
-	} else {
+	default:
 		r = io.NewSectionReader(d.shards[s.shard].r, s.off, s.size)
 	}
 	r = io.LimitReader(r, s.size)

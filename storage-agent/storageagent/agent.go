@@ -33,6 +33,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
+	"github.com/sophon-dl/sophon/storage-agent/dataset/s3src"
 )
 
 // MaxMessageBytes bounds a gRPC message either way: room for a 224x224x3
@@ -101,8 +102,12 @@ var (
 // Config configures an [Agent]. Zero fields take the defaults noted.
 type Config struct {
 	// Data is the dataset directory (ImageFolder or tar shards; see
-	// [dataset.Dataset]). Required.
+	// [dataset.Dataset]), or an object store's s3://BUCKET/PREFIX holding
+	// either layout as keys (see package s3src). Required.
 	Data string
+	// S3 configures the object store when Data is an s3:// URL; its zero
+	// value follows the AWS environment (see s3src.Config).
+	S3 s3src.Config
 	// Strict refuses to start on any bad entry in Data (see
 	// dataset.OpenOptions.Strict). False skips, logs and counts them.
 	Strict bool
@@ -435,7 +440,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 			return nil, err
 		}
 	}
-	if a.ds, err = dataset.OpenWith(cfg.Data, dataset.OpenOptions{Strict: cfg.Strict, Index: cfg.Index, Logger: cfg.Logger, Manifest: man}); err != nil {
+	if a.ds, err = s3src.OpenDataset(context.Background(), cfg.Data, cfg.S3, dataset.OpenOptions{Strict: cfg.Strict, Index: cfg.Index, Logger: cfg.Logger, Manifest: man}); err != nil {
 		return nil, err
 	}
 	logIndexed(cfg.Logger, a.ds)

@@ -99,6 +99,17 @@ func (q *fairQueue) next() *job {
 	}
 }
 
+// tryNext takes the next runnable job without waiting; nil when none is
+// queued or the queue is stopped.
+func (q *fairQueue) tryNext() *job {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopped {
+		return nil
+	}
+	return q.pickLocked()
+}
+
 // pickLocked takes the next runnable job round-robin, or returns nil.
 func (q *fairQueue) pickLocked() *job {
 	for i := range len(q.ring) {

@@ -143,15 +143,22 @@ func (s *server) worker(ctx context.Context, i int) {
 	defer runtime.UnlockOSThread()
 	t := throttle{share: s.share}
 	var late time.Duration // the last sleep's overrun, charged to the next job
+	var ahead *job         // taken from the queue, its sample being read ahead
 	for {
-		j := s.queue.next()
-		if j == nil {
-			return
+		j := ahead
+		if ahead = nil; j == nil {
+			if j = s.queue.next(); j == nil {
+				return
+			}
+		}
+		if s.remote {
+			ahead = s.readNext()
 		}
 		t0 := time.Now()
 		s.busy.since[i].Store(t0.UnixNano())
 		busy := s.handle(j, late)
 		s.busy.since[i].Store(0)
+		j.waitRead()
 		late = t.after(ctx, busy, time.Since(t0))
 	}
 }

@@ -65,6 +65,7 @@ type server struct {
 	egress  uint64  // bytes per second, 0 unknown
 	hold    *holder // set by New once the layout is known
 	share   float64 // each worker's share of a core
+	remote  bool    // the dataset is in an object store: read ahead (readahead.go)
 	timeout time.Duration
 	// limits bound every pipeline run on the agent's data, whatever the
 	// client asks; opTimeout is each run's deadline.
@@ -117,6 +118,8 @@ type job struct {
 	// (ns) in the controller's backlog.
 	served dataplanepb.Served
 	est    float64
+	// pre is the sample read ahead (see readAhead); nil when it was not.
+	pre *readAhead
 }
 
 // fetchStream is the state one Fetch call shares with the workers.
@@ -148,6 +151,7 @@ func newServer(ds *dataset.Dataset, cfg Config, workers int, share float64, peer
 		cpus:        cfg.CPUs,
 		egress:      cfg.Egress,
 		share:       share,
+		remote:      ds.Remote(),
 		timeout:     cfg.RequestTimeout,
 		limits:      cfg.Limits,
 		opTimeout:   cfg.OpTimeout,
@@ -622,6 +626,10 @@ func (s *server) handle(j *job, late time.Duration) time.Duration {
 	t0 := cpuclock.Thread()
 	data, served, err := s.process(j)
 	busy := cpuclock.Thread() - t0
+	if j.pre != nil {
+		<-j.pre.done
+		busy += j.pre.busy // the read's CPU is the job's, on whichever thread
+	}
 	wall := time.Since(start)
 	s.m.cpu.Add(busy.Seconds())
 	var resp *dataplanepb.FetchResponse
@@ -665,7 +673,7 @@ func (s *server) process(j *job) ([]byte, dataplanepb.Served, error) {
 		out, err := s.processRaw(i)
 		return out, 0, err
 	}
-	raw, err := s.ds.Read(i)
+	raw, err := j.read(s.ds)
 	if err != nil {
 		return nil, 0, err
 	}

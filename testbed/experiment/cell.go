@@ -169,14 +169,18 @@ func (x *experiment) startStorage(ctx context.Context, b *bed, dir string, cpus 
 				return nil, err
 			}
 		}
-		sargs := append([]string{"--data", x.cfg.Data, "--listen", listen, "--cpus", strconv.FormatFloat(cpus, 'f', -1, 64),
-			"--log-level", "warn", "--log-format", "json"}, x.storageTLS[i]...)
-		sargs = append(sargs, x.cfg.StorageFlags...)
+		data, bin, env, err := x.storageData(ctx, b, i, dir)
+		if err != nil {
+			return nil, err
+		}
+		sargs := append(env, bin, "--data", data, "--listen", listen, "--cpus", strconv.FormatFloat(cpus, 'f', -1, 64),
+			"--log-level", "warn", "--log-format", "json")
+		sargs = append(append(sargs, x.storageTLS[i]...), x.cfg.StorageFlags...)
 		logPath, what := filepath.Join(dir, "storage-agent.log"), "storage agent"
 		if len(b.storage) > 1 {
 			logPath, what = filepath.Join(dir, fmt.Sprintf("storage-agent-%d.log", i+1)), s.name
 		}
-		srv, err := b.startServer(ctx, storageHost(i), logPath, listen, x.bins.storage, sargs...)
+		srv, err := b.startServer(ctx, storageHost(i), logPath, listen, sargs[0], sargs[1:]...)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}

@@ -45,6 +45,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sophon-dl/sophon/internal/s3gw"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
 	"github.com/sophon-dl/sophon/testbed/netns"
 	"github.com/sophon-dl/sophon/testbed/results"
@@ -108,6 +109,13 @@ type Config struct {
 	Data     string
 	DataKind string
 	DataSeed uint64
+	// S3Root, when set, makes the storage agents read Data from an S3
+	// bucket instead of the folder: versitygw's POSIX gateway over S3Root
+	// runs on each storage node (in its namespace, outside its CPU
+	// limit, like a separate object store in the same rack), and the
+	// agents get --data s3://BUCKET/PREFIX where Data is
+	// S3Root/BUCKET/PREFIX. Empty: the folder.
+	S3Root string
 	// Out is the folder for results.json, the report, the charts and the
 	// agents' logs and reports. Created if missing.
 	Out string
@@ -354,7 +362,7 @@ func (c *Config) defaults() error {
 }
 
 // binaries are the programs the experiment runs.
-type binaries struct{ storage, compute, testbed, dir string }
+type binaries struct{ storage, compute, testbed, s3gw, dir string }
 
 func findBinaries(dir string) (binaries, error) {
 	if dir == "" {
@@ -411,6 +419,14 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 		return nil, err
 	}
 	ds.Kind, ds.Seed = cfg.DataKind, cfg.DataSeed
+	if cfg.S3Root != "" {
+		if ds.Source, err = bucketURL(cfg.S3Root, cfg.Data); err != nil {
+			return nil, err
+		}
+		if bins.s3gw, err = s3gw.Find(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
 
 	res := &results.Results{
 		Version:  results.Version,

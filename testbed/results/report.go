@@ -433,6 +433,9 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 	if d.Fingerprint != "" {
 		fmt.Fprintf(b, ", fingerprint %s", md(d.Fingerprint))
 	}
+	if d.Source != "" {
+		fmt.Fprintf(b, "; the storage agents read it from the bucket `%s` (an S3 server on each storage node)", strings.ReplaceAll(d.Source, "`", "'"))
+	}
 	b.WriteString("\n")
 	fmt.Fprintf(b, "- **Pipeline:** %s\n", md(orNone(r.Pipeline)))
 	fmt.Fprintf(b, "- **GPU:** %s\n", md(orNone(r.GPU)))

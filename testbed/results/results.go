@@ -128,6 +128,10 @@ type Dataset struct {
 	Bytes       int64   `json:"bytes"`
 	MeanBytes   float64 `json:"mean_bytes"`
 	Fingerprint string  `json:"fingerprint,omitempty"`
+	// Source is where the storage agents read the dataset when not from
+	// Path itself: "s3://BUCKET/PREFIX", an S3 bucket (versitygw's POSIX
+	// gateway over Path's parent, on each storage node). Empty: the folder.
+	Source string `json:"source,omitempty"`
 }
 
 // Cell is one point of the grid.

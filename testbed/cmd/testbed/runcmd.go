@@ -50,6 +50,15 @@ agent's cgroup, under its quota, until the run ends. The report's
 Contention table compares each contended epoch with the optimal plan's
 prediction at the storage CPU the hog left and with nooff's epoch.
 
+With --bucket (or --data s3://BUCKET/PREFIX --s3-root DIR) the storage
+agents read the dataset from an S3 bucket instead of the folder: an S3
+server (versitygw's POSIX gateway, make s3gw) runs on each storage node, in
+its namespace but outside its CPU limit, over the dataset folder's parent
+(or DIR), and each agent gets --data s3://BUCKET/PREFIX with the server's
+endpoint and fresh keys in AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID and
+AWS_SECRET_ACCESS_KEY. The same folder with and without --bucket gives the
+same fingerprint, so --reference compares the tensors of both.
+
 With --storage-nodes N and --compute-nodes M (default 1 x 1, the two-node
 link) each cell is a star instead: N storage namespaces and M compute
 namespaces, each joined to a bridge in a hub namespace, each storage link
@@ -81,6 +90,8 @@ Examples:
   testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 0.5
   testbed run --data /data/imagenet-val --rate 100mbit,200mbit,500mbit --storage-cpus 0.25,1 --epochs 3
   testbed run --data ds --policies nooff,sophon,optimal --no-peer --mode loopback
+  testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 1 --policies optimal --no-peer --bucket
+  testbed run --data s3://datasets/val --s3-root /srv/s3 --rate 100mbit --storage-cpus 1 --policies optimal --no-peer
   testbed run --gen openimages-like:96 --rate 100mbit --storage-cpus 1 --epochs 2 --batch 16 --policies nooff --train
   testbed run --gen openimages-like:120 --rate 100mbit --storage-cpus 1 --epochs 4 --policies nooff,sophon,optimal --no-peer --contend-at 0.5
   testbed run --gen openimages-like:120 --rate 100mbit --storage-cpus 1 --policies nooff,sophon,optimal --no-peer --repeat 3 --work-conserving both
@@ -92,7 +103,9 @@ Flags:
 
 func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	data := fs.String("data", "", "dataset `folder`: JPEGs (ImageFolder or flat) or WebDataset tar shards")
+	data := fs.String("data", "", "dataset `folder`: JPEGs (ImageFolder or flat) or WebDataset tar shards; or s3://BUCKET/PREFIX with --s3-root, the folder S3ROOT/BUCKET/PREFIX served from a bucket")
+	s3Root := fs.String("s3-root", "", "with --data s3://BUCKET/PREFIX: the `folder` whose subfolders are the buckets (an S3 server, versitygw, runs over it on each storage node)")
+	bucket := fs.Bool("bucket", false, "serve the --gen or --data folder to the storage agents from an S3 bucket: versitygw over the folder's parent on each storage node, the agents given --data s3://NAME (NAME the folder's name)")
 	gen := fs.String("gen", "", "generate the dataset instead: `KIND:N` (imagenet-like or openimages-like), written to OUT/data-KIND-N-sSEED (reused when present)")
 	out := fs.String("out", "testbed-results", "output `folder`")
 	rates := shape.Rates{shape.MustParseRate(experiment.DefaultRate)}
@@ -171,6 +184,11 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	switch {
 	case *data != "" && *gen != "":
 		return fmt.Errorf("run: --data and --gen exclude each other")
+	case strings.HasPrefix(*data, "s3://"):
+		if *s3Root == "" {
+			return fmt.Errorf("run: --data %s needs --s3-root, the folder whose subfolders are the buckets", *data)
+		}
+		cfg.Data, cfg.S3Root = filepath.Join(*s3Root, filepath.FromSlash(strings.TrimPrefix(*data, "s3://"))), *s3Root
 	case *data != "":
 		cfg.Data = *data
 	case *gen != "":
@@ -186,6 +204,13 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	default:
 		fs.Usage()
 		return fmt.Errorf("run: --data or --gen is required")
+	}
+	if *bucket && cfg.S3Root == "" {
+		abs, err := filepath.Abs(cfg.Data)
+		if err != nil {
+			return err
+		}
+		cfg.Data, cfg.S3Root = abs, filepath.Dir(abs)
 	}
 	if cfg.Scale == "" {
 		cfg.Scale = scaleStatement(append(slices.Clip(cfg.Rates), cfg.StorageRates...), cfg.StorageCPUs)
