@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -9,11 +10,12 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/cli"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
+	"github.com/sophon-dl/sophon/storage-agent/dataset/s3src"
 )
 
-const indexUsage = `Usage: storage-agent index --data DIR [--index FILE] [--manifest FILE] [--strict] [--workers N] [--progress 5s]
+const indexUsage = `Usage: storage-agent index --data DIR|s3://BUCKET/PREFIX [--index FILE] [--manifest FILE] [--strict] [--workers N] [--progress 5s]
 
-Indexes the dataset in DIR exactly as the agent does at start-up, and
+Indexes the dataset in DIR (or the bucket) exactly as the agent does at start-up, and
 exits: it lists the samples, hashes those its index file lacks (in
 parallel) and reads their JPEG headers, writes the index file where the
 agent would (DIR/.sophon-index when DIR is writable, else the user cache
@@ -27,11 +29,12 @@ Flags:
 // indexCmd is "storage-agent index".
 func indexCmd(args []string, stdout io.Writer, stderr *os.File) int {
 	fs := subcommand("storage-agent index", indexUsage, stderr)
-	data := fs.String("data", "", "dataset `directory` (ImageFolder or *.tar shards); required")
+	data := fs.String("data", "", "dataset `directory` or s3://BUCKET/PREFIX (ImageFolder or *.tar shards); required")
 	index := fs.String("index", "", "content-hash index `file`, as the agent's --index")
 	manifest := fs.String("manifest", "", "the whole dataset's manifest `file`, as the agent's --manifest")
 	strict := fs.Bool("strict", false, "refuse the dataset on any bad entry, as the agent's --strict")
 	workers := fs.Int("workers", 0, "samples hashed in parallel (default: one per CPU)")
+	maxObjects := fs.Int("s3-max-objects", s3src.DefaultMaxObjects, "with an s3:// --data, the most `objects` listed, as the agent's --s3-max-objects")
 	every := fs.Duration("progress", dataset.DefaultProgress, "how often to log the hashing's progress; negative never")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
 	format := fs.String("log-format", "auto", "log `format`: json, console, or auto (console on a terminal)")
@@ -57,7 +60,7 @@ func indexCmd(args []string, stdout io.Writer, stderr *os.File) int {
 			return 1
 		}
 	}
-	d, err := dataset.OpenWith(*data, opts)
+	d, err := s3src.OpenDataset(context.Background(), *data, s3src.Config{MaxObjects: *maxObjects}, opts)
 	if err != nil {
 		fmt.Fprintln(stderr, "storage-agent index:", err)
 		return 1
