@@ -30,7 +30,9 @@ FUZZ_TARGETS := \
 	FuzzLoadProfile:./profiler/ \
 	FuzzLayoutFromRanges:./internal/placement/ \
 	FuzzParse:./policy/hardware/ \
-	FuzzParseID:./testbed/fileserve/
+	FuzzParseID:./testbed/fileserve/ \
+	FuzzDecodeCacheEntry:./compute-agent/cache/ \
+	FuzzDecodeCacheIndex:./compute-agent/cache/
 DEMO_DIR ?= $(CURDIR)/.demo
 # The demo's default: a link slow enough to be the bottleneck on 2 cores.
 DEMO_IMAGES ?= 160
