@@ -144,8 +144,10 @@ func (s *Store) load() {
 // whose header does not decode, or names another file, is removed.
 func (s *Store) scan(name string, size int64) *meta {
 	bad := func(err error) *meta {
-		s.log.Warn().Err(err).Str("entry", name).Msg("cache entry removed")
+		s.log.Warn().Err(err).Str("entry", name).Msg("cache entry dropped: its sample will be fetched again")
 		_ = s.root.Remove(name)
+		s.refills.Add(1)
+		s.openDrops.Add(1)
 		return nil
 	}
 	f, err := s.root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)

@@ -29,3 +29,23 @@ func ParseSize(s string) (int64, error) {
 	}
 	return int64(f * float64(mult)), nil
 }
+
+// Size is a byte count that parses like ParseSize, as a flag
+// (flag.Value) and from YAML or JSON text.
+type Size int64
+
+// String prints the count in bytes.
+func (s Size) String() string { return strconv.FormatInt(int64(s), 10) }
+
+// Set parses v (flag.Value).
+func (s *Size) Set(v string) error {
+	n, err := ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = Size(n)
+	return nil
+}
+
+// UnmarshalText parses b (encoding.TextUnmarshaler).
+func (s *Size) UnmarshalText(b []byte) error { return s.Set(string(b)) }

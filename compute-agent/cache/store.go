@@ -108,6 +108,9 @@ type Store struct {
 
 	// Cumulative counters, for the metrics.
 	hits, misses, refills, readBytes, fills, skipped atomic.Int64
+	// openDrops counts the bad entries Open dropped, until an epoch
+	// reports them (TakeOpenDrops).
+	openDrops atomic.Int64
 
 	// create opens a new temp file for writing; tests replace it to
 	// inject failures.
@@ -210,6 +213,11 @@ type Stats struct {
 	// directory).
 	Degraded bool
 }
+
+// TakeOpenDrops is how many bad entries (truncated, swapped, corrupt
+// headers) Open dropped that no epoch reported yet; they count as refills
+// of the first epoch that reports them.
+func (s *Store) TakeOpenDrops() int64 { return s.openDrops.Swap(0) }
 
 // Stats is the store's counters and residency.
 func (s *Store) Stats() Stats {

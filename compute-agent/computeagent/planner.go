@@ -129,7 +129,7 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 		fmt.Fprintln(cfg.Out, d.String())
 	}
 	pl := &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy, Res: st.Res, Nodes: st.Nodes,
-		Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }}
+		Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }, CacheBytes: a.plannedCacheBytes()}
 	p := &policyRun{a: a, pl: pl, d: d, summary: st.Summary(), shard: len(shard), cat: cat}
 	if prof, saved := a.loadProfile(cat); prof != nil {
 		pl := p.pl

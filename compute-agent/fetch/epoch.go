@@ -66,6 +66,7 @@ func (e *Epoch) Feed(asm *trainer.Assembler, tr *trainer.Positions) {
 // schedule, shedder and the fetchers' windows, and starts the epoch's
 // journaling into jr (nil: none).
 func (e *Epoch) Prepare(fs []*Fetcher, jr *journal.Journal) error {
+	e.prepareCache()
 	cfg, num, order, plan := e.cfg, e.num, e.order, e.plan
 	gate := 0
 	if cfg.StrictOrder {
@@ -177,6 +178,7 @@ func (e *Epoch) Report(ctx context.Context, fs []*Fetcher, measure bool) report.
 		Hedged:                   int(e.hedged.Load()),
 		Refetched:                int(e.refetched.Load()),
 		ServedRaw:                servedRaw(e),
+		Cache:                    e.cacheStats(),
 		Shed:                     int(e.shed.Count()),
 		Resumed:                  e.resumed,
 		Padded:                   e.padded,
