@@ -95,6 +95,7 @@ type Store struct {
 	log        zerolog.Logger
 	dir        string
 	root       *os.Root
+	lock       *os.File // the directory, flocked while open
 	budget     int64
 	maxPayload int64
 	lru        bool
@@ -154,11 +155,21 @@ func Open(o Options) (*Store, error) {
 			return nil, fmt.Errorf("cache: %w", err)
 		}
 	}
-	root, err := os.OpenRoot(o.Dir)
+	// One agent per directory: the index is the writer's.
+	lock, err := os.Open(o.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
-	s := &Store{log: o.Log, dir: o.Dir, root: root, budget: o.Bytes, maxPayload: o.MaxPayload, lru: o.Policy == PolicyLRU,
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("cache: %s is in use by another compute agent (%w)", o.Dir, err)
+	}
+	root, err := os.OpenRoot(o.Dir)
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	s := &Store{log: o.Log, dir: o.Dir, root: root, lock: lock, budget: o.Bytes, maxPayload: o.MaxPayload, lru: o.Policy == PolicyLRU,
 		index: map[key]*meta{}, order: list.New()}
 	if s.maxPayload <= 0 {
 		s.maxPayload = DefaultMaxPayload
@@ -185,7 +196,7 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.root != nil {
-		err = errors.Join(err, s.root.Close())
+		err = errors.Join(err, s.root.Close(), s.lock.Close())
 		s.root = nil
 		s.off = true
 	}

@@ -189,6 +189,17 @@ func TestSymlinks(t *testing.T) {
 	}
 }
 
+// TestOneAgent: a directory in use is refused to a second store.
+func TestOneAgent(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, 1<<20, "")
+	if _, err := Open(Options{Dir: dir, Bytes: 1 << 20}); err == nil {
+		t.Fatal("a second store opened a directory in use")
+	}
+	s.Close()
+	open(t, dir, 1<<20, "")
+}
+
 // TestPerms: the directory is created 0700 and a wider one narrowed.
 func TestPerms(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "new")

@@ -3,6 +3,7 @@ package computeagent
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -204,6 +205,84 @@ func TestCacheDegrade(t *testing.T) {
 		}
 		if e == 2 && (r.Cache == nil || !r.Cache.Degraded || r.Cache.Hits != 0) {
 			t.Fatalf("epoch 2 cache %+v, want degraded", r.Cache)
+		}
+	}
+}
+
+// TestCacheKilledMidFill: an agent stopped in the middle of its first
+// epoch, with a write's temp file left behind, leaves a cache that a
+// restarted agent reuses: hits for what was filled, no partial entry
+// served, tensors unchanged; the metrics count them.
+func TestCacheKilledMidFill(t *testing.T) {
+	n := &memNet{}
+	n.serve(t, "s:1", newFake(t, "s"))
+	p := testPipeline(t)
+	_, want := cacheRun(t, n, p, "", "", 0, 1)
+	dir := filepath.Join(t.TempDir(), "c")
+
+	cfg, _ := testConfig(t, n, "s:1")
+	cfg.Plan = cachedPlan(t, p).Plan
+	cfg.CacheDir, cfg.CacheBytes = dir, 64<<20
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	delivered := 0
+	cfg.OnSample = func(uint64, uint64, [32]byte) {
+		if delivered++; delivered == testSamples/2 {
+			cancel()
+		}
+	}
+	a, err := cfg.new()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.RunEpoch(ctx, 0); err == nil {
+		t.Fatal("the stopped epoch completed")
+	}
+	// As after a kill: no index, and a write's temp file left behind.
+	a.Close()
+	os.Remove(filepath.Join(dir, "index"))
+	filled, _ := filepath.Glob(filepath.Join(dir, "*.entry"))
+	if len(filled) == 0 || len(filled) >= testSamples/2 {
+		t.Fatalf("%d entries after half an epoch", len(filled))
+	}
+	os.WriteFile(filepath.Join(dir, ".tmp-0123-partial.entry"), []byte("SPHXCACH half"), 0o600)
+
+	reports, got := cacheRun(t, n, p, dir, "", 0, 1)
+	sameTensors(t, got, want)
+	c := reports[0].Cache
+	if c.Hits != len(filled) || c.Refills != 0 || c.Hits+c.Misses != testSamples/2 {
+		t.Fatalf("after restart: cache %+v, want %d hits", c, len(filled))
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".tmp-0123-partial.entry")); err == nil {
+		t.Fatal("a write's temp file survived the restart")
+	}
+}
+
+// TestCacheMetrics: the cache's series are served.
+func TestCacheMetrics(t *testing.T) {
+	n := &memNet{}
+	n.serve(t, "s:1", newFake(t, "s"))
+	cfg, _ := testConfig(t, n, "s:1")
+	cfg.Plan = cachedPlan(t, testPipeline(t)).Plan
+	cfg.CacheDir, cfg.CacheBytes = t.TempDir(), 64<<20
+	a, err := cfg.new()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for e := range uint64(2) {
+		if _, err := a.RunEpoch(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := httptest.NewRecorder()
+	a.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, line := range []string{"sophon_cache_hits_total 32", "sophon_cache_misses_total 32", "sophon_cache_refills_total 0", "sophon_cache_read_bytes_total ", "sophon_cache_bytes "} {
+		if !strings.Contains(body, line) {
+			t.Errorf("metrics lack %q", line)
 		}
 	}
 }
