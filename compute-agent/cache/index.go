@@ -189,6 +189,9 @@ func (s *Store) Flush() error {
 	if err == nil {
 		err = s.write(indexName, b)
 	}
+	if err == nil {
+		err = s.syncDir()
+	}
 	if err != nil {
 		s.mu.Lock()
 		s.degradeLocked(fmt.Errorf("writing the index: %w", err))

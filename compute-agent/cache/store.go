@@ -104,7 +104,16 @@ type Store struct {
 	index map[key]*meta
 	order *list.List // of *meta
 	used  int64
-	off   bool // degraded to no cache
+	// reserved is the bytes of the writes queued or under way: they
+	// count against the budget until they are indexed or fail.
+	reserved int64
+	// jobs feeds the writer (see Put); drained is signalled after each
+	// write. Both under mu; closing: Close began.
+	jobs    chan job
+	drained *sync.Cond
+	closing bool
+	writer  sync.WaitGroup
+	off     bool // degraded to no cache
 	dirty bool // index changed since the last Flush
 
 	// Cumulative counters, for the metrics.
@@ -177,8 +186,54 @@ func Open(o Options) (*Store, error) {
 	s.create = func(name string) (file, error) {
 		return s.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	}
+	s.drained = sync.NewCond(&s.mu)
+	s.jobs = make(chan job, maxJobs)
 	s.load()
+	s.writer.Go(s.write1)
 	return s, nil
+}
+
+// Writes are queued to one writer goroutine, so that a fill never holds
+// up the epoch that makes it: at most maxJobs entries and maxQueued
+// bytes; a Put past them is skipped (the sample is fetched again next
+// time it is wanted).
+const (
+	maxJobs   = 1024
+	maxQueued = 64 << 20
+)
+
+// job is a queued write.
+type job struct {
+	m *meta
+	b []byte
+}
+
+// write1 is the writer: it writes the queued entries and indexes them.
+func (s *Store) write1() {
+	for j := range s.jobs {
+		err := s.write(entryName(j.m.key), j.b)
+		s.mu.Lock()
+		s.reserved -= j.m.size
+		switch {
+		case err != nil:
+			s.degradeLocked(fmt.Errorf("writing sample %d: %w", j.m.sample, err))
+		case !s.off:
+			s.insertLocked(j.m)
+			s.fills.Add(1)
+		}
+		s.drained.Broadcast()
+		s.mu.Unlock()
+	}
+}
+
+// Drain waits until no write is queued or under way: the entries put so
+// far are indexed (or the store degraded).
+func (s *Store) Drain() {
+	s.mu.Lock()
+	for s.reserved > 0 {
+		s.drained.Wait()
+	}
+	s.mu.Unlock()
 }
 
 // LRU reports whether the store runs the LRU policy.
@@ -190,8 +245,16 @@ func (s *Store) Budget() int64 { return s.budget }
 // Dir is the cache directory.
 func (s *Store) Dir() string { return s.dir }
 
-// Close writes the index and closes the directory. Safe twice.
+// Close finishes the queued writes, writes the index and closes the
+// directory. Safe twice.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	if !s.closing {
+		s.closing = true
+		close(s.jobs)
+	}
+	s.mu.Unlock()
+	s.writer.Wait()
 	err := s.Flush()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -279,18 +342,19 @@ func (s *Store) insertLocked(m *meta) {
 // more bytes fit the budget; it evicts only those evictable allows (nil:
 // any). It reports whether they fit.
 func (s *Store) makeRoomLocked(size int64, evictable func(*meta) bool) bool {
-	for el := s.order.Back(); el != nil && s.used+size > s.budget; {
+	for el := s.order.Back(); el != nil && s.used+s.reserved+size > s.budget; {
 		m := el.Value.(*meta)
 		el = el.Prev()
 		if evictable == nil || evictable(m) {
 			s.removeLocked(m)
 		}
 	}
-	return s.used+size <= s.budget
+	return s.used+s.reserved+size <= s.budget
 }
 
-// write stores b as entry name: a temp file written and synced, renamed
-// over name, and the directory synced.
+// write stores b as file name: a temp file written and synced, then
+// renamed over name. The directory is synced with the index (Flush): a
+// rename lost in a crash loses an entry, never serves a wrong one.
 func (s *Store) write(name string, b []byte) error {
 	var rnd [6]byte
 	_, _ = io.ReadFull(randReader, rnd[:])
@@ -311,8 +375,12 @@ func (s *Store) write(name string, b []byte) error {
 	}
 	if err != nil {
 		_ = s.root.Remove(tmp)
-		return err
 	}
+	return err
+}
+
+// syncDir syncs the directory: the renames before it are durable.
+func (s *Store) syncDir() error {
 	d, err := s.root.Open(".")
 	if err != nil {
 		return err

@@ -24,6 +24,13 @@ func open(t *testing.T, dir string, budget int64, policy string) *Store {
 	return s
 }
 
+// put is v.Put, waited for.
+func put(v *View, sample uint64, b []byte) bool {
+	ok := v.Put(sample, b)
+	v.s.Drain()
+	return ok && v.Has(sample)
+}
+
 func payload(sample uint64, n int) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -39,7 +46,7 @@ func TestRoundTripAndRestart(t *testing.T) {
 	s := open(t, dir, 1<<20, "")
 	v := s.View(fp, "p@1", 0, nil)
 	for i := range uint64(5) {
-		if !v.Put(i, payload(i, 1000)) {
+		if !put(v, i, payload(i, 1000)) {
 			t.Fatalf("put %d refused", i)
 		}
 	}
@@ -97,7 +104,7 @@ func TestBadEntries(t *testing.T) {
 			s := open(t, dir, 1<<20, "")
 			v := s.View(fp, "p@1", 0, nil)
 			for i := range uint64(3) {
-				v.Put(i, payload(i, 1000))
+				put(v, i, payload(i, 1000))
 			}
 			c.damage(dir)
 			got, _, err := v.Get(1)
@@ -119,7 +126,7 @@ func TestBadEntries(t *testing.T) {
 	// pipeline or split holds nothing for it.
 	dir := t.TempDir()
 	s := open(t, dir, 1<<20, "")
-	s.View(fp, "p@1", 0, nil).Put(1, payload(1, 1000))
+	put(s.View(fp, "p@1", 0, nil), 1, payload(1, 1000))
 	for _, v := range []*View{s.View("other", "p@1", 0, nil), s.View(fp, "q@2", 0, nil), s.View(fp, "p@1", 5, nil)} {
 		if v.Has(1) {
 			t.Fatalf("%s %s %d: has sample 1", v.fp, v.pipe, v.split)
@@ -130,7 +137,7 @@ func TestBadEntries(t *testing.T) {
 	}
 	// A Put of the new split replaces the stale entry.
 	v5 := s.View(fp, "p@1", 5, nil)
-	v5.Put(1, payload(9, 10))
+	put(v5, 1, payload(9, 10))
 	if got, _, err := v5.Get(1); err != nil || !bytes.Equal(got, payload(9, 10)) {
 		t.Fatalf("replaced entry: %v", err)
 	}
@@ -157,8 +164,8 @@ func TestSymlinks(t *testing.T) {
 	dir, outside := t.TempDir(), t.TempDir()
 	s := open(t, dir, 1<<20, "")
 	v := s.View(fp, "p@1", 0, nil)
-	v.Put(1, payload(1, 100))
-	v.Put(2, payload(2, 100))
+	put(v, 1, payload(1, 100))
+	put(v, 2, payload(2, 100))
 	// Sample 1's entry becomes a link to a valid entry outside.
 	name := entryName(key{fp, 1})
 	target := filepath.Join(outside, "t")
@@ -221,9 +228,9 @@ func TestDegrade(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir, 1<<20, "")
 	v := s.View(fp, "p@1", 0, nil)
-	v.Put(1, payload(1, 100))
+	put(v, 1, payload(1, 100))
 	s.create = func(string) (file, error) { return nil, &fs.PathError{Op: "open", Path: "x", Err: syscall.ENOSPC} }
-	if v.Put(2, payload(2, 100)) {
+	if put(v, 2, payload(2, 100)) {
 		t.Fatal("put succeeded on a full disk")
 	}
 	if st := s.Stats(); !st.Degraded || v.Has(1) {
@@ -236,12 +243,12 @@ func TestDegrade(t *testing.T) {
 	dir2 := filepath.Join(t.TempDir(), "gone")
 	s2 := open(t, dir2, 1<<20, "")
 	v2 := s2.View(fp, "p@1", 0, nil)
-	v2.Put(1, payload(1, 100))
+	put(v2, 1, payload(1, 100))
 	os.RemoveAll(dir2)
 	if _, _, err := v2.Get(1); err == nil {
 		t.Fatal("served from a vanished directory")
 	}
-	if v2.Put(2, payload(2, 100)) || !s2.Stats().Degraded {
+	if put(v2, 2, payload(2, 100)) || !s2.Stats().Degraded {
 		t.Fatal("not degraded after the directory vanished")
 	}
 	if st := s2.Stats(); st.Refills != 0 {
@@ -256,23 +263,23 @@ func TestBudget(t *testing.T) {
 	one := int64(len(b))
 	s := open(t, t.TempDir(), 2*one, PolicyLRU)
 	v := s.View(fp, "p@1", 0, nil)
-	v.Put(1, payload(1, 1000))
-	v.Put(2, payload(2, 1000))
+	put(v, 1, payload(1, 1000))
+	put(v, 2, payload(2, 1000))
 	v.Get(1) // 2 is now the least recently used
-	v.Put(3, payload(3, 1000))
+	put(v, 3, payload(3, 1000))
 	if !v.Has(1) || v.Has(2) || !v.Has(3) {
 		t.Fatalf("lru kept 1:%v 2:%v 3:%v, want 1 and 3", v.Has(1), v.Has(2), v.Has(3))
 	}
 	p := open(t, t.TempDir(), 2*one, PolicyPlanned)
 	keep := map[uint64]bool{1: true, 2: true}
 	pv := p.View(fp, "p@1", 0, func(s uint64) bool { return keep[s] })
-	pv.Put(1, payload(1, 1000))
-	pv.Put(2, payload(2, 1000))
-	if pv.Put(3, payload(3, 1000)) || !pv.Has(1) || !pv.Has(2) {
+	put(pv, 1, payload(1, 1000))
+	put(pv, 2, payload(2, 1000))
+	if put(pv, 3, payload(3, 1000)) || !pv.Has(1) || !pv.Has(2) {
 		t.Fatal("planned cache evicted a kept sample")
 	}
 	delete(keep, 1)
-	if !pv.Put(3, payload(3, 1000)) || pv.Has(1) {
+	if !put(pv, 3, payload(3, 1000)) || pv.Has(1) {
 		t.Fatal("planned cache did not evict an unplanned sample")
 	}
 	if st := p.Stats(); st.Skipped != 1 || st.Bytes > 2*one {

@@ -142,11 +142,12 @@ func (v *View) Drop(sample uint64, why error) {
 	}
 }
 
-// Put writes sample's payload as this view's entry, best effort: when it
+// Put queues sample's payload as this view's entry, best effort: when it
 // does not fit the budget (PolicyLRU evicts the least recently used
 // entries first; PolicyPlanned evicts only stale, foreign and unplanned
-// ones) it is skipped, and a failed write degrades the store. It reports
-// whether the entry was written.
+// ones) or the writer's queue it is skipped, and a failed write degrades
+// the store. It reports whether the entry was queued; the writer indexes
+// it once written. payload is copied.
 func (v *View) Put(sample uint64, payload []byte) bool {
 	s := v.s
 	k := key{v.fp, sample}
@@ -157,38 +158,25 @@ func (v *View) Put(sample uint64, payload []byte) bool {
 	}
 	m := &meta{key: k, pipe: v.pipe, split: v.split, size: int64(len(b))}
 	s.mu.Lock()
-	if s.off {
-		s.mu.Unlock()
+	defer s.mu.Unlock()
+	if s.off || s.closing {
 		return false
 	}
 	if old := s.index[k]; old != nil {
 		s.removeLocked(old) // stale, or a repeat of a padded sample
 	}
-	if !s.makeRoomLocked(m.size, v.evictable()) {
-		s.mu.Unlock()
+	if s.reserved+m.size > maxQueued || !s.makeRoomLocked(m.size, v.evictable()) {
 		s.skipped.Add(1)
 		return false
 	}
-	s.used += m.size // reserved while the file is written
-	root := s.root
-	s.mu.Unlock()
-	err = ErrDisabled
-	if root != nil {
-		err = s.write(entryName(k), b)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.used -= m.size
-	if err != nil {
-		s.degradeLocked(fmt.Errorf("writing sample %d: %w", sample, err))
+	select {
+	case s.jobs <- job{m: m, b: b}:
+		s.reserved += m.size
+		return true
+	default:
+		s.skipped.Add(1)
 		return false
 	}
-	if s.off {
-		return false
-	}
-	s.insertLocked(m)
-	s.fills.Add(1)
-	return true
 }
 
 // evictable is what a Put of v may evict.

@@ -211,6 +211,7 @@ func (e *Epoch) cacheStats() *report.CacheStats {
 	if v == nil {
 		return nil
 	}
+	e.cfg.Cache.Drain() // the epoch's fills are resident, or failed
 	st := e.cfg.Cache.Stats()
 	pol := cache.PolicyPlanned
 	if v.LRU() {

@@ -85,7 +85,7 @@ func Table(w io.Writer, r *Results) error {
 			writeText(&b, nodesColumns, rows)
 		}
 		if rows := cacheTable(c); len(rows) > 0 {
-			fmt.Fprintf(&b, "cache (%s budget; steady epoch):\n", mb(r.CacheBytes))
+			fmt.Fprintf(&b, "cache (%s MB budget; steady epoch):\n", mb(r.CacheBytes))
 			writeText(&b, cacheColumns, rows)
 		}
 	}
