@@ -114,7 +114,7 @@ type Store struct {
 	closing bool
 	writer  sync.WaitGroup
 	off     bool // degraded to no cache
-	dirty bool // index changed since the last Flush
+	dirty   bool // index changed since the last Flush
 
 	// Cumulative counters, for the metrics.
 	hits, misses, refills, readBytes, fills, skipped atomic.Int64
