@@ -13,6 +13,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/cache"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/policy"
 )
 
 // valSpec is a small deterministic pipeline (imagenet-val's shape): its
@@ -283,6 +284,31 @@ func TestCacheMetrics(t *testing.T) {
 	for _, line := range []string{"sophon_cache_hits_total 32", "sophon_cache_misses_total 32", "sophon_cache_refills_total 0", "sophon_cache_read_bytes_total ", "sophon_cache_bytes "} {
 		if !strings.Contains(body, line) {
 			t.Errorf("metrics lack %q", line)
+		}
+	}
+}
+
+// TestCacheWarmEpoch: a policy run's profiling epoch (no plan yet) fills
+// the planned cache with what it fetches raw anyway, and the planner plans
+// under the cache budget; a static policy's run does not fill it.
+func TestCacheWarmEpoch(t *testing.T) {
+	for _, c := range []struct {
+		policy string
+		fills  int
+	}{{policy.NameSOPHON, policySamples}, {policy.NameNoOff, 0}} {
+		cfg, _ := policyConfig(t, c.policy, constBPS(1e6), 1)
+		cfg.CacheDir, cfg.CacheBytes = t.TempDir(), 64<<20
+		reports, err := runAgent(t, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := reports[0]
+		got := 0
+		if r.Cache != nil {
+			got = r.Cache.Fills
+		}
+		if got != c.fills || !r.Profiled {
+			t.Errorf("%s: profiling epoch filled %d entries (cache %+v), want %d", c.policy, got, r.Cache, c.fills)
 		}
 	}
 }

@@ -158,6 +158,9 @@ func (p *policyRun) next(i int) epochOpts {
 	ran := pl.Prof != nil
 	var planRan policy.Plan
 	var cluster *policy.Cluster
+	if e, ok := policy.Lookup(cfg.Policy); ok && e.Static == nil {
+		opts.WarmCache = !ran // the first plan finds the cache filled
+	}
 	if ran {
 		opts.Plan, planRan, cluster = pl.Run, pl.Plan, pl.Cluster
 		predicted, bound = pl.Plan.Pred.Seconds, pl.Bound

@@ -37,22 +37,34 @@ type cacheState struct {
 
 // prepareCache sets up the epoch's use of the cache and moves the
 // positions it is to hold to split 0. Called by Prepare first.
+//
+// A warm epoch (Opts.WarmCache: a policy run's epochs before its first
+// plan) with the planned policy and a plan without residency fills the
+// cache with what it fetches raw anyway, evicting nothing, so that the
+// first plan finds its resident samples there (all of them when the
+// budget holds the dataset); the plan's Puts later evict what it does not
+// keep.
 func (e *Epoch) prepareCache() {
 	c := e.cfg.Cache
 	if c == nil || e.cfg.FetchOnly {
 		return
 	}
-	split := 0
+	split, keep := 0, e.plan.Cached
+	warm := false
 	if !c.LRU() {
-		if !e.plan.Caches() {
+		warm = e.warm && !e.plan.Caches()
+		if !e.plan.Caches() && !warm {
 			return
 		}
 		split = e.cfg.Pipeline.CacheSplit()
+		if warm {
+			keep = func(uint64) bool { return true }
+		}
 	}
-	e.cc.view = c.View(e.cat.Fingerprint, e.cfg.PipelineID, split, e.plan.Cached)
+	e.cc.view = c.View(e.cat.Fingerprint, e.cfg.PipelineID, split, keep)
 	e.cc.want = make([]bool, len(e.order))
 	for pos, s := range e.order {
-		if c.LRU() {
+		if c.LRU() || warm {
 			e.cc.want[pos] = e.split[pos] == 0 && e.codec(s) == ops.CodecNone
 		} else if e.plan.Cached(s) {
 			e.cc.want[pos], e.split[pos] = true, 0

@@ -38,6 +38,9 @@ type Opts struct {
 	// StorageCores is the planner's storage cores (0: unknown), for
 	// shedding.
 	StorageCores float64
+	// WarmCache fills the node's planned cache with the epoch's raw
+	// fetches while Plan has no residency (see prepareCache).
+	WarmCache bool
 }
 
 // NewEpoch is epoch num's run over sh, before Prepare. cfg must outlive
@@ -45,7 +48,7 @@ type Opts struct {
 func NewEpoch(cfg *Config, num uint64, cat *Catalog, sh Shard, opts Opts) *Epoch {
 	return &Epoch{
 		cfg: cfg, num: num, cat: cat, order: sh.Order, split: sh.Split, plan: opts.Plan, rec: opts.Rec,
-		linkRate: opts.LinkRate, storageCores: opts.StorageCores, resumed: sh.Resumed, padded: sh.Padded,
+		linkRate: opts.LinkRate, storageCores: opts.StorageCores, resumed: sh.Resumed, padded: sh.Padded, warm: opts.WarmCache,
 		log:     cfg.Log.With().Uint64("epoch", num).Logger(),
 		work:    make(chan work),
 		queue:   make(chan epoch.Item, cfg.Queue*cfg.Batch),

@@ -90,6 +90,7 @@ type Epoch struct {
 	shed *epoch.Shedder
 	lat  epoch.Latencies // response latencies, for the adaptive stall timeout
 	cc   cacheState      // the node's cache in this epoch
+	warm bool            // Opts.WarmCache
 
 	mu     sync.Mutex
 	failed []report.SampleFailure
