@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/internal/testenv"
 )
 
 const fp = "fingerprint-a"
@@ -334,4 +336,35 @@ func FuzzDecodeCacheIndex(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFullTmpfs: on a real full disk (a 256 KiB tmpfs, root only) the
+// cache degrades with ENOSPC instead of failing its caller, and serves
+// what it wrote before.
+func TestFullTmpfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Require(t, "mounting a tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=256k,mode=0700"); err != nil {
+		testenv.Require(t, "mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	s := open(t, dir, 1<<30, PolicyLRU)
+	v := s.View(fp, "p@1", 0, nil)
+	for i := range uint64(64) {
+		if !put(v, i, payload(i, 16<<10)) {
+			break
+		}
+	}
+	st := s.Stats()
+	if !st.Degraded || st.Fills == 0 || st.Fills >= 64 {
+		t.Fatalf("stats %+v: want some fills, then degraded", st)
+	}
+	s.Close()
+	s = open(t, dir, 1<<30, PolicyLRU)
+	v = s.View(fp, "p@1", 0, nil)
+	if got, _, err := v.Get(0); err != nil || !bytes.Equal(got, payload(0, 16<<10)) {
+		t.Fatalf("an entry written before the disk filled: %v", err)
+	}
 }
