@@ -159,6 +159,22 @@ func flip(t *testing.T, dir string, sample uint64, at int) {
 	os.WriteFile(p, b, 0o600)
 }
 
+// TestEvictedUnderRead: an entry removed after the index named it is a
+// miss, not a refill.
+func TestEvictedUnderRead(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, 1<<20, PolicyLRU)
+	v := s.View(fp, "p@1", 0, nil)
+	put(v, 1, payload(1, 100))
+	os.Remove(filepath.Join(dir, entryName(key{fp, 1})))
+	if _, _, err := v.Get(1); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("got %v, want not found", err)
+	}
+	if st := s.Stats(); st.Refills != 0 || st.Samples != 0 || st.Degraded {
+		t.Fatalf("stats %+v: want a plain miss", st)
+	}
+}
+
 // TestSymlinks: a symlink planted in the directory is never followed: at
 // open it is removed (its target untouched), and one planted later is not
 // served.

@@ -52,8 +52,8 @@ func (v *View) Miss() { v.s.misses.Add(1) }
 // Get reads sample's entry and checks it (header, length, checksum, and
 // that it is this view's dataset, pipeline, split and sample). A bad entry
 // is dropped (a refill is counted) and its error, wrapping ErrEntry,
-// returned; an absent one gives an error wrapping fs.ErrNotExist. n is
-// the entry's bytes read.
+// returned; an absent one (never put, evicted, a vanished directory)
+// gives an error wrapping fs.ErrNotExist. n is the entry's bytes read.
 func (v *View) Get(sample uint64) (payload []byte, n int64, err error) {
 	s := v.s
 	k := key{v.fp, sample}
@@ -75,7 +75,12 @@ func (v *View) Get(sample uint64) (payload []byte, n int64, err error) {
 		}
 	}
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) && v.vanished() {
+		if errors.Is(err, fs.ErrNotExist) {
+			// The directory vanished (degraded), or the entry was evicted
+			// since the index named it (LRU): a miss, not a bad entry.
+			if !v.vanished() {
+				v.forget(m)
+			}
 			return nil, 0, err
 		}
 		if !errors.Is(err, ErrEntry) {
@@ -127,6 +132,16 @@ func (v *View) vanished() bool {
 		s.mu.Unlock()
 	}
 	return true
+}
+
+// forget drops m from the index if it is still there.
+func (v *View) forget(m *meta) {
+	s := v.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.index[m.key] == m && !s.off {
+		s.removeLocked(m)
+	}
 }
 
 // Drop removes sample's entry as bad (why), counting a refill: the caller
