@@ -211,7 +211,13 @@ type job struct {
 // write1 is the writer: it writes the queued entries and indexes them.
 func (s *Store) write1() {
 	for j := range s.jobs {
-		err := s.write(entryName(j.m.key), j.b)
+		s.mu.Lock()
+		off := s.off
+		s.mu.Unlock()
+		var err error
+		if !off { // a degraded store writes nothing more
+			err = s.write(entryName(j.m.key), j.b)
+		}
 		s.mu.Lock()
 		s.reserved -= j.m.size
 		switch {
