@@ -99,7 +99,11 @@ func TestCachePlanned(t *testing.T) {
 			n.serve(t, "s:1", fake)
 			_, want := cacheRun(t, n, p, "", "", 0, 4)
 			dir := filepath.Join(t.TempDir(), "cache")
+			before := fake.requests.Load()
 			reports, got := cacheRun(t, n, p, dir, "", 0, 2)
+			if sent := fake.requests.Load() - before; sent != testSamples+testSamples/2 {
+				t.Errorf("the storage agent got %d requests, want %d: hits must not reach it", sent, testSamples+testSamples/2)
+			}
 			sameTensors(t, got, want)
 			half := testSamples / 2
 			c0, c1 := reports[0].Cache, reports[1].Cache
