@@ -145,13 +145,25 @@ func (e *Epoch) cachedValue(payload []byte, lim ops.WireLimits, sample uint64) (
 	return ops.Encoded(payload), nil
 }
 
-// refill fetches it raw again from f's storage agent, finishes it and
-// puts it in the cache.
+// refill fetches it raw again, from f's storage agent or else from the
+// epoch's other storage agents that hold it, finishes it and puts it in
+// the cache.
 func (e *Epoch) refill(ctx context.Context, f *Fetcher, lim ops.WireLimits, it *epoch.Item) *report.SampleFailure {
 	data, err := e.fetchRaw(ctx, f, it.Sample)
+	for _, g := range e.fs {
+		if err == nil {
+			break
+		}
+		if g != f && g.Holds(it.Sample) && e.cfg.Refusals.Refusal(g.name) == nil {
+			var gerr error
+			if data, gerr = e.fetchRaw(ctx, g, it.Sample); gerr == nil {
+				f, err = g, nil
+			}
+		}
+	}
 	if err != nil {
 		return &report.SampleFailure{Sample: it.Sample, Kind: report.KindUnavailable, Where: "cache",
-			Message: fmt.Sprintf("cache entry dropped and its raw refetch from %s failed: %v", f.name, err)}
+			Message: fmt.Sprintf("cache entry dropped and its raw refetch failed: %v", err)}
 	}
 	it.Split, it.Wire = 0, int64(len(data))
 	in, out, bad := e.finish(f, data, lim, it)

@@ -70,6 +70,7 @@ func (e *Epoch) Feed(asm *trainer.Assembler, tr *trainer.Positions) {
 // journaling into jr (nil: none).
 func (e *Epoch) Prepare(fs []*Fetcher, jr *journal.Journal) error {
 	e.prepareCache()
+	e.fs = fs
 	cfg, num, order, plan := e.cfg, e.num, e.order, e.plan
 	gate := 0
 	if cfg.StrictOrder {

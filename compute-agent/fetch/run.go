@@ -91,6 +91,7 @@ type Epoch struct {
 	lat  epoch.Latencies // response latencies, for the adaptive stall timeout
 	cc   cacheState      // the node's cache in this epoch
 	warm bool            // Opts.WarmCache
+	fs   []*Fetcher      // the epoch's, from Prepare (a cache refill may use any)
 
 	mu     sync.Mutex
 	failed []report.SampleFailure
