@@ -75,9 +75,11 @@ func (e *Epoch) prepareCache() {
 	}
 }
 
-// hit reports whether position pos is served from the cache.
+// hit reports whether position pos is served from the cache. A profiling
+// epoch (stage 2 records every sample from its raw bytes) takes no hit of
+// finished outputs.
 func (e *Epoch) hit(pos int) bool {
-	return e.cc.want != nil && e.cc.want[pos] && e.cc.view.Has(e.order[pos])
+	return e.cc.want != nil && e.cc.want[pos] && (e.rec == nil || e.cc.view.Split() == 0) && e.cc.view.Has(e.order[pos])
 }
 
 // local claims r, a cache hit, without sending it and hands it to the
