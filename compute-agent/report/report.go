@@ -209,8 +209,9 @@ type CacheStats struct {
 	// Misses counts the wanted positions absent from it, fetched over
 	// the link (raw) and filled.
 	Misses int `json:"misses"`
-	// Fills counts the entries written (misses and refills that fit the
-	// budget and passed the content check).
+	// Fills counts the entries put (misses and refills that fit the
+	// budget and passed the content check), written by the cache's writer
+	// before the epoch's report (a write that fails degrades the cache).
 	Fills int `json:"fills"`
 	// Refills counts the entries found bad (corrupt, truncated, swapped,
 	// foreign, stale, or raw bytes that do not match the catalog's
