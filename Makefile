@@ -31,7 +31,9 @@ FUZZ_TARGETS := \
 	FuzzLayoutFromRanges:./internal/placement/ \
 	FuzzParse:./policy/hardware/ \
 	FuzzParseBudget:./policy/cacheplan/ \
-	FuzzParseID:./testbed/fileserve/
+	FuzzParseID:./testbed/fileserve/ \
+	FuzzDecodeCacheEntry:./compute-agent/cache/ \
+	FuzzDecodeCacheIndex:./compute-agent/cache/
 # The S3-compatible server the object-store tests and the testbed start
 # (internal/s3gw): versitygw's POSIX gateway, installed by go install.
 S3GW_PKG     := github.com/versity/versitygw/cmd/versitygw

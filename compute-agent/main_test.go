@@ -31,7 +31,7 @@ func TestBinaries(t *testing.T) {
 	dir := t.TempDir()
 
 	if out, err := exec.Command(compute, "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "Example:") || !strings.Contains(string(out), "-strict-order") ||
-		!strings.Contains(string(out), "-policy") || !strings.Contains(string(out), "-replan-threshold") {
+		!strings.Contains(string(out), "-policy") || !strings.Contains(string(out), "-replan-threshold") || !strings.Contains(string(out), "-cache-dir") {
 		t.Errorf("--help: %v\n%s", err, out)
 	}
 	for _, args := range [][]string{
@@ -43,6 +43,9 @@ func TestBinaries(t *testing.T) {
 		{"--storage", "127.0.0.1:1", "--recv-window", "1000"},
 		{"--storage", "127.0.0.1:1", "--policy", "sophon", "--fetch-only"},
 		{"--pipeline", "imagenet-train"},
+		{"--storage", "127.0.0.1:1", "--cache-dir", "x"},
+		{"--storage", "127.0.0.1:1", "--cache-bytes", "lots"},
+		{"--storage", "127.0.0.1:1", "--cache-dir", "x", "--cache-bytes", "1MiB", "--cache-policy", "fifo"},
 	} {
 		err := exec.Command(compute, args...).Run()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/sophon-dl/sophon/compute-agent/cache"
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/fetch"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
@@ -118,6 +120,10 @@ type Agent struct {
 	refusals *fetch.Refusals
 	jr       *journal.Journal // the sample log and resume state, opened with the catalog
 	jrErr    error
+	// cache is the node's sample cache (Config.CacheDir), opened by the
+	// first epoch; cachePtr holds it for the metrics.
+	cache    *cache.Store
+	cachePtr atomic.Pointer[cache.Store]
 	closed   bool
 }
 
@@ -140,9 +146,9 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 		plan:   planner.NewRunPlan(cfg.Plan, nil, policy.Resources{}),
 		gpu:    cfg.GPU,
 		conns:  map[string]*grpc.ClientConn{},
-		m:      newMetrics(peer.Collectors()...),
 		peer:   peer,
 	}
+	a.m = newMetrics(append(peer.Collectors(), cacheCollectors(a.cachePtr.Load)...)...)
 	a.discovery = cfg.Discovery
 	if cfg.Trainer.Socket != "" && a.trainerDType() == "uint8" {
 		p, tail, err := trainer.CutTail(cfg.Pipeline)
@@ -285,6 +291,9 @@ func (a *Agent) Close() error {
 	a.conns = nil
 	if err := a.jr.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("samples out: %w", err))
+	}
+	if a.cache != nil {
+		errs = append(errs, a.cache.Close())
 	}
 	if c, ok := a.gpu.(io.Closer); ok {
 		errs = append(errs, c.Close())
@@ -579,6 +588,11 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, began time.Time, o
 	jr, err := a.openJournal(cat, opts.Plan)
 	if err != nil {
 		return report.EpochReport{}, err
+	}
+	if c, err := a.openCache(); err != nil {
+		return report.EpochReport{}, err
+	} else if c != nil {
+		defer c.Flush() // the index; entries are written as they come
 	}
 	if jr.Complete(num) {
 		a.log.Info().Uint64("epoch", num).Msg("epoch completed before the restart: skipped")

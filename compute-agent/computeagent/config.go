@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 
+	"github.com/sophon-dl/sophon/compute-agent/cache"
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
@@ -290,6 +291,20 @@ type RunOptions struct {
 	// TOO_LARGE or DEADLINE like any bad sample (OnError). Zero fields
 	// mean oplimits.Default's values.
 	oplimits.Settings `yaml:",inline"`
+	// CacheDir is the node's sample cache (package cache): a directory
+	// on a local disk or a tmpfs, created 0700, shared by every epoch and
+	// local rank this agent serves and reused after a restart. Empty
+	// means no cache.
+	CacheDir string `yaml:"cache-dir"`
+	// CacheBytes is the cache's budget (its entries' total size); with
+	// the planned policy the planner plans residency under it
+	// (policy.Resources.CacheBytes). Required with CacheDir.
+	CacheBytes cache.Size `yaml:"cache-bytes"`
+	// CachePolicy is cache.PolicyPlanned (the samples the plan marks
+	// resident, policy.Plan.Cached, fixed across epochs) or
+	// cache.PolicyLRU (every raw fetch through an LRU of raw files: the
+	// baseline). Empty means planned.
+	CachePolicy string `yaml:"cache-policy"`
 }
 
 // DefaultConfig returns a Config with every default spelled out. The caller
@@ -398,7 +413,7 @@ func configErr(format string, args ...any) error {
 // withDefaults validates c and returns it with its zero fields filled in,
 // in steps.
 func (c Config) withDefaults() (Config, error) {
-	for _, step := range []func() error{c.checkInputs, c.planDefaults, c.counts, c.trainerDefaults, c.checkTLS} {
+	for _, step := range []func() error{c.checkInputs, c.planDefaults, c.counts, c.trainerDefaults, c.checkTLS, c.checkCache} {
 		if err := step(); err != nil {
 			return c, err
 		}
@@ -407,6 +422,21 @@ func (c Config) withDefaults() (Config, error) {
 		c.Consumer = Discard{}
 	}
 	return c, nil
+}
+
+// checkCache checks the cache's settings.
+func (c *Config) checkCache() error {
+	switch {
+	case c.CacheDir == "" && (c.CacheBytes != 0 || c.CachePolicy != ""):
+		return configErr("--cache-bytes and --cache-policy need --cache-dir")
+	case c.CacheDir == "":
+		return nil
+	case c.CacheBytes <= 0:
+		return configErr("--cache-dir %s needs a budget (--cache-bytes)", c.CacheDir)
+	case c.CachePolicy != "" && c.CachePolicy != cache.PolicyPlanned && c.CachePolicy != cache.PolicyLRU:
+		return configErr("--cache-policy %q: want %s or %s", c.CachePolicy, cache.PolicyPlanned, cache.PolicyLRU)
+	}
+	return nil
 }
 
 // checkInputs checks discovery, the pipeline and the policy, the

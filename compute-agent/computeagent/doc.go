@@ -53,6 +53,13 @@
 // policy's plan then runs the later epochs, and a measured rate that
 // drifts from the plan's assumptions triggers a re-plan.
 //
+// With Config.CacheDir the node keeps samples in a local cache (package
+// cache, cache.go): the plan's resident samples (policy.Plan.Cached, under
+// Config.CacheBytes, which the planner plans with) are fetched raw once
+// and read locally from then on, each entry checked on every read and
+// refetched when bad; the LRU policy is the baseline of a plain file
+// cache. The tensors are the same with and without it.
+//
 // Bad samples (a per-sample error from the storage agent, or a failure
 // decoding the wire form or running ops[k:n] here) are recorded in the
 // epoch's report; OnError chooses between failing the epoch and skipping

@@ -81,11 +81,15 @@ func PlanOf(name, pipeline string, def int, splits map[uint64]int) *policy.Plan 
 //	{
 //	  "pipeline": "imagenet-train@1f8b59f902fd",  // ops.Pipeline.ID(); empty: any
 //	  "default": 0,                               // k for samples not listed
-//	  "splits": {"17": 2, "42": 5, "43": -1}      // sample id (decimal) -> k
+//	  "splits": {"17": 2, "42": 5, "43": -1},     // sample id (decimal) -> k
+//	  "cached": [3, 17]                           // optional: resident in the node's cache
 //	}
 //
 // Every k must lie in [0, n] for the pipeline's n ops, or be -1
-// (ops.SplitCut) where the pipeline has the JPEG-domain crop. Its plan is
+// (ops.SplitCut) where the pipeline has the JPEG-domain crop. The samples
+// under "cached" are the plan's residency (policy.Plan.Cached) for the
+// compute agent's planned cache (--cache-dir): fetched raw until cached,
+// then read locally; a cached sample without a split gets 0. Its plan is
 // named after the file.
 
 // ReadPlanFile reads a per-sample plan file.
@@ -112,6 +116,7 @@ func DecodePlanFile(b []byte, name string) (*policy.Plan, error) {
 		Pipeline string         `json:"pipeline"`
 		Default  int            `json:"default"`
 		Splits   map[string]int `json:"splits"`
+		Cached   []uint64       `json:"cached"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -132,7 +137,24 @@ func DecodePlanFile(b []byte, name string) (*policy.Plan, error) {
 		}
 		splits[id] = k
 	}
-	return PlanOf(name, raw.Pipeline, raw.Default, splits), nil
+	cached := make(map[uint64]bool, len(raw.Cached))
+	for _, id := range raw.Cached {
+		if cached[id] {
+			return nil, configErr("plan %s: sample %d cached twice", name, id)
+		}
+		cached[id] = true
+		if _, ok := splits[id]; !ok {
+			splits[id] = 0
+		}
+	}
+	pl := PlanOf(name, raw.Pipeline, raw.Default, splits)
+	if len(cached) > 0 {
+		pl.Cached = make([]bool, len(pl.IDs))
+		for i, id := range pl.IDs {
+			pl.Cached[i] = cached[id]
+		}
+	}
+	return pl, nil
 }
 
 // ParsePlan resolves a plan name: a static policy of the registry (nooff,
@@ -155,8 +177,9 @@ func checkPlan(plan *policy.Plan, p *ops.Pipeline) error {
 	if plan.Pipeline != "" && plan.Pipeline != p.ID() {
 		return configErr("plan %s is for pipeline %s, running %s", plan.Policy, plan.Pipeline, p.ID())
 	}
-	if len(plan.Split) != len(plan.IDs) || plan.Compress != nil && len(plan.Compress) != len(plan.IDs) {
-		return configErr("plan %s: %d samples, %d splits, %d codecs", plan.Policy, len(plan.IDs), len(plan.Split), len(plan.Compress))
+	if len(plan.Split) != len(plan.IDs) || plan.Compress != nil && len(plan.Compress) != len(plan.IDs) ||
+		plan.Cached != nil && len(plan.Cached) != len(plan.IDs) {
+		return configErr("plan %s: %d samples, %d splits, %d codecs, %d residencies", plan.Policy, len(plan.IDs), len(plan.Split), len(plan.Compress), len(plan.Cached))
 	}
 	n := p.Len()
 	if err := planner.ValidSplit(p, plan.Default, n); err != nil {

@@ -129,7 +129,7 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 		fmt.Fprintln(cfg.Out, d.String())
 	}
 	pl := &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy, Res: st.Res, Nodes: st.Nodes,
-		Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }}
+		Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }, CacheBytes: a.plannedCacheBytes()}
 	p := &policyRun{a: a, pl: pl, d: d, summary: st.Summary(), shard: len(shard), cat: cat}
 	if prof, saved := a.loadProfile(cat); prof != nil {
 		pl := p.pl
@@ -158,6 +158,9 @@ func (p *policyRun) next(i int) epochOpts {
 	ran := pl.Prof != nil
 	var planRan policy.Plan
 	var cluster *policy.Cluster
+	if e, ok := policy.Lookup(cfg.Policy); ok && e.Static == nil {
+		opts.WarmCache = !ran // the first plan finds the cache filled
+	}
 	if ran {
 		opts.Plan, planRan, cluster = pl.Run, pl.Plan, pl.Cluster
 		predicted, bound = pl.Plan.Pred.Seconds, pl.Bound

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sophon-dl/sophon/compute-agent/cache"
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/internal/peerlog"
@@ -77,6 +78,8 @@ type Config struct {
 	// Limits bound the ops the finishing workers run on each sample (its
 	// deadline starts when the sample's ops do). Zero fields: no limit.
 	Limits oplimits.Settings
+	// Cache is the node's sample cache (see cacheState); nil: none.
+	Cache *cache.Store
 }
 
 // Metrics are the agent's counters an epoch moves. The root's Prometheus

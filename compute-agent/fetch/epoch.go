@@ -38,6 +38,9 @@ type Opts struct {
 	// StorageCores is the planner's storage cores (0: unknown), for
 	// shedding.
 	StorageCores float64
+	// WarmCache fills the node's planned cache with the epoch's raw
+	// fetches while Plan has no residency (see prepareCache).
+	WarmCache bool
 }
 
 // NewEpoch is epoch num's run over sh, before Prepare. cfg must outlive
@@ -45,7 +48,7 @@ type Opts struct {
 func NewEpoch(cfg *Config, num uint64, cat *Catalog, sh Shard, opts Opts) *Epoch {
 	return &Epoch{
 		cfg: cfg, num: num, cat: cat, order: sh.Order, split: sh.Split, plan: opts.Plan, rec: opts.Rec,
-		linkRate: opts.LinkRate, storageCores: opts.StorageCores, resumed: sh.Resumed, padded: sh.Padded,
+		linkRate: opts.LinkRate, storageCores: opts.StorageCores, resumed: sh.Resumed, padded: sh.Padded, warm: opts.WarmCache,
 		log:     cfg.Log.With().Uint64("epoch", num).Logger(),
 		work:    make(chan work),
 		queue:   make(chan epoch.Item, cfg.Queue*cfg.Batch),
@@ -66,6 +69,8 @@ func (e *Epoch) Feed(asm *trainer.Assembler, tr *trainer.Positions) {
 // schedule, shedder and the fetchers' windows, and starts the epoch's
 // journaling into jr (nil: none).
 func (e *Epoch) Prepare(fs []*Fetcher, jr *journal.Journal) error {
+	e.prepareCache()
+	e.fs = fs
 	cfg, num, order, plan := e.cfg, e.num, e.order, e.plan
 	gate := 0
 	if cfg.StrictOrder {
@@ -177,6 +182,7 @@ func (e *Epoch) Report(ctx context.Context, fs []*Fetcher, measure bool) report.
 		Hedged:                   int(e.hedged.Load()),
 		Refetched:                int(e.refetched.Load()),
 		ServedRaw:                servedRaw(e),
+		Cache:                    e.cacheStats(),
 		Shed:                     int(e.shed.Count()),
 		Resumed:                  e.resumed,
 		Padded:                   e.padded,

@@ -98,6 +98,8 @@ type work struct {
 	// fail, when set, is the sample's failure instead of a response (no
 	// storage agent left that holds it).
 	fail *report.SampleFailure
+	// local: a cache hit, served from the node's cache (no response).
+	local bool
 }
 
 func (f *Fetcher) run(ctx context.Context) error {
@@ -219,7 +221,7 @@ func (f *Fetcher) session(ctx context.Context) (progress bool, err error) {
 	}
 	f.lastRecv.Store(f.e.cfg.Now().UnixNano())
 	var got atomic.Bool
-	g.Go(func() error { return f.send(gctx, stream) })
+	g.Go(func() error { return f.send(gctx, ctx, stream) })
 	g.Go(func() error { return f.recv(ctx, stream, &got) })
 	var wg sync.WaitGroup
 	wctx, stopWatch := context.WithCancel(gctx)
@@ -274,7 +276,10 @@ func (f *Fetcher) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 	}
 }
 
-func (f *Fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClient) error {
+// send sends the requests f's window takes on stream, and hands the cache
+// hits among them to the workers without sending them (their hand-off
+// waits on epochCtx).
+func (f *Fetcher) send(ctx, epochCtx context.Context, stream dataplanepb.Storage_FetchClient) error {
 	e := f.e
 	first := true
 	for {
@@ -290,7 +295,16 @@ func (f *Fetcher) send(ctx context.Context, stream dataplanepb.Storage_FetchClie
 			}
 			continue
 		}
+		if e.hit(r.Pos) {
+			if err := f.local(epochCtx, r); err != nil {
+				return err
+			}
+			continue
+		}
 		codec := e.codec(r.Sample)
+		if e.cc.want != nil && e.cc.want[r.Pos] {
+			codec = ops.CodecNone // the cache keeps the file itself
+		}
 		e.shed.Requested(r.Pos, r.Split, e.split[r.Pos])
 		if k := e.split[r.Pos]; r.Split != k {
 			// Shed: raw, whose bytes the epoch's estimate left did not

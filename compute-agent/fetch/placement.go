@@ -295,25 +295,13 @@ func transport(ctx context.Context, fs []*Fetcher) float64 {
 // (FuzzCut found such files): the sample is not lost for that. When the
 // raw fetch fails too, bad stands.
 func (e *Epoch) refetchRaw(ctx context.Context, f *Fetcher, lim ops.WireLimits, it *epoch.Item, bad *report.SampleFailure) *report.SampleFailure {
-	rctx, cancel := context.WithTimeout(ctx, e.cfg.RetryBudget)
-	defer cancel()
-	stream, err := f.client.Fetch(rctx)
+	data, err := e.fetchRaw(ctx, f, it.Sample)
 	if err != nil {
-		return bad
-	}
-	req := &dataplanepb.FetchRequest{Tag: 1, Sample: it.Sample, Epoch: e.num, Seed: e.cfg.Seed,
-		PipelineId: e.cfg.PipelineID, PipelineSpec: e.cfg.PipelineSpec}
-	if err := stream.Send(req); err != nil {
-		return bad
-	}
-	stream.CloseSend()
-	resp, err := stream.Recv()
-	if err != nil || resp.GetError() != nil || resp.GetSample() != it.Sample {
 		return bad
 	}
 	e.refetched.Add(1)
 	e.log.Warn().Uint64("sample", it.Sample).Str("storage", f.name).Str("cut_error", bad.Message).Msg("a cut did not finish here: fetched again raw")
-	it.Split, it.Wire = 0, int64(len(resp.GetData()))
-	e.bytesReceived.Add(int64(len(resp.GetData())))
-	return e.finish(f, resp.GetData(), lim, it)
+	it.Split, it.Wire = 0, int64(len(data))
+	_, _, bad = e.finish(f, data, lim, it)
+	return bad
 }

@@ -89,6 +89,9 @@ type Epoch struct {
 	// behind the plan (nil: never).
 	shed *epoch.Shedder
 	lat  epoch.Latencies // response latencies, for the adaptive stall timeout
+	cc   cacheState      // the node's cache in this epoch
+	warm bool            // Opts.WarmCache
+	fs   []*Fetcher      // the epoch's, from Prepare (a cache refill may use any)
 
 	mu     sync.Mutex
 	failed []report.SampleFailure
@@ -108,6 +111,9 @@ type Epoch struct {
 // sample id and split.
 func (e *Epoch) estimate(pos int) (int64, uint64, int) {
 	s, k := e.order[pos], e.shed.Split(pos, e.split[pos])
+	if e.hit(pos) {
+		return 0, s, k // read locally: nothing on the link
+	}
 	return e.cfg.Sizes.Estimate(k, e.cat.RawSizes[s]), s, k
 }
 
@@ -196,6 +202,8 @@ func (e *Epoch) worker(ctx context.Context) error {
 		var bad *report.SampleFailure
 		if w.fail != nil {
 			bad = w.fail
+		} else if w.local {
+			bad = e.serveCached(ctx, w.f, lim, &it)
 		} else if se := w.resp.GetError(); se != nil {
 			bad = &report.SampleFailure{Sample: r.Sample, Split: r.Split, Kind: errkind.Name(se.GetKind()), Message: se.GetMessage(), Where: "storage"}
 		} else {
@@ -203,9 +211,17 @@ func (e *Epoch) worker(ctx context.Context) error {
 			if e.cfg.FetchOnly {
 				bad = e.check(w.resp.GetData(), lim, &it)
 			} else {
-				bad = e.finish(w.f, w.resp.GetData(), lim, &it)
+				var in, out ops.Value
+				in, out, bad = e.finish(w.f, w.resp.GetData(), lim, &it)
 				if bad != nil && it.Split == ops.SplitCut && bad.Where == "local" {
 					bad = e.refetchRaw(ctx, w.f, lim, &it, bad)
+				}
+				if e.cc.want != nil && e.cc.want[r.Pos] {
+					e.cc.misses.Add(1)
+					e.cc.view.Miss()
+					if bad == nil && e.wantsFill(r.Pos, it.Split) {
+						e.fillCache(r.Sample, in, out)
+					}
 				}
 			}
 		}
@@ -235,15 +251,24 @@ func (e *Epoch) worker(ctx context.Context) error {
 
 // finish decodes a response's wire form from f, checks raw bytes against
 // the catalog's content hash (see Fetcher.checkRaw) and runs ops[k:n] on it, timing
-// both on the thread's CPU clock, and fills it with the tensor.
-func (e *Epoch) finish(f *Fetcher, data []byte, lim ops.WireLimits, it *epoch.Item) *report.SampleFailure {
-	p := e.cfg.Pipeline
-	key := ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: it.Sample}
+// both on the thread's CPU clock, and fills it with the tensor. in is the
+// decoded wire form and out the pipeline's output (for the cache).
+func (e *Epoch) finish(f *Fetcher, data []byte, lim ops.WireLimits, it *epoch.Item) (in, out ops.Value, bad *report.SampleFailure) {
 	t0 := cpuclock.Thread()
 	in, err := ops.DecodeWire(data, lim)
 	if raw, ok := in.(ops.Encoded); ok && err == nil && it.Split == 0 {
 		err = f.checkRaw(it.Sample, raw)
 	}
+	out, bad = e.complete(in, err, it, t0)
+	return in, out, bad
+}
+
+// complete runs ops[it.Split:n] on in (unless err, the failure to get in)
+// and fills it with the output, charging the CPU time since t0 (the
+// thread's clock) to the epoch; stage 2 records a raw in.
+func (e *Epoch) complete(in ops.Value, err error, it *epoch.Item, t0 time.Duration) (ops.Value, *report.SampleFailure) {
+	p := e.cfg.Pipeline
+	key := ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: it.Sample}
 	var v ops.Value
 	if err == nil {
 		v, err = p.RunLimited(key, in, it.Split, p.Len(), e.cfg.Limits.At(time.Now()))
@@ -271,12 +296,12 @@ func (e *Epoch) finish(f *Fetcher, data []byte, lim ops.WireLimits, it *epoch.It
 		}
 	}
 	if err != nil {
-		return &report.SampleFailure{Sample: it.Sample, Split: it.Split, Kind: LocalKind(err), Message: err.Error(), Where: "local"}
+		return nil, &report.SampleFailure{Sample: it.Sample, Split: it.Split, Kind: LocalKind(err), Message: err.Error(), Where: "local"}
 	}
 	if (e.cfg.OnSample != nil || e.jr != nil) && e.asm == nil { // the assembler hashes the rows it publishes
 		it.SHA = tensorSHA(it.Tensor)
 	}
-	return nil
+	return v, nil
 }
 
 // check validates a response's wire form without finishing it (FetchOnly).

@@ -71,10 +71,15 @@ type Planner struct {
 	// Cluster is the cluster the current plan was made on; nil for a
 	// plan on the pooled Res.
 	Cluster *policy.Cluster
+	// CacheBytes is the compute node's cache budget the policies plan
+	// residency under (compute-agent --cache-bytes with the planned cache
+	// policy; 0: no cache). Replan puts it into Res.CacheBytes.
+	CacheBytes float64
 }
 
 // Replan plans with the current profile and resources.
 func (pl *Planner) Replan() error {
+	pl.Res.CacheBytes = pl.CacheBytes
 	p, r := pl.Prof, pl.Res
 	var plan policy.Plan
 	var err error
@@ -438,6 +443,20 @@ func (p *RunPlan) Replica(sample uint64) (name string, ok bool) {
 	}
 	return p.nodes[j], true
 }
+
+// Cached reports whether the plan keeps sample resident in the compute
+// node's cache (policy.Plan.Cached); false for a nil p, a plan without
+// residency and a sample it does not list.
+func (p *RunPlan) Cached(sample uint64) bool {
+	if p == nil || p.plan.Cached == nil {
+		return false
+	}
+	i, ok := p.Entry(sample)
+	return ok && i < len(p.plan.Cached) && p.plan.Cached[i]
+}
+
+// Caches reports whether the plan keeps any sample resident.
+func (p *RunPlan) Caches() bool { return p != nil && slices.Contains(p.plan.Cached, true) }
 
 // Hinted reports whether the plan carries the planner's hints (it was
 // made from a profile).

@@ -145,3 +145,27 @@ func TestReplanCluster(t *testing.T) {
 		t.Error("one agent: a replica named")
 	}
 }
+
+// TestReplanCacheBytes: the planner plans under the cache budget it was
+// given (compute-agent --cache-bytes), whatever its resources said, and
+// the run plan answers Cached from the plan's residency.
+func TestReplanCacheBytes(t *testing.T) {
+	prof := policytest.SyntheticCut("imagenet-like", 50, 3)
+	pl := &Planner{Name: policy.NameSOPHON, Res: policy.Resources{LinkBytesPerSec: 25e6, StorageCores: 2, ComputeCores: 2, StorageSpeed: 1}, Prof: prof, CacheBytes: 5e6}
+	if err := pl.Replan(); err != nil {
+		t.Fatal(err)
+	}
+	if pl.Res.CacheBytes != 5e6 {
+		t.Fatalf("planned with CacheBytes %v, want 5e6", pl.Res.CacheBytes)
+	}
+	plan := pl.Plan
+	plan.Cached = make([]bool, len(plan.IDs))
+	plan.Cached[1] = true
+	run := NewRunPlan(&plan, prof, pl.Res)
+	if !run.Caches() || !run.Cached(plan.IDs[1]) || run.Cached(plan.IDs[0]) || run.Cached(1<<40) {
+		t.Fatal("RunPlan.Cached does not follow the plan's residency")
+	}
+	if (*RunPlan)(nil).Cached(0) || NewRunPlan(&pl.Plan, prof, pl.Res).Cached(plan.IDs[1]) && pl.Plan.Cached == nil {
+		t.Fatal("a plan without residency caches")
+	}
+}

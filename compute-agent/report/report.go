@@ -110,6 +110,9 @@ type EpochReport struct {
 	// ServedRaw counts the offloads storage agents answered with the raw
 	// bytes instead (omitted when none was).
 	ServedRaw *ServedRaw `json:"served_raw,omitempty"`
+	// Cache is the compute node's cache in this epoch (compute-agent
+	// --cache-dir); omitted without one.
+	Cache *CacheStats `json:"cache,omitempty"`
 	// Shed counts the offloads this agent requested raw because the
 	// storage side fell behind the plan (work-conserving offload),
 	// omitted when none.
@@ -188,6 +191,45 @@ type EpochReport struct {
 	// Stage1 is stage 1's rates and decision, in the first epoch's report
 	// only.
 	Stage1 *Stage1Summary `json:"stage1,omitempty"`
+}
+
+// CacheStats is an epoch's account of the compute node's cache.
+type CacheStats struct {
+	// Policy is planned (the plan's residency, policy.Plan.Cached) or lru.
+	Policy string `json:"policy"`
+	// Split is the split entries are kept at: 0 the encoded file, the
+	// pipeline's length its finished output (ops.Pipeline.CacheSplit).
+	Split int `json:"split"`
+	// Wanted counts the positions the cache was to serve or fill: the
+	// plan's resident samples, or under lru every raw fetch.
+	Wanted int `json:"wanted"`
+	// Hits counts the positions served from the cache: no link, no
+	// storage CPU.
+	Hits int `json:"hits"`
+	// Misses counts the wanted positions absent from it, fetched over
+	// the link (raw) and filled.
+	Misses int `json:"misses"`
+	// Fills counts the entries put (misses and refills that fit the
+	// budget and passed the content check), written by the cache's writer
+	// before the epoch's report (a write that fails degrades the cache).
+	Fills int `json:"fills"`
+	// Refills counts the entries found bad (corrupt, truncated, swapped,
+	// foreign, stale, or raw bytes that do not match the catalog's
+	// content hash) when read, or when the cache was opened (those count
+	// in the first epoch's report, and their samples among its misses):
+	// dropped, never served, fetched again.
+	Refills int `json:"refills"`
+	// ReadBytes is the entry bytes read locally for the hits; the link's
+	// bytes are BytesReceived.
+	ReadBytes int64 `json:"read_bytes"`
+	// ResidentSamples and ResidentBytes are what the cache holds at the
+	// epoch's end (every dataset and pipeline in it), under BudgetBytes.
+	ResidentSamples int   `json:"resident_samples"`
+	ResidentBytes   int64 `json:"resident_bytes"`
+	BudgetBytes     int64 `json:"budget_bytes"`
+	// Degraded: a write failed (full disk, vanished directory) and the
+	// cache turned itself off for the rest of the run.
+	Degraded bool `json:"degraded,omitempty"`
 }
 
 // ServedRaw counts offload requests answered raw, by reason.

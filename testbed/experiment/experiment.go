@@ -222,6 +222,11 @@ type Config struct {
 	// a fresh development CA, the agents' certificates and a gossip key
 	// (testbed.AgentCerts), and the agents run with mutual TLS.
 	Insecure bool
+	// CacheBytes, when set, gives every compute agent a fresh cache of
+	// this budget per run (--cache-dir, --cache-bytes): absolute ("64MiB")
+	// or a percentage of the dataset's bytes ("25%"). It also allows the
+	// PolicyLRU row. Empty means no cache.
+	CacheBytes string
 	// Progress receives a progress line now and then. Nil means none.
 	Progress io.Writer
 	// ProgressEvery is the progress interval. Zero means 2 s.
@@ -283,7 +288,7 @@ func (c *Config) defaults() error {
 		c.Policies = policy.Names
 	}
 	for _, p := range c.Policies {
-		known := false
+		known := p == PolicyLRU && c.CacheBytes != ""
 		for _, q := range policy.Names {
 			known = known || p == q
 		}
@@ -427,6 +432,12 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
+	var cacheBytes int64
+	if cfg.CacheBytes != "" {
+		if cacheBytes, err = ParseCacheBytes(cfg.CacheBytes, ds.Bytes); err != nil {
+			return nil, err
+		}
+	}
 
 	res := &results.Results{
 		Version:  results.Version,
@@ -440,6 +451,7 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 		Scale:    cfg.Scale,
 
 		WorkConserving: cfg.WorkConserving,
+		CacheBytes:     cacheBytes,
 	}
 	if cfg.Repeat > 1 {
 		res.Repeat = cfg.Repeat

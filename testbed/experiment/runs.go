@@ -73,7 +73,7 @@ func policyRuns(policies []string, wc string, placements []string) []policyRun {
 // several compute agents it runs as --rank rank --world M with its own
 // profile.
 func (x *experiment) policyArgs(addrs []string, pr policyRun, rank int, report, samples string) []string {
-	args := []string{"--storage", strings.Join(addrs, ","), "--policy", pr.policy, "--epochs", strconv.Itoa(x.cfg.Epochs),
+	args := []string{"--storage", strings.Join(addrs, ","), "--policy", agentPolicy(pr.policy), "--epochs", strconv.Itoa(x.cfg.Epochs),
 		"--pipeline", x.cfg.Pipeline, "--profile", x.rankPath(x.cellProfile, rank), "--force-profile", "--gpu", gpuFlag(x.cfg.GPURate),
 		"--seed", strconv.FormatUint(x.cfg.Seed, 10), "--report", report, "--samples-out", samples,
 		"--log-level", "warn", "--log-format", "json"}
@@ -92,6 +92,7 @@ func (x *experiment) policyArgs(addrs []string, pr policyRun, rank int, report, 
 		// NB: likewise none without Config.Placements.
 		args = append(args, placementFlag, pr.placement)
 	}
+	args = append(args, x.cacheArgs(pr, report)...)
 	args = append(args, x.computeTLS[rank]...)
 	return append(args, x.cfg.ComputeFlags...)
 }
@@ -244,6 +245,7 @@ func (x *experiment) agentEpochs(b *bed, s *series, run *results.Run, ranks [][]
 			e.StorageCPUSeconds += r.StorageCPUSeconds
 			e.ComputeCPUSeconds += r.ComputeCPUSeconds
 			e.GPUIdleFraction += r.GPUIdleFraction / float64(len(ranks))
+			addCache(&e, r.Cache)
 			e.Profiled = e.Profiled || r.Profiled
 			e.Replanned = e.Replanned || r.Replanned
 			if len(ranks) > 1 {

@@ -3,6 +3,8 @@ package experiment
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -10,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/testbed/results"
 )
 
 // TestPolicyRuns: the work-conserving setting's and the placements' runs
@@ -226,5 +229,50 @@ func TestCellDir(t *testing.T) {
 		if got := cellDir(tc.rate, tc.cpus, tc.rep); got != tc.want {
 			t.Errorf("%s: got %v, want %v", fmt.Sprint(tc.rate, tc.cpus, tc.rep), got, tc.want)
 		}
+	}
+}
+
+// TestCacheArgs: with a cache budget every run gets its own fresh cache
+// directory and the budget; the lru row runs No-Off with the LRU policy.
+// Budgets parse as bytes or a percentage of the dataset.
+func TestCacheArgs(t *testing.T) {
+	out := t.TempDir()
+	x := &experiment{cfg: Config{Epochs: 2, Pipeline: "imagenet-train", GPURate: 100, ComputeNodes: 1}, cellProfile: "/p",
+		computeTLS: [][]string{{"--insecure"}}, res: &results.Results{CacheBytes: 1000}}
+	for _, r := range policyRuns([]string{"nooff", PolicyLRU, "sophon"}, WorkConservingOn, nil) {
+		report := filepath.Join(out, r.name+".jsonl")
+		os.MkdirAll(cacheDirOf(report), 0o700)
+		os.WriteFile(filepath.Join(cacheDirOf(report), "stale.entry"), []byte("x"), 0o600)
+		args := x.policyArgs([]string{"10.0.0.1:7070"}, r, 0, report, "s")
+		dir, _ := flagValue(args, "--cache-dir")
+		budget, _ := flagValue(args, "--cache-bytes")
+		pol, n := flagValue(args, "--cache-policy")
+		agentPol, _ := flagValue(args, "--policy")
+		if dir != cacheDirOf(report) || budget != "1000" {
+			t.Errorf("%s: --cache-dir %q --cache-bytes %q", r.name, dir, budget)
+		}
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("%s: the run's cache was not emptied", r.name)
+		}
+		if wantLRU := r.policy == PolicyLRU; wantLRU != (n == 1 && pol == "lru") || wantLRU != (agentPol == "nooff" && r.policy != "nooff") {
+			t.Errorf("%s: --policy %s --cache-policy %q", r.name, agentPol, pol)
+		}
+	}
+	x.res.CacheBytes = 0
+	if line := strings.Join(x.policyArgs([]string{"a:1"}, policyRun{name: "nooff", policy: "nooff"}, 0, "r.jsonl", "s"), " "); strings.Contains(line, "cache") {
+		t.Errorf("cache flags without a budget: %s", line)
+	}
+	for in, want := range map[string]int64{"25%": 250, "64MiB": 64 << 20, "100%": 1000, "1000": 1000} {
+		if got, err := ParseCacheBytes(in, 1000); err != nil || got != want {
+			t.Errorf("ParseCacheBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0%", "x%", "-5", "lots"} {
+		if _, err := ParseCacheBytes(in, 1000); err == nil {
+			t.Errorf("ParseCacheBytes(%q) accepted", in)
+		}
+	}
+	if err := (&Config{Data: "d", Out: "o", Policies: []string{PolicyLRU}}).defaults(); err == nil {
+		t.Error("the lru row accepted without a cache budget")
 	}
 }

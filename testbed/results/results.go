@@ -78,6 +78,9 @@ type Results struct {
 	// --work-conserving=false) or "both" (each policy but nooff ran both
 	// ways, the second as "<policy>-nowc"). Empty in older files: "on".
 	WorkConserving string `json:"work_conserving,omitempty"`
+	// CacheBytes is `--cache-bytes` resolved: every compute agent ran with
+	// a fresh cache of this budget per run. 0: no cache.
+	CacheBytes int64 `json:"cache_bytes,omitempty"`
 	// ContendAt is `--contend-at`: in each policy run a CPU hog started in
 	// the storage agent's cgroup once floor(ContendAt x Epochs) epochs were
 	// done (Run.Contention); ContendThreads its busy threads. 0: none.
@@ -252,6 +255,22 @@ type Epoch struct {
 	RankSeconds            []float64 `json:"rank_seconds,omitempty"`
 	LinkBytes              []int64   `json:"link_bytes,omitempty"`
 	StorageAgentCPUSeconds []float64 `json:"storage_agent_cpu_seconds,omitempty"`
+	// Cache is the compute agents' cache over the epoch (their reports'
+	// cache, summed over the ranks); nil without one.
+	Cache *CacheEpoch `json:"cache,omitempty"`
+}
+
+// CacheEpoch is an epoch's account of the compute nodes' caches (see
+// compute-agent/report.CacheStats): hits read locally, misses fetched and
+// filled, bad entries refilled, the entry bytes read, and what was
+// resident at the epoch's end.
+type CacheEpoch struct {
+	Hits            int   `json:"hits"`
+	Misses          int   `json:"misses"`
+	Refills         int   `json:"refills"`
+	ReadBytes       int64 `json:"read_bytes"`
+	ResidentSamples int   `json:"resident_samples"`
+	ResidentBytes   int64 `json:"resident_bytes"`
 }
 
 // SamplesPerSec is the epoch's throughput.

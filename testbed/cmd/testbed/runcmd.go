@@ -96,6 +96,7 @@ Examples:
   testbed run --gen openimages-like:120 --rate 100mbit --storage-cpus 1 --epochs 4 --policies nooff,sophon,optimal --no-peer --contend-at 0.5
   testbed run --gen openimages-like:120 --rate 100mbit --storage-cpus 1 --policies nooff,sophon,optimal --no-peer --repeat 3 --work-conserving both
   testbed run --gen openimages-like:200 --rate 100mbit --storage-cpus 1 --epochs 2 --policies nooff --no-peer --storage-nodes 2 --compute-nodes 1
+  testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 1 --epochs 4 --policies nooff,lru,sophon,optimal --cache-bytes 25% --no-peer
   testbed run --gen openimages-like:200 --storage-rates 400mbit,100mbit --storage-nodes 2 --compute-nodes 2 --policies nooff,optimal --placements pull,round-robin --no-peer
 
 Flags:
@@ -111,7 +112,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	rates := shape.Rates{shape.MustParseRate(experiment.DefaultRate)}
 	fs.Var(&rates, "rate", "link `rates`, comma-separated (e.g. 100mbit,500mbit): tc tbf both ways")
 	cpus := fs.String("storage-cpus", strconv.FormatFloat(experiment.DefaultCPUs, 'f', -1, 64), "storage agent CPU `limits` in cores, comma-separated, fractions allowed")
-	policies := fs.String("policies", strings.Join(policy.Names, ","), "`policies` to run, comma-separated, in order (the first is the reference for placement invariance)")
+	policies := fs.String("policies", strings.Join(policy.Names, ","), "`policies` to run, comma-separated, in order (the first is the reference for placement invariance); with --cache-bytes also lru")
 	epochs := fs.Int("epochs", experiment.DefaultEpochs, "`epochs` per policy (the first run's first epoch profiles, No-Off)")
 	pipeline := fs.String("pipeline", experiment.DefaultPipeline, "pipeline preset `name`")
 	gpuRate := fs.Float64("gpu-rate", experiment.DefaultGPURate, "simulated GPU `samples/s`, for the agents and the peer alike")
@@ -137,6 +138,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	fs.Var(&storageRates, "storage-rates", "one link `rate` per storage node, comma-separated (e.g. 400mbit,100mbit), in place of --rate")
 	placements := fs.String("placements", "", "run each policy once per compute-agent `placement`, comma-separated: "+strings.Join(experiment.Placements, ", ")+" (default: no --placement flag)")
 	reference := fs.String("reference", "", "a 1 x 1 run's --samples-out `file` to compare every run's tensors with (default: the experiment's first exactly-once run)")
+	cacheBytes := fs.String("cache-bytes", "", "give every compute agent a fresh cache per run of this `budget`: bytes (64MiB) or a percentage of the dataset's bytes (25%); adds the cache table and allows the lru policy row (No-Off through an LRU cache of raw files)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	insecure := fs.Bool("insecure", false, "run the agents with --insecure (default: every cell makes a fresh development CA, certificates and gossip key, and the agents use mutual TLS)")
 	fs.Usage = func() {
@@ -167,7 +169,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 		GPURate: *gpuRate, Batch: *batch, Seed: *seed, Peer: !*noPeer, Python: *python, Mode: experiment.Mode(*mode),
 		Train: *train, TrainPolicy: *trainPolicy, TrainScript: *trainScript,
 		Bin: *bin, Scale: *scale, ComputeFlags: strings.Fields(*computeFlags), StorageFlags: strings.Fields(*storageFlags),
-		Insecure:  *insecure,
+		Insecure: *insecure, CacheBytes: *cacheBytes,
 		ContendAt: *contendAt, ContendThreads: *contendThreads, WorkConserving: *workConserving, Repeat: *repeat,
 		Log: log,
 	}

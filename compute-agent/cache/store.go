@@ -1,0 +1,399 @@
+// Package cache is the compute node's sample cache (compute-agent
+// --cache-dir, --cache-bytes): samples kept on a local disk or a tmpfs at
+// the pipeline's cache split (ops.Pipeline.CacheSplit: the encoded file of
+// a random pipeline, the finished output of a deterministic one), so that
+// an epoch reads them locally instead of over the link.
+//
+// Two policies choose what is kept. Planned (the default) keeps what the
+// plan marks resident (policy.Plan.Cached), fixed across epochs so that a
+// random order cannot thrash it; LRU keeps the raw files most recently
+// fetched under the same budget, the baseline a local file cache gives.
+//
+// Every entry is one file holding a header (dataset fingerprint, pipeline
+// id, split, sample id), the payload and a CRC-32C; a read checks all of
+// them, and the fetch engine checks a raw payload against the catalog's
+// content hash too, so a corrupt, truncated, swapped, foreign or stale
+// entry is dropped and the sample fetched again (a refill), never served.
+// An index of the entries survives a restart; it is only a hint, rebuilt
+// from the entries' headers when it is missing or damaged. Writes are
+// atomic (temp file, fsync, rename, fsync of the directory); the directory
+// is 0700, opened as an os.Root with entries opened O_NOFOLLOW, and a
+// symlink planted in it is removed, never followed. A write that fails
+// (a full disk, a vanished directory) degrades the store to no cache with
+// a warning: an epoch never fails for its cache.
+package cache
+
+import (
+	"container/list"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/rs/zerolog"
+)
+
+// The cache policies (Options.Policy, --cache-policy).
+const (
+	// PolicyPlanned keeps the samples the plan marks resident
+	// (policy.Plan.Cached) at the pipeline's cache split.
+	PolicyPlanned = "planned"
+	// PolicyLRU keeps the raw files fetched most recently (every raw
+	// fetch goes through it), evicting the least recently used: the
+	// baseline of a plain local file cache.
+	PolicyLRU = "lru"
+)
+
+const (
+	indexName = "index"
+	tmpPrefix = ".tmp-"
+	entryExt  = ".entry"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Dir is the cache directory, created 0700 when missing (a wider mode
+	// is narrowed with a warning). Required.
+	Dir string
+	// Bytes is the budget: the entries' total file size. Required (> 0).
+	Bytes int64
+	// Policy is PolicyPlanned or PolicyLRU. Empty means PolicyPlanned.
+	Policy string
+	// MaxPayload bounds one entry's payload. Zero means DefaultMaxPayload.
+	MaxPayload int64
+	// Log receives the warnings (degraded, dropped entries).
+	Log zerolog.Logger
+}
+
+// key names an entry in the index: the dataset and the sample.
+type key struct {
+	fp     string
+	sample uint64
+}
+
+// meta is what the index knows of an entry; elem is its place in the
+// recency list (front: most recently used).
+type meta struct {
+	key
+	pipe  string
+	split int
+	size  int64
+	elem  *list.Element
+}
+
+// Store is the node's one cache, shared by every epoch and local rank
+// the agent serves. Its methods are safe for concurrent use.
+type Store struct {
+	log        zerolog.Logger
+	dir        string
+	root       *os.Root
+	lock       *os.File // the directory, flocked while open
+	budget     int64
+	maxPayload int64
+	lru        bool
+
+	mu    sync.Mutex
+	index map[key]*meta
+	order *list.List // of *meta
+	used  int64
+	// reserved is the bytes of the writes queued or under way: they
+	// count against the budget until they are indexed or fail.
+	reserved int64
+	// jobs feeds the writer (see Put); drained is signalled after each
+	// write. Both under mu; closing: Close began.
+	jobs    chan job
+	drained *sync.Cond
+	closing bool
+	writer  sync.WaitGroup
+	off     bool // degraded to no cache
+	dirty   bool // index changed since the last Flush
+
+	// Cumulative counters, for the metrics.
+	hits, misses, refills, readBytes, fills, skipped atomic.Int64
+	// openDrops counts the bad entries Open dropped, until an epoch
+	// reports them (TakeOpenDrops).
+	openDrops atomic.Int64
+
+	// create opens a new temp file for writing; tests replace it to
+	// inject failures.
+	create func(name string) (file, error)
+}
+
+// file is what a write needs of an *os.File.
+type file interface {
+	io.Writer
+	Sync() error
+	Close() error
+}
+
+// Open opens (creating) the cache in o.Dir and loads its index,
+// reconciled with the entries on disk.
+func Open(o Options) (*Store, error) {
+	if o.Dir == "" {
+		return nil, errors.New("cache: no directory")
+	}
+	if o.Bytes <= 0 {
+		return nil, fmt.Errorf("cache: budget %d bytes, want > 0", o.Bytes)
+	}
+	switch o.Policy {
+	case "", PolicyPlanned, PolicyLRU:
+	default:
+		return nil, fmt.Errorf("cache: policy %q, want %s or %s", o.Policy, PolicyPlanned, PolicyLRU)
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	fi, err := os.Stat(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("cache: %s is not a directory", o.Dir)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		o.Log.Warn().Str("dir", o.Dir).Str("mode", fi.Mode().Perm().String()).Msg("cache directory readable by others: narrowed to 0700")
+		if err := os.Chmod(o.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("cache: %w", err)
+		}
+	}
+	// One agent per directory: the index is the writer's.
+	lock, err := os.Open(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("cache: %s is in use by another compute agent (%w)", o.Dir, err)
+	}
+	root, err := os.OpenRoot(o.Dir)
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("cache: %w", err)
+	}
+	s := &Store{log: o.Log, dir: o.Dir, root: root, lock: lock, budget: o.Bytes, maxPayload: o.MaxPayload, lru: o.Policy == PolicyLRU,
+		index: map[key]*meta{}, order: list.New()}
+	if s.maxPayload <= 0 {
+		s.maxPayload = DefaultMaxPayload
+	}
+	s.create = func(name string) (file, error) {
+		return s.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	}
+	s.drained = sync.NewCond(&s.mu)
+	s.jobs = make(chan job, maxJobs)
+	s.load()
+	s.writer.Go(s.write1)
+	return s, nil
+}
+
+// Writes are queued to one writer goroutine, so that a fill never holds
+// up the epoch that makes it: at most maxJobs entries and maxQueued
+// bytes; a Put past them is skipped (the sample is fetched again next
+// time it is wanted).
+const (
+	maxJobs   = 1024
+	maxQueued = 64 << 20
+)
+
+// job is a queued write.
+type job struct {
+	m *meta
+	b []byte
+}
+
+// write1 is the writer: it writes the queued entries and indexes them.
+func (s *Store) write1() {
+	for j := range s.jobs {
+		s.mu.Lock()
+		off := s.off
+		s.mu.Unlock()
+		var err error
+		if !off { // a degraded store writes nothing more
+			err = s.write(entryName(j.m.key), j.b)
+		}
+		s.mu.Lock()
+		s.reserved -= j.m.size
+		switch {
+		case err != nil:
+			s.degradeLocked(fmt.Errorf("writing sample %d: %w", j.m.sample, err))
+		case !s.off:
+			s.insertLocked(j.m)
+			s.fills.Add(1)
+		}
+		s.drained.Broadcast()
+		s.mu.Unlock()
+	}
+}
+
+// Drain waits until no write is queued or under way: the entries put so
+// far are indexed (or the store degraded).
+func (s *Store) Drain() {
+	s.mu.Lock()
+	for s.reserved > 0 {
+		s.drained.Wait()
+	}
+	s.mu.Unlock()
+}
+
+// LRU reports whether the store runs the LRU policy.
+func (s *Store) LRU() bool { return s.lru }
+
+// Budget is the store's byte budget.
+func (s *Store) Budget() int64 { return s.budget }
+
+// Dir is the cache directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Close finishes the queued writes, writes the index and closes the
+// directory. Safe twice.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if !s.closing {
+		s.closing = true
+		close(s.jobs)
+	}
+	s.mu.Unlock()
+	s.writer.Wait()
+	err := s.Flush()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.root != nil {
+		err = errors.Join(err, s.root.Close(), s.lock.Close())
+		s.root = nil
+		s.off = true
+	}
+	return err
+}
+
+// entryName is the file of key k.
+func entryName(k key) string {
+	h := sha256.Sum256([]byte(k.fp))
+	return hex.EncodeToString(h[:8]) + "-" + strconv.FormatUint(k.sample, 10) + entryExt
+}
+
+// Stats are the store's cumulative counters and its residency now.
+type Stats struct {
+	// Hits: entries served; Misses: wanted samples absent, fetched and
+	// filled; Refills: entries dropped as bad (and fetched again); Fills:
+	// entries written; Skipped: entries not written for want of budget.
+	Hits, Misses, Refills, Fills, Skipped int64
+	// ReadBytes is the entry bytes read for the hits.
+	ReadBytes int64
+	// Samples and Bytes are resident now.
+	Samples int
+	Bytes   int64
+	// Degraded: the store turned itself off (full disk, vanished
+	// directory).
+	Degraded bool
+}
+
+// TakeOpenDrops is how many bad entries (truncated, swapped, corrupt
+// headers) Open dropped that no epoch reported yet; they count as refills
+// of the first epoch that reports them.
+func (s *Store) TakeOpenDrops() int64 { return s.openDrops.Swap(0) }
+
+// Stats is the store's counters and residency.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	n, b, off := len(s.index), s.used, s.off
+	s.mu.Unlock()
+	return Stats{Hits: s.hits.Load(), Misses: s.misses.Load(), Refills: s.refills.Load(), Fills: s.fills.Load(),
+		Skipped: s.skipped.Load(), ReadBytes: s.readBytes.Load(), Samples: n, Bytes: b, Degraded: off}
+}
+
+// degradeLocked turns the store off after err: no entry is served or
+// written again in this run (the files stay for the next one).
+func (s *Store) degradeLocked(err error) {
+	if s.off {
+		return
+	}
+	s.off = true
+	s.index, s.used = map[key]*meta{}, 0
+	s.order.Init()
+	s.log.Warn().Err(err).Str("dir", s.dir).Msg("cache degraded to no cache for the rest of the run (full disk or vanished directory?)")
+}
+
+// removeLocked forgets m and removes its file.
+func (s *Store) removeLocked(m *meta) {
+	delete(s.index, m.key)
+	s.order.Remove(m.elem)
+	s.used -= m.size
+	s.dirty = true
+	if err := s.root.Remove(entryName(m.key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Debug().Err(err).Uint64("sample", m.sample).Msg("cache entry not removed")
+	}
+}
+
+// insertLocked indexes m as the most recently used entry, replacing an
+// entry of the same key.
+func (s *Store) insertLocked(m *meta) {
+	if old := s.index[m.key]; old != nil {
+		s.order.Remove(old.elem)
+		s.used -= old.size
+	}
+	m.elem = s.order.PushFront(m)
+	s.index[m.key] = m
+	s.used += m.size
+	s.dirty = true
+}
+
+// makeRoomLocked evicts entries, least recently used first, until size
+// more bytes fit the budget; it evicts only those evictable allows (nil:
+// any). It reports whether they fit.
+func (s *Store) makeRoomLocked(size int64, evictable func(*meta) bool) bool {
+	for el := s.order.Back(); el != nil && s.used+s.reserved+size > s.budget; {
+		m := el.Value.(*meta)
+		el = el.Prev()
+		if evictable == nil || evictable(m) {
+			s.removeLocked(m)
+		}
+	}
+	return s.used+s.reserved+size <= s.budget
+}
+
+// write stores b as file name: a temp file written and synced, then
+// renamed over name. The directory is synced with the index (Flush): a
+// rename lost in a crash loses an entry, never serves a wrong one.
+func (s *Store) write(name string, b []byte) error {
+	var rnd [6]byte
+	_, _ = io.ReadFull(randReader, rnd[:])
+	tmp := tmpPrefix + hex.EncodeToString(rnd[:]) + "-" + name
+	f, err := s.create(tmp)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = s.root.Rename(tmp, name)
+	}
+	if err != nil {
+		_ = s.root.Remove(tmp)
+	}
+	return err
+}
+
+// syncDir syncs the directory: the renames before it are durable.
+func (s *Store) syncDir() error {
+	d, err := s.root.Open(".")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// isTemp reports whether name is a write's temp file.
+func isTemp(name string) bool { return strings.HasPrefix(name, tmpPrefix) }
