@@ -429,6 +429,8 @@ func (c *Config) checkCache() error {
 	switch {
 	case c.CacheDir == "" && (c.CacheBytes != 0 || c.CachePolicy != ""):
 		return configErr("--cache-bytes and --cache-policy need --cache-dir")
+	case c.Policy == policy.NameLRU && (c.CacheDir == "" || c.CachePolicy != cache.PolicyLRU):
+		return configErr("--policy %s plans for an LRU cache of raw files: it needs --cache-dir, --cache-bytes and --cache-policy %s", policy.NameLRU, cache.PolicyLRU)
 	case c.CacheDir == "":
 		return nil
 	case c.CacheBytes <= 0:

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/cache"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops/synth"
@@ -186,6 +187,9 @@ func TestPolicyPlacementInvariance(t *testing.T) {
 			t.Parallel()
 			cfg, rec := policyConfig(t, name, constBPS(4e6), 2)
 			cfg.ForceProfile = true
+			if name == policy.NameLRU { // No-Off through an LRU cache
+				cfg.CacheDir, cfg.CacheBytes, cfg.CachePolicy = t.TempDir(), 1<<20, cache.PolicyLRU
+			}
 			reports, err := runAgent(t, cfg)
 			if err != nil {
 				t.Fatal(err)

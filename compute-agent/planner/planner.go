@@ -75,6 +75,10 @@ type Planner struct {
 	// residency under (compute-agent --cache-bytes with the planned cache
 	// policy; 0: no cache). Replan puts it into Res.CacheBytes.
 	CacheBytes float64
+	// resident is the samples the first plan with a cache kept resident:
+	// later re-plans keep exactly these (policy.Resident), so the cache's
+	// contents never move between epochs.
+	resident map[uint64]bool
 }
 
 // Replan plans with the current profile and resources.
@@ -87,8 +91,7 @@ func (pl *Planner) Replan() error {
 		plan, err = pl.planCluster()
 	} else {
 		pl.Cluster = nil
-		plan, err = policy.ByName(pl.Name, p, r)
-		pl.Bound = policy.Bound(p, r)
+		plan, err = pl.planSingle(p, r)
 	}
 	if err != nil {
 		return err
@@ -101,6 +104,34 @@ func (pl *Planner) Replan() error {
 		Float64("link_bytes_per_sec", r.LinkBytesPerSec).Float64("storage_speed", r.StorageSpeed).Float64("storage_ns_per_byte", r.StorageNSPerByte).
 		Int("storage_nodes", max(len(pl.Run.nodes), 1)).Msg("planned")
 	return nil
+}
+
+// planSingle plans p on the pooled resources r and sets Bound. With a
+// cache budget the first plan chooses the residency and every later one
+// keeps it (policy.Resident), re-solving only the other samples' splits.
+func (pl *Planner) planSingle(p *profiler.Profile, r policy.Resources) (policy.Plan, error) {
+	if r.CacheBytes <= 0 {
+		pl.Bound = policy.Bound(p, r)
+		return policy.ByName(pl.Name, p, r)
+	}
+	pl.Bound = policy.CacheBound(p, r)
+	if pl.resident == nil {
+		plan, err := policy.ByName(pl.Name, p, r)
+		if err == nil && plan.Cached != nil {
+			pl.resident = map[uint64]bool{}
+			for i, c := range plan.Cached {
+				if c {
+					pl.resident[plan.IDs[i]] = true
+				}
+			}
+		}
+		return plan, err
+	}
+	cached := make([]bool, len(p.Samples))
+	for i, s := range p.Samples {
+		cached[i] = pl.resident[s.ID]
+	}
+	return policy.Resident(pl.Name, p, r, cached)
 }
 
 // planCluster plans Prof on the cluster of Nodes with the policy's

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -168,4 +169,51 @@ func TestReplanCacheBytes(t *testing.T) {
 	if (*RunPlan)(nil).Cached(0) || NewRunPlan(&pl.Plan, prof, pl.Res).Cached(plan.IDs[1]) && pl.Plan.Cached == nil {
 		t.Fatal("a plan without residency caches")
 	}
+}
+
+// TestReplanKeepsResidency: the first plan with a cache budget chooses the
+// residency, and a re-plan on a changed profile and changed resources
+// keeps exactly those samples resident (the cache's contents never move),
+// while a fresh planner on the changed inputs may choose others.
+func TestReplanKeepsResidency(t *testing.T) {
+	prof := policytest.SyntheticCut("openimages-like", 200, 7)
+	res := policy.Resources{LinkBytesPerSec: 12.5e6, StorageCores: 1, ComputeCores: 2, StorageSpeed: 1}
+	var total float64
+	for _, s := range prof.Samples {
+		total += float64(s.Bytes[0])
+	}
+	pl := &Planner{Name: policy.NameOptimal, Res: res, Prof: prof, CacheBytes: total / 4}
+	if err := pl.Replan(); err != nil {
+		t.Fatal(err)
+	}
+	first := residentIDs(pl.Plan)
+	if len(first) == 0 {
+		t.Fatal("a quarter of the dataset as cache budget, and nothing resident")
+	}
+	if b := policy.CacheBound(prof, pl.Res); pl.Bound != b || b >= policy.Bound(prof, res) {
+		t.Errorf("bound %v: want the cache bound %v, below the bound without cache %v", pl.Bound, b, policy.Bound(prof, res))
+	}
+	changed := policytest.SyntheticCut("openimages-like", 200, 8) // other sizes and costs, same ids
+	pl.Prof, pl.Res.LinkBytesPerSec, pl.Res.StorageCores = changed, 50e6, 4
+	if err := pl.Replan(); err != nil {
+		t.Fatal(err)
+	}
+	if again := residentIDs(pl.Plan); !maps.Equal(again, first) {
+		t.Errorf("re-plan moved the residency: %d resident, %d before", len(again), len(first))
+	}
+	for i, c := range pl.Plan.Cached {
+		if !c && first[pl.Plan.IDs[i]] {
+			t.Fatalf("sample %d lost its residency", pl.Plan.IDs[i])
+		}
+	}
+}
+
+func residentIDs(pl policy.Plan) map[uint64]bool {
+	ids := map[uint64]bool{}
+	for i, c := range pl.Cached {
+		if c {
+			ids[pl.IDs[i]] = true
+		}
+	}
+	return ids
 }

@@ -8,14 +8,16 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/testbed/results"
 )
 
 // PolicyLRU is the testbed's baseline row for the node's cache: No-Off
 // with every raw fetch through an LRU cache of raw files under the same
-// budget (compute-agent --policy nooff --cache-policy lru), what a user
+// budget (compute-agent --policy lru --cache-policy lru: split 0
+// everywhere, and the planner predicts the LRU's hit ratio), what a user
 // gets from a local file cache. It needs Config.CacheBytes.
-const PolicyLRU = "lru"
+const PolicyLRU = policy.NameLRU
 
 // ParseCacheBytes resolves a cache budget: absolute (cache.ParseSize:
 // "64MiB", "2GB", bytes) or a percentage of the dataset's bytes ("25%").
@@ -54,13 +56,6 @@ func (x *experiment) cacheArgs(pr policyRun, report string) []string {
 	return args
 }
 
-// agentPolicy is the compute agent's --policy for testbed policy p.
-func agentPolicy(p string) string {
-	if p == PolicyLRU {
-		return "nooff"
-	}
-	return p
-}
 
 // addCache adds a rank's cache account of an epoch to e's.
 func addCache(e *results.Epoch, c *report.CacheStats) {

@@ -285,14 +285,17 @@ func (c *Config) defaults() error {
 		}
 	}
 	if len(c.Policies) == 0 {
-		c.Policies = policy.Names
+		for _, p := range policy.Names {
+			if p != PolicyLRU || c.CacheBytes != "" {
+				c.Policies = append(c.Policies, p)
+			}
+		}
 	}
 	for _, p := range c.Policies {
-		known := p == PolicyLRU && c.CacheBytes != ""
-		for _, q := range policy.Names {
-			known = known || p == q
+		if p == PolicyLRU && c.CacheBytes == "" {
+			return fmt.Errorf("%w: policy %s is No-Off through an LRU cache: it needs --cache-bytes", ErrConfig, p)
 		}
-		if !known {
+		if !slices.Contains(policy.Names, p) {
 			return fmt.Errorf("%w: unknown policy %q (want %s)", ErrConfig, p, strings.Join(policy.Names, ", "))
 		}
 	}

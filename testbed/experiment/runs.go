@@ -73,7 +73,7 @@ func policyRuns(policies []string, wc string, placements []string) []policyRun {
 // several compute agents it runs as --rank rank --world M with its own
 // profile.
 func (x *experiment) policyArgs(addrs []string, pr policyRun, rank int, report, samples string) []string {
-	args := []string{"--storage", strings.Join(addrs, ","), "--policy", agentPolicy(pr.policy), "--epochs", strconv.Itoa(x.cfg.Epochs),
+	args := []string{"--storage", strings.Join(addrs, ","), "--policy", pr.policy, "--epochs", strconv.Itoa(x.cfg.Epochs),
 		"--pipeline", x.cfg.Pipeline, "--profile", x.rankPath(x.cellProfile, rank), "--force-profile", "--gpu", gpuFlag(x.cfg.GPURate),
 		"--seed", strconv.FormatUint(x.cfg.Seed, 10), "--report", report, "--samples-out", samples,
 		"--log-level", "warn", "--log-format", "json"}
