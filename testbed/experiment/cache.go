@@ -56,7 +56,6 @@ func (x *experiment) cacheArgs(pr policyRun, report string) []string {
 	return args
 }
 
-
 // addCache adds a rank's cache account of an epoch to e's.
 func addCache(e *results.Epoch, c *report.CacheStats) {
 	if c == nil {
