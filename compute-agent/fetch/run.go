@@ -90,8 +90,13 @@ type Epoch struct {
 	shed *epoch.Shedder
 	lat  epoch.Latencies // response latencies, for the adaptive stall timeout
 
+	// observing: keep an Observation of every sample finished (obs,
+	// under mu) for the planner's refinement.
+	observing bool
+
 	mu     sync.Mutex
 	failed []report.SampleFailure
+	obs    []profiler.Observation
 
 	// Set by NewEpoch for the report.
 	resumed, padded int
@@ -204,7 +209,9 @@ func (e *Epoch) worker(ctx context.Context) error {
 				bad = e.check(w.resp.GetData(), lim, &it)
 			} else {
 				bad = e.finish(w.f, w.resp.GetData(), lim, &it)
-				if bad != nil && it.Split == ops.SplitCut && bad.Where == "local" {
+				if bad == nil {
+					e.observe(&it, w.resp)
+				} else if it.Split == ops.SplitCut && bad.Where == "local" {
 					bad = e.refetchRaw(ctx, w.f, lim, &it, bad)
 				}
 			}
@@ -248,7 +255,8 @@ func (e *Epoch) finish(f *Fetcher, data []byte, lim ops.WireLimits, it *epoch.It
 	if err == nil {
 		v, err = p.RunLimited(key, in, it.Split, p.Len(), e.cfg.Limits.At(time.Now()))
 	}
-	e.computeNS.Add(int64(cpuclock.Thread() - t0))
+	it.CPU = int64(cpuclock.Thread() - t0)
+	e.computeNS.Add(it.CPU)
 	if raw, ok := in.(ops.Encoded); ok && err == nil && e.rec != nil {
 		// Stage 2 runs the pipeline again, op by op, on the raw bytes; the
 		// delivered tensor is still p.Run's, and the record's CPU time is

@@ -79,6 +79,12 @@ type Stage1Result struct {
 	// the link probe, all agents at once (Resources.Over spreads the
 	// pooled figures in these proportions).
 	Nodes []policy.StorageNode
+	// Raws is the raw files the link probe kept (up to probeKeep, by
+	// sample id), which the compute measurement ran: the calibration
+	// samples of a plan from header estimates (Estimate).
+	Raws map[uint64][]byte
+	// Seconds is how long stage 1 took.
+	Seconds float64
 }
 
 // Summary is the decision as the first epoch's report carries it.
@@ -96,6 +102,7 @@ func (s Stage1Result) Summary() report.Stage1Summary {
 		Forced:                d.Forced,
 		Reason:                d.Reason,
 		Profile:               report.ProfileNone,
+		Seconds:               s.Seconds,
 	}
 }
 
@@ -201,6 +208,7 @@ func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []ui
 // cfg.Limits) and the consumer's rate (cfg.GPURate). shard is the first epoch's samples and
 // rawSizes the catalog's raw sizes by sample.
 func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard []uint64) (Stage1Result, error) {
+	began := cfg.Now()
 	linkRate, nodes, ids, raws, err := cfg.measureLink(ctx, fs, shard)
 	if err != nil {
 		return Stage1Result{}, err
@@ -253,7 +261,9 @@ func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard
 			GPUSamplesPerSec: gpu,
 			StorageSpeed:     st.speed,
 		},
-		Nodes: nodes,
+		Nodes:   nodes,
+		Raws:    raws,
+		Seconds: cfg.Now().Sub(began).Seconds(),
 	}, nil
 }
 

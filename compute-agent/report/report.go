@@ -185,6 +185,14 @@ type EpochReport struct {
 	// ReplanReason is why: "drift: ..." and/or "guard: ..." (omitted when
 	// not replanned).
 	ReplanReason string `json:"replan_reason,omitempty"`
+	// PlanSource is what the epoch's plan was made from: PlanEstimate,
+	// PlanProfile or PlanMeasured; omitted for an epoch without a plan
+	// (No-Off while stage 2 records, or no profile at all).
+	PlanSource string `json:"plan_source,omitempty"`
+	// Refined counts the samples whose measurements this epoch merged
+	// into an estimated profile (profiler.Refine) for the next epoch's
+	// plan (omitted when none).
+	Refined int `json:"refined,omitempty"`
 	// Stage1 is stage 1's rates and decision, in the first epoch's report
 	// only.
 	Stage1 *Stage1Summary `json:"stage1,omitempty"`
@@ -318,6 +326,24 @@ const (
 	ProfileRecorded = "recorded"
 	// ProfileLoaded: a saved profile was reused; stage 2 did not run.
 	ProfileLoaded = "loaded"
+	// ProfileEstimated: no saved profile; the profile was estimated from
+	// the catalog's JPEG headers and calibrated on stage 1's samples
+	// (profiler/estimate), and the first epoch ran its plan.
+	ProfileEstimated = "estimated"
+)
+
+// EpochReport.PlanSource values.
+const (
+	// PlanEstimate: the plan was made from the profile estimated from the
+	// catalog's headers, before any epoch measured the samples.
+	PlanEstimate = "estimate"
+	// PlanProfile: the plan was made from a saved or recorded stage 2
+	// profile.
+	PlanProfile = "profile"
+	// PlanMeasured: the plan was made from the estimated profile refined
+	// with what earlier epochs measured of the samples
+	// (profiler.Refine).
+	PlanMeasured = "measured"
 )
 
 // Stage1Summary is stage 1's decision in the first epoch's report of a
@@ -349,9 +375,12 @@ type Stage1Summary struct {
 	Forced bool `json:"forced,omitempty"`
 	// Reason explains Stage2 in one sentence.
 	Reason string `json:"reason"`
-	// Profile is ProfileNone, ProfileRecorded (stage 2 ran in this epoch)
-	// or ProfileLoaded (a saved profile was reused).
+	// Profile is ProfileNone, ProfileRecorded (stage 2 ran in this epoch),
+	// ProfileLoaded (a saved profile was reused) or ProfileEstimated.
 	Profile string `json:"profile"`
+	// Seconds is how long stage 1 took (before the first epoch's first
+	// request, and not in its StartWaitSeconds).
+	Seconds float64 `json:"seconds"`
 }
 
 // Append appends r as one JSON line to path, creating the file.
