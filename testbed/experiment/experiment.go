@@ -118,6 +118,8 @@ type Config struct {
 	StorageCPUs []float64
 	// Policies run in each cell, in order; the first is the reference
 	// for placement invariance. Empty means every compute-agent policy.
+	// A policy with EstSuffix runs without a saved profile (see
+	// policyRun.est).
 	Policies []string
 	// Peer adds the torchvision DataLoader row to each cell (skipped,
 	// with the reason, where torchvision is missing). Python is its
@@ -135,7 +137,9 @@ type Config struct {
 	Train bool
 	// TrainPolicy is the trainer row's compute-agent plan: "nooff" (the
 	// default: --plan nooff, no planning) or a policy of
-	// policy.Names (--policy, reusing the experiment's profile).
+	// policy.Names (--policy, reusing the experiment's profile), or one
+	// with EstSuffix (--policy without a saved profile: planned from
+	// header estimates).
 	TrainPolicy string
 	// TrainScript is python/examples/train_cnn.py. Empty means found in
 	// the repository: next to Bin's parent (bin/../python/examples), then
@@ -275,19 +279,15 @@ func (c *Config) defaults() error {
 		c.Policies = policy.Names
 	}
 	for _, p := range c.Policies {
-		known := false
-		for _, q := range policy.Names {
-			known = known || p == q
-		}
-		if !known {
-			return fmt.Errorf("%w: unknown policy %q (want %s)", ErrConfig, p, strings.Join(policy.Names, ", "))
+		if base, _ := splitEst(p); !slices.Contains(policy.Names, base) {
+			return fmt.Errorf("%w: unknown policy %q (want %s, each optionally with %s)", ErrConfig, p, strings.Join(policy.Names, ", "), EstSuffix)
 		}
 	}
 	if c.TrainPolicy == "" {
 		c.TrainPolicy = "nooff"
 	}
-	if !slices.Contains(policy.Names, c.TrainPolicy) {
-		return fmt.Errorf("%w: unknown train policy %q (want %s)", ErrConfig, c.TrainPolicy, strings.Join(policy.Names, ", "))
+	if base, est := splitEst(c.TrainPolicy); !slices.Contains(policy.Names, base) || (est && base == "nooff") {
+		return fmt.Errorf("%w: unknown train policy %q (want %s; but nooff, optionally with %s)", ErrConfig, c.TrainPolicy, strings.Join(policy.Names, ", "), EstSuffix)
 	}
 	if c.NumClasses < 0 {
 		return fmt.Errorf("%w: num classes %d", ErrConfig, c.NumClasses)
