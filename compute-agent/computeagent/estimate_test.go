@@ -62,6 +62,9 @@ func TestPlanFromEstimates(t *testing.T) {
 	if r0.Stage1 == nil || r0.Stage1.Profile != report.ProfileEstimated || !(r0.Stage1.Seconds > 0) {
 		t.Errorf("first epoch's stage 1: %+v, want profile %q and its seconds", r0.Stage1, report.ProfileEstimated)
 	}
+	if !(r0.FirstBatchSeconds > 0) || r0.FirstBatchSeconds > r0.StartWaitSeconds+r0.Seconds {
+		t.Errorf("first batch after %v s, want within the epoch's %v + %v s", r0.FirstBatchSeconds, r0.StartWaitSeconds, r0.Seconds)
+	}
 	if r0.Refined != testSamples || !r0.Replanned {
 		t.Errorf("first epoch: refined %d (replanned %v), want all %d samples measured and a new plan", r0.Refined, r0.Replanned, testSamples)
 	}

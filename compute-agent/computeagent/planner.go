@@ -124,7 +124,10 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 	for i, f := range fs {
 		srcs[i] = f
 	}
-	st, err := planner.Stage1(ctx, a.stage1Config(), srcs, cat.RawSizes, shard)
+	prof, saved := a.loadProfile(cat)
+	s1 := a.stage1Config()
+	s1.Quick = prof == nil && !cfg.ForceProfile && cat.HasHeaders()
+	st, err := planner.Stage1(ctx, s1, srcs, cat.RawSizes, shard)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +143,7 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 	pl := &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy, Res: st.Res, Nodes: st.Nodes,
 		Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }}
 	p := &policyRun{a: a, pl: pl, d: d, summary: st.Summary(), shard: len(shard), cat: cat}
-	if prof, saved := a.loadProfile(cat); prof != nil {
+	if prof != nil {
 		pl := p.pl
 		pl.Prof, pl.Saved = prof, saved
 		// Plan from the means kept with the profile, not this run's

@@ -205,6 +205,13 @@ func (e *Epoch) Report(ctx context.Context, fs []*Fetcher, measure bool) report.
 	if elapsed > 0 {
 		r.GPUIdleFraction = r.GPUIdleSeconds / elapsed.Seconds()
 	}
+	first := e.firstBatch
+	if e.asm != nil {
+		first = e.asm.FirstBatch()
+	}
+	if !first.IsZero() {
+		r.FirstBatchSeconds = max(0, first.Sub(start).Seconds())
+	}
 	r.EpochShard, r.EpochSamples = r.Shard+r.Resumed, r.Samples+r.Resumed
 	return r
 }

@@ -107,6 +107,8 @@ type Epoch struct {
 	nbatch  int
 	idle    time.Duration
 	bySplit splitCounter
+	// firstBatch is when the consumer took the first batch.
+	firstBatch time.Time
 }
 
 // estimate is the schedule's view of a position: its wire-size estimate,
@@ -442,6 +444,9 @@ func (e *Epoch) feeder(ctx context.Context) error {
 		// what a crash leaves in the log is what was delivered.
 		if err := e.jr.Write(e.num, b.Samples, b.shas); err != nil {
 			return fmt.Errorf("computeagent: samples out: %w", err)
+		}
+		if e.nbatch == 0 {
+			e.firstBatch = e.cfg.Now()
 		}
 		e.nbatch++
 		e.samples += b.Len()

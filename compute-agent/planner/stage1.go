@@ -28,6 +28,10 @@ const (
 	// speedSamples is how many samples are fetched at split n to measure
 	// the storage CPU and its speed relative to this node's.
 	speedSamples = 8
+	// QuickBudget bounds the link probe and the compute measurement of a
+	// Quick stage 1 (a run that plans its first epoch from header
+	// estimates, whose first batch waits for stage 1).
+	QuickBudget = 400 * time.Millisecond
 )
 
 // Stage1Config is what stage 1 takes from the agent's configuration.
@@ -50,6 +54,11 @@ type Stage1Config struct {
 	// Budget bounds the link probe and the compute measurement
 	// (computeagent.Config.ProfileBudget).
 	Budget time.Duration
+	// Quick bounds them by QuickBudget as well: the run plans its first
+	// epoch from header estimates, whose first batch waits for stage 1;
+	// the epochs' own measurements correct what a short probe misjudged
+	// (the link rate, by drift).
+	Quick bool
 	// Workers is this node's finishing workers, its compute cores.
 	Workers int
 	// Force runs stage 2 whatever the bottleneck (profiler.Force).
@@ -209,6 +218,11 @@ func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []ui
 // rawSizes the catalog's raw sizes by sample.
 func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard []uint64) (Stage1Result, error) {
 	began := cfg.Now()
+	if cfg.Quick && (cfg.Budget <= 0 || cfg.Budget > QuickBudget) {
+		c := *cfg
+		c.Budget = QuickBudget
+		cfg = &c
+	}
 	linkRate, nodes, ids, raws, err := cfg.measureLink(ctx, fs, shard)
 	if err != nil {
 		return Stage1Result{}, err

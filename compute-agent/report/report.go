@@ -34,6 +34,13 @@ type EpochReport struct {
 	// before its first request (no storage agent within the budget), all
 	// of its time.
 	StartWaitSeconds float64 `json:"start_wait_seconds"`
+	// FirstBatchSeconds is the wall time from the epoch's beginning to its
+	// first batch: StartWaitSeconds and then until the consumer took it,
+	// or in trainer mode until a rank's first batch was ready in its
+	// slots. In trainer mode the epoch begins when the last local rank
+	// asked for it, which may be before the agent was ready to start it
+	// (its policy's stage 1 still running). 0 when none was.
+	FirstBatchSeconds float64 `json:"first_batch_seconds,omitempty"`
 	// StartUnixNS is when the epoch began (Unix ns, the agent's clock), to
 	// match the epoch with outside counters (e.g. a NIC's bytes).
 	StartUnixNS int64 `json:"start_unix_ns"`
