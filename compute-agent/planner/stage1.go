@@ -54,10 +54,12 @@ type Stage1Config struct {
 	// Budget bounds the link probe and the compute measurement
 	// (computeagent.Config.ProfileBudget).
 	Budget time.Duration
-	// Quick bounds them by QuickBudget as well: the run plans its first
-	// epoch from header estimates, whose first batch waits for stage 1;
-	// the epochs' own measurements correct what a short probe misjudged
-	// (the link rate, by drift).
+	// Quick bounds them by QuickBudget as well, measures the storage
+	// speed on half the samples and takes the compute rate from those
+	// samples' pipeline timed here rather than from the workers running
+	// for a budget: the run plans its first epoch from header estimates,
+	// whose first batch waits for stage 1; the epochs' own measurements
+	// correct what a short probe misjudged (the link rate, by drift).
 	Quick bool
 	// Workers is this node's finishing workers, its compute cores.
 	Workers int
@@ -232,7 +234,11 @@ func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard
 		return Stage1Result{}, err
 	}
 	var computeRate float64
-	if len(ids) > 0 {
+	if cfg.Quick && st.localNS > 0 {
+		// The speed samples' full pipeline timed here, one thread each:
+		// no workers' run for a budget before the first batch.
+		computeRate = float64(max(cfg.Workers, 1)) * 1e9 / st.localNS
+	} else if len(ids) > 0 {
 		samples := make([][]byte, len(ids))
 		for i, id := range ids {
 			samples[i] = raws[id]
@@ -314,13 +320,20 @@ type storageRates struct {
 	speed float64 // the storage CPU's speed relative to this node's
 	cores float64 // the storage agents' cores together
 	rate  float64 // their samples per second for the whole pipeline (0: unmeasured)
+	// localNS is the mean CPU time of the whole pipeline here over the
+	// samples measured (0: none).
+	localNS float64
 }
 
 // measureStorage fetches a few of the samples kept (ids, raws) at split n
 // and compares their storage CPU with the same work timed here: the
 // storage CPU and its speed, the whole pipeline on both sides.
 func (cfg *Stage1Config) measureStorage(ctx context.Context, fs []Source, ids []uint64, raws map[uint64][]byte) (storageRates, error) {
-	speedIDs := ids[:min(len(ids), speedSamples)]
+	n := speedSamples
+	if cfg.Quick {
+		n /= 2
+	}
+	speedIDs := ids[:min(len(ids), n)]
 	full, err := cfg.probeAll(ctx, fs, speedIDs, cfg.Pipeline.Len(), 0, 0)
 	if err != nil {
 		return storageRates{}, err
@@ -342,6 +355,17 @@ func (cfg *Stage1Config) measureStorage(ctx context.Context, fs []Source, ids []
 		remoteSum += float64(sns)
 	}
 	st := storageRates{speed: profiler.SpeedRatio(local, remote)}
+	var localSum float64
+	var nLocal int
+	for _, ns := range local {
+		if ns > 0 {
+			localSum += float64(ns)
+			nLocal++
+		}
+	}
+	if nLocal > 0 {
+		st.localNS = localSum / float64(nLocal)
+	}
 	for _, f := range fs {
 		st.cores += f.CPUs()
 	}
