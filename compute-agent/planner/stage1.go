@@ -32,6 +32,12 @@ const (
 	// Quick stage 1 (a run that plans its first epoch from header
 	// estimates, whose first batch waits for stage 1).
 	QuickBudget = 400 * time.Millisecond
+	// quickWindow bounds a Quick stage 1's requests in flight per probe
+	// stream: what is in flight when the budget ends is still received,
+	// and a full window of raw files (64 photos of 300 KB: 19 MB) takes
+	// seconds to drain over a slow link. A few files in flight keep a
+	// LAN link busy.
+	quickWindow = 8
 )
 
 // Stage1Config is what stage 1 takes from the agent's configuration.
@@ -54,7 +60,8 @@ type Stage1Config struct {
 	// Budget bounds the link probe and the compute measurement
 	// (computeagent.Config.ProfileBudget).
 	Budget time.Duration
-	// Quick bounds them by QuickBudget as well, measures the storage
+	// Quick bounds them by QuickBudget as well, and each probe stream's
+	// requests in flight by quickWindow, measures the storage
 	// speed on half the samples and takes the compute rate from those
 	// samples' pipeline timed here rather than from the workers running
 	// for a budget: the run plans its first epoch from header estimates,
@@ -220,9 +227,14 @@ func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []ui
 // rawSizes the catalog's raw sizes by sample.
 func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard []uint64) (Stage1Result, error) {
 	began := cfg.Now()
-	if cfg.Quick && (cfg.Budget <= 0 || cfg.Budget > QuickBudget) {
+	if cfg.Quick {
 		c := *cfg
-		c.Budget = QuickBudget
+		if c.Budget <= 0 || c.Budget > QuickBudget {
+			c.Budget = QuickBudget
+		}
+		if c.Window <= 0 || c.Window > quickWindow {
+			c.Window = quickWindow
+		}
 		cfg = &c
 	}
 	linkRate, nodes, ids, raws, err := cfg.measureLink(ctx, fs, shard)
