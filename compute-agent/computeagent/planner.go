@@ -187,8 +187,10 @@ func (p *policyRun) estimate(st planner.Stage1Result, shard []uint64) error {
 	if err := pl.Replan(); err != nil {
 		return configErr("%v", err)
 	}
+	took := a.cfg.Clock.Now().Sub(t0).Seconds()
+	p.summary.Seconds += took
 	a.log.Info().Int("samples", len(prof.Samples)).Int("unknown_headers", unknown).
-		Float64("seconds", a.cfg.Clock.Now().Sub(t0).Seconds()).Msg("first epoch planned from header estimates")
+		Float64("seconds", took).Msg("first epoch planned from header estimates")
 	return nil
 }
 

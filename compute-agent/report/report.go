@@ -385,8 +385,11 @@ type Stage1Summary struct {
 	// Profile is ProfileNone, ProfileRecorded (stage 2 ran in this epoch),
 	// ProfileLoaded (a saved profile was reused) or ProfileEstimated.
 	Profile string `json:"profile"`
-	// Seconds is how long stage 1 took (before the first epoch's first
-	// request, and not in its StartWaitSeconds).
+	// Seconds is how long stage 1 took, with the estimate's calibration
+	// and first plan when Profile is ProfileEstimated: the time before
+	// the first epoch could start, not in its StartWaitSeconds (but, in
+	// trainer mode, in its FirstBatchSeconds where a rank asked during
+	// it).
 	Seconds float64 `json:"seconds"`
 }
 
