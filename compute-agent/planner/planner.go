@@ -372,7 +372,7 @@ func (pl *Planner) Adopt(rec *profiler.Recorder, shard int, r *report.EpochRepor
 			pl.Log.Info().Str("path", path).Msg("stage 2: profile saved")
 		}
 	}
-	pl.Prof = prof
+	pl.Prof, pl.Source = prof, report.PlanProfile
 	return pl.Replan()
 }
 
