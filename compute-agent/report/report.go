@@ -32,7 +32,9 @@ type EpochReport struct {
 	// reading the catalog on first use and preparing the shard. Near 0
 	// when every storage agent answers at once; for an epoch that failed
 	// before its first request (no storage agent within the budget), all
-	// of its time.
+	// of its time. In trainer mode the epoch begins when the last local
+	// rank asked for it, so this also counts a wait for the agent's
+	// stage 1 where a rank asked during it.
 	StartWaitSeconds float64 `json:"start_wait_seconds"`
 	// FirstBatchSeconds is the wall time from the epoch's beginning to its
 	// first batch: StartWaitSeconds and then until the consumer took it,
