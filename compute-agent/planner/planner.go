@@ -4,7 +4,8 @@
 // profiles), the plan as an epoch runs it (RunPlan, indexed by sample), and
 // the Planner that turns a profile and the measured resources into a plan
 // and re-plans when an epoch's measurements drift from the plan's
-// assumptions.
+// assumptions, or, for a run without a saved profile, plans from header
+// estimates (Estimate) refined with what each epoch observed (Learn).
 package planner
 
 import (
