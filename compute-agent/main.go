@@ -69,13 +69,14 @@ With --policy the agent plans the splits itself: stage 1 measures the link,
 storage CPU, compute CPU and GPU rates (--profile-budget each) and prints
 its decision. A valid --profile FILE is reused. Without one the first
 epoch already runs the policy's plan, made from the catalog's JPEG header
-estimates calibrated on stage 1's samples, and what each epoch measures
-refines the plan for the next (the report's plan_source: estimate, then
-measured). --force-profile records a profile instead: when the link is the
-bottleneck (or always, with --force-profile) the first epoch runs No-Off
-and profiles every sample (stage 2), saved to --profile FILE; the policy
-then plans each sample's split and compression for the later epochs. Each report line adds
-the policy, the predicted epoch time and the lower bound; a measured link
+estimates calibrated on stage 1's samples (stage 1 is then quick), and
+what each epoch measures refines the plan for the next (the report's
+plan_source: estimate, then measured). With --force-profile it records a
+profile instead: the first epoch runs No-Off and profiles every sample
+(stage 2), saved to --profile FILE, and the policy plans each sample's
+split and compression for the later epochs. It does the same without
+--force-profile where the catalog has no headers (an older storage agent)
+and the link is the bottleneck. Each report line adds the policy, the predicted epoch time and the lower bound; a measured link
 rate or storage CPU off the plan's by more than --replan-threshold makes
 the agent re-plan for the next epoch.
 
