@@ -76,9 +76,10 @@ profile instead: the first epoch runs No-Off and profiles every sample
 (stage 2), saved to --profile FILE, and the policy plans each sample's
 split and compression for the later epochs. It does the same without
 --force-profile where the catalog has no headers (an older storage agent)
-and the link is the bottleneck. Each report line adds the policy, the predicted epoch time and the lower bound; a measured link
-rate or storage CPU off the plan's by more than --replan-threshold makes
-the agent re-plan for the next epoch.
+and the link is the bottleneck. Each report line adds the policy, the
+predicted epoch time and the lower bound; a measured link rate or storage
+CPU off the plan's by more than --replan-threshold makes the agent re-plan
+for the next epoch.
 
 A --config FILE in YAML takes the same keys as the flags (pipeline: ...,
 epochs: 3, storage: [a:7070, b:7070], strict-order: true, ...); flags given
