@@ -223,7 +223,7 @@ func Refine(p *Profile, obs []Observation) (*Profile, RefineStats) {
 			if o.Compressed && k < len(s.CompressNS) && k < len(s.DecompressNS) {
 				storage, local = append(storage, &s.CompressNS[k]), append(local, &s.DecompressNS[k])
 			}
-			if o.StorageNS > 0 && k > 0 {
+			if o.StorageNS > 0 && len(storage) > 0 {
 				spread(storage, o.StorageNS)
 			}
 			if o.LocalNS > 0 {
