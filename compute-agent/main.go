@@ -67,13 +67,19 @@ on its device; --dtype float32 ships the whole pipeline's output):
 
 With --policy the agent plans the splits itself: stage 1 measures the link,
 storage CPU, compute CPU and GPU rates (--profile-budget each) and prints
-its decision; when the link is the bottleneck (or --force-profile) the
-first epoch runs No-Off and profiles every sample (stage 2), unless a valid
---profile FILE exists, which is reused; the policy then plans each
-sample's split and compression for the later epochs. Each report line adds
-the policy, the predicted epoch time and the lower bound; a measured link
-rate or storage CPU off the plan's by more than --replan-threshold makes
-the agent re-plan for the next epoch.
+its decision. A valid --profile FILE is reused. Without one the first
+epoch already runs the policy's plan, made from the catalog's JPEG header
+estimates calibrated on stage 1's samples (stage 1 is then quick), and
+what each epoch measures refines the plan for the next (the report's
+plan_source: estimate, then measured). With --force-profile it records a
+profile instead: the first epoch runs No-Off and profiles every sample
+(stage 2), saved to --profile FILE, and the policy plans each sample's
+split and compression for the later epochs. It does the same without
+--force-profile where the catalog has no headers (an older storage agent)
+and the link is the bottleneck. Each report line adds the policy, the
+predicted epoch time and the lower bound; a measured link rate or storage
+CPU off the plan's by more than --replan-threshold makes the agent re-plan
+for the next epoch.
 
 A --config FILE in YAML takes the same keys as the flags (pipeline: ...,
 epochs: 3, storage: [a:7070, b:7070], strict-order: true, ...); flags given
@@ -154,7 +160,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 		"; measures the resources (stage 1), profiles the first epoch when the link is the bottleneck (stage 2) and runs later epochs with the plan; excludes a plan FILE")
 	fs.StringVar(&s.ProfilePath, "profile", s.ProfilePath, "stage 2 profile `file`: reused when valid for this dataset and pipeline (stage 2 skipped), else written")
 	fs.DurationVar(&s.ProfileBudget, "profile-budget", s.ProfileBudget, "time `limit` of each stage 1 measurement (link, compute CPU)")
-	fs.BoolVar(&s.ForceProfile, "force-profile", s.ForceProfile, "run stage 2 even when the link is not the bottleneck")
+	fs.BoolVar(&s.ForceProfile, "force-profile", s.ForceProfile, "without a saved --profile, record one (stage 2: a No-Off first epoch) rather than plan from header estimates, even when the link is not the bottleneck")
 	fs.Float64Var(&s.ReplanThreshold, "replan-threshold", s.ReplanThreshold, "relative drift of the measured link rate or storage CPU from the plan's `fraction` that triggers a re-plan")
 	fs.IntVar(&s.Epochs, "epochs", s.Epochs, "`epochs` to run")
 	fs.Uint64Var(&s.FirstEpoch, "first-epoch", s.FirstEpoch, "`number` of the first epoch (order and random draws depend on it)")

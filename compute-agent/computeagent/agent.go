@@ -530,6 +530,9 @@ var errEpochSkipped = errors.New("computeagent: epoch completed before the resta
 // written too, with its status and error.
 func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (report.EpochReport, error) {
 	began := a.cfg.Clock.Now()
+	if t := opts.trainer; t != nil && t.Asked > 0 && t.Asked < began.UnixNano() {
+		began = time.Unix(0, t.Asked) // the ranks asked while the agent was busy (stage 1)
+	}
 	r, err := a.runEpochOnce(ctx, num, began, opts)
 	if err == nil || errors.Is(err, errEpochSkipped) {
 		return r, err
@@ -617,6 +620,9 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, began time.Time, o
 	r, err := a.execute(ctx, e, fs)
 	if r.StartUnixNS != 0 {
 		r.StartWaitSeconds = max(0, time.Unix(0, r.StartUnixNS).Sub(began).Seconds())
+		if r.FirstBatchSeconds > 0 {
+			r.FirstBatchSeconds += r.StartWaitSeconds
+		}
 	}
 	if err != nil {
 		return r, err

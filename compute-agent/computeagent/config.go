@@ -183,8 +183,11 @@ type RunOptions struct {
 	// ProfileBudget bounds each stage 1 measurement (link, compute CPU).
 	// Zero means 2 s.
 	ProfileBudget time.Duration `yaml:"profile-budget"`
-	// ForceProfile runs stage 2 even when stage 1 finds that the link does
-	// not bound the epoch. False profiles only when it does.
+	// ForceProfile, without a saved profile, records one (stage 2: a
+	// No-Off first epoch) rather than planning from header estimates, and
+	// does so even when stage 1 finds that the link does not bound the
+	// epoch. False plans from the estimates (stage 2 only where the
+	// catalog has no headers, and when the link bounds the epoch).
 	ForceProfile bool `yaml:"force-profile"`
 	// ReplanThreshold is the relative drift of a measured rate (link
 	// bytes/s, storage CPU per offloaded sample) from the plan's assumption

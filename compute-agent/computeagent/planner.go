@@ -23,12 +23,21 @@ import (
 //     decision is printed to Config.Out, logged and carried by the first
 //     epoch's report.
 //  2. Stage 2: a valid profile at Config.ProfilePath (same dataset
-//     fingerprint and pipeline) is reused; otherwise, when stage 1 says so
-//     (or Config.ForceProfile), the first epoch runs No-Off and its
-//     finishing workers record every sample with a profiler.Recorder; the
-//     profile is saved to Config.ProfilePath. When stage 1 finds another
-//     bottleneck and no profile exists, every epoch runs No-Off, which
-//     offloading could not beat.
+//     fingerprint and pipeline) is reused. Otherwise, unless
+//     Config.ForceProfile, the first epoch runs the policy's plan made from
+//     the profile estimated from the catalog's JPEG headers and calibrated
+//     on stage 1's raw samples (planner.Estimate; report plan_source
+//     "estimate"); each planned epoch keeps what it measured of every
+//     sample (its payload, the storage agent's CPU, the finishing CPU:
+//     fetch.Epoch.Observations), which refines the estimated profile
+//     (profiler.Refine) for a new plan before the next epoch (plan_source
+//     "measured"). The estimated profile is not saved. With
+//     Config.ForceProfile, or where there is nothing to estimate from (a
+//     catalog without headers), when stage 1 says so the first epoch runs
+//     No-Off and its finishing workers record every sample with a
+//     profiler.Recorder; the profile is saved to Config.ProfilePath. When
+//     stage 1 finds another bottleneck and no profile exists, every epoch
+//     runs No-Off, which offloading could not beat.
 //  3. Plan: the policy turns the profile of this agent's shard and the
 //     measured policy.Resources into a per-sample split and codec; samples
 //     missing from the profile (failed, or not in a reused profile) get
@@ -115,7 +124,10 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 	for i, f := range fs {
 		srcs[i] = f
 	}
-	st, err := planner.Stage1(ctx, a.stage1Config(), srcs, cat.RawSizes, shard)
+	prof, saved := a.loadProfile(cat)
+	s1 := a.stage1Config()
+	s1.Quick = prof == nil && !cfg.ForceProfile && cat.HasHeaders()
+	st, err := planner.Stage1(ctx, s1, srcs, cat.RawSizes, shard)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +143,7 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 	pl := &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy, Res: st.Res, Nodes: st.Nodes,
 		Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }, CacheBytes: a.plannedCacheBytes()}
 	p := &policyRun{a: a, pl: pl, d: d, summary: st.Summary(), shard: len(shard), cat: cat}
-	if prof, saved := a.loadProfile(cat); prof != nil {
+	if prof != nil {
 		pl := p.pl
 		pl.Prof, pl.Saved = prof, saved
 		// Plan from the means kept with the profile, not this run's
@@ -141,11 +153,45 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 			p.noOff = saved.Resources.NoOffSeconds
 		}
 		p.summary.Profile = report.ProfileLoaded
+		pl.Source = report.PlanProfile
 		if err := pl.Replan(); err != nil {
 			return nil, configErr("%v", err)
 		}
+	} else if !cfg.ForceProfile {
+		if err := p.estimate(st, shard); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
+}
+
+// estimate plans the first epoch from the profile estimated from the
+// catalog's headers, calibrated on stage 1's raw samples
+// (planner.Estimate), when there is no saved profile and stage 2 is not
+// forced. Where it cannot (no headers in the catalog, no calibration
+// sample), the run goes on as without it: No-Off, and stage 2 when stage 1
+// asks for it.
+func (p *policyRun) estimate(st planner.Stage1Result, shard []uint64) error {
+	a, pl, cat := p.a, p.pl, p.cat
+	t0 := a.cfg.Clock.Now()
+	prof, unknown, err := planner.Estimate(planner.EstimateInput{
+		Pipeline: a.cfg.Pipeline, Seed: a.cfg.Seed, Epoch: a.cfg.FirstEpoch, Fingerprint: cat.Fingerprint,
+		Shard: shard, RawSizes: cat.RawSizes, Header: cat.Header, Raws: st.Raws,
+	})
+	if err != nil {
+		a.log.Warn().Err(err).Msg("no plan from header estimates: stage 2 decides")
+		return nil
+	}
+	pl.Prof, pl.Est, pl.Source = prof, prof, report.PlanEstimate
+	p.summary.Profile = report.ProfileEstimated
+	if err := pl.Replan(); err != nil {
+		return configErr("%v", err)
+	}
+	took := a.cfg.Clock.Now().Sub(t0).Seconds()
+	p.summary.Seconds += took
+	a.log.Info().Int("samples", len(prof.Samples)).Int("unknown_headers", unknown).
+		Float64("seconds", took).Msg("first epoch planned from header estimates")
+	return nil
 }
 
 // next is the options of the policy run's i-th epoch: No-Off (recording
@@ -161,9 +207,11 @@ func (p *policyRun) next(i int) epochOpts {
 	if e, ok := policy.Lookup(cfg.Policy); ok && e.Static == nil {
 		opts.WarmCache = !ran // the first plan finds the cache filled
 	}
+	source := ""
 	if ran {
 		opts.Plan, planRan, cluster = pl.Run, pl.Plan, pl.Cluster
 		predicted, bound = pl.Plan.Pred.Seconds, pl.Bound
+		opts.Observe, source = pl.Est != nil, pl.Source
 	} else if p.d.RunStage2 {
 		opts.Rec = profiler.NewRecorder(cfg.Pipeline, p.cat.Fingerprint, int(p.cat.Total))
 		opts.Rec.Limit(cfg.Settings.Limits(), cfg.Settings.OpTimeout)
@@ -176,7 +224,7 @@ func (p *policyRun) next(i int) epochOpts {
 	}
 	rec := opts.Rec
 	opts.annotate = func(r *report.EpochReport, e *fetch.Epoch) error {
-		r.Policy, r.PredictedSeconds, r.BoundSeconds, r.Stage1 = cfg.Policy, predicted, bound, sum
+		r.Policy, r.PredictedSeconds, r.BoundSeconds, r.Stage1, r.PlanSource = cfg.Policy, predicted, bound, sum, source
 		predictNodes(r, cluster, planRan.Cluster)
 		return p.annotate(r, e, rec, ran, planRan)
 	}
@@ -218,7 +266,14 @@ func (p *policyRun) annotate(r *report.EpochReport, e *fetch.Epoch, rec *profile
 			r.BoundSeconds = pl.Bound
 		}
 	case ran:
+		// Refined costs re-plan even without drift; Learn also keeps
+		// Drift from correcting the storage speed for what it corrected.
+		r.Refined = pl.Learn(e.Observations())
 		why, drifted := pl.Drift(r, e.Offloads(), planRan)
+		if r.Refined > 0 {
+			why = strings.TrimPrefix(why+"; "+fmt.Sprintf("refined: %d samples measured", r.Refined), "; ")
+			drifted = true
+		}
 		pl.Save()
 		if g := pl.Guard(r, p.noOff); g != "" {
 			why = strings.TrimPrefix(why+"; "+g, "; ")

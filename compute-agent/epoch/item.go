@@ -23,4 +23,8 @@ type Item struct {
 	Rank int32
 	J    int32
 	GPos uint64
+
+	// CPU is the thread CPU time of decoding its wire form and running
+	// ops[k:n] here (ns; 0 until finished, and fetch-only).
+	CPU int64
 }

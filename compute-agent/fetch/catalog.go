@@ -58,6 +58,10 @@ func (c *Catalog) Header(i uint64) (h jpeg.Summary, ok bool) {
 	return h, err == nil && h.Known()
 }
 
+// HasHeaders reports whether the catalog carries the samples' JPEG header
+// summaries (each may still be unknown).
+func (c *Catalog) HasHeaders() bool { return c != nil && len(c.headers) > 0 }
+
 // addHeaders keeps a page's JPEG header summaries: every page must have
 // one per sample or none, each valid; a page without them drops those
 // kept so far for good.

@@ -15,6 +15,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/profiler"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
 // Shard is what one epoch delivers here.
@@ -32,6 +33,9 @@ type Opts struct {
 	// Rec, when set, records stage 2's profile of every sample fetched
 	// raw.
 	Rec *profiler.Recorder
+	// Observe keeps what the epoch saw of each sample it finished, for
+	// Epoch.Observations.
+	Observe bool
 	// LinkRate is the planner's link rate (bytes/s; 0: unknown), for the
 	// offloads' horizon (see Epoch.horizon) and shedding (epoch.Shedder).
 	LinkRate float64
@@ -47,7 +51,7 @@ type Opts struct {
 // it.
 func NewEpoch(cfg *Config, num uint64, cat *Catalog, sh Shard, opts Opts) *Epoch {
 	return &Epoch{
-		cfg: cfg, num: num, cat: cat, order: sh.Order, split: sh.Split, plan: opts.Plan, rec: opts.Rec,
+		cfg: cfg, num: num, cat: cat, order: sh.Order, split: sh.Split, plan: opts.Plan, rec: opts.Rec, observing: opts.Observe,
 		linkRate: opts.LinkRate, storageCores: opts.StorageCores, resumed: sh.Resumed, padded: sh.Padded, warm: opts.WarmCache,
 		log:     cfg.Log.With().Uint64("epoch", num).Logger(),
 		work:    make(chan work),
@@ -207,6 +211,13 @@ func (e *Epoch) Report(ctx context.Context, fs []*Fetcher, measure bool) report.
 	if elapsed > 0 {
 		r.GPUIdleFraction = r.GPUIdleSeconds / elapsed.Seconds()
 	}
+	first := e.firstBatch
+	if e.asm != nil {
+		first = e.asm.FirstBatch()
+	}
+	if !first.IsZero() {
+		r.FirstBatchSeconds = max(0, first.Sub(start).Seconds())
+	}
 	r.EpochShard, r.EpochSamples = r.Shard+r.Resumed, r.Samples+r.Resumed
 	return r
 }
@@ -241,6 +252,31 @@ func (e *Epoch) Queued() int {
 // Offloads is what e measured of its offloaded samples, for the planner.
 func (e *Epoch) Offloads() *planner.Offloads {
 	return &planner.Offloads{StorageNS: e.storageOffNS.Load(), StorageEffNS: e.storageOffEffNS.Load(), PlannedNS: e.offPlannedNS.Load()}
+}
+
+// Observations is what e saw of each sample it finished (Opts.Observe):
+// its split, payload and the CPU of both sides, the storage side's on its
+// own clock (storage_cpu_ns). Nil without Opts.Observe.
+func (e *Epoch) Observations() []profiler.Observation {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.obs)
+}
+
+// observe keeps an Observation of the finished item it and its response.
+func (e *Epoch) observe(it *epoch.Item, resp *dataplanepb.FetchResponse) {
+	if !e.observing {
+		return
+	}
+	info, err := ops.ReadWireHeader(resp.GetData())
+	if err != nil {
+		return
+	}
+	o := profiler.Observation{ID: it.Sample, Split: it.Split, Compressed: info.Codec != ops.CodecNone,
+		Payload: int64(info.StoredLen), StorageNS: int64(resp.GetStorageCpuNs()), LocalNS: it.CPU}
+	e.mu.Lock()
+	e.obs = append(e.obs, o)
+	e.mu.Unlock()
 }
 
 // codec is the codec requested for sample (RunPlan.Codec).

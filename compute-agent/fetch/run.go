@@ -93,8 +93,13 @@ type Epoch struct {
 	warm bool            // Opts.WarmCache
 	fs   []*Fetcher      // the epoch's, from Prepare (a cache refill may use any)
 
+	// observing: keep an Observation of every sample finished (obs,
+	// under mu) for the planner's refinement.
+	observing bool
+
 	mu     sync.Mutex
 	failed []report.SampleFailure
+	obs    []profiler.Observation
 
 	// Set by NewEpoch for the report.
 	resumed, padded int
@@ -105,6 +110,8 @@ type Epoch struct {
 	nbatch  int
 	idle    time.Duration
 	bySplit splitCounter
+	// firstBatch is when the consumer took the first batch.
+	firstBatch time.Time
 }
 
 // estimate is the schedule's view of a position: its wire-size estimate,
@@ -213,7 +220,9 @@ func (e *Epoch) worker(ctx context.Context) error {
 			} else {
 				var in, out ops.Value
 				in, out, bad = e.finish(w.f, w.resp.GetData(), lim, &it)
-				if bad != nil && it.Split == ops.SplitCut && bad.Where == "local" {
+				if bad == nil {
+					e.observe(&it, w.resp)
+				} else if it.Split == ops.SplitCut && bad.Where == "local" {
 					bad = e.refetchRaw(ctx, w.f, lim, &it, bad)
 				}
 				if e.cc.want != nil && e.cc.want[r.Pos] {
@@ -273,7 +282,8 @@ func (e *Epoch) complete(in ops.Value, err error, it *epoch.Item, t0 time.Durati
 	if err == nil {
 		v, err = p.RunLimited(key, in, it.Split, p.Len(), e.cfg.Limits.At(time.Now()))
 	}
-	e.computeNS.Add(int64(cpuclock.Thread() - t0))
+	it.CPU = int64(cpuclock.Thread() - t0)
+	e.computeNS.Add(it.CPU)
 	if raw, ok := in.(ops.Encoded); ok && err == nil && e.rec != nil {
 		// Stage 2 runs the pipeline again, op by op, on the raw bytes; the
 		// delivered tensor is still p.Run's, and the record's CPU time is
@@ -459,6 +469,9 @@ func (e *Epoch) feeder(ctx context.Context) error {
 		// what a crash leaves in the log is what was delivered.
 		if err := e.jr.Write(e.num, b.Samples, b.shas); err != nil {
 			return fmt.Errorf("computeagent: samples out: %w", err)
+		}
+		if e.nbatch == 0 {
+			e.firstBatch = e.cfg.Now()
 		}
 		e.nbatch++
 		e.samples += b.Len()

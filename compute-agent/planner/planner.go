@@ -4,7 +4,8 @@
 // profiles), the plan as an epoch runs it (RunPlan, indexed by sample), and
 // the Planner that turns a profile and the measured resources into a plan
 // and re-plans when an epoch's measurements drift from the plan's
-// assumptions.
+// assumptions, or, for a run without a saved profile, plans from header
+// estimates (Estimate) refined with what each epoch observed (Learn).
 package planner
 
 import (
@@ -79,6 +80,72 @@ type Planner struct {
 	// later re-plans keep exactly these (policy.Resident), so the cache's
 	// contents never move between epochs.
 	resident map[uint64]bool
+	// Source is what Prof is (report.PlanEstimate, PlanProfile or
+	// PlanMeasured); empty until there is a profile.
+	Source string
+	// Est is the profile estimated from the catalog's headers (Estimate)
+	// when the run plans from it; nil for a saved or recorded profile.
+	// Learn refines it into Prof with what the epochs measured.
+	Est *profiler.Profile
+	// learned is every observation Learn kept, by sample, split and codec.
+	learned map[obsKey]profiler.Observation
+	// speedFixed: the last epoch's observations refined the profile's
+	// costs, so Drift leaves the storage speed alone (its storage CPU
+	// check compares with the costs before the refinement).
+	speedFixed bool
+}
+
+// obsKey names what an observation measured.
+type obsKey struct {
+	id         uint64
+	split      int
+	compressed bool
+}
+
+// Learn keeps an epoch's observations (fetch.Epoch.Observations) for a
+// run that plans from an estimated profile (Est set), their storage CPU
+// converted to the profile's clock with the storage speed the epoch's plan
+// assumed. When any measured something not measured before (a sample at a
+// split and codec), Prof becomes Est refined with all of them
+// (profiler.Refine) and Source PlanMeasured; the caller re-plans. It
+// returns how many were new.
+func (pl *Planner) Learn(obs []profiler.Observation) int {
+	pl.speedFixed = false
+	if pl.Est == nil {
+		return 0
+	}
+	if pl.learned == nil {
+		pl.learned = map[obsKey]profiler.Observation{}
+	}
+	speed := pl.Res.StorageSpeed
+	if speed <= 0 {
+		speed = 1
+	}
+	added := 0
+	for _, o := range obs {
+		k := obsKey{o.ID, o.Split, o.Compressed}
+		if _, ok := pl.learned[k]; ok {
+			continue
+		}
+		o.StorageNS = int64(float64(o.StorageNS) * speed)
+		pl.learned[k] = o
+		added++
+	}
+	if added == 0 {
+		return 0
+	}
+	all := make([]profiler.Observation, 0, len(pl.learned))
+	for _, o := range pl.learned {
+		all = append(all, o)
+	}
+	slices.SortFunc(all, func(x, y profiler.Observation) int {
+		return cmp.Or(cmp.Compare(x.ID, y.ID), cmp.Compare(x.Split, y.Split))
+	})
+	prof, st := profiler.Refine(pl.Est, all)
+	pl.Prof, pl.Source, pl.speedFixed = prof, report.PlanMeasured, true
+	pl.Log.Info().Int("new", added).Int("observed", st.Observed).Float64("cut_ns_ratio", st.CutNS).Float64("cut_bytes_ratio", st.CutBytes).
+		Float64("cut_finish_ratio", st.CutFinishNS).Float64("op_ns_ratio", st.OpNS).Msg("estimated profile refined with the epoch's measurements")
+	return added
 }
 
 // Replan plans with the current profile and resources.
@@ -210,7 +277,7 @@ func (pl *Planner) Drift(r *report.EpochReport, m *Offloads, ran policy.Plan) (s
 		// raw (work-conserving offload) cost them next to nothing.
 		pred = planned
 	}
-	if pred > 0 && got > 0 {
+	if pred > 0 && got > 0 && !pl.speedFixed {
 		ratio := got / pred
 		if tol := min(thr, StorageCalibration); ratio > 1+tol || ratio < 1-tol {
 			speed := res.StorageSpeed
@@ -221,7 +288,7 @@ func (pl *Planner) Drift(r *report.EpochReport, m *Offloads, ran policy.Plan) (s
 			why = append(why, fmt.Sprintf("storage cpu %.3fs, planned %.3fs", got, pred))
 		}
 	}
-	if pred > 0 && got > 0 {
+	if pred > 0 && got > 0 && !pl.speedFixed {
 		speed := pl.Res.StorageSpeed
 		if speed <= 0 {
 			speed = 1
@@ -342,7 +409,7 @@ func (pl *Planner) Adopt(rec *profiler.Recorder, shard int, r *report.EpochRepor
 			pl.Log.Info().Str("path", path).Msg("stage 2: profile saved")
 		}
 	}
-	pl.Prof = prof
+	pl.Prof, pl.Source = prof, report.PlanProfile
 	return pl.Replan()
 }
 

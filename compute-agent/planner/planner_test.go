@@ -217,3 +217,42 @@ func residentIDs(pl policy.Plan) map[uint64]bool {
 	}
 	return ids
 }
+
+// TestLearn: a run planning from an estimate refines it with an epoch's
+// observations (storage CPU converted with the plan's storage speed) and
+// reports them new once: the same observations again change nothing. The
+// epoch that refined the costs does not also calibrate the storage speed
+// on them; a run with a recorded profile (no Est) learns nothing.
+func TestLearn(t *testing.T) {
+	est := &profiler.Profile{Version: profiler.ProfileVersion, Ops: []string{"a", "b"}, Samples: []profiler.SampleProfile{
+		{ID: 3, Raw: 100, Bytes: []int64{100, 50, 20}, OpNS: []int64{10, 10}},
+		{ID: 5, Raw: 100, Bytes: []int64{100, 50, 20}, OpNS: []int64{10, 10}},
+	}}
+	pl := &Planner{Threshold: 0.2, Name: policy.NameSOPHON, Est: est, Prof: est, Source: report.PlanEstimate,
+		Res: policy.Resources{LinkBytesPerSec: 1e6, StorageSpeed: 0.5}}
+	obs := []profiler.Observation{{ID: 3, Split: 1, Payload: 40, StorageNS: 60, LocalNS: 30}}
+	if n := pl.Learn(obs); n != 1 || pl.Source != report.PlanMeasured {
+		t.Fatalf("learned %d (source %q), want 1 and %q", n, pl.Source, report.PlanMeasured)
+	}
+	s := pl.Prof.Samples[0]
+	if s.Bytes[1] != 40 || s.OpNS[0] != 30 || s.OpNS[1] != 30 { // 60 ns there at half speed: 30 here
+		t.Errorf("refined sample %+v, want 40 bytes at split 1 and ops of 30 ns", s)
+	}
+	if est.Samples[0].Bytes[1] != 50 {
+		t.Error("the estimate itself changed")
+	}
+	ran := policy.Plan{Pred: policy.Prediction{Seconds: 2, StorageCPUSeconds: 1, Bottleneck: policy.StorageCPU}}
+	if _, _ = pl.Drift(&report.EpochReport{Epoch: 0, Seconds: 2}, &Offloads{StorageNS: 2e9}, ran); pl.Res.StorageSpeed != 0.5 {
+		t.Errorf("speed %v after a refining epoch, want 0.5 kept", pl.Res.StorageSpeed)
+	}
+	if n := pl.Learn(obs); n != 0 {
+		t.Errorf("the same observations again: %d new, want 0", n)
+	}
+	if _, _ = pl.Drift(&report.EpochReport{Epoch: 1, Seconds: 2}, &Offloads{StorageNS: 2e9}, ran); pl.Res.StorageSpeed == 0.5 {
+		t.Error("speed not calibrated after an epoch that refined nothing")
+	}
+	rec := &Planner{Prof: est, Source: report.PlanProfile}
+	if n := rec.Learn(obs); n != 0 || rec.Prof != est {
+		t.Errorf("a recorded profile's run learned %d", n)
+	}
+}

@@ -28,6 +28,16 @@ const (
 	// speedSamples is how many samples are fetched at split n to measure
 	// the storage CPU and its speed relative to this node's.
 	speedSamples = 8
+	// QuickBudget bounds the link probe and the compute measurement of a
+	// Quick stage 1 (a run that plans its first epoch from header
+	// estimates, whose first batch waits for stage 1).
+	QuickBudget = 400 * time.Millisecond
+	// quickWindow bounds a Quick stage 1's requests in flight per probe
+	// stream: what is in flight when the budget ends is still received,
+	// and a full window of raw files (64 photos of 300 KB: 19 MB) takes
+	// seconds to drain over a slow link. A few files in flight keep a
+	// LAN link busy.
+	quickWindow = 8
 )
 
 // Stage1Config is what stage 1 takes from the agent's configuration.
@@ -50,6 +60,14 @@ type Stage1Config struct {
 	// Budget bounds the link probe and the compute measurement
 	// (computeagent.Config.ProfileBudget).
 	Budget time.Duration
+	// Quick bounds them by QuickBudget as well, and each probe stream's
+	// requests in flight by quickWindow, measures the storage
+	// speed on half the samples and takes the compute rate from those
+	// samples' pipeline timed here rather than from the workers running
+	// for a budget: the run plans its first epoch from header estimates,
+	// whose first batch waits for stage 1; the epochs' own measurements
+	// correct what a short probe misjudged (the link rate, by drift).
+	Quick bool
 	// Workers is this node's finishing workers, its compute cores.
 	Workers int
 	// Force runs stage 2 whatever the bottleneck (profiler.Force).
@@ -79,6 +97,12 @@ type Stage1Result struct {
 	// the link probe, all agents at once (Resources.Over spreads the
 	// pooled figures in these proportions).
 	Nodes []policy.StorageNode
+	// Raws is the raw files the link probe kept (up to probeKeep, by
+	// sample id), which the compute measurement ran: the calibration
+	// samples of a plan from header estimates (Estimate).
+	Raws map[uint64][]byte
+	// Seconds is how long stage 1 took.
+	Seconds float64
 }
 
 // Summary is the decision as the first epoch's report carries it.
@@ -96,6 +120,7 @@ func (s Stage1Result) Summary() report.Stage1Summary {
 		Forced:                d.Forced,
 		Reason:                d.Reason,
 		Profile:               report.ProfileNone,
+		Seconds:               s.Seconds,
 	}
 }
 
@@ -201,6 +226,17 @@ func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []ui
 // cfg.Limits) and the consumer's rate (cfg.GPURate). shard is the first epoch's samples and
 // rawSizes the catalog's raw sizes by sample.
 func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard []uint64) (Stage1Result, error) {
+	began := cfg.Now()
+	if cfg.Quick {
+		c := *cfg
+		if c.Budget <= 0 || c.Budget > QuickBudget {
+			c.Budget = QuickBudget
+		}
+		if c.Window <= 0 || c.Window > quickWindow {
+			c.Window = quickWindow
+		}
+		cfg = &c
+	}
 	linkRate, nodes, ids, raws, err := cfg.measureLink(ctx, fs, shard)
 	if err != nil {
 		return Stage1Result{}, err
@@ -210,7 +246,11 @@ func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard
 		return Stage1Result{}, err
 	}
 	var computeRate float64
-	if len(ids) > 0 {
+	if cfg.Quick && st.localNS > 0 {
+		// The speed samples' full pipeline timed here, one thread each:
+		// no workers' run for a budget before the first batch.
+		computeRate = float64(max(cfg.Workers, 1)) * 1e9 / st.localNS
+	} else if len(ids) > 0 {
 		samples := make([][]byte, len(ids))
 		for i, id := range ids {
 			samples[i] = raws[id]
@@ -253,7 +293,9 @@ func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard
 			GPUSamplesPerSec: gpu,
 			StorageSpeed:     st.speed,
 		},
-		Nodes: nodes,
+		Nodes:   nodes,
+		Raws:    raws,
+		Seconds: cfg.Now().Sub(began).Seconds(),
 	}, nil
 }
 
@@ -290,13 +332,20 @@ type storageRates struct {
 	speed float64 // the storage CPU's speed relative to this node's
 	cores float64 // the storage agents' cores together
 	rate  float64 // their samples per second for the whole pipeline (0: unmeasured)
+	// localNS is the mean CPU time of the whole pipeline here over the
+	// samples measured (0: none).
+	localNS float64
 }
 
 // measureStorage fetches a few of the samples kept (ids, raws) at split n
 // and compares their storage CPU with the same work timed here: the
 // storage CPU and its speed, the whole pipeline on both sides.
 func (cfg *Stage1Config) measureStorage(ctx context.Context, fs []Source, ids []uint64, raws map[uint64][]byte) (storageRates, error) {
-	speedIDs := ids[:min(len(ids), speedSamples)]
+	n := speedSamples
+	if cfg.Quick {
+		n /= 2
+	}
+	speedIDs := ids[:min(len(ids), n)]
 	full, err := cfg.probeAll(ctx, fs, speedIDs, cfg.Pipeline.Len(), 0, 0)
 	if err != nil {
 		return storageRates{}, err
@@ -318,6 +367,17 @@ func (cfg *Stage1Config) measureStorage(ctx context.Context, fs []Source, ids []
 		remoteSum += float64(sns)
 	}
 	st := storageRates{speed: profiler.SpeedRatio(local, remote)}
+	var localSum float64
+	var nLocal int
+	for _, ns := range local {
+		if ns > 0 {
+			localSum += float64(ns)
+			nLocal++
+		}
+	}
+	if nLocal > 0 {
+		st.localNS = localSum / float64(nLocal)
+	}
 	for _, f := range fs {
 		st.cores += f.CPUs()
 	}

@@ -32,8 +32,17 @@ type EpochReport struct {
 	// reading the catalog on first use and preparing the shard. Near 0
 	// when every storage agent answers at once; for an epoch that failed
 	// before its first request (no storage agent within the budget), all
-	// of its time.
+	// of its time. In trainer mode the epoch begins when the last local
+	// rank asked for it, so this also counts a wait for the agent's
+	// stage 1 where a rank asked during it.
 	StartWaitSeconds float64 `json:"start_wait_seconds"`
+	// FirstBatchSeconds is the wall time from the epoch's beginning to its
+	// first batch: StartWaitSeconds and then until the consumer took it,
+	// or in trainer mode until a rank's first batch was ready in its
+	// slots. In trainer mode the epoch begins when the last local rank
+	// asked for it, which may be before the agent was ready to start it
+	// (its policy's stage 1 still running). 0 when none was.
+	FirstBatchSeconds float64 `json:"first_batch_seconds,omitempty"`
 	// StartUnixNS is when the epoch began (Unix ns, the agent's clock), to
 	// match the epoch with outside counters (e.g. a NIC's bytes).
 	StartUnixNS int64 `json:"start_unix_ns"`
@@ -188,6 +197,14 @@ type EpochReport struct {
 	// ReplanReason is why: "drift: ..." and/or "guard: ..." (omitted when
 	// not replanned).
 	ReplanReason string `json:"replan_reason,omitempty"`
+	// PlanSource is what the epoch's plan was made from: PlanEstimate,
+	// PlanProfile or PlanMeasured; omitted for an epoch without a plan
+	// (No-Off while stage 2 records, or no profile at all).
+	PlanSource string `json:"plan_source,omitempty"`
+	// Refined counts the samples whose measurements this epoch merged
+	// into an estimated profile (profiler.Refine) for the next epoch's
+	// plan (omitted when none).
+	Refined int `json:"refined,omitempty"`
 	// Stage1 is stage 1's rates and decision, in the first epoch's report
 	// only.
 	Stage1 *Stage1Summary `json:"stage1,omitempty"`
@@ -360,6 +377,24 @@ const (
 	ProfileRecorded = "recorded"
 	// ProfileLoaded: a saved profile was reused; stage 2 did not run.
 	ProfileLoaded = "loaded"
+	// ProfileEstimated: no saved profile; the profile was estimated from
+	// the catalog's JPEG headers and calibrated on stage 1's samples
+	// (profiler/estimate), and the first epoch ran its plan.
+	ProfileEstimated = "estimated"
+)
+
+// EpochReport.PlanSource values.
+const (
+	// PlanEstimate: the plan was made from the profile estimated from the
+	// catalog's headers, before any epoch measured the samples.
+	PlanEstimate = "estimate"
+	// PlanProfile: the plan was made from a saved or recorded stage 2
+	// profile.
+	PlanProfile = "profile"
+	// PlanMeasured: the plan was made from the estimated profile refined
+	// with what earlier epochs measured of the samples
+	// (profiler.Refine).
+	PlanMeasured = "measured"
 )
 
 // Stage1Summary is stage 1's decision in the first epoch's report of a
@@ -391,9 +426,15 @@ type Stage1Summary struct {
 	Forced bool `json:"forced,omitempty"`
 	// Reason explains Stage2 in one sentence.
 	Reason string `json:"reason"`
-	// Profile is ProfileNone, ProfileRecorded (stage 2 ran in this epoch)
-	// or ProfileLoaded (a saved profile was reused).
+	// Profile is ProfileNone, ProfileRecorded (stage 2 ran in this epoch),
+	// ProfileLoaded (a saved profile was reused) or ProfileEstimated.
 	Profile string `json:"profile"`
+	// Seconds is how long stage 1 took, with the estimate's calibration
+	// and first plan when Profile is ProfileEstimated: the time before
+	// the first epoch could start, not in its StartWaitSeconds (but, in
+	// trainer mode, in its FirstBatchSeconds where a rank asked during
+	// it).
+	Seconds float64 `json:"seconds"`
 }
 
 // Append appends r as one JSON line to path, creating the file.

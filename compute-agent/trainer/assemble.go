@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +55,8 @@ type Assembler struct {
 	pending  int      // batches not yet released, all ranks
 	waiters  []Waiter // placers waiting for room in the queue
 	done     chan struct{}
+	// first is when the first batch was published (zero: none yet).
+	first time.Time
 }
 
 // Epoch is what an Assembler needs of the epoch whose samples it places.
@@ -140,6 +143,14 @@ func NewAssembler(e Epoch, m *Metrics, conns []*Conn, strict bool, batch, queue,
 	a.checkDoneLocked()
 	a.mu.Unlock()
 	return a
+}
+
+// FirstBatch is when the first batch was published to a rank (zero: none
+// yet).
+func (a *Assembler) FirstBatch() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.first
 }
 
 func (a *Assembler) has(tc *Conn) bool {
@@ -386,6 +397,9 @@ func (a *Assembler) publishLocked(rf *rankFeed) error {
 			}
 		}
 		rf.held[ob.slot] = true
+		if a.first.IsZero() {
+			a.first = time.Now()
+		}
 		rf.batches++
 		rf.samples += rows
 		if a.m != nil {

@@ -63,6 +63,8 @@ type Conn struct {
 	// Guarded by h.mu.
 	want   *handoff.EpochMsg
 	closed bool
+	// wantAt is when want arrived.
+	wantAt time.Time
 }
 
 // EpochReq is an epoch every local rank asked for.
@@ -72,6 +74,9 @@ type EpochReq struct {
 	Base   int // global rank of local rank 0
 	Conns  []*Conn
 	Resume []*handoff.ResumeMsg
+	// Asked is when the last of the local ranks asked for the epoch (Unix
+	// ns): the epoch could not start before.
+	Asked int64
 }
 
 // rowShape runs the pipeline on a small synthetic JPEG to learn the shape
@@ -253,7 +258,7 @@ func (h *Hub) handle(ctx context.Context, c *net.UnixConn) {
 			continue
 		}
 		h.mu.Lock()
-		tc.want = m.Epoch
+		tc.want, tc.wantAt = m.Epoch, time.Now()
 		h.broadcastLocked()
 		h.mu.Unlock()
 	}
@@ -410,6 +415,7 @@ func (h *Hub) readyLocked() (*EpochReq, []*Conn, string) {
 	}
 	req := &EpochReq{Epoch: first, World: h.world, Base: h.base}
 	for _, c := range waiting {
+		req.Asked = max(req.Asked, c.wantAt.UnixNano())
 		req.Conns = append(req.Conns, c)
 		req.Resume = append(req.Resume, c.want.Resume)
 		c.want = nil

@@ -165,6 +165,10 @@ func TestEstimateMatchesMeasured(t *testing.T) {
 				{LinkBytesPerSec: 500e6 / 8, StorageCores: 0.25, ComputeCores: 8},
 			} {
 				planGap(t, meas, est, r)
+				// What the compute agent plans from after the estimate's
+				// plan ran one epoch: the estimate refined with what that
+				// epoch measured of each sample at its split.
+				t.Logf("  refined after one epoch of the estimate's plan: gap %.2f%%", 100*gapOn(meas, refineAfter(meas, est, r), r))
 				if again != nil {
 					// The noise floor: both plans on a second record of the
 					// same epoch, against that record's own plan (which
@@ -202,4 +206,40 @@ func planGap(t *testing.T, meas, est *profiler.Profile, r policy.Resources) floa
 	t.Logf("link %.0f Mbit/s, storage %.2f cores, compute %.0f: measured profile's plan %.4f s (%s), the estimate's %.4f s on the measured profile (%s): gap %.2f%%",
 		r.LinkBytesPerSec*8/1e6, r.StorageCores, r.ComputeCores, best.Pred.Seconds, best.Pred.Bottleneck, got.Seconds, got.Bottleneck, 100*gap)
 	return gap
+}
+
+// refineAfter is est refined (profiler.Refine) with what one epoch of
+// est's optimal plan under r measures of each sample, taking meas for the
+// truth: the payload at its split and both sides' CPU.
+func refineAfter(meas, est *profiler.Profile, r policy.Resources) *profiler.Profile {
+	plan := policy.Optimal(est, r)
+	var obs []profiler.Observation
+	for i, k := range plan.Split {
+		m := &meas.Samples[i]
+		n := len(m.OpNS)
+		o := profiler.Observation{ID: m.ID, Split: k}
+		switch {
+		case k == ops.SplitCut:
+			if !m.HasCut() {
+				continue
+			}
+			o.Payload, o.StorageNS, o.LocalNS = m.CutBytes, m.CutNS, m.CutFinishNS
+			for _, ns := range m.OpNS[2:] {
+				o.LocalNS += ns
+			}
+		default:
+			o.Payload, o.StorageNS = m.Bytes[k], m.PrefixNS(k)
+			for _, ns := range m.OpNS[k:n] {
+				o.LocalNS += ns
+			}
+			if plan.Compress != nil && plan.Compress[i] && len(m.Compressed) > k {
+				o.Compressed, o.Payload = true, m.Compressed[k]
+				o.StorageNS += m.CompressNS[k]
+				o.LocalNS += m.DecompressNS[k]
+			}
+		}
+		obs = append(obs, o)
+	}
+	out, _ := profiler.Refine(est, obs)
+	return out
 }

@@ -126,6 +126,8 @@ type Config struct {
 	StorageCPUs []float64
 	// Policies run in each cell, in order; the first is the reference
 	// for placement invariance. Empty means every compute-agent policy.
+	// A policy with EstSuffix runs without a saved profile (see
+	// policyRun.est).
 	Policies []string
 	// Peer adds the torchvision DataLoader row to each cell (skipped,
 	// with the reason, where torchvision is missing). Python is its
@@ -143,7 +145,9 @@ type Config struct {
 	Train bool
 	// TrainPolicy is the trainer row's compute-agent plan: "nooff" (the
 	// default: --plan nooff, no planning) or a policy of
-	// policy.Names (--policy, reusing the experiment's profile).
+	// policy.Names (--policy, reusing the experiment's profile), or one
+	// with EstSuffix (--policy without a saved profile: planned from
+	// header estimates).
 	TrainPolicy string
 	// TrainScript is python/examples/train_cnn.py. Empty means found in
 	// the repository: next to Bin's parent (bin/../python/examples), then
@@ -292,18 +296,19 @@ func (c *Config) defaults() error {
 		}
 	}
 	for _, p := range c.Policies {
-		if p == PolicyLRU && c.CacheBytes == "" {
+		base, _ := splitEst(p)
+		if base == PolicyLRU && c.CacheBytes == "" {
 			return fmt.Errorf("%w: policy %s is No-Off through an LRU cache: it needs --cache-bytes", ErrConfig, p)
 		}
-		if !slices.Contains(policy.Names, p) {
-			return fmt.Errorf("%w: unknown policy %q (want %s)", ErrConfig, p, strings.Join(policy.Names, ", "))
+		if !slices.Contains(policy.Names, base) {
+			return fmt.Errorf("%w: unknown policy %q (want %s, each optionally with %s)", ErrConfig, p, strings.Join(policy.Names, ", "), EstSuffix)
 		}
 	}
 	if c.TrainPolicy == "" {
 		c.TrainPolicy = "nooff"
 	}
-	if !slices.Contains(policy.Names, c.TrainPolicy) {
-		return fmt.Errorf("%w: unknown train policy %q (want %s)", ErrConfig, c.TrainPolicy, strings.Join(policy.Names, ", "))
+	if base, est := splitEst(c.TrainPolicy); !slices.Contains(policy.Names, base) || (est && base == "nooff") {
+		return fmt.Errorf("%w: unknown train policy %q (want %s; but nooff, optionally with %s)", ErrConfig, c.TrainPolicy, strings.Join(policy.Names, ", "), EstSuffix)
 	}
 	if c.NumClasses < 0 {
 		return fmt.Errorf("%w: num classes %d", ErrConfig, c.NumClasses)

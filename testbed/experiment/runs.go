@@ -35,6 +35,28 @@ type policyRun struct {
 	name, policy string
 	noWC         bool
 	placement    string
+	// est: the run has no saved profile (a fresh one, freshProfile, and no
+	// --force-profile), so the compute agent plans its first epoch from
+	// the catalog's header estimates ("<policy>-est" in Config.Policies).
+	est bool
+}
+
+// EstSuffix after a policy's name in Config.Policies (or TrainPolicy)
+// runs it without a saved profile: the compute agent plans from header
+// estimates, refined by what its epochs measure, as a first run does.
+const EstSuffix = "-est"
+
+// splitEst is a Config.Policies entry's policy and whether it has
+// EstSuffix.
+func splitEst(p string) (string, bool) {
+	base, ok := strings.CutSuffix(p, EstSuffix)
+	return base, ok
+}
+
+// freshProfile is the --profile of a run without a saved profile, beside
+// its report (removed before the run): the agent finds none there.
+func freshProfile(report string) string {
+	return strings.TrimSuffix(report, filepath.Ext(report)) + ".fresh-profile.zst"
 }
 
 // policyRuns is a cell's compute-agent runs, in order, under the
@@ -46,7 +68,8 @@ type policyRun struct {
 func policyRuns(policies []string, wc string, placements []string) []policyRun {
 	var out []policyRun
 	for _, p := range policies {
-		variants := []policyRun{{name: p, policy: p, noWC: wc == WorkConservingOff}}
+		base, est := splitEst(p)
+		variants := []policyRun{{name: p, policy: base, noWC: wc == WorkConservingOff, est: est}}
 		if wc == WorkConservingBoth && p != "nooff" {
 			variants = append(variants, policyRun{name: p + "-nowc", policy: p, noWC: true})
 		}
@@ -74,9 +97,14 @@ func policyRuns(policies []string, wc string, placements []string) []policyRun {
 // profile.
 func (x *experiment) policyArgs(addrs []string, pr policyRun, rank int, report, samples string) []string {
 	args := []string{"--storage", strings.Join(addrs, ","), "--policy", pr.policy, "--epochs", strconv.Itoa(x.cfg.Epochs),
-		"--pipeline", x.cfg.Pipeline, "--profile", x.rankPath(x.cellProfile, rank), "--force-profile", "--gpu", gpuFlag(x.cfg.GPURate),
+		"--pipeline", x.cfg.Pipeline, "--gpu", gpuFlag(x.cfg.GPURate),
 		"--seed", strconv.FormatUint(x.cfg.Seed, 10), "--report", report, "--samples-out", samples,
 		"--log-level", "warn", "--log-format", "json"}
+	if pr.est {
+		args = append(args, "--profile", freshProfile(report))
+	} else {
+		args = append(args, "--profile", x.rankPath(x.cellProfile, rank), "--force-profile")
+	}
 	if x.cfg.ComputeNodes > 1 {
 		args = append(args, "--rank", strconv.Itoa(rank), "--world", strconv.Itoa(x.cfg.ComputeNodes))
 	}
@@ -131,7 +159,7 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed, dir string, addrs []
 	var procs []proc
 	for rank := range b.compute {
 		f := x.rankFiles(dir, policy, rank)
-		for _, p := range []string{f.report, f.samples} {
+		for _, p := range []string{f.report, f.samples, freshProfile(f.report)} {
 			os.Remove(p)
 		}
 		files = append(files, f)

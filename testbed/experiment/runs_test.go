@@ -276,3 +276,31 @@ func TestCacheArgs(t *testing.T) {
 		t.Error("the lru row accepted without a cache budget")
 	}
 }
+
+// TestPolicyArgsEst: a "<policy>-est" row runs the policy without a saved
+// profile: its own profile path beside its report (which runPolicy
+// removes first) and no --force-profile, so the agent plans from header
+// estimates.
+func TestPolicyArgsEst(t *testing.T) {
+	x := &experiment{cfg: Config{Epochs: 4, Pipeline: "imagenet-train", GPURate: 100, Seed: 3, ComputeNodes: 1},
+		cellProfile: "/out/profile.zst", computeTLS: [][]string{{"--insecure"}}}
+	runs := policyRuns([]string{"optimal", "optimal-est"}, WorkConservingOn, nil)
+	if len(runs) != 2 || runs[1].name != "optimal-est" || runs[1].policy != "optimal" || !runs[1].est || runs[0].est {
+		t.Fatalf("runs %+v", runs)
+	}
+	line := strings.Join(x.policyArgs([]string{"10.0.0.1:7070"}, runs[1], 0, "/out/c/optimal-est.jsonl", "/out/c/optimal-est.samples"), " ")
+	if !strings.Contains(line, "--policy optimal ") || !strings.Contains(line, "--profile /out/c/optimal-est.fresh-profile.zst") ||
+		strings.Contains(line, "force-profile") || strings.Contains(line, "/out/profile.zst") {
+		t.Errorf("args %s: want --policy optimal with a fresh profile and no --force-profile", line)
+	}
+	for _, c := range []Config{{Policies: []string{"optimal-est"}, TrainPolicy: "nooff-est"}, {Policies: []string{"fast-est"}}} {
+		c.Data, c.Out = "d", "o"
+		if err := c.defaults(); !errors.Is(err, ErrConfig) {
+			t.Errorf("policies %v, train policy %q: %v, want ErrConfig", c.Policies, c.TrainPolicy, err)
+		}
+	}
+	c := Config{Data: "d", Out: "o", Policies: []string{"nooff", "sophon-est"}, TrainPolicy: "optimal-est"}
+	if err := c.defaults(); err != nil {
+		t.Error(err)
+	}
+}

@@ -202,7 +202,14 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed, dir, addr string, c
 		// The first trainer row profiles its first epoch (No-Off) and the
 		// later cells' reuse that. Stage 1 rates the simulated GPU of the
 		// other rows.
-		args = append(args, "--policy", x.cfg.TrainPolicy, "--profile", x.trainProfile, "--force-profile", "--gpu", gpuFlag(x.cfg.GPURate))
+		if base, est := splitEst(x.cfg.TrainPolicy); est {
+			// No saved profile: planned from header estimates.
+			fresh := freshProfile(reportPath)
+			os.Remove(fresh)
+			args = append(args, "--policy", base, "--profile", fresh, "--gpu", gpuFlag(x.cfg.GPURate))
+		} else {
+			args = append(args, "--policy", x.cfg.TrainPolicy, "--profile", x.trainProfile, "--force-profile", "--gpu", gpuFlag(x.cfg.GPURate))
+		}
 	}
 	if x.cfg.Batch > 0 {
 		args = append(args, "--batch", strconv.Itoa(x.cfg.Batch))

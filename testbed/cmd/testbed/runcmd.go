@@ -82,6 +82,14 @@ compute agent with --placement P: "optimal" (pull) and
 as "<policy>-nowc" without it. --repeat N runs each cell N times with fresh
 agents; the report's Repeatability table gives each policy's spread.
 
+The policy rows share one stage 2 profile: the first run records it in its
+first epoch (No-Off, --force-profile) and the later runs reuse it. A row
+named "<policy>-est" (and --train-policy <policy>-est) runs without a saved
+profile instead, as a first run does: the compute agent plans its first
+epoch from the catalog's JPEG header estimates and refines the plan with
+what its epochs measure (docs/policy.md, "Plans from estimates"), so
+"optimal,optimal-est" compares the two plans side by side.
+
 Writes OUT/results.json (schema: docs/testbed.md), OUT/report.md, SVG charts
 and each run's logs and agent reports under OUT/<rate>-cpu<cpus>/ (with
 --repeat, OUT/<rate>-cpu<cpus>-rep<k>/).
@@ -112,7 +120,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	rates := shape.Rates{shape.MustParseRate(experiment.DefaultRate)}
 	fs.Var(&rates, "rate", "link `rates`, comma-separated (e.g. 100mbit,500mbit): tc tbf both ways")
 	cpus := fs.String("storage-cpus", strconv.FormatFloat(experiment.DefaultCPUs, 'f', -1, 64), "storage agent CPU `limits` in cores, comma-separated, fractions allowed")
-	policies := fs.String("policies", strings.Join(policy.Names, ","), "`policies` to run, comma-separated, in order (the first is the reference for placement invariance); with --cache-bytes also lru")
+	policies := fs.String("policies", strings.Join(policy.Names, ","), "`policies` to run, comma-separated, in order (the first is the reference for placement invariance); with --cache-bytes also lru; a policy with "+experiment.EstSuffix+" (optimal"+experiment.EstSuffix+") runs without a saved profile: planned from header estimates, as a first run is")
 	epochs := fs.Int("epochs", experiment.DefaultEpochs, "`epochs` per policy (the first run's first epoch profiles, No-Off)")
 	pipeline := fs.String("pipeline", experiment.DefaultPipeline, "pipeline preset `name`")
 	gpuRate := fs.Float64("gpu-rate", experiment.DefaultGPURate, "simulated GPU `samples/s`, for the agents and the peer alike")
@@ -121,7 +129,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	noPeer := fs.Bool("no-peer", false, "skip the torchvision DataLoader row")
 	python := fs.String("python", "", "`interpreter` for the peer and the trainer (default /usr/bin/python3)")
 	train := fs.Bool("train", false, "add the trainer row (a small CNN trained through the Python client from the compute agent's trainer socket) and make the peer row train the same CNN")
-	trainPolicy := fs.String("train-policy", "nooff", "the trainer row's compute-agent `plan`: nooff or a policy ("+strings.Join(policy.Names, ", ")+")")
+	trainPolicy := fs.String("train-policy", "nooff", "the trainer row's compute-agent `plan`: nooff or a policy ("+strings.Join(policy.Names, ", ")+"), optionally with "+experiment.EstSuffix+" (no saved profile)")
 	trainScript := fs.String("train-script", "", "the trainer `script` (default: "+experiment.TrainScript+" in the repository, found from this binary's folder or the working directory)")
 	mode := fs.String("mode", string(experiment.ModeAuto), "`mode`: auto (netns as root, else loopback), netns or loopback")
 	bin := fs.String("bin", "", "`folder` with storage-agent, compute-agent and testbed (default: this binary's folder, then $PATH)")

@@ -1,0 +1,72 @@
+package planner
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/jpeg"
+	"github.com/sophon-dl/sophon/profiler"
+	"github.com/sophon-dl/sophon/profiler/estimate"
+)
+
+// CalibrationSamples is how many of stage 1's raw samples (Stage1Result.Raws)
+// calibrate the estimate: each runs through a profiler.Recorder (every op,
+// every split's compression, the cut) before the first epoch starts.
+const CalibrationSamples = 16
+
+// EstimateInput is what a plan from header estimates needs.
+type EstimateInput struct {
+	Pipeline    *ops.Pipeline
+	Seed, Epoch uint64
+	Fingerprint string
+	// Shard is the samples to estimate; RawSizes the catalog's raw sizes
+	// by sample and Header its header summaries (fetch.Catalog.Header).
+	Shard    []uint64
+	RawSizes []uint64
+	Header   func(sample uint64) (jpeg.Summary, bool)
+	// Raws is the calibration candidates' files by sample (stage 1's).
+	Raws map[uint64][]byte
+}
+
+// Estimate is the profile of the shard's samples estimated from their
+// headers (profiler/estimate), calibrated on up to CalibrationSamples of
+// in.Raws spread over their image sizes (estimate.Pick). Samples without a
+// known header are left out (a plan gives them k = 0) and counted in
+// unknown.
+func Estimate(in EstimateInput) (prof *profiler.Profile, unknown int, err error) {
+	var samples []estimate.Sample
+	for _, id := range in.Shard {
+		h, ok := in.Header(id)
+		s, known := estimate.FromSummary(id, int64(in.RawSizes[id]), h)
+		if !ok || !known {
+			unknown++
+			continue
+		}
+		samples = append(samples, s)
+	}
+	if len(samples) == 0 {
+		return nil, unknown, fmt.Errorf("planner: estimate: no sample of the shard has a known header (%d unknown)", unknown)
+	}
+	var cands []estimate.Sample
+	for _, id := range slices.Sorted(maps.Keys(in.Raws)) {
+		h, ok := in.Header(id)
+		if s, known := estimate.FromSummary(id, int64(len(in.Raws[id])), h); ok && known && uint64(s.Raw) == in.RawSizes[id] {
+			cands = append(cands, s)
+		}
+	}
+	var cal []estimate.Calibrated
+	for _, i := range estimate.Pick(cands, CalibrationSamples) {
+		cal = append(cal, estimate.Calibrated{Sample: cands[i], Data: in.Raws[cands[i].ID]})
+	}
+	m, err := estimate.Calibrate(in.Pipeline, in.Seed, in.Epoch, cal)
+	if err != nil {
+		return nil, unknown, fmt.Errorf("planner: estimate: %w", err)
+	}
+	prof, err = m.Profile(in.Fingerprint, samples)
+	if err != nil {
+		return nil, unknown, fmt.Errorf("planner: estimate: %w", err)
+	}
+	return prof, unknown, nil
+}
