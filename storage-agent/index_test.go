@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,13 +21,17 @@ import (
 func TestIndexCommand(t *testing.T) {
 	bin := testutil.Binary(t, "storage-agent")
 	data := t.TempDir()
-	const n = 600
-	for i := range n {
-		img, err := synth.JPEG(uint64(i%7), 320, 240, synth.Options{})
+	const n = 200
+	var bases [7][]byte // encoding once each keeps the test fast under -race
+	for i := range bases {
+		b, err := synth.JPEG(uint64(i), 320, 240, synth.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		img = append(img, byte(i), byte(i>>8)) // distinct files, still JPEGs
+		bases[i] = b
+	}
+	for i := range n {
+		img := append(slices.Clone(bases[i%7]), byte(i), byte(i>>8)) // distinct files, still JPEGs
 		name := filepath.Join(data, fmt.Sprint("class", i%3), fmt.Sprintf("%04d.jpg", i))
 		if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 			t.Fatal(err)
