@@ -121,7 +121,7 @@ func TestEstimateMatchesMeasured(t *testing.T) {
 	for _, tc := range []struct {
 		spec synth.Spec
 		n    int
-	}{{synth.ImageNetLike, 300}, {synth.OpenImagesLike, 200}} {
+	}{{synth.ImageNetLike, 150}, {synth.OpenImagesLike, 100}} {
 		t.Run(tc.spec.Name, func(t *testing.T) {
 			d := generate(t, tc.spec, tc.n)
 			meas := measure(t, p, d)
