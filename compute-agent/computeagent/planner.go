@@ -109,10 +109,15 @@ type policyRun struct {
 	noOff float64
 	shard int // samples in the first epoch's shard, for stage 2
 	cat   *Catalog
+	// pending is stage 1 still to run, beside the first epoch (nil: it
+	// ran before it, or has run).
+	pending *stage1Job
 }
 
 // startPolicy runs stage 1 and takes up a saved profile, ready for the
-// policy run's first epoch.
+// policy run's first epoch. Without a saved profile, unless stage 2 is
+// forced, and with a catalog of headers, stage 1 runs beside the first
+// epoch instead (overlap.go).
 func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 	cfg := &a.cfg
 	fs, cat, err := a.storage(ctx)
@@ -127,22 +132,18 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 	prof, saved := a.loadProfile(cat)
 	s1 := a.stage1Config()
 	s1.Quick = prof == nil && !cfg.ForceProfile && cat.HasHeaders()
+	pl := &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy,
+		Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }, CacheBytes: a.plannedCacheBytes()}
+	p := &policyRun{a: a, pl: pl, shard: len(shard), cat: cat}
+	if s1.Quick {
+		p.pending = &stage1Job{cfg: s1, srcs: srcs, shard: shard}
+		return p, nil
+	}
 	st, err := planner.Stage1(ctx, s1, srcs, cat.RawSizes, shard)
 	if err != nil {
 		return nil, err
 	}
-	d := st.Decision
-	a.log.Info().Str("policy", cfg.Policy).Str("bottleneck", d.Bottleneck).
-		Float64("predicted_nooff_seconds", d.PredictedNoOffSeconds).Bool("stage2", d.RunStage2).
-		Float64("link_bytes_per_sec", d.Rates.LinkBytesPerSec).Float64("compute_samples_per_sec", d.Rates.ComputeSamplesPerSec).
-		Float64("storage_samples_per_sec", d.Rates.StorageSamplesPerSec).Float64("gpu_samples_per_sec", d.Rates.GPUSamplesPerSec).
-		Float64("storage_speed", st.Res.StorageSpeed).Msg(d.String())
-	if cfg.Out != nil {
-		fmt.Fprintln(cfg.Out, d.String())
-	}
-	pl := &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy, Res: st.Res, Nodes: st.Nodes,
-		Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }, CacheBytes: a.plannedCacheBytes()}
-	p := &policyRun{a: a, pl: pl, d: d, summary: st.Summary(), shard: len(shard), cat: cat}
+	p.measured(st)
 	if prof != nil {
 		pl := p.pl
 		pl.Prof, pl.Saved = prof, saved
@@ -163,6 +164,23 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 		}
 	}
 	return p, nil
+}
+
+// measured takes up stage 1's result st: its decision (logged and printed
+// to Config.Out) and the resources it measured.
+func (p *policyRun) measured(st planner.Stage1Result) {
+	a, cfg := p.a, &p.a.cfg
+	d := st.Decision
+	a.log.Info().Str("policy", cfg.Policy).Str("bottleneck", d.Bottleneck).
+		Float64("predicted_nooff_seconds", d.PredictedNoOffSeconds).Bool("stage2", d.RunStage2).
+		Float64("link_bytes_per_sec", d.Rates.LinkBytesPerSec).Float64("compute_samples_per_sec", d.Rates.ComputeSamplesPerSec).
+		Float64("storage_samples_per_sec", d.Rates.StorageSamplesPerSec).Float64("gpu_samples_per_sec", d.Rates.GPUSamplesPerSec).
+		Float64("storage_speed", st.Res.StorageSpeed).Msg(d.String())
+	if cfg.Out != nil {
+		fmt.Fprintln(cfg.Out, d.String())
+	}
+	p.d, p.summary = d, st.Summary()
+	p.pl.Res, p.pl.Nodes = st.Res, st.Nodes
 }
 
 // estimate plans the first epoch from the profile estimated from the
@@ -198,6 +216,9 @@ func (p *policyRun) estimate(st planner.Stage1Result, shard []uint64) error {
 // stage 2 when stage 1 asked for it) until there is a profile, then the
 // current plan.
 func (p *policyRun) next(i int) epochOpts {
+	if p.pending != nil {
+		return p.overlapped()
+	}
 	pl, cfg := p.pl, &p.a.cfg
 	opts := epochOpts{Opts: fetch.Opts{Plan: planner.NewRunPlan(NoOff(), nil, policy.Resources{}), LinkRate: pl.Res.LinkBytesPerSec, StorageCores: pl.Res.StorageCores}}
 	predicted, bound := p.d.PredictedNoOffSeconds, 0.0
