@@ -71,6 +71,15 @@ func TestPlanFromEstimates(t *testing.T) {
 	if r0.PlanSwitchedAt <= 0 || r0.PlanSwitchedAt >= r0.Shard {
 		t.Errorf("first epoch: plan switched after %d of %d positions, want mid-epoch", r0.PlanSwitchedAt, r0.Shard)
 	}
+	raw := 0
+	for _, b := range r0.BySplit {
+		if b.Split == 0 {
+			raw = b.Samples
+		}
+	}
+	if raw < besideCalibration {
+		t.Errorf("first epoch: %d samples raw, want at least the %d calibration samples of the provisional plan", raw, besideCalibration)
+	}
 	if r0.Seconds < r0.Stage1.Seconds {
 		t.Errorf("first epoch %v s, within it stage 1's %v s", r0.Seconds, r0.Stage1.Seconds)
 	}

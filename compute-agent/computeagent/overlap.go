@@ -3,27 +3,51 @@ package computeagent
 import (
 	"context"
 	"fmt"
-	"slices"
+	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/fetch"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
 )
 
 // Stage 1 beside the first epoch. A policy run that will plan its first
 // epoch from header estimates (no saved profile, stage 2 not forced, a
 // catalog with headers) does not wait for stage 1: the first epoch starts
-// at once under No-Off, whose raw fetches need no measurement, and stage 1
-// (planner.Stage1, Quick) runs beside it, then calibrates the estimate and
-// plans (policyRun.estimate). The plan then takes over the positions no
-// fetcher has requested yet (fetch.Epoch.Swap); those already requested
-// keep their raw split, which yields the same tensor. The link probe shares
-// the link with the epoch's raw fetches, so the link rate planned with is
-// the two together: the probe's rate plus the epoch's bytes over the time
-// since it began. The probe takes the shard from its end, which the epoch
-// requests last, under the plan. The report says so (Stage1.Overlapped,
-// PlanSwitchedAt), and the epoch's seconds include stage 1's.
+// at once under a provisional plan that needs no measurement (provisional)
+// and stage 1 runs beside it on what the epoch measures
+// (planner.Stage1Beside): the link rate is the epoch's bytes over its time
+// so far, the calibration samples are the raw files of its first positions
+// (fetch.Opts.KeepRaw), and only the storage CPU's few samples at split n
+// are fetched apart. Then the estimate is calibrated and the plan made
+// (policyRun.estimate), and the plan takes over the positions no fetcher
+// has requested yet (fetch.Epoch.Swap); those already requested keep the
+// split they went out at, which yields the same tensor. The report says
+// so (Stage1.Overlapped, PlanSwitchedAt), and the epoch's seconds include
+// stage 1's.
+
+// provisionalName names the provisional plan.
+const provisionalName = "provisional"
+
+// besideCalibration is how many raw files of the first epoch calibrate the
+// estimate (planner.CalibrationSamples at most): the first epoch's first
+// positions, fetched raw under the provisional plan. Fewer than stage 1
+// keeps before an epoch: the epoch waits for the plan, and the epochs'
+// measurements refine what a small calibration misjudged.
+const besideCalibration = 8
+
+// calibrationWait bounds the wait for the epoch's calibration samples; the
+// plan is then made from those that arrived.
+const calibrationWait = 2 * time.Second
+
+// relinkAfter is how long after the plan took over the first epoch the
+// link rate is measured again; relinkMargin how much higher it must be for
+// a new plan for the rest of the epoch.
+const (
+	relinkAfter  = 500 * time.Millisecond
+	relinkMargin = 1.1
+)
 
 // stage1Job is a stage 1 to run beside the first epoch.
 type stage1Job struct {
@@ -32,12 +56,42 @@ type stage1Job struct {
 	shard []uint64 // the first epoch's shard, in its order
 }
 
+// rawFile is a raw file the first epoch received.
+type rawFile struct {
+	sample uint64
+	raw    []byte
+}
+
+// provisional is the first epoch's plan until the estimate's plan is
+// ready: the shard's first besideCalibration samples raw (the
+// calibration samples, which arrive first) and every other sample cut to
+// its crop box in the JPEG domain where the pipeline can cut (never more
+// bytes than the file, the cheapest offload, which the storage agent
+// answers raw when its CPU falls behind), else raw.
+func (p *policyRun) provisional(shard []uint64) *planner.RunPlan {
+	def := 0
+	if p.a.cfg.Pipeline.CanCut() {
+		def = ops.SplitCut
+	}
+	raw := map[uint64]int{}
+	for _, s := range shard[:min(len(shard), besideCalibration)] {
+		raw[s] = 0
+	}
+	return planner.NewRunPlan(PlanOf(provisionalName, p.a.pipeID, def, raw), nil, policy.Resources{})
+}
+
 // overlapped is the first epoch's options when stage 1 runs beside it
 // (p.pending).
 func (p *policyRun) overlapped() epochOpts {
 	job, cfg := p.pending, &p.a.cfg
 	p.pending = nil
-	opts := epochOpts{Opts: fetch.Opts{Plan: planner.NewRunPlan(NoOff(), nil, policy.Resources{}), Observe: true}}
+	raws := make(chan rawFile, 2*besideCalibration)
+	opts := epochOpts{Opts: fetch.Opts{Plan: p.provisional(job.shard), Observe: true, KeepRaw: func(s uint64, b []byte) {
+		select {
+		case raws <- rawFile{s, b}:
+		default: // enough kept
+		}
+	}}}
 	if e, ok := policy.Lookup(cfg.Policy); ok && e.Static == nil {
 		opts.WarmCache = true // the first plan finds the cache filled
 	}
@@ -47,7 +101,7 @@ func (p *policyRun) overlapped() epochOpts {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			switched, err = p.planBeside(ctx, job, e)
+			switched, err = p.planBeside(ctx, job, e, raws)
 		}()
 		return func() { <-done }
 	}
@@ -55,56 +109,157 @@ func (p *policyRun) overlapped() epochOpts {
 		if err != nil {
 			return err
 		}
-		pl := p.pl
-		sum := p.summary
-		sum.Overlapped = true
-		r.Policy, r.Stage1, r.PredictedSeconds = cfg.Policy, &sum, p.d.PredictedNoOffSeconds
-		// Nothing left to plan when the epoch ended first: it ran No-Off
-		// throughout, and the plan starts with the next epoch.
-		ran := pl.Prof != nil && switched >= 0 && switched < r.Shard
-		planRan := pl.Plan
-		if ran {
-			r.PredictedSeconds, r.BoundSeconds, r.PlanSource, r.PlanSwitchedAt = planRan.Pred.Seconds, pl.Bound, pl.Source, switched
-			predictNodes(r, pl.Cluster, planRan.Cluster)
-		} else if pl.Prof != nil {
-			if r.Refined = pl.Learn(e.Observations()); r.Refined > 0 {
-				r.Replanned, r.ReplanReason = true, fmt.Sprintf("refined: %d samples measured", r.Refined)
-				if err := pl.Replan(); err != nil {
-					return configErr("%v", err)
-				}
-			}
-		}
-		return p.annotate(r, e, nil, ran, planRan)
+		return p.annotateOverlapped(r, e, switched)
 	}
 	return opts
 }
 
-// planBeside runs job's stage 1 while e runs, plans from header estimates
-// and hands e the plan for the positions not yet requested. It returns how
-// many positions were requested before (-1: no plan, e runs No-Off to its
-// end).
-func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epoch) (int, error) {
+// annotateOverlapped completes the report of a first epoch with stage 1
+// beside it, whose plan took over after switched positions (-1: never).
+func (p *policyRun) annotateOverlapped(r *report.EpochReport, e *fetch.Epoch, switched int) error {
+	pl := p.pl
+	sum := p.summary
+	sum.Overlapped = true
+	r.Policy, r.Stage1, r.PredictedSeconds = p.a.cfg.Policy, &sum, p.d.PredictedNoOffSeconds
+	// Nothing left to plan when the epoch ended first: it ran the
+	// provisional plan throughout, and the plan starts with the next epoch.
+	ran := pl.Prof != nil && switched >= 0 && switched < r.Shard
+	planRan := pl.Plan
+	if ran {
+		r.PredictedSeconds, r.BoundSeconds, r.PlanSource, r.PlanSwitchedAt = planRan.Pred.Seconds, pl.Bound, pl.Source, switched
+		predictNodes(r, pl.Cluster, planRan.Cluster)
+	} else if pl.Prof != nil {
+		if r.Refined = pl.Learn(e.Observations()); r.Refined > 0 {
+			r.Replanned, r.ReplanReason = true, fmt.Sprintf("refined: %d samples measured", r.Refined)
+			if err := pl.Replan(); err != nil {
+				return configErr("%v", err)
+			}
+		}
+		return nil
+	}
+	return p.annotate(r, e, nil, ran, planRan)
+}
+
+// planBeside runs job's stage 1 on what e measures while it runs (the raw
+// files it received come on raws; the storage probe goes out at once),
+// plans from header estimates and hands e the plan for the positions not
+// yet requested. It returns how many positions were requested before (-1:
+// no plan, e runs the provisional plan to its end).
+func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epoch, raws <-chan rawFile) (int, error) {
 	a := p.a
 	t0, b0 := a.cfg.Clock.Now(), e.BytesReceived()
-	back := slices.Clone(job.shard)
-	slices.Reverse(back)
-	st, err := planner.Stage1(ctx, job.cfg, job.srcs, p.cat.RawSizes, back)
+	var probe planner.StorageProbe
+	var probeErr error
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		speed := job.shard[:min(len(job.shard), planner.QuickSpeedSamples)]
+		probe, probeErr = planner.ProbeStorage(ctx, job.cfg, job.srcs, speed)
+	}()
+	kept, first, err := collectRaws(ctx, raws, a.cfg.Clock.Now, e.BytesReceived)
+	<-probed
 	if err != nil {
 		return -1, err
 	}
-	if dt := a.cfg.Clock.Now().Sub(t0).Seconds(); dt > 0 {
-		// The epoch's raw fetches shared the link with the probe.
-		st.Res.LinkBytesPerSec += float64(e.BytesReceived()-b0) / dt
+	if probeErr != nil {
+		return -1, probeErr
 	}
+	if len(kept) == 0 {
+		a.log.Warn().Msg("no raw sample arrived to calibrate the estimate: the first epoch runs its provisional plan")
+		return -1, nil
+	}
+	st := planner.Stage1Beside(job.cfg, job.srcs, p.cat.RawSizes, job.shard, kept, probe, linkSince(first, t0, b0, a.cfg.Clock.Now(), e.BytesReceived()), t0)
+	t1 := a.cfg.Clock.Now()
 	p.measured(st)
 	if err := p.estimate(st, job.shard); err != nil {
 		return -1, err
 	}
+	// The calibration took a while: the link rate over the longer time
+	// since the first file arrived, past the connection's ramp, and the
+	// plan again for it (a re-plan takes a millisecond).
+	linkNow := func() float64 { return linkSince(first, t0, b0, a.cfg.Clock.Now(), e.BytesReceived()) }
+	if err := p.faster(linkNow(), 1); err != nil {
+		return -1, err
+	}
+	sw := p.swap(e)
+	// Once more a little later, where the link rate measured by then
+	// is clearly higher: the epoch's first second underrates a link it
+	// does not yet fill.
+	select {
+	case <-ctx.Done():
+	case <-time.After(relinkAfter):
+		if old := p.pl.Res.LinkBytesPerSec; p.faster(linkNow(), relinkMargin) == nil && p.pl.Res.LinkBytesPerSec != old {
+			p.swap(e)
+		}
+	}
+	a.log.Info().Int("raws", len(kept)).Float64("measure_seconds", t1.Sub(t0).Seconds()).Float64("plan_seconds", a.cfg.Clock.Now().Sub(t1).Seconds()).
+		Float64("link_bytes_per_sec", p.pl.Res.LinkBytesPerSec).Int("requested_before", sw).Msg("planned beside the first epoch")
+	return sw, nil
+}
+
+// linkSince is the epoch's bytes per second from first (when the first
+// raw file arrived) to now, when it had received bytes; from (t0, b0), when
+// stage 1 began, where no file arrived.
+func linkSince(first mark, t0 time.Time, b0 int64, now time.Time, bytes int64) float64 {
+	if first.at.IsZero() {
+		first = mark{t0, b0}
+	}
+	if dt := now.Sub(first.at).Seconds(); dt > 0 {
+		return float64(bytes-first.bytes) / dt
+	}
+	return 0
+}
+
+// mark is when the epoch had received how many bytes.
+type mark struct {
+	at    time.Time
+	bytes int64
+}
+
+// collectRaws takes the first epoch's raw files from raws until it has
+// besideCalibration of them or calibrationWait has passed; first is when
+// the first arrived and the epoch's bytes then (bytes).
+func collectRaws(ctx context.Context, raws <-chan rawFile, now func() time.Time, bytes func() int64) (kept map[uint64][]byte, first mark, err error) {
+	kept = map[uint64][]byte{}
+	wait := time.NewTimer(calibrationWait)
+	defer wait.Stop()
+	for len(kept) < besideCalibration {
+		select {
+		case <-ctx.Done():
+			return nil, first, ctx.Err()
+		case <-wait.C:
+			return kept, first, nil
+		case r := <-raws:
+			if len(kept) == 0 {
+				first = mark{now(), bytes()}
+			}
+			kept[r.sample] = r.raw
+		}
+	}
+	return kept, first, nil
+}
+
+// faster re-plans for link, the link rate measured, where it is above
+// margin times the planner's.
+func (p *policyRun) faster(link, margin float64) error {
+	pl := p.pl
+	if pl.Prof == nil || !(link > margin*pl.Res.LinkBytesPerSec) {
+		return nil
+	}
+	pl.Res.LinkBytesPerSec, p.summary.LinkBytesPerSec = link, link
+	if err := pl.Replan(); err != nil {
+		return configErr("%v", err)
+	}
+	return nil
+}
+
+// swap hands e the planner's plan, if there is one (-1: none).
+func (p *policyRun) swap(e *fetch.Epoch) int {
 	pl := p.pl
 	if pl.Prof == nil || pl.Run == nil {
-		return -1, nil
+		return -1
 	}
-	splitOf := a.splitOf(pl.Run)
+	splitOf := p.a.splitOf(pl.Run)
 	k := func(s uint64) int {
 		k, err := splitOf(s)
 		if err != nil {
@@ -112,5 +267,5 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 		}
 		return k
 	}
-	return e.Swap(pl.Run, k, pl.Res.LinkBytesPerSec, pl.Res.StorageCores), nil
+	return e.Swap(pl.Run, k, pl.Res.LinkBytesPerSec, pl.Res.StorageCores)
 }

@@ -45,13 +45,18 @@ type Opts struct {
 	// WarmCache fills the node's planned cache with the epoch's raw
 	// fetches while Plan has no residency (see prepareCache).
 	WarmCache bool
+	// KeepRaw, when set, is given a copy of the raw file of every sample
+	// that arrived raw (split 0) and was finished without error, from the
+	// finishing workers (concurrently): the calibration samples of a plan
+	// made while the epoch runs (Swap).
+	KeepRaw func(sample uint64, raw []byte)
 }
 
 // NewEpoch is epoch num's run over sh, before Prepare. cfg must outlive
 // it.
 func NewEpoch(cfg *Config, num uint64, cat *Catalog, sh Shard, opts Opts) *Epoch {
 	e := &Epoch{
-		cfg: cfg, num: num, cat: cat, order: sh.Order, split: sh.Split, rec: opts.Rec, observing: opts.Observe,
+		cfg: cfg, num: num, cat: cat, order: sh.Order, split: sh.Split, rec: opts.Rec, observing: opts.Observe, keepRaw: opts.KeepRaw,
 		linkRate: opts.LinkRate, storageCores: opts.StorageCores, resumed: sh.Resumed, padded: sh.Padded, warm: opts.WarmCache,
 		log:     cfg.Log.With().Uint64("epoch", num).Logger(),
 		work:    make(chan work),

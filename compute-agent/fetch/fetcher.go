@@ -281,7 +281,9 @@ func (f *Fetcher) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 // waits on epochCtx).
 func (f *Fetcher) send(ctx, epochCtx context.Context, stream dataplanepb.Storage_FetchClient) error {
 	e := f.e
-	first := true
+	// The spec goes with the stream's first request and with its first
+	// that runs ops: the storage agent ignores it on a split-0 fetch.
+	first, piped := true, false
 	for {
 		r, wait, done := e.sched.Take(&f.w, e.estimate)
 		if done {
@@ -336,9 +338,9 @@ func (f *Fetcher) send(ctx, epochCtx context.Context, stream dataplanepb.Storage
 				req.HorizonNs = e.horizon()
 			}
 		}
-		if first {
+		if first || (!piped && r.Split != 0) {
 			req.PipelineSpec = e.cfg.PipelineSpec
-			first = false
+			first, piped = false, r.Split != 0
 		}
 		if err := stream.Send(req); err != nil {
 			if err == io.EOF {

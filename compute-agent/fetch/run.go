@@ -97,6 +97,7 @@ type Epoch struct {
 	// observing: keep an Observation of every sample finished (obs,
 	// under mu) for the planner's refinement.
 	observing bool
+	keepRaw   func(sample uint64, raw []byte) // Opts.KeepRaw
 
 	mu     sync.Mutex
 	failed []report.SampleFailure
@@ -223,6 +224,7 @@ func (e *Epoch) worker(ctx context.Context) error {
 				in, out, bad = e.finish(w.f, w.resp.GetData(), lim, &it)
 				if bad == nil {
 					e.observe(&it, w.resp)
+					e.kept(&it, in)
 				} else if it.Split == ops.SplitCut && bad.Where == "local" {
 					bad = e.refetchRaw(ctx, w.f, lim, &it, bad)
 				}

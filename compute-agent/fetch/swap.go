@@ -1,6 +1,8 @@
 package fetch
 
 import (
+	"slices"
+
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/ops"
@@ -57,8 +59,8 @@ func (f *Fetcher) capCPU(hinted bool) {
 // planner's, for shedding. Positions already requested keep the split
 // they went out at, and so do those the node's cache reads or fills.
 // Safe while the epoch runs (the schedule's lock orders it with every
-// request); call it at most once, after Prepare. It returns how many
-// positions had been requested under the provisional plan.
+// request); call it after Prepare. It returns how many positions had been
+// requested under the plans before.
 func (e *Epoch) Swap(plan *planner.RunPlan, splitOf func(sample uint64) int, linkRate, cores float64) int {
 	left := e.sched.Resplit(func(pos int) bool {
 		s := e.order[pos]
@@ -99,3 +101,14 @@ func (e *Epoch) codecOf(plan *planner.RunPlan, sample uint64) ops.Codec {
 
 // BytesReceived is the wire bytes received so far.
 func (e *Epoch) BytesReceived() int64 { return e.bytesReceived.Load() }
+
+// kept hands Opts.KeepRaw the raw file of it, finished from in, when it
+// arrived raw.
+func (e *Epoch) kept(it *epoch.Item, in ops.Value) {
+	if e.keepRaw == nil || it.Split != 0 {
+		return
+	}
+	if b, ok := in.(ops.Encoded); ok {
+		e.keepRaw(it.Sample, slices.Clone([]byte(b)))
+	}
+}
