@@ -21,13 +21,14 @@ import (
 //     compute CPU and consumer rates (planner.Stage1) and decide, with
 //     profiler.Stage1, whether the link bounds a No-Off epoch. The
 //     decision is printed to Config.Out, logged and carried by the first
-//     epoch's report.
+//     epoch's report. Where the first epoch is to be planned from header
+//     estimates (below), stage 1 runs beside it instead (overlap.go).
 //  2. Stage 2: a valid profile at Config.ProfilePath (same dataset
 //     fingerprint and pipeline) is reused. Otherwise, unless
 //     Config.ForceProfile, the first epoch runs the policy's plan made from
 //     the profile estimated from the catalog's JPEG headers and calibrated
 //     on stage 1's raw samples (planner.Estimate; report plan_source
-//     "estimate"); each planned epoch keeps what it measured of every
+//     "estimate"), from the moment it is ready (overlap.go); each planned epoch keeps what it measured of every
 //     sample (its payload, the storage agent's CPU, the finishing CPU:
 //     fetch.Epoch.Observations), which refines the estimated profile
 //     (profiler.Refine) for a new plan before the next epoch (plan_source
