@@ -3,6 +3,7 @@ package computeagent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/fetch"
@@ -31,10 +32,10 @@ import (
 const provisionalName = "provisional"
 
 // besideCalibration is how many raw files of the first epoch calibrate the
-// estimate (planner.CalibrationSamples at most): the first epoch's first
-// positions, fetched raw under the provisional plan. Fewer than stage 1
-// keeps before an epoch: the epoch waits for the plan, and the epochs'
-// measurements refine what a small calibration misjudged.
+// estimate its plan is made from: the first to arrive of its first
+// positions, fetched raw under the provisional plan. Half of
+// planner.CalibrationSamples, for an early plan; the estimate the next
+// epochs refine is calibrated again on all of them (recalibrate).
 const besideCalibration = 8
 
 // calibrationWait bounds the wait for the epoch's calibration samples; the
@@ -63,7 +64,7 @@ type rawFile struct {
 }
 
 // provisional is the first epoch's plan until the estimate's plan is
-// ready: the shard's first besideCalibration samples raw (the
+// ready: the shard's first planner.CalibrationSamples samples raw (the
 // calibration samples, which arrive first) and every other sample cut to
 // its crop box in the JPEG domain where the pipeline can cut (never more
 // bytes than the file, the cheapest offload, which the storage agent
@@ -74,7 +75,7 @@ func (p *policyRun) provisional(shard []uint64) *planner.RunPlan {
 		def = ops.SplitCut
 	}
 	raw := map[uint64]int{}
-	for _, s := range shard[:min(len(shard), besideCalibration)] {
+	for _, s := range shard[:min(len(shard), planner.CalibrationSamples)] {
 		raw[s] = 0
 	}
 	return planner.NewRunPlan(PlanOf(provisionalName, p.a.pipeID, def, raw), nil, policy.Resources{})
@@ -85,7 +86,7 @@ func (p *policyRun) provisional(shard []uint64) *planner.RunPlan {
 func (p *policyRun) overlapped() epochOpts {
 	job, cfg := p.pending, &p.a.cfg
 	p.pending = nil
-	raws := make(chan rawFile, 2*besideCalibration)
+	raws := make(chan rawFile, planner.CalibrationSamples)
 	opts := epochOpts{Opts: fetch.Opts{Plan: p.provisional(job.shard), Observe: true, KeepRaw: func(s uint64, b []byte) {
 		select {
 		case raws <- rawFile{s, b}:
@@ -118,6 +119,9 @@ func (p *policyRun) overlapped() epochOpts {
 // beside it, whose plan took over after switched positions (-1: never).
 func (p *policyRun) annotateOverlapped(r *report.EpochReport, e *fetch.Epoch, switched int) error {
 	pl := p.pl
+	if p.recal != nil {
+		pl.Est = p.recal // what Learn refines from now on
+	}
 	sum := p.summary
 	sum.Overlapped = true
 	r.Policy, r.Stage1, r.PredictedSeconds = p.a.cfg.Policy, &sum, p.d.PredictedNoOffSeconds
@@ -156,7 +160,7 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 		speed := job.shard[:min(len(job.shard), planner.QuickSpeedSamples)]
 		probe, probeErr = planner.ProbeStorage(ctx, job.cfg, job.srcs, speed)
 	}()
-	kept, first, err := collectRaws(ctx, raws, a.cfg.Clock.Now, e.BytesReceived)
+	kept, first, err := collectRaws(ctx, raws, besideCalibration, a.cfg.Clock.Now, e.BytesReceived)
 	<-probed
 	if err != nil {
 		return -1, err
@@ -192,6 +196,7 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 			p.swap(e)
 		}
 	}
+	p.recalibrate(ctx, job, kept, raws)
 	a.log.Info().Int("raws", len(kept)).Float64("measure_seconds", t1.Sub(t0).Seconds()).Float64("plan_seconds", a.cfg.Clock.Now().Sub(t1).Seconds()).
 		Float64("link_bytes_per_sec", p.pl.Res.LinkBytesPerSec).Int("requested_before", sw).Msg("planned beside the first epoch")
 	return sw, nil
@@ -217,13 +222,13 @@ type mark struct {
 }
 
 // collectRaws takes the first epoch's raw files from raws until it has
-// besideCalibration of them or calibrationWait has passed; first is when
+// n of them or calibrationWait has passed; first is when
 // the first arrived and the epoch's bytes then (bytes).
-func collectRaws(ctx context.Context, raws <-chan rawFile, now func() time.Time, bytes func() int64) (kept map[uint64][]byte, first mark, err error) {
+func collectRaws(ctx context.Context, raws <-chan rawFile, n int, now func() time.Time, bytes func() int64) (kept map[uint64][]byte, first mark, err error) {
 	kept = map[uint64][]byte{}
 	wait := time.NewTimer(calibrationWait)
 	defer wait.Stop()
-	for len(kept) < besideCalibration {
+	for len(kept) < n {
 		select {
 		case <-ctx.Done():
 			return nil, first, ctx.Err()
@@ -237,6 +242,29 @@ func collectRaws(ctx context.Context, raws <-chan rawFile, now func() time.Time,
 		}
 	}
 	return kept, first, nil
+}
+
+// recalibrate estimates the shard again, calibrated on the raw files kept
+// and up to planner.CalibrationSamples in all with those still coming on
+// raws, for the estimate that the epochs' measurements refine from the
+// next plan on (p.recal, taken up after the first epoch): the first
+// epoch's plan was made on fewer, to start early.
+func (p *policyRun) recalibrate(ctx context.Context, job *stage1Job, kept map[uint64][]byte, raws <-chan rawFile) {
+	more, _, err := collectRaws(ctx, raws, planner.CalibrationSamples-len(kept), p.a.cfg.Clock.Now, func() int64 { return 0 })
+	if err != nil || len(more) == 0 || p.pl.Est == nil {
+		return
+	}
+	maps.Copy(more, kept)
+	a, cat := p.a, p.cat
+	prof, _, err := planner.Estimate(planner.EstimateInput{
+		Pipeline: a.cfg.Pipeline, Seed: a.cfg.Seed, Epoch: a.cfg.FirstEpoch, Fingerprint: cat.Fingerprint,
+		Shard: job.shard, RawSizes: cat.RawSizes, Header: cat.Header, Raws: more,
+	})
+	if err != nil {
+		a.log.Warn().Err(err).Msg("estimate not calibrated again: the first one stays")
+		return
+	}
+	p.recal = prof
 }
 
 // faster re-plans for link, the link rate measured, where it is above

@@ -113,6 +113,9 @@ type policyRun struct {
 	// pending is stage 1 still to run, beside the first epoch (nil: it
 	// ran before it, or has run).
 	pending *stage1Job
+	// recal is the estimate calibrated again on all the first epoch's
+	// calibration files, for the later plans (overlap.go).
+	recal *profiler.Profile
 }
 
 // startPolicy runs stage 1 and takes up a saved profile, ready for the
