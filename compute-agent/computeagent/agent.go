@@ -521,11 +521,11 @@ type epochOpts struct {
 	// the epoch runs their orders and fills their slots.
 	trainer *trainer.EpochReq
 	// started, when set, is called once the epoch is prepared, before it
-	// runs, with a context that ends when the epoch failed; the function
-	// it returns is waited for once the epoch's run ends, before its
-	// report is completed (a policy run's stage 1 beside its first
-	// epoch: overlap.go).
-	started func(ctx context.Context, e *fetch.Epoch) (wait func())
+	// runs, with a context that ends when the epoch failed and a channel
+	// closed when its run ended; the function it returns is waited for
+	// then, before the epoch's report is completed (a policy run's stage
+	// 1 beside its first epoch: overlap.go).
+	started func(ctx context.Context, e *fetch.Epoch, ended <-chan struct{}) (wait func())
 }
 
 // errEpochSkipped: the state dir says the epoch completed before a
@@ -623,16 +623,17 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, began time.Time, o
 	if err := e.Prepare(fs, jr); err != nil {
 		return report.EpochReport{}, err
 	}
-	wait := func() {}
+	wait, ended := func() {}, make(chan struct{})
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if opts.started != nil {
-		wait = opts.started(sctx, e)
+		wait = opts.started(sctx, e, ended)
 	}
 	r, err := a.execute(ctx, e, fs)
 	if err != nil {
 		cancel()
 	}
+	close(ended)
 	wait()
 	if r.StartUnixNS != 0 {
 		r.StartWaitSeconds = max(0, time.Unix(0, r.StartUnixNS).Sub(began).Seconds())

@@ -125,3 +125,48 @@ func (c slowFirst) Consume(ctx context.Context, b *Batch) error {
 		return nil
 	}
 }
+
+// TestPlanFromEstimatesShortEpoch: a first epoch that may end before
+// stage 1 beside it has planned (a fast consumer, a small shard) still
+// delivers every sample once with No-Off's tensors; if it ran its
+// provisional plan throughout, the plan starts with the next epoch, and
+// either way the second epoch runs the policy's plan.
+func TestPlanFromEstimatesShortEpoch(t *testing.T) {
+	n := bufNet{"st1:7070": bufconn.Listen(1 << 20)}
+	startStorage(t, storageagent.Config{Data: writeImageFolder(t, -1), Name: "st1", CPUs: 1, AllowClientSpecs: true, Insecure: true}, storageagent.Knobs{}, n["st1:7070"])
+	cfg, ref := testConfig(t, nil, "st1:7070")
+	cfg.Dial = n.Dial
+	cfg.Epochs = 2
+	if _, err := runAgent(t, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg, rec := testConfig(t, nil, "st1:7070")
+	cfg.Dial = n.Dial
+	cfg.Policy = policy.NameSOPHON
+	cfg.Epochs = 2
+	cfg.Logger = testLogger(t)
+	reports, err := runAgent(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reports) != 2 {
+		t.Fatalf("%d reports, want 2", len(reports))
+	}
+	r0, r1 := reports[0], reports[1]
+	if r0.Stage1 == nil || !r0.Stage1.Overlapped {
+		t.Fatalf("first epoch's stage 1 %+v, want overlapped", r0.Stage1)
+	}
+	if r0.PlanSwitchedAt == 0 && (r0.Plan != provisionalName || r0.PlanSource != "") {
+		t.Errorf("first epoch never switched but reports plan %q from %q", r0.Plan, r0.PlanSource)
+	}
+	checkPlanned(t, r1, policy.NameSOPHON)
+	if r1.PlanSource == "" {
+		t.Errorf("second epoch: no plan source, want the estimate's plan")
+	}
+	for _, r := range reports {
+		if got, want := epochSHAs(t, rec, r.Epoch), epochSHAs(t, ref, r.Epoch); !maps.Equal(got, want) {
+			t.Errorf("epoch %d: tensors differ from No-Off's", r.Epoch)
+		}
+	}
+	t.Logf("first epoch: plan %q, switched after %d of %d", r0.Plan, r0.PlanSwitchedAt, r0.Shard)
+}

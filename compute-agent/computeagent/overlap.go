@@ -57,6 +57,13 @@ type stage1Job struct {
 	shard []uint64 // the first epoch's shard, in its order
 }
 
+// beside is what stage 1 beside the first epoch hears from it: the raw
+// files it received, and the end of its run.
+type beside struct {
+	raws  <-chan rawFile
+	ended <-chan struct{}
+}
+
 // rawFile is a raw file the first epoch received.
 type rawFile struct {
 	sample uint64
@@ -98,11 +105,11 @@ func (p *policyRun) overlapped() epochOpts {
 	}
 	var err error
 	switched := -1
-	opts.started = func(ctx context.Context, e *fetch.Epoch) func() {
+	opts.started = func(ctx context.Context, e *fetch.Epoch, ended <-chan struct{}) func() {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			switched, err = p.planBeside(ctx, job, e, raws)
+			switched, err = p.planBeside(ctx, job, e, beside{raws: raws, ended: ended})
 		}()
 		return func() { <-done }
 	}
@@ -149,7 +156,7 @@ func (p *policyRun) annotateOverlapped(r *report.EpochReport, e *fetch.Epoch, sw
 // plans from header estimates and hands e the plan for the positions not
 // yet requested. It returns how many positions were requested before (-1:
 // no plan, e runs the provisional plan to its end).
-func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epoch, raws <-chan rawFile) (int, error) {
+func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epoch, ep beside) (int, error) {
 	a := p.a
 	t0, b0 := a.cfg.Clock.Now(), e.BytesReceived()
 	var probe planner.StorageProbe
@@ -160,7 +167,7 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 		speed := job.shard[:min(len(job.shard), planner.QuickSpeedSamples)]
 		probe, probeErr = planner.ProbeStorage(ctx, job.cfg, job.srcs, speed)
 	}()
-	kept, first, err := collectRaws(ctx, raws, besideCalibration, a.cfg.Clock.Now, e.BytesReceived)
+	kept, first, err := collectRaws(ctx, ep, besideCalibration, a.cfg.Clock.Now, e.BytesReceived)
 	<-probed
 	if err != nil {
 		return -1, err
@@ -191,12 +198,13 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 	// does not yet fill.
 	select {
 	case <-ctx.Done():
+	case <-ep.ended:
 	case <-time.After(relinkAfter):
 		if old := p.pl.Res.LinkBytesPerSec; p.faster(linkNow(), relinkMargin) == nil && p.pl.Res.LinkBytesPerSec != old {
 			p.swap(e)
 		}
 	}
-	p.recalibrate(ctx, job, kept, raws)
+	p.recalibrate(ctx, job, kept, ep)
 	a.log.Info().Int("raws", len(kept)).Float64("measure_seconds", t1.Sub(t0).Seconds()).Float64("plan_seconds", a.cfg.Clock.Now().Sub(t1).Seconds()).
 		Float64("link_bytes_per_sec", p.pl.Res.LinkBytesPerSec).Int("requested_before", sw).Msg("planned beside the first epoch")
 	return sw, nil
@@ -221,24 +229,37 @@ type mark struct {
 	bytes int64
 }
 
-// collectRaws takes the first epoch's raw files from raws until it has
-// n of them or calibrationWait has passed; first is when
-// the first arrived and the epoch's bytes then (bytes).
-func collectRaws(ctx context.Context, raws <-chan rawFile, n int, now func() time.Time, bytes func() int64) (kept map[uint64][]byte, first mark, err error) {
+// collectRaws takes the first epoch's raw files from ep.raws until it has
+// n of them, calibrationWait has passed or the epoch's run ended (then
+// with those already sent); first is when the first arrived and the
+// epoch's bytes then (bytes).
+func collectRaws(ctx context.Context, ep beside, n int, now func() time.Time, bytes func() int64) (kept map[uint64][]byte, first mark, err error) {
 	kept = map[uint64][]byte{}
 	wait := time.NewTimer(calibrationWait)
 	defer wait.Stop()
+	take := func(r rawFile) {
+		if len(kept) == 0 {
+			first = mark{now(), bytes()}
+		}
+		kept[r.sample] = r.raw
+	}
 	for len(kept) < n {
 		select {
 		case <-ctx.Done():
 			return nil, first, ctx.Err()
 		case <-wait.C:
 			return kept, first, nil
-		case r := <-raws:
-			if len(kept) == 0 {
-				first = mark{now(), bytes()}
+		case <-ep.ended:
+			for len(kept) < n {
+				select {
+				case r := <-ep.raws:
+					take(r)
+				default:
+					return kept, first, nil
+				}
 			}
-			kept[r.sample] = r.raw
+		case r := <-ep.raws:
+			take(r)
 		}
 	}
 	return kept, first, nil
@@ -249,8 +270,8 @@ func collectRaws(ctx context.Context, raws <-chan rawFile, n int, now func() tim
 // raws, for the estimate that the epochs' measurements refine from the
 // next plan on (p.recal, taken up after the first epoch): the first
 // epoch's plan was made on fewer, to start early.
-func (p *policyRun) recalibrate(ctx context.Context, job *stage1Job, kept map[uint64][]byte, raws <-chan rawFile) {
-	more, _, err := collectRaws(ctx, raws, planner.CalibrationSamples-len(kept), p.a.cfg.Clock.Now, func() int64 { return 0 })
+func (p *policyRun) recalibrate(ctx context.Context, job *stage1Job, kept map[uint64][]byte, ep beside) {
+	more, _, err := collectRaws(ctx, ep, planner.CalibrationSamples-len(kept), p.a.cfg.Clock.Now, func() int64 { return 0 })
 	if err != nil || len(more) == 0 || p.pl.Est == nil {
 		return
 	}

@@ -58,11 +58,14 @@ func (f *Fetcher) capCPU(hinted bool) {
 // plan's split to what this agent runs); linkRate and cores are the
 // planner's, for shedding. Positions already requested keep the split
 // they went out at, and so do those the node's cache reads or fills.
-// Safe while the epoch runs (the schedule's lock orders it with every
-// request); call it after Prepare. It returns how many positions had been
+// With no position left it changes nothing. Safe while the epoch runs
+// (the schedule's lock orders it with every request); call it after
+// Prepare. It returns how many positions had been
 // requested under the plans before.
 func (e *Epoch) Swap(plan *planner.RunPlan, splitOf func(sample uint64) int, linkRate, cores float64) int {
+	planned := 0
 	left := e.sched.Resplit(func(pos int) bool {
+		planned++
 		s := e.order[pos]
 		if e.cc.want != nil && e.cc.want[pos] {
 			return e.split[pos] != 0 || e.codecOf(e.runPlan(), s) != ops.CodecNone
@@ -74,6 +77,9 @@ func (e *Epoch) Swap(plan *planner.RunPlan, splitOf func(sample uint64) int, lin
 		e.left.Add(e.cfg.Sizes.Estimate(k, raw) - before)
 		return k != 0 || e.codecOf(plan, s) != ops.CodecNone
 	}, func(received []bool) {
+		if planned == 0 {
+			return // every position went out under the plans before
+		}
 		e.plan.Store(plan)
 		e.sched.CPUOf = cpuOf(plan, e.order)
 		for _, f := range e.fs {
