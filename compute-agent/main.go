@@ -68,10 +68,12 @@ on its device; --dtype float32 ships the whole pipeline's output):
 With --policy the agent plans the splits itself: stage 1 measures the link,
 storage CPU, compute CPU and GPU rates (--profile-budget each) and prints
 its decision. A valid --profile FILE is reused. Without one the first
-epoch already runs the policy's plan, made from the catalog's JPEG header
-estimates calibrated on stage 1's samples (stage 1 is then quick), and
-what each epoch measures refines the plan for the next (the report's
-plan_source: estimate, then measured). With --force-profile it records a
+epoch starts at once (its first samples raw, the rest cut to their crop
+boxes) while stage 1 measures on its traffic beside it, and the policy's
+plan, made from the catalog's JPEG header estimates calibrated on those
+raw samples, takes over the rest of the epoch (the report's
+plan_switched_at); what each epoch measures refines the plan for the
+next (plan_source: estimate, then measured). With --force-profile it records a
 profile instead: the first epoch runs No-Off and profiles every sample
 (stage 2), saved to --profile FILE, and the policy plans each sample's
 split and compression for the later epochs. It does the same without

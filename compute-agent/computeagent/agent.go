@@ -520,6 +520,12 @@ type epochOpts struct {
 	// trainer, when set, is the epoch the local trainer ranks asked for:
 	// the epoch runs their orders and fills their slots.
 	trainer *trainer.EpochReq
+	// started, when set, is called once the epoch is prepared, before it
+	// runs, with a context that ends when the epoch failed and a channel
+	// closed when its run ended; the function it returns is waited for
+	// then, before the epoch's report is completed (a policy run's stage
+	// 1 beside its first epoch: overlap.go).
+	started func(ctx context.Context, e *fetch.Epoch, ended <-chan struct{}) (wait func())
 }
 
 // errEpochSkipped: the state dir says the epoch completed before a
@@ -617,7 +623,18 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, began time.Time, o
 	if err := e.Prepare(fs, jr); err != nil {
 		return report.EpochReport{}, err
 	}
+	wait, ended := func() {}, make(chan struct{})
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if opts.started != nil {
+		wait = opts.started(sctx, e, ended)
+	}
 	r, err := a.execute(ctx, e, fs)
+	if err != nil {
+		cancel()
+	}
+	close(ended)
+	wait()
 	if r.StartUnixNS != 0 {
 		r.StartWaitSeconds = max(0, time.Unix(0, r.StartUnixNS).Sub(began).Seconds())
 		if r.FirstBatchSeconds > 0 {
@@ -663,23 +680,36 @@ func (a *Agent) shard(num uint64, cat *Catalog, jr *journal.Journal, opts epochO
 		a.log.Info().Uint64("epoch", num).Int("resumed", sh.Resumed).Int("left", len(sh.Order)).Msg("resuming the epoch")
 	}
 	sh.Split = make([]int, len(sh.Order))
-	n := cfg.Pipeline.Len()
+	splitOf := a.splitOf(opts.Plan)
+	for i, s := range sh.Order {
+		k, err := splitOf(s)
+		if err != nil {
+			return sh, err
+		}
+		sh.Split[i] = k
+	}
+	return sh, nil
+}
+
+// splitOf is each sample's split under plan as this agent runs it: a plan
+// names splits of the whole pipeline; with uint8 slots the trainer runs
+// its tail, so a split past the agent's part is cut back.
+func (a *Agent) splitOf(plan *planner.RunPlan) func(sample uint64) (int, error) {
+	p := a.cfg.Pipeline
+	n := p.Len()
 	if a.tail != nil {
-		// A plan names splits of the whole pipeline; with uint8 slots the
-		// trainer runs its tail, so a split past the agent's part is cut back.
-		n += 1
+		n++
 		if a.tail.Normalize != nil {
 			n++
 		}
 	}
-	for i, s := range sh.Order {
-		k, err := opts.Plan.Split(s, cfg.Pipeline, n)
+	return func(s uint64) (int, error) {
+		k, err := plan.Split(s, p, n)
 		if err != nil {
-			return sh, fmt.Errorf("%w: %w", ErrConfig, err)
+			return 0, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
-		sh.Split[i] = min(k, cfg.Pipeline.Len())
+		return min(k, p.Len()), nil
 	}
-	return sh, nil
 }
 
 // execute runs the prepared epoch e over fs, sampling the GPU meanwhile,

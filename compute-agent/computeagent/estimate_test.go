@@ -1,6 +1,7 @@
 package computeagent
 
 import (
+	"context"
 	"maps"
 	"testing"
 	"time"
@@ -15,9 +16,11 @@ import (
 // TestPlanFromEstimates: with no saved profile, a policy run against the
 // real storage agent (whose catalog carries the JPEG headers) plans its
 // first epoch from the header estimates: no No-Off profiling epoch, every
-// epoch runs the policy's plan; the first epoch's measurements refine the
-// profile and the second runs a plan made from them; each epoch delivers
-// every sample once with the tensors of a No-Off run.
+// epoch runs the policy's plan; the first epoch starts under No-Off before
+// the plan exists (stage 1 beside it) and switches to the plan mid-epoch;
+// its measurements refine the profile and the second runs a plan made from
+// them; each epoch delivers every sample once with the tensors of a No-Off
+// run.
 func TestPlanFromEstimates(t *testing.T) {
 	n := bufNet{"st1:7070": bufconn.Listen(1 << 20)}
 	startStorage(t, storageagent.Config{Data: writeImageFolder(t, -1), Name: "st1", CPUs: 1, AllowClientSpecs: true, Insecure: true}, storageagent.Knobs{}, n["st1:7070"])
@@ -35,6 +38,9 @@ func TestPlanFromEstimates(t *testing.T) {
 	cfg.Epochs = 3
 	cfg.ProfileBudget = 150 * time.Millisecond
 	cfg.Logger = testLogger(t)
+	// A consumer that takes 1.3 s over the first epoch, which stage 1
+	// (150 ms of probes, then calibration and the plan) ends within.
+	cfg.Consumer = slowFirst{20 * time.Millisecond}
 	reports, err := runAgent(t, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -59,8 +65,28 @@ func TestPlanFromEstimates(t *testing.T) {
 		}
 	}
 	r0 := reports[0]
-	if r0.Stage1 == nil || r0.Stage1.Profile != report.ProfileEstimated || !(r0.Stage1.Seconds > 0) {
-		t.Errorf("first epoch's stage 1: %+v, want profile %q and its seconds", r0.Stage1, report.ProfileEstimated)
+	if r0.Stage1 == nil || r0.Stage1.Profile != report.ProfileEstimated || !(r0.Stage1.Seconds > 0) || !r0.Stage1.Overlapped {
+		t.Fatalf("first epoch's stage 1: %+v, want profile %q, its seconds, overlapped", r0.Stage1, report.ProfileEstimated)
+	}
+	if r0.PlanSwitchedAt <= 0 || r0.PlanSwitchedAt >= r0.Shard {
+		t.Errorf("first epoch: plan switched after %d of %d positions, want mid-epoch", r0.PlanSwitchedAt, r0.Shard)
+	}
+	raw := 0
+	for _, b := range r0.BySplit {
+		if b.Split == 0 {
+			raw = b.Samples
+		}
+	}
+	if raw < besideCalibration {
+		t.Errorf("first epoch: %d samples raw, want at least the %d calibration samples of the provisional plan", raw, besideCalibration)
+	}
+	if r0.Seconds < r0.Stage1.Seconds {
+		t.Errorf("first epoch %v s, within it stage 1's %v s", r0.Seconds, r0.Stage1.Seconds)
+	}
+	for i, r := range reports[1:] {
+		if r.Stage1 != nil || r.PlanSwitchedAt != 0 {
+			t.Errorf("epoch %d: stage 1 %+v, switched at %d: want one plan throughout", i+1, r.Stage1, r.PlanSwitchedAt)
+		}
 	}
 	if !(r0.FirstBatchSeconds > 0) || r0.FirstBatchSeconds > r0.StartWaitSeconds+r0.Seconds {
 		t.Errorf("first batch after %v s, want within the epoch's %v + %v s", r0.FirstBatchSeconds, r0.StartWaitSeconds, r0.Seconds)
@@ -81,4 +107,66 @@ func epochSHAs(t *testing.T, rec *recorder, e uint64) map[uint64][32]byte {
 		m[d.sample] = d.sha
 	}
 	return m
+}
+
+// slowFirst is a consumer that takes d per sample of epoch 0 and no time
+// in later epochs; it does not say its rate, so stage 1 does not plan for
+// it.
+type slowFirst struct{ d time.Duration }
+
+func (c slowFirst) Consume(ctx context.Context, b *Batch) error {
+	if b.Epoch != 0 {
+		return ctx.Err()
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(c.d * time.Duration(b.Len())):
+		return nil
+	}
+}
+
+// TestPlanFromEstimatesShortEpoch: a first epoch that may end before
+// stage 1 beside it has planned (a fast consumer, a small shard) still
+// delivers every sample once with No-Off's tensors; if it ran its
+// provisional plan throughout, the plan starts with the next epoch, and
+// either way the second epoch runs the policy's plan.
+func TestPlanFromEstimatesShortEpoch(t *testing.T) {
+	n := bufNet{"st1:7070": bufconn.Listen(1 << 20)}
+	startStorage(t, storageagent.Config{Data: writeImageFolder(t, -1), Name: "st1", CPUs: 1, AllowClientSpecs: true, Insecure: true}, storageagent.Knobs{}, n["st1:7070"])
+	cfg, ref := testConfig(t, nil, "st1:7070")
+	cfg.Dial = n.Dial
+	cfg.Epochs = 2
+	if _, err := runAgent(t, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg, rec := testConfig(t, nil, "st1:7070")
+	cfg.Dial = n.Dial
+	cfg.Policy = policy.NameSOPHON
+	cfg.Epochs = 2
+	cfg.Logger = testLogger(t)
+	reports, err := runAgent(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reports) != 2 {
+		t.Fatalf("%d reports, want 2", len(reports))
+	}
+	r0, r1 := reports[0], reports[1]
+	if r0.Stage1 == nil || !r0.Stage1.Overlapped {
+		t.Fatalf("first epoch's stage 1 %+v, want overlapped", r0.Stage1)
+	}
+	if r0.PlanSwitchedAt == 0 && (r0.Plan != provisionalName || r0.PlanSource != "") {
+		t.Errorf("first epoch never switched but reports plan %q from %q", r0.Plan, r0.PlanSource)
+	}
+	checkPlanned(t, r1, policy.NameSOPHON)
+	if r1.PlanSource == "" {
+		t.Errorf("second epoch: no plan source, want the estimate's plan")
+	}
+	for _, r := range reports {
+		if got, want := epochSHAs(t, rec, r.Epoch), epochSHAs(t, ref, r.Epoch); !maps.Equal(got, want) {
+			t.Errorf("epoch %d: tensors differ from No-Off's", r.Epoch)
+		}
+	}
+	t.Logf("first epoch: plan %q, switched after %d of %d", r0.Plan, r0.PlanSwitchedAt, r0.Shard)
 }

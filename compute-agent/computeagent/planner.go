@@ -21,13 +21,14 @@ import (
 //     compute CPU and consumer rates (planner.Stage1) and decide, with
 //     profiler.Stage1, whether the link bounds a No-Off epoch. The
 //     decision is printed to Config.Out, logged and carried by the first
-//     epoch's report.
+//     epoch's report. Where the first epoch is to be planned from header
+//     estimates (below), stage 1 runs beside it instead (overlap.go).
 //  2. Stage 2: a valid profile at Config.ProfilePath (same dataset
 //     fingerprint and pipeline) is reused. Otherwise, unless
 //     Config.ForceProfile, the first epoch runs the policy's plan made from
 //     the profile estimated from the catalog's JPEG headers and calibrated
 //     on stage 1's raw samples (planner.Estimate; report plan_source
-//     "estimate"); each planned epoch keeps what it measured of every
+//     "estimate"), from the moment it is ready (overlap.go); each planned epoch keeps what it measured of every
 //     sample (its payload, the storage agent's CPU, the finishing CPU:
 //     fetch.Epoch.Observations), which refines the estimated profile
 //     (profiler.Refine) for a new plan before the next epoch (plan_source
@@ -109,10 +110,18 @@ type policyRun struct {
 	noOff float64
 	shard int // samples in the first epoch's shard, for stage 2
 	cat   *Catalog
+	// pending is stage 1 still to run, beside the first epoch (nil: it
+	// ran before it, or has run).
+	pending *stage1Job
+	// recal is the estimate calibrated again on all the first epoch's
+	// calibration files, for the later plans (overlap.go).
+	recal *profiler.Profile
 }
 
 // startPolicy runs stage 1 and takes up a saved profile, ready for the
-// policy run's first epoch.
+// policy run's first epoch. Without a saved profile, unless stage 2 is
+// forced, and with a catalog of headers, stage 1 runs beside the first
+// epoch instead (overlap.go).
 func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 	cfg := &a.cfg
 	fs, cat, err := a.storage(ctx)
@@ -127,22 +136,18 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 	prof, saved := a.loadProfile(cat)
 	s1 := a.stage1Config()
 	s1.Quick = prof == nil && !cfg.ForceProfile && cat.HasHeaders()
+	pl := &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy,
+		Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }, CacheBytes: a.plannedCacheBytes()}
+	p := &policyRun{a: a, pl: pl, shard: len(shard), cat: cat}
+	if s1.Quick {
+		p.pending = &stage1Job{cfg: s1, srcs: srcs, shard: shard}
+		return p, nil
+	}
 	st, err := planner.Stage1(ctx, s1, srcs, cat.RawSizes, shard)
 	if err != nil {
 		return nil, err
 	}
-	d := st.Decision
-	a.log.Info().Str("policy", cfg.Policy).Str("bottleneck", d.Bottleneck).
-		Float64("predicted_nooff_seconds", d.PredictedNoOffSeconds).Bool("stage2", d.RunStage2).
-		Float64("link_bytes_per_sec", d.Rates.LinkBytesPerSec).Float64("compute_samples_per_sec", d.Rates.ComputeSamplesPerSec).
-		Float64("storage_samples_per_sec", d.Rates.StorageSamplesPerSec).Float64("gpu_samples_per_sec", d.Rates.GPUSamplesPerSec).
-		Float64("storage_speed", st.Res.StorageSpeed).Msg(d.String())
-	if cfg.Out != nil {
-		fmt.Fprintln(cfg.Out, d.String())
-	}
-	pl := &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy, Res: st.Res, Nodes: st.Nodes,
-		Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }, CacheBytes: a.plannedCacheBytes()}
-	p := &policyRun{a: a, pl: pl, d: d, summary: st.Summary(), shard: len(shard), cat: cat}
+	p.measured(st)
 	if prof != nil {
 		pl := p.pl
 		pl.Prof, pl.Saved = prof, saved
@@ -163,6 +168,23 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 		}
 	}
 	return p, nil
+}
+
+// measured takes up stage 1's result st: its decision (logged and printed
+// to Config.Out) and the resources it measured.
+func (p *policyRun) measured(st planner.Stage1Result) {
+	a, cfg := p.a, &p.a.cfg
+	d := st.Decision
+	a.log.Info().Str("policy", cfg.Policy).Str("bottleneck", d.Bottleneck).
+		Float64("predicted_nooff_seconds", d.PredictedNoOffSeconds).Bool("stage2", d.RunStage2).
+		Float64("link_bytes_per_sec", d.Rates.LinkBytesPerSec).Float64("compute_samples_per_sec", d.Rates.ComputeSamplesPerSec).
+		Float64("storage_samples_per_sec", d.Rates.StorageSamplesPerSec).Float64("gpu_samples_per_sec", d.Rates.GPUSamplesPerSec).
+		Float64("storage_speed", st.Res.StorageSpeed).Msg(d.String())
+	if cfg.Out != nil {
+		fmt.Fprintln(cfg.Out, d.String())
+	}
+	p.d, p.summary = d, st.Summary()
+	p.pl.Res, p.pl.Nodes = st.Res, st.Nodes
 }
 
 // estimate plans the first epoch from the profile estimated from the
@@ -198,6 +220,9 @@ func (p *policyRun) estimate(st planner.Stage1Result, shard []uint64) error {
 // stage 2 when stage 1 asked for it) until there is a profile, then the
 // current plan.
 func (p *policyRun) next(i int) epochOpts {
+	if p.pending != nil {
+		return p.overlapped()
+	}
 	pl, cfg := p.pl, &p.a.cfg
 	opts := epochOpts{Opts: fetch.Opts{Plan: planner.NewRunPlan(NoOff(), nil, policy.Resources{}), LinkRate: pl.Res.LinkBytesPerSec, StorageCores: pl.Res.StorageCores}}
 	predicted, bound := p.d.PredictedNoOffSeconds, 0.0

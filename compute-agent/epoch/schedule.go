@@ -6,6 +6,7 @@ package epoch
 
 import (
 	"container/heap"
+	"slices"
 	"sync"
 	"time"
 )
@@ -603,4 +604,47 @@ func (h *posHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// Resplit re-plans the positions no fetcher has taken yet, under the
+// schedule's lock (a plan that takes over a running epoch): set(pos) gives
+// each its new split (the caller's state, which Take's estimate reads under
+// the same lock) and reports whether it runs ops on storage; each moves to
+// the lane of its kind, in permutation order. Positions taken before
+// (outstanding, received, or put back for a retry) keep their lane. Then
+// then(received) runs, still under the lock, with each position's received
+// flag; it may set CPUOf and the windows' bounds. It returns how many
+// positions were re-planned.
+func (s *Schedule) Resplit(set func(pos int) bool, then func(received []bool)) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	left := 0
+	for gi := range s.groups {
+		g := &s.groups[gi]
+		var rest []int
+		for l := range 2 {
+			rest = append(rest, g.lanes[l][g.cursor[l]:]...)
+			g.lanes[l] = g.lanes[l][:g.cursor[l]:g.cursor[l]]
+		}
+		slices.Sort(rest)
+		for _, pos := range rest {
+			l := 0
+			if set(pos) {
+				l = 1
+			}
+			if l != s.laneOf(pos) {
+				if s.lane == nil {
+					s.lane = make([]uint8, s.n)
+				}
+				s.lane[pos] = uint8(l)
+			}
+			g.lanes[l] = append(g.lanes[l], pos)
+		}
+		left += len(rest)
+	}
+	if then != nil {
+		then(s.received)
+	}
+	s.broadcastLocked()
+	return left
 }

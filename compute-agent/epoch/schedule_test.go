@@ -146,3 +146,70 @@ func TestSchedulePrefer(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduleResplit: a plan that takes over a running epoch re-plans only
+// the positions not yet taken: those move to the lanes of their new kind
+// (two of each in a window of four), a requeued position keeps its lane,
+// the window's lane counts stay consistent, and every position is taken
+// exactly once.
+func TestScheduleResplit(t *testing.T) {
+	const n = 12
+	s := NewSchedule(n, 0, 1, nil) // No-Off: one lane
+	w := testWindow(4)
+	first := takeAll(t, s, w)
+	if !slices.Equal(first, []int{0, 1, 2, 3}) {
+		t.Fatalf("took %v before the switch, want [0 1 2 3]", first)
+	}
+	// Position 1 fails transiently and is put back.
+	var tag1 uint64
+	for tag, r := range w.Outstanding {
+		if r.Pos == 1 {
+			tag1 = tag
+		}
+	}
+	if !s.RetryTag(w, tag1, 3) {
+		t.Fatal("retry refused")
+	}
+	var set []int
+	left := s.Resplit(func(pos int) bool {
+		set = append(set, pos)
+		return pos%2 == 0
+	}, func(received []bool) {
+		if len(received) != n {
+			t.Errorf("received %d flags, want %d", len(received), n)
+		}
+	})
+	if left != n-4 || !slices.Equal(set, []int{4, 5, 6, 7, 8, 9, 10, 11}) {
+		t.Fatalf("re-planned %d: %v, want the 8 positions never taken, in order", left, set)
+	}
+	seen := map[int]int{0: 1, 2: 1, 3: 1}
+	for tag, r := range w.Outstanding {
+		s.Release(w, r)
+		delete(w.Outstanding, tag)
+	}
+	got := takeAll(t, s, w)
+	if !slices.Equal(got, []int{1, 4, 5, 6}) {
+		t.Fatalf("after the switch: %v, want the retry 1, then two of each lane: 4 5 6", got)
+	}
+	if w.laneCount[0] != 2 || w.laneCount[1] != 2 {
+		t.Errorf("lane counts %v, want [2 2]", w.laneCount)
+	}
+	for len(got) > 0 {
+		for _, p := range got {
+			seen[p]++
+		}
+		for tag, r := range w.Outstanding {
+			s.Release(w, r)
+			delete(w.Outstanding, tag)
+		}
+		if w.Count != 0 || w.laneCount != [2]int{} {
+			t.Fatalf("window %d requests, lanes %v after releasing all", w.Count, w.laneCount)
+		}
+		got = takeAll(t, s, w)
+	}
+	for p := range n {
+		if seen[p] != 1 {
+			t.Errorf("position %d taken %d times", p, seen[p])
+		}
+	}
+}

@@ -238,3 +238,14 @@ func (s *Shedder) rebalanceLocked() {
 	}
 	s.cut.Store(cut)
 }
+
+// Done records pos as received before the shedder existed (a plan that
+// took over a running epoch: epoch.Schedule.Resplit).
+func (s *Shedder) Done(pos int) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.state[pos] = done
+	s.mu.Unlock()
+}

@@ -49,11 +49,11 @@ func (e *Epoch) prepareCache() {
 	if c == nil || e.cfg.FetchOnly {
 		return
 	}
-	split, keep := 0, e.plan.Cached
+	split, keep := 0, e.runPlan().Cached
 	warm := false
 	if !c.LRU() {
-		warm = e.warm && !e.plan.Caches()
-		if !e.plan.Caches() && !warm {
+		warm = e.warm && !e.runPlan().Caches()
+		if !e.runPlan().Caches() && !warm {
 			return
 		}
 		split = e.cfg.Pipeline.CacheSplit()
@@ -66,7 +66,7 @@ func (e *Epoch) prepareCache() {
 	for pos, s := range e.order {
 		if c.LRU() || warm {
 			e.cc.want[pos] = e.split[pos] == 0 && e.codec(s) == ops.CodecNone
-		} else if e.plan.Cached(s) {
+		} else if e.runPlan().Cached(s) {
 			e.cc.want[pos], e.split[pos] = true, 0
 		}
 		if e.cc.want[pos] {

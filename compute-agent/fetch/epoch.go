@@ -45,13 +45,18 @@ type Opts struct {
 	// WarmCache fills the node's planned cache with the epoch's raw
 	// fetches while Plan has no residency (see prepareCache).
 	WarmCache bool
+	// KeepRaw, when set, is given a copy of the raw file of every sample
+	// that arrived raw (split 0) and was finished without error, from the
+	// finishing workers (concurrently): the calibration samples of a plan
+	// made while the epoch runs (Swap).
+	KeepRaw func(sample uint64, raw []byte)
 }
 
 // NewEpoch is epoch num's run over sh, before Prepare. cfg must outlive
 // it.
 func NewEpoch(cfg *Config, num uint64, cat *Catalog, sh Shard, opts Opts) *Epoch {
-	return &Epoch{
-		cfg: cfg, num: num, cat: cat, order: sh.Order, split: sh.Split, plan: opts.Plan, rec: opts.Rec, observing: opts.Observe,
+	e := &Epoch{
+		cfg: cfg, num: num, cat: cat, order: sh.Order, split: sh.Split, rec: opts.Rec, observing: opts.Observe, keepRaw: opts.KeepRaw,
 		linkRate: opts.LinkRate, storageCores: opts.StorageCores, resumed: sh.Resumed, padded: sh.Padded, warm: opts.WarmCache,
 		log:     cfg.Log.With().Uint64("epoch", num).Logger(),
 		work:    make(chan work),
@@ -59,6 +64,8 @@ func NewEpoch(cfg *Config, num uint64, cat *Catalog, sh Shard, opts Opts) *Epoch
 		batches: make(chan *Batch),
 		bySplit: splitCounter{},
 	}
+	e.plan.Store(opts.Plan)
+	return e
 }
 
 // Feed makes e fill the trainer ranks' slots through asm instead of
@@ -75,7 +82,7 @@ func (e *Epoch) Feed(asm *trainer.Assembler, tr *trainer.Positions) {
 func (e *Epoch) Prepare(fs []*Fetcher, jr *journal.Journal) error {
 	e.prepareCache()
 	e.fs = fs
-	cfg, num, order, plan := e.cfg, e.num, e.order, e.plan
+	cfg, num, order, plan := e.cfg, e.num, e.order, e.runPlan()
 	gate := 0
 	if cfg.StrictOrder {
 		gate = cfg.Window * len(fs)
@@ -97,16 +104,10 @@ func (e *Epoch) Prepare(fs []*Fetcher, jr *journal.Journal) error {
 	}
 	e.sched = epoch.NewPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
 	e.paced = len(fs) > 1
-	if plan.Hinted() {
-		e.sched.CPUOf = func(pos, _ int) int64 {
-			_, c := plan.Hint(order[pos])
-			return int64(c)
-		}
-	}
+	e.sched.CPUOf = cpuOf(plan, order)
 	e.sched.Now = cfg.Now
 	if !cfg.StrictOffload {
-		wire := func(sample uint64, k int) float64 { return float64(cfg.Sizes.Estimate(k, e.cat.RawSizes[sample])) }
-		e.shed = epoch.NewShedder(order, e.split, wire, plan, plan.Speed, e.linkRate, e.storageCores, cfg.Now)
+		e.shed.Store(e.newShedder(plan, e.linkRate, e.storageCores))
 	}
 	for pos := range order {
 		b, _, _ := e.estimate(pos)
@@ -117,15 +118,7 @@ func (e *Epoch) Prepare(fs []*Fetcher, jr *journal.Journal) error {
 	for i, f := range fs {
 		f.e = e
 		f.w = epoch.Window{Idx: i, MaxCount: cfg.Window, MaxBytes: cfg.WindowBytes, Outstanding: map[uint64]*epoch.Request{}}
-		if e.sched.CPUOf != nil {
-			// At most paceTime of the agent's cores queued, by the plan's
-			// estimates; past that the window takes raw positions. With
-			// one storage agent too: a window of offloads alone would
-			// commit seconds of a contended storage CPU ahead of the
-			// shedder while the link idles, which makes the epoch
-			// slower than with the cap.
-			f.w.MaxCPU = int64(max(f.cpus, 1) * float64(paceTime))
-		}
+		f.capCPU(e.sched.CPUOf != nil)
 	}
 	return nil
 }
@@ -162,7 +155,7 @@ func (e *Epoch) Report(ctx context.Context, fs []*Fetcher, measure bool) report.
 		StartUnixNS:              start.UnixNano(),
 		EndUnixNS:                end.UnixNano(),
 		Pipeline:                 e.cfg.PipelineID,
-		Plan:                     e.plan.Name(),
+		Plan:                     e.runPlan().Name(),
 		StrictOrder:              e.cfg.StrictOrder,
 		FetchOnly:                e.cfg.FetchOnly,
 		Storage:                  names,
@@ -187,7 +180,7 @@ func (e *Epoch) Report(ctx context.Context, fs []*Fetcher, measure bool) report.
 		Refetched:                int(e.refetched.Load()),
 		ServedRaw:                servedRaw(e),
 		Cache:                    e.cacheStats(),
-		Shed:                     int(e.shed.Count()),
+		Shed:                     int(e.shedder().Count()),
 		Resumed:                  e.resumed,
 		Padded:                   e.padded,
 		Status:                   "ok",
@@ -280,4 +273,4 @@ func (e *Epoch) observe(it *epoch.Item, resp *dataplanepb.FetchResponse) {
 }
 
 // codec is the codec requested for sample (RunPlan.Codec).
-func (e *Epoch) codec(sample uint64) ops.Codec { return e.plan.Codec(sample, e.cfg.Codec) }
+func (e *Epoch) codec(sample uint64) ops.Codec { return e.runPlan().Codec(sample, e.cfg.Codec) }

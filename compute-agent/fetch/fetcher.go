@@ -281,7 +281,9 @@ func (f *Fetcher) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 // waits on epochCtx).
 func (f *Fetcher) send(ctx, epochCtx context.Context, stream dataplanepb.Storage_FetchClient) error {
 	e := f.e
-	first := true
+	// The spec goes with the stream's first request and with its first
+	// that runs ops: the storage agent ignores it on a split-0 fetch.
+	first, piped := true, false
 	for {
 		r, wait, done := e.sched.Take(&f.w, e.estimate)
 		if done {
@@ -305,7 +307,7 @@ func (f *Fetcher) send(ctx, epochCtx context.Context, stream dataplanepb.Storage
 		if e.cc.want != nil && e.cc.want[r.Pos] {
 			codec = ops.CodecNone // the cache keeps the file itself
 		}
-		e.shed.Requested(r.Pos, r.Split, e.split[r.Pos])
+		e.shedder().Requested(r.Pos, r.Split, e.split[r.Pos])
 		if k := e.split[r.Pos]; r.Split != k {
 			// Shed: raw, whose bytes the epoch's estimate left did not
 			// count.
@@ -329,16 +331,16 @@ func (f *Fetcher) send(ctx, epochCtx context.Context, stream dataplanepb.Storage
 			// An offload: let the storage agent answer raw when its CPU
 			// cannot keep up, unless the operator wants strict plans.
 			req.Fallback = !e.cfg.StrictOffload
-			if e.plan.Hinted() {
-				req.Priority, req.CostNs = e.plan.Hint(r.Sample)
+			if e.runPlan().Hinted() {
+				req.Priority, req.CostNs = e.runPlan().Hint(r.Sample)
 			}
 			if req.Fallback {
 				req.HorizonNs = e.horizon()
 			}
 		}
-		if first {
+		if first || (!piped && r.Split != 0) {
 			req.PipelineSpec = e.cfg.PipelineSpec
-			first = false
+			first, piped = false, r.Split != 0
 		}
 		if err := stream.Send(req); err != nil {
 			if err == io.EOF {
@@ -439,14 +441,14 @@ func (f *Fetcher) account(r *epoch.Request, resp *dataplanepb.FetchResponse, now
 	asPlanned := r.Split != 0 && resp.GetServed() == dataplanepb.Served_SERVED_AS_REQUESTED
 	held := float64(resp.GetStorageBudgetNs()) * f.share()
 	if asPlanned {
-		if e.plan.Hinted() {
-			_, c := e.plan.Hint(r.Sample)
-			e.offPlannedNS.Add(int64(float64(c) / e.plan.Speed))
+		if e.runPlan().Hinted() {
+			_, c := e.runPlan().Hint(r.Sample)
+			e.offPlannedNS.Add(int64(float64(c) / e.runPlan().Speed))
 		}
 		e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
 		e.storageOffEffNS.Add(int64(held))
 	}
-	e.shed.Received(r.Pos, asPlanned, held)
+	e.shedder().Received(r.Pos, asPlanned, held)
 }
 
 // share is each of the storage agent's workers' share of a core: cpus over

@@ -70,7 +70,7 @@ func (e *Epoch) planned(fs []*Fetcher) []uint64 {
 	}
 	var bound []uint64
 	for pos, s := range e.order {
-		name, ok := e.plan.Replica(s)
+		name, ok := e.runPlan().Replica(s)
 		if !ok {
 			continue
 		}

@@ -394,7 +394,8 @@ func TestReplaceStored(t *testing.T) {
 func TestPlacementPlanned(t *testing.T) {
 	plan := &policy.Plan{Policy: policy.NameOptimal, IDs: []uint64{10, 11, 12, 13, 14}, Split: make([]int, 5), Replica: []int16{1, 0, 1, 1, 0}}
 	c := &policy.Cluster{Storage: []policy.StorageNode{{Name: "a"}, {Name: "b"}}}
-	e := &Epoch{cfg: &Config{}, order: []uint64{10, 11, 12, 13, 14, 15}, plan: planner.NewRunPlan(plan, nil, policy.Resources{}).On(c)}
+	e := &Epoch{cfg: &Config{}, order: []uint64{10, 11, 12, 13, 14, 15}}
+	e.plan.Store(planner.NewRunPlan(plan, nil, policy.Resources{}).On(c))
 	// The fetchers in another order than the cluster's: bound by name.
 	fs := []*Fetcher{{name: "b"}, {name: "a"}}
 	pl, _, err := e.placement(fs)
@@ -424,7 +425,7 @@ func TestPlacementPlanned(t *testing.T) {
 		t.Fatalf("a alone took %v, want 1 4 5 then 0 2 3", got)
 	}
 	// Without a cluster the plan names no replica: plain pull.
-	e.plan = planner.NewRunPlan(plan, nil, policy.Resources{})
+	e.plan.Store(planner.NewRunPlan(plan, nil, policy.Resources{}))
 	if pl, _, _ := e.placement(fs); pl.Bound != nil {
 		t.Errorf("pooled plan bound %v", pl.Bound)
 	}

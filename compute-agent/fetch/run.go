@@ -46,9 +46,10 @@ type Epoch struct {
 	posJ    []int32
 	gpos    []uint64
 	asm     *trainer.Assembler
-	plan    *planner.RunPlan
-	rec     *profiler.Recorder // stage 2; nil when not profiling
-	sched   *epoch.Schedule
+	// plan is the epoch's plan; Swap replaces it once.
+	plan  atomic.Pointer[planner.RunPlan]
+	rec   *profiler.Recorder // stage 2; nil when not profiling
+	sched *epoch.Schedule
 	// paced: several storage agents, whose windows pace (Fetcher.pace).
 	paced bool
 	jr    *journal.Journal // nil without a sample log
@@ -87,7 +88,7 @@ type Epoch struct {
 	servedRawContended, servedRawUncuttable atomic.Int64
 	// shed re-balances the rest of the epoch when the storage side falls
 	// behind the plan (nil: never).
-	shed *epoch.Shedder
+	shed atomic.Pointer[epoch.Shedder]
 	lat  epoch.Latencies // response latencies, for the adaptive stall timeout
 	cc   cacheState      // the node's cache in this epoch
 	warm bool            // Opts.WarmCache
@@ -96,6 +97,7 @@ type Epoch struct {
 	// observing: keep an Observation of every sample finished (obs,
 	// under mu) for the planner's refinement.
 	observing bool
+	keepRaw   func(sample uint64, raw []byte) // Opts.KeepRaw
 
 	mu     sync.Mutex
 	failed []report.SampleFailure
@@ -117,7 +119,7 @@ type Epoch struct {
 // estimate is the schedule's view of a position: its wire-size estimate,
 // sample id and split.
 func (e *Epoch) estimate(pos int) (int64, uint64, int) {
-	s, k := e.order[pos], e.shed.Split(pos, e.split[pos])
+	s, k := e.order[pos], e.shedder().Split(pos, e.split[pos])
 	if e.hit(pos) {
 		return 0, s, k // read locally: nothing on the link
 	}
@@ -222,6 +224,7 @@ func (e *Epoch) worker(ctx context.Context) error {
 				in, out, bad = e.finish(w.f, w.resp.GetData(), lim, &it)
 				if bad == nil {
 					e.observe(&it, w.resp)
+					e.kept(&it, in)
 				} else if it.Split == ops.SplitCut && bad.Where == "local" {
 					bad = e.refetchRaw(ctx, w.f, lim, &it, bad)
 				}

@@ -1,7 +1,8 @@
 // Package planner is the compute agent's policy planning: stage 1 (Stage1,
 // the probes that measure the link, storage CPU, compute CPU and consumer
 // rates over the storage agents' Fetch streams and decide whether stage 2
-// profiles), the plan as an epoch runs it (RunPlan, indexed by sample), and
+// profiles; Stage1Beside, the same beside a running first epoch from its
+// own traffic), the plan as an epoch runs it (RunPlan, indexed by sample), and
 // the Planner that turns a profile and the measured resources into a plan
 // and re-plans when an epoch's measurements drift from the plan's
 // assumptions, or, for a run without a saved profile, plans from header

@@ -264,8 +264,14 @@ func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard
 			computeRate = 0
 		}
 	}
-	gpu := cfg.GPURate
+	return cfg.decide(linkRate, computeRate, st, nodes, raws, rawSizes, shard, began), nil
+}
 
+// decide is stage 1's result from what it measured: the link rate, the
+// compute rate, the storage's (st), the storage nodes and the raw samples
+// kept; began is when stage 1 began.
+func (cfg *Stage1Config) decide(linkRate, computeRate float64, st storageRates, nodes []policy.StorageNode, raws map[uint64][]byte, rawSizes, shard []uint64, began time.Time) Stage1Result {
+	gpu := cfg.GPURate
 	var rawSum float64
 	for _, s := range shard {
 		rawSum += float64(rawSizes[s])
@@ -296,7 +302,28 @@ func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard
 		Nodes:   nodes,
 		Raws:    raws,
 		Seconds: cfg.Now().Sub(began).Seconds(),
-	}, nil
+	}
+}
+
+// Stage1Beside is a Quick stage 1 that runs beside the first epoch and
+// takes what the epoch measured instead of probing the link: linkRate, the
+// epoch's bytes over the time since it began, and raws, raw files the
+// epoch received (fetch.Opts.KeepRaw). probe is the storage CPU of a few
+// of those samples at split n (ProbeStorage, sent when the epoch began),
+// compared with the same work timed here for the storage speed and the
+// compute rate (as Stage1 with Quick). Each storage agent is taken to
+// have sent an equal share of linkRate. began is when the epoch began.
+func Stage1Beside(cfg *Stage1Config, fs []Source, rawSizes, shard []uint64, raws map[uint64][]byte, probe StorageProbe, linkRate float64, began time.Time) Stage1Result {
+	st := cfg.compareStorage(fs, probe, raws)
+	var computeRate float64
+	if st.localNS > 0 {
+		computeRate = float64(max(cfg.Workers, 1)) * 1e9 / st.localNS
+	}
+	nodes := make([]policy.StorageNode, len(fs))
+	for i, f := range fs {
+		nodes[i] = policy.StorageNode{Name: f.Name(), Cores: f.CPUs(), EgressBytesPerSec: linkRate / float64(len(fs))}
+	}
+	return cfg.decide(linkRate, computeRate, st, nodes, raws, rawSizes, shard, began)
 }
 
 // measureLink fetches the shard raw from every storage agent at once for
@@ -343,26 +370,54 @@ type storageRates struct {
 func (cfg *Stage1Config) measureStorage(ctx context.Context, fs []Source, ids []uint64, raws map[uint64][]byte) (storageRates, error) {
 	n := speedSamples
 	if cfg.Quick {
-		n /= 2
+		n = QuickSpeedSamples
 	}
-	speedIDs := ids[:min(len(ids), n)]
-	full, err := cfg.probeAll(ctx, fs, speedIDs, cfg.Pipeline.Len(), 0, 0)
+	pr, err := ProbeStorage(ctx, cfg, fs, ids[:min(len(ids), n)])
 	if err != nil {
 		return storageRates{}, err
 	}
-	storageNS := map[uint64]int64{}
-	for _, r := range full {
-		maps.Copy(storageNS, r.storageNS)
+	return cfg.compareStorage(fs, pr, raws), nil
+}
+
+// QuickSpeedSamples is how many samples a Quick stage 1 fetches at split n
+// to measure the storage CPU.
+const QuickSpeedSamples = speedSamples / 2
+
+// StorageProbe is what the storage agents' CPU took for a few samples at
+// split n (ProbeStorage).
+type StorageProbe struct {
+	ids []uint64
+	ns  map[uint64]int64 // storage_cpu_ns by sample
+}
+
+// ProbeStorage fetches ids at split n from the storage agents fs (agent i
+// the ids at positions i, i+len(fs), ...) and keeps the storage CPU each
+// took, for the comparison with the same work here (Stage1Beside).
+func ProbeStorage(ctx context.Context, cfg *Stage1Config, fs []Source, ids []uint64) (StorageProbe, error) {
+	full, err := cfg.probeAll(ctx, fs, ids, cfg.Pipeline.Len(), 0, 0)
+	if err != nil {
+		return StorageProbe{}, err
 	}
+	pr := StorageProbe{ids: ids, ns: map[uint64]int64{}}
+	for _, r := range full {
+		maps.Copy(pr.ns, r.storageNS)
+	}
+	return pr, nil
+}
+
+// compareStorage compares the storage CPU of pr's samples with the same
+// work on raws timed here.
+func (cfg *Stage1Config) compareStorage(fs []Source, pr StorageProbe, raws map[uint64][]byte) storageRates {
 	var local, remote []int64
 	var remoteSum float64
-	for _, id := range speedIDs {
-		sns, ok := storageNS[id]
-		if !ok {
+	for _, id := range pr.ids {
+		sns, ok := pr.ns[id]
+		raw, have := raws[id]
+		if !ok || !have {
 			continue
 		}
 		key := ops.Key{Seed: cfg.Seed, Epoch: cfg.Epoch, Sample: id}
-		local = append(local, localCost(cfg.Pipeline, key, raws[id], cfg.Limits))
+		local = append(local, localCost(cfg.Pipeline, key, raw, cfg.Limits))
 		remote = append(remote, sns)
 		remoteSum += float64(sns)
 	}
@@ -384,7 +439,7 @@ func (cfg *Stage1Config) measureStorage(ctx context.Context, fs []Source, ids []
 	if len(remote) > 0 && remoteSum > 0 && st.cores > 0 {
 		st.rate = st.cores / (remoteSum / 1e9 / float64(len(remote)))
 	}
-	return st, nil
+	return st
 }
 
 // localCost is the thread CPU time of the whole pipeline on raw here: the

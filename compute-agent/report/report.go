@@ -201,6 +201,11 @@ type EpochReport struct {
 	// PlanProfile or PlanMeasured; omitted for an epoch without a plan
 	// (No-Off while stage 2 records, or no profile at all).
 	PlanSource string `json:"plan_source,omitempty"`
+	// PlanSwitchedAt, in a first epoch that started under No-Off while
+	// stage 1 measured beside it (Stage1Summary.Overlapped), is how many
+	// of its positions had been requested raw when the plan took over the
+	// rest (omitted when the epoch ran one plan throughout).
+	PlanSwitchedAt int `json:"plan_switched_at,omitempty"`
 	// Refined counts the samples whose measurements this epoch merged
 	// into an estimated profile (profiler.Refine) for the next epoch's
 	// plan (omitted when none).
@@ -430,11 +435,17 @@ type Stage1Summary struct {
 	// ProfileLoaded (a saved profile was reused) or ProfileEstimated.
 	Profile string `json:"profile"`
 	// Seconds is how long stage 1 took, with the estimate's calibration
-	// and first plan when Profile is ProfileEstimated: the time before
-	// the first epoch could start, not in its StartWaitSeconds (but, in
-	// trainer mode, in its FirstBatchSeconds where a rank asked during
-	// it).
+	// and first plan when Profile is ProfileEstimated. Unless Overlapped
+	// it is the time before the first epoch could start, not in its
+	// StartWaitSeconds (but, in trainer mode, in its FirstBatchSeconds
+	// where a rank asked during it).
 	Seconds float64 `json:"seconds"`
+	// Overlapped: stage 1 ran beside the first epoch, which started at
+	// once under No-Off and took the plan from header estimates for the
+	// positions not yet requested when it was ready
+	// (EpochReport.PlanSwitchedAt); Seconds is then inside the epoch's
+	// (omitted when false).
+	Overlapped bool `json:"overlapped,omitempty"`
 }
 
 // Append appends r as one JSON line to path, creating the file.

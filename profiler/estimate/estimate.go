@@ -66,7 +66,9 @@ package estimate
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/jpeg"
@@ -157,9 +159,22 @@ func Calibrate(p *ops.Pipeline, seed, epoch uint64, cal []Calibrated) (*Model, e
 	// The recorder indexes the calibration samples 0..len(cal)-1; their
 	// keys carry their ids, which draw the boxes.
 	rec := profiler.NewRecorder(p, "", len(cal))
-	for i, c := range cal {
-		_ = rec.Record(uint64(i), c.Data, ops.Key{Seed: seed, Epoch: epoch, Sample: c.ID})
+	// One goroutine per core: the samples are independent and the
+	// recorder is safe for concurrent use (stage 2's workers share one).
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(len(cal), runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for i := range next {
+				_ = rec.Record(uint64(i), cal[i].Data, ops.Key{Seed: seed, Epoch: epoch, Sample: cal[i].ID})
+			}
+		})
 	}
+	for i := range cal {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 	var samples []Sample
 	var records []profiler.SampleProfile
 	for _, sp := range rec.Profile().Samples {

@@ -1,0 +1,320 @@
+package computeagent
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/fetch"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
+	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/policy"
+)
+
+// Stage 1 beside the first epoch. A policy run that will plan its first
+// epoch from header estimates (no saved profile, stage 2 not forced, a
+// catalog with headers) does not wait for stage 1: the first epoch starts
+// at once under a provisional plan that needs no measurement (provisional)
+// and stage 1 runs beside it on what the epoch measures
+// (planner.Stage1Beside): the link rate is the epoch's bytes over its time
+// so far, the calibration samples are the raw files of its first positions
+// (fetch.Opts.KeepRaw), and only the storage CPU's few samples at split n
+// are fetched apart. Then the estimate is calibrated and the plan made
+// (policyRun.estimate), and the plan takes over the positions no fetcher
+// has requested yet (fetch.Epoch.Swap); those already requested keep the
+// split they went out at, which yields the same tensor. The report says
+// so (Stage1.Overlapped, PlanSwitchedAt), and the epoch's seconds include
+// stage 1's.
+
+// provisionalName names the provisional plan.
+const provisionalName = "provisional"
+
+// besideCalibration is how many raw files of the first epoch calibrate the
+// estimate its plan is made from: the first to arrive of its first
+// positions, fetched raw under the provisional plan. Half of
+// planner.CalibrationSamples, for an early plan; the estimate the next
+// epochs refine is calibrated again on all of them (recalibrate).
+const besideCalibration = 8
+
+// calibrationWait bounds the wait for the epoch's calibration samples; the
+// plan is then made from those that arrived.
+const calibrationWait = 2 * time.Second
+
+// relinkAfter is how long after the plan took over the first epoch the
+// link rate is measured again; relinkMargin how much higher it must be for
+// a new plan for the rest of the epoch.
+const (
+	relinkAfter  = 500 * time.Millisecond
+	relinkMargin = 1.1
+)
+
+// stage1Job is a stage 1 to run beside the first epoch.
+type stage1Job struct {
+	cfg   *planner.Stage1Config
+	srcs  []planner.Source
+	shard []uint64 // the first epoch's shard, in its order
+}
+
+// beside is what stage 1 beside the first epoch hears from it: the raw
+// files it received, and the end of its run.
+type beside struct {
+	raws  <-chan rawFile
+	ended <-chan struct{}
+}
+
+// rawFile is a raw file the first epoch received.
+type rawFile struct {
+	sample uint64
+	raw    []byte
+}
+
+// provisional is the first epoch's plan until the estimate's plan is
+// ready: the shard's first planner.CalibrationSamples samples raw (the
+// calibration samples, which arrive first) and every other sample cut to
+// its crop box in the JPEG domain where the pipeline can cut (never more
+// bytes than the file, the cheapest offload, which the storage agent
+// answers raw when its CPU falls behind), else raw.
+func (p *policyRun) provisional(shard []uint64) *planner.RunPlan {
+	def := 0
+	if p.a.cfg.Pipeline.CanCut() {
+		def = ops.SplitCut
+	}
+	raw := map[uint64]int{}
+	for _, s := range shard[:min(len(shard), planner.CalibrationSamples)] {
+		raw[s] = 0
+	}
+	return planner.NewRunPlan(PlanOf(provisionalName, p.a.pipeID, def, raw), nil, policy.Resources{})
+}
+
+// overlapped is the first epoch's options when stage 1 runs beside it
+// (p.pending).
+func (p *policyRun) overlapped() epochOpts {
+	job, cfg := p.pending, &p.a.cfg
+	p.pending = nil
+	raws := make(chan rawFile, planner.CalibrationSamples)
+	opts := epochOpts{Opts: fetch.Opts{Plan: p.provisional(job.shard), Observe: true, KeepRaw: func(s uint64, b []byte) {
+		select {
+		case raws <- rawFile{s, b}:
+		default: // enough kept
+		}
+	}}}
+	if e, ok := policy.Lookup(cfg.Policy); ok && e.Static == nil {
+		opts.WarmCache = true // the first plan finds the cache filled
+	}
+	var err error
+	switched := -1
+	opts.started = func(ctx context.Context, e *fetch.Epoch, ended <-chan struct{}) func() {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			switched, err = p.planBeside(ctx, job, e, beside{raws: raws, ended: ended})
+		}()
+		return func() { <-done }
+	}
+	opts.annotate = func(r *report.EpochReport, e *fetch.Epoch) error {
+		if err != nil {
+			return err
+		}
+		return p.annotateOverlapped(r, e, switched)
+	}
+	return opts
+}
+
+// annotateOverlapped completes the report of a first epoch with stage 1
+// beside it, whose plan took over after switched positions (-1: never).
+func (p *policyRun) annotateOverlapped(r *report.EpochReport, e *fetch.Epoch, switched int) error {
+	pl := p.pl
+	if p.recal != nil {
+		pl.Est = p.recal // what Learn refines from now on
+	}
+	sum := p.summary
+	sum.Overlapped = true
+	r.Policy, r.Stage1, r.PredictedSeconds = p.a.cfg.Policy, &sum, p.d.PredictedNoOffSeconds
+	// Nothing left to plan when the epoch ended first: it ran the
+	// provisional plan throughout, and the plan starts with the next epoch.
+	ran := pl.Prof != nil && switched >= 0 && switched < r.Shard
+	planRan := pl.Plan
+	if ran {
+		r.PredictedSeconds, r.BoundSeconds, r.PlanSource, r.PlanSwitchedAt = planRan.Pred.Seconds, pl.Bound, pl.Source, switched
+		predictNodes(r, pl.Cluster, planRan.Cluster)
+	} else if pl.Prof != nil {
+		if r.Refined = pl.Learn(e.Observations()); r.Refined > 0 {
+			r.Replanned, r.ReplanReason = true, fmt.Sprintf("refined: %d samples measured", r.Refined)
+			if err := pl.Replan(); err != nil {
+				return configErr("%v", err)
+			}
+		}
+		return nil
+	}
+	return p.annotate(r, e, nil, ran, planRan)
+}
+
+// planBeside runs job's stage 1 on what e measures while it runs (the raw
+// files it received come on raws; the storage probe goes out at once),
+// plans from header estimates and hands e the plan for the positions not
+// yet requested. It returns how many positions were requested before (-1:
+// no plan, e runs the provisional plan to its end).
+func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epoch, ep beside) (int, error) {
+	a := p.a
+	t0, b0 := a.cfg.Clock.Now(), e.BytesReceived()
+	var probe planner.StorageProbe
+	var probeErr error
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		speed := job.shard[:min(len(job.shard), planner.QuickSpeedSamples)]
+		probe, probeErr = planner.ProbeStorage(ctx, job.cfg, job.srcs, speed)
+	}()
+	kept, first, err := collectRaws(ctx, ep, besideCalibration, a.cfg.Clock.Now, e.BytesReceived)
+	<-probed
+	if err != nil {
+		return -1, err
+	}
+	if probeErr != nil {
+		return -1, probeErr
+	}
+	if len(kept) == 0 {
+		a.log.Warn().Msg("no raw sample arrived to calibrate the estimate: the first epoch runs its provisional plan")
+		return -1, nil
+	}
+	st := planner.Stage1Beside(job.cfg, job.srcs, p.cat.RawSizes, job.shard, kept, probe, linkSince(first, t0, b0, a.cfg.Clock.Now(), e.BytesReceived()), t0)
+	t1 := a.cfg.Clock.Now()
+	p.measured(st)
+	if err := p.estimate(st, job.shard); err != nil {
+		return -1, err
+	}
+	// The calibration took a while: the link rate over the longer time
+	// since the first file arrived, past the connection's ramp, and the
+	// plan again for it (a re-plan takes a millisecond).
+	linkNow := func() float64 { return linkSince(first, t0, b0, a.cfg.Clock.Now(), e.BytesReceived()) }
+	if err := p.faster(linkNow(), 1); err != nil {
+		return -1, err
+	}
+	sw := p.swap(e)
+	// Once more a little later, where the link rate measured by then
+	// is clearly higher: the epoch's first second underrates a link it
+	// does not yet fill.
+	select {
+	case <-ctx.Done():
+	case <-ep.ended:
+	case <-time.After(relinkAfter):
+		if old := p.pl.Res.LinkBytesPerSec; p.faster(linkNow(), relinkMargin) == nil && p.pl.Res.LinkBytesPerSec != old {
+			p.swap(e)
+		}
+	}
+	p.recalibrate(ctx, job, kept, ep)
+	a.log.Info().Int("raws", len(kept)).Float64("measure_seconds", t1.Sub(t0).Seconds()).Float64("plan_seconds", a.cfg.Clock.Now().Sub(t1).Seconds()).
+		Float64("link_bytes_per_sec", p.pl.Res.LinkBytesPerSec).Int("requested_before", sw).Msg("planned beside the first epoch")
+	return sw, nil
+}
+
+// linkSince is the epoch's bytes per second from first (when the first
+// raw file arrived) to now, when it had received bytes; from (t0, b0), when
+// stage 1 began, where no file arrived.
+func linkSince(first mark, t0 time.Time, b0 int64, now time.Time, bytes int64) float64 {
+	if first.at.IsZero() {
+		first = mark{t0, b0}
+	}
+	if dt := now.Sub(first.at).Seconds(); dt > 0 {
+		return float64(bytes-first.bytes) / dt
+	}
+	return 0
+}
+
+// mark is when the epoch had received how many bytes.
+type mark struct {
+	at    time.Time
+	bytes int64
+}
+
+// collectRaws takes the first epoch's raw files from ep.raws until it has
+// n of them, calibrationWait has passed or the epoch's run ended (then
+// with those already sent); first is when the first arrived and the
+// epoch's bytes then (bytes).
+func collectRaws(ctx context.Context, ep beside, n int, now func() time.Time, bytes func() int64) (kept map[uint64][]byte, first mark, err error) {
+	kept = map[uint64][]byte{}
+	wait := time.NewTimer(calibrationWait)
+	defer wait.Stop()
+	take := func(r rawFile) {
+		if len(kept) == 0 {
+			first = mark{now(), bytes()}
+		}
+		kept[r.sample] = r.raw
+	}
+	for len(kept) < n {
+		select {
+		case <-ctx.Done():
+			return nil, first, ctx.Err()
+		case <-wait.C:
+			return kept, first, nil
+		case <-ep.ended:
+			for len(kept) < n {
+				select {
+				case r := <-ep.raws:
+					take(r)
+				default:
+					return kept, first, nil
+				}
+			}
+		case r := <-ep.raws:
+			take(r)
+		}
+	}
+	return kept, first, nil
+}
+
+// recalibrate estimates the shard again, calibrated on the raw files kept
+// and up to planner.CalibrationSamples in all with those still coming on
+// raws, for the estimate that the epochs' measurements refine from the
+// next plan on (p.recal, taken up after the first epoch): the first
+// epoch's plan was made on fewer, to start early.
+func (p *policyRun) recalibrate(ctx context.Context, job *stage1Job, kept map[uint64][]byte, ep beside) {
+	more, _, err := collectRaws(ctx, ep, planner.CalibrationSamples-len(kept), p.a.cfg.Clock.Now, func() int64 { return 0 })
+	if err != nil || len(more) == 0 || p.pl.Est == nil {
+		return
+	}
+	maps.Copy(more, kept)
+	a, cat := p.a, p.cat
+	prof, _, err := planner.Estimate(planner.EstimateInput{
+		Pipeline: a.cfg.Pipeline, Seed: a.cfg.Seed, Epoch: a.cfg.FirstEpoch, Fingerprint: cat.Fingerprint,
+		Shard: job.shard, RawSizes: cat.RawSizes, Header: cat.Header, Raws: more,
+	})
+	if err != nil {
+		a.log.Warn().Err(err).Msg("estimate not calibrated again: the first one stays")
+		return
+	}
+	p.recal = prof
+}
+
+// faster re-plans for link, the link rate measured, where it is above
+// margin times the planner's.
+func (p *policyRun) faster(link, margin float64) error {
+	pl := p.pl
+	if pl.Prof == nil || !(link > margin*pl.Res.LinkBytesPerSec) {
+		return nil
+	}
+	pl.Res.LinkBytesPerSec, p.summary.LinkBytesPerSec = link, link
+	if err := pl.Replan(); err != nil {
+		return configErr("%v", err)
+	}
+	return nil
+}
+
+// swap hands e the planner's plan, if there is one (-1: none).
+func (p *policyRun) swap(e *fetch.Epoch) int {
+	pl := p.pl
+	if pl.Prof == nil || pl.Run == nil {
+		return -1
+	}
+	splitOf := p.a.splitOf(pl.Run)
+	k := func(s uint64) int {
+		k, err := splitOf(s)
+		if err != nil {
+			return 0 // checked when planned; raw is always right
+		}
+		return k
+	}
+	return e.Swap(pl.Run, k, pl.Res.LinkBytesPerSec, pl.Res.StorageCores)
+}

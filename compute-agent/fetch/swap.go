@@ -1,0 +1,120 @@
+package fetch
+
+import (
+	"slices"
+
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
+	"github.com/sophon-dl/sophon/ops"
+)
+
+// An epoch may start under a provisional plan and take its real one while
+// it runs (Swap): a policy run without a saved profile serves its first
+// epoch under No-Off at once, while stage 1 measures and plans beside it,
+// and the positions not yet requested then follow the plan. A split never
+// changes a sample's tensor, so the swap changes only which side runs
+// which ops.
+
+// runPlan is the epoch's current plan.
+func (e *Epoch) runPlan() *planner.RunPlan { return e.plan.Load() }
+
+// shedder is the epoch's current shedder (nil: none).
+func (e *Epoch) shedder() *epoch.Shedder { return e.shed.Load() }
+
+// cpuOf is the schedule's storage CPU estimate of a position under plan
+// (epoch.Schedule.CPUOf), nil for a plan without hints.
+func cpuOf(plan *planner.RunPlan, order []uint64) func(pos, k int) int64 {
+	if !plan.Hinted() {
+		return nil
+	}
+	return func(pos, _ int) int64 {
+		_, c := plan.Hint(order[pos])
+		return int64(c)
+	}
+}
+
+// newShedder is the epoch's shedder under plan at its current splits
+// (epoch.NewShedder).
+func (e *Epoch) newShedder(plan *planner.RunPlan, linkRate, cores float64) *epoch.Shedder {
+	wire := func(sample uint64, k int) float64 { return float64(e.cfg.Sizes.Estimate(k, e.cat.RawSizes[sample])) }
+	return epoch.NewShedder(e.order, e.split, wire, plan, plan.Speed, linkRate, cores, e.cfg.Now)
+}
+
+// capCPU bounds f's window's storage CPU when the plan has estimates
+// (hinted): at most paceTime of the agent's cores queued, by the plan's
+// estimates; past that the window takes raw positions. With one storage
+// agent too: a window of offloads alone would commit seconds of a
+// contended storage CPU ahead of the shedder while the link idles, which
+// makes the epoch slower than with the cap. Under the schedule's lock
+// once the epoch runs.
+func (f *Fetcher) capCPU(hinted bool) {
+	if hinted {
+		f.w.MaxCPU = int64(max(f.cpus, 1) * float64(paceTime))
+	}
+}
+
+// Swap makes plan the epoch's plan for every position no fetcher has
+// requested yet, with its split splitOf(sample) (the caller's cut of the
+// plan's split to what this agent runs); linkRate and cores are the
+// planner's, for shedding. Positions already requested keep the split
+// they went out at, and so do those the node's cache reads or fills.
+// With no position left it changes nothing. Safe while the epoch runs
+// (the schedule's lock orders it with every request); call it after
+// Prepare. It returns how many positions had been
+// requested under the plans before.
+func (e *Epoch) Swap(plan *planner.RunPlan, splitOf func(sample uint64) int, linkRate, cores float64) int {
+	planned := 0
+	left := e.sched.Resplit(func(pos int) bool {
+		planned++
+		s := e.order[pos]
+		if e.cc.want != nil && e.cc.want[pos] {
+			return e.split[pos] != 0 || e.codecOf(e.runPlan(), s) != ops.CodecNone
+		}
+		raw := e.cat.RawSizes[s]
+		before := e.cfg.Sizes.Estimate(e.shedder().Split(pos, e.split[pos]), raw)
+		k := splitOf(s)
+		e.split[pos] = k
+		e.left.Add(e.cfg.Sizes.Estimate(k, raw) - before)
+		return k != 0 || e.codecOf(plan, s) != ops.CodecNone
+	}, func(received []bool) {
+		if planned == 0 {
+			return // every position went out under the plans before
+		}
+		e.plan.Store(plan)
+		e.sched.CPUOf = cpuOf(plan, e.order)
+		for _, f := range e.fs {
+			f.capCPU(e.sched.CPUOf != nil)
+		}
+		if e.cfg.StrictOffload {
+			return
+		}
+		sh := e.newShedder(plan, linkRate, cores)
+		for pos, done := range received {
+			if done {
+				sh.Done(pos)
+			}
+		}
+		e.shed.Store(sh)
+	})
+	e.log.Info().Str("plan", plan.Name()).Int("requested", len(e.order)-left).Int("left", left).Msg("plan switched mid-epoch")
+	return len(e.order) - left
+}
+
+// codecOf is the codec plan requests for sample.
+func (e *Epoch) codecOf(plan *planner.RunPlan, sample uint64) ops.Codec {
+	return plan.Codec(sample, e.cfg.Codec)
+}
+
+// BytesReceived is the wire bytes received so far.
+func (e *Epoch) BytesReceived() int64 { return e.bytesReceived.Load() }
+
+// kept hands Opts.KeepRaw the raw file of it, finished from in, when it
+// arrived raw.
+func (e *Epoch) kept(it *epoch.Item, in ops.Value) {
+	if e.keepRaw == nil || it.Split != 0 {
+		return
+	}
+	if b, ok := in.(ops.Encoded); ok {
+		e.keepRaw(it.Sample, slices.Clone([]byte(b)))
+	}
+}
