@@ -408,8 +408,11 @@ func TestExperimentContend(t *testing.T) {
 			if k.LagSeconds < 0 || k.LagSeconds > 2 || k.IntoEpochSeconds > 0.5 {
 				t.Errorf("%s: hog started %.3f s after the first epoch ended, %.3f s into the second", r.Policy, k.LagSeconds, k.IntoEpochSeconds)
 			}
-			// Under the quota: at most the cell's cores; and it did take some.
-			if k.HogCores < 0.05 || k.HogCores > cpus*1.15 || math.Abs(k.StorageCoresLeft-(cpus-k.HogCores)) > 1e-9 {
+			// Under the quota: at most the cell's cores; and it did take
+			// some. How much is not asserted: the quota is a ceiling, not a
+			// guarantee, and make test's other streams keep both cores busy
+			// (0.03 cores in two loaded runs, 0.3-0.5 alone).
+			if !(k.HogCPUSeconds > 0) || k.HogCores > cpus*1.15 || math.Abs(k.StorageCoresLeft-(cpus-k.HogCores)) > 1e-9 {
 				t.Errorf("%s: hog %.3f cores, %.3f left, want within the %v-core quota", r.Policy, k.HogCores, k.StorageCoresLeft, cpus)
 			}
 			if k.PredictedSeconds <= 0 || k.PredictionError != "" || k.ReferenceSeconds <= 0 || k.WorstSeconds <= 0 || k.Ratio <= 0 {
