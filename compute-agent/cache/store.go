@@ -39,6 +39,7 @@ import (
 	"syscall"
 
 	"github.com/rs/zerolog"
+	"github.com/sophon-dl/sophon/internal/atomicfile"
 )
 
 // The cache policies (Options.Policy, --cache-policy).
@@ -124,14 +125,7 @@ type Store struct {
 
 	// create opens a new temp file for writing; tests replace it to
 	// inject failures.
-	create func(name string) (file, error)
-}
-
-// file is what a write needs of an *os.File.
-type file interface {
-	io.Writer
-	Sync() error
-	Close() error
+	create func(name string) (atomicfile.File, error)
 }
 
 // Open opens (creating) the cache in o.Dir and loads its index,
@@ -183,7 +177,7 @@ func Open(o Options) (*Store, error) {
 	if s.maxPayload <= 0 {
 		s.maxPayload = DefaultMaxPayload
 	}
-	s.create = func(name string) (file, error) {
+	s.create = func(name string) (atomicfile.File, error) {
 		return s.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	}
 	s.drained = sync.NewCond(&s.mu)
@@ -364,25 +358,7 @@ func (s *Store) makeRoomLocked(size int64, evictable func(*meta) bool) bool {
 func (s *Store) write(name string, b []byte) error {
 	var rnd [6]byte
 	_, _ = io.ReadFull(randReader, rnd[:])
-	tmp := tmpPrefix + hex.EncodeToString(rnd[:]) + "-" + name
-	f, err := s.create(tmp)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = s.root.Rename(tmp, name)
-	}
-	if err != nil {
-		_ = s.root.Remove(tmp)
-	}
-	return err
+	return atomicfile.Write(s.root, tmpPrefix+hex.EncodeToString(rnd[:])+"-"+name, name, b, s.create)
 }
 
 // syncDir syncs the directory: the renames before it are durable.

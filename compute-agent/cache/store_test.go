@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sophon-dl/sophon/internal/atomicfile"
 	"github.com/sophon-dl/sophon/internal/testenv"
 )
 
@@ -247,7 +248,9 @@ func TestDegrade(t *testing.T) {
 	s := open(t, dir, 1<<20, "")
 	v := s.View(fp, "p@1", 0, nil)
 	put(v, 1, payload(1, 100))
-	s.create = func(string) (file, error) { return nil, &fs.PathError{Op: "open", Path: "x", Err: syscall.ENOSPC} }
+	s.create = func(string) (atomicfile.File, error) {
+		return nil, &fs.PathError{Op: "open", Path: "x", Err: syscall.ENOSPC}
+	}
 	if put(v, 2, payload(2, 100)) {
 		t.Fatal("put succeeded on a full disk")
 	}

@@ -13,6 +13,7 @@
 package cacheplan
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -99,6 +100,12 @@ func Rewrite(p *profiler.Profile, cached []bool, k int) *profiler.Profile {
 }
 
 // density is item i's saving per byte (+Inf for an empty entry).
+// byDensity orders items by density, highest first (slices.SortStableFunc
+// keeps equal ones in index order).
+func byDensity(save, entry []float64) func(a, b int) int {
+	return func(a, b int) int { return cmp.Compare(density(save, entry, b), density(save, entry, a)) }
+}
+
 func density(save, entry []float64, i int) float64 {
 	if entry[i] <= 0 {
 		return math.Inf(1)
@@ -146,16 +153,7 @@ func Knapsack(save, entry []float64, budget float64) []float64 {
 			idx = append(idx, i)
 		}
 	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		da, db := density(save, entry, a), density(save, entry, b)
-		switch {
-		case da > db:
-			return -1
-		case da < db:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(idx, byDensity(save, entry))
 	left := max(budget, 0)
 	for _, i := range idx {
 		if entry[i] <= left {
@@ -220,16 +218,7 @@ func fill(in []bool, save, entry []float64, budget float64) []bool {
 			rest = append(rest, i)
 		}
 	}
-	slices.SortStableFunc(rest, func(a, b int) int {
-		da, db := density(save, entry, a), density(save, entry, b)
-		switch {
-		case da > db:
-			return -1
-		case da < db:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(rest, byDensity(save, entry))
 	for _, i := range rest {
 		if entry[i] <= left {
 			in[i] = true

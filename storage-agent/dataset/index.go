@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sophon-dl/sophon/internal/atomicfile"
 	"github.com/sophon-dl/sophon/ops/jpeg"
 )
 
@@ -254,24 +255,9 @@ func (ix *indexer) saveIndex() {
 // a reader sees the old file or the new one, never a part.
 func writeAtomic(root *os.Root, name string, b []byte) error {
 	tmp := fmt.Sprintf("%s.tmp-%d-%s", name, os.Getpid(), rand.Text()[:8])
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = root.Rename(tmp, name)
-	}
-	if err != nil {
-		root.Remove(tmp)
-	}
-	return err
+	return atomicfile.Write(root, tmp, name, b, func(tmp string) (atomicfile.File, error) {
+		return root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	})
 }
 
 // checksummed checks a file of the given magic and a trailing SHA-256 over
