@@ -275,6 +275,14 @@ func TestCacheArgs(t *testing.T) {
 	if err := (&Config{Data: "d", Out: "o", Policies: []string{PolicyLRU}}).defaults(); err == nil {
 		t.Error("the lru row accepted without a cache budget")
 	}
+	// No --policies: every policy, lru only with a cache budget (make demo
+	// runs the default without one).
+	for budget, want := range map[string]bool{"": false, "25%": true} {
+		c := Config{Data: "d", Out: "o", CacheBytes: budget}
+		if err := c.defaults(); err != nil || slices.Contains(c.Policies, PolicyLRU) != want || len(c.Policies) < 3 {
+			t.Errorf("cache bytes %q: default policies %v, %v; lru wanted %v", budget, c.Policies, err, want)
+		}
+	}
 }
 
 // TestPolicyArgsEst: a "<policy>-est" row runs the policy without a saved

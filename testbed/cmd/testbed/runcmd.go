@@ -120,7 +120,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	rates := shape.Rates{shape.MustParseRate(experiment.DefaultRate)}
 	fs.Var(&rates, "rate", "link `rates`, comma-separated (e.g. 100mbit,500mbit): tc tbf both ways")
 	cpus := fs.String("storage-cpus", strconv.FormatFloat(experiment.DefaultCPUs, 'f', -1, 64), "storage agent CPU `limits` in cores, comma-separated, fractions allowed")
-	policies := fs.String("policies", strings.Join(policy.Names, ","), "`policies` to run, comma-separated, in order (the first is the reference for placement invariance); with --cache-bytes also lru; a policy with "+experiment.EstSuffix+" (optimal"+experiment.EstSuffix+") runs without a saved profile: planned from header estimates, as a first run is")
+	policies := fs.String("policies", "", "`policies` to run, comma-separated, in order (the first is the reference for placement invariance; default: "+strings.Join(policy.Names, ",")+", lru only with --cache-bytes); a policy with "+experiment.EstSuffix+" (optimal"+experiment.EstSuffix+") runs without a saved profile: planned from header estimates, as a first run is")
 	epochs := fs.Int("epochs", experiment.DefaultEpochs, "`epochs` per policy (the first run's first epoch profiles, No-Off)")
 	pipeline := fs.String("pipeline", experiment.DefaultPipeline, "pipeline preset `name`")
 	gpuRate := fs.Float64("gpu-rate", experiment.DefaultGPURate, "simulated GPU `samples/s`, for the agents and the peer alike")
