@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -66,6 +67,12 @@ type Case struct {
 
 // Cases are the hostile entries, at least 30 of them.
 func Cases() []Case {
+	return slices.Concat(linkCases(), nameCases(), changedCases(), shardCases())
+}
+
+// linkCases are the symlinks of a folder dataset: out of the root,
+// dangling, looping, and those inside it that are allowed.
+func linkCases() []Case {
 	return []Case{
 		{Name: "file symlink to canary outside", Build: func(t *testing.T, e *Env) { Symlink(t, e.Canary, e.P("good/evil.jpg")) }, Skip: dataset.SkipEscape},
 		{Name: "file symlink to /etc/passwd", Build: func(t *testing.T, e *Env) { Symlink(t, "/etc/passwd", e.P("good/passwd.jpg")) }, Skip: dataset.SkipEscape},
@@ -95,6 +102,13 @@ func Cases() []Case {
 			Want: []string{"good/a.jpg"}},
 		{Name: "subdir symlink to .. not walked", Build: func(t *testing.T, e *Env) { Symlink(t, "..", e.P("good/up")) },
 			Want: []string{"good/a.jpg"}},
+	}
+}
+
+// nameCases are odd names, entries that are no regular file, unreadable
+// files and folders, and a symlinked index file.
+func nameCases() []Case {
+	return []Case{
 		{Name: "non-UTF-8 file name", Build: func(t *testing.T, e *Env) { WriteFile(t, e.P("good/\xff\xfe.jpg"), e.Img) },
 			Want: []string{`"good/\xff\xfe.jpg"`}},
 		{Name: "non-UTF-8 class name", Build: func(t *testing.T, e *Env) { WriteFile(t, e.P("cl\xe9/x.jpg"), e.Img) },
@@ -124,7 +138,13 @@ func Cases() []Case {
 		}, Skip: dataset.SkipUnreadable},
 		{Name: "index file symlinked to canary", Build: func(t *testing.T, e *Env) { Symlink(t, e.Canary, e.P(indexName)) },
 			Want: []string{"good/a.jpg"}},
-		// Changed after indexing: the read fails, the agent goes on.
+	}
+}
+
+// changedCases are samples changed after indexing: the read fails, the
+// agent goes on.
+func changedCases() []Case {
+	return []Case{
 		{Name: "swapped for symlink to canary", Path: "good/a.jpg", ReadErr: dataset.ErrRead, After: func(t *testing.T, e *Env) {
 			Must(t, os.Remove(e.P("good/a.jpg")))
 			Symlink(t, e.Canary, e.P("good/a.jpg"))
@@ -164,7 +184,12 @@ func Cases() []Case {
 			Must(t, os.Remove(e.P("good/a.jpg")))
 			Must(t, os.Mkdir(e.P("good/a.jpg"), 0o755))
 		}},
-		// Shards.
+	}
+}
+
+// shardCases are broken and hostile tar shards.
+func shardCases() []Case {
+	return []Case{
 		{Name: "cut shard", Layout: "tar", Build: func(t *testing.T, e *Env) {
 			WriteTar(t, e.P("z.tar"), []Member{{"k/x.jpg", e.Img}, {"k/y.jpg", JPEG(t, 3)}})
 			b, err := os.ReadFile(e.P("z.tar"))
