@@ -91,7 +91,7 @@ func BenchmarkIndexHeaders(b *testing.B) {
 		b.Fatal(err)
 	}
 	abs, _ := filepath.Abs(dir)
-	v1, v2 := encodeIndexV1(abs, d.samples), encodeIndex(abs, d.samples)
+	v1, v2 := encodeIndexVersion(indexMagicV1, abs, d.samples), encodeIndex(abs, d.samples)
 	d.Close()
 	for _, c := range []struct {
 		name  string

@@ -3,8 +3,6 @@ package dataset
 import (
 	"archive/tar"
 	"bytes"
-	"crypto/sha256"
-	"encoding/binary"
 	"os"
 	"path/filepath"
 	"testing"
@@ -113,26 +111,6 @@ func byName(t *testing.T, cs []headerCase, rel string) headerCase {
 	return headerCase{}
 }
 
-// encodeIndexV1 is the index file for dir's samples in version 1 (no
-// headers), as agents before headers wrote it.
-func encodeIndexV1(dir string, samples []sample) []byte {
-	b := []byte(indexMagicV1)
-	b = binary.AppendUvarint(b, uint64(len(dir)))
-	b = append(b, dir...)
-	b = binary.AppendUvarint(b, uint64(len(samples)))
-	for _, s := range samples {
-		b = binary.AppendUvarint(b, uint64(len(s.rel)))
-		b = append(b, s.rel...)
-		for _, v := range []uint64{uint64(s.size), uint64(s.off), s.id.ino} {
-			b = binary.AppendUvarint(b, v)
-		}
-		b = binary.AppendVarint(b, s.mtime)
-		b = append(b, s.hash[:]...)
-	}
-	sum := sha256.Sum256(b)
-	return append(b, sum[:]...)
-}
-
 // TestIndexHeaders: the index keeps headers (unknown ones too), so a
 // restart reads none; a version 1 index is re-read, its hashes reused and
 // its headers read again, then rewritten as version 2.
@@ -163,7 +141,7 @@ func TestIndexHeaders(t *testing.T) {
 
 	abs, err := filepath.Abs(dir)
 	must(t, err)
-	must(t, os.WriteFile(idx, encodeIndexV1(abs, first.samples), 0o644))
+	must(t, os.WriteFile(idx, encodeIndexVersion(indexMagicV1, abs, first.samples), 0o644))
 	old := open()
 	if st := old.Stats(); st.Hashed != 0 || st.Reused != len(cases) || st.HeadersRead != len(cases) {
 		t.Fatalf("version 1 index: %+v, want hashes reused and headers read", st)

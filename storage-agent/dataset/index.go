@@ -62,7 +62,14 @@ var errIndex = errors.New("storageagent: bad index file")
 
 // encodeIndex is the index file for dir's samples.
 func encodeIndex(dir string, samples []sample) []byte {
-	b := []byte(indexMagic)
+	return encodeIndexVersion(indexMagic, dir, samples)
+}
+
+// encodeIndexVersion is encodeIndex under magic: with indexMagicV1, the
+// version 1 file (no headers) that agents before headers wrote, which the
+// tests of its reading make this way.
+func encodeIndexVersion(magic, dir string, samples []sample) []byte {
+	b := []byte(magic)
 	b = binary.AppendUvarint(b, uint64(len(dir)))
 	b = append(b, dir...)
 	b = binary.AppendUvarint(b, uint64(len(samples)))
@@ -74,7 +81,9 @@ func encodeIndex(dir string, samples []sample) []byte {
 		b = binary.AppendUvarint(b, s.id.ino)
 		b = binary.AppendVarint(b, s.mtime)
 		b = append(b, s.hash[:]...)
-		b, _ = s.hdr.AppendBinary(b)
+		if magic != indexMagicV1 {
+			b, _ = s.hdr.AppendBinary(b)
+		}
 	}
 	sum := sha256.Sum256(b)
 	return append(b, sum[:]...)

@@ -39,7 +39,7 @@ func FuzzLoadIndex(f *testing.F) {
 	f.Add(encodeIndex(dir, []sample{{rel: "a/x.jpg", size: 10, id: fileID{ino: 3}, mtime: -5}, {rel: "b", off: 512}}))
 	f.Add(encodeIndex(dir, nil))
 	f.Add([]byte(indexMagic))
-	f.Add(encodeIndexV1(dir, []sample{{rel: "a/x.jpg", size: 10, id: fileID{ino: 3}, mtime: -5}}))
+	f.Add(encodeIndexVersion(indexMagicV1, dir, []sample{{rel: "a/x.jpg", size: 10, id: fileID{ino: 3}, mtime: -5}}))
 	known, _ := jpeg.ParseSummary([]byte{1, 0, 0, 200, 0x95})
 	f.Add(encodeIndex(dir, []sample{{rel: "a/x.jpg", size: 10, hdr: known}, {rel: "b", off: 512}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
