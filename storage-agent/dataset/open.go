@@ -131,7 +131,12 @@ func OpenWith(dir string, opts OpenOptions) (*Dataset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storageagent: open dataset: %w", err)
 	}
-	d := &Dataset{dir: dir, root: root}
+	return index(start, &Dataset{dir: dir, root: root}, opts)
+}
+
+// index indexes d, a folder's or a store's dataset opened at start; on
+// failure it closes d.
+func index(start time.Time, d *Dataset, opts OpenOptions) (*Dataset, error) {
 	ix := &indexer{d: d, opts: opts}
 	if err := ix.run(); err != nil {
 		d.Close()

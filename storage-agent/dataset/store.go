@@ -53,15 +53,7 @@ type Object struct {
 // content hash: a changed object fails with ErrChanged. The dataset owns
 // st and closes it.
 func OpenStore(st Store, opts OpenOptions) (*Dataset, error) {
-	start := time.Now()
-	d := &Dataset{dir: st.Name(), store: st}
-	ix := &indexer{d: d, opts: opts}
-	if err := ix.run(); err != nil {
-		d.Close()
-		return nil, err
-	}
-	d.stats.Took = time.Since(start)
-	return d, nil
+	return index(time.Now(), &Dataset{dir: st.Name(), store: st}, opts)
 }
 
 // Remote says whether the dataset is read from an object store (each read
