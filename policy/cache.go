@@ -77,13 +77,7 @@ func (cm *cmodel) cacheBound(k int, budget float64) (float64, []float64) {
 	r := dual.Simplex3(func(w3 [3]float64) (float64, [3]float64) {
 		g, t, _, _ := cm.cacheDual(cm.weights3(dims, w3), k, budget)
 		cm.loads([]ptot{t}, l)
-		var v [3]float64
-		for d, id := range dims {
-			if id >= 0 {
-				v[d] = l[id]
-			}
-		}
-		return g, v
+		return g, loads3(dims, l)
 	}, cm.pass.lpTol, plainIters)
 	if !r.Found {
 		return cm.gpuMax, nil

@@ -324,19 +324,25 @@ func (cm *cmodel) solvePlain(dims [3]int32) *lpSolution {
 		pr := cm.pricesAt(cm.weights3(dims, w3))
 		g := cm.lagrangian(&pr, rep, opt, pt)
 		cm.loads(pt, l)
-		var v [3]float64
-		for d, id := range dims {
-			if id >= 0 {
-				v[d] = l[id]
-			}
-		}
-		return g, v
+		return g, loads3(dims, l)
 	}, cm.pass.lpTol, plainIters)
 	sol := &lpSolution{Solution: dual.Solution{Lower: r.Lower, Upper: r.Upper, Iters: r.Iters}}
 	if r.Found {
 		sol.W = cm.weights3(dims, r.W)
 	}
 	return sol
+}
+
+// loads3 is the loads l of the model's resources on plainDims' three
+// dimensions (0 where a dimension has no resource).
+func loads3(dims [3]int32, l []float64) [3]float64 {
+	var v [3]float64
+	for d, id := range dims {
+		if id >= 0 {
+			v[d] = l[id]
+		}
+	}
+	return v
 }
 
 // weights3 is the model's weights of the point w3 of plainDims' simplex.
