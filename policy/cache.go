@@ -198,6 +198,18 @@ func Resident(name string, p *profiler.Profile, r Resources, cached []bool) (Pla
 	return resident(p, r, slices.Clone(cached), CacheSplit(p), e.Single)
 }
 
+// ResidentBound is Bound with the residency fixed: the least predicted
+// epoch of every plan that keeps the samples where cached[i] (indexed as
+// p.Samples) resident at the cache split, and no others. It is at least
+// CacheBound, which may move the residency; a run keeps its residency
+// across epochs, so an epoch whose boxes differ from those its residency
+// was chosen on has ResidentBound as its own bound. r.CacheBytes is
+// ignored.
+func ResidentBound(p *profiler.Profile, r Resources, cached []bool) float64 {
+	r.CacheBytes = 0
+	return Bound(cacheplan.Rewrite(p, cached, CacheSplit(p)), r)
+}
+
 // FirstEpoch is the plan of the first epoch of plan pl (one of withCache's,
 // made under r), the epoch that fills the cache. A random pipeline's
 // entries are the files themselves (cache split 0), so its resident

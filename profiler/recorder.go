@@ -11,6 +11,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/jpeg"
 )
 
 // Stage 2: what one epoch's record says about later epochs.
@@ -44,10 +45,10 @@ import (
 //     by their recorded size picks those whose recorded box happened to be
 //     small (selection bias: in a test, a plan's cut bytes grew 16% from
 //     the recorded epoch to the next). The recorded cut is therefore scaled
-//     to the mean area of the regions the cut keeps (ops.Pipeline.CutRegion)
-//     over the next cutDraws epochs' boxes, which need only the image's
-//     dimensions; the bytes per pixel of the cut come from the one cut
-//     made. The storage side's cost (the transform reads the whole file)
+//     to the mean area of the regions the cut keeps (MeanCutArea: over
+//     CutDraws reference boxes, which need only the image's dimensions),
+//     and a planner scales it to each epoch's own box (CutAreas.AtEpoch);
+//     the bytes per pixel of the cut come from the one cut made. The storage side's cost (the transform reads the whole file)
 //     is kept as measured. Whether a file can be cut at all can vary too (a
 //     box covering nearly the whole image gives a cut no smaller than the
 //     file, which is declined).
@@ -215,34 +216,29 @@ func measureCut(p *ops.Pipeline, key ops.Key, raw ops.Encoded, sp *SampleProfile
 	if err != nil {
 		return
 	}
-	scale := cutScale(p, key, cut)
+	scale := cutScale(p, key, cut, raw)
 	sp.CutBytes = max(1, min(int64(float64(cut.Size())*scale), int64(len(raw))))
 	sp.CutNS = max(t1-t0, 0)
 	sp.CutFinishNS = max(int64(float64(t3-t2)*scale), 0)
 }
 
-// cutDraws is how many epochs' boxes a recorded cut is scaled to.
-const cutDraws = 16
-
-// cutScale is the mean area of the regions the cut keeps in the cutDraws
-// epochs after key's over the area of key's own, or 1 when either is
-// unknown.
-func cutScale(p *ops.Pipeline, key ops.Key, cut *ops.CutJPEG) float64 {
-	this, err := p.CutRegion(cut.W, cut.H, key)
-	if err != nil || this.W*this.H == 0 {
+// cutScale is the mean area of the regions the cut keeps (MeanCutArea)
+// over the area of key's own, both rounded to the iMCUs of the file raw's
+// header, or 1 when either is unknown.
+func cutScale(p *ops.Pipeline, key ops.Key, cut *ops.CutJPEG, raw []byte) float64 {
+	im := CutImage{W: cut.W, H: cut.H}
+	if h, err := jpeg.ReadHeader(raw); err == nil {
+		im = CutImageOf(cut.W, cut.H, h.MCUW, h.MCUH, h.Components)
+	}
+	mean, err := MeanCutArea(p, im, key.Seed, key.Sample)
+	if err != nil {
 		return 1
 	}
-	var sum float64
-	for j := range uint64(cutDraws) {
-		k := key
-		k.Epoch += 1 + j
-		r, err := p.CutRegion(cut.W, cut.H, k)
-		if err != nil {
-			return 1
-		}
-		sum += float64(r.W) * float64(r.H)
+	f, ok := cutFactor(p, im, key, mean)
+	if !ok || !(f > 0) {
+		return 1
 	}
-	return sum / cutDraws / (float64(this.W) * float64(this.H))
+	return 1 / f
 }
 
 // measureWire fills split k's compressed size and codec costs for v.

@@ -2,6 +2,7 @@ package profiler
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"slices"
 	"sync"
@@ -337,9 +338,9 @@ func TestRecorderCut(t *testing.T) {
 			continue
 		}
 		cuts++
-		// The recorded cut is scaled to the mean area the next epochs'
+		// The recorded cut is scaled to the mean area the reference
 		// boxes keep (cutScale), not the one box's.
-		scale := cutScale(p, key, c)
+		scale := cutScale(p, key, c, imgs[i].raw)
 		if got, want := s.CutBytes, max(1, min(int64(float64(c.Size())*scale), s.Raw)); got != want {
 			t.Errorf("sample %d: cut bytes %d, Cut gives %d scaled by %.3f to %d", i, got, c.Size(), scale, want)
 		}
@@ -370,8 +371,9 @@ func TestRecorderCut(t *testing.T) {
 	}
 }
 
-// TestCutScale: the scale is the mean area of the next epochs' cut regions
-// over the recorded one's, from the dimensions alone.
+// TestCutScale: the scale is the mean area of the reference boxes' cut
+// regions over the recorded one's, rounded to whole iMCUs (16x16 where the
+// file's header is unknown), from the dimensions alone.
 func TestCutScale(t *testing.T) {
 	p, err := ops.Preset("imagenet-train")
 	if err != nil {
@@ -384,22 +386,22 @@ func TestCutScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sum float64
-	for j := range uint64(cutDraws) {
-		r, err := p.CutRegion(cut.W, cut.H, ops.Key{Seed: 9, Epoch: 5 + j, Sample: 17})
+	for j := range uint64(CutDraws) {
+		r, err := p.CutRegion(cut.W, cut.H, ops.Key{Seed: 9, Epoch: refEpoch + j, Sample: 17})
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum += float64(r.W * r.H)
+		sum += CutImage{W: 1024, H: 768, MCUW: 16, MCUH: 16}.Area(r)
 	}
-	want := sum / cutDraws / float64(this.W*this.H)
-	if got := cutScale(p, key, cut); got != want {
+	want := sum / CutDraws / CutImage{W: 1024, H: 768}.Area(this)
+	if got := cutScale(p, key, cut, nil); math.Abs(got-want) > 1e-12 {
 		t.Fatalf("scale %v, want %v", got, want)
 	}
 	val, err := ops.Preset("imagenet-val")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cutScale(val, key, cut); got != 1 {
+	if got := cutScale(val, key, cut, nil); got != 1 {
 		t.Fatalf("scale %v for a pipeline without the cut, want 1", got)
 	}
 }

@@ -231,7 +231,7 @@ func (a *Agent) Run(ctx context.Context) ([]report.EpochReport, error) {
 		return nil, err
 	}
 	defer stop()
-	next := func(int) epochOpts { return epochOpts{Opts: fetch.Opts{Plan: a.plan}} }
+	next := func(int, uint64) epochOpts { return epochOpts{Opts: fetch.Opts{Plan: a.plan}} }
 	if a.cfg.Policy != "" {
 		p, err := a.startPolicy(ctx)
 		if err != nil {
@@ -248,14 +248,14 @@ func (a *Agent) Run(ctx context.Context) ([]report.EpochReport, error) {
 // restart (Config.StateDir, which a policy run does not take). It stops at
 // the first failed epoch (in trainer mode the failure goes to the ranks
 // and the loop serves on) or when src has no more.
-func (a *Agent) runEpochs(ctx context.Context, src epochSourceFunc, next func(i int) epochOpts) ([]report.EpochReport, error) {
+func (a *Agent) runEpochs(ctx context.Context, src epochSourceFunc, next func(i int, num uint64) epochOpts) ([]report.EpochReport, error) {
 	var reports []report.EpochReport
 	for i := 0; ; i++ {
 		num, req, ok := src(ctx, i)
 		if !ok {
 			return reports, nil // in trainer mode: the agent was stopped
 		}
-		opts := next(i)
+		opts := next(i, num)
 		opts.trainer = req
 		r, err := a.runEpoch(ctx, num, opts)
 		if errors.Is(err, errEpochSkipped) {

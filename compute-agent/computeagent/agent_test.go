@@ -67,6 +67,9 @@ func checkReport(t *testing.T, r report.EpochReport) {
 	if bytes > r.BytesReceived || r.Samples > hits && (r.BytesReceived <= 0 || bytes <= 0) {
 		t.Errorf("epoch %d: bytes received %d, by split %d", r.Epoch, r.BytesReceived, bytes)
 	}
+	if r.Samples > hits && (r.LinkFirstSeconds <= 0 || r.LinkLastSeconds < r.LinkFirstSeconds || r.LinkLastSeconds > r.Seconds+0.01) {
+		t.Errorf("epoch %d: link from %v s to %v s of %v s", r.Epoch, r.LinkFirstSeconds, r.LinkLastSeconds, r.Seconds)
+	}
 	if r.Samples+r.SamplesFailed != r.Shard || r.SamplesFailed != len(r.Failed) {
 		t.Errorf("epoch %d: samples %d + failed %d (list %d) != shard %d", r.Epoch, r.Samples, r.SamplesFailed, len(r.Failed), r.Shard)
 	}

@@ -138,6 +138,7 @@ func (p *policyRun) annotateOverlapped(r *report.EpochReport, e *fetch.Epoch, sw
 	planRan := pl.Plan
 	if ran {
 		r.PredictedSeconds, r.BoundSeconds, r.PlanSource, r.PlanSwitchedAt = planRan.Pred.Seconds, pl.Bound, pl.Source, switched
+		r.CacheBoundSeconds = pl.CacheBound
 		predictNodes(r, pl.Cluster, planRan.Cluster)
 	} else if pl.Prof != nil {
 		if r.Refined = pl.Learn(e.Observations()); r.Refined > 0 {

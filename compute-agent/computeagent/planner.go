@@ -137,7 +137,8 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 	s1 := a.stage1Config()
 	s1.Quick = prof == nil && !cfg.ForceProfile && cat.HasHeaders()
 	pl := &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy,
-		Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }, CacheBytes: a.plannedCacheBytes()}
+		Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }, CacheBytes: a.plannedCacheBytes(),
+		Areas: cat.CutAreas(cfg.Pipeline, cfg.Seed), Epoch: cfg.FirstEpoch}
 	p := &policyRun{a: a, pl: pl, shard: len(shard), cat: cat}
 	if s1.Quick {
 		p.pending = &stage1Job{cfg: s1, srcs: srcs, shard: shard}
@@ -216,16 +217,19 @@ func (p *policyRun) estimate(st planner.Stage1Result, shard []uint64) error {
 	return nil
 }
 
-// next is the options of the policy run's i-th epoch: No-Off (recording
-// stage 2 when stage 1 asked for it) until there is a profile, then the
-// current plan.
-func (p *policyRun) next(i int) epochOpts {
+// next is the options of the policy run's i-th epoch, number num: No-Off
+// (recording stage 2 when stage 1 asked for it) until there is a profile,
+// then the current plan, for num's own crop boxes (Planner.ForEpoch).
+func (p *policyRun) next(i int, num uint64) epochOpts {
 	if p.pending != nil {
 		return p.overlapped()
 	}
 	pl, cfg := p.pl, &p.a.cfg
+	if err := pl.ForEpoch(num); err != nil {
+		p.a.log.Warn().Err(err).Uint64("epoch", num).Msg("no plan for the epoch's own crop boxes: the last plan runs")
+	}
 	opts := epochOpts{Opts: fetch.Opts{Plan: planner.NewRunPlan(NoOff(), nil, policy.Resources{}), LinkRate: pl.Res.LinkBytesPerSec, StorageCores: pl.Res.StorageCores}}
-	predicted, bound := p.d.PredictedNoOffSeconds, 0.0
+	predicted, bound, cacheBound := p.d.PredictedNoOffSeconds, 0.0, 0.0
 	ran := pl.Prof != nil
 	var planRan policy.Plan
 	var cluster *policy.Cluster
@@ -235,7 +239,7 @@ func (p *policyRun) next(i int) epochOpts {
 	source := ""
 	if ran {
 		opts.Plan, planRan, cluster = pl.Run, pl.Plan, pl.Cluster
-		predicted, bound = pl.Plan.Pred.Seconds, pl.Bound
+		predicted, bound, cacheBound = pl.Plan.Pred.Seconds, pl.Bound, pl.CacheBound
 		opts.Observe, source = pl.Est != nil, pl.Source
 	} else if p.d.RunStage2 {
 		opts.Rec = profiler.NewRecorder(cfg.Pipeline, p.cat.Fingerprint, int(p.cat.Total))
@@ -250,6 +254,7 @@ func (p *policyRun) next(i int) epochOpts {
 	rec := opts.Rec
 	opts.annotate = func(r *report.EpochReport, e *fetch.Epoch) error {
 		r.Policy, r.PredictedSeconds, r.BoundSeconds, r.Stage1, r.PlanSource = cfg.Policy, predicted, bound, sum, source
+		r.CacheBoundSeconds = cacheBound
 		predictNodes(r, cluster, planRan.Cluster)
 		return p.annotate(r, e, rec, ran, planRan)
 	}

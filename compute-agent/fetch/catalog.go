@@ -11,7 +11,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/jpeg"
+	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -241,4 +243,18 @@ func (c *Catalog) fingerprint() string {
 		fp.Add(c.RawSizes[i], c.Labels[i], h)
 	}
 	return fp.Sum()
+}
+
+// CutAreas scales a profile's cuts to each epoch's crop boxes of run seed
+// under p (profiler.CutAreas), from the dimensions in the catalog's
+// headers; nil when the catalog has none.
+func (c *Catalog) CutAreas(p *ops.Pipeline, seed uint64) *profiler.CutAreas {
+	if !c.HasHeaders() || p == nil || !p.CanCut() {
+		return nil
+	}
+	return &profiler.CutAreas{Pipe: p, Seed: seed, Image: func(id uint64) (profiler.CutImage, bool) {
+		h, ok := c.Header(id)
+		mw, mh := h.MCU()
+		return profiler.CutImageOf(h.Width(), h.Height(), mw, mh, h.Components()), ok
+	}}
 }

@@ -154,6 +154,8 @@ func (e *Epoch) Report(ctx context.Context, fs []*Fetcher, measure bool) report.
 		Seconds:                  elapsed.Seconds(),
 		StartUnixNS:              start.UnixNano(),
 		EndUnixNS:                end.UnixNano(),
+		LinkFirstSeconds:         sinceStart(start, e.firstRecv.Load()),
+		LinkLastSeconds:          sinceStart(start, e.lastRecv.Load()),
 		Pipeline:                 e.cfg.PipelineID,
 		Plan:                     e.runPlan().Name(),
 		StrictOrder:              e.cfg.StrictOrder,
@@ -274,3 +276,11 @@ func (e *Epoch) observe(it *epoch.Item, resp *dataplanepb.FetchResponse) {
 
 // codec is the codec requested for sample (RunPlan.Codec).
 func (e *Epoch) codec(sample uint64) ops.Codec { return e.runPlan().Codec(sample, e.cfg.Codec) }
+
+// sinceStart is the seconds from start to at (Unix ns), 0 when at is 0.
+func sinceStart(start time.Time, at int64) float64 {
+	if at == 0 {
+		return 0
+	}
+	return max(0, time.Unix(0, at).Sub(start).Seconds())
+}

@@ -424,6 +424,9 @@ func (f *Fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 func (f *Fetcher) account(r *epoch.Request, resp *dataplanepb.FetchResponse, now time.Time) {
 	e := f.e
 	e.bytesReceived.Add(int64(len(resp.GetData())))
+	e.firstRecv.CompareAndSwap(0, now.UnixNano())
+	for t := e.lastRecv.Load(); t < now.UnixNano() && !e.lastRecv.CompareAndSwap(t, now.UnixNano()); t = e.lastRecv.Load() {
+	}
 	f.served.Add(1)
 	f.servedBytes.Add(int64(len(resp.GetData())))
 	f.pace(now)

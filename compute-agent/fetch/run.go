@@ -59,8 +59,11 @@ type Epoch struct {
 	batches chan *Batch
 
 	bytesReceived atomic.Int64
-	storageNS     atomic.Int64
-	storageOffNS  atomic.Int64 // storageNS of the samples with k > 0
+	// firstRecv and lastRecv are when the first and the last response
+	// arrived (Unix ns; 0: none yet).
+	firstRecv, lastRecv atomic.Int64
+	storageNS           atomic.Int64
+	storageOffNS        atomic.Int64 // storageNS of the samples with k > 0
 	// storageOffEffNS sums, over the samples with k > 0, the budget time
 	// their storage agent reported times its per-worker share of a core:
 	// their CPU time, or more where the agent got less than its budget.

@@ -58,9 +58,13 @@ type Planner struct {
 	Saved *profiler.Profile
 	Plan  policy.Plan // valid when Prof is set
 	// Bound is the bound for Prof and Res (policy.Bound, or the cluster
-	// bound on Cluster).
+	// bound on Cluster); with a cache the bound at the residency the run
+	// keeps (planSingle).
 	Bound float64
-	Run   *RunPlan // Plan as the agent runs it
+	// CacheBound is the bound with the cache that may also move the
+	// residency (policy.CacheBound); 0 without a cache.
+	CacheBound float64
+	Run        *RunPlan // Plan as the agent runs it
 	// Nodes is the storage agents as stage 1 measured them
 	// (Stage1Result.Nodes). With more than one, and a policy of the
 	// registry that has a cluster form, Replan plans on the cluster
@@ -90,6 +94,13 @@ type Planner struct {
 	Est *profiler.Profile
 	// learned is every observation Learn kept, by sample, split and codec.
 	learned map[obsKey]profiler.Observation
+	// Areas, when set, scales Prof's cuts to the boxes of the epoch the
+	// plan is for (Epoch; profiler.CutAreas), so that each epoch's plan
+	// and bound count its own cut bytes; Learn turns the observations
+	// back into Prof's terms. Nil plans every epoch on the mean boxes.
+	Areas *profiler.CutAreas
+	// Epoch is the epoch the current plan is for (ForEpoch).
+	Epoch uint64
 	// speedFixed: the last epoch's observations refined the profile's
 	// costs, so Drift leaves the storage speed alone (its storage CPU
 	// check compares with the costs before the refinement).
@@ -123,7 +134,7 @@ func (pl *Planner) Learn(obs []profiler.Observation) int {
 		speed = 1
 	}
 	added := 0
-	for _, o := range obs {
+	for _, o := range pl.Areas.Normalize(obs, pl.Est, pl.Epoch) {
 		k := obsKey{o.ID, o.Split, o.Compressed}
 		if _, ok := pl.learned[k]; ok {
 			continue
@@ -149,14 +160,31 @@ func (pl *Planner) Learn(obs []profiler.Observation) int {
 	return added
 }
 
-// Replan plans with the current profile and resources.
+// ForEpoch re-plans for epoch's crop boxes, where there is a profile and
+// the plan is for another epoch's (Areas set).
+func (pl *Planner) ForEpoch(epoch uint64) error {
+	if pl.Areas == nil || pl.Prof == nil || epoch == pl.Epoch {
+		pl.Epoch = epoch
+		return nil
+	}
+	pl.Epoch = epoch
+	return pl.Replan()
+}
+
+// profile is Prof with its cuts scaled to Epoch's boxes (Areas).
+func (pl *Planner) profile() *profiler.Profile {
+	return pl.Areas.AtEpoch(pl.Prof, pl.Epoch)
+}
+
+// Replan plans with the current profile, for Epoch's crop boxes, and the
+// current resources.
 func (pl *Planner) Replan() error {
 	pl.Res.CacheBytes = pl.CacheBytes
-	p, r := pl.Prof, pl.Res
+	p, r := pl.profile(), pl.Res
 	var plan policy.Plan
 	var err error
 	if e, _ := policy.Lookup(pl.Name); len(pl.Nodes) > 1 && e.Cluster != nil {
-		plan, err = pl.planCluster()
+		plan, err = pl.planCluster(p)
 	} else {
 		pl.Cluster = nil
 		plan, err = pl.planSingle(p, r)
@@ -175,30 +203,39 @@ func (pl *Planner) Replan() error {
 }
 
 // planSingle plans p on the pooled resources r and sets Bound. With a
-// cache budget the first plan chooses the residency and every later one
-// keeps it (policy.Resident), re-solving only the other samples' splits.
+// cache budget the first plan chooses the residency, on Prof (the mean
+// boxes: the residency stays for every epoch), and every plan keeps it
+// (policy.Resident), solving only the other samples' splits for p; Bound
+// is then the bound at that residency (policy.ResidentBound) and
+// CacheBound the bound that may move it (policy.CacheBound).
 func (pl *Planner) planSingle(p *profiler.Profile, r policy.Resources) (policy.Plan, error) {
+	pl.CacheBound = 0
 	if r.CacheBytes <= 0 {
 		pl.Bound = policy.Bound(p, r)
 		return policy.ByName(pl.Name, p, r)
 	}
-	pl.Bound = policy.CacheBound(p, r)
+	pl.CacheBound = policy.CacheBound(p, r)
 	if pl.resident == nil {
-		plan, err := policy.ByName(pl.Name, p, r)
-		if err == nil && plan.Cached != nil {
-			pl.resident = map[uint64]bool{}
-			for i, c := range plan.Cached {
-				if c {
-					pl.resident[plan.IDs[i]] = true
-				}
+		plan, err := policy.ByName(pl.Name, pl.Prof, r)
+		if err != nil || plan.Cached == nil {
+			pl.Bound = pl.CacheBound
+			if p != pl.Prof {
+				plan, err = policy.ByName(pl.Name, p, r)
+			}
+			return plan, err
+		}
+		pl.resident = map[uint64]bool{}
+		for i, c := range plan.Cached {
+			if c {
+				pl.resident[plan.IDs[i]] = true
 			}
 		}
-		return plan, err
 	}
 	cached := make([]bool, len(p.Samples))
 	for i, s := range p.Samples {
 		cached[i] = pl.resident[s.ID]
 	}
+	pl.Bound = policy.ResidentBound(p, r, cached)
 	return policy.Resident(pl.Name, p, r, cached)
 }
 
@@ -206,8 +243,7 @@ func (pl *Planner) planSingle(p *profiler.Profile, r policy.Resources) (policy.P
 // cluster form, each sample held by the nodes Holds names (all of them
 // when it names none: the fetchers then find whoever holds it), and sets
 // Cluster and Bound.
-func (pl *Planner) planCluster() (policy.Plan, error) {
-	p := pl.Prof
+func (pl *Planner) planCluster(p *profiler.Profile) (policy.Plan, error) {
 	c := pl.Res.Over(pl.Nodes)
 	var set []int16
 	place, err := policy.NewPlacement(make([]int32, len(p.Samples)), func(i int) []int16 {

@@ -48,6 +48,13 @@ type EpochReport struct {
 	StartUnixNS int64 `json:"start_unix_ns"`
 	// EndUnixNS is when the epoch ended (Unix ns, the agent's clock).
 	EndUnixNS int64 `json:"end_unix_ns"`
+	// LinkFirstSeconds and LinkLastSeconds are when the epoch's first and
+	// last response arrived over the link, counted from its first request:
+	// the link's ramp before the first and the epoch's drain after the
+	// last are what keeps an epoch above its bound when the link binds.
+	// 0 when no response came over the link.
+	LinkFirstSeconds float64 `json:"link_first_seconds,omitempty"`
+	LinkLastSeconds  float64 `json:"link_last_seconds,omitempty"`
 	// Pipeline is the pipeline's ops.Pipeline.ID().
 	Pipeline string `json:"pipeline"`
 	// Plan is the plan's name: nooff, alloff, resizeoff or a plan file.
@@ -169,6 +176,11 @@ type EpochReport struct {
 	// time for the profile and resources (omitted while there is no
 	// profile); for a plan made on Cluster, the cluster bound.
 	BoundSeconds float64 `json:"bound_seconds,omitempty"`
+	// CacheBoundSeconds, with a cache, is the bound that may also move the
+	// residency (policy.CacheBound) for this epoch's crop boxes:
+	// BoundSeconds is at the residency the run keeps across epochs, at
+	// least this.
+	CacheBoundSeconds float64 `json:"cache_bound_seconds,omitempty"`
 	// Cluster is the cluster the epoch's plan was made on, when the agent
 	// planned per storage agent (several of them, a policy with a cluster
 	// form): the storage agents with their shares of the measured link

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/profiler"
 )
 
 // opFeat is what one op does to one sample, known before it runs.
@@ -25,7 +26,7 @@ type feats struct {
 	class int
 	// thisArea is the cut region's area for the sample's own key,
 	// rounded out to whole iMCUs as the cut rounds it; meanArea the mean
-	// over the cutDraws epochs after it.
+	// over the reference boxes (profiler.MeanCutArea).
 	thisArea, meanArea float64
 	// bpp is the file's bytes per image pixel.
 	bpp float64
@@ -33,10 +34,6 @@ type feats struct {
 	// key (the resampler's vertical pass).
 	cutRows float64
 }
-
-// cutDraws is how many later epochs' boxes a cut is averaged over; it is
-// profiler's (the recorder scales a recorded cut the same way).
-const cutDraws = 16
 
 // sampleFeats walks p's ops over s's shapes, drawing each random op's
 // choice from its seed as the op itself would (ops.SeedFor).
@@ -105,40 +102,21 @@ func sampleFeats(p *ops.Pipeline, s Sample, seed, epoch uint64) (feats, error) {
 		if err != nil {
 			return feats{}, err
 		}
-		f.thisArea = mcuArea(this, s)
+		f.thisArea = cutImage(s).Area(this)
 		var r ops.Rand
 		r.Seed(ops.SeedFor(seed, epoch, s.ID, 1))
 		if c, ok := p.Op(1).(ops.RandomResizedCrop); ok {
 			f.cutRows = float64(ops.SampleRRCBox(s.W, s.H, c.Params, &r).H)
 		}
-		for d := range uint64(cutDraws) {
-			k := key
-			k.Epoch += 1 + d
-			r, err := p.CutRegion(s.W, s.H, k)
-			if err != nil {
-				return feats{}, err
-			}
-			f.meanArea += mcuArea(r, s) / cutDraws
+		if f.meanArea, err = profiler.MeanCutArea(p, cutImage(s), seed, s.ID); err != nil {
+			return feats{}, err
 		}
 	}
 	return f, nil
 }
 
-// mcuArea is r's area rounded out to whole iMCUs of s, as the cut rounds
-// it: s's MCU size where known, else 16x16 (4:2:0, the usual) for colour
-// and 8x8 for grey. The recorder scales by unrounded areas; the
-// difference is small next to the region's, and only the ratio of two
-// areas enters its scale.
-func mcuArea(r ops.Rect, s Sample) float64 {
-	mw, mh := s.MCUW, s.MCUH
-	if mw <= 0 || mh <= 0 {
-		mw, mh = 16, 16
-		if s.Components == 1 {
-			mw, mh = 8, 8
-		}
-	}
-	x0, y0 := r.X/mw*mw, r.Y/mh*mh
-	x1 := min(s.W, (r.X+r.W+mw-1)/mw*mw)
-	y1 := min(s.H, (r.Y+r.H+mh-1)/mh*mh)
-	return float64(x1-x0) * float64(y1-y0)
+// cutImage is s as the cut sees it (profiler.CutImage): its MCU size
+// where known, else 16x16 (4:2:0, the usual) for colour and 8x8 for grey.
+func cutImage(s Sample) profiler.CutImage {
+	return profiler.CutImageOf(s.W, s.H, s.MCUW, s.MCUH, s.Components)
 }
