@@ -38,7 +38,7 @@ func TestCutAreasAtEpoch(t *testing.T) {
 			t.Fatal(err)
 		}
 		im := CutImage{W: 1024, H: 768}
-		m, err := MeanCutArea(pipe, im, 5, 3)
+		m, err := MeanCutArea(pipe, im)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -45,8 +45,8 @@ import (
 //     by their recorded size picks those whose recorded box happened to be
 //     small (selection bias: in a test, a plan's cut bytes grew 16% from
 //     the recorded epoch to the next). The recorded cut is therefore scaled
-//     to the mean area of the regions the cut keeps (MeanCutArea: over
-//     CutDraws reference boxes, which need only the image's dimensions),
+//     to the expected area of the regions the cut keeps (MeanCutArea, from
+//     the image's dimensions alone),
 //     and a planner scales it to each epoch's own box (CutAreas.AtEpoch);
 //     the bytes per pixel of the cut come from the one cut made. The storage side's cost (the transform reads the whole file)
 //     is kept as measured. Whether a file can be cut at all can vary too (a
@@ -230,7 +230,7 @@ func cutScale(p *ops.Pipeline, key ops.Key, cut *ops.CutJPEG, raw []byte) float6
 	if h, err := jpeg.ReadHeader(raw); err == nil {
 		im = CutImageOf(cut.W, cut.H, h.MCUW, h.MCUH, h.Components)
 	}
-	mean, err := MeanCutArea(p, im, key.Seed, key.Sample)
+	mean, err := MeanCutArea(p, im)
 	if err != nil {
 		return 1
 	}

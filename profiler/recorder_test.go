@@ -387,7 +387,7 @@ func TestCutScale(t *testing.T) {
 	}
 	var sum float64
 	for j := range uint64(CutDraws) {
-		r, err := p.CutRegion(cut.W, cut.H, ops.Key{Seed: 9, Epoch: refEpoch + j, Sample: 17})
+		r, err := p.CutRegion(cut.W, cut.H, ops.Key{Epoch: refEpoch + j})
 		if err != nil {
 			t.Fatal(err)
 		}

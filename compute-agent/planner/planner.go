@@ -101,6 +101,8 @@ type Planner struct {
 	Areas *profiler.CutAreas
 	// Epoch is the epoch the current plan is for (ForEpoch).
 	Epoch uint64
+	// expected is Areas.Expect(expectedOf), kept while Prof is expectedOf.
+	expected, expectedOf *profiler.Profile
 	// speedFixed: the last epoch's observations refined the profile's
 	// costs, so Drift leaves the storage speed alone (its storage CPU
 	// check compares with the costs before the refinement).
@@ -171,9 +173,23 @@ func (pl *Planner) ForEpoch(epoch uint64) error {
 	return pl.Replan()
 }
 
-// profile is Prof with its cuts scaled to Epoch's boxes (Areas).
+// profile is Prof with its epoch-varying sizes at their expected values
+// and its cuts scaled to Epoch's boxes (Areas: Expect, AtEpoch).
 func (pl *Planner) profile() *profiler.Profile {
-	return pl.Areas.AtEpoch(pl.Prof, pl.Epoch)
+	return pl.Areas.AtEpoch(pl.meanProfile(), pl.Epoch)
+}
+
+// meanProfile is Prof with its epoch-varying sizes at their expected
+// values (Areas.Expect), for no epoch's boxes in particular: what the
+// residency, which stays for every epoch, is chosen on.
+func (pl *Planner) meanProfile() *profiler.Profile {
+	if pl.Areas == nil {
+		return pl.Prof
+	}
+	if pl.expected == nil || pl.expectedOf != pl.Prof {
+		pl.expected, pl.expectedOf = pl.Areas.Expect(pl.Prof), pl.Prof
+	}
+	return pl.expected
 }
 
 // Replan plans with the current profile, for Epoch's crop boxes, and the
@@ -203,8 +219,8 @@ func (pl *Planner) Replan() error {
 }
 
 // planSingle plans p on the pooled resources r and sets Bound. With a
-// cache budget the first plan chooses the residency, on Prof (the mean
-// boxes: the residency stays for every epoch), and every plan keeps it
+// cache budget the first plan chooses the residency, on meanProfile (no
+// epoch's boxes: the residency stays for every epoch), and every plan keeps it
 // (policy.Resident), solving only the other samples' splits for p; Bound
 // is then the bound at that residency (policy.ResidentBound) and
 // CacheBound the bound that may move it (policy.CacheBound).
@@ -216,10 +232,11 @@ func (pl *Planner) planSingle(p *profiler.Profile, r policy.Resources) (policy.P
 	}
 	pl.CacheBound = policy.CacheBound(p, r)
 	if pl.resident == nil {
-		plan, err := policy.ByName(pl.Name, pl.Prof, r)
+		mean := pl.meanProfile()
+		plan, err := policy.ByName(pl.Name, mean, r)
 		if err != nil || plan.Cached == nil {
 			pl.Bound = pl.CacheBound
-			if p != pl.Prof {
+			if p != mean {
 				plan, err = policy.ByName(pl.Name, p, r)
 			}
 			return plan, err

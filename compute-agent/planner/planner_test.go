@@ -294,7 +294,7 @@ func TestForEpoch(t *testing.T) {
 		if pl.Prof != prof {
 			t.Fatal("ForEpoch replaced the mean-box profile")
 		}
-		scaled := areas.AtEpoch(prof, e)
+		scaled := areas.AtEpoch(areas.Expect(prof), e)
 		cached := make([]bool, len(scaled.Samples))
 		for i, s := range scaled.Samples {
 			cached[i] = first[s.ID]

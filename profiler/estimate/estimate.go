@@ -42,7 +42,7 @@
 //     iMCUs: the header's MCU size, else 16x16, 8x8 for grey),
 //     A + B*raw*region/image. As the recorder does, the size and the
 //     compute side's cost are scaled to the mean region over
-//     profiler.MeanCutArea's reference boxes, and a cut no smaller than the file is declined as
+//     the crop's boxes (profiler.MeanCutArea), and a cut no smaller than the file is declined as
 //     ops declines it. The storage side's cost: the file's bytes (the
 //     transform reads every coefficient), the image's pixels (its
 //     coefficient buffers), the region's bytes and pixels; the compute

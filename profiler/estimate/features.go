@@ -26,7 +26,7 @@ type feats struct {
 	class int
 	// thisArea is the cut region's area for the sample's own key,
 	// rounded out to whole iMCUs as the cut rounds it; meanArea the mean
-	// over the reference boxes (profiler.MeanCutArea).
+	// over the crop's boxes (profiler.MeanCutArea).
 	thisArea, meanArea float64
 	// bpp is the file's bytes per image pixel.
 	bpp float64
@@ -108,7 +108,7 @@ func sampleFeats(p *ops.Pipeline, s Sample, seed, epoch uint64) (feats, error) {
 		if c, ok := p.Op(1).(ops.RandomResizedCrop); ok {
 			f.cutRows = float64(ops.SampleRRCBox(s.W, s.H, c.Params, &r).H)
 		}
-		if f.meanArea, err = profiler.MeanCutArea(p, cutImage(s), seed, s.ID); err != nil {
+		if f.meanArea, err = profiler.MeanCutArea(p, cutImage(s)); err != nil {
 			return feats{}, err
 		}
 	}
