@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
+	"github.com/sophon-dl/sophon/policy"
 )
 
 // openCache opens the node's cache (Config.CacheDir) the first time an
@@ -31,10 +32,12 @@ func (a *Agent) openCache() (*cache.Store, error) {
 	return s, nil
 }
 
-// plannedCacheBytes is the budget the planner plans residency under: the
-// cache's with the planned policy, else 0.
+// plannedCacheBytes is the budget the planner plans under: the cache's
+// with the planned policy (residency), or with the LRU cache under the lru
+// policy (whose prediction counts the hits an LRU of that budget gets,
+// policy.LRU), else 0.
 func (a *Agent) plannedCacheBytes() float64 {
-	if a.cfg.CacheDir == "" || a.cfg.CachePolicy == cache.PolicyLRU {
+	if a.cfg.CacheDir == "" || a.cfg.CachePolicy == cache.PolicyLRU && a.cfg.Policy != policy.NameLRU {
 		return 0
 	}
 	return float64(a.cfg.CacheBytes)

@@ -380,3 +380,32 @@ func explainedStorage(out string) map[string]string {
 	}
 	return rows
 }
+
+// TestLRUPredictsHits: the lru policy plans under its LRU cache's budget,
+// so its prediction counts the hits (here the whole dataset fits, and the
+// later epochs are hits), and an epoch of hits, whose link was idle, does
+// not recalibrate the link to the trickle of bytes it carried.
+func TestLRUPredictsHits(t *testing.T) {
+	cfg, _ := policyConfig(t, policy.NameLRU, constBPS(4e6), 3)
+	cfg.ForceProfile = true
+	cfg.CacheDir, cfg.CacheBytes, cfg.CachePolicy = t.TempDir(), 64<<20, cache.PolicyLRU
+	reports, err := runAgent(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reports {
+		t.Logf("epoch %d: %.3fs predicted %.3fs bytes %d hits %d, %s", r.Epoch, r.Seconds, r.PredictedSeconds, r.BytesReceived, r.Cache.Hits, r.ReplanReason)
+	}
+	last := reports[len(reports)-1]
+	if last.Cache == nil || last.Cache.Hits < last.Samples-1 {
+		t.Fatalf("last epoch: cache %+v, want every sample a hit", last.Cache)
+	}
+	if p0, p := reports[0].PredictedSeconds, last.PredictedSeconds; !(p > 0) || p >= p0/2 || p > 4*last.Seconds+0.05 {
+		t.Errorf("last epoch predicted %.3fs (epoch 0, No-Off: %.3fs; measured %.3fs): want the hits counted", p, p0, last.Seconds)
+	}
+	for _, r := range reports[1:] {
+		if strings.Contains(r.ReplanReason, "link") {
+			t.Errorf("epoch %d re-planned for the link: %s", r.Epoch, r.ReplanReason)
+		}
+	}
+}
