@@ -146,6 +146,24 @@ func (c *CutAreas) Factor(id, epoch uint64) float64 {
 	return f
 }
 
+// Shown is the share of sample id's image that its cut keeps in epoch
+// (the region's area, rounded to iMCUs, over the image's); ok false where
+// the image is unknown or the pipeline has no cut.
+func (c *CutAreas) Shown(id, epoch uint64) (share float64, ok bool) {
+	if c == nil || c.Pipe == nil || c.Image == nil || !c.Pipe.CanCut() {
+		return 0, false
+	}
+	im, ok := c.Image(id)
+	if !ok || im.W < 1 || im.H < 1 {
+		return 0, false
+	}
+	r, err := c.Pipe.CutRegion(im.W, im.H, ops.Key{Seed: c.Seed, Epoch: epoch, Sample: id})
+	if err != nil {
+		return 0, false
+	}
+	return im.Area(r) / (float64(im.W) * float64(im.H)), true
+}
+
 // AtEpoch is p with every cut scaled to its box in epoch: CutBytes (at
 // most the file: a larger cut is declined and the file sent) and
 // CutFinishNS by the area's Factor; p is not changed. With nothing to

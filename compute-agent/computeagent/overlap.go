@@ -18,10 +18,11 @@ import (
 // catalog with headers) does not wait for stage 1: the first epoch starts
 // at once under a provisional plan that needs no measurement (provisional)
 // and stage 1 runs beside it on what the epoch measures
-// (planner.Stage1Beside): the link rate is the epoch's bytes over its time
-// so far, the calibration samples are the raw files of its first positions
-// (fetch.Opts.KeepRaw), and only the storage CPU's few samples at split n
-// are fetched apart. Then the estimate is calibrated and the plan made
+// (planner.Stage1Beside): the link rate is the epoch's own (linkMeter),
+// the calibration samples are the raw files of its first positions
+// (fetch.Opts.KeepRaw), and only the storage CPU's few samples at the crop
+// split (planner.ProbeStorage) are fetched apart. The provisional plan's
+// requests go cheapest first (cheapest). Then the estimate is calibrated and the plan made
 // (policyRun.estimate), and the plan takes over the positions no fetcher
 // has requested yet (fetch.Epoch.Swap); those already requested keep the
 // split they went out at, which yields the same tensor. The report says
@@ -88,9 +89,29 @@ func (p *policyRun) provisional(shard []uint64) *planner.RunPlan {
 	return planner.NewRunPlan(PlanOf(provisionalName, p.a.pipeID, def, raw), nil, policy.Resources{})
 }
 
-// overlapped is the first epoch's options when stage 1 runs beside it
-// (p.pending).
-func (p *policyRun) overlapped() epochOpts {
+// cheapest orders the provisional plan's requests of epoch num: by the
+// bytes of each sample's file in the region its cut keeps (the catalog's
+// headers give the region), smallest first, so that the samples any plan
+// would cut (small boxes) go out while the plan is made and those a plan
+// treats otherwise wait for it; a sample of unknown header by its file's
+// bytes. Nil where the pipeline cannot cut.
+func (p *policyRun) cheapest(num uint64) func(uint64) float64 {
+	areas := p.cat.CutAreas(p.a.cfg.Pipeline, p.a.cfg.Seed)
+	if areas == nil {
+		return nil
+	}
+	return func(s uint64) float64 {
+		raw := float64(p.cat.RawSizes[s])
+		if share, ok := areas.Shown(s, num); ok {
+			return raw * share
+		}
+		return raw
+	}
+}
+
+// overlapped is the first epoch's options, epoch num, when stage 1 runs
+// beside it (p.pending).
+func (p *policyRun) overlapped(num uint64) epochOpts {
 	job, cfg := p.pending, &p.a.cfg
 	p.pending = nil
 	raws := make(chan rawFile, planner.CalibrationSamples)
@@ -99,7 +120,7 @@ func (p *policyRun) overlapped() epochOpts {
 		case raws <- rawFile{s, b}:
 		default: // enough kept
 		}
-	}}}
+	}, First: p.cheapest(num)}}
 	if e, ok := policy.Lookup(cfg.Policy); ok && e.Static == nil {
 		opts.WarmCache = true // the first plan finds the cache filled
 	}
@@ -168,6 +189,16 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 		speed := job.shard[:min(len(job.shard), planner.QuickSpeedSamples)]
 		probe, probeErr = planner.ProbeStorage(ctx, job.cfg, job.srcs, speed)
 	}()
+	var meter linkMeter
+	metered, stopMeter := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(metered)
+		meter.run(stopMeter, a.cfg.Clock.Now, e.BytesReceived)
+	}()
+	defer func() {
+		close(stopMeter)
+		<-metered
+	}()
 	kept, first, err := collectRaws(ctx, ep, besideCalibration, a.cfg.Clock.Now, e.BytesReceived)
 	<-probed
 	if err != nil {
@@ -180,7 +211,12 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 		a.log.Warn().Msg("no raw sample arrived to calibrate the estimate: the first epoch runs its provisional plan")
 		return -1, nil
 	}
-	st := planner.Stage1Beside(job.cfg, job.srcs, p.cat.RawSizes, job.shard, kept, probe, linkSince(first, t0, b0, a.cfg.Clock.Now(), e.BytesReceived()), t0)
+	// The link's rate: the meter's, over the spans the link was busy,
+	// else (too few spans yet) bytes over time since the first file.
+	linkNow := func() float64 {
+		return max(meter.rate(), linkSince(first, t0, b0, a.cfg.Clock.Now(), e.BytesReceived()))
+	}
+	st := planner.Stage1Beside(job.cfg, job.srcs, p.cat.RawSizes, job.shard, kept, probe, linkNow(), t0)
 	t1 := a.cfg.Clock.Now()
 	p.measured(st)
 	if err := p.estimate(st, job.shard); err != nil {
@@ -189,7 +225,6 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 	// The calibration took a while: the link rate over the longer time
 	// since the first file arrived, past the connection's ramp, and the
 	// plan again for it (a re-plan takes a millisecond).
-	linkNow := func() float64 { return linkSince(first, t0, b0, a.cfg.Clock.Now(), e.BytesReceived()) }
 	if err := p.faster(linkNow(), 1); err != nil {
 		return -1, err
 	}

@@ -222,7 +222,7 @@ func (p *policyRun) estimate(st planner.Stage1Result, shard []uint64) error {
 // then the current plan, for num's own crop boxes (Planner.ForEpoch).
 func (p *policyRun) next(i int, num uint64) epochOpts {
 	if p.pending != nil {
-		return p.overlapped()
+		return p.overlapped(num)
 	}
 	pl, cfg := p.pl, &p.a.cfg
 	if err := pl.ForEpoch(num); err != nil {

@@ -5,6 +5,7 @@
 package epoch
 
 import (
+	"cmp"
 	"container/heap"
 	"slices"
 	"sync"
@@ -610,8 +611,9 @@ func (h *posHeap) Pop() any {
 // schedule's lock (a plan that takes over a running epoch): set(pos) gives
 // each its new split (the caller's state, which Take's estimate reads under
 // the same lock) and reports whether it runs ops on storage; each moves to
-// the lane of its kind, in permutation order. Positions taken before
-// (outstanding, received, or put back for a retry) keep their lane. Then
+// the lane of its kind, in permutation order (undoing Order). Positions
+// taken before (outstanding, received, or put back for a retry) keep their
+// lane. Then
 // then(received) runs, still under the lock, with each position's received
 // flag; it may set CPUOf and the windows' bounds. It returns how many
 // positions were re-planned.
@@ -647,4 +649,26 @@ func (s *Schedule) Resplit(set func(pos int) bool, then func(received []bool)) i
 	}
 	s.broadcastLocked()
 	return left
+}
+
+// Order makes each lane hand out its positions not yet taken in
+// ascending key (ties in permutation order) instead of permutation order;
+// a later Resplit puts them back in permutation order. Batches are in
+// completion order, so nothing else changes; with the strict-order gate
+// it does nothing (a lane must then go in permutation order, or its next
+// position could wait on one behind it).
+func (s *Schedule) Order(key func(pos int) float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gate > 0 {
+		return
+	}
+	for gi := range s.groups {
+		g := &s.groups[gi]
+		for l := range 2 {
+			rest := g.lanes[l][g.cursor[l]:]
+			slices.SortStableFunc(rest, func(a, b int) int { return cmp.Compare(key(a), key(b)) })
+		}
+	}
+	s.broadcastLocked()
 }

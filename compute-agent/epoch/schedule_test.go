@@ -213,3 +213,32 @@ func TestScheduleResplit(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduleOrder: Order hands out each lane's positions in ascending
+// key (a provisional plan's cheapest first), Resplit puts the rest back in
+// permutation order, and with the strict-order gate it changes nothing.
+func TestScheduleOrder(t *testing.T) {
+	off := []bool{false, true, true, true, true, true}
+	key := func(pos int) float64 { return float64(10 - pos) } // the last first
+	s := NewSchedule(len(off), 0, 1, off)
+	s.Order(key)
+	w := testWindow(3)
+	if got := takeAll(t, s, w); !slices.Equal(got, []int{0, 5, 4}) {
+		t.Fatalf("first window %v, want [0 5 4]: the raw one, then the offloaded ones by key", got)
+	}
+	if n := s.Resplit(func(pos int) bool { return pos != 0 }, nil); n != 3 {
+		t.Fatalf("resplit %d positions, want the 3 not taken", n)
+	}
+	for tag, r := range w.Outstanding {
+		s.Release(w, r)
+		delete(w.Outstanding, tag)
+	}
+	if got := takeAll(t, s, w); !slices.Equal(got, []int{1, 2, 3}) {
+		t.Fatalf("after Resplit: %v, want permutation order [1 2 3]", got)
+	}
+	g := NewSchedule(len(off), 4, 1, off)
+	g.Order(key)
+	if got := takeAll(t, g, testWindow(3)); !slices.Equal(got, []int{0, 1, 2}) {
+		t.Fatalf("with the gate: %v, want permutation order [0 1 2]", got)
+	}
+}

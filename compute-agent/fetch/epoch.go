@@ -50,6 +50,11 @@ type Opts struct {
 	// finishing workers (concurrently): the calibration samples of a plan
 	// made while the epoch runs (Swap).
 	KeepRaw func(sample uint64, raw []byte)
+	// First, when set, orders the epoch's first requests: each lane hands
+	// out its positions in ascending First of their sample until the plan
+	// is swapped (epoch.Schedule.Order; not in strict order). A
+	// provisional plan's: the cheapest first.
+	First func(sample uint64) float64
 }
 
 // NewEpoch is epoch num's run over sh, before Prepare. cfg must outlive
@@ -57,7 +62,7 @@ type Opts struct {
 func NewEpoch(cfg *Config, num uint64, cat *Catalog, sh Shard, opts Opts) *Epoch {
 	e := &Epoch{
 		cfg: cfg, num: num, cat: cat, order: sh.Order, split: sh.Split, rec: opts.Rec, observing: opts.Observe, keepRaw: opts.KeepRaw,
-		linkRate: opts.LinkRate, storageCores: opts.StorageCores, resumed: sh.Resumed, padded: sh.Padded, warm: opts.WarmCache,
+		linkRate: opts.LinkRate, storageCores: opts.StorageCores, resumed: sh.Resumed, padded: sh.Padded, warm: opts.WarmCache, first: opts.First,
 		log:     cfg.Log.With().Uint64("epoch", num).Logger(),
 		work:    make(chan work),
 		queue:   make(chan epoch.Item, cfg.Queue*cfg.Batch),
@@ -106,6 +111,9 @@ func (e *Epoch) Prepare(fs []*Fetcher, jr *journal.Journal) error {
 	e.paced = len(fs) > 1
 	e.sched.CPUOf = cpuOf(plan, order)
 	e.sched.Now = cfg.Now
+	if e.first != nil {
+		e.sched.Order(func(pos int) float64 { return e.first(order[pos]) })
+	}
 	if !cfg.StrictOffload {
 		e.shed.Store(e.newShedder(plan, e.linkRate, e.storageCores))
 	}

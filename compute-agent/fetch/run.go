@@ -59,6 +59,7 @@ type Epoch struct {
 	batches chan *Batch
 
 	bytesReceived atomic.Int64
+	first         func(sample uint64) float64 // Opts.First
 	// firstRecv and lastRecv are when the first and the last response
 	// arrived (Unix ns; 0: none yet).
 	firstRecv, lastRecv atomic.Int64

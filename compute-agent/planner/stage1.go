@@ -25,7 +25,7 @@ const (
 	// probeKeep is how many raw samples the link probe keeps for the
 	// compute CPU measurement.
 	probeKeep = 32
-	// speedSamples is how many samples are fetched at split n to measure
+	// speedSamples is how many samples are fetched at probeSplit to measure
 	// the storage CPU and its speed relative to this node's.
 	speedSamples = 8
 	// QuickBudget bounds the link probe and the compute measurement of a
@@ -220,7 +220,7 @@ func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []ui
 // Stage1 measures the rate of each resource for a bounded time and decides
 // whether stage 2 runs: the link (raw fetches of at most one pass over the
 // shard, every storage agent at once), the storage CPU and its speed
-// relative to this node's (a few samples fetched at split n, their
+// relative to this node's (a few samples fetched at probeSplit, their
 // storage_cpu_ns against the same work timed here), this node's CPU for the
 // full pipeline (profiler.MeasureComputeRateLimited with cfg.Workers and
 // cfg.Limits) and the consumer's rate (cfg.GPURate). shard is the first epoch's samples and
@@ -309,7 +309,7 @@ func (cfg *Stage1Config) decide(linkRate, computeRate float64, st storageRates, 
 // takes what the epoch measured instead of probing the link: linkRate, the
 // epoch's bytes over the time since it began, and raws, raw files the
 // epoch received (fetch.Opts.KeepRaw). probe is the storage CPU of a few
-// of those samples at split n (ProbeStorage, sent when the epoch began),
+// of those samples at probeSplit (ProbeStorage, sent when the epoch began),
 // compared with the same work timed here for the storage speed and the
 // compute rate (as Stage1 with Quick). Each storage agent is taken to
 // have sent an equal share of linkRate. began is when the epoch began.
@@ -364,9 +364,9 @@ type storageRates struct {
 	localNS float64
 }
 
-// measureStorage fetches a few of the samples kept (ids, raws) at split n
+// measureStorage fetches a few of the samples kept (ids, raws) at probeSplit
 // and compares their storage CPU with the same work timed here: the
-// storage CPU and its speed, the whole pipeline on both sides.
+// storage CPU's speed, and the whole pipeline's cost on both sides.
 func (cfg *Stage1Config) measureStorage(ctx context.Context, fs []Source, ids []uint64, raws map[uint64][]byte) (storageRates, error) {
 	n := speedSamples
 	if cfg.Quick {
@@ -379,26 +379,41 @@ func (cfg *Stage1Config) measureStorage(ctx context.Context, fs []Source, ids []
 	return cfg.compareStorage(fs, pr, raws), nil
 }
 
-// QuickSpeedSamples is how many samples a Quick stage 1 fetches at split n
+// QuickSpeedSamples is how many samples a Quick stage 1 fetches at probeSplit
 // to measure the storage CPU.
 const QuickSpeedSamples = speedSamples / 2
 
 // StorageProbe is what the storage agents' CPU took for a few samples at
-// split n (ProbeStorage).
+// split k (ProbeStorage).
 type StorageProbe struct {
 	ids []uint64
+	k   int
 	ns  map[uint64]int64 // storage_cpu_ns by sample
 }
 
-// ProbeStorage fetches ids at split n from the storage agents fs (agent i
-// the ids at positions i, i+len(fs), ...) and keeps the storage CPU each
-// took, for the comparison with the same work here (Stage1Beside).
+// probeSplit is the split the storage probe asks for: just after the
+// pipeline's crop where it has one (decode and the crop are most of the
+// storage side's work, and the crop's output is a fraction of the whole
+// pipeline's, a float tensor, which would hold the link for longer beside
+// an epoch that uses it), else the whole pipeline.
+func probeSplit(p *ops.Pipeline) int {
+	if k, ok := p.CropSplit(); ok && k > 0 && k < p.Len() {
+		return k
+	}
+	return p.Len()
+}
+
+// ProbeStorage fetches ids at split probeSplit from the storage agents fs
+// (agent i the ids at positions i, i+len(fs), ...) and keeps the storage
+// CPU each took, for the comparison with the same work here
+// (Stage1Beside).
 func ProbeStorage(ctx context.Context, cfg *Stage1Config, fs []Source, ids []uint64) (StorageProbe, error) {
-	full, err := cfg.probeAll(ctx, fs, ids, cfg.Pipeline.Len(), 0, 0)
+	k := probeSplit(cfg.Pipeline)
+	full, err := cfg.probeAll(ctx, fs, ids, k, 0, 0)
 	if err != nil {
 		return StorageProbe{}, err
 	}
-	pr := StorageProbe{ids: ids, ns: map[uint64]int64{}}
+	pr := StorageProbe{ids: ids, k: k, ns: map[uint64]int64{}}
 	for _, r := range full {
 		maps.Copy(pr.ns, r.storageNS)
 	}
@@ -409,7 +424,8 @@ func ProbeStorage(ctx context.Context, cfg *Stage1Config, fs []Source, ids []uin
 // work on raws timed here.
 func (cfg *Stage1Config) compareStorage(fs []Source, pr StorageProbe, raws map[uint64][]byte) storageRates {
 	var local, remote []int64
-	var remoteSum float64
+	var remoteSum, localSum, fullSum float64
+	var nLocal int
 	for _, id := range pr.ids {
 		sns, ok := pr.ns[id]
 		raw, have := raws[id]
@@ -417,21 +433,20 @@ func (cfg *Stage1Config) compareStorage(fs []Source, pr StorageProbe, raws map[u
 			continue
 		}
 		key := ops.Key{Seed: cfg.Seed, Epoch: cfg.Epoch, Sample: id}
-		local = append(local, localCost(cfg.Pipeline, key, raw, cfg.Limits))
+		part, full := localCost(cfg.Pipeline, key, raw, pr.k, cfg.Limits)
+		local = append(local, part)
 		remote = append(remote, sns)
 		remoteSum += float64(sns)
-	}
-	st := storageRates{speed: profiler.SpeedRatio(local, remote)}
-	var localSum float64
-	var nLocal int
-	for _, ns := range local {
-		if ns > 0 {
-			localSum += float64(ns)
-			nLocal++
+		if part > 0 {
+			localSum, fullSum, nLocal = localSum+float64(part), fullSum+float64(full), nLocal+1
 		}
 	}
+	st := storageRates{speed: profiler.SpeedRatio(local, remote)}
 	if nLocal > 0 {
-		st.localNS = localSum / float64(nLocal)
+		st.localNS = fullSum / float64(nLocal)
+		// The probe ran ops[0:k] there: the whole pipeline takes the
+		// storage side what it takes here in the same proportion.
+		remoteSum *= fullSum / localSum
 	}
 	for _, f := range fs {
 		st.cores += f.CPUs()
@@ -442,22 +457,31 @@ func (cfg *Stage1Config) compareStorage(fs []Source, pr StorageProbe, raws map[u
 	return st
 }
 
-// localCost is the thread CPU time of the whole pipeline on raw here: the
-// smaller of two runs, so the first run's cold caches do not count. A run
-// that fails costs 0 (SpeedRatio skips it).
-func localCost(p *ops.Pipeline, key ops.Key, raw []byte, lim oplimits.Settings) int64 {
+// localCost is the thread CPU time here of ops[0:k] (part) and of the
+// whole pipeline (full) on raw: the smaller of two runs each, so the first
+// run's cold caches do not count. A run that fails costs 0 (SpeedRatio
+// skips it).
+func localCost(p *ops.Pipeline, key ops.Key, raw []byte, k int, lim oplimits.Settings) (part, full int64) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	best := int64(-1)
+	part, full = -1, -1
 	for range 2 {
 		t0 := cpuclock.Thread()
-		if _, err := p.RunLimited(key, ops.Encoded(raw), 0, p.Len(), lim.At(time.Now())); err != nil {
-			return 0
+		v, err := p.RunLimited(key, ops.Encoded(raw), 0, k, lim.At(time.Now()))
+		t1 := cpuclock.Thread()
+		if err == nil && k < p.Len() {
+			_, err = p.RunLimited(key, v, k, p.Len(), lim.At(time.Now()))
 		}
-		d := int64(cpuclock.Thread() - t0)
-		if best < 0 || d < best {
-			best = d
+		t2 := cpuclock.Thread()
+		if err != nil {
+			return 0, 0
+		}
+		if d := int64(t1 - t0); part < 0 || d < part {
+			part = d
+		}
+		if d := int64(t2 - t0); full < 0 || d < full {
+			full = d
 		}
 	}
-	return best
+	return part, full
 }
