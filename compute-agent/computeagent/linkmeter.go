@@ -30,6 +30,21 @@ const (
 	meterMax = int(time.Minute / meterTick)
 )
 
+// startMeter runs a meter on bytes (the epoch's bytes so far) until stop
+// is called.
+func startMeter(now func() time.Time, bytes func() int64) (m *linkMeter, stop func()) {
+	m = &linkMeter{}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		m.run(done, now, bytes)
+	}()
+	return m, func() {
+		close(done)
+		<-stopped
+	}
+}
+
 // run samples bytes (the epoch's bytes so far) at now's time every
 // meterTick until done is closed.
 func (m *linkMeter) run(done <-chan struct{}, now func() time.Time, bytes func() int64) {

@@ -2,6 +2,7 @@ package computeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
+	"github.com/sophon-dl/sophon/profiler"
 )
 
 // Stage 1 beside the first epoch. A policy run that will plan its first
@@ -94,13 +96,21 @@ func (p *policyRun) provisional(shard []uint64) *planner.RunPlan {
 // headers give the region), smallest first, so that the samples any plan
 // would cut (small boxes) go out while the plan is made and those a plan
 // treats otherwise wait for it; a sample of unknown header by its file's
-// bytes. Nil where the pipeline cannot cut.
-func (p *policyRun) cheapest(num uint64) func(uint64) float64 {
+// bytes. The calibration samples (raw) keep their order, in which the
+// storage probe's come first. Nil where the pipeline cannot cut.
+func (p *policyRun) cheapest(num uint64, shard []uint64) func(uint64) float64 {
 	areas := p.cat.CutAreas(p.a.cfg.Pipeline, p.a.cfg.Seed)
 	if areas == nil {
 		return nil
 	}
+	calib := map[uint64]bool{}
+	for _, s := range shard[:min(len(shard), planner.CalibrationSamples)] {
+		calib[s] = true
+	}
 	return func(s uint64) float64 {
+		if calib[s] {
+			return 0
+		}
 		raw := float64(p.cat.RawSizes[s])
 		if share, ok := areas.Shown(s, num); ok {
 			return raw * share
@@ -120,7 +130,7 @@ func (p *policyRun) overlapped(num uint64) epochOpts {
 		case raws <- rawFile{s, b}:
 		default: // enough kept
 		}
-	}, First: p.cheapest(num)}}
+	}, First: p.cheapest(num, job.shard)}}
 	if e, ok := policy.Lookup(cfg.Policy); ok && e.Static == nil {
 		opts.WarmCache = true // the first plan finds the cache filled
 	}
@@ -189,18 +199,12 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 		speed := job.shard[:min(len(job.shard), planner.QuickSpeedSamples)]
 		probe, probeErr = planner.ProbeStorage(ctx, job.cfg, job.srcs, speed)
 	}()
-	var meter linkMeter
-	metered, stopMeter := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(metered)
-		meter.run(stopMeter, a.cfg.Clock.Now, e.BytesReceived)
-	}()
-	defer func() {
-		close(stopMeter)
-		<-metered
-	}()
+	meter, stopMeter := startMeter(a.cfg.Clock.Now, e.BytesReceived)
+	defer stopMeter()
 	kept, first, err := collectRaws(ctx, ep, besideCalibration, a.cfg.Clock.Now, e.BytesReceived)
+	est := p.calibrate(kept, job.shard) // while the probe is out
 	<-probed
+	r := <-est
 	if err != nil {
 		return -1, err
 	}
@@ -219,9 +223,10 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 	st := planner.Stage1Beside(job.cfg, job.srcs, p.cat.RawSizes, job.shard, kept, probe, linkNow(), t0)
 	t1 := a.cfg.Clock.Now()
 	p.measured(st)
-	if err := p.estimate(st, job.shard); err != nil {
+	if err := p.planEstimate(r.prof, r.unknown, r.err, r.at); err != nil {
 		return -1, err
 	}
+	p.summary.Seconds = a.cfg.Clock.Now().Sub(t0).Seconds()
 	// The calibration took a while: the link rate over the longer time
 	// since the first file arrived, past the connection's ramp, and the
 	// plan again for it (a re-plan takes a millisecond).
@@ -244,6 +249,30 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 	a.log.Info().Int("raws", len(kept)).Float64("measure_seconds", t1.Sub(t0).Seconds()).Float64("plan_seconds", a.cfg.Clock.Now().Sub(t1).Seconds()).
 		Float64("link_bytes_per_sec", p.pl.Res.LinkBytesPerSec).Int("requested_before", sw).Msg("planned beside the first epoch")
 	return sw, nil
+}
+
+// estimated is planner.Estimate's result, begun at at.
+type estimated struct {
+	prof    *profiler.Profile
+	unknown int
+	err     error
+	at      time.Time
+}
+
+// calibrate estimates the shard's profile calibrated on raws in the
+// background; the result comes on the channel.
+func (p *policyRun) calibrate(raws map[uint64][]byte, shard []uint64) <-chan estimated {
+	est := make(chan estimated, 1)
+	if len(raws) == 0 {
+		est <- estimated{err: errors.New("no calibration sample")}
+		return est
+	}
+	go func() {
+		at := p.a.cfg.Clock.Now()
+		prof, unknown, err := planner.Estimate(p.estimateInput(raws, shard))
+		est <- estimated{prof, unknown, err, at}
+	}()
+	return est
 }
 
 // linkSince is the epoch's bytes per second from first (when the first
@@ -312,13 +341,9 @@ func (p *policyRun) recalibrate(ctx context.Context, job *stage1Job, kept map[ui
 		return
 	}
 	maps.Copy(more, kept)
-	a, cat := p.a, p.cat
-	prof, _, err := planner.Estimate(planner.EstimateInput{
-		Pipeline: a.cfg.Pipeline, Seed: a.cfg.Seed, Epoch: a.cfg.FirstEpoch, Fingerprint: cat.Fingerprint,
-		Shard: job.shard, RawSizes: cat.RawSizes, Header: cat.Header, Raws: more,
-	})
+	prof, _, err := planner.Estimate(p.estimateInput(more, job.shard))
 	if err != nil {
-		a.log.Warn().Err(err).Msg("estimate not calibrated again: the first one stays")
+		p.a.log.Warn().Err(err).Msg("estimate not calibrated again: the first one stays")
 		return
 	}
 	p.recal = prof

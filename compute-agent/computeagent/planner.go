@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/fetch"
@@ -195,12 +196,31 @@ func (p *policyRun) measured(st planner.Stage1Result) {
 // sample), the run goes on as without it: No-Off, and stage 2 when stage 1
 // asks for it.
 func (p *policyRun) estimate(st planner.Stage1Result, shard []uint64) error {
-	a, pl, cat := p.a, p.pl, p.cat
-	t0 := a.cfg.Clock.Now()
-	prof, unknown, err := planner.Estimate(planner.EstimateInput{
+	t0 := p.a.cfg.Clock.Now()
+	prof, unknown, err := planner.Estimate(p.estimateInput(st.Raws, shard))
+	if err := p.planEstimate(prof, unknown, err, t0); err != nil {
+		return err
+	}
+	if prof != nil {
+		p.summary.Seconds += p.a.cfg.Clock.Now().Sub(t0).Seconds()
+	}
+	return nil
+}
+
+// estimateInput is planner.Estimate's input for the shard, calibrated on
+// raws.
+func (p *policyRun) estimateInput(raws map[uint64][]byte, shard []uint64) planner.EstimateInput {
+	a, cat := p.a, p.cat
+	return planner.EstimateInput{
 		Pipeline: a.cfg.Pipeline, Seed: a.cfg.Seed, Epoch: a.cfg.FirstEpoch, Fingerprint: cat.Fingerprint,
-		Shard: shard, RawSizes: cat.RawSizes, Header: cat.Header, Raws: st.Raws,
-	})
+		Shard: shard, RawSizes: cat.RawSizes, Header: cat.Header, Raws: raws,
+	}
+}
+
+// planEstimate plans from prof, the estimated profile (planner.Estimate's
+// result, begun at t0), or logs why there is none (err).
+func (p *policyRun) planEstimate(prof *profiler.Profile, unknown int, err error, t0 time.Time) error {
+	a, pl := p.a, p.pl
 	if err != nil {
 		a.log.Warn().Err(err).Msg("no plan from header estimates: stage 2 decides")
 		return nil
@@ -210,10 +230,8 @@ func (p *policyRun) estimate(st planner.Stage1Result, shard []uint64) error {
 	if err := pl.Replan(); err != nil {
 		return configErr("%v", err)
 	}
-	took := a.cfg.Clock.Now().Sub(t0).Seconds()
-	p.summary.Seconds += took
 	a.log.Info().Int("samples", len(prof.Samples)).Int("unknown_headers", unknown).
-		Float64("seconds", took).Msg("first epoch planned from header estimates")
+		Float64("seconds", a.cfg.Clock.Now().Sub(t0).Seconds()).Msg("first epoch planned from header estimates")
 	return nil
 }
 
