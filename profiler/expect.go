@@ -125,3 +125,30 @@ func line(xs, ys []float64) (a, b float64) {
 	b = sxy / sxx
 	return my - b*mx, b
 }
+
+// ScaleVarying is p with its epoch-varying sizes (the cuts' bytes, the
+// compressed sizes from the crop split on) times f, each capped at what it
+// cannot exceed (the file, the plain bytes); p is not changed, and f = 1
+// returns it. A planner calibrates f on what its plans' samples sent
+// against what it predicted for them.
+func (p *Profile) ScaleVarying(f float64) *Profile {
+	if p == nil || f == 1 || !(f > 0) {
+		return p
+	}
+	out := *p
+	out.Samples = slices.Clone(p.Samples)
+	for i := range out.Samples {
+		s := &out.Samples[i]
+		if s.HasCut() {
+			s.CutBytes = max(1, min(scale(s.CutBytes, f), s.Raw))
+		}
+		if p.CropSplit < 1 || p.CropSplit >= len(s.Compressed) {
+			continue
+		}
+		s.Compressed = slices.Clone(s.Compressed)
+		for k := p.CropSplit; k < len(s.Compressed) && k < len(s.Bytes); k++ {
+			s.Compressed[k] = max(1, min(scale(s.Compressed[k], f), s.Bytes[k]))
+		}
+	}
+	return &out
+}

@@ -68,3 +68,27 @@ func TestExpect(t *testing.T) {
 		t.Errorf("samples 1 and 2: compressed %d and %d, want half way from 100000 and 140000 to one point", q1, q2)
 	}
 }
+
+// TestScaleVarying: the cuts and the compressed sizes from the crop split
+// on scale, capped at the file and the plain bytes; the rest, and the
+// input, do not move.
+func TestScaleVarying(t *testing.T) {
+	p := &Profile{CropSplit: 2, Samples: []SampleProfile{
+		{ID: 1, Raw: 1000, CutBytes: 500, Bytes: []int64{1000, 9000, 3000, 3000}, Compressed: []int64{1000, 7000, 2000, 2950}},
+		{ID: 2, Raw: 1000, CutBytes: 990, Bytes: []int64{1000, 9000, 3000, 3000}, Compressed: []int64{1000, 7000, 2000, 2000}},
+	}}
+	q := p.ScaleVarying(1.1)
+	a, b := q.Samples[0], q.Samples[1]
+	if a.CutBytes != 550 || b.CutBytes != 1000 {
+		t.Errorf("cuts %d and %d, want 550 and 1000 (the file)", a.CutBytes, b.CutBytes)
+	}
+	if a.Compressed[1] != 7000 || a.Compressed[2] != 2200 || a.Compressed[3] != 3000 {
+		t.Errorf("compressed %v, want [1000 7000 2200 3000]", a.Compressed)
+	}
+	if p.Samples[0].CutBytes != 500 || p.Samples[0].Compressed[2] != 2000 {
+		t.Error("ScaleVarying changed its input")
+	}
+	if p.ScaleVarying(1) != p {
+		t.Error("a scale of 1 copied the profile")
+	}
+}

@@ -450,6 +450,12 @@ func (f *Fetcher) account(r *epoch.Request, resp *dataplanepb.FetchResponse, now
 		}
 		e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
 		e.storageOffEffNS.Add(int64(held))
+		if want, ok := e.runPlan().Varying(r.Sample); ok && resp.GetError() == nil {
+			if info, err := ops.ReadWireHeader(resp.GetData()); err == nil {
+				e.varBytes.Add(int64(info.StoredLen))
+				e.varPlanned.Add(want)
+			}
+		}
 	}
 	e.shedder().Received(r.Pos, asPlanned, held)
 }

@@ -73,6 +73,10 @@ type Epoch struct {
 	// of the samples served offloaded as planned: the drift check's
 	// prediction when storage agents answered some offloads raw.
 	offPlannedNS atomic.Int64
+	// varBytes and varPlanned sum the stored payload bytes and the plan's
+	// prediction of the samples served as planned at a split of varying
+	// size (planner.RunPlan.Varying).
+	varBytes, varPlanned atomic.Int64
 	// left is the estimated wire bytes of the positions not yet received;
 	// with the link rate (linkRate, or as measured since start) it gives
 	// each offload request its horizon.

@@ -36,6 +36,10 @@ type Offloads struct {
 	// PlannedNS is the plan's storage CPU estimate (RunPlan.Hint) of the
 	// samples served offloaded as planned.
 	PlannedNS int64
+	// Bytes and PlannedBytes are the stored payload bytes that arrived,
+	// and that the plan predicted (RunPlan.Varying), of the samples served
+	// as planned at a split whose size varies from epoch to epoch.
+	Bytes, PlannedBytes int64
 }
 
 // Planner holds a policy run's state between epochs.
@@ -103,6 +107,12 @@ type Planner struct {
 	Epoch uint64
 	// expected is Areas.Expect(expectedOf), kept while Prof is expectedOf.
 	expected, expectedOf *profiler.Profile
+	// sizeScale calibrates the epoch-varying sizes (profiler.ScaleVarying):
+	// what the plans' samples at such splits sent over what the plans
+	// predicted, as Drift measured it (0: not yet, 1); sizeSum and sizeN
+	// are the sum and count of the epochs' measurements it is the mean of.
+	sizeScale, sizeSum float64
+	sizeN              int
 	// speedFixed: the last epoch's observations refined the profile's
 	// costs, so Drift leaves the storage speed alone (its storage CPU
 	// check compares with the costs before the refinement).
@@ -176,7 +186,15 @@ func (pl *Planner) ForEpoch(epoch uint64) error {
 // profile is Prof with its epoch-varying sizes at their expected values
 // and its cuts scaled to Epoch's boxes (Areas: Expect, AtEpoch).
 func (pl *Planner) profile() *profiler.Profile {
-	return pl.Areas.AtEpoch(pl.meanProfile(), pl.Epoch)
+	return pl.Areas.AtEpoch(pl.meanProfile().ScaleVarying(pl.sizes()), pl.Epoch)
+}
+
+// sizes is sizeScale, 1 until Drift measured one.
+func (pl *Planner) sizes() float64 {
+	if pl.sizeScale > 0 {
+		return pl.sizeScale
+	}
+	return 1
 }
 
 // meanProfile is Prof with its epoch-varying sizes at their expected
@@ -309,6 +327,13 @@ func (pl *Planner) planCluster(p *profiler.Profile) (policy.Plan, error) {
 // waiting for a large drift.
 const StorageCalibration = 0.05
 
+// SizeCalibration is the relative error of the plan's epoch-varying sizes
+// (the cuts, the compressed crops: Offloads.Bytes against PlannedBytes)
+// past which a planned epoch calibrates them (Planner.sizeScale): about
+// the noise of one epoch's sum over a few hundred samples, well below the
+// bias a plan's selection keeps (3-5% on the generated sets).
+const SizeCalibration = 0.02
+
 // Drift compares an epoch run with plan ran against the plan's
 // assumptions, updates the resources where they drifted past the
 // threshold, and reports whether it did (the next epoch then runs a new
@@ -348,6 +373,21 @@ func (pl *Planner) Drift(r *report.EpochReport, m *Offloads, ran policy.Plan) (s
 			speed = 1
 		}
 		pl.Observe(profiler.MeasuredResources{StorageSpeed: speed * pred / got})
+	}
+	if o.PlannedBytes > 0 && o.Bytes > 0 {
+		// What the samples of varying size sent against the plan: the
+		// selection a plan makes on estimated sizes keeps a bias that
+		// profiler.Expect leaves (a few percent).
+		// Each epoch's ratio, times the scale its plan had, measures the
+		// bias; the scale is their mean over the planned epochs, as one
+		// epoch's sum is a few percent noisy.
+		ratio := float64(o.Bytes) / float64(o.PlannedBytes)
+		pl.sizeSum, pl.sizeN = pl.sizeSum+ratio*pl.sizes(), pl.sizeN+1
+		next := min(max(pl.sizeSum/float64(pl.sizeN), 0.5), 2)
+		if d := next / pl.sizes(); d > 1+SizeCalibration || d < 1-SizeCalibration {
+			why = append(why, fmt.Sprintf("varying sizes %.3f of planned", ratio))
+		}
+		pl.sizeScale = next
 	}
 	if r.Seconds > 0 && r.BytesReceived > 0 && res.LinkBytesPerSec > 0 {
 		got := float64(r.BytesReceived) / r.Seconds
@@ -483,6 +523,10 @@ type RunPlan struct {
 	// would otherwise count twice.
 	prio []uint32
 	cost []uint64
+	// varying, per entry, is the payload the plan predicts where the
+	// sample's split has a size that varies from epoch to epoch (a cut, or
+	// a compressed split from the crop on; profiler.Expect), else 0.
+	varying []uint32
 	// Speed is the planner's storage Speed (1 without a profile).
 	Speed float64
 	// nodes names the storage agents a cluster plan's Replica indexes;
@@ -510,11 +554,15 @@ func NewRunPlan(pl *policy.Plan, p *profiler.Profile, r policy.Resources) *RunPl
 		out.Speed = r.StorageSpeed
 	}
 	n := len(pl.Split)
-	out.prio, out.cost = make([]uint32, n), make([]uint64, n)
+	out.prio, out.cost, out.varying = make([]uint32, n), make([]uint64, n), make([]uint32, n)
 	for i := range min(n, len(p.Samples)) {
 		s := &p.Samples[i]
 		zstd := pl.Compress != nil && pl.Compress[i]
-		if bytes, ns, ok := offloadCost(s, pl.Split[i], zstd); ok && ns > 0 {
+		k := pl.Split[i]
+		if bytes, _, ok := offloadCost(s, k, zstd); ok && (k == policy.SplitCut || zstd && p.CropSplit > 0 && k >= p.CropSplit) {
+			out.varying[i] = uint32(min(bytes, math.MaxUint32))
+		}
+		if bytes, ns, ok := offloadCost(s, k, zstd); ok && ns > 0 {
 			out.cost[i] = uint64(ns)
 			if saved := float64(s.Raw) - bytes; saved > 0 {
 				out.prio[i] = uint32(min(saved/(ns/1e6), math.MaxUint32))
@@ -613,6 +661,19 @@ func (p *RunPlan) Caches() bool { return p != nil && slices.Contains(p.plan.Cach
 // Hinted reports whether the plan carries the planner's hints (it was
 // made from a profile).
 func (p *RunPlan) Hinted() bool { return p.prio != nil }
+
+// Varying is the payload the plan predicts for sample where its split's
+// size varies from epoch to epoch (see RunPlan.varying); ok is false
+// elsewhere.
+func (p *RunPlan) Varying(sample uint64) (bytes int64, ok bool) {
+	if p.varying == nil {
+		return 0, false
+	}
+	if i, found := p.Entry(sample); found && p.varying[i] > 0 {
+		return int64(p.varying[i]), true
+	}
+	return 0, false
+}
 
 // offloadCost is what sample s's offload at split k (compressed when zstd)
 // sends and costs the storage side on the profile's clock: the payload

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -317,5 +318,45 @@ func TestForEpoch(t *testing.T) {
 	}
 	if len(seen) < 2 {
 		t.Fatal("four epochs' plans send the same bytes: the boxes were not applied")
+	}
+}
+
+// TestDriftSizes: the epoch-varying sizes are calibrated on the mean of
+// what the epochs' samples of varying size sent over the plan; a change
+// of the calibration past SizeCalibration re-plans (the new plan predicts
+// more bytes for the same splits), one within it does not.
+func TestDriftSizes(t *testing.T) {
+	prof := policytest.SyntheticCut("openimages-like", 80, 5)
+	res := policy.Resources{LinkBytesPerSec: 12.5e6, StorageCores: 1, ComputeCores: 2, StorageSpeed: 1}
+	pl := &Planner{Name: policy.NameOptimal, Res: res, Prof: prof, Threshold: 0.2}
+	if err := pl.Replan(); err != nil {
+		t.Fatal(err)
+	}
+	var planned int64
+	for _, id := range pl.Plan.IDs {
+		if b, ok := pl.Run.Varying(id); ok {
+			planned += b
+		}
+	}
+	if planned == 0 {
+		t.Fatal("the plan has no sample of varying size (no cut, no compressed crop)")
+	}
+	r := &report.EpochReport{Seconds: 1, BytesReceived: 1}
+	if why, drifted := pl.Drift(r, &Offloads{Bytes: planned * 101 / 100, PlannedBytes: planned}, pl.Plan); drifted && strings.Contains(why, "varying") {
+		t.Fatalf("1%% off re-planned: %s", why)
+	}
+	before := pl.Plan.Pred.Bytes
+	split := slices.Clone(pl.Plan.Split)
+	why, drifted := pl.Drift(r, &Offloads{Bytes: planned * 106 / 100, PlannedBytes: planned}, pl.Plan)
+	// The scale is the mean of the epochs' ratios times their plans'
+	// scales: (1.01 x 1 + 1.06 x 1.01) / 2.
+	if !drifted || !strings.Contains(why, "varying sizes 1.060") || math.Abs(pl.sizes()-(1.01+1.06*1.01)/2) > 1e-4 {
+		t.Fatalf("6%% more: drift %v %q, scale %v", drifted, why, pl.sizes())
+	}
+	if err := pl.Replan(); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(split, pl.Plan.Split) && pl.Plan.Pred.Bytes <= before {
+		t.Errorf("same splits, predicted %v bytes, %v before: the sizes were not scaled", pl.Plan.Pred.Bytes, before)
 	}
 }
