@@ -163,6 +163,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.ProfilePath, "profile", s.ProfilePath, "stage 2 profile `file`: reused when valid for this dataset and pipeline (stage 2 skipped), else written")
 	fs.DurationVar(&s.ProfileBudget, "profile-budget", s.ProfileBudget, "time `limit` of each stage 1 measurement (link, compute CPU)")
 	fs.BoolVar(&s.ForceProfile, "force-profile", s.ForceProfile, "without a saved --profile, record one (stage 2: a No-Off first epoch) rather than plan from header estimates, even when the link is not the bottleneck")
+	fs.BoolVar(&s.NoRefine, "no-refine", s.NoRefine, "planning from header estimates, keep the estimate: do not refine it with what each epoch measures (every epoch runs the plan from the estimate alone, to compare it with a profiled plan)")
 	fs.Float64Var(&s.ReplanThreshold, "replan-threshold", s.ReplanThreshold, "relative drift of the measured link rate or storage CPU from the plan's `fraction` that triggers a re-plan")
 	fs.IntVar(&s.Epochs, "epochs", s.Epochs, "`epochs` to run")
 	fs.Uint64Var(&s.FirstEpoch, "first-epoch", s.FirstEpoch, "`number` of the first epoch (order and random draws depend on it)")

@@ -189,6 +189,11 @@ type RunOptions struct {
 	// epoch. False plans from the estimates (stage 2 only where the
 	// catalog has no headers, and when the link bounds the epoch).
 	ForceProfile bool `yaml:"force-profile"`
+	// NoRefine keeps a run that plans from header estimates on the
+	// estimate: the epochs' observations do not refine it (Planner.Learn),
+	// so every epoch runs the plan from the estimate alone (to compare it
+	// with a profiled plan). False refines.
+	NoRefine bool `yaml:"no-refine"`
 	// ReplanThreshold is the relative drift of a measured rate (link
 	// bytes/s, storage CPU per offloaded sample) from the plan's assumption
 	// that makes the agent re-plan for the next epoch. Zero means 0.2.

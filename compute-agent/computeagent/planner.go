@@ -139,7 +139,7 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 	s1.Quick = prof == nil && !cfg.ForceProfile && cat.HasHeaders()
 	pl := &planner.Planner{Log: a.log, Threshold: cfg.ReplanThreshold, ProfilePath: cfg.ProfilePath, Name: cfg.Policy,
 		Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }, CacheBytes: a.plannedCacheBytes(),
-		Areas: cat.CutAreas(cfg.Pipeline, cfg.Seed), Epoch: cfg.FirstEpoch}
+		Areas: cat.CutAreas(cfg.Pipeline, cfg.Seed), Epoch: cfg.FirstEpoch, NoRefine: cfg.NoRefine}
 	p := &policyRun{a: a, pl: pl, shard: len(shard), cat: cat}
 	if s1.Quick {
 		p.pending = &stage1Job{cfg: s1, srcs: srcs, shard: shard}

@@ -96,6 +96,8 @@ type Planner struct {
 	// when the run plans from it; nil for a saved or recorded profile.
 	// Learn refines it into Prof with what the epochs measured.
 	Est *profiler.Profile
+	// NoRefine makes Learn keep Est as it is (Config.NoRefine).
+	NoRefine bool
 	// learned is every observation Learn kept, by sample, split and codec.
 	learned map[obsKey]profiler.Observation
 	// Areas, when set, scales Prof's cuts to the boxes of the epoch the
@@ -135,7 +137,7 @@ type obsKey struct {
 // returns how many were new.
 func (pl *Planner) Learn(obs []profiler.Observation) int {
 	pl.speedFixed = false
-	if pl.Est == nil {
+	if pl.Est == nil || pl.NoRefine {
 		return 0
 	}
 	if pl.learned == nil {

@@ -261,6 +261,10 @@ func TestLearn(t *testing.T) {
 	if n := rec.Learn(obs); n != 0 || rec.Prof != est {
 		t.Errorf("a recorded profile's run learned %d", n)
 	}
+	kept := &Planner{Prof: est, Est: est, Source: report.PlanEstimate, NoRefine: true}
+	if n := kept.Learn(obs); n != 0 || kept.Prof != est || kept.Source != report.PlanEstimate {
+		t.Errorf("--no-refine learned %d (source %q)", n, kept.Source)
+	}
 }
 
 // TestForEpoch: with CutAreas the planner plans each epoch on that
