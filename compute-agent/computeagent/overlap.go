@@ -20,7 +20,7 @@ import (
 // catalog with headers) does not wait for stage 1: the first epoch starts
 // at once under a provisional plan that needs no measurement (provisional)
 // and stage 1 runs beside it on what the epoch measures
-// (planner.Stage1Beside): the link rate is the epoch's own (linkMeter),
+// (planner.Stage1Beside): the link rate is the epoch's own (planner.LinkMeter),
 // the calibration samples are the raw files of its first positions
 // (fetch.Opts.KeepRaw), and only the storage CPU's few samples at the crop
 // split (planner.ProbeStorage) are fetched apart. The provisional plan's
@@ -41,10 +41,6 @@ const provisionalName = "provisional"
 // epochs refine is calibrated again on all of them (recalibrate).
 const besideCalibration = 8
 
-// calibrationWait bounds the wait for the epoch's calibration samples; the
-// plan is then made from those that arrived.
-const calibrationWait = 2 * time.Second
-
 // relinkAfter is how long after the plan took over the first epoch the
 // link rate is measured again; relinkMargin how much higher it must be for
 // a new plan for the rest of the epoch.
@@ -58,19 +54,6 @@ type stage1Job struct {
 	cfg   *planner.Stage1Config
 	srcs  []planner.Source
 	shard []uint64 // the first epoch's shard, in its order
-}
-
-// beside is what stage 1 beside the first epoch hears from it: the raw
-// files it received, and the end of its run.
-type beside struct {
-	raws  <-chan rawFile
-	ended <-chan struct{}
-}
-
-// rawFile is a raw file the first epoch received.
-type rawFile struct {
-	sample uint64
-	raw    []byte
 }
 
 // provisional is the first epoch's plan until the estimate's plan is
@@ -124,10 +107,10 @@ func (p *policyRun) cheapest(num uint64, shard []uint64) func(uint64) float64 {
 func (p *policyRun) overlapped(num uint64) epochOpts {
 	job, cfg := p.pending, &p.a.cfg
 	p.pending = nil
-	raws := make(chan rawFile, planner.CalibrationSamples)
+	raws := make(chan planner.RawFile, planner.CalibrationSamples)
 	opts := epochOpts{Opts: fetch.Opts{Plan: p.provisional(job.shard), Observe: true, KeepRaw: func(s uint64, b []byte) {
 		select {
-		case raws <- rawFile{s, b}:
+		case raws <- planner.RawFile{Sample: s, Raw: b}:
 		default: // enough kept
 		}
 	}, First: p.cheapest(num, job.shard)}}
@@ -140,7 +123,7 @@ func (p *policyRun) overlapped(num uint64) epochOpts {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			switched, err = p.planBeside(ctx, job, e, beside{raws: raws, ended: ended})
+			switched, err = p.planBeside(ctx, job, e, planner.Beside{Raws: raws, Ended: ended})
 		}()
 		return func() { <-done }
 	}
@@ -188,7 +171,7 @@ func (p *policyRun) annotateOverlapped(r *report.EpochReport, e *fetch.Epoch, sw
 // plans from header estimates and hands e the plan for the positions not
 // yet requested. It returns how many positions were requested before (-1:
 // no plan, e runs the provisional plan to its end).
-func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epoch, ep beside) (int, error) {
+func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epoch, ep planner.Beside) (int, error) {
 	a := p.a
 	t0, b0 := a.cfg.Clock.Now(), e.BytesReceived()
 	var probe planner.StorageProbe
@@ -199,9 +182,9 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 		speed := job.shard[:min(len(job.shard), planner.QuickSpeedSamples)]
 		probe, probeErr = planner.ProbeStorage(ctx, job.cfg, job.srcs, speed)
 	}()
-	meter, stopMeter := startMeter(a.cfg.Clock.Now, e.BytesReceived)
+	meter, stopMeter := planner.StartLinkMeter(a.cfg.Clock.Now, e.BytesReceived)
 	defer stopMeter()
-	kept, first, err := collectRaws(ctx, ep, besideCalibration, a.cfg.Clock.Now, e.BytesReceived)
+	kept, first, err := planner.CollectRaws(ctx, ep, besideCalibration, a.cfg.Clock.Now, e.BytesReceived)
 	est := p.calibrate(kept, job.shard) // while the probe is out
 	<-probed
 	r := <-est
@@ -218,7 +201,7 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 	// The link's rate: the meter's, over the spans the link was busy,
 	// else (too few spans yet) bytes over time since the first file.
 	linkNow := func() float64 {
-		return max(meter.rate(), linkSince(first, t0, b0, a.cfg.Clock.Now(), e.BytesReceived()))
+		return max(meter.Rate(), planner.LinkSince(first, t0, b0, a.cfg.Clock.Now(), e.BytesReceived()))
 	}
 	st := planner.Stage1Beside(job.cfg, job.srcs, p.cat.RawSizes, job.shard, kept, probe, linkNow(), t0)
 	t1 := a.cfg.Clock.Now()
@@ -239,7 +222,7 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 	// does not yet fill.
 	select {
 	case <-ctx.Done():
-	case <-ep.ended:
+	case <-ep.Ended:
 	case <-time.After(relinkAfter):
 		if old := p.pl.Res.LinkBytesPerSec; p.faster(linkNow(), relinkMargin) == nil && p.pl.Res.LinkBytesPerSec != old {
 			p.swap(e)
@@ -275,68 +258,13 @@ func (p *policyRun) calibrate(raws map[uint64][]byte, shard []uint64) <-chan est
 	return est
 }
 
-// linkSince is the epoch's bytes per second from first (when the first
-// raw file arrived) to now, when it had received bytes; from (t0, b0), when
-// stage 1 began, where no file arrived.
-func linkSince(first mark, t0 time.Time, b0 int64, now time.Time, bytes int64) float64 {
-	if first.at.IsZero() {
-		first = mark{t0, b0}
-	}
-	if dt := now.Sub(first.at).Seconds(); dt > 0 {
-		return float64(bytes-first.bytes) / dt
-	}
-	return 0
-}
-
-// mark is when the epoch had received how many bytes.
-type mark struct {
-	at    time.Time
-	bytes int64
-}
-
-// collectRaws takes the first epoch's raw files from ep.raws until it has
-// n of them, calibrationWait has passed or the epoch's run ended (then
-// with those already sent); first is when the first arrived and the
-// epoch's bytes then (bytes).
-func collectRaws(ctx context.Context, ep beside, n int, now func() time.Time, bytes func() int64) (kept map[uint64][]byte, first mark, err error) {
-	kept = map[uint64][]byte{}
-	wait := time.NewTimer(calibrationWait)
-	defer wait.Stop()
-	take := func(r rawFile) {
-		if len(kept) == 0 {
-			first = mark{now(), bytes()}
-		}
-		kept[r.sample] = r.raw
-	}
-	for len(kept) < n {
-		select {
-		case <-ctx.Done():
-			return nil, first, ctx.Err()
-		case <-wait.C:
-			return kept, first, nil
-		case <-ep.ended:
-			for len(kept) < n {
-				select {
-				case r := <-ep.raws:
-					take(r)
-				default:
-					return kept, first, nil
-				}
-			}
-		case r := <-ep.raws:
-			take(r)
-		}
-	}
-	return kept, first, nil
-}
-
 // recalibrate estimates the shard again, calibrated on the raw files kept
 // and up to planner.CalibrationSamples in all with those still coming on
 // raws, for the estimate that the epochs' measurements refine from the
 // next plan on (p.recal, taken up after the first epoch): the first
 // epoch's plan was made on fewer, to start early.
-func (p *policyRun) recalibrate(ctx context.Context, job *stage1Job, kept map[uint64][]byte, ep beside) {
-	more, _, err := collectRaws(ctx, ep, planner.CalibrationSamples-len(kept), p.a.cfg.Clock.Now, func() int64 { return 0 })
+func (p *policyRun) recalibrate(ctx context.Context, job *stage1Job, kept map[uint64][]byte, ep planner.Beside) {
+	more, _, err := planner.CollectRaws(ctx, ep, planner.CalibrationSamples-len(kept), p.a.cfg.Clock.Now, func() int64 { return 0 })
 	if err != nil || len(more) == 0 || p.pl.Est == nil {
 		return
 	}

@@ -376,20 +376,8 @@ func (pl *Planner) Drift(r *report.EpochReport, m *Offloads, ran policy.Plan) (s
 		}
 		pl.Observe(profiler.MeasuredResources{StorageSpeed: speed * pred / got})
 	}
-	if o.PlannedBytes > 0 && o.Bytes > 0 {
-		// What the samples of varying size sent against the plan: the
-		// selection a plan makes on estimated sizes keeps a bias that
-		// profiler.Expect leaves (a few percent).
-		// Each epoch's ratio, times the scale its plan had, measures the
-		// bias; the scale is their mean over the planned epochs, as one
-		// epoch's sum is a few percent noisy.
-		ratio := float64(o.Bytes) / float64(o.PlannedBytes)
-		pl.sizeSum, pl.sizeN = pl.sizeSum+ratio*pl.sizes(), pl.sizeN+1
-		next := min(max(pl.sizeSum/float64(pl.sizeN), 0.5), 2)
-		if d := next / pl.sizes(); d > 1+SizeCalibration || d < 1-SizeCalibration {
-			why = append(why, fmt.Sprintf("varying sizes %.3f of planned", ratio))
-		}
-		pl.sizeScale = next
+	if w := pl.calibrateSizes(o); w != "" {
+		why = append(why, w)
 	}
 	if r.Seconds > 0 && r.BytesReceived > 0 && res.LinkBytesPerSec > 0 {
 		got := float64(r.BytesReceived) / r.Seconds
@@ -442,6 +430,28 @@ func (pl *Planner) Guard(r *report.EpochReport, noOff float64) string {
 	reason := fmt.Sprintf("guard: epoch took %.3f s, slower than No-Off's last measured %.3f s", r.Seconds, noOff)
 	pl.Log.Warn().Uint64("epoch", r.Epoch).Float64("seconds", r.Seconds).Float64("nooff_seconds", noOff).Msg("planned epoch slower than No-Off: re-planning")
 	return reason
+}
+
+// calibrateSizes takes up what the epoch's samples of varying size sent
+// against the plan (o.Bytes, o.PlannedBytes) into sizeScale, and says why
+// when that moved it past SizeCalibration (else ""). The selection a
+// plan makes on estimated sizes keeps a bias that profiler.Expect leaves
+// (a few percent). Each epoch's ratio, times the scale its plan had,
+// measures it; the scale is their mean over the planned epochs, as one
+// epoch's sum is a few percent noisy.
+func (pl *Planner) calibrateSizes(o Offloads) string {
+	if o.PlannedBytes <= 0 || o.Bytes <= 0 {
+		return ""
+	}
+	ratio := float64(o.Bytes) / float64(o.PlannedBytes)
+	pl.sizeSum, pl.sizeN = pl.sizeSum+ratio*pl.sizes(), pl.sizeN+1
+	next := min(max(pl.sizeSum/float64(pl.sizeN), 0.5), 2)
+	why := ""
+	if d := next / pl.sizes(); d > 1+SizeCalibration || d < 1-SizeCalibration {
+		why = fmt.Sprintf("varying sizes %.3f of planned", ratio)
+	}
+	pl.sizeScale = next
+	return why
 }
 
 // Observe folds one epoch's measurement into the saved profile's running

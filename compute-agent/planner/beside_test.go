@@ -1,4 +1,4 @@
-package computeagent
+package planner
 
 import (
 	"math"
@@ -10,7 +10,7 @@ import (
 // (nothing crossing for a while) does not count as a slower link, as it
 // does in bytes over time; with too few spans there is none.
 func TestLinkMeter(t *testing.T) {
-	var m linkMeter
+	var m LinkMeter
 	t0 := time.Unix(100, 0)
 	var b int64
 	// 0.1 s of nothing, then 1 s at 10 MB/s with 0.3 s stalled in the
@@ -22,18 +22,18 @@ func TestLinkMeter(t *testing.T) {
 		}
 		m.sample(at, b)
 	}
-	got := m.rate()
+	got := m.Rate()
 	if math.Abs(got-10e6) > 0.02*10e6 {
 		t.Errorf("rate %.0f B/s, want 10e6", got)
 	}
 	if avg := float64(b) / (1.3); avg > 0.8*got {
 		t.Errorf("bytes over time %.0f B/s is no lower than the meter's: the test has no stall", avg)
 	}
-	var short linkMeter
+	var short LinkMeter
 	for i := range 6 {
 		short.sample(t0.Add(time.Duration(i)*meterTick), int64(i)*1000)
 	}
-	if r := short.rate(); r != 0 {
+	if r := short.Rate(); r != 0 {
 		t.Errorf("rate %v from one span, want 0 (too few)", r)
 	}
 }
