@@ -254,8 +254,12 @@ func (e *Epoch) Queued() int {
 
 // Offloads is what e measured of its offloaded samples, for the planner.
 func (e *Epoch) Offloads() *planner.Offloads {
-	return &planner.Offloads{StorageNS: e.storageOffNS.Load(), StorageEffNS: e.storageOffEffNS.Load(), PlannedNS: e.offPlannedNS.Load(),
+	o := &planner.Offloads{StorageNS: e.storageOffNS.Load(), StorageEffNS: e.storageOffEffNS.Load(), PlannedNS: e.offPlannedNS.Load(),
 		Bytes: e.varBytes.Load(), PlannedBytes: e.varPlanned.Load()}
+	if o.PlannedNS > 0 {
+		o.StorageNS, o.StorageEffNS = e.planOffNS.Load(), e.planOffEffNS.Load()
+	}
+	return o
 }
 
 // Observations is what e saw of each sample it finished (Opts.Observe):

@@ -73,6 +73,10 @@ type Epoch struct {
 	// of the samples served offloaded as planned: the drift check's
 	// prediction when storage agents answered some offloads raw.
 	offPlannedNS atomic.Int64
+	// planOffNS and planOffEffNS are storageOffNS and storageOffEffNS of
+	// the samples offPlannedNS counts (served at the split the current
+	// plan lists them at).
+	planOffNS, planOffEffNS atomic.Int64
 	// varBytes and varPlanned sum the stored payload bytes and the plan's
 	// prediction of the samples served as planned at a split of varying
 	// size (planner.RunPlan.Varying).

@@ -34,7 +34,10 @@ type Offloads struct {
 	// than its budget; 0 from agents that do not report it.
 	StorageEffNS int64
 	// PlannedNS is the plan's storage CPU estimate (RunPlan.Hint) of the
-	// samples served offloaded as planned.
+	// samples served offloaded as planned, at the split this plan lists
+	// them at. With PlannedNS > 0, StorageNS and StorageEffNS are of those
+	// samples only (a first epoch's requests made under its provisional
+	// plan, before the Swap, are not this plan's).
 	PlannedNS int64
 	// Bytes and PlannedBytes are the stored payload bytes that arrived,
 	// and that the plan predicted (RunPlan.Varying), of the samples served
@@ -675,16 +678,23 @@ func (p *RunPlan) Caches() bool { return p != nil && slices.Contains(p.plan.Cach
 func (p *RunPlan) Hinted() bool { return p.prio != nil }
 
 // Varying is the payload the plan predicts for sample where its split's
-// size varies from epoch to epoch (see RunPlan.varying); ok is false
-// elsewhere.
-func (p *RunPlan) Varying(sample uint64) (bytes int64, ok bool) {
+// size varies from epoch to epoch (see RunPlan.varying) and the plan sends
+// it at split k (a request made under an earlier plan, before a Swap, is
+// not this plan's); ok is false elsewhere.
+func (p *RunPlan) Varying(sample uint64, k int) (bytes int64, ok bool) {
 	if p.varying == nil {
 		return 0, false
 	}
-	if i, found := p.Entry(sample); found && p.varying[i] > 0 {
+	if i, found := p.At(sample, k); found && p.varying[i] > 0 {
 		return int64(p.varying[i]), true
 	}
 	return 0, false
+}
+
+// At is sample's entry where the plan lists it at split k.
+func (p *RunPlan) At(sample uint64, k int) (int, bool) {
+	i, ok := p.Entry(sample)
+	return i, ok && p.plan.Split[i] == k
 }
 
 // offloadCost is what sample s's offload at split k (compressed when zstd)

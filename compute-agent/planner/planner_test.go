@@ -337,9 +337,12 @@ func TestDriftSizes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var planned int64
-	for _, id := range pl.Plan.IDs {
-		if b, ok := pl.Run.Varying(id); ok {
+	for i, id := range pl.Plan.IDs {
+		if b, ok := pl.Run.Varying(id, pl.Plan.Split[i]); ok {
 			planned += b
+			if _, other := pl.Run.Varying(id, pl.Plan.Split[i]+1); other {
+				t.Fatalf("sample %d: a prediction at a split the plan does not send it at", id)
+			}
 		}
 	}
 	if planned == 0 {
