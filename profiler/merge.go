@@ -68,44 +68,49 @@ func Merge(ps ...*Profile) (*Profile, error) {
 		out.Resources.Update(*p.Resources, w)
 	}
 	for _, id := range slices.Sorted(maps.Keys(byID)) {
-		recs := byID[id]
-		m := SampleProfile{ID: id}
-		var raw, bs, comp, cns, dns, opns, cut [][]int64
-		anyComp, allCut := false, true
-		for _, r := range recs {
-			raw = append(raw, []int64{r.Raw})
-			bs = append(bs, r.Bytes)
-			opns = append(opns, r.OpNS)
-			if len(r.Compressed) > 0 {
-				anyComp = true
-				comp = append(comp, r.Compressed)
-			} else {
-				comp = append(comp, r.Bytes)
-			}
-			if len(r.CompressNS) > 0 {
-				cns = append(cns, r.CompressNS)
-			}
-			if len(r.DecompressNS) > 0 {
-				dns = append(dns, r.DecompressNS)
-			}
-			allCut = allCut && r.HasCut()
-			cut = append(cut, []int64{r.CutBytes, r.CutNS, r.CutFinishNS})
-		}
-		m.Raw = meanOf(raw, 1)[0]
-		m.Bytes = meanOf(bs, n+1)
-		m.OpNS = meanOf(opns, n)
-		if anyComp {
-			m.Compressed = meanOf(comp, n+1)
-		}
-		m.CompressNS = meanOf(cns, n+1)
-		m.DecompressNS = meanOf(dns, n+1)
-		if allCut {
-			c := meanOf(cut, 3)
-			m.CutBytes, m.CutNS, m.CutFinishNS = c[0], c[1], c[2]
-		}
-		out.Samples = append(out.Samples, m)
+		out.Samples = append(out.Samples, mergeSample(id, byID[id], n))
 	}
 	return out, nil
+}
+
+// mergeSample is sample id's entry from its records recs (see Merge), for
+// a pipeline of n ops.
+func mergeSample(id uint64, recs []*SampleProfile, n int) SampleProfile {
+	m := SampleProfile{ID: id}
+	var raw, bs, comp, cns, dns, opns, cut [][]int64
+	anyComp, allCut := false, true
+	for _, r := range recs {
+		raw = append(raw, []int64{r.Raw})
+		bs = append(bs, r.Bytes)
+		opns = append(opns, r.OpNS)
+		if len(r.Compressed) > 0 {
+			anyComp = true
+			comp = append(comp, r.Compressed)
+		} else {
+			comp = append(comp, r.Bytes)
+		}
+		if len(r.CompressNS) > 0 {
+			cns = append(cns, r.CompressNS)
+		}
+		if len(r.DecompressNS) > 0 {
+			dns = append(dns, r.DecompressNS)
+		}
+		allCut = allCut && r.HasCut()
+		cut = append(cut, []int64{r.CutBytes, r.CutNS, r.CutFinishNS})
+	}
+	m.Raw = meanOf(raw, 1)[0]
+	m.Bytes = meanOf(bs, n+1)
+	m.OpNS = meanOf(opns, n)
+	if anyComp {
+		m.Compressed = meanOf(comp, n+1)
+	}
+	m.CompressNS = meanOf(cns, n+1)
+	m.DecompressNS = meanOf(dns, n+1)
+	if allCut {
+		c := meanOf(cut, 3)
+		m.CutBytes, m.CutNS, m.CutFinishNS = c[0], c[1], c[2]
+	}
+	return m
 }
 
 // meanOf is the element-wise mean of vs (each of length n), rounded half

@@ -185,22 +185,7 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed, dir string, addrs []
 			})
 		}
 	}
-	err := x.runProcess(ctx, b, client{procs: procs, during: during, progress: func(mbps float64) string {
-		got, _ := readReports(files)
-		done := len(got[0])
-		for _, rs := range got {
-			done = min(done, len(rs))
-		}
-		msg := fmt.Sprintf("%s: epoch %d/%d, link %.2f MB/s", label, done+1, x.cfg.Epochs, mbps)
-		if rs := got[0]; done > 0 {
-			e := rs[done-1]
-			msg += fmt.Sprintf(", epoch %d: %.2f s, %.1f samples/s", e.Epoch, e.Seconds, float64(e.Samples)/max(e.Seconds, 1e-9))
-			if len(got) > 1 {
-				msg += " (rank 0)"
-			}
-		}
-		return msg
-	}, collect: func(s *series) error {
+	err := x.runProcess(ctx, b, client{procs: procs, during: during, progress: x.progress(label, files), collect: func(s *series) error {
 		var err error
 		if ranks, err = readReports(files); err != nil {
 			return err
@@ -236,6 +221,28 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed, dir string, addrs []
 			Float64("predicted_seconds", e.PredictedSeconds).Bool("exactly_once", run.ExactlyOnce).Msg("run done")
 	}
 	return run
+}
+
+// progress is a policy run's progress line (label, the ranks' report
+// files) at the link's mbps: the epoch the slowest rank is in, and rank
+// 0's last epoch.
+func (x *experiment) progress(label string, files []rankFiles) func(mbps float64) string {
+	return func(mbps float64) string {
+		got, _ := readReports(files)
+		done := len(got[0])
+		for _, rs := range got {
+			done = min(done, len(rs))
+		}
+		msg := fmt.Sprintf("%s: epoch %d/%d, link %.2f MB/s", label, done+1, x.cfg.Epochs, mbps)
+		if rs := got[0]; done > 0 {
+			e := rs[done-1]
+			msg += fmt.Sprintf(", epoch %d: %.2f s, %.1f samples/s", e.Epoch, e.Seconds, float64(e.Samples)/max(e.Seconds, 1e-9))
+			if len(got) > 1 {
+				msg += " (rank 0)"
+			}
+		}
+		return msg
+	}
 }
 
 // ErrRanksDisagree: the compute agents' reports do not number their

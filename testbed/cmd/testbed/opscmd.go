@@ -50,14 +50,9 @@ func runOps(ctx context.Context, args []string, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if len(paths) == 0 {
-		return fmt.Errorf("ops: no JPEGs under %s", *data)
-	}
-	samples := make([][]byte, len(paths))
-	for i, path := range paths {
-		if samples[i], err = os.ReadFile(path); err != nil {
-			return err
-		}
+	samples, err := readAll(paths, *data)
+	if err != nil {
+		return err
 	}
 
 	// Pass 1: every op of every sample, one at a time.
@@ -87,20 +82,40 @@ func runOps(ctx context.Context, args []string, log zerolog.Logger) error {
 		return nil
 	}
 
-	// Pass 2: the whole pipeline, as a worker runs it, on one goroutine.
-	deadline := time.Now().Add(time.Duration(*bench * float64(time.Second)))
+	throughput(ctx, p, samples, *seed, time.Duration(*bench*float64(time.Second)))
+	return nil
+}
+
+// readAll reads the files at paths (the JPEGs under data).
+func readAll(paths []string, data string) ([][]byte, error) {
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("ops: no JPEGs under %s", data)
+	}
+	samples := make([][]byte, len(paths))
+	for i, path := range paths {
+		var err error
+		if samples[i], err = os.ReadFile(path); err != nil {
+			return nil, err
+		}
+	}
+	return samples, nil
+}
+
+// throughput is pass 2 of runOps: the whole pipeline over samples, as a
+// worker runs it, on one goroutine, for d; it prints images per second.
+func throughput(ctx context.Context, p *ops.Pipeline, samples [][]byte, seed uint64, d time.Duration) {
+	deadline := time.Now().Add(d)
 	start := time.Now()
 	n := 0
 	for epoch := uint64(1); time.Now().Before(deadline) && ctx.Err() == nil; epoch++ {
 		for i, raw := range samples {
-			if _, err := p.Run(ops.Key{Seed: *seed, Epoch: epoch, Sample: uint64(i)}, ops.Encoded(raw), 0, p.Len()); err == nil {
+			if _, err := p.Run(ops.Key{Seed: seed, Epoch: epoch, Sample: uint64(i)}, ops.Encoded(raw), 0, p.Len()); err == nil {
 				n++
 			}
 		}
 	}
 	secs := time.Since(start).Seconds()
 	fmt.Printf("\nthroughput: pipeline=%s images=%d seconds=%.2f img_per_s=%.1f (one goroutine)\n", p.Name(), n, secs, float64(n)/secs)
-	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
