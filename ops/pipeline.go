@@ -157,18 +157,56 @@ func (p *Pipeline) RunObservedLimited(key Key, in Value, from, to int, obs Obser
 func (p *Pipeline) run(key Key, in Value, from, to int, obs Observer, lim Limits) (Value, error) {
 	if from == SplitCut {
 		// ops[0:2] from the cut file, then the rest from split 2.
-		v, err := p.runCut(key, in, to, obs, lim)
+		if to < 2 || to > len(p.ops) {
+			return nil, &SampleError{Sample: key.Sample, Err: wrapf(ErrSplit, "ops [cut:%d] of %d", to, len(p.ops))}
+		}
+		var start time.Time
+		if obs != nil {
+			start = time.Now()
+		}
+		v, err := p.finishCut(key, in, lim)
 		if err != nil {
-			return nil, err
+			return nil, &SampleError{Sample: key.Sample, Op: "cut", Err: err}
+		}
+		if obs != nil {
+			obs(1, v, time.Since(start))
 		}
 		in, from = v, 2
 	}
-	if err := p.check(key, in, from, to, lim); err != nil {
-		return nil, err
+	if from < 0 || to > len(p.ops) || from > to {
+		return nil, &SampleError{Sample: key.Sample, Err: wrapf(ErrSplit, "ops [%d:%d] of %d", from, to, len(p.ops))}
+	}
+	if in == nil || in.Kind() != p.KindAt(from) {
+		op := ""
+		if from < len(p.ops) {
+			op = p.ops[from].Name()
+		}
+		got := "nil"
+		if in != nil {
+			got = in.Kind().String()
+		}
+		return nil, &SampleError{Sample: key.Sample, Op: op, Err: wrapf(ErrKind, "split %d takes %s, got %s", from, p.KindAt(from), got)}
 	}
 	var r Rand
 	v := in
 	limited := lim != Limits{}
+	if lim.MaxOutputBytes > 0 || lim.MaxResultBytes > 0 {
+		// Every op's output size follows from the input's dimensions (the
+		// JPEG header's for a decode) and the ops' parameters, so check the
+		// whole run before anything is allocated. The ops run one by one,
+		// fused or from a split, refuse exactly the same.
+		s := shapeOf(in)
+		for j := from; j < to; j++ {
+			op := limitOp(p.ops[j], lim)
+			var err error
+			if s, err = checkedShape(op, s, lim); err == nil && j == to-1 {
+				err = checkOutput(op.Name(), s, lim.MaxResultBytes)
+			}
+			if err != nil {
+				return nil, &SampleError{Sample: key.Sample, Op: op.Name(), Err: err}
+			}
+		}
+	}
 	for j := from; j < to; j++ {
 		op := p.ops[j]
 		if !lim.Deadline.IsZero() {
@@ -210,64 +248,6 @@ func (p *Pipeline) run(key Key, in Value, from, to int, obs Observer, lim Limits
 		v = out
 	}
 	return v, nil
-}
-
-// runCut runs ops [0:2] of a pipeline that can cut from the cut file in
-// (SplitCut), for a run to op to.
-func (p *Pipeline) runCut(key Key, in Value, to int, obs Observer, lim Limits) (Value, error) {
-	if to < 2 || to > len(p.ops) {
-		return nil, &SampleError{Sample: key.Sample, Err: wrapf(ErrSplit, "ops [cut:%d] of %d", to, len(p.ops))}
-	}
-	var start time.Time
-	if obs != nil {
-		start = time.Now()
-	}
-	v, err := p.finishCut(key, in, lim)
-	if err != nil {
-		return nil, &SampleError{Sample: key.Sample, Op: "cut", Err: err}
-	}
-	if obs != nil {
-		obs(1, v, time.Since(start))
-	}
-	return v, nil
-}
-
-// check refuses a run of ops [from:to] on in before any op runs: a split
-// out of range, an input of the wrong kind, or an op's output above lim.
-// Every op's output size follows from the input's dimensions (the JPEG
-// header's for a decode) and the ops' parameters, so the whole run is
-// checked before anything is allocated; the ops run one by one, fused or
-// from a split, refuse exactly the same.
-func (p *Pipeline) check(key Key, in Value, from, to int, lim Limits) error {
-	if from < 0 || to > len(p.ops) || from > to {
-		return &SampleError{Sample: key.Sample, Err: wrapf(ErrSplit, "ops [%d:%d] of %d", from, to, len(p.ops))}
-	}
-	if in == nil || in.Kind() != p.KindAt(from) {
-		op := ""
-		if from < len(p.ops) {
-			op = p.ops[from].Name()
-		}
-		got := "nil"
-		if in != nil {
-			got = in.Kind().String()
-		}
-		return &SampleError{Sample: key.Sample, Op: op, Err: wrapf(ErrKind, "split %d takes %s, got %s", from, p.KindAt(from), got)}
-	}
-	if lim.MaxOutputBytes <= 0 && lim.MaxResultBytes <= 0 {
-		return nil
-	}
-	s := shapeOf(in)
-	for j := from; j < to; j++ {
-		op := limitOp(p.ops[j], lim)
-		var err error
-		if s, err = checkedShape(op, s, lim); err == nil && j == to-1 {
-			err = checkOutput(op.Name(), s, lim.MaxResultBytes)
-		}
-		if err != nil {
-			return &SampleError{Sample: key.Sample, Op: op.Name(), Err: err}
-		}
-	}
-	return nil
 }
 
 // checkedShape returns the shape of op's output for an input of shape in and
