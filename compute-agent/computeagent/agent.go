@@ -257,7 +257,10 @@ func (a *Agent) runEpochs(ctx context.Context, src epochSourceFunc, next func(i 
 		}
 		opts := next(i, num)
 		opts.trainer = req
-		r, err := a.runEpoch(ctx, num, opts)
+		r, err := report.EpochReport{}, opts.err
+		if err == nil {
+			r, err = a.runEpoch(ctx, num, opts)
+		}
 		if errors.Is(err, errEpochSkipped) {
 			continue
 		}
@@ -526,6 +529,9 @@ type epochOpts struct {
 	// then, before the epoch's report is completed (a policy run's stage
 	// 1 beside its first epoch: overlap.go).
 	started func(ctx context.Context, e *fetch.Epoch, ended <-chan struct{}) (wait func())
+	// err, when set, fails the epoch before it starts (a plan that could
+	// not be made).
+	err error
 }
 
 // errEpochSkipped: the state dir says the epoch completed before a

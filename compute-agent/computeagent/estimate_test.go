@@ -100,13 +100,7 @@ func TestPlanFromEstimates(t *testing.T) {
 // hash.
 func epochSHAs(t *testing.T, rec *recorder, e uint64) map[uint64][32]byte {
 	t.Helper()
-	got := rec.epoch(e)
-	checkOnce(t, got, allSamples())
-	m := map[uint64][32]byte{}
-	for _, d := range got {
-		m[d.sample] = d.sha
-	}
-	return m
+	return shasOf(t, rec, e, allSamples())
 }
 
 // slowFirst is a consumer that takes d per sample of epoch 0 and no time

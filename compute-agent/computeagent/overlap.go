@@ -82,7 +82,7 @@ func (p *policyRun) provisional(shard []uint64) *planner.RunPlan {
 // bytes. The calibration samples (raw) keep their order, in which the
 // storage probe's come first. Nil where the pipeline cannot cut.
 func (p *policyRun) cheapest(num uint64, shard []uint64) func(uint64) float64 {
-	areas := p.cat.CutAreas(p.a.cfg.Pipeline, p.a.cfg.Seed)
+	areas := p.pl.Areas
 	if areas == nil {
 		return nil
 	}
@@ -157,9 +157,7 @@ func (p *policyRun) annotateOverlapped(r *report.EpochReport, e *fetch.Epoch, sw
 	} else if pl.Prof != nil {
 		if r.Refined = pl.Learn(e.Observations()); r.Refined > 0 {
 			r.Replanned, r.ReplanReason = true, fmt.Sprintf("refined: %d samples measured", r.Refined)
-			if err := pl.Replan(); err != nil {
-				return configErr("%v", err)
-			}
+			pl.Invalidate() // the next epoch's plan (next)
 		}
 		return nil
 	}

@@ -237,14 +237,16 @@ func (p *policyRun) planEstimate(prof *profiler.Profile, unknown int, err error,
 
 // next is the options of the policy run's i-th epoch, number num: No-Off
 // (recording stage 2 when stage 1 asked for it) until there is a profile,
-// then the current plan, for num's own crop boxes (Planner.ForEpoch).
+// then the current plan, re-planned for num's own crop boxes and after a
+// drift (Planner.ForEpoch); a plan that cannot be made fails the epoch
+// (epochOpts.err).
 func (p *policyRun) next(i int, num uint64) epochOpts {
 	if p.pending != nil {
 		return p.overlapped(num)
 	}
 	pl, cfg := p.pl, &p.a.cfg
 	if err := pl.ForEpoch(num); err != nil {
-		p.a.log.Warn().Err(err).Uint64("epoch", num).Msg("no plan for the epoch's own crop boxes: the last plan runs")
+		return epochOpts{err: configErr("%v", err)}
 	}
 	opts := epochOpts{Opts: fetch.Opts{Plan: planner.NewRunPlan(NoOff(), nil, policy.Resources{}), LinkRate: pl.Res.LinkBytesPerSec, StorageCores: pl.Res.StorageCores}}
 	predicted, bound, cacheBound := p.d.PredictedNoOffSeconds, 0.0, 0.0
@@ -327,10 +329,10 @@ func (p *policyRun) annotate(r *report.EpochReport, e *fetch.Epoch, rec *profile
 			why = strings.TrimPrefix(why+"; "+g, "; ")
 		}
 		if why != "" || drifted {
+			// Re-planned once, for the epoch that runs next and its
+			// boxes (next), not here for the one that ran.
 			r.Replanned, r.ReplanReason = true, why
-			if err := pl.Replan(); err != nil {
-				return configErr("%v", err)
-			}
+			pl.Invalidate()
 			return nil
 		}
 	}

@@ -89,8 +89,15 @@ func policyIDs() []uint64 {
 // shas maps each delivered sample of epoch e to its tensor's hash.
 func shas(t *testing.T, rec *recorder, e uint64) map[uint64][32]byte {
 	t.Helper()
+	return shasOf(t, rec, e, policyIDs())
+}
+
+// shasOf maps each sample of epoch e, checked delivered exactly once of
+// ids, to its tensor's hash.
+func shasOf(t *testing.T, rec *recorder, e uint64, ids []uint64) map[uint64][32]byte {
+	t.Helper()
 	got := rec.epoch(e)
-	checkOnce(t, got, policyIDs())
+	checkOnce(t, got, ids)
 	m := map[uint64][32]byte{}
 	for _, d := range got {
 		m[d.sample] = d.sha

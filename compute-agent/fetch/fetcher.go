@@ -445,15 +445,16 @@ func (f *Fetcher) account(r *epoch.Request, resp *dataplanepb.FetchResponse, now
 	held := float64(resp.GetStorageBudgetNs()) * f.share()
 	if asPlanned {
 		plan := e.runPlan()
-		if _, this := plan.At(r.Sample, r.Split); this && plan.Hinted() {
-			_, c := plan.Hint(r.Sample)
+		i, this := plan.At(r.Sample, r.Split)
+		if this && plan.Hinted() {
+			_, c := plan.HintAt(i)
 			e.offPlannedNS.Add(int64(float64(c) / plan.Speed))
 			e.planOffNS.Add(int64(resp.GetStorageCpuNs()))
 			e.planOffEffNS.Add(int64(held))
 		}
 		e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
 		e.storageOffEffNS.Add(int64(held))
-		if want, ok := plan.Varying(r.Sample, r.Split); ok && resp.GetError() == nil {
+		if want, ok := plan.VaryingAt(i); this && ok && resp.GetError() == nil {
 			if info, err := ops.ReadWireHeader(resp.GetData()); err == nil {
 				e.varBytes.Add(int64(info.StoredLen))
 				e.varPlanned.Add(want)

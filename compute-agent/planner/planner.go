@@ -110,6 +110,8 @@ type Planner struct {
 	Areas *profiler.CutAreas
 	// Epoch is the epoch the current plan is for (ForEpoch).
 	Epoch uint64
+	// stale: the plan is out of date (Invalidate) until the next Replan.
+	stale bool
 	// expected is Areas.Expect(expectedOf), kept while Prof is expectedOf.
 	expected, expectedOf *profiler.Profile
 	// sizeScale calibrates the epoch-varying sizes (profiler.ScaleVarying):
@@ -178,15 +180,21 @@ func (pl *Planner) Learn(obs []profiler.Observation) int {
 }
 
 // ForEpoch re-plans for epoch's crop boxes, where there is a profile and
-// the plan is for another epoch's (Areas set).
+// the plan is for another epoch's (Areas set) or out of date
+// (Invalidate).
 func (pl *Planner) ForEpoch(epoch uint64) error {
-	if pl.Areas == nil || pl.Prof == nil || epoch == pl.Epoch {
-		pl.Epoch = epoch
+	changed := pl.Areas != nil && epoch != pl.Epoch
+	pl.Epoch = epoch
+	if pl.Prof == nil || !changed && !pl.stale {
 		return nil
 	}
-	pl.Epoch = epoch
 	return pl.Replan()
 }
+
+// Invalidate marks the plan as out of date (an epoch drifted or refined
+// the profile): the next ForEpoch re-plans, once, for the epoch it is
+// for.
+func (pl *Planner) Invalidate() { pl.stale = true }
 
 // profile is Prof with its epoch-varying sizes at their expected values
 // and its cuts scaled to Epoch's boxes (Areas: Expect, AtEpoch).
@@ -218,6 +226,7 @@ func (pl *Planner) meanProfile() *profiler.Profile {
 // Replan plans with the current profile, for Epoch's crop boxes, and the
 // current resources.
 func (pl *Planner) Replan() error {
+	pl.stale = false
 	pl.Res.CacheBytes = pl.CacheBytes
 	p, r := pl.profile(), pl.Res
 	var plan policy.Plan
@@ -632,13 +641,18 @@ func (p *RunPlan) Split(sample uint64, pipe *ops.Pipeline, n int) (int, error) {
 // storage CPU estimate (ns on the profile's clock); zeros for raw and for
 // a plan without a profile.
 func (p *RunPlan) Hint(sample uint64) (uint32, uint64) {
+	if i, ok := p.Entry(sample); ok {
+		return p.HintAt(i)
+	}
+	return 0, 0
+}
+
+// HintAt is Hint of the plan's entry i (RunPlan.At).
+func (p *RunPlan) HintAt(i int) (uint32, uint64) {
 	if p.prio == nil {
 		return 0, 0
 	}
-	if i, ok := p.Entry(sample); ok {
-		return p.prio[i], p.cost[i]
-	}
-	return 0, 0
+	return p.prio[i], p.cost[i]
 }
 
 // Replica is the storage agent the plan chose to serve sample, by name;
@@ -677,21 +691,18 @@ func (p *RunPlan) Caches() bool { return p != nil && slices.Contains(p.plan.Cach
 // made from a profile).
 func (p *RunPlan) Hinted() bool { return p.prio != nil }
 
-// Varying is the payload the plan predicts for sample where its split's
-// size varies from epoch to epoch (see RunPlan.varying) and the plan sends
-// it at split k (a request made under an earlier plan, before a Swap, is
-// not this plan's); ok is false elsewhere.
-func (p *RunPlan) Varying(sample uint64, k int) (bytes int64, ok bool) {
-	if p.varying == nil {
+// VaryingAt is the payload the plan predicts for its entry i where that
+// sample's split has a size that varies from epoch to epoch (see
+// RunPlan.varying); ok is false elsewhere.
+func (p *RunPlan) VaryingAt(i int) (bytes int64, ok bool) {
+	if p.varying == nil || p.varying[i] == 0 {
 		return 0, false
 	}
-	if i, found := p.At(sample, k); found && p.varying[i] > 0 {
-		return int64(p.varying[i]), true
-	}
-	return 0, false
+	return int64(p.varying[i]), true
 }
 
-// At is sample's entry where the plan lists it at split k.
+// At is sample's entry where the plan lists it at split k (a request made
+// under an earlier plan, before a Swap, is not this plan's).
 func (p *RunPlan) At(sample uint64, k int) (int, bool) {
 	i, ok := p.Entry(sample)
 	return i, ok && p.plan.Split[i] == k

@@ -338,11 +338,12 @@ func TestDriftSizes(t *testing.T) {
 	}
 	var planned int64
 	for i, id := range pl.Plan.IDs {
-		if b, ok := pl.Run.Varying(id, pl.Plan.Split[i]); ok {
+		j, at := pl.Run.At(id, pl.Plan.Split[i])
+		if _, other := pl.Run.At(id, pl.Plan.Split[i]+1); !at || other || j != i {
+			t.Fatalf("sample %d: At finds entry %d (%v) at its split, %v at another", id, j, at, other)
+		}
+		if b, ok := pl.Run.VaryingAt(j); ok {
 			planned += b
-			if _, other := pl.Run.Varying(id, pl.Plan.Split[i]+1); other {
-				t.Fatalf("sample %d: a prediction at a split the plan does not send it at", id)
-			}
 		}
 	}
 	if planned == 0 {
@@ -365,5 +366,29 @@ func TestDriftSizes(t *testing.T) {
 	}
 	if slices.Equal(split, pl.Plan.Split) && pl.Plan.Pred.Bytes <= before {
 		t.Errorf("same splits, predicted %v bytes, %v before: the sizes were not scaled", pl.Plan.Pred.Bytes, before)
+	}
+}
+
+// TestInvalidate: a plan marked out of date is re-planned by the next
+// ForEpoch even for the same epoch and without per-epoch boxes, once; an
+// up-to-date one is not.
+func TestInvalidate(t *testing.T) {
+	prof := policytest.SyntheticCut("imagenet-like", 40, 2)
+	pl := &Planner{Name: policy.NameOptimal, Res: policy.Resources{LinkBytesPerSec: 12.5e6, StorageCores: 1, ComputeCores: 2, StorageSpeed: 1}, Prof: prof}
+	if err := pl.Replan(); err != nil {
+		t.Fatal(err)
+	}
+	first := pl.Run
+	if err := pl.ForEpoch(1); err != nil || pl.Run != first {
+		t.Fatalf("an up-to-date plan without boxes was re-planned (%v)", err)
+	}
+	pl.Res.LinkBytesPerSec = 3e6 // what a drift would change
+	pl.Invalidate()
+	if err := pl.ForEpoch(1); err != nil || pl.Run == first || pl.Plan.Pred.Seconds <= 0 {
+		t.Fatalf("an invalidated plan was not re-planned (%v)", err)
+	}
+	again := pl.Run
+	if err := pl.ForEpoch(1); err != nil || pl.Run != again {
+		t.Fatalf("re-planned twice for one invalidation (%v)", err)
 	}
 }
