@@ -286,7 +286,10 @@ class CopyTest(AgentTest):
 
     def test_zero_copy_uint8_normalised_batch_releases_at_once(self):
         agent = self.agent(samples=12, batch_size=4)
-        images, _ = next(iter(self.loader(copy=False)))
+        # Holds the iterator: a dropped one closes the connection, and the
+        # agent, still sending, may then never read the RELEASE.
+        it = iter(self.loader(copy=False))
+        images, _ = next(it)
         self.assertTrue(wait_for(lambda: any(r["batch"] == 0 for r in agent.releases)))
         self.assertEqual(images.dtype, torch.float32)
 
