@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -314,5 +315,67 @@ func TestCacheWarmEpoch(t *testing.T) {
 		if got != c.fills || !r.Profiled {
 			t.Errorf("%s: profiling epoch filled %d entries (cache %+v), want %d", c.policy, got, r.Cache, c.fills)
 		}
+	}
+}
+
+// stallEpoch is a consumer that holds epoch's first batch until release
+// closes (or ctx ends).
+type stallEpoch struct {
+	epoch   uint64
+	held    chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *stallEpoch) Consume(ctx context.Context, b *Batch) error {
+	if b.Epoch == s.epoch {
+		s.once.Do(func() { close(s.held) })
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+		}
+	}
+	return ctx.Err()
+}
+
+// TestCacheHitsDoNotHoldRequests: a cache hit waiting for a worker does
+// not hold back the requests after it. With the consumer stalled, the
+// workers stop, and every miss of the epoch still reaches the storage
+// agent (the window allows them all), so that a storage agent can work
+// ahead of the link while the compute node finishes hits.
+func TestCacheHitsDoNotHoldRequests(t *testing.T) {
+	n := &memNet{}
+	fake := newFake(t, "s")
+	n.serve(t, "s:1", fake)
+	p := testPipeline(t)
+	cfg, _ := testConfig(t, n, "s:1")
+	cfg.Plan = cachedPlan(t, p).Plan
+	cfg.Epochs = 2
+	cfg.Window = testSamples
+	cfg.CacheDir, cfg.CacheBytes = t.TempDir(), 64<<20
+	stall := &stallEpoch{epoch: 1, held: make(chan struct{}), release: make(chan struct{})}
+	cfg.Consumer = stall
+	want := int64(testSamples + testSamples/2) // epoch 0 fetches all, epoch 1 the misses
+	done := make(chan error, 1)
+	go func() {
+		_, err := runAgent(t, cfg)
+		done <- err
+	}()
+	select {
+	case <-stall.held:
+	case err := <-done:
+		t.Fatalf("the run ended before epoch 1's first batch: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for fake.requests.Load() < want && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	got := fake.requests.Load()
+	close(stall.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatalf("with the consumer stalled in epoch 1 the storage agent got %d requests, want %d: hits waiting for a worker held the misses back", got, want)
 	}
 }

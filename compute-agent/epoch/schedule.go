@@ -285,7 +285,7 @@ type Request struct {
 	Sample uint64
 	Split  int
 	Bytes  int64 // window bytes held: the estimate, then the actual size
-	CPU    int64 // window storage CPU held: the estimate (ns)
+	CPU    int64 // window storage CPU held until answered: the estimate (ns)
 	Est    int64 // the estimate
 	Sent   time.Time
 	// Hedged marks a request of a stalled stream whose position was put
@@ -304,7 +304,8 @@ type Window struct {
 	Count     int
 	laneCount [2]int // count by lane
 	Bytes     int64
-	// CPU is the storage CPU estimate (ns) of the requests in flight;
+	// CPU is the storage CPU estimate (ns) of the requests in flight (not
+	// yet answered);
 	// MaxCPU, when positive, bounds it (fetcher.pace).
 	CPU, MaxCPU int64
 	nextTag     uint64
@@ -366,7 +367,7 @@ func (s *Schedule) Take(w *Window, est func(pos int) (int64, uint64, int)) (r *R
 // Claim accepts the response for tag on w's current stream, whose wire
 // size is actual. It returns nil for an unknown tag or a position already
 // received (dup reports the latter). The request keeps its window slot
-// until release.
+// and bytes until release; its storage CPU leaves the window now.
 func (s *Schedule) Claim(w *Window, tag uint64, actual int64) (r *Request, dup bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -383,7 +384,17 @@ func (s *Schedule) Claim(w *Window, tag uint64, actual int64) (r *Request, dup b
 	w.Bytes += actual - r.Bytes
 	r.Bytes = actual
 	s.receivedLocked(r.Pos)
-	if s.nRecv == s.n {
+	wake := s.nRecv == s.n
+	if r.CPU != 0 {
+		// The storage agent's work is done: its CPU leaves the window
+		// now, not once a worker finished the sample. Workers busy with
+		// other samples (cache hits) would otherwise keep the storage
+		// agent's queue short and the link waiting on it.
+		w.CPU -= r.CPU
+		r.CPU = 0
+		wake = true
+	}
+	if wake {
 		s.broadcastLocked()
 	}
 	return r, false

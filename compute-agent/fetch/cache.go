@@ -30,6 +30,12 @@ import (
 type cacheState struct {
 	view *cache.View // nil: no cache this epoch
 	want []bool      // by position
+	// queued carries the claimed hits to the workers (nil: no cache this
+	// epoch). It is buffered so that a fetcher's request loop hands a hit
+	// over and goes on to the next request: a loop that waited for a free
+	// worker at every hit sent the storage agents their requests at the
+	// finishing rate, so they could not work ahead of the link.
+	queued chan work
 	// The epoch's counts (report.CacheStats).
 	wanted                                 int
 	hits, misses, fills, refills, readByte atomic.Int64
@@ -73,7 +79,11 @@ func (e *Epoch) prepareCache() {
 			e.cc.wanted++
 		}
 	}
+	e.cc.queued = make(chan work, min(e.cc.wanted, maxQueuedHits))
 }
+
+// maxQueuedHits bounds the hits waiting for a worker (Fetcher.local).
+const maxQueuedHits = 8192
 
 // hit reports whether position pos is served from the cache. A profiling
 // epoch (stage 2 records every sample from its raw bytes) takes no hit of
@@ -82,9 +92,10 @@ func (e *Epoch) hit(pos int) bool {
 	return e.cc.want != nil && e.cc.want[pos] && (e.rec == nil || e.cc.view.Split() == 0) && e.cc.view.Has(e.order[pos])
 }
 
-// local claims r, a cache hit, without sending it and hands it to the
-// workers. The hand-off waits on the epoch's ctx: a claimed position is
-// never dropped.
+// local claims r, a cache hit, without sending it and queues it for the
+// workers (cacheState.queued). The hand-off waits on the epoch's ctx only
+// when maxQueuedHits hits wait already: a claimed position is never
+// dropped.
 func (f *Fetcher) local(epochCtx context.Context, r *epoch.Request) error {
 	e := f.e
 	r, dup := e.sched.Claim(&f.w, r.Tag, 0)
@@ -93,7 +104,7 @@ func (f *Fetcher) local(epochCtx context.Context, r *epoch.Request) error {
 	}
 	e.left.Add(-r.Est)
 	select {
-	case e.work <- work{f: f, r: r, local: true}:
+	case e.cc.queued <- work{f: f, r: r, local: true}:
 		return nil
 	case <-epochCtx.Done():
 		return epochCtx.Err()

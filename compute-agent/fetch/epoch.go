@@ -64,7 +64,6 @@ func NewEpoch(cfg *Config, num uint64, cat *Catalog, sh Shard, opts Opts) *Epoch
 		cfg: cfg, num: num, cat: cat, order: sh.Order, split: sh.Split, rec: opts.Rec, observing: opts.Observe, keepRaw: opts.KeepRaw,
 		linkRate: opts.LinkRate, storageCores: opts.StorageCores, resumed: sh.Resumed, padded: sh.Padded, warm: opts.WarmCache, first: opts.First,
 		log:     cfg.Log.With().Uint64("epoch", num).Logger(),
-		work:    make(chan work),
 		queue:   make(chan epoch.Item, cfg.Queue*cfg.Batch),
 		batches: make(chan *Batch),
 		bySplit: splitCounter{},

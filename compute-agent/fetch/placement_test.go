@@ -200,7 +200,7 @@ func TestAnnouncedRefused(t *testing.T) {
 
 // TestScheduleCPUCap: a window whose storage CPU estimate is full takes
 // raw positions past the offloaded ones it cannot queue, and offloads
-// again once CPU is released.
+// again once an offload is answered or released.
 func TestScheduleCPUCap(t *testing.T) {
 	off := []bool{true, true, true, true, false, false, false, false}
 	s := epoch.NewSchedule(len(off), 0, 1, off)
@@ -233,6 +233,21 @@ func TestScheduleCPUCap(t *testing.T) {
 	}
 	if r, _, _ := s.Take(w, estOff); r == nil || r.Pos != 2 || w.CPU != 20 {
 		t.Fatalf("after releasing an offload: took %v, want position 2", r)
+	}
+	// An answered offload's CPU leaves the window at once, before its
+	// worker releases it (its slot and bytes stay held until then).
+	var tag uint64
+	for _, r := range w.Outstanding {
+		if r.Pos == 1 {
+			tag = r.Tag
+		}
+	}
+	count := w.Count
+	if r, _ := s.Claim(w, tag, 1); r == nil || w.CPU != 10 || w.Count != count {
+		t.Fatalf("after the answer to position 1: %d ns of CPU and %d requests held, want 10 and %d", w.CPU, w.Count, count)
+	}
+	if r, _, _ := s.Take(w, estOff); r == nil || r.Pos != 3 || w.CPU != 20 {
+		t.Fatalf("after an answered offload: took %v, want position 3", r)
 	}
 }
 

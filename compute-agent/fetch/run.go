@@ -54,7 +54,7 @@ type Epoch struct {
 	paced bool
 	jr    *journal.Journal // nil without a sample log
 
-	work    chan work
+	work    chan work // responses and failures for the workers; made by run
 	queue   chan epoch.Item
 	batches chan *Batch
 
@@ -141,6 +141,17 @@ func (e *Epoch) estimate(pos int) (int64, uint64, int) {
 // run runs the epoch over fetchers until every position is delivered or
 // failed, or the first error.
 func (e *Epoch) run(ctx context.Context, fetchers []*Fetcher) error {
+	// Each fetcher's window bounds its responses claimed and not yet
+	// released (finished), so a buffer of every window never holds up a
+	// fetcher's recv: it claims each response as it arrives, which frees
+	// the storage CPU the response held in the window while the workers
+	// are busy with other samples (a sample that no agent holds still
+	// waits for a place).
+	backlog := 0
+	for _, f := range fetchers {
+		backlog += f.w.MaxCount
+	}
+	e.work = make(chan work, backlog)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(e.work)
@@ -190,6 +201,29 @@ func (e *Epoch) fail(f report.SampleFailure) error {
 	return nil
 }
 
+// next is a worker's next job: a response or failure (Epoch.work) or a
+// queued cache hit (cacheState.queued). It reports false once the fetchers
+// are done (work closed) and no hit is queued, or with ctx's error. No hit
+// is queued after work closes: the fetchers queue them before they return.
+func (e *Epoch) next(ctx context.Context) (work, bool, error) {
+	select {
+	case <-ctx.Done():
+		return work{}, false, ctx.Err()
+	case w := <-e.cc.queued: // nil without a cache: never ready
+		return w, true, nil
+	case w, ok := <-e.work:
+		if ok {
+			return w, true, nil
+		}
+	}
+	select {
+	case w := <-e.cc.queued:
+		return w, true, nil
+	default:
+		return work{}, false, nil
+	}
+}
+
 // worker finishes samples (or, with FetchOnly, only validates them),
 // timing the work with its thread's CPU clock (it keeps its OS thread).
 func (e *Epoch) worker(ctx context.Context) error {
@@ -198,15 +232,9 @@ func (e *Epoch) worker(ctx context.Context) error {
 	lim := ops.WireLimits{MaxPayload: e.cfg.MaxPayload}
 	wake := trainer.NewWaiter()
 	for {
-		var w work
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case got, ok := <-e.work:
-			if !ok {
-				return nil
-			}
-			w = got
+		w, ok, err := e.next(ctx)
+		if !ok {
+			return err
 		}
 		r := w.r
 		// The split the sample arrived at: the planned one, or 0 when the
