@@ -81,7 +81,15 @@ type Config struct {
 	// Cpuset pins the group to these CPUs, in the kernel's list format:
 	// "1", "0-3,6". Empty means no pinning (the parent's CPUs).
 	Cpuset string
+	// Weight is the group's CPU weight in multiples of a default group's
+	// (cpu.shares 1024 on v1, cpu.weight 100 on v2), at most MaxWeight:
+	// when the CPUs are contended the group gets Weight times a default
+	// group's share, within its quota. Zero means the default.
+	Weight int
 }
+
+// MaxWeight is the largest Config.Weight: v2's cpu.weight tops at 10000.
+const MaxWeight = 100
 
 var (
 	validName   = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
@@ -94,6 +102,9 @@ func (c Config) validate() error {
 	}
 	if math.IsNaN(c.CPUs) || math.IsInf(c.CPUs, 0) || c.CPUs < 0 || (c.CPUs > 0 && c.CPUs < MinCPUs) {
 		return fmt.Errorf("%w: CPUs %v: want 0 (no quota) or at least %v", ErrConfig, c.CPUs, MinCPUs)
+	}
+	if c.Weight < 0 || c.Weight > MaxWeight {
+		return fmt.Errorf("%w: weight %d: want 0 (the default) to %d", ErrConfig, c.Weight, MaxWeight)
 	}
 	if c.Cpuset != "" && !validCpuset.MatchString(c.Cpuset) {
 		return fmt.Errorf("%w: cpuset %q: want a CPU list such as \"1\" or \"0-3,6\"", ErrConfig, c.Cpuset)
@@ -172,6 +183,11 @@ func (g *Group) make(h hierarchies, cfg Config) error {
 				return err
 			}
 		}
+		if cfg.Weight > 0 {
+			if err := write(d.path, "cpu.weight", strconv.Itoa(100*cfg.Weight)); err != nil {
+				return err
+			}
+		}
 	case h.cpu != "":
 		g.version = 1
 		d, err := g.mkdir(h.cpu, false, cfg.Name)
@@ -184,6 +200,11 @@ func (g *Group) make(h hierarchies, cfg Config) error {
 				return err
 			}
 			if err := write(d.path, "cpu.cfs_quota_us", quota); err != nil {
+				return err
+			}
+		}
+		if cfg.Weight > 0 {
+			if err := write(d.path, "cpu.shares", strconv.Itoa(1024*cfg.Weight)); err != nil {
 				return err
 			}
 		}

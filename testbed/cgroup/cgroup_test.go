@@ -57,6 +57,8 @@ func TestConfigRejects(t *testing.T) {
 		{Name: prefix, CPUs: 0.001},
 		{Name: prefix, CPUs: math.NaN()},
 		{Name: prefix, CPUs: math.Inf(1)},
+		{Name: prefix, Weight: -1},
+		{Name: prefix, Weight: MaxWeight + 1},
 		{Name: prefix, Cpuset: "x"},
 		{Name: prefix, Cpuset: "0-"},
 		{Name: prefix, Cpuset: "0,,1"},
@@ -366,7 +368,7 @@ func TestMakeFiles(t *testing.T) {
 		}
 		return string(b)
 	}
-	cfg := Config{Name: "sph-1-x", CPUs: 0.25, Cpuset: "1"}
+	cfg := Config{Name: "sph-1-x", CPUs: 0.25, Cpuset: "1", Weight: 16}
 
 	v2 := mk("unified", "memory ")
 	g := &Group{}
@@ -376,6 +378,7 @@ func TestMakeFiles(t *testing.T) {
 	for file, want := range map[string]string{
 		v2 + "/cgroup.subtree_control": "memory +cpu+cpuset",
 		v2 + "/sph-1-x/cpu.max":        "25000 100000",
+		v2 + "/sph-1-x/cpu.weight":     "1600",
 		v2 + "/sph-1-x/cpuset.cpus":    "1",
 	} {
 		if got := read(file); got != want {
@@ -400,6 +403,7 @@ func TestMakeFiles(t *testing.T) {
 	for file, want := range map[string]string{
 		cpu + "/sph-1-x/cpu.cfs_period_us": "100000",
 		cpu + "/sph-1-x/cpu.cfs_quota_us":  "25000",
+		cpu + "/sph-1-x/cpu.shares":        "16384",
 		set + "/sph-1-x/cpuset.mems":       "0-1",
 		set + "/sph-1-x/cpuset.cpus":       "1",
 	} {
