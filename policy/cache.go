@@ -248,8 +248,8 @@ func FirstEpoch(p *profiler.Profile, r Resources, pl Plan) Plan {
 // LRU is the baseline a local file cache gives: NoOff's splits, and an LRU
 // cache of r.CacheBytes at the cache split, which a random order every
 // epoch turns into a random subset: each sample is a hit with
-// probability cacheplan.LRUHitRatio of the budget and the entries'
-// bytes. Its Pred is the expected steady-state epoch (a hit costs what a
+// probability cacheplan.LRUHitRatio of the budget and the entries
+// (well under the budget's share of the bytes). Its Pred is the expected steady-state epoch (a hit costs what a
 // resident sample does); its Cached is nil, since no residency is
 // planned.
 func LRU(p *profiler.Profile, r Resources) Plan {
@@ -258,12 +258,13 @@ func LRU(p *profiler.Profile, r Resources) Plan {
 	pl := NoOff(p, r)
 	pl.Policy = NameLRU
 	k := CacheSplit(p)
-	var total, finish float64
+	var finish float64
+	entries := make([]float64, len(p.Samples))
 	for i := range p.Samples {
-		total += cacheplan.Entry(&p.Samples[i], k)
+		entries[i] = cacheplan.Entry(&p.Samples[i], k)
 		finish += cacheplan.FinishNS(&p.Samples[i], k)
 	}
-	h := cacheplan.LRUHitRatio(budget, total)
+	h := cacheplan.LRUHitRatio(budget, entries, cacheplan.LRULag)
 	pr := &pl.Pred
 	pr.Bytes, pr.LinkSeconds = pr.Bytes*(1-h), pr.LinkSeconds*(1-h)
 	pr.StorageCPUSeconds, pr.StorageSeconds = pr.StorageCPUSeconds*(1-h), pr.StorageSeconds*(1-h)

@@ -65,8 +65,13 @@ func TestCacheSmallBeforeBig(t *testing.T) {
 		t.Errorf("cache bound %v, want in [2, 3] (the relaxation caches a third of the big one)", b)
 	}
 	lru := LRU(p, r)
-	if h := 3000.0 / 5000; !near(lru.Pred.Bytes, 5000*(1-h)) || lru.Pred.Seconds <= 3 || lru.Cached != nil {
-		t.Errorf("lru: %+v, want %v B and slower than the plan", lru.Pred, 5000*(1-h))
+	entries := make([]float64, len(p.Samples))
+	for i := range p.Samples {
+		entries[i] = cacheplan.Entry(&p.Samples[i], CacheSplit(p))
+	}
+	h := cacheplan.LRUHitRatio(3000, entries, cacheplan.LRULag)
+	if h <= 0 || h >= 3000.0/5000 || !near(lru.Pred.Bytes, 5000*(1-h)) || lru.Pred.Seconds <= 3 || lru.Cached != nil {
+		t.Errorf("lru: %+v at hit ratio %v, want %v B (a hit ratio under the budget's 0.6 of the bytes) and slower than the plan", lru.Pred, h, 5000*(1-h))
 	}
 }
 

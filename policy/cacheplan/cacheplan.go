@@ -228,17 +228,6 @@ func fill(in []bool, save, entry []float64, budget float64) []bool {
 	return in
 }
 
-// LRUHitRatio is the steady-state hit ratio of an LRU cache of budget
-// bytes over a dataset of total bytes read in a fresh random order every
-// epoch: about budget/total (CoorDL, Mohan et al., VLDB 2021: with random
-// order an LRU cache keeps a random subset, and thrashes), capped at 1.
-func LRUHitRatio(budget, total float64) float64 {
-	if total <= 0 || budget <= 0 {
-		return 0
-	}
-	return min(1, budget/total)
-}
-
 // ErrBudget is wrapped by ParseBudget's errors.
 var ErrBudget = errors.New("cacheplan: bad cache budget")
 
