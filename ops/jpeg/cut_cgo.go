@@ -44,6 +44,27 @@ static void sj_cut_msg(sj_cut_result *res, tjhandle t) {
 		res->msg[--n] = 0;
 }
 
+// sj_check_coeffs is the transform's custom filter: it fails the cut when
+// a coefficient of the cropped region lies outside what a baseline 8-bit
+// JPEG can carry (|AC| <= 1023, |DC| <= 1024). Corrupt entropy data can
+// decode to such values without a warning; libjpeg's encoder cannot write
+// them back exactly, so the cut's pixels would differ from the original's
+// (found by FuzzCut). Each block is 64 coefficients, its DC first.
+static int sj_check_coeffs(short *coeffs, tjregion arrayRegion, tjregion planeRegion,
+                           int componentIndex, int transformIndex, struct tjtransform *transform) {
+	long i, n = (long)arrayRegion.w * arrayRegion.h;
+	(void)planeRegion;
+	(void)componentIndex;
+	(void)transformIndex;
+	(void)transform;
+	for (i = 0; i < n; i++) {
+		int c = coeffs[i], lim = (i & 63) == 0 ? 1024 : 1023;
+		if (c > lim || c < -lim)
+			return -1;
+	}
+	return 0;
+}
+
 // sj_cut losslessly crops data (len bytes; its width, height and TJSAMP_*
 // subsampling as the Go parse read them: ww, wh, wsamp) to the rectangle x,
 // y, w, h, whose origin lies on an iMCU boundary. The cut, without any of
@@ -102,6 +123,7 @@ static void sj_cut(const unsigned char *data, size_t len, int ww, int wh, int ws
 	xf.r.h = h;
 	xf.op = TJXOP_NONE;
 	xf.options = TJXOPT_CROP | TJXOPT_COPYNONE;
+	xf.customFilter = sj_check_coeffs;
 	size = bufsize;
 	if (tjTransform(t, data, (unsigned long)len, 1, &buf, &size, &xf,
 	                TJFLAG_NOREALLOC | TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) != 0) {
@@ -131,7 +153,8 @@ import (
 // the rectangle of the original it holds: its origin is want's rounded down
 // to the iMCU, its right and bottom edges want's rounded up to the iMCU or
 // the image's edges. Refusals wrap ErrCannotCut (the file's layout is one
-// the cut does not reproduce exactly, the transform fails, the cut is no
+// the cut does not reproduce exactly, a coefficient of the region lies
+// outside a baseline JPEG's range (corrupt data), the transform fails, the cut is no
 // smaller than data, or it would break lim's scan or memory bounds, which
 // the decode may not share: MaxMemory bounds the transform's coefficients
 // and its output buffer together), or ErrDeadline; a want outside the
