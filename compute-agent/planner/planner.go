@@ -21,6 +21,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
+	"github.com/sophon-dl/sophon/policy/cacheplan"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -263,15 +264,25 @@ func (pl *Planner) planSingle(p *profiler.Profile, r policy.Resources) (policy.P
 		return policy.ByName(pl.Name, p, r)
 	}
 	pl.CacheBound = policy.CacheBound(p, r)
+	cached := pl.residentFlags(p, r)
+	if cached == nil {
+		pl.Bound = pl.CacheBound
+		return policy.ByName(pl.Name, p, r)
+	}
+	pl.Bound = policy.ResidentBound(p, r, cached)
+	return policy.Resident(pl.Name, p, r, cached)
+}
+
+// residentFlags is the residency (resident) by p's samples, chosen first
+// when no plan has chosen it yet: what the policy keeps resident on the
+// mean profile under r, whose CacheBytes is the budget. Nil when the
+// policy keeps nothing resident (or cannot plan: the caller's own plan
+// then says why).
+func (pl *Planner) residentFlags(p *profiler.Profile, r policy.Resources) []bool {
 	if pl.resident == nil {
-		mean := pl.meanProfile()
-		plan, err := policy.ByName(pl.Name, mean, r)
+		plan, err := policy.ByName(pl.Name, pl.meanProfile(), r)
 		if err != nil || plan.Cached == nil {
-			pl.Bound = pl.CacheBound
-			if p != mean {
-				plan, err = policy.ByName(pl.Name, p, r)
-			}
-			return plan, err
+			return nil
 		}
 		pl.resident = map[uint64]bool{}
 		for i, c := range plan.Cached {
@@ -284,8 +295,7 @@ func (pl *Planner) planSingle(p *profiler.Profile, r policy.Resources) (policy.P
 	for i, s := range p.Samples {
 		cached[i] = pl.resident[s.ID]
 	}
-	pl.Bound = policy.ResidentBound(p, r, cached)
-	return policy.Resident(pl.Name, p, r, cached)
+	return cached
 }
 
 // planCluster plans Prof on the cluster of Nodes with the policy's
@@ -312,6 +322,18 @@ func (pl *Planner) planCluster(p *profiler.Profile) (policy.Plan, error) {
 	if err != nil {
 		return policy.Plan{}, err
 	}
+	// With a cache, the residency is chosen on the pooled resources, as
+	// for one agent, and the cluster plans the rest around it on the
+	// profile in which the resident samples cost their cache reads.
+	var cached []bool
+	pl.CacheBound = 0
+	if pl.CacheBytes > 0 {
+		r := pl.Res
+		r.CacheBytes = pl.CacheBytes
+		if cached = pl.residentFlags(p, r); cached != nil {
+			p = cacheplan.Rewrite(p, cached, policy.CacheSplit(p))
+		}
+	}
 	var plan policy.Plan
 	if pl.Name == policy.NameOptimal {
 		var b policy.ClusterBoundResult
@@ -325,10 +347,46 @@ func (pl *Planner) planCluster(p *profiler.Profile) (policy.Plan, error) {
 			pl.Bound = b.Seconds
 		}
 	}
+	if err == nil && cached != nil {
+		plan, err = keepResident(p, c, place, plan, cached)
+	}
 	if err != nil {
 		return policy.Plan{}, err
 	}
 	pl.Cluster = &c
+	return plan, nil
+}
+
+// keepResident is plan, a cluster plan made on q (the profile whose
+// resident samples, cached, cost their cache reads: cacheplan.Rewrite),
+// with those samples resident, as policy.Resident makes a single-node
+// plan: at split 0 where the planner put them elsewhere (their
+// prediction re-made on c), then marked Cached at the cache split.
+func keepResident(q *profiler.Profile, c policy.Cluster, place *policy.Placement, plan policy.Plan, cached []bool) (policy.Plan, error) {
+	plan.Split, plan.Compress = slices.Clone(plan.Split), slices.Clone(plan.Compress)
+	moved := false
+	for i, in := range cached {
+		if in && plan.Split[i] != 0 {
+			plan.Split[i], moved = 0, true
+		}
+	}
+	if moved {
+		cp, err := policy.ClusterPredict(q, c, place, plan.Replica, plan.Split, plan.Compress)
+		if err != nil {
+			return policy.Plan{}, err
+		}
+		plan.Pred, plan.Cluster = cp.Totals(), &cp
+	}
+	k := policy.CacheSplit(q)
+	plan.Cached = cached
+	for i, in := range cached {
+		if in {
+			plan.Split[i] = k
+			if plan.Compress != nil {
+				plan.Compress[i] = false
+			}
+		}
+	}
 	return plan, nil
 }
 

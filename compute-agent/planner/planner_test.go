@@ -11,6 +11,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
+	"github.com/sophon-dl/sophon/policy/cacheplan"
 	"github.com/sophon-dl/sophon/policy/policytest"
 	"github.com/sophon-dl/sophon/profiler"
 )
@@ -147,6 +148,60 @@ func TestReplanCluster(t *testing.T) {
 	}
 	if _, ok := one.Run.Replica(prof.Samples[0].ID); ok {
 		t.Error("one agent: a replica named")
+	}
+}
+
+// TestReplanClusterCache: with two storage agents and a cache budget the
+// cluster plan keeps the residency one agent's plan would choose (on the
+// pooled resources) at the cache split, within the budget, plans the rest
+// per agent, sends fewer bytes than without the cache and is no slower;
+// a re-plan keeps the same samples resident.
+func TestReplanClusterCache(t *testing.T) {
+	prof := policytest.SyntheticCut("openimages-like", 200, 7)
+	res := policy.Resources{LinkBytesPerSec: 12.5e6, StorageCores: 1, ComputeCores: 2, StorageSpeed: 1}
+	nodes := []policy.StorageNode{{Name: "a", Cores: 0.5, EgressBytesPerSec: 6.25e6}, {Name: "b", Cores: 0.5, EgressBytesPerSec: 6.25e6}}
+	var total float64
+	for _, s := range prof.Samples {
+		total += float64(s.Bytes[0])
+	}
+	plain := &Planner{Name: policy.NameOptimal, Res: res, Prof: prof, Nodes: nodes}
+	if err := plain.Replan(); err != nil {
+		t.Fatal(err)
+	}
+	pl := &Planner{Name: policy.NameOptimal, Res: res, Prof: prof, Nodes: nodes, CacheBytes: total / 4}
+	if err := pl.Replan(); err != nil {
+		t.Fatal(err)
+	}
+	single := &Planner{Name: policy.NameOptimal, Res: res, Prof: prof, CacheBytes: total / 4}
+	if err := single.Replan(); err != nil {
+		t.Fatal(err)
+	}
+	got, want := residentIDs(pl.Plan), residentIDs(single.Plan)
+	if pl.Cluster == nil || len(got) == 0 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("cluster %v: resident %v, want one agent's residency %v", pl.Cluster != nil, got, want)
+	}
+	var used float64
+	k := policy.CacheSplit(prof)
+	for i, c := range pl.Plan.Cached {
+		if c {
+			used += cacheplan.Entry(&prof.Samples[i], k)
+			if pl.Plan.Split[i] != k || !pl.Run.Cached(prof.Samples[i].ID) {
+				t.Fatalf("resident sample %d at split %d (cached %v), want %d", i, pl.Plan.Split[i], pl.Run.Cached(prof.Samples[i].ID), k)
+			}
+		}
+	}
+	if used > total/4 {
+		t.Errorf("%v B resident, budget %v", used, total/4)
+	}
+	if pl.Plan.Pred.Bytes >= plain.Plan.Pred.Bytes || pl.Plan.Pred.Seconds > plain.Plan.Pred.Seconds || pl.Bound > pl.Plan.Pred.Seconds*(1+1e-9) {
+		t.Errorf("with the cache %.0f B in %.3f s (bound %.3f), without %.0f B in %.3f s", pl.Plan.Pred.Bytes, pl.Plan.Pred.Seconds, pl.Bound, plain.Plan.Pred.Bytes, plain.Plan.Pred.Seconds)
+	}
+	pl.Res.LinkBytesPerSec /= 2
+	if err := pl.Replan(); err != nil {
+		t.Fatal(err)
+	}
+	if again := residentIDs(pl.Plan); !reflect.DeepEqual(again, got) {
+		t.Errorf("a re-plan moved the residency: %v, then %v", got, again)
 	}
 }
 
