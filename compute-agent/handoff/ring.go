@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -55,6 +56,8 @@ func NewSlotLayout(batch int, rowShape [3]int, dtype, layout uint8) SlotLayout {
 // trainer have both closed it, crash or not. The file descriptor goes to
 // the trainer once, with SCM_RIGHTS.
 type Ring struct {
+	// mu keeps the memory mapped while With runs; Close waits for it.
+	mu       sync.RWMutex
 	FD       int
 	mem      []byte
 	Slots    int
@@ -143,8 +146,25 @@ func (r *Ring) WriteHeader(i, rows int, epoch, index uint64) {
 	le.PutUint64(s[72:], uint64(r.Geometry.PosOff))
 }
 
-// Close unmaps the ring and closes its file. Safe twice.
+// With runs f, which may use the ring's memory, unless the ring is closed,
+// and reports whether it ran. Close waits for the f running: a rank that
+// disconnects while a worker writes its row unmaps the ring after the
+// write, never under it.
+func (r *Ring) With(f func()) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.mem == nil {
+		return false
+	}
+	f()
+	return true
+}
+
+// Close unmaps the ring and closes its file, once no With runs. Safe
+// twice.
 func (r *Ring) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.mem == nil {
 		return nil
 	}

@@ -3,7 +3,10 @@ package handoff
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -53,4 +56,53 @@ func shmemKB(t *testing.T) int64 {
 	}
 	t.Skip("no RssShmem in /proc/self/status")
 	return 0
+}
+
+// TestRingWithClose: Close waits for the writes running under With (a
+// rank that disconnects while a worker fills its row) and later With calls
+// run nothing: no write ever lands in unmapped memory (under -race, no
+// race either).
+func TestRingWithClose(t *testing.T) {
+	l := NewSlotLayout(4, [3]int{32, 32, 3}, DTypeUint8, LayoutNHWC)
+	r, err := NewRing("sophon-test", 2, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := make([]byte, l.RowBytes)
+	var wg sync.WaitGroup
+	var ran, refused atomic.Int64
+	start := make(chan struct{})
+	for w := range 4 {
+		wg.Go(func() {
+			<-start
+			for k := range 2000 {
+				if r.With(func() {
+					copy(r.Row(k%2, w), src)
+					r.SetMeta(k%2, w, 1, 2, 3)
+				}) {
+					ran.Add(1)
+				} else {
+					refused.Add(1)
+				}
+			}
+		})
+	}
+	close(start)
+	for ran.Load() < 100 {
+		runtime.Gosched()
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if r.With(func() { t.Error("With ran on a closed ring") }) {
+		t.Error("With reported running on a closed ring")
+	}
+	if err := r.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	t.Logf("%d writes before Close, %d refused after", ran.Load(), refused.Load())
+	if ran.Load() < 100 || ran.Load()+refused.Load() != 8000 {
+		t.Errorf("%d writes and %d refusals, want 8000 in all", ran.Load(), refused.Load())
+	}
 }

@@ -356,8 +356,12 @@ func (a *Assembler) fill(t target, it epoch.Item) error {
 			a.Abort(err, handoff.CodeFailed)
 			return err
 		}
-		copy(r.Row(t.ob.slot, t.row), src)
-		r.SetMeta(t.ob.slot, t.row, int64(it.Label), it.Sample, it.GPos)
+		if !r.With(func() {
+			copy(r.Row(t.ob.slot, t.row), src)
+			r.SetMeta(t.ob.slot, t.row, int64(it.Label), it.Sample, it.GPos)
+		}) {
+			return a.ringClosed(t.rf)
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -389,12 +393,19 @@ func (a *Assembler) publishLocked(rf *rankFeed) error {
 		copy(rf.open, rf.open[1:])
 		rf.open = rf.open[:len(rf.open)-1]
 		r := rf.c.ring
-		rows := r.Compact(ob.slot, ob.holes[:ob.target])
-		r.WriteHeader(ob.slot, rows, a.e.Num(), uint64(ob.index))
-		if a.e.Hashed() {
-			if err := a.report(r, ob.slot, rows); err != nil {
-				return a.failLocked(fmt.Errorf("computeagent: samples out: %w", err))
+		var rows int
+		var err error
+		if !r.With(func() {
+			rows = r.Compact(ob.slot, ob.holes[:ob.target])
+			r.WriteHeader(ob.slot, rows, a.e.Num(), uint64(ob.index))
+			if a.e.Hashed() {
+				err = a.report(r, ob.slot, rows)
 			}
+		}) {
+			return a.failLocked(a.ringClosedErr(rf))
+		}
+		if err != nil {
+			return a.failLocked(fmt.Errorf("computeagent: samples out: %w", err))
 		}
 		rf.held[ob.slot] = true
 		if a.first.IsZero() {
@@ -427,6 +438,19 @@ func (a *Assembler) report(r *handoff.Ring, slot, rows int) error {
 		shas[j] = sha256.Sum256(r.Row(slot, j))
 	}
 	return a.e.Consumed(ids, shas)
+}
+
+// ringClosedErr is the error of a row or batch of rf's whose ring was
+// closed under the epoch (its rank disconnected).
+func (a *Assembler) ringClosedErr(rf *rankFeed) error {
+	return fmt.Errorf("%w: rank %d disconnected during the epoch", ErrTrainer, rf.c.hello.Rank)
+}
+
+// ringClosed fails the epoch for a row whose ring was closed.
+func (a *Assembler) ringClosed(rf *rankFeed) error {
+	err := a.ringClosedErr(rf)
+	a.Abort(err, handoff.CodePeerLost)
+	return err
 }
 
 func (a *Assembler) failLocked(err error) error {
