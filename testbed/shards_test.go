@@ -75,7 +75,7 @@ func runShards(t *testing.T, bins agentBinaries, data []string, manifest string,
 	for r := range cps {
 		args := []string{"--storage", strings.Join(addrs, ","), "--rank", strconv.Itoa(r), "--world", "2",
 			"--epochs", "3", "--seed", strconv.Itoa(shardSeed), "--plan", "nooff", "--batch", strconv.Itoa(shardBatch),
-			"--drop-last", "--queue", "1", "--gpu", "sim:60", "--on-error", "skip", "--retry-budget", "2s", "--insecure", "--log-level", "warn",
+			"--drop-last", "--queue", "1", "--window", "4", "--gpu", "sim:60", "--on-error", "skip", "--retry-budget", "2s", "--insecure", "--log-level", "warn",
 			"--report", filepath.Join(dirs[r], "epochs.jsonl"), "--samples-out", filepath.Join(dirs[r], "samples.txt")}
 		cps[r] = start(t, command(context.Background(), bins.compute, args...))
 	}
@@ -91,7 +91,10 @@ func runShards(t *testing.T, bins agentBinaries, data []string, manifest string,
 			}
 			if !killed {
 				if reps, _ := report.ReadReport(report0); len(reps) >= 1 {
-					time.Sleep(500 * time.Millisecond) // into epoch 1, while its fetches go on (--queue 1)
+					// Into epoch 1, while its fetches go on: --queue 1 and
+					// --window 4 keep them a few samples ahead of the
+					// consumer's 60 samples/s.
+					time.Sleep(500 * time.Millisecond)
 					syscall.Kill(-st[len(st)-1].p.cmd.Process.Pid, syscall.SIGKILL)
 					killed = true
 				}
