@@ -165,6 +165,13 @@ func resident(p *profiler.Profile, r Resources, cached []bool, k int, plan func(
 	if moved {
 		pl.Pred = Predict(q, r, pl.Split, pl.Compress)
 	}
+	pl.MarkResident(cached, k)
+	return pl, nil
+}
+
+// MarkResident makes the samples where cached[i] resident in pl: Cached,
+// at the cache split k (what the first epoch fetches), uncompressed.
+func (pl *Plan) MarkResident(cached []bool, k int) {
 	pl.Cached = cached
 	for i, c := range cached {
 		if c {
@@ -174,7 +181,6 @@ func resident(p *profiler.Profile, r Resources, cached []bool, k int, plan func(
 			}
 		}
 	}
-	return pl, nil
 }
 
 // ErrResidency is Resident's error for residency flags that do not match

@@ -377,16 +377,7 @@ func keepResident(q *profiler.Profile, c policy.Cluster, place *policy.Placement
 		}
 		plan.Pred, plan.Cluster = cp.Totals(), &cp
 	}
-	k := policy.CacheSplit(q)
-	plan.Cached = cached
-	for i, in := range cached {
-		if in {
-			plan.Split[i] = k
-			if plan.Compress != nil {
-				plan.Compress[i] = false
-			}
-		}
-	}
+	plan.MarkResident(cached, policy.CacheSplit(q))
 	return plan, nil
 }
 
