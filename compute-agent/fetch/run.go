@@ -202,10 +202,19 @@ func (e *Epoch) fail(f report.SampleFailure) error {
 }
 
 // next is a worker's next job: a response or failure (Epoch.work) or a
-// queued cache hit (cacheState.queued). It reports false once the fetchers
-// are done (work closed) and no hit is queued, or with ctx's error. No hit
-// is queued after work closes: the fetchers queue them before they return.
+// queued cache hit (cacheState.queued), a waiting response first: it holds
+// a slot of its fetcher's window until finished, a hit holds none. It
+// reports false once the fetchers are done (work closed) and no hit is
+// queued, or with ctx's error. No hit is queued after work closes: the
+// fetchers queue them before they return.
 func (e *Epoch) next(ctx context.Context) (work, bool, error) {
+	select {
+	case w, ok := <-e.work:
+		if ok {
+			return w, true, nil
+		}
+	default:
+	}
 	select {
 	case <-ctx.Done():
 		return work{}, false, ctx.Err()

@@ -1,8 +1,11 @@
 package fetch
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
 )
 
 // TestHorizon: an offload's horizon is the epoch's bytes left over the
@@ -27,5 +30,37 @@ func TestHorizon(t *testing.T) {
 	e.bytesReceived.Store(0)
 	if h := e.horizon(); h != 0 {
 		t.Fatalf("horizon %v with no rate known", time.Duration(h))
+	}
+}
+
+// TestNextResponsesFirst: a worker takes a waiting response before a
+// queued cache hit (the response holds a window slot until finished),
+// then the hit; once the fetchers are done it drains the hits and stops.
+func TestNextResponsesFirst(t *testing.T) {
+	e := &Epoch{work: make(chan work, 2)}
+	e.cc.queued = make(chan work, 2)
+	hit, resp := work{local: true, r: &epoch.Request{Pos: 1}}, work{r: &epoch.Request{Pos: 2}}
+	e.cc.queued <- hit
+	e.work <- resp
+	ctx := context.Background()
+	for i, want := range []int{2, 1} {
+		w, ok, err := e.next(ctx)
+		if !ok || err != nil || w.r.Pos != want {
+			t.Fatalf("job %d: position %v (%v, %v), want %d", i, w.r, ok, err, want)
+		}
+	}
+	e.cc.queued <- hit
+	close(e.work)
+	if w, ok, _ := e.next(ctx); !ok || !w.local {
+		t.Fatalf("after the fetchers: %+v %v, want the queued hit", w, ok)
+	}
+	if _, ok, err := e.next(ctx); ok || err != nil {
+		t.Fatalf("nothing left: %v %v, want the end", ok, err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	e2 := &Epoch{work: make(chan work)}
+	if _, ok, err := e2.next(cancelled); ok || err == nil {
+		t.Fatalf("cancelled: %v %v, want ctx's error", ok, err)
 	}
 }
