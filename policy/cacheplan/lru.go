@@ -36,14 +36,13 @@ const lruSampleMax = 20000
 const lruEpochs = 4
 
 // LRUHitRatio is the steady-state fraction of the bytes read that hit an
-// LRU cache of budget bytes (at most budget over the entries' total: a
-// hit was cached when its epoch began), over samples whose entries take entries[i]
-// bytes, each read once per epoch in a fresh random order; a miss is put
-// in the cache lag reads later or when its epoch ends, evicting the least
-// recently used entries until it fits (one larger than the budget is not
-// kept). It simulates
-// lruEpochs epochs after a filling one, with a fixed seed: the same
-// inputs give the same ratio.
+// LRU cache of budget bytes (at most budget over the entries' total: a hit
+// was cached when its epoch began), over samples whose entries take
+// entries[i] bytes, each read once per epoch in a fresh random order. A
+// miss is put in the cache lag reads later or when its epoch ends,
+// evicting the least recently used entries until it fits (one larger than
+// the budget is not kept). It simulates lruEpochs epochs after a filling
+// one, with a fixed seed: the same inputs give the same ratio.
 func LRUHitRatio(budget float64, entries []float64, lag int) float64 {
 	var total float64
 	for _, e := range entries {
