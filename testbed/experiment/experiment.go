@@ -489,7 +489,7 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 			return nil, fmt.Errorf("%w: --contend-at needs the testbed binary (for testbed hog) next to the agents", ErrConfig)
 		}
 	}
-	pin := pinning(runtime.NumCPU(), res.Mode, cfg.StorageNodes)
+	pin := pinning(runtime.NumCPU(), res.Mode, cfg.StorageNodes, cfg.StorageCPUs)
 	res.Machine.Pinning = pin.describe()
 
 	x := &experiment{cfg: cfg, bins: bins, res: res, pin: pin, ref: map[[2]uint64]string{}}
@@ -651,37 +651,68 @@ type pinPlan struct {
 	why     string
 }
 
-// pinning pins each of the storage agents to a core of its own (0, 1, ...)
-// and the compute agents to the others when that leaves them at least 3
-// cores for finishing work (4 cores for one storage agent); with fewer,
-// pinning would starve the compute node, so nothing is pinned and the CPU
-// limit is each storage agent's quota alone. Without cgroups (or outside
-// netns mode) nothing is pinned.
-func pinning(cores int, mode string, storage int) pinPlan {
+// pinning pins each of the storage agents to cores of its own, as many as
+// the grid's largest --storage-cpus rounded up (0, 1, ... for one core
+// each), and the compute agents to the others when that leaves them at
+// least 3 cores for finishing work; with fewer, pinning would starve the
+// compute node, so nothing is pinned and the CPU limit is each storage
+// agent's quota alone. Without cgroups (or outside netns mode) nothing is
+// pinned.
+func pinning(cores int, mode string, storage int, cpus []float64) pinPlan {
 	if mode != results.ModeNetns || cgroup.Available() != nil {
 		return pinPlan{why: "not pinned (no cgroups)"}
 	}
-	return pinningFor(cores, storage)
+	per := 1
+	for _, c := range cpus {
+		per = max(per, int(math.Ceil(c)))
+	}
+	return pinningFor(cores, storage, per)
 }
 
-// pinningFor is pinning's rule for cores cores and storage storage agents.
-func pinningFor(cores, storage int) pinPlan {
-	if cores < storage+3 {
+// pinningFor is pinning's rule for cores cores and storage storage agents
+// of per cores each. Before per, a storage agent had one core whatever its
+// quota: with --storage-cpus 4 on 16 cores it ran on one.
+func pinningFor(cores, storage, per int) pinPlan {
+	if cores < storage*per+3 {
 		if storage == 1 {
 			return pinPlan{why: fmt.Sprintf("not pinned: %d cores are too few to split (the storage agent's CPU is limited by its quota)", cores)}
 		}
-		return pinPlan{why: fmt.Sprintf("not pinned: %d cores are too few to give each of %d storage agents a core and the compute agents 3 (each storage agent's CPU is limited by its quota)", cores, storage)}
+		return pinPlan{why: fmt.Sprintf("not pinned: %d cores are too few to give each of %d storage agents %s and the compute agents 3 (each storage agent's CPU is limited by its quota)", cores, storage, coresWord(per))}
 	}
-	p := pinPlan{compute: fmt.Sprintf("%d-%d", storage, cores-1)}
+	p := pinPlan{compute: fmt.Sprintf("%d-%d", storage*per, cores-1)}
+	for i := range storage {
+		p.storage = append(p.storage, coreRange(i*per, per))
+	}
 	if storage == 1 {
-		p.storage, p.why = []string{"0"}, fmt.Sprintf("storage agent on core 0, compute agent on cores 1-%d", cores-1)
+		p.why = fmt.Sprintf("storage agent on %s %s, compute agent on cores %s", plural("core", per), p.storage[0], p.compute)
 		return p
 	}
-	for i := range storage {
-		p.storage = append(p.storage, strconv.Itoa(i))
-	}
-	p.why = fmt.Sprintf("storage agents on cores %s (one each), compute agents on cores %s", strings.Join(p.storage, ", "), p.compute)
+	p.why = fmt.Sprintf("storage agents on cores %s (%s each), compute agents on cores %s", strings.Join(p.storage, ", "), coresWord(per), p.compute)
 	return p
+}
+
+// coreRange is the cpuset of n cores from first: "3" or "4-7".
+func coreRange(first, n int) string {
+	if n == 1 {
+		return strconv.Itoa(first)
+	}
+	return fmt.Sprintf("%d-%d", first, first+n-1)
+}
+
+// coresWord is "one" for a core, else "N cores".
+func coresWord(n int) string {
+	if n == 1 {
+		return "one"
+	}
+	return fmt.Sprintf("%d cores", n)
+}
+
+// plural is word, or word+"s" for n above 1.
+func plural(word string, n int) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
 
 // storageCores is storage agent i's cpuset; "" when not pinned.

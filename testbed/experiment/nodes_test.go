@@ -65,30 +65,35 @@ func TestPoints(t *testing.T) {
 	}
 }
 
-// TestPinningFor: each storage agent on a core of its own and the compute
-// agents on the rest, when that leaves them 3; one storage agent as
-// before.
+// TestPinningFor: each storage agent on cores of its own, as many as its
+// quota rounded up, and the compute agents on the rest, when that leaves
+// them 3.
 func TestPinningFor(t *testing.T) {
 	for _, tc := range []struct {
-		cores, storage int
-		want           string // storage cpusets | compute cpuset
-		why            string
+		cores, storage, per int
+		want                string // storage cpusets | compute cpuset
+		why                 string
 	}{
-		{8, 1, "0|1-7", "storage agent on core 0, compute agent on cores 1-7"},
-		{4, 1, "0|1-3", "storage agent on core 0, compute agent on cores 1-3"},
-		{3, 1, "|", "not pinned: 3 cores are too few to split (the storage agent's CPU is limited by its quota)"},
-		{8, 2, "0,1|2-7", "storage agents on cores 0, 1 (one each), compute agents on cores 2-7"},
-		{5, 2, "0,1|2-4", "storage agents on cores 0, 1 (one each), compute agents on cores 2-4"},
-		{4, 2, "|", "not pinned: 4 cores are too few to give each of 2 storage agents a core and the compute agents 3 (each storage agent's CPU is limited by its quota)"},
+		{8, 1, 1, "0|1-7", "storage agent on core 0, compute agent on cores 1-7"},
+		{4, 1, 1, "0|1-3", "storage agent on core 0, compute agent on cores 1-3"},
+		{3, 1, 1, "|", "not pinned: 3 cores are too few to split (the storage agent's CPU is limited by its quota)"},
+		{8, 2, 1, "0,1|2-7", "storage agents on cores 0, 1 (one each), compute agents on cores 2-7"},
+		{5, 2, 1, "0,1|2-4", "storage agents on cores 0, 1 (one each), compute agents on cores 2-4"},
+		{4, 2, 1, "|", "not pinned: 4 cores are too few to give each of 2 storage agents one and the compute agents 3 (each storage agent's CPU is limited by its quota)"},
+		// --storage-cpus 4 on 16 cores: four cores, not one.
+		{16, 1, 4, "0-3|4-15", "storage agent on cores 0-3, compute agent on cores 4-15"},
+		{16, 2, 2, "0-1,2-3|4-15", "storage agents on cores 0-1, 2-3 (2 cores each), compute agents on cores 4-15"},
+		{6, 1, 4, "|", "not pinned: 6 cores are too few to split (the storage agent's CPU is limited by its quota)"},
+		{8, 2, 3, "|", "not pinned: 8 cores are too few to give each of 2 storage agents 3 cores and the compute agents 3 (each storage agent's CPU is limited by its quota)"},
 	} {
-		p := pinningFor(tc.cores, tc.storage)
+		p := pinningFor(tc.cores, tc.storage, tc.per)
 		var set []string
 		for i := range tc.storage {
 			set = append(set, p.storageCores(i))
 		}
 		got := strings.Trim(strings.Join(set, ","), ",") + "|" + p.compute
 		if got != tc.want || p.describe() != tc.why {
-			t.Errorf("%d cores, %d storage agents: got %q (%s), want %q (%s)", tc.cores, tc.storage, got, p.describe(), tc.want, tc.why)
+			t.Errorf("%d cores, %d storage agents of %d: got %q (%s), want %q (%s)", tc.cores, tc.storage, tc.per, got, p.describe(), tc.want, tc.why)
 		}
 	}
 }

@@ -25,8 +25,9 @@ compare the offloading policies over a shaped link.
 
 As root: two network namespaces joined by a veth pair shaped with tc tbf at
 --rate both ways, the storage agent under a cgroup CPU quota of
---storage-cpus (and its own --cpus budget), pinned apart where there are
-at least 4 cores. Without root: loopback behind an in-process token bucket,
+--storage-cpus (and its own --cpus budget), pinned apart (the storage
+agent on --storage-cpus cores rounded up) where 3 cores are left for the
+compute agent. Without root: loopback behind an in-process token bucket,
 said so in the output and the report. Each cell of the grid (every --rate x
 every --storage-cpus) runs every policy for --epochs with the real
 storage-agent and compute-agent binaries (found next to this binary, then in
