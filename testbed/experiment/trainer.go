@@ -219,6 +219,10 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed, dir, addr string, c
 		args = append(args, noWorkConserving)
 		run.WorkConservingOff = true
 	}
+	// With --cache-bytes the trainer's agent gets a fresh cache too, its
+	// plan choosing the residency as the policy rows' do.
+	plan, _ := splitEst(x.cfg.TrainPolicy)
+	args = append(args, x.cacheArgs(policyRun{name: base, policy: plan}, reportPath)...)
 	args = append(args, x.computeTLS[0]...)
 	args = append(args, x.cfg.ComputeFlags...)
 	agentLog := filepath.Join(dir, base+"-agent.log")

@@ -15,6 +15,9 @@
 #    the same epochs.
 # 3. The trainer's wait per batch (the agent's trainers[].wait_seconds).
 #
+# CACHE=25% (or bytes) gives every compute agent, the trainer's too, a fresh
+# cache of that budget (testbed --cache-bytes).
+#
 # As root with ip and tc the link is two namespaces and tc tbf at RATE;
 # otherwise the testbed's loopback mode with its in-process token bucket.
 # Everything lands in $OUT: results.json, report.md, the trainer row's agent
@@ -40,6 +43,8 @@ fi
 cleanup() { [ -n "$smi" ] && pkill -P "$smi" nvidia-smi 2>/dev/null; [ -n "$smi" ] && kill "$smi" 2>/dev/null; true; }
 trap cleanup EXIT
 
+cache=()
+[ -z "${CACHE:-}" ] || cache=(--cache-bytes "$CACHE")
 mode=()
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null ||
 	! ip netns add sophon-gpucheck-probe 2>/dev/null; then
@@ -55,7 +60,7 @@ bed() {
 	rm -rf "$run"
 	"$BIN/testbed" run --data "$DATA" --rate "$RATE" --storage-cpus "$CPUS" --epochs "$EPOCHS" \
 		--batch "$BATCH" --policies nooff --train --train-policy "$POLICY" --python "$PY" \
-		"$@" --out "$run" 2>&1 | tee -a "$OUT/run.log"
+		"${cache[@]}" "$@" --out "$run" 2>&1 | tee -a "$OUT/run.log"
 }
 if ! bed "${mode[@]}"; then
 	[ ${#mode[@]} -eq 0 ] || exit 1
