@@ -30,6 +30,14 @@ func (s *Store) View(fp, pipe string, split int, keep func(sample uint64) bool) 
 	return &View{s: s, fp: fp, pipe: pipe, split: split, keep: keep}
 }
 
+// SetKeep makes keep the samples the plan keeps resident from now on
+// (a warm epoch's view, which kept every sample, takes its plan's).
+func (v *View) SetKeep(keep func(sample uint64) bool) {
+	v.s.mu.Lock()
+	defer v.s.mu.Unlock()
+	v.keep = keep
+}
+
 // Split is the view's split.
 func (v *View) Split() int { return v.split }
 

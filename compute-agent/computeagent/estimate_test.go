@@ -2,12 +2,16 @@ package computeagent
 
 import (
 	"context"
+	"io/fs"
 	"maps"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/sophon-dl/sophon/compute-agent/cache"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
@@ -163,4 +167,80 @@ func TestPlanFromEstimatesShortEpoch(t *testing.T) {
 		}
 	}
 	t.Logf("first epoch: plan %q, switched after %d of %d", r0.Plan, r0.PlanSwitchedAt, r0.Shard)
+}
+
+// TestPlanFromEstimatesFillsCache: a run planned from estimates with a
+// cache fills it in its first epoch. The provisional plan keeps nothing
+// resident; once the estimate's plan takes over, the positions left whose
+// samples it keeps resident go raw and fill the cache, so the second epoch
+// reads them locally (before, only the calibration samples were filled in
+// the first epoch and the second filled the rest).
+func TestPlanFromEstimatesFillsCache(t *testing.T) {
+	n := bufNet{"st1:7070": bufconn.Listen(1 << 20)}
+	data := writeImageFolder(t, -1)
+	startStorage(t, storageagent.Config{Data: data, Name: "st1", CPUs: 1, AllowClientSpecs: true, Insecure: true}, storageagent.Knobs{}, n["st1:7070"])
+	cfg, ref := testConfig(t, nil, "st1:7070")
+	cfg.Dial = n.Dial
+	cfg.Epochs = 2
+	if _, err := runAgent(t, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg, rec := testConfig(t, nil, "st1:7070")
+	cfg.Dial = n.Dial
+	cfg.Policy = policy.NameOptimal
+	cfg.Epochs = 2
+	cfg.ProfileBudget = 150 * time.Millisecond
+	cfg.Logger = testLogger(t)
+	cfg.Consumer = slowFirst{40 * time.Millisecond}
+	cfg.CacheDir, cfg.CacheBytes = t.TempDir(), cache.Size(folderBytes(t, data)/3)
+	// A small window: few positions go out before the plan takes over.
+	cfg.Window = 4
+	reports, err := runAgent(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reports) != 2 {
+		t.Fatalf("%d reports, want 2", len(reports))
+	}
+	r0, r1 := reports[0], reports[1]
+	for _, r := range reports {
+		if got, want := epochSHAs(t, rec, r.Epoch), epochSHAs(t, ref, r.Epoch); !maps.Equal(got, want) {
+			t.Errorf("epoch %d: tensors differ from No-Off's", r.Epoch)
+		}
+	}
+	c0, c1 := r0.Cache, r1.Cache
+	if c0 == nil || c1 == nil || r0.PlanSwitchedAt <= 0 {
+		t.Fatalf("cache %+v then %+v, plan switched after %d: want a cache and a switch", c0, c1, r0.PlanSwitchedAt)
+	}
+	// The first epoch fills the calibration samples (raw under the
+	// provisional plan) and the resident samples not requested before
+	// the switch; before, it filled only the calibration samples (wanted
+	// = planner.CalibrationSamples). The second epoch reads those it
+	// added, but for up to 4 whose writes were still queued when it
+	// began.
+	calib := planner.CalibrationSamples
+	added := c0.Wanted - calib
+	if added <= 0 || c0.Fills < c0.Wanted-2 || c1.Hits < added-4 {
+		t.Errorf("first epoch wanted %d (%d beyond the calibration samples) and filled %d, switched after %d; second epoch %d hits, %d misses of %d resident",
+			c0.Wanted, added, c0.Fills, r0.PlanSwitchedAt, c1.Hits, c1.Misses, c1.Wanted)
+	}
+	t.Logf("switched after %d of %d; epoch 0 cache %+v; epoch 1 cache %+v", r0.PlanSwitchedAt, r0.Shard, c0, c1)
+}
+
+// folderBytes is the bytes of the files in dir and its subfolders.
+func folderBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var sum int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		sum += fi.Size()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/ops"
@@ -30,6 +31,9 @@ import (
 type cacheState struct {
 	view *cache.View // nil: no cache this epoch
 	want []bool      // by position
+	// warm: the epoch keeps every raw fetch until a plan with a cache
+	// takes over (prepareCache, fillsCache).
+	warm bool
 	// queued carries the claimed hits to the workers (nil: no cache this
 	// epoch). It is buffered so that a fetcher's request loop hands a hit
 	// over and goes on to the next request: a loop that waited for a free
@@ -67,7 +71,7 @@ func (e *Epoch) prepareCache() {
 			keep = func(uint64) bool { return true }
 		}
 	}
-	e.cc.view = c.View(e.cat.Fingerprint, e.cfg.PipelineID, split, keep)
+	e.cc.view, e.cc.warm = c.View(e.cat.Fingerprint, e.cfg.PipelineID, split, keep), warm
 	e.cc.want = make([]bool, len(e.order))
 	for pos, s := range e.order {
 		if c.LRU() || warm {
@@ -79,7 +83,18 @@ func (e *Epoch) prepareCache() {
 			e.cc.wanted++
 		}
 	}
-	e.cc.queued = make(chan work, min(e.cc.wanted, maxQueuedHits))
+	queued := e.cc.wanted
+	if warm {
+		queued = len(e.order) // Swap may want more (fillsCache)
+	}
+	e.cc.queued = make(chan work, min(queued, maxQueuedHits))
+}
+
+// fillsCache reports whether Swap to plan fills the cache with plan's
+// resident samples: a warm epoch of the planned policy (prepareCache kept
+// every raw fetch) and a plan that keeps samples resident.
+func (e *Epoch) fillsCache(plan *planner.RunPlan) bool {
+	return e.cc.warm && plan.Caches()
 }
 
 // maxQueuedHits bounds the hits waiting for a worker (Fetcher.local).

@@ -62,8 +62,14 @@ func (f *Fetcher) capCPU(hinted bool) {
 // (the schedule's lock orders it with every request); call it after
 // Prepare. It returns how many positions had been
 // requested under the plans before.
+//
+// In a warm epoch (the first epoch of a run planned from estimates) a
+// plan with a cache also takes the cache: the positions left whose
+// samples it keeps resident go raw and fill the cache now (fillsCache),
+// so that the next epoch finds them there instead of filling it itself.
 func (e *Epoch) Swap(plan *planner.RunPlan, splitOf func(sample uint64) int, linkRate, cores float64) int {
 	planned := 0
+	fill := e.fillsCache(plan)
 	left := e.sched.Resplit(func(pos int) bool {
 		planned++
 		s := e.order[pos]
@@ -72,6 +78,12 @@ func (e *Epoch) Swap(plan *planner.RunPlan, splitOf func(sample uint64) int, lin
 		}
 		raw := e.cat.RawSizes[s]
 		before := e.cfg.Sizes.Estimate(e.shedder().Split(pos, e.split[pos]), raw)
+		if fill && plan.Cached(s) && e.codecOf(plan, s) == ops.CodecNone {
+			e.cc.want[pos], e.split[pos] = true, 0
+			e.cc.wanted++
+			e.left.Add(e.cfg.Sizes.Estimate(0, raw) - before)
+			return false
+		}
 		k := splitOf(s)
 		e.split[pos] = k
 		e.left.Add(e.cfg.Sizes.Estimate(k, raw) - before)
@@ -81,6 +93,9 @@ func (e *Epoch) Swap(plan *planner.RunPlan, splitOf func(sample uint64) int, lin
 			return // every position went out under the plans before
 		}
 		e.plan.Store(plan)
+		if fill {
+			e.cc.view.SetKeep(plan.Cached) // its Puts may evict the rest
+		}
 		e.sched.CPUOf = cpuOf(plan, e.order)
 		for _, f := range e.fs {
 			f.capCPU(e.sched.CPUOf != nil)
