@@ -26,22 +26,8 @@ import (
 // them; each epoch delivers every sample once with the tensors of a No-Off
 // run.
 func TestPlanFromEstimates(t *testing.T) {
-	n := bufNet{"st1:7070": bufconn.Listen(1 << 20)}
-	startStorage(t, storageagent.Config{Data: writeImageFolder(t, -1), Name: "st1", CPUs: 1, AllowClientSpecs: true, Insecure: true}, storageagent.Knobs{}, n["st1:7070"])
-
-	cfg, ref := testConfig(t, nil, "st1:7070")
-	cfg.Dial = n.Dial
-	cfg.Epochs = 3
-	if _, err := runAgent(t, cfg); err != nil {
-		t.Fatal(err)
-	}
-
-	cfg, rec := testConfig(t, nil, "st1:7070")
-	cfg.Dial = n.Dial
-	cfg.Policy = policy.NameOptimal
-	cfg.Epochs = 3
+	cfg, rec, ref := estimateRun(t, "", policy.NameOptimal, 3)
 	cfg.ProfileBudget = 150 * time.Millisecond
-	cfg.Logger = testLogger(t)
 	// A consumer that takes 1.3 s over the first epoch, which stage 1
 	// (150 ms of probes, then calibration and the plan) ends within.
 	cfg.Consumer = slowFirst{20 * time.Millisecond}
@@ -100,6 +86,31 @@ func TestPlanFromEstimates(t *testing.T) {
 	}
 }
 
+// estimateRun starts a real storage agent on data (a fresh image folder
+// when empty), runs a No-Off reference of epochs epochs against it and
+// returns the config of a run of policy pol without a saved profile, its
+// recorder and the reference's.
+func estimateRun(t *testing.T, data, pol string, epochs int) (testSetup, *recorder, *recorder) {
+	t.Helper()
+	if data == "" {
+		data = writeImageFolder(t, -1)
+	}
+	n := bufNet{"st1:7070": bufconn.Listen(1 << 20)}
+	startStorage(t, storageagent.Config{Data: data, Name: "st1", CPUs: 1, AllowClientSpecs: true, Insecure: true}, storageagent.Knobs{}, n["st1:7070"])
+	cfg, ref := testConfig(t, nil, "st1:7070")
+	cfg.Dial = n.Dial
+	cfg.Epochs = epochs
+	if _, err := runAgent(t, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg, rec := testConfig(t, nil, "st1:7070")
+	cfg.Dial = n.Dial
+	cfg.Policy = pol
+	cfg.Epochs = epochs
+	cfg.Logger = testLogger(t)
+	return cfg, rec, ref
+}
+
 // epochSHAs maps each sample of epoch e, delivered once, to its tensor's
 // hash.
 func epochSHAs(t *testing.T, rec *recorder, e uint64) map[uint64][32]byte {
@@ -130,19 +141,7 @@ func (c slowFirst) Consume(ctx context.Context, b *Batch) error {
 // provisional plan throughout, the plan starts with the next epoch, and
 // either way the second epoch runs the policy's plan.
 func TestPlanFromEstimatesShortEpoch(t *testing.T) {
-	n := bufNet{"st1:7070": bufconn.Listen(1 << 20)}
-	startStorage(t, storageagent.Config{Data: writeImageFolder(t, -1), Name: "st1", CPUs: 1, AllowClientSpecs: true, Insecure: true}, storageagent.Knobs{}, n["st1:7070"])
-	cfg, ref := testConfig(t, nil, "st1:7070")
-	cfg.Dial = n.Dial
-	cfg.Epochs = 2
-	if _, err := runAgent(t, cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg, rec := testConfig(t, nil, "st1:7070")
-	cfg.Dial = n.Dial
-	cfg.Policy = policy.NameSOPHON
-	cfg.Epochs = 2
-	cfg.Logger = testLogger(t)
+	cfg, rec, ref := estimateRun(t, "", policy.NameSOPHON, 2)
 	reports, err := runAgent(t, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -176,21 +175,9 @@ func TestPlanFromEstimatesShortEpoch(t *testing.T) {
 // reads them locally (before, only the calibration samples were filled in
 // the first epoch and the second filled the rest).
 func TestPlanFromEstimatesFillsCache(t *testing.T) {
-	n := bufNet{"st1:7070": bufconn.Listen(1 << 20)}
 	data := writeImageFolder(t, -1)
-	startStorage(t, storageagent.Config{Data: data, Name: "st1", CPUs: 1, AllowClientSpecs: true, Insecure: true}, storageagent.Knobs{}, n["st1:7070"])
-	cfg, ref := testConfig(t, nil, "st1:7070")
-	cfg.Dial = n.Dial
-	cfg.Epochs = 2
-	if _, err := runAgent(t, cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg, rec := testConfig(t, nil, "st1:7070")
-	cfg.Dial = n.Dial
-	cfg.Policy = policy.NameOptimal
-	cfg.Epochs = 2
+	cfg, rec, ref := estimateRun(t, data, policy.NameOptimal, 2)
 	cfg.ProfileBudget = 150 * time.Millisecond
-	cfg.Logger = testLogger(t)
 	cfg.Consumer = slowFirst{40 * time.Millisecond}
 	cfg.CacheDir, cfg.CacheBytes = t.TempDir(), cache.Size(folderBytes(t, data)/3)
 	// A small window: few positions go out before the plan takes over.
