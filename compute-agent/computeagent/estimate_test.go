@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"maps"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -231,37 +230,4 @@ func folderBytes(t *testing.T, dir string) int64 {
 		t.Fatal(err)
 	}
 	return sum
-}
-
-// TestCalibrationSet: the first epoch's calibration samples are the
-// planner.CalibrationSamples smallest files of the shard's first
-// calibrationWindow positions, whatever comes after them.
-func TestCalibrationSet(t *testing.T) {
-	n := calibrationWindow + 10
-	sizes := make([]uint64, n)
-	shard := make([]uint64, n)
-	for i := range n {
-		shard[i] = uint64(n - 1 - i) // ids in reverse
-		sizes[i] = uint64(1000 + (i*7919)%1000)
-	}
-	sizes[shard[n-1]] = 1 // the smallest file, past the window
-	p := &policyRun{cat: &Catalog{RawSizes: sizes}}
-	set := p.calibrationSet(shard)
-	if len(set) != planner.CalibrationSamples {
-		t.Fatalf("%d calibration samples, want %d", len(set), planner.CalibrationSamples)
-	}
-	var in, out []uint64
-	for _, s := range shard[:calibrationWindow] {
-		if set[s] {
-			in = append(in, sizes[s])
-		} else {
-			out = append(out, sizes[s])
-		}
-	}
-	if len(in) != planner.CalibrationSamples || slices.Max(in) > slices.Min(out) {
-		t.Errorf("chosen sizes %v, left %v: want the smallest of the window", in, out)
-	}
-	if few := p.calibrationSet(shard[:5]); len(few) != 5 {
-		t.Errorf("a 5-sample shard: %d calibration samples, want all 5", len(few))
-	}
 }

@@ -1,12 +1,10 @@
 package computeagent
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/fetch"
@@ -58,29 +56,9 @@ type stage1Job struct {
 	shard []uint64 // the first epoch's shard, in its order
 }
 
-// calibrationWindow is how many of the shard's first positions the
-// calibration samples are chosen from (calibrationSet).
-const calibrationWindow = 2 * planner.CalibrationSamples
-
-// calibrationSet is the first epoch's calibration samples: the
-// planner.CalibrationSamples smallest files among the shard's first
-// calibrationWindow positions (ties in shard order). They cross the link
-// raw while the provisional plan cuts every other sample, so their bytes
-// are most of what the first epoch sends beyond a planned one; the
-// smaller half of a random window costs about half of what its first
-// positions would (openimages-like, seed 5: 6.6 MB raw for the first 16).
-func (p *policyRun) calibrationSet(shard []uint64) map[uint64]bool {
-	w := slices.Clone(shard[:min(len(shard), calibrationWindow)])
-	slices.SortStableFunc(w, func(a, b uint64) int { return cmp.Compare(p.cat.RawSizes[a], p.cat.RawSizes[b]) })
-	set := map[uint64]bool{}
-	for _, s := range w[:min(len(w), planner.CalibrationSamples)] {
-		set[s] = true
-	}
-	return set
-}
-
 // provisional is the first epoch's plan until the estimate's plan is
-// ready: the calibration samples raw (calib, which go out first) and
+// ready: the calibration samples raw (calib, planner.CalibrationSet, which
+// go out first) and
 // every other sample cut to its crop box in the JPEG domain where the
 // pipeline can cut (never more bytes than the file, the cheapest offload,
 // which the storage agent answers raw when its CPU falls behind), else
@@ -127,7 +105,7 @@ func (p *policyRun) overlapped(num uint64) epochOpts {
 	job, cfg := p.pending, &p.a.cfg
 	p.pending = nil
 	raws := make(chan planner.RawFile, planner.CalibrationSamples)
-	calib := p.calibrationSet(job.shard)
+	calib := planner.CalibrationSet(job.shard, p.cat.RawSizes)
 	opts := epochOpts{Opts: fetch.Opts{Plan: p.provisional(calib), Observe: true, KeepRaw: func(s uint64, b []byte) {
 		select {
 		case raws <- planner.RawFile{Sample: s, Raw: b}:

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -15,6 +16,28 @@ import (
 // calibrate the estimate: each runs through a profiler.Recorder (every op,
 // every split's compression, the cut) before the first epoch starts.
 const CalibrationSamples = 16
+
+// CalibrationWindow is how many of the shard's first positions the first
+// epoch's calibration samples are chosen from (CalibrationSet).
+const CalibrationWindow = 2 * CalibrationSamples
+
+// CalibrationSet is a first epoch's calibration samples when it plans from
+// estimates: the CalibrationSamples smallest files (rawSizes by sample)
+// among the shard's first CalibrationWindow positions, ties in shard
+// order. They cross the link raw while the provisional plan cuts every
+// other sample, so their bytes are most of what that epoch sends beyond a
+// planned one; the smaller half of a random window costs about half of
+// what its first positions would (openimages-like, seed 5: 6.6 MB raw for
+// the first 16, 2.4 MB for these).
+func CalibrationSet(shard, rawSizes []uint64) map[uint64]bool {
+	w := slices.Clone(shard[:min(len(shard), CalibrationWindow)])
+	slices.SortStableFunc(w, func(a, b uint64) int { return cmp.Compare(rawSizes[a], rawSizes[b]) })
+	set := map[uint64]bool{}
+	for _, s := range w[:min(len(w), CalibrationSamples)] {
+		set[s] = true
+	}
+	return set
+}
 
 // EstimateInput is what a plan from header estimates needs.
 type EstimateInput struct {
