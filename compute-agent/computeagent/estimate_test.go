@@ -35,13 +35,7 @@ func TestPlanFromEstimates(t *testing.T) {
 	// A consumer that takes 1.3 s over the first epoch, which stage 1
 	// (150 ms of probes, then calibration and the plan) ends within.
 	cfg.Consumer = slowFirst{20 * time.Millisecond}
-	reports, err := runAgent(t, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(reports) != 3 {
-		t.Fatalf("%d reports, want 3", len(reports))
-	}
+	reports := runEpochs(t, cfg, 3)
 	for i, r := range reports {
 		checkPlanned(t, r, policy.NameOptimal)
 		if r.Profiled {
@@ -115,6 +109,30 @@ func estimateRun(t *testing.T, data, pol string, epochs int) (testSetup, *record
 	return cfg, rec, ref
 }
 
+// runEpochs runs cfg and returns its reports, which must be epochs.
+func runEpochs(t *testing.T, cfg testSetup, epochs int) []report.EpochReport {
+	t.Helper()
+	reports, err := runAgent(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reports) != epochs {
+		t.Fatalf("%d reports, want %d", len(reports), epochs)
+	}
+	return reports
+}
+
+// sameAsNoOff checks that every reported epoch delivered each sample once
+// with the tensors of the No-Off run ref.
+func sameAsNoOff(t *testing.T, rec, ref *recorder, reports []report.EpochReport) {
+	t.Helper()
+	for _, r := range reports {
+		if got, want := epochSHAs(t, rec, r.Epoch), epochSHAs(t, ref, r.Epoch); !maps.Equal(got, want) {
+			t.Errorf("epoch %d: tensors differ from No-Off's", r.Epoch)
+		}
+	}
+}
+
 // epochSHAs maps each sample of epoch e, delivered once, to its tensor's
 // hash.
 func epochSHAs(t *testing.T, rec *recorder, e uint64) map[uint64][32]byte {
@@ -146,13 +164,7 @@ func (c slowFirst) Consume(ctx context.Context, b *Batch) error {
 // either way the second epoch runs the policy's plan.
 func TestPlanFromEstimatesShortEpoch(t *testing.T) {
 	cfg, rec, ref := estimateRun(t, "", policy.NameSOPHON, 2)
-	reports, err := runAgent(t, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(reports) != 2 {
-		t.Fatalf("%d reports, want 2", len(reports))
-	}
+	reports := runEpochs(t, cfg, 2)
 	r0, r1 := reports[0], reports[1]
 	if r0.Stage1 == nil || !r0.Stage1.Overlapped {
 		t.Fatalf("first epoch's stage 1 %+v, want overlapped", r0.Stage1)
@@ -164,11 +176,7 @@ func TestPlanFromEstimatesShortEpoch(t *testing.T) {
 	if r1.PlanSource == "" {
 		t.Errorf("second epoch: no plan source, want the estimate's plan")
 	}
-	for _, r := range reports {
-		if got, want := epochSHAs(t, rec, r.Epoch), epochSHAs(t, ref, r.Epoch); !maps.Equal(got, want) {
-			t.Errorf("epoch %d: tensors differ from No-Off's", r.Epoch)
-		}
-	}
+	sameAsNoOff(t, rec, ref, reports)
 	t.Logf("first epoch: plan %q, switched after %d of %d", r0.Plan, r0.PlanSwitchedAt, r0.Shard)
 }
 
@@ -191,19 +199,9 @@ func TestPlanFromEstimatesFillsCache(t *testing.T) {
 	// A small window, batch and pool: few positions go out before the
 	// plan takes over while the consumer waits for it.
 	cfg.Window, cfg.Batch, cfg.Workers = 1, 2, 1
-	reports, err := runAgent(t, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(reports) != 2 {
-		t.Fatalf("%d reports, want 2", len(reports))
-	}
+	reports := runEpochs(t, cfg, 2)
 	r0, r1 := reports[0], reports[1]
-	for _, r := range reports {
-		if got, want := epochSHAs(t, rec, r.Epoch), epochSHAs(t, ref, r.Epoch); !maps.Equal(got, want) {
-			t.Errorf("epoch %d: tensors differ from No-Off's", r.Epoch)
-		}
-	}
+	sameAsNoOff(t, rec, ref, reports)
 	c0, c1 := r0.Cache, r1.Cache
 	if c0 == nil || c1 == nil || r0.PlanSwitchedAt <= 0 {
 		t.Fatalf("cache %+v then %+v, plan switched after %d: want a cache and a switch", c0, c1, r0.PlanSwitchedAt)

@@ -58,11 +58,10 @@ type stage1Job struct {
 
 // provisional is the first epoch's plan until the estimate's plan is
 // ready: the calibration samples raw (calib, planner.CalibrationSet, which
-// go out first) and
-// every other sample cut to its crop box in the JPEG domain where the
-// pipeline can cut (never more bytes than the file, the cheapest offload,
-// which the storage agent answers raw when its CPU falls behind), else
-// raw.
+// go out first) and every other sample cut to its crop box in the JPEG
+// domain where the pipeline can cut (never more bytes than the file, the
+// cheapest offload, which the storage agent answers raw when its CPU
+// falls behind), else raw.
 func (p *policyRun) provisional(calib map[uint64]bool) *planner.RunPlan {
 	def := 0
 	if p.a.cfg.Pipeline.CanCut() {

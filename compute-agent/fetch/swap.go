@@ -78,13 +78,11 @@ func (e *Epoch) Swap(plan *planner.RunPlan, splitOf func(sample uint64) int, lin
 		}
 		raw := e.cat.RawSizes[s]
 		before := e.cfg.Sizes.Estimate(e.shedder().Split(pos, e.split[pos]), raw)
-		if fill && plan.Cached(s) && e.codecOf(plan, s) == ops.CodecNone {
-			e.cc.want[pos], e.split[pos] = true, 0
-			e.cc.wanted++
-			e.left.Add(e.cfg.Sizes.Estimate(0, raw) - before)
-			return false
-		}
 		k := splitOf(s)
+		if fill && plan.Cached(s) && e.codecOf(plan, s) == ops.CodecNone {
+			k, e.cc.want[pos] = 0, true // fetched raw, into the cache
+			e.cc.wanted++
+		}
 		e.split[pos] = k
 		e.left.Add(e.cfg.Sizes.Estimate(k, raw) - before)
 		return k != 0 || e.codecOf(plan, s) != ops.CodecNone

@@ -684,7 +684,11 @@ func pinningFor(cores, storage, per int) pinPlan {
 		p.storage = append(p.storage, coreRange(i*per, per))
 	}
 	if storage == 1 {
-		p.why = fmt.Sprintf("storage agent on %s %s, compute agent on cores %s", plural("core", per), p.storage[0], p.compute)
+		word := "core"
+		if per > 1 {
+			word = "cores"
+		}
+		p.why = fmt.Sprintf("storage agent on %s %s, compute agent on cores %s", word, p.storage[0], p.compute)
 		return p
 	}
 	p.why = fmt.Sprintf("storage agents on cores %s (%s each), compute agents on cores %s", strings.Join(p.storage, ", "), coresWord(per), p.compute)
@@ -705,14 +709,6 @@ func coresWord(n int) string {
 		return "one"
 	}
 	return fmt.Sprintf("%d cores", n)
-}
-
-// plural is word, or word+"s" for n above 1.
-func plural(word string, n int) string {
-	if n == 1 {
-		return word
-	}
-	return word + "s"
 }
 
 // storageCores is storage agent i's cpuset; "" when not pinned.
