@@ -93,6 +93,57 @@ func (p *Pipeline) cutOps() (Decode, RandomResizedCrop, error) {
 	return p.ops[0].(Decode), p.ops[1].(RandomResizedCrop), nil
 }
 
+// CheckHeader refuses, from a JPEG's header alone, a file that the
+// pipeline's decode refuses under lim before decoding anything: more
+// pixels than the smaller of lim's and the op's own cap, a multi-scan
+// frame whose coefficient buffers exceed MaxMemory, a whole image above
+// MaxOutputBytes (wrapping ErrTooLarge), or a passed deadline. A planner
+// that prices a sample from its header checks it first: a file every run
+// refuses costs no CPU and sends no bytes. Nil for a pipeline that does
+// not start with decode. Errors are *SampleError values naming the sample.
+func (p *Pipeline) CheckHeader(sample uint64, h JPEGHeader, lim Limits) error {
+	if len(p.ops) == 0 {
+		return nil
+	}
+	var err error
+	switch d := p.ops[0].(type) {
+	case Decode:
+		err = checkHeader(d, h, lim)
+	case DecodeRandomResizedCrop:
+		// It decodes only its box, so only the header's limits apply.
+		if err = checkDims(h); err == nil {
+			err = lim.decode(d.Limits).Check(h)
+		}
+	default:
+		return nil
+	}
+	if err != nil {
+		return &SampleError{Sample: sample, Op: p.ops[0].Name(), Err: err}
+	}
+	return nil
+}
+
+// checkHeader is CheckHeader's check for decode op d.
+func checkHeader(d Decode, h JPEGHeader, lim Limits) error {
+	if err := checkDims(h); err != nil {
+		return err
+	}
+	if err := lim.decode(d.Limits).Check(h); err != nil {
+		return err
+	}
+	// The decode's output is the whole image, whatever the pipeline decodes
+	// of it (see Limits.MaxOutputBytes).
+	return checkOutput(d.Name(), imageShape(h.W, h.H), lim.MaxOutputBytes)
+}
+
+// checkDims refuses a header without pixels.
+func checkDims(h JPEGHeader) error {
+	if h.W <= 0 || h.H <= 0 {
+		return wrapf(ErrCorrupt, "header of a %dx%d frame", h.W, h.H)
+	}
+	return nil
+}
+
 // Cut is the storage side of [SplitCut]: it reads raw's header, draws
 // ops[1]'s crop box for key exactly as the crop would, and cuts the JPEG to
 // the box widened by [CutMargin] and rounded out to whole iMCUs, without
@@ -119,12 +170,7 @@ func (p *Pipeline) Cut(key Key, raw Encoded, lim Limits) (*CutJPEG, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := dl.Check(h); err != nil {
-		return fail(err)
-	}
-	// The decode's output is the whole image, whatever the pipeline decodes
-	// of it (see Limits.MaxOutputBytes).
-	if err := checkOutput(d.Name(), imageShape(h.W, h.H), lim.MaxOutputBytes); err != nil {
+	if err := checkHeader(d, h, lim); err != nil {
 		return fail(err)
 	}
 	var r Rand

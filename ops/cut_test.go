@@ -13,6 +13,7 @@ import (
 
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/hostile"
+	"github.com/sophon-dl/sophon/ops/jpeg"
 	"github.com/sophon-dl/sophon/ops/synth"
 )
 
@@ -479,5 +480,43 @@ func TestCutConcurrent(t *testing.T) {
 		if !bytes.Equal(got[i], want[i]) {
 			t.Errorf("sample %d: the concurrent cut differs from the sequential one", i)
 		}
+	}
+}
+
+// TestCheckHeader: a pipeline that starts with decode refuses from the
+// header what its decode refuses under the limits, naming the sample; a
+// normal header passes, under Decode and the fused decode-and-crop op.
+func TestCheckHeader(t *testing.T) {
+	p, err := ops.Preset("imagenet-train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := ops.DefaultLimits()
+	bomb := jpeg.HeaderOf(65535, 65535, 3, false, 16, 16)
+	err = p.CheckHeader(7, bomb, lim)
+	var se *ops.SampleError
+	if !errors.Is(err, ops.ErrTooLarge) || !errors.As(err, &se) || se.Sample != 7 {
+		t.Errorf("bomb: got %v, want a TOO_LARGE *SampleError for sample 7", err)
+	}
+	if err := p.CheckHeader(7, jpeg.HeaderOf(2048, 1536, 3, false, 16, 16), lim); err != nil {
+		t.Errorf("photo: got %v, want nil", err)
+	}
+	// A spec's own max_pixels caps what the server allows.
+	small, err := ops.Spec{Name: "small", Ops: []ops.OpSpec{{Op: "decode", MaxPixels: 1000}, {Op: "to_tensor"}}}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := small.CheckHeader(1, jpeg.HeaderOf(64, 64, 3, false, 16, 16), lim); !errors.Is(err, ops.ErrTooLarge) {
+		t.Errorf("spec max_pixels 1000, 64x64: got %v, want TOO_LARGE", err)
+	}
+	fused, err := ops.Spec{Name: "fused", Ops: []ops.OpSpec{{Op: "decode_random_resized_crop", Size: []int{224}}, {Op: "to_tensor"}}}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fused.CheckHeader(1, bomb, lim); !errors.Is(err, ops.ErrTooLarge) {
+		t.Errorf("decode_random_resized_crop, bomb: got %v, want TOO_LARGE", err)
+	}
+	if err := fused.CheckHeader(1, jpeg.HeaderOf(2048, 1536, 3, false, 16, 16), lim); err != nil {
+		t.Errorf("decode_random_resized_crop, photo: got %v, want nil", err)
 	}
 }

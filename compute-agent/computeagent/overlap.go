@@ -201,7 +201,7 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 	st := planner.Stage1Beside(job.cfg, job.srcs, p.cat.RawSizes, job.shard, kept, probe, linkNow(), t0)
 	t1 := a.cfg.Clock.Now()
 	p.measured(st)
-	if err := p.planEstimate(r.prof, r.unknown, r.err, r.at); err != nil {
+	if err := p.planEstimate(r.prof, r.omitted, r.err, r.at); err != nil {
 		return -1, err
 	}
 	p.summary.Seconds = a.cfg.Clock.Now().Sub(t0).Seconds()
@@ -232,7 +232,7 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 // estimated is planner.Estimate's result, begun at at.
 type estimated struct {
 	prof    *profiler.Profile
-	unknown int
+	omitted planner.Omitted
 	err     error
 	at      time.Time
 }
@@ -247,8 +247,8 @@ func (p *policyRun) calibrate(raws map[uint64][]byte, shard []uint64) <-chan est
 	}
 	go func() {
 		at := p.a.cfg.Clock.Now()
-		prof, unknown, err := planner.Estimate(p.estimateInput(raws, shard))
-		est <- estimated{prof, unknown, err, at}
+		prof, omitted, err := planner.Estimate(p.estimateInput(raws, shard))
+		est <- estimated{prof, omitted, err, at}
 	}()
 	return est
 }

@@ -197,8 +197,8 @@ func (p *policyRun) measured(st planner.Stage1Result) {
 // asks for it.
 func (p *policyRun) estimate(st planner.Stage1Result, shard []uint64) error {
 	t0 := p.a.cfg.Clock.Now()
-	prof, unknown, err := planner.Estimate(p.estimateInput(st.Raws, shard))
-	if err := p.planEstimate(prof, unknown, err, t0); err != nil {
+	prof, omitted, err := planner.Estimate(p.estimateInput(st.Raws, shard))
+	if err := p.planEstimate(prof, omitted, err, t0); err != nil {
 		return err
 	}
 	if prof != nil {
@@ -214,12 +214,13 @@ func (p *policyRun) estimateInput(raws map[uint64][]byte, shard []uint64) planne
 	return planner.EstimateInput{
 		Pipeline: a.cfg.Pipeline, Seed: a.cfg.Seed, Epoch: a.cfg.FirstEpoch, Fingerprint: cat.Fingerprint,
 		Shard: shard, RawSizes: cat.RawSizes, Header: cat.Header, Raws: raws,
+		Limits: a.cfg.Settings.Limits(), OpTimeout: a.cfg.Settings.OpTimeout,
 	}
 }
 
 // planEstimate plans from prof, the estimated profile (planner.Estimate's
 // result, begun at t0), or logs why there is none (err).
-func (p *policyRun) planEstimate(prof *profiler.Profile, unknown int, err error, t0 time.Time) error {
+func (p *policyRun) planEstimate(prof *profiler.Profile, omitted planner.Omitted, err error, t0 time.Time) error {
 	a, pl := p.a, p.pl
 	if err != nil {
 		a.log.Warn().Err(err).Msg("no plan from header estimates: stage 2 decides")
@@ -230,7 +231,11 @@ func (p *policyRun) planEstimate(prof *profiler.Profile, unknown int, err error,
 	if err := pl.Replan(); err != nil {
 		return configErr("%v", err)
 	}
-	a.log.Info().Int("samples", len(prof.Samples)).Int("unknown_headers", unknown).
+	if omitted.Refused > 0 {
+		a.log.Warn().Int("samples", omitted.Refused).AnErr("first", omitted.First).
+			Msg("headers the limits refuse: planned as failures (raw, no cost), as every run of them fails")
+	}
+	a.log.Info().Int("samples", len(prof.Samples)).Int("unknown_headers", omitted.Unknown).Int("refused_headers", omitted.Refused).
 		Float64("seconds", a.cfg.Clock.Now().Sub(t0).Seconds()).Msg("first epoch planned from header estimates")
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/jpeg"
@@ -51,31 +52,49 @@ type EstimateInput struct {
 	Header   func(sample uint64) (jpeg.Summary, bool)
 	// Raws is the calibration candidates' files by sample (stage 1's).
 	Raws map[uint64][]byte
+	// Limits and OpTimeout are the agents' limits (oplimits.Settings):
+	// the calibration runs under them, and a sample whose header they
+	// refuse is not priced.
+	Limits    ops.Limits
+	OpTimeout time.Duration
+}
+
+// Omitted counts the shard's samples an estimate leaves out of its
+// profile; a plan gives them k = 0.
+type Omitted struct {
+	// Unknown have no known header in the catalog.
+	Unknown int
+	// Refused have a header the limits refuse (estimate.Model.Admit):
+	// every run of them fails before decoding, whatever a storage agent's
+	// catalog claims of their cost. First is the first one's error.
+	Refused int
+	First   error
 }
 
 // Estimate is the profile of the shard's samples estimated from their
 // headers (profiler/estimate), calibrated on up to CalibrationSamples of
-// in.Raws spread over their image sizes (estimate.Pick). Samples without a
-// known header are left out (a plan gives them k = 0) and counted in
-// unknown.
-func Estimate(in EstimateInput) (prof *profiler.Profile, unknown int, err error) {
+// in.Raws spread over their image sizes (estimate.Pick), under in.Limits.
+// Samples without a known header, or whose header the limits refuse, are
+// left out (a plan gives them k = 0) and counted in omitted.
+func Estimate(in EstimateInput) (prof *profiler.Profile, omitted Omitted, err error) {
 	var samples []estimate.Sample
 	for _, id := range in.Shard {
 		h, ok := in.Header(id)
 		s, known := estimate.FromSummary(id, int64(in.RawSizes[id]), h)
 		if !ok || !known {
-			unknown++
+			omitted.Unknown++
 			continue
 		}
 		samples = append(samples, s)
 	}
 	if len(samples) == 0 {
-		return nil, unknown, fmt.Errorf("planner: estimate: no sample of the shard has a known header (%d unknown)", unknown)
+		return nil, omitted, fmt.Errorf("planner: estimate: no sample of the shard has a known header (%d unknown)", omitted.Unknown)
 	}
 	var cands []estimate.Sample
 	for _, id := range slices.Sorted(maps.Keys(in.Raws)) {
 		h, ok := in.Header(id)
-		if s, known := estimate.FromSummary(id, int64(len(in.Raws[id])), h); ok && known && uint64(s.Raw) == in.RawSizes[id] {
+		if s, known := estimate.FromSummary(id, int64(len(in.Raws[id])), h); ok && known && uint64(s.Raw) == in.RawSizes[id] &&
+			in.Pipeline.CheckHeader(id, s.Header(), in.Limits) == nil {
 			cands = append(cands, s)
 		}
 	}
@@ -83,13 +102,17 @@ func Estimate(in EstimateInput) (prof *profiler.Profile, unknown int, err error)
 	for _, i := range estimate.Pick(cands, CalibrationSamples) {
 		cal = append(cal, estimate.Calibrated{Sample: cands[i], Data: in.Raws[cands[i].ID]})
 	}
-	m, err := estimate.Calibrate(in.Pipeline, in.Seed, in.Epoch, cal)
+	m, err := estimate.Calibrate(in.Pipeline, in.Seed, in.Epoch, cal, in.Limits, in.OpTimeout)
 	if err != nil {
-		return nil, unknown, fmt.Errorf("planner: estimate: %w", err)
+		return nil, omitted, fmt.Errorf("planner: estimate: %w", err)
+	}
+	samples, refused := m.Admit(samples)
+	if omitted.Refused = len(refused); len(refused) > 0 {
+		omitted.First = refused[0]
 	}
 	prof, err = m.Profile(in.Fingerprint, samples)
 	if err != nil {
-		return nil, unknown, fmt.Errorf("planner: estimate: %w", err)
+		return nil, omitted, fmt.Errorf("planner: estimate: %w", err)
 	}
-	return prof, unknown, nil
+	return prof, omitted, nil
 }

@@ -239,3 +239,10 @@ func Progressive(w, h, scans int) []byte {
 	}
 	return append(b, eoi()...)
 }
+
+// HeaderBomb returns a header-only baseline JPEG of a colour (4:2:0)
+// w x h frame: the flat image's tables, its scan header and 16 bytes of
+// entropy data, about 700 bytes whatever w x h declares. At 65535x65535 it
+// is the header bomb that a planner must not price as the 4.3 G-pixel
+// decode it claims.
+func HeaderBomb(w, h int) []byte { return header(mSOF0, 8, w, h, ycc20) }

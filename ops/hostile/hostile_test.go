@@ -96,3 +96,16 @@ func FuzzRunLimited(f *testing.F) {
 		}
 	})
 }
+
+// TestHeaderBomb: a 65535x65535 header bomb is under a kilobyte, its
+// header parses as the frame it declares, and decoding it is refused.
+func TestHeaderBomb(t *testing.T) {
+	b := HeaderBomb(65535, 65535)
+	h, err := ops.ReadJPEGHeader(b)
+	if err != nil || h.W != 65535 || h.H != 65535 || h.MCUW != 16 || len(b) > 1024 {
+		t.Fatalf("HeaderBomb: %d bytes, header %+v, %v; want 65535x65535, MCU 16, under 1 KiB", len(b), h, err)
+	}
+	if _, err := ops.DecodeJPEG(b, ops.DecodeLimits{}); !errors.Is(err, ops.ErrTooLarge) {
+		t.Errorf("decode: got %v, want TOO_LARGE", err)
+	}
+}

@@ -124,3 +124,41 @@ func ParseSummary(b []byte) (Summary, error) {
 	}
 	return s, nil
 }
+
+// Header is the header s summarises, for checking it against a
+// DecodeLimits (DecodeLimits.Check) before any byte of the file is read:
+// the dimensions, components, progression and MCU are s's, and the
+// coefficient buffers are those of the usual sampling, the first
+// component at the MCU's factors and every other at 1x1 (the fewest a
+// frame with that MCU can have, so a file refused from its summary is
+// refused from its real header too). The zero Header when s is unknown.
+func (s Summary) Header() Header {
+	if !s.Known() {
+		return Header{}
+	}
+	mw, mh := s.MCU()
+	return HeaderOf(s.Width(), s.Height(), s.Components(), s.Progressive(), mw, mh)
+}
+
+// HeaderOf is the header of a w x h frame of the given components,
+// progression and MCU size in pixels, sampled as Summary.Header says.
+func HeaderOf(w, h, components int, progressive bool, mcuw, mcuh int) Header {
+	hd := Header{W: w, H: h, Components: components, Progressive: progressive, MCUW: mcuw, MCUH: mcuh, multiScan: progressive}
+	if w <= 0 || h <= 0 {
+		return hd
+	}
+	hmax, vmax := max(mcuw/8, 1), max(mcuh/8, 1)
+	if components == 1 {
+		hmax, vmax = 1, 1
+	}
+	up := func(a, b int) int64 { return int64((a + b - 1) / b) }
+	for i := range max(components, 1) {
+		hs, vs := 1, 1
+		if i == 0 {
+			hs, vs = hmax, vmax
+		}
+		bw, bh := up(w*hs, hmax*8), up(h*vs, vmax*8)
+		hd.coefBlocks += (bw + int64(hs) - 1) / int64(hs) * int64(hs) * ((bh + int64(vs) - 1) / int64(vs) * int64(vs))
+	}
+	return hd
+}

@@ -26,6 +26,23 @@ func checkSummary(t *testing.T, h Header) {
 	}
 }
 
+// checkSummaryHeader: the header a summary rebuilds says what h says and
+// needs no more coefficient buffers than h, exactly as many where h is
+// sampled as Summary.Header assumes (usual).
+func checkSummaryHeader(t *testing.T, name string, h Header, usual bool) {
+	t.Helper()
+	got := h.Summary().Header()
+	if got.W != h.W || got.H != h.H || got.Components != h.Components || got.Progressive != h.Progressive || got.MCUW != h.MCUW || got.MCUH != h.MCUH {
+		t.Fatalf("%s: Summary().Header() = %+v, want the fields of %+v", name, got, h)
+	}
+	if got.coefBlocks > h.coefBlocks || usual && got.coefBlocks != h.coefBlocks {
+		t.Errorf("%s: rebuilt header has %d coefficient blocks, the file's %d (usual sampling: %v)", name, got.coefBlocks, h.coefBlocks, usual)
+	}
+	if got.multiScan != h.Progressive {
+		t.Errorf("%s: rebuilt multiScan %v for progressive %v", name, got.multiScan, h.Progressive)
+	}
+}
+
 // TestReadHeaderSummary: the headers of JPEGs of each kind, and their
 // summaries.
 func TestReadHeaderSummary(t *testing.T) {
@@ -61,6 +78,7 @@ func TestReadHeaderSummary(t *testing.T) {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
 		checkSummary(t, h)
+		checkSummaryHeader(t, tt.name, h, tt.name != "cmyk 4x4")
 		if got := h.Summary().String(); got != tt.want || h.MCUW != tt.mcu {
 			t.Errorf("%s: got %s (MCU %dx%d), want %s", tt.name, got, h.MCUW, h.MCUH, tt.want)
 		}
@@ -98,5 +116,30 @@ func TestParseSummary(t *testing.T) {
 	}
 	if _, err := ParseSummary([]byte{1, 2, 3, 4}); !errors.Is(err, ErrSummary) {
 		t.Errorf("4 bytes: %v, want ErrSummary", err)
+	}
+}
+
+// TestSummaryHeaderLimits: a header rebuilt from a summary is refused by
+// the limits that refuse the file: a 65535x65535 header bomb by its
+// pixels, a large progressive frame by its coefficient buffers, and a
+// normal photograph by neither.
+func TestSummaryHeaderLimits(t *testing.T) {
+	tests := []struct {
+		name string
+		h    Header
+		lim  DecodeLimits
+		bad  bool
+	}{
+		{"bomb", HeaderOf(65535, 65535, 3, false, 16, 16), DecodeLimits{}, true},
+		{"bomb under a server cap", HeaderOf(8192, 4097, 3, false, 16, 16), DecodeLimits{MaxPixels: 32 << 20}, true},
+		{"progressive memory", HeaderOf(8000, 8000, 3, true, 16, 16), DecodeLimits{MaxMemory: 128 << 20}, true},
+		{"baseline memory", HeaderOf(8000, 8000, 3, false, 16, 16), DecodeLimits{MaxMemory: 128 << 20}, false},
+		{"photo", HeaderOf(2048, 1536, 3, true, 16, 16), DecodeLimits{MaxPixels: 32 << 20, MaxMemory: 128 << 20}, false},
+	}
+	for _, tt := range tests {
+		err := tt.lim.Check(tt.h)
+		if got := errors.Is(err, ErrTooLarge); got != tt.bad {
+			t.Errorf("%s: Check = %v, want refused %v", tt.name, err, tt.bad)
+		}
 	}
 }

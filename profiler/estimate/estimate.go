@@ -69,6 +69,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/jpeg"
@@ -102,6 +103,12 @@ type Sample struct {
 	MCUW, MCUH int
 }
 
+// Header is the JPEG header the sample's fields describe
+// (jpeg.HeaderOf), for checking it against the limits of a run.
+func (s Sample) Header() jpeg.Header {
+	return jpeg.HeaderOf(s.W, s.H, s.Components, s.Progressive, s.MCUW, s.MCUH)
+}
+
 // FromHeader is the sample with this id, raw size and header.
 func FromHeader(id uint64, raw int64, h jpeg.Header) Sample {
 	return Sample{ID: id, Raw: raw, W: h.W, H: h.H, Components: h.Components, Progressive: h.Progressive, MCUW: h.MCUW, MCUH: h.MCUH}
@@ -129,6 +136,8 @@ const minClass = 3
 type Model struct {
 	p           *ops.Pipeline
 	seed, epoch uint64
+	// lim are the limits the runs the model prices apply (Calibrate's).
+	lim ops.Limits
 
 	// op[j] is op j's cost fit; decode[class] overrides op 0's for a
 	// decode class with its own fit.
@@ -153,12 +162,19 @@ type Calibrated struct {
 
 // Calibrate runs the calibration samples through p with a
 // profiler.Recorder, keyed by (seed, epoch, sample id) as stage 2 keys
-// them, and fits the model. A sample the pipeline fails on is left out;
-// ErrCalibration means none was recorded.
-func Calibrate(p *ops.Pipeline, seed, epoch uint64, cal []Calibrated) (*Model, error) {
+// them, under lim with opTimeout per sample (Recorder.Limit: the agents'
+// limits, so that calibration runs no file the agents would refuse), and
+// fits the model. A sample the pipeline fails on, or whose header lim
+// refuses, is left out; ErrCalibration means none was recorded. The
+// model keeps lim: Profile prices no sample whose header lim refuses.
+func Calibrate(p *ops.Pipeline, seed, epoch uint64, cal []Calibrated, lim ops.Limits, opTimeout time.Duration) (*Model, error) {
+	cal = slices.DeleteFunc(slices.Clone(cal), func(c Calibrated) bool {
+		return p.CheckHeader(c.ID, c.Header(), lim) != nil
+	})
 	// The recorder indexes the calibration samples 0..len(cal)-1; their
 	// keys carry their ids, which draw the boxes.
 	rec := profiler.NewRecorder(p, "", len(cal))
+	rec.Limit(lim, opTimeout)
 	// One goroutine per core: the samples are independent and the
 	// recorder is safe for concurrent use (stage 2's workers share one).
 	next := make(chan int)
@@ -185,7 +201,38 @@ func Calibrate(p *ops.Pipeline, seed, epoch uint64, cal []Calibrated) (*Model, e
 	if len(samples) == 0 {
 		return nil, ErrCalibration
 	}
-	return Fit(p, seed, epoch, samples, records)
+	m, err := Fit(p, seed, epoch, samples, records)
+	if err != nil {
+		return nil, err
+	}
+	m.lim = lim
+	return m, nil
+}
+
+// Admit splits samples into those the model prices and those whose header
+// the calibration's limits refuse (ops.Pipeline.CheckHeader): every run
+// of such a file fails before decoding, so it costs no CPU and sends no
+// bytes beyond an attempt, and a plan leaves it raw (k = 0). Pricing it
+// as the decode its header claims (a 678-byte file declaring 65535x65535,
+// 4.3 G pixels) would make it outweigh the whole dataset.
+func (m *Model) Admit(samples []Sample) (kept []Sample, refused []error) {
+	for _, s := range samples {
+		if err := m.refuses(s); err != nil {
+			refused = append(refused, err)
+			continue
+		}
+		kept = append(kept, s)
+	}
+	return kept, refused
+}
+
+// refuses is the error of the model's limits for s's header; nil for a
+// header without pixels, which is no refusal but a bad sample (ErrSample).
+func (m *Model) refuses(s Sample) error {
+	if s.W <= 0 || s.H <= 0 {
+		return nil
+	}
+	return m.p.CheckHeader(s.ID, s.Header(), m.lim)
 }
 
 // Fit fits the model on calibration samples already recorded (records[i]
@@ -340,7 +387,9 @@ func (m *Model) fitCut(samples []Sample, fs []feats, records []profiler.SamplePr
 // Profile estimates the profile of samples under the model's pipeline,
 // seed and epoch, with the given dataset fingerprint. Samples are sorted
 // by id, as a recorded profile's are; a calibration sample's entry is its
-// record. Two samples with one id are an error.
+// record. A sample whose header the model's limits refuse (Admit) is left
+// out, as a recorded profile leaves out a sample that failed. Two samples
+// with one id are an error.
 func (m *Model) Profile(fingerprint string, samples []Sample) (*profiler.Profile, error) {
 	n := m.p.Len()
 	names := make([]string, n)
@@ -366,6 +415,9 @@ func (m *Model) Profile(fingerprint string, samples []Sample) (*profiler.Profile
 		}
 		if r, ok := m.recorded[s.ID]; ok && r.Raw == s.Raw {
 			out.Samples = append(out.Samples, r)
+			continue
+		}
+		if m.refuses(s) != nil {
 			continue
 		}
 		sp, err := m.Sample(s)

@@ -68,7 +68,7 @@ func estimated(t testing.TB, p *ops.Pipeline, d dataset, n int) *profiler.Profil
 	for _, i := range estimate.Pick(d.samples, n) {
 		cal = append(cal, estimate.Calibrated{Sample: d.samples[i], Data: d.data[i]})
 	}
-	m, err := estimate.Calibrate(p, testSeed, testEpoch, cal)
+	m, err := estimate.Calibrate(p, testSeed, testEpoch, cal, ops.DefaultLimits(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -148,14 +148,22 @@ func class(s Sample) int {
 
 // FromFolder estimates the profile of an ImageFolder tree for p with the
 // crop boxes of (seed, epoch), calibrated on up to calibrate of its files
-// (see Pick). It returns the profile and how many files were skipped.
-func FromFolder(p *ops.Pipeline, dir string, seed, epoch uint64, calibrate int) (*profiler.Profile, int, error) {
+// (see Pick), under lim (the agents' limits, e.g. ops.DefaultLimits():
+// files they refuse are neither run nor priced, and count as skipped). It
+// returns the profile and how many files were skipped.
+func FromFolder(p *ops.Pipeline, dir string, seed, epoch uint64, calibrate int, lim ops.Limits) (*profiler.Profile, int, error) {
 	samples, paths, skipped, err := ScanFolder(dir)
 	if err != nil {
 		return nil, skipped, err
 	}
 	if len(samples) == 0 {
 		return nil, skipped, fmt.Errorf("estimate: no JPEG with a readable header under %s", dir)
+	}
+	n := len(samples)
+	samples = slices.DeleteFunc(samples, func(s Sample) bool { return p.CheckHeader(s.ID, s.Header(), lim) != nil })
+	skipped += n - len(samples)
+	if len(samples) == 0 {
+		return nil, skipped, fmt.Errorf("estimate: the limits refuse every JPEG under %s (%d)", dir, n)
 	}
 	var cal []Calibrated
 	for _, i := range Pick(samples, calibrate) {
@@ -165,7 +173,7 @@ func FromFolder(p *ops.Pipeline, dir string, seed, epoch uint64, calibrate int) 
 		}
 		cal = append(cal, Calibrated{Sample: samples[i], Data: data})
 	}
-	m, err := Calibrate(p, seed, epoch, cal)
+	m, err := Calibrate(p, seed, epoch, cal, lim, 0)
 	if err != nil {
 		return nil, skipped, err
 	}

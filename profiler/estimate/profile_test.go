@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/hostile"
 	"github.com/sophon-dl/sophon/ops/jpeg"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/profiler"
@@ -33,7 +34,7 @@ func smallModel(t *testing.T) (*estimate.Model, []estimate.Calibrated) {
 		}
 		cal = append(cal, estimate.Calibrated{Sample: estimate.FromHeader(uint64(1000*i+7), int64(len(raw)), h), Data: raw})
 	}
-	m, err := estimate.Calibrate(p, 1, 0, cal)
+	m, err := estimate.Calibrate(p, 1, 0, cal, ops.DefaultLimits(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestProfileErrors(t *testing.T) {
 		t.Errorf("no pixels: got %v, want ErrSample", err)
 	}
 	p, _ := ops.Preset("imagenet-train")
-	if _, err := estimate.Calibrate(p, 1, 0, []estimate.Calibrated{{Sample: estimate.Sample{W: 8, H: 8, Raw: 3}, Data: []byte("not")}}); !errors.Is(err, estimate.ErrCalibration) {
+	if _, err := estimate.Calibrate(p, 1, 0, []estimate.Calibrated{{Sample: estimate.Sample{W: 8, H: 8, Raw: 3}, Data: []byte("not")}}, ops.DefaultLimits(), 0); !errors.Is(err, estimate.ErrCalibration) {
 		t.Errorf("nothing recorded: got %v, want ErrCalibration", err)
 	}
 }
@@ -140,5 +141,35 @@ func TestFromSummary(t *testing.T) {
 	}
 	if _, ok := estimate.FromSummary(1, 10, jpeg.Summary{}); ok {
 		t.Error("an unknown summary gave a sample")
+	}
+}
+
+// TestLimitsLeaveOutHeaderBombs: a sample whose header the calibration's
+// limits refuse is neither priced (Profile leaves it out, Admit counts
+// it) nor run as a calibration sample (Calibrate drops it; with only
+// such samples nothing is recorded).
+func TestLimitsLeaveOutHeaderBombs(t *testing.T) {
+	m, cal := smallModel(t)
+	bombHeader, err := jpeg.ReadHeader(hostile.HeaderBomb(65535, 65535))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bomb := estimate.FromHeader(99, 700, bombHeader)
+	good := estimate.Sample{ID: 5, Raw: 20000, W: 300, H: 200, Components: 3}
+	prof, err := m.Profile("", []estimate.Sample{good, bomb, cal[0].Sample})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(prof.Samples) != 2 || prof.Samples[0].ID != 5 || prof.Samples[1].ID != cal[0].ID {
+		t.Errorf("profile of %d samples %+v, want 5 and %d without the bomb", len(prof.Samples), prof.Samples, cal[0].ID)
+	}
+	kept, refused := m.Admit([]estimate.Sample{good, bomb})
+	if len(kept) != 1 || len(refused) != 1 || !errors.Is(refused[0], ops.ErrTooLarge) {
+		t.Errorf("Admit: kept %v, refused %v; want the good sample kept, the bomb refused TOO_LARGE", kept, refused)
+	}
+	p, _ := ops.Preset("imagenet-train")
+	bombs := []estimate.Calibrated{{Sample: bomb, Data: hostile.HeaderBomb(65535, 65535)}}
+	if _, err := estimate.Calibrate(p, 1, 0, bombs, ops.DefaultLimits(), 0); !errors.Is(err, estimate.ErrCalibration) {
+		t.Errorf("calibrating on a bomb: got %v, want ErrCalibration", err)
 	}
 }

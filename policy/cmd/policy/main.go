@@ -212,12 +212,12 @@ func (o *options) profile() (*profiler.Profile, error) {
 		if o.calibrate < 1 {
 			return nil, fmt.Errorf("--calibrate %d: want at least 1", o.calibrate)
 		}
-		prof, skipped, err := estimate.FromFolder(p, o.estimateDir, o.seed, o.epoch, o.calibrate)
+		prof, skipped, err := estimate.FromFolder(p, o.estimateDir, o.seed, o.epoch, o.calibrate, ops.DefaultLimits())
 		if err != nil {
 			return nil, err
 		}
 		if skipped > 0 {
-			fmt.Fprintf(o.errOut, "policy: %d files under %s skipped: no readable JPEG header\n", skipped, o.estimateDir)
+			fmt.Fprintf(o.errOut, "policy: %d files under %s skipped: no readable JPEG header, or one the agents' default limits refuse (--max-pixels, --decode-memory, --max-output-bytes)\n", skipped, o.estimateDir)
 		}
 		return prof, nil
 	case o.profilePath != "":
