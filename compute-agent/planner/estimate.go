@@ -24,20 +24,41 @@ const CalibrationWindow = 2 * CalibrationSamples
 
 // CalibrationSet is a first epoch's calibration samples when it plans from
 // estimates: the CalibrationSamples smallest files (rawSizes by sample)
-// among the shard's first CalibrationWindow positions, ties in shard
-// order. They cross the link raw while the provisional plan cuts every
-// other sample, so their bytes are most of what that epoch sends beyond a
-// planned one; the smaller half of a random window costs about half of
-// what its first positions would (openimages-like, seed 5: 6.6 MB raw for
-// the first 16, 2.4 MB for these).
-func CalibrationSet(shard, rawSizes []uint64) map[uint64]bool {
-	w := slices.Clone(shard[:min(len(shard), CalibrationWindow)])
+// among the shard's first CalibrationWindow positions that usable accepts
+// (nil: every one), ties in shard order. They cross the link raw while the
+// provisional plan cuts every other sample, so their bytes are most of
+// what that epoch sends beyond a planned one; the smaller half of a random
+// window costs about half of what its first positions would
+// (openimages-like, seed 5: 6.6 MB raw for the first 16, 2.4 MB for
+// these). usable (Calibratable) leaves out what cannot calibrate: a file
+// whose header the limits refuse would be the smallest of all (a
+// 700-byte header bomb) and never arrive, and the plan would wait for it.
+func CalibrationSet(shard, rawSizes []uint64, usable func(sample uint64) bool) map[uint64]bool {
+	var w []uint64
+	for _, s := range shard {
+		if len(w) == CalibrationWindow {
+			break
+		}
+		if usable == nil || usable(s) {
+			w = append(w, s)
+		}
+	}
 	slices.SortStableFunc(w, func(a, b uint64) int { return cmp.Compare(rawSizes[a], rawSizes[b]) })
 	set := map[uint64]bool{}
 	for _, s := range w[:min(len(w), CalibrationSamples)] {
 		set[s] = true
 	}
 	return set
+}
+
+// Calibratable reports whether a sample can calibrate an estimate for p:
+// its catalog header (header) is known and lim does not refuse it
+// (ops.Pipeline.CheckHeader).
+func Calibratable(p *ops.Pipeline, header func(sample uint64) (jpeg.Summary, bool), lim ops.Limits) func(sample uint64) bool {
+	return func(s uint64) bool {
+		h, ok := header(s)
+		return ok && h.Known() && p.CheckHeader(s, h.Header(), lim) == nil
+	}
 }
 
 // EstimateInput is what a plan from header estimates needs.
@@ -91,10 +112,10 @@ func Estimate(in EstimateInput) (prof *profiler.Profile, omitted Omitted, err er
 		return nil, omitted, fmt.Errorf("planner: estimate: no sample of the shard has a known header (%d unknown)", omitted.Unknown)
 	}
 	var cands []estimate.Sample
+	usable := Calibratable(in.Pipeline, in.Header, in.Limits)
 	for _, id := range slices.Sorted(maps.Keys(in.Raws)) {
-		h, ok := in.Header(id)
-		if s, known := estimate.FromSummary(id, int64(len(in.Raws[id])), h); ok && known && uint64(s.Raw) == in.RawSizes[id] &&
-			in.Pipeline.CheckHeader(id, s.Header(), in.Limits) == nil {
+		h, _ := in.Header(id)
+		if s, known := estimate.FromSummary(id, int64(len(in.Raws[id])), h); known && usable(id) && uint64(s.Raw) == in.RawSizes[id] {
 			cands = append(cands, s)
 		}
 	}
