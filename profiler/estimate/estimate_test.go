@@ -154,7 +154,12 @@ func TestEstimateMatchesMeasured(t *testing.T) {
 				t.Errorf("the estimate's plan is %.2f%% slower than the measured profile's, want at most 5%%", 100*gap)
 			}
 			// With scarce storage CPU the plan also rests on the fitted
-			// costs; logged, as it depends on this machine's timings.
+			// costs, which are thread CPU time on a shared machine: the
+			// gaps move with its load (docs/policy.md). The bounds are
+			// above the worst seen with the machine's both cores busy
+			// (27% for the estimate alone, 11% refined), so that load
+			// does not fail the test while a mispriced feature does (a
+			// header bomb priced as its decode made plans 10-200x off).
 			var again *profiler.Profile
 			if *remeasure {
 				again = measure(t, p, d)
@@ -164,11 +169,17 @@ func TestEstimateMatchesMeasured(t *testing.T) {
 				{LinkBytesPerSec: 500e6 / 8, StorageCores: 1, ComputeCores: 8},
 				{LinkBytesPerSec: 500e6 / 8, StorageCores: 0.25, ComputeCores: 8},
 			} {
-				planGap(t, meas, est, r)
+				if gap := planGap(t, meas, est, r); gap > scarceEstimateGap {
+					t.Errorf("storage %.2f cores: the estimate's plan is %.1f%% slower than the measured profile's, want at most %.0f%%", r.StorageCores, 100*gap, 100*scarceEstimateGap)
+				}
 				// What the compute agent plans from after the estimate's
 				// plan ran one epoch: the estimate refined with what that
 				// epoch measured of each sample at its split.
-				t.Logf("  refined after one epoch of the estimate's plan: gap %.2f%%", 100*gapOn(meas, refineAfter(meas, est, r), r))
+				refined := gapOn(meas, refineAfter(meas, est, r), r)
+				t.Logf("  refined after one epoch of the estimate's plan: gap %.2f%%", 100*refined)
+				if refined > scarceRefinedGap {
+					t.Errorf("storage %.2f cores: refined after one epoch, the plan is %.1f%% slower than the measured profile's, want at most %.0f%%", r.StorageCores, 100*refined, 100*scarceRefinedGap)
+				}
 				if again != nil {
 					// The noise floor: both plans on a second record of the
 					// same epoch, against that record's own plan (which
@@ -180,6 +191,14 @@ func TestEstimateMatchesMeasured(t *testing.T) {
 		})
 	}
 }
+
+// The largest gaps TestEstimateMatchesMeasured accepts where the storage
+// CPU is scarce: the estimate's own plan, and the plan refined after one
+// epoch of it.
+const (
+	scarceEstimateGap = 0.35
+	scarceRefinedGap  = 0.15
+)
 
 // remeasure also records every sample a second time and reports both
 // plans' gaps on that record (go test -run Estimate -v -args -remeasure).
