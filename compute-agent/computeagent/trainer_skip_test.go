@@ -1,14 +1,23 @@
 package computeagent
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
+	"github.com/sophon-dl/sophon/internal/testenv"
 )
 
 // skipFake serves the first n test samples; those in bad are truncated
@@ -141,6 +150,105 @@ func TestTrainerRankWithNoGoodSample(t *testing.T) {
 			for r, tt := range ts {
 				if !slices.Equal(tt.sizes, want[r]) {
 					t.Errorf("rank %d: batches of %v rows, want %v", r, tt.sizes, want[r])
+				}
+			}
+		})
+	}
+}
+
+// pyRanks is a Python trainer of world local ranks on one node: each rank
+// iterates one epoch through sophon.Loader and prints len(loader) and the
+// rows of the batches the loop saw.
+const pyRanks = `
+import json, sys
+import sophon
+sock, rank, world, yield_empty = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+loader = sophon.Loader(sock, rank=rank, world=world, local_rank=rank, local_world=world,
+                       yield_empty=yield_empty, timeout=30)
+sizes = [int(images.shape[0]) for images, labels in loader]
+print(json.dumps({"len": len(loader), "sizes": sizes}))
+loader.close()
+`
+
+// pythonRanks runs pyRanks for world ranks against the agent at path and
+// returns each rank's len(loader) and batch rows.
+func pythonRanks(t *testing.T, path string, world int, yieldEmpty bool) (lens []int, sizes [][]int) {
+	t.Helper()
+	const python = "/usr/bin/python3"
+	if err := exec.Command(python, "-c", "import torch, numpy").Run(); err != nil {
+		testenv.Require(t, "%s cannot import torch (apt-get install python3-torch): %v", python, err)
+	}
+	_, file, _, _ := runtime.Caller(0)
+	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(filepath.Dir(file), "../../python"))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	lens, sizes = make([]int, world), make([][]int, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Go(func() {
+			cmd := exec.CommandContext(ctx, python, "-c", pyRanks, path, strconv.Itoa(r), strconv.Itoa(world), map[bool]string{false: "0", true: "1"}[yieldEmpty])
+			cmd.Env = env
+			out, err := cmd.Output()
+			var got struct {
+				Len   int   `json:"len"`
+				Sizes []int `json:"sizes"`
+			}
+			if err == nil {
+				err = json.Unmarshal(out, &got)
+			}
+			if err != nil {
+				var stderr []byte
+				if ee, ok := err.(*exec.ExitError); ok {
+					stderr = ee.Stderr
+				}
+				t.Errorf("rank %d: %v\n%s", r, err, stderr)
+			}
+			lens[r], sizes[r] = got.Len, got.Sizes
+		})
+	}
+	wg.Wait()
+	return lens, sizes
+}
+
+// TestPythonLoaderSkippedSamples runs TestTrainerSkippedSamplesKeepBatchesFull's
+// epoch (26 samples, 4 of rank 0's first batch failing, batches of 4, two
+// ranks) through the Python client: each rank's loop sees len(loader)
+// batches of 4 rows, the last of 1 (none with --drop-last), and no empty
+// one. When every sample of a rank fails (strict order), the rank's batch
+// has no rows: its loop skips it by default and sees it with
+// yield_empty=True, as docs/training.md says.
+func TestPythonLoaderSkippedSamples(t *testing.T) {
+	for _, tc := range []struct{ strict, dropLast bool }{{false, false}, {true, false}, {true, true}} {
+		t.Run(fmt.Sprintf("strict=%v/drop_last=%v", tc.strict, tc.dropLast), func(t *testing.T) {
+			bad := slices.Clone(epoch.RankOrder(7, 0, 0, 2, 26, 4, tc.dropLast)[:4])
+			path, _ := startTrainerAgentOn(t, skipFake(t, 26, bad), func(c *Config) {
+				c.Batch, c.StrictOrder, c.OnError, c.Trainer.DropLast = 4, tc.strict, OnErrorSkip, tc.dropLast
+			})
+			want := []int{4, 4, 4, 1}
+			if tc.dropLast {
+				want = want[:3]
+			}
+			lens, sizes := pythonRanks(t, path, 2, false)
+			for r := range 2 {
+				if lens[r] != len(want) || !slices.Equal(sizes[r], want) {
+					t.Errorf("rank %d: len %d, batches of %v rows; want %d batches of %v", r, lens[r], sizes[r], len(want), want)
+				}
+			}
+		})
+	}
+	for _, yieldEmpty := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rank_all_failed/yield_empty=%v", yieldEmpty), func(t *testing.T) {
+			path, _ := startTrainerAgentOn(t, skipFake(t, 8, []uint64{0, 2, 4, 6}), func(c *Config) {
+				c.Batch, c.StrictOrder, c.OnError = 4, true, OnErrorSkip
+			})
+			lens, sizes := pythonRanks(t, path, 2, yieldEmpty)
+			want := [][]int{{}, {4}}
+			if yieldEmpty {
+				want[0] = []int{0}
+			}
+			for r := range 2 {
+				if lens[r] != 1 || !slices.Equal(sizes[r], want[r]) {
+					t.Errorf("rank %d: len %d, batches of %v rows; want 1 batch, the loop seeing %v", r, lens[r], sizes[r], want[r])
 				}
 			}
 		})
