@@ -1,6 +1,8 @@
 package computeagent
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -166,7 +168,8 @@ sock, rank, world, yield_empty = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 loader = sophon.Loader(sock, rank=rank, world=world, local_rank=rank, local_world=world,
                        yield_empty=yield_empty, timeout=30)
 sizes = [int(images.shape[0]) for images, labels in loader]
-print(json.dumps({"len": len(loader), "sizes": sizes}))
+print(json.dumps({"len": len(loader), "sizes": sizes}), flush=True)
+sys.stdin.readline()  # a barrier: a rank leaving mid-epoch fails the others' epoch
 loader.close()
 `
 
@@ -183,25 +186,46 @@ func pythonRanks(t *testing.T, path string, world int, yieldEmpty bool) (lens []
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	lens, sizes = make([]int, world), make([][]int, world)
-	var wg sync.WaitGroup
+	// Every rank waits on stdin until all of them printed their epoch.
+	barrier, release, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer barrier.Close()
+	var wg, reported sync.WaitGroup
+	reported.Add(world)
+	wg.Go(func() {
+		reported.Wait()
+		release.Close()
+	})
 	for r := range world {
 		wg.Go(func() {
 			cmd := exec.CommandContext(ctx, python, "-c", pyRanks, path, strconv.Itoa(r), strconv.Itoa(world), map[bool]string{false: "0", true: "1"}[yieldEmpty])
-			cmd.Env = env
-			out, err := cmd.Output()
+			cmd.Env, cmd.Stdin = env, barrier
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
 			var got struct {
 				Len   int   `json:"len"`
 				Sizes []int `json:"sizes"`
 			}
+			stdout, err := cmd.StdoutPipe()
 			if err == nil {
-				err = json.Unmarshal(out, &got)
+				err = cmd.Start()
+			}
+			if err == nil {
+				line, rerr := bufio.NewReader(stdout).ReadBytes('\n')
+				if err = json.Unmarshal(line, &got); rerr != nil {
+					err = rerr
+				}
+				reported.Done()
+				if werr := cmd.Wait(); err == nil {
+					err = werr
+				}
+			} else {
+				reported.Done()
 			}
 			if err != nil {
-				var stderr []byte
-				if ee, ok := err.(*exec.ExitError); ok {
-					stderr = ee.Stderr
-				}
-				t.Errorf("rank %d: %v\n%s", r, err, stderr)
+				t.Errorf("rank %d: %v\n%s", r, err, stderr.Bytes())
 			}
 			lens[r], sizes[r] = got.Len, got.Sizes
 		})
