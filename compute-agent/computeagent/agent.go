@@ -619,7 +619,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, began time.Time, o
 	}
 	e := fetch.NewEpoch(&a.engine, num, cat, sh.Shard, opts.Opts)
 	if sh.tr != nil {
-		asm := trainer.NewAssembler(e, a.assemblerMetrics(), opts.trainer.Conns, a.cfg.StrictOrder, a.cfg.Batch, a.cfg.Queue, sh.tr.Rows, sh.tr.Batches, sh.tr.First, len(sh.Order))
+		asm := a.newAssembler(e, sh, opts.trainer)
 		e.Feed(asm, sh.tr)
 		if err := a.hub.Start(asm); err != nil {
 			return report.EpochReport{}, err

@@ -32,9 +32,15 @@ import (
 func TestPlanFromEstimates(t *testing.T) {
 	cfg, rec, ref := estimateRun(t, "", policy.NameOptimal, 3)
 	cfg.ProfileBudget = 150 * time.Millisecond
-	// A consumer that takes 1.3 s over the first epoch, which stage 1
-	// (150 ms of probes, then calibration and the plan) ends within.
-	cfg.Consumer = slowFirst{20 * time.Millisecond}
+	// The first epoch's consumer holds its first batch until the plan
+	// takes over (the log says so), so stage 1 (150 ms of probes, then
+	// calibration and the plan) ends within the epoch whatever the
+	// machine's speed; a small window, batch and pool keep the positions
+	// that go out meanwhile few (as TestPlanFromEstimatesFillsCache).
+	sw := &signalWriter{match: "plan switched mid-epoch", seen: make(chan struct{})}
+	cfg.Logger = zerolog.New(io.MultiWriter(zerolog.NewTestWriter(t), sw)).Level(zerolog.InfoLevel)
+	cfg.Consumer = untilSwitched{sw.seen}
+	cfg.Window, cfg.Batch, cfg.Workers = 1, 2, 1
 	reports := runEpochs(t, cfg, 3)
 	for i, r := range reports {
 		checkPlanned(t, r, policy.NameOptimal)
@@ -138,23 +144,6 @@ func sameAsNoOff(t *testing.T, rec, ref *recorder, reports []report.EpochReport)
 func epochSHAs(t *testing.T, rec *recorder, e uint64) map[uint64][32]byte {
 	t.Helper()
 	return shasOf(t, rec, e, allSamples())
-}
-
-// slowFirst is a consumer that takes d per sample of epoch 0 and no time
-// in later epochs; it does not say its rate, so stage 1 does not plan for
-// it.
-type slowFirst struct{ d time.Duration }
-
-func (c slowFirst) Consume(ctx context.Context, b *Batch) error {
-	if b.Epoch != 0 {
-		return ctx.Err()
-	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(c.d * time.Duration(b.Len())):
-		return nil
-	}
 }
 
 // TestPlanFromEstimatesShortEpoch: a first epoch that may end before

@@ -84,7 +84,8 @@ func BenchmarkHandoffPython(b *testing.B) {
 			b.Fatal(err)
 		}
 		e := fetch.NewEpoch(&a.engine, req.Epoch, &Catalog{}, fetch.Shard{}, fetch.Opts{})
-		asm := trainer.NewAssembler(e, a.assemblerMetrics(), req.Conns, false, batch, a.cfg.Queue, batch*(batches+1), batches+1, []int{0}, 0)
+		asm := trainer.NewAssembler(e, a.assemblerMetrics(), req.Conns, trainer.Layout{Batch: batch, Queue: a.cfg.Queue,
+			Rows: batch * (batches + 1), Batches: batches + 1, First: []int{0}, Positions: batch * (batches + 1)})
 		if err := hub.Start(asm); err != nil {
 			b.Fatal(err)
 		}

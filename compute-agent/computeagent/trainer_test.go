@@ -35,6 +35,7 @@ type testTrainer struct {
 	delay   time.Duration // per batch, after reading it
 	stopAt  int           // close the connection after this many batches (0: never)
 	rows    []trainerRow
+	sizes   []int // rows per batch, in order
 	batches int
 	taken   atomic.Int64 // batches, readable from other goroutines
 	hdr     [5 + handoff.ReleaseLen]byte
@@ -140,6 +141,7 @@ func (tt *testTrainer) epoch(e uint64, resume *handoff.ResumeMsg) error {
 				sample: binary.LittleEndian.Uint64(s[ids+8*j:]), pos: binary.LittleEndian.Uint64(s[pos+8*j:]),
 				sha: sha256.Sum256(row), row: slices.Clone(row)})
 		}
+		tt.sizes = append(tt.sizes, rows)
 		tt.batches++
 		tt.taken.Add(1)
 		time.Sleep(tt.delay)
@@ -167,8 +169,13 @@ func startTrainerAgent(t *testing.T, mod func(*Config)) string {
 // startTrainerAgentA is startTrainerAgent that also returns the agent.
 func startTrainerAgentA(t testing.TB, mod func(*Config)) (string, *Agent) {
 	t.Helper()
+	return startTrainerAgentOn(t, newFake(t, "s1"), mod)
+}
+
+// startTrainerAgentOn is startTrainerAgentA over the fake storage fake.
+func startTrainerAgentOn(t testing.TB, fake *fakeStorage, mod func(*Config)) (string, *Agent) {
+	t.Helper()
 	n := &memNet{}
-	fake := newFake(t, "s1")
 	cfg, _ := testConfig(t, n, "s1")
 	cfg.Trainer = TrainerConfig{Socket: filepath.Join(t.TempDir(), "t.sock")}
 	cfg.Logger = testLogger(t)

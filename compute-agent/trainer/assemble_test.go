@@ -33,7 +33,8 @@ func TestHandoffNoAllocsPerBatch(t *testing.T) {
 		Samples: prometheus.NewCounter(prometheus.CounterOpts{Name: "samples"}),
 	}
 	const batches = 1 << 20
-	asm := NewAssembler(&fakeEpoch{}, m, []*Conn{tc}, false, batch, 1, batch*batches, batches, []int{0}, 0)
+	asm := NewAssembler(&fakeEpoch{}, m, []*Conn{tc}, Layout{Batch: batch, Queue: 1, Rows: batch * batches, Batches: batches,
+		First: []int{0}, Positions: batch * batches})
 	img := ops.NewImage(8, 8)
 	fr := handoff.NewFrameReader(agentSide)
 	var ready [5 + handoff.ReadyLen]byte

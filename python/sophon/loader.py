@@ -73,6 +73,13 @@ class Loader:
     ``PEER_LOST``: a DDP job cannot go on without a rank); the next
     iteration reconnects and starts its epoch afresh. Resuming mid-epoch is
     :meth:`state_dict` and :meth:`load_state_dict`.
+
+    A batch with no rows is skipped (with a ``RuntimeWarning``) unless
+    ``yield_empty=True``. The agent sends one only when every sample it could
+    fill the batch with failed under ``--on-error skip`` (docs/training.md);
+    it still counts towards ``len()`` and :meth:`state_dict`'s ``batches``.
+    Under DDP a skipped batch leaves this rank a step behind the others:
+    pass ``yield_empty=True`` there and keep the collectives paired.
     """
 
     def __init__(self, socket: Optional[str] = None, batch_size: Optional[int] = None,
@@ -80,7 +87,8 @@ class Loader:
                  dtype: Optional[str] = None, device: Union[str, torch.device] = "cpu",
                  copy: bool = True, timeout: float = 120.0, fingerprint: Optional[str] = None,
                  with_ids: bool = False, rank: Optional[int] = None, world: Optional[int] = None,
-                 local_rank: Optional[int] = None, local_world: Optional[int] = None) -> None:
+                 local_rank: Optional[int] = None, local_world: Optional[int] = None,
+                 yield_empty: bool = False) -> None:
         self.socket = socket or os.environ.get("SOPHON_SOCKET") or DEFAULT_SOCKET
         self.rank = _env_int(rank, "RANK", 0)
         self.world = _env_int(world, "WORLD_SIZE", 1)
@@ -104,6 +112,7 @@ class Loader:
         self.copy = copy
         self.timeout = float(timeout)
         self.with_ids = with_ids
+        self.yield_empty = yield_empty
         self._session: Optional[Session] = None
         self._welcome: Optional[Welcome] = None
         self._table: Optional[npt.NDArray[np.float32]] = None
@@ -215,7 +224,10 @@ class Loader:
             session.start_epoch(epoch, progress.batches, None if resume is None else resume.wire())
             while (batch := session.next_batch()) is not None:
                 progress.record(batch)
-                yield batch
+                if batch.rows == 0 and not self.yield_empty:
+                    _warn_empty(batch)
+                else:
+                    yield batch
                 batch.release()
             finished = True
         finally:
@@ -454,6 +466,13 @@ def _check_state(state: Any, rank: int, world: int) -> _Progress:
         raise ValueError("state_dict consumed: completion order needs the positions bitmap")
     bitmap = None if consumed is None else np.frombuffer(consumed, np.uint8).copy()
     return _Progress(epoch, batches, strict, bitmap)
+
+
+def _warn_empty(batch: RawBatch) -> None:
+    warnings.warn(f"sophon.Loader: batch {batch.batch} of epoch {batch.epoch} has no rows (every "
+                  "sample the agent could fill it with failed under --on-error skip): skipped; "
+                  "under DDP pass yield_empty=True to keep the ranks' steps paired",
+                  RuntimeWarning, stacklevel=4)
 
 
 def _env_int(value: Optional[int], name: str, default: int) -> int:

@@ -243,9 +243,10 @@ class Session:
                                 f"want epoch {self.epoch} batch {self._next}")
         if ready.slot >= welcome.slots:
             raise ProtocolError(f"READY for slot {ready.slot} of {welcome.slots}")
-        # 0 rows: every sample of the batch failed under the agent's
-        # --on-error skip. It still counts, so every rank sees
-        # batches_per_epoch batches (a DDP loop's collectives stay paired).
+        # 0 rows: no sample the agent could fill the batch with succeeded
+        # under --on-error skip (docs/training.md). It still counts, so
+        # every rank gets batches_per_epoch READY frames; the Loader skips
+        # it unless yield_empty=True.
         if not 0 <= ready.rows <= welcome.batch_size:
             raise ProtocolError(f"READY with {ready.rows} rows, batch size {welcome.batch_size}")
         batch = self._views(ready, wait_ns)

@@ -244,21 +244,48 @@ class BatchTest(AgentTest):
 
 class EmptyBatchTest(AgentTest):
     def test_every_sample_failed(self):
-        """A batch whose every sample failed (--on-error skip) comes with no
-        rows and still counts: the loop sees len(loader) batches."""
+        """A batch the agent sends with no rows (every sample it could fill
+        it with failed under --on-error skip) is skipped, with a warning, and
+        still counts in the state; yield_empty=True yields it, so the loop
+        sees len(loader) batches, as a DDP loop needs."""
         for dtype in ("uint8", "float32"):
-            with self.subTest(dtype=dtype):
-                if os.path.exists(self.path):
-                    os.unlink(self.path)
-                agent = self.agent(samples=10, batch_size=4, dtype=dtype, failed_batches={1})
-                loader = self.loader()
-                got = [(images.shape, labels.shape) for images, labels in loader]
-                self.assertEqual(len(got), len(loader))
-                self.assertEqual([s[0][0] for s in got], [4, 0, 2])
-                self.assertEqual(got[1][0][1:], got[0][0][1:])
-                self.assertEqual(got[1][1], (0,))
-                loader.close()
-                agent.stop()
+            for yield_empty in (False, True):
+                with self.subTest(dtype=dtype, yield_empty=yield_empty):
+                    if os.path.exists(self.path):
+                        os.unlink(self.path)
+                    agent = self.agent(samples=10, batch_size=4, dtype=dtype, failed_batches={1})
+                    loader = self.loader(yield_empty=yield_empty)
+                    with warnings.catch_warnings(record=True) as caught:
+                        warnings.simplefilter("always")
+                        got = [(images.shape, labels.shape) for images, labels in loader]
+                    skipped = [w for w in caught if "has no rows" in str(w.message)]
+                    self.assertEqual(loader.state_dict()["batches"], len(loader))
+                    if yield_empty:
+                        self.assertEqual(len(got), len(loader))
+                        self.assertEqual([s[0][0] for s in got], [4, 0, 2])
+                        self.assertEqual(got[1][0][1:], got[0][0][1:])
+                        self.assertEqual(got[1][1], (0,))
+                        self.assertEqual(skipped, [])
+                    else:
+                        self.assertEqual([s[0][0] for s in got], [4, 2])
+                        self.assertEqual(len(skipped), 1)
+                        self.assertIs(skipped[0].category, RuntimeWarning)
+                        self.assertIn("batch 1 of epoch 0", str(skipped[0].message))
+                    # Every slot went back, the skipped one too.
+                    wait_for(lambda: len(agent.releases) == 3)
+                    self.assertEqual(sorted(r["batch"] for r in agent.releases), [0, 1, 2])
+                    loader.close()
+                    agent.stop()
+
+    def test_raw_batches_skip_empty_too(self):
+        agent = self.agent(samples=10, batch_size=4, failed_batches={0, 2})
+        loader = self.loader()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = [(b.batch, b.rows) for b in loader.raw_batches()]
+        self.assertEqual(got, [(1, 4)])
+        loader.close()
+        agent.stop()
 
 
 class CopyTest(AgentTest):

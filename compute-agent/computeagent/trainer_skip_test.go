@@ -1,0 +1,280 @@
+package computeagent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/handoff"
+	"github.com/sophon-dl/sophon/internal/testenv"
+)
+
+// skipFake serves the first n test samples; those in bad are truncated
+// JPEGs, which fail to decode.
+func skipFake(t *testing.T, n int, bad []uint64) *fakeStorage {
+	s := newFake(t, "s1")
+	data := slices.Clone(s.data[:n])
+	for _, b := range bad {
+		data[b] = data[b][:len(data[b])/2]
+	}
+	s.data = data
+	return s
+}
+
+// runSkipRanks runs epoch 0 for world ranks over total samples, bad of
+// them failing, under --on-error skip in batches of 4: every rank on one
+// agent, or (agents > 1) each rank on an agent of its own.
+func runSkipRanks(t *testing.T, world, agents, total int, bad []uint64, strict, dropLast bool) []*testTrainer {
+	t.Helper()
+	mod := func(c *Config) {
+		c.Batch, c.StrictOrder, c.OnError = 4, strict, OnErrorSkip
+		c.Trainer.DropLast = dropLast
+	}
+	ts := make([]*testTrainer, world)
+	var path string
+	for r := range world {
+		hello := handoff.HelloMsg{Rank: r, World: world, LocalRank: r, LocalWorld: world}
+		if agents > 1 {
+			hello.LocalRank, hello.LocalWorld = 0, 1
+		}
+		if r == 0 || agents > 1 {
+			path, _ = startTrainerAgentOn(t, skipFake(t, total, bad), mod)
+		}
+		tt, err := dialTrainer(t, path, hello)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts[r] = tt
+	}
+	var wg sync.WaitGroup
+	for _, tt := range ts {
+		wg.Go(func() {
+			if err := tt.epoch(0, nil); err != nil && !errors.Is(err, errStopped) {
+				t.Errorf("epoch: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	return ts
+}
+
+// TestTrainerSkippedSamplesKeepBatchesFull: with 4 samples of one batch
+// failing under --on-error skip, the next samples take their rows and the
+// rows left free at the end of the epoch repeat the rank's first rows, so
+// every rank gets batches_per_epoch batches of the sizes it has without
+// failures: no 0-row batch, only the last short and none with
+// --drop-last; every global position comes once (a repeat carries a failed
+// sample's), no failed sample is delivered, and in strict order a rank's
+// rows are its order less the failed samples, then its first rows again.
+func TestTrainerSkippedSamplesKeepBatchesFull(t *testing.T) {
+	for _, tc := range []struct{ world, agents, total int }{{1, 1, 12}, {1, 1, 13}, {2, 1, 26}, {2, 2, 26}} {
+		for _, strict := range []bool{false, true} {
+			for _, dropLast := range []bool{false, true} {
+				name := fmt.Sprintf("world=%d/agents=%d/samples=%d/strict=%v/drop_last=%v", tc.world, tc.agents, tc.total, strict, dropLast)
+				t.Run(name, func(t *testing.T) {
+					// The 4 samples of rank 0's first batch in strict order.
+					bad := slices.Clone(epoch.RankOrder(7, 0, 0, tc.world, uint64(tc.total), 4, dropLast)[:4])
+					ts := runSkipRanks(t, tc.world, tc.agents, tc.total, bad, strict, dropLast)
+					checkSkipRanks(t, ts, tc.world, tc.total, bad, strict, dropLast)
+				})
+			}
+		}
+	}
+}
+
+func checkSkipRanks(t *testing.T, ts []*testTrainer, world, total int, bad []uint64, strict, dropLast bool) {
+	t.Helper()
+	m := epoch.RankSamples(world, uint64(total), 4, dropLast)
+	var want []int
+	for b := 0; b*4 < m; b++ {
+		want = append(want, min(4, m-b*4))
+	}
+	seen := map[uint64]int{}
+	for r, tt := range ts {
+		if !slices.Equal(tt.sizes, want) {
+			t.Errorf("rank %d: batches of %v rows, want %v", r, tt.sizes, want)
+		}
+		var got []uint64
+		for _, row := range tt.rows {
+			seen[row.pos]++
+			got = append(got, row.sample)
+			if slices.Contains(bad, row.sample) {
+				t.Errorf("rank %d: failed sample %d delivered", r, row.sample)
+			}
+		}
+		if strict {
+			good := slices.DeleteFunc(epoch.RankOrder(7, 0, r, world, uint64(total), 4, dropLast), func(s uint64) bool { return slices.Contains(bad, s) })
+			for i := range m - len(good) {
+				good = append(good, good[i%min(len(good), 4)])
+			}
+			if !slices.Equal(got, good) {
+				t.Errorf("rank %d strict rows: samples %v, want %v", r, got, good)
+			}
+		}
+	}
+	if len(seen) != world*m {
+		t.Errorf("%d positions delivered, want %d", len(seen), world*m)
+	}
+	for p, c := range seen {
+		if c != 1 || p >= uint64(world*m) {
+			t.Errorf("position %d delivered %d times (of %d)", p, c, world*m)
+		}
+	}
+}
+
+// TestTrainerRankWithNoGoodSample: when every sample of a rank fails, in
+// strict order it has no row of its own to repeat and its batches come
+// with 0 rows, still batches_per_epoch of them (the other rank's are
+// full); in completion order it repeats the other local rank's rows.
+func TestTrainerRankWithNoGoodSample(t *testing.T) {
+	const total = 8 // rank 0 of 2 holds the even samples: 4 rows, 1 batch
+	bad := []uint64{0, 2, 4, 6}
+	for _, strict := range []bool{true, false} {
+		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) {
+			ts := runSkipRanks(t, 2, 1, total, bad, strict, false)
+			want := [][]int{{4}, {4}}
+			if strict {
+				want[0] = []int{0}
+			}
+			for r, tt := range ts {
+				if !slices.Equal(tt.sizes, want[r]) {
+					t.Errorf("rank %d: batches of %v rows, want %v", r, tt.sizes, want[r])
+				}
+			}
+		})
+	}
+}
+
+// pyRanks is a Python trainer of world local ranks on one node: each rank
+// iterates one epoch through sophon.Loader and prints len(loader) and the
+// rows of the batches the loop saw.
+const pyRanks = `
+import json, sys
+import sophon
+sock, rank, world, yield_empty = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+loader = sophon.Loader(sock, rank=rank, world=world, local_rank=rank, local_world=world,
+                       yield_empty=yield_empty, timeout=30)
+sizes = [int(images.shape[0]) for images, labels in loader]
+print(json.dumps({"len": len(loader), "sizes": sizes}), flush=True)
+sys.stdin.readline()  # a barrier: a rank leaving mid-epoch fails the others' epoch
+loader.close()
+`
+
+// pythonRanks runs pyRanks for world ranks against the agent at path and
+// returns each rank's len(loader) and batch rows.
+func pythonRanks(t *testing.T, path string, world int, yieldEmpty bool) (lens []int, sizes [][]int) {
+	t.Helper()
+	const python = "/usr/bin/python3"
+	if err := exec.Command(python, "-c", "import torch, numpy").Run(); err != nil {
+		testenv.Require(t, "%s cannot import torch (apt-get install python3-torch): %v", python, err)
+	}
+	_, file, _, _ := runtime.Caller(0)
+	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(filepath.Dir(file), "../../python"))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	lens, sizes = make([]int, world), make([][]int, world)
+	// Every rank waits on stdin until all of them printed their epoch.
+	barrier, release, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer barrier.Close()
+	var wg, reported sync.WaitGroup
+	reported.Add(world)
+	wg.Go(func() {
+		reported.Wait()
+		release.Close()
+	})
+	for r := range world {
+		wg.Go(func() {
+			cmd := exec.CommandContext(ctx, python, "-c", pyRanks, path, strconv.Itoa(r), strconv.Itoa(world), map[bool]string{false: "0", true: "1"}[yieldEmpty])
+			cmd.Env, cmd.Stdin = env, barrier
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			var got struct {
+				Len   int   `json:"len"`
+				Sizes []int `json:"sizes"`
+			}
+			stdout, err := cmd.StdoutPipe()
+			if err == nil {
+				err = cmd.Start()
+			}
+			if err == nil {
+				line, rerr := bufio.NewReader(stdout).ReadBytes('\n')
+				if err = json.Unmarshal(line, &got); rerr != nil {
+					err = rerr
+				}
+				reported.Done()
+				if werr := cmd.Wait(); err == nil {
+					err = werr
+				}
+			} else {
+				reported.Done()
+			}
+			if err != nil {
+				t.Errorf("rank %d: %v\n%s", r, err, stderr.Bytes())
+			}
+			lens[r], sizes[r] = got.Len, got.Sizes
+		})
+	}
+	wg.Wait()
+	return lens, sizes
+}
+
+// TestPythonLoaderSkippedSamples runs TestTrainerSkippedSamplesKeepBatchesFull's
+// epoch (26 samples, 4 of rank 0's first batch failing, batches of 4, two
+// ranks) through the Python client: each rank's loop sees len(loader)
+// batches of 4 rows, the last of 1 (none with --drop-last), and no empty
+// one. When every sample of a rank fails (strict order), the rank's batch
+// has no rows: its loop skips it by default and sees it with
+// yield_empty=True, as docs/training.md says.
+func TestPythonLoaderSkippedSamples(t *testing.T) {
+	for _, tc := range []struct{ strict, dropLast bool }{{false, false}, {true, false}, {true, true}} {
+		t.Run(fmt.Sprintf("strict=%v/drop_last=%v", tc.strict, tc.dropLast), func(t *testing.T) {
+			bad := slices.Clone(epoch.RankOrder(7, 0, 0, 2, 26, 4, tc.dropLast)[:4])
+			path, _ := startTrainerAgentOn(t, skipFake(t, 26, bad), func(c *Config) {
+				c.Batch, c.StrictOrder, c.OnError, c.Trainer.DropLast = 4, tc.strict, OnErrorSkip, tc.dropLast
+			})
+			want := []int{4, 4, 4, 1}
+			if tc.dropLast {
+				want = want[:3]
+			}
+			lens, sizes := pythonRanks(t, path, 2, false)
+			for r := range 2 {
+				if lens[r] != len(want) || !slices.Equal(sizes[r], want) {
+					t.Errorf("rank %d: len %d, batches of %v rows; want %d batches of %v", r, lens[r], sizes[r], len(want), want)
+				}
+			}
+		})
+	}
+	for _, yieldEmpty := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rank_all_failed/yield_empty=%v", yieldEmpty), func(t *testing.T) {
+			path, _ := startTrainerAgentOn(t, skipFake(t, 8, []uint64{0, 2, 4, 6}), func(c *Config) {
+				c.Batch, c.StrictOrder, c.OnError = 4, true, OnErrorSkip
+			})
+			lens, sizes := pythonRanks(t, path, 2, yieldEmpty)
+			want := [][]int{{}, {4}}
+			if yieldEmpty {
+				want[0] = []int{0}
+			}
+			for r := range 2 {
+				if lens[r] != 1 || !slices.Equal(sizes[r], want[r]) {
+					t.Errorf("rank %d: len %d, batches of %v rows; want 1 batch, the loop seeing %v", r, lens[r], sizes[r], want[r])
+				}
+			}
+		})
+	}
+}
