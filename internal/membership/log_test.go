@@ -40,3 +40,27 @@ func TestRejectedGossipRateLimited(t *testing.T) {
 		t.Errorf("got %d warn and %d debug lines, want the burst of 3 and all 500", warn, debug)
 	}
 }
+
+// TestRejectedGossipPerPeer: a peer flooding rejected gossip spends its own
+// burst; a second misconfigured node's first line is still a warning.
+func TestRejectedGossipPerPeer(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(1_000_000, 0)
+	lim := peerlog.New(peerlog.Options{Burst: 3, Every: time.Minute, Now: func() time.Time { return now }})
+	l := newStdLogger(zerolog.New(&buf), lim)
+	for range 500 {
+		l.Printf("[WARN] memberlist: discarding packet with unacceptable label \"x\": from=10.0.0.9:7946")
+	}
+	l.Printf("[ERR] memberlist: Decrypt packet failed: no installed keys could decrypt the message from=10.0.0.7:7946")
+	n := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		for _, p := range []string{"10.0.0.9", "10.0.0.7"} {
+			if strings.Contains(line, `"peer":"`+p+`:7946"`) {
+				n[p]++
+			}
+		}
+	}
+	if n["10.0.0.9"] != 3 || n["10.0.0.7"] != 1 {
+		t.Errorf("got %v warnings by peer, want the flooder's burst of 3 and the other's line", n)
+	}
+}

@@ -340,7 +340,7 @@ func (s *server) Fetch(stream grpc.BidiStreamingServer[dataplanepb.FetchRequest,
 	key := peerKey(stream.Context())
 	closeStream, err := s.openStream(key)
 	if err != nil {
-		s.peer.Warn(s.log, peerlog.FetchStreamRefused).Str("peer", key).Err(err).Msg("fetch stream refused")
+		s.peer.WarnPeer(s.log, peerlog.FetchStreamRefused, key).Str("peer", key).Err(err).Msg("fetch stream refused")
 		return err
 	}
 	defer closeStream()
@@ -783,11 +783,11 @@ func (s *server) failure(peer string, req *dataplanepb.FetchRequest, err error) 
 	// The operator's log names the file too; bursts are sampled, so that
 	// a client asking for bad samples over and over cannot flood it. An
 	// invalid request is the client's doing: a warning, rate-limited per
-	// reason and counted (internal/peerlog).
+	// peer and reason and counted (internal/peerlog).
 	var ev *zerolog.Event
 	switch kind {
 	case dataplanepb.ErrorKind_ERROR_KIND_BAD_REQUEST:
-		ev = s.peer.Warn(s.log, peerlog.BadRequest).Str("peer", peer)
+		ev = s.peer.WarnPeer(s.log, peerlog.BadRequest, peer).Str("peer", peer)
 	case dataplanepb.ErrorKind_ERROR_KIND_IO, dataplanepb.ErrorKind_ERROR_KIND_INTERNAL:
 		ev = s.failLog.Warn()
 	default:
