@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/internal/bytesize"
 	"github.com/sophon-dl/sophon/internal/cli"
 	"github.com/sophon-dl/sophon/ops"
 )
@@ -196,7 +197,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&s.StallTimeout, "stall-timeout", s.StallTimeout, "progress `deadline` of a fetch stream with requests outstanding: past it the stream is declared stalled, its requests are hedged to the other storage agents and it is retried later (default 0: adaptive, max(2s, 4 x the p99 silence between responses))")
 	fs.StringVar(&s.StateDir, "state-dir", s.StateDir, "`directory` that makes the run resumable: after a crash (kill -9) a rerun with the same flags skips the completed epochs and delivers exactly the samples of the interrupted one not yet in the sample log (--samples-out, else DIR/samples); a directory of another run is refused")
 	fs.StringVar(&s.CacheDir, "cache-dir", s.CacheDir, "the node's sample cache: a `directory` on a local disk or a tmpfs (created 0700, reused after a restart); with --policy the plan chooses which samples it holds (raw files for a random pipeline, finished outputs for a deterministic one such as imagenet-val), a plan FILE names them under \"cached\"; needs --cache-bytes")
-	fs.Var(&s.CacheBytes, "cache-bytes", "the cache's budget in `bytes` (e.g. 512MiB, 2GB): the planner plans residency under it")
+	fs.Var(&s.CacheBytes, "cache-bytes", "the cache's budget in `bytes` (e.g. 512MiB, 2G; "+bytesize.Units+"): the planner plans residency under it")
 	fs.StringVar(&s.CachePolicy, "cache-policy", s.CachePolicy, "what the cache holds: planned (the plan's resident samples, fixed across epochs; default) or lru (every raw fetch through an LRU of raw files: the baseline of a plain file cache)")
 	fs.StringVar(&s.ReportPath, "report", s.ReportPath, "append one JSON report line per epoch to `file` (default: none)")
 	fs.StringVar(&s.SamplesOut, "samples-out", s.SamplesOut, "append one line per delivered sample to `file`: epoch, sample id and the sha256 of its tensor (of its wire form with --fetch-only), to check exactly-once delivery and placement invariance; written with one write per batch as the consumer takes it, so it is complete when an epoch fails or the agent is killed")

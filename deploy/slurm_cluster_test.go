@@ -6,8 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -421,8 +423,11 @@ func TestSlurmCluster(t *testing.T) {
 	if out, err := exec.Command(storageBin, "certs", "--out", certs, "--storage", "s1", "--compute", strings.Join(names, ",")).CombinedOutput(); err != nil {
 		t.Fatalf("certs: %v\n%s", err, out)
 	}
-	addr := testutil.FreeAddr(t)
+	// The storage agent gossips (with the cluster's key) and the job's
+	// agents join it: the template's default discovery.
+	addr, gossip := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	cluster.start(t, "storage-agent", storageBin, "--data", data, "--index", "-", "--listen", addr, "--name", "s1", "--cpus", "1",
+		"--gossip", gossip, "--gossip-key-file", filepath.Join(certs, "gossip.key"),
 		"--log-format", "json", "--tls-cert", filepath.Join(certs, "storage-s1.pem"),
 		"--tls-key", filepath.Join(certs, "storage-s1-key.pem"), "--tls-ca", filepath.Join(certs, "ca.pem"))
 	cluster.waitFor(t, "the storage agent listening", 20*time.Second, func() bool {
@@ -434,14 +439,22 @@ func TestSlurmCluster(t *testing.T) {
 	})
 
 	// The walk-through of docs/deploy.md: the settings in the
-	// environment, sbatch from the submit folder, the default trainer.
+	// environment, sbatch from the submit folder, the template's defaults
+	// (gossip join, --policy sophon, the metrics endpoint). NB: both
+	// nodes' agents share this host, so their gossip and metrics ports
+	// are free ones (:0) where the defaults are one port per node (7946,
+	// :9102). The trainer is the default one, run by a wrapper that
+	// keeps the node's agent up after it (the agent stops when its
+	// trainer exits) until the test has scraped /metrics: gate.
 	submit := filepath.Join(dir, "submit")
 	mustMkdir(t, submit, 0o755)
 	mustMkdir(t, filepath.Join(dir, "tmp"), 0o755)
-	sbatch := cluster.command("sbatch", "--parsable", fmt.Sprintf("--nodes=%d", slurmNodes), filepath.Join(root, "deploy", batchTemplate))
+	gate := filepath.Join(dir, "scraped")
+	trainer := []string{"bash", "-c", `python3 "$SOPHON_HOME/python/examples/train_cnn.py" --epochs 1 || exit; until [ -e "$1" ]; do sleep 0.1; done`, "sophon-trainer", gate}
+	sbatch := cluster.command("sbatch", append([]string{"--parsable", fmt.Sprintf("--nodes=%d", slurmNodes), filepath.Join(root, "deploy", batchTemplate)}, trainer...)...)
 	sbatch.Dir = submit
-	sbatch.Env = append(sbatch.Env, "SOPHON_STORAGE="+addr, "SOPHON_BIN="+bins, "SOPHON_CERTS="+certs,
-		"SOPHON_HOME="+root, "SOPHON_METRICS=", "SOPHON_POLICY=", "SOPHON_PLAN=nooff",
+	sbatch.Env = append(sbatch.Env, "SOPHON_JOIN="+gossip, "SOPHON_GOSSIP=127.0.0.1:0", "SOPHON_METRICS=127.0.0.1:0",
+		"SOPHON_BIN="+bins, "SOPHON_CERTS="+certs, "SOPHON_HOME="+root, "PYTHONPATH="+filepath.Join(root, "python"),
 		"SOPHON_BATCH="+strconv.Itoa(slurmBatch), "SOPHON_SOCKET_WAIT=60", "TMPDIR="+filepath.Join(dir, "tmp"))
 	out, err := sbatch.CombinedOutput()
 	if err != nil {
@@ -451,16 +464,6 @@ func TestSlurmCluster(t *testing.T) {
 	if _, err := strconv.Atoi(job); err != nil {
 		t.Fatalf("sbatch --parsable printed %q, not a job id", job)
 	}
-	var state, exit string
-	cluster.waitFor(t, "job "+job+" finished", 90*time.Second, func() bool {
-		state, exit, err = cluster.jobState(job)
-		switch state {
-		case "", "PENDING", "CONFIGURING", "RUNNING", "COMPLETING":
-			return false
-		}
-		return true
-	})
-	output, _ := os.ReadFile(filepath.Join(submit, fmt.Sprintf("sophon-train-%s.out", job)))
 	outDir := filepath.Join(submit, "sophon-"+job)
 	agentLogs := func() string {
 		var b strings.Builder
@@ -470,6 +473,40 @@ func TestSlurmCluster(t *testing.T) {
 		}
 		return b.String()
 	}
+	var state, exit string
+	finished := func() bool {
+		state, exit, err = cluster.jobState(job)
+		switch state {
+		case "", "PENDING", "CONFIGURING", "RUNNING", "COMPLETING":
+			return false
+		}
+		return true
+	}
+	// Each node's epoch done (its report written) and its agent serving
+	// /metrics: scrape both once, then let the job end.
+	metrics := map[string]string{}
+	scrapable := func() bool {
+		for _, n := range names {
+			if metrics[n] == "" && fileHasLine(filepath.Join(outDir, "epochs-"+n+".jsonl")) {
+				if a := metricsAddr(filepath.Join(outDir, "agent-"+n+".log")); a != "" {
+					metrics[n] = a
+				}
+			}
+		}
+		return len(metrics) == slurmNodes
+	}
+	cluster.waitFor(t, "both nodes' epoch reports and metrics addresses", 90*time.Second, func() bool { return scrapable() || finished() })
+	if !scrapable() {
+		output, _ := os.ReadFile(filepath.Join(submit, fmt.Sprintf("sophon-train-%s.out", job)))
+		t.Fatalf("job %s ended (%s, exit code %s) before both epochs were reported and the agents scraped\n--- job output:\n%s\n%s%s",
+			job, state, exit, output, agentLogs(), cluster.logs())
+	}
+	for _, n := range names {
+		checkAgentMetrics(t, n, metrics[n], slurmSamples/slurmNodes)
+	}
+	writeFileT(t, gate, "")
+	cluster.waitFor(t, "job "+job+" finished", 60*time.Second, finished)
+	output, _ := os.ReadFile(filepath.Join(submit, fmt.Sprintf("sophon-train-%s.out", job)))
 	if state != "COMPLETED" || exit != "0:0" {
 		t.Fatalf("job %s: %s, exit code %s\n--- job output:\n%s\n%s%s", job, state, exit, output, agentLogs(), cluster.logs())
 	}
@@ -481,9 +518,14 @@ func TestSlurmCluster(t *testing.T) {
 			t.Fatalf("node %s: %d report lines (%v), want 1\n%s", n, len(reps), err, agentLogs())
 		}
 		r := reps[0]
+		// The storage agent is named s1 only when found through gossip
+		// (a static --storage names it by its address).
 		if r.Status != "ok" || r.Samples != slurmSamples/slurmNodes || r.SamplesFailed != 0 || r.BytesReceived <= 0 ||
-			len(r.Storage) != 1 || r.Storage[0] != addr {
-			t.Errorf("node %s: epoch report %+v: want %d samples from %s, none failed", n, r, slurmSamples/slurmNodes, addr)
+			len(r.Storage) != 1 || r.Storage[0] != "s1" {
+			t.Errorf("node %s: epoch report %+v: want %d samples from s1 (found by gossip), none failed", n, r, slurmSamples/slurmNodes)
+		}
+		if r.Policy != "sophon" || r.Stage1 == nil {
+			t.Errorf("node %s: epoch report policy %q, stage 1 %+v: want the template's --policy sophon, measured by stage 1", n, r.Policy, r.Stage1)
 		}
 	}
 	comp, _ := os.ReadFile(filepath.Join(dir, "jobcomp.txt"))
@@ -544,5 +586,58 @@ func checkTrainerOutput(t *testing.T, output []byte) {
 	}
 	if want := slurmSamples / slurmBatch; steps != want || summaries != slurmNodes || images != slurmSamples {
 		t.Errorf("trainers: %d steps, %d summaries, %d images; want %d, %d, %d\n%s", steps, summaries, images, want, slurmNodes, slurmSamples, output)
+	}
+}
+
+// fileHasLine reports whether name holds a complete line.
+func fileHasLine(name string) bool {
+	b, err := os.ReadFile(name)
+	return err == nil && bytes.IndexByte(b, '\n') > 0
+}
+
+// metricsAddr is the address in the compute agent's JSON log line
+// "serving /metrics and /healthz", or "".
+func metricsAddr(log string) string {
+	b, _ := os.ReadFile(log)
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		var line struct {
+			Addr    string `json:"addr"`
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(l, &line) == nil && line.Message == "serving /metrics and /healthz" {
+			return line.Addr
+		}
+	}
+	return ""
+}
+
+// checkAgentMetrics scrapes node's compute agent at addr once, after its
+// epoch: one epoch done, samples delivered.
+func checkAgentMetrics(t *testing.T, node, addr string, samples int) {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("node %s: scrape %s: %v", node, addr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("node %s: scrape %s: %s %v", node, addr, resp.Status, err)
+	}
+	want := map[string]float64{"sophon_compute_epochs_total": 1, "sophon_compute_samples_total": float64(samples)}
+	got := map[string]float64{}
+	for _, l := range strings.Split(string(body), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 2 {
+			if _, ok := want[f[0]]; ok {
+				got[f[0]], _ = strconv.ParseFloat(f[1], 64)
+			}
+		}
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("node %s: /metrics %s = %v (present %v), want %v", node, k, g, ok, v)
+		}
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sophon-dl/sophon/ops/internal/bytesize"
+	"github.com/sophon-dl/sophon/internal/bytesize"
 )
 
 // Limits bound what one pipeline run may cost a server that runs ops on

@@ -627,6 +627,10 @@ func wireDecompress(c Codec, stored, raw []byte) error {
 // encodedHeaderLen is the header length of an encoded value's form.
 const encodedHeaderLen = wireFixedLen + 4 + wireTrailLen
 
+// EncodedWireLen is the length of the uncompressed wire form of an n-byte
+// [Encoded] value: what [NewEncodedWire] allocates and a raw fetch sends.
+func EncodedWireLen(n int) int { return encodedHeaderLen + n }
+
 // NewEncodedWire returns the uncompressed wire form of an n-byte [Encoded]
 // value with its header written, and payload, the part of form that holds
 // the value's bytes. The caller fills payload (a file read straight into

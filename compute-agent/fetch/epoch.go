@@ -144,6 +144,7 @@ func (e *Epoch) Execute(ctx context.Context, fs []*Fetcher) error {
 	e.end = e.cfg.Now()
 	stop()
 	wg.Wait()
+	e.logSuppressed()
 	return err
 }
 

@@ -386,7 +386,7 @@ func (f *Fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			continue
 		}
 		if r == nil {
-			e.cfg.Warnings.Warn(e.log, peerlog.UnknownResponse).Str("storage", f.name).Uint64("tag", resp.GetTag()).Msg("response for an unknown tag dropped")
+			e.cfg.Warnings.WarnPeer(e.log, peerlog.UnknownResponse, f.name).Str("storage", f.name).Uint64("tag", resp.GetTag()).Msg("response for an unknown tag dropped")
 			continue
 		}
 		got.Store(true)

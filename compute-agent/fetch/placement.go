@@ -300,7 +300,7 @@ func (e *Epoch) refetchRaw(ctx context.Context, f *Fetcher, lim ops.WireLimits, 
 		return bad
 	}
 	e.refetched.Add(1)
-	e.log.Warn().Uint64("sample", it.Sample).Str("storage", f.name).Str("cut_error", bad.Message).Msg("a cut did not finish here: fetched again raw")
+	e.sampleWarn().Uint64("sample", it.Sample).Str("storage", f.name).Str("cut_error", bad.Message).Msg("a cut did not finish here: fetched again raw")
 	it.Split, it.Wire = 0, int64(len(data))
 	_, _, bad = e.finish(f, data, lim, it)
 	return bad

@@ -91,6 +91,7 @@ type Epoch struct {
 	computeNS      atomic.Int64
 	retried        atomic.Int64
 	streamFailures atomic.Int64
+	sampleWarns    atomic.Int64 // lines about single samples, logged or not (sampleWarn)
 	duplicates     atomic.Int64
 	stalls         atomic.Int64 // streams declared stalled
 	hedged         atomic.Int64 // requests of stalled streams put back while outstanding
@@ -183,6 +184,36 @@ func (e *Epoch) run(ctx context.Context, fetchers []*Fetcher) error {
 	return g.Wait()
 }
 
+// MaxSampleWarnings bounds the warn lines about single samples (a bad
+// sample, a cut fetched again raw) that an epoch logs: the first ones
+// name the samples, and the epoch's end says how many more there were
+// (logSuppressed), so that a dataset of 10,000 bad files writes 21 lines,
+// not 10,000. The epoch report's failed list has every one.
+const MaxSampleWarnings = 20
+
+// sampleWarn is a warn-level event for a line about one sample, or nil
+// (zerolog writes nothing for it) past the epoch's MaxSampleWarnings.
+func (e *Epoch) sampleWarn() *zerolog.Event {
+	if e.sampleWarns.Add(1) > MaxSampleWarnings {
+		return nil
+	}
+	return e.log.Warn()
+}
+
+// logSuppressed logs, once the epoch has run, how many lines about single
+// samples sampleWarn left out, if any.
+func (e *Epoch) logSuppressed() {
+	n := e.sampleWarns.Load() - MaxSampleWarnings
+	if n <= 0 {
+		return
+	}
+	e.mu.Lock()
+	failed := len(e.failed)
+	e.mu.Unlock()
+	e.log.Warn().Int64("suppressed", n).Int("failed", failed).
+		Msgf("%d more warnings about single samples this epoch were not logged (after the first %d); the epoch report lists every failed sample", n, MaxSampleWarnings)
+}
+
 // fail records a bad sample. In fail mode it returns the epoch's error.
 func (e *Epoch) fail(f report.SampleFailure) error {
 	if m := e.cfg.Metrics; m != nil {
@@ -194,7 +225,7 @@ func (e *Epoch) fail(f report.SampleFailure) error {
 	e.mu.Lock()
 	e.failed = append(e.failed, f)
 	e.mu.Unlock()
-	e.log.Warn().Uint64("sample", f.Sample).Str("file", f.Path).Str("kind", f.Kind).Str("where", f.Where).Msg(f.Message)
+	e.sampleWarn().Uint64("sample", f.Sample).Str("file", f.Path).Str("kind", f.Kind).Str("where", f.Where).Msg(f.Message)
 	if e.cfg.FailOnError {
 		return fmt.Errorf("%w: epoch %d: %v", ErrSample, e.num, f)
 	}

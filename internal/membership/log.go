@@ -17,8 +17,11 @@ import (
 // exception is a rejected peer, one whose gossip carries another label or
 // none, or cannot be decrypted with the cluster's key: that is logged at
 // warn with the peer's address, since it is a misconfigured node or an
-// intruder, through a rate limiter: anyone who reaches the port can send
-// such packets as fast as the network carries them.
+// intruder, through a rate limiter per peer: anyone who reaches the port
+// can send such packets as fast as the network carries them. NB: the lines
+// name memberlist as "subsystem", never "component": the agent's logger
+// carries "component" already (internal/cli.Logger), and a second one
+// would make a duplicate JSON key.
 type logWriter struct {
 	l   zerolog.Logger
 	lim *peerlog.Limiter
@@ -36,18 +39,22 @@ var fromAddr = regexp.MustCompile(`from=(\S+)`)
 func (w logWriter) Write(p []byte) (int, error) {
 	msg := bytes.TrimRight(p, "\r\n")
 	if rejected.Match(msg) {
-		ev := w.lim.Warn(w.l, peerlog.GossipRejected)
+		var from string
+		if m := fromAddr.FindSubmatch(msg); m != nil {
+			from = string(m[1])
+		}
+		ev := w.lim.WarnPeer(w.l, peerlog.GossipRejected, from)
 		if ev == nil {
 			return len(p), nil
 		}
-		ev = ev.Str("component", "memberlist")
-		if m := fromAddr.FindSubmatch(msg); m != nil {
-			ev = ev.Str("peer", string(m[1]))
+		ev = ev.Str("subsystem", "memberlist")
+		if from != "" {
+			ev = ev.Str("peer", from)
 		}
 		ev.Str("reason", string(msg)).Msg("gossip from a peer rejected")
 		return len(p), nil
 	}
-	w.l.Debug().Str("component", "memberlist").Msg(string(msg))
+	w.l.Debug().Str("subsystem", "memberlist").Msg(string(msg))
 	return len(p), nil
 }
 

@@ -786,7 +786,7 @@ func TestMemberlistLogRouted(t *testing.T) {
 	c := newCluster(t, "s1", "c1")
 	c.start("s1", storageMeta("h:1"))
 	cfg := c.config("c1", computeMeta(), "s1")
-	cfg.Logger = zerolog.New(&buf).Level(zerolog.DebugLevel)
+	cfg.Logger = zerolog.New(&buf).Level(zerolog.DebugLevel).With().Str("component", "compute-agent").Logger() // as internal/cli.Logger
 	n, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -794,7 +794,8 @@ func TestMemberlistLogRouted(t *testing.T) {
 	c.nodes["c1"] = n
 	c.stop("c1")
 	out := buf.String()
-	if !strings.Contains(out, `"level":"debug","component":"memberlist"`) {
+	checkKeysUnique(t, out)
+	if !strings.Contains(out, `"level":"debug","component":"compute-agent","subsystem":"memberlist"`) {
 		t.Errorf("no memberlist debug line in the log:\n%s", out)
 	}
 	if !strings.Contains(out, "memberlist: ") {

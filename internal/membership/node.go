@@ -64,7 +64,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("membership: start gossip: %w", err)
 	}
 	n := &Node{
-		log:    cfg.Logger.With().Str("component", "membership").Logger(),
+		log:    cfg.Logger.With().Str("subsystem", "membership").Logger(),
 		d:      d,
 		ml:     ml,
 		done:   make(chan struct{}),

@@ -3,6 +3,7 @@ package peerlog
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -207,6 +208,10 @@ func TestWarnAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { l.Warn(log, BadRequest).Str("peer", "p").Msg("x") }); n != 0 {
 		t.Errorf("a dropped line allocates %v times, want 0", n)
 	}
+	l.WarnPeer(log, BadRequest, "10.0.0.1:5000").Msg("x")
+	if n := testing.AllocsPerRun(100, func() { l.WarnPeer(log, BadRequest, "10.0.0.1:5001").Msg("x") }); n != 0 {
+		t.Errorf("a known peer's dropped line allocates %v times, want 0", n)
+	}
 }
 
 // value is the counter of vec labelled reason.
@@ -217,4 +222,61 @@ func value(t *testing.T, vec *prometheus.CounterVec, reason string) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestPeersAreIndependent: one peer flooding a reason spends its own burst:
+// another peer's first lines of that reason are still logged, and the
+// flooder's ports do not buy it new bursts.
+func TestPeersAreIndependent(t *testing.T) {
+	l, _, buf, log := newTest(3, time.Hour)
+	for i := range 1000 {
+		p := fmt.Sprintf("10.0.0.1:%d", 1000+i) // a new port each time
+		l.WarnPeer(log, BadRequest, p).Str("peer", p).Msg("x")
+	}
+	l.WarnPeer(log, BadRequest, "10.0.0.2:5000").Str("peer", "10.0.0.2:5000").Msg("x")
+	l.WarnPeer(log, BadRequest, "10.0.0.2:5001").Str("peer", "10.0.0.2:5001").Msg("x")
+	n := map[string]int{}
+	for _, m := range lines(t, buf) {
+		n[strings.Split(m["peer"].(string), ":")[0]]++
+	}
+	if n["10.0.0.1"] != 3 || n["10.0.0.2"] != 2 {
+		t.Fatalf("got %v lines by peer host, want the flooder's burst of 3 and both of the other's 2", n)
+	}
+	if v := value(t, l.dropped, BadRequest); v != 997 {
+		t.Errorf("dropped: got %v, want 997", v)
+	}
+}
+
+// TestPeersBounded: 50,000 peers leave at most MaxPeers tracked, and the
+// reason's total bucket bounds their lines to PeerShare bursts however many
+// they are; a peer forgotten and back gets its burst again.
+func TestPeersBounded(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1_000_000, 0)}
+	var lines int
+	log := zerolog.New(writerFunc(func(p []byte) (int, error) { lines++; return len(p), nil }))
+	l := New(Options{Burst: 2, Every: time.Hour, MaxPeers: 100, Now: clk.now})
+	for i := range 50_000 {
+		l.WarnPeer(log, GossipRejected, fmt.Sprintf("10.%d.%d.%d:7946", i>>16&255, i>>8&255, i&255)).Msg("x")
+		if n := l.trackedPeers(); n > 100 {
+			t.Fatalf("after %d peers: %d tracked, want at most 100", i+1, n)
+		}
+	}
+	if want := PeerShare * 2; lines != want {
+		t.Errorf("50,000 peers logged %d lines, want the reason's total burst of %d", lines, want)
+	}
+	if v := value(t, l.total, GossipRejected); v != 50_000 {
+		t.Errorf("total: got %v, want 50000", v)
+	}
+}
+
+func TestHostOf(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.0.0.1:5000": "10.0.0.1", "[::1]:80": "::1", "host.example:7946": "host.example",
+		"10.0.0.1": "10.0.0.1", "::1": "::1", "fe80::1:80": "fe80::1:80", "storage-1": "storage-1",
+		"": "", "a:": "a:", "a:b": "a:b", "unknown": "unknown",
+	} {
+		if got := hostOf(in); got != want {
+			t.Errorf("hostOf(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

@@ -5,6 +5,7 @@ package testutil
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -229,4 +230,53 @@ func UnixPair(tb testing.TB) (*net.UnixConn, *net.UnixConn) {
 		return c.(*net.UnixConn)
 	}
 	return conn(fds[0]), conn(fds[1])
+}
+
+// DuplicateKeys returns the keys that occur more than once in any object
+// of the JSON text line (a log line), or an error when line is not JSON.
+// encoding/json keeps the last of duplicate keys without a word, and log
+// pipelines differ on which one they keep, so a line must not have them.
+func DuplicateKeys(line []byte) ([]string, error) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	var dups []string
+	var walk func() error
+	walk = func() error {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				key := k.(string)
+				if seen[key] {
+					dups = append(dups, key)
+				}
+				seen[key] = true
+				if err := walk(); err != nil {
+					return err
+				}
+			}
+			_, err = dec.Token() // '}'
+			return err
+		case json.Delim('['):
+			for dec.More() {
+				if err := walk(); err != nil {
+					return err
+				}
+			}
+			_, err = dec.Token() // ']'
+			return err
+		}
+		return nil
+	}
+	if err := walk(); err != nil {
+		return nil, fmt.Errorf("testutil: log line %q: %w", line, err)
+	}
+	return dups, nil
 }

@@ -31,13 +31,13 @@ func Credentials(conf *tls.Config, onReject func(peer net.Addr, err error)) cred
 // rate-limited and counted there. A nil lim logs every one.
 func LogRejects(lim *peerlog.Limiter, log zerolog.Logger) func(net.Addr, error) {
 	return func(peer net.Addr, err error) {
-		ev := lim.Warn(log, peerlog.TLSHandshakeRejected)
-		if ev == nil {
-			return // dropped: skip building the strings
-		}
 		p := "unknown"
 		if peer != nil {
 			p = peer.String()
+		}
+		ev := lim.WarnPeer(log, peerlog.TLSHandshakeRejected, p)
+		if ev == nil {
+			return // dropped: skip building the strings
 		}
 		ev.Str("peer", p).Str("reason", err.Error()).Msg("tls handshake rejected")
 	}

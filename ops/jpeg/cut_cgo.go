@@ -152,7 +152,7 @@ import "C"
 import (
 	"unsafe"
 
-	"github.com/sophon-dl/sophon/ops/internal/bytesize"
+	"github.com/sophon-dl/sophon/internal/bytesize"
 )
 
 // Cut cuts data (whose header h is ReadHeader's and has passed lim.Check)

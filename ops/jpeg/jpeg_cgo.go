@@ -498,7 +498,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/sophon-dl/sophon/ops/internal/bytesize"
+	"github.com/sophon-dl/sophon/internal/bytesize"
 )
 
 // Backend names the codec in use: "libjpeg-turbo" or "image/jpeg".

@@ -3,7 +3,7 @@ package jpeg
 import (
 	"time"
 
-	"github.com/sophon-dl/sophon/ops/internal/bytesize"
+	"github.com/sophon-dl/sophon/internal/bytesize"
 )
 
 // DecodeLimits bound what a decoder may allocate.

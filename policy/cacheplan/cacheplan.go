@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sophon-dl/sophon/internal/bytesize"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -231,9 +232,10 @@ func fill(in []bool, save, entry []float64, budget float64) []bool {
 // ErrBudget is wrapped by ParseBudget's errors.
 var ErrBudget = errors.New("cacheplan: bad cache budget")
 
-// ParseBudget reads a cache budget: a byte count with an optional unit
-// (64MiB, 1.5GB, 4096, 2g: k, m, g, t decimal, the KiB, MiB, GiB, TiB
-// forms binary), or a percentage of total (25%), the dataset's bytes.
+// ParseBudget reads a cache budget: a byte count with an optional unit,
+// read by bytesize.Parse like every size flag (64MiB, 2G and 2GiB binary,
+// 1.5GB decimal, 4096: bytesize.Units), or a percentage of total (25%),
+// the dataset's bytes.
 func ParseBudget(s string, total float64) (float64, error) {
 	t := strings.TrimSpace(s)
 	if p, ok := strings.CutSuffix(t, "%"); ok {
@@ -243,22 +245,9 @@ func ParseBudget(s string, total float64) (float64, error) {
 		}
 		return math.Floor(total * v / 100), nil
 	}
-	units := []struct {
-		suffix string
-		mult   float64
-	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
-		{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
-		{"k", 1e3}, {"m", 1e6}, {"g", 1e9}, {"t", 1e12}, {"b", 1}}
-	lower, mult := strings.ToLower(t), 1.0
-	for _, u := range units {
-		if v, ok := strings.CutSuffix(lower, u.suffix); ok {
-			lower, mult = strings.TrimSpace(v), u.mult
-			break
-		}
+	n, err := bytesize.Parse(t)
+	if err != nil {
+		return 0, fmt.Errorf("%w %q: bytes with an optional unit (64MiB, 2GB) or a percentage (25%%): %w", ErrBudget, s, err)
 	}
-	v, err := strconv.ParseFloat(lower, 64)
-	if err != nil || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) || v*mult > 1<<62 {
-		return 0, fmt.Errorf("%w %q: bytes with an optional unit (64MiB, 2GB) or a percentage (25%%)", ErrBudget, s)
-	}
-	return math.Floor(v * mult), nil
+	return float64(n), nil
 }

@@ -139,7 +139,7 @@ func TestParseBudget(t *testing.T) {
 	for _, c := range []struct {
 		in   string
 		want float64
-	}{{"25%", 250}, {"100%", 1000}, {"0%", 0}, {"4096", 4096}, {"64MiB", 64 << 20}, {"1.5GB", 1.5e9}, {"2g", 2e9},
+	}{{"25%", 250}, {"100%", 1000}, {"0%", 0}, {"4096", 4096}, {"64MiB", 64 << 20}, {"1.5GB", 1.5e9}, {"2g", 2 << 30}, {"2GB", 2e9},
 		{"10 KiB", 10240}, {"7b", 7}, {" 12.5 % ", 125}} {
 		got, err := ParseBudget(c.in, 1000)
 		if err != nil || got != c.want {

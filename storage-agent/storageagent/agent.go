@@ -571,7 +571,7 @@ func (a *Agent) join(lis net.Addr) (*membership.Node, *placer, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("storageagent: join cluster: %w", err)
 	}
-	log := a.cfg.Logger.With().Str("component", "placement").Logger()
+	log := a.cfg.Logger.With().Str("subsystem", "placement").Logger()
 	return node, &placer{h: h, node: node, meta: meta, log: log}, nil
 }
 

@@ -3,6 +3,7 @@ package storageagent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -328,5 +329,69 @@ func TestClientSpecBoundedByMessage(t *testing.T) {
 	}
 	if n := after.TotalAlloc - before.TotalAlloc; n > 16<<20 {
 		t.Errorf("refusing allocated %d MiB, want under 16 (the output is 71 MiB)", n>>20)
+	}
+}
+
+// exifPadded is j with APP1 segments (EXIF's marker) inserted after its
+// SOI until the file is at least n bytes: a valid JPEG that decodes to the
+// same small image, as a camera file with a huge EXIF block does.
+func exifPadded(j []byte, n int) []byte {
+	out := append([]byte{}, j[:2]...)
+	seg := make([]byte, 4+65533)
+	seg[0], seg[1], seg[2], seg[3] = 0xFF, 0xE1, 0xFF, 0xFF // length 65535 counts itself
+	for len(out)+len(j)-2 < n {
+		out = append(out, seg...)
+	}
+	return append(out, j[2:]...)
+}
+
+// TestTooLargeRawRefusedAtEverySplit: a 70 MiB JPEG whose raw form does not
+// fit a message (its EXIF block makes it large; the image is small) is
+// refused as TOO_LARGE naming the sample and its file at every split, cut
+// and codec, so that whether the model sees it does not depend on the
+// plan: splits 1-2 would otherwise shrink it to a small intermediate
+// while the raw fetch, the cut's raw refetch and the compute agent's local
+// path could not carry it. A small sample is still served at every split.
+func TestTooLargeRawRefusedAtEverySplit(t *testing.T) {
+	cfg := testConfig(t)
+	big := exifPadded(datasettest.JPEG(t, 3), 70<<20)
+	datasettest.WriteFile(t, filepath.Join(cfg.Data, "c", "zzz_exif.jpg"), big)
+	a := startAgent(t, cfg)
+	const bigSample = testSamples // sorts last in class c
+	if got := a.srv.ds.Path(bigSample); !strings.Contains(got, "zzz_exif.jpg") {
+		t.Fatalf("sample %d is %s, want zzz_exif.jpg", bigSample, got)
+	}
+	p := preset(t, "imagenet-train") // it starts with decode, random_resized_crop: it cuts
+	type form struct {
+		split uint32
+		cut   bool
+		codec dataplanepb.Codec
+	}
+	forms := []form{{0, false, dataplanepb.Codec_CODEC_NONE}, {0, false, dataplanepb.Codec_CODEC_S2},
+		{0, true, dataplanepb.Codec_CODEC_NONE}}
+	for k := uint32(1); k <= uint32(p.Len()); k++ {
+		forms = append(forms, form{k, false, dataplanepb.Codec_CODEC_NONE})
+	}
+	var reqs []*dataplanepb.FetchRequest
+	for _, f := range forms {
+		for _, s := range []uint64{0, bigSample} {
+			reqs = append(reqs, &dataplanepb.FetchRequest{Tag: uint64(len(reqs)), Sample: s, Split: f.split,
+				Cut: f.cut, Codec: f.codec, PipelineId: p.ID(), Seed: 1})
+		}
+	}
+	got := fetchAll(t, a.client, reqs)
+	for _, r := range reqs {
+		f := forms[r.Tag/2]
+		e := got[r.Tag].GetError()
+		if r.Sample == 0 {
+			if e != nil {
+				t.Errorf("small sample at %+v: %v, want served", f, e)
+			}
+			continue
+		}
+		if e == nil || e.Kind != dataplanepb.ErrorKind_ERROR_KIND_TOO_LARGE ||
+			!strings.Contains(e.Message, fmt.Sprintf("sample %d", bigSample)) || !strings.Contains(e.Message, "zzz_exif.jpg") {
+			t.Errorf("70 MiB file at %+v: %v, want TOO_LARGE naming sample %d and its file", f, e, bigSample)
+		}
 	}
 }

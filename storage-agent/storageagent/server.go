@@ -340,7 +340,7 @@ func (s *server) Fetch(stream grpc.BidiStreamingServer[dataplanepb.FetchRequest,
 	key := peerKey(stream.Context())
 	closeStream, err := s.openStream(key)
 	if err != nil {
-		s.peer.Warn(s.log, peerlog.FetchStreamRefused).Str("peer", key).Err(err).Msg("fetch stream refused")
+		s.peer.WarnPeer(s.log, peerlog.FetchStreamRefused, key).Str("peer", key).Err(err).Msg("fetch stream refused")
 		return err
 	}
 	defer closeStream()
@@ -673,6 +673,9 @@ func (s *server) process(j *job) ([]byte, dataplanepb.Served, error) {
 		out, err := s.processRaw(i)
 		return out, 0, err
 	}
+	if err := s.checkRawSize(i); err != nil {
+		return nil, 0, err
+	}
 	raw, err := j.read(s.ds)
 	if err != nil {
 		return nil, 0, err
@@ -723,14 +726,10 @@ func (s *server) process(j *job) ([]byte, dataplanepb.Served, error) {
 // processRaw serves an uncompressed raw fetch, the hot path of a No-Off
 // epoch: the file is read straight into its wire form.
 func (s *server) processRaw(i uint64) ([]byte, error) {
-	if i >= uint64(s.ds.Len()) {
-		return nil, fmt.Errorf("sample %d: %w (the catalog holds %d)", i, dataset.ErrNotFound, s.ds.Len())
+	if err := s.checkRawSize(i); err != nil {
+		return nil, err
 	}
-	n := s.ds.RawSize(i)
-	if n > dataset.MaxSampleBytes {
-		return nil, fmt.Errorf("sample %d (%s): %w: %d bytes, limit %d", i, s.ds.Path(i), ops.ErrTooLarge, n, dataset.MaxSampleBytes)
-	}
-	form, payload, err := ops.NewEncodedWire(int(n))
+	form, payload, err := ops.NewEncodedWire(int(s.ds.RawSize(i)))
 	if err != nil {
 		return nil, err
 	}
@@ -738,10 +737,31 @@ func (s *server) processRaw(i uint64) ([]byte, error) {
 		return nil, err
 	}
 	ops.SealWire(form)
-	if len(form) > s.maxWire {
-		return nil, fmt.Errorf("%w: sample %d is %d bytes on the wire, above the %d-byte message limit", ops.ErrTooLarge, i, len(form), s.maxWire)
-	}
 	return form, nil
+}
+
+// checkRawSize refuses, as TOO_LARGE, a sample whose raw file could not
+// cross in one message uncompressed. NB: it runs at every split, cut and
+// codec, not only for a raw fetch: a 70 MiB file that splits 1-2 would
+// shrink to a small intermediate could not be fetched raw, nor its cut
+// refetched raw, nor run by the compute agent, so serving it offloaded
+// would make whether the model sees it depend on the plan. Refused
+// everywhere, the sample fails the same way under every plan, before
+// it is read (the catalog's size). An index past the catalog is
+// NOT_FOUND.
+func (s *server) checkRawSize(i uint64) error {
+	if i >= uint64(s.ds.Len()) {
+		return fmt.Errorf("sample %d: %w (the catalog holds %d)", i, dataset.ErrNotFound, s.ds.Len())
+	}
+	n := s.ds.RawSize(i)
+	if n > dataset.MaxSampleBytes {
+		return fmt.Errorf("sample %d (%s): %w: %d bytes, limit %d", i, s.ds.Path(i), ops.ErrTooLarge, n, dataset.MaxSampleBytes)
+	}
+	if w := ops.EncodedWireLen(int(n)); w > s.maxWire {
+		return fmt.Errorf("sample %d (%s): %w: the file is %d bytes, %d on the wire raw, above the %d-byte message limit (refused at every split, so that no plan serves it)",
+			i, s.ds.Path(i), ops.ErrTooLarge, n, w, s.maxWire)
+	}
+	return nil
 }
 
 // failure turns err into the request's error response.
@@ -763,11 +783,11 @@ func (s *server) failure(peer string, req *dataplanepb.FetchRequest, err error) 
 	// The operator's log names the file too; bursts are sampled, so that
 	// a client asking for bad samples over and over cannot flood it. An
 	// invalid request is the client's doing: a warning, rate-limited per
-	// reason and counted (internal/peerlog).
+	// peer and reason and counted (internal/peerlog).
 	var ev *zerolog.Event
 	switch kind {
 	case dataplanepb.ErrorKind_ERROR_KIND_BAD_REQUEST:
-		ev = s.peer.Warn(s.log, peerlog.BadRequest).Str("peer", peer)
+		ev = s.peer.WarnPeer(s.log, peerlog.BadRequest, peer).Str("peer", peer)
 	case dataplanepb.ErrorKind_ERROR_KIND_IO, dataplanepb.ErrorKind_ERROR_KIND_INTERNAL:
 		ev = s.failLog.Warn()
 	default:

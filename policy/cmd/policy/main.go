@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sophon-dl/sophon/internal/bytesize"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/policy/cacheplan"
@@ -52,7 +53,8 @@ with decode, random_resized_crop); synthetic profiles have it unless
 --cut=false, which also drops it from a profile FILE, to compare.
 
 With --cache-bytes, the compute node has a cache of that many bytes (or
-that share of the dataset's bytes): optimal and sophon choose which
+that share of the dataset's bytes; 2G is 2 GiB, 2GB 2*10^9 bytes, read as
+compute-agent --cache-bytes reads them): optimal and sophon choose which
 samples stay resident there jointly with every other sample's split
 (the file for a random pipeline, the finished output for a deterministic
 one, fixed across epochs), lru is the baseline of an LRU cache of the
@@ -186,7 +188,7 @@ func newFlags(errOut io.Writer, o *options) *flag.FlagSet {
 	fs.Float64Var(&o.computeCores, "compute-cores", 0, "compute-node cores for preprocessing (0 = unlimited)")
 	fs.Float64Var(&o.gpuRate, "gpu-rate", 0, "samples/s the GPU consumes (0 = unlimited)")
 	fs.Float64Var(&o.storageSpeed, "storage-speed", 1, "storage CPU speed relative to the compute node's")
-	fs.StringVar(&o.cacheBytes, "cache-bytes", "", "the compute node's cache budget: `N` bytes (64MiB, 2GB) or a percentage of the dataset's bytes (25%); explain then shows each policy's residency, its first and steady-state epochs and the bound with the cache")
+	fs.StringVar(&o.cacheBytes, "cache-bytes", "", "the compute node's cache budget: `N` bytes (64MiB, 2G; "+bytesize.Units+") or a percentage of the dataset's bytes (25%); explain then shows each policy's residency, its first and steady-state epochs and the bound with the cache")
 	fs.StringVar(&o.clusterPath, "cluster", "", "plan for the cluster this YAML `file` describes instead of one link (refuses the resource flags)")
 	o.replicas = 2
 	fs.Var(&o.replicas, "replicas", "with --cluster: replicas per sample (at most the storage nodes), placed by rendezvous hashing with --seed; `all` puts every sample on every node, in the file's order, as a compute agent over replicated data plans")
