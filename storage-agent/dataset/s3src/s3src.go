@@ -443,14 +443,23 @@ func (s *Store) Close() error {
 
 // OpenDataset opens the dataset at loc: an object store for an s3:// URL
 // (a [Store] with c, through dataset.OpenStore), else a directory
-// (dataset.OpenWith).
+// (dataset.OpenContext). It stops when ctx ends: the listing and the reads
+// in flight end with it, and it fails naming what it was doing.
 func OpenDataset(ctx context.Context, loc string, c Config, opts dataset.OpenOptions) (*dataset.Dataset, error) {
 	if !IsURL(loc) {
-		return dataset.OpenWith(loc, opts)
+		return dataset.OpenContext(ctx, loc, opts)
 	}
 	st, err := New(ctx, loc, c)
 	if err != nil {
 		return nil, fmt.Errorf("storageagent: open dataset: %w", err)
 	}
-	return dataset.OpenStore(st, opts)
+	// NB: Close ends the reads in flight while the samples are hashed;
+	// the dataset owns st and closes it again on failure.
+	stop := context.AfterFunc(ctx, func() { st.Close() })
+	d, err := dataset.OpenStore(ctx, st, opts)
+	if !stop() && err == nil { // ctx ended as the open succeeded: st is closed
+		d.Close()
+		return nil, fmt.Errorf("%w: %s: %w", dataset.ErrInterrupted, st.Name(), context.Cause(ctx))
+	}
+	return d, err
 }
