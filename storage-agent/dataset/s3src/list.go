@@ -163,7 +163,7 @@ func (l *listing) answer(body []byte, token string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.answered = true
-	if !p.truncated {
+	if !p.truncated || p.next == "" { // the client refuses a truncated page without a token
 		return nil
 	}
 	if l.tokens[p.next] || p.next == token {

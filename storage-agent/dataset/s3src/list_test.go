@@ -34,9 +34,10 @@ type listServer struct {
 // answer is a page: the keys (below the prefix), the next continuation
 // token ("" for the last page), or a stall.
 type answer struct {
-	keys  []string
-	next  string
-	stall bool
+	keys             []string
+	next             string
+	stall            bool
+	truncatedNoToken bool // IsTruncated true with no next token
 }
 
 const (
@@ -81,7 +82,7 @@ func (s *listServer) releaseAll() { s.once.Do(func() { close(s.release) }) }
 func listXML(a answer) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>%s</Name><Prefix>%s</Prefix><KeyCount>%d</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>%t</IsTruncated>`,
-		listBucket, listPrefix, len(a.keys), a.next != "")
+		listBucket, listPrefix, len(a.keys), a.next != "" || a.truncatedNoToken)
 	if a.next != "" {
 		fmt.Fprintf(&b, `<NextContinuationToken>%s</NextContinuationToken>`, a.next)
 	}
@@ -306,5 +307,17 @@ func TestListDefaults(t *testing.T) {
 	}
 	if s3src.DefaultListTimeout < s3src.DefaultPageTimeout {
 		t.Errorf("DefaultListTimeout %v is below DefaultPageTimeout %v", s3src.DefaultListTimeout, s3src.DefaultPageTimeout)
+	}
+}
+
+// TestListTruncatedWithoutToken: a page that says it is truncated but
+// gives no continuation token fails the listing after one request, with
+// the client's error (no claim that a token came again).
+func TestListTruncatedWithoutToken(t *testing.T) {
+	s := newListServer(t, func(int, string) answer { return answer{keys: keys(0, 3), truncatedNoToken: true} })
+	_, err := s3src.New(context.Background(), "s3://"+listBucket+"/"+listPrefix, s.config())
+	t.Log(err)
+	if err == nil || !strings.Contains(err.Error(), "continuation token") || strings.Contains(err.Error(), "again") || s.requests.Load() != 1 {
+		t.Fatalf("truncated without a token: %v after %d requests, want an error after 1", err, s.requests.Load())
 	}
 }
