@@ -33,7 +33,8 @@ FUZZ_TARGETS := \
 	FuzzParseBudget:./policy/cacheplan/ \
 	FuzzParseID:./testbed/fileserve/ \
 	FuzzDecodeCacheEntry:./compute-agent/cache/ \
-	FuzzDecodeCacheIndex:./compute-agent/cache/
+	FuzzDecodeCacheIndex:./compute-agent/cache/ \
+	FuzzParseListPage:./storage-agent/dataset/s3src/
 # The S3-compatible server the object-store tests and the testbed start
 # (internal/s3gw): versitygw's POSIX gateway, installed by go install.
 S3GW_PKG     := github.com/versity/versitygw/cmd/versitygw

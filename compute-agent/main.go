@@ -263,6 +263,10 @@ func run(args []string) int {
 	if !ok {
 		return code
 	}
+	// The signals are caught from the start, as the storage agent does:
+	// New loads NVML, and a signal then ends Run at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	cli.SetGCPercent(gcPercent(s))
 	cfg, err := s.agentConfig(log)
 	if err != nil {
@@ -275,8 +279,6 @@ func run(args []string) int {
 		return 2
 	}
 	defer a.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	_, err = a.Run(ctx)
 	if cerr := a.Close(); err == nil {
 		err = cerr

@@ -46,6 +46,10 @@ AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, else
 ~/.aws/credentials with AWS_PROFILE, else the instance's role; AWS_REGION;
 AWS_ENDPOINT_URL (path-style requests to it). The credentials need
 s3:ListBucket and s3:GetObject only (docs/deploy.md, "Object stores").
+The listing logs its progress every 5 s; a page without an answer within
+--s3-page-timeout, a listing past --s3-list-timeout, or pages that do not
+advance (a continuation token answered twice, keys out of order) fail the
+start naming the bucket, prefix, page and token.
 
 Secure by default: gRPC is mutual TLS 1.3 and only compute agents whose
 certificate (signed by --tls-ca) names them sophon://CLUSTER/compute/NAME
@@ -78,7 +82,8 @@ operator can index a large dataset before the first start.
 
 A --config FILE in YAML takes the same keys as the flags (data: ..., cpus: 2.5,
 join: [a:7946, b:7946], request-timeout: 30s, ...); flags given on the command
-line override the file. SIGINT or SIGTERM stops the agent gracefully.
+line override the file. SIGINT or SIGTERM stops the agent gracefully, at
+any point of its start-up too.
 
 Flags:
 `
@@ -113,6 +118,8 @@ type settings struct {
 	S3MaxObjects      int           `yaml:"s3-max-objects"`
 	S3Addressing      string        `yaml:"s3-addressing"`
 	S3Retries         int           `yaml:"s3-retries"`
+	S3PageTimeout     time.Duration `yaml:"s3-page-timeout"`
+	S3ListTimeout     time.Duration `yaml:"s3-list-timeout"`
 }
 
 func defaults() settings {
@@ -134,6 +141,8 @@ func defaults() settings {
 		SendBuffer:     c.SendBuffer,
 		S3MaxObjects:   s3src.DefaultMaxObjects,
 		S3Retries:      s3src.DefaultMaxRetries,
+		S3PageTimeout:  s3src.DefaultPageTimeout,
+		S3ListTimeout:  s3src.DefaultListTimeout,
 	}
 }
 
@@ -149,6 +158,8 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.S3MaxObjects, "s3-max-objects", s.S3MaxObjects, "with an s3:// --data, the most `objects` the listing may return; more refuses the dataset")
 	fs.StringVar(&s.S3Addressing, "s3-addressing", s.S3Addressing, "with an s3:// --data: path, virtual or auto `style` (default: path with AWS_ENDPOINT_URL, auto for Amazon S3)")
 	fs.IntVar(&s.S3Retries, "s3-retries", s.S3Retries, "with an s3:// --data, the `tries` of one request on throttling (503 SlowDown, 429) and 5xx, with exponential back-off and full jitter")
+	fs.DurationVar(&s.S3PageTimeout, "s3-page-timeout", s.S3PageTimeout, "with an s3:// --data, the longest one list request (a page of 1,000 keys), its retries included, may take: what ends a stalled listing")
+	fs.DurationVar(&s.S3ListTimeout, "s3-list-timeout", s.S3ListTimeout, "with an s3:// --data, the longest the whole listing may take (1,000 keys a page: the default --s3-max-objects are 4,200 pages, 7 to 10 minutes at 100 to 150 ms a page)")
 	fs.BoolVar(&s.Strict, "strict", s.Strict, "refuse to start on any bad entry in the dataset (dangling or escaping symlink, unreadable file, damaged shard, duplicate key); default: skip, log and count them")
 	fs.StringVar(&s.Index, "index", s.Index, "content-hash index `file`, so restarts hash only what changed; - for none (default: DIR/.sophon-index when writable, else the user cache dir)")
 	fs.StringVar(&s.Listen, "listen", s.Listen, "gRPC listen `address` (default "+storageagent.DefaultListen+", every interface; with --insecure "+storageagent.InsecureListen+", loopback only, unless this names an address)")
@@ -211,7 +222,8 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c.Manifest = s.Manifest
 	c.Egress = uint64(s.Egress)
 	c.SendBuffer = s.SendBuffer
-	c.S3 = s3src.Config{MaxObjects: s.S3MaxObjects, Addressing: s.S3Addressing, MaxRetries: s.S3Retries}
+	c.S3 = s3src.Config{MaxObjects: s.S3MaxObjects, Addressing: s.S3Addressing, MaxRetries: s.S3Retries,
+		PageTimeout: s.S3PageTimeout, ListTimeout: s.S3ListTimeout}
 	c.Version = version
 	c.Logger = log
 	return c
@@ -284,9 +296,18 @@ func run(args []string) int {
 	if !ok {
 		return code
 	}
+	// NB: the signals are caught before the dataset is opened, which may
+	// take long (an object store's listing, hashing): as PID 1 of a
+	// container the agent would otherwise ignore SIGTERM until it serves.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	cli.SetGCPercent(s.GCPercent)
-	a, err := storageagent.New(s.agentConfig(log))
+	a, err := storageagent.Open(ctx, s.agentConfig(log), storageagent.Knobs{})
 	if err != nil {
+		if ctx.Err() != nil {
+			log.Info().Err(err).Msg("start-up stopped by signal")
+			return 0
+		}
 		log.Error().Err(err).Msg("cannot start")
 		return 1
 	}
@@ -296,8 +317,6 @@ func run(args []string) int {
 		limit = defaultMemoryLimit(a.Workers())
 	}
 	cli.SetMemoryLimit(limit)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	if err := a.Run(ctx); err != nil {
 		log.Error().Err(err).Msg("stopped")
 		return 1

@@ -40,6 +40,9 @@ var (
 	// ErrNotStored: a sample of the manifest whose file this agent does
 	// not have (see OpenOptions.Manifest).
 	ErrNotStored = errors.New("storageagent: sample not stored on this agent")
+	// ErrInterrupted: opening the dataset stopped because its context
+	// ended (a signal during start-up).
+	ErrInterrupted = errors.New("storageagent: open dataset interrupted")
 )
 
 // MaxSampleBytes bounds one sample's raw size. A larger sample fails with

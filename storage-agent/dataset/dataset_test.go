@@ -2,7 +2,9 @@ package dataset_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -255,5 +257,29 @@ func TestTruncatedShard(t *testing.T) {
 	defer d.Close()
 	if d.Len() != 1 || d.Path(0) != "a.tar/x.jpg" || d.Stats().Skipped[dataset.SkipCutShard] != 1 {
 		t.Errorf("cut shard: %d samples, skipped %v; want x.jpg served and the cut counted", d.Len(), d.Skipped())
+	}
+}
+
+// TestOpenContextInterrupted: an open whose context has ended fails with
+// ErrInterrupted and leaves no index file behind; for a folder of images
+// and for tar shards.
+func TestOpenContextInterrupted(t *testing.T) {
+	for name, dir := range map[string]string{"folder": datasettest.ImageFolder(t, []string{"a", "b"}, 3), "tar": datasettest.TarShards(t)} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			_, err := dataset.OpenContext(ctx, dir, dataset.OpenOptions{})
+			if !errors.Is(err, dataset.ErrInterrupted) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("open with an ended context: %v, want ErrInterrupted, context.Canceled", err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, ".sophon-index")); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("an interrupted open wrote the index file (%v)", err)
+			}
+			d, err := dataset.OpenContext(context.Background(), dir, dataset.OpenOptions{})
+			if err != nil {
+				t.Fatalf("open after the interrupted one: %v", err)
+			}
+			d.Close()
+		})
 	}
 }

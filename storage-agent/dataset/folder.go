@@ -35,6 +35,9 @@ func (ix *indexer) indexFolders(ents []fs.DirEntry) {
 	prog := startProgress(ix.opts.Logger, "listing", ix.opts.Progress, 0, 0)
 	defer prog.end()
 	for label, class := range d.classes {
+		if ix.ctx.Err() != nil {
+			return // run reports it
+		}
 		var files []sample
 		ix.walk(class, uint32(label), &files, prog)
 		slices.SortFunc(files, func(a, b sample) int { return strings.Compare(a.rel, b.rel) })

@@ -3,6 +3,7 @@ package dataset
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -73,7 +74,7 @@ func (memShard) Close() error { return nil }
 // system, so a fuzz execution costs what indexing and reading b cost.
 func openShardBytes(b []byte) (*Dataset, error) {
 	d := &Dataset{dir: "mem", tars: true}
-	ix := &indexer{d: d, opts: OpenOptions{Index: "-", Workers: 1}}
+	ix := &indexer{ctx: context.Background(), d: d, opts: OpenOptions{Index: "-", Workers: 1}}
 	ix.catalogShards([]shardFile{{name: "s.tar", r: memShard{bytes.NewReader(b)}, id: fileID{size: int64(len(b))}}})
 	ix.hash()
 	if err := ix.finish(); err != nil {

@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -126,18 +127,26 @@ func Open(dir string) (*Dataset, error) { return OpenWith(dir, OpenOptions{}) }
 // OpenWith indexes the dataset in dir. It fails when dir cannot be opened,
 // holds no samples, or (Strict) holds a bad entry.
 func OpenWith(dir string, opts OpenOptions) (*Dataset, error) {
+	return OpenContext(context.Background(), dir, opts)
+}
+
+// OpenContext is [OpenWith] that stops when ctx ends: between class
+// folders and shards while listing, and between samples while hashing
+// (the index file is then left as it was). It fails with an error
+// wrapping ErrInterrupted and ctx's error.
+func OpenContext(ctx context.Context, dir string, opts OpenOptions) (*Dataset, error) {
 	start := time.Now()
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("storageagent: open dataset: %w", err)
 	}
-	return index(start, &Dataset{dir: dir, root: root}, opts)
+	return index(ctx, start, &Dataset{dir: dir, root: root}, opts)
 }
 
 // index indexes d, a folder's or a store's dataset opened at start; on
 // failure it closes d.
-func index(start time.Time, d *Dataset, opts OpenOptions) (*Dataset, error) {
-	ix := &indexer{d: d, opts: opts}
+func index(ctx context.Context, start time.Time, d *Dataset, opts OpenOptions) (*Dataset, error) {
+	ix := &indexer{ctx: ctx, d: d, opts: opts}
 	if err := ix.run(); err != nil {
 		d.Close()
 		return nil, err
@@ -148,8 +157,17 @@ func index(start time.Time, d *Dataset, opts OpenOptions) (*Dataset, error) {
 
 // indexer holds the state of one OpenWith.
 type indexer struct {
+	ctx  context.Context // ends the open (ErrInterrupted)
 	d    *Dataset
 	opts OpenOptions
+}
+
+// interrupted is the error of an open whose context ended, else nil.
+func (ix *indexer) interrupted() error {
+	if err := ix.ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrInterrupted, DisplayName(ix.d.dir), context.Cause(ix.ctx))
+	}
+	return nil
 }
 
 func (ix *indexer) skip(rel string, reason SkipReason, detail string) {
@@ -189,7 +207,13 @@ func (ix *indexer) run() error {
 	if err := ix.scan(); err != nil {
 		return err
 	}
+	if err := ix.interrupted(); err != nil {
+		return err
+	}
 	ix.hash()
+	if err := ix.interrupted(); err != nil {
+		return err
+	}
 	return ix.finish()
 }
 
@@ -226,6 +250,9 @@ func (ix *indexer) hash() {
 	d := ix.d
 	idx := ix.loadIndex()
 	ix.hashAll(idx)
+	if ix.ctx.Err() != nil {
+		return // the samples not hashed are no bad entries; keep the index file
+	}
 	if len(d.samples) > 0 && !ix.opts.noHeaders && (d.stats.HeadersRead > 0 || len(idx) != len(d.samples)) {
 		ix.saveIndex()
 	}
@@ -386,11 +413,23 @@ func (ix *indexer) readAll(todo, hdrTodo []int) []error {
 			}
 		})
 	}
+	send := func(j job) bool {
+		select {
+		case next <- j:
+			return true
+		case <-ix.ctx.Done():
+			return false
+		}
+	}
 	for _, i := range todo {
-		next <- job{i, true}
+		if !send(job{i, true}) {
+			break
+		}
 	}
 	for _, i := range hdrTodo {
-		next <- job{i, false}
+		if !send(job{i, false}) {
+			break
+		}
 	}
 	close(next)
 	wg.Wait()

@@ -54,7 +54,13 @@ type found struct {
 func (ix *indexer) catalogShards(shards []shardFile) {
 	d := ix.d
 	var all []found
-	for _, sf := range shards {
+	for i, sf := range shards {
+		if ix.ctx.Err() != nil {
+			for _, rest := range shards[i:] {
+				rest.r.Close()
+			}
+			break // run reports it
+		}
 		members, skips, err := indexShard(sf.r, sf.id.size)
 		for _, s := range skips {
 			ix.skip(sf.name+"/"+s.name, s.reason, s.detail)

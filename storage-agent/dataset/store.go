@@ -51,9 +51,10 @@ type Object struct {
 // is in the user cache directory), manifest and checks. Every read is a
 // ranged read of the object checked against the ETag indexed and the
 // content hash: a changed object fails with ErrChanged. The dataset owns
-// st and closes it.
-func OpenStore(st Store, opts OpenOptions) (*Dataset, error) {
-	return index(time.Now(), &Dataset{dir: st.Name(), store: st}, opts)
+// st and closes it. The open stops when ctx ends, as [OpenContext]'s does;
+// the listing takes ctx.
+func OpenStore(ctx context.Context, st Store, opts OpenOptions) (*Dataset, error) {
+	return index(ctx, time.Now(), &Dataset{dir: st.Name(), store: st}, opts)
 }
 
 // Remote says whether the dataset is read from an object store (each read
@@ -76,7 +77,7 @@ func objectID(o Object) fileID { return fileID{ino: etagID(o.ETag), size: o.Size
 // members when it has any, else the JPEG keys below CLASS/ prefixes.
 func (ix *indexer) scanStore() error {
 	d := ix.d
-	objs, err := d.store.List(context.Background())
+	objs, err := d.store.List(ix.ctx)
 	if err != nil {
 		return fmt.Errorf("storageagent: open dataset %s: %w", DisplayName(d.dir), err)
 	}

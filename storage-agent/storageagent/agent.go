@@ -421,10 +421,15 @@ type Agent struct {
 }
 
 // New validates cfg, filling in its zero fields, and opens the dataset.
-func New(cfg Config) (*Agent, error) { return NewWithKnobs(cfg, Knobs{}) }
+func New(cfg Config) (*Agent, error) { return Open(context.Background(), cfg, Knobs{}) }
 
 // NewWithKnobs is [New] with test hooks.
-func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
+func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) { return Open(context.Background(), cfg, k) }
+
+// Open is [NewWithKnobs] that stops opening the dataset (an object
+// store's listing, the hashing) when ctx ends: a signal during start-up.
+// The agent's main passes the context its signals end.
+func Open(ctx context.Context, cfg Config, k Knobs) (*Agent, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -440,7 +445,9 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 			return nil, err
 		}
 	}
-	if a.ds, err = s3src.OpenDataset(context.Background(), cfg.Data, cfg.S3, dataset.OpenOptions{Strict: cfg.Strict, Index: cfg.Index, Logger: cfg.Logger, Manifest: man}); err != nil {
+	s3 := cfg.S3
+	s3.Logger = cfg.Logger
+	if a.ds, err = s3src.OpenDataset(ctx, cfg.Data, s3, dataset.OpenOptions{Strict: cfg.Strict, Index: cfg.Index, Logger: cfg.Logger, Manifest: man}); err != nil {
 		return nil, err
 	}
 	logIndexed(cfg.Logger, a.ds)

@@ -19,6 +19,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/testutil"
 
 	"github.com/hashicorp/memberlist"
+	s3creds "github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -29,6 +30,9 @@ import (
 	"github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
+	"github.com/sophon-dl/sophon/storage-agent/dataset"
+	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
+	"github.com/sophon-dl/sophon/storage-agent/dataset/s3src"
 )
 
 func TestNewRejects(t *testing.T) {
@@ -455,5 +459,31 @@ func TestMutualTLS(t *testing.T) {
 				t.Errorf("no warn line with the peer and %q:\n%s", tt.reason, logs.String())
 			}
 		})
+	}
+}
+
+// TestOpenStopsWithContext: an agent whose context ends while it opens
+// its dataset (a signal during start-up) fails to open with
+// dataset.ErrInterrupted, for a folder and for a bucket whose listing
+// stalls.
+func TestOpenStopsWithContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Open(ctx, testConfig(t), Knobs{}); !errors.Is(err, dataset.ErrInterrupted) {
+		t.Errorf("folder: Open with an ended context: %v, want dataset.ErrInterrupted", err)
+	}
+
+	s := newStallingS3(t, 3, datasettest.JPEG(t, 1))
+	cfg := testConfig(t)
+	cfg.Data, cfg.Index = "s3://bkt/p", "-"
+	cfg.S3 = s3src.Config{Endpoint: s.srv.URL, Region: "us-east-1", Creds: s3creds.NewStaticV4("k", "s", "")}
+	ctx, cancel = context.WithCancel(context.Background())
+	go func() {
+		<-s.stalled
+		cancel()
+	}()
+	_, err := Open(ctx, cfg, Knobs{})
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), `continuation token "t1"`) {
+		t.Errorf("bucket: Open canceled while listing: %v, want context.Canceled naming the page", err)
 	}
 }

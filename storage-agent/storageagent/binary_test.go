@@ -31,6 +31,7 @@ func TestBinary(t *testing.T) {
 	bin := storageBinary(t)
 	t.Run("serve", func(t *testing.T) { testBinaryServe(t, bin) })
 	t.Run("rejects", func(t *testing.T) { testBinaryRejects(t, bin) })
+	t.Run("sigterm starting", func(t *testing.T) { testBinarySIGTERMStarting(t, bin) })
 }
 
 // testBinaryServe starts the agent on loopback with a config file and

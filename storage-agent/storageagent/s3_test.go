@@ -3,8 +3,13 @@ package storageagent
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -63,4 +68,51 @@ func TestServeFromBucket(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stallingS3 is an S3 server on loopback whose bucket "bkt" holds two
+// JPEG keys below the prefix "p/", one a list page: the listing's check
+// is request 1, its first page 2 and its second 3. It stalls the request
+// numbered stallAt, or every GET of an object with stallAt 0; a stalled
+// request is announced on stalled and waits for its client to go.
+type stallingS3 struct {
+	srv      *httptest.Server
+	requests atomic.Int64
+	stalled  chan string
+	gone     chan struct{}
+	once     sync.Once
+}
+
+func newStallingS3(t *testing.T, stallAt int64, jpeg []byte) *stallingS3 {
+	s := &stallingS3{stalled: make(chan string, 100), gone: make(chan struct{})}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := s.requests.Add(1)
+		list := r.URL.Query().Get("list-type") == "2"
+		if n == stallAt || (stallAt == 0 && !list) {
+			s.stalled <- fmt.Sprintf("request %d %s", n, r.URL)
+			select {
+			case <-r.Context().Done():
+			case <-s.gone:
+			}
+			return
+		}
+		if !list {
+			w.Header().Set("ETag", `"e1"`)
+			w.Header().Set("Last-Modified", "Tue, 02 Jan 2024 03:04:05 GMT")
+			w.Write(jpeg)
+			return
+		}
+		w.Header().Set("Content-Type", "application/xml")
+		next, key := "<IsTruncated>true</IsTruncated><NextContinuationToken>t1</NextContinuationToken>", "x"
+		if r.URL.Query().Get("continuation-token") == "t1" {
+			next, key = "<IsTruncated>false</IsTruncated>", "y"
+		}
+		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>bkt</Name><Prefix>p/</Prefix>%s`+
+			`<Contents><Key>p/c/%s.jpg</Key><LastModified>2024-01-02T03:04:05.000Z</LastModified><ETag>"e1"</ETag><Size>%d</Size></Contents></ListBucketResult>`, next, key, len(jpeg))
+	}))
+	t.Cleanup(func() {
+		s.once.Do(func() { close(s.gone) })
+		s.srv.Close()
+	})
+	return s
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
 )
@@ -84,6 +85,20 @@ type Config struct {
 	// RequestTimeout bounds one request, its retries included. Zero means
 	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// PageTimeout bounds one list request, its retries included: a
+	// stalled listing fails with ErrListTimeout naming the page. Zero
+	// means DefaultPageTimeout (30 s).
+	PageTimeout time.Duration
+	// ListTimeout bounds a whole listing (and the one-key check of New).
+	// Zero means DefaultListTimeout (15 min).
+	ListTimeout time.Duration
+	// ListProgress is how often a listing logs its progress (objects,
+	// pages, requests, the page in flight) to Logger. Zero means
+	// DefaultListProgress (5 s); negative never.
+	ListProgress time.Duration
+	// Logger receives the listings' progress. The zero value writes
+	// nothing.
+	Logger zerolog.Logger
 	// Transport carries the requests. Nil means a clone of
 	// http.DefaultTransport.
 	Transport http.RoundTripper
@@ -118,6 +133,10 @@ type Store struct {
 	core           minio.Core
 	maxObjects     int
 	timeout        time.Duration
+	pageTimeout    time.Duration
+	listTimeout    time.Duration
+	progress       time.Duration
+	log            zerolog.Logger
 	ctx            context.Context
 	cancel         context.CancelFunc
 }
@@ -127,7 +146,8 @@ var _ dataset.Store = (*Store)(nil)
 // New connects to the bucket of loc (s3://BUCKET/PREFIX) and checks, with
 // one list request, that it exists and that the credentials may list it:
 // wrong credentials fail here with ErrAccess, a missing bucket with
-// ErrNoBucket.
+// ErrNoBucket. The check is a listing: bounded by ctx, Config.PageTimeout
+// and Config.ListTimeout.
 func New(ctx context.Context, loc string, c Config) (*Store, error) {
 	bucket, prefix, err := ParseURL(loc)
 	if err != nil {
@@ -143,24 +163,27 @@ func New(ctx context.Context, loc string, c Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: endpoint %s: %w", ErrURL, endpoint, err)
 	}
 	s := &Store{name: Scheme + bucket + "/" + prefix, bucket: bucket, prefix: prefix, endpoint: endpoint, cl: cl, core: minio.Core{Client: cl},
-		maxObjects: c.MaxObjects, timeout: c.RequestTimeout}
-	if s.maxObjects <= 0 {
-		s.maxObjects = DefaultMaxObjects
-	}
-	if s.timeout <= 0 {
-		s.timeout = DefaultRequestTimeout
+		maxObjects: orDefault(c.MaxObjects, DefaultMaxObjects), timeout: orDefault(c.RequestTimeout, DefaultRequestTimeout),
+		pageTimeout: orDefault(c.PageTimeout, DefaultPageTimeout), listTimeout: orDefault(c.ListTimeout, DefaultListTimeout),
+		progress: c.ListProgress, log: c.Logger}
+	if s.progress == 0 {
+		s.progress = DefaultListProgress
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	for o := range s.cl.ListObjects(cctx, bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true, MaxKeys: 1}) {
-		if o.Err != nil {
-			s.cancel()
-			return nil, s.wrap(o.Err, "list")
-		}
-		break // one answer is the check; cancel ends the lister
+	// One answer is the check.
+	if err := s.each(ctx, 1, func(minio.ObjectInfo) error { return errEnough }); err != nil {
+		s.cancel()
+		return nil, err
 	}
 	return s, nil
+}
+
+// orDefault is v, or def when v is zero or negative.
+func orDefault[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // clientOptions resolves the endpoint, region, addressing and credentials.
@@ -205,7 +228,7 @@ func (c Config) clientOptions() (*minio.Options, string, error) {
 		retries = DefaultMaxRetries
 	}
 	return &minio.Options{Creds: creds, Secure: u.Scheme == "https", Region: region, BucketLookup: lookup,
-		Transport: tr, MaxRetries: retries}, endpoint, nil
+		Transport: guard{next: tr}, MaxRetries: retries}, endpoint, nil
 }
 
 func firstOf(s ...string) string {
@@ -224,25 +247,24 @@ func (s *Store) Name() string { return s.name }
 func (s *Store) Endpoint() string { return s.endpoint }
 
 // List lists the prefix's objects, a page of 1,000 keys per request,
-// failing with ErrTooMany past Config.MaxObjects. Folder markers (keys
-// ending in a slash) are left out.
+// failing with ErrTooMany past Config.MaxObjects, with ErrListTimeout when
+// a page or the whole listing outlasts its deadline, and with ErrListLoop
+// when the pages do not advance. Folder markers (keys ending in a slash)
+// are left out.
 func (s *Store) List(ctx context.Context) ([]dataset.Object, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(s.ctx, cancel)
-	defer stop()
 	var out []dataset.Object
-	for o := range s.cl.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.prefix, Recursive: true, MaxKeys: listPage}) {
-		if o.Err != nil {
-			return nil, s.wrap(o.Err, "list")
-		}
-		if strings.HasSuffix(o.Key, "/") {
-			continue
+	err := s.each(ctx, listPage, func(o minio.ObjectInfo) error {
+		if isFolder(o.Key) {
+			return nil
 		}
 		if len(out) == s.maxObjects {
-			return nil, fmt.Errorf("%w: %s holds more than %d objects (raise the limit)", ErrTooMany, s.name, s.maxObjects)
+			return fmt.Errorf("%w: %s holds more than %d objects (raise the limit)", ErrTooMany, s.name, s.maxObjects)
 		}
 		out = append(out, dataset.Object{Key: strings.TrimPrefix(o.Key, s.prefix), Size: o.Size, ETag: strings.Trim(o.ETag, `"`), ModTime: o.LastModified.UnixNano()})
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -443,14 +465,23 @@ func (s *Store) Close() error {
 
 // OpenDataset opens the dataset at loc: an object store for an s3:// URL
 // (a [Store] with c, through dataset.OpenStore), else a directory
-// (dataset.OpenWith).
+// (dataset.OpenContext). It stops when ctx ends: the listing and the reads
+// in flight end with it, and it fails naming what it was doing.
 func OpenDataset(ctx context.Context, loc string, c Config, opts dataset.OpenOptions) (*dataset.Dataset, error) {
 	if !IsURL(loc) {
-		return dataset.OpenWith(loc, opts)
+		return dataset.OpenContext(ctx, loc, opts)
 	}
 	st, err := New(ctx, loc, c)
 	if err != nil {
 		return nil, fmt.Errorf("storageagent: open dataset: %w", err)
 	}
-	return dataset.OpenStore(st, opts)
+	// NB: Close ends the reads in flight while the samples are hashed;
+	// the dataset owns st and closes it again on failure.
+	stop := context.AfterFunc(ctx, func() { st.Close() })
+	d, err := dataset.OpenStore(ctx, st, opts)
+	if !stop() && err == nil { // ctx ended as the open succeeded: st is closed
+		d.Close()
+		return nil, fmt.Errorf("%w: %s: %w", dataset.ErrInterrupted, st.Name(), context.Cause(ctx))
+	}
+	return d, err
 }
