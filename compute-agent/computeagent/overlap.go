@@ -24,7 +24,7 @@ import (
 // the calibration samples are the raw files of its first positions
 // (fetch.Opts.KeepRaw), and only the storage CPU's few samples at the crop
 // split (planner.ProbeStorage) are fetched apart. The provisional plan's
-// requests go cheapest first (cheapest). Then the estimate is calibrated and the plan made
+// requests go cheapest first (planner.Cheapest). Then the estimate is calibrated and the plan made
 // (policyRun.estimate), and the plan takes over the positions no fetcher
 // has requested yet (fetch.Epoch.Swap); those already requested keep the
 // split they went out at, which yields the same tensor. The report says
@@ -74,30 +74,6 @@ func (p *policyRun) provisional(calib map[uint64]bool) *planner.RunPlan {
 	return planner.NewRunPlan(PlanOf(provisionalName, p.a.pipeID, def, raw), nil, policy.Resources{})
 }
 
-// cheapest orders the provisional plan's requests of epoch num: by the
-// bytes of each sample's file in the region its cut keeps (the catalog's
-// headers give the region), smallest first, so that the samples any plan
-// would cut (small boxes) go out while the plan is made and those a plan
-// treats otherwise wait for it; a sample of unknown header by its file's
-// bytes. The calibration samples (raw, calib) go first, in shard order.
-// Nil where the pipeline cannot cut.
-func (p *policyRun) cheapest(num uint64, calib map[uint64]bool) func(uint64) float64 {
-	areas := p.pl.Areas
-	if areas == nil {
-		return nil
-	}
-	return func(s uint64) float64 {
-		if calib[s] {
-			return 0
-		}
-		raw := float64(p.cat.RawSizes[s])
-		if share, ok := areas.Shown(s, num); ok {
-			return raw * share
-		}
-		return raw
-	}
-}
-
 // overlapped is the first epoch's options, epoch num, when stage 1 runs
 // beside it (p.pending).
 func (p *policyRun) overlapped(num uint64) epochOpts {
@@ -111,7 +87,7 @@ func (p *policyRun) overlapped(num uint64) epochOpts {
 		case raws <- planner.RawFile{Sample: s, Raw: b}:
 		default: // enough kept
 		}
-	}, First: p.cheapest(num, calib)}}
+	}, First: planner.Cheapest(p.pl.Areas, p.cat.RawSizes, num, calib)}}
 	if e, ok := policy.Lookup(cfg.Policy); ok && e.Static == nil {
 		opts.WarmCache = true // the first plan finds the cache filled
 	}

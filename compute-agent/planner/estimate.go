@@ -51,6 +51,29 @@ func CalibrationSet(shard, rawSizes []uint64, usable func(sample uint64) bool) m
 	return set
 }
 
+// Cheapest orders the provisional plan's requests of epoch num: by the
+// bytes of each sample's file (rawSizes) in the region its cut keeps (the
+// catalog's headers give the region: areas), smallest first, so that the
+// samples any plan would cut (small boxes) go out while the plan is made
+// and those a plan treats otherwise wait for it; a sample of unknown
+// header by its file's bytes. The calibration samples (raw, calib) go
+// first, in shard order. Nil where the pipeline cannot cut (areas nil).
+func Cheapest(areas *profiler.CutAreas, rawSizes []uint64, num uint64, calib map[uint64]bool) func(uint64) float64 {
+	if areas == nil {
+		return nil
+	}
+	return func(s uint64) float64 {
+		if calib[s] {
+			return 0
+		}
+		raw := float64(rawSizes[s])
+		if share, ok := areas.Shown(s, num); ok {
+			return raw * share
+		}
+		return raw
+	}
+}
+
 // Calibratable reports whether a sample can calibrate an estimate for p:
 // its catalog header (header) is known and lim does not refuse it
 // (ops.Pipeline.CheckHeader).

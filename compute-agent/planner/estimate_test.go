@@ -8,6 +8,7 @@ import (
 	"github.com/sophon-dl/sophon/ops/hostile"
 	"github.com/sophon-dl/sophon/ops/jpeg"
 	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/profiler"
 )
 
 // estimateShard is n small generated JPEGs (ids 0..n-1) with the bombs'
@@ -88,5 +89,26 @@ func TestEstimateRefusesHeaderBombs(t *testing.T) {
 	all := estimateShard(t, 4, map[uint64]bool{0: true, 1: true, 2: true, 3: true})
 	if _, _, err := Estimate(all); err == nil {
 		t.Error("a shard of bombs only: got a profile, want an error")
+	}
+}
+
+// TestCheapest: the provisional order puts the calibration samples first,
+// then every sample by its file's bytes in its cut's region, a sample of
+// unknown header by its whole file; no order where nothing can be cut.
+func TestCheapest(t *testing.T) {
+	p, err := ops.Preset("imagenet-train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	areas := &profiler.CutAreas{Pipe: p, Seed: 3, Image: func(id uint64) (profiler.CutImage, bool) {
+		return profiler.CutImageOf(2000, 1500, 16, 16, 3), id != 2
+	}}
+	sizes := []uint64{1000, 1000, 1000}
+	at := Cheapest(areas, sizes, 0, map[uint64]bool{1: true})
+	if at(1) != 0 || at(2) != 1000 || !(at(0) > 0 && at(0) < 1000) {
+		t.Errorf("calibration %v, unknown header %v, cut %v: want 0, 1000, a share of 1000", at(1), at(2), at(0))
+	}
+	if Cheapest(nil, sizes, 0, nil) != nil {
+		t.Error("no cut areas: want no order")
 	}
 }
