@@ -73,7 +73,9 @@ type Options struct {
 	// Dir is the cache directory, created 0700 when missing (a wider mode
 	// is narrowed with a warning). Required.
 	Dir string
-	// Bytes is the budget: the entries' total file size. Required (> 0).
+	// Bytes is the budget: the entries' total payload bytes, as the
+	// planner counts residency (each file adds its header, names and
+	// trailer, about 110 bytes). Required (> 0).
 	Bytes int64
 	// Policy is PolicyPlanned or PolicyLRU. Empty means PolicyPlanned.
 	Policy string
@@ -106,8 +108,13 @@ type meta struct {
 	pipe  string
 	split int
 	build string // Header.Build
-	size  int64
+	size  int64  // the file's
 	elem  *list.Element
+}
+
+// bytes is what m counts against the budget: its payload's size.
+func (m *meta) bytes() int64 {
+	return max(0, m.size-int64(headerSize+len(m.fp)+len(m.pipe)+len(m.build)+trailer))
 }
 
 // Store is the node's one cache, shared by every epoch and local rank
@@ -302,7 +309,7 @@ func (s *Store) write1() {
 			err = s.write(entryName(j.m.key), j.b)
 		}
 		s.mu.Lock()
-		s.reserved -= j.m.size
+		s.reserved -= j.m.bytes()
 		switch {
 		case err != nil:
 			s.degradeLocked(fmt.Errorf("writing sample %d: %w", j.m.sample, err))
@@ -369,7 +376,8 @@ type Stats struct {
 	Hits, Misses, Refills, Fills, Skipped int64
 	// ReadBytes is the entry bytes read for the hits.
 	ReadBytes int64
-	// Samples and Bytes are resident now.
+	// Samples and Bytes (payload bytes, as the budget counts them) are
+	// resident now.
 	Samples int
 	Bytes   int64
 	// Forged: entries dropped whose checksum held but whose MAC did not
@@ -410,7 +418,7 @@ func (s *Store) degradeLocked(err error) {
 func (s *Store) removeLocked(m *meta) {
 	delete(s.index, m.key)
 	s.order.Remove(m.elem)
-	s.used -= m.size
+	s.used -= m.bytes()
 	s.dirty = true
 	if err := s.root.Remove(entryName(m.key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Debug().Err(err).Uint64("sample", m.sample).Msg("cache entry not removed")
@@ -422,11 +430,11 @@ func (s *Store) removeLocked(m *meta) {
 func (s *Store) insertLocked(m *meta) {
 	if old := s.index[m.key]; old != nil {
 		s.order.Remove(old.elem)
-		s.used -= old.size
+		s.used -= old.bytes()
 	}
 	m.elem = s.order.PushFront(m)
 	s.index[m.key] = m
-	s.used += m.size
+	s.used += m.bytes()
 	s.dirty = true
 }
 

@@ -205,13 +205,13 @@ func (v *View) Put(sample uint64, payload []byte) bool {
 	if old := s.index[k]; old != nil {
 		s.removeLocked(old) // stale, or a repeat of a padded sample
 	}
-	if s.reserved+m.size > maxQueued || !s.makeRoomLocked(m.size, v.evictable()) {
+	if s.reserved+m.bytes() > maxQueued || !s.makeRoomLocked(m.bytes(), v.evictable()) {
 		s.skipped.Add(1)
 		return false
 	}
 	select {
 	case s.jobs <- job{m: m, b: b}:
-		s.reserved += m.size
+		s.reserved += m.bytes()
 		return true
 	default:
 		s.skipped.Add(1)
