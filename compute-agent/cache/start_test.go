@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sophon-dl/sophon/internal/atomicfile"
 	"github.com/sophon-dl/sophon/internal/testenv"
 )
 
@@ -290,4 +291,50 @@ func BenchmarkGetFinished(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/entry")
+}
+
+// TestQueuedWriteCancelled: a planned Put that does not fit beside a
+// queued write of a sample the plan no longer keeps cancels that write
+// instead of being skipped; the cancelled sample is never indexed.
+func TestQueuedWriteCancelled(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, 2000, PolicyPlanned)
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before Close's, on a failure too
+	create := s.create
+	s.create = func(name string) (atomicfile.File, error) {
+		if strings.HasSuffix(name, entryName(key{fp, 1})) {
+			close(started)
+			<-release
+		}
+		return create(name)
+	}
+	keep := map[uint64]bool{1: true, 2: true}
+	var mu sync.Mutex
+	v := s.View(fp, "p@1", 0, func(x uint64) bool { mu.Lock(); defer mu.Unlock(); return keep[x] })
+	if !v.Put(1, payload(1, 1000)) {
+		t.Fatal("put 1 refused")
+	}
+	<-started // the writer holds sample 1's write; 2 stays queued
+	if !v.Put(2, payload(2, 1000)) {
+		t.Fatal("put 2 refused")
+	}
+	mu.Lock()
+	keep = map[uint64]bool{1: true, 3: true}
+	mu.Unlock()
+	if !v.Put(3, payload(3, 1000)) {
+		t.Fatal("put 3 skipped behind a queued write the plan no longer keeps")
+	}
+	once.Do(func() { close(release) })
+	s.Drain()
+	if !v.Has(1) || v.Has(2) || !v.Has(3) {
+		t.Fatalf("resident 1:%v 2:%v 3:%v, want 1 and 3", v.Has(1), v.Has(2), v.Has(3))
+	}
+	if _, err := os.Stat(filepath.Join(dir, entryName(key{fp, 2}))); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the cancelled write left a file: %v", err)
+	}
+	if st := s.Stats(); st.Bytes > 2000 || st.Fills != 2 {
+		t.Fatalf("stats %+v: want 2 fills within the budget", st)
+	}
 }

@@ -110,6 +110,9 @@ type meta struct {
 	build string // Header.Build
 	size  int64  // the file's
 	elem  *list.Element
+	// cancelled: a queued write given up (Store.pending) before the
+	// writer reached it, or while it wrote.
+	cancelled bool
 }
 
 // bytes is what m counts against the budget: its payload's size.
@@ -137,6 +140,10 @@ type Store struct {
 	// reserved is the bytes of the writes queued or under way: they
 	// count against the budget until they are indexed or fail.
 	reserved int64
+	// pending are the queued writes by key, which makeRoomLocked may
+	// cancel like it evicts entries (a plan's Put must not be skipped for
+	// a queued write of a sample the plan no longer keeps).
+	pending map[key]*meta
 	// jobs feeds the writer (see Put); drained is signalled after each
 	// write. Both under mu; closing: Close began.
 	jobs    chan job
@@ -166,7 +173,7 @@ func Open(o Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{log: o.Log, dir: o.Dir, budget: o.Bytes, maxPayload: o.MaxPayload, lru: o.Policy == PolicyLRU,
-		build: o.Build, index: map[key]*meta{}, order: list.New()}
+		build: o.Build, index: map[key]*meta{}, order: list.New(), pending: map[key]*meta{}}
 	if s.maxPayload <= 0 {
 		s.maxPayload = DefaultMaxPayload
 	}
@@ -302,15 +309,24 @@ type job struct {
 func (s *Store) write1() {
 	for j := range s.jobs {
 		s.mu.Lock()
-		off := s.off
+		skip := s.off || j.m.cancelled // a degraded store writes nothing more
 		s.mu.Unlock()
 		var err error
-		if !off { // a degraded store writes nothing more
+		if !skip {
 			err = s.write(entryName(j.m.key), j.b)
 		}
 		s.mu.Lock()
-		s.reserved -= j.m.bytes()
+		if s.pending[j.m.key] == j.m {
+			delete(s.pending, j.m.key)
+		}
+		if !j.m.cancelled {
+			s.reserved -= j.m.bytes()
+		}
 		switch {
+		case j.m.cancelled:
+			if !skip && err == nil && s.root != nil { // cancelled while written
+				_ = s.root.Remove(entryName(j.m.key))
+			}
 		case err != nil:
 			s.degradeLocked(fmt.Errorf("writing sample %d: %w", j.m.sample, err))
 		case !s.off:
@@ -449,7 +465,25 @@ func (s *Store) makeRoomLocked(size int64, evictable func(*meta) bool) bool {
 			s.removeLocked(m)
 		}
 	}
+	for _, m := range s.pending {
+		if s.used+s.reserved+size <= s.budget {
+			break
+		}
+		if evictable == nil || evictable(m) {
+			s.cancelLocked(m)
+		}
+	}
 	return s.used+s.reserved+size <= s.budget
+}
+
+// cancelLocked gives up m's queued write: the writer skips it (or removes
+// the file it was writing), and its bytes no longer count.
+func (s *Store) cancelLocked(m *meta) {
+	m.cancelled = true
+	delete(s.pending, m.key)
+	s.reserved -= m.bytes()
+	s.skipped.Add(1)
+	s.drained.Broadcast()
 }
 
 // write stores b as file name: a temp file written and synced, then

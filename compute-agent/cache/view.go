@@ -205,6 +205,9 @@ func (v *View) Put(sample uint64, payload []byte) bool {
 	if old := s.index[k]; old != nil {
 		s.removeLocked(old) // stale, or a repeat of a padded sample
 	}
+	if old := s.pending[k]; old != nil {
+		s.cancelLocked(old)
+	}
 	if s.reserved+m.bytes() > maxQueued || !s.makeRoomLocked(m.bytes(), v.evictable()) {
 		s.skipped.Add(1)
 		return false
@@ -212,6 +215,7 @@ func (v *View) Put(sample uint64, payload []byte) bool {
 	select {
 	case s.jobs <- job{m: m, b: b}:
 		s.reserved += m.bytes()
+		s.pending[k] = m
 		return true
 	default:
 		s.skipped.Add(1)
