@@ -10,17 +10,25 @@
 // fetched under the same budget, the baseline a local file cache gives.
 //
 // Every entry is one file holding a header (dataset fingerprint, pipeline
-// id, split, sample id), the payload and a CRC-32C; a read checks all of
-// them, and the fetch engine checks a raw payload against the catalog's
-// content hash too, so a corrupt, truncated, swapped, foreign or stale
-// entry is dropped and the sample fetched again (a refill), never served.
-// An index of the entries survives a restart; it is only a hint, rebuilt
-// from the entries' headers when it is missing or damaged. Writes are
-// atomic (temp file, fsync, rename, fsync of the directory); the directory
-// is 0700, opened as an os.Root with entries opened O_NOFOLLOW, and a
-// symlink planted in it is removed, never followed. A write that fails
-// (a full disk, a vanished directory) degrades the store to no cache with
-// a warning: an epoch never fails for its cache.
+// id, split, sample id, and for a finished output the build of the op
+// library and codec that made it), the payload, an HMAC-SHA256 under a
+// key kept outside the directory (Options.KeyFile) and a CRC-32C; a read
+// checks all of them, and the fetch engine checks a raw payload against
+// the catalog's content hash too, so a corrupt, truncated, swapped,
+// foreign, stale or forged entry is dropped and the sample fetched again
+// (a refill), never served; a finished output made by another build is a
+// miss. An index of the entries survives a restart; it is only a hint,
+// rebuilt from the entries' headers when it is missing or damaged. Writes
+// are atomic (temp file, fsync, rename, fsync of the directory); the
+// directory is 0700, opened as an os.Root with entries opened O_NOFOLLOW,
+// and a symlink planted in it is removed, never followed.
+//
+// An epoch never fails for its cache: a directory that cannot be created,
+// opened, locked or written, a key file that cannot be read or made, an
+// index that cannot be read (or is over its limit, refused before it is
+// read) turn the store off at Open with one warning, and a write that
+// fails later (a full disk, a vanished directory) does the same then;
+// Stats.Degraded says so.
 package cache
 
 import (
@@ -32,6 +40,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,12 +73,24 @@ type Options struct {
 	// Dir is the cache directory, created 0700 when missing (a wider mode
 	// is narrowed with a warning). Required.
 	Dir string
-	// Bytes is the budget: the entries' total file size. Required (> 0).
+	// Bytes is the budget: the entries' total payload bytes, as the
+	// planner counts residency (each file adds its header, names and
+	// trailer, about 110 bytes). Required (> 0).
 	Bytes int64
 	// Policy is PolicyPlanned or PolicyLRU. Empty means PolicyPlanned.
 	Policy string
 	// MaxPayload bounds one entry's payload. Zero means DefaultMaxPayload.
 	MaxPayload int64
+	// KeyFile holds the key entries are authenticated under (KeySize
+	// bytes, 0600, the agent's or root's), made when missing. It must lie
+	// outside Dir: whoever can write the directory must not read the key.
+	// Empty means DefaultKeyFile(Dir).
+	KeyFile string
+	// Build names the build of the op library and codec (a finished
+	// output is served only to the build that made it, so that an upgrade
+	// that changes numerics never serves old tensors; encoded files are
+	// served to any). Empty is a build like any other.
+	Build string
 	// Log receives the warnings (degraded, dropped entries).
 	Log zerolog.Logger
 }
@@ -86,8 +107,17 @@ type meta struct {
 	key
 	pipe  string
 	split int
-	size  int64
+	build string // Header.Build
+	size  int64  // the file's
 	elem  *list.Element
+	// cancelled: a queued write given up (Store.pending) before the
+	// writer reached it, or while it wrote.
+	cancelled bool
+}
+
+// bytes is what m counts against the budget: its payload's size.
+func (m *meta) bytes() int64 {
+	return max(0, m.size-int64(headerSize+len(m.fp)+len(m.pipe)+len(m.build)+trailer))
 }
 
 // Store is the node's one cache, shared by every epoch and local rank
@@ -97,6 +127,8 @@ type Store struct {
 	dir        string
 	root       *os.Root
 	lock       *os.File // the directory, flocked while open
+	key        []byte   // entries' MAC key (Options.KeyFile)
+	build      string   // Options.Build
 	budget     int64
 	maxPayload int64
 	lru        bool
@@ -108,6 +140,10 @@ type Store struct {
 	// reserved is the bytes of the writes queued or under way: they
 	// count against the budget until they are indexed or fail.
 	reserved int64
+	// pending are the queued writes by key, which makeRoomLocked may
+	// cancel like it evicts entries (a plan's Put must not be skipped for
+	// a queued write of a sample the plan no longer keeps).
+	pending map[key]*meta
 	// jobs feeds the writer (see Put); drained is signalled after each
 	// write. Both under mu; closing: Close began.
 	jobs    chan job
@@ -118,7 +154,7 @@ type Store struct {
 	dirty   bool // index changed since the last Flush
 
 	// Cumulative counters, for the metrics.
-	hits, misses, refills, readBytes, fills, skipped atomic.Int64
+	hits, misses, refills, readBytes, fills, skipped, forged atomic.Int64
 	// openDrops counts the bad entries Open dropped, until an epoch
 	// reports them (TakeOpenDrops).
 	openDrops atomic.Int64
@@ -129,51 +165,15 @@ type Store struct {
 }
 
 // Open opens (creating) the cache in o.Dir and loads its index,
-// reconciled with the entries on disk.
+// reconciled with the entries on disk. Only bad options are errors: a
+// directory, key or index that cannot be used gives a store that is off
+// (Stats.Degraded), after one warning.
 func Open(o Options) (*Store, error) {
-	if o.Dir == "" {
-		return nil, errors.New("cache: no directory")
+	if err := o.check(); err != nil {
+		return nil, err
 	}
-	if o.Bytes <= 0 {
-		return nil, fmt.Errorf("cache: budget %d bytes, want > 0", o.Bytes)
-	}
-	switch o.Policy {
-	case "", PolicyPlanned, PolicyLRU:
-	default:
-		return nil, fmt.Errorf("cache: policy %q, want %s or %s", o.Policy, PolicyPlanned, PolicyLRU)
-	}
-	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("cache: %w", err)
-	}
-	fi, err := os.Stat(o.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("cache: %w", err)
-	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("cache: %s is not a directory", o.Dir)
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		o.Log.Warn().Str("dir", o.Dir).Str("mode", fi.Mode().Perm().String()).Msg("cache directory readable by others: narrowed to 0700")
-		if err := os.Chmod(o.Dir, 0o700); err != nil {
-			return nil, fmt.Errorf("cache: %w", err)
-		}
-	}
-	// One agent per directory: the index is the writer's.
-	lock, err := os.Open(o.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("cache: %w", err)
-	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("cache: %s is in use by another compute agent (%w)", o.Dir, err)
-	}
-	root, err := os.OpenRoot(o.Dir)
-	if err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("cache: %w", err)
-	}
-	s := &Store{log: o.Log, dir: o.Dir, root: root, lock: lock, budget: o.Bytes, maxPayload: o.MaxPayload, lru: o.Policy == PolicyLRU,
-		index: map[key]*meta{}, order: list.New()}
+	s := &Store{log: o.Log, dir: o.Dir, budget: o.Bytes, maxPayload: o.MaxPayload, lru: o.Policy == PolicyLRU,
+		build: o.Build, index: map[key]*meta{}, order: list.New(), pending: map[key]*meta{}}
 	if s.maxPayload <= 0 {
 		s.maxPayload = DefaultMaxPayload
 	}
@@ -182,9 +182,112 @@ func Open(o Options) (*Store, error) {
 	}
 	s.drained = sync.NewCond(&s.mu)
 	s.jobs = make(chan job, maxJobs)
-	s.load()
+	if err := s.attach(o); err != nil {
+		s.mu.Lock()
+		s.detachLocked()
+		s.degradeLocked(err)
+		s.mu.Unlock()
+	}
 	s.writer.Go(s.write1)
 	return s, nil
+}
+
+// check validates o and fills in KeyFile.
+func (o *Options) check() error {
+	if o.Dir == "" {
+		return errors.New("cache: no directory")
+	}
+	if o.Bytes <= 0 {
+		return fmt.Errorf("cache: budget %d bytes, want > 0", o.Bytes)
+	}
+	switch o.Policy {
+	case "", PolicyPlanned, PolicyLRU:
+	default:
+		return fmt.Errorf("cache: policy %q, want %s or %s", o.Policy, PolicyPlanned, PolicyLRU)
+	}
+	if len(o.Build) > MaxName {
+		return fmt.Errorf("cache: build name of %d bytes, limit %d", len(o.Build), MaxName)
+	}
+	if o.KeyFile == "" {
+		o.KeyFile = DefaultKeyFile(o.Dir)
+	}
+	dir, kerr := filepath.Abs(o.Dir)
+	key, derr := filepath.Abs(o.KeyFile)
+	if kerr == nil && derr == nil && strings.HasPrefix(key, dir+string(filepath.Separator)) {
+		return fmt.Errorf("cache: key file %s is inside the cache directory %s: keep it where whoever writes the directory cannot read it", o.KeyFile, o.Dir)
+	}
+	return nil
+}
+
+// attach makes the directory (0700), locks it (one agent per directory:
+// the index is the writer's), opens it as a root, checks that a file can
+// be written in it, reads the key and loads the index. On an error the
+// caller detaches and degrades.
+func (s *Store) attach(o Options) error {
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return err
+	}
+	fi, err := os.Stat(o.Dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", o.Dir)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if err := os.Chmod(o.Dir, 0o700); err != nil {
+			return fmt.Errorf("%s has mode %v, readable by others, and cannot be narrowed to 0700: %w", o.Dir, perm, err)
+		}
+		o.Log.Warn().Str("dir", o.Dir).Str("mode", perm.String()).Msg("cache directory readable by others: narrowed to 0700")
+	}
+	if s.lock, err = os.Open(o.Dir); err != nil {
+		return err
+	}
+	if err := syscall.Flock(int(s.lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return fmt.Errorf("%s is in use by another compute agent (%w)", o.Dir, err)
+	}
+	if s.root, err = os.OpenRoot(o.Dir); err != nil {
+		return err
+	}
+	if err := s.probe(); err != nil {
+		return fmt.Errorf("%s is not writable: %w", o.Dir, err)
+	}
+	key, created, err := loadKey(o.KeyFile)
+	if err != nil {
+		return err
+	}
+	s.key = key
+	idx, err := s.readIndex()
+	if err != nil {
+		return err
+	}
+	return s.load(idx, created)
+}
+
+// probe writes and removes a temp file: a read-only directory turns the
+// store off at Open, not at its first fill.
+func (s *Store) probe() error {
+	var rnd [6]byte
+	_, _ = io.ReadFull(randReader, rnd[:])
+	name := tmpPrefix + hex.EncodeToString(rnd[:]) + "-probe"
+	f, err := s.create(name)
+	if err != nil {
+		return err
+	}
+	err = f.Close()
+	return errors.Join(err, s.root.Remove(name))
+}
+
+// detachLocked closes the directory and its lock, if open.
+func (s *Store) detachLocked() {
+	if s.root != nil {
+		s.root.Close()
+		s.root = nil
+	}
+	if s.lock != nil {
+		s.lock.Close()
+		s.lock = nil
+	}
 }
 
 // Writes are queued to one writer goroutine, so that a fill never holds
@@ -206,15 +309,24 @@ type job struct {
 func (s *Store) write1() {
 	for j := range s.jobs {
 		s.mu.Lock()
-		off := s.off
+		skip := s.off || j.m.cancelled // a degraded store writes nothing more
 		s.mu.Unlock()
 		var err error
-		if !off { // a degraded store writes nothing more
+		if !skip {
 			err = s.write(entryName(j.m.key), j.b)
 		}
 		s.mu.Lock()
-		s.reserved -= j.m.size
+		if s.pending[j.m.key] == j.m {
+			delete(s.pending, j.m.key)
+		}
+		if !j.m.cancelled {
+			s.reserved -= j.m.bytes()
+		}
 		switch {
+		case j.m.cancelled:
+			if !skip && err == nil && s.root != nil { // cancelled while written
+				_ = s.root.Remove(entryName(j.m.key))
+			}
 		case err != nil:
 			s.degradeLocked(fmt.Errorf("writing sample %d: %w", j.m.sample, err))
 		case !s.off:
@@ -260,9 +372,9 @@ func (s *Store) Close() error {
 	defer s.mu.Unlock()
 	if s.root != nil {
 		err = errors.Join(err, s.root.Close(), s.lock.Close())
-		s.root = nil
-		s.off = true
+		s.root, s.lock = nil, nil
 	}
+	s.off = true
 	return err
 }
 
@@ -280,11 +392,15 @@ type Stats struct {
 	Hits, Misses, Refills, Fills, Skipped int64
 	// ReadBytes is the entry bytes read for the hits.
 	ReadBytes int64
-	// Samples and Bytes are resident now.
+	// Samples and Bytes (payload bytes, as the budget counts them) are
+	// resident now.
 	Samples int
 	Bytes   int64
-	// Degraded: the store turned itself off (full disk, vanished
-	// directory).
+	// Forged: entries dropped whose checksum held but whose MAC did not
+	// (ErrForged; also counted in Refills).
+	Forged int64
+	// Degraded: the store turned itself off (a directory, key or index it
+	// could not use at Open, a full disk, a vanished directory).
 	Degraded bool
 }
 
@@ -299,7 +415,7 @@ func (s *Store) Stats() Stats {
 	n, b, off := len(s.index), s.used, s.off
 	s.mu.Unlock()
 	return Stats{Hits: s.hits.Load(), Misses: s.misses.Load(), Refills: s.refills.Load(), Fills: s.fills.Load(),
-		Skipped: s.skipped.Load(), ReadBytes: s.readBytes.Load(), Samples: n, Bytes: b, Degraded: off}
+		Skipped: s.skipped.Load(), ReadBytes: s.readBytes.Load(), Forged: s.forged.Load(), Samples: n, Bytes: b, Degraded: off}
 }
 
 // degradeLocked turns the store off after err: no entry is served or
@@ -311,14 +427,14 @@ func (s *Store) degradeLocked(err error) {
 	s.off = true
 	s.index, s.used = map[key]*meta{}, 0
 	s.order.Init()
-	s.log.Warn().Err(err).Str("dir", s.dir).Msg("cache degraded to no cache for the rest of the run (full disk or vanished directory?)")
+	s.log.Warn().Err(err).Str("dir", s.dir).Msg("cache degraded to no cache for the rest of the run: epochs go on without it")
 }
 
 // removeLocked forgets m and removes its file.
 func (s *Store) removeLocked(m *meta) {
 	delete(s.index, m.key)
 	s.order.Remove(m.elem)
-	s.used -= m.size
+	s.used -= m.bytes()
 	s.dirty = true
 	if err := s.root.Remove(entryName(m.key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Debug().Err(err).Uint64("sample", m.sample).Msg("cache entry not removed")
@@ -330,11 +446,11 @@ func (s *Store) removeLocked(m *meta) {
 func (s *Store) insertLocked(m *meta) {
 	if old := s.index[m.key]; old != nil {
 		s.order.Remove(old.elem)
-		s.used -= old.size
+		s.used -= old.bytes()
 	}
 	m.elem = s.order.PushFront(m)
 	s.index[m.key] = m
-	s.used += m.size
+	s.used += m.bytes()
 	s.dirty = true
 }
 
@@ -349,7 +465,25 @@ func (s *Store) makeRoomLocked(size int64, evictable func(*meta) bool) bool {
 			s.removeLocked(m)
 		}
 	}
+	for _, m := range s.pending {
+		if s.used+s.reserved+size <= s.budget {
+			break
+		}
+		if evictable == nil || evictable(m) {
+			s.cancelLocked(m)
+		}
+	}
 	return s.used+s.reserved+size <= s.budget
+}
+
+// cancelLocked gives up m's queued write: the writer skips it (or removes
+// the file it was writing), and its bytes no longer count.
+func (s *Store) cancelLocked(m *meta) {
+	m.cancelled = true
+	delete(s.pending, m.key)
+	s.reserved -= m.bytes()
+	s.skipped.Add(1)
+	s.drained.Broadcast()
 }
 
 // write stores b as file name: a temp file written and synced, then

@@ -17,6 +17,9 @@ import (
 
 const fp = "fingerprint-a"
 
+// fuzzKey is a MAC key for entries encoded outside a store.
+var fuzzKey = bytes.Repeat([]byte{0x5a}, KeySize)
+
 func open(t *testing.T, dir string, budget int64, policy string) *Store {
 	t.Helper()
 	s, err := Open(Options{Dir: dir, Bytes: budget, Policy: policy, Log: zerolog.Nop()})
@@ -83,22 +86,22 @@ func TestRoundTripAndRestart(t *testing.T) {
 func TestBadEntries(t *testing.T) {
 	for _, c := range []struct {
 		name   string
-		damage func(dir string)
+		damage func(s *Store, dir string)
 		view   func(s *Store) *View
 	}{
-		{"corrupt", func(dir string) { flip(t, dir, 1, 40) }, nil},
-		{"corrupt-header", func(dir string) { flip(t, dir, 1, 15) }, nil},
-		{"truncated", func(dir string) {
+		{"corrupt", func(_ *Store, dir string) { flip(t, dir, 1, 40) }, nil},
+		{"corrupt-header", func(_ *Store, dir string) { flip(t, dir, 1, 15) }, nil},
+		{"truncated", func(_ *Store, dir string) {
 			p := filepath.Join(dir, entryName(key{fp, 1}))
 			b, _ := os.ReadFile(p)
 			os.WriteFile(p, b[:len(b)-9], 0o600)
 		}, nil},
-		{"swapped", func(dir string) {
+		{"swapped", func(_ *Store, dir string) {
 			b, _ := os.ReadFile(filepath.Join(dir, entryName(key{fp, 2})))
 			os.WriteFile(filepath.Join(dir, entryName(key{fp, 1})), b, 0o600)
 		}, nil},
-		{"other-pipeline-in-file", func(dir string) {
-			b, _ := Encode(Header{Fingerprint: fp, Pipeline: "q@2", Split: 0, Sample: 1}, payload(1, 1000))
+		{"other-pipeline-in-file", func(s *Store, dir string) {
+			b, _ := Encode(Header{Fingerprint: fp, Pipeline: "q@2", Split: 0, Sample: 1}, payload(1, 1000), s.key)
 			os.WriteFile(filepath.Join(dir, entryName(key{fp, 1})), b, 0o600)
 		}, nil},
 	} {
@@ -109,7 +112,7 @@ func TestBadEntries(t *testing.T) {
 			for i := range uint64(3) {
 				put(v, i, payload(i, 1000))
 			}
-			c.damage(dir)
+			c.damage(s, dir)
 			got, _, err := v.Get(1)
 			if !errors.Is(err, ErrEntry) || got != nil {
 				t.Fatalf("served %d bytes, err %v; want ErrEntry", len(got), err)
@@ -215,15 +218,22 @@ func TestSymlinks(t *testing.T) {
 	}
 }
 
-// TestOneAgent: a directory in use is refused to a second store.
+// TestOneAgent: a directory in use is refused to a second store, which
+// is off (degraded) rather than an error; it neither serves nor writes.
 func TestOneAgent(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir, 1<<20, "")
-	if _, err := Open(Options{Dir: dir, Bytes: 1 << 20}); err == nil {
-		t.Fatal("a second store opened a directory in use")
+	put(s.View(fp, "p@1", 0, nil), 1, payload(1, 100))
+	s2 := open(t, dir, 1<<20, "")
+	v2 := s2.View(fp, "p@1", 0, nil)
+	if st := s2.Stats(); !st.Degraded || v2.Has(1) || put(v2, 2, payload(2, 100)) {
+		t.Fatalf("a second store used a directory in use: %+v", st)
 	}
+	s2.Close()
 	s.Close()
-	open(t, dir, 1<<20, "")
+	if s3 := open(t, dir, 1<<20, ""); s3.Stats().Degraded || !s3.View(fp, "p@1", 0, nil).Has(1) {
+		t.Fatal("the directory unusable after its agent closed it")
+	}
 }
 
 // TestPerms: the directory is created 0700 and a wider one narrowed.
@@ -280,7 +290,7 @@ func TestDegrade(t *testing.T) {
 // TestBudget: LRU evicts the least recently used; planned evicts only
 // what the plan does not keep, else skips.
 func TestBudget(t *testing.T) {
-	b, _ := Encode(Header{Fingerprint: fp, Pipeline: "p@1", Sample: 1}, payload(1, 1000))
+	b, _ := Encode(Header{Fingerprint: fp, Pipeline: "p@1", Sample: 1}, payload(1, 1000), fuzzKey)
 	one := int64(len(b))
 	s := open(t, t.TempDir(), 2*one, PolicyLRU)
 	v := s.View(fp, "p@1", 0, nil)
@@ -324,16 +334,19 @@ func TestParseSize(t *testing.T) {
 // FuzzDecodeCacheEntry: the entry decoder on outside bytes never panics,
 // and what it accepts re-encodes to the same bytes.
 func FuzzDecodeCacheEntry(f *testing.F) {
-	b, _ := Encode(Header{Fingerprint: fp, Pipeline: "p@1", Split: 5, Sample: 7}, []byte("payload"))
+	b, _ := Encode(Header{Fingerprint: fp, Pipeline: "p@1", Split: 5, Sample: 7, Build: "b1"}, []byte("payload"), fuzzKey)
 	f.Add(b)
 	f.Add(b[:40])
 	f.Add([]byte(magic))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		h, p, err := Decode(b, 1<<20)
+		if _, size, err := DecodeHeader(b, 1<<20); err == nil && size < headerSize+trailer {
+			t.Fatalf("header accepted with size %d", size)
+		}
+		h, p, err := Decode(b, fuzzKey, 1<<20)
 		if err != nil {
 			return
 		}
-		again, err := Encode(h, p)
+		again, err := Encode(h, p, fuzzKey)
 		if err != nil || !bytes.Equal(again, b) {
 			t.Fatalf("re-encoded differently: %v", err)
 		}
@@ -342,15 +355,16 @@ func FuzzDecodeCacheEntry(f *testing.F) {
 
 // FuzzDecodeCacheIndex: the index decoder on outside bytes never panics.
 func FuzzDecodeCacheIndex(f *testing.F) {
-	f.Add([]byte(`{"version":1,"entries":[{"fingerprint":"a","sample":1,"pipeline":"p","split":0,"size":10}]}`))
-	f.Add([]byte(`{"version":1,"entries":[]}`))
+	f.Add([]byte(`{"version":2,"entries":[{"fingerprint":"a","sample":1,"pipeline":"p","split":0,"size":10}]}`))
+	f.Add([]byte(`{"version":2,"entries":[{"fingerprint":"a","sample":1,"pipeline":"p","split":3,"build":"b1","size":10}]}`))
+	f.Add([]byte(`{"version":2,"entries":[]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ents, err := DecodeIndex(b)
 		if err != nil {
 			return
 		}
 		for _, e := range ents {
-			if e.Size <= 0 || len(e.Fingerprint) > MaxName {
+			if e.Size <= 0 || len(e.Fingerprint) > MaxName || len(e.Build) > MaxName {
 				t.Fatalf("accepted %+v", e)
 			}
 		}

@@ -10,14 +10,16 @@ import (
 )
 
 // View is the store as one epoch sees it: the entries of one dataset
-// (fingerprint), pipeline (id) and split. An entry of the same sample
-// with another pipeline or split is stale: it is not served, and a Put
-// replaces it.
+// (fingerprint), pipeline (id) and split, and at a finished split of the
+// store's build (Options.Build). An entry of the same sample with another
+// pipeline, split or build is stale: it is not served, and a Put replaces
+// it.
 type View struct {
 	s     *Store
 	fp    string
 	pipe  string
 	split int
+	build string // the store's at a finished split, empty at split 0
 	// keep, in the planned policy, is whether the current plan keeps a
 	// sample resident: a Put that does not fit evicts only entries it does
 	// not keep (nil: any may be).
@@ -27,7 +29,11 @@ type View struct {
 // View is the view of fingerprint fp, pipeline pipe and split; keep says
 // which samples the plan keeps resident (PolicyPlanned; ignored by LRU).
 func (s *Store) View(fp, pipe string, split int, keep func(sample uint64) bool) *View {
-	return &View{s: s, fp: fp, pipe: pipe, split: split, keep: keep}
+	v := &View{s: s, fp: fp, pipe: pipe, split: split, keep: keep}
+	if split != 0 {
+		v.build = s.build
+	}
+	return v
 }
 
 // SetKeep makes keep the samples the plan keeps resident from now on
@@ -51,23 +57,28 @@ func (v *View) Has(sample uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.index[key{v.fp, sample}]
-	return !s.off && m != nil && m.pipe == v.pipe && m.split == v.split
+	return !s.off && v.holds(m)
+}
+
+// holds reports whether m is v's entry (same pipeline, split and build).
+func (v *View) holds(m *meta) bool {
+	return m != nil && m.pipe == v.pipe && m.split == v.split && m.build == v.build
 }
 
 // Miss counts a wanted sample that was absent (it is fetched and put).
 func (v *View) Miss() { v.s.misses.Add(1) }
 
-// Get reads sample's entry and checks it (header, length, checksum, and
-// that it is this view's dataset, pipeline, split and sample). A bad entry
-// is dropped (a refill is counted) and its error, wrapping ErrEntry,
-// returned; an absent one (never put, evicted, a vanished directory)
+// Get reads sample's entry and checks it (header, length, checksum, MAC,
+// and that it is this view's dataset, pipeline, split, build and sample).
+// A bad entry is dropped (a refill is counted; a forged one, ErrForged,
+// counts in Stats.Forged too) and its error, wrapping ErrEntry, returned; an absent one (never put, evicted, a vanished directory)
 // gives an error wrapping fs.ErrNotExist. n is the entry's bytes read.
 func (v *View) Get(sample uint64) (payload []byte, n int64, err error) {
 	s := v.s
 	k := key{v.fp, sample}
 	s.mu.Lock()
 	m := s.index[k]
-	if s.off || m == nil || m.pipe != v.pipe || m.split != v.split {
+	if s.off || !v.holds(m) {
 		s.mu.Unlock()
 		return nil, 0, fmt.Errorf("cache: sample %d: %w", sample, fs.ErrNotExist)
 	}
@@ -77,9 +88,9 @@ func (v *View) Get(sample uint64) (payload []byte, n int64, err error) {
 	b, err := v.read(root, entryName(k))
 	if err == nil {
 		var h Header
-		h, payload, err = Decode(b, s.maxPayload)
-		if err == nil && (h != Header{Fingerprint: v.fp, Pipeline: v.pipe, Split: v.split, Sample: sample}) {
-			err = fmt.Errorf("%w: sample %d: entry holds sample %d of %q, pipeline %q, split %d", ErrEntry, sample, h.Sample, h.Fingerprint, h.Pipeline, h.Split)
+		h, payload, err = Decode(b, s.key, s.maxPayload)
+		if err == nil && h != v.header(sample) {
+			err = fmt.Errorf("%w: sample %d: entry holds sample %d of %q, pipeline %q, split %d, build %q", ErrEntry, sample, h.Sample, h.Fingerprint, h.Pipeline, h.Split, h.Build)
 		}
 	}
 	if err != nil {
@@ -93,6 +104,9 @@ func (v *View) Get(sample uint64) (payload []byte, n int64, err error) {
 		}
 		if !errors.Is(err, ErrEntry) {
 			err = fmt.Errorf("%w: sample %d: %w", ErrEntry, sample, err)
+		}
+		if errors.Is(err, ErrForged) {
+			s.forged.Add(1)
 		}
 		v.Drop(sample, err)
 		return nil, 0, err
@@ -117,7 +131,7 @@ func (v *View) read(root *os.Root, name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	limit := int64(headerSize+2*MaxName+trailer) + v.s.maxPayload
+	limit := int64(headerSize+3*MaxName+trailer) + v.s.maxPayload
 	if !fi.Mode().IsRegular() || fi.Size() > limit {
 		return nil, fmt.Errorf("%w: %s: not a regular file of at most %d bytes", ErrEntry, name, limit)
 	}
@@ -173,13 +187,16 @@ func (v *View) Drop(sample uint64, why error) {
 // it once written. payload is copied.
 func (v *View) Put(sample uint64, payload []byte) bool {
 	s := v.s
+	if len(s.key) == 0 { // off since Open
+		return false
+	}
 	k := key{v.fp, sample}
-	b, err := Encode(Header{Fingerprint: v.fp, Pipeline: v.pipe, Split: v.split, Sample: sample}, payload)
+	b, err := Encode(v.header(sample), payload, s.key)
 	if err != nil || int64(len(payload)) > s.maxPayload {
 		s.skipped.Add(1)
 		return false
 	}
-	m := &meta{key: k, pipe: v.pipe, split: v.split, size: int64(len(b))}
+	m := &meta{key: k, pipe: v.pipe, split: v.split, build: v.build, size: int64(len(b))}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.off || s.closing {
@@ -188,13 +205,17 @@ func (v *View) Put(sample uint64, payload []byte) bool {
 	if old := s.index[k]; old != nil {
 		s.removeLocked(old) // stale, or a repeat of a padded sample
 	}
-	if s.reserved+m.size > maxQueued || !s.makeRoomLocked(m.size, v.evictable()) {
+	if old := s.pending[k]; old != nil {
+		s.cancelLocked(old)
+	}
+	if s.reserved+m.bytes() > maxQueued || !s.makeRoomLocked(m.bytes(), v.evictable()) {
 		s.skipped.Add(1)
 		return false
 	}
 	select {
 	case s.jobs <- job{m: m, b: b}:
-		s.reserved += m.size
+		s.reserved += m.bytes()
+		s.pending[k] = m
 		return true
 	default:
 		s.skipped.Add(1)
@@ -208,6 +229,11 @@ func (v *View) evictable() func(*meta) bool {
 		return nil
 	}
 	return func(m *meta) bool {
-		return m.fp != v.fp || m.pipe != v.pipe || m.split != v.split || v.keep == nil || !v.keep(m.sample)
+		return m.fp != v.fp || !v.holds(m) || v.keep == nil || !v.keep(m.sample)
 	}
+}
+
+// header is sample's entry header in v.
+func (v *View) header(sample uint64) Header {
+	return Header{Fingerprint: v.fp, Pipeline: v.pipe, Split: v.split, Sample: sample, Build: v.build}
 }

@@ -148,7 +148,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 		conns:  map[string]*grpc.ClientConn{},
 		peer:   peer,
 	}
-	a.m = newMetrics(append(peer.Collectors(), cacheCollectors(a.cachePtr.Load)...)...)
+	a.m = newMetrics(append(peer.Collectors(), cache.Collectors(a.cachePtr.Load)...)...)
 	a.discovery = cfg.Discovery
 	if cfg.Trainer.Socket != "" && a.trainerDType() == "uint8" {
 		p, tail, err := trainer.CutTail(cfg.Pipeline)

@@ -43,8 +43,8 @@ func cachedPlan(t *testing.T, p *ops.Pipeline) *Config {
 
 // cacheRun runs epochs [first, first+n) with the cache in dir (none when
 // empty) and returns the reports and the tensors' hashes by epoch and
-// sample.
-func cacheRun(t *testing.T, n *memNet, p *ops.Pipeline, dir, policy string, first uint64, epochs int) ([]report.EpochReport, map[[2]uint64][32]byte) {
+// sample; opts adjust the configuration.
+func cacheRun(t *testing.T, n *memNet, p *ops.Pipeline, dir, policy string, first uint64, epochs int, opts ...func(*testSetup)) ([]report.EpochReport, map[[2]uint64][32]byte) {
 	t.Helper()
 	cfg, rec := testConfig(t, n, "s:1")
 	cfg.Pipeline = p
@@ -52,6 +52,9 @@ func cacheRun(t *testing.T, n *memNet, p *ops.Pipeline, dir, policy string, firs
 	cfg.FirstEpoch, cfg.Epochs = first, epochs
 	if dir != "" {
 		cfg.CacheDir, cfg.CacheBytes, cfg.CachePolicy = dir, 64<<20, policy
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	reports, err := runAgent(t, cfg)
 	if err != nil {
@@ -286,7 +289,7 @@ func TestCacheMetrics(t *testing.T) {
 	rec := httptest.NewRecorder()
 	a.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
-	for _, line := range []string{"sophon_cache_hits_total 32", "sophon_cache_misses_total 32", "sophon_cache_refills_total 0", "sophon_cache_read_bytes_total ", "sophon_cache_bytes "} {
+	for _, line := range []string{"sophon_cache_hits_total 32", "sophon_cache_misses_total 32", "sophon_cache_refills_total 0", "sophon_cache_forged_total 0", "sophon_cache_degraded 0", "sophon_cache_read_bytes_total ", "sophon_cache_bytes "} {
 		if !strings.Contains(body, line) {
 			t.Errorf("metrics lack %q", line)
 		}

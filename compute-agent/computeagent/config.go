@@ -313,6 +313,10 @@ type RunOptions struct {
 	// cache.PolicyLRU (every raw fetch through an LRU of raw files: the
 	// baseline). Empty means planned.
 	CachePolicy string `yaml:"cache-policy"`
+	// CacheKeyFile holds the key the cache's entries are authenticated
+	// under (cache.KeySize bytes, 0600, made when missing); it must lie
+	// outside CacheDir. Empty means CacheDir + ".key" (cache.DefaultKeyFile).
+	CacheKeyFile string `yaml:"cache-key-file"`
 }
 
 // DefaultConfig returns a Config with every default spelled out. The caller
@@ -354,6 +358,10 @@ type Knobs struct {
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// Clock measures and sleeps. Nil means the system clock.
 	Clock Clock
+	// CacheBuild names the op library and codec build the cache keys
+	// finished outputs by (cache.Options.Build). Empty means the running
+	// binary's (cacheBuild).
+	CacheBuild string
 }
 
 // withDefaults returns k with its zero fields filled in.
@@ -435,8 +443,8 @@ func (c Config) withDefaults() (Config, error) {
 // checkCache checks the cache's settings.
 func (c *Config) checkCache() error {
 	switch {
-	case c.CacheDir == "" && (c.CacheBytes != 0 || c.CachePolicy != ""):
-		return configErr("--cache-bytes and --cache-policy need --cache-dir")
+	case c.CacheDir == "" && (c.CacheBytes != 0 || c.CachePolicy != "" || c.CacheKeyFile != ""):
+		return configErr("--cache-bytes, --cache-policy and --cache-key-file need --cache-dir")
 	case c.Policy == policy.NameLRU && (c.CacheDir == "" || c.CachePolicy != cache.PolicyLRU):
 		return configErr("--policy %s plans for an LRU cache of raw files: it needs --cache-dir, --cache-bytes and --cache-policy %s", policy.NameLRU, cache.PolicyLRU)
 	case c.CacheDir == "":

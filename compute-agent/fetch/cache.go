@@ -41,8 +41,8 @@ type cacheState struct {
 	// finishing rate, so they could not work ahead of the link.
 	queued chan work
 	// The epoch's counts (report.CacheStats).
-	wanted                                 int
-	hits, misses, fills, refills, readByte atomic.Int64
+	wanted                                         int
+	hits, misses, fills, refills, forged, readByte atomic.Int64
 }
 
 // prepareCache sets up the epoch's use of the cache and moves the
@@ -142,6 +142,9 @@ func (e *Epoch) serveCached(ctx context.Context, f *Fetcher, lim ops.WireLimits,
 		e.computeNS.Add(int64(cpuclock.Thread() - t0))
 		if errors.Is(err, cache.ErrEntry) {
 			e.cc.refills.Add(1)
+			if errors.Is(err, cache.ErrForged) {
+				e.cc.forged.Add(1)
+			}
 		} else {
 			e.cc.misses.Add(1) // the cache went away under it
 			v.Miss()
@@ -270,6 +273,6 @@ func (e *Epoch) cacheStats() *report.CacheStats {
 		pol = cache.PolicyLRU
 	}
 	return &report.CacheStats{Policy: pol, Split: v.Split(), Wanted: e.cc.wanted, Hits: int(e.cc.hits.Load()), Misses: int(e.cc.misses.Load()),
-		Fills: int(e.cc.fills.Load()), Refills: int(e.cc.refills.Load() + e.cfg.Cache.TakeOpenDrops()), ReadBytes: e.cc.readByte.Load(),
+		Fills: int(e.cc.fills.Load()), Refills: int(e.cc.refills.Load() + e.cfg.Cache.TakeOpenDrops()), Forged: int(e.cc.forged.Load()), ReadBytes: e.cc.readByte.Load(),
 		ResidentSamples: st.Samples, ResidentBytes: st.Bytes, BudgetBytes: e.cfg.Cache.Budget(), Degraded: st.Degraded}
 }

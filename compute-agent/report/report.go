@@ -248,11 +248,16 @@ type CacheStats struct {
 	// before the epoch's report (a write that fails degrades the cache).
 	Fills int `json:"fills"`
 	// Refills counts the entries found bad (corrupt, truncated, swapped,
-	// foreign, stale, or raw bytes that do not match the catalog's
-	// content hash) when read, or when the cache was opened (those count
+	// foreign, stale, forged, or raw bytes that do not match the
+	// catalog's content hash) when read, or when the cache was opened (those count
 	// in the first epoch's report, and their samples among its misses):
 	// dropped, never served, fetched again.
 	Refills int `json:"refills"`
+	// Forged counts the refills whose entry had a valid header and
+	// checksum but not the MAC the agent signs entries with (a key kept
+	// outside the cache directory, --cache-key-file): written by someone
+	// else, or under a key since replaced. Omitted when 0.
+	Forged int `json:"forged,omitempty"`
 	// ReadBytes is the entry bytes read locally for the hits; the link's
 	// bytes are BytesReceived.
 	ReadBytes int64 `json:"read_bytes"`
@@ -261,8 +266,12 @@ type CacheStats struct {
 	ResidentSamples int   `json:"resident_samples"`
 	ResidentBytes   int64 `json:"resident_bytes"`
 	BudgetBytes     int64 `json:"budget_bytes"`
-	// Degraded: a write failed (full disk, vanished directory) and the
-	// cache turned itself off for the rest of the run.
+	// Degraded: the cache turned itself off for the rest of the run,
+	// after one warning: it could not be used when opened (a directory
+	// that cannot be created, opened, locked or written, a key file that
+	// cannot be read or made, an index that cannot be read or is over its
+	// 1 GiB limit) or a write failed later (full disk, vanished
+	// directory). The epoch ran without it.
 	Degraded bool `json:"degraded,omitempty"`
 }
 
