@@ -207,10 +207,9 @@ func TestDashboardMetrics(t *testing.T) {
 	}
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
-	// 11 images and the bad file: 12 samples, 3 batches of 4, so a batch
-	// with the bad file skipped still has 3 rows. NB: in trainer mode a
-	// batch whose every sample is skipped (a last batch of 1, say) reaches
-	// the Python client as READY with 0 rows, which it refuses.
+	// 11 images and the bad file: 12 samples, 3 batches of 4; the bad
+	// file's row is filled from the next samples and a repeat of the
+	// rank's first row (docs/training.md), so every batch stays full.
 	if _, err := synth.WriteImageFolder(data, synth.ImageNetLike, 1, 11, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -268,15 +267,16 @@ func TestDashboardMetrics(t *testing.T) {
 sys.path.insert(0, sys.argv[2])
 import sophon
 loader = sophon.Loader(socket=sys.argv[1], timeout=60)
-n = sum(len(labels) for _, labels in loader)
-loader.close()
-print(n)`, sock, filepath.Join(root, "python"))
+print([len(labels) for _, labels in loader])
+loader.close()`, sock, filepath.Join(root, "python"))
 	out, err := trainer.CombinedOutput()
 	if err != nil {
 		t.Fatalf("trainer: %v\n%s\n%s", err, out, agentLogs())
 	}
-	if got := strings.TrimSpace(string(out)); got != "11" {
-		t.Errorf("the trainer read %s samples, want the 11 good ones\n%s", got, agentLogs())
+	// The bad file's row is filled (the next samples move up, the
+	// rank's first row repeats at the end), so every batch is full.
+	if got := strings.TrimSpace(string(out)); got != "[4, 4, 4]" {
+		t.Errorf("the trainer read batches of %s rows, want three full batches of 4 (the 11 good samples and one repeat)\n%s", got, agentLogs())
 	}
 	exported := scrapeNames(t, smetrics)
 	for n := range scrapeNames(t, cmetrics) {

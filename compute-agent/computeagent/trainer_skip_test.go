@@ -19,6 +19,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/testenv"
 )
 
@@ -39,10 +40,15 @@ func skipFake(t *testing.T, n int, bad []uint64) *fakeStorage {
 // agent, or (agents > 1) each rank on an agent of its own.
 func runSkipRanks(t *testing.T, world, agents, total int, bad []uint64, strict, dropLast bool) []*testTrainer {
 	t.Helper()
+	dir := t.TempDir()
+	var reports []string
 	mod := func(c *Config) {
 		c.Batch, c.StrictOrder, c.OnError = 4, strict, OnErrorSkip
 		c.Trainer.DropLast = dropLast
+		c.ReportPath = filepath.Join(dir, fmt.Sprintf("agent%d.jsonl", len(reports)))
+		reports = append(reports, c.ReportPath)
 	}
+	t.Cleanup(func() { checkSkipReports(t, reports) })
 	ts := make([]*testTrainer, world)
 	var path string
 	for r := range world {
@@ -69,6 +75,40 @@ func runSkipRanks(t *testing.T, world, agents, total int, bad []uint64, strict, 
 	}
 	wg.Wait()
 	return ts
+}
+
+// checkSkipReports: each agent's epoch is accounted (delivered and failed
+// add up to its shard, as the agent requires of an epoch), its repeated
+// rows counted apart from the samples it delivered. The reports are written
+// once the agents stop (the tests' trainers leave after one epoch).
+func checkSkipReports(t *testing.T, paths []string) {
+	t.Helper()
+	for _, p := range paths {
+		var b []byte
+		for deadline := time.Now().Add(10 * time.Second); len(b) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			b, _ = os.ReadFile(p)
+		}
+		var r report.EpochReport
+		if err := json.Unmarshal(bytes.SplitN(b, []byte("\n"), 2)[0], &r); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		repeated := 0
+		for _, tr := range r.Trainers {
+			repeated += tr.Repeated
+		}
+		if r.Samples+r.SamplesFailed != r.Shard || r.Samples+repeated != rowsOf(r) {
+			t.Errorf("%s: %d delivered + %d failed of %d, %d rows of which %d repeated", p, r.Samples, r.SamplesFailed, r.Shard, rowsOf(r), repeated)
+		}
+	}
+}
+
+// rowsOf is the rows the ranks of r were handed.
+func rowsOf(r report.EpochReport) int {
+	n := 0
+	for _, tr := range r.Trainers {
+		n += tr.Samples
+	}
+	return n
 }
 
 // TestTrainerSkippedSamplesKeepBatchesFull: with 4 samples of one batch

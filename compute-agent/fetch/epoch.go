@@ -206,7 +206,7 @@ func (e *Epoch) Report(ctx context.Context, fs []*Fetcher, measure bool) report.
 		r.Consumer = "trainer"
 		r.Trainers = e.asm.Stats()
 		for _, t := range r.Trainers {
-			r.Samples += t.Samples
+			r.Samples += t.Samples - t.Repeated
 			r.Batches += t.Batches
 			r.GPUIdleSeconds += t.WaitSeconds / float64(len(r.Trainers))
 		}

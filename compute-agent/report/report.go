@@ -170,7 +170,10 @@ type EpochReport struct {
 	Policy string `json:"policy,omitempty"`
 	// PredictedSeconds is the predicted epoch time: the plan's
 	// Prediction.Seconds, or stage 1's No-Off prediction for an epoch run
-	// before a profile exists.
+	// before a profile exists. For a first epoch whose plan took over
+	// mid-epoch (PlanSwitchedAt), the seconds into the epoch at which it
+	// took over plus the plan's prediction for the share of positions
+	// left.
 	PredictedSeconds float64 `json:"predicted_seconds,omitempty"`
 	// BoundSeconds is policy.Bound: the lower bound on any plan's epoch
 	// time for the profile and resources (omitted while there is no
@@ -390,6 +393,11 @@ type TrainerStats struct {
 	Batches int `json:"batches"`
 	// Samples counts the rows of those batches.
 	Samples int `json:"samples"`
+	// Repeated counts the rows among Samples that repeat one of the
+	// rank's first rows, filling rows that failed samples left free at
+	// the end of its epoch (--on-error skip; docs/training.md); they are
+	// not counted in the epoch's Samples.
+	Repeated int `json:"repeated,omitempty"`
 	// WaitSeconds is the time the rank's training loop was blocked on the
 	// loader: the measure of its GPU's idleness.
 	WaitSeconds float64 `json:"wait_seconds"`

@@ -778,7 +778,7 @@ func (a *Assembler) Stats() []report.TrainerStats {
 	out := make([]report.TrainerStats, len(a.ranks))
 	for i, rf := range a.ranks {
 		out[i] = report.TrainerStats{Rank: rf.c.hello.Rank, LocalRank: rf.local, Batches: rf.batches,
-			Samples: rf.samples, WaitSeconds: float64(rf.waitNS) / 1e9}
+			Samples: rf.samples, Repeated: rf.repeats, WaitSeconds: float64(rf.waitNS) / 1e9}
 	}
 	return out
 }
