@@ -125,12 +125,7 @@ func (p *policyRun) annotateOverlapped(r *report.EpochReport, e *fetch.Epoch, sw
 	ran := pl.Prof != nil && switched >= 0 && switched < r.Shard
 	planRan := pl.Plan
 	if ran {
-		r.BoundSeconds, r.PlanSource, r.PlanSwitchedAt = pl.Bound, pl.Source, switched
-		// The plan predicts a whole epoch; this one ran the provisional
-		// plan until the plan's (last) swap: its prediction is the time
-		// of that swap and the plan's time for the positions it left.
-		left := float64(r.Shard-p.swapped.requested) / float64(r.Shard)
-		r.PredictedSeconds = p.swapped.after + planRan.Pred.Seconds*left
+		r.PredictedSeconds, r.BoundSeconds, r.PlanSource, r.PlanSwitchedAt = planRan.Pred.Seconds, pl.Bound, pl.Source, switched
 		r.CacheBoundSeconds = pl.CacheBound
 		predictNodes(r, pl.Cluster, planRan.Cluster)
 	} else if pl.Prof != nil {
@@ -194,7 +189,6 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 		return -1, err
 	}
 	sw := p.swap(e)
-	p.swapped = swapPoint{a.cfg.Clock.Now().Sub(t0).Seconds(), sw}
 	// Once more a little later, where the link rate measured by then
 	// is clearly higher: the epoch's first second underrates a link it
 	// does not yet fill.
@@ -203,22 +197,13 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epo
 	case <-ep.Ended:
 	case <-time.After(relinkAfter):
 		if old := p.pl.Res.LinkBytesPerSec; p.faster(linkNow(), relinkMargin) == nil && p.pl.Res.LinkBytesPerSec != old {
-			if n := p.swap(e); n >= 0 {
-				p.swapped = swapPoint{a.cfg.Clock.Now().Sub(t0).Seconds(), n}
-			}
+			p.swap(e)
 		}
 	}
 	p.recalibrate(ctx, job, kept, ep)
 	a.log.Info().Int("raws", len(kept)).Float64("measure_seconds", t1.Sub(t0).Seconds()).Float64("plan_seconds", a.cfg.Clock.Now().Sub(t1).Seconds()).
 		Float64("link_bytes_per_sec", p.pl.Res.LinkBytesPerSec).Int("requested_before", sw).Msg("planned beside the first epoch")
 	return sw, nil
-}
-
-// swapPoint is when a first epoch's plan took over: seconds into the
-// epoch, and the positions requested before.
-type swapPoint struct {
-	after     float64
-	requested int
 }
 
 // estimated is planner.Estimate's result, begun at at.

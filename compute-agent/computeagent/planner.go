@@ -117,8 +117,6 @@ type policyRun struct {
 	// recal is the estimate calibrated again on all the first epoch's
 	// calibration files, for the later plans (overlap.go).
 	recal *profiler.Profile
-	// swapped is when the first epoch's plan took over (overlap.go).
-	swapped swapPoint
 }
 
 // startPolicy runs stage 1 and takes up a saved profile, ready for the
