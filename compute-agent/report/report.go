@@ -171,9 +171,7 @@ type EpochReport struct {
 	// PredictedSeconds is the predicted epoch time: the plan's
 	// Prediction.Seconds, or stage 1's No-Off prediction for an epoch run
 	// before a profile exists. For a first epoch whose plan took over
-	// mid-epoch (PlanSwitchedAt), the seconds into the epoch at which it
-	// took over plus the plan's prediction for the share of positions
-	// left.
+	// mid-epoch (PlanSwitchedAt), the plan's prediction of a whole epoch.
 	PredictedSeconds float64 `json:"predicted_seconds,omitempty"`
 	// BoundSeconds is policy.Bound: the lower bound on any plan's epoch
 	// time for the profile and resources (omitted while there is no
