@@ -155,11 +155,12 @@ func TestEstimateMatchesMeasured(t *testing.T) {
 			}
 			// With scarce storage CPU the plan also rests on the fitted
 			// costs, which are thread CPU time on a shared machine: the
-			// gaps move with its load (docs/policy.md). The bounds are
-			// above the worst seen with the machine's both cores busy
-			// (27% for the estimate alone, 11% refined), so that load
-			// does not fail the test while a mispriced feature does (a
-			// header bomb priced as its decode made plans 10-200x off).
+			// estimate alone moves with its load (docs/policy.md; up to
+			// 42% under make test's streams), the plan refined after one
+			// epoch much less (at most 11% seen). The bounds are above
+			// that, so load does not fail the test while a mispriced
+			// feature does (a header bomb priced as its decode made plans
+			// 10-200x off).
 			var again *profiler.Profile
 			if *remeasure {
 				again = measure(t, p, d)
@@ -196,7 +197,7 @@ func TestEstimateMatchesMeasured(t *testing.T) {
 // CPU is scarce: the estimate's own plan, and the plan refined after one
 // epoch of it.
 const (
-	scarceEstimateGap = 0.35
+	scarceEstimateGap = 1.0
 	scarceRefinedGap  = 0.15
 )
 
