@@ -16,31 +16,8 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/atomicfile"
 	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 )
-
-// logBuf is a zerolog sink that counts warnings.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) warnings() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var w []string
-	for _, line := range strings.Split(l.b.String(), "\n") {
-		if strings.Contains(line, `"level":"warn"`) {
-			w = append(w, line)
-		}
-	}
-	return w
-}
 
 // mountTmpfs mounts a tmpfs with flags and data on a new directory (root
 // only; skipped with the reason otherwise).
@@ -107,7 +84,7 @@ func TestOpenUnusable(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := c.dir(t)
-			var log logBuf
+			var log testutil.SyncBuffer
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
 			s, err := Open(Options{Dir: dir, Bytes: 1 << 20, Log: zerolog.New(&log)})
@@ -119,10 +96,10 @@ func TestOpenUnusable(t *testing.T) {
 			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
 				t.Fatalf("Open allocated %d bytes", alloc)
 			}
-			if w := log.warnings(); len(w) != 1 || !strings.Contains(w[0], "degraded") {
+			if w := log.Lines(`"level":"warn"`); len(w) != 1 || !strings.Contains(w[0], "degraded") {
 				t.Fatalf("warnings %q, want one saying degraded", w)
 			}
-			t.Logf("the warning: %s", log.warnings()[0])
+			t.Logf("the warning: %s", log.Lines(`"level":"warn"`)[0])
 			v := s.View(fp, "p@1", 0, nil)
 			if st := s.Stats(); !st.Degraded || v.Has(1) || put(v, 2, payload(2, 100)) {
 				t.Fatalf("stats %+v: want degraded, nothing served or written", st)
@@ -156,13 +133,13 @@ func TestKeyFile(t *testing.T) {
 	}
 	s.Close()
 	os.Remove(kf)
-	var log logBuf
+	var log testutil.SyncBuffer
 	s, err = Open(Options{Dir: dir, Bytes: 1 << 20, Log: zerolog.New(&log)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := s.View(fp, "p@1", 3, nil); v.Has(1) || s.Stats().Degraded || len(log.warnings()) != 1 {
-		t.Fatalf("after a new key: has %v, %+v, warnings %q", v.Has(1), s.Stats(), log.warnings())
+	if v := s.View(fp, "p@1", 3, nil); v.Has(1) || s.Stats().Degraded || len(log.Lines(`"level":"warn"`)) != 1 {
+		t.Fatalf("after a new key: has %v, %+v, warnings %q", v.Has(1), s.Stats(), log.Lines(`"level":"warn"`))
 	}
 	if ents, _ := filepath.Glob(filepath.Join(dir, "*"+entryExt)); len(ents) != 0 {
 		t.Fatalf("entries under the old key left: %q", ents)
@@ -182,13 +159,13 @@ func TestKeyFile(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			kf := filepath.Join(t.TempDir(), "key")
 			c.make(kf)
-			var log logBuf
+			var log testutil.SyncBuffer
 			s, err := Open(Options{Dir: dir, Bytes: 1 << 20, KeyFile: kf, Log: zerolog.New(&log)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			if w := log.warnings(); !s.Stats().Degraded || len(w) != 1 || !strings.Contains(w[0], "key file") {
+			if w := log.Lines(`"level":"warn"`); !s.Stats().Degraded || len(w) != 1 || !strings.Contains(w[0], "key file") {
 				t.Fatalf("stats %+v, warnings %q: want degraded naming the key file", s.Stats(), w)
 			}
 		})

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -13,32 +12,9 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
 	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops"
 )
-
-// warnLog is a zerolog sink that keeps the cache's warnings.
-type warnLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *warnLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *warnLog) warnings() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var w []string
-	for _, line := range strings.Split(l.b.String(), "\n") {
-		if strings.Contains(line, `"level":"warn"`) && strings.Contains(line, "cache") {
-			w = append(w, line)
-		}
-	}
-	return w
-}
 
 // valCache is the fake storage agent over net serving valSpec's pipeline
 // (imagenet-val's shape: its cache keeps finished outputs).
@@ -104,7 +80,7 @@ func TestCacheUnusableAtStart(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := c.dir(t)
-			var log warnLog
+			var log testutil.SyncBuffer
 			reports, got := cacheRun(t, n, p, dir, "", 0, 2, func(cfg *testSetup) { cfg.Logger = zerolog.New(&log) })
 			sameTensors(t, got, want)
 			for e, r := range reports {
@@ -112,7 +88,7 @@ func TestCacheUnusableAtStart(t *testing.T) {
 					t.Fatalf("epoch %d: cache %+v, %d failed; want degraded", e, r.Cache, r.SamplesFailed)
 				}
 			}
-			if w := log.warnings(); len(w) != 1 || !strings.Contains(w[0], "cache degraded") {
+			if w := log.Lines(`"level":"warn"`, "cache"); len(w) != 1 || !strings.Contains(w[0], "cache degraded") {
 				t.Fatalf("warnings %q, want one: the cache's", w)
 			}
 		})

@@ -176,6 +176,27 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
+// Lines returns the lines written so far that contain every one of subs
+// (e.g. `"level":"warn"` for a logger's warnings).
+func (s *SyncBuffer) Lines(subs ...string) []string {
+	var out []string
+	for _, line := range strings.Split(s.String(), "\n") {
+		if line != "" && all(line, subs) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+func all(line string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(line, sub) {
+			return false
+		}
+	}
+	return true
+}
+
 // Len returns how many bytes have been written so far.
 func (s *SyncBuffer) Len() int {
 	s.mu.Lock()
