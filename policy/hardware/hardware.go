@@ -105,13 +105,13 @@ const (
 // one of package policy's, for placements and plans) with the field at
 // fault; test with errors.Is.
 var (
-	ErrNoNodes       = errors.New("policy: cluster needs at least one storage and one compute node")
-	ErrNodeName      = errors.New("policy: node without a name")
-	ErrDuplicateNode = errors.New("policy: duplicate node name")
-	ErrDuplicateLink = errors.New("policy: duplicate link")
-	ErrUnknownNode   = errors.New("policy: unknown node")
-	ErrBadFigure     = errors.New("policy: negative or non-finite figure")
-	ErrClusterTooBig = errors.New("policy: cluster exceeds a limit")
+	ErrNoNodes       = errors.New("hardware: cluster needs at least one storage and one compute node")
+	ErrNodeName      = errors.New("hardware: node without a name")
+	ErrDuplicateNode = errors.New("hardware: duplicate node name")
+	ErrDuplicateLink = errors.New("hardware: duplicate link")
+	ErrUnknownNode   = errors.New("hardware: unknown node")
+	ErrBadFigure     = errors.New("hardware: negative or non-finite figure")
+	ErrClusterTooBig = errors.New("hardware: cluster exceeds a limit")
 )
 
 // ClusterError reports what is wrong with a cluster description, a
