@@ -306,9 +306,9 @@ type Resources struct {
 	// StorageNSPerByte is the storage CPU (ns, on the storage side's own
 	// clock) each payload byte costs to send beyond the ops: reading,
 	// gRPC framing, TLS. The storage agent's process CPU less its ops'
-	// CPU over the bytes it sent measures it (about 5 ns per byte over
-	// mutual TLS on this machine); every option then costs the storage
-	// side its bytes times this, raw ones included. Zero means free.
+	// CPU over the bytes it sent measures it (docs/policy.md, "The model",
+	// has measured figures); every option then costs the storage side its
+	// bytes times this, raw ones included. Zero means free.
 	StorageNSPerByte float64
 	// CacheBytes is the compute node's cache budget (compute-agent
 	// --cache-bytes): the bytes of samples a plan may keep resident there
