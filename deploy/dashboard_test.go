@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops/synth"
 )
@@ -198,7 +197,7 @@ func TestDashboardMetrics(t *testing.T) {
 		t.Skip("runs both agents' binaries and the Python trainer client")
 	}
 	if out, err := exec.Command("/usr/bin/python3", "-c", findTorch).CombinedOutput(); err != nil {
-		testenv.Require(t, "/usr/bin/python3 has no torch or numpy (apt-get install python3-torch python3-numpy): %v %s", err, bytes.TrimSpace(out))
+		testutil.Require(t, "/usr/bin/python3 has no torch or numpy (apt-get install python3-torch python3-numpy): %v %s", err, bytes.TrimSpace(out))
 	}
 	bins := binaries(t)
 	root, err := testutil.ModuleRoot()

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
-	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops/synth"
 )
@@ -69,15 +68,15 @@ const findTorch = "import importlib.util, sys; sys.exit(any(importlib.util.find_
 func needSlurm(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		testenv.Require(t, "the Slurm cluster test runs slurmd and munged as root")
+		testutil.Require(t, "the Slurm cluster test runs slurmd and munged as root")
 	}
 	for _, c := range slurmCommands {
 		if _, err := lookSbin(c); err != nil {
-			testenv.Require(t, "%s is missing (apt-get install slurm-wlm munge): %v", c, err)
+			testutil.Require(t, "%s is missing (apt-get install slurm-wlm munge): %v", c, err)
 		}
 	}
 	if out, err := exec.Command("/usr/bin/python3", "-c", findTorch).CombinedOutput(); err != nil {
-		testenv.Require(t, "/usr/bin/python3 has no torch or numpy (apt-get install python3-torch python3-numpy): %v %s", err, bytes.TrimSpace(out))
+		testutil.Require(t, "/usr/bin/python3 has no torch or numpy (apt-get install python3-torch python3-numpy): %v %s", err, bytes.TrimSpace(out))
 	}
 }
 

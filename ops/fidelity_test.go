@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops"
 )
 
@@ -29,7 +29,7 @@ const peerMissing = 3
 func runPeer(t *testing.T, dir, script, pkg string, args ...string) {
 	t.Helper()
 	if _, err := os.Stat(peerPython); err != nil {
-		testenv.Require(t, "%s not found; apt-get install %s", peerPython, pkg)
+		testutil.Require(t, "%s not found; apt-get install %s", peerPython, pkg)
 	}
 	path := filepath.Join(dir, "peer.py")
 	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
@@ -41,7 +41,7 @@ func runPeer(t *testing.T, dir, script, pkg string, args ...string) {
 	err := cmd.Run()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && exit.ExitCode() == peerMissing {
-		testenv.Require(t, "peer module missing (%s); apt-get install %s", bytes.TrimSpace(stderr.Bytes()), pkg)
+		testutil.Require(t, "peer module missing (%s); apt-get install %s", bytes.TrimSpace(stderr.Bytes()), pkg)
 	}
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", peerPython, path, err, stderr.Bytes())

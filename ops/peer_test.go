@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops"
 )
 
@@ -35,7 +35,7 @@ func TestValMatchesTorchvision(t *testing.T) {
 		t.Skip("the pure-Go decoder is not byte-identical to libjpeg-turbo")
 	}
 	if err := exec.Command("/usr/bin/python3", "-c", "import torchvision, PIL").Run(); err != nil {
-		testenv.Require(t, "torchvision is missing: apt-get install python3-torchvision python3-pil")
+		testutil.Require(t, "torchvision is missing: apt-get install python3-torchvision python3-pil")
 	}
 	p, err := ops.Preset("imagenet-val")
 	if err != nil {

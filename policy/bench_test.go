@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/sophon-dl/sophon/policy/policytest"
+	"github.com/sophon-dl/sophon/policy/synthetic"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -16,7 +16,7 @@ var (
 )
 
 func profile1M() *profiler.Profile {
-	bench1MOnce.Do(func() { bench1M = policytest.Synthetic("openimages-like", 1_000_000, 7) })
+	bench1MOnce.Do(func() { bench1M = synthetic.Profile("openimages-like", 1_000_000, 7) })
 	return bench1M
 }
 
@@ -70,7 +70,7 @@ var (
 // profileImageNet is a 1,281,167-sample ImageNet-like profile (the size
 // of ImageNet's training set).
 func profileImageNet() *profiler.Profile {
-	benchINOnce.Do(func() { benchIN = policytest.Synthetic("imagenet-like", 1_281_167, 11) })
+	benchINOnce.Do(func() { benchIN = synthetic.Profile("imagenet-like", 1_281_167, 11) })
 	return benchIN
 }
 
@@ -81,7 +81,7 @@ func profileImageNet() *profiler.Profile {
 // sample).
 func BenchmarkPlanImageNet(b *testing.B) {
 	p := profileImageNet()
-	pc := policytest.WithCut(p, 1)
+	pc := synthetic.WithCut(p, 1)
 	r := limited(SOPHON(p, ample))
 	for _, c := range []struct {
 		name string

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/sophon-dl/sophon/policy"
-	"github.com/sophon-dl/sophon/policy/clustertest"
+	"github.com/sophon-dl/sophon/policy/instance"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -19,23 +19,23 @@ import (
 func TestClusterHeterogeneousEgress(t *testing.T) {
 	for _, c := range []struct {
 		name   string
-		spec   clustertest.Spec
+		spec   instance.Spec
 		rrWant float64 // round robin / optimal at least
 	}{
-		{"4 nodes, full replication, openimages-like", clustertest.Spec{Kind: "openimages-like", Samples: 20000, Cut: true, Seed: 1,
+		{"4 nodes, full replication, openimages-like", instance.Spec{Kind: "openimages-like", Samples: 20000, Cut: true, Seed: 1,
 			Storage: 4, Compute: 2, RanksPerNode: 4, Replicas: 4, StorageCores: 4, EgressBytesPerSec: 50e6, FastEgress: 4, ComputeCores: 32}, 1.6},
-		{"3 nodes, 2 replicas, imagenet-like", clustertest.Spec{Kind: "imagenet-like", Samples: 30000, Cut: true, Seed: 2,
+		{"3 nodes, 2 replicas, imagenet-like", instance.Spec{Kind: "imagenet-like", Samples: 30000, Cut: true, Seed: 2,
 			Storage: 3, Compute: 2, RanksPerNode: 2, Replicas: 2, StorageCores: 2, EgressBytesPerSec: 50e6, FastEgress: 4, ComputeCores: 32}, 1.6},
-		{"2 nodes, no cut, little storage CPU", clustertest.Spec{Kind: "imagenet-like", Samples: 30000, Seed: 3,
+		{"2 nodes, no cut, little storage CPU", instance.Spec{Kind: "imagenet-like", Samples: 30000, Seed: 3,
 			Storage: 2, Compute: 1, RanksPerNode: 2, Replicas: 2, StorageCores: 0.5, EgressBytesPerSec: 50e6, FastEgress: 4, ComputeCores: 32}, 1.6},
 		// Raw only (no storage CPU to speak of): replica choice alone;
 		// optimal sends 4/5 of the bytes to the fast node, round robin
 		// half, 2.5x slower.
-		{"2 nodes, replica choice only", clustertest.Spec{Kind: "imagenet-like", Samples: 20000, Seed: 4,
+		{"2 nodes, replica choice only", instance.Spec{Kind: "imagenet-like", Samples: 20000, Seed: 4,
 			Storage: 2, Compute: 1, RanksPerNode: 1, Replicas: 2, StorageCores: 1e-4, EgressBytesPerSec: 50e6, FastEgress: 4, ComputeCores: 32}, 2.4},
 		// Eight nodes, pairs hashed over them, compute CPU and GPU
 		// limited too: only the bound is asserted.
-		{"8 nodes, 2 replicas, every resource limited", clustertest.Spec{Kind: "imagenet-like", Samples: 60000, Cut: true, Seed: 5,
+		{"8 nodes, 2 replicas, every resource limited", instance.Spec{Kind: "imagenet-like", Samples: 60000, Cut: true, Seed: 5,
 			Storage: 8, Compute: 4, RanksPerNode: 4, Replicas: 2, StorageCores: 2, EgressBytesPerSec: 60e6, FastEgress: 4,
 			ComputeCores: 24, IngressBytesPerSec: 200e6, GPUSamplesPerSec: 3000}, 0},
 	} {
@@ -75,7 +75,7 @@ var (
 func scaleInstance(b *testing.B) (*profiler.Profile, policy.Cluster, *policy.Placement) {
 	scaleOnce.Do(func() {
 		var err error
-		scaleP, scaleC, scalePl, err = clustertest.Scale().Build()
+		scaleP, scaleC, scalePl, err = instance.Scale().Build()
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func scaleInstance(b *testing.B) (*profiler.Profile, policy.Cluster, *policy.Pla
 }
 
 // BenchmarkClusterScale plans the issue's scale instance
-// (clustertest.Scale: 1,281,167 samples, 8 storage agents, 64 ranks on 8
+// (instance.Scale: 1,281,167 samples, 8 storage agents, 64 ranks on 8
 // compute nodes, 2 replicas): ClusterSolve (optimal and the bound) and
 // ClusterBound alone. Run it with -benchtime 1x (make bench-cluster runs
 // `policy scale`, which reports the same and every baseline).

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/sophon-dl/sophon/policy/policytest"
+	"github.com/sophon-dl/sophon/policy/synthetic"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -77,7 +77,7 @@ func TestPredictCut(t *testing.T) {
 		})
 	}
 	// Without any cut data SplitCut is split 0 for every sample.
-	nc := policytest.WithoutCut(p)
+	nc := synthetic.WithoutCut(p)
 	if got, want := Predict(nc, r, []int{SplitCut, SplitCut}, nil), Predict(nc, r, []int{0, 0}, nil); got != want {
 		t.Errorf("no cut data: got %+v, want %+v", got, want)
 	}
@@ -100,7 +100,7 @@ func TestCutHandmade(t *testing.T) {
 	if want := []int{2, 2}; !slices.Equal(so.Split, want) || !near(so.Pred.Seconds, 6) {
 		t.Errorf("sophon: got %v at %v s, want %v at 6 s", so.Split, so.Pred.Seconds, want)
 	}
-	if got := Optimal(policytest.WithoutCut(p), r); !near(got.Pred.Seconds, 6) {
+	if got := Optimal(synthetic.WithoutCut(p), r); !near(got.Pred.Seconds, 6) {
 		t.Errorf("optimal without the cut: got %v s, want 6", got.Pred.Seconds)
 	}
 }
@@ -139,7 +139,7 @@ func TestPropertiesCut(t *testing.T) {
 				t.Errorf("trial %d: bound %v > brute force %v", trial, bound, bf)
 			}
 		}
-		nc := policytest.WithoutCut(p)
+		nc := synthetic.WithoutCut(p)
 		// More options never make the optimum or the LP worse.
 		if o := Optimal(nc, r).Pred.Seconds; opt > o*(1+1e-9) {
 			t.Errorf("trial %d: optimal with the cut %v > without %v", trial, opt, o)
@@ -179,7 +179,7 @@ func TestPropertiesCut(t *testing.T) {
 // sends ~50 KB for a tenth of the decode's CPU.
 func imagenetCut(n int) *profiler.Profile {
 	rng := rand.New(rand.NewPCG(21, 22))
-	p := &profiler.Profile{Ops: slices.Clone(policytest.Pipeline), Samples: make([]profiler.SampleProfile, n)}
+	p := &profiler.Profile{Ops: slices.Clone(synthetic.Pipeline), Samples: make([]profiler.SampleProfile, n)}
 	jit := func(x float64) int64 { return int64(x * math.Exp(0.1*rng.NormFloat64())) }
 	for i := range p.Samples {
 		raw := jit(110e3)
@@ -223,15 +223,15 @@ func TestCutSpeedup(t *testing.T) {
 	if sx < 1 || sx > 1.05 {
 		t.Errorf("sophon speed-up over nooff %.3fx, want ~1.0x", sx)
 	}
-	if without := Optimal(policytest.WithoutCut(p), r).Pred.Seconds; nooff.Pred.Seconds/without > 1.05 {
+	if without := Optimal(synthetic.WithoutCut(p), r).Pred.Seconds; nooff.Pred.Seconds/without > 1.05 {
 		t.Errorf("optimal without the cut %.3f s: a speed-up of %.3fx, want ~1.0x", without, nooff.Pred.Seconds/without)
 	}
 }
 
-// TestSyntheticCut checks policytest.WithCut's profiles: valid, cut data on
+// TestSyntheticCut checks synthetic.WithCut's profiles: valid, cut data on
 // about 98% of the samples, and a cut of ~46% of the raw bytes on average.
 func TestSyntheticCut(t *testing.T) {
-	p := policytest.WithCut(policytest.Synthetic("openimages-like", 20000, 1), 1)
+	p := synthetic.WithCut(synthetic.Profile("openimages-like", 20000, 1), 1)
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestSyntheticCut(t *testing.T) {
 	if share, mean := cut/float64(len(p.Samples)), frac/cut; share < 0.97 || share > 0.99 || mean < 0.44 || mean > 0.48 {
 		t.Errorf("%.3f of the samples cut, to %.3f of their bytes on average; want 0.98 and 0.46", share, mean)
 	}
-	if q := policytest.WithoutCut(p); slices.ContainsFunc(q.Samples, func(s profiler.SampleProfile) bool { return s.HasCut() }) {
+	if q := synthetic.WithoutCut(p); slices.ContainsFunc(q.Samples, func(s profiler.SampleProfile) bool { return s.HasCut() }) {
 		t.Errorf("WithoutCut left cut data")
 	}
 }

@@ -6,12 +6,12 @@ import (
 	"testing"
 
 	"github.com/sophon-dl/sophon/ops"
-	"github.com/sophon-dl/sophon/policy/policytest"
+	"github.com/sophon-dl/sophon/policy/synthetic"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
 func TestByName(t *testing.T) {
-	p := policytest.Synthetic("openimages-like", 200, 3)
+	p := synthetic.Profile("openimages-like", 200, 3)
 	r := Resources{LinkBytesPerSec: 12.5e6, StorageCores: 1, ComputeCores: 2, GPUSamplesPerSec: 1e4}
 	for _, name := range Names {
 		plan, err := ByName(name, p, r)
@@ -39,7 +39,7 @@ func TestRegistry(t *testing.T) {
 		!slices.Equal(ClusterNames, []string{NameNoOff, NameRoundRobin, NameSOPHON, NameOptimal}) {
 		t.Fatalf("Names %v, ClusterNames %v", Names, ClusterNames)
 	}
-	p := policytest.Synthetic("openimages-like", 60, 3)
+	p := synthetic.Profile("openimages-like", 60, 3)
 	r := Resources{LinkBytesPerSec: 12.5e6, StorageCores: 1, ComputeCores: 2, GPUSamplesPerSec: 1e4}
 	c := SingleNode(r)
 	pl := &Placement{Rank: make([]int32, len(p.Samples)), Set: make([]int32, len(p.Samples)), Sets: [][]int16{{0}}}

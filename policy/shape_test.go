@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sophon-dl/sophon/policy/policytest"
+	"github.com/sophon-dl/sophon/policy/synthetic"
 )
 
 // ample is the paper's setting with storage CPU to spare: 430 Mbit/s
@@ -25,7 +25,7 @@ func limited(so Plan) Resources {
 func TestShapes(t *testing.T) {
 	for _, kind := range []string{"openimages-like", "imagenet-like"} {
 		t.Run(kind, func(t *testing.T) {
-			p := policytest.Synthetic(kind, 20000, 1)
+			p := synthetic.Profile(kind, 20000, 1)
 			plans := map[string]Plan{}
 			for _, pl := range All(p, ample) {
 				plans[pl.Policy] = pl

@@ -8,17 +8,15 @@ import "slices"
 // compressed size of the crop's output (and of every later split's). A
 // planner that picks samples by those sizes picks those whose one
 // recorded region happened to be cheap, and in the epoch that runs they
-// are average: on the generated datasets a plan scaled to each epoch's
-// boxes (AtEpoch) still sent 3-5% more bytes than it planned. Expect
-// replaces each such size by a better estimate of its expectation over
-// epochs: the cut's bytes by the population's bytes per pixel of the file
-// over the region's mean area (the file's own compression kept, the
-// region's detail dropped), and the compressed sizes after the crop half
-// way to a regression on the file's bytes per decoded byte (how detailed
-// the image is). Measured side by side on generated openimages-like and
-// imagenet-like data (300 samples, plans with a 25% cache, three
-// epochs), the plans' bytes came within 0.5-3% of what crossed, against
-// 3-5% without it (docs/policy.md, "Each epoch's own boxes").
+// are average, so even a plan scaled to each epoch's boxes (AtEpoch)
+// sends more bytes than it planned. Expect replaces each such size by a
+// better estimate of its expectation over epochs: the cut's bytes by the
+// population's bytes per pixel of the file over the region's mean area
+// (the file's own compression kept, the region's detail dropped), and the
+// compressed sizes after the crop half way to a regression on the file's
+// bytes per decoded byte (how detailed the image is). docs/policy.md,
+// "Each epoch's own boxes", has the planned against the actual bytes with
+// and without it.
 
 // ownCompressed is the weight of a sample's own recorded compressed size
 // after the crop against the regression's.

@@ -19,7 +19,6 @@ import (
 	"github.com/sophon-dl/sophon/internal/testutil"
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
-	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/testbed/shape"
 )
@@ -39,7 +38,7 @@ func repoRoot(tb testing.TB) string {
 func needTorch(tb testing.TB) {
 	tb.Helper()
 	if out, err := exec.Command(debianPython, "-c", "import torch, numpy").CombinedOutput(); err != nil {
-		testenv.Require(tb, "%s cannot import torch (apt-get install python3-torch python3-numpy): %v %s", debianPython, err, bytes.TrimSpace(out))
+		testutil.Require(tb, "%s cannot import torch (apt-get install python3-torch python3-numpy): %v %s", debianPython, err, bytes.TrimSpace(out))
 	}
 }
 

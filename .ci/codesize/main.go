@@ -4,7 +4,7 @@
 // output.
 //
 //	go run ./.ci/codesize funcs [-max 80] [-top 15] DIR...
-//	go run ./.ci/codesize packages [-max 3000]
+//	go run ./.ci/codesize packages [-max 3000] [-write FILE | -check FILE]
 //
 // funcs prints the longest non-test functions under DIR (every DIR recursively)
 // and exits 1 when a non-table function is longer than -max lines. A table
@@ -14,7 +14,13 @@
 // packages prints a Markdown table of every package in the module: non-test
 // lines (generated files apart), the first sentence of its package comment
 // and the module's packages it imports; it exits 1 when a package has more
-// than -max non-test, non-generated lines.
+// than -max non-test, non-generated lines. With -write it also replaces the
+// table in FILE (the lines from its header row to the first line that is
+// not a row) by the one printed; with -check it prints nothing and exits 1
+// when FILE's table differs from the tree's: a package missing or extra, a
+// purpose or an import list changed, or a line count off by more than
+// countSlack. Line counts move with every commit, so only a large move
+// makes the table stale; `make size` rewrites it.
 package main
 
 import (
@@ -56,7 +62,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: codesize funcs [-max 80] [-top 15] DIR... | codesize packages [-max 3000]")
+	fmt.Fprintln(os.Stderr, "usage: codesize funcs [-max 80] [-top 15] DIR... | codesize packages [-max 3000] [-write FILE | -check FILE]")
 	os.Exit(2)
 }
 
@@ -207,6 +213,8 @@ type pkg struct {
 func packages(args []string) (bool, error) {
 	fset := flag.NewFlagSet("packages", flag.ExitOnError)
 	max := fset.Int("max", 3000, "most non-test, non-generated lines a package may have")
+	write := fset.String("write", "", "replace the package table in this Markdown file")
+	check := fset.String("check", "", "fail when this Markdown file's package table is stale")
 	fset.Parse(args)
 	files, err := goFiles(".", false)
 	if err != nil {
@@ -224,29 +232,162 @@ func packages(args []string) (bool, error) {
 	}
 	sort.Strings(dirs)
 	over := false
-	fmt.Println("| package | lines | purpose | imports (this module) |")
-	fmt.Println("|---|---:|---|---|")
+	rows := []string{tableHeader, "|---|---:|---|---|"}
 	for _, d := range dirs {
 		p := pkgs[d]
-		imps := make([]string, 0, len(p.imports))
-		for i := range p.imports {
-			imps = append(imps, i)
-		}
-		sort.Strings(imps)
-		lines := fmt.Sprint(p.lines)
-		if p.gen > 0 {
-			lines += fmt.Sprintf(" (+%d generated)", p.gen)
-		}
 		if p.lines > *max {
 			over = true
-			lines += " OVER"
 		}
-		fmt.Printf("| `%s` | %s | %s | %s |\n", d, lines, p.purpose, strings.Join(imps, ", "))
+		rows = append(rows, p.row(*max))
 	}
 	if over {
 		fmt.Fprintf(os.Stderr, "codesize: packages over %d non-test lines (split them by concern)\n", *max)
 	}
+	switch {
+	case *check != "":
+		stale, err := checkTable(*check, pkgs, *max)
+		if err != nil {
+			return false, err
+		}
+		return over || stale, nil
+	case *write != "":
+		if err := writeTable(*write, rows); err != nil {
+			return false, err
+		}
+	}
+	fmt.Println(strings.Join(rows, "\n"))
 	return over, nil
+}
+
+// tableHeader is the package table's first line, where -write and -check
+// find it.
+const tableHeader = "| package | lines | purpose | imports (this module) |"
+
+// row is p's line of the table.
+func (p *pkg) row(max int) string {
+	return p.rowWith(p.linesCell(max))
+}
+
+func (p *pkg) rowWith(lines string) string {
+	imps := make([]string, 0, len(p.imports))
+	for i := range p.imports {
+		imps = append(imps, i)
+	}
+	sort.Strings(imps)
+	return fmt.Sprintf("| `%s` | %s | %s | %s |", p.path, lines, p.purpose, strings.Join(imps, ", "))
+}
+
+func (p *pkg) linesCell(max int) string {
+	lines := fmt.Sprint(p.lines)
+	if p.gen > 0 {
+		lines += fmt.Sprintf(" (+%d generated)", p.gen)
+	}
+	if p.lines > max {
+		lines += " OVER"
+	}
+	return lines
+}
+
+// countSlack is how far a table's line count may lag the tree's before
+// -check calls the table stale: 10% of the package or 50 lines, whichever
+// is more.
+func countSlack(lines int) int { return max(50, lines/10) }
+
+// tableRegion returns the lines of the file at path and the [start, end)
+// indices of its package table.
+func tableRegion(path string) ([]string, int, int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	lines := strings.Split(string(b), "\n")
+	for i, l := range lines {
+		if l != tableHeader {
+			continue
+		}
+		end := i + 1
+		for end < len(lines) && strings.HasPrefix(lines[end], "|") {
+			end++
+		}
+		return lines, i, end, nil
+	}
+	return nil, 0, 0, fmt.Errorf("%s: no package table (a line %q)", path, tableHeader)
+}
+
+func writeTable(path string, rows []string) error {
+	lines, start, end, err := tableRegion(path)
+	if err != nil {
+		return err
+	}
+	out := append(append(append([]string(nil), lines[:start]...), rows...), lines[end:]...)
+	return os.WriteFile(path, []byte(strings.Join(out, "\n")), 0o644)
+}
+
+// checkTable reports on stderr how the table in path differs from pkgs and
+// whether it does.
+func checkTable(path string, pkgs map[string]*pkg, max int) (bool, error) {
+	lines, start, end, err := tableRegion(path)
+	if err != nil {
+		return false, err
+	}
+	var problems []string
+	seen := map[string]bool{}
+	for _, row := range lines[start+2 : end] {
+		dir, cell, ok := splitRow(row)
+		if !ok {
+			problems = append(problems, fmt.Sprintf("not a package row: %.60s", row))
+			continue
+		}
+		seen[dir] = true
+		p := pkgs[dir]
+		if p == nil {
+			problems = append(problems, fmt.Sprintf("%s: in the table, not in the tree", dir))
+			continue
+		}
+		var n, gen int
+		fmt.Sscanf(cell, "%d (+%d generated)", &n, &gen)
+		if abs(n-p.lines) > countSlack(p.lines) || abs(gen-p.gen) > countSlack(p.gen) {
+			problems = append(problems, fmt.Sprintf("%s: the table says %s lines, the tree has %s", dir, cell, p.linesCell(max)))
+			continue
+		}
+		if want := p.rowWith(cell); row != want {
+			problems = append(problems, fmt.Sprintf("%s: the purpose or imports changed:\n  table: %s\n  tree:  %s", dir, row, want))
+		}
+	}
+	for dir := range pkgs {
+		if !seen[dir] {
+			problems = append(problems, fmt.Sprintf("%s: in the tree, not in the table", dir))
+		}
+	}
+	sort.Strings(problems)
+	for _, p := range problems {
+		fmt.Fprintf(os.Stderr, "codesize: %s: %s\n", path, p)
+	}
+	if len(problems) > 0 {
+		fmt.Fprintln(os.Stderr, "codesize: the package table is stale: run make size and commit it")
+	}
+	return len(problems) > 0, nil
+}
+
+// splitRow returns a table row's package folder and lines cell.
+func splitRow(row string) (dir, lines string, ok bool) {
+	rest, ok := strings.CutPrefix(row, "| `")
+	if !ok {
+		return "", "", false
+	}
+	dir, rest, ok = strings.Cut(rest, "` | ")
+	if !ok {
+		return "", "", false
+	}
+	lines, _, ok = strings.Cut(rest, " | ")
+	return dir, lines, ok
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 func addFile(pkgs map[string]*pkg, path string) error {

@@ -15,7 +15,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/internal/atomicfile"
-	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/internal/testutil"
 )
 
@@ -24,14 +23,14 @@ import (
 func mountTmpfs(t *testing.T, flags uintptr, data string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		testenv.Require(t, "a read-only mount needs root (a non-root agent fails a plain chmod 0555 directory the same way)")
+		testutil.Require(t, "a read-only mount needs root (a non-root agent fails a plain chmod 0555 directory the same way)")
 	}
 	dir := filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", flags, data); err != nil {
-		testenv.Require(t, "mount tmpfs: %v", err)
+		testutil.Require(t, "mount tmpfs: %v", err)
 	}
 	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
 	return dir

@@ -12,7 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/internal/atomicfile"
-	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 )
 
 const fp = "fingerprint-a"
@@ -376,11 +376,11 @@ func FuzzDecodeCacheIndex(f *testing.F) {
 // what it wrote before.
 func TestFullTmpfs(t *testing.T) {
 	if os.Geteuid() != 0 {
-		testenv.Require(t, "mounting a tmpfs needs root")
+		testutil.Require(t, "mounting a tmpfs needs root")
 	}
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=256k,mode=0700"); err != nil {
-		testenv.Require(t, "mount tmpfs: %v", err)
+		testutil.Require(t, "mount tmpfs: %v", err)
 	}
 	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
 	s := open(t, dir, 1<<30, PolicyLRU)

@@ -11,7 +11,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
-	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops"
 )
@@ -47,12 +46,12 @@ func TestCacheUnusableAtStart(t *testing.T) {
 	}{
 		{"read-only-tmpfs-1777", func(t *testing.T) string {
 			if os.Geteuid() != 0 {
-				testenv.Require(t, "a read-only tmpfs mount needs root")
+				testutil.Require(t, "a read-only tmpfs mount needs root")
 			}
 			d := filepath.Join(t.TempDir(), "ro")
 			os.Mkdir(d, 0o700)
 			if err := syscall.Mount("tmpfs", d, "tmpfs", syscall.MS_RDONLY, "mode=1777"); err != nil {
-				testenv.Require(t, "mount tmpfs: %v", err)
+				testutil.Require(t, "mount tmpfs: %v", err)
 			}
 			t.Cleanup(func() { syscall.Unmount(d, syscall.MNT_DETACH) })
 			return d

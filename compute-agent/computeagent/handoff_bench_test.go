@@ -18,7 +18,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/fetch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
-	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops"
 )
 
@@ -32,7 +32,7 @@ import (
 func BenchmarkHandoffPython(b *testing.B) {
 	const python = "/usr/bin/python3"
 	if err := exec.Command(python, "-c", "import torch, numpy").Run(); err != nil {
-		testenv.Require(b, "%s cannot import torch (apt-get install python3-torch): %v", python, err)
+		testutil.Require(b, "%s cannot import torch (apt-get install python3-torch): %v", python, err)
 	}
 	_, file, _, _ := runtime.Caller(0)
 	consumer := filepath.Join(filepath.Dir(file), "../../python/bench/handoff_consumer.py")

@@ -20,7 +20,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/compute-agent/report"
-	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 )
 
 // skipFake serves the first n test samples; those in bad are truncated
@@ -219,7 +219,7 @@ func pythonRanks(t *testing.T, path string, world int, yieldEmpty bool) (lens []
 	t.Helper()
 	const python = "/usr/bin/python3"
 	if err := exec.Command(python, "-c", "import torch, numpy").Run(); err != nil {
-		testenv.Require(t, "%s cannot import torch (apt-get install python3-torch): %v", python, err)
+		testutil.Require(t, "%s cannot import torch (apt-get install python3-torch): %v", python, err)
 	}
 	_, file, _, _ := runtime.Caller(0)
 	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(filepath.Dir(file), "../../python"))

@@ -10,6 +10,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	shards "github.com/sophon-dl/sophon/internal/placement"
+	"github.com/sophon-dl/sophon/internal/placement/wire"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -105,7 +106,7 @@ func byStorage(fs []*Fetcher) []report.StorageStats {
 // layout of the catalog and the held shards (checked, from outside). An
 // agent that announces no layout holds every sample.
 func (f *Fetcher) announced(info *dataplanepb.InfoResponse, cat *Catalog) error {
-	layout, held, err := dataplanepb.DecodePlacement(info)
+	layout, held, err := wire.DecodePlacement(info)
 	if errors.Is(err, shards.ErrNoShards) && len(info.GetLayout()) == 0 {
 		return nil
 	}
@@ -115,7 +116,7 @@ func (f *Fetcher) announced(info *dataplanepb.InfoResponse, cat *Catalog) error 
 	if layout.Total() != cat.Total {
 		return fmt.Errorf("%s: layout of %d samples, catalog of %d", f.name, layout.Total(), cat.Total)
 	}
-	missing, err := dataplanepb.DecodeMissing(info, layout, held)
+	missing, err := wire.DecodeMissing(info, layout, held)
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.name, err)
 	}

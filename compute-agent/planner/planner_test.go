@@ -12,7 +12,7 @@ import (
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/policy/cacheplan"
-	"github.com/sophon-dl/sophon/policy/policytest"
+	"github.com/sophon-dl/sophon/policy/synthetic"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -94,7 +94,7 @@ func TestObserveResources(t *testing.T) {
 // bound are the cluster planner's for that cluster. With one agent it
 // plans on the pooled resources.
 func TestReplanCluster(t *testing.T) {
-	prof := policytest.SyntheticCut("imagenet-like", 400, 3)
+	prof := synthetic.ProfileCut("imagenet-like", 400, 3)
 	res := policy.Resources{LinkBytesPerSec: 25e6, StorageCores: 2, ComputeCores: 2, StorageSpeed: 1}
 	nodes := []policy.StorageNode{{Name: "a", Cores: 1, EgressBytesPerSec: 30e6}, {Name: "b", Cores: 1, EgressBytesPerSec: 10e6}}
 	// Agent b holds only the even samples.
@@ -157,7 +157,7 @@ func TestReplanCluster(t *testing.T) {
 // per agent, sends fewer bytes than without the cache and is no slower;
 // a re-plan keeps the same samples resident.
 func TestReplanClusterCache(t *testing.T) {
-	prof := policytest.SyntheticCut("openimages-like", 200, 7)
+	prof := synthetic.ProfileCut("openimages-like", 200, 7)
 	res := policy.Resources{LinkBytesPerSec: 12.5e6, StorageCores: 1, ComputeCores: 2, StorageSpeed: 1}
 	nodes := []policy.StorageNode{{Name: "a", Cores: 0.5, EgressBytesPerSec: 6.25e6}, {Name: "b", Cores: 0.5, EgressBytesPerSec: 6.25e6}}
 	var total float64
@@ -209,7 +209,7 @@ func TestReplanClusterCache(t *testing.T) {
 // given (compute-agent --cache-bytes), whatever its resources said, and
 // the run plan answers Cached from the plan's residency.
 func TestReplanCacheBytes(t *testing.T) {
-	prof := policytest.SyntheticCut("imagenet-like", 50, 3)
+	prof := synthetic.ProfileCut("imagenet-like", 50, 3)
 	pl := &Planner{Name: policy.NameSOPHON, Res: policy.Resources{LinkBytesPerSec: 25e6, StorageCores: 2, ComputeCores: 2, StorageSpeed: 1}, Prof: prof, CacheBytes: 5e6}
 	if err := pl.Replan(); err != nil {
 		t.Fatal(err)
@@ -234,7 +234,7 @@ func TestReplanCacheBytes(t *testing.T) {
 // keeps exactly those samples resident (the cache's contents never move),
 // while a fresh planner on the changed inputs may choose others.
 func TestReplanKeepsResidency(t *testing.T) {
-	prof := policytest.SyntheticCut("openimages-like", 200, 7)
+	prof := synthetic.ProfileCut("openimages-like", 200, 7)
 	res := policy.Resources{LinkBytesPerSec: 12.5e6, StorageCores: 1, ComputeCores: 2, StorageSpeed: 1}
 	var total float64
 	for _, s := range prof.Samples {
@@ -254,7 +254,7 @@ func TestReplanKeepsResidency(t *testing.T) {
 	if b := policy.CacheBound(prof, pl.Res); pl.CacheBound != b || pl.Bound < b || pl.Bound > 1.01*b || pl.Bound >= policy.Bound(prof, res) {
 		t.Errorf("bound %v, cache bound %v: want at least the cache bound %v, within 1%%, below the bound without cache %v", pl.Bound, pl.CacheBound, b, policy.Bound(prof, res))
 	}
-	changed := policytest.SyntheticCut("openimages-like", 200, 8) // other sizes and costs, same ids
+	changed := synthetic.ProfileCut("openimages-like", 200, 8) // other sizes and costs, same ids
 	pl.Prof, pl.Res.LinkBytesPerSec, pl.Res.StorageCores = changed, 50e6, 4
 	if err := pl.Replan(); err != nil {
 		t.Fatal(err)
@@ -332,7 +332,7 @@ func TestForEpoch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prof := policytest.SyntheticCut("openimages-like", 120, 3)
+	prof := synthetic.ProfileCut("openimages-like", 120, 3)
 	areas := &profiler.CutAreas{Pipe: pipe, Seed: 1, Image: func(uint64) (profiler.CutImage, bool) {
 		return profiler.CutImage{W: 1024, H: 768}, true
 	}}
@@ -385,7 +385,7 @@ func TestForEpoch(t *testing.T) {
 // of the calibration past SizeCalibration re-plans (the new plan predicts
 // more bytes for the same splits), one within it does not.
 func TestDriftSizes(t *testing.T) {
-	prof := policytest.SyntheticCut("openimages-like", 80, 5)
+	prof := synthetic.ProfileCut("openimages-like", 80, 5)
 	res := policy.Resources{LinkBytesPerSec: 12.5e6, StorageCores: 1, ComputeCores: 2, StorageSpeed: 1}
 	pl := &Planner{Name: policy.NameOptimal, Res: res, Prof: prof, Threshold: 0.2}
 	if err := pl.Replan(); err != nil {
@@ -428,7 +428,7 @@ func TestDriftSizes(t *testing.T) {
 // ForEpoch even for the same epoch and without per-epoch boxes, once; an
 // up-to-date one is not.
 func TestInvalidate(t *testing.T) {
-	prof := policytest.SyntheticCut("imagenet-like", 40, 2)
+	prof := synthetic.ProfileCut("imagenet-like", 40, 2)
 	pl := &Planner{Name: policy.NameOptimal, Res: policy.Resources{LinkBytesPerSec: 12.5e6, StorageCores: 1, ComputeCores: 2, StorageSpeed: 1}, Prof: prof}
 	if err := pl.Replan(); err != nil {
 		t.Fatal(err)

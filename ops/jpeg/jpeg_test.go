@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 )
 
 // jpegTestImage is a deterministic photo-like image: smooth colour gradients
@@ -622,7 +622,7 @@ func jpegPillow(t *testing.T, jobs []string) []string {
 	t.Helper()
 	const py = "/usr/bin/python3"
 	if out, err := exec.Command(py, "-c", "import PIL.Image").CombinedOutput(); err != nil {
-		testenv.Require(t, "no Pillow to compare with (%s -c 'import PIL.Image': %v: %s); install python3-pil", py, err, strings.TrimSpace(string(out)))
+		testutil.Require(t, "no Pillow to compare with (%s -c 'import PIL.Image': %v: %s); install python3-pil", py, err, strings.TrimSpace(string(out)))
 	}
 	cmd := exec.Command(py, "-c", jpegPillowScript)
 	cmd.Stdin = strings.NewReader(strings.Join(jobs, "\n") + "\n")

@@ -11,19 +11,18 @@ import (
 // cache of a fraction f of the bytes then hits on less than f of them
 // (CoorDL, Mohan et al., VLDB 2021). It starts the epoch with the last
 // samples the previous one read, and each miss evicts the least
-// recently used of them, so many are gone before their turn comes: with
-// a quarter of the bytes, about 3.5% of them hit. There is no
-// closed form for entries of different sizes, so LRUHitRatio simulates
-// the cache.
+// recently used of them, so many are gone before their turn comes and
+// the hit ratio is well under the budget's share (docs/policy.md, "The
+// LRU baseline", has figures). There is no closed form for entries of
+// different sizes, so LRUHitRatio simulates the cache.
 
 // LRULag is how many reads after its look-up a miss is put in an LRU
 // cache: the compute agent looks a sample up when it takes the sample's
 // position into its window and puts it once fetched and finished, about a
 // window (--window, 64 requests by default) later, and at the latest
 // when the epoch ends. On a small dataset that lag keeps the previous
-// epoch's entries longer: with 300 samples and a quarter of the bytes it
-// lifts the hit ratio from 3.5% to about 8.5% (the testbed measures
-// 9-10%); on a large one it changes nothing.
+// epoch's entries longer and lifts the hit ratio (docs/policy.md, "The
+// LRU baseline"); on a large one it changes nothing.
 const LRULag = 64
 
 // lruSampleMax bounds the entries LRUHitRatio simulates: a larger

@@ -13,7 +13,7 @@ const MaxClusterFileBytes = 1 << 20
 // ErrClusterFile is wrapped (in a *ClusterError) when a cluster
 // description is not valid YAML for a Cluster: a syntax error, a field of
 // the wrong type, an unknown or duplicate field (named in the detail).
-var ErrClusterFile = errors.New("policy: bad cluster description")
+var ErrClusterFile = errors.New("hardware: bad cluster description")
 
 // Parse decodes a cluster description in YAML (or JSON) and
 // validates it. Field names are the Cluster's JSON tags:

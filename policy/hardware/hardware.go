@@ -105,13 +105,13 @@ const (
 // one of package policy's, for placements and plans) with the field at
 // fault; test with errors.Is.
 var (
-	ErrNoNodes       = errors.New("policy: cluster needs at least one storage and one compute node")
-	ErrNodeName      = errors.New("policy: node without a name")
-	ErrDuplicateNode = errors.New("policy: duplicate node name")
-	ErrDuplicateLink = errors.New("policy: duplicate link")
-	ErrUnknownNode   = errors.New("policy: unknown node")
-	ErrBadFigure     = errors.New("policy: negative or non-finite figure")
-	ErrClusterTooBig = errors.New("policy: cluster exceeds a limit")
+	ErrNoNodes       = errors.New("hardware: cluster needs at least one storage and one compute node")
+	ErrNodeName      = errors.New("hardware: node without a name")
+	ErrDuplicateNode = errors.New("hardware: duplicate node name")
+	ErrDuplicateLink = errors.New("hardware: duplicate link")
+	ErrUnknownNode   = errors.New("hardware: unknown node")
+	ErrBadFigure     = errors.New("hardware: negative or non-finite figure")
+	ErrClusterTooBig = errors.New("hardware: cluster exceeds a limit")
 )
 
 // ClusterError reports what is wrong with a cluster description, a
@@ -306,9 +306,9 @@ type Resources struct {
 	// StorageNSPerByte is the storage CPU (ns, on the storage side's own
 	// clock) each payload byte costs to send beyond the ops: reading,
 	// gRPC framing, TLS. The storage agent's process CPU less its ops'
-	// CPU over the bytes it sent measures it (about 5 ns per byte over
-	// mutual TLS on this machine); every option then costs the storage
-	// side its bytes times this, raw ones included. Zero means free.
+	// CPU over the bytes it sent measures it (docs/policy.md, "The model",
+	// has measured figures); every option then costs the storage side its
+	// bytes times this, raw ones included. Zero means free.
 	StorageNSPerByte float64
 	// CacheBytes is the compute node's cache budget (compute-agent
 	// --cache-bytes): the bytes of samples a plan may keep resident there

@@ -848,9 +848,9 @@ type InfoResponse struct {
 	Samples uint64  `protobuf:"varint,5,opt,name=samples,proto3" json:"samples,omitempty"`
 	// The catalog's shards, numbered 0..S-1 in id order: contiguous from id
 	// 0, covering the samples exactly (placement.LayoutFromRanges checks
-	// one; dataplanepb.DecodePlacement decodes an InfoResponse's). At most
-	// placement.MaxShards. Empty from an agent that predates placement: it
-	// holds every sample.
+	// one; internal/placement/wire.DecodePlacement decodes an
+	// InfoResponse's). At most placement.MaxShards. Empty from an agent that
+	// predates placement: it holds every sample.
 	Layout []*ShardRange `protobuf:"bytes,6,rep,name=layout,proto3" json:"layout,omitempty"`
 	// The shards this agent holds, ascending indexes into layout: those whose
 	// rendezvous-hashed owners among the live storage agents of this

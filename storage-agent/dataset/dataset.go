@@ -22,27 +22,27 @@ import (
 // kinds.
 var (
 	// ErrNotFound: the sample id is not in the catalog.
-	ErrNotFound = errors.New("storageagent: sample not found")
+	ErrNotFound = errors.New("dataset: sample not found")
 	// ErrRead: reading a sample's bytes failed; the underlying I/O error is
 	// wrapped beside it.
-	ErrRead = errors.New("storageagent: read failed")
+	ErrRead = errors.New("dataset: read failed")
 	// ErrChanged: the file opened for a sample is not the one indexed (its
 	// device, inode or size differ, it is no longer a regular file, or the
 	// bytes read do not have the indexed SHA-256). It always comes wrapped
 	// with ErrRead.
-	ErrChanged = errors.New("storageagent: file changed since indexing")
+	ErrChanged = errors.New("dataset: file changed since indexing")
 	// ErrLayout: the directory is neither an ImageFolder nor a set of
 	// WebDataset shards the agent can serve, or (with OpenOptions.Strict)
 	// it holds a bad entry.
-	ErrLayout = errors.New("storageagent: bad dataset layout")
+	ErrLayout = errors.New("dataset: bad dataset layout")
 	// ErrClosed: the dataset was closed.
-	ErrClosed = errors.New("storageagent: dataset closed")
+	ErrClosed = errors.New("dataset: dataset closed")
 	// ErrNotStored: a sample of the manifest whose file this agent does
 	// not have (see OpenOptions.Manifest).
-	ErrNotStored = errors.New("storageagent: sample not stored on this agent")
+	ErrNotStored = errors.New("dataset: sample not stored on this agent")
 	// ErrInterrupted: opening the dataset stopped because its context
 	// ended (a signal during start-up).
-	ErrInterrupted = errors.New("storageagent: open dataset interrupted")
+	ErrInterrupted = errors.New("dataset: open dataset interrupted")
 )
 
 // MaxSampleBytes bounds one sample's raw size. A larger sample fails with

@@ -58,7 +58,7 @@ type indexEntry struct {
 	hasHdr bool
 }
 
-var errIndex = errors.New("storageagent: bad index file")
+var errIndex = errors.New("dataset: bad index file")
 
 // encodeIndex is the index file for dir's samples.
 func encodeIndex(dir string, samples []sample) []byte {

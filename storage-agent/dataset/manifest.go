@@ -50,7 +50,7 @@ const (
 )
 
 // ErrManifest: a manifest file is damaged or not a manifest.
-var ErrManifest = errors.New("storageagent: bad manifest")
+var ErrManifest = errors.New("dataset: bad manifest")
 
 // Manifest is a dataset's catalog: its class names and, in id order, each
 // sample's path, size, label and content hash.

@@ -138,7 +138,7 @@ func OpenContext(ctx context.Context, dir string, opts OpenOptions) (*Dataset, e
 	start := time.Now()
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, fmt.Errorf("storageagent: open dataset: %w", err)
+		return nil, fmt.Errorf("dataset: open dataset: %w", err)
 	}
 	return index(ctx, start, &Dataset{dir: dir, root: root}, opts)
 }
@@ -226,7 +226,7 @@ func (ix *indexer) scan() error {
 	}
 	ents, err := readDir(d.root, ".")
 	if err != nil {
-		return fmt.Errorf("storageagent: open dataset: %w", err)
+		return fmt.Errorf("dataset: open dataset: %w", err)
 	}
 	var tars []string
 	for _, e := range ents {

@@ -79,7 +79,7 @@ func (ix *indexer) scanStore() error {
 	d := ix.d
 	objs, err := d.store.List(ix.ctx)
 	if err != nil {
-		return fmt.Errorf("storageagent: open dataset %s: %w", DisplayName(d.dir), err)
+		return fmt.Errorf("dataset: open dataset %s: %w", DisplayName(d.dir), err)
 	}
 	var tars []Object
 	for _, o := range objs {

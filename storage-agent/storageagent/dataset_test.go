@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sophon-dl/sophon/internal/placement/wire"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
 	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
@@ -80,11 +81,11 @@ func TestInfoMissingShards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, held, err := dataplanepb.DecodePlacement(info)
+	l, held, err := wire.DecodePlacement(info)
 	if err != nil {
 		t.Fatal(err)
 	}
-	missing, err := dataplanepb.DecodeMissing(info, l, held)
+	missing, err := wire.DecodeMissing(info, l, held)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/placement"
+	"github.com/sophon-dl/sophon/internal/placement/wire"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
 )
@@ -47,7 +48,7 @@ type holder struct {
 // the membership says otherwise (and for good without membership). missing
 // lists, ascending, the shards of layout whose files the agent lacks.
 func newHolder(self string, layout placement.Layout, replicas int, missing []int, m *metrics) (*holder, error) {
-	h := &holder{self: self, layout: layout, digest: layout.Digest(), wire: dataplanepb.ShardRanges(layout), replicas: replicas, m: m}
+	h := &holder{self: self, layout: layout, digest: layout.Digest(), wire: wire.ShardRanges(layout), replicas: replicas, m: m}
 	if len(missing) > 0 {
 		h.missing = make([]bool, layout.Len())
 		h.missingWire = make([]uint32, len(missing))

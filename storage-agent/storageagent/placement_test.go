@@ -15,6 +15,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/placement"
+	"github.com/sophon-dl/sophon/internal/placement/wire"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
 	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
@@ -173,7 +174,7 @@ func TestInfoPlacement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, held, err := dataplanepb.DecodePlacement(info)
+	l, held, err := wire.DecodePlacement(info)
 	if err != nil {
 		t.Fatalf("DecodePlacement: %v", err)
 	}
@@ -239,7 +240,7 @@ func TestPlacementAcrossAgents(t *testing.T) {
 			if err != nil {
 				return err.Error()
 			}
-			l, h, err := dataplanepb.DecodePlacement(info)
+			l, h, err := wire.DecodePlacement(info)
 			if err != nil {
 				return err.Error()
 			}

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/testbed/netns"
 )
 
@@ -101,7 +101,7 @@ short line
 func newGroup(t *testing.T, cfg Config) *Group {
 	t.Helper()
 	if err := Available(); err != nil {
-		testenv.Require(t, "cgroups unavailable: %v", err)
+		testutil.Require(t, "cgroups unavailable: %v", err)
 	}
 	g, err := New(cfg)
 	if err != nil {
@@ -317,7 +317,7 @@ func dead(pid int) bool {
 // after a crash.
 func TestRemove(t *testing.T) {
 	if err := Available(); err != nil {
-		testenv.Require(t, "cgroups unavailable: %v", err)
+		testutil.Require(t, "cgroups unavailable: %v", err)
 	}
 	name := prefix + "r"
 	g, err := New(Config{Name: name, CPUs: 1})

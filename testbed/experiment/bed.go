@@ -369,10 +369,9 @@ func (b *bed) startDaemon(ctx context.Context, h host, logPath, what string, rea
 // machine's cores (too few to pin), the weight gives a storage agent its
 // quota whenever it is runnable, as on a node of its own, instead of a
 // fair share against the compute agent's threads. With the default
-// weight, one core's quota on a 2-core machine got about a third of the
-// cores while the compute agent's two workers ran, and the link waited on
-// the storage agent (docs/results.md, "Hits no longer hold requests
-// back").
+// weight a storage agent got well under its quota while the compute
+// agent's workers ran, and the link waited on it (docs/results.md, "Hits
+// no longer hold requests back", has the figures).
 const storageWeight = 16
 
 // groups makes the cell's cgroups: each storage node's CPU quota (and

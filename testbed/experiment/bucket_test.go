@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/internal/s3gw"
-	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/testbed/results"
 	"github.com/sophon-dl/sophon/testbed/shape"
 )
@@ -26,7 +26,7 @@ func TestExperimentBucketLoopback(t *testing.T) {
 		t.Skip("runs the binaries and an S3 server")
 	}
 	if _, err := s3gw.Find(); err != nil {
-		testenv.Require(t, "%v", err)
+		testutil.Require(t, "%v", err)
 	}
 	bins := buildBinaries(t)
 	data := smallDataset(t, 16)

@@ -16,7 +16,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
-	"github.com/sophon-dl/sophon/internal/testenv"
 	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
@@ -115,7 +114,7 @@ func TestExperimentNetns(t *testing.T) {
 		t.Skip("runs the binaries for about a minute")
 	}
 	if err := netns.Available(); err != nil {
-		testenv.Require(t, "namespaces unavailable (%v); CI runs this as root", err)
+		testutil.Require(t, "namespaces unavailable (%v); CI runs this as root", err)
 	}
 	bins := buildBinaries(t)
 	out := t.TempDir()
@@ -181,7 +180,7 @@ func TestExperimentCancel(t *testing.T) {
 		t.Skip("runs the binaries")
 	}
 	if err := netns.Available(); err != nil {
-		testenv.Require(t, "namespaces unavailable (%v); CI runs this as root", err)
+		testutil.Require(t, "namespaces unavailable (%v); CI runs this as root", err)
 	}
 	bins := buildBinaries(t)
 	// A hog from the first epoch on (floor(0.1 x 5) = 0): Ctrl-C must take
@@ -247,7 +246,7 @@ func TestExperimentTrainLoopback(t *testing.T) {
 		t.Skip("runs the binaries and PyTorch")
 	}
 	if out, err := exec.Command("/usr/bin/python3", "-c", "import torch, torchvision, numpy, PIL").CombinedOutput(); err != nil {
-		testenv.Require(t, "/usr/bin/python3 cannot import torch, torchvision, numpy and PIL (apt-get install python3-torchvision python3-numpy python3-pil): %v %s",
+		testutil.Require(t, "/usr/bin/python3 cannot import torch, torchvision, numpy and PIL (apt-get install python3-torchvision python3-numpy python3-pil): %v %s",
 			err, strings.TrimSpace(string(out)))
 	}
 	bins := buildBinaries(t)
@@ -358,10 +357,10 @@ func TestExperimentContend(t *testing.T) {
 		t.Skip("runs the binaries for about half a minute")
 	}
 	if err := netns.Available(); err != nil {
-		testenv.Require(t, "namespaces unavailable (%v); CI runs this as root", err)
+		testutil.Require(t, "namespaces unavailable (%v); CI runs this as root", err)
 	}
 	if err := cgroup.Available(); err != nil {
-		testenv.Require(t, "cgroups unavailable (%v); CI runs this as root", err)
+		testutil.Require(t, "cgroups unavailable (%v); CI runs this as root", err)
 	}
 	bins := buildBinaries(t)
 	out := t.TempDir()

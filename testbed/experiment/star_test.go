@@ -12,7 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/testbed/netns"
 	"github.com/sophon-dl/sophon/testbed/results"
 	"github.com/sophon-dl/sophon/testbed/shape"
@@ -77,7 +77,7 @@ func TestExperimentStar(t *testing.T) {
 		t.Skip("runs the binaries for about half a minute")
 	}
 	if err := netns.Available(); err != nil {
-		testenv.Require(t, "namespaces unavailable (%v); CI runs this as root", err)
+		testutil.Require(t, "namespaces unavailable (%v); CI runs this as root", err)
 	}
 	bins := buildBinaries(t)
 	data := smallDataset(t, 40)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/testbed/shape"
 )
 
@@ -69,7 +69,7 @@ sph-1-2s: 1048800     800    0    0    0     0          0         0  2097600    
 func setup(t *testing.T, cfg Config) *Pair {
 	t.Helper()
 	if err := Available(); err != nil {
-		testenv.Require(t, "two-namespace emulation unavailable: %v", err)
+		testutil.Require(t, "two-namespace emulation unavailable: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -102,7 +102,7 @@ func checkGone(t *testing.T, prefix string) {
 // counters saw the bytes, closes the pair and checks nothing is left.
 func TestNetnsNoLeftovers(t *testing.T) {
 	if err := Available(); err != nil {
-		testenv.Require(t, "two-namespace emulation unavailable: %v", err)
+		testutil.Require(t, "two-namespace emulation unavailable: %v", err)
 	}
 	prefix := ProcessPrefix() + "a"
 	// A stale namespace from a killed run.

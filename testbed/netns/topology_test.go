@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/testbed/shape"
 )
 
@@ -202,7 +202,7 @@ func steps(s [][]string) string {
 func star(t *testing.T, cfg StarConfig) *Topology {
 	t.Helper()
 	if err := Available(); err != nil {
-		testenv.Require(t, "namespaces unavailable: %v", err)
+		testutil.Require(t, "namespaces unavailable: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -362,7 +362,7 @@ func TestStarRates(t *testing.T) {
 // TestStarSetupFailure: a set-up that fails part way removes what it made.
 func TestStarSetupFailure(t *testing.T) {
 	if err := Available(); err != nil {
-		testenv.Require(t, "namespaces unavailable: %v", err)
+		testutil.Require(t, "namespaces unavailable: %v", err)
 	}
 	prefix := ProcessPrefix() + "f"
 	topo, err := starLayout(StarConfig{Config: Config{Prefix: prefix, Rate: shape.MustParseRate("100mbit")}, StorageNodes: 2})

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
-	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/testbed/fileserve"
 )
@@ -140,7 +140,7 @@ func TestReadReport(t *testing.T) {
 // it must exit SkipExit with the install hint.
 func TestSkipsWithoutTorch(t *testing.T) {
 	if _, err := os.Stat(DefaultPython); err != nil {
-		testenv.Require(t, "no %s: %v", DefaultPython, err)
+		testutil.Require(t, "no %s: %v", DefaultPython, err)
 	}
 	fake := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(fake, "torch"), 0o755); err != nil {
@@ -173,7 +173,7 @@ var available = sync.OnceValue(func() error { return Available("") })
 func needPeer(t *testing.T) {
 	t.Helper()
 	if err := available(); err != nil {
-		testenv.Require(t, "peer unavailable: %v", err)
+		testutil.Require(t, "peer unavailable: %v", err)
 	}
 }
 

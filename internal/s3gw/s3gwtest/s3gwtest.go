@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sophon-dl/sophon/internal/s3gw"
-	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 )
 
 // Start starts a server over root for a test, stopped at its end. It
@@ -15,7 +15,7 @@ import (
 func Start(tb testing.TB, root, access, secret string) *s3gw.Server {
 	tb.Helper()
 	if _, err := s3gw.Find(); err != nil {
-		testenv.Require(tb, "%v", err)
+		testutil.Require(tb, "%v", err)
 	}
 	s, err := s3gw.Start(context.Background(), s3gw.Config{Root: root, Access: access, Secret: secret})
 	if err != nil {

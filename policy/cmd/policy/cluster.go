@@ -9,8 +9,8 @@ import (
 	"strconv"
 
 	"github.com/sophon-dl/sophon/policy"
-	"github.com/sophon-dl/sophon/policy/clustertest"
 	"github.com/sophon-dl/sophon/policy/explain"
+	"github.com/sophon-dl/sophon/policy/instance"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -68,9 +68,9 @@ func explainCluster(o *options, p *profiler.Profile, out, errOut io.Writer) int 
 		fmt.Fprintf(errOut, "policy: --replicas %d: want 1 to %d (the cluster's storage nodes) or all\n", r, len(c.Storage))
 		return 2
 	}
-	pl, err := clustertest.Placement(len(p.Samples), c, r, o.seed)
+	pl, err := instance.Placement(len(p.Samples), c, r, o.seed)
 	if o.replicas == allReplicas {
-		pl, err = clustertest.Replicated(len(p.Samples), c)
+		pl, err = instance.Replicated(len(p.Samples), c)
 	}
 	if err != nil {
 		fmt.Fprintln(errOut, "policy:", err)

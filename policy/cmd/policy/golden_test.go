@@ -9,7 +9,7 @@ import (
 
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/policy/explain"
-	"github.com/sophon-dl/sophon/policy/policytest"
+	"github.com/sophon-dl/sophon/policy/synthetic"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -55,7 +55,7 @@ func TestGolden(t *testing.T) {
 // TestGoldenLibrary pins explain.Single and explain.Cluster with
 // what the command's flags cannot set: the transport cost per byte.
 func TestGoldenLibrary(t *testing.T) {
-	p := policytest.WithCut(policytest.Synthetic("openimages-like", 1200, 9), 9)
+	p := synthetic.WithCut(synthetic.Profile("openimages-like", 1200, 9), 9)
 	r := policy.Resources{LinkBytesPerSec: 50e6, StorageCores: 1.5, ComputeCores: 6, GPUSamplesPerSec: 900, StorageSpeed: 0.9, StorageNSPerByte: 5}
 	var out bytes.Buffer
 	if err := explain.Single(&out, p, r); err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/policy/cacheplan"
 	"github.com/sophon-dl/sophon/policy/explain"
-	"github.com/sophon-dl/sophon/policy/policytest"
+	"github.com/sophon-dl/sophon/policy/synthetic"
 	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/profiler/estimate"
 )
@@ -121,7 +121,7 @@ func run(args []string, out, errOut io.Writer) int {
 		return 2
 	}
 	if !o.cut {
-		p = policytest.WithoutCut(p)
+		p = synthetic.WithoutCut(p)
 	}
 	if o.clusterPath != "" {
 		return explainCluster(&o, p, out, errOut)
@@ -233,9 +233,9 @@ func (o *options) profile() (*profiler.Profile, error) {
 		if kind != "openimages-like" && kind != "imagenet-like" {
 			return nil, fmt.Errorf("--synthetic kind %q: want openimages-like or imagenet-like", kind)
 		}
-		p := policytest.Synthetic(kind, count, o.seed)
+		p := synthetic.Profile(kind, count, o.seed)
 		if o.cut {
-			p = policytest.WithCut(p, o.seed)
+			p = synthetic.WithCut(p, o.seed)
 		}
 		return p, nil
 	}

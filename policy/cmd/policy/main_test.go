@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/sophon-dl/sophon/ops/synth"
-	"github.com/sophon-dl/sophon/policy/policytest"
+	"github.com/sophon-dl/sophon/policy/synthetic"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -40,7 +40,7 @@ func TestExplain(t *testing.T) {
 	}
 	// A saved profile explains the same way.
 	path := filepath.Join(t.TempDir(), "p.prof")
-	if err := profiler.Save(path, policytest.Synthetic("imagenet-like", 200, 3)); err != nil {
+	if err := profiler.Save(path, synthetic.Profile("imagenet-like", 200, 3)); err != nil {
 		t.Fatal(err)
 	}
 	out.Reset()

@@ -11,14 +11,14 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/policy"
-	"github.com/sophon-dl/sophon/policy/clustertest"
+	"github.com/sophon-dl/sophon/policy/instance"
 )
 
 const scaleUsage = `policy scale: plan a cluster instance of ImageNet's size and report the
 planner's wall and CPU time, its memory, the bound and every cluster
 policy's predicted epoch.
 
-The default instance (clustertest.Scale): 1,281,167 ImageNet-like samples
+The default instance (instance.Scale): 1,281,167 ImageNet-like samples
 with the JPEG cut's measurements, 8 storage agents (16 cores and 10 Gbit/s
 of egress each, the first 4x faster), every sample on 2 of them by
 rendezvous hashing, 8 compute nodes of 8 ranks (64 cores, 25 Gbit/s of
@@ -74,8 +74,8 @@ func scale(args []string, out, errOut io.Writer) int {
 
 // parseScale reads `policy scale`'s flags into an instance; code is the
 // exit code when the command ends here (help, or bad flags), else -1.
-func parseScale(args []string, errOut io.Writer) (sp clustertest.Spec, code int) {
-	sp = clustertest.Scale()
+func parseScale(args []string, errOut io.Writer) (sp instance.Spec, code int) {
+	sp = instance.Scale()
 	fs := flag.NewFlagSet("policy scale", flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), scaleUsage); fs.PrintDefaults() }

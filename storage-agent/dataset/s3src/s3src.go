@@ -473,7 +473,7 @@ func OpenDataset(ctx context.Context, loc string, c Config, opts dataset.OpenOpt
 	}
 	st, err := New(ctx, loc, c)
 	if err != nil {
-		return nil, fmt.Errorf("storageagent: open dataset: %w", err)
+		return nil, fmt.Errorf("s3src: open dataset: %w", err)
 	}
 	// NB: Close ends the reads in flight while the samples are hashed;
 	// the dataset owns st and closes it again on failure.

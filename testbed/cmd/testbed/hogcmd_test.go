@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/internal/testenv"
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
 )
 
@@ -215,7 +215,7 @@ func TestHogDiesWithParent(t *testing.T) {
 // get half a core.
 func TestHogInCgroup(t *testing.T) {
 	if err := cgroup.Available(); err != nil {
-		testenv.Require(t, "cgroups unavailable (%v); CI runs this as root", err)
+		testutil.Require(t, "cgroups unavailable (%v); CI runs this as root", err)
 	}
 	prefix := fmt.Sprintf("sph-%d-", os.Getpid())
 	g, err := cgroup.New(cgroup.Config{Name: prefix + "hog", CPUs: 0.5})

@@ -1,21 +1,20 @@
-// Package clustertest builds cluster planning instances for the policy
-// package's tests and benchmarks and for the policy command: a synthetic
-// profile, a cluster of storage and compute nodes, and a placement (ranks
-// dealt in turn, replicas by rendezvous hashing), all deterministic in a
-// seed.
-package clustertest
+// Package instance builds cluster planning instances for the policy command
+// and for the policy package's tests and benchmarks: a synthetic profile, a
+// cluster of storage and compute nodes, and a placement (ranks dealt in turn,
+// replicas by rendezvous hashing), all deterministic in a seed.
+package instance
 
 import (
 	"fmt"
 
 	"github.com/sophon-dl/sophon/policy"
-	"github.com/sophon-dl/sophon/policy/policytest"
+	"github.com/sophon-dl/sophon/policy/synthetic"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
 // Spec describes an instance.
 type Spec struct {
-	// Kind is the synthetic profile's kind (policytest.Synthetic);
+	// Kind is the synthetic profile's kind (synthetic.Profile);
 	// Samples its size; Cut gives it the JPEG cut's measurements.
 	Kind    string
 	Samples int
@@ -69,25 +68,25 @@ func (s Spec) Cluster() policy.Cluster {
 // Profile returns the spec's synthetic profile.
 func (s Spec) Profile() *profiler.Profile {
 	if s.Cut {
-		return policytest.SyntheticCut(s.Kind, s.Samples, s.Seed)
+		return synthetic.ProfileCut(s.Kind, s.Samples, s.Seed)
 	}
-	return policytest.Synthetic(s.Kind, s.Samples, s.Seed)
+	return synthetic.Profile(s.Kind, s.Samples, s.Seed)
 }
 
 // Placement deals n samples' ranks in turn over c's ranks and gives each
 // sample the replicas the agents' rendezvous hashing picks among c's
-// storage nodes, by name (policytest.ReplicaSet with seed).
+// storage nodes, by name (ReplicaSet with seed).
 func Placement(n int, c policy.Cluster, replicas int, seed uint64) (*policy.Placement, error) {
 	if replicas < 1 || replicas > len(c.Storage) {
-		return nil, fmt.Errorf("clustertest: %d replicas over %d storage nodes", replicas, len(c.Storage))
+		return nil, fmt.Errorf("instance: %d replicas over %d storage nodes", replicas, len(c.Storage))
 	}
 	names := make([]string, len(c.Storage))
 	for j, s := range c.Storage {
 		names[j] = s.Name
 	}
 	var buf []int16
-	return policy.NewPlacement(policytest.Ranks(n, c.Ranks()), func(i int) []int16 {
-		buf = policytest.ReplicaSet(buf, uint64(i), names, replicas, seed)
+	return policy.NewPlacement(Ranks(n, c.Ranks()), func(i int) []int16 {
+		buf = ReplicaSet(buf, uint64(i), names, replicas, seed)
 		return buf
 	})
 }
@@ -100,7 +99,7 @@ func Replicated(n int, c policy.Cluster) (*policy.Placement, error) {
 	for j := range all {
 		all[j] = int16(j)
 	}
-	return policy.NewPlacement(policytest.Ranks(n, c.Ranks()), func(int) []int16 { return all })
+	return policy.NewPlacement(Ranks(n, c.Ranks()), func(int) []int16 { return all })
 }
 
 // Build returns the spec's profile, cluster and placement.

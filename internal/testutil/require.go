@@ -1,8 +1,9 @@
-// Package testenv lets tests that need something of the machine (root,
-// namespaces, tc, cgroups, Pillow, torch) skip visibly on a developer's
-// machine and fail in CI, where the environment must have it: with
-// CI=true a missing requirement is a failure, not a silent pass.
-package testenv
+package testutil
+
+// Tests that need something of the machine (root, namespaces, tc, cgroups,
+// Pillow, torch) skip visibly on a developer's machine and fail in CI, where
+// the environment must have it: with CI=true a missing requirement is a
+// failure, not a silent pass.
 
 import (
 	"os"

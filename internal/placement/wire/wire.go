@@ -1,17 +1,23 @@
-package dataplanepb
+// Package wire carries a placement over the data plane: a [placement.Layout]
+// as the InfoResponse's shard ranges, and the checks a compute agent runs on
+// what a storage agent's Info announces (layout, held and missing shards).
+// It sits above both proto/dataplanepb and internal/placement, so the wire
+// contract imports nothing of the module.
+package wire
 
 import (
 	"fmt"
 
 	"github.com/sophon-dl/sophon/internal/placement"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
 // ShardRanges is l on the wire (InfoResponse.layout).
-func ShardRanges(l placement.Layout) []*ShardRange {
-	out := make([]*ShardRange, l.Len())
+func ShardRanges(l placement.Layout) []*dataplanepb.ShardRange {
+	out := make([]*dataplanepb.ShardRange, l.Len())
 	for i := range out {
 		r := l.Shard(i)
-		out[i] = &ShardRange{First: r.First, Count: r.Count, Name: r.Name}
+		out[i] = &dataplanepb.ShardRange{First: r.First, Count: r.Count, Name: r.Name}
 	}
 	return out
 }
@@ -23,7 +29,7 @@ func ShardRanges(l placement.Layout) []*ShardRange {
 // placement.ErrNoShards means an agent that predates placement, which holds
 // every sample. info comes from outside: a bad one gives an error, never a
 // panic.
-func DecodePlacement(info *InfoResponse) (placement.Layout, []int, error) {
+func DecodePlacement(info *dataplanepb.InfoResponse) (placement.Layout, []int, error) {
 	rs := info.GetLayout()
 	if len(rs) > placement.MaxShards {
 		return placement.Layout{}, nil, fmt.Errorf("storage agent %q: layout: %w: %d, at most %d",
@@ -53,7 +59,7 @@ func DecodePlacement(info *InfoResponse) (placement.Layout, []int, error) {
 // none of them among held, which DecodePlacement returned for the same
 // Info). An empty list means the agent stores every shard. Its errors wrap
 // placement.ErrHeld.
-func DecodeMissing(info *InfoResponse, l placement.Layout, held []int) ([]int, error) {
+func DecodeMissing(info *dataplanepb.InfoResponse, l placement.Layout, held []int) ([]int, error) {
 	miss := info.GetMissingShards()
 	if err := placement.CheckHeld(miss, l.Len()); err != nil {
 		return nil, fmt.Errorf("storage agent %q: missing shards: %w", info.GetNode(), err)

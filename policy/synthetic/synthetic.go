@@ -1,6 +1,8 @@
-// Package policytest generates synthetic profiles for the policy package's
-// tests and benchmarks.
-package policytest
+// Package synthetic generates profiles of two JPEG datasets' shapes,
+// deterministic in a seed, with or without the JPEG cut's measurements: the
+// policy command explains plans for them, and the planners' tests and
+// benchmarks plan them.
+package synthetic
 
 import (
 	"fmt"
@@ -37,17 +39,17 @@ var kinds = map[string]shape{
 	"imagenet-like": {mu: math.Log(cropBytes) - 0.7388*0.7388, sigma: 0.7388, long: 500},
 }
 
-// Synthetic returns an n-sample profile of the given kind for the
+// Profile returns an n-sample profile of the given kind for the
 // pipeline [decode, random_resized_crop 224, flip, to_tensor, normalize],
 // deterministic in seed. CPU costs: decode 10 ns per JPEG byte + 2 ns per
 // pixel, crop 1.3 ms, flip 0.05 ms, to_tensor 0.1 ms, normalize 0.15 ms,
 // each with ~10% noise; zstd shrinks pixels by ~1.18x and tensors by ~2.5x
 // and cannot shrink a JPEG; it costs 5 ns per input byte to compress and
 // 1 ns to decompress. It panics on an unknown kind.
-func Synthetic(kind string, n int, seed uint64) *profiler.Profile {
+func Profile(kind string, n int, seed uint64) *profiler.Profile {
 	sh, ok := kinds[kind]
 	if !ok {
-		panic(fmt.Sprintf("policytest: unknown kind %q", kind))
+		panic(fmt.Sprintf("synthetic: unknown kind %q", kind))
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	noise := func(x float64) int64 {
@@ -98,7 +100,7 @@ func Synthetic(kind string, n int, seed uint64) *profiler.Profile {
 	return p
 }
 
-// WithCut returns a copy of p, a profile of Pipeline such as Synthetic's,
+// WithCut returns a copy of p, a profile of Pipeline such as Profile's,
 // in which the samples have the JPEG-domain crop's measurements
 // (profiler.SampleProfile.CutBytes, CutNS, CutFinishNS), deterministic in
 // seed: 2% of the samples cannot be cut; the others' cut keeps a fraction
@@ -113,7 +115,7 @@ func Synthetic(kind string, n int, seed uint64) *profiler.Profile {
 // and random_resized_crop.
 func WithCut(p *profiler.Profile, seed uint64) *profiler.Profile {
 	if len(p.Ops) < 2 || p.Ops[0] != Pipeline[0] || p.Ops[1] != Pipeline[1] {
-		panic(fmt.Sprintf("policytest: ops %v cannot cut: they do not start with decode, random_resized_crop", p.Ops))
+		panic(fmt.Sprintf("synthetic: ops %v cannot cut: they do not start with decode, random_resized_crop", p.Ops))
 	}
 	out := *p
 	out.Samples = make([]profiler.SampleProfile, len(p.Samples))
@@ -143,10 +145,10 @@ func addCut(samples []profiler.SampleProfile, seed uint64) {
 	}
 }
 
-// SyntheticCut is WithCut(Synthetic(kind, n, seed), seed) built in place,
+// ProfileCut is WithCut(Profile(kind, n, seed), seed) built in place,
 // without the copy: the same profile at two thirds of the peak memory.
-func SyntheticCut(kind string, n int, seed uint64) *profiler.Profile {
-	p := Synthetic(kind, n, seed)
+func ProfileCut(kind string, n int, seed uint64) *profiler.Profile {
+	p := Profile(kind, n, seed)
 	addCut(p.Samples, seed)
 	return p
 }

@@ -1,4 +1,4 @@
-package policytest
+package instance
 
 import "github.com/sophon-dl/sophon/internal/placement"
 

@@ -1,4 +1,4 @@
-package dataplanepb
+package wire
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sophon-dl/sophon/internal/placement"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
 // TestDecodePlacement: a layout and held set survive the wire, and bad ones
@@ -17,12 +18,12 @@ func TestDecodePlacement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info := &InfoResponse{Node: "s1", Samples: 10, Layout: ShardRanges(l), HeldShards: []uint32{0, 2}, Replicas: 2}
+	info := &dataplanepb.InfoResponse{Node: "s1", Samples: 10, Layout: ShardRanges(l), HeldShards: []uint32{0, 2}, Replicas: 2}
 	b, err := proto.Marshal(info)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back InfoResponse
+	var back dataplanepb.InfoResponse
 	if err := proto.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -36,18 +37,18 @@ func TestDecodePlacement(t *testing.T) {
 
 	tests := []struct {
 		name string
-		edit func(*InfoResponse)
+		edit func(*dataplanepb.InfoResponse)
 		want error
 	}{
-		{"no layout (an older agent)", func(i *InfoResponse) { i.Layout = nil }, placement.ErrNoShards},
-		{"samples disagree", func(i *InfoResponse) { i.Samples = 11 }, placement.ErrTotal},
-		{"gap", func(i *InfoResponse) { i.Layout[1].First = 5 }, placement.ErrGap},
-		{"held past the layout", func(i *InfoResponse) { i.HeldShards = []uint32{3} }, placement.ErrHeld},
-		{"held twice", func(i *InfoResponse) { i.HeldShards = []uint32{1, 1} }, placement.ErrHeld},
+		{"no layout (an older agent)", func(i *dataplanepb.InfoResponse) { i.Layout = nil }, placement.ErrNoShards},
+		{"samples disagree", func(i *dataplanepb.InfoResponse) { i.Samples = 11 }, placement.ErrTotal},
+		{"gap", func(i *dataplanepb.InfoResponse) { i.Layout[1].First = 5 }, placement.ErrGap},
+		{"held past the layout", func(i *dataplanepb.InfoResponse) { i.HeldShards = []uint32{3} }, placement.ErrHeld},
+		{"held twice", func(i *dataplanepb.InfoResponse) { i.HeldShards = []uint32{1, 1} }, placement.ErrHeld},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			bad := proto.Clone(info).(*InfoResponse)
+			bad := proto.Clone(info).(*dataplanepb.InfoResponse)
 			tt.edit(bad)
 			if _, _, err := DecodePlacement(bad); !errors.Is(err, tt.want) {
 				t.Errorf("got %v, want %v", err, tt.want)
@@ -68,12 +69,12 @@ func TestDecodeMissing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info := &InfoResponse{Node: "s1", Samples: 10, Layout: ShardRanges(l), HeldShards: []uint32{0}, MissingShards: []uint32{1, 2}}
+	info := &dataplanepb.InfoResponse{Node: "s1", Samples: 10, Layout: ShardRanges(l), HeldShards: []uint32{0}, MissingShards: []uint32{1, 2}}
 	miss, err := DecodeMissing(info, l, []int{0})
 	if err != nil || !slices.Equal(miss, []int{1, 2}) {
 		t.Fatalf("DecodeMissing: %v, %v; want [1 2]", miss, err)
 	}
-	if miss, err := DecodeMissing(&InfoResponse{}, l, nil); err != nil || len(miss) != 0 {
+	if miss, err := DecodeMissing(&dataplanepb.InfoResponse{}, l, nil); err != nil || len(miss) != 0 {
 		t.Errorf("DecodeMissing(none): %v, %v; want every shard stored", miss, err)
 	}
 	for name, bad := range map[string][]uint32{
