@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sophon-dl/sophon/policy/cacheplan"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -664,5 +665,60 @@ func TestClusterManyResources(t *testing.T) {
 		if opt > 1.1*bound {
 			t.Errorf("optimal %v > 1.1 x bound %v", opt, bound)
 		}
+	}
+}
+
+// TestResidentCluster: Resident keeps a residency on a cluster as on one
+// node: every policy's plan has exactly the given samples Cached at the
+// cache split, each served by a replica that holds it, predicts the
+// steady-state epoch (the resident samples fetched at split 0 of the
+// profile in which they cost their cache reads), and is no faster than its
+// bound, which is the bound of that profile.
+func TestResidentCluster(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	n := 120
+	p := randomProfile(rng, n, 3, true)
+	c := randomCluster(rng, n)
+	pl := randomPlacement(rng, n, c)
+	cached := make([]bool, n)
+	for i := range cached {
+		cached[i] = i%3 == 0
+	}
+	k := CacheSplit(p)
+	q := cacheplan.Rewrite(p, cached, k)
+	want, err := Bound(On(q, c, pl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range ClusterNames {
+		plan, b, err := Resident(name, On(p, c, pl), cached)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !slices.Equal(plan.Cached, cached) || plan.Replica == nil || plan.Cluster == nil {
+			t.Fatalf("%s: Cached %v, replicas %d, breakdown %v; want the residency kept on a cluster plan", name, plan.Cached, len(plan.Replica), plan.Cluster != nil)
+		}
+		split := slices.Clone(plan.Split)
+		for i, in := range cached {
+			if in && plan.Split[i] != k {
+				t.Errorf("%s: resident sample %d at split %d, want the cache split %d", name, i, plan.Split[i], k)
+			}
+			if in {
+				split[i] = 0
+			}
+		}
+		cp, err := Predict(On(q, c, pl), plan.Replica, split, plan.Compress)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if cp.Seconds != plan.Pred.Seconds || cp.Bytes != plan.Pred.Bytes {
+			t.Errorf("%s: predicted %v s, %v B; want the steady state's %v s, %v B", name, plan.Pred.Seconds, plan.Pred.Bytes, cp.Seconds, cp.Bytes)
+		}
+		if name != NameOptimal && b.Seconds != want.Seconds || b.Seconds > plan.Pred.Seconds*(1+1e-9) || b.CacheSeconds != 0 {
+			t.Errorf("%s: bound %v (cache %v), want %v, at most the plan's %v s, no cache bound on a cluster", name, b.Seconds, b.CacheSeconds, want.Seconds, plan.Pred.Seconds)
+		}
+	}
+	if _, _, err := Resident(NameSOPHON, On(p, c, pl), cached[1:]); !errors.Is(err, ErrResidency) {
+		t.Errorf("short residency: %v, want ErrResidency", err)
 	}
 }

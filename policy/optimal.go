@@ -42,7 +42,7 @@ var (
 // blocked.
 const maxRefused = 4096
 
-// optimal is ClusterOptimal given the baselines' plans, with the bound. A
+// optimal is Optimal (without a cache) given the baselines' plans, with the bound. A
 // baseline that predicts better than the rounded plan is improved in its
 // turn (unless the instance was solved exactly), and the best plan kept.
 func (cm *cmodel) optimal(bases ...Plan) (Plan, BoundResult) {
