@@ -37,10 +37,10 @@ func BenchmarkPlan1M(b *testing.B) {
 		name string
 		f    func()
 	}{
-		{"optimal", func() { Optimal(p, r) }},
-		{"optimal-ample", func() { Optimal(p, ample) }},
-		{"bound", func() { Bound(p, r) }},
-		{"sophon", func() { SOPHON(p, r) }},
+		{"optimal", func() { one(Optimal, p, r) }},
+		{"optimal-ample", func() { one(Optimal, p, ample) }},
+		{"bound", func() { bound1(p, r) }},
+		{"sophon", func() { one(SOPHON, p, r) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -82,15 +82,15 @@ func profileImageNet() *profiler.Profile {
 func BenchmarkPlanImageNet(b *testing.B) {
 	p := profileImageNet()
 	pc := synthetic.WithCut(p, 1)
-	r := limited(SOPHON(p, ample))
+	r := limited(one(SOPHON, p, ample))
 	for _, c := range []struct {
 		name string
 		f    func()
 	}{
-		{"optimal", func() { Optimal(p, r) }},
-		{"bound", func() { Bound(p, r) }},
-		{"optimal-cut", func() { Optimal(pc, r) }},
-		{"bound-cut", func() { Bound(pc, r) }},
+		{"optimal", func() { one(Optimal, p, r) }},
+		{"bound", func() { bound1(p, r) }},
+		{"optimal-cut", func() { one(Optimal, pc, r) }},
+		{"bound-cut", func() { bound1(pc, r) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -17,7 +17,8 @@ import (
 // output for a deterministic one), takes its size there of the budget,
 // and costs no payload, no storage CPU and cacheplan.FinishNS compute ns
 // per steady-state epoch; the first epoch fetches it at k. Residency is
-// fixed across epochs. Cluster plans have no cache yet.
+// fixed across epochs. Only one-node instances choose a residency
+// (withCache); Resident keeps a given one on any instance.
 
 // NameLRU names the LRU baseline.
 const NameLRU = "lru"
@@ -85,38 +86,29 @@ func (cm *cmodel) cacheBound(k int, budget float64) (float64, []float64) {
 	return max(r.Lower, cm.gpuMax), cm.weights3(dims, r.W)
 }
 
-// CacheBound is Bound with r's cache: a lower bound on the predicted
-// steady-state epoch of every plan, resident samples (at most
-// r.CacheBytes of them at the cache split) included. The capacity is
-// dualised with a price per cached byte, chosen per weights as the
-// fractional knapsack's (see docs/policy.md). Without a cache it is Bound.
-func CacheBound(p *profiler.Profile, r Resources) float64 {
-	if r.CacheBytes <= 0 {
-		return Bound(p, r)
+// withCache is plan (a policy run without a cache) with residency chosen
+// jointly under in.CacheBytes, on a one-node instance (any other is
+// planned without a cache): for each of a few weight vectors (the cache
+// bound's, then each limited resource alone) the samples that save the
+// most priced seconds per cached byte are made resident
+// (cacheplan.Whole; at the bound's weights also the knapsack's other
+// roundings, cacheplan.Alternatives), plan re-solves every split with them
+// resident (on cacheplan.Rewrite's profile), and the plan predicting the
+// shortest epoch is kept (ties to fewer link bytes), the plan without a
+// cache among them. A resident entry's Split is the cache split, what the
+// first epoch fetches.
+func (in Instance) withCache(plan func(Instance) (Plan, error)) (Plan, error) {
+	budget := in.CacheBytes
+	in.CacheBytes = 0
+	best, err := plan(in)
+	if err != nil || !in.one || budget <= 0 || in.Profile.N() == 0 {
+		return best, err
 	}
-	b, _ := singleModel(p, r, true).cacheBound(CacheSplit(p), r.CacheBytes)
-	return b
-}
-
-// withCache is plan (a single-node policy run without a cache) with
-// residency chosen jointly under r.CacheBytes: for each of a few weight
-// vectors (the cache bound's, then each limited resource alone) the
-// samples that save the most priced seconds per cached byte are made
-// resident (cacheplan.Whole; at the bound's weights also the knapsack's
-// other roundings, cacheplan.Alternatives), plan re-solves every split
-// with them resident (on cacheplan.Rewrite's profile), and the plan
-// predicting the shortest epoch is kept (ties to fewer link bytes), the
-// plan without a cache among them. A resident entry's Split is the cache
-// split, what the first epoch fetches.
-func withCache(p *profiler.Profile, r Resources, plan func(*profiler.Profile, Resources) Plan) Plan {
-	budget := r.CacheBytes
-	r.CacheBytes = 0
-	best := plan(p, r)
-	if budget <= 0 || p.N() == 0 {
-		return best
+	p, k := in.Profile, CacheSplit(in.Profile)
+	cm, err := in.model(true)
+	if err != nil {
+		return Plan{}, err
 	}
-	k := CacheSplit(p)
-	cm := singleModel(p, r, true)
 	_, wb := cm.cacheBound(k, budget)
 	ws := [][]float64{wb}
 	for id := range cm.nres {
@@ -138,32 +130,41 @@ func withCache(p *profiler.Profile, r Resources, plan func(*profiler.Profile, Re
 				continue
 			}
 			tried = append(tried, cached)
-			pl, _ := resident(p, r, cached, k, func(q *profiler.Profile, r Resources) (Plan, error) { return plan(q, r), nil })
+			q := in.with(cacheplan.Rewrite(p, cached, k))
+			pl, err := plan(q)
+			if err == nil {
+				pl, err = q.keep(pl, cached, k)
+			}
+			if err != nil {
+				return Plan{}, err
+			}
 			if pl.Pred.Seconds < best.Pred.Seconds || pl.Pred.Seconds == best.Pred.Seconds && pl.Pred.Bytes < best.Pred.Bytes {
 				best = pl
 			}
 		}
 	}
-	return best
+	return best, nil
 }
 
-// resident is plan (run without a cache) on p with the samples where
-// cached[i] resident at split k: a resident entry's Split is k (what the
-// first epoch fetches) and Pred the steady-state epoch.
-func resident(p *profiler.Profile, r Resources, cached []bool, k int, plan func(*profiler.Profile, Resources) (Plan, error)) (Plan, error) {
-	q := cacheplan.Rewrite(p, cached, k)
-	pl, err := plan(q, r)
-	if err != nil {
-		return Plan{}, err
-	}
+// keep is pl, a plan of q (whose profile is cacheplan.Rewrite's for
+// cached), with the samples where cached[i] resident at the cache split k:
+// moved to split 0 (only there is their link free; Pred re-made, the
+// steady-state epoch's), then marked Cached at k.
+func (q Instance) keep(pl Plan, cached []bool, k int) (Plan, error) {
+	pl.Split, pl.Compress = slices.Clone(pl.Split), slices.Clone(pl.Compress)
 	moved := false
 	for i, c := range cached {
 		if c && pl.Split[i] != 0 {
-			pl.Split[i], moved = 0, true // only where the link is free
+			pl.Split[i], moved = 0, true
 		}
 	}
 	if moved {
-		pl.Pred = Predict(q, r, pl.Split, pl.Compress)
+		cp, err := Predict(q, pl.Replica, pl.Split, pl.Compress)
+		if err != nil {
+			return Plan{}, err
+		}
+		pl.Pred, pl.Cluster = cp.Totals(), &cp
+		pl = q.finish(pl)
 	}
 	pl.MarkResident(cached, k)
 	return pl, nil
@@ -187,96 +188,113 @@ func (pl *Plan) MarkResident(cached []bool, k int) {
 // the profile's samples.
 var ErrResidency = errors.New("policy: residency does not fit the profile")
 
-// Resident is the plan of the named single-node policy with the residency
-// fixed: the samples where cached[i] (indexed as p.Samples) resident at
-// the cache split, every other split re-solved around them, as a compute
-// agent re-plans between epochs without moving its cache's contents.
-// r.CacheBytes is ignored: the caller answers for the residency's size.
-func Resident(name string, p *profiler.Profile, r Resources, cached []bool) (Plan, error) {
-	r.CacheBytes = 0
-	e, ok := Lookup(name)
-	if !ok || e.Single == nil {
-		return Plan{}, fmt.Errorf("%w %q (one of %v)", ErrUnknownPolicy, name, Names)
+// Resident is Solve with the residency fixed, on one node or a cluster:
+// the samples where cached[i] resident at the cache split, every other
+// split (and replica) re-solved around them, as a compute agent re-plans
+// between epochs without moving its cache's contents. The bound's Seconds
+// is that of every plan keeping exactly that residency (an epoch's own
+// bound), CacheSeconds the one that may move it (one node with
+// CacheBytes). The caller answers for the residency's size. With cached
+// nil it is Solve.
+func Resident(name string, in Instance, cached []bool) (Plan, BoundResult, error) {
+	if cached == nil {
+		return Solve(name, in)
 	}
-	if len(cached) != len(p.Samples) {
-		return Plan{}, fmt.Errorf("%w: %d residency flags for %d samples", ErrResidency, len(cached), len(p.Samples))
+	if e, ok := Lookup(name); !ok || !e.plans(in) {
+		return Plan{}, BoundResult{}, in.unknown(name)
 	}
-	return resident(p, r, slices.Clone(cached), CacheSplit(p), e.Single)
+	if len(cached) != len(in.Profile.Samples) {
+		return Plan{}, BoundResult{}, fmt.Errorf("%w: %d residency flags for %d samples", ErrResidency, len(cached), len(in.Profile.Samples))
+	}
+	var cb float64
+	if in.one && in.CacheBytes > 0 {
+		b, err := Bound(in)
+		if err != nil {
+			return Plan{}, BoundResult{}, err
+		}
+		cb = b.Seconds
+	}
+	cached, k := slices.Clone(cached), CacheSplit(in.Profile)
+	q := in.with(cacheplan.Rewrite(in.Profile, cached, k))
+	pl, b, err := Solve(name, q)
+	if err == nil {
+		pl, err = q.keep(pl, cached, k)
+	}
+	if err != nil {
+		return Plan{}, BoundResult{}, err
+	}
+	b.CacheSeconds = cb
+	return pl, b, nil
 }
 
-// ResidentBound is Bound with the residency fixed: the least predicted
-// epoch of every plan that keeps the samples where cached[i] (indexed as
-// p.Samples) resident at the cache split, and no others. It is at least
-// CacheBound, which may move the residency; a run keeps its residency
-// across epochs, so an epoch whose boxes differ from those its residency
-// was chosen on has ResidentBound as its own bound. r.CacheBytes is
-// ignored.
-func ResidentBound(p *profiler.Profile, r Resources, cached []bool) float64 {
-	r.CacheBytes = 0
-	return Bound(cacheplan.Rewrite(p, cached, CacheSplit(p)), r)
-}
-
-// FirstEpoch is the plan of the first epoch of plan pl (one of withCache's,
-// made under r), the epoch that fills the cache. A random pipeline's
-// entries are the files themselves (cache split 0), so its resident
-// samples are fetched raw, and every other sample's split is re-solved
-// around them by pl's policy (on cacheplan.Pin's profile); a
-// deterministic pipeline's entries are finished outputs, which the
-// compute node makes from whatever split a sample arrives at, so its
-// first epoch is pl's policy without a cache. It is pl's own splits where
-// those predict no worse, and where nothing is resident (lru's first
-// epoch is its cold cache's). Its Pred is the first epoch's; its Cached
-// is pl's.
-func FirstEpoch(p *profiler.Profile, r Resources, pl Plan) Plan {
-	r.CacheBytes = 0
+// FirstEpoch is the plan of the epoch that fills the cache, the first of
+// plan pl (one of in's). A random pipeline's entries are the files
+// themselves (cache split 0), so its resident samples are fetched raw, and
+// every other sample's split is re-solved around them by pl's policy (on
+// cacheplan.Pin's profile); a deterministic pipeline's entries are
+// finished outputs, which the compute node makes from whatever split a
+// sample arrives at, so its first epoch is pl's policy without a cache.
+// It is pl's own splits where those predict no worse, and where nothing
+// is resident (lru's first epoch is its cold cache's). Its Pred is the
+// first epoch's; its Cached is pl's.
+func FirstEpoch(in Instance, pl Plan) (Plan, error) {
+	in.CacheBytes = 0
 	best := pl
-	best.Pred = Predict(p, r, pl.Split, pl.Compress)
+	cp, err := Predict(in, pl.Replica, pl.Split, pl.Compress)
+	if err != nil {
+		return Plan{}, err
+	}
+	best.Pred = cp.Totals()
+	if !in.one {
+		best.Cluster = &cp
+	}
 	e, ok := Lookup(pl.Policy)
-	if pl.Cached == nil || !ok || e.Single == nil {
-		return best
+	if pl.Cached == nil || !ok || !e.plans(in) {
+		return best, nil
 	}
-	k, q := CacheSplit(p), p
+	k, q := CacheSplit(in.Profile), in
 	if k == 0 {
-		q = cacheplan.Pin(p, pl.Cached, 0)
+		q = in.with(cacheplan.Pin(in.Profile, pl.Cached, 0))
 	}
-	if f, err := e.Single(q, r); err == nil && f.Pred.Seconds < best.Pred.Seconds {
+	if f, err := e.Plan(q); err == nil && f.Pred.Seconds < best.Pred.Seconds {
 		for i, c := range pl.Cached {
 			if c && k == 0 && f.Split[i] != 0 {
-				return best // only where the link is free
+				return best, nil // only where the link is free
 			}
 		}
 		f.Cached = pl.Cached
 		best = f
 	}
-	return best
+	return best, nil
 }
 
-// LRU is the baseline a local file cache gives: NoOff's splits, and an LRU
-// cache of r.CacheBytes at the cache split, which a random order every
+// LRU is the baseline a local file cache gives, on one node only: NoOff's
+// splits, and an LRU cache of in.CacheBytes at the cache split, which a random order every
 // epoch turns into a random subset: each sample is a hit with
 // probability cacheplan.LRUHitRatio of the budget and the entries
 // (well under the budget's share of the bytes). Its Pred is the expected steady-state epoch (a hit costs what a
 // resident sample does); its Cached is nil, since no residency is
 // planned.
-func LRU(p *profiler.Profile, r Resources) Plan {
-	budget := r.CacheBytes
-	r.CacheBytes = 0
-	pl := NoOff(p, r)
+func LRU(in Instance) (Plan, error) {
+	pl, err := in.runOne(NameLRU, (*cmodel).noOff)
+	if err != nil {
+		return Plan{}, err
+	}
 	pl.Policy = NameLRU
-	k := CacheSplit(p)
+	p, k := in.Profile, CacheSplit(in.Profile)
 	var finish float64
 	entries := make([]float64, len(p.Samples))
 	for i := range p.Samples {
 		entries[i] = cacheplan.Entry(&p.Samples[i], k)
 		finish += cacheplan.FinishNS(&p.Samples[i], k)
 	}
-	h := cacheplan.LRUHitRatio(budget, entries, cacheplan.LRULag)
+	h := cacheplan.LRUHitRatio(in.CacheBytes, entries, cacheplan.LRULag)
 	pr := &pl.Pred
 	pr.Bytes, pr.LinkSeconds = pr.Bytes*(1-h), pr.LinkSeconds*(1-h)
 	pr.StorageCPUSeconds, pr.StorageSeconds = pr.StorageCPUSeconds*(1-h), pr.StorageSeconds*(1-h)
 	pr.ComputeCPUSeconds = pr.ComputeCPUSeconds*(1-h) + h*finish*1e-9
-	if r.ComputeCores > 0 {
-		pr.ComputeSeconds = pr.ComputeCPUSeconds / r.ComputeCores
+	if cores := in.Cluster.Compute[0].Cores; cores > 0 {
+		pr.ComputeSeconds = pr.ComputeCPUSeconds / cores
 	}
 	pr.Seconds, pr.Bottleneck = -1, ""
 	for _, t := range []struct {
@@ -287,5 +305,5 @@ func LRU(p *profiler.Profile, r Resources) Plan {
 			pr.Seconds, pr.Bottleneck = t.s, t.name
 		}
 	}
-	return pl
+	return pl, nil
 }

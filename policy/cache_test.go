@@ -31,7 +31,7 @@ func TestCacheSmallBeforeBig(t *testing.T) {
 	p, r := smallsAndBig()
 	r.CacheBytes = 3000
 	for _, name := range []string{NameOptimal, NameSOPHON} {
-		pl, err := ByName(name, p, r)
+		pl, err := byName1(name, p, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,25 +46,25 @@ func TestCacheSmallBeforeBig(t *testing.T) {
 			t.Errorf("%s: predicted %v B, %v s; want 300 B, 3 s", name, pl.Pred.Bytes, pl.Pred.Seconds)
 		}
 		// The first epoch fetches the cached samples raw.
-		if e0 := FirstEpoch(p, r, pl); e0.Pred.Bytes != 2300 || !slices.Equal(e0.Cached, pl.Cached) || !near(e0.Pred.Seconds, 23) {
+		if e0 := first1(p, r, pl); e0.Pred.Bytes != 2300 || !slices.Equal(e0.Cached, pl.Cached) || !near(e0.Pred.Seconds, 23) {
 			t.Errorf("%s: epoch 0 sends %v B in %v s, want 2300 B, 23 s", name, e0.Pred.Bytes, e0.Pred.Seconds)
 		}
 	}
 	// Re-planned with the residency fixed, the plan is the same.
-	opt := Optimal(p, r)
-	if again, err := Resident(NameOptimal, p, r, opt.Cached); err != nil || !reflect.DeepEqual(again, opt) {
+	opt := one(Optimal, p, r)
+	if again, err := resident1(NameOptimal, p, r, opt.Cached); err != nil || !reflect.DeepEqual(again, opt) {
 		t.Errorf("Resident: %+v, %v; want %+v", again, err, opt)
 	}
-	if _, err := Resident(NameOptimal, p, r, opt.Cached[1:]); !errors.Is(err, ErrResidency) {
+	if _, err := resident1(NameOptimal, p, r, opt.Cached[1:]); !errors.Is(err, ErrResidency) {
 		t.Errorf("Resident, short residency: %v, want ErrResidency", err)
 	}
-	if _, err := Resident("greedy", p, r, opt.Cached); !errors.Is(err, ErrUnknownPolicy) {
+	if _, err := resident1("greedy", p, r, opt.Cached); !errors.Is(err, ErrUnknownPolicy) {
 		t.Errorf("Resident, unknown policy: %v, want ErrUnknownPolicy", err)
 	}
-	if b := CacheBound(p, r); b > 3+1e-9 || b < 2-1e-9 {
+	if b := cacheBound1(p, r); b > 3+1e-9 || b < 2-1e-9 {
 		t.Errorf("cache bound %v, want in [2, 3] (the relaxation caches a third of the big one)", b)
 	}
-	lru := LRU(p, r)
+	lru := one(LRU, p, r)
 	entries := make([]float64, len(p.Samples))
 	for i := range p.Samples {
 		entries[i] = cacheplan.Entry(&p.Samples[i], CacheSplit(p))
@@ -79,16 +79,16 @@ func TestCacheSmallBeforeBig(t *testing.T) {
 // without a cache, bit for bit.
 func TestCacheZeroBudget(t *testing.T) {
 	p, r := smallsAndBig()
-	for _, f := range []func(*profiler.Profile, Resources) Plan{Optimal, SOPHON} {
-		plain := f(p, r)
+	for _, f := range []func(Instance) (Plan, error){Optimal, SOPHON} {
+		plain := one(f, p, r)
 		r.CacheBytes = 199
-		if got := f(p, r); !reflect.DeepEqual(got, plain) || got.Cached != nil {
+		if got := one(f, p, r); !reflect.DeepEqual(got, plain) || got.Cached != nil {
 			t.Errorf("%s: budget 199 changed the plan: %+v, want %+v", plain.Policy, got, plain)
 		}
 		r.CacheBytes = 0
 	}
-	if CacheBound(p, r) != Bound(p, r) {
-		t.Errorf("CacheBound without a cache %v, Bound %v", CacheBound(p, r), Bound(p, r))
+	if cacheBound1(p, r) != bound1(p, r) {
+		t.Errorf("CacheBound without a cache %v, Bound %v", cacheBound1(p, r), bound1(p, r))
 	}
 }
 
@@ -103,7 +103,7 @@ func TestCacheDeterministic(t *testing.T) {
 		t.Fatalf("CacheSplit %d, want 4", k)
 	}
 	r := Resources{LinkBytesPerSec: 1000, StorageCores: 1, ComputeCores: 1, CacheBytes: 12000}
-	pl := Optimal(p, r)
+	pl := one(Optimal, p, r)
 	if pl.Cached == nil || pl.Cached[0] == pl.Cached[1] || pl.Split[slices.Index(pl.Cached, true)] != 4 {
 		t.Fatalf("Cached %v, splits %v: want one finished output resident, at split 4", pl.Cached, pl.Split)
 	}
@@ -114,7 +114,7 @@ func TestCacheDeterministic(t *testing.T) {
 	// is optimal's plan without a cache, not a fetch of finished outputs.
 	r0 := r
 	r0.CacheBytes = 0
-	if f, plain := FirstEpoch(p, r, pl), Optimal(p, r0); !near(f.Pred.Seconds, plain.Pred.Seconds) || !slices.Equal(f.Cached, pl.Cached) {
+	if f, plain := first1(p, r, pl), one(Optimal, p, r0); !near(f.Pred.Seconds, plain.Pred.Seconds) || !slices.Equal(f.Cached, pl.Cached) {
 		t.Errorf("first epoch %v s, want optimal's without a cache, %v s", f.Pred.Seconds, plain.Pred.Seconds)
 	}
 }
@@ -156,9 +156,9 @@ func checkCache(t *testing.T, p *profiler.Profile, r Resources) (opt, bound floa
 	k := CacheSplit(p)
 	r0 := r
 	r0.CacheBytes = 0
-	bound = CacheBound(p, r)
+	bound = cacheBound1(p, r)
 	slack := func(x float64) float64 { return x + 1e-9*max(x, 1e-300) }
-	for _, pl := range append(All(p, r), All(p, r0)...) {
+	for _, pl := range append(all1(p, r), all1(p, r0)...) {
 		if bound > slack(pl.Pred.Seconds) {
 			t.Errorf("cache bound %v > %s %v (cached %v)", bound, pl.Policy, pl.Pred.Seconds, pl.Cached != nil)
 		}
@@ -179,18 +179,18 @@ func checkCache(t *testing.T, p *profiler.Profile, r Resources) (opt, bound floa
 		if used > r.CacheBytes {
 			t.Errorf("%s: %v B resident, budget %v", pl.Policy, used, r.CacheBytes)
 		}
-		if got := Predict(cacheplan.Rewrite(p, pl.Cached, k), r0, split, pl.Compress); !near(got.Seconds, pl.Pred.Seconds) {
+		if got := predict1(cacheplan.Rewrite(p, pl.Cached, k), r0, split, pl.Compress); !near(got.Seconds, pl.Pred.Seconds) {
 			t.Errorf("%s: Pred %v, Predict on its residency %v", pl.Policy, pl.Pred.Seconds, got.Seconds)
 		}
 	}
-	for _, pl := range All(p, r) {
+	for _, pl := range all1(p, r) {
 		// The first epoch fetches what it fills the cache with, and is no
 		// worse than the steady plan's splits.
-		f := FirstEpoch(p, r, pl)
-		if steady := Predict(p, r0, pl.Split, pl.Compress); f.Pred.Seconds > slack(steady.Seconds) {
+		f := first1(p, r, pl)
+		if steady := predict1(p, r0, pl.Split, pl.Compress); f.Pred.Seconds > slack(steady.Seconds) {
 			t.Errorf("%s: first epoch %v > the steady splits' %v", pl.Policy, f.Pred.Seconds, steady.Seconds)
 		}
-		if got := Predict(p, r0, f.Split, f.Compress); !near(got.Seconds, f.Pred.Seconds) {
+		if got := predict1(p, r0, f.Split, f.Compress); !near(got.Seconds, f.Pred.Seconds) {
 			t.Errorf("%s: first epoch Pred %v, Predict %v", pl.Policy, f.Pred.Seconds, got.Seconds)
 		}
 		for i, c := range f.Cached {
@@ -199,8 +199,8 @@ func checkCache(t *testing.T, p *profiler.Profile, r Resources) (opt, bound floa
 			}
 		}
 	}
-	opt = Optimal(p, r).Pred.Seconds
-	if plain := Optimal(p, r0).Pred.Seconds; opt > slack(plain) {
+	opt = one(Optimal, p, r).Pred.Seconds
+	if plain := one(Optimal, p, r0).Pred.Seconds; opt > slack(plain) {
 		t.Errorf("optimal with a cache %v > without %v", opt, plain)
 	}
 	return opt, bound

@@ -44,7 +44,7 @@ func TestClusterHeterogeneousEgress(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			plans, b, err := policy.ClusterAll(p, cl, pl)
+			plans, b, err := policy.All(policy.On(p, cl, pl))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,8 +95,8 @@ func BenchmarkClusterScale(b *testing.B) {
 		name string
 		f    func() error
 	}{
-		{"solve", func() error { _, _, err := policy.ClusterSolve(p, c, pl); return err }},
-		{"bound", func() error { _, err := policy.ClusterBound(p, c, pl); return err }},
+		{"solve", func() error { _, _, err := policy.Solve(policy.NameOptimal, policy.On(p, c, pl)); return err }},
+		{"bound", func() error { _, err := policy.Bound(policy.On(p, c, pl)); return err }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()

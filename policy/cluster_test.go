@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sophon-dl/sophon/policy/cacheplan"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -103,7 +104,7 @@ func TestPlacementCheck(t *testing.T) {
 	p := &profiler.Profile{Ops: []string{"op"}, Samples: []profiler.SampleProfile{
 		{Raw: 10, Bytes: []int64{10, 5}, OpNS: []int64{1}}, {Raw: 10, Bytes: []int64{10, 5}, OpNS: []int64{1}}}}
 	good := func() *Placement { return &Placement{Rank: []int32{0, 2}, Sets: [][]int16{{0, 1}}, Set: []int32{0, 0}} }
-	if _, err := ClusterBound(p, c, good()); err != nil {
+	if _, err := Bound(On(p, c, good())); err != nil {
 		t.Fatalf("good placement: %v", err)
 	}
 	for _, cs := range []struct {
@@ -122,21 +123,21 @@ func TestPlacementCheck(t *testing.T) {
 		t.Run(cs.name, func(t *testing.T) {
 			pl := good()
 			cs.edit(pl)
-			_, err := ClusterBound(p, c, pl)
+			_, err := Bound(On(p, c, pl))
 			var ce *ClusterError
 			if !errors.Is(err, ErrPlacement) || !errors.As(err, &ce) || ce.Field != cs.field {
 				t.Errorf("got %v, want ErrPlacement at %s", err, cs.field)
 			}
 		})
 	}
-	if _, err := ClusterBound(p, c, nil); !errors.Is(err, ErrPlacement) {
+	if _, err := Bound(On(p, c, nil)); !errors.Is(err, ErrPlacement) {
 		t.Errorf("nil placement: got %v", err)
 	}
-	if _, err := ClusterBound(nil, c, good()); !errors.Is(err, ErrClusterProfile) {
+	if _, err := Bound(On(nil, c, good())); !errors.Is(err, ErrClusterProfile) {
 		t.Errorf("nil profile: got %v", err)
 	}
 	bad := &profiler.Profile{Ops: []string{"op"}, Samples: []profiler.SampleProfile{{Bytes: []int64{1}}, {Bytes: []int64{1}}}}
-	if _, err := ClusterBound(bad, c, good()); !errors.Is(err, ErrClusterProfile) {
+	if _, err := Bound(On(bad, c, good())); !errors.Is(err, ErrClusterProfile) {
 		t.Errorf("malformed profile: got %v", err)
 	}
 }
@@ -157,7 +158,7 @@ func TestClusterPredictHandmade(t *testing.T) {
 	// Sample 0: s0 -> c0 raw: 100 B, storage 0, compute 3 s.
 	// Sample 1: s1 -> c1 at split 1: 40 B, storage 1 s, compute 2 s.
 	// Sample 2: s1 -> c1 at split 2: 30 B, storage 3 s, compute 0.
-	pr, err := ClusterPredict(p, c, pl, []int16{0, 1, 1}, []int{0, 1, 2}, nil)
+	pr, err := Predict(On(p, c, pl), []int16{0, 1, 1}, []int{0, 1, 2}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestClusterPredictHandmade(t *testing.T) {
 	// With more storage cores the capped link binds; the cluster's
 	// order puts it before everything but egress.
 	c.Storage[1].Cores = 4
-	pr, _ = ClusterPredict(p, c, pl, []int16{0, 1, 1}, []int{0, 1, 2}, nil)
+	pr, _ = Predict(On(p, c, pl), []int16{0, 1, 1}, []int{0, 1, 2}, nil)
 	if want := (ClusterResource{Kind: Link, Storage: "s1", Compute: "c1"}); pr.Bottleneck != want || !near(pr.Seconds, 3.5) {
 		t.Errorf("bottleneck: got %v %v, want %v 3.5", pr.Bottleneck, pr.Seconds, want)
 	}
@@ -198,10 +199,10 @@ func TestClusterPredictHandmade(t *testing.T) {
 	}
 	// A replica outside the set, or arrays of the wrong length, fail.
 	pl2 := &Placement{Rank: []int32{0, 1, 2}, Sets: [][]int16{{0}}, Set: []int32{0, 0, 0}}
-	if _, err := ClusterPredict(p, c, pl2, []int16{0, 1, 0}, []int{0, 0, 0}, nil); !errors.Is(err, ErrClusterPlan) {
+	if _, err := Predict(On(p, c, pl2), []int16{0, 1, 0}, []int{0, 0, 0}, nil); !errors.Is(err, ErrClusterPlan) {
 		t.Errorf("replica outside the set: got %v", err)
 	}
-	if _, err := ClusterPredict(p, c, pl, []int16{0}, []int{0, 0, 0}, nil); !errors.Is(err, ErrClusterPlan) {
+	if _, err := Predict(On(p, c, pl), []int16{0}, []int{0, 0, 0}, nil); !errors.Is(err, ErrClusterPlan) {
 		t.Errorf("short replicas: got %v", err)
 	}
 }
@@ -267,7 +268,7 @@ func randomPlacement(rng *rand.Rand, n int, c Cluster) *Placement {
 // optimal plan's prediction and the bound.
 func checkCluster(t *testing.T, p *profiler.Profile, c Cluster, pl *Placement) (opt, bound float64) {
 	t.Helper()
-	plans, b, err := ClusterAll(p, c, pl)
+	plans, b, err := All(On(p, c, pl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +285,7 @@ func checkCluster(t *testing.T, p *profiler.Profile, c Cluster, pl *Placement) (
 				t.Fatalf("%s: sample %d served by %d, not in its set %v", plan.Policy, i, j, pl.Sets[pl.Set[i]])
 			}
 		}
-		got, err := ClusterPredict(p, c, pl, plan.Replica, plan.Split, plan.Compress)
+		got, err := Predict(On(p, c, pl), plan.Replica, plan.Split, plan.Compress)
 		if err != nil || !near(got.Seconds, plan.Pred.Seconds) {
 			t.Errorf("%s: Pred %v, ClusterPredict %v (%v)", plan.Policy, plan.Pred.Seconds, got.Seconds, err)
 		}
@@ -306,10 +307,10 @@ func checkCluster(t *testing.T, p *profiler.Profile, c Cluster, pl *Placement) (
 		t.Errorf("bucketed LP %v < bound %v", b.BucketLP, b.Seconds)
 	}
 	// The bound agrees with ClusterBound; everything is deterministic.
-	if b2, err := ClusterBound(p, c, pl); err != nil || b2.Seconds != b.Seconds {
+	if b2, err := Bound(On(p, c, pl)); err != nil || b2.Seconds != b.Seconds {
 		t.Errorf("ClusterBound %v, ClusterAll's %v (%v)", b2.Seconds, b.Seconds, err)
 	}
-	if again, _, _ := ClusterAll(p, c, pl); !reflect.DeepEqual(plans, again) {
+	if again, _, _ := All(On(p, c, pl)); !reflect.DeepEqual(plans, again) {
 		t.Errorf("plans differ between two runs")
 	}
 	return opt, b.Seconds
@@ -348,7 +349,7 @@ func bruteCluster(p *profiler.Profile, c Cluster, pl *Placement) float64 {
 	var rec func(i int)
 	rec = func(i int) {
 		if i == n {
-			pr, err := ClusterPredict(p, c, pl, rep, split, compress)
+			pr, err := Predict(On(p, c, pl), rep, split, compress)
 			if err != nil {
 				panic(err)
 			}
@@ -443,11 +444,11 @@ func TestClusterSingleNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := SingleNode(r)
-		plans, cb, err := ClusterAll(p, c, pl)
+		plans, cb, err := All(On(p, c, pl))
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := Bound(p, r)
+		b := bound1(p, r)
 		if rel := math.Abs(cb.Seconds-b) / max(b, 1e-300); rel > 1e-6 {
 			t.Errorf("trial %d: cluster bound %v, Bound %v (relative %.2g)", trial, cb.Seconds, b, rel)
 		} else {
@@ -456,7 +457,7 @@ func TestClusterSingleNode(t *testing.T) {
 		for _, c := range []struct {
 			got  Plan
 			want Plan
-		}{{plans[0], NoOff(p, r)}, {plans[2], SOPHON(p, r)}} {
+		}{{plans[0], one(NoOff, p, r)}, {plans[2], one(SOPHON, p, r)}} {
 			for i, k := range c.got.Split {
 				if int(k) != c.want.Split[i] {
 					t.Fatalf("trial %d: %s: sample %d at %d, single-node %d", trial, c.got.Policy, i, k, c.want.Split[i])
@@ -466,7 +467,7 @@ func TestClusterSingleNode(t *testing.T) {
 				t.Errorf("trial %d: %s predicts %v, single-node %v", trial, c.got.Policy, c.got.Pred.Seconds, c.want.Pred.Seconds)
 			}
 		}
-		opt, single := plans[3].Pred.Seconds, Optimal(p, r).Pred.Seconds
+		opt, single := plans[3].Pred.Seconds, one(Optimal, p, r).Pred.Seconds
 		if opt > single*1.01 {
 			t.Errorf("trial %d: cluster optimal %v, Optimal %v", trial, opt, single)
 		}
@@ -504,7 +505,7 @@ func TestClusterBucketedBound(t *testing.T) {
 		if b.Seconds > lp.BucketLP*(1+1e-9) || b.BucketLP < lp.Seconds*(1-1e-9) {
 			t.Errorf("trial %d: LP %v not in [bound %v, bucketed LP %v]", trial, lp.Seconds, b.Seconds, b.BucketLP)
 		}
-		opt, err := ClusterOptimal(p, c, pl)
+		opt, err := Optimal(On(p, c, pl))
 		if err != nil || opt.Pred.Seconds < b.Seconds*(1-1e-9) {
 			t.Errorf("trial %d: optimal %v below the bound %v (%v)", trial, opt.Pred.Seconds, b.Seconds, err)
 		}
@@ -522,7 +523,7 @@ func TestClusterRoundRobinAndNoOff(t *testing.T) {
 	s := profiler.SampleProfile{Raw: 100, Bytes: []int64{100, 10}, OpNS: []int64{1e6}}
 	p := &profiler.Profile{Ops: []string{"op"}, Samples: []profiler.SampleProfile{s, s, s, s, s}}
 	pl := &Placement{Rank: make([]int32, 5), Sets: [][]int16{{0, 1}, {1, 0}}, Set: []int32{0, 1, 0, 1, 0}}
-	rr, err := ClusterRoundRobin(p, c, pl)
+	rr, err := RoundRobin(On(p, c, pl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,7 +531,7 @@ func TestClusterRoundRobinAndNoOff(t *testing.T) {
 	if want := []int16{0, 1, 1, 0, 0}; !slices.Equal(rr.Replica, want) {
 		t.Errorf("round robin: got %v, want %v", rr.Replica, want)
 	}
-	no, err := ClusterNoOff(p, c, pl)
+	no, err := NoOff(On(p, c, pl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,7 +560,7 @@ func TestClusterSOPHONShares(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	p := randomProfile(rng, 400, 3, false)
 	pl, _ := NewPlacement(make([]int32, 400), func(int) []int16 { return []int16{1, 0} })
-	so, err := ClusterSOPHON(p, c, pl)
+	so, err := SOPHON(On(p, c, pl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,7 +579,7 @@ func TestClusterSOPHONShares(t *testing.T) {
 				idx = append(idx, i)
 			}
 		}
-		want := SOPHON(sub, Resources{LinkBytesPerSec: c.Storage[j].EgressBytesPerSec, StorageCores: 1})
+		want := one(SOPHON, sub, Resources{LinkBytesPerSec: c.Storage[j].EgressBytesPerSec, StorageCores: 1})
 		for k, i := range idx {
 			if int(so.Split[i]) != want.Split[k] {
 				t.Fatalf("agent %d: sample %d at %d, SOPHON on the agent's samples %d", j, i, so.Split[i], want.Split[k])
@@ -593,15 +594,15 @@ func TestClusterByName(t *testing.T) {
 	p := randomProfile(rng, 30, 2, true)
 	pl := randomPlacement(rng, 30, c)
 	for _, name := range ClusterNames {
-		plan, err := ClusterByName(name, p, c, pl)
+		plan, err := ByName(name, On(p, c, pl))
 		if err != nil || plan.Policy != name || len(plan.Replica) != 30 {
 			t.Errorf("%s: policy %q, %d samples, %v", name, plan.Policy, len(plan.Replica), err)
 		}
 	}
-	if _, err := ClusterByName("alloff", p, c, pl); !errors.Is(err, ErrUnknownPolicy) || !strings.Contains(err.Error(), "alloff") {
+	if _, err := ByName("alloff", On(p, c, pl)); !errors.Is(err, ErrUnknownPolicy) || !strings.Contains(err.Error(), "alloff") {
 		t.Errorf("unknown policy: got %v", err)
 	}
-	if _, err := ClusterByName(NameOptimal, p, Cluster{}, pl); !errors.Is(err, ErrNoNodes) {
+	if _, err := ByName(NameOptimal, On(p, Cluster{}, pl)); !errors.Is(err, ErrNoNodes) {
 		t.Errorf("empty cluster: got %v", err)
 	}
 }
@@ -610,7 +611,7 @@ func TestClusterDegenerate(t *testing.T) {
 	c := twoByTwo()
 	empty := &profiler.Profile{Ops: []string{"a", "b"}}
 	pl := &Placement{}
-	plans, b, err := ClusterAll(empty, c, pl)
+	plans, b, err := All(On(empty, c, pl))
 	if err != nil || len(plans) != 4 || b.Seconds != 0 || plans[3].Pred.Seconds != 0 {
 		t.Errorf("no samples: %v, bound %v, %v", len(plans), b.Seconds, err)
 	}
@@ -630,7 +631,7 @@ func TestClusterDegenerate(t *testing.T) {
 		t.Errorf("GPU bound: optimal %v, bound %v; want 10 (50 samples at 5/s)", opt, bound)
 	}
 	tooLong := &profiler.Profile{Ops: make([]string, MaxClusterOps+1)}
-	if _, err := ClusterBound(tooLong, c, &Placement{}); !errors.Is(err, ErrClusterProfile) {
+	if _, err := Bound(On(tooLong, c, &Placement{})); !errors.Is(err, ErrClusterProfile) {
 		t.Errorf("%d ops: got %v", MaxClusterOps+1, err)
 	}
 }
@@ -657,12 +658,67 @@ func TestClusterManyResources(t *testing.T) {
 		c.SharedUplinkBytesPerSec = 3e5
 		pl := randomPlacement(rng, n, c)
 		opt, bound := checkCluster(t, p, c, pl)
-		b, _ := ClusterBound(p, c, pl)
+		b, _ := Bound(On(p, c, pl))
 		if b.BucketLP-b.Seconds > 2*lpTol*b.BucketLP {
 			t.Errorf("per-sample LP not closed: [%v, %v] after %d iterations", b.Seconds, b.BucketLP, b.Iterations)
 		}
 		if opt > 1.1*bound {
 			t.Errorf("optimal %v > 1.1 x bound %v", opt, bound)
 		}
+	}
+}
+
+// TestResidentCluster: Resident keeps a residency on a cluster as on one
+// node: every policy's plan has exactly the given samples Cached at the
+// cache split, each served by a replica that holds it, predicts the
+// steady-state epoch (the resident samples fetched at split 0 of the
+// profile in which they cost their cache reads), and is no faster than its
+// bound, which is the bound of that profile.
+func TestResidentCluster(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	n := 120
+	p := randomProfile(rng, n, 3, true)
+	c := randomCluster(rng, n)
+	pl := randomPlacement(rng, n, c)
+	cached := make([]bool, n)
+	for i := range cached {
+		cached[i] = i%3 == 0
+	}
+	k := CacheSplit(p)
+	q := cacheplan.Rewrite(p, cached, k)
+	want, err := Bound(On(q, c, pl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range ClusterNames {
+		plan, b, err := Resident(name, On(p, c, pl), cached)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !slices.Equal(plan.Cached, cached) || plan.Replica == nil || plan.Cluster == nil {
+			t.Fatalf("%s: Cached %v, replicas %d, breakdown %v; want the residency kept on a cluster plan", name, plan.Cached, len(plan.Replica), plan.Cluster != nil)
+		}
+		split := slices.Clone(plan.Split)
+		for i, in := range cached {
+			if in && plan.Split[i] != k {
+				t.Errorf("%s: resident sample %d at split %d, want the cache split %d", name, i, plan.Split[i], k)
+			}
+			if in {
+				split[i] = 0
+			}
+		}
+		cp, err := Predict(On(q, c, pl), plan.Replica, split, plan.Compress)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if cp.Seconds != plan.Pred.Seconds || cp.Bytes != plan.Pred.Bytes {
+			t.Errorf("%s: predicted %v s, %v B; want the steady state's %v s, %v B", name, plan.Pred.Seconds, plan.Pred.Bytes, cp.Seconds, cp.Bytes)
+		}
+		if name != NameOptimal && b.Seconds != want.Seconds || b.Seconds > plan.Pred.Seconds*(1+1e-9) || b.CacheSeconds != 0 {
+			t.Errorf("%s: bound %v (cache %v), want %v, at most the plan's %v s, no cache bound on a cluster", name, b.Seconds, b.CacheSeconds, want.Seconds, plan.Pred.Seconds)
+		}
+	}
+	if _, _, err := Resident(NameSOPHON, On(p, c, pl), cached[1:]); !errors.Is(err, ErrResidency) {
+		t.Errorf("short residency: %v, want ErrResidency", err)
 	}
 }

@@ -57,7 +57,7 @@ func TestPredictCut(t *testing.T) {
 		{"short", []int{SplitCut}, nil, 7, 0.05, 0.9, 700, 0.05, 0.9},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := Predict(p, r, c.split, c.compress)
+			got := predict1(p, r, c.split, c.compress)
 			for _, f := range []struct {
 				name      string
 				got, want float64
@@ -78,14 +78,14 @@ func TestPredictCut(t *testing.T) {
 	}
 	// Without any cut data SplitCut is split 0 for every sample.
 	nc := synthetic.WithoutCut(p)
-	if got, want := Predict(nc, r, []int{SplitCut, SplitCut}, nil), Predict(nc, r, []int{0, 0}, nil); got != want {
+	if got, want := predict1(nc, r, []int{SplitCut, SplitCut}, nil), predict1(nc, r, []int{0, 0}, nil); got != want {
 		t.Errorf("no cut data: got %+v, want %+v", got, want)
 	}
 }
 
 func TestCutHandmade(t *testing.T) {
 	p, r := cutPair()
-	opt := Optimal(p, r)
+	opt := one(Optimal, p, r)
 	if want := []int{SplitCut, 2}; !slices.Equal(opt.Split, want) || !near(opt.Pred.Seconds, 5) {
 		t.Errorf("optimal: got %v at %v s, want %v at 5 s", opt.Split, opt.Pred.Seconds, want)
 	}
@@ -93,14 +93,14 @@ func TestCutHandmade(t *testing.T) {
 		t.Errorf("optimal compresses: %v", opt.Compress)
 	}
 	// The LP: sample 1 cannot do better than 3 s of link, sample 0 than 2.
-	if got := Bound(p, r); !near2(got, 5) {
+	if got := bound1(p, r); !near2(got, 5) {
 		t.Errorf("bound: got %v, want 5", got)
 	}
-	so := SOPHON(p, r)
+	so := one(SOPHON, p, r)
 	if want := []int{2, 2}; !slices.Equal(so.Split, want) || !near(so.Pred.Seconds, 6) {
 		t.Errorf("sophon: got %v at %v s, want %v at 6 s", so.Split, so.Pred.Seconds, want)
 	}
-	if got := Optimal(synthetic.WithoutCut(p), r); !near(got.Pred.Seconds, 6) {
+	if got := one(Optimal, synthetic.WithoutCut(p), r); !near(got.Pred.Seconds, 6) {
 		t.Errorf("optimal without the cut: got %v s, want 6", got.Pred.Seconds)
 	}
 }
@@ -127,7 +127,7 @@ func TestPropertiesCut(t *testing.T) {
 		}
 		r := randomResources(rng, len(p.Samples))
 		opt, bound := checkProperties(t, p, r)
-		if slices.Contains(Optimal(p, r).Split, SplitCut) {
+		if slices.Contains(one(Optimal, p, r).Split, SplitCut) {
 			used[trial/200]++
 		}
 		if tiny {
@@ -141,10 +141,10 @@ func TestPropertiesCut(t *testing.T) {
 		}
 		nc := synthetic.WithoutCut(p)
 		// More options never make the optimum or the LP worse.
-		if o := Optimal(nc, r).Pred.Seconds; opt > o*(1+1e-9) {
+		if o := one(Optimal, nc, r).Pred.Seconds; opt > o*(1+1e-9) {
 			t.Errorf("trial %d: optimal with the cut %v > without %v", trial, opt, o)
 		}
-		if b := Bound(nc, r); bound > b*(1+4e-6) {
+		if b := bound1(nc, r); bound > b*(1+4e-6) {
 			t.Errorf("trial %d: bound with the cut %v > without %v", trial, bound, b)
 		}
 		// The baselines ignore the cut: the same plans either way.
@@ -152,11 +152,11 @@ func TestPropertiesCut(t *testing.T) {
 			name string
 			f    func(*profiler.Profile) Plan
 		}{
-			{NameNoOff, func(p *profiler.Profile) Plan { return NoOff(p, r) }},
-			{NameAllOff, func(p *profiler.Profile) Plan { return AllOff(p, r) }},
-			{NameResizeOff, func(p *profiler.Profile) Plan { return ResizeOff(p, r, 1) }},
-			{NameFastFlow, func(p *profiler.Profile) Plan { return FastFlow(p, r) }},
-			{NameSOPHON, func(p *profiler.Profile) Plan { return SOPHON(p, r) }},
+			{NameNoOff, func(p *profiler.Profile) Plan { return one(NoOff, p, r) }},
+			{NameAllOff, func(p *profiler.Profile) Plan { return one(AllOff, p, r) }},
+			{NameResizeOff, func(p *profiler.Profile) Plan { return uniform1(NameResizeOff, 1, p, r) }},
+			{NameFastFlow, func(p *profiler.Profile) Plan { return one(FastFlow, p, r) }},
+			{NameSOPHON, func(p *profiler.Profile) Plan { return one(SOPHON, p, r) }},
 		} {
 			with, without := c.f(p), c.f(nc)
 			if !reflect.DeepEqual(with, without) {
@@ -204,7 +204,7 @@ func TestCutSpeedup(t *testing.T) {
 	}
 	r := ample // link-bound: 430 Mbit/s, 32 storage cores, 8 compute cores
 	r.GPUSamplesPerSec = 0
-	nooff, so, opt := NoOff(p, r), SOPHON(p, r), Optimal(p, r)
+	nooff, so, opt := one(NoOff, p, r), one(SOPHON, p, r), one(Optimal, p, r)
 	if nooff.Pred.Bottleneck != Link {
 		t.Fatalf("nooff is %s-bound, want link-bound", nooff.Pred.Bottleneck)
 	}
@@ -216,14 +216,14 @@ func TestCutSpeedup(t *testing.T) {
 	}
 	sx, ox := nooff.Pred.Seconds/so.Pred.Seconds, nooff.Pred.Seconds/opt.Pred.Seconds
 	t.Logf("nooff %.3f s, sophon %.3f s (%.3fx), optimal %.3f s (%.3fx, %d of %d samples cut), bound %.3f s",
-		nooff.Pred.Seconds, so.Pred.Seconds, sx, opt.Pred.Seconds, ox, cuts, len(p.Samples), Bound(p, r))
+		nooff.Pred.Seconds, so.Pred.Seconds, sx, opt.Pred.Seconds, ox, cuts, len(p.Samples), bound1(p, r))
 	if ox <= 1.4 {
 		t.Errorf("optimal speed-up over nooff %.3fx, want > 1.4x", ox)
 	}
 	if sx < 1 || sx > 1.05 {
 		t.Errorf("sophon speed-up over nooff %.3fx, want ~1.0x", sx)
 	}
-	if without := Optimal(synthetic.WithoutCut(p), r).Pred.Seconds; nooff.Pred.Seconds/without > 1.05 {
+	if without := one(Optimal, synthetic.WithoutCut(p), r).Pred.Seconds; nooff.Pred.Seconds/without > 1.05 {
 		t.Errorf("optimal without the cut %.3f s: a speed-up of %.3fx, want ~1.0x", without, nooff.Pred.Seconds/without)
 	}
 }

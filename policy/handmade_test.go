@@ -57,18 +57,18 @@ func TestHandmade(t *testing.T) {
 		seconds    float64
 		bottleneck string
 	}{
-		{"two/nooff", NoOff(p2, r2), []int{0, 0}, false, 12, Link},
-		{"two/alloff", AllOff(p2, r2), []int{2, 2}, false, 3.5, StorageCPU},
-		{"two/resizeoff", ResizeOff(p2, r2, CropSplit(p2)), []int{2, 2}, false, 3.5, StorageCPU},
-		{"two/fastflow", FastFlow(p2, r2), []int{2, 2}, false, 3.5, StorageCPU},
+		{"two/nooff", one(NoOff, p2, r2), []int{0, 0}, false, 12, Link},
+		{"two/alloff", one(AllOff, p2, r2), []int{2, 2}, false, 3.5, StorageCPU},
+		{"two/resizeoff", one(ResizeOff, p2, r2), []int{2, 2}, false, 3.5, StorageCPU},
+		{"two/fastflow", one(FastFlow, p2, r2), []int{2, 2}, false, 3.5, StorageCPU},
 		// The greedy takes sample 0 (efficiency 900 B / 2 s); taking sample 1
 		// would overshoot to storage 3.5 > 3, so the guard stops there.
-		{"two/sophon", SOPHON(p2, r2), []int{2, 0}, false, 3, Link},
-		{"two/optimal", Optimal(p2, r2), []int{2, 0}, false, 3, Link},
-		{"one/nooff", NoOff(p1, r1), []int{0}, false, 1, Link},
-		{"one/fastflow", FastFlow(p1, r1), []int{2}, false, 0.6, Link},
-		{"one/sophon", SOPHON(p1, r1), []int{2}, false, 0.6, Link},
-		{"one/optimal", Optimal(p1, r1), []int{2}, true, 0.5, StorageCPU},
+		{"two/sophon", one(SOPHON, p2, r2), []int{2, 0}, false, 3, Link},
+		{"two/optimal", one(Optimal, p2, r2), []int{2, 0}, false, 3, Link},
+		{"one/nooff", one(NoOff, p1, r1), []int{0}, false, 1, Link},
+		{"one/fastflow", one(FastFlow, p1, r1), []int{2}, false, 0.6, Link},
+		{"one/sophon", one(SOPHON, p1, r1), []int{2}, false, 0.6, Link},
+		{"one/optimal", one(Optimal, p1, r1), []int{2}, true, 0.5, StorageCPU},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := c.plan.Split; !equalInts(got, c.split) {
@@ -85,15 +85,15 @@ func TestHandmade(t *testing.T) {
 			}
 		})
 	}
-	if got, want := Bound(p2, r2), 2.6; !near2(got, want) {
+	if got, want := bound1(p2, r2), 2.6; !near2(got, want) {
 		t.Errorf("two/bound: got %v, want %v", got, want)
 	}
-	if got, want := Bound(p1, r1), 5.0/12; !near2(got, want) {
+	if got, want := bound1(p1, r1), 5.0/12; !near2(got, want) {
 		t.Errorf("one/bound: got %v, want %v", got, want)
 	}
 	// The GPU bounds everything from below.
 	r1.GPUSamplesPerSec = 1
-	if got, want := Bound(p1, r1), 1.0; !near2(got, want) {
+	if got, want := bound1(p1, r1), 1.0; !near2(got, want) {
 		t.Errorf("one/bound with GPU: got %v, want %v", got, want)
 	}
 }
@@ -117,7 +117,7 @@ func TestPredict(t *testing.T) {
 	p, r := oneCompressed()
 	r.StorageSpeed = 0.5
 	r.GPUSamplesPerSec = 4
-	got := Predict(p, r, []int{1}, []bool{true})
+	got := predict1(p, r, []int{1}, []bool{true})
 	want := Prediction{
 		Seconds: 1.5, LinkSeconds: 1.5, StorageSeconds: 0.6, ComputeSeconds: 0.3, GPUSeconds: 0.25,
 		Bytes: 1500, StorageCPUSeconds: 0.6, ComputeCPUSeconds: 0.3, Bottleneck: Link,
@@ -141,7 +141,7 @@ func TestPredict(t *testing.T) {
 		t.Errorf("Bottleneck: got %v, want %v", got.Bottleneck, want.Bottleneck)
 	}
 	// Unlimited resources cost nothing; out-of-range splits clamp.
-	got = Predict(p, Resources{}, []int{9}, nil)
+	got = predict1(p, Resources{}, []int{9}, nil)
 	if got.Seconds != 0 || got.Bytes != 600 {
 		t.Errorf("unlimited: got %+v, want 0 s and 600 B", got)
 	}
@@ -161,16 +161,16 @@ func TestDegenerate(t *testing.T) {
 		{Ops: []string{"decode"}},
 		{Samples: []profiler.SampleProfile{{Raw: 5, Bytes: []int64{5}}}},
 	} {
-		for _, pl := range All(p, r) {
+		for _, pl := range all1(p, r) {
 			if len(pl.Split) != len(p.Samples) {
 				t.Errorf("%s: got %d splits, want %d", pl.Policy, len(pl.Split), len(p.Samples))
 			}
 		}
 		want := float64(len(p.Samples)) * 5
-		if got := Optimal(p, r).Pred.Seconds; got != want {
+		if got := one(Optimal, p, r).Pred.Seconds; got != want {
 			t.Errorf("optimal: got %v, want %v", got, want)
 		}
-		if got := Bound(p, r); !near2(got, want) {
+		if got := bound1(p, r); !near2(got, want) {
 			t.Errorf("bound: got %v, want %v", got, want)
 		}
 	}

@@ -23,7 +23,9 @@
 package policy
 
 import (
+	"fmt"
 	"math"
+	"slices"
 
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/profiler"
@@ -134,13 +136,16 @@ type model struct {
 // model's plans (which must not change them).
 func (m *model) sampleIDs() []uint64 {
 	if m.ids == nil {
-		m.ids = ids(m.p)
+		m.ids = make([]uint64, len(m.p.Samples))
+		for i := range m.p.Samples {
+			m.ids[i] = m.p.Samples[i].ID
+		}
 	}
 	return m.ids
 }
 
 // newModel returns the options of p on storage CPUs of relative speed
-// speed (zero meaning 1) that spend nsPerByte of their own ns sending each
+// speed (positive) that spend nsPerByte of their own ns sending each
 // payload byte. With cut, it offers SplitCut where any sample has the
 // cut's measurements (which takes a pass over the samples); without, it
 // never does, as the baselines need.
@@ -162,17 +167,9 @@ func newModel(p *profiler.Profile, speed, nsPerByte float64, cut bool) *model {
 		}
 	}
 	if nsPerByte > 0 {
-		m.perByte = nsPerByte * speedOr1(speed)
+		m.perByte = nsPerByte * speed
 	}
 	return m
-}
-
-// speedOr1 is a storage speed, zero meaning 1.
-func speedOr1(speed float64) float64 {
-	if speed <= 0 {
-		return 1
-	}
-	return speed
 }
 
 // nopt is the number of options per sample: option o < cutOpt is split
@@ -252,31 +249,534 @@ func (m *model) cutRaw(s *profiler.SampleProfile, total, pre2 float64) raw {
 	return raw{float64(s.CutBytes), float64(s.CutNS), float64(s.CutFinishNS) + total - pre2}
 }
 
-// choices converts a split/compress pair into option indices.
-func (m *model) choices(split []int, compress []bool) []int32 {
-	ch := make([]int32, len(m.p.Samples))
+// choices converts a split/compress pair into option indices, read as
+// Predict reads them.
+func (m *model) choices(split []int, compress []bool) []uint8 {
+	ch := make([]uint8, len(m.p.Samples))
 	for i := range ch {
 		k := 0
 		if i < len(split) {
 			k = split[i]
 		}
 		if k == SplitCut && m.cut && m.p.Samples[i].HasCut() {
-			ch[i] = int32(m.cutOpt)
+			ch[i] = uint8(m.cutOpt)
 			continue
 		}
 		k = min(max(k, 0), m.n)
 		c := compress != nil && i < len(compress) && compress[i] &&
 			len(m.p.Samples[i].Compressed) == m.n+1
-		ch[i] = int32(m.option(k, c))
+		ch[i] = uint8(m.option(k, c))
 	}
 	return ch
 }
 
-// ids is the profile's sample ids, in its order.
-func ids(p *profiler.Profile) []uint64 {
-	out := make([]uint64, len(p.Samples))
-	for i := range p.Samples {
-		out[i] = p.Samples[i].ID
+// Resource kinds a cluster adds to the single-node ones (Link, StorageCPU,
+// ComputeCPU, GPU), as reported in ClusterResource.Kind. In a cluster, Link
+// is a capped (storage, compute) pair, StorageCPU and ComputeCPU one node's
+// cores and GPU one node's ranks.
+const (
+	StorageEgress  = "storage-egress"
+	ComputeIngress = "compute-ingress"
+	SharedUplink   = "uplink"
+)
+
+// ClusterResource names one resource of a cluster.
+type ClusterResource struct {
+	// Kind is StorageEgress, Link, SharedUplink, ComputeIngress,
+	// StorageCPU, ComputeCPU or GPU.
+	Kind string
+	// Storage names the storage node of StorageEgress, StorageCPU and
+	// Link; empty otherwise.
+	Storage string
+	// Compute names the compute node of ComputeIngress, ComputeCPU, GPU
+	// and Link; empty otherwise.
+	Compute string
+}
+
+// String is the kind followed by the node(s): "storage-egress s1",
+// "link s1->c2", "uplink".
+func (r ClusterResource) String() string {
+	switch {
+	case r.Storage != "" && r.Compute != "":
+		return r.Kind + " " + r.Storage + "->" + r.Compute
+	case r.Storage != "":
+		return r.Kind + " " + r.Storage
+	case r.Compute != "":
+		return r.Kind + " " + r.Compute
 	}
-	return out
+	return r.Kind
+}
+
+// StorageLoad is what a plan asks of one storage node per epoch.
+type StorageLoad struct {
+	// Samples is the number of samples the node serves.
+	Samples int
+	// Bytes is the payload it sends.
+	Bytes float64
+	// CPUSeconds is the preprocessing CPU time it spends, already scaled
+	// by the cluster's StorageSpeed.
+	CPUSeconds float64
+	// CPUTime and EgressTime are the epoch seconds its cores and its
+	// egress need: CPUSeconds/Cores and Bytes/EgressBytesPerSec (zero when
+	// unlimited).
+	CPUTime, EgressTime float64
+}
+
+// ComputeLoad is what a plan asks of one compute node per epoch.
+type ComputeLoad struct {
+	// Samples is the number of samples its ranks train on.
+	Samples int
+	// Bytes is the payload it receives.
+	Bytes float64
+	// CPUSeconds is the CPU time of finishing its samples' pipelines.
+	CPUSeconds float64
+	// CPUTime, IngressTime and GPUTime are the epoch seconds its cores,
+	// its ingress and its slowest rank's GPU share need (zero when
+	// unlimited). GPUTime does not depend on the plan.
+	CPUTime, IngressTime, GPUTime float64
+}
+
+// LinkLoad is the payload crossing one capped pair (Cluster.Links).
+type LinkLoad struct {
+	// Bytes is the payload crossing the pair.
+	Bytes float64
+	// Time is Bytes over the cap (zero when the cap is zero, unlimited).
+	Time float64
+}
+
+// ClusterPrediction is the predicted cost of one epoch under a cluster
+// plan. DDP is synchronous, so the epoch is the slowest rank's: Seconds is
+// the largest time over every resource of every node, every capped pair
+// and the shared uplink.
+type ClusterPrediction struct {
+	// Seconds is the predicted epoch time.
+	Seconds float64
+	// Bottleneck is the resource that sets Seconds; ties go to the first
+	// in the order: egress, links, uplink, ingress (each by node), storage
+	// CPU, compute CPU, GPU.
+	Bottleneck ClusterResource
+	// Storage and Compute hold one entry per node, indexed as the
+	// Cluster's; Links one per Cluster.Links entry.
+	Storage []StorageLoad
+	Compute []ComputeLoad
+	Links   []LinkLoad
+	// UplinkTime is the epoch seconds the shared uplink needs.
+	UplinkTime float64
+	// Bytes, StorageCPUSeconds and ComputeCPUSeconds are totals over the
+	// nodes.
+	Bytes, StorageCPUSeconds, ComputeCPUSeconds float64
+}
+
+// ptot is one (storage, compute) pair's totals: payload bytes, storage ns
+// (on the profile's clock), compute ns and samples.
+type ptot struct{ b, s, p, n float64 }
+
+// cmodel is a profile, a cluster and a placement, indexed for planning.
+// Resources with a limit get ids 0..nres-1 in the bottleneck order; an
+// unlimited one has id -1 and costs nothing.
+type cmodel struct {
+	m      *model
+	c      *Cluster
+	pl     *Placement
+	ns, nc int
+	node   []int32 // compute node of each rank
+
+	nres int
+	res  []ClusterResource
+	// Resource ids (-1: unlimited) and seconds per unit: per storage node
+	// (CPU per ns, egress per byte), per compute node (ingress per byte,
+	// CPU per ns), per pair (link per byte), and the uplink per byte.
+	sCPU, sEgr, cIng, cCPU, link []int32
+	sCPUs, sEgrs, cIngs, cCPUs   []float64
+	links                        []float64
+	up                           int32
+	ups                          float64
+	linkOf                       []int32 // per pair: index in Cluster.Links, -1 if none
+
+	gpu    []float64 // per compute node: its slowest rank's GPU seconds
+	gpuMax float64
+
+	// canon maps each replica set to the first set with the same members
+	// (in any order), which buckets use: the order of a set matters only
+	// to round-robin.
+	canon []int32
+	// exactBuckets is the largest profile bucketed one sample a bucket
+	// (bucketExact; tests change it).
+	exactBuckets int
+	// exactLimit is the most joint assignments exact enumerates
+	// (clusterExactLimit; tests change it).
+	exactLimit int
+	// pass is the improvement pass's rules: clusterPass, or singlePass for
+	// the single-node policies.
+	pass passRules
+}
+
+// newCModel validates everything and indexes it. With cut, the model
+// offers SplitCut where the profile has cut data.
+func newCModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) (*cmodel, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkProfile(p); err != nil {
+		return nil, err
+	}
+	if err := pl.check(c, len(p.Samples)); err != nil {
+		return nil, err
+	}
+	return indexModel(p, c, pl, cut), nil
+}
+
+// checkProfile checks that the planner can index p: at most MaxClusterOps
+// ops, and every sample's sizes and op costs as many as its ops need.
+func checkProfile(p *profiler.Profile) error {
+	if p == nil {
+		return clusterErr(ErrClusterProfile, "profile", "nil")
+	}
+	if p.N() > MaxClusterOps {
+		return clusterErr(ErrClusterProfile, "profile.ops", "%d ops, at most %d", p.N(), MaxClusterOps)
+	}
+	for i := range p.Samples {
+		s := &p.Samples[i]
+		if len(s.Bytes) != p.N()+1 || len(s.OpNS) != p.N() {
+			return clusterErr(ErrClusterProfile, fmt.Sprintf("samples[%d]", i), "%d sizes and %d op costs for %d ops", len(s.Bytes), len(s.OpNS), p.N())
+		}
+	}
+	return nil
+}
+
+// indexModel indexes a profile, a cluster and a placement that are valid
+// together (newCModel checks that).
+func indexModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) *cmodel {
+	cm := &cmodel{m: newModel(p, c.Speed(), c.StorageNSPerByte, cut), c: c, pl: pl, ns: len(c.Storage), nc: len(c.Compute), exactBuckets: bucketExact, exactLimit: clusterExactLimit, pass: clusterPass}
+	cm.node = make([]int32, 0, c.Ranks())
+	for k, n := range c.Compute {
+		for range max(n.Ranks, 1) {
+			cm.node = append(cm.node, int32(k))
+		}
+	}
+	ns, nc := cm.ns, cm.nc
+	cm.sCPU, cm.sEgr, cm.sCPUs, cm.sEgrs = make([]int32, ns), make([]int32, ns), make([]float64, ns), make([]float64, ns)
+	cm.cIng, cm.cCPU, cm.cIngs, cm.cCPUs = make([]int32, nc), make([]int32, nc), make([]float64, nc), make([]float64, nc)
+	cm.link, cm.links, cm.linkOf = make([]int32, ns*nc), make([]float64, ns*nc), make([]int32, ns*nc)
+	// add gives a resource with a limit an id; per is its seconds per
+	// unit: 1/limit for bytes, the ns's share of a second over the cores
+	// for CPUs.
+	add := func(limit, per float64, r ClusterResource) (int32, float64) {
+		if limit <= 0 {
+			return -1, 0
+		}
+		cm.res = append(cm.res, r)
+		return int32(len(cm.res) - 1), per
+	}
+	for j, s := range c.Storage {
+		cm.sEgr[j], cm.sEgrs[j] = add(s.EgressBytesPerSec, 1/s.EgressBytesPerSec, ClusterResource{Kind: StorageEgress, Storage: s.Name})
+	}
+	for i := range cm.link {
+		cm.link[i], cm.linkOf[i] = -1, -1
+	}
+	sIdx, cIdx := map[string]int{}, map[string]int{}
+	for j, s := range c.Storage {
+		sIdx[s.Name] = j
+	}
+	for k, n := range c.Compute {
+		cIdx[n.Name] = k
+	}
+	for li, l := range c.Links {
+		pi := sIdx[l.Storage]*nc + cIdx[l.Compute]
+		cm.linkOf[pi] = int32(li)
+		cm.link[pi], cm.links[pi] = add(l.BytesPerSec, 1/l.BytesPerSec, ClusterResource{Kind: Link, Storage: l.Storage, Compute: l.Compute})
+	}
+	cm.up, cm.ups = add(c.SharedUplinkBytesPerSec, 1/c.SharedUplinkBytesPerSec, ClusterResource{Kind: SharedUplink})
+	for k, n := range c.Compute {
+		cm.cIng[k], cm.cIngs[k] = add(n.IngressBytesPerSec, 1/n.IngressBytesPerSec, ClusterResource{Kind: ComputeIngress, Compute: n.Name})
+	}
+	for j, s := range c.Storage {
+		cm.sCPU[j], cm.sCPUs[j] = add(s.Cores, 1e-9/(c.Speed()*s.Cores), ClusterResource{Kind: StorageCPU, Storage: s.Name})
+	}
+	for k, n := range c.Compute {
+		cm.cCPU[k], cm.cCPUs[k] = add(n.Cores, 1e-9/n.Cores, ClusterResource{Kind: ComputeCPU, Compute: n.Name})
+	}
+	cm.nres = len(cm.res)
+	// GPU seconds: each rank gets an equal share of its node's rate.
+	perRank := make([]float64, len(cm.node))
+	for _, r := range pl.Rank {
+		perRank[r]++
+	}
+	cm.gpu = make([]float64, nc)
+	for r, n := range perRank {
+		k := cm.node[r]
+		if g := c.Compute[k].GPUSamplesPerSec; g > 0 {
+			cm.gpu[k] = max(cm.gpu[k], n*float64(max(c.Compute[k].Ranks, 1))/g)
+		}
+	}
+	cm.gpuMax = slices.Max(cm.gpu)
+	cm.canon = canonSets(pl.Sets)
+	return cm
+}
+
+// canonSets maps each replica set to the first set with the same members,
+// in any order.
+func canonSets(sets [][]int16) []int32 {
+	canon := make([]int32, len(sets))
+	first := map[string]int32{}
+	var key []byte
+	for k, set := range sets {
+		sorted := slices.Sorted(slices.Values(set))
+		key = key[:0]
+		for _, j := range sorted {
+			key = append(key, byte(j), byte(uint16(j)>>8))
+		}
+		f, ok := first[string(key)]
+		if !ok {
+			f = int32(k)
+			first[string(key)] = f
+		}
+		canon[k] = f
+	}
+	return canon
+}
+
+// loads converts pair totals into every resource's seconds (len nres).
+func (cm *cmodel) loads(pt []ptot, out []float64) {
+	clear(out)
+	add := func(id int32, x float64) {
+		if id >= 0 {
+			out[id] += x
+		}
+	}
+	for j := range cm.ns {
+		for c := range cm.nc {
+			t := pt[j*cm.nc+c]
+			add(cm.sCPU[j], t.s*cm.sCPUs[j])
+			add(cm.sEgr[j], t.b*cm.sEgrs[j])
+			add(cm.link[j*cm.nc+c], t.b*cm.links[j*cm.nc+c])
+			add(cm.up, t.b*cm.ups)
+			add(cm.cIng[c], t.b*cm.cIngs[c])
+			add(cm.cCPU[c], t.p*cm.cCPUs[c])
+		}
+	}
+}
+
+// epoch is the predicted epoch time of resource loads l.
+func (cm *cmodel) epoch(l []float64) float64 {
+	t := cm.gpuMax
+	for _, x := range l {
+		t = max(t, x)
+	}
+	return t
+}
+
+// predict builds a ClusterPrediction from pair totals.
+func (cm *cmodel) predict(pt []ptot) ClusterPrediction {
+	c := cm.c
+	pr := ClusterPrediction{
+		Storage: make([]StorageLoad, cm.ns),
+		Compute: make([]ComputeLoad, cm.nc),
+		Links:   make([]LinkLoad, len(c.Links)),
+	}
+	// Each node's ns, from which its CPU time follows as it does in the
+	// planner's loads.
+	sns, cns := make([]float64, cm.ns), make([]float64, cm.nc)
+	for j := range cm.ns {
+		for k := range cm.nc {
+			t := pt[j*cm.nc+k]
+			sns[j] += t.s
+			cns[k] += t.p
+			s, n := &pr.Storage[j], &pr.Compute[k]
+			s.Samples += int(t.n)
+			s.Bytes += t.b
+			s.CPUSeconds += t.s * 1e-9 / c.Speed()
+			n.Samples += int(t.n)
+			n.Bytes += t.b
+			n.CPUSeconds += t.p * 1e-9
+			if li := cm.linkOf[j*cm.nc+k]; li >= 0 {
+				pr.Links[li].Bytes = t.b
+				pr.Links[li].Time = t.b * cm.links[j*cm.nc+k]
+			}
+		}
+	}
+	for j := range pr.Storage {
+		s := &pr.Storage[j]
+		s.EgressTime = s.Bytes * cm.sEgrs[j]
+		s.CPUTime = sns[j] * cm.sCPUs[j]
+		pr.Bytes += s.Bytes
+		pr.StorageCPUSeconds += s.CPUSeconds
+	}
+	for k := range pr.Compute {
+		n := &pr.Compute[k]
+		n.IngressTime = n.Bytes * cm.cIngs[k]
+		n.CPUTime = cns[k] * cm.cCPUs[k]
+		n.GPUTime = cm.gpu[k]
+		pr.ComputeCPUSeconds += n.CPUSeconds
+	}
+	pr.UplinkTime = pr.Bytes * cm.ups
+	// The bottleneck, in the documented order.
+	pr.Seconds = -1
+	consider := func(t float64, r ClusterResource) {
+		if t > pr.Seconds {
+			pr.Seconds, pr.Bottleneck = t, r
+		}
+	}
+	for j, s := range pr.Storage {
+		consider(s.EgressTime, ClusterResource{Kind: StorageEgress, Storage: c.Storage[j].Name})
+	}
+	for i, l := range pr.Links {
+		consider(l.Time, ClusterResource{Kind: Link, Storage: c.Links[i].Storage, Compute: c.Links[i].Compute})
+	}
+	consider(pr.UplinkTime, ClusterResource{Kind: SharedUplink})
+	for k, n := range pr.Compute {
+		consider(n.IngressTime, ClusterResource{Kind: ComputeIngress, Compute: c.Compute[k].Name})
+	}
+	for j, s := range pr.Storage {
+		consider(s.CPUTime, ClusterResource{Kind: StorageCPU, Storage: c.Storage[j].Name})
+	}
+	for k, n := range pr.Compute {
+		consider(n.CPUTime, ClusterResource{Kind: ComputeCPU, Compute: c.Compute[k].Name})
+	}
+	for k, n := range pr.Compute {
+		consider(n.GPUTime, ClusterResource{Kind: GPU, Compute: c.Compute[k].Name})
+	}
+	return pr
+}
+
+// optRaw is sample s's raw quantities at option o (as options fills them,
+// without filling the others), sending its payload included.
+func (m *model) optRaw(s *profiler.SampleProfile, o int) raw {
+	q := m.optRawOps(s, o)
+	q[1] += q[0] * m.perByte // +Inf stays +Inf
+	return q
+}
+
+// optRawOps is optRaw without the transport term.
+func (m *model) optRawOps(s *profiler.SampleProfile, o int) raw {
+	var total, pre, pre2 float64
+	for j, ns := range s.OpNS {
+		total += float64(ns)
+		if j < 2 {
+			pre2 += float64(ns)
+		}
+	}
+	if m.cut && o == m.cutOpt {
+		return m.cutRaw(s, total, pre2)
+	}
+	k := o / m.stride
+	for _, ns := range s.OpNS[:k] {
+		pre += float64(ns)
+	}
+	if o%m.stride == 0 {
+		return raw{float64(s.Bytes[k]), pre, total - pre}
+	}
+	if len(s.Compressed) != m.n+1 {
+		inf := math.Inf(1)
+		return raw{inf, inf, inf}
+	}
+	q := raw{float64(s.Compressed[k]), pre, total - pre}
+	if len(s.CompressNS) == m.n+1 {
+		q[1] += float64(s.CompressNS[k])
+	}
+	if len(s.DecompressNS) == m.n+1 {
+		q[2] += float64(s.DecompressNS[k])
+	}
+	return q
+}
+
+// pairTotals sums the plan (replica, option) per (storage, compute) pair.
+func (cm *cmodel) pairTotals(rep []int16, opt []uint8) []ptot {
+	pt := make([]ptot, cm.ns*cm.nc)
+	for i := range cm.m.p.Samples {
+		q := cm.m.optRaw(&cm.m.p.Samples[i], int(opt[i]))
+		t := &pt[int(rep[i])*cm.nc+int(cm.node[cm.pl.Rank[i]])]
+		t.b += q[0]
+		t.s += q[1]
+		t.p += q[2]
+		t.n++
+	}
+	return pt
+}
+
+// plan turns replicas and options into a Plan.
+func (cm *cmodel) plan(name string, rep []int16, opt []uint8) Plan {
+	m := cm.m
+	pl := Plan{Policy: name, Pipeline: m.p.Pipeline, IDs: m.sampleIDs(), Replica: rep, Split: make([]int, len(opt))}
+	for i, o := range opt {
+		if m.cut && int(o) == m.cutOpt {
+			pl.Split[i] = SplitCut
+			continue
+		}
+		pl.Split[i] = int(o) / m.stride
+		if m.stride == 2 && o%2 == 1 {
+			if pl.Compress == nil {
+				pl.Compress = make([]bool, len(opt))
+			}
+			pl.Compress[i] = true
+		}
+	}
+	cp := cm.predict(cm.pairTotals(rep, opt))
+	pl.Pred, pl.Cluster = cp.Totals(), &cp
+	return pl
+}
+
+// Totals is the prediction in the single-node vocabulary: each time the
+// largest over the nodes of its kind (LinkSeconds over storage egress,
+// capped links, the shared uplink and compute ingress), the totals over
+// every node, and the bottleneck's kind (Link for any of the four
+// network resources).
+func (cp ClusterPrediction) Totals() Prediction {
+	pr := Prediction{Seconds: cp.Seconds, Bytes: cp.Bytes, StorageCPUSeconds: cp.StorageCPUSeconds, ComputeCPUSeconds: cp.ComputeCPUSeconds,
+		LinkSeconds: cp.UplinkTime}
+	for _, s := range cp.Storage {
+		pr.LinkSeconds = max(pr.LinkSeconds, s.EgressTime)
+		pr.StorageSeconds = max(pr.StorageSeconds, s.CPUTime)
+	}
+	for _, l := range cp.Links {
+		pr.LinkSeconds = max(pr.LinkSeconds, l.Time)
+	}
+	for _, c := range cp.Compute {
+		pr.LinkSeconds = max(pr.LinkSeconds, c.IngressTime)
+		pr.ComputeSeconds = max(pr.ComputeSeconds, c.CPUTime)
+		pr.GPUSeconds = max(pr.GPUSeconds, c.GPUTime)
+	}
+	switch pr.Bottleneck = cp.Bottleneck.Kind; pr.Bottleneck {
+	case StorageEgress, ComputeIngress, SharedUplink:
+		pr.Bottleneck = Link
+	}
+	return pr
+}
+
+// Predict returns the predicted epoch of in when sample i is served from
+// storage node replica[i] with split[i] and, where compress is non-nil
+// and the sample has compression data, compressed when compress[i]. A
+// split is clamped to [0, n], except SplitCut, which is predicted at the
+// cut where the profile has the sample's cut measurements (compress[i] is
+// then ignored) and as split 0 where it has not: a sample that cannot be
+// cut crosses the link raw. On a one-node instance replica may be nil
+// (the one storage node) and short slices read as split 0, uncompressed.
+// It fails when the cluster, the placement or the profile is invalid, and
+// on a cluster when the slices' lengths differ from the profile's sample
+// count (compress may be nil) or a sample's replica is not in its replica
+// set (ErrClusterPlan).
+func Predict(in Instance, replica []int16, split []int, compress []bool) (ClusterPrediction, error) {
+	cm, err := in.model(slices.Contains(split, SplitCut))
+	if err != nil {
+		return ClusterPrediction{}, err
+	}
+	n, pl := len(in.Profile.Samples), in.Placement
+	if in.one {
+		return cm.predictSplits(make([]int16, n), split, compress), nil
+	}
+	if len(replica) != n || len(split) != n || (compress != nil && len(compress) != n) {
+		return ClusterPrediction{}, clusterErr(ErrClusterPlan, "plan", "%d replicas, %d splits, %d compress for %d samples", len(replica), len(split), len(compress), n)
+	}
+	for i, j := range replica {
+		if !slices.Contains(pl.Sets[pl.Set[i]], j) {
+			return ClusterPrediction{}, clusterErr(ErrClusterPlan, fmt.Sprintf("replica[%d]", i), "storage node %d does not hold the sample (set %v)", j, pl.Sets[pl.Set[i]])
+		}
+	}
+	return cm.predictSplits(replica, split, compress), nil
+}
+
+// predictSplits is the prediction of serving sample i from replica[i] with
+// split[i] and compress[i], read as Predict reads them.
+func (cm *cmodel) predictSplits(replica []int16, split []int, compress []bool) ClusterPrediction {
+	return cm.predict(cm.pairTotals(replica, cm.m.choices(split, compress)))
 }

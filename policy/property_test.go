@@ -83,7 +83,7 @@ func bruteForce(p *profiler.Profile, r Resources) float64 {
 	var rec func(i int)
 	rec = func(i int) {
 		if i == n {
-			best = min(best, Predict(p, r, split, compress).Seconds)
+			best = min(best, predict1(p, r, split, compress).Seconds)
 			return
 		}
 		for k := first; k <= nops; k++ {
@@ -118,16 +118,16 @@ func addRandomCut(rng *rand.Rand, p *profiler.Profile) *profiler.Profile {
 // checkProperties asserts what must hold for every profile.
 func checkProperties(t *testing.T, p *profiler.Profile, r Resources) (opt, bound float64) {
 	t.Helper()
-	plans := All(p, r)
+	plans := all1(p, r)
 	byName := map[string]Plan{}
 	for _, pl := range plans {
 		byName[pl.Policy] = pl
 		// Every plan's prediction agrees with Predict on its own decisions.
-		if got := Predict(p, r, pl.Split, pl.Compress); !near(got.Seconds, pl.Pred.Seconds) {
+		if got := predict1(p, r, pl.Split, pl.Compress); !near(got.Seconds, pl.Pred.Seconds) {
 			t.Errorf("%s: Pred %v, Predict %v", pl.Policy, pl.Pred.Seconds, got.Seconds)
 		}
 	}
-	bound = Bound(p, r)
+	bound = bound1(p, r)
 	opt = byName[NameOptimal].Pred.Seconds
 	slack := 1e-9 * max(opt, 1e-300)
 	if s, n := byName[NameSOPHON].Pred.Seconds, byName[NameNoOff].Pred.Seconds; s > n+slack {
@@ -142,10 +142,10 @@ func checkProperties(t *testing.T, p *profiler.Profile, r Resources) (opt, bound
 		t.Errorf("bound %v > optimal %v", bound, opt)
 	}
 	// Determinism.
-	if again := All(p, r); !reflect.DeepEqual(plans, again) {
+	if again := all1(p, r); !reflect.DeepEqual(plans, again) {
 		t.Errorf("plans differ between two runs")
 	}
-	if b := Bound(p, r); b != bound {
+	if b := bound1(p, r); b != bound {
 		t.Errorf("bound differs between two runs: %v, %v", bound, b)
 	}
 	return opt, bound
@@ -223,7 +223,7 @@ func TestPropertiesRandom(t *testing.T) {
 // roundedEpoch is the predicted epoch of Optimal's plan on the path it
 // takes for profiles too large to enumerate.
 func roundedEpoch(p *profiler.Profile, r Resources) float64 {
-	cm := singleModel(p, r, true)
+	cm, _ := OneNode(p, r).model(true)
 	cm.exactLimit = 0
 	pl, _ := cm.optimal(cm.noOff(), cm.uniform(NameAllOff, cm.m.n), cm.fastFlow(), cm.sophon())
 	return pl.Pred.Seconds

@@ -5,20 +5,27 @@ import (
 	"fmt"
 
 	"github.com/sophon-dl/sophon/ops"
-	"github.com/sophon-dl/sophon/profiler"
 )
 
-// Policy is one entry of the registry: a policy's name and how it plans
-// one storage node (Single) and a cluster of nodes (Cluster), each nil
-// where the policy has no such form. A static policy, one that splits
+// Policy is one entry of the registry: a policy's name, how it plans an
+// instance (Plan), which instances it plans: one-node ones (Single,
+// OneNode's) and clusters (Cluster). A static policy, one that splits
 // every sample alike whatever the profile, also gives that split for a
 // pipeline (Static), so that an agent can run it before any profile
 // exists.
 type Policy struct {
-	Name    string
-	Single  func(p *profiler.Profile, r Resources) (Plan, error)
-	Cluster func(p *profiler.Profile, c Cluster, pl *Placement) (Plan, error)
-	Static  func(p *ops.Pipeline) (int, error)
+	Name            string
+	Plan            func(in Instance) (Plan, error)
+	Single, Cluster bool
+	Static          func(p *ops.Pipeline) (int, error)
+}
+
+// plans reports whether the policy plans in.
+func (e Policy) plans(in Instance) bool {
+	if in.one {
+		return e.Single
+	}
+	return e.Cluster
 }
 
 // ErrNoCropOp is returned by resizeoff's Static for a pipeline without a
@@ -52,33 +59,19 @@ func StaticPlan(name string, p *ops.Pipeline) (plan *Plan, ok bool, err error) {
 	return &Plan{Policy: name, Default: k}, true, nil
 }
 
-// single adapts a single-node policy that cannot fail.
-func single(f func(*profiler.Profile, Resources) Plan) func(*profiler.Profile, Resources) (Plan, error) {
-	return func(p *profiler.Profile, r Resources) (Plan, error) { return f(p, r), nil }
-}
-
-// resizeOff is ResizeOff at the profile's crop split.
-func resizeOff(p *profiler.Profile, r Resources) (Plan, error) {
-	k := CropSplit(p)
-	if k < 0 {
-		return Plan{}, fmt.Errorf("%w: %s", ErrNoCropOp, p.Pipeline)
-	}
-	return ResizeOff(p, r, k), nil
-}
-
 // Registry is the one list of policies, in the order reports show them;
 // Names and ClusterNames are its single-node and cluster policies.
 var Registry = []Policy{
-	{Name: NameNoOff, Single: single(NoOff), Cluster: ClusterNoOff,
+	{Name: NameNoOff, Plan: NoOff, Single: true, Cluster: true,
 		Static: func(*ops.Pipeline) (int, error) { return 0, nil }},
-	{Name: NameAllOff, Single: single(AllOff),
+	{Name: NameAllOff, Plan: AllOff, Single: true,
 		Static: func(p *ops.Pipeline) (int, error) { return p.Len(), nil }},
-	{Name: NameResizeOff, Single: resizeOff, Static: resizeOffSplit},
-	{Name: NameFastFlow, Single: single(FastFlow)},
-	{Name: NameRoundRobin, Cluster: ClusterRoundRobin},
-	{Name: NameSOPHON, Single: single(SOPHON), Cluster: ClusterSOPHON},
-	{Name: NameOptimal, Single: single(Optimal), Cluster: ClusterOptimal},
-	{Name: NameLRU, Single: single(LRU),
+	{Name: NameResizeOff, Plan: ResizeOff, Single: true, Static: resizeOffSplit},
+	{Name: NameFastFlow, Plan: FastFlow, Single: true},
+	{Name: NameRoundRobin, Plan: RoundRobin, Cluster: true},
+	{Name: NameSOPHON, Plan: SOPHON, Single: true, Cluster: true},
+	{Name: NameOptimal, Plan: Optimal, Single: true, Cluster: true},
+	{Name: NameLRU, Plan: LRU, Single: true,
 		Static: func(*ops.Pipeline) (int, error) { return 0, nil }},
 }
 
@@ -96,14 +89,14 @@ func names(has func(Policy) bool) []string {
 var (
 	// Names lists the single-node policies, in the order reports show
 	// them.
-	Names = names(func(p Policy) bool { return p.Single != nil })
+	Names = names(func(p Policy) bool { return p.Single })
 	// ClusterNames lists the cluster policies, in the order reports show
 	// them.
-	ClusterNames = names(func(p Policy) bool { return p.Cluster != nil })
+	ClusterNames = names(func(p Policy) bool { return p.Cluster })
 )
 
-// ErrUnknownPolicy is wrapped by ByName's and ClusterByName's errors for a
-// name without that form in the registry.
+// ErrUnknownPolicy is wrapped by ByName's errors for a name the registry
+// has no form of for the instance.
 var ErrUnknownPolicy = errors.New("policy: unknown policy")
 
 // Lookup is the registry's entry named name; ok is false when there is
@@ -117,26 +110,14 @@ func Lookup(name string) (p Policy, ok bool) {
 	return Policy{}, false
 }
 
-// ByName plans p under r with the named policy. It fails for a name not in
-// Names, for a pipeline of more than MaxClusterOps ops (ErrClusterProfile)
-// and for resizeoff when p's pipeline has no crop op.
-func ByName(name string, p *profiler.Profile, r Resources) (Plan, error) {
-	if e, ok := Lookup(name); ok && e.Single != nil {
-		if p.N() > MaxClusterOps {
-			return Plan{}, clusterErr(ErrClusterProfile, "profile.ops", "%d ops, at most %d", p.N(), MaxClusterOps)
-		}
-		return e.Single(p, r)
+// ByName plans in with the named policy. It fails for a name not in Names
+// (one node) or ClusterNames (a cluster), wrapping ErrUnknownPolicy; where
+// the cluster, the placement or the profile is invalid (a pipeline of
+// more than MaxClusterOps ops: ErrClusterProfile); and for resizeoff when
+// the pipeline has no crop op.
+func ByName(name string, in Instance) (Plan, error) {
+	if e, ok := Lookup(name); ok && e.plans(in) {
+		return e.Plan(in)
 	}
-	return Plan{}, fmt.Errorf("%w %q (one of %v)", ErrUnknownPolicy, name, Names)
-}
-
-// ClusterByName plans p on cluster c under placement pl with the named
-// cluster policy. It fails for a name not in ClusterNames (wrapping
-// ErrUnknownPolicy) and where the cluster, placement or profile is
-// invalid.
-func ClusterByName(name string, p *profiler.Profile, c Cluster, pl *Placement) (Plan, error) {
-	if e, ok := Lookup(name); ok && e.Cluster != nil {
-		return e.Cluster(p, c, pl)
-	}
-	return Plan{}, fmt.Errorf("%w %q for a cluster (one of %v)", ErrUnknownPolicy, name, ClusterNames)
+	return Plan{}, in.unknown(name)
 }

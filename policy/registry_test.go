@@ -14,7 +14,7 @@ func TestByName(t *testing.T) {
 	p := synthetic.Profile("openimages-like", 200, 3)
 	r := Resources{LinkBytesPerSec: 12.5e6, StorageCores: 1, ComputeCores: 2, GPUSamplesPerSec: 1e4}
 	for _, name := range Names {
-		plan, err := ByName(name, p, r)
+		plan, err := byName1(name, p, r)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -22,12 +22,12 @@ func TestByName(t *testing.T) {
 			t.Fatalf("%s: plan %q of %d splits predicting %v s", name, plan.Policy, len(plan.Split), plan.Pred.Seconds)
 		}
 	}
-	if _, err := ByName("greedy", p, r); !errors.Is(err, ErrUnknownPolicy) {
+	if _, err := byName1("greedy", p, r); !errors.Is(err, ErrUnknownPolicy) {
 		t.Fatalf("unknown name: %v, want ErrUnknownPolicy", err)
 	}
 	q := *p
 	q.Ops = []string{"decode", "normalize"}
-	if _, err := ByName(NameResizeOff, &q, r); err == nil {
+	if _, err := byName1(NameResizeOff, &q, r); err == nil {
 		t.Fatal("resizeoff planned a pipeline without a crop op")
 	}
 }
@@ -44,17 +44,17 @@ func TestRegistry(t *testing.T) {
 	c := SingleNode(r)
 	pl := &Placement{Rank: make([]int32, len(p.Samples)), Set: make([]int32, len(p.Samples)), Sets: [][]int16{{0}}}
 	for _, name := range ClusterNames {
-		plan, err := ClusterByName(name, p, c, pl)
+		plan, err := ByName(name, On(p, c, pl))
 		if err != nil || plan.Policy != name || len(plan.Replica) != len(p.Samples) || plan.Cluster == nil {
 			t.Errorf("%s: plan %q, %d replicas, %v", name, plan.Policy, len(plan.Replica), err)
 		}
 	}
 	for _, name := range []string{NameFastFlow, "greedy"} {
-		if _, err := ClusterByName(name, p, c, pl); !errors.Is(err, ErrUnknownPolicy) {
+		if _, err := ByName(name, On(p, c, pl)); !errors.Is(err, ErrUnknownPolicy) {
 			t.Errorf("cluster %s: %v, want ErrUnknownPolicy", name, err)
 		}
 	}
-	if _, err := ByName(NameRoundRobin, p, r); !errors.Is(err, ErrUnknownPolicy) {
+	if _, err := byName1(NameRoundRobin, p, r); !errors.Is(err, ErrUnknownPolicy) {
 		t.Errorf("single-node roundrobin: %v, want ErrUnknownPolicy", err)
 	}
 }
@@ -94,7 +94,7 @@ func TestStaticPlan(t *testing.T) {
 // refuses longer pipelines rather than plan them wrong.
 func TestByNameTooManyOps(t *testing.T) {
 	p := &profiler.Profile{Ops: make([]string, MaxClusterOps+1)}
-	if _, err := ByName(NameNoOff, p, Resources{}); !errors.Is(err, ErrClusterProfile) {
+	if _, err := byName1(NameNoOff, p, Resources{}); !errors.Is(err, ErrClusterProfile) {
 		t.Fatalf("%d ops: %v, want ErrClusterProfile", len(p.Ops), err)
 	}
 }

@@ -27,21 +27,21 @@ func TestShapes(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			p := synthetic.Profile(kind, 20000, 1)
 			plans := map[string]Plan{}
-			for _, pl := range All(p, ample) {
+			for _, pl := range all1(p, ample) {
 				plans[pl.Policy] = pl
 			}
-			bound := Bound(p, ample)
-			t.Logf("ample storage CPU:\n%s", predictions(All(p, ample)))
+			bound := bound1(p, ample)
+			t.Logf("ample storage CPU:\n%s", predictions(all1(p, ample)))
 			nooff, so, opt := plans[NameNoOff].Pred.Seconds, plans[NameSOPHON].Pred.Seconds, plans[NameOptimal].Pred.Seconds
 			t.Logf("nooff/sophon %.3f, optimal/bound %.5f", nooff/so, opt/bound)
 
 			lim := limited(plans[NameSOPHON])
 			lplans := map[string]Plan{}
-			for _, pl := range All(p, lim) {
+			for _, pl := range all1(p, lim) {
 				lplans[pl.Policy] = pl
 			}
-			lbound := Bound(p, lim)
-			t.Logf("storage limited to %.3f cores:\n%s", lim.StorageCores, predictions(All(p, lim)))
+			lbound := bound1(p, lim)
+			t.Logf("storage limited to %.3f cores:\n%s", lim.StorageCores, predictions(all1(p, lim)))
 			lopt := lplans[NameOptimal].Pred.Seconds
 			t.Logf("optimal/bound %.5f", lopt/lbound)
 

@@ -21,7 +21,6 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
-	"github.com/sophon-dl/sophon/policy/cacheplan"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -65,12 +64,13 @@ type Planner struct {
 	// there is none to update.
 	Saved *profiler.Profile
 	Plan  policy.Plan // valid when Prof is set
-	// Bound is the bound for Prof and Res (policy.Bound, or the cluster
-	// bound on Cluster); with a cache the bound at the residency the run
-	// keeps (planSingle).
+	// Bound is the bound for Prof and Res (policy.Bound, on Cluster
+	// where there is one); with a cache the bound at the residency the run
+	// keeps (policy.Resident).
 	Bound float64
 	// CacheBound is the bound with the cache that may also move the
-	// residency (policy.CacheBound); 0 without a cache.
+	// residency (policy.BoundResult.CacheSeconds); 0 without a cache or
+	// on a cluster.
 	CacheBound float64
 	Run        *RunPlan // Plan as the agent runs it
 	// Nodes is the storage agents as stage 1 measured them
@@ -230,17 +230,19 @@ func (pl *Planner) Replan() error {
 	pl.stale = false
 	pl.Res.CacheBytes = pl.CacheBytes
 	p, r := pl.profile(), pl.Res
-	var plan policy.Plan
-	var err error
-	if e, _ := policy.Lookup(pl.Name); len(pl.Nodes) > 1 && e.Cluster != nil {
-		plan, err = pl.planCluster(p)
-	} else {
-		pl.Cluster = nil
-		plan, err = pl.planSingle(p, r)
-	}
+	in, c, err := pl.instance(p, r)
 	if err != nil {
 		return err
 	}
+	var cached []bool
+	if r.CacheBytes > 0 {
+		cached = pl.residentFlags(p, r)
+	}
+	plan, b, err := policy.Resident(pl.Name, in, cached)
+	if err != nil {
+		return err
+	}
+	pl.Bound, pl.CacheBound, pl.Cluster = b.Seconds, b.CacheSeconds, c
 	pl.Plan = plan
 	pl.Run = NewRunPlan(&plan, p, r).On(pl.Cluster) // its own copy: pl.plan changes at the next re-plan
 	pr := pl.Plan.Pred
@@ -251,28 +253,6 @@ func (pl *Planner) Replan() error {
 	return nil
 }
 
-// planSingle plans p on the pooled resources r and sets Bound. With a
-// cache budget the first plan chooses the residency, on meanProfile (no
-// epoch's boxes: the residency stays for every epoch), and every plan keeps it
-// (policy.Resident), solving only the other samples' splits for p; Bound
-// is then the bound at that residency (policy.ResidentBound) and
-// CacheBound the bound that may move it (policy.CacheBound).
-func (pl *Planner) planSingle(p *profiler.Profile, r policy.Resources) (policy.Plan, error) {
-	pl.CacheBound = 0
-	if r.CacheBytes <= 0 {
-		pl.Bound = policy.Bound(p, r)
-		return policy.ByName(pl.Name, p, r)
-	}
-	pl.CacheBound = policy.CacheBound(p, r)
-	cached := pl.residentFlags(p, r)
-	if cached == nil {
-		pl.Bound = pl.CacheBound
-		return policy.ByName(pl.Name, p, r)
-	}
-	pl.Bound = policy.ResidentBound(p, r, cached)
-	return policy.Resident(pl.Name, p, r, cached)
-}
-
 // residentFlags is the residency (resident) by p's samples, chosen first
 // when no plan has chosen it yet: what the policy keeps resident on the
 // mean profile under r, whose CacheBytes is the budget. Nil when the
@@ -280,7 +260,7 @@ func (pl *Planner) planSingle(p *profiler.Profile, r policy.Resources) (policy.P
 // then says why).
 func (pl *Planner) residentFlags(p *profiler.Profile, r policy.Resources) []bool {
 	if pl.resident == nil {
-		plan, err := policy.ByName(pl.Name, pl.meanProfile(), r)
+		plan, err := policy.ByName(pl.Name, policy.OneNode(pl.meanProfile(), r))
 		if err != nil || plan.Cached == nil {
 			return nil
 		}
@@ -298,12 +278,18 @@ func (pl *Planner) residentFlags(p *profiler.Profile, r policy.Resources) []bool
 	return cached
 }
 
-// planCluster plans Prof on the cluster of Nodes with the policy's
-// cluster form, each sample held by the nodes Holds names (all of them
-// when it names none: the fetchers then find whoever holds it), and sets
-// Cluster and Bound.
-func (pl *Planner) planCluster(p *profiler.Profile) (policy.Plan, error) {
-	c := pl.Res.Over(pl.Nodes)
+// instance is what Replan plans p on, and its cluster (nil: the one-node
+// instance of the pooled r), or, with more than one of Nodes and a policy
+// of the registry that has a cluster form, the cluster r.Over(Nodes),
+// each sample held by the nodes Holds names (all of them when it names
+// none: the fetchers then find whoever holds it), with r's cache. The
+// residency (residentFlags) is chosen on the pooled resources either way,
+// as for one agent, and policy.Resident keeps it on either instance.
+func (pl *Planner) instance(p *profiler.Profile, r policy.Resources) (policy.Instance, *policy.Cluster, error) {
+	if e, _ := policy.Lookup(pl.Name); len(pl.Nodes) <= 1 || !e.Cluster {
+		return policy.OneNode(p, r), nil, nil
+	}
+	c := r.Over(pl.Nodes)
 	var set []int16
 	place, err := policy.NewPlacement(make([]int32, len(p.Samples)), func(i int) []int16 {
 		set = set[:0]
@@ -320,65 +306,11 @@ func (pl *Planner) planCluster(p *profiler.Profile) (policy.Plan, error) {
 		return set
 	})
 	if err != nil {
-		return policy.Plan{}, err
+		return policy.Instance{}, nil, err
 	}
-	// With a cache, the residency is chosen on the pooled resources, as
-	// for one agent, and the cluster plans the rest around it on the
-	// profile in which the resident samples cost their cache reads.
-	var cached []bool
-	pl.CacheBound = 0
-	if pl.CacheBytes > 0 {
-		r := pl.Res
-		r.CacheBytes = pl.CacheBytes
-		if cached = pl.residentFlags(p, r); cached != nil {
-			p = cacheplan.Rewrite(p, cached, policy.CacheSplit(p))
-		}
-	}
-	var plan policy.Plan
-	if pl.Name == policy.NameOptimal {
-		var b policy.ClusterBoundResult
-		plan, b, err = policy.ClusterSolve(p, c, place)
-		pl.Bound = b.Seconds
-	} else {
-		plan, err = policy.ClusterByName(pl.Name, p, c, place)
-		if err == nil {
-			var b policy.ClusterBoundResult
-			b, err = policy.ClusterBound(p, c, place)
-			pl.Bound = b.Seconds
-		}
-	}
-	if err == nil && cached != nil {
-		plan, err = keepResident(p, c, place, plan, cached)
-	}
-	if err != nil {
-		return policy.Plan{}, err
-	}
-	pl.Cluster = &c
-	return plan, nil
-}
-
-// keepResident is plan, a cluster plan made on q (the profile whose
-// resident samples, cached, cost their cache reads: cacheplan.Rewrite),
-// with those samples resident, as policy.Resident makes a single-node
-// plan: at split 0 where the planner put them elsewhere (their
-// prediction re-made on c), then marked Cached at the cache split.
-func keepResident(q *profiler.Profile, c policy.Cluster, place *policy.Placement, plan policy.Plan, cached []bool) (policy.Plan, error) {
-	plan.Split, plan.Compress = slices.Clone(plan.Split), slices.Clone(plan.Compress)
-	moved := false
-	for i, in := range cached {
-		if in && plan.Split[i] != 0 {
-			plan.Split[i], moved = 0, true
-		}
-	}
-	if moved {
-		cp, err := policy.ClusterPredict(q, c, place, plan.Replica, plan.Split, plan.Compress)
-		if err != nil {
-			return policy.Plan{}, err
-		}
-		plan.Pred, plan.Cluster = cp.Totals(), &cp
-	}
-	plan.MarkResident(cached, policy.CacheSplit(q))
-	return plan, nil
+	in := policy.On(p, c, place)
+	in.CacheBytes = r.CacheBytes
+	return in, &c, nil
 }
 
 // StorageCalibration is the relative error of the plan's storage CPU

@@ -132,7 +132,7 @@ func TestReplanCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, b, err := policy.ClusterSolve(prof, *pl.Cluster, place)
+	want, b, err := policy.Solve(policy.NameOptimal, policy.On(prof, *pl.Cluster, place))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,8 +251,18 @@ func TestReplanKeepsResidency(t *testing.T) {
 	// The bound at the residency chosen: at least the cache bound (which
 	// may move it), within 1% of it (whole samples against the
 	// relaxation's fractions), below the bound without a cache.
-	if b := policy.CacheBound(prof, pl.Res); pl.CacheBound != b || pl.Bound < b || pl.Bound > 1.01*b || pl.Bound >= policy.Bound(prof, res) {
-		t.Errorf("bound %v, cache bound %v: want at least the cache bound %v, within 1%%, below the bound without cache %v", pl.Bound, pl.CacheBound, b, policy.Bound(prof, res))
+	none := res
+	none.CacheBytes = 0
+	cb, err := policy.Bound(policy.OneNode(prof, pl.Res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb, err := policy.Bound(policy.OneNode(prof, none))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := cb.Seconds; pl.CacheBound != b || pl.Bound < b || pl.Bound > 1.01*b || pl.Bound >= nb.Seconds {
+		t.Errorf("bound %v, cache bound %v: want at least the cache bound %v, within 1%%, below the bound without cache %v", pl.Bound, pl.CacheBound, b, nb.Seconds)
 	}
 	changed := synthetic.ProfileCut("openimages-like", 200, 8) // other sizes and costs, same ids
 	pl.Prof, pl.Res.LinkBytesPerSec, pl.Res.StorageCores = changed, 50e6, 4
@@ -359,12 +369,12 @@ func TestForEpoch(t *testing.T) {
 		for i, s := range scaled.Samples {
 			cached[i] = first[s.ID]
 		}
-		want, err := policy.Resident(policy.NameOptimal, scaled, pl.Res, cached)
+		want, wb, err := policy.Resident(policy.NameOptimal, policy.OneNode(scaled, pl.Res), cached)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pl.Plan.Pred.Seconds != want.Pred.Seconds || pl.Bound != policy.ResidentBound(scaled, pl.Res, cached) {
-			t.Fatalf("epoch %d: predicted %v, bound %v; want the plan on the epoch's boxes: %v, %v", e, pl.Plan.Pred.Seconds, pl.Bound, want.Pred.Seconds, policy.ResidentBound(scaled, pl.Res, cached))
+		if pl.Plan.Pred.Seconds != want.Pred.Seconds || pl.Bound != wb.Seconds {
+			t.Fatalf("epoch %d: predicted %v, bound %v; want the plan on the epoch's boxes: %v, %v", e, pl.Plan.Pred.Seconds, pl.Bound, want.Pred.Seconds, wb.Seconds)
 		}
 		if !maps.Equal(residentIDs(pl.Plan), first) {
 			t.Fatalf("epoch %d moved the residency", e)

@@ -178,7 +178,7 @@ type EpochReport struct {
 	// profile); for a plan made on Cluster, the cluster bound.
 	BoundSeconds float64 `json:"bound_seconds,omitempty"`
 	// CacheBoundSeconds, with a cache, is the bound that may also move the
-	// residency (policy.CacheBound) for this epoch's crop boxes:
+	// residency (policy.BoundResult.CacheSeconds) for this epoch's crop boxes:
 	// BoundSeconds is at the residency the run keeps across epochs, at
 	// least this.
 	CacheBoundSeconds float64 `json:"cache_bound_seconds,omitempty"`

@@ -19,10 +19,14 @@ import (
 // Single writes the `policy explain` tables: every policy's predicted
 // epoch time, bytes, storage and compute CPU seconds, bottleneck and the
 // number of samples it sends as JPEG cuts (policy.SplitCut), then the lower
-// bound (policy.CacheBound); with r.CacheBytes, each policy's residency
+// bound (policy.Bound, with the cache); with r.CacheBytes, each policy's residency
 // (the cache table); then how many samples each policy puts at each split.
 func Single(w io.Writer, p *profiler.Profile, r policy.Resources) error {
-	plans := policy.All(p, r)
+	in := policy.OneNode(p, r)
+	plans, b, err := policy.All(in)
+	if err != nil {
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "policy\tepoch s\tMB\tstorage CPU s\tcompute CPU s\tbottleneck\tcut\t\n")
 	for _, pl := range plans {
@@ -30,12 +34,12 @@ func Single(w io.Writer, p *profiler.Profile, r policy.Resources) error {
 		fmt.Fprintf(tw, "%s\t%.3f\t%.1f\t%.1f\t%.1f\t%s\t%d\t\n", pl.Policy, pr.Seconds,
 			pr.Bytes/1e6, pr.StorageCPUSeconds, pr.ComputeCPUSeconds, pr.Bottleneck, pl.Histogram(p.N())[0])
 	}
-	fmt.Fprintf(tw, "bound\t%.3f\t\t\t\t\t\t\n", policy.CacheBound(p, r))
+	fmt.Fprintf(tw, "bound\t%.3f\t\t\t\t\t\t\n", b.Seconds)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if r.CacheBytes > 0 {
-		if err := cache(w, p, r, plans); err != nil {
+		if err := cache(w, in, b.Seconds, plans); err != nil {
 			return err
 		}
 	}
@@ -71,7 +75,7 @@ func Single(w io.Writer, p *profiler.Profile, r policy.Resources) error {
 // node the samples, bytes received, ingress, CPU and GPU times, the capped
 // links and the uplink.
 func Cluster(w io.Writer, p *profiler.Profile, c policy.Cluster, pl *policy.Placement, detail string) error {
-	plans, b, err := policy.ClusterAll(p, c, pl)
+	plans, b, err := policy.All(policy.On(p, c, pl))
 	if err != nil {
 		return err
 	}
@@ -169,16 +173,21 @@ func writeLoads(w io.Writer, c policy.Cluster, shown *policy.Plan) error {
 // cache writes the cache table of Single: per policy the samples
 // resident and their bytes, its predicted first epoch (policy.FirstEpoch:
 // resident samples fetched at the cache split; lru's cold) and steady-state epoch, and
-// both bounds.
-func cache(w io.Writer, p *profiler.Profile, r policy.Resources, plans []policy.Plan) error {
+// both bounds (with the cache, cb).
+func cache(w io.Writer, in policy.Instance, cb float64, plans []policy.Plan) error {
+	p := in.Profile
 	k := policy.CacheSplit(p)
-	r0 := r
-	r0.CacheBytes = 0
+	none := in
+	none.CacheBytes = 0
+	b0, err := policy.Bound(none)
+	if err != nil {
+		return err
+	}
 	what := "the file; the first epoch fetches resident samples raw"
 	if k > 0 {
 		what = "the finished output; the first epoch makes it from whatever it fetches"
 	}
-	fmt.Fprintf(w, "\ncache: %.1f MB at split %d (%s)\n", r.CacheBytes/1e6, k, what)
+	fmt.Fprintf(w, "\ncache: %.1f MB at split %d (%s)\n", in.CacheBytes/1e6, k, what)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "policy\tresident\tresident MB\tepoch 0 s\tepoch s\t\n")
 	for _, pl := range plans {
@@ -190,10 +199,13 @@ func cache(w io.Writer, p *profiler.Profile, r policy.Resources, plans []policy.
 				b += cacheplan.Entry(&p.Samples[i], k)
 			}
 		}
-		e0 := policy.FirstEpoch(p, r, pl).Pred.Seconds
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.3f\t%.3f\t\n", pl.Policy, n, b/1e6, e0, pl.Pred.Seconds)
+		e0, err := policy.FirstEpoch(in, pl)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.3f\t%.3f\t\n", pl.Policy, n, b/1e6, e0.Pred.Seconds, pl.Pred.Seconds)
 	}
-	fmt.Fprintf(tw, "bound, cache\t\t\t\t%.3f\t\n", policy.CacheBound(p, r))
-	fmt.Fprintf(tw, "bound, none\t\t\t\t%.3f\t\n", policy.Bound(p, r0))
+	fmt.Fprintf(tw, "bound, cache\t\t\t\t%.3f\t\n", cb)
+	fmt.Fprintf(tw, "bound, none\t\t\t\t%.3f\t\n", b0.Seconds)
 	return tw.Flush()
 }

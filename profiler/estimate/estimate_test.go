@@ -210,8 +210,26 @@ var remeasure = flag.Bool("remeasure", false, "report the plans' gaps on a secon
 // gapOn is how much slower, on profile on, the optimal plan of from is
 // than on's own.
 func gapOn(on, from *profiler.Profile, r policy.Resources) float64 {
-	plan := policy.Optimal(from, r)
-	return policy.Predict(on, r, plan.Split, plan.Compress).Seconds/policy.Optimal(on, r).Pred.Seconds - 1
+	plan := optimal(from, r)
+	return predict(on, r, plan.Split, plan.Compress).Seconds/optimal(on, r).Pred.Seconds - 1
+}
+
+// optimal is policy.Optimal's plan of p on one node under r.
+func optimal(p *profiler.Profile, r policy.Resources) policy.Plan {
+	pl, err := policy.Optimal(policy.OneNode(p, r))
+	if err != nil {
+		panic(err)
+	}
+	return pl
+}
+
+// predict is policy.Predict on one node under r, in totals.
+func predict(p *profiler.Profile, r policy.Resources, split []int, compress []bool) policy.Prediction {
+	cp, err := policy.Predict(policy.OneNode(p, r), nil, split, compress)
+	if err != nil {
+		panic(err)
+	}
+	return cp.Totals()
 }
 
 func rel(got, want float64) float64 { return math.Abs(got-want) / want }
@@ -219,9 +237,9 @@ func rel(got, want float64) float64 { return math.Abs(got-want) / want }
 // planGap is how much slower, on the measured profile, the estimate's
 // optimal plan is than the measured profile's own.
 func planGap(t *testing.T, meas, est *profiler.Profile, r policy.Resources) float64 {
-	best := policy.Optimal(meas, r)
-	plan := policy.Optimal(est, r)
-	got := policy.Predict(meas, r, plan.Split, plan.Compress)
+	best := optimal(meas, r)
+	plan := optimal(est, r)
+	got := predict(meas, r, plan.Split, plan.Compress)
 	gap := got.Seconds/best.Pred.Seconds - 1
 	t.Logf("link %.0f Mbit/s, storage %.2f cores, compute %.0f: measured profile's plan %.4f s (%s), the estimate's %.4f s on the measured profile (%s): gap %.2f%%",
 		r.LinkBytesPerSec*8/1e6, r.StorageCores, r.ComputeCores, best.Pred.Seconds, best.Pred.Bottleneck, got.Seconds, got.Bottleneck, 100*gap)
@@ -232,7 +250,7 @@ func planGap(t *testing.T, meas, est *profiler.Profile, r policy.Resources) floa
 // est's optimal plan under r measures of each sample, taking meas for the
 // truth: the payload at its split and both sides' CPU.
 func refineAfter(meas, est *profiler.Profile, r policy.Resources) *profiler.Profile {
-	plan := policy.Optimal(est, r)
+	plan := optimal(est, r)
 	var obs []profiler.Observation
 	for i, k := range plan.Split {
 		m := &meas.Samples[i]

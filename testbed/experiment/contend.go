@@ -257,7 +257,7 @@ func (x *experiment) reducedPrediction(name string, rs []report.EpochReport, fro
 			res.StorageNSPerByte = r.StorageNSPerByte
 		}
 	}
-	plan, err := policy.ByName(name, prof, res)
+	plan, err := policy.ByName(name, policy.OneNode(prof, res))
 	if err != nil {
 		return 0, err
 	}

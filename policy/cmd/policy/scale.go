@@ -23,7 +23,7 @@ with the JPEG cut's measurements, 8 storage agents (16 cores and 10 Gbit/s
 of egress each, the first 4x faster), every sample on 2 of them by
 rendezvous hashing, 8 compute nodes of 8 ranks (64 cores, 25 Gbit/s of
 ingress, GPUs at 40,000 samples/s each). The timed step is
-policy.ClusterSolve (the optimal plan and the bound, which includes
+policy.Solve (the optimal plan and the bound, which includes
 planning the baselines it compares with); each baseline is then timed on
 its own.
 
@@ -56,14 +56,14 @@ func scale(args []string, out, errOut io.Writer) int {
 	fmt.Fprintf(out, "built in %.2f s; live heap %.0f MiB, peak RSS so far %.0f MiB\n", built.Seconds(), float64(before.HeapAlloc)/(1<<20), rssBuilt)
 
 	start = time.Now()
-	opt, b, err := policy.ClusterSolve(p, c, pl)
+	opt, b, err := policy.Solve(policy.NameOptimal, policy.On(p, c, pl))
 	if err != nil {
 		fmt.Fprintln(errOut, "policy:", err)
 		return 1
 	}
 	wall := time.Since(start)
 	printSolve(out, wall, cpu0, &before, b)
-	if err := scaleTable(out, opt, b, wall, func(name string) (policy.Plan, error) { return policy.ClusterByName(name, p, c, pl) }); err != nil {
+	if err := scaleTable(out, opt, b, wall, func(name string) (policy.Plan, error) { return policy.ByName(name, policy.On(p, c, pl)) }); err != nil {
 		fmt.Fprintln(errOut, "policy:", err)
 		return 1
 	}
@@ -108,11 +108,11 @@ func parseScale(args []string, errOut io.Writer) (sp instance.Spec, code int) {
 
 // printSolve prints what solving took (wall time, CPU since cpu0, memory
 // since before) and the bound.
-func printSolve(out io.Writer, wall time.Duration, cpu0 float64, before *runtime.MemStats, b policy.ClusterBoundResult) {
+func printSolve(out io.Writer, wall time.Duration, cpu0 float64, before *runtime.MemStats, b policy.BoundResult) {
 	rss, cpu1 := rusage()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
-	fmt.Fprintf(out, "optimal plan + bound (policy.ClusterSolve): %.2f s wall, %.2f s CPU\n", wall.Seconds(), cpu1-cpu0)
+	fmt.Fprintf(out, "optimal plan + bound (policy.Solve): %.2f s wall, %.2f s CPU\n", wall.Seconds(), cpu1-cpu0)
 	fmt.Fprintf(out, "memory: allocated while planning (TotalAlloc) %.0f MiB, heap from the OS (HeapSys) %.0f MiB, process peak RSS %.0f MiB (profile included)\n",
 		float64(after.TotalAlloc-before.TotalAlloc)/(1<<20), float64(after.HeapSys)/(1<<20), rss)
 	fmt.Fprintf(out, "bound: %.4f s (bucketed LP %.4f s, %d buckets, %d iterations; binding:", b.Seconds, b.BucketLP, b.Buckets, b.Iterations)
@@ -128,7 +128,7 @@ func printSolve(out io.Writer, wall time.Duration, cpu0 float64, before *runtime
 
 // scaleTable plans and times every cluster baseline with plan and prints
 // each beside opt (planned in wall) and the bound b.
-func scaleTable(out io.Writer, opt policy.Plan, b policy.ClusterBoundResult, wall time.Duration, plan func(string) (policy.Plan, error)) error {
+func scaleTable(out io.Writer, opt policy.Plan, b policy.BoundResult, wall time.Duration, plan func(string) (policy.Plan, error)) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "policy\tepoch s\tx bound\tplan s\tbottleneck\t\n")
 	for _, name := range policy.ClusterNames {

@@ -1,4 +1,4 @@
-// Package dual is the cluster bound's dual search (policy's ClusterBound):
+// Package dual is the cluster bound's dual search (policy's Bound):
 // it maximises a Lagrangian dual over the weights simplex by Kelley's
 // cutting planes, with the caller pricing plans at given weights and this
 // package choosing the weights: over any number of resources with the

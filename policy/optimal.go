@@ -42,10 +42,10 @@ var (
 // blocked.
 const maxRefused = 4096
 
-// optimal is ClusterOptimal given the baselines' plans, with the bound. A
+// optimal is Optimal (without a cache) given the baselines' plans, with the bound. A
 // baseline that predicts better than the rounded plan is improved in its
 // turn (unless the instance was solved exactly), and the best plan kept.
-func (cm *cmodel) optimal(bases ...Plan) (Plan, ClusterBoundResult) {
+func (cm *cmodel) optimal(bases ...Plan) (Plan, BoundResult) {
 	bk, sol := cm.solve()
 	w := sol.W
 	if w == nil {
@@ -81,7 +81,7 @@ func (cm *cmodel) optimal(bases ...Plan) (Plan, ClusterBoundResult) {
 		next.Split = slices.Clone(bp.Split)
 		next.Compress = slices.Clone(bp.Compress)
 		if !exact {
-			rep, opt := slices.Clone(bp.Replica), cm.opts(bp.Split, bp.Compress)
+			rep, opt := slices.Clone(bp.Replica), cm.m.choices(bp.Split, bp.Compress)
 			cm.improve(rep, opt, cm.pairTotals(rep, opt), w, b.Seconds)
 			if c := cm.plan(NameOptimal, rep, opt); c.Pred.Seconds < next.Pred.Seconds {
 				next = c

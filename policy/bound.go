@@ -6,11 +6,13 @@ import (
 
 	"github.com/sophon-dl/sophon/policy/internal/bucket"
 	"github.com/sophon-dl/sophon/policy/internal/dual"
-	"github.com/sophon-dl/sophon/profiler"
 )
 
-// ClusterBoundResult is the cluster bound and how it was obtained.
-type ClusterBoundResult struct {
+// BoundResult is a bound (Bound) and how it was obtained. A one-node
+// instance's bound is searched without buckets (Buckets is Samples) and,
+// with a cache, is the cache bound alone (BucketLP is Seconds, no
+// Binding).
+type BoundResult struct {
 	// Seconds is the lower bound on the predicted epoch time of every
 	// cluster plan (every replica and split per sample, fractional or
 	// not): max(the slowest node's GPU time, g(w)), g the Lagrangian dual
@@ -31,6 +33,10 @@ type ClusterBoundResult struct {
 	// Binding lists the resources with a positive weight in w, heaviest
 	// first: the ones the LP says bound the epoch.
 	Binding []BindingResource
+	// CacheSeconds is, on a one-node instance with a cache, the bound on
+	// every plan whatever its residency (Seconds, or Resident's bound at a
+	// fixed residency at least it); zero otherwise.
+	CacheSeconds float64
 }
 
 // BindingResource is a resource and its weight in the bound's dual.
@@ -461,9 +467,9 @@ func (cm *cmodel) lagrangian(pr *prices, rep []int16, opt []uint8, pt []ptot) fl
 
 // boundResult assembles the result from the LP and the exact dual value
 // g at sol.W.
-func (cm *cmodel) boundResult(bk *buckets, sol *lpSolution, g float64) ClusterBoundResult {
+func (cm *cmodel) boundResult(bk *buckets, sol *lpSolution, g float64) BoundResult {
 	w, g := sol.bestExact(g)
-	res := ClusterBoundResult{
+	res := BoundResult{
 		Seconds:    max(g, cm.gpuMax),
 		BucketLP:   max(sol.Upper, cm.gpuMax),
 		Buckets:    len(cm.m.p.Samples),
@@ -485,17 +491,17 @@ func (cm *cmodel) boundResult(bk *buckets, sol *lpSolution, g float64) ClusterBo
 	return res
 }
 
-// ClusterBound is a lower bound on the predicted epoch time of every plan
-// for the cluster: every choice of replica and split (compressed or not,
+// Bound is a lower bound on the predicted epoch time of every plan of
+// in: every choice of replica and split (compressed or not,
 // SplitCut where the profile has the cut's measurements) per sample, and
-// every fractional mix of them. See ClusterBoundResult and docs/policy.md.
+// every fractional mix of them. See BoundResult and docs/policy.md.
 //
 // The relaxation: each sample i takes a convex combination x_i of its
 // columns (replica j in its set, option o); each resource's load is linear
 // in the x; the LP minimises T subject to every load <= T. For weights w on
 // the simplex over the resources, the Lagrangian g(w) = sum_i min over
 // (j, o) of the w-weighted seconds of that column is at most the LP's
-// optimum (weak duality), whatever w is. ClusterBound returns
+// optimum (weak duality), whatever w is. Bound returns
 // max(slowest GPU time, g(w)) with g computed exactly, sample by sample,
 // so it is a lower bound on every plan's predicted epoch.
 //
@@ -519,16 +525,27 @@ func (cm *cmodel) boundResult(bk *buckets, sol *lpSolution, g float64) ClusterBo
 // runs once and the bound equals the LP's optimum within lpTol (1e-7
 // relative), unless it stops at its 400 iterations.
 //
+// On a one-node instance the search is the single-node planner's
+// (solvePlain), and with in.CacheBytes the bound counts the cache:
+// resident samples, at most CacheBytes of them at the cache split,
+// included, the capacity dualised with a price per cached byte chosen per
+// weights as the fractional knapsack's (cacheBound, docs/policy.md). A
+// cluster's bound ignores in.CacheBytes, as its policies do.
+//
 // It fails when the cluster, the placement or the profile is invalid.
-func ClusterBound(p *profiler.Profile, c Cluster, pl *Placement) (ClusterBoundResult, error) {
-	cm, err := newCModel(p, &c, pl, true)
+func Bound(in Instance) (BoundResult, error) {
+	cm, err := in.model(true)
 	if err != nil {
-		return ClusterBoundResult{}, err
+		return BoundResult{}, err
+	}
+	if n := len(in.Profile.Samples); in.one && in.CacheBytes > 0 {
+		b, _ := cm.cacheBound(CacheSplit(in.Profile), in.CacheBytes)
+		return BoundResult{Seconds: b, BucketLP: b, Buckets: n, Samples: n, CacheSeconds: b}, nil
 	}
 	return cm.bound(), nil
 }
 
-func (cm *cmodel) bound() ClusterBoundResult {
+func (cm *cmodel) bound() BoundResult {
 	bk, sol := cm.solve()
 	var g float64
 	if sol.W != nil {
