@@ -34,6 +34,13 @@ import (
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
+// The engine runs the planner's plans and stage 1 probes through the
+// engine's fetchers; neither package imports the other.
+var (
+	_ fetch.Plan     = (*planner.RunPlan)(nil)
+	_ planner.Source = (*fetch.Fetcher)(nil)
+)
+
 // The engine's errors (package fetch), under the names the agent's
 // callers match with errors.Is; their texts keep the computeagent prefix.
 var (
@@ -231,7 +238,7 @@ func (a *Agent) Run(ctx context.Context) ([]report.EpochReport, error) {
 		return nil, err
 	}
 	defer stop()
-	next := func(int, uint64) epochOpts { return epochOpts{Opts: fetch.Opts{Plan: a.plan}} }
+	next := func(int, uint64) epochOpts { return epochOpts{plan: a.plan} }
 	if a.cfg.Policy != "" {
 		p, err := a.startPolicy(ctx)
 		if err != nil {
@@ -511,12 +518,15 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *fetch.Fe
 // RunEpoch runs one epoch with Config.Plan and returns its report (also
 // appended to Config.ReportPath). It does not consult Config.Policy.
 func (a *Agent) RunEpoch(ctx context.Context, num uint64) (report.EpochReport, error) {
-	return a.runEpoch(ctx, num, epochOpts{Opts: fetch.Opts{Plan: a.plan}})
+	return a.runEpoch(ctx, num, epochOpts{plan: a.plan})
 }
 
 // epochOpts are what a policy run changes about one epoch.
 type epochOpts struct {
+	// Opts are the engine's; runEpochOnce sets its Plan to plan.
 	fetch.Opts
+	// plan is the epoch's plan.
+	plan *planner.RunPlan
 	// annotate, when set, completes a successful epoch's report before it
 	// is logged and written.
 	annotate func(*report.EpochReport, *fetch.Epoch) error
@@ -557,7 +567,7 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (repor
 		r.Status = "interrupted"
 	}
 	if r.Pipeline == "" {
-		r.Pipeline, r.Plan = a.pipeID, opts.Plan.Name()
+		r.Pipeline, r.Plan = a.pipeID, opts.plan.Name()
 	}
 	if r.Failed == nil {
 		r.Failed = []report.SampleFailure{}
@@ -600,7 +610,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, began time.Time, o
 	if err != nil {
 		return report.EpochReport{}, err
 	}
-	jr, err := a.openJournal(cat, opts.Plan)
+	jr, err := a.openJournal(cat, opts.plan)
 	if err != nil {
 		return report.EpochReport{}, err
 	}
@@ -617,7 +627,9 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, began time.Time, o
 	if err != nil {
 		return report.EpochReport{}, err
 	}
-	e := fetch.NewEpoch(&a.engine, num, cat, sh.Shard, opts.Opts)
+	eo := opts.Opts
+	eo.Plan = opts.plan
+	e := fetch.NewEpoch(&a.engine, num, cat, sh.Shard, eo)
 	if sh.tr != nil {
 		asm := a.newAssembler(e, sh, opts.trainer)
 		e.Feed(asm, sh.tr)
@@ -686,7 +698,7 @@ func (a *Agent) shard(num uint64, cat *Catalog, jr *journal.Journal, opts epochO
 		a.log.Info().Uint64("epoch", num).Int("resumed", sh.Resumed).Int("left", len(sh.Order)).Msg("resuming the epoch")
 	}
 	sh.Split = make([]int, len(sh.Order))
-	splitOf := a.splitOf(opts.Plan)
+	splitOf := a.splitOf(opts.plan)
 	for i, s := range sh.Order {
 		k, err := splitOf(s)
 		if err != nil {

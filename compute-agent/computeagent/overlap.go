@@ -82,7 +82,7 @@ func (p *policyRun) overlapped(num uint64) epochOpts {
 	raws := make(chan planner.RawFile, planner.CalibrationSamples)
 	calib := planner.CalibrationSet(job.shard, p.cat.RawSizes,
 		planner.Calibratable(cfg.Pipeline, p.cat.Header, cfg.Settings.Limits()))
-	opts := epochOpts{Opts: fetch.Opts{Plan: p.provisional(calib), Observe: true, KeepRaw: func(s uint64, b []byte) {
+	opts := epochOpts{plan: p.provisional(calib), Opts: fetch.Opts{Observe: true, KeepRaw: func(s uint64, b []byte) {
 		select {
 		case raws <- planner.RawFile{Sample: s, Raw: b}:
 		default: // enough kept

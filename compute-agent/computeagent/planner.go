@@ -253,7 +253,7 @@ func (p *policyRun) next(i int, num uint64) epochOpts {
 	if err := pl.ForEpoch(num); err != nil {
 		return epochOpts{err: configErr("%v", err)}
 	}
-	opts := epochOpts{Opts: fetch.Opts{Plan: planner.NewRunPlan(NoOff(), nil, policy.Resources{}), LinkRate: pl.Res.LinkBytesPerSec, StorageCores: pl.Res.StorageCores}}
+	opts := epochOpts{plan: planner.NewRunPlan(NoOff(), nil, policy.Resources{}), Opts: fetch.Opts{LinkRate: pl.Res.LinkBytesPerSec, StorageCores: pl.Res.StorageCores}}
 	predicted, bound, cacheBound := p.d.PredictedNoOffSeconds, 0.0, 0.0
 	ran := pl.Prof != nil
 	var planRan policy.Plan
@@ -263,7 +263,7 @@ func (p *policyRun) next(i int, num uint64) epochOpts {
 	}
 	source := ""
 	if ran {
-		opts.Plan, planRan, cluster = pl.Run, pl.Plan, pl.Cluster
+		opts.plan, planRan, cluster = pl.Run, pl.Plan, pl.Cluster
 		predicted, bound, cacheBound = pl.Plan.Pred.Seconds, pl.Bound, pl.CacheBound
 		opts.Observe, source = pl.Est != nil, pl.Source
 	} else if p.d.RunStage2 {
@@ -324,7 +324,7 @@ func (p *policyRun) annotate(r *report.EpochReport, e *fetch.Epoch, rec *profile
 		// Refined costs re-plan even without drift; Learn also keeps
 		// Drift from correcting the storage speed for what it corrected.
 		r.Refined = pl.Learn(e.Observations())
-		why, drifted := pl.Drift(r, e.Offloads(), planRan)
+		why, drifted := pl.Drift(r, (*planner.Offloads)(e.Offloads()), planRan)
 		if r.Refined > 0 {
 			why = strings.TrimPrefix(why+"; "+fmt.Sprintf("refined: %d samples measured", r.Refined), "; ")
 			drifted = true

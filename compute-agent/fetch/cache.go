@@ -9,7 +9,6 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
-	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/ops"
@@ -93,7 +92,7 @@ func (e *Epoch) prepareCache() {
 // fillsCache reports whether Swap to plan fills the cache with plan's
 // resident samples: a warm epoch of the planned policy (prepareCache kept
 // every raw fetch) and a plan that keeps samples resident.
-func (e *Epoch) fillsCache(plan *planner.RunPlan) bool {
+func (e *Epoch) fillsCache(plan Plan) bool {
 	return e.cc.warm && plan.Caches()
 }
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
-	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/ops"
@@ -29,7 +28,7 @@ type Shard struct {
 
 // Opts are what a policy run changes about one epoch.
 type Opts struct {
-	Plan *planner.RunPlan
+	Plan Plan
 	// Rec, when set, records stage 2's profile of every sample fetched
 	// raw.
 	Rec *profiler.Recorder
@@ -68,7 +67,7 @@ func NewEpoch(cfg *Config, num uint64, cat *Catalog, sh Shard, opts Opts) *Epoch
 		batches: make(chan *Batch),
 		bySplit: splitCounter{},
 	}
-	e.plan.Store(opts.Plan)
+	e.plan.Store(&opts.Plan)
 	return e
 }
 
@@ -253,8 +252,8 @@ func (e *Epoch) Queued() int {
 }
 
 // Offloads is what e measured of its offloaded samples, for the planner.
-func (e *Epoch) Offloads() *planner.Offloads {
-	o := &planner.Offloads{StorageNS: e.storageOffNS.Load(), StorageEffNS: e.storageOffEffNS.Load(), PlannedNS: e.offPlannedNS.Load(),
+func (e *Epoch) Offloads() *Offloads {
+	o := &Offloads{StorageNS: e.storageOffNS.Load(), StorageEffNS: e.storageOffEffNS.Load(), PlannedNS: e.offPlannedNS.Load(),
 		Bytes: e.varBytes.Load(), PlannedBytes: e.varPlanned.Load()}
 	if o.PlannedNS > 0 {
 		o.StorageNS, o.StorageEffNS = e.planOffNS.Load(), e.planOffEffNS.Load()

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
-	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/ops"
@@ -74,8 +73,6 @@ func NewFetcher(name string, client dataplanepb.StorageClient, info *dataplanepb
 	}
 	return f, nil
 }
-
-var _ planner.Source = (*Fetcher)(nil) // stage 1 probes through it
 
 // Name is the storage agent's name.
 func (f *Fetcher) Name() string { return f.name }
@@ -448,7 +445,7 @@ func (f *Fetcher) account(r *epoch.Request, resp *dataplanepb.FetchResponse, now
 		i, this := plan.At(r.Sample, r.Split)
 		if this && plan.Hinted() {
 			_, c := plan.HintAt(i)
-			e.offPlannedNS.Add(int64(float64(c) / plan.Speed))
+			e.offPlannedNS.Add(int64(float64(c) / plan.StorageSpeed()))
 			e.planOffNS.Add(int64(resp.GetStorageCpuNs()))
 			e.planOffEffNS.Add(int64(held))
 		}

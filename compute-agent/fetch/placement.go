@@ -61,16 +61,20 @@ func (e *Epoch) placement(fs []*Fetcher) (pl epoch.Placement, unowned []int, err
 }
 
 // planned binds each position to the storage agent the plan chose for its
-// sample (RunPlan.Replica), where that agent is among fs; nil when the
-// plan chose none.
+// sample (Plan.Replica), where that agent is among fs; nil when the
+// plan chose none or the epoch has no plan.
 func (e *Epoch) planned(fs []*Fetcher) []uint64 {
+	plan := e.runPlan()
+	if plan == nil {
+		return nil
+	}
 	idx := make(map[string]int, len(fs))
 	for i, f := range fs {
 		idx[f.name] = i
 	}
 	var bound []uint64
 	for pos, s := range e.order {
-		name, ok := e.runPlan().Replica(s)
+		name, ok := plan.Replica(s)
 		if !ok {
 			continue
 		}

@@ -410,7 +410,8 @@ func TestPlacementPlanned(t *testing.T) {
 	plan := &policy.Plan{Policy: policy.NameOptimal, IDs: []uint64{10, 11, 12, 13, 14}, Split: make([]int, 5), Replica: []int16{1, 0, 1, 1, 0}}
 	c := &policy.Cluster{Storage: []policy.StorageNode{{Name: "a"}, {Name: "b"}}}
 	e := &Epoch{cfg: &Config{}, order: []uint64{10, 11, 12, 13, 14, 15}}
-	e.plan.Store(planner.NewRunPlan(plan, nil, policy.Resources{}).On(c))
+	var p Plan = planner.NewRunPlan(plan, nil, policy.Resources{}).On(c)
+	e.plan.Store(&p)
 	// The fetchers in another order than the cluster's: bound by name.
 	fs := []*Fetcher{{name: "b"}, {name: "a"}}
 	pl, _, err := e.placement(fs)
@@ -440,7 +441,8 @@ func TestPlacementPlanned(t *testing.T) {
 		t.Fatalf("a alone took %v, want 1 4 5 then 0 2 3", got)
 	}
 	// Without a cluster the plan names no replica: plain pull.
-	e.plan.Store(planner.NewRunPlan(plan, nil, policy.Resources{}))
+	var pooled Plan = planner.NewRunPlan(plan, nil, policy.Resources{})
+	e.plan.Store(&pooled)
 	if pl, _, _ := e.placement(fs); pl.Bound != nil {
 		t.Errorf("pooled plan bound %v", pl.Bound)
 	}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
-	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/internal/cpuclock"
@@ -47,7 +46,7 @@ type Epoch struct {
 	gpos    []uint64
 	asm     *trainer.Assembler
 	// plan is the epoch's plan; Swap replaces it once.
-	plan  atomic.Pointer[planner.RunPlan]
+	plan  atomic.Pointer[Plan]
 	rec   *profiler.Recorder // stage 2; nil when not profiling
 	sched *epoch.Schedule
 	// paced: several storage agents, whose windows pace (Fetcher.pace).
@@ -69,7 +68,7 @@ type Epoch struct {
 	// their storage agent reported times its per-worker share of a core:
 	// their CPU time, or more where the agent got less than its budget.
 	storageOffEffNS atomic.Int64
-	// offPlannedNS sums the plan's storage CPU estimate (planner.RunPlan.Hint)
+	// offPlannedNS sums the plan's storage CPU estimate (Plan.HintAt)
 	// of the samples served offloaded as planned: the drift check's
 	// prediction when storage agents answered some offloads raw.
 	offPlannedNS atomic.Int64
@@ -79,7 +78,7 @@ type Epoch struct {
 	planOffNS, planOffEffNS atomic.Int64
 	// varBytes and varPlanned sum the stored payload bytes and the plan's
 	// prediction of the samples served as planned at a split of varying
-	// size (planner.RunPlan.Varying).
+	// size (Plan.VaryingAt).
 	varBytes, varPlanned atomic.Int64
 	// left is the estimated wire bytes of the positions not yet received;
 	// with the link rate (linkRate, or as measured since start) it gives

@@ -661,6 +661,10 @@ func (p *RunPlan) On(c *policy.Cluster) *RunPlan {
 // Name is the plan's Name in reports.
 func (p *RunPlan) Name() string { return p.plan.Policy }
 
+// StorageSpeed is p.Speed, the planner's storage speed the hints' ns are
+// divided by (the engine's Plan).
+func (p *RunPlan) StorageSpeed() float64 { return p.Speed }
+
 // Entry is the index of sample's entry in the plan, if it has one.
 func (p *RunPlan) Entry(sample uint64) (int, bool) {
 	ids := p.plan.IDs
