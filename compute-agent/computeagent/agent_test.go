@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
@@ -241,7 +241,7 @@ func TestBadSample(t *testing.T) {
 
 func TestSlowSampleHeadOfLine(t *testing.T) {
 	const delay = 400 * time.Millisecond
-	order := epoch.Order(7, 0, 0, 1, testSamples)
+	order := schedule.Order(7, 0, 0, 1, testSamples)
 	slow := order[1] // early in the permutation: strict order waits for it
 	for _, strict := range []bool{false, true} {
 		t.Run(map[bool]string{false: "completion", true: "strict"}[strict], func(t *testing.T) {
@@ -459,7 +459,7 @@ func TestShardingAcrossRanks(t *testing.T) {
 		if len(all)%world == 0 {
 			t.Fatalf("%d samples split evenly over %d ranks: the test needs a remainder", len(all), world)
 		}
-		want := epoch.RankSamples(world, uint64(len(all)), 8, dropLast) // testConfig's batch
+		want := schedule.RankSamples(world, uint64(len(all)), 8, dropLast) // testConfig's batch
 		extra := 0
 		for r := range world {
 			if counts[r] != want {

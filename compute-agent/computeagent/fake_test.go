@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/sophon-dl/sophon/compute-agent/fetch"
+	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
@@ -360,7 +360,7 @@ func (s *fakeStorage) serve(ctx context.Context, req *dataplanepb.FetchRequest) 
 		v, err = s.p.Run(key, raw, 0, int(req.GetSplit()))
 	}
 	if err != nil {
-		return fail(fetch.LocalKind(err), err.Error())
+		return fail(engine.LocalKind(err), err.Error())
 	}
 	b, err := ops.EncodeWire(v, ops.Codec(req.GetCodec()))
 	if err != nil {

@@ -21,8 +21,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 )
 
@@ -260,7 +260,7 @@ func TestTrainerEveryRankOnceEqualBatches(t *testing.T) {
 					got = append(got, r.sample)
 				}
 				if strict {
-					want := epoch.RankOrder(7, 2, lr, 3, testSamples, 5, false)
+					want := schedule.RankOrder(7, 2, lr, 3, testSamples, 5, false)
 					if !slices.Equal(got, want) {
 						t.Errorf("rank %d strict order: got %v, want %v", lr, got, want)
 					}

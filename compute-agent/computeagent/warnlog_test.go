@@ -8,13 +8,13 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/sophon-dl/sophon/compute-agent/fetch"
+	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/policy"
 )
 
 // TestBadSampleWarningsBounded: 60 bad files of 64, skipped, write the
-// first fetch.MaxSampleWarnings warn lines naming samples and one line
+// first engine.MaxSampleWarnings warn lines naming samples and one line
 // saying how many more there were, per epoch, whichever side runs the
 // ops, while the report lists every failure.
 func TestBadSampleWarningsBounded(t *testing.T) {
@@ -57,10 +57,10 @@ func TestBadSampleWarningsBounded(t *testing.T) {
 				if r.SamplesFailed != nbad || len(r.Failed) != nbad {
 					t.Errorf("epoch %d: report failed %d (%d listed), want %d", e, r.SamplesFailed, len(r.Failed), nbad)
 				}
-				if got := sampleLines[uint64(e)]; got != fetch.MaxSampleWarnings {
-					t.Errorf("epoch %d: %d warn lines naming a sample, want %d", e, got, fetch.MaxSampleWarnings)
+				if got := sampleLines[uint64(e)]; got != engine.MaxSampleWarnings {
+					t.Errorf("epoch %d: %d warn lines naming a sample, want %d", e, got, engine.MaxSampleWarnings)
 				}
-				want := []float64{nbad - fetch.MaxSampleWarnings, nbad}
+				want := []float64{nbad - engine.MaxSampleWarnings, nbad}
 				if got := summaries[uint64(e)]; !slices.Equal(got, want) {
 					t.Errorf("epoch %d: summary (suppressed, failed) %v, want one %v", e, got, want)
 				}

@@ -134,7 +134,7 @@ type obsKey struct {
 	compressed bool
 }
 
-// Learn keeps an epoch's observations (fetch.Epoch.Observations) for a
+// Learn keeps an epoch's observations (engine.Epoch.Observations) for a
 // run that plans from an estimated profile (Est set), their storage CPU
 // converted to the profile's clock with the storage speed the epoch's plan
 // assumed. When any measured something not measured before (a sample at a

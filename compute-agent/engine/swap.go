@@ -1,9 +1,9 @@
-package fetch
+package engine
 
 import (
 	"slices"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/ops"
 )
 
@@ -23,10 +23,10 @@ func (e *Epoch) runPlan() Plan {
 }
 
 // shedder is the epoch's current shedder (nil: none).
-func (e *Epoch) shedder() *epoch.Shedder { return e.shed.Load() }
+func (e *Epoch) shedder() *schedule.Shedder { return e.shed.Load() }
 
 // cpuOf is the schedule's storage CPU estimate of a position under plan
-// (epoch.Schedule.CPUOf), nil for a plan without hints.
+// (schedule.Schedule.CPUOf), nil for a plan without hints.
 func cpuOf(plan Plan, order []uint64) func(pos, k int) int64 {
 	if !plan.Hinted() {
 		return nil
@@ -38,10 +38,10 @@ func cpuOf(plan Plan, order []uint64) func(pos, k int) int64 {
 }
 
 // newShedder is the epoch's shedder under plan at its current splits
-// (epoch.NewShedder).
-func (e *Epoch) newShedder(plan Plan, linkRate, cores float64) *epoch.Shedder {
+// (schedule.NewShedder).
+func (e *Epoch) newShedder(plan Plan, linkRate, cores float64) *schedule.Shedder {
 	wire := func(sample uint64, k int) float64 { return float64(e.cfg.Sizes.Estimate(k, e.cat.RawSizes[sample])) }
-	return epoch.NewShedder(e.order, e.split, wire, plan, plan.StorageSpeed(), linkRate, cores, e.cfg.Now)
+	return schedule.NewShedder(e.order, e.split, wire, plan, plan.StorageSpeed(), linkRate, cores, e.cfg.Now)
 }
 
 // capCPU bounds f's window's storage CPU when the plan has estimates
@@ -127,7 +127,7 @@ func (e *Epoch) BytesReceived() int64 { return e.bytesReceived.Load() }
 
 // kept hands Opts.KeepRaw the raw file of it, finished from in, when it
 // arrived raw.
-func (e *Epoch) kept(it *epoch.Item, in ops.Value) {
+func (e *Epoch) kept(it *schedule.Item, in ops.Value) {
 	if e.keepRaw == nil || it.Split != 0 {
 		return
 	}

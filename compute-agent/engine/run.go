@@ -1,4 +1,4 @@
-package fetch
+package engine
 
 import (
 	"context"
@@ -16,9 +16,9 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/internal/errkind"
@@ -48,13 +48,13 @@ type Epoch struct {
 	// plan is the epoch's plan; Swap replaces it once.
 	plan  atomic.Pointer[Plan]
 	rec   *profiler.Recorder // stage 2; nil when not profiling
-	sched *epoch.Schedule
+	sched *schedule.Schedule
 	// paced: several storage agents, whose windows pace (Fetcher.pace).
 	paced bool
 	jr    *journal.Journal // nil without a sample log
 
 	work    chan work // responses and failures for the workers; made by run
-	queue   chan epoch.Item
+	queue   chan schedule.Item
 	batches chan *Batch
 
 	bytesReceived atomic.Int64
@@ -100,11 +100,11 @@ type Epoch struct {
 	servedRawContended, servedRawUncuttable atomic.Int64
 	// shed re-balances the rest of the epoch when the storage side falls
 	// behind the plan (nil: never).
-	shed atomic.Pointer[epoch.Shedder]
-	lat  epoch.Latencies // response latencies, for the adaptive stall timeout
-	cc   cacheState      // the node's cache in this epoch
-	warm bool            // Opts.WarmCache
-	fs   []*Fetcher      // the epoch's, from Prepare (a cache refill may use any)
+	shed atomic.Pointer[schedule.Shedder]
+	lat  schedule.Latencies // response latencies, for the adaptive stall timeout
+	cc   cacheState         // the node's cache in this epoch
+	warm bool               // Opts.WarmCache
+	fs   []*Fetcher         // the epoch's, from Prepare (a cache refill may use any)
 
 	// observing: keep an Observation of every sample finished (obs,
 	// under mu) for the planner's refinement.
@@ -283,7 +283,7 @@ func (e *Epoch) worker(ctx context.Context) error {
 		if w.resp.GetServed() != dataplanepb.Served_SERVED_AS_REQUESTED {
 			k = 0
 		}
-		it := epoch.Item{Pos: r.Pos, Sample: r.Sample, Label: e.cat.Labels[r.Sample], Split: k, Wire: int64(len(w.resp.GetData()))}
+		it := schedule.Item{Pos: r.Pos, Sample: r.Sample, Label: e.cat.Labels[r.Sample], Split: k, Wire: int64(len(w.resp.GetData()))}
 		if e.asm != nil {
 			it.Rank, it.J, it.GPos = e.posRank[r.Pos], e.posJ[r.Pos], e.gpos[r.Pos]
 		}
@@ -344,7 +344,7 @@ func (e *Epoch) worker(ctx context.Context) error {
 // the catalog's content hash (see Fetcher.checkRaw) and runs ops[k:n] on it, timing
 // both on the thread's CPU clock, and fills it with the tensor. in is the
 // decoded wire form and out the pipeline's output (for the cache).
-func (e *Epoch) finish(f *Fetcher, data []byte, lim ops.WireLimits, it *epoch.Item) (in, out ops.Value, bad *report.SampleFailure) {
+func (e *Epoch) finish(f *Fetcher, data []byte, lim ops.WireLimits, it *schedule.Item) (in, out ops.Value, bad *report.SampleFailure) {
 	t0 := cpuclock.Thread()
 	in, err := ops.DecodeWire(data, lim)
 	if raw, ok := in.(ops.Encoded); ok && err == nil && it.Split == 0 {
@@ -357,7 +357,7 @@ func (e *Epoch) finish(f *Fetcher, data []byte, lim ops.WireLimits, it *epoch.It
 // complete runs ops[it.Split:n] on in (unless err, the failure to get in)
 // and fills it with the output, charging the CPU time since t0 (the
 // thread's clock) to the epoch; stage 2 records a raw in.
-func (e *Epoch) complete(in ops.Value, err error, it *epoch.Item, t0 time.Duration) (ops.Value, *report.SampleFailure) {
+func (e *Epoch) complete(in ops.Value, err error, it *schedule.Item, t0 time.Duration) (ops.Value, *report.SampleFailure) {
 	p := e.cfg.Pipeline
 	key := ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: it.Sample}
 	var v ops.Value
@@ -397,7 +397,7 @@ func (e *Epoch) complete(in ops.Value, err error, it *epoch.Item, t0 time.Durati
 }
 
 // check validates a response's wire form without finishing it (FetchOnly).
-func (e *Epoch) check(data []byte, lim ops.WireLimits, it *epoch.Item) *report.SampleFailure {
+func (e *Epoch) check(data []byte, lim ops.WireLimits, it *schedule.Item) *report.SampleFailure {
 	t0 := cpuclock.Thread()
 	_, err := ops.CheckWire(data, lim)
 	e.computeNS.Add(int64(cpuclock.Thread() - t0))
@@ -415,10 +415,10 @@ func (e *Epoch) check(data []byte, lim ops.WireLimits, it *epoch.Item) *report.S
 func (e *Epoch) batcher(ctx context.Context) error {
 	defer close(e.batches)
 	s := &stacker{e: e}
-	buf := map[int]epoch.Item{}
+	buf := map[int]schedule.Item{}
 	next := 0
 	for {
-		var it epoch.Item
+		var it schedule.Item
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -473,7 +473,7 @@ func (s *stacker) emit(ctx context.Context) error {
 }
 
 // add stacks it onto the current batch, emitting the batch once full.
-func (s *stacker) add(ctx context.Context, it epoch.Item) error {
+func (s *stacker) add(ctx context.Context, it schedule.Item) error {
 	e, bs := s.e, s.e.cfg.Batch
 	t := it.Tensor
 	if t == nil { // FetchOnly: rows without data
@@ -504,7 +504,7 @@ func (s *stacker) add(ctx context.Context, it epoch.Item) error {
 // drain stacks the items of the reorder buffer buf from position next on,
 // in order, up to the first missing one, which it returns; the schedule
 // learns how far the epoch got.
-func (s *stacker) drain(ctx context.Context, buf map[int]epoch.Item, next int) (int, error) {
+func (s *stacker) drain(ctx context.Context, buf map[int]schedule.Item, next int) (int, error) {
 	moved := false
 	for {
 		it, ok := buf[next]

@@ -1,7 +1,7 @@
-package fetch
+package engine
 
 import (
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/ops"
 )
 
@@ -13,7 +13,7 @@ import (
 // changed: a re-plan swaps in another (Epoch.Swap).
 type Plan interface {
 	// Hinted and Hint are the per-sample hints of the shedder.
-	epoch.Hints
+	schedule.Hints
 	// Name is the plan's name in reports and logs.
 	Name() string
 	// HintAt is Hint of the plan's entry i (At).

@@ -1,4 +1,4 @@
-package fetch
+package engine
 
 import (
 	"os/exec"
@@ -22,7 +22,7 @@ func TestEngineImportsNoPlanner(t *testing.T) {
 	}
 	deps := strings.Fields(string(out))
 	const mod = "github.com/sophon-dl/sophon/"
-	self := mod + "compute-agent/fetch"
+	self := mod + "compute-agent/engine"
 	if len(deps) == 0 || deps[len(deps)-1] != self {
 		t.Fatalf("go list -deps ended with %v, want %s last", deps[max(0, len(deps)-1):], self)
 	}
