@@ -42,7 +42,7 @@ var (
 )
 
 // The engine's errors (package engine), under the names the agent's
-// callers match with errors.Is; their texts keep the computeagent prefix.
+// callers match with errors.Is.
 var (
 	// ErrFingerprint: a storage agent serves a different dataset than the
 	// catalog's.

@@ -23,7 +23,7 @@ import (
 
 // errStalled ends a stream that received nothing for the stall timeout
 // while requests were outstanding.
-var errStalled = errors.New("computeagent: stream stalled")
+var errStalled = errors.New("engine: stream stalled")
 
 // Fetcher keeps one Fetch stream to one storage agent busy for one epoch,
 // with a bounded window of requests in flight. On a stream error it
@@ -235,7 +235,7 @@ func (f *Fetcher) session(ctx context.Context) (progress bool, err error) {
 }
 
 // errEpochDone ends a session whose epoch has every sample.
-var errEpochDone = errors.New("computeagent: epoch complete")
+var errEpochDone = errors.New("engine: epoch complete")
 
 // watch is session's watchdog; it ends the session through cancel.
 func (f *Fetcher) watch(ctx context.Context, cancel context.CancelCauseFunc) {
@@ -359,7 +359,7 @@ func (f *Fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 		resp, err := stream.Recv()
 		if err == io.EOF {
 			if n := e.sched.Outstanding(&f.w); n > 0 || !e.sched.Complete() {
-				return fmt.Errorf("computeagent: %s closed the stream with %d requests outstanding", f.name, n)
+				return fmt.Errorf("engine: %s closed the stream with %d requests outstanding", f.name, n)
 			}
 			return nil
 		}

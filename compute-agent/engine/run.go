@@ -425,7 +425,7 @@ func (e *Epoch) batcher(ctx context.Context) error {
 		case got, ok := <-e.queue:
 			if !ok {
 				if len(buf) > 0 {
-					return fmt.Errorf("computeagent: epoch %d: %d samples stuck behind position %d", e.num, len(buf), next)
+					return fmt.Errorf("engine: epoch %d: %d samples stuck behind position %d", e.num, len(buf), next)
 				}
 				if s.cur != nil {
 					return s.emit(ctx)
@@ -486,7 +486,7 @@ func (s *stacker) add(ctx context.Context, it schedule.Item) error {
 	}
 	cur := s.cur
 	if t.C != cur.Shape[1] || t.H != cur.Shape[2] || t.W != cur.Shape[3] {
-		return fmt.Errorf("computeagent: epoch %d: sample %d has shape [%d %d %d], its batch [%d %d %d]",
+		return fmt.Errorf("engine: epoch %d: sample %d has shape [%d %d %d], its batch [%d %d %d]",
 			e.num, it.Sample, t.C, t.H, t.W, cur.Shape[1], cur.Shape[2], cur.Shape[3])
 	}
 	cur.Samples = append(cur.Samples, it.Sample)
@@ -544,13 +544,13 @@ func (e *Epoch) feeder(ctx context.Context) error {
 		e.idle += e.cfg.Now().Sub(t0)
 		if !e.cfg.FetchOnly {
 			if err := e.cfg.Consumer.Consume(ctx, b); err != nil {
-				return fmt.Errorf("computeagent: consumer: %w", err)
+				return fmt.Errorf("engine: consumer: %w", err)
 			}
 		}
 		// Journaled right after the consumer took the batch, in one write:
 		// what a crash leaves in the log is what was delivered.
 		if err := e.jr.Write(e.num, b.Samples, b.shas); err != nil {
-			return fmt.Errorf("computeagent: samples out: %w", err)
+			return fmt.Errorf("engine: samples out: %w", err)
 		}
 		if e.nbatch == 0 {
 			e.firstBatch = e.cfg.Now()

@@ -208,7 +208,7 @@ func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []ui
 		g.Go(func() error {
 			r, err := cfg.probe(gctx, f, mine, cfg.Epoch, k, cfg.Window, budget, keep)
 			if err != nil {
-				return fmt.Errorf("computeagent: stage 1: split %d from %s: %w", k, f.Name(), err)
+				return fmt.Errorf("planner: stage 1: split %d from %s: %w", k, f.Name(), err)
 			}
 			out[i] = r
 			return nil

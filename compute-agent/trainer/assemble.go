@@ -591,7 +591,7 @@ func (a *Assembler) publishLocked(rf *rankFeed) error {
 			return a.failLocked(a.ringClosedErr(rf))
 		}
 		if err != nil {
-			return a.failLocked(fmt.Errorf("computeagent: samples out: %w", err))
+			return a.failLocked(fmt.Errorf("trainer: samples out: %w", err))
 		}
 		rf.held[ob.slot] = true
 		if a.first.IsZero() {

@@ -33,7 +33,7 @@ const (
 )
 
 // ErrTrainer marks a failure of the trainer hand-off.
-var ErrTrainer = errors.New("computeagent: trainer")
+var ErrTrainer = errors.New("trainer: hand-off failed")
 
 // Hub accepts trainer connections and starts an epoch when every
 // local rank asked for it.
