@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
@@ -25,13 +26,13 @@ import (
 
 // skipFake serves the first n test samples; those in bad are truncated
 // JPEGs, which fail to decode.
-func skipFake(t *testing.T, n int, bad []uint64) *fakeStorage {
-	s := newFake(t, "s1")
-	data := slices.Clone(s.data[:n])
+func skipFake(t *testing.T, n int, bad []uint64) *enginetest.Storage {
+	s := enginetest.NewStorage(t, "s1")
+	data := slices.Clone(s.Data[:n])
 	for _, b := range bad {
 		data[b] = data[b][:len(data[b])/2]
 	}
-	s.data = data
+	s.Data = data
 	return s
 }
 

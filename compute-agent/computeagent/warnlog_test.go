@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/engine"
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/policy"
 )
@@ -19,16 +20,16 @@ import (
 // ops, while the report lists every failure.
 func TestBadSampleWarningsBounded(t *testing.T) {
 	const nbad = 60
-	p := testPipeline(t)
+	p := enginetest.Pipeline(t)
 	for _, plan := range []*policy.Plan{NoOff(), AllOff(p)} {
 		t.Run(plan.Policy, func(t *testing.T) {
-			s := newFake(t, "s1")
-			s.data = slices.Clone(s.data)
+			s := enginetest.NewStorage(t, "s1")
+			s.Data = slices.Clone(s.Data)
 			for i := range nbad {
-				s.data[i] = s.data[i][:len(s.data[i])/2]
+				s.Data[i] = s.Data[i][:len(s.Data[i])/2]
 			}
-			n := &memNet{}
-			n.serve(t, "s1:1", s)
+			n := &enginetest.MemNet{}
+			n.Serve(t, "s1:1", s)
 			cfg, _ := testConfig(t, n, "s1:1")
 			cfg.Plan = plan
 			cfg.OnError = OnErrorSkip
