@@ -75,7 +75,7 @@ func FuzzCut(f *testing.F) {
 			// the crop's last row) and still give a cut whose own decode
 			// meets the damage: the cut must then fail as corrupt data,
 			// which the compute agent answers by fetching the sample
-			// again raw (compute-agent/fetch, refetchRaw).
+			// again raw (compute-agent/engine, refetchRaw).
 			if !errors.Is(err, ops.ErrCorrupt) {
 				t.Fatalf("run from the cut: %v, want success or ops.ErrCorrupt", err)
 			}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/testutil"
 
-	agentepoch "github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	agentepoch "github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/internal/placement"
 )
 

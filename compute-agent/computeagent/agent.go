@@ -21,11 +21,11 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
-	"github.com/sophon-dl/sophon/compute-agent/fetch"
+	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
@@ -34,30 +34,37 @@ import (
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
-// The engine's errors (package fetch), under the names the agent's
-// callers match with errors.Is; their texts keep the computeagent prefix.
+// The engine runs the planner's plans and stage 1 probes through the
+// engine's fetchers; neither package imports the other.
+var (
+	_ engine.Plan    = (*planner.RunPlan)(nil)
+	_ planner.Source = (*engine.Fetcher)(nil)
+)
+
+// The engine's errors (package engine), under the names the agent's
+// callers match with errors.Is.
 var (
 	// ErrFingerprint: a storage agent serves a different dataset than the
 	// catalog's.
-	ErrFingerprint = fetch.ErrFingerprint
+	ErrFingerprint = engine.ErrFingerprint
 	// ErrCatalog marks a malformed catalog stream.
-	ErrCatalog = fetch.ErrCatalog
+	ErrCatalog = engine.ErrCatalog
 	// ErrNoStorage: no storage agent can serve the epoch.
-	ErrNoStorage = fetch.ErrNoStorage
+	ErrNoStorage = engine.ErrNoStorage
 	// ErrUnavailable: samples of the epoch that no live storage agent
 	// holds.
-	ErrUnavailable = fetch.ErrUnavailable
+	ErrUnavailable = engine.ErrUnavailable
 	// ErrContentMismatch: a storage agent sent raw bytes whose SHA-256 is
 	// not the catalog's content hash for that sample. The agent is refused
 	// for the rest of the run.
-	ErrContentMismatch = fetch.ErrContentMismatch
+	ErrContentMismatch = engine.ErrContentMismatch
 	// ErrSample is wrapped by the error of an epoch failed by a bad sample
 	// (OnError "fail"); the error names the sample.
-	ErrSample = fetch.ErrSample
+	ErrSample = engine.ErrSample
 )
 
-// Catalog is the dataset as a storage agent describes it (fetch.Catalog).
-type Catalog = fetch.Catalog
+// Catalog is the dataset as a storage agent describes it (engine.Catalog).
+type Catalog = engine.Catalog
 
 // probeGrace is how long the start of an epoch waits for the storage
 // agents still silent once one of them answered Info.
@@ -94,7 +101,7 @@ var ErrClosed = journal.ErrClosed
 type Agent struct {
 	cfg      runConfig
 	log      zerolog.Logger
-	sizes    *epoch.SizeModel
+	sizes    *schedule.SizeModel
 	pipeID   string
 	pipeSpec []byte           // sent on each stream's first request; nil for presets
 	plan     *planner.RunPlan // Config.Plan, indexed
@@ -109,15 +116,15 @@ type Agent struct {
 	// gossip, trainers, the metrics listener); its counters are in m.
 	peer *peerlog.Limiter
 	// engine is what every epoch's run takes from the agent.
-	engine fetch.Config
+	engine engine.Config
 
 	mu        sync.Mutex
 	discovery Discovery
 	conns     map[string]*grpc.ClientConn
 	cat       *Catalog
 	// refusals holds the storage agents refused for the rest of the run
-	// (fetch.Refusals).
-	refusals *fetch.Refusals
+	// (engine.Refusals).
+	refusals *engine.Refusals
 	jr       *journal.Journal // the sample log and resume state, opened with the catalog
 	jrErr    error
 	// cache is the node's sample cache (Config.CacheDir), opened by the
@@ -141,7 +148,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 	a := &Agent{
 		cfg:    runConfig{Config: cfg, Knobs: k.withDefaults()},
 		log:    cfg.Logger, // the binary names the component (internal/cli.Logger)
-		sizes:  epoch.NewSizeModel(cfg.Pipeline),
+		sizes:  schedule.NewSizeModel(cfg.Pipeline),
 		pipeID: cfg.Pipeline.ID(),
 		plan:   planner.NewRunPlan(cfg.Plan, nil, policy.Resources{}),
 		gpu:    cfg.GPU,
@@ -156,7 +163,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 			return nil, configErr("%v", err)
 		}
 		a.cfg.Pipeline, a.tail = p, tail
-		a.sizes, a.pipeID = epoch.NewSizeModel(p), p.ID()
+		a.sizes, a.pipeID = schedule.NewSizeModel(p), p.ID()
 	}
 	if pre, err := ops.Preset(a.cfg.Pipeline.Name()); err != nil || pre.ID() != a.pipeID {
 		if a.pipeSpec, err = json.Marshal(a.cfg.Pipeline.Spec()); err != nil {
@@ -166,15 +173,15 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 	if a.gpu == nil {
 		a.gpu = NewNVML(a.cfg.Clock, a.log)
 	}
-	a.refusals = &fetch.Refusals{Log: a.log}
+	a.refusals = &engine.Refusals{Log: a.log}
 	a.engine = a.engineConfig()
 	return a, nil
 }
 
 // engineConfig is the epoch engine's view of the agent.
-func (a *Agent) engineConfig() fetch.Config {
+func (a *Agent) engineConfig() engine.Config {
 	c := &a.cfg
-	return fetch.Config{
+	return engine.Config{
 		Log: a.log, Now: c.Clock.Now, Metrics: a.m, Warnings: a.peer, Refusals: a.refusals, Consumer: c.Consumer, OnSample: c.OnSample,
 		Pipeline: c.Pipeline, PipelineID: a.pipeID, PipelineSpec: a.pipeSpec, Sizes: a.sizes, Seed: c.Seed, Codec: c.Codec,
 		Workers: c.Workers, Queue: c.Queue, Batch: c.Batch, Window: c.Window, WindowBytes: c.WindowBytes,
@@ -231,7 +238,7 @@ func (a *Agent) Run(ctx context.Context) ([]report.EpochReport, error) {
 		return nil, err
 	}
 	defer stop()
-	next := func(int, uint64) epochOpts { return epochOpts{Opts: fetch.Opts{Plan: a.plan}} }
+	next := func(int, uint64) epochOpts { return epochOpts{plan: a.plan} }
 	if a.cfg.Policy != "" {
 		p, err := a.startPolicy(ctx)
 		if err != nil {
@@ -355,7 +362,7 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 // probeGrace for the rest (a stopped agent does not hold the epoch; the
 // ones left out are asked again at the next epoch). When none is usable it
 // tries again, with back-off, until Config.RetryBudget is spent.
-func (a *Agent) storage(ctx context.Context) ([]*fetch.Fetcher, *Catalog, error) {
+func (a *Agent) storage(ctx context.Context) ([]*engine.Fetcher, *Catalog, error) {
 	start := a.cfg.Clock.Now()
 	for attempt := 1; ; attempt++ {
 		fs, cat, retry, err := a.storageOnce(ctx)
@@ -367,7 +374,7 @@ func (a *Agent) storage(ctx context.Context) ([]*fetch.Fetcher, *Catalog, error)
 			return nil, nil, err
 		}
 		a.log.Warn().Err(err).Int("attempt", attempt).Msg("no storage agent usable yet; retrying")
-		if err := epoch.Pause(ctx, min(epoch.RetryDelay(attempt), a.cfg.RetryBudget-idle), nil); err != nil {
+		if err := schedule.Pause(ctx, min(schedule.RetryDelay(attempt), a.cfg.RetryBudget-idle), nil); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -383,7 +390,7 @@ type probed struct {
 
 // storageOnce is one round of storage; retry reports whether another
 // round may help (not when every agent serves another dataset).
-func (a *Agent) storageOnce(ctx context.Context) (fs []*fetch.Fetcher, _ *Catalog, retry bool, _ error) {
+func (a *Agent) storageOnce(ctx context.Context) (fs []*engine.Fetcher, _ *Catalog, retry bool, _ error) {
 	a.mu.Lock()
 	d := a.discovery
 	a.mu.Unlock()
@@ -434,7 +441,7 @@ func (a *Agent) probeInfo(ctx context.Context, eps []Endpoint) ([]*probed, error
 				return
 			}
 			client := a.refusals.Guard(ep.Name, dataplanepb.NewStorageClient(c))
-			ictx, icancel := context.WithTimeout(pctx, fetch.ProbeTimeout)
+			ictx, icancel := context.WithTimeout(pctx, engine.ProbeTimeout)
 			info, err := client.Info(ictx, &dataplanepb.InfoRequest{}, grpc.WaitForReady(true))
 			icancel()
 			results <- probed{i: i, client: client, info: info, err: err}
@@ -463,7 +470,7 @@ func (a *Agent) probeInfo(ctx context.Context, eps []Endpoint) ([]*probed, error
 // accept checks storage agent ep's answer p (nil: none in time) against
 // the catalog, reading the catalog from it on first use, and returns its
 // fetcher; retry reports whether another round may help with it.
-func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *fetch.Fetcher, retry bool, _ error) {
+func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *engine.Fetcher, retry bool, _ error) {
 	if err := a.refusals.Refusal(ep.Name); err != nil {
 		return nil, false, err
 	}
@@ -484,7 +491,7 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *fetch.Fe
 	cat := a.Catalog()
 	if cat == nil {
 		cctx, ccancel := context.WithTimeout(ctx, a.cfg.RetryBudget)
-		c, err := fetch.ReadCatalog(cctx, p.client)
+		c, err := engine.ReadCatalog(cctx, p.client)
 		ccancel()
 		if err != nil {
 			return nil, !errors.Is(err, ErrCatalog), fmt.Errorf("%s: catalog: %w", ep.Name, err)
@@ -500,7 +507,7 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *fetch.Fe
 		a.log.Error().Err(err).Msg("storage agent refused")
 		return nil, false, err
 	}
-	f, err := fetch.NewFetcher(ep.Name, p.client, p.info, cat)
+	f, err := engine.NewFetcher(ep.Name, p.client, p.info, cat)
 	if err != nil {
 		a.log.Error().Err(err).Msg("storage agent refused")
 		return nil, false, err
@@ -511,15 +518,18 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *fetch.Fe
 // RunEpoch runs one epoch with Config.Plan and returns its report (also
 // appended to Config.ReportPath). It does not consult Config.Policy.
 func (a *Agent) RunEpoch(ctx context.Context, num uint64) (report.EpochReport, error) {
-	return a.runEpoch(ctx, num, epochOpts{Opts: fetch.Opts{Plan: a.plan}})
+	return a.runEpoch(ctx, num, epochOpts{plan: a.plan})
 }
 
 // epochOpts are what a policy run changes about one epoch.
 type epochOpts struct {
-	fetch.Opts
+	// Opts are the engine's; runEpochOnce sets its Plan to plan.
+	engine.Opts
+	// plan is the epoch's plan.
+	plan *planner.RunPlan
 	// annotate, when set, completes a successful epoch's report before it
 	// is logged and written.
-	annotate func(*report.EpochReport, *fetch.Epoch) error
+	annotate func(*report.EpochReport, *engine.Epoch) error
 	// trainer, when set, is the epoch the local trainer ranks asked for:
 	// the epoch runs their orders and fills their slots.
 	trainer *trainer.EpochReq
@@ -528,7 +538,7 @@ type epochOpts struct {
 	// closed when its run ended; the function it returns is waited for
 	// then, before the epoch's report is completed (a policy run's stage
 	// 1 beside its first epoch: overlap.go).
-	started func(ctx context.Context, e *fetch.Epoch, ended <-chan struct{}) (wait func())
+	started func(ctx context.Context, e *engine.Epoch, ended <-chan struct{}) (wait func())
 	// err, when set, fails the epoch before it starts (a plan that could
 	// not be made).
 	err error
@@ -557,7 +567,7 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (repor
 		r.Status = "interrupted"
 	}
 	if r.Pipeline == "" {
-		r.Pipeline, r.Plan = a.pipeID, opts.Plan.Name()
+		r.Pipeline, r.Plan = a.pipeID, opts.plan.Name()
 	}
 	if r.Failed == nil {
 		r.Failed = []report.SampleFailure{}
@@ -600,7 +610,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, began time.Time, o
 	if err != nil {
 		return report.EpochReport{}, err
 	}
-	jr, err := a.openJournal(cat, opts.Plan)
+	jr, err := a.openJournal(cat, opts.plan)
 	if err != nil {
 		return report.EpochReport{}, err
 	}
@@ -617,7 +627,9 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, began time.Time, o
 	if err != nil {
 		return report.EpochReport{}, err
 	}
-	e := fetch.NewEpoch(&a.engine, num, cat, sh.Shard, opts.Opts)
+	eo := opts.Opts
+	eo.Plan = opts.plan
+	e := engine.NewEpoch(&a.engine, num, cat, sh.Shard, eo)
 	if sh.tr != nil {
 		asm := a.newAssembler(e, sh, opts.trainer)
 		e.Feed(asm, sh.tr)
@@ -655,7 +667,7 @@ func (a *Agent) runEpochOnce(ctx context.Context, num uint64, began time.Time, o
 
 // epochShard is what one epoch delivers here.
 type epochShard struct {
-	fetch.Shard
+	engine.Shard
 	tr *trainer.Positions // trainer mode: the local ranks' positions
 }
 
@@ -675,9 +687,9 @@ func (a *Agent) shard(num uint64, cat *Catalog, jr *journal.Journal, opts epochO
 		// Every rank the same count (DDP hangs on uneven ones): padded by
 		// repeats of its own samples, or with --drop-last cut to full
 		// batches; with one rank, the whole catalog.
-		sh.Order = epoch.RankOrder(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
+		sh.Order = schedule.RankOrder(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
 	}
-	sh.Padded = max(0, len(sh.Order)-len(epoch.Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)))
+	sh.Padded = max(0, len(sh.Order)-len(schedule.Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)))
 	if done := jr.Delivered(num); len(done) > 0 {
 		// Resume: the samples journaled before the restart were delivered;
 		// the rest keep their order.
@@ -686,7 +698,7 @@ func (a *Agent) shard(num uint64, cat *Catalog, jr *journal.Journal, opts epochO
 		a.log.Info().Uint64("epoch", num).Int("resumed", sh.Resumed).Int("left", len(sh.Order)).Msg("resuming the epoch")
 	}
 	sh.Split = make([]int, len(sh.Order))
-	splitOf := a.splitOf(opts.Plan)
+	splitOf := a.splitOf(opts.plan)
 	for i, s := range sh.Order {
 		k, err := splitOf(s)
 		if err != nil {
@@ -720,7 +732,7 @@ func (a *Agent) splitOf(plan *planner.RunPlan) func(sample uint64) (int, error) 
 
 // execute runs the prepared epoch e over fs, sampling the GPU meanwhile,
 // and returns its account so far; err is the run's.
-func (a *Agent) execute(ctx context.Context, e *fetch.Epoch, fs []*fetch.Fetcher) (report.EpochReport, error) {
+func (a *Agent) execute(ctx context.Context, e *engine.Epoch, fs []*engine.Fetcher) (report.EpochReport, error) {
 	gctx, stopGPU := context.WithCancel(ctx)
 	var gpu report.GPUStats
 	var wg sync.WaitGroup
@@ -738,7 +750,7 @@ func (a *Agent) execute(ctx context.Context, e *fetch.Epoch, fs []*fetch.Fetcher
 // finish checks that the epoch accounted for every position, completes
 // its report (opts.annotate), logs and writes it and records the epoch
 // done in the journal.
-func (a *Agent) finish(r report.EpochReport, e *fetch.Epoch, jr *journal.Journal, opts epochOpts) (report.EpochReport, error) {
+func (a *Agent) finish(r report.EpochReport, e *engine.Epoch, jr *journal.Journal, opts epochOpts) (report.EpochReport, error) {
 	if r.Samples+r.SamplesFailed != r.Shard {
 		return r, fmt.Errorf("computeagent: epoch %d: delivered %d and failed %d of %d samples", r.Epoch, r.Samples, r.SamplesFailed, r.Shard)
 	}

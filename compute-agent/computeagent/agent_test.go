@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
@@ -42,7 +43,7 @@ func checkOnce(t *testing.T, got []delivery, want []uint64) {
 }
 
 func allSamples() []uint64 {
-	s := make([]uint64, testSamples)
+	s := make([]uint64, enginetest.Samples)
 	for i := range s {
 		s[i] = uint64(i)
 	}
@@ -85,10 +86,10 @@ func checkReport(t *testing.T, r report.EpochReport) {
 }
 
 func TestExactlyOncePerEpoch(t *testing.T) {
-	n := &memNet{}
-	s1, s2 := newFake(t, "s1"), newFake(t, "s2")
-	n.serve(t, "s1:1", s1)
-	n.serve(t, "s2:1", s2)
+	n := &enginetest.MemNet{}
+	s1, s2 := enginetest.NewStorage(t, "s1"), enginetest.NewStorage(t, "s2")
+	n.Serve(t, "s1:1", s1)
+	n.Serve(t, "s2:1", s2)
 	cfg, rec := testConfig(t, n, "s1:1", "s2:1")
 	cfg.Epochs = 2
 	cfg.Plan = NoOff()
@@ -113,8 +114,8 @@ func TestExactlyOncePerEpoch(t *testing.T) {
 			t.Errorf("epoch %d: storage cpu seconds %v", e, reports[e].StorageCPUSeconds)
 		}
 	}
-	if s1.responses.Load() == 0 || s2.responses.Load() == 0 {
-		t.Errorf("responses %d and %d: want both storage agents used", s1.responses.Load(), s2.responses.Load())
+	if s1.Responses() == 0 || s2.Responses() == 0 {
+		t.Errorf("responses %d and %d: want both storage agents used", s1.Responses(), s2.Responses())
 	}
 	f, err := os.Open(cfg.ReportPath)
 	if err != nil {
@@ -128,7 +129,7 @@ func TestExactlyOncePerEpoch(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("report line %d: %v", lines, err)
 		}
-		if r.Epoch != uint64(lines) || r.Samples != testSamples {
+		if r.Epoch != uint64(lines) || r.Samples != enginetest.Samples {
 			t.Errorf("report line %d: epoch %d samples %d", lines, r.Epoch, r.Samples)
 		}
 		lines++
@@ -139,16 +140,16 @@ func TestExactlyOncePerEpoch(t *testing.T) {
 }
 
 func TestPlacementInvariance(t *testing.T) {
-	n := &memNet{}
-	n.serve(t, "s1:1", newFake(t, "s1"))
-	n.serve(t, "s2:1", newFake(t, "s2"))
-	p := testPipeline(t)
+	n := &enginetest.MemNet{}
+	n.Serve(t, "s1:1", enginetest.NewStorage(t, "s1"))
+	n.Serve(t, "s2:1", enginetest.NewStorage(t, "s2"))
+	p := enginetest.Pipeline(t)
 	resize, err := ResizeOff(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	splits := map[uint64]int{}
-	for s := range uint64(testSamples) {
+	for s := range uint64(enginetest.Samples) {
 		splits[s] = int(s % uint64(p.Len()+1))
 	}
 	mixed := PlanOf("mixed", p.ID(), 1, splits)
@@ -191,24 +192,24 @@ func TestPlacementInvariance(t *testing.T) {
 }
 
 // corrupt returns a dataset whose sample bad is truncated JPEG bytes.
-func corruptFake(t *testing.T, name string, bad uint64) *fakeStorage {
-	s := newFake(t, name)
-	data := slices.Clone(s.data)
+func corruptFake(t *testing.T, name string, bad uint64) *enginetest.Storage {
+	s := enginetest.NewStorage(t, name)
+	data := slices.Clone(s.Data)
 	data[bad] = data[bad][:len(data[bad])/2]
-	s.data = data
+	s.Data = data
 	return s
 }
 
 func TestBadSample(t *testing.T) {
 	const bad = 13
-	p := testPipeline(t)
+	p := enginetest.Pipeline(t)
 	for _, tc := range []struct {
 		plan  *policy.Plan
 		where string
 	}{{NoOff(), "local"}, {AllOff(p), "storage"}} {
 		t.Run(tc.plan.Policy+"/fail", func(t *testing.T) {
-			n := &memNet{}
-			n.serve(t, "s1:1", corruptFake(t, "s1", bad))
+			n := &enginetest.MemNet{}
+			n.Serve(t, "s1:1", corruptFake(t, "s1", bad))
 			cfg, _ := testConfig(t, n, "s1:1")
 			cfg.Plan = tc.plan
 			_, err := runAgent(t, cfg)
@@ -217,8 +218,8 @@ func TestBadSample(t *testing.T) {
 			}
 		})
 		t.Run(tc.plan.Policy+"/skip", func(t *testing.T) {
-			n := &memNet{}
-			n.serve(t, "s1:1", corruptFake(t, "s1", bad))
+			n := &enginetest.MemNet{}
+			n.Serve(t, "s1:1", corruptFake(t, "s1", bad))
 			cfg, rec := testConfig(t, n, "s1:1")
 			cfg.Plan = tc.plan
 			cfg.OnError = OnErrorSkip
@@ -241,14 +242,14 @@ func TestBadSample(t *testing.T) {
 
 func TestSlowSampleHeadOfLine(t *testing.T) {
 	const delay = 400 * time.Millisecond
-	order := epoch.Order(7, 0, 0, 1, testSamples)
+	order := schedule.Order(7, 0, 0, 1, enginetest.Samples)
 	slow := order[1] // early in the permutation: strict order waits for it
 	for _, strict := range []bool{false, true} {
 		t.Run(map[bool]string{false: "completion", true: "strict"}[strict], func(t *testing.T) {
-			n := &memNet{}
-			s := newFake(t, "s1")
-			s.delay = map[uint64]time.Duration{slow: delay}
-			n.serve(t, "s1:1", s)
+			n := &enginetest.MemNet{}
+			s := enginetest.NewStorage(t, "s1")
+			s.Delay = map[uint64]time.Duration{slow: delay}
+			n.Serve(t, "s1:1", s)
 			cfg, rec := testConfig(t, n, "s1:1")
 			cfg.StrictOrder = strict
 			cfg.Window = 16
@@ -274,8 +275,8 @@ func TestSlowSampleHeadOfLine(t *testing.T) {
 				}
 			}
 			if !strict {
-				if i := slices.IndexFunc(got, func(d delivery) bool { return d.sample == slow }); i < testSamples-2*cfg.Batch {
-					t.Errorf("slow sample delivered %d-th of %d: it should trail", i, testSamples)
+				if i := slices.IndexFunc(got, func(d delivery) bool { return d.sample == slow }); i < enginetest.Samples-2*cfg.Batch {
+					t.Errorf("slow sample delivered %d-th of %d: it should trail", i, enginetest.Samples)
 				}
 				if early < 2 {
 					t.Errorf("%d batches before the slow sample was ready, want the others to flow", early)
@@ -299,9 +300,9 @@ type consumerFunc func(ctx context.Context, b *Batch) error
 func (f consumerFunc) Consume(ctx context.Context, b *Batch) error { return f(ctx, b) }
 
 func TestBackPressure(t *testing.T) {
-	n := &memNet{}
-	s := newFake(t, "s1")
-	n.serve(t, "s1:1", s)
+	n := &enginetest.MemNet{}
+	s := enginetest.NewStorage(t, "s1")
+	n.Serve(t, "s1:1", s)
 	cfg, _ := testConfig(t, n, "s1:1")
 	cfg.Window, cfg.Batch, cfg.Queue, cfg.Workers = 4, 4, 1, 2
 	release := make(chan struct{})
@@ -321,8 +322,8 @@ func TestBackPressure(t *testing.T) {
 	// being formed + the batch waiting to be handed over + the batch in
 	// the consumer.
 	bound := cfg.Window + cfg.Queue*cfg.Batch + 3*cfg.Batch
-	issued := int(s.requests.Load())
-	if issued > bound || issued >= testSamples {
+	issued := int(s.Requests())
+	if issued > bound || issued >= enginetest.Samples {
 		t.Errorf("with the consumer blocked %d requests went out, want at most %d", issued, bound)
 	}
 	close(release)
@@ -330,32 +331,32 @@ func TestBackPressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.maxInflight > cfg.Window {
-		t.Errorf("max in flight %d, window %d", s.maxInflight, cfg.Window)
+	if s.MaxInflight() > cfg.Window {
+		t.Errorf("max in flight %d, window %d", s.MaxInflight(), cfg.Window)
 	}
 }
 
 func TestWindowBytes(t *testing.T) {
-	n := &memNet{}
-	s := newFake(t, "s1")
-	n.serve(t, "s1:1", s)
+	n := &enginetest.MemNet{}
+	s := enginetest.NewStorage(t, "s1")
+	n.Serve(t, "s1:1", s)
 	cfg, rec := testConfig(t, n, "s1:1")
 	cfg.WindowBytes = 1 // one request at a time, however large
 	if _, err := runAgent(t, cfg); err != nil {
 		t.Fatal(err)
 	}
 	checkOnce(t, rec.epoch(0), allSamples())
-	if s.maxInflight != 1 {
-		t.Errorf("max in flight %d, want 1 under a 1-byte window", s.maxInflight)
+	if s.MaxInflight() != 1 {
+		t.Errorf("max in flight %d, want 1 under a 1-byte window", s.MaxInflight())
 	}
 }
 
 func TestStreamFailureRetried(t *testing.T) {
 	t.Run("reconnect", func(t *testing.T) {
-		n := &memNet{}
-		s := newFake(t, "s1")
-		s.failAt = map[int64]bool{10: true, 30: true, 31: true}
-		n.serve(t, "s1:1", s)
+		n := &enginetest.MemNet{}
+		s := enginetest.NewStorage(t, "s1")
+		s.FailAt = map[int64]bool{10: true, 30: true, 31: true}
+		n.Serve(t, "s1:1", s)
 		cfg, rec := testConfig(t, n, "s1:1")
 		cfg.Plan = AllOff(cfg.Pipeline)
 		reports, err := runAgent(t, cfg)
@@ -369,11 +370,11 @@ func TestStreamFailureRetried(t *testing.T) {
 		}
 	})
 	t.Run("failover", func(t *testing.T) {
-		n := &memNet{}
-		good, bad := newFake(t, "good"), newFake(t, "bad")
-		bad.failAlways = true
-		n.serve(t, "good:1", good)
-		n.serve(t, "bad:1", bad)
+		n := &enginetest.MemNet{}
+		good, bad := enginetest.NewStorage(t, "good"), enginetest.NewStorage(t, "bad")
+		bad.FailAlways = true
+		n.Serve(t, "good:1", good)
+		n.Serve(t, "bad:1", bad)
 		cfg, rec := testConfig(t, n, "bad:1", "good:1")
 		cfg.RetryBudget = time.Second
 		reports, err := runAgent(t, cfg)
@@ -383,15 +384,15 @@ func TestStreamFailureRetried(t *testing.T) {
 		checkOnce(t, rec.epoch(0), allSamples())
 		checkReport(t, reports[0])
 		// The good agent may finish before the bad one's retries.
-		if bad.requests.Load() == 0 || reports[0].StreamFailures < 1 {
-			t.Errorf("bad agent saw %d requests, %d stream failures: want some", bad.requests.Load(), reports[0].StreamFailures)
+		if bad.Requests() == 0 || reports[0].StreamFailures < 1 {
+			t.Errorf("bad agent saw %d requests, %d stream failures: want some", bad.Requests(), reports[0].StreamFailures)
 		}
 	})
 	t.Run("all fail", func(t *testing.T) {
-		n := &memNet{}
-		bad := newFake(t, "bad")
-		bad.failAlways = true
-		n.serve(t, "bad:1", bad)
+		n := &enginetest.MemNet{}
+		bad := enginetest.NewStorage(t, "bad")
+		bad.FailAlways = true
+		n.Serve(t, "bad:1", bad)
 		cfg, _ := testConfig(t, n, "bad:1")
 		cfg.RetryBudget = 500 * time.Millisecond
 		start := time.Now()
@@ -405,10 +406,10 @@ func TestStreamFailureRetried(t *testing.T) {
 }
 
 func TestDeadlineRetried(t *testing.T) {
-	n := &memNet{}
-	s := newFake(t, "s1")
-	s.deadlines = map[uint64]int{3: 2, 9: 1, 40: 99}
-	n.serve(t, "s1:1", s)
+	n := &enginetest.MemNet{}
+	s := enginetest.NewStorage(t, "s1")
+	s.Deadlines = map[uint64]int{3: 2, 9: 1, 40: 99}
+	n.Serve(t, "s1:1", s)
 	cfg, rec := testConfig(t, n, "s1:1")
 	cfg.Retries = 3
 	cfg.OnError = OnErrorSkip
@@ -431,8 +432,8 @@ func TestDeadlineRetried(t *testing.T) {
 // batches, so no sample is delivered twice.
 func TestShardingAcrossRanks(t *testing.T) {
 	for _, dropLast := range []bool{false, true} {
-		n := &memNet{}
-		n.serve(t, "s1:1", newFake(t, "s1"))
+		n := &enginetest.MemNet{}
+		n.Serve(t, "s1:1", enginetest.NewStorage(t, "s1"))
 		const world = 3
 		seen := map[uint64]int{}
 		counts := map[int]int{}
@@ -459,7 +460,7 @@ func TestShardingAcrossRanks(t *testing.T) {
 		if len(all)%world == 0 {
 			t.Fatalf("%d samples split evenly over %d ranks: the test needs a remainder", len(all), world)
 		}
-		want := epoch.RankSamples(world, uint64(len(all)), 8, dropLast) // testConfig's batch
+		want := schedule.RankSamples(world, uint64(len(all)), 8, dropLast) // testConfig's batch
 		extra := 0
 		for r := range world {
 			if counts[r] != want {
@@ -483,19 +484,19 @@ func TestShardingAcrossRanks(t *testing.T) {
 }
 
 func TestFingerprintMismatch(t *testing.T) {
-	n := &memNet{}
-	good, other := newFake(t, "good"), newFake(t, "other")
-	other.fingerprint = "fp-other"
-	n.serve(t, "good:1", good)
-	n.serve(t, "other:1", other)
+	n := &enginetest.MemNet{}
+	good, other := enginetest.NewStorage(t, "good"), enginetest.NewStorage(t, "other")
+	other.Fingerprint = "fp-other"
+	n.Serve(t, "good:1", good)
+	n.Serve(t, "other:1", other)
 	cfg, rec := testConfig(t, n, "good:1", "other:1")
 	reports, err := runAgent(t, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkOnce(t, rec.epoch(0), allSamples())
-	if other.requests.Load() != 0 || !slices.Equal(reports[0].Storage, []string{"good:1"}) {
-		t.Errorf("mismatched agent got %d requests; storage used %v", other.requests.Load(), reports[0].Storage)
+	if other.Requests() != 0 || !slices.Equal(reports[0].Storage, []string{"good:1"}) {
+		t.Errorf("mismatched agent got %d requests; storage used %v", other.Requests(), reports[0].Storage)
 	}
 
 	// An agent whose announced fingerprint is not what it serves.
@@ -507,8 +508,8 @@ func TestFingerprintMismatch(t *testing.T) {
 }
 
 func TestCodecs(t *testing.T) {
-	n := &memNet{}
-	n.serve(t, "s1:1", newFake(t, "s1"))
+	n := &enginetest.MemNet{}
+	n.Serve(t, "s1:1", enginetest.NewStorage(t, "s1"))
 	var ref map[uint64][32]byte
 	for _, c := range []string{"none", "zstd", "s2"} {
 		cfg, rec := testConfig(t, n, "s1:1")
@@ -534,7 +535,7 @@ func TestCodecs(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
-	n := &memNet{}
+	n := &enginetest.MemNet{}
 	base, _ := testConfig(t, n, "s1:1")
 	for name, mut := range map[string]func(*Config){
 		"no discovery":             func(c *Config) { c.Discovery = nil },
@@ -576,9 +577,9 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestNoGoroutineLeak(t *testing.T) {
-	n := &memNet{}
-	n.serve(t, "s1:1", newFake(t, "s1"))
-	n.serve(t, "s2:1", newFake(t, "s2"))
+	n := &enginetest.MemNet{}
+	n.Serve(t, "s1:1", enginetest.NewStorage(t, "s1"))
+	n.Serve(t, "s2:1", enginetest.NewStorage(t, "s2"))
 	base := runtime.NumGoroutine()
 	cfg, _ := testConfig(t, n, "s1:1", "s2:1")
 	cfg.Epochs = 2
@@ -604,9 +605,9 @@ func TestNoGoroutineLeak(t *testing.T) {
 // TestFetchOnly runs link-test epochs: every sample is fetched and
 // validated exactly once and nothing reaches the consumer.
 func TestFetchOnly(t *testing.T) {
-	n := &memNet{}
-	n.serve(t, "s1:1", newFake(t, "s1"))
-	for _, plan := range []*policy.Plan{NoOff(), AllOff(testPipeline(t))} {
+	n := &enginetest.MemNet{}
+	n.Serve(t, "s1:1", enginetest.NewStorage(t, "s1"))
+	for _, plan := range []*policy.Plan{NoOff(), AllOff(enginetest.Pipeline(t))} {
 		cfg, rec := testConfig(t, n, "s1:1")
 		cfg.Epochs = 2
 		cfg.Plan = plan
@@ -628,7 +629,7 @@ func TestFetchOnly(t *testing.T) {
 	}
 	// The sha OnSample sees is the wire form's, so it differs by split.
 	var shas [2]map[uint64][32]byte
-	for i, plan := range []*policy.Plan{NoOff(), AllOff(testPipeline(t))} {
+	for i, plan := range []*policy.Plan{NoOff(), AllOff(enginetest.Pipeline(t))} {
 		cfg, rec := testConfig(t, n, "s1:1")
 		cfg.Plan = plan
 		cfg.FetchOnly = true
@@ -654,9 +655,9 @@ func TestFetchOnly(t *testing.T) {
 // does; the report counts the raw answers, and with --work-conserving=false
 // no request asks for them.
 func TestCutAndFallbackInvariance(t *testing.T) {
-	p := testPipeline(t)
+	p := enginetest.Pipeline(t)
 	splits := map[uint64]int{}
-	for s := range uint64(testSamples) {
+	for s := range uint64(enginetest.Samples) {
 		splits[s] = int(s%uint64(p.Len()+2)) - 1
 	}
 	mixed := PlanOf("mixed-cut", p.ID(), 0, splits)
@@ -668,11 +669,11 @@ func TestCutAndFallbackInvariance(t *testing.T) {
 		plan   *policy.Plan
 		strict bool
 	}{{"nooff", NoOff(), false}, {"mixed", mixed, false}, {"strict", mixed, true}} {
-		n := &memNet{}
-		s1 := newFake(t, "s1")
-		s1.data = big
-		s1.contended = func(sample uint64) bool { return sample%3 == 0 }
-		n.serve(t, "s1:1", s1)
+		n := &enginetest.MemNet{}
+		s1 := enginetest.NewStorage(t, "s1")
+		s1.Data = big
+		s1.Contended = func(sample uint64) bool { return sample%3 == 0 }
+		n.Serve(t, "s1:1", s1)
 		cfg, rec := testConfig(t, n, "s1:1")
 		cfg.Plan = c.plan
 		cfg.StrictOffload = c.strict
@@ -720,11 +721,11 @@ func TestCutAndFallbackInvariance(t *testing.T) {
 	}
 }
 
-// bigPhotos is testSamples photos large enough that most JPEG-domain cuts
+// bigPhotos is enginetest.Samples photos large enough that most JPEG-domain cuts
 // are smaller than their file.
 func bigPhotos(t *testing.T) [][]byte {
 	t.Helper()
-	big := make([][]byte, testSamples)
+	big := make([][]byte, enginetest.Samples)
 	for i := range big {
 		b, err := synth.JPEG(uint64(i), 200+8*(i%5), 160+8*(i%3), synth.Options{})
 		if err != nil {

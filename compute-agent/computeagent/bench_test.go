@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
@@ -54,7 +55,7 @@ func BenchmarkEpochLoopback(b *testing.B) {
 		wg.Wait()
 	}()
 
-	p := testPipeline(b)
+	p := enginetest.Pipeline(b)
 	resize, err := ResizeOff(p)
 	if err != nil {
 		b.Fatal(err)

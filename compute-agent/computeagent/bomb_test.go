@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/ops/hostile"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
@@ -45,8 +46,8 @@ func TestHeaderBombsPlannedAsFailures(t *testing.T) {
 				if i > 0 { // the first may end before its plan is made
 					checkPlanned(t, r, policy.NameOptimal)
 				}
-				if r.SamplesFailed != bombs || r.EpochSamples != testSamples {
-					t.Fatalf("epoch %d: %d failed, %d delivered; want the %d bombs failed and all %d images", i, r.SamplesFailed, r.EpochSamples, bombs, testSamples)
+				if r.SamplesFailed != bombs || r.EpochSamples != enginetest.Samples {
+					t.Fatalf("epoch %d: %d failed, %d delivered; want the %d bombs failed and all %d images", i, r.SamplesFailed, r.EpochSamples, bombs, enginetest.Samples)
 				}
 				for _, f := range r.Failed {
 					if !names[f.Path] || f.Kind != "TOO_LARGE" || !strings.Contains(f.Message, "65535x65535") {

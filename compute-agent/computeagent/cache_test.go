@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
@@ -31,7 +32,7 @@ var valSpec = ops.Spec{Name: "test-val", Ops: []ops.OpSpec{
 func cachedPlan(t *testing.T, p *ops.Pipeline) *Config {
 	t.Helper()
 	var ids []string
-	for i := 0; i < testSamples; i += 2 {
+	for i := 0; i < enginetest.Samples; i += 2 {
 		ids = append(ids, fmt.Sprint(i))
 	}
 	plan, err := DecodePlanFile([]byte(`{"pipeline":"`+p.ID()+`","default":0,"cached":[`+strings.Join(ids, ",")+`]}`), "cached")
@@ -44,7 +45,7 @@ func cachedPlan(t *testing.T, p *ops.Pipeline) *Config {
 // cacheRun runs epochs [first, first+n) with the cache in dir (none when
 // empty) and returns the reports and the tensors' hashes by epoch and
 // sample; opts adjust the configuration.
-func cacheRun(t *testing.T, n *memNet, p *ops.Pipeline, dir, policy string, first uint64, epochs int, opts ...func(*testSetup)) ([]report.EpochReport, map[[2]uint64][32]byte) {
+func cacheRun(t *testing.T, n *enginetest.MemNet, p *ops.Pipeline, dir, policy string, first uint64, epochs int, opts ...func(*testSetup)) ([]report.EpochReport, map[[2]uint64][32]byte) {
 	t.Helper()
 	cfg, rec := testConfig(t, n, "s:1")
 	cfg.Pipeline = p
@@ -63,8 +64,8 @@ func cacheRun(t *testing.T, n *memNet, p *ops.Pipeline, dir, policy string, firs
 	shas := map[[2]uint64][32]byte{}
 	for e := first; e < first+uint64(epochs); e++ {
 		got := rec.epoch(e)
-		if len(got) != testSamples {
-			t.Fatalf("epoch %d: %d samples delivered, want %d", e, len(got), testSamples)
+		if len(got) != enginetest.Samples {
+			t.Fatalf("epoch %d: %d samples delivered, want %d", e, len(got), enginetest.Samples)
 		}
 		for _, d := range got {
 			k := [2]uint64{e, d.sample}
@@ -91,25 +92,25 @@ func sameTensors(t *testing.T, got, want map[[2]uint64][32]byte) {
 // entries (corrupt, truncated, swapped, stale) are never served, they are
 // refetched and counted; tensors are the run without cache's.
 func TestCachePlanned(t *testing.T) {
-	for _, spec := range []ops.Spec{testSpec, valSpec} {
+	for _, spec := range []ops.Spec{enginetest.Spec, valSpec} {
 		t.Run(spec.Name, func(t *testing.T) {
 			p, err := spec.Build()
 			if err != nil {
 				t.Fatal(err)
 			}
-			n := &memNet{}
-			fake := newFake(t, "s")
-			fake.p = p
-			n.serve(t, "s:1", fake)
+			n := &enginetest.MemNet{}
+			fake := enginetest.NewStorage(t, "s")
+			fake.Pipe = p
+			n.Serve(t, "s:1", fake)
 			_, want := cacheRun(t, n, p, "", "", 0, 4)
 			dir := filepath.Join(t.TempDir(), "cache")
-			before := fake.requests.Load()
+			before := fake.Requests()
 			reports, got := cacheRun(t, n, p, dir, "", 0, 2)
-			if sent := fake.requests.Load() - before; sent != testSamples+testSamples/2 {
-				t.Errorf("the storage agent got %d requests, want %d: hits must not reach it", sent, testSamples+testSamples/2)
+			if sent := fake.Requests() - before; sent != enginetest.Samples+enginetest.Samples/2 {
+				t.Errorf("the storage agent got %d requests, want %d: hits must not reach it", sent, enginetest.Samples+enginetest.Samples/2)
 			}
 			sameTensors(t, got, want)
-			half := testSamples / 2
+			half := enginetest.Samples / 2
 			c0, c1 := reports[0].Cache, reports[1].Cache
 			if c0 == nil || c0.Split != p.CacheSplit() || c0.Misses != half || c0.Fills != half || c0.Hits != 0 || c0.ResidentSamples != half {
 				t.Fatalf("epoch 0 cache %+v, want %d misses and fills at split %d", c0, half, p.CacheSplit())
@@ -157,14 +158,14 @@ func damage(t *testing.T, path string, f func([]byte) []byte) {
 // TestCacheLRU: under the LRU policy every raw fetch goes through the
 // cache, within its budget.
 func TestCacheLRU(t *testing.T) {
-	n := &memNet{}
-	n.serve(t, "s:1", newFake(t, "s"))
-	p := testPipeline(t)
+	n := &enginetest.MemNet{}
+	n.Serve(t, "s:1", enginetest.NewStorage(t, "s"))
+	p := enginetest.Pipeline(t)
 	cfg, _ := testConfig(t, n, "s:1")
 	cfg.Epochs = 2
 	cfg.CacheDir, cfg.CachePolicy = t.TempDir(), cache.PolicyLRU
 	var total int64
-	for _, b := range testDataset(t) {
+	for _, b := range enginetest.Dataset(t) {
 		total += int64(len(b))
 	}
 	cfg.CacheBytes = cache.Size(total / 2)
@@ -173,10 +174,10 @@ func TestCacheLRU(t *testing.T) {
 		t.Fatal(err)
 	}
 	c0, c1 := reports[0].Cache, reports[1].Cache
-	if c0 == nil || c0.Policy != cache.PolicyLRU || c0.Wanted != testSamples || c0.Misses != testSamples || c0.ResidentBytes > total/2 {
+	if c0 == nil || c0.Policy != cache.PolicyLRU || c0.Wanted != enginetest.Samples || c0.Misses != enginetest.Samples || c0.ResidentBytes > total/2 {
 		t.Fatalf("epoch 0 lru %+v", c0)
 	}
-	if c1.Hits == 0 || c1.Hits == testSamples || c1.Hits+c1.Misses != testSamples {
+	if c1.Hits == 0 || c1.Hits == enginetest.Samples || c1.Hits+c1.Misses != enginetest.Samples {
 		t.Fatalf("epoch 1 lru %+v: want some hits, not all", c1)
 	}
 	_ = p
@@ -185,9 +186,9 @@ func TestCacheLRU(t *testing.T) {
 // TestCacheDegrade: a cache directory that vanishes mid-run degrades to no
 // cache; the epochs still deliver every sample.
 func TestCacheDegrade(t *testing.T) {
-	n := &memNet{}
-	n.serve(t, "s:1", newFake(t, "s"))
-	p := testPipeline(t)
+	n := &enginetest.MemNet{}
+	n.Serve(t, "s:1", enginetest.NewStorage(t, "s"))
+	p := enginetest.Pipeline(t)
 	dir := filepath.Join(t.TempDir(), "c")
 	cfg, rec := testConfig(t, n, "s:1")
 	cfg.Plan = cachedPlan(t, p).Plan
@@ -209,7 +210,7 @@ func TestCacheDegrade(t *testing.T) {
 		if err != nil {
 			t.Fatalf("epoch %d failed for its cache: %v", e, err)
 		}
-		if len(rec.epoch(e)) != testSamples || r.SamplesFailed != 0 {
+		if len(rec.epoch(e)) != enginetest.Samples || r.SamplesFailed != 0 {
 			t.Fatalf("epoch %d: %d delivered, %d failed", e, len(rec.epoch(e)), r.SamplesFailed)
 		}
 		if e == 2 && (r.Cache == nil || !r.Cache.Degraded || r.Cache.Hits != 0) {
@@ -223,9 +224,9 @@ func TestCacheDegrade(t *testing.T) {
 // restarted agent reuses: hits for what was filled, no partial entry
 // served, tensors unchanged; the metrics count them.
 func TestCacheKilledMidFill(t *testing.T) {
-	n := &memNet{}
-	n.serve(t, "s:1", newFake(t, "s"))
-	p := testPipeline(t)
+	n := &enginetest.MemNet{}
+	n.Serve(t, "s:1", enginetest.NewStorage(t, "s"))
+	p := enginetest.Pipeline(t)
 	_, want := cacheRun(t, n, p, "", "", 0, 1)
 	dir := filepath.Join(t.TempDir(), "c")
 
@@ -236,7 +237,7 @@ func TestCacheKilledMidFill(t *testing.T) {
 	defer cancel()
 	delivered := 0
 	cfg.OnSample = func(uint64, uint64, [32]byte) {
-		if delivered++; delivered == testSamples/2 {
+		if delivered++; delivered == enginetest.Samples/2 {
 			cancel()
 		}
 	}
@@ -251,7 +252,7 @@ func TestCacheKilledMidFill(t *testing.T) {
 	a.Close()
 	os.Remove(filepath.Join(dir, "index"))
 	filled, _ := filepath.Glob(filepath.Join(dir, "*.entry"))
-	if len(filled) == 0 || len(filled) >= testSamples/2 {
+	if len(filled) == 0 || len(filled) >= enginetest.Samples/2 {
 		t.Fatalf("%d entries after half an epoch", len(filled))
 	}
 	os.WriteFile(filepath.Join(dir, ".tmp-0123-partial.entry"), []byte("SPHXCACH half"), 0o600)
@@ -259,7 +260,7 @@ func TestCacheKilledMidFill(t *testing.T) {
 	reports, got := cacheRun(t, n, p, dir, "", 0, 1)
 	sameTensors(t, got, want)
 	c := reports[0].Cache
-	if c.Hits != len(filled) || c.Refills != 0 || c.Hits+c.Misses != testSamples/2 {
+	if c.Hits != len(filled) || c.Refills != 0 || c.Hits+c.Misses != enginetest.Samples/2 {
 		t.Fatalf("after restart: cache %+v, want %d hits", c, len(filled))
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".tmp-0123-partial.entry")); err == nil {
@@ -269,10 +270,10 @@ func TestCacheKilledMidFill(t *testing.T) {
 
 // TestCacheMetrics: the cache's series are served.
 func TestCacheMetrics(t *testing.T) {
-	n := &memNet{}
-	n.serve(t, "s:1", newFake(t, "s"))
+	n := &enginetest.MemNet{}
+	n.Serve(t, "s:1", enginetest.NewStorage(t, "s"))
 	cfg, _ := testConfig(t, n, "s:1")
-	cfg.Plan = cachedPlan(t, testPipeline(t)).Plan
+	cfg.Plan = cachedPlan(t, enginetest.Pipeline(t)).Plan
 	cfg.CacheDir, cfg.CacheBytes = t.TempDir(), 64<<20
 	a, err := cfg.new()
 	if err != nil {
@@ -347,18 +348,18 @@ func (s *stallEpoch) Consume(ctx context.Context, b *Batch) error {
 // agent (the window allows them all), so that a storage agent can work
 // ahead of the link while the compute node finishes hits.
 func TestCacheHitsDoNotHoldRequests(t *testing.T) {
-	n := &memNet{}
-	fake := newFake(t, "s")
-	n.serve(t, "s:1", fake)
-	p := testPipeline(t)
+	n := &enginetest.MemNet{}
+	fake := enginetest.NewStorage(t, "s")
+	n.Serve(t, "s:1", fake)
+	p := enginetest.Pipeline(t)
 	cfg, _ := testConfig(t, n, "s:1")
 	cfg.Plan = cachedPlan(t, p).Plan
 	cfg.Epochs = 2
-	cfg.Window = testSamples
+	cfg.Window = enginetest.Samples
 	cfg.CacheDir, cfg.CacheBytes = t.TempDir(), 64<<20
 	stall := &stallEpoch{epoch: 1, held: make(chan struct{}), release: make(chan struct{})}
 	cfg.Consumer = stall
-	want := int64(testSamples + testSamples/2) // epoch 0 fetches all, epoch 1 the misses
+	want := int64(enginetest.Samples + enginetest.Samples/2) // epoch 0 fetches all, epoch 1 the misses
 	done := make(chan error, 1)
 	go func() {
 		_, err := runAgent(t, cfg)
@@ -370,10 +371,10 @@ func TestCacheHitsDoNotHoldRequests(t *testing.T) {
 		t.Fatalf("the run ended before epoch 1's first batch: %v", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for fake.requests.Load() < want && time.Now().Before(deadline) {
+	for fake.Requests() < want && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	got := fake.requests.Load()
+	got := fake.Requests()
 	close(stall.release)
 	if err := <-done; err != nil {
 		t.Fatal(err)

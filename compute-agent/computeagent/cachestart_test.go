@@ -11,22 +11,23 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops"
 )
 
 // valCache is the fake storage agent over net serving valSpec's pipeline
 // (imagenet-val's shape: its cache keeps finished outputs).
-func valCache(t *testing.T) (*memNet, *ops.Pipeline) {
+func valCache(t *testing.T) (*enginetest.MemNet, *ops.Pipeline) {
 	t.Helper()
 	p, err := valSpec.Build()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &memNet{}
-	fake := newFake(t, "s")
-	fake.p = p
-	n.serve(t, "s:1", fake)
+	n := &enginetest.MemNet{}
+	fake := enginetest.NewStorage(t, "s")
+	fake.Pipe = p
+	n.Serve(t, "s:1", fake)
 	return n, p
 }
 
@@ -131,7 +132,7 @@ func TestCacheForgedFinished(t *testing.T) {
 	}
 	reports, got := cacheRun(t, n, p, dir, "", 1, 2)
 	sameTensors(t, got, want)
-	half := testSamples / 2
+	half := enginetest.Samples / 2
 	c1, c2 := reports[0].Cache, reports[1].Cache
 	if c1.Forged != 1 || c1.Refills != 1 || c1.Hits != half-1 || c1.Fills != 1 {
 		t.Fatalf("epoch 1 cache %+v: want the forged entry dropped, counted and refilled", c1)
@@ -153,7 +154,7 @@ func TestCacheBuildChange(t *testing.T) {
 	cacheRun(t, n, p, dir, "", 0, 1, build("ops-1 libjpeg-turbo 2.1"))
 	reports, got := cacheRun(t, n, p, dir, "", 1, 2, build("ops-2 libjpeg-turbo 3.0"))
 	sameTensors(t, got, want)
-	half := testSamples / 2
+	half := enginetest.Samples / 2
 	c1, c2 := reports[0].Cache, reports[1].Cache
 	if c1.Hits != 0 || c1.Misses != half || c1.Refills != 0 || c1.Fills != half {
 		t.Fatalf("first epoch of the new build: cache %+v, want %d misses, no hit", c1, half)

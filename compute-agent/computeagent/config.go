@@ -49,7 +49,7 @@ const (
 	// agent holds from the shared schedule: faster agents take more. Under
 	// a cluster plan (a policy run over several agents) each fetcher takes
 	// the positions the plan gave its agent first and then helps with the
-	// others' (epoch.Placement.Prefer).
+	// others' (schedule.Placement.Prefer).
 	PlacementPull = "pull"
 	// PlacementRoundRobin binds position p to the (p mod k)-th of the k
 	// agents holding its sample, whatever their speed (the baseline that
@@ -214,7 +214,7 @@ type RunOptions struct {
 	// handed to the shared queue). Zero means 64.
 	Window int `yaml:"window"`
 	// WindowBytes bounds the estimated response bytes of the requests in
-	// flight per storage agent (see epoch.SizeModel). Zero means 64 MiB. A
+	// flight per storage agent (see schedule.SizeModel). Zero means 64 MiB. A
 	// single request larger than the bound is still sent when nothing else
 	// is in flight.
 	WindowBytes int64 `yaml:"window-bytes"`

@@ -7,16 +7,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/fetch"
+	"github.com/sophon-dl/sophon/compute-agent/engine"
 )
 
 // Batch is what the GPU consumer receives: B samples stacked into one
 // float32 buffer laid out [B, C, H, W], with their labels.
-type Batch = fetch.Batch
+type Batch = engine.Batch
 
 // Consumer is the GPU side: it takes one batch at a time. Consume blocks
 // for as long as the step takes.
-type Consumer = fetch.Consumer
+type Consumer = engine.Consumer
 
 // Discard consumes batches instantly.
 type Discard struct{}

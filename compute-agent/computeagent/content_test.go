@@ -1,6 +1,8 @@
 package computeagent
 
 import (
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
+
 	"context"
 	"errors"
 	"fmt"
@@ -13,22 +15,22 @@ import (
 
 // rogueFake serves every sample with one byte changed under the honest
 // catalog (same paths, sizes, labels, hashes: same fingerprint).
-func rogueFake(t *testing.T, name string) *fakeStorage {
-	s := newFake(t, name)
-	s.catData = s.data
-	s.data = make([][]byte, len(s.catData))
-	for i, b := range s.catData {
+func rogueFake(t *testing.T, name string) *enginetest.Storage {
+	s := enginetest.NewStorage(t, name)
+	s.CatData = s.Data
+	s.Data = make([][]byte, len(s.CatData))
+	for i, b := range s.CatData {
 		c := append([]byte(nil), b...)
 		c[len(c)-3] ^= 0x01 // in the entropy-coded data, near the end
-		s.data[i] = c
+		s.Data[i] = c
 	}
 	return s
 }
 
 func TestRawContentMismatch(t *testing.T) {
-	n := &memNet{}
-	n.serve(t, "good:1", newFake(t, "good"))
-	n.serve(t, "rogue:1", rogueFake(t, "rogue"))
+	n := &enginetest.MemNet{}
+	n.Serve(t, "good:1", enginetest.NewStorage(t, "good"))
+	n.Serve(t, "rogue:1", rogueFake(t, "rogue"))
 
 	// The reference: the honest agent alone.
 	cfg, ref := testConfig(t, n, "good:1")
@@ -82,19 +84,19 @@ func TestRawContentMismatch(t *testing.T) {
 }
 
 func TestCatalogForgedFingerprint(t *testing.T) {
-	n := &memNet{}
+	n := &enginetest.MemNet{}
 	forged := rogueFake(t, "forged")
-	forged.catData = nil                                  // hashes of what it serves...
-	forged.forgeFP = newFake(t, "x").catalogFingerprint() // ...under the honest fingerprint
-	forged.fingerprint = forged.forgeFP
-	n.serve(t, "forged:1", forged)
+	forged.CatData = nil                                                // hashes of what it serves...
+	forged.ForgeFP = enginetest.NewStorage(t, "x").CatalogFingerprint() // ...under the honest fingerprint
+	forged.Fingerprint = forged.ForgeFP
+	n.Serve(t, "forged:1", forged)
 	cfg, _ := testConfig(t, n, "forged:1")
 	_, err := runAgent(t, cfg)
 	if !errors.Is(err, ErrCatalog) || !errors.Is(err, ErrFingerprint) {
 		t.Fatalf("got %v, want ErrCatalog and ErrFingerprint", err)
 	}
-	if forged.requests.Load() != 0 {
-		t.Errorf("forged agent got %d requests", forged.requests.Load())
+	if forged.Requests() != 0 {
+		t.Errorf("forged agent got %d requests", forged.Requests())
 	}
 }
 
@@ -105,32 +107,32 @@ func TestCatalogPaths(t *testing.T) {
 	const bad = 13
 	paths := func(prefix string) []string {
 		var ps []string
-		for i := range testSamples {
+		for i := range enginetest.Samples {
 			ps = append(ps, fmt.Sprintf("%s/%03d.jpg", prefix, i))
 		}
 		return ps
 	}
-	n := &memNet{}
-	honest := newFake(t, "honest")
-	honest.paths = paths("class\x01/\xff") // not printable: reports quote it
-	honest.paths[2] = "class/\xffodd.jpg"
-	honest.data = slices.Clone(honest.data)
-	honest.data[bad] = honest.data[bad][:len(honest.data[bad])/2]
-	n.serve(t, "honest:1", honest)
+	n := &enginetest.MemNet{}
+	honest := enginetest.NewStorage(t, "honest")
+	honest.Paths = paths("class\x01/\xff") // not printable: reports quote it
+	honest.Paths[2] = "class/\xffodd.jpg"
+	honest.Data = slices.Clone(honest.Data)
+	honest.Data[bad] = honest.Data[bad][:len(honest.Data[bad])/2]
+	n.Serve(t, "honest:1", honest)
 	cfg, _ := testConfig(t, n, "honest:1")
 	cfg.OnError = OnErrorSkip
 	reports, err := runAgent(t, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := reports[0].Failed; len(f) != 1 || f[0].Sample != bad || f[0].Path != strconv.Quote(honest.paths[bad]) || !strings.Contains(f[0].Error(), f[0].Path) {
-		t.Errorf("failed %+v, want sample %d with path %q", f, bad, strconv.Quote(honest.paths[bad]))
+	if f := reports[0].Failed; len(f) != 1 || f[0].Sample != bad || f[0].Path != strconv.Quote(honest.Paths[bad]) || !strings.Contains(f[0].Error(), f[0].Path) {
+		t.Errorf("failed %+v, want sample %d with path %q", f, bad, strconv.Quote(honest.Paths[bad]))
 	}
 
-	plain := newFake(t, "plain")
-	plain.paths = paths("cats")
-	plain.data = honest.data
-	n.serve(t, "plain:1", plain)
+	plain := enginetest.NewStorage(t, "plain")
+	plain.Paths = paths("cats")
+	plain.Data = honest.Data
+	n.Serve(t, "plain:1", plain)
 	cfg, _ = testConfig(t, n, "plain:1")
 	cfg.OnError = OnErrorSkip
 	if reports, err = runAgent(t, cfg); err != nil {
@@ -140,11 +142,11 @@ func TestCatalogPaths(t *testing.T) {
 		t.Errorf("failed %+v, want cats/013.jpg", f)
 	}
 
-	liar := newFake(t, "liar")
-	liar.paths = paths("cats")
-	liar.sentPaths = slices.Clone(liar.paths)
-	liar.sentPaths[5], liar.sentPaths[6] = liar.sentPaths[6], liar.sentPaths[5]
-	n.serve(t, "liar:1", liar)
+	liar := enginetest.NewStorage(t, "liar")
+	liar.Paths = paths("cats")
+	liar.SentPaths = slices.Clone(liar.Paths)
+	liar.SentPaths[5], liar.SentPaths[6] = liar.SentPaths[6], liar.SentPaths[5]
+	n.Serve(t, "liar:1", liar)
 	cfg, _ = testConfig(t, n, "liar:1")
 	if _, err := runAgent(t, cfg); !errors.Is(err, ErrCatalog) || !strings.Contains(err.Error(), "paths") {
 		t.Errorf("paths not matching the digest: got %v, want ErrCatalog", err)

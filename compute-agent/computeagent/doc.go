@@ -7,7 +7,7 @@
 //
 //	order (seed, epoch, rank, world)
 //	  -> schedule: positions to request, retries first
-//	  -> one fetcher per storage agent (package fetch): a Fetch stream, a window of requests in flight
+//	  -> one fetcher per storage agent (package engine): a Fetch stream, a window of requests in flight
 //	  -> finishing workers: decode the wire form, run ops[k:n], time it on the thread CPU clock
 //	  -> the shared queue (bounded: Config.Queue batches)
 //	  -> batcher: [B, C, H, W] float32 batches with labels
@@ -66,7 +66,7 @@
 // the sample. A DEADLINE error (the storage agent's queue was too long) is
 // retried up to Config.Retries times first.
 //
-// Faults cost time, not the run (package fetch, epoch.RetryDelay): a failed
+// Faults cost time, not the run (package engine, schedule.RetryDelay): a failed
 // stream, Info or Catalog is retried with exponential back-off and jitter
 // until its storage agent made no progress for Config.RetryBudget; a
 // stream silent for the stall timeout with requests out is hedged (its

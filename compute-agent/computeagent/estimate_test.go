@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/sophon-dl/sophon/compute-agent/cache"
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/policy"
@@ -85,8 +86,8 @@ func TestPlanFromEstimates(t *testing.T) {
 	if !(r0.FirstBatchSeconds > 0) || r0.FirstBatchSeconds > r0.StartWaitSeconds+r0.Seconds {
 		t.Errorf("first batch after %v s, want within the epoch's %v + %v s", r0.FirstBatchSeconds, r0.StartWaitSeconds, r0.Seconds)
 	}
-	if r0.Refined != testSamples || !r0.Replanned {
-		t.Errorf("first epoch: refined %d (replanned %v), want all %d samples measured and a new plan", r0.Refined, r0.Replanned, testSamples)
+	if r0.Refined != enginetest.Samples || !r0.Replanned {
+		t.Errorf("first epoch: refined %d (replanned %v), want all %d samples measured and a new plan", r0.Refined, r0.Replanned, enginetest.Samples)
 	}
 }
 

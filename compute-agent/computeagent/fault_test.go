@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
@@ -140,18 +141,18 @@ func TestStorageRestart(t *testing.T) {
 // TestInfoRetried: Info fails for the first 2 s of the epoch; it is
 // retried and the epoch runs.
 func TestInfoRetried(t *testing.T) {
-	n := &memNet{}
-	s := newFake(t, "s1")
+	n := &enginetest.MemNet{}
+	s := enginetest.NewStorage(t, "s1")
 	until := time.Now().Add(2 * time.Second)
 	var calls atomic.Int64
-	s.infoErr = func() error {
+	s.InfoErr = func() error {
 		calls.Add(1)
 		if time.Now().Before(until) {
 			return status.Error(codes.Unavailable, "fake: starting up")
 		}
 		return nil
 	}
-	n.serve(t, "s1:1", s)
+	n.Serve(t, "s1:1", s)
 	cfg, rec := testConfig(t, n, "s1:1")
 	reports, err := runAgent(t, cfg)
 	if err != nil {
@@ -255,10 +256,10 @@ func TestStalledReplica(t *testing.T) {
 	}
 	const step = 300 * time.Millisecond // per batch of 8: a GPU-bound epoch of about 2.4 s
 	run := func(stall bool) (report.EpochReport, map[uint64][32]byte) {
-		n := &memNet{}
+		n := &enginetest.MemNet{}
 		g := &gate{}
-		n.serve(t, "a:1", newFake(t, "a"))
-		n.serveOn(t, "b:1", newFake(t, "b"), bufconn.Listen(1<<20), func(l net.Listener) net.Listener { return gatedListener{l, g} })
+		n.Serve(t, "a:1", enginetest.NewStorage(t, "a"))
+		n.ServeOn(t, "b:1", enginetest.NewStorage(t, "b"), bufconn.Listen(1<<20), func(l net.Listener) net.Listener { return gatedListener{l, g} })
 		t.Cleanup(g.resume) // runs before the servers stop
 		cfg, rec := testConfig(t, n, "a:1", "b:1")
 		cfg.Consumer = slowConsumer(step, func(n int) {
@@ -292,10 +293,10 @@ func TestStalledReplica(t *testing.T) {
 // TestFailedEpochReported: an epoch that fails still writes its report
 // line, with status failed and the error.
 func TestFailedEpochReported(t *testing.T) {
-	n := &memNet{}
-	bad := newFake(t, "bad")
-	bad.failAlways = true
-	n.serve(t, "bad:1", bad)
+	n := &enginetest.MemNet{}
+	bad := enginetest.NewStorage(t, "bad")
+	bad.FailAlways = true
+	n.Serve(t, "bad:1", bad)
 	cfg, _ := testConfig(t, n, "bad:1")
 	cfg.RetryBudget = 200 * time.Millisecond
 	cfg.ReportPath = filepath.Join(t.TempDir(), "report.jsonl")

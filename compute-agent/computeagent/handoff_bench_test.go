@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
-	"github.com/sophon-dl/sophon/compute-agent/fetch"
+	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops"
@@ -83,7 +83,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		e := fetch.NewEpoch(&a.engine, req.Epoch, &Catalog{}, fetch.Shard{}, fetch.Opts{})
+		e := engine.NewEpoch(&a.engine, req.Epoch, &Catalog{}, engine.Shard{}, engine.Opts{})
 		asm := trainer.NewAssembler(e, a.assemblerMetrics(), req.Conns, trainer.Layout{Batch: batch, Queue: a.cfg.Queue,
 			Rows: batch * (batches + 1), Batches: batches + 1, First: []int{0}, Positions: batch * (batches + 1)})
 		if err := hub.Start(asm); err != nil {
@@ -94,7 +94,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 			pg.Go(func() {
 				wake := trainer.NewWaiter()
 				for i := w; i < batch*(batches+1); i += 2 {
-					if asm.Place(ctx, epoch.Item{Sample: uint64(i), Image: img}, wake) != nil {
+					if asm.Place(ctx, schedule.Item{Sample: uint64(i), Image: img}, wake) != nil {
 						return // the consumer left
 					}
 				}

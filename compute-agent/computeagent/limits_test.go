@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/internal/errkind"
 	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/ops/hostile"
@@ -36,7 +37,7 @@ func writeHostileFolder(t *testing.T, good int) (string, []hostile.Case) {
 	for i, c := range corpus {
 		write(filepath.Join(dir, "hostile", fmt.Sprintf("%03d.jpg", i)), c.Data)
 	}
-	for i, b := range testDataset(t)[:good] {
+	for i, b := range enginetest.Dataset(t)[:good] {
 		write(filepath.Join(dir, "good", fmt.Sprintf("%03d.jpg", i)), b)
 	}
 	return dir, corpus

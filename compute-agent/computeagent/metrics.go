@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sophon-dl/sophon/compute-agent/fetch"
+	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/internal/metricsrv"
 	"github.com/sophon-dl/sophon/ops"
 )
@@ -23,7 +23,7 @@ type metrics struct {
 	failures prometheus.Counter
 	wait     *prometheus.CounterVec
 	batches  *prometheus.CounterVec
-	cur      atomic.Pointer[fetch.Epoch] // the running epoch, for the queue gauge
+	cur      atomic.Pointer[engine.Epoch] // the running epoch, for the queue gauge
 }
 
 // newMetrics registers the series, and more.
@@ -50,18 +50,18 @@ func (m *metrics) queueDepth() float64 {
 	return float64(e.Queued())
 }
 
-var _ fetch.Metrics = (*metrics)(nil)
+var _ engine.Metrics = (*metrics)(nil)
 
-// Failure implements fetch.Metrics.
+// Failure implements engine.Metrics.
 func (m *metrics) Failure() { m.failures.Inc() }
 
-// Retried implements fetch.Metrics.
+// Retried implements engine.Metrics.
 func (m *metrics) Retried(n int) { m.retries.Add(float64(n)) }
 
-// Delivered implements fetch.Metrics.
+// Delivered implements engine.Metrics.
 func (m *metrics) Delivered(n int) { m.samples.Add(float64(n)) }
 
-// Received implements fetch.Metrics.
+// Received implements engine.Metrics.
 func (m *metrics) Received(split, bytes int) {
 	label := strconv.Itoa(split)
 	if split == ops.SplitCut {

@@ -7,7 +7,7 @@ import (
 	"maps"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/fetch"
+	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
@@ -22,11 +22,11 @@ import (
 // and stage 1 runs beside it on what the epoch measures
 // (planner.Stage1Beside): the link rate is the epoch's own (planner.LinkMeter),
 // the calibration samples are the raw files of its first positions
-// (fetch.Opts.KeepRaw), and only the storage CPU's few samples at the crop
+// (engine.Opts.KeepRaw), and only the storage CPU's few samples at the crop
 // split (planner.ProbeStorage) are fetched apart. The provisional plan's
 // requests go cheapest first (planner.Cheapest). Then the estimate is calibrated and the plan made
 // (policyRun.estimate), and the plan takes over the positions no fetcher
-// has requested yet (fetch.Epoch.Swap); those already requested keep the
+// has requested yet (engine.Epoch.Swap); those already requested keep the
 // split they went out at, which yields the same tensor. The report says
 // so (Stage1.Overlapped, PlanSwitchedAt), and the epoch's seconds include
 // stage 1's.
@@ -82,7 +82,7 @@ func (p *policyRun) overlapped(num uint64) epochOpts {
 	raws := make(chan planner.RawFile, planner.CalibrationSamples)
 	calib := planner.CalibrationSet(job.shard, p.cat.RawSizes,
 		planner.Calibratable(cfg.Pipeline, p.cat.Header, cfg.Settings.Limits()))
-	opts := epochOpts{Opts: fetch.Opts{Plan: p.provisional(calib), Observe: true, KeepRaw: func(s uint64, b []byte) {
+	opts := epochOpts{plan: p.provisional(calib), Opts: engine.Opts{Observe: true, KeepRaw: func(s uint64, b []byte) {
 		select {
 		case raws <- planner.RawFile{Sample: s, Raw: b}:
 		default: // enough kept
@@ -93,7 +93,7 @@ func (p *policyRun) overlapped(num uint64) epochOpts {
 	}
 	var err error
 	switched := -1
-	opts.started = func(ctx context.Context, e *fetch.Epoch, ended <-chan struct{}) func() {
+	opts.started = func(ctx context.Context, e *engine.Epoch, ended <-chan struct{}) func() {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -101,7 +101,7 @@ func (p *policyRun) overlapped(num uint64) epochOpts {
 		}()
 		return func() { <-done }
 	}
-	opts.annotate = func(r *report.EpochReport, e *fetch.Epoch) error {
+	opts.annotate = func(r *report.EpochReport, e *engine.Epoch) error {
 		if err != nil {
 			return err
 		}
@@ -112,7 +112,7 @@ func (p *policyRun) overlapped(num uint64) epochOpts {
 
 // annotateOverlapped completes the report of a first epoch with stage 1
 // beside it, whose plan took over after switched positions (-1: never).
-func (p *policyRun) annotateOverlapped(r *report.EpochReport, e *fetch.Epoch, switched int) error {
+func (p *policyRun) annotateOverlapped(r *report.EpochReport, e *engine.Epoch, switched int) error {
 	pl := p.pl
 	if p.recal != nil {
 		pl.Est = p.recal // what Learn refines from now on
@@ -143,7 +143,7 @@ func (p *policyRun) annotateOverlapped(r *report.EpochReport, e *fetch.Epoch, sw
 // plans from header estimates and hands e the plan for the positions not
 // yet requested. It returns how many positions were requested before (-1:
 // no plan, e runs the provisional plan to its end).
-func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *fetch.Epoch, ep planner.Beside) (int, error) {
+func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *engine.Epoch, ep planner.Beside) (int, error) {
 	a := p.a
 	t0, b0 := a.cfg.Clock.Now(), e.BytesReceived()
 	var probe planner.StorageProbe
@@ -274,7 +274,7 @@ func (p *policyRun) faster(link, margin float64) error {
 }
 
 // swap hands e the planner's plan, if there is one (-1: none).
-func (p *policyRun) swap(e *fetch.Epoch) int {
+func (p *policyRun) swap(e *engine.Epoch) int {
 	pl := p.pl
 	if pl.Prof == nil || pl.Run == nil {
 		return -1

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
@@ -22,12 +23,12 @@ import (
 // loaded machine narrowed pull's split to 39:25.
 func TestPlacementAgents(t *testing.T) {
 	run := func(placement string) (fast, slow int64, shas map[uint64][32]byte) {
-		n := &memNet{}
-		a, b := newFake(t, "a"), newFake(t, "b")
-		b.linkBPS = func(uint64) float64 { return 1 << 18 }
-		a.linkBPS = func(uint64) float64 { return 20 << 20 }
-		n.serve(t, "a:1", a)
-		n.serve(t, "b:1", b)
+		n := &enginetest.MemNet{}
+		a, b := enginetest.NewStorage(t, "a"), enginetest.NewStorage(t, "b")
+		b.LinkBPS = func(uint64) float64 { return 1 << 18 }
+		a.LinkBPS = func(uint64) float64 { return 20 << 20 }
+		n.Serve(t, "a:1", a)
+		n.Serve(t, "b:1", b)
 		cfg, rec := testConfig(t, n, "a:1", "b:1")
 		cfg.Placement = placement
 		reports, err := runAgent(t, cfg)
@@ -37,17 +38,17 @@ func TestPlacementAgents(t *testing.T) {
 		checkReport(t, reports[0])
 		checkOnce(t, rec.epoch(0), allSamples())
 		bs := reports[0].ByStorage
-		if len(bs) != 2 || bs[0].Samples != a.responses.Load() || bs[1].Samples != b.responses.Load() {
-			t.Errorf("by_storage %+v, the agents sent %d and %d", bs, a.responses.Load(), b.responses.Load())
+		if len(bs) != 2 || bs[0].Samples != a.Responses() || bs[1].Samples != b.Responses() {
+			t.Errorf("by_storage %+v, the agents sent %d and %d", bs, a.Responses(), b.Responses())
 		}
-		return a.responses.Load(), b.responses.Load(), sampleSHAs(t, rec, 0)
+		return a.Responses(), b.Responses(), sampleSHAs(t, rec, 0)
 	}
 	fa, fb, rr := run(PlacementRoundRobin)
-	if d := fa - fb; d < -1 || d > 1 || fa+fb != testSamples {
-		t.Errorf("round-robin: fast agent served %d, slow %d; want half each of %d", fa, fb, testSamples)
+	if d := fa - fb; d < -1 || d > 1 || fa+fb != enginetest.Samples {
+		t.Errorf("round-robin: fast agent served %d, slow %d; want half each of %d", fa, fb, enginetest.Samples)
 	}
 	pa, pb, pull := run(PlacementPull)
-	if pa < pb+testSamples/4 || pa+pb != testSamples {
+	if pa < pb+enginetest.Samples/4 || pa+pb != enginetest.Samples {
 		t.Errorf("pull: fast agent served %d, slow %d; want the fast one to take at least a quarter of the samples more", pa, pb)
 	}
 	if !maps.Equal(rr, pull) {
@@ -69,17 +70,17 @@ func twoShards() []*dataplanepb.ShardRange {
 // none dropped), and fail the epoch under fail.
 func TestShardOwnerDies(t *testing.T) {
 	run := func(replicas int, onError string) ([]report.EpochReport, []delivery, error) {
-		n := &memNet{}
-		a, b := newFake(t, "a"), newFake(t, "b")
-		a.layout, b.layout = twoShards(), twoShards()
+		n := &enginetest.MemNet{}
+		a, b := enginetest.NewStorage(t, "a"), enginetest.NewStorage(t, "b")
+		a.Layout, b.Layout = twoShards(), twoShards()
 		if replicas == 2 {
-			a.held, b.held = []uint32{0, 1}, []uint32{0, 1}
+			a.Held, b.Held = []uint32{0, 1}, []uint32{0, 1}
 		} else {
-			a.held, b.held = []uint32{0}, []uint32{1}
+			a.Held, b.Held = []uint32{0}, []uint32{1}
 		}
-		b.dieAt = 5
-		n.serve(t, "a:1", a)
-		n.serve(t, "b:1", b)
+		b.DieAt = 5
+		n.Serve(t, "a:1", a)
+		n.Serve(t, "b:1", b)
 		cfg, rec := testConfig(t, n, "a:1", "b:1")
 		cfg.OnError = onError
 		cfg.RetryBudget = 300 * time.Millisecond
@@ -93,7 +94,7 @@ func TestShardOwnerDies(t *testing.T) {
 	}
 	checkReport(t, reports[0])
 	checkOnce(t, got, allSamples())
-	if bs := reports[0].ByStorage; len(bs) != 2 || bs[0].Shards != 2 || bs[1].Samples >= testSamples/2 {
+	if bs := reports[0].ByStorage; len(bs) != 2 || bs[0].Shards != 2 || bs[1].Samples >= enginetest.Samples/2 {
 		t.Errorf("R=2: by_storage %+v: want both holding both shards and b, dead after 4, short of half", bs)
 	}
 
@@ -117,8 +118,8 @@ func TestShardOwnerDies(t *testing.T) {
 			t.Errorf("R=1, skip: sample %d delivered or reported %d times, want once", s, seen[s])
 		}
 	}
-	if len(r.Failed) == 0 || r.Samples+r.SamplesFailed != testSamples {
-		t.Errorf("R=1, skip: %d delivered and %d failed of %d: want some unavailable", r.Samples, r.SamplesFailed, testSamples)
+	if len(r.Failed) == 0 || r.Samples+r.SamplesFailed != enginetest.Samples {
+		t.Errorf("R=1, skip: %d delivered and %d failed of %d: want some unavailable", r.Samples, r.SamplesFailed, enginetest.Samples)
 	}
 
 	if _, _, err = run(1, OnErrorFail); !errors.Is(err, ErrSample) || !strings.Contains(err.Error(), report.KindUnavailable) {
@@ -131,10 +132,10 @@ func TestShardOwnerDies(t *testing.T) {
 // skip.
 func TestShardUnowned(t *testing.T) {
 	run := func(onError string) ([]report.EpochReport, []delivery, error) {
-		n := &memNet{}
-		a := newFake(t, "a")
-		a.layout, a.held = twoShards(), []uint32{1}
-		n.serve(t, "a:1", a)
+		n := &enginetest.MemNet{}
+		a := enginetest.NewStorage(t, "a")
+		a.Layout, a.Held = twoShards(), []uint32{1}
+		n.Serve(t, "a:1", a)
 		cfg, rec := testConfig(t, n, "a:1")
 		cfg.OnError = onError
 		reports, err := runAgent(t, cfg)
@@ -157,16 +158,16 @@ func TestShardUnowned(t *testing.T) {
 // fetched again raw and finished from the raw bytes: no sample fails and
 // the tensors are No-Off's.
 func TestCutRefetched(t *testing.T) {
-	p := testPipeline(t)
+	p := enginetest.Pipeline(t)
 	big := bigPhotos(t)
 	run := func(plan *policy.Plan, bad bool) (report.EpochReport, map[uint64][32]byte) {
-		n := &memNet{}
-		s := newFake(t, "s")
-		s.data = big
+		n := &enginetest.MemNet{}
+		s := enginetest.NewStorage(t, "s")
+		s.Data = big
 		if bad {
-			s.badCut = func(sample uint64) bool { return sample%2 == 0 }
+			s.BadCut = func(sample uint64) bool { return sample%2 == 0 }
 		}
-		n.serve(t, "s:1", s)
+		n.Serve(t, "s:1", s)
 		cfg, rec := testConfig(t, n, "s:1")
 		cfg.Plan = plan
 		reports, err := runAgent(t, cfg)
@@ -183,8 +184,8 @@ func TestCutRefetched(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Error("tensors differ from No-Off's")
 	}
-	if ops.JPEGBackend == "libjpeg-turbo" && (r.Refetched == 0 || r.Refetched > testSamples/2) {
-		t.Errorf("%d refetched, want some and at most the %d damaged", r.Refetched, testSamples/2)
+	if ops.JPEGBackend == "libjpeg-turbo" && (r.Refetched == 0 || r.Refetched > enginetest.Samples/2) {
+		t.Errorf("%d refetched, want some and at most the %d damaged", r.Refetched, enginetest.Samples/2)
 	}
 	t.Logf("refetched %d, by split %+v", r.Refetched, r.BySplit)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
@@ -39,7 +40,7 @@ func TestParsePlan(t *testing.T) {
 		}
 	}
 
-	p := testPipeline(t)
+	p := enginetest.Pipeline(t)
 	dir := t.TempDir()
 	write := func(name, body string) string {
 		path := filepath.Join(dir, name)

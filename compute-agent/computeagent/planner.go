@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
-	"github.com/sophon-dl/sophon/compute-agent/fetch"
+	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/profiler"
 )
@@ -31,7 +31,7 @@ import (
 //     on stage 1's raw samples (planner.Estimate; report plan_source
 //     "estimate"), from the moment it is ready (overlap.go); each planned epoch keeps what it measured of every
 //     sample (its payload, the storage agent's CPU, the finishing CPU:
-//     fetch.Epoch.Observations), which refines the estimated profile
+//     engine.Epoch.Observations), which refines the estimated profile
 //     (profiler.Refine) for a new plan before the next epoch (plan_source
 //     "measured"). The estimated profile is not saved. With
 //     Config.ForceProfile, or where there is nothing to estimate from (a
@@ -129,7 +129,7 @@ func (a *Agent) startPolicy(ctx context.Context) (*policyRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	shard := epoch.Order(cfg.Seed, cfg.FirstEpoch, cfg.Rank, cfg.World, cat.Total)
+	shard := schedule.Order(cfg.Seed, cfg.FirstEpoch, cfg.Rank, cfg.World, cat.Total)
 	srcs := make([]planner.Source, len(fs))
 	for i, f := range fs {
 		srcs[i] = f
@@ -253,7 +253,7 @@ func (p *policyRun) next(i int, num uint64) epochOpts {
 	if err := pl.ForEpoch(num); err != nil {
 		return epochOpts{err: configErr("%v", err)}
 	}
-	opts := epochOpts{Opts: fetch.Opts{Plan: planner.NewRunPlan(NoOff(), nil, policy.Resources{}), LinkRate: pl.Res.LinkBytesPerSec, StorageCores: pl.Res.StorageCores}}
+	opts := epochOpts{plan: planner.NewRunPlan(NoOff(), nil, policy.Resources{}), Opts: engine.Opts{LinkRate: pl.Res.LinkBytesPerSec, StorageCores: pl.Res.StorageCores}}
 	predicted, bound, cacheBound := p.d.PredictedNoOffSeconds, 0.0, 0.0
 	ran := pl.Prof != nil
 	var planRan policy.Plan
@@ -263,7 +263,7 @@ func (p *policyRun) next(i int, num uint64) epochOpts {
 	}
 	source := ""
 	if ran {
-		opts.Plan, planRan, cluster = pl.Run, pl.Plan, pl.Cluster
+		opts.plan, planRan, cluster = pl.Run, pl.Plan, pl.Cluster
 		predicted, bound, cacheBound = pl.Plan.Pred.Seconds, pl.Bound, pl.CacheBound
 		opts.Observe, source = pl.Est != nil, pl.Source
 	} else if p.d.RunStage2 {
@@ -277,7 +277,7 @@ func (p *policyRun) next(i int, num uint64) epochOpts {
 		sum = &s
 	}
 	rec := opts.Rec
-	opts.annotate = func(r *report.EpochReport, e *fetch.Epoch) error {
+	opts.annotate = func(r *report.EpochReport, e *engine.Epoch) error {
 		r.Policy, r.PredictedSeconds, r.BoundSeconds, r.Stage1, r.PlanSource = cfg.Policy, predicted, bound, sum, source
 		r.CacheBoundSeconds = cacheBound
 		predictNodes(r, cluster, planRan.Cluster)
@@ -308,7 +308,7 @@ func predictNodes(r *report.EpochReport, c *policy.Cluster, pr *policy.ClusterPr
 // plan on: stage 2's records (rec) become the profile, a planned epoch
 // (ran with planRan) is checked for drift and against the guard, and a
 // No-Off epoch's time is kept for the guard.
-func (p *policyRun) annotate(r *report.EpochReport, e *fetch.Epoch, rec *profiler.Recorder, ran bool, planRan policy.Plan) error {
+func (p *policyRun) annotate(r *report.EpochReport, e *engine.Epoch, rec *profiler.Recorder, ran bool, planRan policy.Plan) error {
 	pl := p.pl
 	switch {
 	case rec != nil:
@@ -324,7 +324,7 @@ func (p *policyRun) annotate(r *report.EpochReport, e *fetch.Epoch, rec *profile
 		// Refined costs re-plan even without drift; Learn also keeps
 		// Drift from correcting the storage speed for what it corrected.
 		r.Refined = pl.Learn(e.Observations())
-		why, drifted := pl.Drift(r, e.Offloads(), planRan)
+		why, drifted := pl.Drift(r, (*planner.Offloads)(e.Offloads()), planRan)
 		if r.Refined > 0 {
 			why = strings.TrimPrefix(why+"; "+fmt.Sprintf("refined: %d samples measured", r.Refined), "; ")
 			drifted = true

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops/synth"
@@ -56,11 +57,11 @@ func policyDataset(t testing.TB) [][]byte {
 
 // shapedFake is a storage agent with four cores behind a link of bps
 // bytes/s (per epoch).
-func shapedFake(t testing.TB, name string, bps func(epoch uint64) float64) *fakeStorage {
-	s := newFake(t, name)
-	s.data = policyDataset(t)
-	s.linkBPS = bps
-	s.cpus = 4
+func shapedFake(t testing.TB, name string, bps func(epoch uint64) float64) *enginetest.Storage {
+	s := enginetest.NewStorage(t, name)
+	s.Data = policyDataset(t)
+	s.LinkBPS = bps
+	s.CPUs = 4
 	return s
 }
 
@@ -68,8 +69,8 @@ func constBPS(bps float64) func(uint64) float64 { return func(uint64) float64 { 
 
 // policyConfig runs policy over one shaped storage agent.
 func policyConfig(t testing.TB, name string, bps func(uint64) float64, epochs int) (testSetup, *recorder) {
-	n := &memNet{}
-	n.serve(t, "s1:1", shapedFake(t, "s1", bps))
+	n := &enginetest.MemNet{}
+	n.Serve(t, "s1:1", shapedFake(t, "s1", bps))
 	cfg, rec := testConfig(t, n, "s1:1")
 	cfg.Policy = name
 	cfg.Epochs = epochs
@@ -178,8 +179,8 @@ func TestPolicySOPHON(t *testing.T) {
 func TestPolicyPlacementInvariance(t *testing.T) {
 	ref := map[uint64]map[uint64][32]byte{}
 	{
-		n := &memNet{}
-		n.serve(t, "s1:1", shapedFake(t, "s1", constBPS(4e6)))
+		n := &enginetest.MemNet{}
+		n.Serve(t, "s1:1", shapedFake(t, "s1", constBPS(4e6)))
 		cfg, rec := testConfig(t, n, "s1:1")
 		cfg.Epochs = 2
 		if _, err := runAgent(t, cfg); err != nil {
@@ -271,7 +272,7 @@ func TestPolicyReplan(t *testing.T) {
 }
 
 func TestPolicyConfig(t *testing.T) {
-	p := testPipeline(t)
+	p := enginetest.Pipeline(t)
 	for _, tc := range []struct {
 		name string
 		set  func(*Config)
@@ -320,9 +321,9 @@ func TestSimRate(t *testing.T) {
 // --cluster` prints for the cluster the report states and the profile the
 // agent saved (--replicas all: the data is replicated).
 func TestPolicyClusterExplain(t *testing.T) {
-	n := &memNet{}
-	n.serve(t, "s1:1", shapedFake(t, "s1", constBPS(150e3)))
-	n.serve(t, "s2:1", shapedFake(t, "s2", constBPS(50e3)))
+	n := &enginetest.MemNet{}
+	n.Serve(t, "s1:1", shapedFake(t, "s1", constBPS(150e3)))
+	n.Serve(t, "s2:1", shapedFake(t, "s2", constBPS(50e3)))
 	cfg, rec := testConfig(t, n, "s1:1", "s2:1")
 	cfg.Policy, cfg.Epochs, cfg.ForceProfile = policy.NameOptimal, 2, true
 	cfg.ProfileBudget = 150 * time.Millisecond

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/policy"
@@ -28,7 +29,7 @@ import (
 func writeImageFolder(t *testing.T, bad int) string {
 	t.Helper()
 	dir := t.TempDir()
-	for i, b := range testDataset(t) {
+	for i, b := range enginetest.Dataset(t) {
 		if i == bad {
 			b = b[:len(b)/2]
 		}
@@ -85,13 +86,13 @@ func TestWithStorageAgent(t *testing.T) {
 	for addr, l := range n {
 		startStorage(t, storageagent.Config{Data: dir, Name: addr, CPUs: 1, AllowClientSpecs: true, Insecure: true}, storageagent.Knobs{}, l)
 	}
-	p := testPipeline(t)
+	p := enginetest.Pipeline(t)
 	resize, err := ResizeOff(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	splits := map[uint64]int{}
-	for s := range uint64(testSamples) {
+	for s := range uint64(enginetest.Samples) {
 		splits[s] = int((s * 7) % uint64(p.Len()+1))
 	}
 	mixed := PlanOf("mixed", p.ID(), 0, splits)
@@ -113,7 +114,7 @@ func TestWithStorageAgent(t *testing.T) {
 		}
 		badID := r.Failed[0].Sample
 		want := []uint64{}
-		for s := range uint64(testSamples) {
+		for s := range uint64(enginetest.Samples) {
 			if s != badID {
 				want = append(want, s)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
@@ -38,9 +39,9 @@ func TestTooLargeFileSameUnderEveryPlan(t *testing.T) {
 	}
 	n := bufNet{"st1:7070": bufconn.Listen(1 << 20)}
 	startStorage(t, storageagent.Config{Data: dir, Name: "st1:7070", CPUs: 1, AllowClientSpecs: true, Insecure: true}, storageagent.Knobs{}, n["st1:7070"])
-	p := testPipeline(t)
+	p := enginetest.Pipeline(t)
 	splits := map[uint64]int{}
-	for s := range uint64(testSamples) {
+	for s := range uint64(enginetest.Samples) {
 		splits[s] = 1
 	}
 	var ref map[uint64][32]byte
@@ -61,8 +62,8 @@ func TestTooLargeFileSameUnderEveryPlan(t *testing.T) {
 		for _, d := range rec.epoch(0) {
 			m[d.sample] = d.sha
 		}
-		if len(m) != testSamples-1 {
-			t.Errorf("%s: %d samples delivered, want %d", plan.Policy, len(m), testSamples-1)
+		if len(m) != enginetest.Samples-1 {
+			t.Errorf("%s: %d samples delivered, want %d", plan.Policy, len(m), enginetest.Samples-1)
 		}
 		if ref == nil {
 			ref = m

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sophon-dl/sophon/compute-agent/fetch"
+	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 )
@@ -99,7 +99,7 @@ func (a *Agent) trainerOrder(req *trainer.EpochReq, cat *Catalog) (*trainer.Posi
 // names with epoch e's shard sh. Under --on-error skip it keeps each
 // rank's first rows to repeat where failed samples leave rows free at the
 // end of its epoch, so every batch has its full rows (docs/training.md).
-func (a *Agent) newAssembler(e *fetch.Epoch, sh epochShard, req *trainer.EpochReq) *trainer.Assembler {
+func (a *Agent) newAssembler(e *engine.Epoch, sh epochShard, req *trainer.EpochReq) *trainer.Assembler {
 	cfg := &a.cfg
 	return trainer.NewAssembler(e, a.assemblerMetrics(), req.Conns, trainer.Layout{
 		Strict: cfg.StrictOrder, Batch: cfg.Batch, Queue: cfg.Queue,

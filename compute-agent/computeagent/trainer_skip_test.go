@@ -17,21 +17,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/internal/testutil"
 )
 
 // skipFake serves the first n test samples; those in bad are truncated
 // JPEGs, which fail to decode.
-func skipFake(t *testing.T, n int, bad []uint64) *fakeStorage {
-	s := newFake(t, "s1")
-	data := slices.Clone(s.data[:n])
+func skipFake(t *testing.T, n int, bad []uint64) *enginetest.Storage {
+	s := enginetest.NewStorage(t, "s1")
+	data := slices.Clone(s.Data[:n])
 	for _, b := range bad {
 		data[b] = data[b][:len(data[b])/2]
 	}
-	s.data = data
+	s.Data = data
 	return s
 }
 
@@ -126,7 +127,7 @@ func TestTrainerSkippedSamplesKeepBatchesFull(t *testing.T) {
 				name := fmt.Sprintf("world=%d/agents=%d/samples=%d/strict=%v/drop_last=%v", tc.world, tc.agents, tc.total, strict, dropLast)
 				t.Run(name, func(t *testing.T) {
 					// The 4 samples of rank 0's first batch in strict order.
-					bad := slices.Clone(epoch.RankOrder(7, 0, 0, tc.world, uint64(tc.total), 4, dropLast)[:4])
+					bad := slices.Clone(schedule.RankOrder(7, 0, 0, tc.world, uint64(tc.total), 4, dropLast)[:4])
 					ts := runSkipRanks(t, tc.world, tc.agents, tc.total, bad, strict, dropLast)
 					checkSkipRanks(t, ts, tc.world, tc.total, bad, strict, dropLast)
 				})
@@ -137,7 +138,7 @@ func TestTrainerSkippedSamplesKeepBatchesFull(t *testing.T) {
 
 func checkSkipRanks(t *testing.T, ts []*testTrainer, world, total int, bad []uint64, strict, dropLast bool) {
 	t.Helper()
-	m := epoch.RankSamples(world, uint64(total), 4, dropLast)
+	m := schedule.RankSamples(world, uint64(total), 4, dropLast)
 	var want []int
 	for b := 0; b*4 < m; b++ {
 		want = append(want, min(4, m-b*4))
@@ -156,7 +157,7 @@ func checkSkipRanks(t *testing.T, ts []*testTrainer, world, total int, bad []uin
 			}
 		}
 		if strict {
-			good := slices.DeleteFunc(epoch.RankOrder(7, 0, r, world, uint64(total), 4, dropLast), func(s uint64) bool { return slices.Contains(bad, s) })
+			good := slices.DeleteFunc(schedule.RankOrder(7, 0, r, world, uint64(total), 4, dropLast), func(s uint64) bool { return slices.Contains(bad, s) })
 			for i := range m - len(good) {
 				good = append(good, good[i%min(len(good), 4)])
 			}
@@ -284,7 +285,7 @@ func pythonRanks(t *testing.T, path string, world int, yieldEmpty bool) (lens []
 func TestPythonLoaderSkippedSamples(t *testing.T) {
 	for _, tc := range []struct{ strict, dropLast bool }{{false, false}, {true, false}, {true, true}} {
 		t.Run(fmt.Sprintf("strict=%v/drop_last=%v", tc.strict, tc.dropLast), func(t *testing.T) {
-			bad := slices.Clone(epoch.RankOrder(7, 0, 0, 2, 26, 4, tc.dropLast)[:4])
+			bad := slices.Clone(schedule.RankOrder(7, 0, 0, 2, 26, 4, tc.dropLast)[:4])
 			path, _ := startTrainerAgentOn(t, skipFake(t, 26, bad), func(c *Config) {
 				c.Batch, c.StrictOrder, c.OnError, c.Trainer.DropLast = 4, tc.strict, OnErrorSkip, tc.dropLast
 			})

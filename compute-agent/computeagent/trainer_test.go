@@ -21,8 +21,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 )
 
@@ -169,13 +170,13 @@ func startTrainerAgent(t *testing.T, mod func(*Config)) string {
 // startTrainerAgentA is startTrainerAgent that also returns the agent.
 func startTrainerAgentA(t testing.TB, mod func(*Config)) (string, *Agent) {
 	t.Helper()
-	return startTrainerAgentOn(t, newFake(t, "s1"), mod)
+	return startTrainerAgentOn(t, enginetest.NewStorage(t, "s1"), mod)
 }
 
 // startTrainerAgentOn is startTrainerAgentA over the fake storage fake.
-func startTrainerAgentOn(t testing.TB, fake *fakeStorage, mod func(*Config)) (string, *Agent) {
+func startTrainerAgentOn(t testing.TB, fake *enginetest.Storage, mod func(*Config)) (string, *Agent) {
 	t.Helper()
-	n := &memNet{}
+	n := &enginetest.MemNet{}
 	cfg, _ := testConfig(t, n, "s1")
 	cfg.Trainer = TrainerConfig{Socket: filepath.Join(t.TempDir(), "t.sock")}
 	cfg.Logger = testLogger(t)
@@ -187,9 +188,9 @@ func startTrainerAgentOn(t testing.TB, fake *fakeStorage, mod func(*Config)) (st
 		if err != nil {
 			t.Fatal(err)
 		}
-		fake.p = p
+		fake.Pipe = p
 	}
-	n.serve(t, "s1", fake)
+	n.Serve(t, "s1", fake)
 	a, err := cfg.new()
 	if err != nil {
 		t.Fatal(err)
@@ -260,7 +261,7 @@ func TestTrainerEveryRankOnceEqualBatches(t *testing.T) {
 					got = append(got, r.sample)
 				}
 				if strict {
-					want := epoch.RankOrder(7, 2, lr, 3, testSamples, 5, false)
+					want := schedule.RankOrder(7, 2, lr, 3, enginetest.Samples, 5, false)
 					if !slices.Equal(got, want) {
 						t.Errorf("rank %d strict order: got %v, want %v", lr, got, want)
 					}
@@ -325,8 +326,8 @@ func TestTrainerSlowRankDoesNotStallOthers(t *testing.T) {
 			seen[r.pos] = true
 		}
 	}
-	if len(seen) != testSamples {
-		t.Errorf("%d positions, want %d", len(seen), testSamples)
+	if len(seen) != enginetest.Samples {
+		t.Errorf("%d positions, want %d", len(seen), enginetest.Samples)
 	}
 }
 
@@ -525,8 +526,8 @@ func BenchmarkSlowRank(b *testing.B) {
 				seen[r.pos]++
 			}
 		}
-		if len(seen) != testSamples {
-			b.Errorf("%d positions delivered, want %d", len(seen), testSamples)
+		if len(seen) != enginetest.Samples {
+			b.Errorf("%d positions delivered, want %d", len(seen), enginetest.Samples)
 		}
 		for p, c := range seen {
 			if c != 1 {

@@ -8,27 +8,28 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/sophon-dl/sophon/compute-agent/fetch"
+	"github.com/sophon-dl/sophon/compute-agent/engine"
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/policy"
 )
 
 // TestBadSampleWarningsBounded: 60 bad files of 64, skipped, write the
-// first fetch.MaxSampleWarnings warn lines naming samples and one line
+// first engine.MaxSampleWarnings warn lines naming samples and one line
 // saying how many more there were, per epoch, whichever side runs the
 // ops, while the report lists every failure.
 func TestBadSampleWarningsBounded(t *testing.T) {
 	const nbad = 60
-	p := testPipeline(t)
+	p := enginetest.Pipeline(t)
 	for _, plan := range []*policy.Plan{NoOff(), AllOff(p)} {
 		t.Run(plan.Policy, func(t *testing.T) {
-			s := newFake(t, "s1")
-			s.data = slices.Clone(s.data)
+			s := enginetest.NewStorage(t, "s1")
+			s.Data = slices.Clone(s.Data)
 			for i := range nbad {
-				s.data[i] = s.data[i][:len(s.data[i])/2]
+				s.Data[i] = s.Data[i][:len(s.Data[i])/2]
 			}
-			n := &memNet{}
-			n.serve(t, "s1:1", s)
+			n := &enginetest.MemNet{}
+			n.Serve(t, "s1:1", s)
 			cfg, _ := testConfig(t, n, "s1:1")
 			cfg.Plan = plan
 			cfg.OnError = OnErrorSkip
@@ -57,10 +58,10 @@ func TestBadSampleWarningsBounded(t *testing.T) {
 				if r.SamplesFailed != nbad || len(r.Failed) != nbad {
 					t.Errorf("epoch %d: report failed %d (%d listed), want %d", e, r.SamplesFailed, len(r.Failed), nbad)
 				}
-				if got := sampleLines[uint64(e)]; got != fetch.MaxSampleWarnings {
-					t.Errorf("epoch %d: %d warn lines naming a sample, want %d", e, got, fetch.MaxSampleWarnings)
+				if got := sampleLines[uint64(e)]; got != engine.MaxSampleWarnings {
+					t.Errorf("epoch %d: %d warn lines naming a sample, want %d", e, got, engine.MaxSampleWarnings)
 				}
-				want := []float64{nbad - fetch.MaxSampleWarnings, nbad}
+				want := []float64{nbad - engine.MaxSampleWarnings, nbad}
 				if got := summaries[uint64(e)]; !slices.Equal(got, want) {
 					t.Errorf("epoch %d: summary (suppressed, failed) %v, want one %v", e, got, want)
 				}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -57,9 +58,9 @@ func TestRecvWindow(t *testing.T) {
 		{0, 0, 1 << 20},
 		{4 << 20, 4 << 20, 5 << 20},
 	} {
-		n := &memNet{}
+		n := &enginetest.MemNet{}
 		p := &pusher{}
-		n.serve(t, "s1:1", p)
+		n.Serve(t, "s1:1", p)
 		cfg, _ := testConfig(t, n, "s1:1")
 		cfg.RecvWindow = tc.window
 		a, err := cfg.new()

@@ -36,7 +36,7 @@ const (
 )
 
 // ErrFrame marks a malformed frame from a trainer.
-var ErrFrame = errors.New("computeagent: bad hand-off frame")
+var ErrFrame = errors.New("handoff: bad hand-off frame")
 
 // Error codes of ERROR frames.
 const (

@@ -67,17 +67,17 @@ type Ring struct {
 func NewRing(name string, slots int, l SlotLayout) (*Ring, error) {
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("computeagent: memfd_create: %w", err)
+		return nil, fmt.Errorf("handoff: memfd_create: %w", err)
 	}
 	size := slots * l.SlotBytes
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("computeagent: ring of %d bytes: %w", size, err)
+		return nil, fmt.Errorf("handoff: ring of %d bytes: %w", size, err)
 	}
 	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("computeagent: mmap ring of %d bytes: %w", size, err)
+		return nil, fmt.Errorf("handoff: mmap ring of %d bytes: %w", size, err)
 	}
 	return &Ring{FD: fd, mem: mem, Slots: slots, Geometry: l}, nil
 }

@@ -19,10 +19,10 @@ import (
 
 // ErrUnresumable marks a state directory or sample journal that cannot be
 // resumed: another run's, or corrupt.
-var ErrUnresumable = errors.New("computeagent: journal")
+var ErrUnresumable = errors.New("journal: cannot resume")
 
 // ErrClosed: the journal was closed (the agent was closed).
-var ErrClosed = errors.New("computeagent: closed")
+var ErrClosed = errors.New("journal: closed")
 
 // Journal is the sample log itself (Config.SamplesOut, or
 // StateDir/samples): one line "epoch sample sha256hex\n" per delivered

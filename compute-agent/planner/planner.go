@@ -134,7 +134,7 @@ type obsKey struct {
 	compressed bool
 }
 
-// Learn keeps an epoch's observations (fetch.Epoch.Observations) for a
+// Learn keeps an epoch's observations (engine.Epoch.Observations) for a
 // run that plans from an estimated profile (Est set), their storage CPU
 // converted to the profile's clock with the storage speed the epoch's plan
 // assumed. When any measured something not measured before (a sample at a
@@ -592,6 +592,10 @@ func (p *RunPlan) On(c *policy.Cluster) *RunPlan {
 
 // Name is the plan's Name in reports.
 func (p *RunPlan) Name() string { return p.plan.Policy }
+
+// StorageSpeed is p.Speed, the planner's storage speed the hints' ns are
+// divided by (the engine's Plan).
+func (p *RunPlan) StorageSpeed() float64 { return p.Speed }
 
 // Entry is the index of sample's entry in the plan, if it has one.
 func (p *RunPlan) Entry(sample uint64) (int, bool) {

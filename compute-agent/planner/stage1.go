@@ -208,7 +208,7 @@ func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []ui
 		g.Go(func() error {
 			r, err := cfg.probe(gctx, f, mine, cfg.Epoch, k, cfg.Window, budget, keep)
 			if err != nil {
-				return fmt.Errorf("computeagent: stage 1: split %d from %s: %w", k, f.Name(), err)
+				return fmt.Errorf("planner: stage 1: split %d from %s: %w", k, f.Name(), err)
 			}
 			out[i] = r
 			return nil
@@ -308,7 +308,7 @@ func (cfg *Stage1Config) decide(linkRate, computeRate float64, st storageRates, 
 // Stage1Beside is a Quick stage 1 that runs beside the first epoch and
 // takes what the epoch measured instead of probing the link: linkRate, the
 // epoch's bytes over the time since it began, and raws, raw files the
-// epoch received (fetch.Opts.KeepRaw). probe is the storage CPU of a few
+// epoch received (engine.Opts.KeepRaw). probe is the storage CPU of a few
 // of those samples at probeSplit (ProbeStorage, sent when the epoch began),
 // compared with the same work timed here for the storage speed and the
 // compute rate (as Stage1 with Quick). Each storage agent is taken to

@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 )
 
 // Assembler fills the local ranks' slots for one epoch. Finishing workers
@@ -60,7 +60,7 @@ type Assembler struct {
 	sig      chan struct{}
 	err      error
 	errCode  string
-	fifo     []epoch.Item // ring buffer of fifoCap
+	fifo     []schedule.Item // ring buffer of fifoCap
 	fifoHead int
 	fifoLen  int
 	placed   []bool // strict: position has its row
@@ -119,7 +119,7 @@ type rankFeed struct {
 	// rank's next row, the samples parked by index, and the global
 	// positions of its failed samples in index order.
 	nextJ, row int
-	parked     map[int32]epoch.Item
+	parked     map[int32]schedule.Item
 	failed     []uint64
 
 	// The rank's first rows, kept to repeat at its epoch's end: keep rows
@@ -133,7 +133,7 @@ type rankFeed struct {
 	batches, samples int
 	waitNS           int64
 
-	todo []epoch.Item // release's scratch
+	todo []schedule.Item // release's scratch
 	ts   []target
 
 	waitCounter, batchCounter prometheus.Counter // nil without metrics
@@ -186,7 +186,7 @@ func NewAssembler(e Epoch, m *Metrics, conns []*Conn, l Layout) *Assembler {
 			rf.free = append(rf.free, s)
 		}
 		if l.Strict {
-			rf.parked = map[int32]epoch.Item{}
+			rf.parked = map[int32]schedule.Item{}
 		}
 		if rb := c.ring.Geometry.RowBytes; l.Repeat && rb > 0 {
 			keep := min(l.Batch, max(1, repeatBytes/rb))
@@ -202,7 +202,7 @@ func NewAssembler(e Epoch, m *Metrics, conns []*Conn, l Layout) *Assembler {
 	if l.Strict {
 		a.placed = make([]bool, l.Positions)
 	} else {
-		a.fifo = make([]epoch.Item, max(l.Queue*l.Batch, 1))
+		a.fifo = make([]schedule.Item, max(l.Queue*l.Batch, 1))
 	}
 	a.mu.Lock()
 	for _, rf := range a.ranks {
@@ -294,7 +294,7 @@ func (a *Assembler) wakeLocked() {
 // Place hands a finished (or failed) sample to a rank. It copies the
 // sample into its row outside the lock, then publishes what is complete.
 // When the shared queue is full it waits on w, the caller's own waiter.
-func (a *Assembler) Place(ctx context.Context, it epoch.Item, w Waiter) error {
+func (a *Assembler) Place(ctx context.Context, it schedule.Item, w Waiter) error {
 	if a.strict {
 		return a.placeStrict(it)
 	}
@@ -348,7 +348,7 @@ func (a *Assembler) Place(ctx context.Context, it epoch.Item, w Waiter) error {
 
 // placeStrict parks it under its rank's index and places what of the
 // rank's parked samples can take their rows now.
-func (a *Assembler) placeStrict(it epoch.Item) error {
+func (a *Assembler) placeStrict(it schedule.Item) error {
 	rf := a.ranks[it.Rank]
 	a.mu.Lock()
 	if a.err != nil {
@@ -385,11 +385,11 @@ func (a *Assembler) drainStrict(rf *rankFeed) error {
 
 // nextStrictLocked resolves rf's parked samples up to the first good one
 // that can take its row, and reserves that row.
-func (a *Assembler) nextStrictLocked(rf *rankFeed) (target, epoch.Item, bool) {
+func (a *Assembler) nextStrictLocked(rf *rankFeed) (target, schedule.Item, bool) {
 	for {
 		it, ok := rf.parked[int32(rf.nextJ)]
 		if !ok {
-			return target{}, epoch.Item{}, false
+			return target{}, schedule.Item{}, false
 		}
 		if it.Failed {
 			delete(rf.parked, it.J)
@@ -409,7 +409,7 @@ func (a *Assembler) nextStrictLocked(rf *rankFeed) (target, epoch.Item, bool) {
 				return t, it, true
 			}
 		}
-		return target{}, epoch.Item{}, false
+		return target{}, schedule.Item{}, false
 	}
 }
 
@@ -519,7 +519,7 @@ func (a *Assembler) markPlacedLocked(pos int) {
 
 // fill copies it into its row, and into the rank's kept rows when the row
 // is one of its first, and completes the row.
-func (a *Assembler) fill(t target, it epoch.Item) error {
+func (a *Assembler) fill(t target, it schedule.Item) error {
 	r := t.rf.c.ring
 	src, err := rowBytes(it)
 	if err == nil && len(src) != r.Geometry.RowBytes {
@@ -552,7 +552,7 @@ func (a *Assembler) fill(t target, it epoch.Item) error {
 
 // rowBytes is a finished sample's row: the uint8 image or the float32
 // tensor's bytes.
-func rowBytes(it epoch.Item) ([]byte, error) {
+func rowBytes(it schedule.Item) ([]byte, error) {
 	switch {
 	case it.Image != nil:
 		return it.Image.Pix, nil
@@ -591,7 +591,7 @@ func (a *Assembler) publishLocked(rf *rankFeed) error {
 			return a.failLocked(a.ringClosedErr(rf))
 		}
 		if err != nil {
-			return a.failLocked(fmt.Errorf("computeagent: samples out: %w", err))
+			return a.failLocked(fmt.Errorf("trainer: samples out: %w", err))
 		}
 		rf.held[ob.slot] = true
 		if a.first.IsZero() {
@@ -731,7 +731,7 @@ func (a *Assembler) Release(tc *Conn, slot int, waitNS int64) error {
 			break
 		}
 		it := a.fifo[a.fifoHead]
-		a.fifo[a.fifoHead] = epoch.Item{}
+		a.fifo[a.fifoHead] = schedule.Item{}
 		a.fifoHead = (a.fifoHead + 1) % len(a.fifo)
 		a.fifoLen--
 		todo, ts = append(todo, it), append(ts, t)

@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/ops"
 )
 
@@ -44,7 +44,7 @@ func TestHandoffNoAllocsPerBatch(t *testing.T) {
 	wake := NewWaiter()
 	cycle := func() {
 		for i := range batch {
-			if err := asm.Place(t.Context(), epoch.Item{Sample: uint64(i), Image: img}, wake); err != nil {
+			if err := asm.Place(t.Context(), schedule.Item{Sample: uint64(i), Image: img}, wake); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -3,8 +3,8 @@ package trainer
 import (
 	"fmt"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 )
 
 // Positions is a node epoch's positions: the local ranks' RankOrders
@@ -27,8 +27,8 @@ type Positions struct {
 // serves). A resume state that does not fit the epoch is refused: the
 // ranks are told (ERROR EPOCH) and disconnected.
 func (req *EpochReq) Positions(seed, total uint64, batch int, dropLast, strict bool) (*Positions, error) {
-	m := epoch.RankSamples(req.World, total, batch, dropLast)
-	nb := epoch.RankBatches(req.World, total, batch, dropLast)
+	m := schedule.RankSamples(req.World, total, batch, dropLast)
+	nb := schedule.RankBatches(req.World, total, batch, dropLast)
 	first, consumed, err := checkResume(req, strict, m, nb, batch)
 	if err != nil {
 		for _, c := range req.Conns {
@@ -40,7 +40,7 @@ func (req *EpochReq) Positions(seed, total uint64, batch int, dropLast, strict b
 	te := &Positions{Rows: m, Batches: nb, First: first}
 	orders := make([][]uint64, len(req.Conns))
 	for lr := range req.Conns {
-		orders[lr] = epoch.RankOrder(seed, req.Epoch, req.Base+lr, req.World, total, batch, dropLast)
+		orders[lr] = schedule.RankOrder(seed, req.Epoch, req.Base+lr, req.World, total, batch, dropLast)
 	}
 	for j := range m {
 		for lr, o := range orders {

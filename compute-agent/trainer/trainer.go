@@ -21,8 +21,8 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/ops"
 )
@@ -33,7 +33,7 @@ const (
 )
 
 // ErrTrainer marks a failure of the trainer hand-off.
-var ErrTrainer = errors.New("computeagent: trainer")
+var ErrTrainer = errors.New("trainer: hand-off failed")
 
 // Hub accepts trainer connections and starts an epoch when every
 // local rank asked for it.
@@ -313,8 +313,8 @@ func (h *Hub) register(c *net.UnixConn, hello handoff.HelloMsg) (*Conn, string, 
 	w := *t
 	w.Rank, w.World, w.LocalRank, w.LocalWorld = hello.Rank, hello.World, hello.LocalRank, hello.LocalWorld
 	w.Slots = slots
-	w.RowsPerEpoch = epoch.RankSamples(hello.World, t.Samples, cfg.Batch, cfg.DropLast)
-	w.BatchesPerEpoch = epoch.RankBatches(hello.World, t.Samples, cfg.Batch, cfg.DropLast)
+	w.RowsPerEpoch = schedule.RankSamples(hello.World, t.Samples, cfg.Batch, cfg.DropLast)
+	w.BatchesPerEpoch = schedule.RankBatches(hello.World, t.Samples, cfg.Batch, cfg.DropLast)
 	w.PositionsPerEpoch = w.RowsPerEpoch * hello.World
 	if _, _, err := c.WriteMsgUnix(handoff.JSONFrame(handoff.FrameWelcome, w), unix.UnixRights(r.FD), nil); err != nil {
 		r.Close()

@@ -1,4 +1,4 @@
-package fetch
+package engine
 
 import (
 	"context"
@@ -16,10 +16,9 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
-	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/internal/errkind"
@@ -47,15 +46,15 @@ type Epoch struct {
 	gpos    []uint64
 	asm     *trainer.Assembler
 	// plan is the epoch's plan; Swap replaces it once.
-	plan  atomic.Pointer[planner.RunPlan]
+	plan  atomic.Pointer[Plan]
 	rec   *profiler.Recorder // stage 2; nil when not profiling
-	sched *epoch.Schedule
+	sched *schedule.Schedule
 	// paced: several storage agents, whose windows pace (Fetcher.pace).
 	paced bool
 	jr    *journal.Journal // nil without a sample log
 
 	work    chan work // responses and failures for the workers; made by run
-	queue   chan epoch.Item
+	queue   chan schedule.Item
 	batches chan *Batch
 
 	bytesReceived atomic.Int64
@@ -69,7 +68,7 @@ type Epoch struct {
 	// their storage agent reported times its per-worker share of a core:
 	// their CPU time, or more where the agent got less than its budget.
 	storageOffEffNS atomic.Int64
-	// offPlannedNS sums the plan's storage CPU estimate (planner.RunPlan.Hint)
+	// offPlannedNS sums the plan's storage CPU estimate (Plan.HintAt)
 	// of the samples served offloaded as planned: the drift check's
 	// prediction when storage agents answered some offloads raw.
 	offPlannedNS atomic.Int64
@@ -79,7 +78,7 @@ type Epoch struct {
 	planOffNS, planOffEffNS atomic.Int64
 	// varBytes and varPlanned sum the stored payload bytes and the plan's
 	// prediction of the samples served as planned at a split of varying
-	// size (planner.RunPlan.Varying).
+	// size (Plan.VaryingAt).
 	varBytes, varPlanned atomic.Int64
 	// left is the estimated wire bytes of the positions not yet received;
 	// with the link rate (linkRate, or as measured since start) it gives
@@ -101,11 +100,11 @@ type Epoch struct {
 	servedRawContended, servedRawUncuttable atomic.Int64
 	// shed re-balances the rest of the epoch when the storage side falls
 	// behind the plan (nil: never).
-	shed atomic.Pointer[epoch.Shedder]
-	lat  epoch.Latencies // response latencies, for the adaptive stall timeout
-	cc   cacheState      // the node's cache in this epoch
-	warm bool            // Opts.WarmCache
-	fs   []*Fetcher      // the epoch's, from Prepare (a cache refill may use any)
+	shed atomic.Pointer[schedule.Shedder]
+	lat  schedule.Latencies // response latencies, for the adaptive stall timeout
+	cc   cacheState         // the node's cache in this epoch
+	warm bool               // Opts.WarmCache
+	fs   []*Fetcher         // the epoch's, from Prepare (a cache refill may use any)
 
 	// observing: keep an Observation of every sample finished (obs,
 	// under mu) for the planner's refinement.
@@ -284,7 +283,7 @@ func (e *Epoch) worker(ctx context.Context) error {
 		if w.resp.GetServed() != dataplanepb.Served_SERVED_AS_REQUESTED {
 			k = 0
 		}
-		it := epoch.Item{Pos: r.Pos, Sample: r.Sample, Label: e.cat.Labels[r.Sample], Split: k, Wire: int64(len(w.resp.GetData()))}
+		it := schedule.Item{Pos: r.Pos, Sample: r.Sample, Label: e.cat.Labels[r.Sample], Split: k, Wire: int64(len(w.resp.GetData()))}
 		if e.asm != nil {
 			it.Rank, it.J, it.GPos = e.posRank[r.Pos], e.posJ[r.Pos], e.gpos[r.Pos]
 		}
@@ -345,7 +344,7 @@ func (e *Epoch) worker(ctx context.Context) error {
 // the catalog's content hash (see Fetcher.checkRaw) and runs ops[k:n] on it, timing
 // both on the thread's CPU clock, and fills it with the tensor. in is the
 // decoded wire form and out the pipeline's output (for the cache).
-func (e *Epoch) finish(f *Fetcher, data []byte, lim ops.WireLimits, it *epoch.Item) (in, out ops.Value, bad *report.SampleFailure) {
+func (e *Epoch) finish(f *Fetcher, data []byte, lim ops.WireLimits, it *schedule.Item) (in, out ops.Value, bad *report.SampleFailure) {
 	t0 := cpuclock.Thread()
 	in, err := ops.DecodeWire(data, lim)
 	if raw, ok := in.(ops.Encoded); ok && err == nil && it.Split == 0 {
@@ -358,7 +357,7 @@ func (e *Epoch) finish(f *Fetcher, data []byte, lim ops.WireLimits, it *epoch.It
 // complete runs ops[it.Split:n] on in (unless err, the failure to get in)
 // and fills it with the output, charging the CPU time since t0 (the
 // thread's clock) to the epoch; stage 2 records a raw in.
-func (e *Epoch) complete(in ops.Value, err error, it *epoch.Item, t0 time.Duration) (ops.Value, *report.SampleFailure) {
+func (e *Epoch) complete(in ops.Value, err error, it *schedule.Item, t0 time.Duration) (ops.Value, *report.SampleFailure) {
 	p := e.cfg.Pipeline
 	key := ops.Key{Seed: e.cfg.Seed, Epoch: e.num, Sample: it.Sample}
 	var v ops.Value
@@ -398,7 +397,7 @@ func (e *Epoch) complete(in ops.Value, err error, it *epoch.Item, t0 time.Durati
 }
 
 // check validates a response's wire form without finishing it (FetchOnly).
-func (e *Epoch) check(data []byte, lim ops.WireLimits, it *epoch.Item) *report.SampleFailure {
+func (e *Epoch) check(data []byte, lim ops.WireLimits, it *schedule.Item) *report.SampleFailure {
 	t0 := cpuclock.Thread()
 	_, err := ops.CheckWire(data, lim)
 	e.computeNS.Add(int64(cpuclock.Thread() - t0))
@@ -416,17 +415,17 @@ func (e *Epoch) check(data []byte, lim ops.WireLimits, it *epoch.Item) *report.S
 func (e *Epoch) batcher(ctx context.Context) error {
 	defer close(e.batches)
 	s := &stacker{e: e}
-	buf := map[int]epoch.Item{}
+	buf := map[int]schedule.Item{}
 	next := 0
 	for {
-		var it epoch.Item
+		var it schedule.Item
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case got, ok := <-e.queue:
 			if !ok {
 				if len(buf) > 0 {
-					return fmt.Errorf("computeagent: epoch %d: %d samples stuck behind position %d", e.num, len(buf), next)
+					return fmt.Errorf("engine: epoch %d: %d samples stuck behind position %d", e.num, len(buf), next)
 				}
 				if s.cur != nil {
 					return s.emit(ctx)
@@ -474,7 +473,7 @@ func (s *stacker) emit(ctx context.Context) error {
 }
 
 // add stacks it onto the current batch, emitting the batch once full.
-func (s *stacker) add(ctx context.Context, it epoch.Item) error {
+func (s *stacker) add(ctx context.Context, it schedule.Item) error {
 	e, bs := s.e, s.e.cfg.Batch
 	t := it.Tensor
 	if t == nil { // FetchOnly: rows without data
@@ -487,7 +486,7 @@ func (s *stacker) add(ctx context.Context, it epoch.Item) error {
 	}
 	cur := s.cur
 	if t.C != cur.Shape[1] || t.H != cur.Shape[2] || t.W != cur.Shape[3] {
-		return fmt.Errorf("computeagent: epoch %d: sample %d has shape [%d %d %d], its batch [%d %d %d]",
+		return fmt.Errorf("engine: epoch %d: sample %d has shape [%d %d %d], its batch [%d %d %d]",
 			e.num, it.Sample, t.C, t.H, t.W, cur.Shape[1], cur.Shape[2], cur.Shape[3])
 	}
 	cur.Samples = append(cur.Samples, it.Sample)
@@ -505,7 +504,7 @@ func (s *stacker) add(ctx context.Context, it epoch.Item) error {
 // drain stacks the items of the reorder buffer buf from position next on,
 // in order, up to the first missing one, which it returns; the schedule
 // learns how far the epoch got.
-func (s *stacker) drain(ctx context.Context, buf map[int]epoch.Item, next int) (int, error) {
+func (s *stacker) drain(ctx context.Context, buf map[int]schedule.Item, next int) (int, error) {
 	moved := false
 	for {
 		it, ok := buf[next]
@@ -545,13 +544,13 @@ func (e *Epoch) feeder(ctx context.Context) error {
 		e.idle += e.cfg.Now().Sub(t0)
 		if !e.cfg.FetchOnly {
 			if err := e.cfg.Consumer.Consume(ctx, b); err != nil {
-				return fmt.Errorf("computeagent: consumer: %w", err)
+				return fmt.Errorf("engine: consumer: %w", err)
 			}
 		}
 		// Journaled right after the consumer took the batch, in one write:
 		// what a crash leaves in the log is what was delivered.
 		if err := e.jr.Write(e.num, b.Samples, b.shas); err != nil {
-			return fmt.Errorf("computeagent: samples out: %w", err)
+			return fmt.Errorf("engine: samples out: %w", err)
 		}
 		if e.nbatch == 0 {
 			e.firstBatch = e.cfg.Now()

@@ -1,11 +1,11 @@
-package fetch
+package engine
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 )
 
 // TestHorizon: an offload's horizon is the epoch's bytes left over the
@@ -39,7 +39,7 @@ func TestHorizon(t *testing.T) {
 func TestNextResponsesFirst(t *testing.T) {
 	e := &Epoch{work: make(chan work, 2)}
 	e.cc.queued = make(chan work, 2)
-	hit, resp := work{local: true, r: &epoch.Request{Pos: 1}}, work{r: &epoch.Request{Pos: 2}}
+	hit, resp := work{local: true, r: &schedule.Request{Pos: 1}}, work{r: &schedule.Request{Pos: 2}}
 	e.cc.queued <- hit
 	e.work <- resp
 	ctx := context.Background()

@@ -1,8 +1,8 @@
-package fetch
+package engine
 
 import "time"
 
-// Retry timing (see epoch.RetryDelay for the back-off): a stream silent
+// Retry timing (see schedule.RetryDelay for the back-off): a stream silent
 // for the stall timeout with requests out is hedged.
 const (
 	// minStall is the floor of the adaptive stall timeout, stallFactor its

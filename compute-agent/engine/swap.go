@@ -1,10 +1,9 @@
-package fetch
+package engine
 
 import (
 	"slices"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
-	"github.com/sophon-dl/sophon/compute-agent/planner"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/ops"
 )
 
@@ -15,15 +14,20 @@ import (
 // changes a sample's tensor, so the swap changes only which side runs
 // which ops.
 
-// runPlan is the epoch's current plan.
-func (e *Epoch) runPlan() *planner.RunPlan { return e.plan.Load() }
+// runPlan is the epoch's current plan; nil before NewEpoch stored one.
+func (e *Epoch) runPlan() Plan {
+	if p := e.plan.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // shedder is the epoch's current shedder (nil: none).
-func (e *Epoch) shedder() *epoch.Shedder { return e.shed.Load() }
+func (e *Epoch) shedder() *schedule.Shedder { return e.shed.Load() }
 
 // cpuOf is the schedule's storage CPU estimate of a position under plan
-// (epoch.Schedule.CPUOf), nil for a plan without hints.
-func cpuOf(plan *planner.RunPlan, order []uint64) func(pos, k int) int64 {
+// (schedule.Schedule.CPUOf), nil for a plan without hints.
+func cpuOf(plan Plan, order []uint64) func(pos, k int) int64 {
 	if !plan.Hinted() {
 		return nil
 	}
@@ -34,10 +38,10 @@ func cpuOf(plan *planner.RunPlan, order []uint64) func(pos, k int) int64 {
 }
 
 // newShedder is the epoch's shedder under plan at its current splits
-// (epoch.NewShedder).
-func (e *Epoch) newShedder(plan *planner.RunPlan, linkRate, cores float64) *epoch.Shedder {
+// (schedule.NewShedder).
+func (e *Epoch) newShedder(plan Plan, linkRate, cores float64) *schedule.Shedder {
 	wire := func(sample uint64, k int) float64 { return float64(e.cfg.Sizes.Estimate(k, e.cat.RawSizes[sample])) }
-	return epoch.NewShedder(e.order, e.split, wire, plan, plan.Speed, linkRate, cores, e.cfg.Now)
+	return schedule.NewShedder(e.order, e.split, wire, plan, plan.StorageSpeed(), linkRate, cores, e.cfg.Now)
 }
 
 // capCPU bounds f's window's storage CPU when the plan has estimates
@@ -67,7 +71,7 @@ func (f *Fetcher) capCPU(hinted bool) {
 // plan with a cache also takes the cache: the positions left whose
 // samples it keeps resident go raw and fill the cache now (fillsCache),
 // so that the next epoch finds them there instead of filling it itself.
-func (e *Epoch) Swap(plan *planner.RunPlan, splitOf func(sample uint64) int, linkRate, cores float64) int {
+func (e *Epoch) Swap(plan Plan, splitOf func(sample uint64) int, linkRate, cores float64) int {
 	planned := 0
 	fill := e.fillsCache(plan)
 	left := e.sched.Resplit(func(pos int) bool {
@@ -90,7 +94,7 @@ func (e *Epoch) Swap(plan *planner.RunPlan, splitOf func(sample uint64) int, lin
 		if planned == 0 {
 			return // every position went out under the plans before
 		}
-		e.plan.Store(plan)
+		e.plan.Store(&plan)
 		if fill {
 			e.cc.view.SetKeep(plan.Cached) // its Puts may evict the rest
 		}
@@ -114,7 +118,7 @@ func (e *Epoch) Swap(plan *planner.RunPlan, splitOf func(sample uint64) int, lin
 }
 
 // codecOf is the codec plan requests for sample.
-func (e *Epoch) codecOf(plan *planner.RunPlan, sample uint64) ops.Codec {
+func (e *Epoch) codecOf(plan Plan, sample uint64) ops.Codec {
 	return plan.Codec(sample, e.cfg.Codec)
 }
 
@@ -123,7 +127,7 @@ func (e *Epoch) BytesReceived() int64 { return e.bytesReceived.Load() }
 
 // kept hands Opts.KeepRaw the raw file of it, finished from in, when it
 // arrived raw.
-func (e *Epoch) kept(it *epoch.Item, in ops.Value) {
+func (e *Epoch) kept(it *schedule.Item, in ops.Value) {
 	if e.keepRaw == nil || it.Split != 0 {
 		return
 	}

@@ -1,4 +1,4 @@
-package fetch
+package engine
 
 import (
 	"context"
@@ -9,27 +9,27 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	shards "github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
-func testWindow(count int) *epoch.Window {
-	return &epoch.Window{MaxCount: count, MaxBytes: 1 << 30, Outstanding: map[uint64]*epoch.Request{}}
+func testWindow(count int) *schedule.Window {
+	return &schedule.Window{MaxCount: count, MaxBytes: 1 << 30, Outstanding: map[uint64]*schedule.Request{}}
 }
 
 func est(pos int) (int64, uint64, int) { return 1, uint64(pos), 0 }
 
-func indexedWindow(idx, count int) *epoch.Window {
+func indexedWindow(idx, count int) *schedule.Window {
 	w := testWindow(count)
 	w.Idx = idx
 	return w
 }
 
 // drain takes and claims everything w may take now, in order.
-func drain(t *testing.T, s *epoch.Schedule, w *epoch.Window) []int {
+func drain(t *testing.T, s *schedule.Schedule, w *schedule.Window) []int {
 	t.Helper()
 	var got []int
 	for {
@@ -56,7 +56,7 @@ func TestPlacementRoundRobin(t *testing.T) {
 	if err != nil || len(unowned) != 0 {
 		t.Fatal(err, unowned)
 	}
-	s := epoch.NewPlacedSchedule(len(e.order), 0, 2, nil, pl)
+	s := schedule.NewPlacedSchedule(len(e.order), 0, 2, nil, pl)
 	w0, w1 := indexedWindow(0, 100), indexedWindow(1, 100)
 	if got := drain(t, s, w0); !slices.Equal(got, []int{0, 2, 4, 6}) {
 		t.Fatalf("agent 0 took %v, want the even positions only", got)
@@ -85,7 +85,7 @@ func TestPlacementPullSharded(t *testing.T) {
 	if err != nil || len(unowned) != 0 {
 		t.Fatal(err, unowned)
 	}
-	s := epoch.NewPlacedSchedule(6, 0, 2, nil, pl)
+	s := schedule.NewPlacedSchedule(6, 0, 2, nil, pl)
 	w0, w1 := indexedWindow(0, 100), indexedWindow(1, 100)
 	if got := drain(t, s, w1); !slices.Equal(got, []int{2, 3, 4, 5}) {
 		t.Fatalf("agent 1 took %v, want 2-5 (what it holds)", got)
@@ -108,7 +108,7 @@ func TestPlacementOrphans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := epoch.NewPlacedSchedule(6, 0, 2, nil, pl)
+	s := schedule.NewPlacedSchedule(6, 0, 2, nil, pl)
 	w0, w1 := indexedWindow(0, 100), indexedWindow(1, 2)
 	// Agent 1 takes positions 1 and 3, receives 1, and its stream fails.
 	r1, _, _ := s.Take(w1, est)
@@ -152,7 +152,7 @@ func TestPlacementUnowned(t *testing.T) {
 	if err != nil || !slices.Equal(unowned, []int{1}) {
 		t.Fatalf("unowned %v (%v), want [1]", unowned, err)
 	}
-	s := epoch.NewPlacedSchedule(3, 0, 1, nil, pl)
+	s := schedule.NewPlacedSchedule(3, 0, 1, nil, pl)
 	w := indexedWindow(0, 10)
 	orphans := s.Unowned(w)
 	if len(orphans) != 1 || orphans[0].Pos != 1 {
@@ -203,7 +203,7 @@ func TestAnnouncedRefused(t *testing.T) {
 // again once an offload is answered or released.
 func TestScheduleCPUCap(t *testing.T) {
 	off := []bool{true, true, true, true, false, false, false, false}
-	s := epoch.NewSchedule(len(off), 0, 1, off)
+	s := schedule.NewSchedule(len(off), 0, 1, off)
 	s.CPUOf = func(pos, k int) int64 { return 10 }
 	w := testWindow(8)
 	w.MaxCPU = 20
@@ -294,8 +294,8 @@ func TestTransport(t *testing.T) {
 func TestPace(t *testing.T) {
 	cfg := &Config{WindowBytes: 64 << 20}
 	e := &Epoch{cfg: cfg, paced: true}
-	e.sched = epoch.NewSchedule(1, 0, 1, nil)
-	f := &Fetcher{e: e, w: epoch.Window{MaxBytes: cfg.WindowBytes}}
+	e.sched = schedule.NewSchedule(1, 0, 1, nil)
+	f := &Fetcher{e: e, w: schedule.Window{MaxBytes: cfg.WindowBytes}}
 	t0 := time.Unix(100, 0)
 	f.pace(t0) // the first response starts the clock
 	f.served.Store(4)
@@ -319,7 +319,7 @@ func TestPace(t *testing.T) {
 	if f.w.MaxBytes != cfg.WindowBytes {
 		t.Errorf("at 10 GiB/s: %d bytes, want the ceiling %d", f.w.MaxBytes, cfg.WindowBytes)
 	}
-	one := &Fetcher{e: &Epoch{cfg: cfg}, w: epoch.Window{MaxBytes: 7}}
+	one := &Fetcher{e: &Epoch{cfg: cfg}, w: schedule.Window{MaxBytes: 7}}
 	one.served.Store(100)
 	one.servedBytes.Store(100)
 	one.pace(t0)
@@ -410,7 +410,8 @@ func TestPlacementPlanned(t *testing.T) {
 	plan := &policy.Plan{Policy: policy.NameOptimal, IDs: []uint64{10, 11, 12, 13, 14}, Split: make([]int, 5), Replica: []int16{1, 0, 1, 1, 0}}
 	c := &policy.Cluster{Storage: []policy.StorageNode{{Name: "a"}, {Name: "b"}}}
 	e := &Epoch{cfg: &Config{}, order: []uint64{10, 11, 12, 13, 14, 15}}
-	e.plan.Store(planner.NewRunPlan(plan, nil, policy.Resources{}).On(c))
+	var p Plan = planner.NewRunPlan(plan, nil, policy.Resources{}).On(c)
+	e.plan.Store(&p)
 	// The fetchers in another order than the cluster's: bound by name.
 	fs := []*Fetcher{{name: "b"}, {name: "a"}}
 	pl, _, err := e.placement(fs)
@@ -420,7 +421,7 @@ func TestPlacementPlanned(t *testing.T) {
 	if !pl.Prefer || !slices.Equal(pl.Bound, []uint64{1, 2, 1, 1, 2, 0}) {
 		t.Fatalf("placement %+v: want positions bound to b (bit 0) and a (bit 1) by the plan, preferred", pl)
 	}
-	s := epoch.NewPlacedSchedule(len(e.order), 0, 2, nil, pl)
+	s := schedule.NewPlacedSchedule(len(e.order), 0, 2, nil, pl)
 	// b's window holds three: they are its own.
 	wb, wa := indexedWindow(0, 3), indexedWindow(1, 100)
 	var got []int
@@ -435,12 +436,13 @@ func TestPlacementPlanned(t *testing.T) {
 	}
 	// An agent ahead of the plan helps: a alone takes its own and the
 	// unlisted first, then b's.
-	s = epoch.NewPlacedSchedule(len(e.order), 0, 2, nil, pl)
+	s = schedule.NewPlacedSchedule(len(e.order), 0, 2, nil, pl)
 	if got := drain(t, s, indexedWindow(1, 100)); !slices.Equal(got, []int{1, 4, 5, 0, 2, 3}) {
 		t.Fatalf("a alone took %v, want 1 4 5 then 0 2 3", got)
 	}
 	// Without a cluster the plan names no replica: plain pull.
-	e.plan.Store(planner.NewRunPlan(plan, nil, policy.Resources{}))
+	var pooled Plan = planner.NewRunPlan(plan, nil, policy.Resources{})
+	e.plan.Store(&pooled)
 	if pl, _, _ := e.placement(fs); pl.Bound != nil {
 		t.Errorf("pooled plan bound %v", pl.Bound)
 	}

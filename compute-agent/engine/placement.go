@@ -1,4 +1,4 @@
-package fetch
+package engine
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"math/bits"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	shards "github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/internal/placement/wire"
 	"github.com/sophon-dl/sophon/ops"
@@ -19,16 +19,16 @@ import (
 // position's sample (Fetcher.holds), and which of them it is bound to:
 // with PlacementRoundRobin strictly, in turn; otherwise by preference, to
 // the agent the plan chose (a cluster plan's Replica). unowned lists the positions no Fetcher holds.
-func (e *Epoch) placement(fs []*Fetcher) (pl epoch.Placement, unowned []int, err error) {
-	if len(fs) > epoch.MaxFetchers {
-		return pl, nil, fmt.Errorf("%w: %d storage agents, at most %d per epoch", ErrNoStorage, len(fs), epoch.MaxFetchers)
+func (e *Epoch) placement(fs []*Fetcher) (pl schedule.Placement, unowned []int, err error) {
+	if len(fs) > schedule.MaxFetchers {
+		return pl, nil, fmt.Errorf("%w: %d storage agents, at most %d per epoch", ErrNoStorage, len(fs), schedule.MaxFetchers)
 	}
 	sharded := false
 	for _, f := range fs {
 		sharded = sharded || f.holds != nil
 	}
 	n := len(e.order)
-	all := epoch.AllFetchers(len(fs))
+	all := schedule.AllFetchers(len(fs))
 	if sharded {
 		pl.Owners = make([]uint64, n)
 		for pos, s := range e.order {
@@ -62,16 +62,20 @@ func (e *Epoch) placement(fs []*Fetcher) (pl epoch.Placement, unowned []int, err
 }
 
 // planned binds each position to the storage agent the plan chose for its
-// sample (RunPlan.Replica), where that agent is among fs; nil when the
-// plan chose none.
+// sample (Plan.Replica), where that agent is among fs; nil when the
+// plan chose none or the epoch has no plan.
 func (e *Epoch) planned(fs []*Fetcher) []uint64 {
+	plan := e.runPlan()
+	if plan == nil {
+		return nil
+	}
 	idx := make(map[string]int, len(fs))
 	for i, f := range fs {
 		idx[f.name] = i
 	}
 	var bound []uint64
 	for pos, s := range e.order {
-		name, ok := e.runPlan().Replica(s)
+		name, ok := plan.Replica(s)
 		if !ok {
 			continue
 		}
@@ -295,7 +299,7 @@ func transport(ctx context.Context, fs []*Fetcher) float64 {
 // a damaged file can decode whole and still give a cut that does not
 // (FuzzCut found such files): the sample is not lost for that. When the
 // raw fetch fails too, bad stands.
-func (e *Epoch) refetchRaw(ctx context.Context, f *Fetcher, lim ops.WireLimits, it *epoch.Item, bad *report.SampleFailure) *report.SampleFailure {
+func (e *Epoch) refetchRaw(ctx context.Context, f *Fetcher, lim ops.WireLimits, it *schedule.Item, bad *report.SampleFailure) *report.SampleFailure {
 	data, err := e.fetchRaw(ctx, f, it.Sample)
 	if err != nil {
 		return bad

@@ -1,4 +1,4 @@
-package fetch
+package engine
 
 import (
 	"cmp"
@@ -8,10 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
-	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/profiler"
@@ -22,14 +21,14 @@ import (
 type Shard struct {
 	Order []uint64 // position -> sample
 	Split []int    // position -> k
-	// Padded counts the positions that repeat a sample (epoch.RankOrder);
+	// Padded counts the positions that repeat a sample (schedule.RankOrder);
 	// Resumed, the samples delivered before a restart and left out.
 	Padded, Resumed int
 }
 
 // Opts are what a policy run changes about one epoch.
 type Opts struct {
-	Plan *planner.RunPlan
+	Plan Plan
 	// Rec, when set, records stage 2's profile of every sample fetched
 	// raw.
 	Rec *profiler.Recorder
@@ -37,7 +36,7 @@ type Opts struct {
 	// Epoch.Observations.
 	Observe bool
 	// LinkRate is the planner's link rate (bytes/s; 0: unknown), for the
-	// offloads' horizon (see Epoch.horizon) and shedding (epoch.Shedder).
+	// offloads' horizon (see Epoch.horizon) and shedding (schedule.Shedder).
 	LinkRate float64
 	// StorageCores is the planner's storage cores (0: unknown), for
 	// shedding.
@@ -52,7 +51,7 @@ type Opts struct {
 	KeepRaw func(sample uint64, raw []byte)
 	// First, when set, orders the epoch's first requests: each lane hands
 	// out its positions in ascending First of their sample until the plan
-	// is swapped (epoch.Schedule.Order; not in strict order). A
+	// is swapped (schedule.Schedule.Order; not in strict order). A
 	// provisional plan's: the cheapest first.
 	First func(sample uint64) float64
 }
@@ -64,11 +63,11 @@ func NewEpoch(cfg *Config, num uint64, cat *Catalog, sh Shard, opts Opts) *Epoch
 		cfg: cfg, num: num, cat: cat, order: sh.Order, split: sh.Split, rec: opts.Rec, observing: opts.Observe, keepRaw: opts.KeepRaw,
 		linkRate: opts.LinkRate, storageCores: opts.StorageCores, resumed: sh.Resumed, padded: sh.Padded, warm: opts.WarmCache, first: opts.First,
 		log:     cfg.Log.With().Uint64("epoch", num).Logger(),
-		queue:   make(chan epoch.Item, cfg.Queue*cfg.Batch),
+		queue:   make(chan schedule.Item, cfg.Queue*cfg.Batch),
 		batches: make(chan *Batch),
 		bySplit: splitCounter{},
 	}
-	e.plan.Store(opts.Plan)
+	e.plan.Store(&opts.Plan)
 	return e
 }
 
@@ -106,7 +105,7 @@ func (e *Epoch) Prepare(fs []*Fetcher, jr *journal.Journal) error {
 		return fmt.Errorf("%w: epoch %d not started: %d of the shard's %d samples (the first: %d) have no live storage agent holding them; --on-error skip reports them and runs the rest",
 			ErrUnavailable, num, len(unowned), len(order), order[unowned[0]])
 	}
-	e.sched = epoch.NewPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
+	e.sched = schedule.NewPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
 	e.paced = len(fs) > 1
 	e.sched.CPUOf = cpuOf(plan, order)
 	e.sched.Now = cfg.Now
@@ -124,7 +123,7 @@ func (e *Epoch) Prepare(fs []*Fetcher, jr *journal.Journal) error {
 	e.log.Info().Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.Name()).Msg("epoch start")
 	for i, f := range fs {
 		f.e = e
-		f.w = epoch.Window{Idx: i, MaxCount: cfg.Window, MaxBytes: cfg.WindowBytes, Outstanding: map[uint64]*epoch.Request{}}
+		f.w = schedule.Window{Idx: i, MaxCount: cfg.Window, MaxBytes: cfg.WindowBytes, Outstanding: map[uint64]*schedule.Request{}}
 		f.capCPU(e.sched.CPUOf != nil)
 	}
 	return nil
@@ -253,8 +252,8 @@ func (e *Epoch) Queued() int {
 }
 
 // Offloads is what e measured of its offloaded samples, for the planner.
-func (e *Epoch) Offloads() *planner.Offloads {
-	o := &planner.Offloads{StorageNS: e.storageOffNS.Load(), StorageEffNS: e.storageOffEffNS.Load(), PlannedNS: e.offPlannedNS.Load(),
+func (e *Epoch) Offloads() *Offloads {
+	o := &Offloads{StorageNS: e.storageOffNS.Load(), StorageEffNS: e.storageOffEffNS.Load(), PlannedNS: e.offPlannedNS.Load(),
 		Bytes: e.varBytes.Load(), PlannedBytes: e.varPlanned.Load()}
 	if o.PlannedNS > 0 {
 		o.StorageNS, o.StorageEffNS = e.planOffNS.Load(), e.planOffEffNS.Load()
@@ -272,7 +271,7 @@ func (e *Epoch) Observations() []profiler.Observation {
 }
 
 // observe keeps an Observation of the finished item it and its response.
-func (e *Epoch) observe(it *epoch.Item, resp *dataplanepb.FetchResponse) {
+func (e *Epoch) observe(it *schedule.Item, resp *dataplanepb.FetchResponse) {
 	if !e.observing {
 		return
 	}

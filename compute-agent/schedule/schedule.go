@@ -1,8 +1,9 @@
-// Package epoch is the compute agent's epoch engine: an epoch's order
-// (Order, RankOrder) and its schedule, the shared state of which positions
-// each storage agent's window may take, has outstanding or has received,
-// with retries, hedging and the strict-order gate.
-package epoch
+// Package schedule is the pure, I/O-free part of running an epoch: the
+// epoch's order (Order, RankOrder) and its schedule, the shared state of
+// which positions each storage agent's window may take, has outstanding or
+// has received, with retries, hedging, shedding and the strict-order gate.
+// The engine (package engine) drives it over the network.
+package schedule
 
 import (
 	"cmp"

@@ -1,4 +1,4 @@
-package epoch
+package schedule
 
 import "github.com/sophon-dl/sophon/ops"
 

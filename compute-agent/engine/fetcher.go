@@ -1,4 +1,4 @@
-package fetch
+package engine
 
 import (
 	"context"
@@ -14,9 +14,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
-	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
@@ -24,7 +23,7 @@ import (
 
 // errStalled ends a stream that received nothing for the stall timeout
 // while requests were outstanding.
-var errStalled = errors.New("computeagent: stream stalled")
+var errStalled = errors.New("engine: stream stalled")
 
 // Fetcher keeps one Fetch stream to one storage agent busy for one epoch,
 // with a bounded window of requests in flight. On a stream error it
@@ -51,7 +50,7 @@ type Fetcher struct {
 	// responses (see transport).
 	cpu0  uint64
 	opsNS atomic.Int64
-	w     epoch.Window
+	w     schedule.Window
 
 	// lastRecv is when the current stream last received a response or
 	// handed one on (Unix ns); handing is set while recv waits to hand a
@@ -75,8 +74,6 @@ func NewFetcher(name string, client dataplanepb.StorageClient, info *dataplanepb
 	return f, nil
 }
 
-var _ planner.Source = (*Fetcher)(nil) // stage 1 probes through it
-
 // Name is the storage agent's name.
 func (f *Fetcher) Name() string { return f.name }
 
@@ -93,7 +90,7 @@ func (f *Fetcher) Holds(sample uint64) bool { return f.holds == nil || f.holds(s
 // work is a response on its way to a finishing worker.
 type work struct {
 	f    *Fetcher
-	r    *epoch.Request
+	r    *schedule.Request
 	resp *dataplanepb.FetchResponse
 	// fail, when set, is the sample's failure instead of a response (no
 	// storage agent left that holds it).
@@ -150,7 +147,7 @@ func (f *Fetcher) run(ctx context.Context) error {
 			return f.giveUp(ctx, log, fmt.Errorf("no progress for %v (retry budget %v), last: %w", idle.Round(time.Millisecond), budget, err))
 		}
 		failures++
-		if err := epoch.Pause(ctx, min(epoch.RetryDelay(failures), budget-idle), e.sched); err != nil {
+		if err := schedule.Pause(ctx, min(schedule.RetryDelay(failures), budget-idle), e.sched); err != nil {
 			return err
 		}
 		if e.sched.Complete() {
@@ -174,7 +171,7 @@ func (f *Fetcher) giveUp(ctx context.Context, log zerolog.Logger, err error) err
 // failures of this epoch (KindUnavailable): under --on-error skip they are
 // reported, never silently dropped; under fail the first one fails the
 // epoch.
-func (f *Fetcher) unavailable(ctx context.Context, orphans []*epoch.Request, why string) error {
+func (f *Fetcher) unavailable(ctx context.Context, orphans []*schedule.Request, why string) error {
 	for _, r := range orphans {
 		r.Sample = f.e.order[r.Pos]
 		f.e.sched.Claim(&f.w, r.Tag, 0)
@@ -238,7 +235,7 @@ func (f *Fetcher) session(ctx context.Context) (progress bool, err error) {
 }
 
 // errEpochDone ends a session whose epoch has every sample.
-var errEpochDone = errors.New("computeagent: epoch complete")
+var errEpochDone = errors.New("engine: epoch complete")
 
 // watch is session's watchdog; it ends the session through cancel.
 func (f *Fetcher) watch(ctx context.Context, cancel context.CancelCauseFunc) {
@@ -362,7 +359,7 @@ func (f *Fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 		resp, err := stream.Recv()
 		if err == io.EOF {
 			if n := e.sched.Outstanding(&f.w); n > 0 || !e.sched.Complete() {
-				return fmt.Errorf("computeagent: %s closed the stream with %d requests outstanding", f.name, n)
+				return fmt.Errorf("engine: %s closed the stream with %d requests outstanding", f.name, n)
 			}
 			return nil
 		}
@@ -421,7 +418,7 @@ func (f *Fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 // account counts an accepted response to r, received at now: bytes, the
 // storage CPU (the offloads' apart) and how it was served, for the report,
 // the metrics, pacing and shedding.
-func (f *Fetcher) account(r *epoch.Request, resp *dataplanepb.FetchResponse, now time.Time) {
+func (f *Fetcher) account(r *schedule.Request, resp *dataplanepb.FetchResponse, now time.Time) {
 	e := f.e
 	e.bytesReceived.Add(int64(len(resp.GetData())))
 	e.firstRecv.CompareAndSwap(0, now.UnixNano())
@@ -448,7 +445,7 @@ func (f *Fetcher) account(r *epoch.Request, resp *dataplanepb.FetchResponse, now
 		i, this := plan.At(r.Sample, r.Split)
 		if this && plan.Hinted() {
 			_, c := plan.HintAt(i)
-			e.offPlannedNS.Add(int64(float64(c) / plan.Speed))
+			e.offPlannedNS.Add(int64(float64(c) / plan.StorageSpeed()))
 			e.planOffNS.Add(int64(resp.GetStorageCpuNs()))
 			e.planOffEffNS.Add(int64(held))
 		}

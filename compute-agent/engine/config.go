@@ -1,12 +1,14 @@
-// Package fetch runs the compute agent's epochs over gRPC: the fetchers
-// that keep one Fetch stream per storage agent busy (windows, retries,
-// stall hedging, pacing, the raw refetch of a failed cut), the placement
-// of an epoch's positions over the storage agents that hold them, the
-// check of raw bytes against the catalog's content hashes, and the epoch
-// run itself (finishing workers, batcher, feeder) with its report. It
-// drives the schedule of package epoch, which does no I/O; the root
+// Package engine runs the compute agent's epochs: one epoch of a plan
+// over gRPC, from the order to the report. The fetchers keep one Fetch
+// stream per storage agent busy (windows, retries, stall hedging, pacing,
+// the raw refetch of a failed cut); the placement spreads an epoch's
+// positions over the storage agents that hold them; raw bytes are checked
+// against the catalog's content hashes; and the epoch's run (finishing
+// workers, batcher, feeder, the node's cache) ends in its report. It takes
+// the plan as a small interface (Plan) and imports neither the planner nor
+// the policy; it drives package schedule, which does no I/O; the root
 // package fills Config with what the engine needs from the agent.
-package fetch
+package engine
 
 import (
 	"context"
@@ -15,7 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/ops"
@@ -51,7 +53,7 @@ type Config struct {
 	PipelineID   string
 	PipelineSpec []byte
 	// Sizes estimates wire sizes by split; it learns from every response.
-	Sizes *epoch.SizeModel
+	Sizes *schedule.SizeModel
 	Seed  uint64
 	Codec ops.Codec
 

@@ -1,4 +1,4 @@
-package epoch
+package schedule
 
 import (
 	"cmp"
@@ -240,7 +240,7 @@ func (s *Shedder) rebalanceLocked() {
 }
 
 // Done records pos as received before the shedder existed (a plan that
-// took over a running epoch: epoch.Schedule.Resplit).
+// took over a running epoch: schedule.Schedule.Resplit).
 func (s *Shedder) Done(pos int) {
 	if s == nil {
 		return

@@ -1,4 +1,4 @@
-package fetch
+package engine
 
 import (
 	"context"
@@ -8,9 +8,8 @@ import (
 	"sync/atomic"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
-	"github.com/sophon-dl/sophon/compute-agent/epoch"
-	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
@@ -93,7 +92,7 @@ func (e *Epoch) prepareCache() {
 // fillsCache reports whether Swap to plan fills the cache with plan's
 // resident samples: a warm epoch of the planned policy (prepareCache kept
 // every raw fetch) and a plan that keeps samples resident.
-func (e *Epoch) fillsCache(plan *planner.RunPlan) bool {
+func (e *Epoch) fillsCache(plan Plan) bool {
 	return e.cc.warm && plan.Caches()
 }
 
@@ -111,7 +110,7 @@ func (e *Epoch) hit(pos int) bool {
 // workers (cacheState.queued). The hand-off waits on the epoch's ctx only
 // when maxQueuedHits hits wait already: a claimed position is never
 // dropped.
-func (f *Fetcher) local(epochCtx context.Context, r *epoch.Request) error {
+func (f *Fetcher) local(epochCtx context.Context, r *schedule.Request) error {
 	e := f.e
 	r, dup := e.sched.Claim(&f.w, r.Tag, 0)
 	if dup || r == nil {
@@ -128,7 +127,7 @@ func (f *Fetcher) local(epochCtx context.Context, r *epoch.Request) error {
 
 // serveCached finishes it from its cache entry; a bad entry is dropped
 // and the sample fetched again raw from f's storage agent (refill).
-func (e *Epoch) serveCached(ctx context.Context, f *Fetcher, lim ops.WireLimits, it *epoch.Item) *report.SampleFailure {
+func (e *Epoch) serveCached(ctx context.Context, f *Fetcher, lim ops.WireLimits, it *schedule.Item) *report.SampleFailure {
 	v := e.cc.view
 	t0 := cpuclock.Thread()
 	payload, n, err := v.Get(it.Sample)
@@ -179,7 +178,7 @@ func (e *Epoch) cachedValue(payload []byte, lim ops.WireLimits, sample uint64) (
 // refill fetches it raw again, from f's storage agent or else from the
 // epoch's other storage agents that hold it, finishes it and puts it in
 // the cache.
-func (e *Epoch) refill(ctx context.Context, f *Fetcher, lim ops.WireLimits, it *epoch.Item) *report.SampleFailure {
+func (e *Epoch) refill(ctx context.Context, f *Fetcher, lim ops.WireLimits, it *schedule.Item) *report.SampleFailure {
 	data, err := e.fetchRaw(ctx, f, it.Sample)
 	for _, g := range e.fs {
 		if err == nil {
