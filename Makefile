@@ -108,7 +108,6 @@ build: prereq-build ## Build every binary into bin/: storage-agent, compute-agen
 test: export SOPHON_TEST_BIN := $(CURDIR)/$(BIN)
 test: export SOPHON_TEST_DEMAND := versitygw
 test: prereq-test s3gw lint proto-check build ## Check prerequisites, install versitygw (make s3gw), lint, check generated code, build (with and without cgo), run all tests (the agents' with -race; Go and the Python client's, from the repository and pip-installed in a venv), mypy --strict on the client and short fuzz runs, as concurrent streams (.ci/streams)
-	CGO_ENABLED=0 $(GO) build ./...
 	@# The Go streams print each package's result, every skip with its
 	@# reason and the S3 tests' passes; a failing one, its whole output.
 	@GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZMINIMIZE=$(FUZZMINIMIZE) SHOW='$(S3_TESTS)' bash .ci/streams \
@@ -117,7 +116,7 @@ test: prereq-test s3gw lint proto-check build ## Check prerequisites, install ve
 	  "go test -race (agents)" "bash .ci/gotest -race -count=1 ./storage-agent/... ./compute-agent/..." \
 	  "binaries and python" "$(GO) test -count=1 -run '^TestBinary$$' ./storage-agent/storageagent/ && \
 	    $(PYTHON) -m unittest discover -s python/tests && PYTHON=$(PYTHON) python/tests/run-installed.sh" \
-	  "typecheck (mypy --strict)" "$(MYPY)" \
+	  "typecheck (mypy --strict), build (CGO_ENABLED=0)" "($(MYPY)) && CGO_ENABLED=0 $(GO) build ./..." \
 	  "fuzz (1 of 2)" "bash .ci/fuzz $(wordlist 1,7,$(FUZZ_TARGETS))" \
 	  "fuzz (2 of 2)" "bash .ci/fuzz $(wordlist 8,99,$(FUZZ_TARGETS))"
 	@# Last and alone: a well-behaved client's throughput under attack against
