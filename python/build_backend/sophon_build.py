@@ -16,6 +16,7 @@ index as it would have: an online install without them still works.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import re
 import site
@@ -46,10 +47,11 @@ def _setuptools() -> Optional[ModuleType]:
         version = importlib.metadata.version("setuptools")
         if int(version.split(".")[0]) < 61:
             return None
-        from setuptools import build_meta
+        # import_module rather than an import statement: setuptools ships no
+        # type information (mypy --strict, make typecheck).
+        return importlib.import_module("setuptools.build_meta")
     except (ImportError, ValueError):
         return None
-    return build_meta
 
 
 def _backend() -> ModuleType:

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
 	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
 )
@@ -20,7 +24,8 @@ func TestDatasetHostileEntries(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.Name, func(t *testing.T) {
 			if tc.NeedUser && os.Geteuid() == 0 {
-				t.Skip("SKIP: running as root, which reads any file: the unreadable case cannot be built")
+				runUnprivileged(t)
+				return
 			}
 			layout := tc.Layout
 			if layout == "" {
@@ -135,4 +140,58 @@ func keys(m map[string]uint64) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// unprivilegedEnv marks the copy of the test binary that runUnprivileged
+// starts.
+const unprivilegedEnv = "SOPHON_TEST_UNPRIVILEGED"
+
+// runUnprivileged runs test t again in a copy of this test binary as user
+// and group 65534 (nobody) without supplementary groups, through util-linux's
+// setpriv, and fails t unless it passed there. Root reads any file (the
+// capability CAP_DAC_OVERRIDE), so a case that needs an unreadable file
+// cannot be built as root; CI runs as root, and this keeps such cases
+// gating there. Giving up uid 0 drops every capability.
+func runUnprivileged(t *testing.T) {
+	t.Helper()
+	if os.Getenv(unprivilegedEnv) != "" {
+		t.Fatalf("still uid %d in the unprivileged run", os.Geteuid())
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		testutil.Require(t, "running as root and setpriv (util-linux) is missing: %v", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The go tool's build folder is root's alone: nobody runs a link to
+	// the binary from a folder it may enter.
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, filepath.Base(self))
+	if err := os.Link(self, bin); err != nil {
+		data, rerr := os.ReadFile(self)
+		if rerr != nil {
+			t.Fatalf("link %v; read %v", err, rerr)
+		}
+		if err := os.WriteFile(bin, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	parts := strings.Split(t.Name(), "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	cmd := exec.CommandContext(t.Context(), setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+		bin, "-test.run="+strings.Join(parts, "/"), "-test.v", "-test.count=1", "-test.timeout=2m")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), unprivilegedEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("--- PASS: "+t.Name()+" ")) {
+		t.Fatalf("as nobody (setpriv): %v, want a pass of %s:\n%s", err, t.Name(), out)
+	}
+	t.Logf("passed as nobody (setpriv --reuid=65534)")
 }

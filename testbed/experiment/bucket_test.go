@@ -9,8 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/sophon-dl/sophon/internal/s3gw"
-	"github.com/sophon-dl/sophon/internal/testutil"
+	"github.com/sophon-dl/sophon/internal/s3gw/s3gwtest"
 	"github.com/sophon-dl/sophon/testbed/results"
 	"github.com/sophon-dl/sophon/testbed/shape"
 )
@@ -25,9 +24,7 @@ func TestExperimentBucketLoopback(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binaries and an S3 server")
 	}
-	if _, err := s3gw.Find(); err != nil {
-		testutil.Require(t, "%v", err)
-	}
+	s3gwtest.Require(t)
 	bins := buildBinaries(t)
 	data := smallDataset(t, 16)
 	fromBucket := Config{

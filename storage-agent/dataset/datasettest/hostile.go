@@ -62,7 +62,7 @@ type Case struct {
 	After    func(t *testing.T, e *Env)
 	Path     string // the sample After breaks
 	ReadErr  error
-	NeedUser bool // a non-root user (root reads anything)
+	NeedUser bool // a non-root user (root reads anything; as root, dataset_security_test runs the case again as nobody)
 }
 
 // Cases are the hostile entries, at least 30 of them.
