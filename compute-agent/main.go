@@ -300,8 +300,8 @@ func run(args []string) int {
 // gcPercent is the GC target: Go's default while training, where the
 // window and the batch queue keep a large live heap, and 400 for a link
 // test, which keeps nothing but the window and so would otherwise collect
-// every few megabytes of responses (measured on loopback: GC then costs
-// about a quarter of the raw throughput).
+// every few megabytes of responses (docs/results.md, "Figures behind the
+// defaults").
 func gcPercent(s settings) int {
 	switch {
 	case s.GCPercent >= 0:

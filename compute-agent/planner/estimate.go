@@ -27,10 +27,9 @@ const CalibrationWindow = 2 * CalibrationSamples
 // among the shard's first CalibrationWindow positions that usable accepts
 // (nil: every one), ties in shard order. They cross the link raw while the
 // provisional plan cuts every other sample, so their bytes are most of
-// what that epoch sends beyond a planned one; the smaller half of a random
-// window costs about half of what its first positions would
-// (openimages-like, seed 5: 6.6 MB raw for the first 16, 2.4 MB for
-// these). usable (Calibratable) leaves out what cannot calibrate: a file
+// what that epoch sends beyond a planned one, and the smaller half of a
+// random window costs about half of what its first positions would
+// (docs/policy.md, "Plans from estimates"). usable (Calibratable) leaves out what cannot calibrate: a file
 // whose header the limits refuse would be the smallest of all (a
 // 700-byte header bomb) and never arrive, and the plan would wait for it.
 func CalibrationSet(shard, rawSizes []uint64, usable func(sample uint64) bool) map[uint64]bool {

@@ -325,8 +325,8 @@ const StorageCalibration = 0.05
 // SizeCalibration is the relative error of the plan's epoch-varying sizes
 // (the cuts, the compressed crops: Offloads.Bytes against PlannedBytes)
 // past which a planned epoch calibrates them (Planner.sizeScale): about
-// the noise of one epoch's sum over a few hundred samples, well below the
-// bias a plan's selection keeps (3-5% on the generated sets).
+// the noise of one epoch's sum over a few hundred samples, below the bias a
+// plan's selection keeps (docs/policy.md).
 const SizeCalibration = 0.02
 
 // Drift compares an epoch run with plan ran against the plan's
