@@ -154,13 +154,13 @@ func TestEstimateMatchesMeasured(t *testing.T) {
 				t.Errorf("the estimate's plan is %.2f%% slower than the measured profile's, want at most 5%%", 100*gap)
 			}
 			// With scarce storage CPU the plan also rests on the fitted
-			// costs, which are thread CPU time on a shared machine: the
-			// estimate alone moves with its load (docs/policy.md; up to
-			// 42% under make test's streams), the plan refined after one
-			// epoch much less (at most 11% seen). The bounds are above
-			// that, so load does not fail the test while a mispriced
-			// feature does (a header bomb priced as its decode made plans
-			// 10-200x off).
+			// costs, which are thread CPU time on a shared machine, and
+			// the recorded profile they are compared with is as noisy:
+			// under make test's streams the estimate alone was up to 42%
+			// off, the plan refined after one epoch up to 33% (usually
+			// under 3%; docs/policy.md). The bounds are above that, so
+			// load does not fail the test while a mispriced feature does
+			// (a header bomb priced as its decode made plans 10-200x off).
 			var again *profiler.Profile
 			if *remeasure {
 				again = measure(t, p, d)
@@ -198,7 +198,7 @@ func TestEstimateMatchesMeasured(t *testing.T) {
 // epoch of it.
 const (
 	scarceEstimateGap = 1.0
-	scarceRefinedGap  = 0.15
+	scarceRefinedGap  = 1.0
 )
 
 // remeasure also records every sample a second time and reports both
