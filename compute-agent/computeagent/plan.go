@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"encoding/json"
 	"os"
-	"slices"
 	"strconv"
 
 	"github.com/sophon-dl/sophon/compute-agent/planner"
@@ -64,16 +63,7 @@ func ResizeOff(p *ops.Pipeline) (*policy.Plan, error) { return staticPlan(policy
 // split and every other sample def, for pipeline (an ops.Pipeline.ID();
 // empty: any): a plan file's plan, its entries in ascending id order.
 func PlanOf(name, pipeline string, def int, splits map[uint64]int) *policy.Plan {
-	pl := &policy.Plan{Policy: name, Pipeline: pipeline, Default: def, IDs: make([]uint64, 0, len(splits))}
-	for id := range splits {
-		pl.IDs = append(pl.IDs, id)
-	}
-	slices.Sort(pl.IDs)
-	pl.Split = make([]int, len(pl.IDs))
-	for i, id := range pl.IDs {
-		pl.Split[i] = splits[id]
-	}
-	return pl
+	return planner.PlanOf(name, pipeline, def, splits)
 }
 
 // A plan file is a per-sample plan, stored as JSON:
