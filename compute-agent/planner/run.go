@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"slices"
 	"strings"
 	"time"
 
@@ -66,9 +65,10 @@ import (
 //     lower rate counts as drift only when the plan predicted the link to
 //     bound the epoch.
 
-// ErrPlan marks a plan a policy run could not make (the policy refused
-// its profile or resources).
-var ErrPlan = errors.New("planner: no plan")
+// ErrPlan marks a plan that cannot be made or run: the policy refused
+// its profile or resources, or a plan file or static plan does not fit
+// the pipeline.
+var ErrPlan = errors.New("planner: bad plan")
 
 func planErr(err error) error { return fmt.Errorf("%w: %w", ErrPlan, err) }
 
@@ -427,27 +427,4 @@ func (p *Run) annotate(r *report.EpochReport, e Epoch, rec *profiler.Recorder, r
 		pl.Save()
 	}
 	return nil
-}
-
-// NoOff is the static plan that fetches raw bytes for every sample
-// (k = 0).
-func NoOff() *policy.Plan {
-	plan, _, _ := policy.StaticPlan(policy.NameNoOff, nil) // nooff's split needs no pipeline and cannot fail
-	return plan
-}
-
-// PlanOf is the plan named name that gives the samples in splits their
-// split and every other sample def, for pipeline (an ops.Pipeline.ID();
-// empty: any): a plan file's plan, its entries in ascending id order.
-func PlanOf(name, pipeline string, def int, splits map[uint64]int) *policy.Plan {
-	pl := &policy.Plan{Policy: name, Pipeline: pipeline, Default: def, IDs: make([]uint64, 0, len(splits))}
-	for id := range splits {
-		pl.IDs = append(pl.IDs, id)
-	}
-	slices.Sort(pl.IDs)
-	pl.Split = make([]int, len(pl.IDs))
-	for i, id := range pl.IDs {
-		pl.Split[i] = splits[id]
-	}
-	return pl
 }
