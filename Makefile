@@ -29,7 +29,7 @@ FUZZ_TARGETS := \
 	FuzzOpenShard:./storage-agent/dataset/ \
 	FuzzLoadIndex:./storage-agent/dataset/ \
 	FuzzDecodeManifest:./storage-agent/dataset/ \
-	FuzzDecodePlanFile:./compute-agent/computeagent/ \
+	FuzzDecodePlanFile:./compute-agent/planner/ \
 	FuzzDecodeHandoff:./compute-agent/handoff/ \
 	FuzzDecodeJournal:./compute-agent/journal/ \
 	FuzzLoadProfile:./profiler/ \

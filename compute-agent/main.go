@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/internal/bytesize"
 	"github.com/sophon-dl/sophon/internal/cli"
 	"github.com/sophon-dl/sophon/ops"
@@ -217,7 +218,7 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	if err != nil {
 		return c, err
 	}
-	plan, err := computeagent.ParsePlan(s.Plan, p)
+	plan, err := planner.ParsePlan(s.Plan, p)
 	if err != nil {
 		return c, err
 	}

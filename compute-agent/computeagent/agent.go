@@ -240,11 +240,9 @@ func (a *Agent) Run(ctx context.Context) ([]report.EpochReport, error) {
 	defer stop()
 	next := func(int, uint64) epochOpts { return epochOpts{plan: a.plan} }
 	if a.cfg.Policy != "" {
-		p, err := a.startPolicy(ctx)
-		if err != nil {
+		if next, err = a.startPolicy(ctx); err != nil {
 			return nil, err
 		}
-		next = p.next
 	}
 	return a.runEpochs(ctx, src, next)
 }
@@ -537,7 +535,7 @@ type epochOpts struct {
 	// runs, with a context that ends when the epoch failed and a channel
 	// closed when its run ended; the function it returns is waited for
 	// then, before the epoch's report is completed (a policy run's stage
-	// 1 beside its first epoch: overlap.go).
+	// 1 beside its first epoch: planner/overlap.go).
 	started func(ctx context.Context, e *engine.Epoch, ended <-chan struct{}) (wait func())
 	// err, when set, fails the epoch before it starts (a plan that could
 	// not be made).

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"maps"
 	"os"
 	"path/filepath"
@@ -92,7 +93,7 @@ func TestExactlyOncePerEpoch(t *testing.T) {
 	n.Serve(t, "s2:1", s2)
 	cfg, rec := testConfig(t, n, "s1:1", "s2:1")
 	cfg.Epochs = 2
-	cfg.Plan = NoOff()
+	cfg.Plan = planner.NoOff()
 	cfg.ReportPath = filepath.Join(t.TempDir(), "report.jsonl")
 	reports, err := runAgent(t, cfg)
 	if err != nil {
@@ -144,7 +145,7 @@ func TestPlacementInvariance(t *testing.T) {
 	n.Serve(t, "s1:1", enginetest.NewStorage(t, "s1"))
 	n.Serve(t, "s2:1", enginetest.NewStorage(t, "s2"))
 	p := enginetest.Pipeline(t)
-	resize, err := ResizeOff(p)
+	resize, err := planner.ResizeOff(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,8 +153,8 @@ func TestPlacementInvariance(t *testing.T) {
 	for s := range uint64(enginetest.Samples) {
 		splits[s] = int(s % uint64(p.Len()+1))
 	}
-	mixed := PlanOf("mixed", p.ID(), 1, splits)
-	plans := []*policy.Plan{NoOff(), AllOff(p), resize, mixed}
+	mixed := planner.PlanOf("mixed", p.ID(), 1, splits)
+	plans := []*policy.Plan{planner.NoOff(), planner.AllOff(p), resize, mixed}
 	var ref map[uint64][32]byte
 	for _, plan := range plans {
 		cfg, rec := testConfig(t, n, "s1:1", "s2:1")
@@ -206,7 +207,7 @@ func TestBadSample(t *testing.T) {
 	for _, tc := range []struct {
 		plan  *policy.Plan
 		where string
-	}{{NoOff(), "local"}, {AllOff(p), "storage"}} {
+	}{{planner.NoOff(), "local"}, {planner.AllOff(p), "storage"}} {
 		t.Run(tc.plan.Policy+"/fail", func(t *testing.T) {
 			n := &enginetest.MemNet{}
 			n.Serve(t, "s1:1", corruptFake(t, "s1", bad))
@@ -358,7 +359,7 @@ func TestStreamFailureRetried(t *testing.T) {
 		s.FailAt = map[int64]bool{10: true, 30: true, 31: true}
 		n.Serve(t, "s1:1", s)
 		cfg, rec := testConfig(t, n, "s1:1")
-		cfg.Plan = AllOff(cfg.Pipeline)
+		cfg.Plan = planner.AllOff(cfg.Pipeline)
 		reports, err := runAgent(t, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -518,7 +519,7 @@ func TestCodecs(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg.Codec = codec
-		cfg.Plan = AllOff(cfg.Pipeline)
+		cfg.Plan = planner.AllOff(cfg.Pipeline)
 		if _, err := runAgent(t, cfg); err != nil {
 			t.Fatalf("%s: %v", c, err)
 		}
@@ -545,8 +546,8 @@ func TestConfigValidation(t *testing.T) {
 		"receive window too small": func(c *Config) { c.RecvWindow = MinRecvWindow - 1 },
 		"receive window too large": func(c *Config) { c.RecvWindow = MaxRecvWindow + 1 },
 		"on-error":                 func(c *Config) { c.OnError = "ignore" },
-		"split":                    func(c *Config) { c.Plan = PlanOf("x", "", 9, nil) },
-		"plan pipe":                func(c *Config) { c.Plan = PlanOf("x", "other@1", 0, nil) },
+		"split":                    func(c *Config) { c.Plan = planner.PlanOf("x", "", 9, nil) },
+		"plan pipe":                func(c *Config) { c.Plan = planner.PlanOf("x", "other@1", 0, nil) },
 		"tls":                      func(c *Config) { c.TLS = tlsconf.Files{Cert: "c"} },
 		"neither tls nor insecure": func(c *Config) { c.Insecure = false },
 		"gossip without a key": func(c *Config) {
@@ -587,7 +588,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A failing epoch must not leak either.
-	cfg.Plan = PlanOf("bad", "", 0, map[uint64]int{5: 0})
+	cfg.Plan = planner.PlanOf("bad", "", 0, map[uint64]int{5: 0})
 	cfg.Consumer = consumerFunc(func(ctx context.Context, b *Batch) error { return errors.New("gpu fell over") })
 	if _, err := runAgent(t, cfg); err == nil || !strings.Contains(err.Error(), "gpu fell over") {
 		t.Fatalf("got %v, want the consumer's error", err)
@@ -607,7 +608,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 func TestFetchOnly(t *testing.T) {
 	n := &enginetest.MemNet{}
 	n.Serve(t, "s1:1", enginetest.NewStorage(t, "s1"))
-	for _, plan := range []*policy.Plan{NoOff(), AllOff(enginetest.Pipeline(t))} {
+	for _, plan := range []*policy.Plan{planner.NoOff(), planner.AllOff(enginetest.Pipeline(t))} {
 		cfg, rec := testConfig(t, n, "s1:1")
 		cfg.Epochs = 2
 		cfg.Plan = plan
@@ -629,7 +630,7 @@ func TestFetchOnly(t *testing.T) {
 	}
 	// The sha OnSample sees is the wire form's, so it differs by split.
 	var shas [2]map[uint64][32]byte
-	for i, plan := range []*policy.Plan{NoOff(), AllOff(enginetest.Pipeline(t))} {
+	for i, plan := range []*policy.Plan{planner.NoOff(), planner.AllOff(enginetest.Pipeline(t))} {
 		cfg, rec := testConfig(t, n, "s1:1")
 		cfg.Plan = plan
 		cfg.FetchOnly = true
@@ -660,7 +661,7 @@ func TestCutAndFallbackInvariance(t *testing.T) {
 	for s := range uint64(enginetest.Samples) {
 		splits[s] = int(s%uint64(p.Len()+2)) - 1
 	}
-	mixed := PlanOf("mixed-cut", p.ID(), 0, splits)
+	mixed := planner.PlanOf("mixed-cut", p.ID(), 0, splits)
 	// Photos large enough that most cuts are smaller than their file.
 	big := bigPhotos(t)
 	var ref map[uint64][32]byte
@@ -668,7 +669,7 @@ func TestCutAndFallbackInvariance(t *testing.T) {
 		name   string
 		plan   *policy.Plan
 		strict bool
-	}{{"nooff", NoOff(), false}, {"mixed", mixed, false}, {"strict", mixed, true}} {
+	}{{"nooff", planner.NoOff(), false}, {"mixed", mixed, false}, {"strict", mixed, true}} {
 		n := &enginetest.MemNet{}
 		s1 := enginetest.NewStorage(t, "s1")
 		s1.Data = big

@@ -3,6 +3,7 @@ package computeagent
 import (
 	"context"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"net"
 	"os"
 	"path/filepath"
@@ -56,11 +57,11 @@ func BenchmarkEpochLoopback(b *testing.B) {
 	}()
 
 	p := enginetest.Pipeline(b)
-	resize, err := ResizeOff(p)
+	resize, err := planner.ResizeOff(p)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, plan := range []*policy.Plan{NoOff(), resize, AllOff(p)} {
+	for _, plan := range []*policy.Plan{planner.NoOff(), resize, planner.AllOff(p)} {
 		b.Run(plan.Policy, func(b *testing.B) {
 			cfg := DefaultConfig()
 			cfg.Discovery = Static(lis.Addr().String())

@@ -3,6 +3,7 @@ package computeagent
 import (
 	"context"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -35,7 +36,7 @@ func cachedPlan(t *testing.T, p *ops.Pipeline) *Config {
 	for i := 0; i < enginetest.Samples; i += 2 {
 		ids = append(ids, fmt.Sprint(i))
 	}
-	plan, err := DecodePlanFile([]byte(`{"pipeline":"`+p.ID()+`","default":0,"cached":[`+strings.Join(ids, ",")+`]}`), "cached")
+	plan, err := planner.DecodePlanFile([]byte(`{"pipeline":"`+p.ID()+`","default":0,"cached":[`+strings.Join(ids, ",")+`]}`), "cached")
 	if err != nil {
 		t.Fatal(err)
 	}

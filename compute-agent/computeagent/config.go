@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
@@ -102,8 +103,8 @@ type Config struct {
 	// Pipeline is the online preprocessing pipeline; it must end in a
 	// tensor. Required.
 	Pipeline *ops.Pipeline
-	// Plan maps each sample to its split k (see NoOff, AllOff, ResizeOff,
-	// ParsePlan). Nil means NoOff (k = 0).
+	// Plan maps each sample to its split k (see planner.NoOff, AllOff,
+	// ResizeOff, ParsePlan). Nil means NoOff (k = 0).
 	Plan *policy.Plan
 
 	// Out receives the human-readable stage 1 decision. Nil means it is
@@ -482,7 +483,7 @@ func (c *Config) checkInputs() error {
 		if !slices.Contains(Policies, c.Policy) {
 			return configErr("policy %q: want one of %s", c.Policy, strings.Join(Policies, ", "))
 		}
-		if c.Plan != nil && !isStatic(c.Plan) {
+		if c.Plan != nil && !planner.IsStatic(c.Plan) {
 			return configErr("policy %s and plan %s: give one or the other", c.Policy, c.Plan.Policy)
 		}
 		if c.FetchOnly {
@@ -504,9 +505,9 @@ func (c *Config) planDefaults() error {
 		return configErr("profile budget %v and replan threshold %v must be positive", c.ProfileBudget, c.ReplanThreshold)
 	}
 	if c.Plan == nil {
-		c.Plan = NoOff()
+		c.Plan = planner.NoOff()
 	}
-	if err := checkPlan(c.Plan, c.Pipeline); err != nil {
+	if err := asConfig(planner.CheckPlan(c.Plan, c.Pipeline)); err != nil {
 		return err
 	}
 	return nil

@@ -46,7 +46,7 @@
 //     queue stops the workers, which stop taking responses, which leaves
 //     the windows full, so no new requests go out.
 //
-// With Config.Policy the agent plans the splits itself (planner.go): stage
+// With Config.Policy the agent runs a policy run (planner.Run): stage
 // 1 measures the link, storage CPU, compute CPU and consumer rates
 // (planner.Stage1); stage 2 profiles every sample during the first, No-Off,
 // epoch when the link is the bottleneck, or reuses a saved profile; the

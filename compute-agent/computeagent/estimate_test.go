@@ -72,8 +72,8 @@ func TestPlanFromEstimates(t *testing.T) {
 			raw = b.Samples
 		}
 	}
-	if raw < besideCalibration {
-		t.Errorf("first epoch: %d samples raw, want at least the %d calibration samples of the provisional plan", raw, besideCalibration)
+	if raw < planner.BesideCalibration {
+		t.Errorf("first epoch: %d samples raw, want at least the %d calibration samples of the provisional plan", raw, planner.BesideCalibration)
 	}
 	if r0.Seconds < r0.Stage1.Seconds {
 		t.Errorf("first epoch %v s, within it stage 1's %v s", r0.Seconds, r0.Stage1.Seconds)
@@ -159,7 +159,7 @@ func TestPlanFromEstimatesShortEpoch(t *testing.T) {
 	if r0.Stage1 == nil || !r0.Stage1.Overlapped {
 		t.Fatalf("first epoch's stage 1 %+v, want overlapped", r0.Stage1)
 	}
-	if r0.PlanSwitchedAt == 0 && (r0.Plan != provisionalName || r0.PlanSource != "") {
+	if r0.PlanSwitchedAt == 0 && (r0.Plan != planner.ProvisionalName || r0.PlanSource != "") {
 		t.Errorf("first epoch never switched but reports plan %q from %q", r0.Plan, r0.PlanSource)
 	}
 	checkPlanned(t, r1, policy.NameSOPHON)

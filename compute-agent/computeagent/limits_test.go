@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,7 +57,7 @@ func TestHostileNoOff(t *testing.T) {
 
 	cfg, rec := testConfig(t, nil, "st1:7070")
 	cfg.Dial = n.Dial
-	cfg.Plan = NoOff()
+	cfg.Plan = planner.NoOff()
 	cfg.OnError = OnErrorSkip
 	a, err := cfg.new()
 	if err != nil {

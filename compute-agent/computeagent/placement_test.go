@@ -2,6 +2,7 @@ package computeagent
 
 import (
 	"errors"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"maps"
 	"strings"
 	"testing"
@@ -178,8 +179,8 @@ func TestCutRefetched(t *testing.T) {
 		checkOnce(t, rec.epoch(0), allSamples())
 		return reports[0], sampleSHAs(t, rec, 0)
 	}
-	_, want := run(NoOff(), false)
-	cut := PlanOf("cut", p.ID(), ops.SplitCut, nil)
+	_, want := run(planner.NoOff(), false)
+	cut := planner.PlanOf("cut", p.ID(), ops.SplitCut, nil)
 	r, got := run(cut, true)
 	if !maps.Equal(got, want) {
 		t.Error("tensors differ from No-Off's")

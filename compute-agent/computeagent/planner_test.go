@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"maps"
 	"os"
 	"os/exec"
@@ -280,7 +281,7 @@ func TestPolicyConfig(t *testing.T) {
 		{"unknown policy", func(c *Config) { c.Policy = "greedy" }},
 		{"policy and plan file", func(c *Config) {
 			c.Policy = policy.NameSOPHON
-			c.Plan = PlanOf("f", p.ID(), 0, nil)
+			c.Plan = planner.PlanOf("f", p.ID(), 0, nil)
 		}},
 		{"policy and fetch-only", func(c *Config) { c.Policy, c.FetchOnly = policy.NameSOPHON, true }},
 		{"negative threshold", func(c *Config) { c.Policy, c.ReplanThreshold = policy.NameSOPHON, -1 }},
@@ -294,7 +295,7 @@ func TestPolicyConfig(t *testing.T) {
 		})
 	}
 	cfg, _ := testConfig(t, nil, "s1:1")
-	cfg.Policy, cfg.Plan = policy.NameFastFlow, AllOff(p)
+	cfg.Policy, cfg.Plan = policy.NameFastFlow, planner.AllOff(p)
 	if _, err := cfg.new(); err != nil {
 		t.Errorf("policy with a static plan: %v", err)
 	}

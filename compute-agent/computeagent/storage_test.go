@@ -3,6 +3,7 @@ package computeagent
 import (
 	"context"
 	"fmt"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"maps"
 	"net"
 	"os"
@@ -87,7 +88,7 @@ func TestWithStorageAgent(t *testing.T) {
 		startStorage(t, storageagent.Config{Data: dir, Name: addr, CPUs: 1, AllowClientSpecs: true, Insecure: true}, storageagent.Knobs{}, l)
 	}
 	p := enginetest.Pipeline(t)
-	resize, err := ResizeOff(p)
+	resize, err := planner.ResizeOff(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,9 +96,9 @@ func TestWithStorageAgent(t *testing.T) {
 	for s := range uint64(enginetest.Samples) {
 		splits[s] = int((s * 7) % uint64(p.Len()+1))
 	}
-	mixed := PlanOf("mixed", p.ID(), 0, splits)
+	mixed := planner.PlanOf("mixed", p.ID(), 0, splits)
 	var ref map[uint64][32]byte
-	for _, plan := range []*policy.Plan{NoOff(), AllOff(p), resize, mixed} {
+	for _, plan := range []*policy.Plan{planner.NoOff(), planner.AllOff(p), resize, mixed} {
 		cfg, rec := testConfig(t, nil, "st1:7070", "st2:7070")
 		cfg.Dial = n.Dial
 		cfg.Plan = plan

@@ -1,6 +1,7 @@
 package computeagent
 
 import (
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"maps"
 	"os"
 	"path/filepath"
@@ -45,7 +46,7 @@ func TestTooLargeFileSameUnderEveryPlan(t *testing.T) {
 		splits[s] = 1
 	}
 	var ref map[uint64][32]byte
-	for _, plan := range []*policy.Plan{NoOff(), AllOff(p), PlanOf("decode-off", p.ID(), 0, splits)} {
+	for _, plan := range []*policy.Plan{planner.NoOff(), planner.AllOff(p), planner.PlanOf("decode-off", p.ID(), 0, splits)} {
 		cfg, rec := testConfig(t, nil, "st1:7070")
 		cfg.Dial = n.Dial
 		cfg.Plan = plan

@@ -2,6 +2,7 @@ package computeagent
 
 import (
 	"encoding/json"
+	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"slices"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ import (
 func TestBadSampleWarningsBounded(t *testing.T) {
 	const nbad = 60
 	p := enginetest.Pipeline(t)
-	for _, plan := range []*policy.Plan{NoOff(), AllOff(p)} {
+	for _, plan := range []*policy.Plan{planner.NoOff(), planner.AllOff(p)} {
 		t.Run(plan.Policy, func(t *testing.T) {
 			s := enginetest.NewStorage(t, "s1")
 			s.Data = slices.Clone(s.Data)

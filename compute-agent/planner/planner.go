@@ -6,7 +6,10 @@
 // the Planner that turns a profile and the measured resources into a plan
 // and re-plans when an epoch's measurements drift from the plan's
 // assumptions, or, for a run without a saved profile, plans from header
-// estimates (Estimate) refined with what each epoch observed (Learn).
+// estimates (Estimate) refined with what each epoch observed (Learn); and
+// the policy run over the epochs (Run: Start, then Next for each epoch's
+// options, the first epoch's plan made beside it and swapped in), which
+// sees the agent through Host and the engine's epoch through Epoch.
 package planner
 
 import (

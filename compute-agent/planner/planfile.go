@@ -1,43 +1,49 @@
-package computeagent
+package planner
 
 import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
 
-	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
 )
 
-// The agent runs a *policy.Plan, the one plan type: per listed sample its
-// split k (the storage agent runs ops[0:k] and this agent ops[k:n]) and,
-// for a policy's plan, its codec; Default for every other sample. k may
+// The compute agent runs a *policy.Plan, the one plan type: per listed
+// sample its split k (the storage agent runs ops[0:k] and the compute
+// agent ops[k:n]) and, for a policy's plan, its codec; Default for every
+// other sample. k may
 // also be ops.SplitCut (-1), the JPEG-domain crop, for pipelines that have
 // it (ops.Pipeline.CanCut): the storage agent cuts the JPEG to the crop
-// box and this agent runs every op from the cut. The agent's own plans are
+// box and the compute agent runs every op from the cut. The agent's own plans are
 // static (NoOff, AllOff, ResizeOff: a Default and no entries) or plan
-// files (DecodePlanFile); a policy's come from the planner. New checks
-// every split a plan names against the pipeline.
+// files (DecodePlanFile); a policy's come from the Planner. CheckPlan
+// checks every split a plan names against the pipeline.
+
+// badPlan is a plan the agent cannot run, as ErrPlan.
+func badPlan(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrPlan, fmt.Sprintf(format, args...))
+}
 
 // staticPlan is the registry's static policy name for pipeline p
-// (policy.StaticPlan), its errors as ErrConfig.
+// (policy.StaticPlan), its errors as ErrPlan.
 func staticPlan(name string, p *ops.Pipeline) (*policy.Plan, error) {
 	plan, ok, err := policy.StaticPlan(name, p)
 	if !ok {
-		return nil, configErr("%s: not a static policy", name)
+		return nil, badPlan("%s: not a static policy", name)
 	}
 	if err != nil {
-		return nil, configErr("%v", err)
+		return nil, badPlan("%v", err)
 	}
 	return plan, nil
 }
 
-// isStatic reports whether plan is one of NoOff, AllOff and ResizeOff.
-func isStatic(plan *policy.Plan) bool {
+// IsStatic reports whether plan is one of NoOff, AllOff and ResizeOff.
+func IsStatic(plan *policy.Plan) bool {
 	if e, ok := policy.Lookup(plan.Policy); !ok || e.Static == nil {
 		return false
 	}
@@ -96,7 +102,7 @@ func PlanOf(name, pipeline string, def int, splits map[uint64]int) *policy.Plan 
 func ReadPlanFile(path string) (*policy.Plan, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, configErr("plan: %v", err)
+		return nil, badPlan("plan: %v", err)
 	}
 	return DecodePlanFile(b, path)
 }
@@ -107,10 +113,10 @@ const maxPlanFile = 1 << 30
 // DecodePlanFile parses a plan file's JSON into the plan named name.
 // Unknown fields, non-decimal sample ids, an id listed twice and trailing
 // data are errors; split ranges are checked against a pipeline by
-// [ParsePlan] and New.
+// [ParsePlan] and [CheckPlan].
 func DecodePlanFile(b []byte, name string) (*policy.Plan, error) {
 	if len(b) > maxPlanFile {
-		return nil, configErr("plan %s: %d bytes, limit %d", name, len(b), maxPlanFile)
+		return nil, badPlan("plan %s: %d bytes, limit %d", name, len(b), maxPlanFile)
 	}
 	var raw struct {
 		Pipeline string         `json:"pipeline"`
@@ -121,26 +127,26 @@ func DecodePlanFile(b []byte, name string) (*policy.Plan, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&raw); err != nil {
-		return nil, configErr("plan %s: %v", name, err)
+		return nil, badPlan("plan %s: %v", name, err)
 	}
 	if dec.More() {
-		return nil, configErr("plan %s: data after the plan object", name)
+		return nil, badPlan("plan %s: data after the plan object", name)
 	}
 	splits := make(map[uint64]int, len(raw.Splits))
 	for s, k := range raw.Splits {
 		id, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return nil, configErr("plan %s: sample %q is not a decimal id", name, s)
+			return nil, badPlan("plan %s: sample %q is not a decimal id", name, s)
 		}
 		if _, dup := splits[id]; dup {
-			return nil, configErr("plan %s: sample %d listed twice", name, id)
+			return nil, badPlan("plan %s: sample %d listed twice", name, id)
 		}
 		splits[id] = k
 	}
 	cached := make(map[uint64]bool, len(raw.Cached))
 	for _, id := range raw.Cached {
 		if cached[id] {
-			return nil, configErr("plan %s: sample %d cached twice", name, id)
+			return nil, badPlan("plan %s: sample %d cached twice", name, id)
 		}
 		cached[id] = true
 		if _, ok := splits[id]; !ok {
@@ -167,27 +173,27 @@ func ParsePlan(name string, p *ops.Pipeline) (*policy.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return f, checkPlan(f, p)
+	return f, CheckPlan(f, p)
 }
 
-// checkPlan validates a plan against the pipeline p: the pipeline it is
+// CheckPlan validates a plan against the pipeline p: the pipeline it is
 // for, its shape (a split per listed sample, a codec per listed sample or
 // none) and every split it names.
-func checkPlan(plan *policy.Plan, p *ops.Pipeline) error {
+func CheckPlan(plan *policy.Plan, p *ops.Pipeline) error {
 	if plan.Pipeline != "" && plan.Pipeline != p.ID() {
-		return configErr("plan %s is for pipeline %s, running %s", plan.Policy, plan.Pipeline, p.ID())
+		return badPlan("plan %s is for pipeline %s, running %s", plan.Policy, plan.Pipeline, p.ID())
 	}
 	if len(plan.Split) != len(plan.IDs) || plan.Compress != nil && len(plan.Compress) != len(plan.IDs) ||
 		plan.Cached != nil && len(plan.Cached) != len(plan.IDs) {
-		return configErr("plan %s: %d samples, %d splits, %d codecs, %d residencies", plan.Policy, len(plan.IDs), len(plan.Split), len(plan.Compress), len(plan.Cached))
+		return badPlan("plan %s: %d samples, %d splits, %d codecs, %d residencies", plan.Policy, len(plan.IDs), len(plan.Split), len(plan.Compress), len(plan.Cached))
 	}
 	n := p.Len()
-	if err := planner.ValidSplit(p, plan.Default, n); err != nil {
-		return configErr("plan %s: default: %v", plan.Policy, err)
+	if err := ValidSplit(p, plan.Default, n); err != nil {
+		return badPlan("plan %s: default: %v", plan.Policy, err)
 	}
 	for i, k := range plan.Split {
-		if err := planner.ValidSplit(p, k, n); err != nil {
-			return configErr("plan %s: sample %d: %v", plan.Policy, plan.IDs[i], err)
+		if err := ValidSplit(p, k, n); err != nil {
+			return badPlan("plan %s: sample %d: %v", plan.Policy, plan.IDs[i], err)
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package computeagent
+package planner
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	"maps"
 	"time"
 
-	"github.com/sophon-dl/sophon/compute-agent/engine"
-	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
@@ -20,26 +18,26 @@ import (
 // catalog with headers) does not wait for stage 1: the first epoch starts
 // at once under a provisional plan that needs no measurement (provisional)
 // and stage 1 runs beside it on what the epoch measures
-// (planner.Stage1Beside): the link rate is the epoch's own (planner.LinkMeter),
+// (Stage1Beside): the link rate is the epoch's own (LinkMeter),
 // the calibration samples are the raw files of its first positions
-// (engine.Opts.KeepRaw), and only the storage CPU's few samples at the crop
-// split (planner.ProbeStorage) are fetched apart. The provisional plan's
-// requests go cheapest first (planner.Cheapest). Then the estimate is calibrated and the plan made
-// (policyRun.estimate), and the plan takes over the positions no fetcher
-// has requested yet (engine.Epoch.Swap); those already requested keep the
+// (EpochOpts.KeepRaw), and only the storage CPU's few samples at the crop
+// split (ProbeStorage) are fetched apart. The provisional plan's
+// requests go cheapest first (Cheapest). Then the estimate is calibrated and the plan made
+// (Run.estimate), and the plan takes over the positions no fetcher
+// has requested yet (Epoch.Swap); those already requested keep the
 // split they went out at, which yields the same tensor. The report says
 // so (Stage1.Overlapped, PlanSwitchedAt), and the epoch's seconds include
 // stage 1's.
 
-// provisionalName names the provisional plan.
-const provisionalName = "provisional"
+// ProvisionalName names the provisional plan.
+const ProvisionalName = "provisional"
 
-// besideCalibration is how many raw files of the first epoch calibrate the
+// BesideCalibration is how many raw files of the first epoch calibrate the
 // estimate its plan is made from: the first to arrive of its first
 // positions, fetched raw under the provisional plan. Half of
-// planner.CalibrationSamples, for an early plan; the estimate the next
+// CalibrationSamples, for an early plan; the estimate the next
 // epochs refine is calibrated again on all of them (recalibrate).
-const besideCalibration = 8
+const BesideCalibration = 8
 
 // relinkAfter is how long after the plan took over the first epoch the
 // link rate is measured again; relinkMargin how much higher it must be for
@@ -51,57 +49,57 @@ const (
 
 // stage1Job is a stage 1 to run beside the first epoch.
 type stage1Job struct {
-	cfg   *planner.Stage1Config
-	srcs  []planner.Source
+	cfg   *Stage1Config
+	srcs  []Source
 	shard []uint64 // the first epoch's shard, in its order
 }
 
 // provisional is the first epoch's plan until the estimate's plan is
-// ready: the calibration samples raw (calib, planner.CalibrationSet, which
+// ready: the calibration samples raw (calib, CalibrationSet, which
 // go out first) and every other sample cut to its crop box in the JPEG
 // domain where the pipeline can cut (never more bytes than the file, the
 // cheapest offload, which the storage agent answers raw when its CPU
 // falls behind), else raw.
-func (p *policyRun) provisional(calib map[uint64]bool) *planner.RunPlan {
+func (p *Run) provisional(calib map[uint64]bool) *RunPlan {
 	def := 0
-	if p.a.cfg.Pipeline.CanCut() {
+	if p.h.Pipeline.CanCut() {
 		def = ops.SplitCut
 	}
 	raw := map[uint64]int{}
 	for s := range calib {
 		raw[s] = 0
 	}
-	return planner.NewRunPlan(PlanOf(provisionalName, p.a.pipeID, def, raw), nil, policy.Resources{})
+	return NewRunPlan(PlanOf(ProvisionalName, p.h.PipelineID, def, raw), nil, policy.Resources{})
 }
 
 // overlapped is the first epoch's options, epoch num, when stage 1 runs
 // beside it (p.pending).
-func (p *policyRun) overlapped(num uint64) epochOpts {
-	job, cfg := p.pending, &p.a.cfg
+func (p *Run) overlapped(num uint64) EpochOpts {
+	job, h := p.pending, p.h
 	p.pending = nil
-	raws := make(chan planner.RawFile, planner.CalibrationSamples)
-	calib := planner.CalibrationSet(job.shard, p.cat.RawSizes,
-		planner.Calibratable(cfg.Pipeline, p.cat.Header, cfg.Settings.Limits()))
-	opts := epochOpts{plan: p.provisional(calib), Opts: engine.Opts{Observe: true, KeepRaw: func(s uint64, b []byte) {
+	raws := make(chan RawFile, CalibrationSamples)
+	calib := CalibrationSet(job.shard, p.cat.RawSizes,
+		Calibratable(h.Pipeline, p.cat.Header, h.Limits.Limits()))
+	opts := EpochOpts{Plan: p.provisional(calib), Observe: true, KeepRaw: func(s uint64, b []byte) {
 		select {
-		case raws <- planner.RawFile{Sample: s, Raw: b}:
+		case raws <- RawFile{Sample: s, Raw: b}:
 		default: // enough kept
 		}
-	}, First: planner.Cheapest(p.pl.Areas, p.cat.RawSizes, num, calib)}}
-	if e, ok := policy.Lookup(cfg.Policy); ok && e.Static == nil {
+	}, First: Cheapest(p.pl.Areas, p.cat.RawSizes, num, calib)}
+	if e, ok := policy.Lookup(h.Policy); ok && e.Static == nil {
 		opts.WarmCache = true // the first plan finds the cache filled
 	}
 	var err error
 	switched := -1
-	opts.started = func(ctx context.Context, e *engine.Epoch, ended <-chan struct{}) func() {
+	opts.Started = func(ctx context.Context, e Epoch, ended <-chan struct{}) func() {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			switched, err = p.planBeside(ctx, job, e, planner.Beside{Raws: raws, Ended: ended})
+			switched, err = p.planBeside(ctx, job, e, Beside{Raws: raws, Ended: ended})
 		}()
 		return func() { <-done }
 	}
-	opts.annotate = func(r *report.EpochReport, e *engine.Epoch) error {
+	opts.Annotate = func(r *report.EpochReport, e Epoch) error {
 		if err != nil {
 			return err
 		}
@@ -112,14 +110,14 @@ func (p *policyRun) overlapped(num uint64) epochOpts {
 
 // annotateOverlapped completes the report of a first epoch with stage 1
 // beside it, whose plan took over after switched positions (-1: never).
-func (p *policyRun) annotateOverlapped(r *report.EpochReport, e *engine.Epoch, switched int) error {
+func (p *Run) annotateOverlapped(r *report.EpochReport, e Epoch, switched int) error {
 	pl := p.pl
 	if p.recal != nil {
 		pl.Est = p.recal // what Learn refines from now on
 	}
 	sum := p.summary
 	sum.Overlapped = true
-	r.Policy, r.Stage1, r.PredictedSeconds = p.a.cfg.Policy, &sum, p.d.PredictedNoOffSeconds
+	r.Policy, r.Stage1, r.PredictedSeconds = p.h.Policy, &sum, p.d.PredictedNoOffSeconds
 	// Nothing left to plan when the epoch ended first: it ran the
 	// provisional plan throughout, and the plan starts with the next epoch.
 	ran := pl.Prof != nil && switched >= 0 && switched < r.Shard
@@ -143,20 +141,20 @@ func (p *policyRun) annotateOverlapped(r *report.EpochReport, e *engine.Epoch, s
 // plans from header estimates and hands e the plan for the positions not
 // yet requested. It returns how many positions were requested before (-1:
 // no plan, e runs the provisional plan to its end).
-func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *engine.Epoch, ep planner.Beside) (int, error) {
-	a := p.a
-	t0, b0 := a.cfg.Clock.Now(), e.BytesReceived()
-	var probe planner.StorageProbe
+func (p *Run) planBeside(ctx context.Context, job *stage1Job, e Epoch, ep Beside) (int, error) {
+	h := p.h
+	t0, b0 := h.Now(), e.BytesReceived()
+	var probe StorageProbe
 	var probeErr error
 	probed := make(chan struct{})
 	go func() {
 		defer close(probed)
-		speed := job.shard[:min(len(job.shard), planner.QuickSpeedSamples)]
-		probe, probeErr = planner.ProbeStorage(ctx, job.cfg, job.srcs, speed)
+		speed := job.shard[:min(len(job.shard), QuickSpeedSamples)]
+		probe, probeErr = ProbeStorage(ctx, job.cfg, job.srcs, speed)
 	}()
-	meter, stopMeter := planner.StartLinkMeter(a.cfg.Clock.Now, e.BytesReceived)
+	meter, stopMeter := StartLinkMeter(h.Now, e.BytesReceived)
 	defer stopMeter()
-	kept, first, err := planner.CollectRaws(ctx, ep, besideCalibration, a.cfg.Clock.Now, e.BytesReceived)
+	kept, first, err := CollectRaws(ctx, ep, BesideCalibration, h.Now, e.BytesReceived)
 	est := p.calibrate(kept, job.shard) // while the probe is out
 	<-probed
 	r := <-est
@@ -167,21 +165,21 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *engine.Ep
 		return -1, probeErr
 	}
 	if len(kept) == 0 {
-		a.log.Warn().Msg("no raw sample arrived to calibrate the estimate: the first epoch runs its provisional plan")
+		h.Log.Warn().Msg("no raw sample arrived to calibrate the estimate: the first epoch runs its provisional plan")
 		return -1, nil
 	}
 	// The link's rate: the meter's, over the spans the link was busy,
 	// else (too few spans yet) bytes over time since the first file.
 	linkNow := func() float64 {
-		return max(meter.Rate(), planner.LinkSince(first, t0, b0, a.cfg.Clock.Now(), e.BytesReceived()))
+		return max(meter.Rate(), LinkSince(first, t0, b0, h.Now(), e.BytesReceived()))
 	}
-	st := planner.Stage1Beside(job.cfg, job.srcs, p.cat.RawSizes, job.shard, kept, probe, linkNow(), t0)
-	t1 := a.cfg.Clock.Now()
+	st := Stage1Beside(job.cfg, job.srcs, p.cat.RawSizes, job.shard, kept, probe, linkNow(), t0)
+	t1 := h.Now()
 	p.measured(st)
 	if err := p.planEstimate(r.prof, r.omitted, r.err, r.at); err != nil {
 		return -1, err
 	}
-	p.summary.Seconds = a.cfg.Clock.Now().Sub(t0).Seconds()
+	p.summary.Seconds = h.Now().Sub(t0).Seconds()
 	// The calibration took a while: the link rate over the longer time
 	// since the first file arrived, past the connection's ramp, and the
 	// plan again for it (a re-plan takes a millisecond).
@@ -201,42 +199,42 @@ func (p *policyRun) planBeside(ctx context.Context, job *stage1Job, e *engine.Ep
 		}
 	}
 	p.recalibrate(ctx, job, kept, ep)
-	a.log.Info().Int("raws", len(kept)).Float64("measure_seconds", t1.Sub(t0).Seconds()).Float64("plan_seconds", a.cfg.Clock.Now().Sub(t1).Seconds()).
+	h.Log.Info().Int("raws", len(kept)).Float64("measure_seconds", t1.Sub(t0).Seconds()).Float64("plan_seconds", h.Now().Sub(t1).Seconds()).
 		Float64("link_bytes_per_sec", p.pl.Res.LinkBytesPerSec).Int("requested_before", sw).Msg("planned beside the first epoch")
 	return sw, nil
 }
 
-// estimated is planner.Estimate's result, begun at at.
+// estimated is Estimate's result, begun at at.
 type estimated struct {
 	prof    *profiler.Profile
-	omitted planner.Omitted
+	omitted Omitted
 	err     error
 	at      time.Time
 }
 
 // calibrate estimates the shard's profile calibrated on raws in the
 // background; the result comes on the channel.
-func (p *policyRun) calibrate(raws map[uint64][]byte, shard []uint64) <-chan estimated {
+func (p *Run) calibrate(raws map[uint64][]byte, shard []uint64) <-chan estimated {
 	est := make(chan estimated, 1)
 	if len(raws) == 0 {
 		est <- estimated{err: errors.New("no calibration sample")}
 		return est
 	}
 	go func() {
-		at := p.a.cfg.Clock.Now()
-		prof, omitted, err := planner.Estimate(p.estimateInput(raws, shard))
+		at := p.h.Now()
+		prof, omitted, err := Estimate(p.estimateInput(raws, shard))
 		est <- estimated{prof, omitted, err, at}
 	}()
 	return est
 }
 
 // recalibrate estimates the shard again, calibrated on the raw files kept
-// and up to planner.CalibrationSamples in all with those still coming on
+// and up to CalibrationSamples in all with those still coming on
 // raws, for the estimate that the epochs' measurements refine from the
 // next plan on (p.recal, taken up after the first epoch): the first
 // epoch's plan was made on fewer, to start early.
-func (p *policyRun) recalibrate(ctx context.Context, job *stage1Job, kept map[uint64][]byte, ep planner.Beside) {
-	more, _, err := planner.CollectRaws(ctx, ep, planner.CalibrationSamples-len(kept), p.a.cfg.Clock.Now, func() int64 { return 0 })
+func (p *Run) recalibrate(ctx context.Context, job *stage1Job, kept map[uint64][]byte, ep Beside) {
+	more, _, err := CollectRaws(ctx, ep, CalibrationSamples-len(kept), p.h.Now, func() int64 { return 0 })
 	if err != nil || len(more) == 0 || p.pl.Est == nil {
 		return
 	}
@@ -246,14 +244,14 @@ func (p *policyRun) recalibrate(ctx context.Context, job *stage1Job, kept map[ui
 		// is short): a calibration now would hold its end back by the
 		// calibration's CPU (0.7 s with 16 header bombs among 200
 		// samples), so the first estimate stays.
-		p.a.log.Info().Int("raws", len(kept)+len(more)).Msg("estimate not calibrated again: the epoch ended first")
+		p.h.Log.Info().Int("raws", len(kept)+len(more)).Msg("estimate not calibrated again: the epoch ended first")
 		return
 	default:
 	}
 	maps.Copy(more, kept)
-	prof, _, err := planner.Estimate(p.estimateInput(more, job.shard))
+	prof, _, err := Estimate(p.estimateInput(more, job.shard))
 	if err != nil {
-		p.a.log.Warn().Err(err).Msg("estimate not calibrated again: the first one stays")
+		p.h.Log.Warn().Err(err).Msg("estimate not calibrated again: the first one stays")
 		return
 	}
 	p.recal = prof
@@ -261,25 +259,25 @@ func (p *policyRun) recalibrate(ctx context.Context, job *stage1Job, kept map[ui
 
 // faster re-plans for link, the link rate measured, where it is above
 // margin times the planner's.
-func (p *policyRun) faster(link, margin float64) error {
+func (p *Run) faster(link, margin float64) error {
 	pl := p.pl
 	if pl.Prof == nil || !(link > margin*pl.Res.LinkBytesPerSec) {
 		return nil
 	}
 	pl.Res.LinkBytesPerSec, p.summary.LinkBytesPerSec = link, link
 	if err := pl.Replan(); err != nil {
-		return configErr("%v", err)
+		return planErr(err)
 	}
 	return nil
 }
 
 // swap hands e the planner's plan, if there is one (-1: none).
-func (p *policyRun) swap(e *engine.Epoch) int {
+func (p *Run) swap(e Epoch) int {
 	pl := p.pl
 	if pl.Prof == nil || pl.Run == nil {
 		return -1
 	}
-	splitOf := p.a.splitOf(pl.Run)
+	splitOf := p.h.SplitOf(pl.Run)
 	k := func(s uint64) int {
 		k, err := splitOf(s)
 		if err != nil {
