@@ -95,14 +95,7 @@ func sameTensors(t *testing.T, got, want map[[2]uint64][32]byte) {
 func TestCachePlanned(t *testing.T) {
 	for _, spec := range []ops.Spec{enginetest.Spec, valSpec} {
 		t.Run(spec.Name, func(t *testing.T) {
-			p, err := spec.Build()
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := &enginetest.MemNet{}
-			fake := enginetest.NewStorage(t, "s")
-			fake.Pipe = p
-			n.Serve(t, "s:1", fake)
+			n, p, fake := cacheNet(t, spec)
 			_, want := cacheRun(t, n, p, "", "", 0, 4)
 			dir := filepath.Join(t.TempDir(), "cache")
 			before := fake.Requests()

@@ -20,7 +20,14 @@ import (
 // (imagenet-val's shape: its cache keeps finished outputs).
 func valCache(t *testing.T) (*enginetest.MemNet, *ops.Pipeline) {
 	t.Helper()
-	p, err := valSpec.Build()
+	n, p, _ := cacheNet(t, valSpec)
+	return n, p
+}
+
+// cacheNet is the fake storage agent over a MemNet serving spec's pipeline.
+func cacheNet(t *testing.T, spec ops.Spec) (*enginetest.MemNet, *ops.Pipeline, *enginetest.Storage) {
+	t.Helper()
+	p, err := spec.Build()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +35,7 @@ func valCache(t *testing.T) (*enginetest.MemNet, *ops.Pipeline) {
 	fake := enginetest.NewStorage(t, "s")
 	fake.Pipe = p
 	n.Serve(t, "s:1", fake)
-	return n, p
+	return n, p, fake
 }
 
 // TestCacheUnusableAtStart: a cache that cannot be used when the agent
