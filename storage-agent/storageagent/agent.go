@@ -3,6 +3,10 @@
 // ops[0:split] of each requested sample's pipeline within a CPU budget, and
 // announces itself to the cluster through memberlist.
 //
+// How the CPU budget is shared among the requests of the agent's clients
+// (the workers' count and throttle, fair queueing, work-conserving
+// admission) is package budget; this package runs the workers on it.
+//
 // The storage-agent binary is a thin main over this package; tests and the
 // testbed start agents in process with [New] and [Agent.Serve] on any
 // listener (bufconn included).
@@ -32,6 +36,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/storage-agent/budget"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
 	"github.com/sophon-dl/sophon/storage-agent/dataset/s3src"
 )
@@ -136,7 +141,8 @@ type Config struct {
 	// hostname.
 	Name string
 	// CPUs is the CPU budget for running ops, fractions allowed: the pool has
-	// ceil(CPUs) workers, throttled to CPUs cores in all (see pool.go). Zero
+	// ceil(CPUs) workers, throttled to CPUs cores in all (see package
+	// budget). Zero
 	// means runtime.NumCPU().
 	CPUs float64
 	// Queue bounds the requests one stream may have in the agent at once:
@@ -340,7 +346,7 @@ func (c *Config) fillDefaults() {
 	if c.CPUs == 0 {
 		c.CPUs = float64(runtime.NumCPU())
 	}
-	workers, _ := poolSize(c.CPUs)
+	workers, _ := budget.Size(c.CPUs)
 	if c.Queue == 0 {
 		c.Queue = max(DefaultQueue, 4*workers)
 	}
@@ -434,7 +440,7 @@ func Open(ctx context.Context, cfg Config, k Knobs) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	workers, share := poolSize(cfg.CPUs)
+	workers, share := budget.Size(cfg.CPUs)
 	a := &Agent{cfg: cfg, knobs: k, workers: workers, peer: peerlog.New(k.PeerLog)}
 	if a.gopts, err = a.serverOptions(); err != nil {
 		return nil, err

@@ -8,9 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/sophon-dl/sophon/internal/errkind"
@@ -145,49 +143,4 @@ func TestIdleMemoryReturns(t *testing.T) {
 	if after > 2*base {
 		t.Errorf("RSS %d MiB after 60 s idle, want within 2x of the idle %d MiB", after>>20, base>>20)
 	}
-}
-
-// TestReleaseWhenIdle: the release runs once per burst, at the first tick
-// that finds no job running and none started since the tick before, and
-// never while jobs run or before any has (in a synctest bubble: the ticker
-// is fake time).
-func TestReleaseWhenIdle(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const period = time.Second
-		var w idleWatch
-		var released atomic.Int64
-		ctx, cancel := context.WithCancel(t.Context())
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		var wg sync.WaitGroup
-		wg.Go(func() { w.releaseWhenIdle(ctx, tick.C, func() { released.Add(1) }) })
-		// wait lets n periods pass and returns the releases meanwhile.
-		wait := func(n int) int64 {
-			before := released.Load()
-			time.Sleep(time.Duration(n)*period + period/2)
-			synctest.Wait()
-			return released.Load() - before
-		}
-		if n := wait(3); n != 0 {
-			t.Fatalf("%d releases before any job, want 0", n)
-		}
-		w.begin()
-		if n := wait(3); n != 0 {
-			t.Fatalf("%d releases while a job runs, want 0", n)
-		}
-		w.end()
-		if n := wait(1); n != 1 {
-			t.Fatalf("%d releases one period after the job, want 1", n)
-		}
-		if n := wait(5); n != 0 {
-			t.Fatalf("%d more releases while idle, want 0", n)
-		}
-		w.begin()
-		w.end()
-		if n := wait(2); n != 1 {
-			t.Fatalf("%d releases after a second burst, want 1", n)
-		}
-		cancel()
-		wg.Wait()
-	})
 }

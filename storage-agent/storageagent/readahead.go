@@ -33,8 +33,8 @@ type readAhead struct {
 // its sample when its processing reads one (an offload: raw fetches read
 // straight into their wire form on the raw pool).
 func (s *server) readNext() *job {
-	j := s.queue.tryNext()
-	if j == nil || isRaw(j.req) || j.served == dataplanepb.Served_SERVED_RAW_CONTENDED || j.st.ctx.Err() != nil {
+	j, ok := s.queue.TryNext()
+	if !ok || isRaw(j.req) || j.served == dataplanepb.Served_SERVED_RAW_CONTENDED || j.st.ctx.Err() != nil {
 		return j
 	}
 	pre := &readAhead{done: make(chan struct{})}

@@ -16,6 +16,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
+	"github.com/sophon-dl/sophon/storage-agent/budget"
 )
 
 // Run listens on Config.Listen and serves until ctx ends.
@@ -131,7 +132,7 @@ func (s *session) start() {
 	for i := range a.workers {
 		s.wg.Go(func() { a.srv.worker(workCtx, i) })
 	}
-	for i := range RawWorkers {
+	for i := range budget.RawWorkers {
 		s.wg.Go(func() { a.srv.rawWorker(i) })
 	}
 	s.wg.Go(func() { a.srv.watch(workCtx, s.hs, a.cfg.StallTimeout) })
@@ -139,7 +140,7 @@ func (s *session) start() {
 		s.wg.Go(func() {
 			tick := time.NewTicker(a.cfg.IdleRelease)
 			defer tick.Stop()
-			a.srv.idle.releaseWhenIdle(workCtx, tick.C, releaseMemory)
+			a.srv.idle.ReleaseWhenIdle(workCtx, tick.C, releaseMemory)
 		})
 	}
 	s.wg.Go(func() { s.serveErr <- s.gs.Serve(s.lis) })

@@ -26,6 +26,7 @@ import (
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/jpeg"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
+	"github.com/sophon-dl/sophon/storage-agent/budget"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
 )
 
@@ -53,8 +54,25 @@ const (
 	wireSlack = 4 << 10
 )
 
+// Results waiting to be sent.
+//
+// The fair queues (budget.Queue) skip a stream while it has results
+// waiting to be sent above streamBufferBytes, or while the agent's buffered
+// results as a whole are above globalBufferBytes and this stream has any
+// (runnable): a stream whose client stops reading keeps its own results and
+// nothing else, and never holds a worker (results are handed over into a
+// buffer sized to the stream's admission window, so delivering never
+// blocks). Every stream admits at most Config.Queue requests at a time
+// (queued, running or unsent), so memory is bounded by the stream count
+// times that window.
+const (
+	streamBufferBytes = 8 << 20
+	globalBufferBytes = 128 << 20
+)
+
 // server implements the Storage service over a dataset. Requests from all
-// streams share one queue and one worker pool (see pool.go).
+// streams share one queue and one worker pool (see workers.go), within the
+// CPU budget (package budget).
 type server struct {
 	dataplanepb.UnimplementedStorageServer
 
@@ -73,20 +91,21 @@ type server struct {
 	opTimeout time.Duration
 	pending   int // requests a stream may have in the agent (Config.Queue)
 	maxWire   int // the largest wire form a response may carry
-	idle      idleWatch
+	idle      budget.IdleWatch
 	log       zerolog.Logger
 	failLog   zerolog.Logger   // per-sample failures, sampled
 	peer      *peerlog.Limiter // warnings a client causes, rate-limited
 	m         *metrics
 
-	queue *fairQueue
-	// wc admits offloads with FetchRequest.fallback (conserve.go).
-	wc *conserver
+	queue *budget.Queue[*fetchStream, *job]
+	// wc admits offloads with FetchRequest.fallback (work-conserving
+	// offload, budget.Conserver).
+	wc *budget.Conserver
 	// raw holds uncompressed split-0 fetches, which run no ops; rawWorker
-	// serves them outside the CPU budget (see pool.go).
-	raw *fairQueue
+	// serves them outside the CPU budget (see workers.go).
+	raw *budget.Queue[*fetchStream, *job]
 	// busy and rawBusy tell when each worker took its current job.
-	busy, rawBusy *stallWatch
+	busy, rawBusy *budget.StallWatch
 	// buffered is the bytes of results waiting to be sent, all streams.
 	buffered atomic.Int64
 
@@ -160,8 +179,8 @@ func newServer(ds *dataset.Dataset, cfg Config, workers int, share float64, peer
 		log:         cfg.Logger,
 		failLog:     cfg.Logger.Sample(&zerolog.BurstSampler{Burst: failLogBurst, Period: time.Second}),
 		peer:        peer,
-		busy:        newStallWatch(workers),
-		rawBusy:     newStallWatch(RawWorkers),
+		busy:        budget.NewStallWatch(workers),
+		rawBusy:     budget.NewStallWatch(budget.RawWorkers),
 		allowed:     map[string]*ops.Pipeline{},
 		clientSpecs: cfg.AllowClientSpecs,
 		cache:       map[string]*ops.Pipeline{},
@@ -169,10 +188,10 @@ func newServer(ds *dataset.Dataset, cfg Config, workers int, share float64, peer
 		maxStreams:  cfg.MaxStreams,
 		maxPeer:     cfg.MaxStreamsPerPeer,
 	}
-	s.wc = newConserver(workers, cfg.OpTimeout)
-	s.queue = newFairQueue(s.runnable)
-	s.raw = newFairQueue(s.runnable)
-	s.m = newMetrics(func() float64 { return float64(s.queue.len() + s.raw.len()) }, func() float64 { return float64(s.buffered.Load()) }, peer.Collectors()...)
+	s.wc = budget.NewConserver(workers, cfg.OpTimeout)
+	s.queue = budget.NewQueue[*fetchStream, *job](s.runnable)
+	s.raw = budget.NewQueue[*fetchStream, *job](s.runnable)
+	s.m = newMetrics(func() float64 { return float64(s.queue.Len() + s.raw.Len()) }, func() float64 { return float64(s.buffered.Load()) }, peer.Collectors()...)
 	names := cfg.Pipelines
 	if len(names) == 0 {
 		names = ops.PresetNames()
@@ -198,7 +217,7 @@ func (s *server) pipelines() []string {
 }
 
 // runnable reports whether a worker may take st's next job now: not while
-// its client leaves too many results unread (see fair.go).
+// its client leaves too many results unread (see streamBufferBytes).
 func (s *server) runnable(st *fetchStream) bool {
 	mine := st.buffered.Load()
 	return mine < streamBufferBytes && (mine == 0 || s.buffered.Load() < globalBufferBytes)
@@ -329,8 +348,8 @@ func (s *server) Catalog(req *dataplanepb.CatalogRequest, stream grpc.ServerStre
 }
 
 // Fetch serves one stream. The calling goroutine receives requests and
-// queues them in the stream's lane (fair.go); workers deliver results into
-// the stream's buffers; one sender goroutine sends them as they come. The
+// queues them in the stream's lane (budget.Queue); workers deliver results
+// into the stream's buffers; one sender goroutine sends them as they come. The
 // stream admits at most Config.Queue requests at a time: when its client
 // stops reading, the sender blocks, the admission window fills and this
 // loop stops receiving, while the workers serve other streams. When the
@@ -371,8 +390,8 @@ func (s *server) Fetch(stream grpc.BidiStreamingServer[dataplanepb.FetchRequest,
 		cancel()
 	}
 	if ctx.Err() != nil {
-		for _, q := range []*fairQueue{s.queue, s.raw} {
-			for range q.drop(st) {
+		for _, q := range []*budget.Queue[*fetchStream, *job]{s.queue, s.raw} {
+			for range q.Drop(st) {
 				st.pending.Done()
 			}
 		}
@@ -444,8 +463,8 @@ func (s *server) unbuffer(st *fetchStream, n int64) {
 	mine := st.buffered.Add(-n)
 	all := s.buffered.Add(-n)
 	if mine+n >= streamBufferBytes && mine < streamBufferBytes || all+n >= globalBufferBytes && all < globalBufferBytes || mine == 0 && all >= globalBufferBytes {
-		s.queue.wake()
-		s.raw.wake()
+		s.queue.Wake()
+		s.raw.Wake()
 	}
 }
 
@@ -480,7 +499,7 @@ func (s *server) receive(ctx context.Context, stream grpc.BidiStreamingServer[da
 			}
 		}
 		if !isRaw(req) && req.GetFallback() {
-			ok, est := s.wc.admit(req.GetPriority(), req.GetCostNs(), req.GetHorizonNs())
+			ok, est := s.wc.Admit(req.GetPriority(), req.GetCostNs(), req.GetHorizonNs())
 			if ok {
 				j.est = est
 			} else {
@@ -489,9 +508,9 @@ func (s *server) receive(ctx context.Context, stream grpc.BidiStreamingServer[da
 			}
 		}
 		if j.raw() {
-			s.raw.push(j)
+			s.raw.Push(st, st.peer, j)
 		} else {
-			s.queue.push(j)
+			s.queue.Push(st, st.peer, j)
 		}
 	}
 }
@@ -600,15 +619,15 @@ func (s *server) deliver(j *job, resp *dataplanepb.FetchResponse) {
 // handle runs one job on the calling worker and returns the thread CPU
 // time it took.
 func (s *server) handle(j *job, late time.Duration) time.Duration {
-	s.idle.begin()
-	defer s.idle.end()
+	s.idle.Begin()
+	defer s.idle.End()
 	if j.st.ctx.Err() != nil {
-		s.wc.released(j.est)
+		s.wc.Released(j.est)
 		j.st.pending.Done() // the stream is gone: drop
 		return 0
 	}
 	if waited := time.Since(j.recv); waited > s.timeout {
-		s.wc.released(j.est)
+		s.wc.Released(j.est)
 		s.deliver(j, &dataplanepb.FetchResponse{
 			Tag:    j.req.GetTag(),
 			Sample: j.req.GetSample(),
@@ -640,10 +659,10 @@ func (s *server) handle(j *job, late time.Duration) time.Duration {
 	}
 	resp.StorageCpuNs = uint64(max(busy, 0))
 	if !j.raw() {
-		b := budgetTime(busy, wall, late, s.share)
+		b := budget.Time(busy, wall, late, s.share)
 		resp.StorageBudgetNs = uint64(b)
 		if j.est > 0 {
-			s.wc.finished(j.est, busy, b)
+			s.wc.Finished(j.est, busy, b)
 		}
 	}
 	s.deliver(j, resp)

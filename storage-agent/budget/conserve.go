@@ -1,4 +1,4 @@
-package storageagent
+package budget
 
 import (
 	"math"
@@ -28,8 +28,8 @@ import (
 // backlog is the estimated CPU of the offloads admitted and not yet
 // finished, cost the request's own (FetchRequest.cost_ns, else a running
 // mean of finished offloads); slowdown is a running mean, over finished
-// offloads, of the worker time each held out of the budget (budgetTime,
-// which grows when the workers get less CPU than their share) over its
+// offloads, of the worker time each held out of the budget (Time, which
+// grows when the workers get less CPU than their share) over its
 // estimated cost. An offload whose finish lies past its horizon would leave
 // the link idle, so it is answered raw.
 //
@@ -50,8 +50,9 @@ const (
 	priorityMemory = 256
 )
 
-// conserver is the admission controller of work-conserving offload.
-type conserver struct {
+// Conserver is the admission controller of work-conserving offload. Its
+// methods are safe for concurrent use.
+type Conserver struct {
 	workers int
 	maxCost time.Duration // a request's cost estimate is clamped to this
 
@@ -63,13 +64,15 @@ type conserver struct {
 	next     int // ring index into prios
 }
 
-func newConserver(workers int, maxCost time.Duration) *conserver {
-	return &conserver{workers: max(workers, 1), maxCost: maxCost, cost: float64(defaultOffloadCost), slowdown: 1}
+// NewConserver returns the controller of a budget of workers workers; a
+// request's own cost estimate is clamped to maxCost.
+func NewConserver(workers int, maxCost time.Duration) *Conserver {
+	return &Conserver{workers: max(workers, 1), maxCost: maxCost, cost: float64(defaultOffloadCost), slowdown: 1}
 }
 
 // estimate is the CPU a request is expected to cost: its own estimate,
 // clamped, or the running mean.
-func (c *conserver) estimate(costNS uint64) float64 {
+func (c *Conserver) estimate(costNS uint64) float64 {
 	if costNS == 0 {
 		return c.cost
 	}
@@ -78,7 +81,7 @@ func (c *conserver) estimate(costNS uint64) float64 {
 
 // rankLocked is the share of the remembered priorities below p, and
 // remembers p.
-func (c *conserver) rankLocked(p uint32) float64 {
+func (c *Conserver) rankLocked(p uint32) float64 {
 	below := 0
 	for _, q := range c.prios {
 		if q < p {
@@ -98,10 +101,10 @@ func (c *conserver) rankLocked(p uint32) float64 {
 	return q
 }
 
-// admit decides whether an offload of the given priority, estimated cost
+// Admit decides whether an offload of the given priority, estimated cost
 // (0: unknown) and horizon (0: unknown) runs in the budget (true, with the
 // estimate now counted in the backlog) or is answered raw (false).
-func (c *conserver) admit(priority uint32, costNS, horizonNS uint64) (bool, float64) {
+func (c *Conserver) Admit(priority uint32, costNS, horizonNS uint64) (bool, float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	est := c.estimate(costNS)
@@ -116,9 +119,9 @@ func (c *conserver) admit(priority uint32, costNS, horizonNS uint64) (bool, floa
 	return true, est
 }
 
-// finished records an admitted offload that took busy CPU and held its
-// worker for budget, against the estimate admit returned.
-func (c *conserver) finished(est float64, busy, budget time.Duration) {
+// Finished records an admitted offload that took busy CPU and held its
+// worker for budget, against the estimate Admit returned.
+func (c *Conserver) Finished(est float64, busy, budget time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.backlog = max(0, c.backlog-est)
@@ -132,9 +135,9 @@ func (c *conserver) finished(est float64, busy, budget time.Duration) {
 	}
 }
 
-// released takes an admitted offload that never ran (its stream ended, it
+// Released takes an admitted offload that never ran (its stream ended, it
 // waited past the request timeout) out of the backlog.
-func (c *conserver) released(est float64) {
+func (c *Conserver) Released(est float64) {
 	c.mu.Lock()
 	c.backlog = max(0, c.backlog-est)
 	c.mu.Unlock()
