@@ -2,6 +2,7 @@ package budget
 
 import (
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 )
@@ -33,11 +34,11 @@ func TestQueueRoundRobin(t *testing.T) {
 	q := NewQueue[*stream, string](func(*stream) bool { return true })
 	a1, a2, b := &stream{name: "a1"}, &stream{name: "a2"}, &stream{name: "b"}
 	for i := range 3 {
-		q.Push(a1, "alice", "a1."+string(rune('0'+i)))
-		q.Push(a2, "alice", "a2."+string(rune('0'+i)))
+		q.Push(a1, "alice", "a1."+strconv.Itoa(i))
+		q.Push(a2, "alice", "a2."+strconv.Itoa(i))
 	}
 	for i := range 4 {
-		q.Push(b, "bob", "b."+string(rune('0'+i)))
+		q.Push(b, "bob", "b."+strconv.Itoa(i))
 	}
 	if q.Len() != 10 {
 		t.Fatalf("Len %d after 10 pushes, want 10", q.Len())
