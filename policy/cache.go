@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/sophon-dl/sophon/policy/cacheplan"
-	"github.com/sophon-dl/sophon/policy/internal/dual"
+	"github.com/sophon-dl/sophon/policy/internal/relax"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -34,10 +34,10 @@ func CacheSplit(p *profiler.Profile) int { return cacheplan.SplitOf(p.Ops) }
 // entry bytes. The capacity's price is the knapsack's last saving per
 // byte, at which its plan meets the budget exactly, so the value is the
 // weighted sum of its loads: a cut as dual.Simplex3 needs.
-func (cm *cmodel) cacheDual(w []float64, k int, budget float64) (float64, ptot, []float64, []float64) {
+func (cm *cmodel) cacheDual(w []float64, k int, budget float64) (float64, relax.Totals, []float64, []float64) {
 	m, p := cm.m, cm.m.p
-	pr := cm.pricesAt(w)
-	a, be, ga := pr.alpha[0], pr.beta[0], pr.gamma[0]
+	pr := cm.PricesAt(w)
+	a, be, ga := pr.Alpha[0], pr.Beta[0], pr.Gamma[0]
 	n := len(p.Samples)
 	buf, best := make([]raw, m.nopt()), make([]raw, n)
 	cost, save, entry := make([]float64, n), make([]float64, n), make([]float64, n)
@@ -54,36 +54,35 @@ func (cm *cmodel) cacheDual(w []float64, k int, budget float64) (float64, ptot, 
 		save[i] = cost[i] - ga*cacheplan.FinishNS(s, k)
 	}
 	var g float64
-	var t ptot
+	var t relax.Totals
 	for i, f := range cacheplan.Knapsack(save, entry, budget) {
 		q := best[i]
 		g += cost[i] - f*save[i]
-		t.b += (1 - f) * q[0]
-		t.s += (1 - f) * q[1]
-		t.p += (1-f)*q[2] + f*cacheplan.FinishNS(&p.Samples[i], k)
-		t.n++
+		t.B += (1 - f) * q[0]
+		t.S += (1 - f) * q[1]
+		t.P += (1-f)*q[2] + f*cacheplan.FinishNS(&p.Samples[i], k)
+		t.N++
 	}
 	return g, t, save, entry
 }
 
-// cacheBound is the single-node bound with the cache: dual.Simplex3 over
-// cacheDual, as solvePlain searches without it, and the weights found
-// (nil when no resource but the GPU is limited).
+// cacheBound is the single-node bound with the cache: relax's Simplex3
+// over cacheDual, as the single-node planner's search runs without it,
+// and the weights found (nil when no resource but the GPU is limited).
 func (cm *cmodel) cacheBound(k int, budget float64) (float64, []float64) {
-	dims, ok := cm.plainDims()
+	dims, ok := cm.PlainDims(cm.pass.strict)
 	if !ok {
 		return cm.gpuMax, nil
 	}
-	l := make([]float64, cm.nres)
-	r := dual.Simplex3(func(w3 [3]float64) (float64, [3]float64) {
-		g, t, _, _ := cm.cacheDual(cm.weights3(dims, w3), k, budget)
-		cm.loads([]ptot{t}, l)
-		return g, loads3(dims, l)
-	}, cm.pass.lpTol, plainIters)
-	if !r.Found {
+	r, w := cm.Simplex3(dims, func(w, l []float64) float64 {
+		g, t, _, _ := cm.cacheDual(w, k, budget)
+		cm.Loads([]relax.Totals{t}, l)
+		return g
+	}, cm.pass.lpTol)
+	if w == nil {
 		return cm.gpuMax, nil
 	}
-	return max(r.Lower, cm.gpuMax), cm.weights3(dims, r.W)
+	return max(r.Lower, cm.gpuMax), w
 }
 
 // withCache is plan (a policy run without a cache) with residency chosen
@@ -111,8 +110,8 @@ func (in Instance) withCache(plan func(Instance) (Plan, error)) (Plan, error) {
 	}
 	_, wb := cm.cacheBound(k, budget)
 	ws := [][]float64{wb}
-	for id := range cm.nres {
-		ws = append(ws, make([]float64, cm.nres))
+	for id := range cm.NRes {
+		ws = append(ws, make([]float64, cm.NRes))
 		ws[len(ws)-1][id] = 1
 	}
 	var tried [][]bool

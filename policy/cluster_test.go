@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sophon-dl/sophon/policy/cacheplan"
+	"github.com/sophon-dl/sophon/policy/internal/relax"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -415,10 +416,10 @@ func TestClusterBruteForce(t *testing.T) {
 // roundingPath is ClusterOptimal without the exhaustive search and the
 // baselines: the LP, the rounding and the improvement pass.
 func roundingPath(cm *cmodel) ([]int16, []uint8) {
-	bk, sol := cm.solveLP(cm.bucket())
+	bk, sol := cm.SolveLP(cm.Bucket())
 	w := sol.W
 	if w == nil {
-		w = make([]float64, cm.nres)
+		w = make([]float64, cm.NRes)
 	}
 	rep, opt, pt, g := cm.round(bk, cm.mix(bk, sol), w, cm.lpLoads(sol))
 	cm.improve(rep, opt, pt, w, max(g, cm.gpuMax))
@@ -483,7 +484,7 @@ func TestClusterSingleNode(t *testing.T) {
 func TestClusterBucketedBound(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	for trial := range 3 {
-		n := bucketExact + 4000
+		n := relax.BucketExact + 4000
 		p := randomProfile(rng, n, 3, trial != 1)
 		addRandomCut(rng, p)
 		c := randomCluster(rng, n)
@@ -497,9 +498,9 @@ func TestClusterBucketedBound(t *testing.T) {
 		if b.Buckets >= n {
 			t.Fatalf("trial %d: %d buckets for %d samples: not bucketed", trial, b.Buckets, n)
 		}
-		cm.exactBuckets = n
+		cm.ExactBuckets = n
 		lp := cm.bound()
-		if lp.Buckets != n || lp.BucketLP-lp.Seconds > 2*lpTol*lp.BucketLP {
+		if lp.Buckets != n || lp.BucketLP-lp.Seconds > 2*relax.LPTol*lp.BucketLP {
 			t.Fatalf("trial %d: per-sample LP: %d buckets, [%v, %v] not closed", trial, lp.Buckets, lp.Seconds, lp.BucketLP)
 		}
 		if b.Seconds > lp.BucketLP*(1+1e-9) || b.BucketLP < lp.Seconds*(1-1e-9) {
@@ -659,7 +660,7 @@ func TestClusterManyResources(t *testing.T) {
 		pl := randomPlacement(rng, n, c)
 		opt, bound := checkCluster(t, p, c, pl)
 		b, _ := Bound(On(p, c, pl))
-		if b.BucketLP-b.Seconds > 2*lpTol*b.BucketLP {
+		if b.BucketLP-b.Seconds > 2*relax.LPTol*b.BucketLP {
 			t.Errorf("per-sample LP not closed: [%v, %v] after %d iterations", b.Seconds, b.BucketLP, b.Iterations)
 		}
 		if opt > 1.1*bound {

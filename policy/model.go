@@ -20,6 +20,11 @@
 // of the JPEG-domain crop (profiler.SampleProfile.CutBytes), a sample has
 // one more option, SplitCut: its cut crosses the link, the storage side
 // pays the cut and the compute side finishing it plus ops [2:n].
+//
+// The LP relaxation of that model, its Lagrangian dual and the search for
+// the dual's weights, from which Bound and Optimal take the lower bound,
+// are package relax's (policy/internal/relax); this package indexes the
+// model for it and answers for the plans and the bound it reports.
 package policy
 
 import (
@@ -28,6 +33,7 @@ import (
 	"slices"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/policy/internal/relax"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -367,42 +373,24 @@ type ClusterPrediction struct {
 	Bytes, StorageCPUSeconds, ComputeCPUSeconds float64
 }
 
-// ptot is one (storage, compute) pair's totals: payload bytes, storage ns
-// (on the profile's clock), compute ns and samples.
-type ptot struct{ b, s, p, n float64 }
-
-// cmodel is a profile, a cluster and a placement, indexed for planning.
-// Resources with a limit get ids 0..nres-1 in the bottleneck order; an
-// unlimited one has id -1 and costs nothing.
+// cmodel is a profile, a cluster and a placement, indexed for planning:
+// the relaxation's Problem (the limited resources with their ids, in the
+// bottleneck order, and each sample's options and replica set) and what
+// the model's predictions and plans need beside it.
 type cmodel struct {
-	m      *model
-	c      *Cluster
-	pl     *Placement
-	ns, nc int
-	node   []int32 // compute node of each rank
+	relax.Problem
+	m  *model
+	c  *Cluster
+	pl *Placement
 
-	nres int
-	res  []ClusterResource
-	// Resource ids (-1: unlimited) and seconds per unit: per storage node
-	// (CPU per ns, egress per byte), per compute node (ingress per byte,
-	// CPU per ns), per pair (link per byte), and the uplink per byte.
-	sCPU, sEgr, cIng, cCPU, link []int32
-	sCPUs, sEgrs, cIngs, cCPUs   []float64
-	links                        []float64
-	up                           int32
-	ups                          float64
-	linkOf                       []int32 // per pair: index in Cluster.Links, -1 if none
+	// res names the limited resources, by id.
+	res []ClusterResource
+	// linkOf is, per pair, its index in Cluster.Links, -1 if none.
+	linkOf []int32
 
 	gpu    []float64 // per compute node: its slowest rank's GPU seconds
 	gpuMax float64
 
-	// canon maps each replica set to the first set with the same members
-	// (in any order), which buckets use: the order of a set matters only
-	// to round-robin.
-	canon []int32
-	// exactBuckets is the largest profile bucketed one sample a bucket
-	// (bucketExact; tests change it).
-	exactBuckets int
 	// exactLimit is the most joint assignments exact enumerates
 	// (clusterExactLimit; tests change it).
 	exactLimit int
@@ -447,17 +435,26 @@ func checkProfile(p *profiler.Profile) error {
 // indexModel indexes a profile, a cluster and a placement that are valid
 // together (newCModel checks that).
 func indexModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) *cmodel {
-	cm := &cmodel{m: newModel(p, c.Speed(), c.StorageNSPerByte, cut), c: c, pl: pl, ns: len(c.Storage), nc: len(c.Compute), exactBuckets: bucketExact, exactLimit: clusterExactLimit, pass: clusterPass}
-	cm.node = make([]int32, 0, c.Ranks())
+	m := newModel(p, c.Speed(), c.StorageNSPerByte, cut)
+	cm := &cmodel{m: m, c: c, pl: pl, exactLimit: clusterExactLimit, pass: clusterPass}
+	cm.Problem = relax.Problem{
+		Resources: relax.Resources{NS: len(c.Storage), NC: len(c.Compute)},
+		N:         len(p.Samples), Nopt: m.nopt(),
+		Options: func(i int, buf []raw) { m.options(&p.Samples[i], buf) },
+		Layout:  relax.Layout{Stride: m.stride, CutOpt: m.cutOpt, Cut: m.cut},
+		Rank:    pl.Rank, Set: pl.Set, Sets: pl.Sets, Canon: relax.CanonSets(pl.Sets),
+		ExactBuckets: relax.BucketExact,
+	}
+	cm.Node = make([]int32, 0, c.Ranks())
 	for k, n := range c.Compute {
 		for range max(n.Ranks, 1) {
-			cm.node = append(cm.node, int32(k))
+			cm.Node = append(cm.Node, int32(k))
 		}
 	}
-	ns, nc := cm.ns, cm.nc
-	cm.sCPU, cm.sEgr, cm.sCPUs, cm.sEgrs = make([]int32, ns), make([]int32, ns), make([]float64, ns), make([]float64, ns)
-	cm.cIng, cm.cCPU, cm.cIngs, cm.cCPUs = make([]int32, nc), make([]int32, nc), make([]float64, nc), make([]float64, nc)
-	cm.link, cm.links, cm.linkOf = make([]int32, ns*nc), make([]float64, ns*nc), make([]int32, ns*nc)
+	ns, nc := cm.NS, cm.NC
+	cm.SCPU, cm.SEgr, cm.SCPUs, cm.SEgrs = make([]int32, ns), make([]int32, ns), make([]float64, ns), make([]float64, ns)
+	cm.CIng, cm.CCPU, cm.CIngs, cm.CCPUs = make([]int32, nc), make([]int32, nc), make([]float64, nc), make([]float64, nc)
+	cm.Link, cm.Links, cm.linkOf = make([]int32, ns*nc), make([]float64, ns*nc), make([]int32, ns*nc)
 	// add gives a resource with a limit an id; per is its seconds per
 	// unit: 1/limit for bytes, the ns's share of a second over the cores
 	// for CPUs.
@@ -469,10 +466,10 @@ func indexModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) *cmode
 		return int32(len(cm.res) - 1), per
 	}
 	for j, s := range c.Storage {
-		cm.sEgr[j], cm.sEgrs[j] = add(s.EgressBytesPerSec, 1/s.EgressBytesPerSec, ClusterResource{Kind: StorageEgress, Storage: s.Name})
+		cm.SEgr[j], cm.SEgrs[j] = add(s.EgressBytesPerSec, 1/s.EgressBytesPerSec, ClusterResource{Kind: StorageEgress, Storage: s.Name})
 	}
-	for i := range cm.link {
-		cm.link[i], cm.linkOf[i] = -1, -1
+	for i := range cm.Link {
+		cm.Link[i], cm.linkOf[i] = -1, -1
 	}
 	sIdx, cIdx := map[string]int{}, map[string]int{}
 	for j, s := range c.Storage {
@@ -484,77 +481,33 @@ func indexModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) *cmode
 	for li, l := range c.Links {
 		pi := sIdx[l.Storage]*nc + cIdx[l.Compute]
 		cm.linkOf[pi] = int32(li)
-		cm.link[pi], cm.links[pi] = add(l.BytesPerSec, 1/l.BytesPerSec, ClusterResource{Kind: Link, Storage: l.Storage, Compute: l.Compute})
+		cm.Link[pi], cm.Links[pi] = add(l.BytesPerSec, 1/l.BytesPerSec, ClusterResource{Kind: Link, Storage: l.Storage, Compute: l.Compute})
 	}
-	cm.up, cm.ups = add(c.SharedUplinkBytesPerSec, 1/c.SharedUplinkBytesPerSec, ClusterResource{Kind: SharedUplink})
+	cm.Up, cm.Ups = add(c.SharedUplinkBytesPerSec, 1/c.SharedUplinkBytesPerSec, ClusterResource{Kind: SharedUplink})
 	for k, n := range c.Compute {
-		cm.cIng[k], cm.cIngs[k] = add(n.IngressBytesPerSec, 1/n.IngressBytesPerSec, ClusterResource{Kind: ComputeIngress, Compute: n.Name})
+		cm.CIng[k], cm.CIngs[k] = add(n.IngressBytesPerSec, 1/n.IngressBytesPerSec, ClusterResource{Kind: ComputeIngress, Compute: n.Name})
 	}
 	for j, s := range c.Storage {
-		cm.sCPU[j], cm.sCPUs[j] = add(s.Cores, 1e-9/(c.Speed()*s.Cores), ClusterResource{Kind: StorageCPU, Storage: s.Name})
+		cm.SCPU[j], cm.SCPUs[j] = add(s.Cores, 1e-9/(c.Speed()*s.Cores), ClusterResource{Kind: StorageCPU, Storage: s.Name})
 	}
 	for k, n := range c.Compute {
-		cm.cCPU[k], cm.cCPUs[k] = add(n.Cores, 1e-9/n.Cores, ClusterResource{Kind: ComputeCPU, Compute: n.Name})
+		cm.CCPU[k], cm.CCPUs[k] = add(n.Cores, 1e-9/n.Cores, ClusterResource{Kind: ComputeCPU, Compute: n.Name})
 	}
-	cm.nres = len(cm.res)
+	cm.NRes = len(cm.res)
 	// GPU seconds: each rank gets an equal share of its node's rate.
-	perRank := make([]float64, len(cm.node))
+	perRank := make([]float64, len(cm.Node))
 	for _, r := range pl.Rank {
 		perRank[r]++
 	}
 	cm.gpu = make([]float64, nc)
 	for r, n := range perRank {
-		k := cm.node[r]
+		k := cm.Node[r]
 		if g := c.Compute[k].GPUSamplesPerSec; g > 0 {
 			cm.gpu[k] = max(cm.gpu[k], n*float64(max(c.Compute[k].Ranks, 1))/g)
 		}
 	}
 	cm.gpuMax = slices.Max(cm.gpu)
-	cm.canon = canonSets(pl.Sets)
 	return cm
-}
-
-// canonSets maps each replica set to the first set with the same members,
-// in any order.
-func canonSets(sets [][]int16) []int32 {
-	canon := make([]int32, len(sets))
-	first := map[string]int32{}
-	var key []byte
-	for k, set := range sets {
-		sorted := slices.Sorted(slices.Values(set))
-		key = key[:0]
-		for _, j := range sorted {
-			key = append(key, byte(j), byte(uint16(j)>>8))
-		}
-		f, ok := first[string(key)]
-		if !ok {
-			f = int32(k)
-			first[string(key)] = f
-		}
-		canon[k] = f
-	}
-	return canon
-}
-
-// loads converts pair totals into every resource's seconds (len nres).
-func (cm *cmodel) loads(pt []ptot, out []float64) {
-	clear(out)
-	add := func(id int32, x float64) {
-		if id >= 0 {
-			out[id] += x
-		}
-	}
-	for j := range cm.ns {
-		for c := range cm.nc {
-			t := pt[j*cm.nc+c]
-			add(cm.sCPU[j], t.s*cm.sCPUs[j])
-			add(cm.sEgr[j], t.b*cm.sEgrs[j])
-			add(cm.link[j*cm.nc+c], t.b*cm.links[j*cm.nc+c])
-			add(cm.up, t.b*cm.ups)
-			add(cm.cIng[c], t.b*cm.cIngs[c])
-			add(cm.cCPU[c], t.p*cm.cCPUs[c])
-		}
-	}
 }
 
 // epoch is the predicted epoch time of resource loads l.
@@ -567,49 +520,49 @@ func (cm *cmodel) epoch(l []float64) float64 {
 }
 
 // predict builds a ClusterPrediction from pair totals.
-func (cm *cmodel) predict(pt []ptot) ClusterPrediction {
+func (cm *cmodel) predict(pt []relax.Totals) ClusterPrediction {
 	c := cm.c
 	pr := ClusterPrediction{
-		Storage: make([]StorageLoad, cm.ns),
-		Compute: make([]ComputeLoad, cm.nc),
+		Storage: make([]StorageLoad, cm.NS),
+		Compute: make([]ComputeLoad, cm.NC),
 		Links:   make([]LinkLoad, len(c.Links)),
 	}
 	// Each node's ns, from which its CPU time follows as it does in the
 	// planner's loads.
-	sns, cns := make([]float64, cm.ns), make([]float64, cm.nc)
-	for j := range cm.ns {
-		for k := range cm.nc {
-			t := pt[j*cm.nc+k]
-			sns[j] += t.s
-			cns[k] += t.p
+	sns, cns := make([]float64, cm.NS), make([]float64, cm.NC)
+	for j := range cm.NS {
+		for k := range cm.NC {
+			t := pt[j*cm.NC+k]
+			sns[j] += t.S
+			cns[k] += t.P
 			s, n := &pr.Storage[j], &pr.Compute[k]
-			s.Samples += int(t.n)
-			s.Bytes += t.b
-			s.CPUSeconds += t.s * 1e-9 / c.Speed()
-			n.Samples += int(t.n)
-			n.Bytes += t.b
-			n.CPUSeconds += t.p * 1e-9
-			if li := cm.linkOf[j*cm.nc+k]; li >= 0 {
-				pr.Links[li].Bytes = t.b
-				pr.Links[li].Time = t.b * cm.links[j*cm.nc+k]
+			s.Samples += int(t.N)
+			s.Bytes += t.B
+			s.CPUSeconds += t.S * 1e-9 / c.Speed()
+			n.Samples += int(t.N)
+			n.Bytes += t.B
+			n.CPUSeconds += t.P * 1e-9
+			if li := cm.linkOf[j*cm.NC+k]; li >= 0 {
+				pr.Links[li].Bytes = t.B
+				pr.Links[li].Time = t.B * cm.Links[j*cm.NC+k]
 			}
 		}
 	}
 	for j := range pr.Storage {
 		s := &pr.Storage[j]
-		s.EgressTime = s.Bytes * cm.sEgrs[j]
-		s.CPUTime = sns[j] * cm.sCPUs[j]
+		s.EgressTime = s.Bytes * cm.SEgrs[j]
+		s.CPUTime = sns[j] * cm.SCPUs[j]
 		pr.Bytes += s.Bytes
 		pr.StorageCPUSeconds += s.CPUSeconds
 	}
 	for k := range pr.Compute {
 		n := &pr.Compute[k]
-		n.IngressTime = n.Bytes * cm.cIngs[k]
-		n.CPUTime = cns[k] * cm.cCPUs[k]
+		n.IngressTime = n.Bytes * cm.CIngs[k]
+		n.CPUTime = cns[k] * cm.CCPUs[k]
 		n.GPUTime = cm.gpu[k]
 		pr.ComputeCPUSeconds += n.CPUSeconds
 	}
-	pr.UplinkTime = pr.Bytes * cm.ups
+	pr.UplinkTime = pr.Bytes * cm.Ups
 	// The bottleneck, in the documented order.
 	pr.Seconds = -1
 	consider := func(t float64, r ClusterResource) {
@@ -681,15 +634,15 @@ func (m *model) optRawOps(s *profiler.SampleProfile, o int) raw {
 }
 
 // pairTotals sums the plan (replica, option) per (storage, compute) pair.
-func (cm *cmodel) pairTotals(rep []int16, opt []uint8) []ptot {
-	pt := make([]ptot, cm.ns*cm.nc)
+func (cm *cmodel) pairTotals(rep []int16, opt []uint8) []relax.Totals {
+	pt := make([]relax.Totals, cm.NS*cm.NC)
 	for i := range cm.m.p.Samples {
 		q := cm.m.optRaw(&cm.m.p.Samples[i], int(opt[i]))
-		t := &pt[int(rep[i])*cm.nc+int(cm.node[cm.pl.Rank[i]])]
-		t.b += q[0]
-		t.s += q[1]
-		t.p += q[2]
-		t.n++
+		t := &pt[int(rep[i])*cm.NC+int(cm.Node[cm.pl.Rank[i]])]
+		t.B += q[0]
+		t.S += q[1]
+		t.P += q[2]
+		t.N++
 	}
 	return pt
 }

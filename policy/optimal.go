@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/sophon-dl/sophon/policy/internal/lp"
+	"github.com/sophon-dl/sophon/policy/internal/relax"
 )
 
 // passRules are the improvement pass's settings: the cluster planner's
@@ -25,10 +26,11 @@ type passRules struct {
 	// see improve), which a cluster's many near-equal resources need.
 	//
 	// With strict rules the bound's dual search is the single-node
-	// planner's too (solvePlain), to lpTol.
+	// planner's too (relax.Problem.Solve's three-resource search), to
+	// lpTol.
 	strict bool
 	// lpTol is the relative gap at which the single-node bound's search
-	// (solvePlain) stops.
+	// stops.
 	lpTol float64
 }
 
@@ -49,17 +51,17 @@ func (cm *cmodel) optimal(bases ...Plan) (Plan, BoundResult) {
 	bk, sol := cm.solve()
 	w := sol.W
 	if w == nil {
-		w = make([]float64, cm.nres)
+		w = make([]float64, cm.NRes)
 	}
 	var rep []int16
 	var opt []uint8
-	var pt []ptot
+	var pt []relax.Totals
 	var g float64
 	if cm.pass.strict {
 		n := len(cm.m.p.Samples)
-		rep, opt, pt = make([]int16, n), make([]uint8, n), make([]ptot, cm.ns*cm.nc)
-		pr := cm.pricesAt(w)
-		g = cm.lagrangian(&pr, rep, opt, pt)
+		rep, opt, pt = make([]int16, n), make([]uint8, n), make([]relax.Totals, cm.NS*cm.NC)
+		pr := cm.PricesAt(w)
+		g = cm.Lagrangian(&pr, rep, opt, pt)
 	} else {
 		rep, opt, pt, g = cm.round(bk, cm.mix(bk, sol), w, cm.lpLoads(sol))
 	}
@@ -94,8 +96,8 @@ func (cm *cmodel) optimal(bases ...Plan) (Plan, BoundResult) {
 
 // lpLoads is the loads of the LP's fractional plan (tiny where zero, as
 // round divides by them).
-func (cm *cmodel) lpLoads(sol *lpSolution) []float64 {
-	u := make([]float64, cm.nres)
+func (cm *cmodel) lpLoads(sol *relax.Solution) []float64 {
+	u := make([]float64, cm.NRes)
 	for k, c := range sol.Cuts {
 		for r, x := range c.Loads {
 			u[r] += sol.Lam[k] * x
@@ -117,7 +119,7 @@ type bucketMix struct {
 
 // mix lists, per bucket, the columns of the LP's plans of positive
 // weight, in the plans' order.
-func (cm *cmodel) mix(bk *buckets, sol *lpSolution) *bucketMix {
+func (cm *cmodel) mix(bk *relax.Buckets, sol *relax.Solution) *bucketMix {
 	mx := &bucketMix{start: make([]int32, bk.N+1)}
 	for b := range bk.N {
 		from := len(mx.col)
@@ -136,23 +138,23 @@ func (cm *cmodel) mix(bk *buckets, sol *lpSolution) *bucketMix {
 // to the LP plan's loads u, so that every resource fills in step towards
 // u. On the same pass it computes the exact Lagrangian dual value at w (the
 // bound); it returns the replicas, options, pair totals and that value.
-func (cm *cmodel) round(bk *buckets, mx *bucketMix, w, u []float64) ([]int16, []uint8, []ptot, float64) {
+func (cm *cmodel) round(bk *relax.Buckets, mx *bucketMix, w, u []float64) ([]int16, []uint8, []relax.Totals, float64) {
 	m, p, pl := cm.m, cm.m.p, cm.pl
-	n, nopt, nc := len(p.Samples), m.nopt(), cm.nc
-	pr := cm.pricesAt(w)
+	n, nopt, nc := len(p.Samples), m.nopt(), cm.NC
+	pr := cm.PricesAt(w)
 	buf := make([]raw, nopt)
 	rep, opt := make([]int16, n), make([]uint8, n)
-	pt := make([]ptot, cm.ns*nc)
-	L := make([]float64, cm.nres)
+	pt := make([]relax.Totals, cm.NS*nc)
+	L := make([]float64, cm.NRes)
 	var g float64
 	for i := range p.Samples {
 		m.options(&p.Samples[i], buf)
-		c := int(cm.node[pl.Rank[i]])
+		c := int(cm.Node[pl.Rank[i]])
 		set := pl.Sets[pl.Set[i]]
-		gc := pr.gamma[c]
+		gc := pr.Gamma[c]
 		best := math.Inf(1)
 		for _, j := range set {
-			a, be := pr.alpha[int(j)*nc+c], pr.beta[j]
+			a, be := pr.Alpha[int(j)*nc+c], pr.Beta[j]
 			for _, q := range buf {
 				if v := a*q[0] + be*q[1] + gc*q[2]; v < best {
 					best = v
@@ -192,10 +194,10 @@ func (cm *cmodel) round(bk *buckets, mx *bucketMix, w, u []float64) ([]int16, []
 		}
 		rep[i], opt[i] = j, uint8(col%nopt)
 		t := &pt[int(j)*nc+c]
-		t.b += q[0]
-		t.s += q[1]
-		t.p += q[2]
-		t.n++
+		t.B += q[0]
+		t.S += q[1]
+		t.P += q[2]
+		t.N++
 	}
 	return rep, opt, pt, g
 }
@@ -224,13 +226,13 @@ func (d *deltas) add(id int32, x float64) {
 // column adds sign times the loads of raw quantities q served from storage
 // node j to compute node c.
 func (cm *cmodel) column(d *deltas, j, c int, q raw, sign float64) {
-	pi := j*cm.nc + c
-	d.add(cm.sEgr[j], sign*q[0]*cm.sEgrs[j])
-	d.add(cm.link[pi], sign*q[0]*cm.links[pi])
-	d.add(cm.up, sign*q[0]*cm.ups)
-	d.add(cm.cIng[c], sign*q[0]*cm.cIngs[c])
-	d.add(cm.sCPU[j], sign*q[1]*cm.sCPUs[j])
-	d.add(cm.cCPU[c], sign*q[2]*cm.cCPUs[c])
+	pi := j*cm.NC + c
+	d.add(cm.SEgr[j], sign*q[0]*cm.SEgrs[j])
+	d.add(cm.Link[pi], sign*q[0]*cm.Links[pi])
+	d.add(cm.Up, sign*q[0]*cm.Ups)
+	d.add(cm.CIng[c], sign*q[0]*cm.CIngs[c])
+	d.add(cm.SCPU[j], sign*q[1]*cm.SCPUs[j])
+	d.add(cm.CCPU[c], sign*q[2]*cm.CCPUs[c])
 }
 
 // improve lowers the plan's epoch by local moves, in place, under the
@@ -246,21 +248,21 @@ func (cm *cmodel) column(d *deltas, j, c int, q raw, sign float64) {
 // minGain ends the pass. With strict rules the one over resource is the
 // bottleneck (the first of equals), tau is the current epoch, falling with
 // every move made, and every proposal is tried.
-func (cm *cmodel) improve(rep []int16, opt []uint8, pt []ptot, w []float64, lb float64) {
-	if cm.nres == 0 {
+func (cm *cmodel) improve(rep []int16, opt []uint8, pt []relax.Totals, w []float64, lb float64) {
+	if cm.NRes == 0 {
 		return
 	}
 	rules := cm.pass
 	m, p := cm.m, cm.m.p
-	nopt, nc := m.nopt(), cm.nc
-	L := make([]float64, cm.nres)
-	cm.loads(pt, L)
+	nopt, nc := m.nopt(), cm.NC
+	L := make([]float64, cm.NRes)
+	cm.Loads(pt, L)
 	floor := max(lb, cm.gpuMax)
-	pw := cm.pricesAt(w)
+	pw := cm.PricesAt(w)
 	buf := make([]raw, nopt)
 	moves := make([]move, 0, len(p.Samples)/8)
-	ind := make([]float64, cm.nres)
-	overPair := make([]bool, cm.ns*nc)
+	ind := make([]float64, cm.NRes)
+	overPair := make([]bool, cm.NS*nc)
 	step := 0.125
 	for range rules.rounds {
 		T := lp.MaxOf(L)
@@ -280,10 +282,10 @@ func (cm *cmodel) improve(rep []int16, opt []uint8, pt []ptot, w []float64, lb f
 			tau, over = T, 1
 			ind[slices.Index(L, T)] = 1
 		}
-		po := cm.pricesAt(ind)
-		for j := range cm.ns {
+		po := cm.PricesAt(ind)
+		for j := range cm.NS {
 			for c := range nc {
-				overPair[j*nc+c] = po.alpha[j*nc+c] > 0 || po.beta[j] > 0 || po.gamma[c] > 0
+				overPair[j*nc+c] = po.Alpha[j*nc+c] > 0 || po.Beta[j] > 0 || po.Gamma[c] > 0
 			}
 		}
 		moves = cm.propose(moves[:0], rep, opt, &po, &pw, overPair, buf, rules.strict, w)
@@ -331,29 +333,29 @@ func (cm *cmodel) improve(rep []int16, opt []uint8, pt []ptot, w []float64, lb f
 // that takes po-priced load off most cheaply in pw-priced seconds per
 // second removed. With strict rules the cost is summed resource by
 // resource (w, in id order), as the single-node planner priced it.
-func (cm *cmodel) propose(moves []move, rep []int16, opt []uint8, po, pw *prices, overPair []bool, buf []raw, strict bool, w []float64) []move {
-	m, p, pl, nc := cm.m, cm.m.p, cm.pl, cm.nc
+func (cm *cmodel) propose(moves []move, rep []int16, opt []uint8, po, pw *relax.Prices, overPair []bool, buf []raw, strict bool, w []float64) []move {
+	m, p, pl, nc := cm.m, cm.m.p, cm.pl, cm.NC
 	minGain := 1e-12
 	if strict {
 		minGain = 0
 	}
 	for i := range p.Samples {
-		c := int(cm.node[pl.Rank[i]])
+		c := int(cm.Node[pl.Rank[i]])
 		j0 := int(rep[i])
 		if !overPair[j0*nc+c] {
 			continue
 		}
 		m.options(&p.Samples[i], buf)
 		q0 := buf[opt[i]]
-		cur := po.alpha[j0*nc+c]*q0[0] + po.beta[j0]*q0[1] + po.gamma[c]*q0[2]
+		cur := po.Alpha[j0*nc+c]*q0[0] + po.Beta[j0]*q0[1] + po.Gamma[c]*q0[2]
 		if cur <= 0 {
 			continue
 		}
-		curW := pw.alpha[j0*nc+c]*q0[0] + pw.beta[j0]*q0[1] + pw.gamma[c]*q0[2]
+		curW := pw.Alpha[j0*nc+c]*q0[0] + pw.Beta[j0]*q0[1] + pw.Gamma[c]*q0[2]
 		bk, bj, bo := math.Inf(1), int16(-1), 0
 		for _, j := range pl.Sets[pl.Set[i]] {
-			ao, bo2, go2 := po.alpha[int(j)*nc+c], po.beta[j], po.gamma[c]
-			aw, bw, gw := pw.alpha[int(j)*nc+c], pw.beta[j], pw.gamma[c]
+			ao, bo2, go2 := po.Alpha[int(j)*nc+c], po.Beta[j], po.Gamma[c]
+			aw, bw, gw := pw.Alpha[int(j)*nc+c], pw.Beta[j], pw.Gamma[c]
 			for o, q := range buf {
 				if math.IsInf(q[0], 1) {
 					continue
@@ -441,10 +443,10 @@ func partitionCheapest(moves []move, n int) int {
 // With strict rules it makes the move when every resource ends below tau,
 // each load updated as (load - old column's) + new column's, as the
 // single-node planner did.
-func (cm *cmodel) apply(mv move, rep []int16, opt []uint8, pt []ptot, L []float64, tau float64, strict bool) (int, bool) {
-	m, p, nc := cm.m, cm.m.p, cm.nc
+func (cm *cmodel) apply(mv move, rep []int16, opt []uint8, pt []relax.Totals, L []float64, tau float64, strict bool) (int, bool) {
+	m, p, nc := cm.m, cm.m.p, cm.NC
 	i := int(mv.i)
-	c := int(cm.node[cm.pl.Rank[i]])
+	c := int(cm.Node[cm.pl.Rank[i]])
 	qo := m.optRaw(&p.Samples[i], int(opt[i]))
 	qn := m.optRaw(&p.Samples[i], int(mv.o))
 	cleared := 0
@@ -503,8 +505,8 @@ func (cm *cmodel) apply(mv move, rep []int16, opt []uint8, pt []ptot, L []float6
 		}
 	}
 	o, n := &pt[int(rep[i])*nc+c], &pt[int(mv.j)*nc+c]
-	o.b, o.s, o.p, o.n = o.b-qo[0], o.s-qo[1], o.p-qo[2], o.n-1
-	n.b, n.s, n.p, n.n = n.b+qn[0], n.s+qn[1], n.p+qn[2], n.n+1
+	o.B, o.S, o.P, o.N = o.B-qo[0], o.S-qo[1], o.P-qo[2], o.N-1
+	n.B, n.S, n.P, n.N = n.B+qn[0], n.S+qn[1], n.P+qn[2], n.N+1
 	rep[i], opt[i] = mv.j, mv.o
 	return cleared, true
 }
@@ -535,13 +537,13 @@ func (cm *cmodel) exact() ([]int16, []uint8, bool) {
 	}
 	rep, opt := make([]int16, n), make([]uint8, n)
 	bestRep, bestOpt := make([]int16, n), make([]uint8, n)
-	pt := make([]ptot, cm.ns*cm.nc)
-	L := make([]float64, cm.nres)
+	pt := make([]relax.Totals, cm.NS*cm.NC)
+	L := make([]float64, cm.NRes)
 	bestT := math.Inf(1)
 	var rec func(i int)
 	rec = func(i int) {
 		if i == n {
-			cm.loads(pt, L)
+			cm.Loads(pt, L)
 			if t := cm.epoch(L); t < bestT {
 				bestT = t
 				copy(bestRep, rep)
@@ -549,17 +551,17 @@ func (cm *cmodel) exact() ([]int16, []uint8, bool) {
 			}
 			return
 		}
-		c := int(cm.node[pl.Rank[i]])
+		c := int(cm.Node[pl.Rank[i]])
 		for _, j := range pl.Sets[pl.Set[i]] {
-			t := &pt[int(j)*cm.nc+c]
+			t := &pt[int(j)*cm.NC+c]
 			for o, q := range opts[i] {
 				if math.IsInf(q[0], 1) {
 					continue
 				}
-				t.b, t.s, t.p = t.b+q[0], t.s+q[1], t.p+q[2]
+				t.B, t.S, t.P = t.B+q[0], t.S+q[1], t.P+q[2]
 				rep[i], opt[i] = j, uint8(o)
 				rec(i + 1)
-				t.b, t.s, t.p = t.b-q[0], t.s-q[1], t.p-q[2]
+				t.B, t.S, t.P = t.B-q[0], t.S-q[1], t.P-q[2]
 			}
 		}
 	}

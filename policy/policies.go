@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/policy/internal/relax"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -172,21 +173,21 @@ func FastFlow(in Instance) (Plan, error) { return in.runOne(NameFastFlow, (*cmod
 // fastFlow is FastFlow on a one-node model.
 func (cm *cmodel) fastFlow() Plan {
 	m := cm.m
-	tot := make([]ptot, m.n+1)
+	tot := make([]relax.Totals, m.n+1)
 	buf := make([]raw, m.nopt())
 	for i := range m.p.Samples {
 		m.options(&m.p.Samples[i], buf)
 		for k := range tot {
 			q := buf[m.option(k, false)]
-			tot[k].b += q[0]
-			tot[k].s += q[1]
-			tot[k].p += q[2]
-			tot[k].n++
+			tot[k].B += q[0]
+			tot[k].S += q[1]
+			tot[k].P += q[2]
+			tot[k].N++
 		}
 	}
-	L := make([]float64, cm.nres)
+	L := make([]float64, cm.NRes)
 	epoch := func(k int) float64 {
-		cm.loads(tot[k:k+1], L)
+		cm.Loads(tot[k:k+1], L)
 		return cm.epoch(L)
 	}
 	best := 0
@@ -339,13 +340,13 @@ func (pl *Plan) Histogram(n int) []int {
 func (cm *cmodel) noOff() Plan {
 	p, pl := cm.m.p, cm.pl
 	rep, opt := make([]int16, len(p.Samples)), make([]uint8, len(p.Samples))
-	bytes := make([]float64, cm.ns)
+	bytes := make([]float64, cm.NS)
 	for i := range p.Samples {
 		b := float64(p.Samples[i].Bytes[0])
 		best, bt, bb := int16(0), math.Inf(1), math.Inf(1)
 		for _, j := range pl.Sets[pl.Set[i]] {
 			nb := bytes[j] + b
-			if t := nb * cm.sEgrs[j]; t < bt || (t == bt && nb < bb) {
+			if t := nb * cm.SEgrs[j]; t < bt || (t == bt && nb < bb) {
 				best, bt, bb = j, t, nb
 			}
 		}
@@ -377,7 +378,7 @@ func (cm *cmodel) rateReplicas() []int16 {
 	pl, c := cm.pl, cm.c
 	n := len(cm.m.p.Samples)
 	rep := make([]int16, n)
-	wt := make([]float64, cm.ns)
+	wt := make([]float64, cm.NS)
 	for j, s := range c.Storage {
 		wt[j] = s.EgressBytesPerSec
 	}
@@ -428,7 +429,7 @@ func (cm *cmodel) sophon() Plan {
 	cands := make([]cand, 0, n)
 	// Per agent: the raw payload it sends, and the storage ns sending it
 	// costs.
-	bytes, send := make([]float64, cm.ns), make([]float64, cm.ns)
+	bytes, send := make([]float64, cm.NS), make([]float64, cm.NS)
 	for i := range p.Samples {
 		s := &p.Samples[i]
 		bytes[rep[i]] += float64(s.Bytes[0])
@@ -465,8 +466,8 @@ func (cm *cmodel) sophon() Plan {
 		if x == 0 || cands[x-1].j != j {
 			sns = send[j] // the next agent: sending its raw bytes
 		}
-		link := func(b float64) float64 { return b * cm.sEgrs[j] }
-		stor := func(s float64) float64 { return s * cm.sCPUs[j] }
+		link := func(b float64) float64 { return b * cm.SEgrs[j] }
+		stor := func(s float64) float64 { return s * cm.SCPUs[j] }
 		if bytes[j] < 0 || link(bytes[j]) <= stor(sns) || !(cd.eff > 0) {
 			bytes[j] = -1 // this agent is done
 			continue

@@ -1,5 +1,5 @@
 // Package bucket holds the classes of samples the cluster bound's bucketed
-// LP prices (policy's Bound): buckets of samples that share a
+// LP prices (package relax, for policy's Bound): buckets of samples that share a
 // compute node, a replica set and a class the caller chooses, with each
 // bucket's per-option sums of its members' raw quantities (payload bytes,
 // storage ns, compute ns), and the quantile levels classes are made of. It

@@ -1,11 +1,11 @@
-// Package dual is the cluster bound's dual search (policy's Bound):
-// it maximises a Lagrangian dual over the weights simplex by Kelley's
-// cutting planes, with the caller pricing plans at given weights and this
-// package choosing the weights: over any number of resources with the
-// restricted master LP of package lp (Search), or over three with a
-// golden-section maximiser of the model (Simplex3). It knows nothing of
-// clusters or samples: a plan is its loads and the caller's encoding of it.
-// It is pure arithmetic: no I/O, goroutines or clock.
+// Package dual is the cluster bound's dual search (package relax, for
+// policy's Bound): it maximises a Lagrangian dual over the weights simplex
+// by Kelley's cutting planes, with the caller pricing plans at given
+// weights and this package choosing the weights: over any number of
+// resources with the restricted master LP of package lp (Search), or over
+// three with a golden-section maximiser of the model (Simplex3). It knows
+// nothing of clusters or samples: a plan is its loads and the caller's
+// encoding of it. It is pure arithmetic: no I/O, goroutines or clock.
 package dual
 
 import (

@@ -1,5 +1,5 @@
 // Package lp is the restricted master LP of the cluster bound's
-// cutting-plane search (package dual's Search, for policy's Bound):
+// cutting-plane search (package dual's Search, for package relax):
 // a small dense revised simplex over the plans found so far. It is pure arithmetic: no I/O,
 // goroutines or clock.
 package lp
