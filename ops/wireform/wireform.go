@@ -8,7 +8,7 @@
 //	offset      size  field
 //	0           4     magic "SOPW"
 //	4           1     version, 1
-//	5           1     kind: 1 encoded, 2 image, 3 tensor, 4 cut (the [ops.Kind] values)
+//	5           1     kind: 1 encoded, 2 image, 3 tensor, 4 cut (the ops.Kind values)
 //	6           1     dtype: 1 uint8, 2 float32 little-endian
 //	7           1     codec: 0 none, 1 zstd, 2 s2 (the Codec values)
 //	8           1     rank R: 1 for encoded and cut, 3 for image and tensor
@@ -361,8 +361,8 @@ func Encode(v ops.Value, c Codec) ([]byte, error) {
 }
 
 // Append appends v's wire form to dst and returns the extended slice. v
-// must be an [ops.Encoded], an *[ops.Image] or a *[ops.Tensor] whose payload length
-// matches its dims. When c would not make the payload smaller (JPEG bytes,
+// must be an [ops.Encoded], an *[ops.CutJPEG], or an *[ops.Image] or a
+// *[ops.Tensor] whose payload length matches its dims. When c would not make the payload smaller (JPEG bytes,
 // noise, an empty payload) the form is stored with [CodecNone] instead, which
 // the header records; Decode handles either. On error dst is returned
 // unchanged in length. NB: v's payload must not lie in dst's spare capacity,
