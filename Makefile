@@ -23,7 +23,7 @@ FUZZMINIMIZE ?= 500ms
 E2E := ./testbed/ ./testbed/experiment/
 FUZZ_TARGETS := \
 	FuzzDecodeJPEG:./ops/jpeg/ \
-	FuzzDecodeWire:./ops/ \
+	FuzzDecode:./ops/wireform/ \
 	FuzzCut:./ops/ \
 	FuzzRunLimited:./ops/hostile/ \
 	FuzzOpenShard:./storage-agent/dataset/ \

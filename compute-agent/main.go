@@ -24,6 +24,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/bytesize"
 	"github.com/sophon-dl/sophon/internal/cli"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -225,7 +226,7 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	if s.Policy != "" && s.Plan == "nooff" {
 		plan = nil // the default plan gives way to the policy
 	}
-	codec, err := ops.ParseCodec(s.Codec)
+	codec, err := wireform.ParseCodec(s.Codec)
 	if err != nil {
 		return c, err
 	}

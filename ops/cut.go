@@ -1,10 +1,6 @@
 package ops
 
-import (
-	"encoding/binary"
-
-	"github.com/sophon-dl/sophon/ops/jpeg"
-)
+import "github.com/sophon-dl/sophon/ops/jpeg"
 
 // The JPEG-domain crop split.
 //
@@ -70,8 +66,8 @@ func (*CutJPEG) Kind() Kind { return KindCut }
 // Size implements [Value]: the cut file's bytes plus its geometry.
 func (c *CutJPEG) Size() int { return cutGeomLen + len(c.Data) }
 
-// cutGeomLen is the geometry prefix of a cut's wire payload: W, H, X, Y as
-// uint32 little-endian.
+// cutGeomLen is the geometry prefix of a cut's wire payload (package
+// wireform): W, H, X, Y as uint32 little-endian.
 const cutGeomLen = 16
 
 // CanCut reports whether the pipeline has the split [SplitCut]: its first op
@@ -252,42 +248,4 @@ func kindOf(v Value) string {
 		return "nil"
 	}
 	return v.Kind().String()
-}
-
-// cutWirePayload is a cut's raw wire payload: the geometry, then the file.
-func cutWirePayload(c *CutJPEG) ([]byte, error) {
-	for _, d := range []int{c.W, c.H, c.X, c.Y} {
-		if d < 0 || uint64(d) > maxWireDim {
-			return nil, wrapf(ErrWireHeader, "cut geometry %dx%d+%d+%d out of range", c.W, c.H, c.X, c.Y)
-		}
-	}
-	// What cutFromWire refuses, refuse here.
-	if c.W < 1 || c.H < 1 || c.X >= c.W || c.Y >= c.H {
-		return nil, wrapf(ErrWireHeader, "cut geometry %dx%d+%d+%d: the origin must lie inside the image", c.W, c.H, c.X, c.Y)
-	}
-	b := make([]byte, cutGeomLen+len(c.Data))
-	binary.LittleEndian.PutUint32(b[0:], uint32(c.W))
-	binary.LittleEndian.PutUint32(b[4:], uint32(c.H))
-	binary.LittleEndian.PutUint32(b[8:], uint32(c.X))
-	binary.LittleEndian.PutUint32(b[12:], uint32(c.Y))
-	copy(b[cutGeomLen:], c.Data)
-	return b, nil
-}
-
-// cutFromWire parses a cut's raw wire payload; it aliases raw.
-func cutFromWire(raw []byte) (*CutJPEG, error) {
-	if len(raw) < cutGeomLen {
-		return nil, wrapf(ErrWireSize, "cut payload of %d bytes, the geometry alone is %d", len(raw), cutGeomLen)
-	}
-	c := &CutJPEG{
-		W:    int(binary.LittleEndian.Uint32(raw[0:])),
-		H:    int(binary.LittleEndian.Uint32(raw[4:])),
-		X:    int(binary.LittleEndian.Uint32(raw[8:])),
-		Y:    int(binary.LittleEndian.Uint32(raw[12:])),
-		Data: raw[cutGeomLen:],
-	}
-	if c.W < 1 || c.H < 1 || c.X >= c.W || c.Y >= c.H {
-		return nil, wrapf(ErrWireHeader, "cut geometry %dx%d+%d+%d: the origin must lie inside the image", c.W, c.H, c.X, c.Y)
-	}
-	return c, nil
 }

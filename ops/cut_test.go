@@ -15,6 +15,7 @@ import (
 	"github.com/sophon-dl/sophon/ops/hostile"
 	"github.com/sophon-dl/sophon/ops/jpeg"
 	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/ops/wireform"
 )
 
 // cgoCut reports whether this build can cut at all: the pure-Go build
@@ -420,7 +421,7 @@ func TestCutHostile(t *testing.T) {
 		if cerr != nil && cutErrClass(cerr) == cerr {
 			t.Errorf("%s: untyped error %v", c.Name, cerr)
 		}
-		cut, declined, err := checkCut(p, key, c.Data, ops.CodecZstd, ops.DefaultLimits())
+		cut, declined, err := checkCut(p, key, c.Data, wireform.CodecZstd, ops.DefaultLimits())
 		if err != nil {
 			t.Errorf("%s: %v", c.Name, err)
 			continue
@@ -456,7 +457,7 @@ func TestCutConcurrent(t *testing.T) {
 			t.Error(err)
 			return nil
 		}
-		w, err := ops.EncodeWire(cut, ops.CodecNone)
+		w, err := wireform.Encode(cut, wireform.CodecNone)
 		if err != nil {
 			t.Error(err)
 		}

@@ -6,7 +6,8 @@
 // float32 CHW). Every op is a pure function of its input and of a random
 // generator seeded by hash(run seed, epoch, sample, op index) (see [SeedFor]),
 // so running ops[0:k] on one node, shipping the intermediate in its wire form
-// ([EncodeWire], [DecodeWire]) and running ops[k:n] on another gives output
+// (package [github.com/sophon-dl/sophon/ops/wireform], which imports ops and
+// which ops does not use) and running ops[k:n] on another gives output
 // byte-identical to running all n ops in one place.
 //
 // The JPEG codec (libjpeg-turbo under cgo, image/jpeg otherwise) and the

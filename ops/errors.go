@@ -31,19 +31,6 @@ var (
 	// wrong with the input; the server may retry it with more time.
 	ErrDeadline = jpeg.ErrDeadline
 
-	// ErrWireHeader: a wire form whose header is malformed (magic, version,
-	// kind, dtype, rank or dims).
-	ErrWireHeader = errors.New("ops: bad wire header")
-	// ErrWireSize: a wire form whose lengths disagree with its header.
-	ErrWireSize = errors.New("ops: wire size mismatch")
-	// ErrWireChecksum: the payload does not match its checksum.
-	ErrWireChecksum = errors.New("ops: wire checksum mismatch")
-	// ErrWireTooLarge: the declared payload exceeds the decoder's limits
-	// (this is how a decompression bomb is refused).
-	ErrWireTooLarge = errors.New("ops: wire payload too large")
-	// ErrWireCodec: the compressed payload cannot be decompressed.
-	ErrWireCodec = errors.New("ops: wire codec error")
-
 	// ErrKind: an op received a representation it cannot take.
 	ErrKind = errors.New("ops: wrong input kind")
 	// ErrSpec: a pipeline spec is invalid.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/ops/wireform"
 )
 
 // TestSplitInvariance is invariant 1: for every preset, every split k,
@@ -17,7 +18,7 @@ import (
 // ops[k:n] equals all n ops run at once, byte for byte.
 func TestSplitInvariance(t *testing.T) {
 	cases := synth.Varied(7)
-	codecs := []ops.Codec{ops.CodecNone, ops.CodecZstd, ops.CodecS2}
+	codecs := []wireform.Codec{wireform.CodecNone, wireform.CodecZstd, wireform.CodecS2}
 	for _, name := range ops.PresetNames() {
 		p, err := ops.Preset(name)
 		if err != nil {
@@ -62,16 +63,16 @@ func TestSplitInvariance(t *testing.T) {
 	}
 }
 
-func runSplit(p *ops.Pipeline, key ops.Key, raw []byte, k int, codec ops.Codec) (ops.Value, error) {
+func runSplit(p *ops.Pipeline, key ops.Key, raw []byte, k int, codec wireform.Codec) (ops.Value, error) {
 	mid, err := p.Run(key, ops.Encoded(raw), 0, k)
 	if err != nil {
 		return nil, err
 	}
-	w, err := ops.EncodeWire(mid, codec)
+	w, err := wireform.Encode(mid, codec)
 	if err != nil {
 		return nil, err
 	}
-	back, err := ops.DecodeWire(w, ops.WireLimits{})
+	back, err := wireform.Decode(w, wireform.Limits{})
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +86,7 @@ func runSplit(p *ops.Pipeline, key ops.Key, raw []byte, k int, codec ops.Codec) 
 // split 0) equals the whole run too. The pure-Go build declines every cut.
 func TestCutSplitInvariance(t *testing.T) {
 	cases := cutCases(t)
-	codecs := []ops.Codec{ops.CodecNone, ops.CodecZstd, ops.CodecS2}
+	codecs := []wireform.Codec{wireform.CodecNone, wireform.CodecZstd, wireform.CodecS2}
 	epochs := uint64(4)
 	if testing.Short() {
 		epochs = 2
@@ -144,7 +145,7 @@ func TestCutSplitInvariance(t *testing.T) {
 // checkCut cuts raw for key and checks the cut split, or the fallback when
 // the cut declines, against the whole run. It returns the cut, or the
 // decline's error; err reports a broken invariant.
-func checkCut(p *ops.Pipeline, key ops.Key, raw []byte, codec ops.Codec, lim ops.Limits) (cut *ops.CutJPEG, declined, err error) {
+func checkCut(p *ops.Pipeline, key ops.Key, raw []byte, codec wireform.Codec, lim ops.Limits) (cut *ops.CutJPEG, declined, err error) {
 	full, fullErr := p.RunLimited(key, ops.Encoded(raw), 0, p.Len(), lim)
 	cut, cutErr := p.Cut(key, ops.Encoded(raw), lim)
 	if cutErr != nil {
@@ -178,11 +179,11 @@ func checkCut(p *ops.Pipeline, key ops.Key, raw []byte, codec ops.Codec, lim ops
 	if cut.W <= 0 || cut.H <= 0 || len(cut.Data) >= len(raw) {
 		return nil, nil, fmt.Errorf("cut %dx%d+%d+%d of %d bytes from a %d-byte file", cut.W, cut.H, cut.X, cut.Y, len(cut.Data), len(raw))
 	}
-	w, err := ops.EncodeWire(cut, codec)
+	w, err := wireform.Encode(cut, codec)
 	if err != nil {
 		return nil, nil, err
 	}
-	back, err := ops.DecodeWire(w, ops.WireLimits{})
+	back, err := wireform.Decode(w, wireform.Limits{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -196,16 +197,16 @@ func checkCut(p *ops.Pipeline, key ops.Key, raw []byte, codec ops.Codec, lim ops
 	return cut, nil, nil
 }
 
-func runSplitLimited(p *ops.Pipeline, key ops.Key, raw []byte, k int, codec ops.Codec, lim ops.Limits) (ops.Value, error) {
+func runSplitLimited(p *ops.Pipeline, key ops.Key, raw []byte, k int, codec wireform.Codec, lim ops.Limits) (ops.Value, error) {
 	mid, err := p.RunLimited(key, ops.Encoded(raw), 0, k, lim)
 	if err != nil {
 		return nil, err
 	}
-	w, err := ops.EncodeWire(mid, codec)
+	w, err := wireform.Encode(mid, codec)
 	if err != nil {
 		return nil, err
 	}
-	back, err := ops.DecodeWire(w, ops.WireLimits{})
+	back, err := wireform.Decode(w, wireform.Limits{})
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +329,7 @@ func TestSplitInvarianceOnBadInput(t *testing.T) {
 			for epoch := uint64(0); epoch < 3; epoch++ {
 				key := ops.Key{Seed: 3, Epoch: epoch, Sample: uint64(i)}
 				whole, errWhole := p.Run(key, ops.Encoded(b), 0, p.Len())
-				split, errSplit := runSplit(p, key, b, 1, ops.CodecNone)
+				split, errSplit := runSplit(p, key, b, 1, wireform.CodecNone)
 				total++
 				if errWhole != nil {
 					failed++

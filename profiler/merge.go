@@ -142,7 +142,7 @@ type Observation struct {
 	Split int
 	// Compressed: the payload is zstd-compressed.
 	Compressed bool
-	// Payload is the wire form's stored bytes (ops.WireInfo.StoredLen).
+	// Payload is the wire form's stored bytes (wireform.Info.StoredLen).
 	Payload int64
 	// StorageNS is the storage side's ops (and compression), LocalNS the
 	// compute side's (decompression, ops[k:n] or the cut's finish); zero

@@ -12,6 +12,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/jpeg"
+	"github.com/sophon-dl/sophon/ops/wireform"
 )
 
 // Stage 2: what one epoch's record says about later epochs.
@@ -116,8 +117,8 @@ func (r *Recorder) Limit(lim ops.Limits, opTimeout time.Duration) {
 // sample recorded.
 func warmWire() {
 	v := ops.NewImage(64, 64)
-	if w, err := ops.EncodeWire(v, ops.CodecZstd); err == nil {
-		_, _ = ops.DecodeWire(w, ops.WireLimits{})
+	if w, err := wireform.Encode(v, wireform.CodecZstd); err == nil {
+		_, _ = wireform.Decode(w, wireform.Limits{})
 	}
 }
 
@@ -125,8 +126,8 @@ func warmWire() {
 // the random ops; normally key.Sample == sample) and keeps its raw size,
 // every op's output size (the wire payload size, [ops.Value.Size]) and
 // thread CPU time, and for every split k the zstd-compressed payload size
-// with the CPU time of compressing it ([ops.EncodeWire]) and decompressing
-// it ([ops.DecodeWire]). Compression runs between ops and is excluded from
+// with the CPU time of compressing it ([wireform.Encode]) and decompressing
+// it ([wireform.Decode]). Compression runs between ops and is excluded from
 // the ops' times. When the pipeline can cut ([ops.Pipeline.CanCut]) it also
 // cuts the sample with the same key and keeps the cut's payload size and
 // the CPU time of both its sides (see [SampleProfile.CutBytes]). A sample
@@ -244,19 +245,19 @@ func cutScale(p *ops.Pipeline, key ops.Key, cut *ops.CutJPEG, raw []byte) float6
 // measureWire fills split k's compressed size and codec costs for v.
 func measureWire(v ops.Value, sp *SampleProfile, k int) error {
 	t0 := int64(cpuclock.Thread())
-	w, err := ops.EncodeWire(v, ops.CodecZstd)
+	w, err := wireform.Encode(v, wireform.CodecZstd)
 	t1 := int64(cpuclock.Thread())
 	if err != nil {
 		return fmt.Errorf("profiler: sample %d split %d: %w", sp.ID, k, err)
 	}
-	lim := ops.WireLimits{MaxPayload: max(v.Size(), ops.DefaultMaxWirePayload)}
+	lim := wireform.Limits{MaxPayload: max(v.Size(), wireform.DefaultMaxPayload)}
 	t2 := int64(cpuclock.Thread())
-	_, err = ops.DecodeWire(w, lim)
+	_, err = wireform.Decode(w, lim)
 	t3 := int64(cpuclock.Thread())
 	if err != nil {
 		return fmt.Errorf("profiler: sample %d split %d: %w", sp.ID, k, err)
 	}
-	info, err := ops.ReadWireHeader(w)
+	info, err := wireform.ReadHeader(w)
 	if err != nil {
 		return fmt.Errorf("profiler: sample %d split %d: %w", sp.ID, k, err)
 	}

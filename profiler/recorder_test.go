@@ -11,6 +11,7 @@ import (
 
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/ops/wireform"
 )
 
 type testImage struct {
@@ -243,7 +244,7 @@ func TestFromTraces(t *testing.T) {
 	imgs := testImages(t, 2)
 	var traces []SampleTrace
 	for i := len(imgs) - 1; i >= 0; i-- {
-		tr, err := Trace(p, ops.Key{Sample: uint64(i)}, imgs[i].raw, ops.CodecZstd)
+		tr, err := Trace(p, ops.Key{Sample: uint64(i)}, imgs[i].raw, wireform.CodecZstd)
 		if err != nil {
 			t.Fatal(err)
 		}

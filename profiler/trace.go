@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 )
 
 // OpCost is one op's effect on one sample.
@@ -30,20 +31,20 @@ type SampleTrace struct {
 // Trace runs the whole pipeline on one sample, recording every op's output
 // size and duration, and with a codec other than none, the size each output
 // would have on the wire compressed with it (compression is not timed).
-func Trace(p *ops.Pipeline, key ops.Key, raw []byte, codec ops.Codec) (SampleTrace, error) {
+func Trace(p *ops.Pipeline, key ops.Key, raw []byte, codec wireform.Codec) (SampleTrace, error) {
 	t := SampleTrace{Sample: key.Sample, Raw: len(raw), Ops: make([]OpCost, p.Len())}
 	var werr error
 	_, err := p.RunObserved(key, ops.Encoded(raw), 0, p.Len(), func(j int, out ops.Value, d time.Duration) {
 		t.Ops[j] = OpCost{Bytes: out.Size(), Dur: d, Compressed: out.Size()}
-		if codec == ops.CodecNone || werr != nil {
+		if codec == wireform.CodecNone || werr != nil {
 			return
 		}
-		w, err := ops.EncodeWire(out, codec)
+		w, err := wireform.Encode(out, codec)
 		if err != nil {
 			werr = err
 			return
 		}
-		info, err := ops.ReadWireHeader(w)
+		info, err := wireform.ReadHeader(w)
 		if err != nil {
 			werr = err
 			return

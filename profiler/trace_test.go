@@ -6,6 +6,7 @@ import (
 
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/ops/wireform"
 )
 
 func TestTrace(t *testing.T) {
@@ -17,7 +18,7 @@ func TestTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := Trace(p, ops.Key{Sample: 4}, raw, ops.CodecZstd)
+	tr, err := Trace(p, ops.Key{Sample: 4}, raw, wireform.CodecZstd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func TestTrace(t *testing.T) {
 			t.Errorf("op %d: compressed %d of %d, dur %v", j, c.Compressed, c.Bytes, c.Dur)
 		}
 	}
-	if _, err := Trace(p, ops.Key{Sample: 9}, []byte("junk"), ops.CodecNone); err == nil {
+	if _, err := Trace(p, ops.Key{Sample: 9}, []byte("junk"), wireform.CodecNone); err == nil {
 		t.Error("trace of junk succeeded")
 	}
 }

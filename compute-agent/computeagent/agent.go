@@ -30,6 +30,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -332,7 +333,7 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 	}
 	maxMsg := a.cfg.MaxPayload
 	if maxMsg == 0 {
-		maxMsg = ops.DefaultMaxWirePayload
+		maxMsg = wireform.DefaultMaxPayload
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),

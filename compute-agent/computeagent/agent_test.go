@@ -22,6 +22,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/policy"
 )
 
@@ -514,7 +515,7 @@ func TestCodecs(t *testing.T) {
 	var ref map[uint64][32]byte
 	for _, c := range []string{"none", "zstd", "s2"} {
 		cfg, rec := testConfig(t, n, "s1:1")
-		codec, err := ops.ParseCodec(c)
+		codec, err := wireform.ParseCodec(c)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/policy"
 )
 
@@ -113,7 +114,7 @@ type Config struct {
 
 	// Codec asks the storage agents to compress intermediates. Zero means
 	// none.
-	Codec ops.Codec
+	Codec wireform.Codec
 	// StrictOffload turns work-conserving offload off: by default every
 	// offload request lets the storage agent answer raw when its CPU budget
 	// cannot finish it before the raw bytes would have crossed the link
@@ -122,8 +123,8 @@ type Config struct {
 	// agent runs exactly the plan's splits, however long the storage
 	// agents take.
 	StrictOffload bool
-	// MaxPayload bounds a decoded response's payload (ops.WireLimits).
-	// Zero means ops.DefaultMaxWirePayload.
+	// MaxPayload bounds a decoded response's payload (wireform.Limits).
+	// Zero means wireform.DefaultMaxPayload.
 	MaxPayload int
 
 	// Consumer receives the batches. Nil means a consumer that discards
@@ -236,7 +237,7 @@ type RunOptions struct {
 	// completion order: a slow sample delays only its own batch.
 	StrictOrder bool `yaml:"strict-order"`
 	// FetchOnly tests the link: each sample is fetched at its planned split
-	// and its wire form is validated (ops.CheckWire: header, lengths,
+	// and its wire form is validated (wireform.Check: header, lengths,
 	// checksum), but ops[k:n] do not run and no batch reaches the
 	// consumer. Reports count samples and bytes as usual; OnSample gets the
 	// sha256 of the wire form. Zero (false) means normal training epochs.
@@ -578,7 +579,7 @@ func (c *Config) counts() error {
 		return configErr("max payload %d is negative", c.MaxPayload)
 	case c.RecvWindow != 0 && (c.RecvWindow < MinRecvWindow || c.RecvWindow > MaxRecvWindow):
 		return configErr("receive window %d bytes: want 0 (grpc's own) or %d to %d", c.RecvWindow, MinRecvWindow, MaxRecvWindow)
-	case c.Codec > ops.CodecS2:
+	case c.Codec > wireform.CodecS2:
 		return configErr("unknown codec %d", c.Codec)
 	case c.OnError != OnErrorFail && c.OnError != OnErrorSkip:
 		return configErr("on-error %q: want %q or %q", c.OnError, OnErrorFail, OnErrorSkip)

@@ -12,6 +12,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -74,7 +75,7 @@ func (e *Epoch) prepareCache() {
 	e.cc.want = make([]bool, len(e.order))
 	for pos, s := range e.order {
 		if c.LRU() || warm {
-			e.cc.want[pos] = e.split[pos] == 0 && e.codec(s) == ops.CodecNone
+			e.cc.want[pos] = e.split[pos] == 0 && e.codec(s) == wireform.CodecNone
 		} else if e.runPlan().Cached(s) {
 			e.cc.want[pos], e.split[pos] = true, 0
 		}
@@ -127,7 +128,7 @@ func (f *Fetcher) local(epochCtx context.Context, r *schedule.Request) error {
 
 // serveCached finishes it from its cache entry; a bad entry is dropped
 // and the sample fetched again raw from f's storage agent (refill).
-func (e *Epoch) serveCached(ctx context.Context, f *Fetcher, lim ops.WireLimits, it *schedule.Item) *report.SampleFailure {
+func (e *Epoch) serveCached(ctx context.Context, f *Fetcher, lim wireform.Limits, it *schedule.Item) *report.SampleFailure {
 	v := e.cc.view
 	t0 := cpuclock.Thread()
 	payload, n, err := v.Get(it.Sample)
@@ -161,9 +162,9 @@ func (e *Epoch) serveCached(ctx context.Context, f *Fetcher, lim ops.WireLimits,
 // raw file, checked against the catalog's content hash (a mismatch is
 // the entry's fault, not the storage agent's), or the wire form of the
 // finished output.
-func (e *Epoch) cachedValue(payload []byte, lim ops.WireLimits, sample uint64) (ops.Value, error) {
+func (e *Epoch) cachedValue(payload []byte, lim wireform.Limits, sample uint64) (ops.Value, error) {
 	if e.cc.view.Split() != 0 {
-		v, err := ops.DecodeWire(payload, lim)
+		v, err := wireform.Decode(payload, lim)
 		if err != nil {
 			return nil, fmt.Errorf("%w: sample %d: %w", cache.ErrEntry, sample, err)
 		}
@@ -178,7 +179,7 @@ func (e *Epoch) cachedValue(payload []byte, lim ops.WireLimits, sample uint64) (
 // refill fetches it raw again, from f's storage agent or else from the
 // epoch's other storage agents that hold it, finishes it and puts it in
 // the cache.
-func (e *Epoch) refill(ctx context.Context, f *Fetcher, lim ops.WireLimits, it *schedule.Item) *report.SampleFailure {
+func (e *Epoch) refill(ctx context.Context, f *Fetcher, lim wireform.Limits, it *schedule.Item) *report.SampleFailure {
 	data, err := e.fetchRaw(ctx, f, it.Sample)
 	for _, g := range e.fs {
 		if err == nil {
@@ -248,7 +249,7 @@ func (e *Epoch) fillCache(sample uint64, in, out ops.Value) {
 		}
 		payload = raw
 	} else {
-		b, err := ops.EncodeWire(out, ops.CodecNone)
+		b, err := wireform.Encode(out, wireform.CodecNone)
 		if err != nil {
 			return
 		}

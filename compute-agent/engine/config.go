@@ -21,6 +21,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 )
 
 // Config is what an epoch needs from the agent: its limits, its pipeline
@@ -55,7 +56,7 @@ type Config struct {
 	// Sizes estimates wire sizes by split; it learns from every response.
 	Sizes *schedule.SizeModel
 	Seed  uint64
-	Codec ops.Codec
+	Codec wireform.Codec
 
 	// The limits and modes of computeagent.Config of the same names.
 	Workers       int

@@ -12,7 +12,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
-	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -92,7 +92,7 @@ func (e *Epoch) Prepare(fs []*Fetcher, jr *journal.Journal) error {
 	}
 	offloaded := make([]bool, len(order))
 	for i, s := range order {
-		offloaded[i] = e.split[i] != 0 || e.codec(s) != ops.CodecNone
+		offloaded[i] = e.split[i] != 0 || e.codec(s) != wireform.CodecNone
 	}
 	if n := replace(fs); n > 0 {
 		e.log.Warn().Int("shards", n).Msg("shards that no reachable storage agent announced are placed over the reachable ones (their holders are gone)")
@@ -275,11 +275,11 @@ func (e *Epoch) observe(it *schedule.Item, resp *dataplanepb.FetchResponse) {
 	if !e.observing {
 		return
 	}
-	info, err := ops.ReadWireHeader(resp.GetData())
+	info, err := wireform.ReadHeader(resp.GetData())
 	if err != nil {
 		return
 	}
-	o := profiler.Observation{ID: it.Sample, Split: it.Split, Compressed: info.Codec != ops.CodecNone,
+	o := profiler.Observation{ID: it.Sample, Split: it.Split, Compressed: info.Codec != wireform.CodecNone,
 		Payload: int64(info.StoredLen), StorageNS: int64(resp.GetStorageCpuNs()), LocalNS: it.CPU}
 	e.mu.Lock()
 	e.obs = append(e.obs, o)
@@ -287,7 +287,7 @@ func (e *Epoch) observe(it *schedule.Item, resp *dataplanepb.FetchResponse) {
 }
 
 // codec is the codec requested for sample (RunPlan.Codec).
-func (e *Epoch) codec(sample uint64) ops.Codec { return e.runPlan().Codec(sample, e.cfg.Codec) }
+func (e *Epoch) codec(sample uint64) wireform.Codec { return e.runPlan().Codec(sample, e.cfg.Codec) }
 
 // sinceStart is the seconds from start to at (Unix ns), 0 when at is 0.
 func sinceStart(start time.Time, at int64) float64 {

@@ -18,6 +18,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -302,13 +303,13 @@ func (f *Fetcher) send(ctx, epochCtx context.Context, stream dataplanepb.Storage
 		}
 		codec := e.codec(r.Sample)
 		if e.cc.want != nil && e.cc.want[r.Pos] {
-			codec = ops.CodecNone // the cache keeps the file itself
+			codec = wireform.CodecNone // the cache keeps the file itself
 		}
 		e.shedder().Requested(r.Pos, r.Split, e.split[r.Pos])
 		if k := e.split[r.Pos]; r.Split != k {
 			// Shed: raw, whose bytes the epoch's estimate left did not
 			// count.
-			codec = ops.CodecNone
+			codec = wireform.CodecNone
 			e.left.Add(r.Est - e.cfg.Sizes.Estimate(k, e.cat.RawSizes[r.Sample]))
 		}
 		req := &dataplanepb.FetchRequest{
@@ -452,7 +453,7 @@ func (f *Fetcher) account(r *schedule.Request, resp *dataplanepb.FetchResponse, 
 		e.storageOffNS.Add(int64(resp.GetStorageCpuNs()))
 		e.storageOffEffNS.Add(int64(held))
 		if want, ok := plan.VaryingAt(i); this && ok && resp.GetError() == nil {
-			if info, err := ops.ReadWireHeader(resp.GetData()); err == nil {
+			if info, err := wireform.ReadHeader(resp.GetData()); err == nil {
 				e.varBytes.Add(int64(info.StoredLen))
 				e.varPlanned.Add(want)
 			}

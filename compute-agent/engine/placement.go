@@ -11,7 +11,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	shards "github.com/sophon-dl/sophon/internal/placement"
 	"github.com/sophon-dl/sophon/internal/placement/wire"
-	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -299,7 +299,7 @@ func transport(ctx context.Context, fs []*Fetcher) float64 {
 // a damaged file can decode whole and still give a cut that does not
 // (FuzzCut found such files): the sample is not lost for that. When the
 // raw fetch fails too, bad stands.
-func (e *Epoch) refetchRaw(ctx context.Context, f *Fetcher, lim ops.WireLimits, it *schedule.Item, bad *report.SampleFailure) *report.SampleFailure {
+func (e *Epoch) refetchRaw(ctx context.Context, f *Fetcher, lim wireform.Limits, it *schedule.Item, bad *report.SampleFailure) *report.SampleFailure {
 	data, err := e.fetchRaw(ctx, f, it.Sample)
 	if err != nil {
 		return bad

@@ -2,7 +2,7 @@ package engine
 
 import (
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
-	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 )
 
 // Plan is what the engine needs of the plan it runs: by sample id, the
@@ -37,7 +37,7 @@ type Plan interface {
 	Caches() bool
 	// Codec is the codec requested for sample; def where the plan does not
 	// decide it.
-	Codec(sample uint64, def ops.Codec) ops.Codec
+	Codec(sample uint64, def wireform.Codec) wireform.Codec
 }
 
 // Offloads is what an epoch measured of its samples fetched offloaded

@@ -23,6 +23,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/internal/errkind"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -268,7 +269,7 @@ func (e *Epoch) next(ctx context.Context) (work, bool, error) {
 func (e *Epoch) worker(ctx context.Context) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	lim := ops.WireLimits{MaxPayload: e.cfg.MaxPayload}
+	lim := wireform.Limits{MaxPayload: e.cfg.MaxPayload}
 	wake := trainer.NewWaiter()
 	for {
 		w, ok, err := e.next(ctx)
@@ -344,9 +345,9 @@ func (e *Epoch) worker(ctx context.Context) error {
 // the catalog's content hash (see Fetcher.checkRaw) and runs ops[k:n] on it, timing
 // both on the thread's CPU clock, and fills it with the tensor. in is the
 // decoded wire form and out the pipeline's output (for the cache).
-func (e *Epoch) finish(f *Fetcher, data []byte, lim ops.WireLimits, it *schedule.Item) (in, out ops.Value, bad *report.SampleFailure) {
+func (e *Epoch) finish(f *Fetcher, data []byte, lim wireform.Limits, it *schedule.Item) (in, out ops.Value, bad *report.SampleFailure) {
 	t0 := cpuclock.Thread()
-	in, err := ops.DecodeWire(data, lim)
+	in, err := wireform.Decode(data, lim)
 	if raw, ok := in.(ops.Encoded); ok && err == nil && it.Split == 0 {
 		err = f.checkRaw(it.Sample, raw)
 	}
@@ -397,9 +398,9 @@ func (e *Epoch) complete(in ops.Value, err error, it *schedule.Item, t0 time.Dur
 }
 
 // check validates a response's wire form without finishing it (FetchOnly).
-func (e *Epoch) check(data []byte, lim ops.WireLimits, it *schedule.Item) *report.SampleFailure {
+func (e *Epoch) check(data []byte, lim wireform.Limits, it *schedule.Item) *report.SampleFailure {
 	t0 := cpuclock.Thread()
-	_, err := ops.CheckWire(data, lim)
+	_, err := wireform.Check(data, lim)
 	e.computeNS.Add(int64(cpuclock.Thread() - t0))
 	if err != nil {
 		return &report.SampleFailure{Sample: it.Sample, Split: it.Split, Kind: LocalKind(err), Message: err.Error(), Where: "local"}
@@ -572,8 +573,8 @@ func (e *Epoch) feeder(ctx context.Context) error {
 // LocalKind names an ops error with the storage agent's kinds, or WIRE for
 // a wire form that does not decode.
 func LocalKind(err error) string {
-	if errors.Is(err, ops.ErrWireHeader) || errors.Is(err, ops.ErrWireSize) ||
-		errors.Is(err, ops.ErrWireChecksum) || errors.Is(err, ops.ErrWireCodec) {
+	if errors.Is(err, wireform.ErrHeader) || errors.Is(err, wireform.ErrSize) ||
+		errors.Is(err, wireform.ErrChecksum) || errors.Is(err, wireform.ErrCodec) {
 		return "WIRE"
 	}
 	if errors.Is(err, ErrContentMismatch) {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 )
 
 // An epoch may start under a provisional plan and take its real one while
@@ -78,18 +79,18 @@ func (e *Epoch) Swap(plan Plan, splitOf func(sample uint64) int, linkRate, cores
 		planned++
 		s := e.order[pos]
 		if e.cc.want != nil && e.cc.want[pos] {
-			return e.split[pos] != 0 || e.codecOf(e.runPlan(), s) != ops.CodecNone
+			return e.split[pos] != 0 || e.codecOf(e.runPlan(), s) != wireform.CodecNone
 		}
 		raw := e.cat.RawSizes[s]
 		before := e.cfg.Sizes.Estimate(e.shedder().Split(pos, e.split[pos]), raw)
 		k := splitOf(s)
-		if fill && plan.Cached(s) && e.codecOf(plan, s) == ops.CodecNone {
+		if fill && plan.Cached(s) && e.codecOf(plan, s) == wireform.CodecNone {
 			k, e.cc.want[pos] = 0, true // fetched raw, into the cache
 			e.cc.wanted++
 		}
 		e.split[pos] = k
 		e.left.Add(e.cfg.Sizes.Estimate(k, raw) - before)
-		return k != 0 || e.codecOf(plan, s) != ops.CodecNone
+		return k != 0 || e.codecOf(plan, s) != wireform.CodecNone
 	}, func(received []bool) {
 		if planned == 0 {
 			return // every position went out under the plans before
@@ -118,7 +119,7 @@ func (e *Epoch) Swap(plan Plan, splitOf func(sample uint64) int, linkRate, cores
 }
 
 // codecOf is the codec plan requests for sample.
-func (e *Epoch) codecOf(plan Plan, sample uint64) ops.Codec {
+func (e *Epoch) codecOf(plan Plan, sample uint64) wireform.Codec {
 	return plan.Codec(sample, e.cfg.Codec)
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/profiler"
 )
@@ -721,14 +722,14 @@ func offloadCost(s *profiler.SampleProfile, k int, zstd bool) (bytes, ns float64
 // Codec is the codec requested for sample: a policy's plan decides it
 // (zstd where the plan compresses the sample, else none); for other plans
 // it is def (Config.Codec).
-func (p *RunPlan) Codec(sample uint64, def ops.Codec) ops.Codec {
+func (p *RunPlan) Codec(sample uint64, def wireform.Codec) wireform.Codec {
 	if !p.Hinted() {
 		return def
 	}
 	if i, ok := p.Entry(sample); ok && p.plan.Compress != nil && p.plan.Compress[i] {
-		return ops.CodecZstd
+		return wireform.CodecZstd
 	}
-	return ops.CodecNone
+	return wireform.CodecNone
 }
 
 // ValidSplit checks k: in [0, n], or ops.SplitCut where p has it.

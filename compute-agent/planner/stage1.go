@@ -15,6 +15,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
@@ -54,7 +55,7 @@ type Stage1Config struct {
 	// Seed and Epoch name the probes' requests (the run's first epoch).
 	Seed, Epoch uint64
 	// Window bounds each probe stream's requests in flight; MaxPayload a
-	// response's decoded payload (ops.WireLimits).
+	// response's decoded payload (wireform.Limits).
 	Window     int
 	MaxPayload int
 	// Budget bounds the link probe and the compute measurement
@@ -166,7 +167,7 @@ func (cfg *Stage1Config) probe(ctx context.Context, f Source, samples []uint64, 
 			return res, err
 		}
 	}
-	lim := ops.WireLimits{MaxPayload: cfg.MaxPayload}
+	lim := wireform.Limits{MaxPayload: cfg.MaxPayload}
 	for got < sent {
 		resp, err := stream.Recv()
 		if err != nil {
@@ -178,7 +179,7 @@ func (cfg *Stage1Config) probe(ctx context.Context, f Source, samples []uint64, 
 			s := resp.GetSample()
 			res.storageNS[s] = int64(resp.GetStorageCpuNs())
 			if k == 0 && len(res.raw) < keep {
-				if v, err := ops.DecodeWire(resp.GetData(), lim); err == nil {
+				if v, err := wireform.Decode(resp.GetData(), lim); err == nil {
 					if b, ok := v.(ops.Encoded); ok {
 						res.raw[s] = b
 					}

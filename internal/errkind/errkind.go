@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -25,7 +26,7 @@ var opsKinds = []Pair{
 	{ops.ErrTruncated, dataplanepb.ErrorKind_ERROR_KIND_TRUNCATED},
 	{ops.ErrCorrupt, dataplanepb.ErrorKind_ERROR_KIND_CORRUPT},
 	{ops.ErrTooLarge, dataplanepb.ErrorKind_ERROR_KIND_TOO_LARGE},
-	{ops.ErrWireTooLarge, dataplanepb.ErrorKind_ERROR_KIND_TOO_LARGE},
+	{wireform.ErrTooLarge, dataplanepb.ErrorKind_ERROR_KIND_TOO_LARGE},
 	{ops.ErrUnsupported, dataplanepb.ErrorKind_ERROR_KIND_UNSUPPORTED},
 	{ops.ErrSplit, dataplanepb.ErrorKind_ERROR_KIND_BAD_REQUEST},
 	{ops.ErrSpec, dataplanepb.ErrorKind_ERROR_KIND_BAD_REQUEST},

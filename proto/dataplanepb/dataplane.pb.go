@@ -31,7 +31,7 @@ const (
 )
 
 // Codec selects the optional lossless compression of an intermediate's
-// wire form (ops.Codec).
+// wire form (wireform.Codec).
 type Codec int32
 
 const (
@@ -636,7 +636,7 @@ type FetchResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Tag    uint64                 `protobuf:"varint,1,opt,name=tag,proto3" json:"tag,omitempty"`
 	Sample uint64                 `protobuf:"varint,2,opt,name=sample,proto3" json:"sample,omitempty"`
-	// The intermediate after ops[0:split] in its wire form (ops.EncodeWire).
+	// The intermediate after ops[0:split] in its wire form (wireform.Encode).
 	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
 	// Storage CPU time spent on this sample: reading it and running the ops.
 	StorageCpuNs uint64 `protobuf:"varint,4,opt,name=storage_cpu_ns,json=storageCpuNs,proto3" json:"storage_cpu_ns,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -55,7 +56,7 @@ func TestWorkConservingFallback(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mid, err := ops.DecodeWire(resp.Data, ops.WireLimits{})
+		mid, err := wireform.Decode(resp.Data, wireform.Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +100,7 @@ func TestFetchCut(t *testing.T) {
 		if resp.Error != nil {
 			t.Fatalf("sample %d: %v", req.Sample, resp.Error)
 		}
-		mid, err := ops.DecodeWire(resp.Data, ops.WireLimits{})
+		mid, err := wireform.Decode(resp.Data, wireform.Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}

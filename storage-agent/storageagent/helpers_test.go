@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -113,7 +114,7 @@ func fetchAll(t testing.TB, c dataplanepb.StorageClient, reqs []*dataplanepb.Fet
 // wireBytes is v's uncompressed wire form, to compare values exactly.
 func wireBytes(t testing.TB, v ops.Value) []byte {
 	t.Helper()
-	b, err := ops.EncodeWire(v, ops.CodecNone)
+	b, err := wireform.Encode(v, wireform.CodecNone)
 	if err != nil {
 		t.Fatal(err)
 	}

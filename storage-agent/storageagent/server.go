@@ -25,6 +25,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/jpeg"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 	"github.com/sophon-dl/sophon/storage-agent/budget"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
@@ -728,11 +729,11 @@ func (s *server) process(j *job) ([]byte, dataplanepb.Served, error) {
 			return nil, 0, err
 		}
 	}
-	codec := ops.Codec(req.GetCodec())
+	codec := wireform.Codec(req.GetCodec())
 	if served != dataplanepb.Served_SERVED_AS_REQUESTED {
-		codec = ops.CodecNone
+		codec = wireform.CodecNone
 	}
-	out, err := ops.EncodeWire(v, codec)
+	out, err := wireform.Encode(v, codec)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -748,14 +749,14 @@ func (s *server) processRaw(i uint64) ([]byte, error) {
 	if err := s.checkRawSize(i); err != nil {
 		return nil, err
 	}
-	form, payload, err := ops.NewEncodedWire(int(s.ds.RawSize(i)))
+	form, payload, err := wireform.NewEncoded(int(s.ds.RawSize(i)))
 	if err != nil {
 		return nil, err
 	}
 	if err := s.ds.ReadInto(i, payload); err != nil {
 		return nil, err
 	}
-	ops.SealWire(form)
+	wireform.Seal(form)
 	return form, nil
 }
 
@@ -776,7 +777,7 @@ func (s *server) checkRawSize(i uint64) error {
 	if n > dataset.MaxSampleBytes {
 		return fmt.Errorf("sample %d (%s): %w: %d bytes, limit %d", i, s.ds.Path(i), ops.ErrTooLarge, n, dataset.MaxSampleBytes)
 	}
-	if w := ops.EncodedWireLen(int(n)); w > s.maxWire {
+	if w := wireform.EncodedLen(int(n)); w > s.maxWire {
 		return fmt.Errorf("sample %d (%s): %w: the file is %d bytes, %d on the wire raw, above the %d-byte message limit (refused at every split, so that no plan serves it)",
 			i, s.ds.Path(i), ops.ErrTooLarge, n, w, s.maxWire)
 	}

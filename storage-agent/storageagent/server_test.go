@@ -22,6 +22,7 @@ import (
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/jpeg"
 	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
 )
@@ -218,9 +219,9 @@ func TestFetchEverySplit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mid, err := ops.DecodeWire(resp.Data, ops.WireLimits{})
+			mid, err := wireform.Decode(resp.Data, wireform.Limits{})
 			if err != nil {
-				t.Fatalf("%s sample %d split %d: DecodeWire: %v", name, req.Sample, k, err)
+				t.Fatalf("%s sample %d split %d: Decode: %v", name, req.Sample, k, err)
 			}
 			if string(wireBytes(t, mid)) != string(wireBytes(t, wantMid)) {
 				t.Errorf("%s sample %d split %d: intermediate differs from a local run", name, req.Sample, k)
@@ -272,7 +273,7 @@ func TestFetchCustomSpec(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := ops.DecodeWire(resp.Data, ops.WireLimits{})
+		v, err := wireform.Decode(resp.Data, wireform.Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -601,7 +602,7 @@ func TestRawFetchNeedsNoPipeline(t *testing.T) {
 		if resp.Error != nil {
 			t.Fatalf("tag %d: %v", tag, resp.Error)
 		}
-		v, err := ops.DecodeWire(resp.Data, ops.WireLimits{})
+		v, err := wireform.Decode(resp.Data, wireform.Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}

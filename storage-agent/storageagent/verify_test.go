@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
 	"github.com/sophon-dl/sophon/storage-agent/dataset/datasettest"
@@ -137,7 +138,7 @@ func checkOthers(t *testing.T, a *testAgent, victim uint64) {
 			datasettest.Must(t, err)
 			want = wireBytes(t, v)
 		}
-		mid, err := ops.DecodeWire(resp.Data, ops.WireLimits{})
+		mid, err := wireform.Decode(resp.Data, wireform.Limits{})
 		datasettest.Must(t, err)
 		if !bytes.Equal(wireBytes(t, mid), want) {
 			t.Errorf("sample %d split %d: not the bytes of a local run", r.Sample, r.Split)

@@ -27,6 +27,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -398,7 +399,7 @@ func (s *Storage) serve(ctx context.Context, req *dataplanepb.FetchRequest) *dat
 	if err != nil {
 		return fail(engine.LocalKind(err), err.Error())
 	}
-	b, err := ops.EncodeWire(v, ops.Codec(req.GetCodec()))
+	b, err := wireform.Encode(v, wireform.Codec(req.GetCodec()))
 	if err != nil {
 		return fail("INTERNAL", err.Error())
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/testbed"
 )
@@ -38,7 +39,7 @@ func runOps(ctx context.Context, args []string, log zerolog.Logger) error {
 	if *specFile != "" {
 		name = *specFile
 	}
-	codec, err := ops.ParseCodec(*codecName)
+	codec, err := wireform.ParseCodec(*codecName)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package ops_test
+package wireform_test
 
 import (
 	"bytes"
@@ -20,11 +20,12 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 )
 
-var wireCodecs = []ops.Codec{ops.CodecNone, ops.CodecZstd, ops.CodecS2}
+var wireCodecs = []wireform.Codec{wireform.CodecNone, wireform.CodecZstd, wireform.CodecS2}
 
-var wireSentinels = []error{ops.ErrWireHeader, ops.ErrWireSize, ops.ErrWireChecksum, ops.ErrWireTooLarge, ops.ErrWireCodec}
+var wireSentinels = []error{wireform.ErrHeader, wireform.ErrSize, wireform.ErrChecksum, wireform.ErrTooLarge, wireform.ErrCodec}
 
 // wirePhoto is a deterministic photo-like image: smooth colour gradients and
 // low-frequency waves under pixel noise of +-noise.
@@ -196,26 +197,26 @@ func TestWireRoundTrip(t *testing.T) {
 	for name, v := range wireValues() {
 		for _, c := range wireCodecs {
 			t.Run(name+"/"+c.String(), func(t *testing.T) {
-				b, err := ops.EncodeWire(v, c)
+				b, err := wireform.Encode(v, c)
 				if err != nil {
-					t.Fatalf("EncodeWire: %v", err)
+					t.Fatalf("Encode: %v", err)
 				}
-				info, err := ops.ReadWireHeader(b)
+				info, err := wireform.ReadHeader(b)
 				if err != nil {
-					t.Fatalf("ReadWireHeader: %v", err)
+					t.Fatalf("ReadHeader: %v", err)
 				}
 				if info.Kind != v.Kind() || info.RawLen != uint64(v.Size()) || info.Len() != uint64(len(b)) {
 					t.Fatalf("header %v for %s of %d bytes in %d bytes", info, v.Kind(), v.Size(), len(b))
 				}
-				if info.Codec != c && info.Codec != ops.CodecNone {
+				if info.Codec != c && info.Codec != wireform.CodecNone {
 					t.Fatalf("codec %s, want %s or none", info.Codec, c)
 				}
-				if info.Codec != ops.CodecNone && info.StoredLen >= info.RawLen {
+				if info.Codec != wireform.CodecNone && info.StoredLen >= info.RawLen {
 					t.Fatalf("stored %d >= raw %d with codec %s", info.StoredLen, info.RawLen, info.Codec)
 				}
-				got, err := ops.DecodeWire(b, ops.WireLimits{})
+				got, err := wireform.Decode(b, wireform.Limits{})
 				if err != nil {
-					t.Fatalf("DecodeWire: %v", err)
+					t.Fatalf("Decode: %v", err)
 				}
 				if err := wireEqual(v, got); err != nil {
 					t.Fatal(err)
@@ -226,15 +227,15 @@ func TestWireRoundTrip(t *testing.T) {
 					t.Fatalf("after clearing the input: %v", err)
 				}
 
-				// AppendWire keeps the prefix and appends the same bytes.
+				// Append keeps the prefix and appends the same bytes.
 				prefix := []byte("prefix")
-				b2, err := ops.AppendWire(prefix, v, c)
+				b2, err := wireform.Append(prefix, v, c)
 				if err != nil {
-					t.Fatalf("AppendWire: %v", err)
+					t.Fatalf("Append: %v", err)
 				}
-				b3, _ := ops.EncodeWire(v, c)
+				b3, _ := wireform.Encode(v, c)
 				if string(b2[:len(prefix)]) != "prefix" || !bytes.Equal(b2[len(prefix):], b3) {
-					t.Fatal("AppendWire differs from EncodeWire after the prefix")
+					t.Fatal("Append differs from Encode after the prefix")
 				}
 			})
 		}
@@ -247,20 +248,20 @@ func TestWireCodecChoice(t *testing.T) {
 	vals := wireValues()
 	for _, tc := range []struct {
 		name string
-		want map[ops.Codec]ops.Codec
+		want map[wireform.Codec]wireform.Codec
 	}{
-		{"tensor/photo", map[ops.Codec]ops.Codec{ops.CodecZstd: ops.CodecZstd, ops.CodecS2: ops.CodecS2}},
-		{"encoded/zeros", map[ops.Codec]ops.Codec{ops.CodecZstd: ops.CodecZstd, ops.CodecS2: ops.CodecS2}},
-		{"tensor/zeros", map[ops.Codec]ops.Codec{ops.CodecZstd: ops.CodecZstd, ops.CodecS2: ops.CodecS2}},
-		{"encoded/random", map[ops.Codec]ops.Codec{ops.CodecZstd: ops.CodecNone, ops.CodecS2: ops.CodecNone}},
-		{"encoded/empty", map[ops.Codec]ops.Codec{ops.CodecZstd: ops.CodecNone, ops.CodecS2: ops.CodecNone}},
+		{"tensor/photo", map[wireform.Codec]wireform.Codec{wireform.CodecZstd: wireform.CodecZstd, wireform.CodecS2: wireform.CodecS2}},
+		{"encoded/zeros", map[wireform.Codec]wireform.Codec{wireform.CodecZstd: wireform.CodecZstd, wireform.CodecS2: wireform.CodecS2}},
+		{"tensor/zeros", map[wireform.Codec]wireform.Codec{wireform.CodecZstd: wireform.CodecZstd, wireform.CodecS2: wireform.CodecS2}},
+		{"encoded/random", map[wireform.Codec]wireform.Codec{wireform.CodecZstd: wireform.CodecNone, wireform.CodecS2: wireform.CodecNone}},
+		{"encoded/empty", map[wireform.Codec]wireform.Codec{wireform.CodecZstd: wireform.CodecNone, wireform.CodecS2: wireform.CodecNone}},
 	} {
 		for c, want := range tc.want {
-			b, err := ops.EncodeWire(vals[tc.name], c)
+			b, err := wireform.Encode(vals[tc.name], c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			info, err := ops.ReadWireHeader(b)
+			info, err := wireform.ReadHeader(b)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -273,17 +274,17 @@ func TestWireCodecChoice(t *testing.T) {
 
 func TestParseCodec(t *testing.T) {
 	for _, c := range wireCodecs {
-		got, err := ops.ParseCodec(c.String())
+		got, err := wireform.ParseCodec(c.String())
 		if err != nil || got != c {
 			t.Errorf("ParseCodec(%q) = %v, %v, want %v", c.String(), got, err, c)
 		}
 	}
 	for _, s := range []string{"", "gzip", "ZSTD", "codec(3)"} {
-		if _, err := ops.ParseCodec(s); !errors.Is(err, ops.ErrWireCodec) {
-			t.Errorf("ParseCodec(%q) error %v, want %v", s, err, ops.ErrWireCodec)
+		if _, err := wireform.ParseCodec(s); !errors.Is(err, wireform.ErrCodec) {
+			t.Errorf("ParseCodec(%q) error %v, want %v", s, err, wireform.ErrCodec)
 		}
 	}
-	if got := ops.Codec(7).String(); got != "codec(7)" {
+	if got := wireform.Codec(7).String(); got != "codec(7)" {
 		t.Errorf("Codec(7).String() = %q", got)
 	}
 }
@@ -292,29 +293,29 @@ func TestParseCodec(t *testing.T) {
 // fits and the image is then short of pixels.
 const wireHugeDim = math.MaxInt
 
-var wireHugeDimErr = map[bool]error{true: ops.ErrWireHeader, false: ops.ErrWireSize}[wireHugeDim > math.MaxUint32]
+var wireHugeDimErr = map[bool]error{true: wireform.ErrHeader, false: wireform.ErrSize}[wireHugeDim > math.MaxUint32]
 
-func TestEncodeWireInvalid(t *testing.T) {
+func TestEncodeInvalid(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		v    ops.Value
-		c    ops.Codec
+		c    wireform.Codec
 		want error
 	}{
-		{"nil", nil, ops.CodecNone, ops.ErrKind},
-		{"nil image", (*ops.Image)(nil), ops.CodecNone, ops.ErrKind},
-		{"nil tensor", (*ops.Tensor)(nil), ops.CodecZstd, ops.ErrKind},
-		{"short pix", &ops.Image{W: 2, H: 2, Pix: make([]uint8, 11)}, ops.CodecNone, ops.ErrWireSize},
-		{"long pix", &ops.Image{W: 2, H: 2, Pix: make([]uint8, 13)}, ops.CodecS2, ops.ErrWireSize},
-		{"negative width", &ops.Image{W: -1, H: 2}, ops.CodecNone, ops.ErrWireHeader},
-		{"width beyond uint32", &ops.Image{W: wireHugeDim, H: 1}, ops.CodecNone, wireHugeDimErr},
-		{"short data", &ops.Tensor{C: 1, H: 2, W: 2, Data: make([]float32, 3)}, ops.CodecNone, ops.ErrWireSize},
-		{"overflowing tensor", &ops.Tensor{C: 1 << 30, H: 1 << 30, W: 1 << 30}, ops.CodecNone, ops.ErrWireSize},
-		{"unknown codec", ops.Encoded{1}, ops.Codec(3), ops.ErrWireCodec},
+		{"nil", nil, wireform.CodecNone, ops.ErrKind},
+		{"nil image", (*ops.Image)(nil), wireform.CodecNone, ops.ErrKind},
+		{"nil tensor", (*ops.Tensor)(nil), wireform.CodecZstd, ops.ErrKind},
+		{"short pix", &ops.Image{W: 2, H: 2, Pix: make([]uint8, 11)}, wireform.CodecNone, wireform.ErrSize},
+		{"long pix", &ops.Image{W: 2, H: 2, Pix: make([]uint8, 13)}, wireform.CodecS2, wireform.ErrSize},
+		{"negative width", &ops.Image{W: -1, H: 2}, wireform.CodecNone, wireform.ErrHeader},
+		{"width beyond uint32", &ops.Image{W: wireHugeDim, H: 1}, wireform.CodecNone, wireHugeDimErr},
+		{"short data", &ops.Tensor{C: 1, H: 2, W: 2, Data: make([]float32, 3)}, wireform.CodecNone, wireform.ErrSize},
+		{"overflowing tensor", &ops.Tensor{C: 1 << 30, H: 1 << 30, W: 1 << 30}, wireform.CodecNone, wireform.ErrSize},
+		{"unknown codec", ops.Encoded{1}, wireform.Codec(3), wireform.ErrCodec},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := []byte("keep")
-			out, err := ops.AppendWire(dst, tc.v, tc.c)
+			out, err := wireform.Append(dst, tc.v, tc.c)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
@@ -380,7 +381,7 @@ func wireImageForm(pix []byte) wireForm {
 // encoder.
 func TestWireLayout(t *testing.T) {
 	m := wirePhoto(4, 3, 10, 9)
-	got, err := ops.EncodeWire(m, ops.CodecNone)
+	got, err := wireform.Encode(m, wireform.CodecNone)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +393,7 @@ func TestWireLayout(t *testing.T) {
 	}
 
 	e := ops.Encoded("jpeg bytes")
-	got, err = ops.EncodeWire(e, ops.CodecNone)
+	got, err = wireform.Encode(e, wireform.CodecNone)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +408,7 @@ func TestWireLayout(t *testing.T) {
 
 	ts := wireSpecialTensor()
 	raw := wireRawBytes(ts)
-	got, err = ops.EncodeWire(ts, ops.CodecNone)
+	got, err = wireform.Encode(ts, wireform.CodecNone)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +419,7 @@ func TestWireLayout(t *testing.T) {
 	}
 }
 
-func TestDecodeWireBad(t *testing.T) {
+func TestDecodeBad(t *testing.T) {
 	pix := wirePhoto(4, 3, 10, 5).Pix
 	valid := wireImageForm(pix).bytes()
 	const hlen = 44
@@ -440,64 +441,64 @@ func TestDecodeWireBad(t *testing.T) {
 	type tcase struct {
 		name string
 		in   []byte
-		lim  ops.WireLimits
+		lim  wireform.Limits
 		want error
 	}
 	cases := []tcase{
-		{"empty", nil, ops.WireLimits{}, ops.ErrWireHeader},
-		{"bad magic", mod(func(w *wireForm) { w.magic = "SOPX" }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"version 0", mod(func(w *wireForm) { w.version = 0 }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"version 2", mod(func(w *wireForm) { w.version = 2 }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"kind 0", mod(func(w *wireForm) { w.kind = 0 }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"kind 4", mod(func(w *wireForm) { w.kind = 4 }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"kind tensor, dtype uint8", mod(func(w *wireForm) { w.kind = 3 }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"kind encoded, rank 3", mod(func(w *wireForm) { w.kind = 1 }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"dtype 0", mod(func(w *wireForm) { w.dtype = 0 }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"dtype 3", mod(func(w *wireForm) { w.dtype = 3 }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"image of float32", mod(func(w *wireForm) { w.dtype = 2 }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"codec 3", mod(func(w *wireForm) { w.codec = 3 }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"codec 255", mod(func(w *wireForm) { w.codec = 255 }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"rank 0", mod(func(w *wireForm) { w.rank, w.dims = 0, nil }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"rank 1", mod(func(w *wireForm) { w.rank, w.dims = 1, []uint32{36} }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"rank 5", mod(func(w *wireForm) { w.rank, w.dims = 5, []uint32{3, 4, 3, 1, 1} }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"reserved 0", mod(func(w *wireForm) { w.reserved[0] = 1 }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"reserved 1", mod(func(w *wireForm) { w.reserved[1] = 0x80 }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"reserved 2", mod(func(w *wireForm) { w.reserved[2] = 1 }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"image of 4 channels", mod(func(w *wireForm) { w.dims = []uint32{3, 3, 4} }), ops.WireLimits{}, ops.ErrWireHeader},
-		{"image of 1 channel", mod(func(w *wireForm) { w.dims = []uint32{6, 6, 1} }), ops.WireLimits{}, ops.ErrWireHeader},
+		{"empty", nil, wireform.Limits{}, wireform.ErrHeader},
+		{"bad magic", mod(func(w *wireForm) { w.magic = "SOPX" }), wireform.Limits{}, wireform.ErrHeader},
+		{"version 0", mod(func(w *wireForm) { w.version = 0 }), wireform.Limits{}, wireform.ErrHeader},
+		{"version 2", mod(func(w *wireForm) { w.version = 2 }), wireform.Limits{}, wireform.ErrHeader},
+		{"kind 0", mod(func(w *wireForm) { w.kind = 0 }), wireform.Limits{}, wireform.ErrHeader},
+		{"kind 4", mod(func(w *wireForm) { w.kind = 4 }), wireform.Limits{}, wireform.ErrHeader},
+		{"kind tensor, dtype uint8", mod(func(w *wireForm) { w.kind = 3 }), wireform.Limits{}, wireform.ErrHeader},
+		{"kind encoded, rank 3", mod(func(w *wireForm) { w.kind = 1 }), wireform.Limits{}, wireform.ErrHeader},
+		{"dtype 0", mod(func(w *wireForm) { w.dtype = 0 }), wireform.Limits{}, wireform.ErrHeader},
+		{"dtype 3", mod(func(w *wireForm) { w.dtype = 3 }), wireform.Limits{}, wireform.ErrHeader},
+		{"image of float32", mod(func(w *wireForm) { w.dtype = 2 }), wireform.Limits{}, wireform.ErrHeader},
+		{"codec 3", mod(func(w *wireForm) { w.codec = 3 }), wireform.Limits{}, wireform.ErrHeader},
+		{"codec 255", mod(func(w *wireForm) { w.codec = 255 }), wireform.Limits{}, wireform.ErrHeader},
+		{"rank 0", mod(func(w *wireForm) { w.rank, w.dims = 0, nil }), wireform.Limits{}, wireform.ErrHeader},
+		{"rank 1", mod(func(w *wireForm) { w.rank, w.dims = 1, []uint32{36} }), wireform.Limits{}, wireform.ErrHeader},
+		{"rank 5", mod(func(w *wireForm) { w.rank, w.dims = 5, []uint32{3, 4, 3, 1, 1} }), wireform.Limits{}, wireform.ErrHeader},
+		{"reserved 0", mod(func(w *wireForm) { w.reserved[0] = 1 }), wireform.Limits{}, wireform.ErrHeader},
+		{"reserved 1", mod(func(w *wireForm) { w.reserved[1] = 0x80 }), wireform.Limits{}, wireform.ErrHeader},
+		{"reserved 2", mod(func(w *wireForm) { w.reserved[2] = 1 }), wireform.Limits{}, wireform.ErrHeader},
+		{"image of 4 channels", mod(func(w *wireForm) { w.dims = []uint32{3, 3, 4} }), wireform.Limits{}, wireform.ErrHeader},
+		{"image of 1 channel", mod(func(w *wireForm) { w.dims = []uint32{6, 6, 1} }), wireform.Limits{}, wireform.ErrHeader},
 		{"dims overflow", wireForm{magic: "SOPW", version: 1, kind: 3, dtype: 2, rank: 3,
-			dims: []uint32{math.MaxUint32, math.MaxUint32, math.MaxUint32}, rawLen: 36}.bytes(), ops.WireLimits{}, ops.ErrWireHeader},
+			dims: []uint32{math.MaxUint32, math.MaxUint32, math.MaxUint32}, rawLen: 36}.bytes(), wireform.Limits{}, wireform.ErrHeader},
 		{"dims overflow by dtype", wireForm{magic: "SOPW", version: 1, kind: 3, dtype: 2, rank: 3,
-			dims: []uint32{1 << 31, 1 << 31, 1 << 2}, rawLen: 0}.bytes(), ops.WireLimits{}, ops.ErrWireHeader},
-		{"raw length short of dims", mod(func(w *wireForm) { w.rawLen-- }), ops.WireLimits{}, ops.ErrWireSize},
-		{"raw length beyond dims", mod(func(w *wireForm) { w.rawLen = 1 << 62 }), ops.WireLimits{}, ops.ErrWireSize},
-		{"dims beyond payload", mod(func(w *wireForm) { w.dims = []uint32{3, 5, 3} }), ops.WireLimits{}, ops.ErrWireSize},
-		{"codec none, stored != raw", mod(func(w *wireForm) { w.storedLen = u64(35) }), ops.WireLimits{}, ops.ErrWireSize},
-		{"stored length huge", mod(func(w *wireForm) { w.codec, w.storedLen = 1, u64(1<<63) }), ops.WireLimits{}, ops.ErrWireSize},
-		{"stored length max", mod(func(w *wireForm) { w.codec, w.storedLen = 2, u64(math.MaxUint64) }), ops.WireLimits{}, ops.ErrWireSize},
-		{"trailing byte", append(bytes.Clone(valid), 0), ops.WireLimits{}, ops.ErrWireSize},
-		{"payload byte flipped", flip(valid, hlen+7), ops.WireLimits{}, ops.ErrWireChecksum},
-		{"last payload byte flipped", flip(valid, len(valid)-1), ops.WireLimits{}, ops.ErrWireChecksum},
-		{"checksum flipped", flip(valid, hlen-1), ops.WireLimits{}, ops.ErrWireChecksum},
-		{"H and W swapped", mod(func(w *wireForm) { w.crc = u32(binary.LittleEndian.Uint32(valid[hlen-4:])); w.dims = []uint32{4, 3, 3} }), ops.WireLimits{}, ops.ErrWireChecksum},
-		{"over the limit", valid, ops.WireLimits{MaxPayload: len(pix) - 1}, ops.ErrWireTooLarge},
-		{"zstd garbage", mod(func(w *wireForm) { w.codec, w.stored = 1, []byte("not a zstd frame") }), ops.WireLimits{}, ops.ErrWireCodec},
-		{"zstd short output", mod(func(w *wireForm) { w.codec, w.stored = 1, zstdEncode(t, pix[:30]) }), ops.WireLimits{}, ops.ErrWireSize},
-		{"zstd long output", mod(func(w *wireForm) { w.codec, w.stored = 1, zstdEncode(t, append(bytes.Clone(pix), 1)) }), ops.WireLimits{}, ops.ErrWireSize},
-		{"zstd truncated", mod(func(w *wireForm) { w.codec, w.stored = 1, zstdFrame[:len(zstdFrame)-1] }), ops.WireLimits{}, ops.ErrWireCodec},
-		{"s2 garbage", mod(func(w *wireForm) { w.codec, w.stored = 2, []byte{36, 0xff, 0xff, 0xff} }), ops.WireLimits{}, ops.ErrWireCodec},
-		{"s2 bad varint", mod(func(w *wireForm) { w.codec, w.stored = 2, []byte{0xff, 0xff} }), ops.WireLimits{}, ops.ErrWireCodec},
-		{"s2 longer output", mod(func(w *wireForm) { w.codec, w.stored = 2, s2Block }), ops.WireLimits{}, ops.ErrWireSize},
+			dims: []uint32{1 << 31, 1 << 31, 1 << 2}, rawLen: 0}.bytes(), wireform.Limits{}, wireform.ErrHeader},
+		{"raw length short of dims", mod(func(w *wireForm) { w.rawLen-- }), wireform.Limits{}, wireform.ErrSize},
+		{"raw length beyond dims", mod(func(w *wireForm) { w.rawLen = 1 << 62 }), wireform.Limits{}, wireform.ErrSize},
+		{"dims beyond payload", mod(func(w *wireForm) { w.dims = []uint32{3, 5, 3} }), wireform.Limits{}, wireform.ErrSize},
+		{"codec none, stored != raw", mod(func(w *wireForm) { w.storedLen = u64(35) }), wireform.Limits{}, wireform.ErrSize},
+		{"stored length huge", mod(func(w *wireForm) { w.codec, w.storedLen = 1, u64(1<<63) }), wireform.Limits{}, wireform.ErrSize},
+		{"stored length max", mod(func(w *wireForm) { w.codec, w.storedLen = 2, u64(math.MaxUint64) }), wireform.Limits{}, wireform.ErrSize},
+		{"trailing byte", append(bytes.Clone(valid), 0), wireform.Limits{}, wireform.ErrSize},
+		{"payload byte flipped", flip(valid, hlen+7), wireform.Limits{}, wireform.ErrChecksum},
+		{"last payload byte flipped", flip(valid, len(valid)-1), wireform.Limits{}, wireform.ErrChecksum},
+		{"checksum flipped", flip(valid, hlen-1), wireform.Limits{}, wireform.ErrChecksum},
+		{"H and W swapped", mod(func(w *wireForm) { w.crc = u32(binary.LittleEndian.Uint32(valid[hlen-4:])); w.dims = []uint32{4, 3, 3} }), wireform.Limits{}, wireform.ErrChecksum},
+		{"over the limit", valid, wireform.Limits{MaxPayload: len(pix) - 1}, wireform.ErrTooLarge},
+		{"zstd garbage", mod(func(w *wireForm) { w.codec, w.stored = 1, []byte("not a zstd frame") }), wireform.Limits{}, wireform.ErrCodec},
+		{"zstd short output", mod(func(w *wireForm) { w.codec, w.stored = 1, zstdEncode(t, pix[:30]) }), wireform.Limits{}, wireform.ErrSize},
+		{"zstd long output", mod(func(w *wireForm) { w.codec, w.stored = 1, zstdEncode(t, append(bytes.Clone(pix), 1)) }), wireform.Limits{}, wireform.ErrSize},
+		{"zstd truncated", mod(func(w *wireForm) { w.codec, w.stored = 1, zstdFrame[:len(zstdFrame)-1] }), wireform.Limits{}, wireform.ErrCodec},
+		{"s2 garbage", mod(func(w *wireForm) { w.codec, w.stored = 2, []byte{36, 0xff, 0xff, 0xff} }), wireform.Limits{}, wireform.ErrCodec},
+		{"s2 bad varint", mod(func(w *wireForm) { w.codec, w.stored = 2, []byte{0xff, 0xff} }), wireform.Limits{}, wireform.ErrCodec},
+		{"s2 longer output", mod(func(w *wireForm) { w.codec, w.stored = 2, s2Block }), wireform.Limits{}, wireform.ErrSize},
 	}
 	for i := range hlen {
-		cases = append(cases, tcase{fmt.Sprintf("header cut at %d", i), valid[:i], ops.WireLimits{}, ops.ErrWireHeader})
+		cases = append(cases, tcase{fmt.Sprintf("header cut at %d", i), valid[:i], wireform.Limits{}, wireform.ErrHeader})
 	}
 	for i := hlen; i < len(valid); i += 5 {
-		cases = append(cases, tcase{fmt.Sprintf("payload cut at %d", i), valid[:i], ops.WireLimits{}, ops.ErrWireSize})
+		cases = append(cases, tcase{fmt.Sprintf("payload cut at %d", i), valid[:i], wireform.Limits{}, wireform.ErrSize})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			v, err := ops.DecodeWire(tc.in, tc.lim)
+			v, err := wireform.Decode(tc.in, tc.lim)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
@@ -509,17 +510,17 @@ func TestDecodeWireBad(t *testing.T) {
 	}
 }
 
-// TestDecodeWireFlippedCompressed flips bits in every byte of a compressed
+// TestDecodeFlippedCompressed flips bits in every byte of a compressed
 // form: each must fail cleanly or, where the bits do not matter, decode
 // exactly.
-func TestDecodeWireFlippedCompressed(t *testing.T) {
+func TestDecodeFlippedCompressed(t *testing.T) {
 	m := wireTensor(wirePhoto(20, 15, 3, 8))
-	for _, c := range []ops.Codec{ops.CodecZstd, ops.CodecS2} {
-		b, err := ops.EncodeWire(m, c)
+	for _, c := range []wireform.Codec{wireform.CodecZstd, wireform.CodecS2} {
+		b, err := wireform.Encode(m, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		info, err := ops.ReadWireHeader(b)
+		info, err := wireform.ReadHeader(b)
 		if err != nil || info.Codec != c {
 			t.Fatalf("%s: %v %v", c, info, err)
 		}
@@ -528,7 +529,7 @@ func TestDecodeWireFlippedCompressed(t *testing.T) {
 			for _, mask := range []byte{0x01, 0x80, 0xff} {
 				bad := bytes.Clone(b)
 				bad[i] ^= mask
-				got, err := ops.DecodeWire(bad, ops.WireLimits{})
+				got, err := wireform.Decode(bad, wireform.Limits{})
 				switch {
 				case err == nil:
 					// Some bits do not change the output (unused
@@ -537,11 +538,11 @@ func TestDecodeWireFlippedCompressed(t *testing.T) {
 						t.Fatalf("%s: byte %d ^ %#x decoded to a wrong value: %v", c, i, mask, err)
 					}
 					counts["harmless"]++
-				case errors.Is(err, ops.ErrWireCodec):
+				case errors.Is(err, wireform.ErrCodec):
 					counts["codec"]++
-				case errors.Is(err, ops.ErrWireChecksum):
+				case errors.Is(err, wireform.ErrChecksum):
 					counts["checksum"]++
-				case errors.Is(err, ops.ErrWireSize):
+				case errors.Is(err, wireform.ErrSize):
 					counts["size"]++
 				default:
 					t.Fatalf("%s: byte %d ^ %#x: got %v, want a codec, checksum or size error", c, i, mask, err)
@@ -645,7 +646,7 @@ func wireAlloc(f func()) uint64 {
 	return after.TotalAlloc - before.TotalAlloc
 }
 
-func TestDecodeWireBomb(t *testing.T) {
+func TestDecodeBomb(t *testing.T) {
 	const bomb = 1 << 30
 	const declared = 1 << 20
 	start := time.Now()
@@ -677,18 +678,18 @@ func TestDecodeWireBomb(t *testing.T) {
 		// Declared small: decompression stops within one zstd block (128
 		// KiB) of the declared length, after at most one reallocation of
 		// the output by the zstd decoder (growth 1.25x).
-		{"zstd, declared 1 MiB", encodedForm(1, declared, zNoFCS), ops.ErrWireSize, 5*declared/2 + 256<<10},
-		{"zstd with content size, declared 1 MiB", encodedForm(1, declared, zFCS), ops.ErrWireSize, 64 << 10},
-		{"s2, declared 1 MiB", encodedForm(2, declared, sb), ops.ErrWireSize, 64 << 10},
+		{"zstd, declared 1 MiB", encodedForm(1, declared, zNoFCS), wireform.ErrSize, 5*declared/2 + 256<<10},
+		{"zstd with content size, declared 1 MiB", encodedForm(1, declared, zFCS), wireform.ErrSize, 64 << 10},
+		{"s2, declared 1 MiB", encodedForm(2, declared, sb), wireform.ErrSize, 64 << 10},
 		// Declared above the limit: refused before any allocation.
-		{"zstd, declared 1 GiB", encodedForm(1, bomb, zNoFCS), ops.ErrWireTooLarge, 64 << 10},
-		{"zstd with content size, declared 1 GiB", encodedForm(1, bomb, zFCS), ops.ErrWireTooLarge, 64 << 10},
-		{"s2, declared 1 GiB", encodedForm(2, bomb, sb), ops.ErrWireTooLarge, 64 << 10},
+		{"zstd, declared 1 GiB", encodedForm(1, bomb, zNoFCS), wireform.ErrTooLarge, 64 << 10},
+		{"zstd with content size, declared 1 GiB", encodedForm(1, bomb, zFCS), wireform.ErrTooLarge, 64 << 10},
+		{"s2, declared 1 GiB", encodedForm(2, bomb, sb), wireform.ErrTooLarge, 64 << 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
-			_, _ = ops.DecodeWire(tc.in, ops.WireLimits{}) // warm the shared decoders
-			alloc := wireAlloc(func() { _, err = ops.DecodeWire(tc.in, ops.WireLimits{}) })
+			_, _ = wireform.Decode(tc.in, wireform.Limits{}) // warm the shared decoders
+			alloc := wireAlloc(func() { _, err = wireform.Decode(tc.in, wireform.Limits{}) })
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
@@ -700,17 +701,17 @@ func TestDecodeWireBomb(t *testing.T) {
 	}
 }
 
-// TestDecodeWireAllocs checks that decoding allocates the value and little
+// TestDecodeAllocs checks that decoding allocates the value and little
 // more.
-func TestDecodeWireAllocs(t *testing.T) {
+func TestDecodeAllocs(t *testing.T) {
 	m := wirePhoto(224, 224, 6, 3)
 	for _, c := range wireCodecs {
-		b, err := ops.EncodeWire(m, c)
+		b, err := wireform.Encode(m, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _ = ops.DecodeWire(b, ops.WireLimits{})
-		alloc := wireAlloc(func() { _, err = ops.DecodeWire(b, ops.WireLimits{}) })
+		_, _ = wireform.Decode(b, wireform.Limits{})
+		alloc := wireAlloc(func() { _, err = wireform.Decode(b, wireform.Limits{}) })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -730,10 +731,10 @@ func TestWireConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for _, v := range vals {
 				c := wireCodecs[g%len(wireCodecs)]
-				b, err := ops.EncodeWire(v, c)
+				b, err := wireform.Encode(v, c)
 				if err == nil {
 					var got ops.Value
-					got, err = ops.DecodeWire(b, ops.WireLimits{})
+					got, err = wireform.Decode(b, wireform.Limits{})
 					if err == nil {
 						err = wireEqual(v, got)
 					}
@@ -786,18 +787,18 @@ func TestWireCompressionRatios(t *testing.T) {
 		line += fmt.Sprintf(" zstd-default %.3f", ratio(len(zd.EncodeAll(raw, nil))))
 		line += fmt.Sprintf(" s2 %.3f", ratio(len(s2.Encode(nil, raw))))
 		line += fmt.Sprintf(" s2-better %.3f", ratio(len(s2.EncodeBetter(nil, raw))))
-		for _, c := range []ops.Codec{ops.CodecZstd, ops.CodecS2} {
-			b, err := ops.EncodeWire(tc.v, c)
+		for _, c := range []wireform.Codec{wireform.CodecZstd, wireform.CodecS2} {
+			b, err := wireform.Encode(tc.v, c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			info, _ := ops.ReadWireHeader(b)
+			info, _ := wireform.ReadHeader(b)
 			line += fmt.Sprintf(" | wire %s: %d bytes (%s)", c, len(b), info.Codec)
 		}
 		t.Log(line)
 	}
-	for _, c := range []ops.Codec{ops.CodecZstd, ops.CodecS2} {
-		b, _ := ops.EncodeWire(clean, c)
+	for _, c := range []wireform.Codec{wireform.CodecZstd, wireform.CodecS2} {
+		b, _ := wireform.Encode(clean, c)
 		if len(b) > len(clean.Pix)*98/100 {
 			t.Errorf("%s: a noiseless gradient image of %d bytes takes %d", c, len(clean.Pix), len(b))
 		}
@@ -822,7 +823,7 @@ var wireBenchValues = sync.OnceValue(func() []struct {
 	}
 })
 
-func BenchmarkEncodeWire(b *testing.B) {
+func BenchmarkEncode(b *testing.B) {
 	for _, bv := range wireBenchValues() {
 		for _, c := range wireCodecs {
 			b.Run(bv.name+"/"+c.String(), func(b *testing.B) {
@@ -830,7 +831,7 @@ func BenchmarkEncodeWire(b *testing.B) {
 				var buf []byte
 				var err error
 				for b.Loop() {
-					buf, err = ops.AppendWire(buf[:0], bv.v, c)
+					buf, err = wireform.Append(buf[:0], bv.v, c)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -841,17 +842,17 @@ func BenchmarkEncodeWire(b *testing.B) {
 	}
 }
 
-func BenchmarkDecodeWire(b *testing.B) {
+func BenchmarkDecode(b *testing.B) {
 	for _, bv := range wireBenchValues() {
 		for _, c := range wireCodecs {
 			b.Run(bv.name+"/"+c.String(), func(b *testing.B) {
-				buf, err := ops.EncodeWire(bv.v, c)
+				buf, err := wireform.Encode(bv.v, c)
 				if err != nil {
 					b.Fatal(err)
 				}
 				b.SetBytes(int64(bv.v.Size()))
 				for b.Loop() {
-					if _, err := ops.DecodeWire(buf, ops.WireLimits{}); err != nil {
+					if _, err := wireform.Decode(buf, wireform.Limits{}); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -884,45 +885,45 @@ func BenchmarkWireZstdLevels(b *testing.B) {
 	}
 }
 
-func TestNewEncodedWire(t *testing.T) {
+func TestNewEncoded(t *testing.T) {
 	for _, n := range []int{0, 1, 1000, 300 << 10} {
 		want := make([]byte, n)
 		for i := range want {
 			want[i] = byte(i*7 + n)
 		}
-		form, payload, err := ops.NewEncodedWire(n)
+		form, payload, err := wireform.NewEncoded(n)
 		if err != nil {
 			t.Fatal(err)
 		}
 		copy(payload, want)
-		ops.SealWire(form)
-		ref, err := ops.EncodeWire(ops.Encoded(want), ops.CodecNone)
+		wireform.Seal(form)
+		ref, err := wireform.Encode(ops.Encoded(want), wireform.CodecNone)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(form, ref) {
-			t.Fatalf("n=%d: ops.NewEncodedWire+ops.SealWire differs from ops.EncodeWire", n)
+			t.Fatalf("n=%d: wireform.NewEncoded+wireform.Seal differs from wireform.Encode", n)
 		}
-		v, err := ops.DecodeWire(form, ops.WireLimits{})
+		v, err := wireform.Decode(form, wireform.Limits{})
 		if err != nil || !bytes.Equal(v.(ops.Encoded), want) {
 			t.Fatalf("n=%d: decode gives %v", n, err)
 		}
 	}
-	if _, _, err := ops.NewEncodedWire(-1); !errors.Is(err, ops.ErrWireHeader) {
-		t.Errorf("negative length: got %v, want ops.ErrWireHeader", err)
+	if _, _, err := wireform.NewEncoded(-1); !errors.Is(err, wireform.ErrHeader) {
+		t.Errorf("negative length: got %v, want wireform.ErrHeader", err)
 	}
 }
 
-// TestCheckWire checks that CheckWire accepts exactly what DecodeWire
+// TestCheck checks that Check accepts exactly what Decode
 // accepts, over valid forms of every codec and single-byte corruptions.
-func TestCheckWire(t *testing.T) {
+func TestCheck(t *testing.T) {
 	img := ops.NewImage(40, 30)
 	for i := range img.Pix {
 		img.Pix[i] = byte(i / 7)
 	}
-	for _, c := range []ops.Codec{ops.CodecNone, ops.CodecZstd, ops.CodecS2} {
+	for _, c := range []wireform.Codec{wireform.CodecNone, wireform.CodecZstd, wireform.CodecS2} {
 		for _, v := range []ops.Value{ops.Encoded("some jpeg bytes, honestly"), img} {
-			form, err := ops.EncodeWire(v, c)
+			form, err := wireform.Encode(v, c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -931,16 +932,16 @@ func TestCheckWire(t *testing.T) {
 				if i >= 0 {
 					b[i] ^= 0x41
 				}
-				_, errCheck := ops.CheckWire(b, ops.WireLimits{})
-				_, errDecode := ops.DecodeWire(b, ops.WireLimits{})
+				_, errCheck := wireform.Check(b, wireform.Limits{})
+				_, errDecode := wireform.Decode(b, wireform.Limits{})
 				if (errCheck == nil) != (errDecode == nil) {
-					t.Fatalf("%s %v byte %d: CheckWire %v, DecodeWire %v", c, v.Kind(), i, errCheck, errDecode)
+					t.Fatalf("%s %v byte %d: Check %v, Decode %v", c, v.Kind(), i, errCheck, errDecode)
 				}
 			}
 		}
 	}
-	if _, err := ops.CheckWire(nil, ops.WireLimits{}); !errors.Is(err, ops.ErrWireHeader) {
-		t.Errorf("empty: got %v, want ErrWireHeader", err)
+	if _, err := wireform.Check(nil, wireform.Limits{}); !errors.Is(err, wireform.ErrHeader) {
+		t.Errorf("empty: got %v, want ErrHeader", err)
 	}
 }
 
@@ -961,13 +962,13 @@ func wireCutForm(raw []byte) wireForm {
 }
 
 // TestWireCut checks a cut's documented layout byte for byte, its round
-// trip through every codec, and that DecodeWire refuses a cut whose
-// geometry is short or puts the origin outside the image, as EncodeWire
+// trip through every codec, and that Decode refuses a cut whose
+// geometry is short or puts the origin outside the image, as Encode
 // refuses to write one.
 func TestWireCut(t *testing.T) {
 	jpg := wireJPEG(wirePhoto(48, 32, 4, 7), 80)
 	c := &ops.CutJPEG{W: 1000, H: 700, X: 64, Y: 48, Data: jpg}
-	got, err := ops.EncodeWire(c, ops.CodecNone)
+	got, err := wireform.Encode(c, wireform.CodecNone)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -979,11 +980,11 @@ func TestWireCut(t *testing.T) {
 		t.Fatalf("Size %d, want %d", c.Size(), len(raw))
 	}
 	for _, codec := range wireCodecs {
-		b, err := ops.EncodeWire(c, codec)
+		b, err := wireform.Encode(c, codec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := ops.DecodeWire(b, ops.WireLimits{})
+		v, err := wireform.Decode(b, wireform.Limits{})
 		if err != nil {
 			t.Fatalf("%s: %v", codec, err)
 		}
@@ -997,18 +998,18 @@ func TestWireCut(t *testing.T) {
 		raw  []byte
 		want error
 	}{
-		{"empty", nil, ops.ErrWireSize},
-		{"15 bytes", raw[:15], ops.ErrWireSize},
-		{"width 0", wireCutPayload(0, 700, 0, 0, jpg), ops.ErrWireHeader},
-		{"height 0", wireCutPayload(1000, 0, 0, 0, jpg), ops.ErrWireHeader},
-		{"x at the width", wireCutPayload(1000, 700, 1000, 0, jpg), ops.ErrWireHeader},
-		{"y past the height", wireCutPayload(1000, 700, 0, 701, jpg), ops.ErrWireHeader},
-		{"x 2^32-1", wireCutPayload(1000, 700, 1<<32-1, 0, jpg), ops.ErrWireHeader},
+		{"empty", nil, wireform.ErrSize},
+		{"15 bytes", raw[:15], wireform.ErrSize},
+		{"width 0", wireCutPayload(0, 700, 0, 0, jpg), wireform.ErrHeader},
+		{"height 0", wireCutPayload(1000, 0, 0, 0, jpg), wireform.ErrHeader},
+		{"x at the width", wireCutPayload(1000, 700, 1000, 0, jpg), wireform.ErrHeader},
+		{"y past the height", wireCutPayload(1000, 700, 0, 701, jpg), wireform.ErrHeader},
+		{"x 2^32-1", wireCutPayload(1000, 700, 1<<32-1, 0, jpg), wireform.ErrHeader},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v, err := ops.DecodeWire(wireCutForm(tc.raw).bytes(), ops.WireLimits{})
+			v, err := wireform.Decode(wireCutForm(tc.raw).bytes(), wireform.Limits{})
 			if !errors.Is(err, tc.want) || v != nil {
-				t.Fatalf("DecodeWire: got %v, %v; want %v", v, err, tc.want)
+				t.Fatalf("Decode: got %v, %v; want %v", v, err, tc.want)
 			}
 		})
 	}
@@ -1019,8 +1020,8 @@ func TestWireCut(t *testing.T) {
 		{W: 5, H: 5, Y: -1, Data: jpg},
 		{W: 1 << 33, H: 5, Data: jpg},
 	} {
-		if _, err := ops.EncodeWire(bad, ops.CodecNone); err == nil {
-			t.Errorf("EncodeWire(%+v) succeeded", bad)
+		if _, err := wireform.Encode(bad, wireform.CodecNone); err == nil {
+			t.Errorf("Encode(%+v) succeeded", bad)
 		}
 	}
 }

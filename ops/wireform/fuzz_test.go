@@ -1,4 +1,4 @@
-package ops_test
+package wireform_test
 
 import (
 	"bytes"
@@ -6,12 +6,13 @@ import (
 	"testing"
 
 	"github.com/sophon-dl/sophon/ops"
+	"github.com/sophon-dl/sophon/ops/wireform"
 )
 
-// FuzzDecodeWire feeds DecodeWire arbitrary bytes. It must not panic; it
+// FuzzDecode feeds Decode arbitrary bytes. It must not panic; it
 // either fails with an error wrapping one of the wire sentinels or returns a
 // value that re-encodes and decodes back to itself.
-func FuzzDecodeWire(f *testing.F) {
+func FuzzDecode(f *testing.F) {
 	seeds := [][]byte{nil, []byte("SOPW"), []byte("SOPW\x01\x02\x01\x00\x03\x00\x00\x00")}
 	for _, v := range []ops.Value{
 		ops.Encoded{},
@@ -26,7 +27,7 @@ func FuzzDecodeWire(f *testing.F) {
 		&ops.CutJPEG{W: 100, H: 80, X: 16, Y: 8, Data: []byte("\xff\xd8 a cut \xff\xd9")},
 	} {
 		for _, c := range wireCodecs {
-			b, err := ops.EncodeWire(v, c)
+			b, err := wireform.Encode(v, c)
 			if err != nil {
 				f.Fatal(err)
 			}
@@ -42,10 +43,10 @@ func FuzzDecodeWire(f *testing.F) {
 		f.Add(s)
 	}
 
-	lim := ops.WireLimits{MaxPayload: 1 << 20}
+	lim := wireform.Limits{MaxPayload: 1 << 20}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		info, herr := ops.ReadWireHeader(b)
-		v, err := ops.DecodeWire(b, lim)
+		info, herr := wireform.ReadHeader(b)
+		v, err := wireform.Decode(b, lim)
 		if err != nil {
 			if v != nil {
 				t.Fatalf("value %v with error %v", v, err)
@@ -58,19 +59,19 @@ func FuzzDecodeWire(f *testing.F) {
 			t.Fatalf("error %v wraps no wire sentinel", err)
 		}
 		if herr != nil {
-			t.Fatalf("DecodeWire succeeded, ReadWireHeader failed: %v", herr)
+			t.Fatalf("Decode succeeded, ReadHeader failed: %v", herr)
 		}
 		if v.Kind() != info.Kind || uint64(v.Size()) != info.RawLen {
 			t.Fatalf("decoded %s of %d bytes, header %v", v.Kind(), v.Size(), info)
 		}
-		re, err := ops.EncodeWire(v, ops.CodecNone)
+		re, err := wireform.Encode(v, wireform.CodecNone)
 		if err != nil {
 			t.Fatalf("re-encode: %v", err)
 		}
-		if info.Codec == ops.CodecNone && !bytes.Equal(re, b) {
+		if info.Codec == wireform.CodecNone && !bytes.Equal(re, b) {
 			t.Fatalf("codec none form re-encodes differently:\n got % x\nwant % x", re, b)
 		}
-		back, err := ops.DecodeWire(re, lim)
+		back, err := wireform.Decode(re, lim)
 		if err != nil {
 			t.Fatalf("decode of re-encoding: %v", err)
 		}
