@@ -4,12 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 
 	"github.com/sophon-dl/sophon/internal/s3gw"
-	"github.com/sophon-dl/sophon/testbed/results"
+	"github.com/sophon-dl/sophon/testbed"
+	"github.com/sophon-dl/sophon/testbed/bed"
 )
 
 // bucketPort is where a storage node's S3 server listens in netns mode.
@@ -34,23 +34,20 @@ func bucketURL(root, data string) (string, error) {
 // node now. It returns the --data value and the command that runs the
 // agent: env (the endpoint and credentials of the bucket, through env(1))
 // and then bin.
-func (x *experiment) storageData(ctx context.Context, b *bed, i int, dir string) (data, bin string, env []string, err error) {
+func (x *experiment) storageData(ctx context.Context, b *bed.Bed, i int, dir string) (data, bin string, env []string, err error) {
 	if x.cfg.S3Root == "" {
 		return x.cfg.Data, x.bins.storage, nil, nil
 	}
-	s := b.storage[i]
-	listen := net.JoinHostPort(s.host, bucketPort)
-	if b.mode == results.ModeLoopback {
-		if listen, err = freeAddr(); err != nil {
-			return "", "", nil, err
-		}
+	listen, err := b.ListenAddr(i, bucketPort)
+	if err != nil {
+		return "", "", nil, err
 	}
 	access, secret := "sophon-"+strings.ToLower(rand.Text()[:8]), rand.Text()
 	logPath := filepath.Join(dir, fmt.Sprintf("s3gw-%d.log", i+1))
-	h := storageHost(i)
-	h.unconfined = true
-	if _, err := b.startServer(ctx, h, logPath, listen, x.bins.s3gw, s3gw.Args(x.cfg.S3Root, listen, access, secret, "")...); err != nil {
-		return "", "", nil, fmt.Errorf("%s's S3 server: %w", s.name, err)
+	h := bed.StorageHost(i)
+	h.Unconfined = true
+	if _, err := b.StartServer(ctx, h, logPath, listen, x.bins.s3gw, s3gw.Args(x.cfg.S3Root, listen, access, secret, "")...); err != nil {
+		return "", "", nil, fmt.Errorf("%s's S3 server: %w", testbed.StorageName(i), err)
 	}
 	env = []string{"env", "AWS_ENDPOINT_URL=http://" + listen, "AWS_REGION=us-east-1",
 		"AWS_ACCESS_KEY_ID=" + access, "AWS_SECRET_ACCESS_KEY=" + secret}

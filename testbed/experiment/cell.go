@@ -5,24 +5,56 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/testbed"
+	"github.com/sophon-dl/sophon/testbed/bed"
+	"github.com/sophon-dl/sophon/testbed/cgroup"
 	"github.com/sophon-dl/sophon/testbed/results"
+	"github.com/sophon-dl/sophon/testbed/shape"
 )
+
+// point is one rate point of the grid: its label (a rate as given, or
+// the per-link rates joined with "+"), its rate in bits per second (their
+// sum) and each storage link's rate.
+type point struct {
+	label string
+	bits  float64
+	links []shape.Rate
+}
+
+// points are the grid's rate points: one per Config.Rates entry, each
+// storage link at that rate, or the one point of Config.StorageRates.
+func (c *Config) points() []point {
+	if len(c.StorageRates) > 0 {
+		p := point{label: shape.Rates(c.StorageRates).String(), links: c.StorageRates}
+		p.label = strings.ReplaceAll(p.label, ",", "+")
+		for _, r := range c.StorageRates {
+			p.bits += r.Bits()
+		}
+		return []point{p}
+	}
+	out := make([]point, len(c.Rates))
+	for i, r := range c.Rates {
+		links := make([]shape.Rate, c.StorageNodes)
+		for j := range links {
+			links[j] = r
+		}
+		out[i] = point{label: r.String(), bits: r.Bits(), links: links}
+	}
+	return out
+}
 
 // experiment is a Run in progress.
 type experiment struct {
 	cfg  Config
 	bins binaries
 	res  *results.Results
-	pin  pinPlan
+	pin  bed.Pins
 	// profile is the experiment's stage 2 profile, its samples only; each
 	// cell's runs use cellProfile, a copy that also keeps the resources
 	// the compute agents measure at that cell's rate and CPU (see
@@ -47,8 +79,6 @@ type experiment struct {
 	storageTLS, computeTLS [][]string
 }
 
-var groupSeq atomic.Uint32
-
 // multi reports whether the experiment runs several storage or compute
 // nodes (the star), rather than the two-node link.
 func (x *experiment) multi() bool { return x.cfg.StorageNodes > 1 || x.cfg.ComputeNodes > 1 }
@@ -65,6 +95,28 @@ func (x *experiment) rankPath(path string, rank int) string {
 
 // nxmSkip is why the peer and trainer rows do not run with several nodes.
 const nxmSkip = "runs on the 1 x 1 topology only (it reads from one storage node into one compute node)"
+
+// newBed brings up a cell's nodes and links for rate point p, with
+// their cgroups (cpus storage cores per storage node, pinned as x.pin
+// says) where cgroups can be made. On error it removes what it made.
+func (x *experiment) newBed(ctx context.Context, p point, cpus float64) (*bed.Bed, error) {
+	b, err := bed.New(ctx, bed.Config{Netns: x.res.Mode == results.ModeNetns, Label: p.label, Links: p.links, ComputeNodes: x.cfg.ComputeNodes})
+	if err != nil {
+		return nil, err
+	}
+	if b.Netns() && cgroup.Available() == nil && !x.noCgroups {
+		if err := b.MakeGroups(cpus, x.pin); err != nil {
+			// A cgroup hierarchy can be mounted yet refuse new groups
+			// (read-only in a container): the agent's own --cpus budget
+			// still limits its ops, so carry on and say so.
+			x.noCgroups = true
+			x.res.ModeNote += fmt.Sprintf("; cgroups could not be made (%v): the storage agent's --cpus budget alone limits it, and nothing is pinned", err)
+			x.res.Machine.Pinning = "not pinned (no cgroups)"
+			x.cfg.Log.Warn().Err(err).Msg("no cgroups: the storage agent's --cpus budget alone limits it")
+		}
+	}
+	return b, nil
+}
 
 // cell runs every policy (and the trainer and the peer) at one rate point
 // and storage CPU limit; rep numbers the repetition with --repeat (0:
@@ -85,7 +137,7 @@ func (x *experiment) cell(ctx context.Context, p point, cpus float64, rep int) (
 		return cell, err
 	}
 	defer func() {
-		if err := b.close(); err != nil {
+		if err := b.Close(); err != nil {
 			x.cfg.Log.Warn().Err(err).Msg("cell teardown")
 		}
 	}()
@@ -135,23 +187,19 @@ func (x *experiment) cell(ctx context.Context, p point, cpus float64, rep int) (
 // certs makes the cell's agents' security flags: a fresh CA with a
 // certificate per storage agent, valid for every storage node's address,
 // and one per compute agent; or --insecure for all of them.
-func (x *experiment) certs(dir string, b *bed) error {
+func (x *experiment) certs(dir string, b *bed.Bed) error {
 	x.storageTLS, x.computeTLS = nil, nil
 	if x.cfg.Insecure {
-		for range b.storage {
+		for range b.StorageNodes() {
 			x.storageTLS = append(x.storageTLS, []string{"--insecure"})
 		}
-		for range b.compute {
+		for range b.ComputeNodes() {
 			x.computeTLS = append(x.computeTLS, []string{"--insecure"})
 		}
 		return nil
 	}
-	var hosts []string
-	for _, s := range b.storage {
-		hosts = append(hosts, s.host)
-	}
 	var err error
-	x.storageTLS, x.computeTLS, err = testbed.ClusterCerts(filepath.Join(dir, "certs"), len(b.storage), b.compute, hosts...)
+	x.storageTLS, x.computeTLS, err = testbed.ClusterCerts(filepath.Join(dir, "certs"), b.StorageNodes(), b.ComputeNodes(), b.StorageHosts()...)
 	return err
 }
 
@@ -159,15 +207,12 @@ func (x *experiment) certs(dir string, b *bed) error {
 // its own name and cgroup, all serving the same dataset, and returns the
 // addresses the compute agents dial, in storage node order (through each
 // node's shaping proxy on loopback).
-func (x *experiment) startStorage(ctx context.Context, b *bed, dir string, cpus float64) ([]string, error) {
+func (x *experiment) startStorage(ctx context.Context, b *bed.Bed, dir string, cpus float64) ([]string, error) {
 	var addrs []string
-	for i, s := range b.storage {
-		listen := net.JoinHostPort(s.host, storagePort)
-		if b.mode == results.ModeLoopback {
-			var err error
-			if listen, err = freeAddr(); err != nil {
-				return nil, err
-			}
+	for i := range b.StorageNodes() {
+		listen, err := b.ListenAddr(i, storagePort)
+		if err != nil {
+			return nil, err
 		}
 		data, bin, env, err := x.storageData(ctx, b, i, dir)
 		if err != nil {
@@ -177,17 +222,15 @@ func (x *experiment) startStorage(ctx context.Context, b *bed, dir string, cpus 
 			"--log-level", "warn", "--log-format", "json")
 		sargs = append(append(sargs, x.storageTLS[i]...), x.cfg.StorageFlags...)
 		logPath, what := filepath.Join(dir, "storage-agent.log"), "storage agent"
-		if len(b.storage) > 1 {
-			logPath, what = filepath.Join(dir, fmt.Sprintf("storage-agent-%d.log", i+1)), s.name
+		if b.StorageNodes() > 1 {
+			logPath, what = filepath.Join(dir, fmt.Sprintf("storage-agent-%d.log", i+1)), testbed.StorageName(i)
 		}
-		srv, err := b.startServer(ctx, storageHost(i), logPath, listen, sargs[0], sargs[1:]...)
+		srv, err := b.StartServer(ctx, bed.StorageHost(i), logPath, listen, sargs[0], sargs[1:]...)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		s.mu.Lock()
-		s.agent = srv.cmd.Process.Pid
-		s.mu.Unlock()
-		addr, err := b.front(i, listen)
+		b.SetStorageAgent(i, srv.Pid())
+		addr, err := b.Front(i, listen)
 		if err != nil {
 			return nil, err
 		}
@@ -204,15 +247,6 @@ func cellDir(rate string, cpus float64, rep int) string {
 		d += fmt.Sprintf("-rep%d", rep)
 	}
 	return d
-}
-
-func freeAddr() (string, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer lis.Close()
-	return lis.Addr().String(), nil
 }
 
 // useCellProfile points the cell's runs at the profile of its rate and

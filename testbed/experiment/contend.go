@@ -18,6 +18,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/profiler"
+	"github.com/sophon-dl/sophon/testbed/bed"
 	"github.com/sophon-dl/sophon/testbed/results"
 )
 
@@ -67,17 +68,17 @@ type hog struct {
 }
 
 // startHog starts a gated hog of threads busy threads on the (first and
-// only) storage node and moves it into its cgroup; it burns nothing until
-// open. The bed's teardown stops it, if nothing did sooner.
-func (b *bed) startHog(ctx context.Context, bin string, threads int, logPath string) (*hog, error) {
-	if b.storage[0].group == nil {
+// only) storage node of b and moves it into its cgroup; it burns nothing
+// until open. The bed's Close stops it, if nothing did sooner.
+func startHog(ctx context.Context, b *bed.Bed, bin string, threads int, logPath string) (*hog, error) {
+	if b.StorageGroup(0) == nil {
 		return nil, ErrNoStorageGroup
 	}
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := b.command(ctx, storageHost(0), bin, "hog", "--threads", strconv.Itoa(threads), "--gate")
+	cmd := b.Command(ctx, bed.StorageHost(0), bin, "hog", "--threads", strconv.Itoa(threads), "--gate")
 	cmd.Stdout, cmd.Stderr = f, f
 	gate, err := cmd.StdinPipe()
 	if err != nil {
@@ -93,12 +94,12 @@ func (b *bed) startHog(ctx context.Context, bin string, threads int, logPath str
 		_ = cmd.Wait() // a hog stopped by SIGTERM exits 0; stop's SIGKILL is the only failure
 		close(h.done)
 	}()
-	b.cleanup = append(b.cleanup, func() error {
+	b.AtClose(func() error {
 		h.stop()
 		return nil
 	})
 	// NB: before the gate opens, so it never spins outside the cgroup.
-	if err := b.place(storageHost(0), cmd.Process.Pid); err != nil {
+	if err := b.Place(bed.StorageHost(0), cmd.Process.Pid); err != nil {
 		h.stop()
 		return nil, fmt.Errorf("testbed hog into the storage cgroup: %w", err)
 	}
@@ -116,34 +117,9 @@ func (h *hog) open(after int, lastEnd int64) error {
 	if _, err := io.WriteString(h.gate, "go\n"); err != nil {
 		return fmt.Errorf("opening the hog's gate: %w", err)
 	}
-	h.idle = procCPU(h.cmd.Process.Pid)
+	h.idle = bed.ProcCPU(h.cmd.Process.Pid)
 	h.opened, h.after, h.lastEnd = time.Now(), after, lastEnd
 	return nil
-}
-
-// procCPU is a process's user and system time so far, all its threads,
-// from /proc/PID/stat (in clock ticks, 10 ms); 0 when unreadable.
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// pid (comm) state ppid ... utime(14) stime(15); comm may hold spaces.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0
-	}
-	const userHZ = 100 // sysconf(_SC_CLK_TCK) on Linux
-	return time.Duration(utime+stime) * time.Second / userHZ
 }
 
 // contend runs beside a policy run until ctx ends (the compute agent

@@ -3,14 +3,14 @@
 // offloading policy for a few epochs, over a grid of link rates and storage
 // CPU limits, and the results file, report and charts of package results.
 //
-// As root (netns.Available) each cell of the grid gets two fresh network
-// namespaces joined by a veth pair shaped with tc tbf at the cell's rate both
-// ways (package netns), and the storage agent runs under a cgroup CPU quota
-// of the cell's storage CPUs (package cgroup) as well as its own --cpus
-// budget, which it needs to size its worker pool and to report its cores.
-// Without root both agents run on loopback behind an in-process token bucket
-// (shape.Proxy) and only --cpus limits the storage agent; Results.Mode says
-// which, and why.
+// Each cell of the grid gets fresh nodes from package bed. As root
+// (netns.Available) they are two network namespaces joined by a veth pair
+// shaped with tc tbf at the cell's rate both ways, and the storage agent
+// runs under a cgroup CPU quota of the cell's storage CPUs as well as its
+// own --cpus budget, which it needs to size its worker pool and to report
+// its cores. Without root both agents run on loopback behind an in-process
+// token bucket (shape.Proxy) and only --cpus limits the storage agent;
+// Results.Mode says which, and why.
 //
 // With Config.StorageNodes or Config.ComputeNodes above 1 a cell is a star
 // of namespaces instead (netns.NewStar): N storage agents, each with its own
@@ -21,8 +21,9 @@
 //
 // Everything a cell starts is torn down when the cell ends, when it fails
 // and when ctx ends (Ctrl-C): processes (killed with their process groups,
-// and with this process through Pdeathsig), namespaces and cgroups. Their
-// names start with netns.ProcessPrefix(), so Leftovers finds any.
+// and with this process through Pdeathsig), namespaces and cgroups
+// (bed.Bed.Close). Their names start with netns.ProcessPrefix(), so
+// Leftovers finds any.
 package experiment
 
 import (
@@ -46,6 +47,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/internal/s3gw"
+	"github.com/sophon-dl/sophon/testbed/bed"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
 	"github.com/sophon-dl/sophon/testbed/netns"
 	"github.com/sophon-dl/sophon/testbed/results"
@@ -490,7 +492,7 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 		}
 	}
 	pin := pinning(runtime.NumCPU(), res.Mode, cfg.StorageNodes, cfg.StorageCPUs)
-	res.Machine.Pinning = pin.describe()
+	res.Machine.Pinning = pin.Why
 
 	x := &experiment{cfg: cfg, bins: bins, res: res, pin: pin, ref: map[[2]uint64]string{}}
 	if cfg.Reference != "" {
@@ -642,81 +644,17 @@ func machine() results.Machine {
 	return m
 }
 
-// pinPlan says which cores each agent gets.
-type pinPlan struct {
-	// storage[i] is storage agent i's cpuset, compute the compute agents'
-	// (all of them share it); nil or "" = not pinned.
-	storage []string
-	compute string
-	why     string
-}
-
 // pinning pins each of the storage agents to cores of its own, as many as
-// the grid's largest --storage-cpus rounded up (0, 1, ... for one core
-// each), and the compute agents to the others when that leaves them at
-// least 3 cores for finishing work; with fewer, pinning would starve the
-// compute node, so nothing is pinned and the CPU limit is each storage
-// agent's quota alone. Without cgroups (or outside netns mode) nothing is
-// pinned.
-func pinning(cores int, mode string, storage int, cpus []float64) pinPlan {
+// the grid's largest --storage-cpus rounded up, and the compute agents to
+// the others when that leaves them enough (bed.PinCores). Without cgroups
+// (or outside netns mode) nothing is pinned.
+func pinning(cores int, mode string, storage int, cpus []float64) bed.Pins {
 	if mode != results.ModeNetns || cgroup.Available() != nil {
-		return pinPlan{why: "not pinned (no cgroups)"}
+		return bed.Pins{Why: "not pinned (no cgroups)"}
 	}
 	per := 1
 	for _, c := range cpus {
 		per = max(per, int(math.Ceil(c)))
 	}
-	return pinningFor(cores, storage, per)
+	return bed.PinCores(cores, storage, per)
 }
-
-// pinningFor is pinning's rule for cores cores and storage storage agents
-// of per cores each. Before per, a storage agent had one core whatever its
-// quota: with --storage-cpus 4 on 16 cores it ran on one.
-func pinningFor(cores, storage, per int) pinPlan {
-	if cores < storage*per+3 {
-		if storage == 1 {
-			return pinPlan{why: fmt.Sprintf("not pinned: %d cores are too few to split (the storage agent's CPU is limited by its quota)", cores)}
-		}
-		return pinPlan{why: fmt.Sprintf("not pinned: %d cores are too few to give each of %d storage agents %s and the compute agents 3 (each storage agent's CPU is limited by its quota)", cores, storage, coresWord(per))}
-	}
-	p := pinPlan{compute: fmt.Sprintf("%d-%d", storage*per, cores-1)}
-	for i := range storage {
-		p.storage = append(p.storage, coreRange(i*per, per))
-	}
-	if storage == 1 {
-		word := "core"
-		if per > 1 {
-			word = "cores"
-		}
-		p.why = fmt.Sprintf("storage agent on %s %s, compute agent on cores %s", word, p.storage[0], p.compute)
-		return p
-	}
-	p.why = fmt.Sprintf("storage agents on cores %s (%s each), compute agents on cores %s", strings.Join(p.storage, ", "), coresWord(per), p.compute)
-	return p
-}
-
-// coreRange is the cpuset of n cores from first: "3" or "4-7".
-func coreRange(first, n int) string {
-	if n == 1 {
-		return strconv.Itoa(first)
-	}
-	return fmt.Sprintf("%d-%d", first, first+n-1)
-}
-
-// coresWord is "one" for a core, else "N cores".
-func coresWord(n int) string {
-	if n == 1 {
-		return "one"
-	}
-	return fmt.Sprintf("%d cores", n)
-}
-
-// storageCores is storage agent i's cpuset; "" when not pinned.
-func (p pinPlan) storageCores(i int) string {
-	if i < len(p.storage) {
-		return p.storage[i]
-	}
-	return ""
-}
-
-func (p pinPlan) describe() string { return p.why }

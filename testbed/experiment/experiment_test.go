@@ -333,20 +333,6 @@ func TestConfigRejects(t *testing.T) {
 	}
 }
 
-func TestSeries(t *testing.T) {
-	var s series
-	t0 := time.Unix(100, 0)
-	s.add(t0, counts{rx: []int64{1000}, rxPackets: []int64{10}})
-	s.add(t0.Add(10*time.Millisecond), counts{rx: []int64{2000}, rxPackets: []int64{20}})
-	s.add(t0.Add(20*time.Millisecond), counts{rx: []int64{2000}, rxPackets: []int64{20}})
-	if c := s.during(t0.Add(5*time.Millisecond).UnixNano(), t0.Add(30*time.Millisecond).UnixNano()); c.rx[0] != 500 || c.rxPackets[0] != 5 {
-		t.Errorf("during: %+v, want 500 bytes, 5 packets (interpolated, clamped)", c)
-	}
-	if c := s.during(t0.Add(-time.Second).UnixNano(), t0.UnixNano()); c.rx[0] != 0 {
-		t.Errorf("before the first sample: %+v", c)
-	}
-}
-
 // TestExperimentContend: a short contended experiment, repeated: in each
 // run the hog starts in the storage agent's cgroup right after the first
 // epoch, takes a measurable share of its quota, and the run records it with

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/testbed/bed"
 	"github.com/sophon-dl/sophon/testbed/results"
 	"github.com/sophon-dl/sophon/testbed/shape"
 )
@@ -65,39 +66,6 @@ func TestPoints(t *testing.T) {
 	}
 }
 
-// TestPinningFor: each storage agent on cores of its own, as many as its
-// quota rounded up, and the compute agents on the rest, when that leaves
-// them 3.
-func TestPinningFor(t *testing.T) {
-	for _, tc := range []struct {
-		cores, storage, per int
-		want                string // storage cpusets | compute cpuset
-		why                 string
-	}{
-		{8, 1, 1, "0|1-7", "storage agent on core 0, compute agent on cores 1-7"},
-		{4, 1, 1, "0|1-3", "storage agent on core 0, compute agent on cores 1-3"},
-		{3, 1, 1, "|", "not pinned: 3 cores are too few to split (the storage agent's CPU is limited by its quota)"},
-		{8, 2, 1, "0,1|2-7", "storage agents on cores 0, 1 (one each), compute agents on cores 2-7"},
-		{5, 2, 1, "0,1|2-4", "storage agents on cores 0, 1 (one each), compute agents on cores 2-4"},
-		{4, 2, 1, "|", "not pinned: 4 cores are too few to give each of 2 storage agents one and the compute agents 3 (each storage agent's CPU is limited by its quota)"},
-		// --storage-cpus 4 on 16 cores: four cores, not one.
-		{16, 1, 4, "0-3|4-15", "storage agent on cores 0-3, compute agent on cores 4-15"},
-		{16, 2, 2, "0-1,2-3|4-15", "storage agents on cores 0-1, 2-3 (2 cores each), compute agents on cores 4-15"},
-		{6, 1, 4, "|", "not pinned: 6 cores are too few to split (the storage agent's CPU is limited by its quota)"},
-		{8, 2, 3, "|", "not pinned: 8 cores are too few to give each of 2 storage agents 3 cores and the compute agents 3 (each storage agent's CPU is limited by its quota)"},
-	} {
-		p := pinningFor(tc.cores, tc.storage, tc.per)
-		var set []string
-		for i := range tc.storage {
-			set = append(set, p.storageCores(i))
-		}
-		got := strings.Trim(strings.Join(set, ","), ",") + "|" + p.compute
-		if got != tc.want || p.describe() != tc.why {
-			t.Errorf("%d cores, %d storage agents of %d: got %q (%s), want %q (%s)", tc.cores, tc.storage, tc.per, got, p.describe(), tc.want, tc.why)
-		}
-	}
-}
-
 func TestRankPath(t *testing.T) {
 	x := &experiment{cfg: Config{ComputeNodes: 1}}
 	if got := x.rankPath("/o/profile.zst", 0); got != "/o/profile.zst" {
@@ -125,11 +93,11 @@ func TestAgentEpochsRanks(t *testing.T) {
 	sec := int64(time.Second)
 	// Counters grow linearly: compute node i receives (i+1) MB/s, storage
 	// link j sends (j+1) x 10 MB/s, storage agent j burns (j+1)/10 core.
-	s := &series{}
+	s := &bed.Series{}
 	for k := range int64(11) {
-		s.add(t0.Add(time.Duration(k*sec)), counts{
-			rx: []int64{k * 1e6, 2 * k * 1e6}, rxPackets: []int64{k * 100, k * 200},
-			links: []int64{k * 10e6, k * 20e6}, cpu: []int64{k * sec / 10, k * sec / 5},
+		s.Add(t0.Add(time.Duration(k*sec)), bed.Counts{
+			RX: []int64{k * 1e6, 2 * k * 1e6}, RXPackets: []int64{k * 100, k * 200},
+			Links: []int64{k * 10e6, k * 20e6}, CPU: []int64{k * sec / 10, k * sec / 5},
 		})
 	}
 	start := t0.UnixNano()
@@ -139,7 +107,7 @@ func TestAgentEpochsRanks(t *testing.T) {
 	}
 	x := &experiment{cfg: Config{ComputeNodes: 2}}
 	var run results.Run
-	if err := x.agentEpochs(&bed{kernel: true, multi: true}, s, &run, ranks); err != nil {
+	if err := x.agentEpochs(true, s, &run, ranks); err != nil {
 		t.Fatal(err)
 	}
 	if len(run.Epochs) != 2 {
@@ -159,12 +127,12 @@ func TestAgentEpochsRanks(t *testing.T) {
 	}
 
 	// Loopback: the proxies' bytes over the ranks' epochs together.
-	s = &series{}
+	s = &bed.Series{}
 	for k := range int64(11) {
-		s.add(t0.Add(time.Duration(k*sec)), counts{rx: []int64{k * 1e6}, rxPackets: []int64{0}})
+		s.Add(t0.Add(time.Duration(k*sec)), bed.Counts{RX: []int64{k * 1e6}, RXPackets: []int64{0}})
 	}
 	run = results.Run{}
-	if err := x.agentEpochs(&bed{}, s, &run, ranks); err != nil {
+	if err := x.agentEpochs(false, s, &run, ranks); err != nil {
 		t.Fatal(err)
 	}
 	if e := run.Epochs[0]; e.ProxyBytes != 4e6 || e.KernelBytes != 0 || e.LinkBytes != nil {
@@ -173,7 +141,7 @@ func TestAgentEpochsRanks(t *testing.T) {
 
 	// Ranks that number their epochs apart.
 	ranks[1][0].Epoch = 7
-	if err := x.agentEpochs(&bed{}, s, &results.Run{}, ranks); !errors.Is(err, ErrRanksDisagree) {
+	if err := x.agentEpochs(false, s, &results.Run{}, ranks); !errors.Is(err, ErrRanksDisagree) {
 		t.Errorf("disagreeing ranks: %v, want ErrRanksDisagree", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/testbed/bed"
 	"github.com/sophon-dl/sophon/testbed/peer"
 	"github.com/sophon-dl/sophon/testbed/results"
 )
@@ -152,12 +152,12 @@ func readReports(files []rankFiles) ([][]report.EpochReport, error) {
 // the configured epochs and turns their reports into a results.Run; with
 // Config.ContendAt a CPU hog joins the storage agent's cgroup partway
 // (contend.go).
-func (x *experiment) runPolicy(ctx context.Context, b *bed, dir string, addrs []string, cpus float64, pr policyRun) results.Run {
+func (x *experiment) runPolicy(ctx context.Context, b *bed.Bed, dir string, addrs []string, cpus float64, pr policyRun) results.Run {
 	policy := pr.name
 	run := results.Run{Policy: policy, WorkConservingOff: pr.noWC, Placement: pr.placement}
 	var files []rankFiles
 	var procs []proc
-	for rank := range b.compute {
+	for rank := range b.ComputeNodes() {
 		f := x.rankFiles(dir, policy, rank)
 		for _, p := range []string{f.report, f.samples, freshProfile(f.report)} {
 			os.Remove(p)
@@ -168,12 +168,12 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed, dir string, addrs []
 	var h *hog
 	if x.cfg.ContendAt > 0 {
 		var err error
-		if h, err = b.startHog(ctx, x.bins.testbed, x.cfg.ContendThreads, filepath.Join(dir, policy+"-hog.log")); err != nil {
+		if h, err = startHog(ctx, b, x.bins.testbed, x.cfg.ContendThreads, filepath.Join(dir, policy+"-hog.log")); err != nil {
 			run.Error = fmt.Sprintf("contention: %v", err)
 			return run
 		}
 	}
-	label := fmt.Sprintf("[%s, %g storage cpus] %s", b.label, cpus, policy)
+	label := fmt.Sprintf("[%s, %g storage cpus] %s", b.Label(), cpus, policy)
 	var ranks [][]report.EpochReport
 	var during func(context.Context)
 	if h != nil {
@@ -185,12 +185,12 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed, dir string, addrs []
 			})
 		}
 	}
-	err := x.runProcess(ctx, b, client{procs: procs, during: during, progress: x.progress(label, files), collect: func(s *series) error {
+	err := x.runProcess(ctx, b, client{procs: procs, during: during, progress: x.progress(label, files), collect: func(s *bed.Series) error {
 		var err error
 		if ranks, err = readReports(files); err != nil {
 			return err
 		}
-		return x.agentEpochs(b, s, &run, ranks)
+		return x.agentEpochs(b.Netns(), s, &run, ranks)
 	}})
 	if err != nil {
 		run.Error = err.Error()
@@ -217,7 +217,7 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed, dir string, addrs []
 		run.Error = fmt.Sprintf("%d of %d epochs reported", len(run.Epochs), x.cfg.Epochs)
 	}
 	if e := run.Steady(); e != nil {
-		x.cfg.Log.Info().Str("rate", b.label).Float64("storage_cpus", cpus).Str("policy", policy).Float64("seconds", e.Seconds).
+		x.cfg.Log.Info().Str("rate", b.Label()).Float64("storage_cpus", cpus).Str("policy", policy).Float64("seconds", e.Seconds).
 			Float64("predicted_seconds", e.PredictedSeconds).Bool("exactly_once", run.ExactlyOnce).Msg("run done")
 	}
 	return run
@@ -254,8 +254,9 @@ var ErrRanksDisagree = errors.New("experiment: the ranks' reports disagree")
 // (ranks[i] is rank i's lines). With one rank an epoch is its line; with
 // several it is the slowest rank's time (data-parallel training waits for
 // it), every rank's time in RankSeconds, and the ranks' counts summed
-// (see results.Epoch).
-func (x *experiment) agentEpochs(b *bed, s *series, run *results.Run, ranks [][]report.EpochReport) error {
+// (see results.Epoch). kernel: s holds the kernel's counters (netns
+// mode), not the shaping proxies'.
+func (x *experiment) agentEpochs(kernel bool, s *bed.Series, run *results.Run, ranks [][]report.EpochReport) error {
 	n := len(ranks[0])
 	for _, rs := range ranks {
 		n = min(n, len(rs))
@@ -288,7 +289,7 @@ func (x *experiment) agentEpochs(b *bed, s *series, run *results.Run, ranks [][]
 			}
 			windows = append(windows, [2]int64{r.StartUnixNS, r.EndUnixNS})
 		}
-		x.linkBytes(b, s, &e, windows...)
+		x.linkBytes(kernel, s, &e, windows...)
 		run.Epochs = append(run.Epochs, e)
 	}
 	return errors.Join(errs...)
@@ -302,7 +303,7 @@ func (x *experiment) agentEpochs(b *bed, s *series, run *results.Run, ranks [][]
 // links' and the CPU are over the ranks' epochs together, from the first
 // start to the last end: with ranks out of step they may include some of
 // a neighbouring epoch's traffic.
-func (x *experiment) linkBytes(b *bed, s *series, e *results.Epoch, windows ...[2]int64) {
+func (x *experiment) linkBytes(kernel bool, s *bed.Series, e *results.Epoch, windows ...[2]int64) {
 	start, end := windows[0][0], windows[0][1]
 	for _, w := range windows {
 		if w[0] <= 0 || w[1] <= w[0] {
@@ -310,22 +311,22 @@ func (x *experiment) linkBytes(b *bed, s *series, e *results.Epoch, windows ...[
 		}
 		start, end = min(start, w[0]), max(end, w[1])
 	}
-	c := s.during(start, end)
-	if b.kernel {
+	c := s.During(start, end)
+	if kernel {
 		for i, w := range windows {
-			ci := s.during(w[0], w[1])
-			if i < len(ci.rx) {
-				e.KernelBytes += ci.rx[i]
-				e.KernelPackets += ci.rxPackets[i]
+			ci := s.During(w[0], w[1])
+			if i < len(ci.RX) {
+				e.KernelBytes += ci.RX[i]
+				e.KernelPackets += ci.RXPackets[i]
 			}
 		}
 		e.KernelPayloadBytes = max(0, e.KernelBytes-e.KernelPackets*results.FrameOverhead)
-	} else if len(c.rx) > 0 {
-		e.ProxyBytes = c.rx[0]
+	} else if len(c.RX) > 0 {
+		e.ProxyBytes = c.RX[0]
 	}
-	if b.multi {
-		e.LinkBytes = c.links
-		for _, ns := range c.cpu {
+	if len(c.Links) > 0 {
+		e.LinkBytes = c.Links
+		for _, ns := range c.CPU {
 			e.StorageAgentCPUSeconds = append(e.StorageAgentCPUSeconds, float64(ns)/1e9)
 		}
 	}
@@ -349,7 +350,7 @@ type client struct {
 	// progress makes the progress line from the link's MB/s; collect reads
 	// the programs' results once they all ended, with the link's series.
 	progress func(linkMBps float64) string
-	collect  func(*series) error
+	collect  func(*bed.Series) error
 	// during, when set, runs beside the programs from their start until
 	// their end cancels ctx.
 	during func(ctx context.Context)
@@ -358,7 +359,7 @@ type client struct {
 // runProcess runs a client's programs on the compute nodes to their end
 // while watching the links, then calls c.collect with the links' series.
 // A program's failure is reported with its rank when there are several.
-func (x *experiment) runProcess(ctx context.Context, b *bed, c client) error {
+func (x *experiment) runProcess(ctx context.Context, b *bed.Bed, c client) error {
 	var cmds []*exec.Cmd
 	for i, p := range c.procs {
 		f, err := os.Create(p.logPath)
@@ -366,7 +367,7 @@ func (x *experiment) runProcess(ctx context.Context, b *bed, c client) error {
 			return err
 		}
 		defer f.Close()
-		cmd := b.command(ctx, computeHost(i), p.name, p.args...)
+		cmd := b.Command(ctx, bed.ComputeHost(i), p.name, p.args...)
 		cmd.Stdout, cmd.Stderr = f, f
 		if p.stdoutPath != "" {
 			out, err := os.Create(p.stdoutPath)
@@ -381,7 +382,7 @@ func (x *experiment) runProcess(ctx context.Context, b *bed, c client) error {
 		}
 		cmds = append(cmds, cmd)
 	}
-	s := &series{}
+	s := &bed.Series{}
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var started []*exec.Cmd
@@ -391,7 +392,7 @@ func (x *experiment) runProcess(ctx context.Context, b *bed, c client) error {
 			break
 		}
 		started = append(started, cmd)
-		if err := b.place(computeHost(i), cmd.Process.Pid); err != nil {
+		if err := b.Place(bed.ComputeHost(i), cmd.Process.Pid); err != nil {
 			x.cfg.Log.Warn().Err(err).Msg("compute side not pinned")
 		}
 	}
@@ -424,7 +425,7 @@ func (x *experiment) runProcess(ctx context.Context, b *bed, c client) error {
 			continue
 		}
 		p := c.procs[i]
-		err = fmt.Errorf("%s: %w (log: %s)%s", filepath.Base(p.name), err, p.logPath, tail(p.logPath))
+		err = fmt.Errorf("%s: %w (log: %s)%s", filepath.Base(p.name), err, p.logPath, bed.Tail(p.logPath))
 		if len(cmds) > 1 {
 			err = fmt.Errorf("rank %d: %w", i, err)
 		}
@@ -433,17 +434,31 @@ func (x *experiment) runProcess(ctx context.Context, b *bed, c client) error {
 	return errors.Join(append(runErrs, c.collect(s))...)
 }
 
-// tail is the last line of a log, for error messages.
-func tail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
+// sampleEvery is how often the link counter is read while a run goes on:
+// the epochs' bytes are interpolated between samples, so this bounds their
+// error to a few milliseconds of traffic at each end.
+const sampleEvery = 5 * time.Millisecond
+
+// watch samples b.Counters into s until ctx ends, and prints a progress
+// line every x.cfg.ProgressEvery from line.
+func (x *experiment) watch(ctx context.Context, b *bed.Bed, s *bed.Series, line func(linkMBps float64) string) {
+	tick := time.NewTicker(sampleEvery)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		if c, err := b.Counters(); err == nil {
+			s.Add(time.Now(), c)
+		}
+		if x.cfg.Progress != nil && time.Since(last) >= x.cfg.ProgressEvery {
+			last = time.Now()
+			fmt.Fprintln(x.cfg.Progress, line(s.Rate(x.cfg.ProgressEvery)/1e6))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
 	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) == 0 || lines[len(lines)-1] == "" {
-		return ""
-	}
-	return ": " + lines[len(lines)-1]
 }
 
 // sampleLog is what one or more --samples-out files hold: each (epoch,
@@ -567,7 +582,7 @@ func (x *experiment) peerLoop(run *results.Run, eps []peer.Epoch) {
 
 // runPeer runs the torchvision DataLoader against a file server on the
 // storage side, through the same link.
-func (x *experiment) runPeer(ctx context.Context, b *bed, dir string, cpus float64) results.Run {
+func (x *experiment) runPeer(ctx context.Context, b *bed.Bed, dir string, cpus float64) results.Run {
 	run := results.Run{Policy: results.PeerPolicy}
 	if err := peer.Available(x.cfg.Python); err != nil {
 		run.Skipped = err.Error()
@@ -577,20 +592,17 @@ func (x *experiment) runPeer(ctx context.Context, b *bed, dir string, cpus float
 		run.Skipped = "the testbed binary (for the peer's file server) was not found next to the agents"
 		return run
 	}
-	listen := net.JoinHostPort(b.storage[0].host, peerPort)
-	if b.mode == results.ModeLoopback {
-		var err error
-		if listen, err = freeAddr(); err != nil {
-			run.Error = err.Error()
-			return run
-		}
+	listen, err := b.ListenAddr(0, peerPort)
+	if err != nil {
+		run.Error = err.Error()
+		return run
 	}
-	if _, err := b.startServer(ctx, storageHost(0), filepath.Join(dir, "fileserve.log"), listen, x.bins.testbed,
+	if _, err := b.StartServer(ctx, bed.StorageHost(0), filepath.Join(dir, "fileserve.log"), listen, x.bins.testbed,
 		"serve", "--data", x.cfg.Data, "--listen", listen); err != nil {
 		run.Error = fmt.Sprintf("file server: %v", err)
 		return run
 	}
-	addr, err := b.front(0, listen)
+	addr, err := b.Front(0, listen)
 	if err != nil {
 		run.Error = err.Error()
 		return run
@@ -609,11 +621,11 @@ func (x *experiment) runPeer(ctx context.Context, b *bed, dir string, cpus float
 		run.Error = err.Error()
 		return run
 	}
-	label := fmt.Sprintf("[%s, %g storage cpus] %s", b.label, cpus, run.Policy)
+	label := fmt.Sprintf("[%s, %g storage cpus] %s", b.Label(), cpus, run.Policy)
 	err = x.runProcess(ctx, b, client{procs: []proc{{logPath: filepath.Join(dir, "peer.log"), name: args[0], args: args[1:]}}, progress: func(mbps float64) string {
 		got, _ := peer.ReadReport(report)
 		return fmt.Sprintf("%s: epoch %d/%d, link %.2f MB/s", label, len(got)+1, x.cfg.Epochs, mbps)
-	}, collect: func(s *series) error {
+	}, collect: func(s *bed.Series) error {
 		eps, err := peer.ReadReport(report)
 		if err != nil {
 			return err
@@ -628,7 +640,7 @@ func (x *experiment) runPeer(ctx context.Context, b *bed, dir string, cpus float
 			if p.Seconds > 0 {
 				e.GPUIdleFraction = p.GPUIdleSeconds / p.Seconds
 			}
-			x.linkBytes(b, s, &e, [2]int64{p.StartUnixNS, p.EndUnixNS})
+			x.linkBytes(b.Netns(), s, &e, [2]int64{p.StartUnixNS, p.EndUnixNS})
 			run.Epochs = append(run.Epochs, e)
 			once = once && p.Samples == x.res.Dataset.Samples && p.UniqueSamples == p.Samples && p.Duplicates == 0 && p.Failed == 0
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/testbed/bed"
 	"github.com/sophon-dl/sophon/testbed/results"
 )
 
@@ -173,7 +174,7 @@ func trainerSocket(dir string) (path string, cleanup func(), err error) {
 // over the link, and train_cnn.py training through the Python client
 // beside it. Its epochs are the agent's report lines (exactly once from
 // its --samples-out); the loop's figures are the script's.
-func (x *experiment) runTrainer(ctx context.Context, b *bed, dir, addr string, cpus float64) results.Run {
+func (x *experiment) runTrainer(ctx context.Context, b *bed.Bed, dir, addr string, cpus float64) results.Run {
 	run := results.Run{Policy: results.TrainerPolicy, Plan: x.cfg.TrainPolicy, Training: true}
 	if x.trainErr != nil {
 		run.Skipped = x.trainErr.Error()
@@ -226,7 +227,7 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed, dir, addr string, c
 	args = append(args, x.computeTLS[0]...)
 	args = append(args, x.cfg.ComputeFlags...)
 	agentLog := filepath.Join(dir, base+"-agent.log")
-	agent, err := b.startDaemon(ctx, computeHost(0), agentLog, "serving "+sock, func(context.Context) error {
+	agent, err := b.StartDaemon(ctx, bed.ComputeHost(0), agentLog, "serving "+sock, func(context.Context) error {
 		st, err := os.Stat(sock)
 		if err == nil && st.Mode()&os.ModeSocket == 0 {
 			err = fmt.Errorf("%s is not a socket", sock)
@@ -237,13 +238,13 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed, dir, addr string, c
 		run.Error = fmt.Sprintf("compute agent: %v", err)
 		return run
 	}
-	defer agent.stop()
+	defer agent.Stop()
 
 	out := filepath.Join(dir, base+".out")
 	targs := []string{x.trainScript, "--socket", sock, "--epochs", strconv.Itoa(x.cfg.Epochs),
 		"--num-classes", strconv.Itoa(x.numClasses())}
 	targs = append(targs, "--timeout", strconv.Itoa(trainTimeout))
-	label := fmt.Sprintf("[%s, %g storage cpus] %s", b.label, cpus, run.Policy)
+	label := fmt.Sprintf("[%s, %g storage cpus] %s", b.Label(), cpus, run.Policy)
 	var rs []report.EpochReport
 	err = x.runProcess(ctx, b, client{procs: []proc{{logPath: filepath.Join(dir, base+".log"), stdoutPath: out,
 		env: []string{"PYTHONPATH=" + pythonPath(x.trainScript)}, name: x.cfg.Python, args: targs}},
@@ -255,7 +256,7 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed, dir, addr string, c
 			}
 			return msg
 		},
-		collect: func(s *series) error {
+		collect: func(s *bed.Series) error {
 			steps, sum, err := readTrainOut(out)
 			if err != nil {
 				return err
@@ -278,7 +279,7 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed, dir, addr string, c
 			if err != nil {
 				return err
 			}
-			if err := x.agentEpochs(b, s, &run, [][]report.EpochReport{rs}); err != nil {
+			if err := x.agentEpochs(b.Netns(), s, &run, [][]report.EpochReport{rs}); err != nil {
 				return err
 			}
 			if sum == nil {
@@ -286,8 +287,8 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed, dir, addr string, c
 			}
 			return nil
 		}})
-	if serr := agent.stop(); serr != nil && err == nil && ctx.Err() == nil {
-		err = fmt.Errorf("compute agent: %v (log: %s)%s", serr, agentLog, tail(agentLog))
+	if serr := agent.Stop(); serr != nil && err == nil && ctx.Err() == nil {
+		err = fmt.Errorf("compute agent: %v (log: %s)%s", serr, agentLog, bed.Tail(agentLog))
 	}
 	if err != nil {
 		run.Error = err.Error()
@@ -296,7 +297,7 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed, dir, addr string, c
 	if len(run.Epochs) < x.cfg.Epochs && run.Error == "" {
 		run.Error = fmt.Sprintf("%d of %d epochs reported", len(run.Epochs), x.cfg.Epochs)
 	}
-	x.cfg.Log.Info().Str("rate", b.label).Float64("storage_cpus", cpus).Str("plan", run.Plan).
+	x.cfg.Log.Info().Str("rate", b.Label()).Float64("storage_cpus", cpus).Str("plan", run.Plan).
 		Float64("loop_images_per_sec", run.LoopImagesPerSec).Floats64("first_losses", run.FirstLosses).
 		Bool("exactly_once", run.ExactlyOnce).Msg("trainer row done")
 	return run

@@ -1,0 +1,129 @@
+package bed
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/sophon-dl/sophon/testbed/cgroup"
+	"github.com/sophon-dl/sophon/testbed/netns"
+)
+
+// storageWeight is each storage node's cgroup CPU weight, in default
+// groups. A storage node's cores are its own: where the nodes share the
+// machine's cores (too few to pin), the weight gives a storage agent its
+// quota whenever it is runnable, as on a node of its own, instead of a
+// fair share against the compute agent's threads. With the default
+// weight a storage agent got well under its quota while the compute
+// agent's workers ran, and the link waited on it (docs/results.md, "Hits
+// no longer hold requests back", has the figures).
+const storageWeight = 16
+
+// groupSeq numbers the cgroups of this process's beds.
+var groupSeq atomic.Uint32
+
+// Pins says which cores each node's processes get: Storage[i] is storage
+// node i's cpuset, Compute the compute nodes' (all of them share it);
+// nil or "" = not pinned. Why says so in words, for the report.
+type Pins struct {
+	Storage []string
+	Compute string
+	Why     string
+}
+
+// PinCores pins each of storage storage nodes to per cores of its own
+// (0, 1, ... for one core each), and the compute nodes to the others when
+// that leaves them at least 3 cores of cores for finishing work; with
+// fewer, pinning would starve the compute node, so nothing is pinned and
+// the CPU limit is each storage node's quota alone. Before per, a storage
+// agent had one core whatever its quota: with --storage-cpus 4 on 16
+// cores it ran on one.
+func PinCores(cores, storage, per int) Pins {
+	if cores < storage*per+3 {
+		if storage == 1 {
+			return Pins{Why: fmt.Sprintf("not pinned: %d cores are too few to split (the storage agent's CPU is limited by its quota)", cores)}
+		}
+		return Pins{Why: fmt.Sprintf("not pinned: %d cores are too few to give each of %d storage agents %s and the compute agents 3 (each storage agent's CPU is limited by its quota)", cores, storage, coresWord(per))}
+	}
+	p := Pins{Compute: fmt.Sprintf("%d-%d", storage*per, cores-1)}
+	for i := range storage {
+		p.Storage = append(p.Storage, coreRange(i*per, per))
+	}
+	if storage == 1 {
+		word := "core"
+		if per > 1 {
+			word = "cores"
+		}
+		p.Why = fmt.Sprintf("storage agent on %s %s, compute agent on cores %s", word, p.Storage[0], p.Compute)
+		return p
+	}
+	p.Why = fmt.Sprintf("storage agents on cores %s (%s each), compute agents on cores %s", strings.Join(p.Storage, ", "), coresWord(per), p.Compute)
+	return p
+}
+
+// coreRange is the cpuset of n cores from first: "3" or "4-7".
+func coreRange(first, n int) string {
+	if n == 1 {
+		return strconv.Itoa(first)
+	}
+	return fmt.Sprintf("%d-%d", first, first+n-1)
+}
+
+// coresWord is "one" for a core, else "N cores".
+func coresWord(n int) string {
+	if n == 1 {
+		return "one"
+	}
+	return fmt.Sprintf("%d cores", n)
+}
+
+// StorageCores is storage node i's cpuset; "" when not pinned.
+func (p Pins) StorageCores(i int) string {
+	if i < len(p.Storage) {
+		return p.Storage[i]
+	}
+	return ""
+}
+
+// MakeGroups makes the bed's cgroups: each storage node's CPU quota of
+// cpus cores (and its cpuset of pins), and the compute nodes' cpuset when
+// pins has one. Processes join them through Place; Close removes them. On
+// error it removes what it made, and the bed has no groups.
+func (b *Bed) MakeGroups(cpus float64, pins Pins) error {
+	seq := groupSeq.Add(1)
+	var made []*cgroup.Group
+	undo := func(err error) error {
+		for _, g := range made {
+			err = errors.Join(err, g.Close())
+		}
+		for _, s := range b.storage {
+			s.group = nil
+		}
+		b.computeGroup = nil
+		return err
+	}
+	for i, s := range b.storage {
+		name := fmt.Sprintf("%sst%d", netns.ProcessPrefix(), seq)
+		if len(b.storage) > 1 {
+			name += "-" + strconv.Itoa(i+1)
+		}
+		g, err := cgroup.New(cgroup.Config{Name: name, CPUs: cpus, Cpuset: pins.StorageCores(i), Weight: storageWeight})
+		if err != nil {
+			return undo(err)
+		}
+		made, s.group = append(made, g), g
+	}
+	if pins.Compute != "" {
+		c, err := cgroup.New(cgroup.Config{Name: fmt.Sprintf("%scp%d", netns.ProcessPrefix(), seq), Cpuset: pins.Compute})
+		if err != nil {
+			return undo(err)
+		}
+		made, b.computeGroup = append(made, c), c
+	}
+	for _, g := range made {
+		b.AtClose(g.Close)
+	}
+	return nil
+}
