@@ -124,7 +124,7 @@ func (p *Run) annotateOverlapped(r *report.EpochReport, e Epoch, switched int) e
 	planRan := pl.Plan
 	if ran {
 		r.PredictedSeconds, r.BoundSeconds, r.PlanSource, r.PlanSwitchedAt = planRan.Pred.Seconds, pl.Bound, pl.Source, switched
-		r.CacheBoundSeconds = pl.CacheBound
+		r.CacheBoundSeconds, r.Prediction = pl.CacheBound, Account(planRan.Pred, pl.Res)
 		predictNodes(r, pl.Cluster, planRan.Cluster)
 	} else if pl.Prof != nil {
 		if r.Refined = pl.Learn(e.Observations()); r.Refined > 0 {

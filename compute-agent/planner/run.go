@@ -342,9 +342,11 @@ func (p *Run) Next(i int, num uint64) EpochOpts {
 		opts.WarmCache = !ran // the first plan finds the cache filled
 	}
 	source := ""
+	var pred *report.Prediction
 	if ran {
 		opts.Plan, planRan, cluster = pl.Run, pl.Plan, pl.Cluster
 		predicted, bound, cacheBound = pl.Plan.Pred.Seconds, pl.Bound, pl.CacheBound
+		pred = Account(pl.Plan.Pred, pl.Res)
 		opts.Observe, source = pl.Est != nil, pl.Source
 	} else if p.d.RunStage2 {
 		opts.Rec = profiler.NewRecorder(h.Pipeline, p.cat.Fingerprint, int(p.cat.Total))
@@ -359,11 +361,23 @@ func (p *Run) Next(i int, num uint64) EpochOpts {
 	rec := opts.Rec
 	opts.Annotate = func(r *report.EpochReport, e Epoch) error {
 		r.Policy, r.PredictedSeconds, r.BoundSeconds, r.Stage1, r.PlanSource = h.Policy, predicted, bound, sum, source
-		r.CacheBoundSeconds = cacheBound
+		r.CacheBoundSeconds, r.Prediction = cacheBound, pred
 		predictNodes(r, cluster, planRan.Cluster)
 		return p.annotate(r, e, rec, ran, planRan)
 	}
 	return opts
+}
+
+// Account is the report's per-resource prediction of a plan predicted
+// as pr under the resources res it was made with.
+func Account(pr policy.Prediction, res policy.Resources) *report.Prediction {
+	return &report.Prediction{
+		Seconds: pr.Seconds, LinkSeconds: pr.LinkSeconds, StorageSeconds: pr.StorageSeconds,
+		ComputeSeconds: pr.ComputeSeconds, GPUSeconds: pr.GPUSeconds, Bytes: pr.Bytes,
+		StorageCPUSeconds: pr.StorageCPUSeconds, ComputeCPUSeconds: pr.ComputeCPUSeconds, Bottleneck: pr.Bottleneck,
+		LinkBytesPerSec: res.LinkBytesPerSec, StorageCores: res.StorageCores, ComputeCores: res.ComputeCores,
+		StorageSpeed: res.StorageSpeed, StorageNSPerByte: res.StorageNSPerByte,
+	}
 }
 
 // predictNodes puts a cluster plan's prediction pr, made on c, into r:

@@ -173,6 +173,11 @@ type EpochReport struct {
 	// before a profile exists. For a first epoch whose plan took over
 	// mid-epoch (PlanSwitchedAt), the plan's prediction of a whole epoch.
 	PredictedSeconds float64 `json:"predicted_seconds,omitempty"`
+	// Prediction is PredictedSeconds per resource, and the resources the
+	// model assumed for it, so that a miss shows which resource the model
+	// got wrong (omitted for an epoch without a plan: No-Off before a
+	// profile exists).
+	Prediction *Prediction `json:"prediction,omitempty"`
 	// BoundSeconds is policy.Bound: the lower bound on any plan's epoch
 	// time for the profile and resources (omitted while there is no
 	// profile); for a plan made on Cluster, the cluster bound.
@@ -226,6 +231,61 @@ type EpochReport struct {
 	// Stage1 is stage 1's rates and decision, in the first epoch's report
 	// only.
 	Stage1 *Stage1Summary `json:"stage1,omitempty"`
+}
+
+// Prediction is a plan's predicted epoch per resource
+// (policy.Prediction) and the resources the model assumed
+// (policy.Resources, as the planner had them when it made the plan). The
+// model's epoch is the largest of the four resource times; each time is a
+// quantity over its resource: LinkSeconds = Bytes / LinkBytesPerSec,
+// StorageSeconds = StorageCPUSeconds / StorageCores, ComputeSeconds =
+// ComputeCPUSeconds / ComputeCores. For a plan made per storage agent
+// (EpochReport.Cluster) the times are each the slowest node's and the
+// quantities the nodes' sums; the resources are then the pooled ones the
+// cluster was made from.
+type Prediction struct {
+	// Seconds is the predicted epoch: the largest of the four times
+	// below (EpochReport.PredictedSeconds).
+	Seconds float64 `json:"seconds"`
+	// LinkSeconds is the time the payload needs on the link.
+	LinkSeconds float64 `json:"link_seconds"`
+	// StorageSeconds is the time the storage cores need for the storage
+	// CPU.
+	StorageSeconds float64 `json:"storage_seconds"`
+	// ComputeSeconds is the time the compute cores need for the compute
+	// CPU.
+	ComputeSeconds float64 `json:"compute_seconds"`
+	// GPUSeconds is the time the consumer needs for the epoch's samples.
+	GPUSeconds float64 `json:"gpu_seconds"`
+	// Bytes is the payload predicted to cross the link (the wire form,
+	// without gRPC framing or TLS).
+	Bytes float64 `json:"bytes"`
+	// StorageCPUSeconds is the predicted storage CPU, ops and transport
+	// (StorageNSPerByte per byte), already divided by StorageSpeed: CPU
+	// seconds of the storage side's own cores.
+	StorageCPUSeconds float64 `json:"storage_cpu_seconds"`
+	// ComputeCPUSeconds is the predicted compute CPU: finishing ops[k:n]
+	// and decoding the wire form, on this node's cores.
+	ComputeCPUSeconds float64 `json:"compute_cpu_seconds"`
+	// Bottleneck names the resource that sets Seconds: link, storage-cpu,
+	// compute-cpu or gpu (profiler.Bottleneck*).
+	Bottleneck string `json:"bottleneck"`
+	// LinkBytesPerSec is the link's payload rate the model assumed
+	// (stage 1's measurement, or the profile's running mean); 0 means
+	// unlimited.
+	LinkBytesPerSec float64 `json:"link_bytes_per_sec"`
+	// StorageCores is the storage cores the model assumed (the storage
+	// agents' --cpus, summed); 0 means unlimited.
+	StorageCores float64 `json:"storage_cores"`
+	// ComputeCores is the compute cores the model assumed (this agent's
+	// --workers, or the CPUs it sees); 0 means unlimited.
+	ComputeCores float64 `json:"compute_cores"`
+	// StorageSpeed is the storage CPU's speed relative to this node's
+	// that the model assumed (stage 1's probe); 0 means 1.
+	StorageSpeed float64 `json:"storage_speed"`
+	// StorageNSPerByte is the storage CPU per payload byte sent beyond
+	// the ops that the model assumed; 0 means free.
+	StorageNSPerByte float64 `json:"storage_ns_per_byte,omitempty"`
 }
 
 // CacheStats is an epoch's account of the compute node's cache.
