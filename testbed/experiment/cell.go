@@ -164,6 +164,7 @@ func (x *experiment) cell(ctx context.Context, p point, cpus float64, rep int) (
 			return cell, ctx.Err()
 		}
 	}
+	cell.Bound = x.cellBound(&cell)
 	if x.cfg.Train {
 		run := results.Run{Policy: results.TrainerPolicy, Plan: x.cfg.TrainPolicy, Training: true, Skipped: "the trainer row " + nxmSkip}
 		if !x.multi() {

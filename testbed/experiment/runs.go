@@ -273,7 +273,7 @@ func (x *experiment) agentEpochs(kernel bool, s *bed.Series, run *results.Run, r
 			}
 			e.Seconds = max(e.Seconds, r.Seconds)
 			e.PredictedSeconds = max(e.PredictedSeconds, r.PredictedSeconds)
-			e.BoundSeconds = max(e.BoundSeconds, r.BoundSeconds)
+			e.AgentBoundSeconds = max(e.AgentBoundSeconds, r.BoundSeconds)
 			e.Samples += r.Samples
 			e.Duplicates += r.Duplicates
 			e.Failed += r.SamplesFailed
@@ -288,6 +288,9 @@ func (x *experiment) agentEpochs(kernel bool, s *bed.Series, run *results.Run, r
 				e.RankSeconds = append(e.RankSeconds, r.Seconds)
 			}
 			windows = append(windows, [2]int64{r.StartUnixNS, r.EndUnixNS})
+		}
+		if len(ranks) == 1 { // the account is the 1 x 1 topology's
+			e.Prediction, e.StorageNSPerByte = first.Prediction, first.StorageNSPerByte
 		}
 		x.linkBytes(kernel, s, &e, windows...)
 		run.Epochs = append(run.Epochs, e)

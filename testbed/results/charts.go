@@ -440,33 +440,8 @@ func charted(run *Run) bool {
 // so its bars would not compare with the others').
 func chartable(run *Run) bool { return charted(run) && !run.Training }
 
-// cellBound is the cell's bound: the optimal run's steady BoundSeconds,
-// or else the least positive BoundSeconds of its charted policy runs'
-// steady epochs (the peer has none), or 0. The bound is a function of the
-// resources the plan was made for, which each run measures and calibrates
-// (the storage speed from its own offloaded epochs); optimal's is the
-// bound under the resources of optimal's plan, the one it is held to.
-func cellBound(c *Cell) float64 {
-	for i := range c.Runs {
-		run := &c.Runs[i]
-		if run.Policy == "optimal" && chartable(run) {
-			if s := run.Steady().BoundSeconds; s > 0 {
-				return s
-			}
-		}
-	}
-	b := 0.0
-	for i := range c.Runs {
-		run := &c.Runs[i]
-		if !chartable(run) || run.Policy == PeerPolicy {
-			continue
-		}
-		if s := run.Steady().BoundSeconds; s > 0 && (b == 0 || s < b) {
-			b = s
-		}
-	}
-	return b
-}
+// cellBound is the cell's one bound (Cell.BoundSeconds).
+func cellBound(c *Cell) float64 { return c.BoundSeconds() }
 
 // cellLabel names a cell for people: "500mbit, 0.5 storage CPUs".
 // With --repeat the repetition follows: "500mbit, 0.5 storage CPUs, repetition 2".

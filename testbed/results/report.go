@@ -76,6 +76,10 @@ func Table(w io.Writer, r *Results) error {
 		if s := summary(c); s != "" {
 			fmt.Fprintf(&b, "summary: %s\n", s)
 		}
+		if rows := accountTable(c); len(rows) > 0 {
+			b.WriteString("account (steady epoch; each resource's time, predicted / measured):\n")
+			writeText(&b, accountColumns, rows)
+		}
 		if rows := trainingTable(c); len(rows) > 0 {
 			b.WriteString("training loop:\n")
 			writeText(&b, trainingColumns, rows)
@@ -141,13 +145,21 @@ func cellTable(c *Cell) [][]string {
 	}
 	rows := make([][]string, 0, len(c.Runs))
 	for i := range c.Runs {
-		rows = append(rows, runRow(&c.Runs[i], base))
+		row := runRow(&c.Runs[i], base, cellBound(c))
+		if flag := belowNote(c, &c.Runs[i]); flag != "" {
+			if row[len(row)-1] != "" {
+				flag = row[len(row)-1] + "; " + flag
+			}
+			row[len(row)-1] = flag
+		}
+		rows = append(rows, row)
 	}
 	return rows
 }
 
-// runRow is one run's row; base is nooff's steady epoch, or nil.
-func runRow(run *Run, base *Epoch) []string {
+// runRow is one run's row; base is nooff's steady epoch, or nil, and
+// bound the cell's bound (0: none).
+func runRow(run *Run, base *Epoch, bound float64) []string {
 	row := make([]string, len(columns))
 	for i := range row {
 		row[i] = none
@@ -163,8 +175,8 @@ func runRow(run *Run, base *Epoch) []string {
 		row[2] = f2(e.PredictedSeconds)
 		row[4] = f2(e.Seconds / e.PredictedSeconds)
 	}
-	if e.BoundSeconds > 0 {
-		row[3] = f2(e.BoundSeconds)
+	if bound > 0 && !run.Training {
+		row[3] = f2(bound)
 	}
 	if base != nil && e.Seconds > 0 && run.Error == "" && !run.Training {
 		row[5] = speedup(base.Seconds, e.Seconds)
@@ -478,7 +490,11 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 		"(frames and headers included), *agent/kernel payload* the first over the second less 66 bytes of headers per packet " +
 		"(the TCP payload; it should be within 2% of 1), " +
 		"and *exactly-once* and *content matches* must both read yes for a row's time to count. " +
-		"In the epoch time charts the black tick on a bar is its prediction and the dashed line the cell's bound.\n")
+		"In the epoch time charts the black tick on a bar is its prediction and the dashed line the cell's bound. " +
+		"The *bound* is one per cell, the same for every row: the least epoch time any plan could have under the model, " +
+		"over the cell's profile and the cell's own resources (its shaped rate, storage quota and compute cores), " +
+		"not those a run's stage 1 measured. A row whose epoch is more than " + strconv.FormatFloat(BoundNoise*100, 'f', -1, 64) +
+		"% below it is flagged BELOW BOUND, with the resource its account says the model charged more than the epoch used.\n")
 
 	for i := range r.Cells {
 		c := &r.Cells[i]
@@ -491,6 +507,10 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 			continue
 		}
 		writeMarkdownTable(b, columns, cellTable(c))
+		if rows := accountTable(c); len(rows) > 0 {
+			b.WriteString("\n" + accountNote(c))
+			writeMarkdownTable(b, accountColumns, rows)
+		}
 		if rows := trainingTable(c); len(rows) > 0 {
 			fmt.Fprintf(b, "\n**Training loop.** The same small CNN trained by each row's loader, seeded alike, "+
 				"on the same files over the same link; its steps replace the simulated GPU, so these rows' epoch times "+

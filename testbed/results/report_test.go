@@ -93,7 +93,7 @@ func synthetic(grid []testCell) *Results {
 				}
 				if p.name != PeerPolicy {
 					e.PredictedSeconds = p.secs * g.factor * 0.95
-					e.BoundSeconds = 3.5 * g.factor
+					e.AgentBoundSeconds = 3.5 * g.factor
 				}
 				run.Epochs = append(run.Epochs, e)
 			}

@@ -151,7 +151,11 @@ type Cell struct {
 	// when there are several storage or compute nodes (then Rate is the
 	// rates joined with "+" and RateBitsPerSec their sum). Absent: 1 x 1.
 	StorageRates []string `json:"storage_rates,omitempty"`
-	Runs         []Run    `json:"runs"`
+	// Bound is the cell's one lower bound, the same for every run: the
+	// tables' and charts' bound (CellBound). Nil in files from before it,
+	// and with several compute nodes (each plans its own shard).
+	Bound *CellBound `json:"bound,omitempty"`
+	Runs  []Run      `json:"runs"`
 }
 
 // Run is one policy (or the peer, or the trainer) in one cell.
@@ -213,10 +217,20 @@ type Epoch struct {
 	Epoch            int     `json:"epoch"`
 	Seconds          float64 `json:"seconds"`
 	PredictedSeconds float64 `json:"predicted_seconds,omitempty"`
-	BoundSeconds     float64 `json:"bound_seconds,omitempty"`
-	Samples          int     `json:"samples"`
-	Duplicates       int     `json:"duplicates"`
-	Failed           int     `json:"failed"`
+	// Prediction is the agent's plan's prediction per resource and the
+	// resources it assumed (the report's "prediction"), for the
+	// per-resource account (AccountOf); nil for an epoch without a plan,
+	// and with several compute nodes.
+	Prediction *Prediction `json:"prediction,omitempty"`
+	// AgentBoundSeconds is the compute agent's own bound for the run
+	// (its report's bound_seconds): over the resources its stage 1
+	// measured and its own profile, so it differs from run to run. The
+	// agent's view only; the tables show the cell's (Cell.Bound). Files
+	// from before the cell bound name it bound_seconds.
+	AgentBoundSeconds float64 `json:"agent_bound_seconds,omitempty"`
+	Samples           int     `json:"samples"`
+	Duplicates        int     `json:"duplicates"`
+	Failed            int     `json:"failed"`
 	// AgentBytes is the payload the compute agent received (its report's
 	// bytes_received; the peer's file bytes). KernelBytes and
 	// KernelPackets are what the compute side's veth received over the
@@ -235,15 +249,19 @@ type Epoch struct {
 	// workers'.
 	StorageCPUSeconds float64 `json:"storage_cpu_seconds"`
 	ComputeCPUSeconds float64 `json:"compute_cpu_seconds"`
-	GPUIdleFraction   float64 `json:"gpu_idle_fraction"`
-	Profiled          bool    `json:"profiled,omitempty"`
-	Replanned         bool    `json:"replanned,omitempty"`
+	// StorageNSPerByte is the storage agents' CPU per byte sent beyond
+	// their ops (gRPC, TLS) that the compute agent measured over the epoch
+	// (its report's storage_ns_per_byte); 0 when not measured.
+	StorageNSPerByte float64 `json:"storage_ns_per_byte,omitempty"`
+	GPUIdleFraction  float64 `json:"gpu_idle_fraction"`
+	Profiled         bool    `json:"profiled,omitempty"`
+	Replanned        bool    `json:"replanned,omitempty"`
 
 	// With several storage or compute nodes (absent otherwise): Seconds
 	// is the slowest rank's epoch (data-parallel training waits for it)
 	// and RankSeconds each rank's, in rank order; the counts, bytes and
 	// CPU above are the ranks' sums (GPUIdleFraction their mean,
-	// PredictedSeconds and BoundSeconds the largest rank's), and the
+	// PredictedSeconds and AgentBoundSeconds the largest rank's), and the
 	// kernel bytes the compute nodes' together, from the first rank's
 	// start to the last rank's end. LinkBytes is what each storage node
 	// sent on its link over that time, in storage node order (its veth
@@ -258,6 +276,24 @@ type Epoch struct {
 	// Cache is the compute agents' cache over the epoch (their reports'
 	// cache, summed over the ranks); nil without one.
 	Cache *CacheEpoch `json:"cache,omitempty"`
+}
+
+// UnmarshalJSON reads an epoch, taking bound_seconds, the agent's bound
+// as files from before the cell bound name it, as AgentBoundSeconds.
+func (e *Epoch) UnmarshalJSON(b []byte) error {
+	type plain Epoch // without this method
+	var v struct {
+		plain
+		Old float64 `json:"bound_seconds"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*e = Epoch(v.plain)
+	if e.AgentBoundSeconds == 0 {
+		e.AgentBoundSeconds = v.Old
+	}
+	return nil
 }
 
 // CacheEpoch is an epoch's account of the compute nodes' caches (see
