@@ -166,6 +166,21 @@ func TestExperimentNetns(t *testing.T) {
 			}
 		}
 	}
+	// One bound for the cell, over its profile and its own resources,
+	// and every policy's steady epoch with the plan's per-resource
+	// prediction for the report's account.
+	if b := res.Cells[0].Bound; b == nil || b.Seconds <= 0 || b.LinkBytesPerSec != 40e6/8 || b.StorageCores != 0.5 || b.Samples != 40 {
+		t.Errorf("cell bound %+v: want one over the cell's 40 samples at 5 MB/s and 0.5 storage cores", b)
+	}
+	for _, r := range runs {
+		if e := r.Steady(); r.Policy != results.PeerPolicy && e != nil && (e.Prediction == nil || e.Prediction.Seconds != e.PredictedSeconds) {
+			t.Errorf("%s: steady epoch's prediction %+v, predicted %.3f s", r.Policy, e.Prediction, e.PredictedSeconds)
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil || !strings.Contains(string(md), "storage CPU-s pred / meas") {
+		t.Errorf("report.md has no per-resource account (%v)", err)
+	}
 	for _, f := range []string{"report.md", "epoch-time-40mbit-cpu0.5.svg"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Error(err)
