@@ -15,13 +15,11 @@ import (
 type Prediction = report.Prediction
 
 // BoundNoise is how far below the cell's bound a measured epoch may be
-// before the report flags it: 3%. Two runs of the same plan in one cell
-// differ by up to about 2% in their steady epoch on an idle machine
-// (docs/policy.md, "The cell's bound"), and the epoch's own clock (from
-// its first request to its last batch) leaves out the link's ramp that the
-// bound counts, under 1% of a second-long epoch at the rates the testbed
-// shapes; a row further below than that is not noise but a resource the
-// model charged more than the epoch used.
+// before the report flags it: 3%. The bound holds for every run however
+// its epoch varies; what it leaves to chance is small (the sizes that
+// vary by epoch at their expectation, the epoch's clock missing part of
+// the link's ramp), so a row further below is a resource the model
+// charged more than the epoch used (docs/policy.md, "The cell's bound").
 const BoundNoise = 0.03
 
 // CellBound is a cell's one lower bound on any plan's epoch: policy.Bound
