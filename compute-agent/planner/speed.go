@@ -42,8 +42,8 @@ func speedEstimate(local, remote []float64) (speed, rse float64) {
 }
 
 // medianSpeed is the median of the per-sample ratios local/remote
-// (profiler.SpeedRatio), stage 1's speed before it took the ratio of sums
-// over effective CPU; kept for the probe's log, beside the new estimate.
+// (profiler.SpeedRatio), stage 1's speed before it took the ratio of sums;
+// kept for the probe's log, beside the new estimate.
 func medianSpeed(local, remote []float64) float64 {
 	l, r := make([]int64, len(local)), make([]int64, len(remote))
 	for i, v := range local {
