@@ -355,6 +355,7 @@ func (pl *Planner) Drift(r *report.EpochReport, m *Offloads, ran policy.Plan) (s
 		// raw (work-conserving offload) cost them next to nothing.
 		pred = planned
 	}
+	pl.logStorage(r.Epoch, pred, got, o.StorageNS, res.StorageSpeed)
 	if pred > 0 && got > 0 && !pl.speedFixed {
 		ratio := got / pred
 		if tol := min(thr, StorageCalibration); ratio > 1+tol || ratio < 1-tol {
@@ -413,6 +414,17 @@ func (pl *Planner) Drift(r *report.EpochReport, m *Offloads, ran policy.Plan) (s
 	pl.Log.Info().Uint64("epoch", r.Epoch).Str("drift", reason).Msg("rates drifted: re-planning")
 	pl.Res = res
 	return reason, true
+}
+
+// logStorage logs an epoch's storage CPU of its offloads: planned (at the
+// storage speed speed), effective and thread CPU (Offloads), in seconds;
+// nothing when either of the first two is unknown.
+func (pl *Planner) logStorage(epoch uint64, planned, effective float64, threadNS int64, speed float64) {
+	if planned > 0 && effective > 0 {
+		pl.Log.Info().Uint64("epoch", epoch).Float64("planned_s", planned).Float64("effective_s", effective).
+			Float64("thread_s", float64(threadNS)/1e9).Float64("speed", speed).
+			Msg("storage cpu of the offloads: planned and measured")
+	}
 }
 
 // Guard is the measured Guard: a planned epoch slower than the last

@@ -26,8 +26,9 @@ const (
 	// probeKeep is how many raw samples the link probe keeps for the
 	// compute CPU measurement.
 	probeKeep = 32
-	// speedSamples is how many samples are fetched at probeSplit to measure
-	// the storage CPU and its speed relative to this node's.
+	// speedSamples is the fewest samples fetched at probeSplit to measure
+	// the storage CPU and its speed relative to this node's (more while
+	// the probe spans less than storageSpan).
 	speedSamples = 8
 	// QuickBudget bounds the link probe and the compute measurement of a
 	// Quick stage 1 (a run that plans its first epoch from header
@@ -104,6 +105,9 @@ type Stage1Result struct {
 	Raws map[uint64][]byte
 	// Seconds is how long stage 1 took.
 	Seconds float64
+	// SpeedRSE is the relative standard error of Res.StorageSpeed (0:
+	// fewer than two samples compared).
+	SpeedRSE float64
 }
 
 // Summary is the decision as the first epoch's report carries it.
@@ -115,6 +119,7 @@ func (s Stage1Result) Summary() report.Stage1Summary {
 		StorageSamplesPerSec:  d.Rates.StorageSamplesPerSec,
 		GPUSamplesPerSec:      d.Rates.GPUSamplesPerSec,
 		StorageSpeed:          s.Res.StorageSpeed,
+		StorageSpeedRSE:       s.SpeedRSE,
 		PredictedNoOffSeconds: d.PredictedNoOffSeconds,
 		Bottleneck:            d.Bottleneck,
 		Stage2:                d.RunStage2,
@@ -131,15 +136,23 @@ type probeResult struct {
 	elapsed   time.Duration
 	raw       map[uint64][]byte // raw files of some samples (split 0 probes)
 	storageNS map[uint64]int64  // storage_cpu_ns by sample
+	budgetNS  map[uint64]int64  // storage_budget_ns by sample (0: not reported)
+}
+
+// probeSpan is what a stage 1 probe covers: how long it keeps requesting,
+// once it has least samples, and how many it wants at least.
+type probeSpan struct {
+	budget time.Duration // 0: no limit
+	least  int
 }
 
 // probe fetches samples at split k from f on one Fetch stream, keeping up
 // to window requests in flight, until every sample was answered or, when
-// budget is positive, budget has passed (the requests then in flight are
-// still received and counted). It keeps the raw bytes of up to keep
-// samples.
-func (cfg *Stage1Config) probe(ctx context.Context, f Source, samples []uint64, epoch uint64, k, window int, budget time.Duration, keep int) (probeResult, error) {
-	res := probeResult{raw: map[uint64][]byte{}, storageNS: map[uint64]int64{}}
+// span.budget is positive, it has passed and span.least samples were
+// requested (the requests then in flight are still received and counted).
+// It keeps the raw bytes of up to keep samples.
+func (cfg *Stage1Config) probe(ctx context.Context, f Source, samples []uint64, epoch uint64, k, window int, span probeSpan, keep int) (probeResult, error) {
+	res := probeResult{raw: map[uint64][]byte{}, storageNS: map[uint64]int64{}, budgetNS: map[uint64]int64{}}
 	if len(samples) == 0 {
 		return res, nil
 	}
@@ -178,6 +191,7 @@ func (cfg *Stage1Config) probe(ctx context.Context, f Source, samples []uint64, 
 		if resp.GetError() == nil {
 			s := resp.GetSample()
 			res.storageNS[s] = int64(resp.GetStorageCpuNs())
+			res.budgetNS[s] = int64(resp.GetStorageBudgetNs())
 			if k == 0 && len(res.raw) < keep {
 				if v, err := wireform.Decode(resp.GetData(), lim); err == nil {
 					if b, ok := v.(ops.Encoded); ok {
@@ -186,7 +200,7 @@ func (cfg *Stage1Config) probe(ctx context.Context, f Source, samples []uint64, 
 				}
 			}
 		}
-		if sent < len(samples) && (budget <= 0 || cfg.Now().Sub(start) < budget) {
+		if sent < len(samples) && (span.budget <= 0 || sent < span.least || cfg.Now().Sub(start) < span.budget) {
 			if err := send(); err != nil {
 				return res, err
 			}
@@ -198,7 +212,7 @@ func (cfg *Stage1Config) probe(ctx context.Context, f Source, samples []uint64, 
 
 // probeAll runs probe on every storage agent at once, agent i taking the
 // samples at positions i, i+len(fs), ... of samples.
-func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []uint64, k int, budget time.Duration, keep int) ([]probeResult, error) {
+func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []uint64, k, window int, span probeSpan, keep int) ([]probeResult, error) {
 	out := make([]probeResult, len(fs))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, f := range fs {
@@ -207,7 +221,7 @@ func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []ui
 			mine = append(mine, samples[j])
 		}
 		g.Go(func() error {
-			r, err := cfg.probe(gctx, f, mine, cfg.Epoch, k, cfg.Window, budget, keep)
+			r, err := cfg.probe(gctx, f, mine, cfg.Epoch, k, window, span, keep)
 			if err != nil {
 				return fmt.Errorf("planner: stage 1: split %d from %s: %w", k, f.Name(), err)
 			}
@@ -300,9 +314,10 @@ func (cfg *Stage1Config) decide(linkRate, computeRate float64, st storageRates, 
 			GPUSamplesPerSec: gpu,
 			StorageSpeed:     st.speed,
 		},
-		Nodes:   nodes,
-		Raws:    raws,
-		Seconds: cfg.Now().Sub(began).Seconds(),
+		Nodes:    nodes,
+		Raws:     raws,
+		Seconds:  cfg.Now().Sub(began).Seconds(),
+		SpeedRSE: st.speedRSE,
 	}
 }
 
@@ -332,7 +347,7 @@ func Stage1Beside(cfg *Stage1Config, fs []Source, rawSizes, shard []uint64, raws
 // kept (their ids in ascending order, and their bytes), and each agent as
 // a storage node with the rate it sent at.
 func (cfg *Stage1Config) measureLink(ctx context.Context, fs []Source, shard []uint64) (rate float64, nodes []policy.StorageNode, ids []uint64, raws map[uint64][]byte, err error) {
-	link, err := cfg.probeAll(ctx, fs, shard, 0, cfg.Budget, probeKeep)
+	link, err := cfg.probeAll(ctx, fs, shard, 0, cfg.Window, probeSpan{budget: cfg.Budget}, probeKeep)
 	if err != nil {
 		return 0, nil, nil, nil, err
 	}
@@ -358,22 +373,38 @@ func (cfg *Stage1Config) measureLink(ctx context.Context, fs []Source, shard []u
 // storageRates is what measureStorage found.
 type storageRates struct {
 	speed float64 // the storage CPU's speed relative to this node's
-	cores float64 // the storage agents' cores together
-	rate  float64 // their samples per second for the whole pipeline (0: unmeasured)
+	// speedRSE is speed's relative standard error (speedEstimate; 0:
+	// fewer than two samples compared).
+	speedRSE float64
+	cores    float64 // the storage agents' cores together
+	rate     float64 // their samples per second for the whole pipeline (0: unmeasured)
 	// localNS is the mean CPU time of the whole pipeline here over the
 	// samples measured (0: none).
 	localNS float64
 }
 
-// measureStorage fetches a few of the samples kept (ids, raws) at probeSplit
+// Storage probe sizes.
+const (
+	// storageSpan is how long the storage probe keeps requesting, once it
+	// has speedSamples: five periods of a CFS quota (100 ms each), so that
+	// a quota's throttled periods weigh in it as they do in an epoch.
+	storageSpan = 500 * time.Millisecond
+	// storageWindow is the storage probe's requests in flight per agent:
+	// enough to keep a worker busy while a response crosses, few enough
+	// that the probe stops soon after storageSpan.
+	storageWindow = 2
+)
+
+// measureStorage fetches some of the samples kept (ids, raws) at probeSplit
 // and compares their storage CPU with the same work timed here: the
-// storage CPU's speed, and the whole pipeline's cost on both sides.
+// storage CPU's speed, and the whole pipeline's cost on both sides. A
+// Quick stage 1 fetches QuickSpeedSamples; otherwise the probe requests
+// up to all the samples kept for storageSpan (ProbeStorage).
 func (cfg *Stage1Config) measureStorage(ctx context.Context, fs []Source, ids []uint64, raws map[uint64][]byte) (storageRates, error) {
-	n := speedSamples
 	if cfg.Quick {
-		n = QuickSpeedSamples
+		ids = ids[:min(len(ids), QuickSpeedSamples)]
 	}
-	pr, err := ProbeStorage(ctx, cfg, fs, ids[:min(len(ids), n)])
+	pr, err := ProbeStorage(ctx, cfg, fs, ids)
 	if err != nil {
 		return storageRates{}, err
 	}
@@ -390,6 +421,8 @@ type StorageProbe struct {
 	ids []uint64
 	k   int
 	ns  map[uint64]int64 // storage_cpu_ns by sample
+	// eff is each sample's effective storage CPU (effectiveNS).
+	eff map[uint64]int64
 }
 
 // probeSplit is the split the storage probe asks for: just after the
@@ -405,28 +438,35 @@ func probeSplit(p *ops.Pipeline) int {
 }
 
 // ProbeStorage fetches ids at split probeSplit from the storage agents fs
-// (agent i the ids at positions i, i+len(fs), ...) and keeps the storage
-// CPU each took, for the comparison with the same work here
+// (agent i the ids at positions i, i+len(fs), ...), storageWindow at a
+// time, until each agent answered all of its ids or, once it had
+// speedSamples of them, storageSpan passed; it keeps the storage CPU each
+// sample took, for the comparison with the same work here
 // (Stage1Beside).
 func ProbeStorage(ctx context.Context, cfg *Stage1Config, fs []Source, ids []uint64) (StorageProbe, error) {
 	k := probeSplit(cfg.Pipeline)
-	full, err := cfg.probeAll(ctx, fs, ids, k, 0, 0)
+	full, err := cfg.probeAll(ctx, fs, ids, k, storageWindow, probeSpan{budget: storageSpan, least: speedSamples}, 0)
 	if err != nil {
 		return StorageProbe{}, err
 	}
-	pr := StorageProbe{ids: ids, k: k, ns: map[uint64]int64{}}
-	for _, r := range full {
+	pr := StorageProbe{ids: ids, k: k, ns: map[uint64]int64{}, eff: map[uint64]int64{}}
+	for i, r := range full {
+		_, share := workerShare(fs[i].CPUs())
 		maps.Copy(pr.ns, r.storageNS)
+		for s, ns := range r.storageNS {
+			pr.eff[s] = effectiveNS(ns, r.budgetNS[s], share)
+		}
 	}
 	return pr, nil
 }
 
 // compareStorage compares the storage CPU of pr's samples with the same
-// work on raws timed here.
+// work on raws timed here: the speed is the ratio of their sums of thread
+// CPU (speedEstimate), with its relative standard error; the effective
+// CPU (effectiveNS) is logged beside it.
 func (cfg *Stage1Config) compareStorage(fs []Source, pr StorageProbe, raws map[uint64][]byte) storageRates {
-	var local, remote []int64
-	var remoteSum, localSum, fullSum float64
-	var nLocal int
+	var local, remote, thread []float64
+	var localSum, fullSum float64
 	for _, id := range pr.ids {
 		sns, ok := pr.ns[id]
 		raw, have := raws[id]
@@ -435,25 +475,39 @@ func (cfg *Stage1Config) compareStorage(fs []Source, pr StorageProbe, raws map[u
 		}
 		key := ops.Key{Seed: cfg.Seed, Epoch: cfg.Epoch, Sample: id}
 		part, full := localCost(cfg.Pipeline, key, raw, pr.k, cfg.Limits)
-		local = append(local, part)
-		remote = append(remote, sns)
-		remoteSum += float64(sns)
-		if part > 0 {
-			localSum, fullSum, nLocal = localSum+float64(part), fullSum+float64(full), nLocal+1
+		if part <= 0 || sns <= 0 {
+			continue // failed here or there: nothing to compare
 		}
+		local = append(local, float64(part))
+		thread = append(thread, float64(sns))
+		remote = append(remote, float64(max(pr.eff[id], sns)))
+		localSum, fullSum = localSum+float64(part), fullSum+float64(full)
 	}
-	st := storageRates{speed: profiler.SpeedRatio(local, remote)}
-	if nLocal > 0 {
-		st.localNS = fullSum / float64(nLocal)
-		// The probe ran ops[0:k] there: the whole pipeline takes the
-		// storage side what it takes here in the same proportion.
-		remoteSum *= fullSum / localSum
-	}
+	// NB: the speed divides thread CPU, not the effective CPU, although an
+	// epoch spends the latter: the plan multiplies it into the profile's
+	// op costs, recorded in a busy profiling epoch at 1.3-1.5x this
+	// quiet, warm local timing, and the two biases cancel to within 15%
+	// (docs/policy.md, "The storage probe under a quota"); the effective
+	// CPU alone over-prices the storage side by up to 38%.
+	var st storageRates
+	st.speed, st.speedRSE = speedEstimate(local, thread)
 	for _, f := range fs {
 		st.cores += f.CPUs()
 	}
-	if len(remote) > 0 && remoteSum > 0 && st.cores > 0 {
-		st.rate = st.cores / (remoteSum / 1e9 / float64(len(remote)))
+	if n := len(local); n > 0 {
+		st.localNS = fullSum / float64(n)
+		// The probe ran ops[0:k] there: the whole pipeline takes the
+		// storage side what it takes here in the same proportion.
+		perSample := sum(thread) / float64(n) * fullSum / localSum
+		if st.cores > 0 && perSample > 0 {
+			st.rate = st.cores / (perSample / 1e9)
+		}
+		effSpeed, _ := speedEstimate(local, remote)
+		cfg.Log.Info().Int("samples", n).Int("split", pr.k).
+			Float64("storage_effective_ns", sum(remote)/float64(n)).Float64("storage_thread_ns", sum(thread)/float64(n)).
+			Float64("local_ns", localSum/float64(n)).Float64("speed", st.speed).Float64("speed_rse", st.speedRSE).
+			Float64("effective_speed", effSpeed).Float64("median_speed", medianSpeed(local, thread)).
+			Msg("stage 1: storage probe")
 	}
 	return st
 }

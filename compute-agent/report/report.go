@@ -505,6 +505,10 @@ type Stage1Summary struct {
 	// StorageSpeed is the storage CPU's speed relative to this node's (0:
 	// unmeasured, taken as 1).
 	StorageSpeed float64 `json:"storage_speed"`
+	// StorageSpeedRSE is StorageSpeed's relative standard error over the
+	// samples stage 1's storage probe compared (omitted when fewer than
+	// two were).
+	StorageSpeedRSE float64 `json:"storage_speed_rse,omitempty"`
 	// PredictedNoOffSeconds is stage 1's prediction of a No-Off epoch.
 	PredictedNoOffSeconds float64 `json:"predicted_nooff_seconds"`
 	// Bottleneck names the resource that bounds a No-Off epoch

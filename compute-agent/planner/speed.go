@@ -1,0 +1,91 @@
+package planner
+
+import (
+	"math"
+
+	"github.com/sophon-dl/sophon/profiler"
+)
+
+// speedEstimate is the storage CPU's speed relative to this node's from
+// the same samples' costs here (local) and there (remote), paired by
+// index: the ratio of their sums, the one that prices an epoch's sum of
+// samples right, and that ratio's relative standard error (the delta
+// method's for a ratio of means: a sample whose cost there strays from
+// its cost here times the ratio widens it). Pairs with a cost that is not
+// positive are skipped; speed is 0 without any, rse 0 with fewer than
+// two.
+func speedEstimate(local, remote []float64) (speed, rse float64) {
+	var sx, sy float64
+	var n int
+	for i := range min(len(local), len(remote)) {
+		if local[i] > 0 && remote[i] > 0 {
+			sx, sy, n = sx+local[i], sy+remote[i], n+1
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	speed = sx / sy
+	if n < 2 {
+		return speed, 0
+	}
+	var ss float64
+	for i := range min(len(local), len(remote)) {
+		if local[i] > 0 && remote[i] > 0 {
+			d := local[i] - speed*remote[i]
+			ss += d * d
+		}
+	}
+	my := sy / float64(n)
+	se := math.Sqrt(ss/float64(n-1)/float64(n)) / my
+	return speed, se / speed
+}
+
+// medianSpeed is the median of the per-sample ratios local/remote
+// (profiler.SpeedRatio), stage 1's speed before it took the ratio of sums;
+// kept for the probe's log, beside the new estimate.
+func medianSpeed(local, remote []float64) float64 {
+	l, r := make([]int64, len(local)), make([]int64, len(remote))
+	for i, v := range local {
+		l[i] = int64(v)
+	}
+	for i, v := range remote {
+		r[i] = int64(v)
+	}
+	return profiler.SpeedRatio(l, r)
+}
+
+// workerShare is a storage agent's budgeted workers for cpus cores and
+// each one's share of a core (storage-agent/budget.Size): ceil(cpus)
+// workers sharing cpus; one worker with a whole core when cpus is
+// unknown (0).
+func workerShare(cpus float64) (workers int, share float64) {
+	if !(cpus > 0) {
+		return 1, 1
+	}
+	workers = max(1, int(math.Ceil(cpus)))
+	return workers, min(1, cpus/float64(workers))
+}
+
+// effectiveNS is a sample's storage CPU as an epoch spends it: the budget
+// time its worker held (storage_budget_ns) times the worker's share of a
+// core, which is its thread CPU (threadNS) when the agent got its whole
+// budget and more when it did not: when the quota the agent's process
+// shares with its transport and raw workers was spent (the cgroup
+// throttled the worker), or the machine was busy. An agent that does not
+// report budget time (budgetNS 0) gives threadNS. Never below threadNS.
+func effectiveNS(threadNS, budgetNS int64, share float64) int64 {
+	if budgetNS <= 0 || !(share > 0) {
+		return threadNS
+	}
+	return max(threadNS, int64(math.Round(float64(budgetNS)*min(share, 1))))
+}
+
+// sum is the sum of xs.
+func sum(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
