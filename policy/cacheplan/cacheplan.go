@@ -1,5 +1,5 @@
 // Package cacheplan is the compute-side cache in the planner's model
-// (issue 22; PRESTO's materialise-or-recompute trade-off): where a
+// (PRESTO's materialise-or-recompute trade-off): where a
 // profile's samples are kept (the cache split, SplitOf), what a resident
 // sample costs (Entry, FinishNS), the profile in which resident samples
 // cost what reading them from the cache costs (Rewrite, which lets every
