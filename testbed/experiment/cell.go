@@ -144,6 +144,7 @@ func (x *experiment) cell(ctx context.Context, p point, cpus float64, rep int) (
 	if err != nil {
 		return cell, err
 	}
+	cell.ComputeCPUs = b.ComputeQuota()
 	defer func() {
 		if err := b.Close(); err != nil {
 			x.cfg.Log.Warn().Err(err).Msg("cell teardown")

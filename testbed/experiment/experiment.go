@@ -40,6 +40,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sophon-dl/sophon/policy"
@@ -545,7 +546,9 @@ grid:
 				if cfg.Repeat > 1 {
 					num = rep + 1
 				}
+				began, cpu0 := time.Now(), selfCPU()
 				cell, err := x.cell(ctx, p, cpus, num)
+				cell.Seconds, cell.TestbedCPUSeconds = time.Since(began).Seconds(), (selfCPU() - cpu0).Seconds()
 				results.ScoreContention(&cell)
 				res.Cells = append(res.Cells, cell)
 				if err != nil {
@@ -653,6 +656,16 @@ func machine() results.Machine {
 		f.Close()
 	}
 	return m
+}
+
+// selfCPU is the CPU time this process (the testbed: its watchers,
+// counters and loopback proxies; not the agents, its children) has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // grouped reports whether the nodes get cgroups in mode: netns mode with

@@ -151,7 +151,18 @@ type Cell struct {
 	// when there are several storage or compute nodes (then Rate is the
 	// rates joined with "+" and RateBitsPerSec their sum). Absent: 1 x 1.
 	StorageRates []string `json:"storage_rates,omitempty"`
-	Runs         []Run    `json:"runs"`
+	// ComputeCPUs is the compute nodes' CPU quota in cores, which the
+	// compute agents (and the peer) ran under and planned with: the
+	// machine's cores less the storage nodes' quotas (bed.ComputeCPUs).
+	// Zero: no cgroups (loopback), the compute side unlimited.
+	ComputeCPUs float64 `json:"compute_cpus,omitempty"`
+	// TestbedCPUSeconds is the CPU time the testbed process itself used
+	// over the cell (its counters and watchers; on loopback its shaping
+	// proxies), outside every node's quota; Seconds is the cell's wall
+	// time.
+	TestbedCPUSeconds float64 `json:"testbed_cpu_seconds,omitempty"`
+	Seconds           float64 `json:"seconds,omitempty"`
+	Runs              []Run   `json:"runs"`
 }
 
 // Run is one policy (or the peer, or the trainer) in one cell.
