@@ -3,16 +3,19 @@ package computeagent
 import (
 	"context"
 	"fmt"
-	"runtime"
 
+	"github.com/sophon-dl/sophon/internal/cpuquota"
 	"github.com/sophon-dl/sophon/internal/membership"
 )
 
 // join starts this agent's membership, announcing the compute role.
 func (a *Agent) join() (*membership.Node, error) {
+	// The cores it may use: its cgroup's quota and CPUs (its container's
+	// limit), else the machine's.
+	cores, _, _ := cpuquota.Cores(0)
 	mc, err := a.cfg.Gossip.Config(a.cfg.Cluster, a.cfg.Name, membership.Meta{
 		Role:    membership.RoleCompute,
-		Cores:   float64(runtime.NumCPU()),
+		Cores:   cores,
 		Version: a.cfg.Version,
 	}, a.cfg.Insecure, a.log)
 	if err != nil {

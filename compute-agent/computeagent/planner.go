@@ -9,6 +9,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
+	"github.com/sophon-dl/sophon/internal/cpuquota"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/profiler"
 )
@@ -94,9 +95,22 @@ func (a *Agent) stage1Config() *planner.Stage1Config {
 	return &planner.Stage1Config{
 		Log: a.log, Now: cfg.Clock.Now, Pipeline: cfg.Pipeline, PipelineID: a.pipeID, PipelineSpec: a.pipeSpec,
 		Seed: cfg.Seed, Epoch: cfg.FirstEpoch, Window: cfg.Window, MaxPayload: cfg.MaxPayload,
-		Budget: cfg.ProfileBudget, Workers: cfg.Workers, Force: cfg.ForceProfile, GPURate: a.gpuRate(),
+		Budget: cfg.ProfileBudget, Workers: cfg.Workers, Cores: a.computeCores(), Force: cfg.ForceProfile, GPURate: a.gpuRate(),
 		Limits: cfg.Settings,
 	}
+}
+
+// computeCores is the compute cores the planner's model gets: the least
+// of Workers, the CPUs this process may run on and its cgroup's CPU quota
+// (a container's CPU limit, a testbed node's quota), read now.
+func (a *Agent) computeCores() float64 {
+	c, l, err := cpuquota.Cores(a.cfg.Workers)
+	if err != nil {
+		a.log.Warn().Err(err).Float64("compute_cores", c).Msg("could not read this process's CPU quota: the model gets --workers cores")
+		return c
+	}
+	a.log.Info().Float64("compute_cores", c).Int("workers", a.cfg.Workers).Str("cpu_limit", l.String()).Msg("compute cores for the model")
+	return c
 }
 
 // rated is a consumer that knows its rate.

@@ -70,8 +70,12 @@ type Stage1Config struct {
 	// whose first batch waits for stage 1; the epochs' own measurements
 	// correct what a short probe misjudged (the link rate, by drift).
 	Quick bool
-	// Workers is this node's finishing workers, its compute cores.
+	// Workers is this node's finishing workers.
 	Workers int
+	// Cores is the compute cores the model gets: the least of Workers and
+	// the CPU quota and CPUs the agent runs under (cpuquota.Cores); zero
+	// means Workers.
+	Cores float64
 	// Force runs stage 2 whatever the bottleneck (profiler.Force).
 	Force bool
 	// GPURate is the consumer's samples per second (0: unknown).
@@ -116,6 +120,7 @@ func (s Stage1Result) Summary() report.Stage1Summary {
 	return report.Stage1Summary{
 		LinkBytesPerSec:       d.Rates.LinkBytesPerSec,
 		ComputeSamplesPerSec:  d.Rates.ComputeSamplesPerSec,
+		ComputeCores:          s.Res.ComputeCores,
 		StorageSamplesPerSec:  d.Rates.StorageSamplesPerSec,
 		GPUSamplesPerSec:      d.Rates.GPUSamplesPerSec,
 		StorageSpeed:          s.Res.StorageSpeed,
@@ -232,6 +237,14 @@ func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []ui
 	return out, g.Wait()
 }
 
+// cores is Cores, or Workers (at least 1) when it is zero.
+func (cfg *Stage1Config) cores() float64 {
+	if cfg.Cores > 0 {
+		return cfg.Cores
+	}
+	return float64(max(cfg.Workers, 1))
+}
+
 // Stage1 measures the rate of each resource for a bounded time and decides
 // whether stage 2 runs: the link (raw fetches of at most one pass over the
 // shard, every storage agent at once), the storage CPU and its speed
@@ -264,7 +277,7 @@ func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard
 	if cfg.Quick && st.localNS > 0 {
 		// The speed samples' full pipeline timed here, one thread each:
 		// no workers' run for a budget before the first batch.
-		computeRate = float64(max(cfg.Workers, 1)) * 1e9 / st.localNS
+		computeRate = cfg.cores() * 1e9 / st.localNS
 	} else if len(ids) > 0 {
 		samples := make([][]byte, len(ids))
 		for i, id := range ids {
@@ -310,7 +323,7 @@ func (cfg *Stage1Config) decide(linkRate, computeRate float64, st storageRates, 
 		Res: policy.Resources{
 			LinkBytesPerSec:  linkRate,
 			StorageCores:     st.cores,
-			ComputeCores:     float64(cfg.Workers),
+			ComputeCores:     cfg.cores(),
 			GPUSamplesPerSec: gpu,
 			StorageSpeed:     st.speed,
 		},
@@ -333,7 +346,7 @@ func Stage1Beside(cfg *Stage1Config, fs []Source, rawSizes, shard []uint64, raws
 	st := cfg.compareStorage(fs, probe, raws)
 	var computeRate float64
 	if st.localNS > 0 {
-		computeRate = float64(max(cfg.Workers, 1)) * 1e9 / st.localNS
+		computeRate = cfg.cores() * 1e9 / st.localNS
 	}
 	nodes := make([]policy.StorageNode, len(fs))
 	for i, f := range fs {

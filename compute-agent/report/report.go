@@ -497,6 +497,10 @@ type Stage1Summary struct {
 	// ComputeSamplesPerSec is this node's CPU rate for the whole
 	// pipeline, all its workers together.
 	ComputeSamplesPerSec float64 `json:"compute_samples_per_sec"`
+	// ComputeCores is the compute cores the model planned with: the
+	// least of --workers, the CPUs the agent may run on and its cgroup's
+	// CPU quota (cpuquota.Cores).
+	ComputeCores float64 `json:"compute_cores,omitempty"`
 	// StorageSamplesPerSec is the storage node's CPU rate for the whole
 	// pipeline.
 	StorageSamplesPerSec float64 `json:"storage_samples_per_sec"`

@@ -79,9 +79,11 @@ type Bed struct {
 	// multi is set when there are several storage or compute nodes: the
 	// link and CPU counters per storage node are then read too.
 	multi bool
-	// computeGroup holds the compute nodes' processes when pinned; nil
-	// otherwise.
+	// computeGroup holds the compute nodes' processes, with a quota of
+	// computeCPUs cores and the compute cpuset when pinned; nil without
+	// (MakeGroups).
 	computeGroup *cgroup.Group
+	computeCPUs  float64
 	// proxyCtx ends the loopback proxies; proxyWG waits for them.
 	proxyCtx context.Context
 	proxyWG  sync.WaitGroup
@@ -194,9 +196,13 @@ func (b *Bed) StorageHosts() []string {
 }
 
 // StorageGroup is storage node i's cgroup and ComputeGroup the compute
-// nodes'; nil without (no MakeGroups, or not pinned).
+// nodes'; nil without (no MakeGroups, or no compute quota nor cpuset).
 func (b *Bed) StorageGroup(i int) *cgroup.Group { return b.storage[i].group }
 func (b *Bed) ComputeGroup() *cgroup.Group      { return b.computeGroup }
+
+// ComputeQuota is the compute nodes' CPU quota in cores (MakeGroups'
+// compute); 0 without a compute group.
+func (b *Bed) ComputeQuota() float64 { return b.computeCPUs }
 
 // SetStorageAgent names storage node i's storage agent, whose CPU time
 // Counters reads with several nodes.
@@ -208,31 +214,36 @@ func (b *Bed) SetStorageAgent(i, pid int) {
 }
 
 // Command returns a command running name with args on node h, in its own
-// process group, killed with it when ctx ends (netns.GroupCommand). It is
-// not yet in the node's cgroup: Place puts it there once started.
+// process group, killed with it when ctx ends (netns.GroupCommand). Where
+// h has a cgroup the program is born in it: a shell joins the group and
+// execs it (joinScript) in the node's network namespace, with the
+// machine's mounts (netns.Node.NetCommand), so that the program reads its
+// group's CPU limit as one in a container does (the compute agent plans
+// with it). Otherwise it runs through `ip netns exec`, and Place puts it
+// in the group once started.
 func (b *Bed) Command(ctx context.Context, h Host, name string, args ...string) *exec.Cmd {
 	if b.topo == nil {
 		return netns.GroupCommand(ctx, name, args...)
 	}
+	nodes := b.topo.Compute
 	if h.Storage {
-		return b.topo.Storage[h.Index].Command(ctx, name, args...)
+		nodes = b.topo.Storage
 	}
-	return b.topo.Compute[h.Index].Command(ctx, name, args...)
+	n := nodes[h.Index]
+	if g := b.group(h); g != nil {
+		return n.NetCommand(ctx, "sh", joinArgs(g.Paths(), name, args)...)
+	}
+	return n.Command(ctx, name, args...)
 }
 
-// Place moves a started process on node h into its cgroup, if it has one.
+// Place moves a started process on node h into its cgroup, if it has one
+// (a command from Command is there already: moving it again does
+// nothing).
 func (b *Bed) Place(h Host, pid int) error {
-	if h.Unconfined {
-		return nil
+	if g := b.group(h); g != nil {
+		return g.Add(pid)
 	}
-	g := b.computeGroup
-	if h.Storage {
-		g = b.storage[h.Index].group
-	}
-	if g == nil {
-		return nil
-	}
-	return g.Add(pid)
+	return nil
 }
 
 // Dial connects from the first compute node.

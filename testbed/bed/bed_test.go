@@ -3,7 +3,9 @@ package bed
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/internal/cpuquota"
 	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
 	"github.com/sophon-dl/sophon/testbed/netns"
@@ -24,6 +27,11 @@ import (
 // helperListen, as the test binary's first argument, makes it a server:
 // it listens on the address after it until SIGTERM.
 const helperListen = "bed-helper-listen"
+
+// helperQuota, as the test binary's only argument, makes it print the
+// cores it may use (cpuquota.Cores, as the compute agent reads them) and
+// the limit they come from.
+const helperQuota = "bed-helper-quota"
 
 func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == helperListen {
@@ -43,6 +51,15 @@ func TestMain(m *testing.M) {
 			}
 			c.Close()
 		}
+	}
+	if len(os.Args) == 2 && os.Args[1] == helperQuota {
+		c, l, err := cpuquota.Cores(0)
+		if err != nil {
+			println(err.Error())
+			os.Exit(2)
+		}
+		fmt.Printf("%g %s\n", c, l)
+		os.Exit(0)
 	}
 	code := m.Run()
 	// Whatever a failed test left is removed, and fails the run.
@@ -86,15 +103,15 @@ func TestPinCores(t *testing.T) {
 	}{
 		{8, 1, 1, "0|1-7", "storage agent on core 0, compute agent on cores 1-7"},
 		{4, 1, 1, "0|1-3", "storage agent on core 0, compute agent on cores 1-3"},
-		{3, 1, 1, "|", "not pinned: 3 cores are too few to split (the storage agent's CPU is limited by its quota)"},
+		{3, 1, 1, "|", "not pinned: 3 cores are too few to split (the storage and compute agents share them by their quotas)"},
 		{8, 2, 1, "0,1|2-7", "storage agents on cores 0, 1 (one each), compute agents on cores 2-7"},
 		{5, 2, 1, "0,1|2-4", "storage agents on cores 0, 1 (one each), compute agents on cores 2-4"},
-		{4, 2, 1, "|", "not pinned: 4 cores are too few to give each of 2 storage agents one and the compute agents 3 (each storage agent's CPU is limited by its quota)"},
+		{4, 2, 1, "|", "not pinned: 4 cores are too few to give each of 2 storage agents one and the compute agents 3 (the agents share them by their quotas)"},
 		// --storage-cpus 4 on 16 cores: four cores, not one.
 		{16, 1, 4, "0-3|4-15", "storage agent on cores 0-3, compute agent on cores 4-15"},
 		{16, 2, 2, "0-1,2-3|4-15", "storage agents on cores 0-1, 2-3 (2 cores each), compute agents on cores 4-15"},
-		{6, 1, 4, "|", "not pinned: 6 cores are too few to split (the storage agent's CPU is limited by its quota)"},
-		{8, 2, 3, "|", "not pinned: 8 cores are too few to give each of 2 storage agents 3 cores and the compute agents 3 (each storage agent's CPU is limited by its quota)"},
+		{6, 1, 4, "|", "not pinned: 6 cores are too few to split (the storage and compute agents share them by their quotas)"},
+		{8, 2, 3, "|", "not pinned: 8 cores are too few to give each of 2 storage agents 3 cores and the compute agents 3 (the agents share them by their quotas)"},
 	} {
 		p := PinCores(tc.cores, tc.storage, tc.per)
 		var set []string
@@ -305,11 +322,12 @@ func TestNetnsBed(t *testing.T) {
 		t.Errorf("front in netns mode: %q, %v: want the target itself", addr, err)
 	}
 	if cgroup.Available() == nil {
-		if err := b.MakeGroups(0.5, Pins{}); err != nil {
+		if err := b.MakeGroups(0.5, Pins{}, 1); err != nil {
 			t.Fatal(err)
 		}
-		if b.StorageGroup(0) == nil || b.StorageGroup(1) == nil || b.ComputeGroup() != nil {
-			t.Fatalf("groups: storage %v %v, compute %v: want one per storage node and none unpinned", b.StorageGroup(0), b.StorageGroup(1), b.ComputeGroup())
+		if b.StorageGroup(0) == nil || b.StorageGroup(1) == nil || b.ComputeGroup() == nil || b.ComputeQuota() != 1 {
+			t.Fatalf("groups: storage %v %v, compute %v (quota %g): want one per storage node and the compute nodes' of 1 core",
+				b.StorageGroup(0), b.StorageGroup(1), b.ComputeGroup(), b.ComputeQuota())
 		}
 		cmd := b.Command(ctx, StorageHost(1), "sleep", "600")
 		if err := cmd.Start(); err != nil {
@@ -365,5 +383,82 @@ func TestNetnsBed(t *testing.T) {
 	}
 	if rx, sent := after.RX[0]-before.RX[0], after.Links[0]-before.Links[0]; rx < n || sent < n || after.Links[1]-before.Links[1] >= n {
 		t.Errorf("compute node received %d, storage node 0 sent %d, node 1 %d: want at least %d on node 0's link only", rx, sent, after.Links[1]-before.Links[1], n)
+	}
+}
+
+// TestComputeCPUs: the compute nodes get the cores the storage nodes'
+// quotas leave, and no more than the cores pinned to them; a cell that
+// leaves them less than MinComputeCPUs is refused. Pinning is PinCores'
+// (as the experiment pins: each storage agent on its quota rounded up).
+func TestComputeCPUs(t *testing.T) {
+	for _, tc := range []struct {
+		cores, storage int
+		cpus           float64
+		pinned         bool
+		want           float64 // 0: refused
+	}{
+		{2, 1, 0.5, false, 1.5},
+		{2, 1, 1, false, 1},
+		{2, 2, 0.5, false, 1},
+		{2, 1, 1.5, false, 0.5},
+		{2, 1, 1.75, false, 0},
+		{2, 2, 1, false, 0},
+		// Pinned: a storage node's idle half core is not the compute
+		// nodes'.
+		{4, 1, 0.5, true, 3},
+		{4, 1, 1, true, 3},
+		{4, 2, 1, false, 2},
+		{8, 1, 0.5, true, 7},
+		{8, 2, 1, true, 6},
+		{8, 1, 2, true, 6},
+	} {
+		pins := PinCores(tc.cores, tc.storage, int(math.Ceil(tc.cpus)))
+		got, err := ComputeCPUs(float64(tc.cores), tc.storage, tc.cpus, pins)
+		if (pins.Compute != "") != tc.pinned {
+			t.Errorf("%d cores, %d x %g: pins %+v, want pinned %v", tc.cores, tc.storage, tc.cpus, pins, tc.pinned)
+		}
+		if tc.want == 0 {
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "lower --storage-cpus") {
+				t.Errorf("%d cores, %d x %g: %g, %v: want ErrConfig saying what to change", tc.cores, tc.storage, tc.cpus, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%d cores, %d x %g: %g, %v; want %g", tc.cores, tc.storage, tc.cpus, got, err, tc.want)
+		}
+	}
+}
+
+// TestNodesSeeTheirQuota (root): a program started on a node is born in
+// its cgroup and reads that node's quota as the compute agent does
+// (cpuquota.Cores): the compute node's 1.5 cores, the storage node's 0.5.
+// Close removes the groups (TestMain checks).
+func TestNodesSeeTheirQuota(t *testing.T) {
+	if err := netns.Available(); err != nil {
+		testutil.Require(t, "namespaces unavailable (%v); CI runs this as root", err)
+	}
+	if err := cgroup.Available(); err != nil {
+		testutil.Require(t, "cgroups unavailable (%v); CI runs this as root", err)
+	}
+	ctx := context.Background()
+	b, err := New(ctx, Config{Netns: true, Links: rates("1gbit")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.MakeGroups(0.5, Pins{}, 1.5); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		h    Host
+		want string
+	}{{ComputeHost(0), "1.5"}, {StorageHost(0), "0.5"}} {
+		out, err := b.Command(ctx, tc.h, os.Args[0], helperQuota).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%+v: %v: %s", tc.h, err, out)
+		}
+		if f := strings.Fields(string(out)); len(f) == 0 || f[0] != tc.want {
+			t.Errorf("%+v reads %q: want %s cores", tc.h, out, tc.want)
+		}
 	}
 }

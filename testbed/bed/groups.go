@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/sophon-dl/sophon/internal/cpuquota"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
 	"github.com/sophon-dl/sophon/testbed/netns"
 )
@@ -43,9 +44,9 @@ type Pins struct {
 func PinCores(cores, storage, per int) Pins {
 	if cores < storage*per+3 {
 		if storage == 1 {
-			return Pins{Why: fmt.Sprintf("not pinned: %d cores are too few to split (the storage agent's CPU is limited by its quota)", cores)}
+			return Pins{Why: fmt.Sprintf("not pinned: %d cores are too few to split (the storage and compute agents share them by their quotas)", cores)}
 		}
-		return Pins{Why: fmt.Sprintf("not pinned: %d cores are too few to give each of %d storage agents %s and the compute agents 3 (each storage agent's CPU is limited by its quota)", cores, storage, coresWord(per))}
+		return Pins{Why: fmt.Sprintf("not pinned: %d cores are too few to give each of %d storage agents %s and the compute agents 3 (the agents share them by their quotas)", cores, storage, coresWord(per))}
 	}
 	p := Pins{Compute: fmt.Sprintf("%d-%d", storage*per, cores-1)}
 	for i := range storage {
@@ -87,11 +88,44 @@ func (p Pins) StorageCores(i int) string {
 	return ""
 }
 
+// MinComputeCPUs is the least CPU quota a cell may leave its compute
+// nodes: below it the compute agent's own work (receiving, finishing,
+// batching) would be what the cell measures.
+const MinComputeCPUs = 0.5
+
+// ComputeCPUs is the compute nodes' CPU quota (all of them share it) on a
+// machine of cores cores where each of storage storage nodes has a quota
+// of cpus: the cores the storage nodes' quotas leave, and, when pins gives
+// the compute nodes cores of their own, no more than those. A storage
+// node pinned to a core of its own with a quota of half of it leaves the
+// other half idle: the compute nodes cannot run there. It is an error
+// (ErrConfig) when that is less than MinComputeCPUs.
+func ComputeCPUs(cores float64, storage int, cpus float64, pins Pins) (float64, error) {
+	c := cores - float64(storage)*cpus
+	if pins.Compute != "" {
+		n, err := cpuquota.CountList(pins.Compute)
+		if err != nil {
+			return 0, fmt.Errorf("%w: compute cpuset %q: %w", ErrConfig, pins.Compute, err)
+		}
+		c = min(c, float64(n))
+	}
+	if c < MinComputeCPUs {
+		return 0, fmt.Errorf("%w: %d storage agents of %s cores each leave the compute agent %s of this machine's %s cores, less than %s: "+
+			"lower --storage-cpus or run on a machine with more cores", ErrConfig, storage, fmtCores(cpus), fmtCores(max(c, 0)), fmtCores(cores), fmtCores(MinComputeCPUs))
+	}
+	return c, nil
+}
+
+// fmtCores writes a number of cores: "1.5".
+func fmtCores(c float64) string { return strconv.FormatFloat(c, 'f', -1, 64) }
+
 // MakeGroups makes the bed's cgroups: each storage node's CPU quota of
-// cpus cores (and its cpuset of pins), and the compute nodes' cpuset when
-// pins has one. Processes join them through Place; Close removes them. On
+// cpus cores (and its cpuset of pins), and the compute nodes' group with
+// a quota of compute cores (ComputeCPUs) and the cpuset of pins, if any;
+// compute 0 and no compute cpuset: no compute group. Processes are born
+// in them (Command) or join them through Place; Close removes them. On
 // error it removes what it made, and the bed has no groups.
-func (b *Bed) MakeGroups(cpus float64, pins Pins) error {
+func (b *Bed) MakeGroups(cpus float64, pins Pins, compute float64) error {
 	seq := groupSeq.Add(1)
 	var made []*cgroup.Group
 	undo := func(err error) error {
@@ -101,7 +135,7 @@ func (b *Bed) MakeGroups(cpus float64, pins Pins) error {
 		for _, s := range b.storage {
 			s.group = nil
 		}
-		b.computeGroup = nil
+		b.computeGroup, b.computeCPUs = nil, 0
 		return err
 	}
 	for i, s := range b.storage {
@@ -115,15 +149,40 @@ func (b *Bed) MakeGroups(cpus float64, pins Pins) error {
 		}
 		made, s.group = append(made, g), g
 	}
-	if pins.Compute != "" {
-		c, err := cgroup.New(cgroup.Config{Name: fmt.Sprintf("%scp%d", netns.ProcessPrefix(), seq), Cpuset: pins.Compute})
+	if pins.Compute != "" || compute > 0 {
+		c, err := cgroup.New(cgroup.Config{Name: fmt.Sprintf("%scp%d", netns.ProcessPrefix(), seq), CPUs: compute, Cpuset: pins.Compute})
 		if err != nil {
 			return undo(err)
 		}
-		made, b.computeGroup = append(made, c), c
+		made, b.computeGroup, b.computeCPUs = append(made, c), c, compute
 	}
 	for _, g := range made {
 		b.AtClose(g.Close)
 	}
 	return nil
+}
+
+// group is host h's cgroup; nil without one (or unconfined).
+func (b *Bed) group(h Host) *cgroup.Group {
+	switch {
+	case h.Unconfined:
+		return nil
+	case h.Storage:
+		return b.storage[h.Index].group
+	}
+	return b.computeGroup
+}
+
+// joinScript is the shell that moves itself into the group directories
+// before "--" (their cgroup.procs) and then execs the program after it:
+// the program is born in its cgroup, so what it reads of its CPU limit
+// at start is the group's.
+const joinScript = `for d do shift; [ "$d" = -- ] && break; echo $$ >"$d/cgroup.procs" || exit 126; done; exec "$@"`
+
+// joinArgs are sh's arguments to run name with args in the group
+// directories dirs (joinScript).
+func joinArgs(dirs []string, name string, args []string) []string {
+	out := append([]string{"-c", joinScript, "sh"}, dirs...)
+	out = append(out, "--", name)
+	return append(out, args...)
 }

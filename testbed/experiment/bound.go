@@ -15,7 +15,7 @@ import (
 // (useCellProfile; recorded by the experiment's first run), and the
 // cell's own resources: its shaped rate, its storage quota on every
 // storage node, the compute cores the compute agent's model is told
-// (computeCores), the simulated GPU and the compute node's cache budget,
+// (cellComputeCores), the simulated GPU and the compute node's cache budget,
 // with storage as fast as compute (both agents run on this machine's
 // CPUs). Its cuts are scaled to the crop boxes of the cell's steady epoch,
 // as the agents' plans are (profiler.CutAreas), where the dataset's
@@ -26,7 +26,7 @@ func (x *experiment) cellBound(c *results.Cell) *results.CellBound {
 	b := &results.CellBound{
 		LinkBytesPerSec:  c.RateBitsPerSec / 8,
 		StorageCores:     c.StorageCPUs * float64(max(x.cfg.StorageNodes, 1)),
-		ComputeCores:     computeCores(x.cfg.ComputeFlags),
+		ComputeCores:     cellComputeCores(c, x.cfg.ComputeFlags),
 		GPUSamplesPerSec: x.cfg.GPURate,
 		StorageSpeed:     1,
 		Profile:          x.cellProfile,
@@ -104,4 +104,16 @@ func (x *experiment) cutAreas() *profiler.CutAreas {
 		}
 		return ims[id], true
 	}}
+}
+
+// cellComputeCores is the compute cores the compute agent's model plans
+// cell c with: its finishing workers (computeCores) within the compute
+// node's CPU quota (c.ComputeCPUs; none on loopback), as the agent itself
+// takes them (internal/cpuquota).
+func cellComputeCores(c *results.Cell, flags []string) float64 {
+	cores := computeCores(flags)
+	if c.ComputeCPUs > 0 {
+		cores = min(cores, c.ComputeCPUs)
+	}
+	return cores
 }

@@ -55,6 +55,10 @@ type experiment struct {
 	bins binaries
 	res  *results.Results
 	pin  bed.Pins
+	// cores is the machine's cores as this process may use them
+	// (cpuquota.Cores): the storage nodes' quotas and the compute nodes'
+	// share them (bed.ComputeCPUs).
+	cores float64
 	// profile is the experiment's stage 2 profile, its samples only; each
 	// cell's runs use cellProfile, a copy that also keeps the resources
 	// the compute agents measure at that cell's rate and CPU (see
@@ -105,7 +109,11 @@ func (x *experiment) newBed(ctx context.Context, p point, cpus float64) (*bed.Be
 		return nil, err
 	}
 	if b.Netns() && cgroup.Available() == nil && !x.noCgroups {
-		if err := b.MakeGroups(cpus, x.pin); err != nil {
+		compute, err := bed.ComputeCPUs(x.cores, b.StorageNodes(), cpus, x.pin)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("%w: %w", ErrConfig, err), b.Close())
+		}
+		if err := b.MakeGroups(cpus, x.pin, compute); err != nil {
 			// A cgroup hierarchy can be mounted yet refuse new groups
 			// (read-only in a container): the agent's own --cpus budget
 			// still limits its ops, so carry on and say so.
@@ -136,6 +144,7 @@ func (x *experiment) cell(ctx context.Context, p point, cpus float64, rep int) (
 	if err != nil {
 		return cell, err
 	}
+	cell.ComputeCPUs = b.ComputeQuota()
 	defer func() {
 		if err := b.Close(); err != nil {
 			x.cfg.Log.Warn().Err(err).Msg("cell teardown")

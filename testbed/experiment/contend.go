@@ -227,7 +227,11 @@ func (x *experiment) reducedPrediction(name string, rs []report.EpochReport, fro
 	if err != nil {
 		return 0, err
 	}
-	res := stage1Resources(*rs[0].Stage1, storageCores, computeCores(x.cfg.ComputeFlags))
+	cores := rs[0].Stage1.ComputeCores // what its model planned with: its quota
+	if cores <= 0 {
+		cores = computeCores(x.cfg.ComputeFlags)
+	}
+	res := stage1Resources(*rs[0].Stage1, storageCores, cores)
 	for _, r := range rs {
 		if int(r.Epoch) < from && r.StorageNSPerByte > 0 {
 			res.StorageNSPerByte = r.StorageNSPerByte

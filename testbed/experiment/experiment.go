@@ -40,12 +40,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sophon-dl/sophon/policy"
 
 	"github.com/rs/zerolog"
 
+	"github.com/sophon-dl/sophon/internal/cpuquota"
 	"github.com/sophon-dl/sophon/internal/s3gw"
 	"github.com/sophon-dl/sophon/testbed/bed"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
@@ -493,8 +495,18 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 	}
 	pin := pinning(runtime.NumCPU(), res.Mode, cfg.StorageNodes, cfg.StorageCPUs)
 	res.Machine.Pinning = pin.Why
+	// The machine's cores as this process may use them (its own cgroup's
+	// quota and cpuset, in a container): what the nodes' quotas share.
+	cores, _, _ := cpuquota.Cores(0)
+	if grouped(res.Mode) {
+		for _, c := range cfg.StorageCPUs {
+			if _, err := bed.ComputeCPUs(cores, cfg.StorageNodes, c, pin); err != nil {
+				return nil, fmt.Errorf("%w: --storage-cpus %g: %w", ErrConfig, c, err)
+			}
+		}
+	}
 
-	x := &experiment{cfg: cfg, bins: bins, res: res, pin: pin, ref: map[[2]uint64]string{}}
+	x := &experiment{cfg: cfg, bins: bins, res: res, pin: pin, cores: cores, ref: map[[2]uint64]string{}}
 	if cfg.Reference != "" {
 		ref, err := readSamples(cfg.Reference)
 		if err != nil {
@@ -534,7 +546,9 @@ grid:
 				if cfg.Repeat > 1 {
 					num = rep + 1
 				}
+				began, cpu0 := time.Now(), selfCPU()
 				cell, err := x.cell(ctx, p, cpus, num)
+				cell.Seconds, cell.TestbedCPUSeconds = time.Since(began).Seconds(), (selfCPU() - cpu0).Seconds()
 				results.ScoreContention(&cell)
 				res.Cells = append(res.Cells, cell)
 				if err != nil {
@@ -644,12 +658,26 @@ func machine() results.Machine {
 	return m
 }
 
+// selfCPU is the CPU time this process (the testbed: its watchers,
+// counters and loopback proxies; not the agents, its children) has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// grouped reports whether the nodes get cgroups in mode: netns mode with
+// a cgroup CPU controller.
+func grouped(mode string) bool { return mode == results.ModeNetns && cgroup.Available() == nil }
+
 // pinning pins each of the storage agents to cores of its own, as many as
 // the grid's largest --storage-cpus rounded up, and the compute agents to
 // the others when that leaves them enough (bed.PinCores). Without cgroups
 // (or outside netns mode) nothing is pinned.
 func pinning(cores int, mode string, storage int, cpus []float64) bed.Pins {
-	if mode != results.ModeNetns || cgroup.Available() != nil {
+	if !grouped(mode) {
 		return bed.Pins{Why: "not pinned (no cgroups)"}
 	}
 	per := 1

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -16,8 +17,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/computeagent"
+	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/internal/cpuquota"
 	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops/synth"
+	"github.com/sophon-dl/sophon/testbed/bed"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
 	"github.com/sophon-dl/sophon/testbed/netns"
 	"github.com/sophon-dl/sophon/testbed/results"
@@ -137,6 +141,7 @@ func TestExperimentNetns(t *testing.T) {
 	if res.Mode != results.ModeNetns || res.Dataset.Samples != 40 || len(res.Cells) != 1 {
 		t.Fatalf("results: mode %q, %d samples, %d cells", res.Mode, res.Dataset.Samples, len(res.Cells))
 	}
+	checkCellCPU(t, res, out)
 	runs := res.Cells[0].Runs
 	// Every policy but lru, which needs a cache budget, and the peer.
 	if want := len(computeagent.Policies) - 1; len(runs) != want+1 || slices.ContainsFunc(runs, func(r results.Run) bool { return r.Policy == PolicyLRU }) {
@@ -184,6 +189,40 @@ func TestExperimentNetns(t *testing.T) {
 	for _, f := range []string{"report.md", "epoch-time-40mbit-cpu0.5.svg"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// checkCellCPU: with cgroups the compute nodes' quota is the machine's
+// cores less the storage agent's, and every policy's compute agent read it
+// from its own cgroup and planned with it (its first report's
+// stage1.compute_cores); the testbed's own CPU over the cell is measured.
+func checkCellCPU(t *testing.T, res *results.Results, out string) {
+	t.Helper()
+	c := &res.Cells[0]
+	t.Logf("compute quota %g cores; the testbed process used %.2f CPU-s over %.1f s", c.ComputeCPUs, c.TestbedCPUSeconds, c.Seconds)
+	if c.TestbedCPUSeconds <= 0 || c.Seconds <= 0 {
+		t.Errorf("testbed CPU %g s over %g s: want both measured", c.TestbedCPUSeconds, c.Seconds)
+	}
+	if cgroup.Available() != nil {
+		return
+	}
+	cores, _, _ := cpuquota.Cores(0)
+	want, err := bed.ComputeCPUs(cores, 1, c.StorageCPUs, pinning(runtime.NumCPU(), results.ModeNetns, 1, []float64{c.StorageCPUs}))
+	if err != nil || c.ComputeCPUs != want {
+		t.Fatalf("compute quota %g, want %g (%v)", c.ComputeCPUs, want, err)
+	}
+	for _, r := range c.Runs {
+		if r.Policy == results.PeerPolicy || r.Skipped != "" {
+			continue
+		}
+		rs, err := report.ReadReport(filepath.Join(out, cellDir(c.Rate, c.StorageCPUs, 0), r.Policy+".jsonl"))
+		if err != nil || len(rs) == 0 || rs[0].Stage1 == nil {
+			t.Errorf("%s: report %d epochs, %v: want a first epoch with stage 1", r.Policy, len(rs), err)
+			continue
+		}
+		if got := rs[0].Stage1.ComputeCores; math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s planned with %g compute cores, want its quota %g", r.Policy, got, want)
 		}
 	}
 }
@@ -437,5 +476,35 @@ func TestExperimentContend(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// TestRunRefusesStarvedCompute (root): a storage quota that leaves the
+// compute agent less than bed.MinComputeCPUs of this machine's cores is a
+// config error before any cell runs, saying what to change.
+func TestRunRefusesStarvedCompute(t *testing.T) {
+	if err := netns.Available(); err != nil {
+		testutil.Require(t, "namespaces unavailable (%v); CI runs this as root", err)
+	}
+	if err := cgroup.Available(); err != nil {
+		testutil.Require(t, "cgroups unavailable (%v); CI runs this as root", err)
+	}
+	bins := t.TempDir()
+	for _, name := range []string{"storage-agent", "compute-agent"} {
+		// Found, never run: the check comes first.
+		if err := os.WriteFile(filepath.Join(bins, name), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cores, _, _ := cpuquota.Cores(0)
+	out := t.TempDir()
+	cfg := Config{Data: smallDataset(t, 4), Out: out, Rates: []shape.Rate{shape.MustParseRate("40mbit")},
+		StorageCPUs: []float64{cores - bed.MinComputeCPUs/2}, Epochs: 1, Bin: bins, Mode: ModeNetns, Log: zerolog.Nop()}
+	_, err := Run(context.Background(), cfg)
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "lower --storage-cpus") {
+		t.Fatalf("storage quota %g of %g cores: %v; want ErrConfig saying to lower --storage-cpus", cores-bed.MinComputeCPUs/2, cores, err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "results.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("results.json: %v; want none (no cell ran)", err)
 	}
 }

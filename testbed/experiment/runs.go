@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -613,7 +614,7 @@ func (x *experiment) runPeer(ctx context.Context, b *bed.Bed, dir string, cpus f
 	report := filepath.Join(dir, "peer.jsonl")
 	os.Remove(report)
 	opts := peer.Options{Python: x.cfg.Python, URL: "http://" + addr, Preset: x.cfg.Pipeline, Report: report,
-		Epochs: x.cfg.Epochs, Batch: x.cfg.Batch, Workers: runtime.NumCPU(), GPURate: x.cfg.GPURate, Seed: x.cfg.Seed}
+		Epochs: x.cfg.Epochs, Batch: x.cfg.Batch, Workers: peerWorkers(b.ComputeQuota()), GPURate: x.cfg.GPURate, Seed: x.cfg.Seed}
 	if x.cfg.Train && x.trainErr == nil {
 		// The same CNN as the trainer row's, in place of the simulated GPU.
 		opts.TrainModel, opts.NumClasses, opts.FirstLosses = x.trainScript, x.numClasses(), results.FirstLossSteps
@@ -654,4 +655,14 @@ func (x *experiment) runPeer(ctx context.Context, b *bed.Bed, dir string, cpus f
 		run.Error = err.Error()
 	}
 	return run
+}
+
+// peerWorkers is the peer's DataLoader workers: the compute quota's cores
+// rounded up, as many as its cores (its processes run under that quota,
+// as the compute agent does), or the machine's CPUs without a quota.
+func peerWorkers(quota float64) int {
+	if quota > 0 {
+		return max(1, int(math.Ceil(quota)))
+	}
+	return runtime.NumCPU()
 }

@@ -323,6 +323,18 @@ func (n *Node) Command(ctx context.Context, name string, args ...string) *exec.C
 	return GroupCommand(ctx, "ip", append([]string{"netns", "exec", n.NS, name}, args...)...)
 }
 
+// NetCommand is Command but for the mounts: the program enters the
+// node's network namespace only (nsenter --net), and keeps this process's
+// mounts, where `ip netns exec` mounts the namespace's own /sys and so
+// hides the cgroup file systems under /sys/fs/cgroup. A program that
+// reads its own cgroup's CPU limit, as one in a container does, runs
+// this way.
+func (n *Node) NetCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
+	ctx, cancel := context.WithCancel(ctx)
+	context.AfterFunc(n.topo.ctx, cancel)
+	return GroupCommand(ctx, "nsenter", append([]string{"--net=/run/netns/" + n.NS, "--", name}, args...)...)
+}
+
 // Listen opens a listener inside the node's namespace: the socket is made
 // on an OS thread that has joined the namespace, and stays in it.
 func (n *Node) Listen(network, addr string) (net.Listener, error) {

@@ -502,6 +502,9 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 		if s := summary(c); s != "" {
 			fmt.Fprintf(b, "**Summary:** %s.\n\n", md(s))
 		}
+		if s := cellCPU(c); s != "" {
+			fmt.Fprintf(b, "**CPU:** %s.\n\n", md(s))
+		}
 		if len(c.Runs) == 0 {
 			b.WriteString("No runs.\n")
 			continue

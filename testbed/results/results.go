@@ -155,7 +155,18 @@ type Cell struct {
 	// tables' and charts' bound (CellBound). Nil in files from before it,
 	// and with several compute nodes (each plans its own shard).
 	Bound *CellBound `json:"bound,omitempty"`
-	Runs  []Run      `json:"runs"`
+	// ComputeCPUs is the compute nodes' CPU quota in cores, which the
+	// compute agents (and the peer) ran under and planned with: the
+	// machine's cores less the storage nodes' quotas (bed.ComputeCPUs).
+	// Zero: no cgroups (loopback), the compute side unlimited.
+	ComputeCPUs float64 `json:"compute_cpus,omitempty"`
+	// TestbedCPUSeconds is the CPU time the testbed process itself used
+	// over the cell (its counters and watchers; on loopback its shaping
+	// proxies), outside every node's quota; Seconds is the cell's wall
+	// time.
+	TestbedCPUSeconds float64 `json:"testbed_cpu_seconds,omitempty"`
+	Seconds           float64 `json:"seconds,omitempty"`
+	Runs              []Run   `json:"runs"`
 }
 
 // Run is one policy (or the peer, or the trainer) in one cell.
