@@ -242,46 +242,71 @@ func TestBadSample(t *testing.T) {
 	}
 }
 
+// TestSlowSampleHeadOfLine: a sample the storage agent holds back does not
+// hold the others up in completion order (every batch without it is
+// consumed while it is held, and it trails), while strict order consumes
+// nothing before it. The sample is released on events (the batches
+// consumed; the responses sent), not after a delay.
 func TestSlowSampleHeadOfLine(t *testing.T) {
-	const delay = 400 * time.Millisecond
 	order := schedule.Order(7, 0, 0, 1, enginetest.Samples)
 	slow := order[1] // early in the permutation: strict order waits for it
 	for _, strict := range []bool{false, true} {
 		t.Run(map[bool]string{false: "completion", true: "strict"}[strict], func(t *testing.T) {
 			n := &enginetest.MemNet{}
 			s := enginetest.NewStorage(t, "s1")
-			s.Delay = map[uint64]time.Duration{slow: delay}
-			n.Serve(t, "s1:1", s)
+			hold := make(chan struct{})
+			s.Hold = map[uint64]<-chan struct{}{slow: hold}
 			cfg, rec := testConfig(t, n, "s1:1")
 			cfg.StrictOrder = strict
 			cfg.Window = 16
 			cfg.Batch = 4
+			free := (enginetest.Samples - 1) / cfg.Batch // full batches without the held sample
 			var mu sync.Mutex
-			var times []time.Time // when each batch was consumed
+			consumed, whileHeld, released := 0, 0, false
+			release := func(guard bool) {
+				mu.Lock()
+				defer mu.Unlock()
+				if released {
+					return
+				}
+				released, whileHeld = true, consumed
+				if guard {
+					t.Errorf("released by the guard after 60 s: %d batches consumed, want %d", consumed, free)
+				}
+				close(hold)
+			}
+			guard := time.AfterFunc(time.Minute, func() { release(true) }) // against a hang, not a measure
+			defer guard.Stop()
+			if strict {
+				// Release once a window's other samples were answered.
+				s.Sent = func(sent int64) {
+					if sent >= int64(cfg.Window-1) {
+						release(false)
+					}
+				}
+			}
+			n.Serve(t, "s1:1", s)
 			cfg.Consumer = consumerFunc(func(ctx context.Context, b *Batch) error {
 				mu.Lock()
-				times = append(times, time.Now())
+				consumed++
+				c := consumed
 				mu.Unlock()
+				if !strict && c == free {
+					release(false)
+				}
 				return nil
 			})
-			start := time.Now()
 			if _, err := runAgent(t, cfg); err != nil {
 				t.Fatal(err)
 			}
 			got := rec.epoch(0)
 			checkOnce(t, got, allSamples())
-			early := 0 // batches consumed before the slow sample could be ready
-			for _, ts := range times {
-				if ts.Sub(start) < delay {
-					early++
-				}
-			}
 			if !strict {
-				if i := slices.IndexFunc(got, func(d delivery) bool { return d.sample == slow }); i < enginetest.Samples-2*cfg.Batch {
-					t.Errorf("slow sample delivered %d-th of %d: it should trail", i, enginetest.Samples)
+				if i := slices.IndexFunc(got, func(d delivery) bool { return d.sample == slow }); i < free*cfg.Batch {
+					t.Errorf("held sample delivered %d-th of %d: it should trail", i, enginetest.Samples)
 				}
-				if early < 2 {
-					t.Errorf("%d batches before the slow sample was ready, want the others to flow", early)
+				if whileHeld != free {
+					t.Errorf("%d batches consumed while the sample was held, want all %d without it", whileHeld, free)
 				}
 				return
 			}
@@ -290,8 +315,8 @@ func TestSlowSampleHeadOfLine(t *testing.T) {
 					t.Fatalf("strict: delivery %d is sample %d, want %d", i, d.sample, order[i])
 				}
 			}
-			if early != 0 {
-				t.Errorf("strict: %d batches consumed before the slow sample was ready, want 0", early)
+			if whileHeld != 0 {
+				t.Errorf("strict: %d batches consumed while the sample was held, want 0", whileHeld)
 			}
 		})
 	}

@@ -104,8 +104,12 @@ type Storage struct {
 	// instead. Nil Paths: the pages carry none, under DefaultPathsDigest.
 	Paths, SentPaths []string
 
-	// Delay holds samples back this long before answering.
-	Delay map[uint64]time.Duration
+	// Hold holds the listed samples back until their channel is closed
+	// (or the stream ends) before answering.
+	Hold map[uint64]<-chan struct{}
+	// Sent, when set, is called after each response is sent with the
+	// count of responses over the server's life (the n of FailAt).
+	Sent func(n int64)
 	// FailAt aborts the stream that sends the n-th response (counted over
 	// the server's life), before sending it; each listed n fires once.
 	FailAt map[int64]bool
@@ -347,6 +351,10 @@ func (s *Storage) respond(ctx context.Context, cancel context.CancelCauseFunc, s
 	}
 	if err := stream.Send(resp); err != nil {
 		cancel(err)
+		return
+	}
+	if s.Sent != nil {
+		s.Sent(n)
 	}
 }
 
@@ -356,9 +364,9 @@ func (s *Storage) serve(ctx context.Context, req *dataplanepb.FetchRequest) *dat
 		resp.Error = &dataplanepb.SampleError{Kind: dataplanepb.ErrorKind(dataplanepb.ErrorKind_value["ERROR_KIND_"+kind]), Message: msg}
 		return resp
 	}
-	if d := s.Delay[req.GetSample()]; d > 0 {
+	if h := s.Hold[req.GetSample()]; h != nil {
 		select {
-		case <-time.After(d):
+		case <-h:
 		case <-ctx.Done():
 		}
 	}
