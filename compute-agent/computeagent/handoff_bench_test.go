@@ -84,7 +84,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 			b.Fatal(err)
 		}
 		e := engine.NewEpoch(&a.engine, req.Epoch, &Catalog{}, engine.Shard{}, engine.Opts{})
-		asm := trainer.NewAssembler(e, a.assemblerMetrics(), req.Conns, trainer.Layout{Batch: batch, Queue: a.cfg.Queue,
+		asm := trainer.NewAssembler(e, a.engine.Trainer, req.Conns, trainer.Layout{Batch: batch, Queue: a.cfg.Queue,
 			Rows: batch * (batches + 1), Batches: batches + 1, First: []int{0}, Positions: batch * (batches + 1)})
 		if err := hub.Start(asm); err != nil {
 			b.Fatal(err)

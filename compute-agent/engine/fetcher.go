@@ -65,7 +65,7 @@ type Fetcher struct {
 // NewFetcher is the fetcher of storage agent name, reached through client,
 // which answered Info with info for catalog cat; it fails when the agent's
 // announced placement does not fit cat. It joins an epoch in
-// Epoch.Prepare.
+// Epoch.prepare.
 func NewFetcher(name string, client dataplanepb.StorageClient, info *dataplanepb.InfoResponse, cat *Catalog) (*Fetcher, error) {
 	f := &Fetcher{name: name, client: client, cpus: info.GetCpus(), cpu0: info.GetProcessCpuNs()}
 	if err := f.announced(info, cat); err != nil {
