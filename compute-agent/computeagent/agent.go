@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
@@ -40,14 +41,14 @@ var (
 	_ planner.Source = (*engine.Fetcher)(nil)
 )
 
-// The engine's errors (package engine), under the names the agent's
-// callers match with errors.Is.
+// The engine's and the catalog's errors (packages engine and catalog),
+// under the names the agent's callers match with errors.Is.
 var (
 	// ErrFingerprint: a storage agent serves a different dataset than the
 	// catalog's.
-	ErrFingerprint = engine.ErrFingerprint
+	ErrFingerprint = catalog.ErrFingerprint
 	// ErrCatalog marks a malformed catalog stream.
-	ErrCatalog = engine.ErrCatalog
+	ErrCatalog = catalog.ErrCatalog
 	// ErrNoStorage: no storage agent can serve the epoch.
 	ErrNoStorage = engine.ErrNoStorage
 	// ErrUnavailable: samples of the epoch that no live storage agent
@@ -61,9 +62,6 @@ var (
 	// (OnError "fail"); the error names the sample.
 	ErrSample = engine.ErrSample
 )
-
-// Catalog is the dataset as a storage agent describes it (engine.Catalog).
-type Catalog = engine.Catalog
 
 // probeGrace is how long the start of an epoch waits for the storage
 // agents still silent once one of them answered Info.
@@ -120,10 +118,10 @@ type Agent struct {
 	mu        sync.Mutex
 	discovery Discovery
 	conns     map[string]*grpc.ClientConn
-	cat       *Catalog
+	cat       *catalog.Catalog
 	// refusals holds the storage agents refused for the rest of the run
-	// (engine.Refusals).
-	refusals *engine.Refusals
+	// (catalog.Refusals).
+	refusals *catalog.Refusals
 	// jr is the sample log and resume state and cache the node's cache,
 	// each opened by the first epoch that needs it (engine.Run).
 	jr     *journal.Lazy
@@ -175,7 +173,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 	if a.gpu == nil {
 		a.gpu = NewNVML(a.cfg.Clock, a.log)
 	}
-	a.refusals = &engine.Refusals{Log: a.log}
+	a.refusals = &catalog.Refusals{Log: a.log}
 	a.engine = a.engineConfig()
 	return a, nil
 }
@@ -199,7 +197,7 @@ func (a *Agent) engineConfig() engine.Config {
 func (a *Agent) MetricsHandler() http.Handler { return a.m.handler() }
 
 // Catalog returns the catalog once Run has read it, else nil.
-func (a *Agent) Catalog() *Catalog {
+func (a *Agent) Catalog() *catalog.Catalog {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.cat
@@ -356,7 +354,7 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 // probeGrace for the rest (a stopped agent does not hold the epoch; the
 // ones left out are asked again at the next epoch). When none is usable it
 // tries again, with back-off, until Config.RetryBudget is spent.
-func (a *Agent) storage(ctx context.Context) ([]*engine.Fetcher, *Catalog, error) {
+func (a *Agent) storage(ctx context.Context) ([]*engine.Fetcher, *catalog.Catalog, error) {
 	start := a.cfg.Clock.Now()
 	for attempt := 1; ; attempt++ {
 		fs, cat, retry, err := a.storageOnce(ctx)
@@ -384,7 +382,7 @@ type probed struct {
 
 // storageOnce is one round of storage; retry reports whether another
 // round may help (not when every agent serves another dataset).
-func (a *Agent) storageOnce(ctx context.Context) (fs []*engine.Fetcher, _ *Catalog, retry bool, _ error) {
+func (a *Agent) storageOnce(ctx context.Context) (fs []*engine.Fetcher, _ *catalog.Catalog, retry bool, _ error) {
 	a.mu.Lock()
 	d := a.discovery
 	a.mu.Unlock()
@@ -485,7 +483,7 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *engine.F
 	cat := a.Catalog()
 	if cat == nil {
 		cctx, ccancel := context.WithTimeout(ctx, a.cfg.RetryBudget)
-		c, err := engine.ReadCatalog(cctx, p.client)
+		c, err := catalog.ReadCatalog(cctx, p.client)
 		ccancel()
 		if err != nil {
 			return nil, !errors.Is(err, ErrCatalog), fmt.Errorf("%s: catalog: %w", ep.Name, err)

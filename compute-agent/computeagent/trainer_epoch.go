@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 )
@@ -18,7 +19,7 @@ func (a *Agent) trainerDType() string {
 }
 
 // hubConfig is the trainer hub's configuration for catalog cat.
-func (a *Agent) hubConfig(cat *Catalog) trainer.HubConfig {
+func (a *Agent) hubConfig(cat *catalog.Catalog) trainer.HubConfig {
 	cfg := &a.cfg
 	return trainer.HubConfig{
 		Socket: cfg.Trainer.Socket, Slots: cfg.Trainer.Slots, RingBytes: cfg.Trainer.RingBytes, DropLast: cfg.Trainer.DropLast,

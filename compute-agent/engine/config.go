@@ -1,16 +1,17 @@
 // Package engine runs the compute agent's epochs: one epoch of a plan
 // over gRPC, from the order to the report. Run is an epoch's one entry:
-// it opens the journal and the node's cache, decides the shard,
-// builds the trainer ranks' assembler, runs the epoch and writes its
-// report and its completion. The fetchers keep one Fetch
-// stream per storage agent busy (windows, retries, stall hedging, pacing,
-// the raw refetch of a failed cut); the placement spreads an epoch's
-// positions over the storage agents that hold them; raw bytes are checked
-// against the catalog's content hashes; and the epoch's run (finishing
-// workers, batcher, feeder, the node's cache) ends in its report. It takes
-// the plan as a small interface (Plan) and imports neither the planner nor
-// the policy; it drives package schedule, which does no I/O; the root
-// package fills Config with what the engine needs from the agent.
+// it opens the journal and the node's cache, decides the shard, builds
+// the trainer ranks' assembler, runs the epoch and writes its report and
+// its completion. The fetchers keep one Fetch stream per storage agent
+// busy (windows, retries, stall hedging, pacing, the raw refetch of a
+// failed cut); the placement spreads an epoch's positions over the
+// storage agents that hold them (package catalog says who holds what);
+// raw bytes are checked against the catalog's content hashes; and the
+// epoch's run (finishing workers, batcher, feeder, the node's cache) ends
+// in its report. It takes the plan as a small interface (Plan) and
+// imports neither the planner nor the policy; it drives package schedule,
+// which does no I/O; the root package fills Config with what the engine
+// needs from the agent.
 package engine
 
 import (
@@ -20,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
@@ -45,7 +47,7 @@ type Config struct {
 	Warnings *peerlog.Limiter
 	// Refusals are the storage agents refused for the run (content
 	// checks add to them); nil: none is refused.
-	Refusals *Refusals
+	Refusals *catalog.Refusals
 	// Consumer takes the batches (not in trainer mode or FetchOnly).
 	Consumer Consumer
 	// OnSample, when set, is called once per delivered sample with its

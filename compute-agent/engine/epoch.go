@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
@@ -68,7 +69,7 @@ type Opts struct {
 // NewEpoch is epoch num's run over sh, before prepare (Run makes and
 // runs one). cfg must outlive
 // it.
-func NewEpoch(cfg *Config, num uint64, cat *Catalog, sh Shard, opts Opts) *Epoch {
+func NewEpoch(cfg *Config, num uint64, cat *catalog.Catalog, sh Shard, opts Opts) *Epoch {
 	e := &Epoch{
 		cfg: cfg, num: num, cat: cat, order: sh.Order, split: sh.Split, rec: opts.Rec, observing: opts.Observe, keepRaw: opts.KeepRaw,
 		linkRate: opts.LinkRate, storageCores: opts.StorageCores, resumed: sh.Resumed, padded: sh.Padded, warm: opts.WarmCache, first: opts.First,

@@ -13,11 +13,6 @@ var (
 	ErrNoStorage = errors.New("engine: no usable storage agent")
 	// ErrUnavailable: samples of the epoch that no live storage agent holds.
 	ErrUnavailable = errors.New("engine: samples unavailable")
-	// ErrFingerprint: a storage agent serves a different dataset than the
-	// catalog's.
-	ErrFingerprint = errors.New("engine: dataset fingerprint mismatch")
-	// ErrCatalog marks a malformed catalog stream.
-	ErrCatalog = errors.New("engine: bad catalog")
 	// ErrContentMismatch: a storage agent sent raw bytes whose SHA-256 is not
 	// the catalog's content hash for that sample. The agent is refused for the
 	// rest of the run.

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
@@ -37,7 +38,7 @@ type Epoch struct {
 	cfg   *Config
 	log   zerolog.Logger
 	num   uint64
-	cat   *Catalog
+	cat   *catalog.Catalog
 	order []uint64 // position -> sample
 	split []int    // position -> k
 	// In trainer mode (asm set): position -> local rank, index in that

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
@@ -25,7 +26,7 @@ type Input struct {
 	// the trainer ranks asked (Trainer.Asked) where that is earlier.
 	Began   time.Time
 	Storage []*Fetcher
-	Catalog *Catalog
+	Catalog *catalog.Catalog
 	// Err, when set, is why no storage agent could serve the epoch: Run
 	// only reports the failure.
 	Err error
