@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
@@ -42,14 +42,14 @@ var (
 	_ planner.Source = (*engine.Fetcher)(nil)
 )
 
-// The engine's errors (package engine), under the names the agent's
-// callers match with errors.Is.
+// The engine's and the catalog's errors (packages engine and catalog),
+// under the names the agent's callers match with errors.Is.
 var (
 	// ErrFingerprint: a storage agent serves a different dataset than the
 	// catalog's.
-	ErrFingerprint = engine.ErrFingerprint
+	ErrFingerprint = catalog.ErrFingerprint
 	// ErrCatalog marks a malformed catalog stream.
-	ErrCatalog = engine.ErrCatalog
+	ErrCatalog = catalog.ErrCatalog
 	// ErrNoStorage: no storage agent can serve the epoch.
 	ErrNoStorage = engine.ErrNoStorage
 	// ErrUnavailable: samples of the epoch that no live storage agent
@@ -63,9 +63,6 @@ var (
 	// (OnError "fail"); the error names the sample.
 	ErrSample = engine.ErrSample
 )
-
-// Catalog is the dataset as a storage agent describes it (engine.Catalog).
-type Catalog = engine.Catalog
 
 // probeGrace is how long the start of an epoch waits for the storage
 // agents still silent once one of them answered Info.
@@ -122,17 +119,15 @@ type Agent struct {
 	mu        sync.Mutex
 	discovery Discovery
 	conns     map[string]*grpc.ClientConn
-	cat       *Catalog
+	cat       *catalog.Catalog
 	// refusals holds the storage agents refused for the rest of the run
-	// (engine.Refusals).
-	refusals *engine.Refusals
-	jr       *journal.Journal // the sample log and resume state, opened with the catalog
-	jrErr    error
-	// cache is the node's sample cache (Config.CacheDir), opened by the
-	// first epoch; cachePtr holds it for the metrics.
-	cache    *cache.Store
-	cachePtr atomic.Pointer[cache.Store]
-	closed   bool
+	// (catalog.Refusals).
+	refusals *catalog.Refusals
+	// jr is the sample log and resume state and cache the node's cache,
+	// each opened by the first epoch that needs it (engine.Run).
+	jr     *journal.Lazy
+	cache  *cache.Lazy
+	closed bool
 }
 
 // New validates cfg (filling in its zero values) and returns an agent. It
@@ -156,7 +151,11 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 		conns:  map[string]*grpc.ClientConn{},
 		peer:   peer,
 	}
-	a.m = newMetrics(append(peer.Collectors(), cache.Collectors(a.cachePtr.Load)...)...)
+	a.jr = &journal.Lazy{Samples: cfg.SamplesOut, Dir: cfg.StateDir,
+		Run: journal.RunState{Seed: cfg.Seed, Rank: cfg.Rank, World: cfg.World, FirstEpoch: cfg.FirstEpoch, FetchOnly: cfg.FetchOnly}}
+	a.cache = &cache.Lazy{Options: cache.Options{Dir: cfg.CacheDir, Bytes: int64(cfg.CacheBytes), Policy: cfg.CachePolicy,
+		MaxPayload: int64(cfg.MaxPayload), KeyFile: cfg.CacheKeyFile, Build: k.CacheBuild, Log: cfg.Logger}, DefaultBuild: cacheBuild}
+	a.m = newMetrics(append(peer.Collectors(), cache.Collectors(a.cache.Store)...)...)
 	a.discovery = cfg.Discovery
 	if cfg.Trainer.Socket != "" && a.trainerDType() == "uint8" {
 		p, tail, err := trainer.CutTail(cfg.Pipeline)
@@ -166,6 +165,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 		a.cfg.Pipeline, a.tail = p, tail
 		a.sizes, a.pipeID = schedule.NewSizeModel(p), p.ID()
 	}
+	a.jr.Run.Pipeline = a.pipeID
 	if pre, err := ops.Preset(a.cfg.Pipeline.Name()); err != nil || pre.ID() != a.pipeID {
 		if a.pipeSpec, err = json.Marshal(a.cfg.Pipeline.Spec()); err != nil {
 			return nil, configErr("pipeline spec: %v", err)
@@ -174,7 +174,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 	if a.gpu == nil {
 		a.gpu = NewNVML(a.cfg.Clock, a.log)
 	}
-	a.refusals = &engine.Refusals{Log: a.log}
+	a.refusals = &catalog.Refusals{Log: a.log}
 	a.engine = a.engineConfig()
 	return a, nil
 }
@@ -189,20 +189,16 @@ func (a *Agent) engineConfig() engine.Config {
 		MaxPayload: c.MaxPayload, Retries: c.Retries, RetryBudget: c.RetryBudget, StallTimeout: c.StallTimeout,
 		Progress: c.Progress, StrictOrder: c.StrictOrder, StrictOffload: c.StrictOffload, FetchOnly: c.FetchOnly,
 		FailOnError: c.OnError == OnErrorFail, RoundRobin: c.Placement == PlacementRoundRobin, Limits: c.Settings,
+		Journal: a.jr, Cache: a.cache, ReportPath: c.ReportPath, Rank: c.Rank, World: c.World, DropLast: c.Trainer.DropLast, TailOps: a.tail.Len(),
+		Trainer: &trainer.Metrics{Wait: a.m.wait, Batches: a.m.batches, Samples: a.m.samples}, GPU: a.gpu,
 	}
-}
-
-// assemblerMetrics are the trainers' assembler's series.
-func (a *Agent) assemblerMetrics() *trainer.Metrics {
-	m := a.m
-	return &trainer.Metrics{Wait: m.wait, Batches: m.batches, Samples: m.samples}
 }
 
 // MetricsHandler serves GET /metrics and GET /healthz.
 func (a *Agent) MetricsHandler() http.Handler { return a.m.handler() }
 
 // Catalog returns the catalog once Run has read it, else nil.
-func (a *Agent) Catalog() *Catalog {
+func (a *Agent) Catalog() *catalog.Catalog {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.cat
@@ -239,7 +235,7 @@ func (a *Agent) Run(ctx context.Context) ([]report.EpochReport, error) {
 		return nil, err
 	}
 	defer stop()
-	next := func(int, uint64) epochOpts { return epochOpts{plan: a.plan} }
+	next := func(int, uint64) epochOpts { return epochOpts{Opts: engine.Opts{Plan: a.plan}} }
 	if a.cfg.Policy != "" {
 		if next, err = a.startPolicy(ctx); err != nil {
 			return nil, err
@@ -267,7 +263,7 @@ func (a *Agent) runEpochs(ctx context.Context, src epochSourceFunc, next func(i 
 		if err == nil {
 			r, err = a.runEpoch(ctx, num, opts)
 		}
-		if errors.Is(err, errEpochSkipped) {
+		if errors.Is(err, engine.ErrSkipped) {
 			continue
 		}
 		if err != nil {
@@ -301,9 +297,7 @@ func (a *Agent) Close() error {
 	if err := a.jr.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("samples out: %w", err))
 	}
-	if a.cache != nil {
-		errs = append(errs, a.cache.Close())
-	}
+	errs = append(errs, a.cache.Close())
 	if c, ok := a.gpu.(io.Closer); ok {
 		errs = append(errs, c.Close())
 	}
@@ -361,7 +355,7 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 // probeGrace for the rest (a stopped agent does not hold the epoch; the
 // ones left out are asked again at the next epoch). When none is usable it
 // tries again, with back-off, until Config.RetryBudget is spent.
-func (a *Agent) storage(ctx context.Context) ([]*engine.Fetcher, *Catalog, error) {
+func (a *Agent) storage(ctx context.Context) ([]*engine.Fetcher, *catalog.Catalog, error) {
 	start := a.cfg.Clock.Now()
 	for attempt := 1; ; attempt++ {
 		fs, cat, retry, err := a.storageOnce(ctx)
@@ -389,7 +383,7 @@ type probed struct {
 
 // storageOnce is one round of storage; retry reports whether another
 // round may help (not when every agent serves another dataset).
-func (a *Agent) storageOnce(ctx context.Context) (fs []*engine.Fetcher, _ *Catalog, retry bool, _ error) {
+func (a *Agent) storageOnce(ctx context.Context) (fs []*engine.Fetcher, _ *catalog.Catalog, retry bool, _ error) {
 	a.mu.Lock()
 	d := a.discovery
 	a.mu.Unlock()
@@ -490,7 +484,7 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *engine.F
 	cat := a.Catalog()
 	if cat == nil {
 		cctx, ccancel := context.WithTimeout(ctx, a.cfg.RetryBudget)
-		c, err := engine.ReadCatalog(cctx, p.client)
+		c, err := catalog.ReadCatalog(cctx, p.client)
 		ccancel()
 		if err != nil {
 			return nil, !errors.Is(err, ErrCatalog), fmt.Errorf("%s: catalog: %w", ep.Name, err)
@@ -517,259 +511,30 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *engine.F
 // RunEpoch runs one epoch with Config.Plan and returns its report (also
 // appended to Config.ReportPath). It does not consult Config.Policy.
 func (a *Agent) RunEpoch(ctx context.Context, num uint64) (report.EpochReport, error) {
-	return a.runEpoch(ctx, num, epochOpts{plan: a.plan})
+	return a.runEpoch(ctx, num, epochOpts{Opts: engine.Opts{Plan: a.plan}})
 }
 
 // epochOpts are what a policy run changes about one epoch.
 type epochOpts struct {
-	// Opts are the engine's; runEpochOnce sets its Plan to plan.
+	// Opts are the engine's: the epoch's plan and the policy run's hooks.
 	engine.Opts
-	// plan is the epoch's plan.
-	plan *planner.RunPlan
-	// annotate, when set, completes a successful epoch's report before it
-	// is logged and written.
-	annotate func(*report.EpochReport, *engine.Epoch) error
 	// trainer, when set, is the epoch the local trainer ranks asked for:
 	// the epoch runs their orders and fills their slots.
 	trainer *trainer.EpochReq
-	// started, when set, is called once the epoch is prepared, before it
-	// runs, with a context that ends when the epoch failed and a channel
-	// closed when its run ended; the function it returns is waited for
-	// then, before the epoch's report is completed (a policy run's stage
-	// 1 beside its first epoch: planner/overlap.go).
-	started func(ctx context.Context, e *engine.Epoch, ended <-chan struct{}) (wait func())
 	// err, when set, fails the epoch before it starts (a plan that could
 	// not be made).
 	err error
 }
 
-// errEpochSkipped: the state dir says the epoch completed before a
-// restart.
-var errEpochSkipped = errors.New("computeagent: epoch completed before the restart")
-
-// runEpoch runs one epoch. A failed or interrupted epoch's report is
-// written too, with its status and error.
+// runEpoch runs one epoch on the storage agents it finds for it:
+// package engine runs it from its shard to its report (engine.Run), which
+// is written, failed or not, to Config.ReportPath.
 func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (report.EpochReport, error) {
 	began := a.cfg.Clock.Now()
-	if t := opts.trainer; t != nil && t.Asked > 0 && t.Asked < began.UnixNano() {
-		began = time.Unix(0, t.Asked) // the ranks asked while the agent was busy (stage 1)
-	}
-	r, err := a.runEpochOnce(ctx, num, began, opts)
-	if err == nil || errors.Is(err, errEpochSkipped) {
-		return r, err
-	}
-	r.Epoch, r.Status, r.Error = num, "failed", err.Error()
-	if r.StartUnixNS == 0 { // failed before its first request: all of it was waiting
-		r.StartWaitSeconds = a.cfg.Clock.Now().Sub(began).Seconds()
-	}
-	if ctx.Err() != nil {
-		r.Status = "interrupted"
-	}
-	if r.Pipeline == "" {
-		r.Pipeline, r.Plan = a.pipeID, opts.plan.Name()
-	}
-	if r.Failed == nil {
-		r.Failed = []report.SampleFailure{}
-	}
-	a.log.Error().Err(err).Uint64("epoch", num).Str("status", r.Status).Msg("epoch failed")
-	if a.cfg.ReportPath != "" {
-		if werr := report.Append(a.cfg.ReportPath, r); werr != nil {
-			err = errors.Join(err, fmt.Errorf("computeagent: report: %w", werr))
-		}
-	}
-	return r, err
-}
-
-// openJournal opens the sample log and resume state once the catalog is
-// known (its fingerprint is part of the run's identity).
-func (a *Agent) openJournal(cat *Catalog, plan *planner.RunPlan) (*journal.Journal, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.jr != nil || a.jrErr != nil || (a.cfg.SamplesOut == "" && a.cfg.StateDir == "") {
-		return a.jr, a.jrErr
-	}
-	if a.closed {
-		return nil, ErrClosed
-	}
-	a.jr, a.jrErr = journal.Open(a.cfg.SamplesOut, a.cfg.StateDir, journal.RunState{
-		Seed: a.cfg.Seed, Fingerprint: cat.Fingerprint, Pipeline: a.pipeID, Plan: plan.Name(),
-		Rank: a.cfg.Rank, World: a.cfg.World, FirstEpoch: a.cfg.FirstEpoch, FetchOnly: a.cfg.FetchOnly,
-	})
-	if a.jrErr != nil {
-		a.jrErr = fmt.Errorf("computeagent: samples out: %w", a.jrErr)
-	}
-	return a.jr, a.jrErr
-}
-
-// runEpochOnce runs one epoch in named steps: find the storage agents,
-// decide the shard, prepare the epoch's run, run it, and finish its
-// report.
-func (a *Agent) runEpochOnce(ctx context.Context, num uint64, began time.Time, opts epochOpts) (report.EpochReport, error) {
 	fs, cat, err := a.storage(ctx)
-	if err != nil {
-		return report.EpochReport{}, err
-	}
-	jr, err := a.openJournal(cat, opts.plan)
-	if err != nil {
-		return report.EpochReport{}, err
-	}
-	if c, err := a.openCache(); err != nil {
-		return report.EpochReport{}, err
-	} else if c != nil {
-		defer c.Flush() // the index; entries are written as they come
-	}
-	if jr.Complete(num) {
-		a.log.Info().Uint64("epoch", num).Msg("epoch completed before the restart: skipped")
-		return report.EpochReport{}, errEpochSkipped
-	}
-	sh, err := a.shard(num, cat, jr, opts)
-	if err != nil {
-		return report.EpochReport{}, err
-	}
-	eo := opts.Opts
-	eo.Plan = opts.plan
-	e := engine.NewEpoch(&a.engine, num, cat, sh.Shard, eo)
-	if sh.tr != nil {
-		asm := a.newAssembler(e, sh, opts.trainer)
-		e.Feed(asm, sh.tr)
-		if err := a.hub.Start(asm); err != nil {
-			return report.EpochReport{}, err
-		}
-		defer a.hub.Finish()
-	}
-	if err := e.Prepare(fs, jr); err != nil {
-		return report.EpochReport{}, err
-	}
-	wait, ended := func() {}, make(chan struct{})
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if opts.started != nil {
-		wait = opts.started(sctx, e, ended)
-	}
-	r, err := a.execute(ctx, e, fs)
-	if err != nil {
-		cancel()
-	}
-	close(ended)
-	wait()
-	if r.StartUnixNS != 0 {
-		r.StartWaitSeconds = max(0, time.Unix(0, r.StartUnixNS).Sub(began).Seconds())
-		if r.FirstBatchSeconds > 0 {
-			r.FirstBatchSeconds += r.StartWaitSeconds
-		}
-	}
-	if err != nil {
-		return r, err
-	}
-	return a.finish(r, e, jr, opts)
-}
-
-// epochShard is what one epoch delivers here.
-type epochShard struct {
-	engine.Shard
-	tr *trainer.Positions // trainer mode: the local ranks' positions
-}
-
-// shard decides the epoch's positions (the rank's order, or the local
-// trainer ranks'), less what the journal says was delivered, and each
-// position's split under opts.plan.
-func (a *Agent) shard(num uint64, cat *Catalog, jr *journal.Journal, opts epochOpts) (epochShard, error) {
-	cfg := &a.cfg
-	var sh epochShard
-	if opts.trainer != nil {
-		tr, err := a.trainerOrder(opts.trainer, cat)
-		if err != nil {
-			return sh, err
-		}
-		sh.tr, sh.Order = tr, tr.Order
-	} else {
-		// Every rank the same count (DDP hangs on uneven ones): padded by
-		// repeats of its own samples, or with --drop-last cut to full
-		// batches; with one rank, the whole catalog.
-		sh.Order = schedule.RankOrder(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total, cfg.Batch, cfg.Trainer.DropLast)
-	}
-	sh.Padded = max(0, len(sh.Order)-len(schedule.Order(cfg.Seed, num, cfg.Rank, cfg.World, cat.Total)))
-	if done := jr.Delivered(num); len(done) > 0 {
-		// Resume: the samples journaled before the restart were delivered;
-		// the rest keep their order.
-		sh.Order = slices.DeleteFunc(slices.Clone(sh.Order), func(s uint64) bool { _, ok := done[s]; return ok })
-		sh.Resumed = len(done)
-		a.log.Info().Uint64("epoch", num).Int("resumed", sh.Resumed).Int("left", len(sh.Order)).Msg("resuming the epoch")
-	}
-	sh.Split = make([]int, len(sh.Order))
-	splitOf := a.splitOf(opts.plan)
-	for i, s := range sh.Order {
-		k, err := splitOf(s)
-		if err != nil {
-			return sh, err
-		}
-		sh.Split[i] = k
-	}
-	return sh, nil
-}
-
-// splitOf is each sample's split under plan as this agent runs it: a plan
-// names splits of the whole pipeline; with uint8 slots the trainer runs
-// its tail, so a split past the agent's part is cut back.
-func (a *Agent) splitOf(plan *planner.RunPlan) func(sample uint64) (int, error) {
-	p := a.cfg.Pipeline
-	n := p.Len()
-	if a.tail != nil {
-		n++
-		if a.tail.Normalize != nil {
-			n++
-		}
-	}
-	return func(s uint64) (int, error) {
-		k, err := plan.Split(s, p, n)
-		if err != nil {
-			return 0, fmt.Errorf("%w: %w", ErrConfig, err)
-		}
-		return min(k, p.Len()), nil
-	}
-}
-
-// execute runs the prepared epoch e over fs, sampling the GPU meanwhile,
-// and returns its account so far; err is the run's.
-func (a *Agent) execute(ctx context.Context, e *engine.Epoch, fs []*engine.Fetcher) (report.EpochReport, error) {
-	gctx, stopGPU := context.WithCancel(ctx)
-	var gpu report.GPUStats
-	var wg sync.WaitGroup
-	wg.Go(func() { gpu = a.gpu.Sample(gctx) })
-	a.m.cur.Store(e)
-	defer a.m.cur.Store(nil)
-	err := e.Execute(ctx, fs)
-	stopGPU()
-	wg.Wait()
-	r := e.Report(ctx, fs, err == nil)
-	r.GPU = gpu
-	return r, err
-}
-
-// finish checks that the epoch accounted for every position, completes
-// its report (opts.annotate), logs and writes it and records the epoch
-// done in the journal.
-func (a *Agent) finish(r report.EpochReport, e *engine.Epoch, jr *journal.Journal, opts epochOpts) (report.EpochReport, error) {
-	if r.Samples+r.SamplesFailed != r.Shard {
-		return r, fmt.Errorf("computeagent: epoch %d: delivered %d and failed %d of %d samples", r.Epoch, r.Samples, r.SamplesFailed, r.Shard)
-	}
-	if opts.annotate != nil {
-		if err := opts.annotate(&r, e); err != nil {
-			return r, err
-		}
-	}
-	a.m.epochs.Inc()
-	a.log.Info().Uint64("epoch", r.Epoch).Float64("seconds", r.Seconds).Int("samples", r.Samples).
-		Int("failed", r.SamplesFailed).Int64("bytes", r.BytesReceived).Float64("gpu_idle", r.GPUIdleFraction).Msg("epoch done")
-	if a.cfg.ReportPath != "" {
-		if err := report.Append(a.cfg.ReportPath, r); err != nil {
-			return r, fmt.Errorf("computeagent: report: %w", err)
-		}
-	}
-	if err := jr.EpochDone(r.Epoch); err != nil {
-		return r, fmt.Errorf("computeagent: state dir: %w", err)
-	}
-	return r, nil
+	r, err := engine.Run(ctx, &a.engine, engine.Input{Num: num, Began: began, Storage: fs, Catalog: cat, Err: err,
+		Trainer: opts.trainer, Hub: a.hub, Opts: opts.Opts})
+	return r, asConfig(err)
 }
 
 // serveMetrics serves /metrics and /healthz on Config.MetricsAddr until

@@ -8,13 +8,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sophon-dl/sophon/compute-agent/engine"
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
 
 // TestCatalogHeadersReal: the real storage agent's catalog carries each
-// sample's JPEG header summary, and engine.ReadCatalog exposes it: known
+// sample's JPEG header summary, and catalog.ReadCatalog exposes it: known
 // for every JPEG of the set and equal to what the storage agent indexed.
 func TestCatalogHeadersReal(t *testing.T) {
 	dir := writeImageFolder(t, -1)
@@ -28,7 +28,7 @@ func TestCatalogHeadersReal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	cat, err := engine.ReadCatalog(context.Background(), dataplanepb.NewStorageClient(conn))
+	cat, err := catalog.ReadCatalog(context.Background(), dataplanepb.NewStorageClient(conn))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
@@ -52,7 +53,7 @@ func BenchmarkHandoffPython(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer a.Close()
-	hub, err := trainer.NewHub(a.hubConfig(&Catalog{Total: batch * batches, Fingerprint: "bench"}))
+	hub, err := trainer.NewHub(a.hubConfig(&catalog.Catalog{Total: batch * batches, Fingerprint: "bench"}))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -83,8 +84,8 @@ func BenchmarkHandoffPython(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		e := engine.NewEpoch(&a.engine, req.Epoch, &Catalog{}, engine.Shard{}, engine.Opts{})
-		asm := trainer.NewAssembler(e, a.assemblerMetrics(), req.Conns, trainer.Layout{Batch: batch, Queue: a.cfg.Queue,
+		e := engine.NewEpoch(&a.engine, req.Epoch, &catalog.Catalog{}, engine.Shard{}, engine.Opts{})
+		asm := trainer.NewAssembler(e, a.engine.Trainer, req.Conns, trainer.Layout{Batch: batch, Queue: a.cfg.Queue,
 			Rows: batch * (batches + 1), Batches: batches + 1, First: []int{0}, Positions: batch * (batches + 1)})
 		if err := hub.Start(asm); err != nil {
 			b.Fatal(err)

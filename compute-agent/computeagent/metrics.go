@@ -70,5 +70,11 @@ func (m *metrics) Received(split, bytes int) {
 	m.bytes.WithLabelValues(label).Add(float64(bytes))
 }
 
+// Running implements engine.Metrics.
+func (m *metrics) Running(e *engine.Epoch) { m.cur.Store(e) }
+
+// Completed implements engine.Metrics.
+func (m *metrics) Completed() { m.epochs.Inc() }
+
 // handler serves GET /metrics and GET /healthz.
 func (m *metrics) handler() http.Handler { return metricsrv.Handler(m.reg) }

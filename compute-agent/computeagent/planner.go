@@ -42,7 +42,7 @@ func (a *Agent) startPolicy(ctx context.Context) (func(i int, num uint64) epochO
 		Rank: cfg.Rank, World: cfg.World, Limits: cfg.Settings, CacheBytes: a.plannedCacheBytes(), Stage1: a.stage1Config(),
 		Catalog: planner.Catalog{Fingerprint: cat.Fingerprint, Total: cat.Total, RawSizes: cat.RawSizes, Header: cat.Header,
 			HasHeaders: cat.HasHeaders(), Areas: cat.CutAreas(cfg.Pipeline, cfg.Seed)},
-		Sources: srcs, Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }, SplitOf: a.splitOf}
+		Sources: srcs, Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }, SplitOf: func(p *planner.RunPlan) func(uint64) (int, error) { return a.engine.SplitOf(p) }}
 	run, err := planner.Start(ctx, h, shard)
 	if err != nil {
 		return nil, asConfig(err)
@@ -50,10 +50,11 @@ func (a *Agent) startPolicy(ctx context.Context) (func(i int, num uint64) epochO
 	return func(i int, num uint64) epochOpts { return policyOpts(run.Next(i, num)) }, nil
 }
 
-// asConfig marks a plan the policy could not make as a bad
+// asConfig marks a plan the policy could not make (planner.ErrPlan), and
+// an epoch the configuration does not allow (engine.ErrConfig), as a bad
 // configuration (ErrConfig).
 func asConfig(err error) error {
-	if errors.Is(err, planner.ErrPlan) {
+	if !errors.Is(err, ErrConfig) && (errors.Is(err, planner.ErrPlan) || errors.Is(err, engine.ErrConfig)) {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return err
@@ -61,18 +62,18 @@ func asConfig(err error) error {
 
 // policyOpts is the epoch's options as the policy run set them.
 func policyOpts(o planner.EpochOpts) epochOpts {
-	opts := epochOpts{plan: o.Plan, Opts: engine.Opts{Rec: o.Rec, Observe: o.Observe, LinkRate: o.LinkRate,
+	opts := epochOpts{Opts: engine.Opts{Plan: o.Plan, Rec: o.Rec, Observe: o.Observe, LinkRate: o.LinkRate,
 		StorageCores: o.StorageCores, WarmCache: o.WarmCache, KeepRaw: o.KeepRaw, First: o.First}}
 	if o.Err != nil {
 		opts.err = asConfig(o.Err)
 	}
 	if o.Annotate != nil {
-		opts.annotate = func(r *report.EpochReport, e *engine.Epoch) error {
+		opts.Annotate = func(r *report.EpochReport, e *engine.Epoch) error {
 			return asConfig(o.Annotate(r, policyEpoch{e}))
 		}
 	}
 	if o.Started != nil {
-		opts.started = func(ctx context.Context, e *engine.Epoch, ended <-chan struct{}) func() {
+		opts.Started = func(ctx context.Context, e *engine.Epoch, ended <-chan struct{}) func() {
 			return o.Started(ctx, policyEpoch{e}, ended)
 		}
 	}

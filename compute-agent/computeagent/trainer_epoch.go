@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sophon-dl/sophon/compute-agent/engine"
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/handoff"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 )
@@ -19,7 +19,7 @@ func (a *Agent) trainerDType() string {
 }
 
 // hubConfig is the trainer hub's configuration for catalog cat.
-func (a *Agent) hubConfig(cat *Catalog) trainer.HubConfig {
+func (a *Agent) hubConfig(cat *catalog.Catalog) trainer.HubConfig {
 	cfg := &a.cfg
 	return trainer.HubConfig{
 		Socket: cfg.Trainer.Socket, Slots: cfg.Trainer.Slots, RingBytes: cfg.Trainer.RingBytes, DropLast: cfg.Trainer.DropLast,
@@ -87,23 +87,4 @@ func (a *Agent) trainerFailed(ctx context.Context, req *trainer.EpochReq, err er
 		c.Close()
 	}
 	return true
-}
-
-// trainerOrder lays out the epoch the trainer ranks asked for (req).
-func (a *Agent) trainerOrder(req *trainer.EpochReq, cat *Catalog) (*trainer.Positions, error) {
-	cfg := &a.cfg
-	return req.Positions(cfg.Seed, cat.Total, cfg.Batch, cfg.Trainer.DropLast, cfg.StrictOrder)
-}
-
-// newAssembler is the assembler that fills the slots of the ranks req
-// names with epoch e's shard sh. Under --on-error skip it keeps each
-// rank's first rows to repeat where failed samples leave rows free at the
-// end of its epoch, so every batch has its full rows (docs/training.md).
-func (a *Agent) newAssembler(e *engine.Epoch, sh epochShard, req *trainer.EpochReq) *trainer.Assembler {
-	cfg := &a.cfg
-	return trainer.NewAssembler(e, a.assemblerMetrics(), req.Conns, trainer.Layout{
-		Strict: cfg.StrictOrder, Batch: cfg.Batch, Queue: cfg.Queue,
-		Rows: sh.tr.Rows, Batches: sh.tr.Batches, First: sh.tr.First, Positions: len(sh.Order),
-		Repeat: cfg.OnError == OnErrorSkip,
-	})
 }

@@ -46,7 +46,7 @@ type cacheState struct {
 }
 
 // prepareCache sets up the epoch's use of the cache and moves the
-// positions it is to hold to split 0. Called by Prepare first.
+// positions it is to hold to split 0. Called by prepare first.
 //
 // A warm epoch (Opts.WarmCache: a policy run's epochs before its first
 // plan) with the planned policy and a plan without residency fills the
@@ -55,7 +55,7 @@ type cacheState struct {
 // budget holds the dataset); the plan's Puts later evict what it does not
 // keep.
 func (e *Epoch) prepareCache() {
-	c := e.cfg.Cache
+	c := e.cache
 	if c == nil || e.cfg.FetchOnly {
 		return
 	}
@@ -266,13 +266,13 @@ func (e *Epoch) cacheStats() *report.CacheStats {
 	if v == nil {
 		return nil
 	}
-	e.cfg.Cache.Drain() // the epoch's fills are resident, or failed
-	st := e.cfg.Cache.Stats()
+	e.cache.Drain() // the epoch's fills are resident, or failed
+	st := e.cache.Stats()
 	pol := cache.PolicyPlanned
 	if v.LRU() {
 		pol = cache.PolicyLRU
 	}
 	return &report.CacheStats{Policy: pol, Split: v.Split(), Wanted: e.cc.wanted, Hits: int(e.cc.hits.Load()), Misses: int(e.cc.misses.Load()),
-		Fills: int(e.cc.fills.Load()), Refills: int(e.cc.refills.Load() + e.cfg.Cache.TakeOpenDrops()), Forged: int(e.cc.forged.Load()), ReadBytes: e.cc.readByte.Load(),
-		ResidentSamples: st.Samples, ResidentBytes: st.Bytes, BudgetBytes: e.cfg.Cache.Budget(), Degraded: st.Degraded}
+		Fills: int(e.cc.fills.Load()), Refills: int(e.cc.refills.Load() + e.cache.TakeOpenDrops()), Forged: int(e.cc.forged.Load()), ReadBytes: e.cc.readByte.Load(),
+		ResidentSamples: st.Samples, ResidentBytes: st.Bytes, BudgetBytes: e.cache.Budget(), Degraded: st.Degraded}
 }

@@ -1,13 +1,17 @@
 // Package engine runs the compute agent's epochs: one epoch of a plan
-// over gRPC, from the order to the report. The fetchers keep one Fetch
-// stream per storage agent busy (windows, retries, stall hedging, pacing,
-// the raw refetch of a failed cut); the placement spreads an epoch's
-// positions over the storage agents that hold them; raw bytes are checked
-// against the catalog's content hashes; and the epoch's run (finishing
-// workers, batcher, feeder, the node's cache) ends in its report. It takes
-// the plan as a small interface (Plan) and imports neither the planner nor
-// the policy; it drives package schedule, which does no I/O; the root
-// package fills Config with what the engine needs from the agent.
+// over gRPC, from the order to the report. Run is an epoch's one entry:
+// it opens the journal and the node's cache, decides the shard, builds
+// the trainer ranks' assembler, runs the epoch and writes its report and
+// its completion. The fetchers keep one Fetch stream per storage agent
+// busy (windows, retries, stall hedging, pacing, the raw refetch of a
+// failed cut); the placement spreads an epoch's positions over the
+// storage agents that hold them (package catalog says who holds what);
+// raw bytes are checked against the catalog's content hashes; and the
+// epoch's run (finishing workers, batcher, feeder, the node's cache) ends
+// in its report. It takes the plan as a small interface (Plan) and
+// imports neither the planner nor the policy; it drives package schedule,
+// which does no I/O; the root package fills Config with what the engine
+// needs from the agent.
 package engine
 
 import (
@@ -17,7 +21,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
+	"github.com/sophon-dl/sophon/compute-agent/journal"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
+	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/ops"
@@ -40,7 +48,7 @@ type Config struct {
 	Warnings *peerlog.Limiter
 	// Refusals are the storage agents refused for the run (content
 	// checks add to them); nil: none is refused.
-	Refusals *Refusals
+	Refusals *catalog.Refusals
 	// Consumer takes the batches (not in trainer mode or FetchOnly).
 	Consumer Consumer
 	// OnSample, when set, is called once per delivered sample with its
@@ -81,8 +89,36 @@ type Config struct {
 	// Limits bound the ops the finishing workers run on each sample (its
 	// deadline starts when the sample's ops do). Zero fields: no limit.
 	Limits oplimits.Settings
-	// Cache is the node's sample cache (see cacheState); nil: none.
-	Cache *cache.Store
+	// Journal is the sample log and resume state and Cache the node's
+	// sample cache (see cacheState), each opened by the first epoch that
+	// needs it (Run); nil: none.
+	Journal *journal.Lazy
+	Cache   *cache.Lazy
+	// ReportPath, when set, is the file each epoch's report is appended to
+	// (report.Append), failed or not.
+	ReportPath string
+
+	// Rank and World are the agent's place among the compute agents: its
+	// shard of each epoch (schedule.RankOrder). DropLast cuts each rank's
+	// order to full batches instead of padding it.
+	Rank, World int
+	DropLast    bool
+	// TailOps are the ops after Pipeline that the trainer client runs on
+	// its device (uint8 slots: the trailing to_tensor and normalize): a
+	// plan names splits of the whole pipeline, so a split past the agent's
+	// part is cut back to its end.
+	TailOps int
+	// Trainer are the series of the trainer ranks' assembler (trainer
+	// mode).
+	Trainer *trainer.Metrics
+	// GPU samples the GPU's utilisation while an epoch runs; nil: none.
+	GPU GPU
+}
+
+// GPU samples GPU utilisation: Sample blocks until ctx ends and returns
+// what it saw meanwhile.
+type GPU interface {
+	Sample(ctx context.Context) report.GPUStats
 }
 
 // Metrics are the agent's counters an epoch moves. The root's Prometheus
@@ -96,6 +132,11 @@ type Metrics interface {
 	Received(split, bytes int)
 	// Delivered counts n samples handed to the consumer.
 	Delivered(n int)
+	// Running is the epoch that runs now, nil once it ended (the queue
+	// gauge).
+	Running(e *Epoch)
+	// Completed counts an epoch done.
+	Completed()
 }
 
 // Consumer is the GPU side: it takes one batch at a time. Consume blocks

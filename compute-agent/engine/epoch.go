@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
@@ -54,11 +55,21 @@ type Opts struct {
 	// is swapped (schedule.Schedule.Order; not in strict order). A
 	// provisional plan's: the cheapest first.
 	First func(sample uint64) float64
+	// Started, when set, is called once the epoch is prepared, before it
+	// runs, with a context that ends when the epoch failed and a channel
+	// closed when its run ended; the function it returns is waited for
+	// then, before the epoch's report is completed (a policy run's stage
+	// 1 beside its first epoch).
+	Started func(ctx context.Context, e *Epoch, ended <-chan struct{}) (wait func())
+	// Annotate, when set, completes a successful epoch's report before it
+	// is logged and written (a policy run's drift check).
+	Annotate func(r *report.EpochReport, e *Epoch) error
 }
 
-// NewEpoch is epoch num's run over sh, before Prepare. cfg must outlive
+// NewEpoch is epoch num's run over sh, before prepare (Run makes and
+// runs one). cfg must outlive
 // it.
-func NewEpoch(cfg *Config, num uint64, cat *Catalog, sh Shard, opts Opts) *Epoch {
+func NewEpoch(cfg *Config, num uint64, cat *catalog.Catalog, sh Shard, opts Opts) *Epoch {
 	e := &Epoch{
 		cfg: cfg, num: num, cat: cat, order: sh.Order, split: sh.Split, rec: opts.Rec, observing: opts.Observe, keepRaw: opts.KeepRaw,
 		linkRate: opts.LinkRate, storageCores: opts.StorageCores, resumed: sh.Resumed, padded: sh.Padded, warm: opts.WarmCache, first: opts.First,
@@ -71,18 +82,18 @@ func NewEpoch(cfg *Config, num uint64, cat *Catalog, sh Shard, opts Opts) *Epoch
 	return e
 }
 
-// Feed makes e fill the trainer ranks' slots through asm instead of
+// feed makes e fill the trainer ranks' slots through asm instead of
 // forming batches: tr gives each position's rank, index in that rank's
-// order and global position. Call it between NewEpoch and Execute.
-func (e *Epoch) Feed(asm *trainer.Assembler, tr *trainer.Positions) {
+// order and global position. Call it between NewEpoch and execute.
+func (e *Epoch) feed(asm *trainer.Assembler, tr *trainer.Positions) {
 	e.asm = asm
 	e.posRank, e.posJ, e.gpos = tr.Rank, tr.J, tr.GPos
 }
 
-// Prepare places e's positions over the storage agents fs, builds its
+// prepare places e's positions over the storage agents fs, builds its
 // schedule, shedder and the fetchers' windows, and starts the epoch's
 // journaling into jr (nil: none).
-func (e *Epoch) Prepare(fs []*Fetcher, jr *journal.Journal) error {
+func (e *Epoch) prepare(fs []*Fetcher, jr *journal.Journal) error {
 	e.prepareCache()
 	e.fs = fs
 	cfg, num, order, plan := e.cfg, e.num, e.order, e.runPlan()
@@ -129,10 +140,10 @@ func (e *Epoch) Prepare(fs []*Fetcher, jr *journal.Journal) error {
 	return nil
 }
 
-// Execute runs the prepared epoch over fs until every position is
+// execute runs the prepared epoch over fs until every position is
 // delivered or failed, or the first error, logging its progress every
 // Config.Progress meanwhile.
-func (e *Epoch) Execute(ctx context.Context, fs []*Fetcher) error {
+func (e *Epoch) execute(ctx context.Context, fs []*Fetcher) error {
 	pctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if e.cfg.Progress > 0 {
@@ -147,9 +158,9 @@ func (e *Epoch) Execute(ctx context.Context, fs []*Fetcher) error {
 	return err
 }
 
-// Report is the epoch's account after Execute; with measure it also asks
+// account is the epoch's report after execute; with measure it also asks
 // the storage agents of fs what sending cost them (transport).
-func (e *Epoch) Report(ctx context.Context, fs []*Fetcher, measure bool) report.EpochReport {
+func (e *Epoch) account(ctx context.Context, fs []*Fetcher, measure bool) report.EpochReport {
 	start, end := e.start, e.end
 	elapsed := end.Sub(start)
 	names := make([]string, len(fs))

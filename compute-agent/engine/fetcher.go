@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/internal/peerlog"
@@ -36,11 +37,8 @@ type Fetcher struct {
 	name   string // the storage agent's
 	client dataplanepb.StorageClient
 	cpus   float64 // the storage agent's cores (InfoResponse.cpus)
-	// holds reports whether the agent holds a sample's shard; nil holds
-	// every sample. shards is how many it holds (0 with holds nil).
-	holds  func(sample uint64) bool
-	shards int
-	place  *announcement // nil: no layout announced
+	// hold is the shards the agent holds (nil: every sample).
+	hold *catalog.Holdings
 	// served and servedBytes count the responses accepted from it.
 	served, servedBytes atomic.Int64
 	// paceFrom is when its first response of the epoch arrived (recv's
@@ -66,13 +64,13 @@ type Fetcher struct {
 // NewFetcher is the fetcher of storage agent name, reached through client,
 // which answered Info with info for catalog cat; it fails when the agent's
 // announced placement does not fit cat. It joins an epoch in
-// Epoch.Prepare.
-func NewFetcher(name string, client dataplanepb.StorageClient, info *dataplanepb.InfoResponse, cat *Catalog) (*Fetcher, error) {
-	f := &Fetcher{name: name, client: client, cpus: info.GetCpus(), cpu0: info.GetProcessCpuNs()}
-	if err := f.announced(info, cat); err != nil {
+// Epoch.prepare.
+func NewFetcher(name string, client dataplanepb.StorageClient, info *dataplanepb.InfoResponse, cat *catalog.Catalog) (*Fetcher, error) {
+	h, err := catalog.Announce(name, info, cat)
+	if err != nil {
 		return nil, err
 	}
-	return f, nil
+	return &Fetcher{name: name, client: client, cpus: info.GetCpus(), cpu0: info.GetProcessCpuNs(), hold: h}, nil
 }
 
 // Name is the storage agent's name.
@@ -86,7 +84,7 @@ func (f *Fetcher) CPUs() float64 { return f.cpus }
 
 // Holds reports whether the agent holds sample (as its layout announced;
 // an agent without one holds every sample).
-func (f *Fetcher) Holds(sample uint64) bool { return f.holds == nil || f.holds(sample) }
+func (f *Fetcher) Holds(sample uint64) bool { return f.hold.Holds(sample) }
 
 // work is a response on its way to a finishing worker.
 type work struct {
@@ -135,7 +133,7 @@ func (f *Fetcher) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if errors.Is(err, ErrFingerprint) {
+			if errors.Is(err, catalog.ErrFingerprint) {
 				return f.giveUp(ctx, log, err)
 			}
 			log.Debug().Err(err).Msg("storage agent still unavailable")
@@ -197,7 +195,7 @@ func (f *Fetcher) probe(ctx context.Context) error {
 		return err
 	}
 	if fp := info.GetFingerprint(); fp != f.e.cat.Fingerprint {
-		return fmt.Errorf("%w: %s now serves %q, catalog is %q", ErrFingerprint, f.name, fp, f.e.cat.Fingerprint)
+		return fmt.Errorf("%w: %s now serves %q, catalog is %q", catalog.ErrFingerprint, f.name, fp, f.e.cat.Fingerprint)
 	}
 	f.cpus = info.GetCpus()
 	return nil

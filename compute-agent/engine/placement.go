@@ -2,220 +2,53 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/bits"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
-	shards "github.com/sophon-dl/sophon/internal/placement"
-	"github.com/sophon-dl/sophon/internal/placement/wire"
 	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
-// placement builds the epoch's placement over its fetchers: who holds each
-// position's sample (Fetcher.holds), and which of them it is bound to:
-// with PlacementRoundRobin strictly, in turn; otherwise by preference, to
-// the agent the plan chose (a cluster plan's Replica). unowned lists the positions no Fetcher holds.
+// placement builds the epoch's placement over its fetchers
+// (catalog.Place): who holds each position's sample, and which of them it
+// is bound to, in turn (RoundRobin) or by the plan's Replica. unowned
+// lists the positions no Fetcher holds.
 func (e *Epoch) placement(fs []*Fetcher) (pl schedule.Placement, unowned []int, err error) {
 	if len(fs) > schedule.MaxFetchers {
 		return pl, nil, fmt.Errorf("%w: %d storage agents, at most %d per epoch", ErrNoStorage, len(fs), schedule.MaxFetchers)
 	}
-	sharded := false
-	for _, f := range fs {
-		sharded = sharded || f.holds != nil
-	}
-	n := len(e.order)
-	all := schedule.AllFetchers(len(fs))
-	if sharded {
-		pl.Owners = make([]uint64, n)
-		for pos, s := range e.order {
-			for i, f := range fs {
-				if f.holds == nil || f.holds(s) {
-					pl.Owners[pos] |= 1 << i
-				}
-			}
-			if pl.Owners[pos] == 0 {
-				unowned = append(unowned, pos)
-			}
-		}
-	}
-	switch {
-	case len(fs) < 2:
-	case e.cfg.RoundRobin:
-		pl.Bound = make([]uint64, n)
-		for pos := range n {
-			o := all
-			if pl.Owners != nil {
-				o = pl.Owners[pos]
-			}
-			if k := bits.OnesCount64(o); k > 0 {
-				pl.Bound[pos] = nthBit(o, pos%k)
-			}
-		}
-	default:
-		pl.Bound, pl.Prefer = e.planned(fs), true
-	}
-	return pl, unowned, nil
-}
-
-// planned binds each position to the storage agent the plan chose for its
-// sample (Plan.Replica), where that agent is among fs; nil when the
-// plan chose none or the epoch has no plan.
-func (e *Epoch) planned(fs []*Fetcher) []uint64 {
-	plan := e.runPlan()
-	if plan == nil {
-		return nil
-	}
-	idx := make(map[string]int, len(fs))
+	holds, names := make([]func(uint64) bool, len(fs)), make([]string, len(fs))
 	for i, f := range fs {
-		idx[f.name] = i
+		holds[i], names[i] = f.hold.HoldsFunc(), f.name
 	}
-	var bound []uint64
-	for pos, s := range e.order {
-		name, ok := plan.Replica(s)
-		if !ok {
-			continue
-		}
-		if i, ok := idx[name]; ok {
-			if bound == nil {
-				bound = make([]uint64, len(e.order))
-			}
-			bound[pos] = 1 << i
-		}
+	var replica func(uint64) (string, bool)
+	if plan := e.runPlan(); plan != nil {
+		replica = plan.Replica
 	}
-	return bound
-}
-
-// nthBit is the n-th lowest set bit of m (n < popcount(m)).
-func nthBit(m uint64, n int) uint64 {
-	for range n {
-		m &= m - 1
-	}
-	return m & -m
+	pl, unowned = catalog.Place(e.order, holds, e.cfg.RoundRobin, names, replica)
+	return pl, unowned, nil
 }
 
 // byStorage is each Fetcher's share of the epoch, in fs's order.
 func byStorage(fs []*Fetcher) []report.StorageStats {
 	out := make([]report.StorageStats, len(fs))
 	for i, f := range fs {
-		out[i] = report.StorageStats{Name: f.name, Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.shards, OpsCPUSeconds: float64(f.opsNS.Load()) / 1e9}
+		out[i] = report.StorageStats{Name: f.name, Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.hold.Shards(), OpsCPUSeconds: float64(f.opsNS.Load()) / 1e9}
 	}
 	return out
 }
 
-// announced takes the shards f's storage agent holds from its Info: a
-// layout of the catalog and the held shards (checked, from outside). An
-// agent that announces no layout holds every sample.
-func (f *Fetcher) announced(info *dataplanepb.InfoResponse, cat *Catalog) error {
-	layout, held, err := wire.DecodePlacement(info)
-	if errors.Is(err, shards.ErrNoShards) && len(info.GetLayout()) == 0 {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", f.name, err)
-	}
-	if layout.Total() != cat.Total {
-		return fmt.Errorf("%s: layout of %d samples, catalog of %d", f.name, layout.Total(), cat.Total)
-	}
-	missing, err := wire.DecodeMissing(info, layout, held)
-	if err != nil {
-		return fmt.Errorf("%s: %w", f.name, err)
-	}
-	f.place = &announcement{layout: layout, held: make([]bool, layout.Len()), name: info.GetPlacementName(), replicas: int(info.GetReplicas())}
-	for _, s := range held {
-		f.place.held[s] = true
-	}
-	if len(missing) > 0 {
-		f.place.missing = make([]bool, layout.Len())
-		for _, s := range missing {
-			f.place.missing[s] = true
-		}
-	}
-	f.shards = len(held)
-	if len(held) == layout.Len() {
-		return nil // every shard
-	}
-	f.holds = f.place.holds
-	return nil
-}
-
-// announcement is what a storage agent's Info said about placement.
-type announcement struct {
-	layout   shards.Layout
-	held     []bool // by shard
-	name     string // its placement (gossip) name
-	replicas int
-	// missing marks the shards the agent does not store (it runs from a
-	// manifest with part of the files); nil: it stores every shard.
-	missing []bool
-}
-
-// stores reports whether the agent has shard s's files.
-func (a *announcement) stores(s int) bool { return a.missing == nil || !a.missing[s] }
-
-func (a *announcement) holds(sample uint64) bool {
-	s, ok := a.layout.ShardOf(sample)
-	return ok && a.held[s]
-}
-
-// replace gives the shards that none of fs holds to the agents of fs that
-// store them, by rendezvous hashing over those agents' names alone, as the
-// storage agents themselves will once gossip has declared the missing
-// holders dead: a storage agent that died (and is unreachable now) no
-// longer leaves its shards unavailable for the epochs gossip takes to
-// notice. Agents of a placement group have the same dataset (the same
-// fingerprint), all of its files or, from a manifest, part of them (their
-// missing shards); a shard that no reachable agent stores stays unplaced,
-// and its samples unavailable. It does so only when every agent of fs
-// announced the same layout and replica count under a name, and returns
-// how many shards it placed.
+// replace gives the shards none of fs holds to the agents of fs that
+// store them (catalog.Replace) and returns how many it placed.
 func replace(fs []*Fetcher) int {
-	if len(fs) == 0 || fs[0].place == nil {
-		return 0
+	hs := make([]*catalog.Holdings, len(fs))
+	for i, f := range fs {
+		hs[i] = f.hold
 	}
-	first := fs[0].place
-	for _, f := range fs {
-		p := f.place
-		if p == nil || p.name == "" || p.replicas != first.replicas || p.layout.Digest() != first.layout.Digest() {
-			return 0
-		}
-	}
-	byName := map[string]*Fetcher{}
-	for _, f := range fs {
-		byName[f.place.name] = f
-	}
-	placed := 0
-	for s := range first.layout.Len() {
-		held := false
-		for _, f := range fs {
-			held = held || f.place.held[s]
-		}
-		if held {
-			continue
-		}
-		storers := make([]string, 0, len(fs))
-		for _, f := range fs {
-			if f.place.stores(s) {
-				storers = append(storers, f.place.name)
-			}
-		}
-		if len(storers) == 0 {
-			continue
-		}
-		for _, owner := range shards.Owners(s, storers, first.replicas) {
-			f := byName[owner]
-			f.place.held[s] = true
-			f.shards++
-			if f.holds == nil {
-				f.holds = f.place.holds
-			}
-		}
-		placed++
-	}
-	return placed
+	return catalog.Replace(hs)
 }
 
 // paceTime is how much of its storage agent's measured delivery a

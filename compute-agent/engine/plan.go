@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
+	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/wireform"
 )
 
@@ -38,6 +39,9 @@ type Plan interface {
 	// Codec is the codec requested for sample; def where the plan does not
 	// decide it.
 	Codec(sample uint64, def wireform.Codec) wireform.Codec
+	// Split is sample's split, checked against pipe and a pipeline of n
+	// ops (pipe and the trainer's tail).
+	Split(sample uint64, pipe *ops.Pipeline, n int) (int, error)
 }
 
 // Offloads is what an epoch measured of its samples fetched offloaded

@@ -16,6 +16,8 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sophon-dl/sophon/compute-agent/cache"
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
@@ -37,7 +39,7 @@ type Epoch struct {
 	cfg   *Config
 	log   zerolog.Logger
 	num   uint64
-	cat   *Catalog
+	cat   *catalog.Catalog
 	order []uint64 // position -> sample
 	split []int    // position -> k
 	// In trainer mode (asm set): position -> local rank, index in that
@@ -101,11 +103,12 @@ type Epoch struct {
 	servedRawContended, servedRawUncuttable atomic.Int64
 	// shed re-balances the rest of the epoch when the storage side falls
 	// behind the plan (nil: never).
-	shed atomic.Pointer[schedule.Shedder]
-	lat  schedule.Latencies // response latencies, for the adaptive stall timeout
-	cc   cacheState         // the node's cache in this epoch
-	warm bool               // Opts.WarmCache
-	fs   []*Fetcher         // the epoch's, from Prepare (a cache refill may use any)
+	shed  atomic.Pointer[schedule.Shedder]
+	lat   schedule.Latencies // response latencies, for the adaptive stall timeout
+	cc    cacheState         // the node's cache in this epoch
+	cache *cache.Store       // the node's cache; nil: none
+	warm  bool               // Opts.WarmCache
+	fs    []*Fetcher         // the epoch's, from prepare (a cache refill may use any)
 
 	// observing: keep an Observation of every sample finished (obs,
 	// under mu) for the planner's refinement.

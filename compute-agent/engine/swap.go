@@ -65,7 +65,7 @@ func (f *Fetcher) capCPU(hinted bool) {
 // they went out at, and so do those the node's cache reads or fills.
 // With no position left it changes nothing. Safe while the epoch runs
 // (the schedule's lock orders it with every request); call it after
-// Prepare. It returns how many positions had been
+// prepare. It returns how many positions had been
 // requested under the plans before.
 //
 // In a warm epoch (the first epoch of a run planned from estimates) a

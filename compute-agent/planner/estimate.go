@@ -89,7 +89,7 @@ type EstimateInput struct {
 	Seed, Epoch uint64
 	Fingerprint string
 	// Shard is the samples to estimate; RawSizes the catalog's raw sizes
-	// by sample and Header its header summaries (engine.Catalog.Header).
+	// by sample and Header its header summaries (catalog.Catalog.Header).
 	Shard    []uint64
 	RawSizes []uint64
 	Header   func(sample uint64) (jpeg.Summary, bool)

@@ -12,6 +12,18 @@ type Tail struct {
 	Normalize *ops.Normalize
 }
 
+// Len is the number of ops in the tail: to_tensor, and normalize where it
+// has one; 0 for a nil Tail (no tail).
+func (t *Tail) Len() int {
+	switch {
+	case t == nil:
+		return 0
+	case t.Normalize != nil:
+		return 2
+	}
+	return 1
+}
+
 // CutTail splits a pipeline ending in to_tensor (and maybe normalize) into
 // the prefix the agent runs, which ends in a uint8 image, and that tail.
 func CutTail(p *ops.Pipeline) (*ops.Pipeline, *Tail, error) {

@@ -116,7 +116,7 @@ func FromHeader(id uint64, raw int64, h jpeg.Header) Sample {
 
 // FromSummary is the sample with this id and raw size whose header the
 // catalog summarised (a storage agent's jpeg.Summary, as
-// engine.Catalog.Header gives it); ok is false when the summary is
+// catalog.Catalog.Header gives it); ok is false when the summary is
 // unknown.
 func FromSummary(id uint64, raw int64, s jpeg.Summary) (Sample, bool) {
 	if !s.Known() {

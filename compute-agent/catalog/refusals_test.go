@@ -1,10 +1,13 @@
-package engine
+package catalog
 
 import (
 	"context"
 	"errors"
 	"testing"
 )
+
+// errMismatch is a reason to refuse an agent.
+var errMismatch = errors.New("sample content does not match the catalog")
 
 // TestRefusals: a refused agent's guarded client opens no stream, the
 // first reason sticks, other agents are unaffected, and a nil *Refusals
@@ -17,10 +20,10 @@ func TestRefusals(t *testing.T) {
 	}
 	rs := &Refusals{}
 	g := rs.Guard("a", nil) // never reached once refused
-	rs.Refuse("a", ErrContentMismatch)
+	rs.Refuse("a", errMismatch)
 	rs.Refuse("a", errors.New("second"))
-	if _, err := g.Fetch(context.Background()); !errors.Is(err, ErrContentMismatch) {
-		t.Errorf("fetch from a refused agent: %v, want ErrContentMismatch", err)
+	if _, err := g.Fetch(context.Background()); !errors.Is(err, errMismatch) {
+		t.Errorf("fetch from a refused agent: %v, want errMismatch", err)
 	}
 	if err := rs.Refusal("b"); err != nil {
 		t.Errorf("agent b: %v, want not refused", err)

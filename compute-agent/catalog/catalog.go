@@ -1,9 +1,19 @@
-package engine
+// Package catalog is the dataset as the storage agents serve it to a
+// compute agent, and which of them may serve which sample: the catalog
+// (ReadCatalog: sample count, fingerprint, labels, sizes, paths, JPEG
+// headers and content hashes, checked against one another), the shards
+// each agent announced it holds (Announce, with the shards of unreachable
+// holders re-placed over the reachable ones: Replace), the agents refused
+// for the run for serving bytes the catalog does not match (Refusals), and
+// the placement of an epoch's positions over the agents that hold them
+// (Place). It does no fetching: package engine runs the epochs over it.
+package catalog
 
 import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -17,6 +27,15 @@ import (
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
+// The catalog's errors.
+var (
+	// ErrFingerprint: a storage agent serves a different dataset than the
+	// catalog's.
+	ErrFingerprint = errors.New("catalog: dataset fingerprint mismatch")
+	// ErrCatalog marks a malformed catalog stream.
+	ErrCatalog = errors.New("catalog: bad catalog")
+)
+
 // Catalog is the dataset as a storage agent describes it. Sample ids are
 // dense, 0 to Total-1.
 //
@@ -24,7 +43,7 @@ import (
 // sizes, labels and content hashes give (dataplanepb.Fingerprinter), so a
 // storage agent cannot announce another's fingerprint with other content
 // hashes; and every sample fetched raw is checked against its hash
-// (checkRaw), so it cannot serve other bytes under honest hashes either.
+// (engine's checkRaw), so it cannot serve other bytes under honest hashes either.
 type Catalog struct {
 	Fingerprint string
 	Total       uint64
