@@ -123,8 +123,8 @@ func (p *Run) annotateOverlapped(r *report.EpochReport, e Epoch, switched int) e
 	ran := pl.Prof != nil && switched >= 0 && switched < r.Shard
 	planRan := pl.Plan
 	if ran {
-		r.PredictedSeconds, r.BoundSeconds, r.PlanSource, r.PlanSwitchedAt = planRan.Pred.Seconds, pl.Bound, pl.Source, switched
-		r.CacheBoundSeconds, r.Prediction = pl.CacheBound, Account(planRan.Pred, pl.Res)
+		r.PredictedSeconds, r.BoundSeconds, r.PlanSource, r.PlanSwitchedAt = pl.Expected.Seconds, pl.Bound, pl.Source, switched
+		r.CacheBoundSeconds, r.Prediction = pl.CacheBound, pl.account()
 		predictNodes(r, pl.Cluster, planRan.Cluster)
 	} else if pl.Prof != nil {
 		if r.Refined = pl.Learn(e.Observations()); r.Refined > 0 {

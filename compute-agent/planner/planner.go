@@ -68,6 +68,16 @@ type Planner struct {
 	// there is none to update.
 	Saved *profiler.Profile
 	Plan  policy.Plan // valid when Prof is set
+	// Shedding: the engine sheds offloads (work-conserving offload, the
+	// compute agent's default; Host.StrictOffload turns it off), so
+	// Expected predicts Plan as shed (Shed).
+	Shedding bool
+	// Expected is the epoch the runtime will run under Plan: Plan.Pred,
+	// or with Shedding the prediction after the Shedder's rule (Shed);
+	// ExpectedShed is how many offloads that moves raw. Valid when Prof
+	// is set.
+	Expected     policy.Prediction
+	ExpectedShed int
 	// Bound is the bound for Prof and Res (policy.Bound, on Cluster
 	// where there is one); with a cache the bound at the residency the run
 	// keeps (policy.Resident).
@@ -249,8 +259,17 @@ func (pl *Planner) Replan() error {
 	pl.Bound, pl.CacheBound, pl.Cluster = b.Seconds, b.CacheSeconds, c
 	pl.Plan = plan
 	pl.Run = NewRunPlan(&plan, p, r).On(pl.Cluster) // its own copy: pl.plan changes at the next re-plan
+	pl.Expected, pl.ExpectedShed = plan.Pred, 0
+	if pl.Shedding && r.CacheBytes <= 0 {
+		// A plan with a cache is priced on the cache's profile
+		// (policy.Resident), which Shed does not see: left un-shed.
+		if pl.Expected, pl.ExpectedShed, err = Shed(in, &pl.Plan, pl.Run); err != nil {
+			return err
+		}
+	}
 	pr := pl.Plan.Pred
-	pl.Log.Info().Str("policy", pl.Name).Float64("predicted_seconds", pr.Seconds).Float64("bound_seconds", pl.Bound).
+	pl.Log.Info().Str("policy", pl.Name).Float64("predicted_seconds", pl.Expected.Seconds).Float64("plan_seconds", pr.Seconds).
+		Int("predicted_shed", pl.ExpectedShed).Float64("bound_seconds", pl.Bound).
 		Str("bottleneck", pr.Bottleneck).Float64("bytes", pr.Bytes).Float64("storage_cpu_seconds", pr.StorageCPUSeconds).
 		Float64("link_bytes_per_sec", r.LinkBytesPerSec).Float64("storage_speed", r.StorageSpeed).Float64("storage_ns_per_byte", r.StorageNSPerByte).
 		Int("storage_nodes", max(len(pl.Run.nodes), 1)).Msg("planned")

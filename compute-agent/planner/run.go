@@ -82,8 +82,12 @@ type Host struct {
 	// Policy names the policy (policy.Names).
 	Policy string
 	// Threshold is the relative drift that re-plans (Planner.Threshold).
-	Threshold   float64
-	ProfilePath string
+	Threshold float64
+	// StrictOffload: the engine runs the plan's splits without shedding
+	// (engine.Config.StrictOffload); the predictions are then the plan's
+	// own (Planner.Shedding).
+	StrictOffload bool
+	ProfilePath   string
 	// ForceProfile runs stage 2 even where the headers could be
 	// estimated from; NoRefine keeps the estimated profile unrefined.
 	ForceProfile, NoRefine bool
@@ -217,7 +221,7 @@ func Start(ctx context.Context, h *Host, shard []uint64) (*Run, error) {
 	s1 := h.Stage1
 	s1.Quick = prof == nil && !h.ForceProfile && cat.HasHeaders
 	pl := &Planner{Log: h.Log, Threshold: h.Threshold, ProfilePath: h.ProfilePath, Name: h.Policy,
-		Holds: h.Holds, CacheBytes: h.CacheBytes, Areas: cat.Areas, Epoch: h.FirstEpoch, NoRefine: h.NoRefine}
+		Holds: h.Holds, CacheBytes: h.CacheBytes, Areas: cat.Areas, Epoch: h.FirstEpoch, NoRefine: h.NoRefine, Shedding: !h.StrictOffload}
 	p := &Run{h: h, pl: pl, shard: len(shard), cat: cat}
 	if s1.Quick {
 		p.pending = &stage1Job{cfg: s1, srcs: h.Sources, shard: shard}
@@ -345,8 +349,8 @@ func (p *Run) Next(i int, num uint64) EpochOpts {
 	var pred *report.Prediction
 	if ran {
 		opts.Plan, planRan, cluster = pl.Run, pl.Plan, pl.Cluster
-		predicted, bound, cacheBound = pl.Plan.Pred.Seconds, pl.Bound, pl.CacheBound
-		pred = Account(pl.Plan.Pred, pl.Res)
+		predicted, bound, cacheBound = pl.Expected.Seconds, pl.Bound, pl.CacheBound
+		pred = pl.account()
 		opts.Observe, source = pl.Est != nil, pl.Source
 	} else if p.d.RunStage2 {
 		opts.Rec = profiler.NewRecorder(h.Pipeline, p.cat.Fingerprint, int(p.cat.Total))
@@ -378,6 +382,15 @@ func Account(pr policy.Prediction, res policy.Resources) *report.Prediction {
 		LinkBytesPerSec: res.LinkBytesPerSec, StorageCores: res.StorageCores, ComputeCores: res.ComputeCores,
 		StorageSpeed: res.StorageSpeed, StorageNSPerByte: res.StorageNSPerByte,
 	}
+}
+
+// account is the report's prediction of the current plan's epoch as the
+// runtime runs it (Expected, under Res), with the plan's own epoch and
+// the offloads shedding moves raw beside it.
+func (pl *Planner) account() *report.Prediction {
+	a := Account(pl.Expected, pl.Res)
+	a.PlanSeconds, a.Shed = pl.Plan.Pred.Seconds, pl.ExpectedShed
+	return a
 }
 
 // predictNodes puts a cluster plan's prediction pr, made on c, into r:

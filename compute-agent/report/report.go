@@ -245,8 +245,18 @@ type EpochReport struct {
 // cluster was made from.
 type Prediction struct {
 	// Seconds is the predicted epoch: the largest of the four times
-	// below (EpochReport.PredictedSeconds).
+	// below (EpochReport.PredictedSeconds). With work-conserving offload
+	// (the default) it, and every figure below, is of the plan as the
+	// compute agent's shedder runs it: the least efficient offloads
+	// requested raw until the storage time is within the shedder's slack
+	// of the link time (planner.Shed).
 	Seconds float64 `json:"seconds"`
+	// PlanSeconds is the plan's own predicted epoch, every offload run as
+	// planned: Seconds when nothing is shed.
+	PlanSeconds float64 `json:"plan_seconds,omitempty"`
+	// Shed is how many of the plan's offloads the prediction moved raw
+	// (omitted when none).
+	Shed int `json:"shed,omitempty"`
 	// LinkSeconds is the time the payload needs on the link.
 	LinkSeconds float64 `json:"link_seconds"`
 	// StorageSeconds is the time the storage cores need for the storage

@@ -26,8 +26,8 @@ import (
 //
 // and compares the storage time of the offloads still owed, C/S, with the
 // link time of every byte still owed, B/R (the planner's link rate). When
-// the storage side would finish more than shedTrigger after the link (once
-// shedding, shedSlack), it
+// the storage side would finish more than ShedTrigger after the link (once
+// shedding, ShedSlack), it
 // takes the offloads not yet requested from the least efficient (the
 // plan's priority: bytes saved per storage CPU-ms) up, moving each one's
 // CPU out of C and its saved bytes into B, until the two meet: those
@@ -45,14 +45,14 @@ const (
 	shedMin    = 8
 	// shedEvery is the least time between recomputations.
 	shedEvery = 50 * time.Millisecond
-	// shedSlack is how far past the link's the storage side may finish
-	// once offloads are being shed; shedTrigger how far before the
+	// ShedSlack is how far past the link's the storage side may finish
+	// once offloads are being shed; ShedTrigger how far before the
 	// first one is. The plan balances the two, and the first offloads of
 	// an epoch measure slow (a CPU quota spent by a neighbour while the
 	// agent idled between epochs): a small imbalance is cheaper to
 	// carry than raw bytes the link must take on.
-	shedSlack   = 0.05
-	shedTrigger = 0.25
+	ShedSlack   = 0.05
+	ShedTrigger = 0.25
 )
 
 // A position's state in the shedder.
@@ -222,11 +222,11 @@ func (s *Shedder) rebalanceLocked() {
 	}
 	cut := uint32(0)
 	link := func() float64 { return bytes / s.rate * 1e9 }
-	if s.cut.Load() == 0 && storage/speed <= link()*(1+shedTrigger) {
+	if s.cut.Load() == 0 && storage/speed <= link()*(1+ShedTrigger) {
 		return
 	}
 	for _, pos := range s.byPrio {
-		if storage/speed <= link()*(1+shedSlack) {
+		if storage/speed <= link()*(1+ShedSlack) {
 			break
 		}
 		if s.state[pos] != owed {

@@ -71,7 +71,7 @@ func TestShedderShedsTheLeastEfficient(t *testing.T) {
 		}
 	}
 	link := bytes / s.rate * 1e9
-	if storage > link*(1+shedSlack)+4e6 || storage < link*0.8 {
+	if storage > link*(1+ShedSlack)+4e6 || storage < link*0.8 {
 		t.Fatalf("after shedding: storage %.0f ms, link %.0f ms: not balanced", storage/1e6, link/1e6)
 	}
 	// Back to the planned speed: once the window of recent offloads holds
