@@ -450,8 +450,11 @@ func (x *experiment) watch(ctx context.Context, b *bed.Bed, s *bed.Series, line 
 	defer tick.Stop()
 	last := time.Now()
 	for {
+		// Stamped at the middle of the read, which a loaded machine can
+		// stretch to tens of milliseconds of traffic.
+		before := time.Now()
 		if c, err := b.Counters(); err == nil {
-			s.Add(time.Now(), c)
+			s.Add(before.Add(time.Since(before)/2), c)
 		}
 		if x.cfg.Progress != nil && time.Since(last) >= x.cfg.ProgressEvery {
 			last = time.Now()
