@@ -5,7 +5,7 @@ BIN   := bin
 # The trainer client runs on Debian's Python and its packages.
 PYTHON ?= /usr/bin/python3
 # Short fuzz runs in `make test`; `make fuzz` runs longer.
-FUZZTIME ?= 10s
+FUZZTIME ?= 5s
 # FUZZMINIMIZE bounds the minimizing of each new input, in wall time. Go's
 # byte minimizer tries a number of candidates quadratic in the input's
 # length (a tar shard, a JPEG: kilobytes), up to 60 s by default, and the
@@ -114,15 +114,16 @@ test: prereq-test s3gw lint proto-check build ## Check prerequisites, install ve
 	@GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZMINIMIZE=$(FUZZMINIMIZE) SHOW='$(S3_TESTS)' bash .ci/streams \
 	  "go test (testbed end to end)" "bash .ci/gotest -count=1 $(E2E)" \
 	  "go test" "bash .ci/gotest -count=1 \$$($(GO) list ./... | grep -v -e /storage-agent -e /compute-agent -e '/testbed$$' -e '/testbed/experiment$$')" \
-	  "go test -race (agents)" "bash .ci/gotest -race -count=1 ./storage-agent/... ./compute-agent/..." \
-	  "binaries and python" "$(GO) test -count=1 -run '^TestBinary$$' ./storage-agent/storageagent/ && \
+	  "go test -race (agents)" "bash .ci/gotest -race -count=1 ./storage-agent/... \$$($(GO) list ./compute-agent/... | grep -v '/compute-agent$$')" \
+	  "go test (compute-agent binaries)" "bash .ci/gotest -count=1 ./compute-agent/" \
+	  "binaries and python" "$(GO) test -count=1 -run '^(TestBinary|TestHostileCorpusAgainstBinary)$$' ./storage-agent/storageagent/ && \
 	    $(PYTHON) -m unittest discover -s python/tests && PYTHON=$(PYTHON) python/tests/run-installed.sh" \
 	  "typecheck (mypy --strict), build (CGO_ENABLED=0)" "($(MYPY)) && CGO_ENABLED=0 $(GO) build ./..." \
 	  "fuzz (1 of 2)" "bash .ci/fuzz $(wordlist 1,7,$(FUZZ_TARGETS))" \
 	  "fuzz (2 of 2)" "bash .ci/fuzz $(wordlist 8,99,$(FUZZ_TARGETS))"
 	@# Last and alone: a well-behaved client's throughput under attack against
 	@# its own solo throughput, a ratio that the streams' load would bend.
-	$(GO) test -count=1 -run 'Hostile.*AgainstBinary' ./storage-agent/storageagent/
+	$(GO) test -count=1 -run '^TestHostileClientsAgainstBinary$$' ./storage-agent/storageagent/
 
 .PHONY: typecheck
 typecheck: ## mypy --strict on the Python client and its build backend (settings in python/pyproject.toml; apt-get install mypy); part of make test
