@@ -271,9 +271,9 @@ func TestFaultStalledReplica(t *testing.T) {
 	// 4 s epochs at 60 img/s.
 	a := newStorageProc(t, bins, faultData(t))
 	b := newStorageProc(t, bins, faultData(t))
-	const clean = 3 // epochs before the first stop
+	const clean = 2 // epochs before the first stop
 	per := n.stopFor + 4*time.Second
-	epochs := clean + int(time.Duration(n.stops)*per/(4*time.Second)) + 2
+	epochs := clean + int(time.Duration(n.stops)*per/(4*time.Second)) + 1
 	want := cleanRun(t, bins, epochs, a.addr)
 
 	dir := t.TempDir()
