@@ -24,6 +24,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
+	"github.com/sophon-dl/sophon/compute-agent/planner/stage1"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
@@ -38,8 +39,8 @@ import (
 // The engine runs the planner's plans and stage 1 probes through the
 // engine's fetchers; neither package imports the other.
 var (
-	_ engine.Plan    = (*planner.RunPlan)(nil)
-	_ planner.Source = (*engine.Fetcher)(nil)
+	_ engine.Plan   = (*planner.RunPlan)(nil)
+	_ stage1.Source = (*engine.Fetcher)(nil)
 )
 
 // The engine's and the catalog's errors (packages engine and catalog),

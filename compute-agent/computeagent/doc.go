@@ -48,7 +48,7 @@
 //
 // With Config.Policy the agent runs a policy run (planner.Run): stage
 // 1 measures the link, storage CPU, compute CPU and consumer rates
-// (planner.Stage1); stage 2 profiles every sample during the first, No-Off,
+// (stage1.Run); stage 2 profiles every sample during the first, No-Off,
 // epoch when the link is the bottleneck, or reuses a saved profile; the
 // policy's plan then runs the later epochs, and a measured rate that
 // drifts from the plan's assumptions triggers a re-plan.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
+	"github.com/sophon-dl/sophon/compute-agent/planner/stage1"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/internal/cpuquota"
@@ -32,7 +33,7 @@ func (a *Agent) startPolicy(ctx context.Context) (func(i int, num uint64) epochO
 		return nil, err
 	}
 	shard := schedule.Order(cfg.Seed, cfg.FirstEpoch, cfg.Rank, cfg.World, cat.Total)
-	srcs := make([]planner.Source, len(fs))
+	srcs := make([]stage1.Source, len(fs))
 	for i, f := range fs {
 		srcs[i] = f
 	}
@@ -91,9 +92,9 @@ func (p policyEpoch) Swap(plan *planner.RunPlan, split func(uint64) int, link, c
 }
 
 // stage1Config is stage 1's view of the agent's configuration.
-func (a *Agent) stage1Config() *planner.Stage1Config {
+func (a *Agent) stage1Config() *stage1.Config {
 	cfg := &a.cfg
-	return &planner.Stage1Config{
+	return &stage1.Config{
 		Log: a.log, Now: cfg.Clock.Now, Pipeline: cfg.Pipeline, PipelineID: a.pipeID, PipelineSpec: a.pipeSpec,
 		Seed: cfg.Seed, Epoch: cfg.FirstEpoch, Window: cfg.Window, MaxPayload: cfg.MaxPayload,
 		Budget: cfg.ProfileBudget, Workers: cfg.Workers, Cores: a.computeCores(), Force: cfg.ForceProfile, GPURate: a.gpuRate(),

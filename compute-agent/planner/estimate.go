@@ -13,7 +13,7 @@ import (
 	"github.com/sophon-dl/sophon/profiler/estimate"
 )
 
-// CalibrationSamples is how many of stage 1's raw samples (Stage1Result.Raws)
+// CalibrationSamples is how many of stage 1's raw samples (stage1.Result.Raws)
 // calibrate the estimate: each runs through a profiler.Recorder (every op,
 // every split's compression, the cut) before the first epoch starts.
 const CalibrationSamples = 16

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/planner/stage1"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
@@ -18,10 +19,10 @@ import (
 // catalog with headers) does not wait for stage 1: the first epoch starts
 // at once under a provisional plan that needs no measurement (provisional)
 // and stage 1 runs beside it on what the epoch measures
-// (Stage1Beside): the link rate is the epoch's own (LinkMeter),
+// (stage1.RunBeside): the link rate is the epoch's own (stage1.LinkMeter),
 // the calibration samples are the raw files of its first positions
 // (EpochOpts.KeepRaw), and only the storage CPU's few samples at the crop
-// split (ProbeStorage) are fetched apart. The provisional plan's
+// split (stage1.ProbeStorage) are fetched apart. The provisional plan's
 // requests go cheapest first (Cheapest). Then the estimate is calibrated and the plan made
 // (Run.estimate), and the plan takes over the positions no fetcher
 // has requested yet (Epoch.Swap); those already requested keep the
@@ -49,8 +50,8 @@ const (
 
 // stage1Job is a stage 1 to run beside the first epoch.
 type stage1Job struct {
-	cfg   *Stage1Config
-	srcs  []Source
+	cfg   *stage1.Config
+	srcs  []stage1.Source
 	shard []uint64 // the first epoch's shard, in its order
 }
 
@@ -77,12 +78,12 @@ func (p *Run) provisional(calib map[uint64]bool) *RunPlan {
 func (p *Run) overlapped(num uint64) EpochOpts {
 	job, h := p.pending, p.h
 	p.pending = nil
-	raws := make(chan RawFile, CalibrationSamples)
+	raws := make(chan stage1.RawFile, CalibrationSamples)
 	calib := CalibrationSet(job.shard, p.cat.RawSizes,
 		Calibratable(h.Pipeline, p.cat.Header, h.Limits.Limits()))
 	opts := EpochOpts{Plan: p.provisional(calib), Observe: true, KeepRaw: func(s uint64, b []byte) {
 		select {
-		case raws <- RawFile{Sample: s, Raw: b}:
+		case raws <- stage1.RawFile{Sample: s, Raw: b}:
 		default: // enough kept
 		}
 	}, First: Cheapest(p.pl.Areas, p.cat.RawSizes, num, calib)}
@@ -95,7 +96,7 @@ func (p *Run) overlapped(num uint64) EpochOpts {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			switched, err = p.planBeside(ctx, job, e, Beside{Raws: raws, Ended: ended})
+			switched, err = p.planBeside(ctx, job, e, stage1.Beside{Raws: raws, Ended: ended})
 		}()
 		return func() { <-done }
 	}
@@ -141,20 +142,20 @@ func (p *Run) annotateOverlapped(r *report.EpochReport, e Epoch, switched int) e
 // plans from header estimates and hands e the plan for the positions not
 // yet requested. It returns how many positions were requested before (-1:
 // no plan, e runs the provisional plan to its end).
-func (p *Run) planBeside(ctx context.Context, job *stage1Job, e Epoch, ep Beside) (int, error) {
+func (p *Run) planBeside(ctx context.Context, job *stage1Job, e Epoch, ep stage1.Beside) (int, error) {
 	h := p.h
 	t0, b0 := h.Now(), e.BytesReceived()
-	var probe StorageProbe
+	var probe stage1.StorageProbe
 	var probeErr error
 	probed := make(chan struct{})
 	go func() {
 		defer close(probed)
-		speed := job.shard[:min(len(job.shard), QuickSpeedSamples)]
-		probe, probeErr = ProbeStorage(ctx, job.cfg, job.srcs, speed)
+		speed := job.shard[:min(len(job.shard), stage1.QuickSpeedSamples)]
+		probe, probeErr = stage1.ProbeStorage(ctx, job.cfg, job.srcs, speed)
 	}()
-	meter, stopMeter := StartLinkMeter(h.Now, e.BytesReceived)
+	meter, stopMeter := stage1.StartLinkMeter(h.Now, e.BytesReceived)
 	defer stopMeter()
-	kept, first, err := CollectRaws(ctx, ep, BesideCalibration, h.Now, e.BytesReceived)
+	kept, first, err := stage1.CollectRaws(ctx, ep, BesideCalibration, h.Now, e.BytesReceived)
 	est := p.calibrate(kept, job.shard) // while the probe is out
 	<-probed
 	r := <-est
@@ -171,9 +172,9 @@ func (p *Run) planBeside(ctx context.Context, job *stage1Job, e Epoch, ep Beside
 	// The link's rate: the meter's, over the spans the link was busy,
 	// else (too few spans yet) bytes over time since the first file.
 	linkNow := func() float64 {
-		return max(meter.Rate(), LinkSince(first, t0, b0, h.Now(), e.BytesReceived()))
+		return max(meter.Rate(), stage1.LinkSince(first, t0, b0, h.Now(), e.BytesReceived()))
 	}
-	st := Stage1Beside(job.cfg, job.srcs, p.cat.RawSizes, job.shard, kept, probe, linkNow(), t0)
+	st := stage1.RunBeside(job.cfg, job.srcs, p.cat.RawSizes, job.shard, kept, probe, linkNow(), t0)
 	t1 := h.Now()
 	p.measured(st)
 	if err := p.planEstimate(r.prof, r.omitted, r.err, r.at); err != nil {
@@ -233,8 +234,8 @@ func (p *Run) calibrate(raws map[uint64][]byte, shard []uint64) <-chan estimated
 // raws, for the estimate that the epochs' measurements refine from the
 // next plan on (p.recal, taken up after the first epoch): the first
 // epoch's plan was made on fewer, to start early.
-func (p *Run) recalibrate(ctx context.Context, job *stage1Job, kept map[uint64][]byte, ep Beside) {
-	more, _, err := CollectRaws(ctx, ep, CalibrationSamples-len(kept), p.h.Now, func() int64 { return 0 })
+func (p *Run) recalibrate(ctx context.Context, job *stage1Job, kept map[uint64][]byte, ep stage1.Beside) {
+	more, _, err := stage1.CollectRaws(ctx, ep, CalibrationSamples-len(kept), p.h.Now, func() int64 { return 0 })
 	if err != nil || len(more) == 0 || p.pl.Est == nil {
 		return
 	}

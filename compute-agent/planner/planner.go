@@ -1,15 +1,13 @@
-// Package planner is the compute agent's policy planning: stage 1 (Stage1,
-// the probes that measure the link, storage CPU, compute CPU and consumer
-// rates over the storage agents' Fetch streams and decide whether stage 2
-// profiles; Stage1Beside, the same beside a running first epoch from its
-// own traffic), the plan as an epoch runs it (RunPlan, indexed by sample), and
-// the Planner that turns a profile and the measured resources into a plan
+// Package planner is the compute agent's policy planning: the plan as an
+// epoch runs it (RunPlan, indexed by sample), and the Planner that turns a
+// profile and the resources stage 1 measured (package stage1) into a plan
 // and re-plans when an epoch's measurements drift from the plan's
 // assumptions, or, for a run without a saved profile, plans from header
 // estimates (Estimate) refined with what each epoch observed (Learn); and
-// the policy run over the epochs (Run: Start, then Next for each epoch's
-// options, the first epoch's plan made beside it and swapped in), which
-// sees the agent through Host and the engine's epoch through Epoch.
+// the policy run over the epochs (Run: Start, which runs stage 1, then
+// Next for each epoch's options, the first epoch's plan made beside it
+// from stage 1's measurements of the epoch's own traffic and swapped in),
+// which sees the agent through Host and the engine's epoch through Epoch.
 package planner
 
 import (
@@ -88,7 +86,7 @@ type Planner struct {
 	CacheBound float64
 	Run        *RunPlan // Plan as the agent runs it
 	// Nodes is the storage agents as stage 1 measured them
-	// (Stage1Result.Nodes). With more than one, and a policy of the
+	// (stage1.Result.Nodes). With more than one, and a policy of the
 	// registry that has a cluster form, Replan plans on the cluster
 	// Res.Over(Nodes): which agent serves each sample as well as its
 	// split.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sophon-dl/sophon/compute-agent/planner/stage1"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/ops"
@@ -22,7 +23,7 @@ import (
 // A policy run (Run, the compute agent's Config.Policy):
 //
 //  1. Stage 1, before the first epoch: measure the link, storage CPU,
-//     compute CPU and consumer rates (Stage1) and decide, with
+//     compute CPU and consumer rates (stage1.Run) and decide, with
 //     profiler.Stage1, whether the link bounds a No-Off epoch. The
 //     decision is printed to Host.Out, logged and carried by the first
 //     epoch's report. Where the first epoch is to be planned from header
@@ -100,11 +101,11 @@ type Host struct {
 	// CacheBytes is the cache budget the plans plan under (0: none).
 	CacheBytes float64
 	// Stage1 is stage 1's configuration; its Quick is set here.
-	Stage1  *Stage1Config
+	Stage1  *stage1.Config
 	Catalog Catalog
 	// Sources are the storage agents; Holds says whether node holds
 	// sample.
-	Sources []Source
+	Sources []stage1.Source
 	Holds   func(node int, sample uint64) bool
 	// SplitOf is each sample's split under a plan as the agent runs it.
 	SplitOf func(*RunPlan) func(sample uint64) (int, error)
@@ -227,7 +228,7 @@ func Start(ctx context.Context, h *Host, shard []uint64) (*Run, error) {
 		p.pending = &stage1Job{cfg: s1, srcs: h.Sources, shard: shard}
 		return p, nil
 	}
-	st, err := Stage1(ctx, s1, h.Sources, cat.RawSizes, shard)
+	st, err := stage1.Run(ctx, s1, h.Sources, cat.RawSizes, shard)
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +261,7 @@ func (p *Run) reuse(prof, saved *profiler.Profile) {
 
 // measured takes up stage 1's result st: its decision (logged and printed
 // to Host.Out) and the resources it measured.
-func (p *Run) measured(st Stage1Result) {
+func (p *Run) measured(st stage1.Result) {
 	h := p.h
 	d := st.Decision
 	h.Log.Info().Str("policy", h.Policy).Str("bottleneck", d.Bottleneck).
@@ -280,7 +281,7 @@ func (p *Run) measured(st Stage1Result) {
 // there is no saved profile and stage 2 is not forced. Where it cannot
 // (no headers in the catalog, no calibration sample), the run goes on as
 // without it: No-Off, and stage 2 when stage 1 asks for it.
-func (p *Run) estimate(st Stage1Result, shard []uint64) error {
+func (p *Run) estimate(st stage1.Result, shard []uint64) error {
 	t0 := p.h.Now()
 	prof, omitted, err := Estimate(p.estimateInput(st.Raws, shard))
 	if err := p.planEstimate(prof, omitted, err, t0); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sophon-dl/sophon/compute-agent/planner/stage1"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/ops"
@@ -28,7 +29,7 @@ func TestRunDefersStage1ToTheFirstEpoch(t *testing.T) {
 	in := estimateShard(t, 40, bombs)
 	h := &Host{Log: zerolog.Nop(), Now: time.Now, Policy: policy.NameSOPHON, Threshold: 0.2,
 		Pipeline: in.Pipeline, PipelineID: in.Pipeline.ID(), Seed: in.Seed, Rank: 0, World: 1,
-		Limits: oplimits.Default(), Stage1: &Stage1Config{},
+		Limits: oplimits.Default(), Stage1: &stage1.Config{},
 		Catalog: Catalog{Fingerprint: in.Fingerprint, Total: uint64(len(in.Shard)), RawSizes: in.RawSizes,
 			Header: in.Header, HasHeaders: true},
 		SplitOf: func(p *RunPlan) func(uint64) (int, error) {

@@ -1,4 +1,4 @@
-package planner
+package stage1
 
 import (
 	"math"

@@ -1,4 +1,4 @@
-package planner
+package stage1
 
 import (
 	"context"
@@ -135,7 +135,7 @@ func TestProbeStorageSpan(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := &stepClock{t: time.Unix(0, 0), step: tc.step}
-			cfg := &Stage1Config{Now: clk.now, Pipeline: enginetest.Pipeline(t), PipelineID: enginetest.Pipeline(t).ID(), Seed: 1}
+			cfg := &Config{Now: clk.now, Pipeline: enginetest.Pipeline(t), PipelineID: enginetest.Pipeline(t).ID(), Seed: 1}
 			pr, err := ProbeStorage(context.Background(), cfg, []Source{src}, ids)
 			if err != nil {
 				t.Fatal(err)

@@ -1,11 +1,11 @@
-package planner
+package stage1
 
 import (
 	"testing"
 	"time"
 )
 
-// TestStage1ComputeCores: the model's compute cores are Stage1Config.Cores
+// TestStage1ComputeCores: the model's compute cores are Config.Cores
 // (the agent's CPU quota) when set, not its workers, and the first
 // epoch's report says so; without Cores they are the workers, as before.
 func TestStage1ComputeCores(t *testing.T) {
@@ -15,7 +15,7 @@ func TestStage1ComputeCores(t *testing.T) {
 		cores   float64
 		want    float64
 	}{{2, 1.5, 1.5}, {2, 1, 1}, {3, 0, 3}, {0, 0, 1}} {
-		cfg := &Stage1Config{Workers: tc.workers, Cores: tc.cores, Now: time.Now}
+		cfg := &Config{Workers: tc.workers, Cores: tc.cores, Now: time.Now}
 		res := cfg.decide(1e7, 100, st, nil, nil, []uint64{1000}, []uint64{0}, time.Now())
 		if res.Res.ComputeCores != tc.want || res.Summary().ComputeCores != tc.want {
 			t.Errorf("workers %d, cores %g: model %g, report %g; want %g", tc.workers, tc.cores,

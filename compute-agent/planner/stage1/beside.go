@@ -1,4 +1,4 @@
-package planner
+package stage1
 
 import (
 	"context"
@@ -8,8 +8,9 @@ import (
 )
 
 // What stage 1 beside a running first epoch measures of it (used by the
-// compute agent's policy run, which owns the epoch): the raw files it
-// received (CollectRaws) and its link rate (LinkMeter, LinkSince).
+// compute agent's policy run, planner.Run, which owns the epoch): the raw
+// files it received (CollectRaws) and its link rate (LinkMeter,
+// LinkSince).
 
 // CalibrationWait bounds the wait for the epoch's calibration samples; the
 // plan is then made from those that arrived.
@@ -90,7 +91,7 @@ func (m *LinkMeter) sample(at time.Time, b int64) {
 	}
 }
 
-// rate is the median of the busy spans' rates since the first sample with
+// Rate is the median of the busy spans' rates since the first sample with
 // bytes, or 0 when there are fewer than meterMinSpans of them.
 func (m *LinkMeter) Rate() float64 {
 	m.mu.Lock()
@@ -131,7 +132,7 @@ func LinkSince(first Mark, t0 time.Time, b0 int64, now time.Time, bytes int64) f
 	return 0
 }
 
-// mark is when the epoch had received how many bytes.
+// Mark is when the epoch had received how many bytes.
 type Mark struct {
 	at    time.Time
 	bytes int64

@@ -1,4 +1,14 @@
-package planner
+// Package stage1 is stage 1 of the compute agent's planning: measuring the
+// link, the storage CPU and the compute CPU an epoch will run on, over the
+// storage agents' Fetch streams, and deciding with the consumer's rate
+// whether stage 2 profiles (profiler.Stage1). Run probes before the first
+// epoch (the link from raw fetches, every storage agent at once; the
+// storage CPU's speed relative to this node's from a few samples at the
+// crop split, ProbeStorage, against the same work timed here; this node's
+// CPU for the whole pipeline); RunBeside measures the same beside a
+// running first epoch from its own traffic (LinkMeter, CollectRaws). The
+// planner (package planner) turns the Result into a plan.
+package stage1
 
 import (
 	"context"
@@ -42,8 +52,8 @@ const (
 	quickWindow = 8
 )
 
-// Stage1Config is what stage 1 takes from the agent's configuration.
-type Stage1Config struct {
+// Config is what stage 1 takes from the agent's configuration.
+type Config struct {
 	Log zerolog.Logger
 	// Now is the agent's clock.
 	Now func() time.Time
@@ -94,8 +104,8 @@ type Source interface {
 	CPUs() float64
 }
 
-// Stage1Result is what stage 1 measured and decided.
-type Stage1Result struct {
+// Result is what stage 1 measured and decided.
+type Result struct {
 	Decision profiler.Decision
 	Res      policy.Resources
 	// Nodes is each storage agent, in the order of the sources: its name,
@@ -105,7 +115,7 @@ type Stage1Result struct {
 	Nodes []policy.StorageNode
 	// Raws is the raw files the link probe kept (up to probeKeep, by
 	// sample id), which the compute measurement ran: the calibration
-	// samples of a plan from header estimates (Estimate).
+	// samples of a plan from header estimates (planner.Estimate).
 	Raws map[uint64][]byte
 	// Seconds is how long stage 1 took.
 	Seconds float64
@@ -115,7 +125,7 @@ type Stage1Result struct {
 }
 
 // Summary is the decision as the first epoch's report carries it.
-func (s Stage1Result) Summary() report.Stage1Summary {
+func (s Result) Summary() report.Stage1Summary {
 	d := s.Decision
 	return report.Stage1Summary{
 		LinkBytesPerSec:       d.Rates.LinkBytesPerSec,
@@ -156,7 +166,7 @@ type probeSpan struct {
 // span.budget is positive, it has passed and span.least samples were
 // requested (the requests then in flight are still received and counted).
 // It keeps the raw bytes of up to keep samples.
-func (cfg *Stage1Config) probe(ctx context.Context, f Source, samples []uint64, epoch uint64, k, window int, span probeSpan, keep int) (probeResult, error) {
+func (cfg *Config) probe(ctx context.Context, f Source, samples []uint64, epoch uint64, k, window int, span probeSpan, keep int) (probeResult, error) {
 	res := probeResult{raw: map[uint64][]byte{}, storageNS: map[uint64]int64{}, budgetNS: map[uint64]int64{}}
 	if len(samples) == 0 {
 		return res, nil
@@ -217,7 +227,7 @@ func (cfg *Stage1Config) probe(ctx context.Context, f Source, samples []uint64, 
 
 // probeAll runs probe on every storage agent at once, agent i taking the
 // samples at positions i, i+len(fs), ... of samples.
-func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []uint64, k, window int, span probeSpan, keep int) ([]probeResult, error) {
+func (cfg *Config) probeAll(ctx context.Context, fs []Source, samples []uint64, k, window int, span probeSpan, keep int) ([]probeResult, error) {
 	out := make([]probeResult, len(fs))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, f := range fs {
@@ -228,7 +238,7 @@ func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []ui
 		g.Go(func() error {
 			r, err := cfg.probe(gctx, f, mine, cfg.Epoch, k, window, span, keep)
 			if err != nil {
-				return fmt.Errorf("planner: stage 1: split %d from %s: %w", k, f.Name(), err)
+				return fmt.Errorf("stage1: split %d from %s: %w", k, f.Name(), err)
 			}
 			out[i] = r
 			return nil
@@ -238,14 +248,14 @@ func (cfg *Stage1Config) probeAll(ctx context.Context, fs []Source, samples []ui
 }
 
 // cores is Cores, or Workers (at least 1) when it is zero.
-func (cfg *Stage1Config) cores() float64 {
+func (cfg *Config) cores() float64 {
 	if cfg.Cores > 0 {
 		return cfg.Cores
 	}
 	return float64(max(cfg.Workers, 1))
 }
 
-// Stage1 measures the rate of each resource for a bounded time and decides
+// Run measures the rate of each resource for a bounded time and decides
 // whether stage 2 runs: the link (raw fetches of at most one pass over the
 // shard, every storage agent at once), the storage CPU and its speed
 // relative to this node's (a few samples fetched at probeSplit, their
@@ -253,7 +263,7 @@ func (cfg *Stage1Config) cores() float64 {
 // full pipeline (profiler.MeasureComputeRateLimited with cfg.Workers and
 // cfg.Limits) and the consumer's rate (cfg.GPURate). shard is the first epoch's samples and
 // rawSizes the catalog's raw sizes by sample.
-func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard []uint64) (Stage1Result, error) {
+func Run(ctx context.Context, cfg *Config, fs []Source, rawSizes, shard []uint64) (Result, error) {
 	began := cfg.Now()
 	if cfg.Quick {
 		c := *cfg
@@ -267,11 +277,11 @@ func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard
 	}
 	linkRate, nodes, ids, raws, err := cfg.measureLink(ctx, fs, shard)
 	if err != nil {
-		return Stage1Result{}, err
+		return Result{}, err
 	}
 	st, err := cfg.measureStorage(ctx, fs, ids, raws)
 	if err != nil {
-		return Stage1Result{}, err
+		return Result{}, err
 	}
 	var computeRate float64
 	if cfg.Quick && st.localNS > 0 {
@@ -286,7 +296,7 @@ func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard
 		computeRate, err = profiler.MeasureComputeRateLimited(ctx, cfg.Pipeline, samples, cfg.Budget, cfg.Workers, cfg.Limits.Limits(), cfg.Limits.OpTimeout)
 		if err != nil {
 			if ctx.Err() != nil {
-				return Stage1Result{}, err
+				return Result{}, err
 			}
 			cfg.Log.Warn().Err(err).Msg("stage 1: compute rate not measured")
 			computeRate = 0
@@ -298,7 +308,7 @@ func Stage1(ctx context.Context, cfg *Stage1Config, fs []Source, rawSizes, shard
 // decide is stage 1's result from what it measured: the link rate, the
 // compute rate, the storage's (st), the storage nodes and the raw samples
 // kept; began is when stage 1 began.
-func (cfg *Stage1Config) decide(linkRate, computeRate float64, st storageRates, nodes []policy.StorageNode, raws map[uint64][]byte, rawSizes, shard []uint64, began time.Time) Stage1Result {
+func (cfg *Config) decide(linkRate, computeRate float64, st storageRates, nodes []policy.StorageNode, raws map[uint64][]byte, rawSizes, shard []uint64, began time.Time) Result {
 	gpu := cfg.GPURate
 	var rawSum float64
 	for _, s := range shard {
@@ -318,7 +328,7 @@ func (cfg *Stage1Config) decide(linkRate, computeRate float64, st storageRates, 
 	if cfg.Force {
 		opts = append(opts, profiler.Force())
 	}
-	return Stage1Result{
+	return Result{
 		Decision: profiler.Stage1(rates, opts...),
 		Res: policy.Resources{
 			LinkBytesPerSec:  linkRate,
@@ -334,15 +344,15 @@ func (cfg *Stage1Config) decide(linkRate, computeRate float64, st storageRates, 
 	}
 }
 
-// Stage1Beside is a Quick stage 1 that runs beside the first epoch and
+// RunBeside is a Quick stage 1 that runs beside the first epoch and
 // takes what the epoch measured instead of probing the link: linkRate, the
 // epoch's bytes over the time since it began, and raws, raw files the
 // epoch received (engine.Opts.KeepRaw). probe is the storage CPU of a few
 // of those samples at probeSplit (ProbeStorage, sent when the epoch began),
 // compared with the same work timed here for the storage speed and the
-// compute rate (as Stage1 with Quick). Each storage agent is taken to
+// compute rate (as Run with Quick). Each storage agent is taken to
 // have sent an equal share of linkRate. began is when the epoch began.
-func Stage1Beside(cfg *Stage1Config, fs []Source, rawSizes, shard []uint64, raws map[uint64][]byte, probe StorageProbe, linkRate float64, began time.Time) Stage1Result {
+func RunBeside(cfg *Config, fs []Source, rawSizes, shard []uint64, raws map[uint64][]byte, probe StorageProbe, linkRate float64, began time.Time) Result {
 	st := cfg.compareStorage(fs, probe, raws)
 	var computeRate float64
 	if st.localNS > 0 {
@@ -359,7 +369,7 @@ func Stage1Beside(cfg *Stage1Config, fs []Source, rawSizes, shard []uint64, raws
 // at most cfg.Budget and returns the link rate and the samples
 // kept (their ids in ascending order, and their bytes), and each agent as
 // a storage node with the rate it sent at.
-func (cfg *Stage1Config) measureLink(ctx context.Context, fs []Source, shard []uint64) (rate float64, nodes []policy.StorageNode, ids []uint64, raws map[uint64][]byte, err error) {
+func (cfg *Config) measureLink(ctx context.Context, fs []Source, shard []uint64) (rate float64, nodes []policy.StorageNode, ids []uint64, raws map[uint64][]byte, err error) {
 	link, err := cfg.probeAll(ctx, fs, shard, 0, cfg.Window, probeSpan{budget: cfg.Budget}, probeKeep)
 	if err != nil {
 		return 0, nil, nil, nil, err
@@ -413,7 +423,7 @@ const (
 // storage CPU's speed, and the whole pipeline's cost on both sides. A
 // Quick stage 1 fetches QuickSpeedSamples; otherwise the probe requests
 // up to all the samples kept for storageSpan (ProbeStorage).
-func (cfg *Stage1Config) measureStorage(ctx context.Context, fs []Source, ids []uint64, raws map[uint64][]byte) (storageRates, error) {
+func (cfg *Config) measureStorage(ctx context.Context, fs []Source, ids []uint64, raws map[uint64][]byte) (storageRates, error) {
 	if cfg.Quick {
 		ids = ids[:min(len(ids), QuickSpeedSamples)]
 	}
@@ -455,8 +465,8 @@ func probeSplit(p *ops.Pipeline) int {
 // time, until each agent answered all of its ids or, once it had
 // speedSamples of them, storageSpan passed; it keeps the storage CPU each
 // sample took, for the comparison with the same work here
-// (Stage1Beside).
-func ProbeStorage(ctx context.Context, cfg *Stage1Config, fs []Source, ids []uint64) (StorageProbe, error) {
+// (RunBeside).
+func ProbeStorage(ctx context.Context, cfg *Config, fs []Source, ids []uint64) (StorageProbe, error) {
 	k := probeSplit(cfg.Pipeline)
 	full, err := cfg.probeAll(ctx, fs, ids, k, storageWindow, probeSpan{budget: storageSpan, least: speedSamples}, 0)
 	if err != nil {
@@ -477,7 +487,7 @@ func ProbeStorage(ctx context.Context, cfg *Stage1Config, fs []Source, ids []uin
 // work on raws timed here: the speed is the ratio of their sums of thread
 // CPU (speedEstimate), with its relative standard error; the effective
 // CPU (effectiveNS) is logged beside it.
-func (cfg *Stage1Config) compareStorage(fs []Source, pr StorageProbe, raws map[uint64][]byte) storageRates {
+func (cfg *Config) compareStorage(fs []Source, pr StorageProbe, raws map[uint64][]byte) storageRates {
 	var local, remote, thread []float64
 	var localSum, fullSum float64
 	for _, id := range pr.ids {
