@@ -39,7 +39,8 @@ func TestEngineImportsNoPlanner(t *testing.T) {
 		pkg    string
 		forbid []string
 	}{
-		{"compute-agent/engine", []string{"compute-agent/planner", "policy", "compute-agent/computeagent"}},
+		{"compute-agent/engine", []string{"compute-agent/planner", "compute-agent/planner/stage1", "policy", "compute-agent/computeagent"}},
+		{"compute-agent/planner/stage1", []string{"compute-agent/planner", "compute-agent/engine", "compute-agent/computeagent"}},
 		{"compute-agent/trainer", []string{"compute-agent/engine", "compute-agent/planner", "compute-agent/computeagent"}},
 		{"compute-agent/cache", []string{"compute-agent/engine", "compute-agent/planner", "compute-agent/computeagent"}},
 		{"compute-agent/catalog", []string{"compute-agent/engine", "compute-agent/trainer", "compute-agent/cache", "compute-agent/planner", "policy", "compute-agent/computeagent"}},
