@@ -126,7 +126,7 @@ func (f FS) Read() (Limit, error) {
 		return l, fmt.Errorf("cpuquota: %w", err)
 	}
 	defer mi.Close()
-	mounts, err := parseMountinfo(mi)
+	mounts, err := ParseMountinfo(mi)
 	if err != nil {
 		return l, err
 	}
@@ -306,18 +306,19 @@ func parseCgroup(s string) ([]group, error) {
 	return out, nil
 }
 
-// mount is one cgroup mount of mountinfo: its root in the hierarchy and
+// Mount is one cgroup mount of mountinfo: its root in the hierarchy and
 // where it is mounted.
-type mount struct {
-	root, dir   string
-	v2          bool
-	controllers []string
+type Mount struct {
+	Root, Dir   string
+	V2          bool
+	Controllers []string // v1: the super options, which name its controllers
 }
 
-// parseMountinfo reads the cgroup and cgroup2 mounts of a
-// /proc/PID/mountinfo.
-func parseMountinfo(r io.Reader) ([]mount, error) {
-	var out []mount
+// ParseMountinfo reads the cgroup and cgroup2 mounts of a
+// /proc/PID/mountinfo, in order (the testbed's cgroups find their
+// hierarchies with it too).
+func ParseMountinfo(r io.Reader) ([]Mount, error) {
+	var out []Mount
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -329,9 +330,9 @@ func parseMountinfo(r io.Reader) ([]mount, error) {
 		}
 		switch f[sep+1] {
 		case "cgroup2":
-			out = append(out, mount{root: unescape(f[3]), dir: unescape(f[4]), v2: true})
+			out = append(out, Mount{Root: unescape(f[3]), Dir: unescape(f[4]), V2: true})
 		case "cgroup":
-			out = append(out, mount{root: unescape(f[3]), dir: unescape(f[4]), controllers: strings.Split(f[sep+3], ",")})
+			out = append(out, Mount{Root: unescape(f[3]), Dir: unescape(f[4]), Controllers: strings.Split(f[sep+3], ",")})
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -347,15 +348,15 @@ type groupDir struct{ mount, path string }
 // with the cpu controller: v1's cpu hierarchy when mounted (a machine may
 // mount both, with cpu on v1 only), else the unified one. ok is false
 // when neither is.
-func cpuDir(groups []group, mounts []mount) (d groupDir, v2, ok bool) {
+func cpuDir(groups []group, mounts []Mount) (d groupDir, v2, ok bool) {
 	for _, g := range groups {
 		if !slices.Contains(g.controllers, "cpu") {
 			continue
 		}
 		for _, m := range mounts {
-			if !m.v2 && slices.Contains(m.controllers, "cpu") {
+			if !m.V2 && slices.Contains(m.Controllers, "cpu") {
 				if p, ok := under(m, g.path); ok {
-					return groupDir{m.dir, p}, false, true
+					return groupDir{m.Dir, p}, false, true
 				}
 			}
 		}
@@ -365,9 +366,9 @@ func cpuDir(groups []group, mounts []mount) (d groupDir, v2, ok bool) {
 			continue
 		}
 		for _, m := range mounts {
-			if m.v2 {
+			if m.V2 {
 				if p, ok := under(m, g.path); ok {
-					return groupDir{m.dir, p}, true, true
+					return groupDir{m.Dir, p}, true, true
 				}
 			}
 		}
@@ -376,13 +377,13 @@ func cpuDir(groups []group, mounts []mount) (d groupDir, v2, ok bool) {
 }
 
 // under is the directory of group path below mount m: the mount shows
-// the hierarchy from m.root down, so path must be at or below it.
-func under(m mount, path string) (string, bool) {
-	rel, err := filepath.Rel(m.root, path)
+// the hierarchy from m.Root down, so path must be at or below it.
+func under(m Mount, path string) (string, bool) {
+	rel, err := filepath.Rel(m.Root, path)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
 		return "", false
 	}
-	return filepath.Join(m.dir, rel), true
+	return filepath.Join(m.Dir, rel), true
 }
 
 // unescape undoes mountinfo's octal escapes (\040 for a space).

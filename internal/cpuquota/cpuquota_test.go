@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -144,9 +145,29 @@ func FuzzParseCgroupFiles(f *testing.F) {
 			t.Fatalf("ParseMax(%q) = %g", max, q)
 		}
 		_, _ = parseCgroup(cg)
-		_, _ = parseMountinfo(strings.NewReader(cg))
+		_, _ = ParseMountinfo(strings.NewReader(cg))
 		if n, err := CountList(list); err == nil && n < 0 {
 			t.Fatalf("CountList(%q) = %d", list, n)
 		}
 	})
+}
+
+func TestParseMountinfo(t *testing.T) {
+	const text = `31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime shared:9 - cgroup cgroup rw,cpu,cpuacct
+34 31 0:31 /kubepods /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd
+41 31 0:38 / /sys/fs/cgroup/my\040unified rw,relatime shared:1 master:2 - cgroup2 cgroup2 rw,nsdelegate
+short line
+`
+	got, err := ParseMountinfo(strings.NewReader(text))
+	want := []Mount{
+		{Root: "/", Dir: "/sys/fs/cgroup/cpu,cpuacct", Controllers: []string{"rw", "cpu", "cpuacct"}},
+		{Root: "/kubepods", Dir: "/sys/fs/cgroup/cpuset", Controllers: []string{"rw", "cpuset"}},
+		{Root: "/", Dir: "/sys/fs/cgroup/systemd", Controllers: []string{"rw", "xattr", "name=systemd"}},
+		{Root: "/", Dir: "/sys/fs/cgroup/my unified", V2: true},
+	}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("ParseMountinfo = %+v, %v, want %+v", got, err, want)
+	}
 }

@@ -17,10 +17,9 @@
 package cgroup
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
+	"github.com/sophon-dl/sophon/internal/cpuquota"
 	"math"
 	"os"
 	"path/filepath"
@@ -545,7 +544,7 @@ func discover() (hierarchies, error) {
 		return hierarchies{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	defer f.Close()
-	ms, err := parseMountinfo(f)
+	ms, err := cpuquota.ParseMountinfo(f)
 	if err != nil {
 		return hierarchies{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -556,81 +555,33 @@ func discover() (hierarchies, error) {
 		}
 	}
 	for _, m := range ms {
-		if m.v2 {
-			b, err := os.ReadFile(filepath.Join(m.dir, "cgroup.controllers"))
+		if m.V2 {
+			b, err := os.ReadFile(filepath.Join(m.Dir, "cgroup.controllers"))
 			if err != nil {
 				continue
 			}
 			ctl := strings.Fields(string(b))
 			if h.v2Mount == "" {
-				h.v2Mount, h.v2Controllers = m.dir, strings.Join(ctl, " ")
+				h.v2Mount, h.v2Controllers = m.Dir, strings.Join(ctl, " ")
 			}
 			if h.v2 == "" && slices.Contains(ctl, "cpu") {
-				h.v2, h.v2Cpuset = m.dir, slices.Contains(ctl, "cpuset")
-				h.v2Mount, h.v2Controllers = m.dir, strings.Join(ctl, " ")
+				h.v2, h.v2Cpuset = m.Dir, slices.Contains(ctl, "cpuset")
+				h.v2Mount, h.v2Controllers = m.Dir, strings.Join(ctl, " ")
 			}
-			add(m.dir)
+			add(m.Dir)
 			continue
 		}
 		for _, c := range []struct {
 			name string
 			to   *string
 		}{{"cpu", &h.cpu}, {"cpuacct", &h.cpuacct}, {"cpuset", &h.cpuset}} {
-			if *c.to == "" && slices.Contains(m.controllers, c.name) {
-				*c.to = m.dir
-				add(m.dir)
+			if *c.to == "" && slices.Contains(m.Controllers, c.name) {
+				*c.to = m.Dir
+				add(m.Dir)
 			}
 		}
 	}
 	return h, nil
-}
-
-// mount is one cgroup file system mount.
-type mount struct {
-	dir         string
-	v2          bool
-	controllers []string // v1: the super options, which name its controllers
-}
-
-// parseMountinfo reads the cgroup and cgroup2 mounts out of a
-// /proc/PID/mountinfo, in order.
-func parseMountinfo(r io.Reader) ([]mount, error) {
-	var out []mount
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		// 32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime shared:9 - cgroup cgroup rw,cpu
-		f := strings.Fields(sc.Text())
-		sep := slices.Index(f, "-")
-		if sep < 5 || len(f) < sep+4 {
-			continue
-		}
-		switch f[sep+1] {
-		case "cgroup2":
-			out = append(out, mount{dir: unescape(f[4]), v2: true})
-		case "cgroup":
-			out = append(out, mount{dir: unescape(f[4]), controllers: strings.Split(f[sep+3], ",")})
-		}
-	}
-	return out, sc.Err()
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // stat reads one key of dir's cpu.stat.

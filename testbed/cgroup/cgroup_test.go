@@ -77,26 +77,6 @@ func TestConfigRejects(t *testing.T) {
 	}
 }
 
-func TestParseMountinfo(t *testing.T) {
-	const text = `31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
-32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime shared:9 - cgroup cgroup rw,cpu,cpuacct
-34 31 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset
-40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd
-41 31 0:38 / /sys/fs/cgroup/my\040unified rw,relatime shared:1 master:2 - cgroup2 cgroup2 rw,nsdelegate
-short line
-`
-	got, err := parseMountinfo(strings.NewReader(text))
-	want := []mount{
-		{dir: "/sys/fs/cgroup/cpu,cpuacct", controllers: []string{"rw", "cpu", "cpuacct"}},
-		{dir: "/sys/fs/cgroup/cpuset", controllers: []string{"rw", "cpuset"}},
-		{dir: "/sys/fs/cgroup/systemd", controllers: []string{"rw", "xattr", "name=systemd"}},
-		{dir: "/sys/fs/cgroup/my unified", v2: true},
-	}
-	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Errorf("parseMountinfo = %+v, %v, want %+v", got, err, want)
-	}
-}
-
 // newGroup makes a group for the test and closes it when the test ends.
 func newGroup(t *testing.T, cfg Config) *Group {
 	t.Helper()
