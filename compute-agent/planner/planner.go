@@ -410,9 +410,16 @@ func (pl *Planner) Drift(r *report.EpochReport, m *Offloads, ran policy.Plan) (s
 		if cores := pl.Res.StorageCores; cores > 0 && m != nil {
 			storageBusy = float64(o.StorageEffNS) / 1e9 / cores / r.Seconds
 		}
-		if ratio > 1+thr || (ratio < 1-thr && ran.Pred.Bottleneck == policy.Link && storageBusy < 0.8) {
+		switch {
+		case ratio > 1+thr || (ratio < 1-thr && ran.Pred.Bottleneck == policy.Link && storageBusy < 0.8):
 			why = append(why, fmt.Sprintf("link %.0f B/s, planned %.0f B/s", got, res.LinkBytesPerSec))
 			res.LinkBytesPerSec = got
+		case ratio > 1:
+			// A link carried at least that: a faster rate within the
+			// threshold is taken without a re-plan (stage 1's short probe
+			// reads low, and a run without a saved profile kept it), and
+			// the next plan made is made with it.
+			res.LinkBytesPerSec, pl.Res.LinkBytesPerSec = got, got
 		}
 	}
 	if m := r.StorageNSPerByte; m > 0 {

@@ -50,6 +50,30 @@ func TestStorageCalibration(t *testing.T) {
 	}
 }
 
+// TestDriftLinkFaster: an epoch that carried more bytes per second than
+// the planned link rate raises the rate (a link carries at most its
+// capacity); within the threshold without a re-plan, past it with one;
+// a slower epoch within the threshold leaves the rate.
+func TestDriftLinkFaster(t *testing.T) {
+	for _, tc := range []struct {
+		got      float64 // bytes per second of the epoch, for a planned 10 MB/s
+		replan   bool
+		wantLink float64
+	}{
+		{11e6, false, 11e6},
+		{13e6, true, 13e6},
+		{9.5e6, false, 10e6},
+	} {
+		pl := &Planner{Threshold: 0.2, Name: policy.NameOptimal, Res: policy.Resources{LinkBytesPerSec: 10e6, StorageSpeed: 1}}
+		ran := policy.Plan{Pred: policy.Prediction{Seconds: 2, Bottleneck: policy.Link}}
+		r := &report.EpochReport{Epoch: 1, Seconds: 2, BytesReceived: int64(2 * tc.got)}
+		why, got := pl.Drift(r, nil, ran)
+		if got != tc.replan || pl.Res.LinkBytesPerSec != tc.wantLink {
+			t.Errorf("%.1f MB/s: re-plan %v (%q), link %.1f MB/s; want %v, %.1f MB/s", tc.got/1e6, got, why, pl.Res.LinkBytesPerSec/1e6, tc.replan, tc.wantLink/1e6)
+		}
+	}
+}
+
 // TestGuard: a planned epoch slower than the last measured No-Off epoch
 // re-plans and says why; one as fast does not, nor does No-Off itself, nor
 // any epoch before No-Off was measured.
