@@ -394,33 +394,8 @@ func (pl *Planner) Drift(r *report.EpochReport, m *Offloads, ran policy.Plan) (s
 	if w := pl.calibrateSizes(o); w != "" {
 		why = append(why, w)
 	}
-	if r.Seconds > 0 && r.BytesReceived > 0 && res.LinkBytesPerSec > 0 {
-		got := float64(r.BytesReceived) / r.Seconds
-		if ran.Pred.Bottleneck == policy.Link {
-			pl.Observe(profiler.MeasuredResources{LinkBytesPerSec: got})
-		}
-		ratio := got / res.LinkBytesPerSec
-		// A lower rate is the link's only when the link bound the epoch:
-		// otherwise bytes over seconds measures whatever did (a storage
-		// agent starved of CPU), and taking it for the link's capacity
-		// makes the next plan offload more, which makes that worse. The
-		// plan predicted the link to bound it, and the storage side was
-		// not busy for most of the epoch.
-		storageBusy := 0.0
-		if cores := pl.Res.StorageCores; cores > 0 && m != nil {
-			storageBusy = float64(o.StorageEffNS) / 1e9 / cores / r.Seconds
-		}
-		switch {
-		case ratio > 1+thr || (ratio < 1-thr && ran.Pred.Bottleneck == policy.Link && storageBusy < 0.8):
-			why = append(why, fmt.Sprintf("link %.0f B/s, planned %.0f B/s", got, res.LinkBytesPerSec))
-			res.LinkBytesPerSec = got
-		case ratio > 1:
-			// A link carried at least that: a faster rate within the
-			// threshold is taken without a re-plan (stage 1's short probe
-			// reads low, and a run without a saved profile kept it), and
-			// the next plan made is made with it.
-			res.LinkBytesPerSec, pl.Res.LinkBytesPerSec = got, got
-		}
+	if w := pl.driftLink(r, m, ran, &res); w != "" {
+		why = append(why, w)
 	}
 	if m := r.StorageNSPerByte; m > 0 {
 		// What sending costs the storage side (its process CPU beyond the
@@ -438,6 +413,44 @@ func (pl *Planner) Drift(r *report.EpochReport, m *Offloads, ran policy.Plan) (s
 	pl.Log.Info().Uint64("epoch", r.Epoch).Str("drift", reason).Msg("rates drifted: re-planning")
 	pl.Res = res
 	return reason, true
+}
+
+// driftLink is Drift's link rate: the epoch's bytes over its seconds
+// against the planned rate in res, which it updates; the reason to
+// re-plan, or "".
+func (pl *Planner) driftLink(r *report.EpochReport, m *Offloads, ran policy.Plan, res *policy.Resources) string {
+	thr := pl.Threshold
+	if r.Seconds <= 0 || r.BytesReceived <= 0 || res.LinkBytesPerSec <= 0 {
+		return ""
+	}
+	got := float64(r.BytesReceived) / r.Seconds
+	if ran.Pred.Bottleneck == policy.Link {
+		pl.Observe(profiler.MeasuredResources{LinkBytesPerSec: got})
+	}
+	ratio := got / res.LinkBytesPerSec
+	// A lower rate is the link's only when the link bound the epoch:
+	// otherwise bytes over seconds measures whatever did (a storage
+	// agent starved of CPU), and taking it for the link's capacity
+	// makes the next plan offload more, which makes that worse. The
+	// plan predicted the link to bound it, and the storage side was
+	// not busy for most of the epoch.
+	storageBusy := 0.0
+	if cores := pl.Res.StorageCores; cores > 0 && m != nil {
+		storageBusy = float64(m.StorageEffNS) / 1e9 / cores / r.Seconds
+	}
+	switch {
+	case ratio > 1+thr || (ratio < 1-thr && ran.Pred.Bottleneck == policy.Link && storageBusy < 0.8):
+		w := fmt.Sprintf("link %.0f B/s, planned %.0f B/s", got, res.LinkBytesPerSec)
+		res.LinkBytesPerSec = got
+		return w
+	case ratio > 1:
+		// A link carried at least that: a faster rate within the
+		// threshold is taken without a re-plan (stage 1's short probe
+		// reads low, and a run without a saved profile kept it), and
+		// the next plan made is made with it.
+		res.LinkBytesPerSec, pl.Res.LinkBytesPerSec = got, got
+	}
+	return ""
 }
 
 // logStorage logs an epoch's storage CPU of its offloads: planned (at the
