@@ -35,15 +35,17 @@ const helperQuota = "bed-helper-quota"
 
 func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == helperListen {
+		// SIGTERM handled before the address answers: the test may stop
+		// the server as soon as it is ready.
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		go func() { <-term; os.Exit(0) }() // a clean exit, as the agents'
 		lis, err := net.Listen("tcp", os.Args[2])
 		if err != nil {
 			println(err.Error())
 			os.Exit(2)
 		}
 		println("listening on", lis.Addr().String())
-		term := make(chan os.Signal, 1)
-		signal.Notify(term, syscall.SIGTERM)
-		go func() { <-term; os.Exit(0) }() // a clean exit, as the agents'
 		for {
 			c, err := lis.Accept()
 			if err != nil {
