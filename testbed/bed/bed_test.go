@@ -92,6 +92,16 @@ func TestSeries(t *testing.T) {
 	if c := s.During(t0.Add(-time.Second).UnixNano(), t0.UnixNano()); c.RX[0] != 0 {
 		t.Errorf("before the first sample: %+v", c)
 	}
+	// Blur: what the samples around a time leave open, none at a sample
+	// or outside the series.
+	for _, tc := range []struct {
+		at   time.Duration
+		want float64
+	}{{5 * time.Millisecond, 1000}, {15 * time.Millisecond, 0}, {10 * time.Millisecond, 0}, {-time.Second, 0}, {time.Second, 0}} {
+		if b := s.Blur(t0.Add(tc.at).UnixNano()); b[0] != tc.want {
+			t.Errorf("blur at %v: %v bytes, want %v", tc.at, b[0], tc.want)
+		}
+	}
 }
 
 // TestPinCores: each storage agent on cores of its own, as many as its

@@ -130,6 +130,26 @@ func (s *Series) at(ns int64) []float64 {
 	return out
 }
 
+// Blur is, per counter, the increase between the two samples around
+// Unix time ns: how far an interpolated value at ns can be off (zero at
+// or outside the series' ends). A starved sampler widens it.
+func (s *Series) Blur(ns int64) []float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.t) == 0 {
+		return nil
+	}
+	out := make([]float64, len(s.v[0]))
+	i := sort.Search(len(s.t), func(i int) bool { return s.t[i] >= ns })
+	if i == 0 || i == len(s.t) || s.t[i] == ns {
+		return out
+	}
+	for k := range out {
+		out[k] = s.v[i][k] - s.v[i-1][k]
+	}
+	return out
+}
+
 // During is the counters' increase over [from, to] (Unix ns), each
 // interpolated between samples; zero Counts before any sample.
 func (s *Series) During(from, to int64) Counts {

@@ -322,6 +322,11 @@ func (x *experiment) linkBytes(kernel bool, s *bed.Series, e *results.Epoch, win
 			if i < len(ci.RX) {
 				e.KernelBytes += ci.RX[i]
 				e.KernelPackets += ci.RXPackets[i]
+				for _, at := range w {
+					if b := s.Blur(at); i < len(b) {
+						e.KernelBlurBytes += int64(b[i])
+					}
+				}
 			}
 		}
 		e.KernelPayloadBytes = max(0, e.KernelBytes-e.KernelPackets*results.FrameOverhead)

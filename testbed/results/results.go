@@ -254,7 +254,12 @@ type Epoch struct {
 	KernelBytes        int64 `json:"kernel_bytes,omitempty"`
 	KernelPackets      int64 `json:"kernel_packets,omitempty"`
 	KernelPayloadBytes int64 `json:"kernel_payload_bytes,omitempty"`
-	ProxyBytes         int64 `json:"proxy_bytes,omitempty"`
+	// KernelBlurBytes bounds how far KernelBytes can be off: the bytes
+	// received between the counter samples around each end of the
+	// epoch's window, which are interpolated (a few ms of traffic, more
+	// when a loaded machine starves the sampler).
+	KernelBlurBytes int64 `json:"kernel_blur_bytes,omitempty"`
+	ProxyBytes      int64 `json:"proxy_bytes,omitempty"`
 	// StorageCPUSeconds is the storage agent's CPU over the epoch as its
 	// responses reported; ComputeCPUSeconds the compute agent's finishing
 	// workers'.
