@@ -290,3 +290,21 @@ func (b *Bed) Front(i int, target string) (string, error) {
 	b.proxyWG.Go(func() { _ = px.ServeListener(b.proxyCtx, lis) })
 	return lis.Addr().String(), nil
 }
+
+// RemoveLeftovers removes the namespaces, links and cgroups this process
+// made (named after it, netns.ProcessPrefix) and did not remove, and
+// says what they were: a package's TestMain fails its run on any.
+func RemoveLeftovers() []string {
+	prefix := netns.ProcessPrefix()
+	left, _ := netns.Leftovers(prefix)
+	if len(left) > 0 {
+		netns.Remove(prefix)
+	}
+	if cgroup.Available() == nil {
+		if groups, _ := cgroup.Leftovers(prefix); len(groups) > 0 {
+			cgroup.Remove(prefix)
+			left = append(left, groups...)
+		}
+	}
+	return left
+}

@@ -65,17 +65,9 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	// Whatever a failed test left is removed, and fails the run.
-	if left, _ := netns.Leftovers(netns.ProcessPrefix()); len(left) > 0 {
-		println("leftover namespaces or links:", strings.Join(left, ", "))
-		netns.Remove(netns.ProcessPrefix())
+	if left := RemoveLeftovers(); len(left) > 0 {
+		println("leftover namespaces, links or cgroups:", strings.Join(left, ", "))
 		code = 1
-	}
-	if cgroup.Available() == nil {
-		if left, _ := cgroup.Leftovers(netns.ProcessPrefix()); len(left) > 0 {
-			println("leftover cgroups:", strings.Join(left, ", "))
-			cgroup.Remove(netns.ProcessPrefix())
-			code = 1
-		}
 	}
 	os.Exit(code)
 }
