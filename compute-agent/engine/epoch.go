@@ -126,16 +126,21 @@ func (e *Epoch) prepare(fs []*Fetcher, jr *journal.Journal) error {
 	if !cfg.StrictOffload {
 		e.shed.Store(e.newShedder(plan, e.linkRate, e.storageCores))
 	}
-	for pos := range order {
+	var raw uint64
+	for pos, s := range order {
 		b, _, _ := e.estimate(pos)
 		e.left.Add(b)
+		raw += e.cat.RawSizes[s]
+	}
+	if len(order) > 0 {
+		e.meanRaw = int64(raw / uint64(len(order)))
 	}
 	e.jr = jr
 	e.log.Info().Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.Name()).Msg("epoch start")
 	for i, f := range fs {
 		f.e = e
 		f.w = schedule.Window{Idx: i, MaxCount: cfg.Window, MaxBytes: cfg.WindowBytes, Outstanding: map[uint64]*schedule.Request{}}
-		f.capCPU(e.sched.CPUOf != nil)
+		f.capLanes(e.sched.CPUOf != nil, e.linkRate)
 	}
 	return nil
 }

@@ -59,6 +59,27 @@ func replace(fs []*Fetcher) int {
 // link busy through a slow response.
 const paceTime = 100 * time.Millisecond
 
+// With one storage agent, the link is shared by the two lanes of a plan
+// that mixes raw fetches with offloads (schedule.Schedule): a raw fetch
+// holds only the link, an offload the storage CPU and then the link.
+// rawLead is how much of the link's time the raw fetches in flight may
+// hold: enough to keep it busy while the storage agent reads the next
+// file or sits out a throttled CFS period (under 100 ms), no more, or
+// each finished offload waits behind the raw bytes queued ahead of it.
+// offloadLead is how much storage CPU (the plan's estimates, per core)
+// the offloads in flight may hold: paceTime of work queued, plus the
+// offloads done and waiting on the link, up to rawLead of raw bytes
+// ahead of each. Measured on the testbed (openimages-like, 100 Mbit/s,
+// 0.5 storage core; docs/results.md, "Predictions against
+// measurements"): with neither bound, a balanced plan's raw lane ran a
+// second ahead, the storage CPU idled half the time until it ran dry,
+// and the epoch took 1.10-1.17 of its prediction; with rawLead 100 ms
+// and offloadLead 250 ms, 1.00-1.05; with 150-250 ms raw, 1.00-1.11.
+const (
+	rawLead     = 100 * time.Millisecond
+	offloadLead = 250 * time.Millisecond
+)
+
 // pace caps f's window bytes, when the epoch has several storage agents
 // (its storage CPU is capped from the start: the offloads in flight at
 // most paceTime of the agent's cores, by the plan's estimates),

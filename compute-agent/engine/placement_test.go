@@ -147,3 +147,35 @@ func TestPace(t *testing.T) {
 		t.Errorf("one agent: window bytes %d, want untouched", one.w.MaxBytes)
 	}
 }
+
+// TestCapLanes: with one storage agent the raw fetches in flight hold
+// rawLead of the planner's link (at least four average files) and the
+// offloads offloadLead of the agent's cores (at least one); with several
+// agents the offloads hold paceTime and the raw lane is left to pace; an
+// unknown link rate leaves the raw lane unbounded.
+func TestCapLanes(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		paced         bool
+		cpus, rate    float64
+		meanRaw       int64
+		wantCPU, want int64
+	}{
+		{"half a core", false, 0.5, 12.5e6, 100_000, int64(offloadLead), int64(12.5e6 * rawLead.Seconds())},
+		{"two cores", false, 2, 12.5e6, 100_000, int64(2 * offloadLead), int64(12.5e6 * rawLead.Seconds())},
+		{"large files", false, 1, 12.5e6, 1 << 20, int64(offloadLead), 4 << 20},
+		{"link unknown", false, 1, 0, 100_000, int64(offloadLead), 0},
+		{"several agents", true, 1, 12.5e6, 100_000, int64(paceTime), 0},
+	} {
+		f := &Fetcher{e: &Epoch{paced: c.paced, meanRaw: c.meanRaw}, cpus: c.cpus}
+		f.capLanes(true, c.rate)
+		if f.w.MaxCPU != c.wantCPU || f.w.MaxRawFlight != c.want {
+			t.Errorf("%s: %d ns, %d raw bytes; want %d and %d", c.name, f.w.MaxCPU, f.w.MaxRawFlight, c.wantCPU, c.want)
+		}
+	}
+	f := &Fetcher{e: &Epoch{}, cpus: 1}
+	f.capLanes(false, 12.5e6)
+	if f.w.MaxCPU != 0 {
+		t.Errorf("without hints: %d ns, want no CPU bound", f.w.MaxCPU)
+	}
+}

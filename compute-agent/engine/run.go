@@ -89,6 +89,7 @@ type Epoch struct {
 	left           atomic.Int64
 	linkRate       float64
 	storageCores   float64 // the planner's (0: unknown), for shedding
+	meanRaw        int64   // the shard's mean raw file size (Fetcher.capLanes)
 	start          time.Time
 	computeNS      atomic.Int64
 	retried        atomic.Int64

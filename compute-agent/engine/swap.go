@@ -45,16 +45,30 @@ func (e *Epoch) newShedder(plan Plan, linkRate, cores float64) *schedule.Shedder
 	return schedule.NewShedder(e.order, e.split, wire, plan, plan.StorageSpeed(), linkRate, cores, e.cfg.Now)
 }
 
-// capCPU bounds f's window's storage CPU when the plan has estimates
-// (hinted): at most paceTime of the agent's cores queued, by the plan's
-// estimates; past that the window takes raw positions. With one storage
-// agent too: a window of offloads alone would commit seconds of a
-// contended storage CPU ahead of the shedder while the link idles, which
-// makes the epoch slower than with the cap. Under the schedule's lock
-// once the epoch runs.
-func (f *Fetcher) capCPU(hinted bool) {
+// capLanes bounds what each lane of f's window holds in flight.
+//
+// Offloads (when the plan has estimates, hinted): at most paceTime of
+// the agent's cores queued by the plan's estimates in an epoch with
+// several storage agents, offloadLead with one; past that the window
+// takes raw positions. A window of offloads alone would commit seconds
+// of a contended storage CPU ahead of the shedder while the link idles.
+//
+// Raw fetches, in an epoch with one storage agent and a known link rate
+// (bytes/s): rawLead of the link (at least four average raw files),
+// past which the window takes offloads. Several agents' windows are
+// paced by bytes already (pace). Under the schedule's lock once the
+// epoch runs.
+func (f *Fetcher) capLanes(hinted bool, linkRate float64) {
 	if hinted {
-		f.w.MaxCPU = int64(max(f.cpus, 1) * float64(paceTime))
+		lead := offloadLead
+		if f.e != nil && f.e.paced {
+			lead = paceTime
+		}
+		f.w.MaxCPU = int64(max(f.cpus, 1) * float64(lead))
+	}
+	f.w.MaxRawFlight = 0
+	if f.e != nil && !f.e.paced && linkRate > 0 {
+		f.w.MaxRawFlight = max(int64(linkRate*rawLead.Seconds()), 4*f.e.meanRaw)
 	}
 }
 
@@ -101,7 +115,7 @@ func (e *Epoch) Swap(plan Plan, splitOf func(sample uint64) int, linkRate, cores
 		}
 		e.sched.CPUOf = cpuOf(plan, e.order)
 		for _, f := range e.fs {
-			f.capCPU(e.sched.CPUOf != nil)
+			f.capLanes(e.sched.CPUOf != nil, linkRate)
 		}
 		if e.cfg.StrictOffload {
 			return

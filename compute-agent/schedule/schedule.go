@@ -271,6 +271,8 @@ func (s *Schedule) freeLocked(w *Window, r *Request) {
 	w.laneCount[s.laneOf(r.Pos)]--
 	w.Bytes -= r.Bytes
 	w.CPU -= r.CPU
+	w.RawFlight -= r.Raw
+	r.Raw = 0
 }
 
 // broadcastLocked wakes every waiter.
@@ -287,6 +289,7 @@ type Request struct {
 	Split  int
 	Bytes  int64 // window bytes held: the estimate, then the actual size
 	CPU    int64 // window storage CPU held until answered: the estimate (ns)
+	Raw    int64 // raw bytes in flight held until answered
 	Est    int64 // the estimate
 	Sent   time.Time
 	// Hedged marks a request of a stalled stream whose position was put
@@ -309,13 +312,25 @@ type Window struct {
 	// yet answered);
 	// MaxCPU, when positive, bounds it (fetcher.pace).
 	CPU, MaxCPU int64
-	nextTag     uint64
-	Outstanding map[uint64]*Request // by tag, on the current stream
+	// RawFlight is the estimated bytes of a two-lane epoch's requests
+	// that hold no storage CPU (raw fetches), not yet answered;
+	// MaxRawFlight, when positive, bounds it. Unbounded, the raw lane
+	// fills the storage agent's send buffers and the connection's
+	// flow-control window with a second of raw bytes, and each offload's
+	// response waits behind them, holding its share of MaxCPU while the
+	// storage CPU has nothing queued (engine.rawLead).
+	RawFlight, MaxRawFlight int64
+	nextTag                 uint64
+	Outstanding             map[uint64]*Request // by tag, on the current stream
 }
 
 // Take hands w the next position if its window has room, registering the
 // request as outstanding. Otherwise it returns a channel that is closed on
 // the next change; done reports that every position was received.
+//
+// A lane that is full (an offload past MaxCPU, a raw fetch past
+// MaxRawFlight) gives its turn to the other lane's next position, if
+// that one has room.
 func (s *Schedule) Take(w *Window, est func(pos int) (int64, uint64, int)) (r *Request, wait <-chan struct{}, done bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -323,37 +338,30 @@ func (s *Schedule) Take(w *Window, est func(pos int) (int64, uint64, int)) (r *R
 		return nil, nil, true
 	}
 	pos, retry := s.nextLocked(w, -1)
-	if pos < 0 || (s.gate > 0 && pos >= s.deliverNext+s.gate) || w.Count >= w.MaxCount {
+	if pos < 0 || w.Count >= w.MaxCount {
 		return nil, s.sig, false
 	}
-	b, sample, k := est(pos)
-	var c int64
-	if s.CPUOf != nil && k != 0 {
-		c = s.CPUOf(pos, k)
-	}
-	if c > 0 && w.MaxCPU > 0 && w.CPU > 0 && w.CPU+c > w.MaxCPU {
-		// The agent's CPU has enough queued: a raw position instead, if
-		// the other lane has one (the link may be idle).
-		if p2, r2 := s.nextLocked(w, s.laneOf(pos)); p2 >= 0 && s.laneOf(p2) != s.laneOf(pos) {
-			pos, retry = p2, r2
-			b, sample, k = est(pos)
-			c = 0
-			if s.CPUOf != nil && k != 0 {
-				c = s.CPUOf(pos, k)
-			}
-			if c > 0 || (s.gate > 0 && pos >= s.deliverNext+s.gate) {
-				return nil, s.sig, false
-			}
-		} else {
+	c, ok := s.roomLocked(w, pos, est)
+	if !ok {
+		pos, retry = s.nextLocked(w, s.laneOf(pos))
+		if pos < 0 {
+			return nil, s.sig, false
+		}
+		if c, ok = s.roomLocked(w, pos, est); !ok {
 			return nil, s.sig, false
 		}
 	}
+	b, sample, k := est(pos)
 	if w.Count > 0 && w.Bytes+b > w.MaxBytes {
 		return nil, s.sig, false
 	}
 	s.advanceLocked(pos, retry)
 	w.nextTag++
 	r = &Request{Tag: w.nextTag, Pos: pos, Sample: sample, Split: k, Bytes: b, Est: b, CPU: c}
+	if c == 0 && s.lane != nil {
+		r.Raw = b
+		w.RawFlight += b
+	}
 	if s.Now != nil {
 		r.Sent = s.Now()
 	}
@@ -363,6 +371,24 @@ func (s *Schedule) Take(w *Window, est func(pos int) (int64, uint64, int)) (r *R
 	w.Bytes += b
 	w.CPU += c
 	return r, nil, false
+}
+
+// roomLocked reports whether w may take pos now, and the storage CPU
+// estimate it would hold: not past the strict-order gate, an offload
+// within MaxCPU (the first one always), a raw fetch of a two-lane epoch
+// within MaxRawFlight (the first one always).
+func (s *Schedule) roomLocked(w *Window, pos int, est func(pos int) (int64, uint64, int)) (cpu int64, ok bool) {
+	if s.gate > 0 && pos >= s.deliverNext+s.gate {
+		return 0, false
+	}
+	b, _, k := est(pos)
+	if s.CPUOf != nil && k != 0 {
+		cpu = s.CPUOf(pos, k)
+	}
+	if cpu > 0 {
+		return cpu, w.MaxCPU <= 0 || w.CPU == 0 || w.CPU+cpu <= w.MaxCPU
+	}
+	return 0, s.lane == nil || w.MaxRawFlight <= 0 || w.RawFlight == 0 || w.RawFlight+b <= w.MaxRawFlight
 }
 
 // Claim accepts the response for tag on w's current stream, whose wire
@@ -386,6 +412,11 @@ func (s *Schedule) Claim(w *Window, tag uint64, actual int64) (r *Request, dup b
 	r.Bytes = actual
 	s.receivedLocked(r.Pos)
 	wake := s.nRecv == s.n
+	if r.Raw != 0 {
+		w.RawFlight -= r.Raw
+		r.Raw = 0
+		wake = true
+	}
 	if r.CPU != 0 {
 		// The storage agent's work is done: its CPU leaves the window
 		// now, not once a worker finished the sample. Workers busy with

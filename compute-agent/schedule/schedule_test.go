@@ -71,6 +71,68 @@ func TestScheduleLanes(t *testing.T) {
 	}
 }
 
+// TestScheduleLaneBounds: in a two-lane epoch the raw fetches in flight
+// stop at MaxRawFlight bytes and the offloads at MaxCPU (the first of each
+// always goes); a full lane gives its turn to the other lane's next
+// position, and an answer (Claim, before the worker releases the slot)
+// gives the room back.
+func TestScheduleLaneBounds(t *testing.T) {
+	off := []bool{false, false, false, false, true, true, true, true}
+	s := NewSchedule(len(off), 0, 1, off)
+	s.CPUOf = func(int, int) int64 { return 5 }
+	est := func(pos int) (int64, uint64, int) {
+		if off[pos] {
+			return 10, uint64(pos), 1
+		}
+		return 100, uint64(pos), 0
+	}
+	w := testWindow(8)
+	w.MaxRawFlight, w.MaxCPU = 250, 10
+	take := func() []int {
+		var got []int
+		for {
+			r, _, done := s.Take(w, est)
+			if done || r == nil {
+				return got
+			}
+			got = append(got, r.Pos)
+		}
+	}
+	claim := func(pos int) {
+		for tag, r := range w.Outstanding {
+			if r.Pos == pos {
+				if got, _ := s.Claim(w, tag, r.Bytes); got == nil {
+					t.Fatalf("claim of position %d refused", pos)
+				}
+				return
+			}
+		}
+		t.Fatalf("position %d not outstanding", pos)
+	}
+	if got := take(); !slices.Equal(got, []int{0, 1, 4, 5}) {
+		t.Fatalf("first: %v, want [0 1 4 5] (two raw within 250 bytes, two offloads within 10 ns)", got)
+	}
+	if w.RawFlight != 200 || w.CPU != 10 {
+		t.Fatalf("in flight: %d raw bytes, %d ns, want 200 and 10", w.RawFlight, w.CPU)
+	}
+	claim(0)
+	if got := take(); !slices.Equal(got, []int{2}) {
+		t.Fatalf("after raw 0 answered: %v, want [2]", got)
+	}
+	claim(4)
+	if got := take(); !slices.Equal(got, []int{6}) {
+		t.Fatalf("after offload 4 answered: %v, want [6] (raw 3 still past the bound)", got)
+	}
+	if w.RawFlight != 200 || w.CPU != 10 || w.Count != 6 {
+		t.Fatalf("in flight: %d raw bytes, %d ns, %d requests; want 200, 10, 6", w.RawFlight, w.CPU, w.Count)
+	}
+	// Requeue (a failed stream) gives every bound back.
+	s.Requeue(w)
+	if w.RawFlight != 0 || w.CPU != 0 || w.Count != 2 {
+		t.Fatalf("after requeue: %d raw bytes, %d ns, %d requests; want 0, 0, 2 (the answered ones hold their slots)", w.RawFlight, w.CPU, w.Count)
+	}
+}
+
 // TestScheduleOneLane: a plan of one kind keeps permutation order.
 func TestScheduleOneLane(t *testing.T) {
 	for _, off := range [][]bool{nil, {false, false, false}, {true, true, true}} {
