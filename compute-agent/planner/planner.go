@@ -19,6 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sophon-dl/sophon/compute-agent/planner/stage1"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/wireform"
@@ -59,8 +60,11 @@ type Planner struct {
 	// Name is the policy (Config.Policy).
 	Name string
 	// Res is the resources the current plan was made under.
-	Res  policy.Resources
-	Prof *profiler.Profile // this shard's samples; nil until known
+	Res policy.Resources
+	// Probe is stage 1's storage probe, which a measured profile prices
+	// (ProbeSpeed).
+	Probe stage1.StorageProbe
+	Prof  *profiler.Profile // this shard's samples; nil until known
 	// Saved is the profile as saved at Config.ProfilePath (every shard's
 	// samples), whose measured resources each epoch updates; nil when
 	// there is none to update.
@@ -538,6 +542,7 @@ func (pl *Planner) Save() {
 // epoch.
 func (pl *Planner) Adopt(rec *profiler.Recorder, shard int, r *report.EpochReport) error {
 	prof := rec.Profile()
+	pl.ProbeSpeed(prof) // before the speed goes into the profile's resources
 	pl.Log.Info().Int("recorded", len(prof.Samples)).Int("missing", shard-len(prof.Samples)).Msg("stage 2: profile recorded")
 	if len(prof.Samples) == 0 {
 		pl.Log.Warn().Msg("stage 2: no sample recorded; staying with No-Off")
@@ -793,4 +798,41 @@ func ValidSplit(p *ops.Pipeline, k, n int) error {
 		return fmt.Errorf("split %d outside [0, %d]", k, n)
 	}
 	return nil
+}
+
+// ProbeSpeed takes the storage speed from stage 1's probe priced against
+// prof, a measured profile's op costs (stage1.StorageProbe.SpeedAgainst),
+// instead of against the same work timed here, and reports whether it
+// did (the probe compared at least two samples) with the speed's relative
+// standard error. The profile's op costs
+// were recorded in a busy epoch, slower than stage 1's quiet timing, and
+// the probe's thread CPU is less than the quota an epoch spends (the
+// transport shares it): priced on its own clock, each offload costs what
+// an epoch spends of the storage agent's quota.
+func (pl *Planner) ProbeSpeed(prof *profiler.Profile) (rse float64, ok bool) {
+	if prof == nil {
+		return 0, false
+	}
+	at := make(map[uint64]int, len(prof.Samples))
+	for i, s := range prof.Samples {
+		at[s.ID] = i
+	}
+	speed, rse, n := pl.Probe.SpeedAgainst(func(id uint64, k int) (float64, bool) {
+		i, ok := at[id]
+		if !ok || k <= 0 || k > len(prof.Samples[i].OpNS) {
+			return 0, false
+		}
+		var ns int64
+		for _, c := range prof.Samples[i].OpNS[:k] {
+			ns += c
+		}
+		return float64(ns), true
+	})
+	if n < 2 || !(speed > 0) {
+		return 0, false
+	}
+	pl.Log.Info().Float64("speed", speed).Float64("speed_rse", rse).Int("samples", n).Float64("stage1_speed", pl.Res.StorageSpeed).
+		Msg("storage speed: stage 1's probe priced against the profile's op costs")
+	pl.Res.StorageSpeed = speed
+	return rse, true
 }

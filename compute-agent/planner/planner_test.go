@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/compute-agent/planner/stage1"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
@@ -479,5 +482,29 @@ func TestInvalidate(t *testing.T) {
 	again := pl.Run
 	if err := pl.ForEpoch(1); err != nil || pl.Run != again {
 		t.Fatalf("re-planned twice for one invalidation (%v)", err)
+	}
+}
+
+// TestProbeSpeed: with a measured profile the storage speed is stage 1's
+// probe priced against the profile's op costs of ops[0:k]; without a
+// sample in common the speed stays stage 1's own.
+func TestProbeSpeed(t *testing.T) {
+	prof := &profiler.Profile{Ops: []string{"decode", "crop", "norm"}, Samples: []profiler.SampleProfile{
+		{ID: 7, OpNS: []int64{30, 10, 1000}},
+		{ID: 9, OpNS: []int64{50, 30, 1000}},
+	}}
+	pl := &Planner{Log: zerolog.Nop(), Res: policy.Resources{StorageSpeed: 0.7}}
+	pl.Probe = stage1.ProbeOf(2, []uint64{7, 9}, map[uint64]int64{7: 30, 9: 40}, map[uint64]int64{7: 40, 9: 40})
+	rse, ok := pl.ProbeSpeed(prof)
+	if !ok || pl.Res.StorageSpeed != 120.0/80 {
+		t.Fatalf("speed %v (ok %v), want (40+80)/(40+40): ops[0:2] of the profile over the effective CPU", pl.Res.StorageSpeed, ok)
+	}
+	if !(rse > 0) {
+		t.Errorf("rse %v, want > 0", rse)
+	}
+	pl.Res.StorageSpeed = 0.7
+	pl.Probe = stage1.ProbeOf(2, []uint64{1, 2}, map[uint64]int64{1: 30, 2: 40}, map[uint64]int64{1: 40, 2: 40})
+	if _, ok := pl.ProbeSpeed(prof); ok || pl.Res.StorageSpeed != 0.7 {
+		t.Errorf("no sample in common: speed %v (ok %v), want stage 1's 0.7 kept", pl.Res.StorageSpeed, ok)
 	}
 }

@@ -251,6 +251,13 @@ func Start(ctx context.Context, h *Host, shard []uint64) (*Run, error) {
 func (p *Run) reuse(prof, saved *profiler.Profile) {
 	pl := p.pl
 	pl.Prof, pl.Saved = prof, saved
+	if saved.Resources == nil || !(saved.Resources.StorageSpeed > 0) {
+		// No epoch measured the storage side against this profile yet:
+		// stage 1's probe, priced on the profile's clock.
+		if rse, ok := pl.ProbeSpeed(prof); ok {
+			p.summary.StorageSpeed, p.summary.StorageSpeedRSE = pl.Res.StorageSpeed, rse
+		}
+	}
 	pl.Res = pl.Res.WithMeasured(saved.Resources)
 	if saved.Resources != nil {
 		p.noOff = saved.Resources.NoOffSeconds
@@ -273,7 +280,7 @@ func (p *Run) measured(st stage1.Result) {
 		fmt.Fprintln(h.Out, d.String())
 	}
 	p.d, p.summary = d, st.Summary()
-	p.pl.Res, p.pl.Nodes = st.Res, st.Nodes
+	p.pl.Res, p.pl.Nodes, p.pl.Probe = st.Res, st.Nodes, st.Probe
 }
 
 // estimate plans the first epoch from the profile estimated from the

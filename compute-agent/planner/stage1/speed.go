@@ -89,3 +89,35 @@ func sum(xs []float64) float64 {
 	}
 	return s
 }
+
+// SpeedAgainst is the storage CPU's speed against a profile's clock: the
+// ratio of the sums of cost(id, k), the profile's CPU for ops[0:k] of the
+// probe's samples at the probe's split k (ok false: the profile lacks
+// it), and the effective CPU (effectiveNS) the storage agents spent on
+// them, with its relative standard error and how many samples it
+// compared. A plan that divides the profile's op costs by this speed
+// prices each offload at what an epoch spends of the storage agent's
+// quota, whatever the clock the profile was recorded on (a busy
+// profiling epoch) and whatever the quota's transport takes from the
+// workers. speed is 0 when no sample compares.
+func (pr StorageProbe) SpeedAgainst(cost func(id uint64, k int) (ns float64, ok bool)) (speed, rse float64, n int) {
+	var local, remote []float64
+	for _, id := range pr.ids {
+		eff, have := pr.eff[id]
+		c, ok := cost(id, pr.k)
+		if !have || !ok || eff <= 0 || c <= 0 {
+			continue
+		}
+		local = append(local, c)
+		remote = append(remote, float64(max(eff, pr.ns[id])))
+	}
+	speed, rse = speedEstimate(local, remote)
+	return speed, rse, len(local)
+}
+
+// ProbeOf is a storage probe measured elsewhere (a saved run, a test):
+// the samples in ids asked at split k, each one's thread CPU there (ns)
+// and its effective CPU (eff; effectiveNS).
+func ProbeOf(k int, ids []uint64, ns, eff map[uint64]int64) StorageProbe {
+	return StorageProbe{ids: ids, k: k, ns: ns, eff: eff}
+}

@@ -151,3 +151,32 @@ func TestProbeStorageSpan(t *testing.T) {
 		})
 	}
 }
+
+// TestSpeedAgainst: the probe priced against a profile's costs is the
+// ratio of the sums of those costs and of the effective CPU (never below
+// the thread CPU), over the samples both have; a sample the profile lacks
+// or the agents did not answer is left out, and fewer than one leaves 0.
+func TestSpeedAgainst(t *testing.T) {
+	pr := ProbeOf(2, []uint64{1, 2, 3, 4},
+		map[uint64]int64{1: 10, 2: 20, 3: 40, 4: 5},
+		map[uint64]int64{1: 20, 2: 15, 3: 40}) // 2: budget under thread CPU; 4: unanswered
+	cost := func(id uint64, k int) (float64, bool) {
+		if k != 2 {
+			t.Fatalf("priced at split %d, want the probe's 2", k)
+		}
+		return map[uint64]float64{1: 30, 2: 50}[id], id != 3
+	}
+	speed, rse, n := pr.SpeedAgainst(cost)
+	if n != 2 {
+		t.Fatalf("compared %d samples, want 2 (3 not in the profile, 4 not answered)", n)
+	}
+	if want := 80.0 / (20 + 20); math.Abs(speed-want) > 1e-12 {
+		t.Errorf("speed %v, want %v: costs over effective CPU, each at least its thread CPU", speed, want)
+	}
+	if !(rse > 0) {
+		t.Errorf("rse %v, want > 0 for two samples of different ratios", rse)
+	}
+	if s, _, n := ProbeOf(2, nil, nil, nil).SpeedAgainst(cost); s != 0 || n != 0 {
+		t.Errorf("empty probe: speed %v over %d samples, want 0 over 0", s, n)
+	}
+}

@@ -122,6 +122,10 @@ type Result struct {
 	// SpeedRSE is the relative standard error of Res.StorageSpeed (0:
 	// fewer than two samples compared).
 	SpeedRSE float64
+	// Probe is the storage probe's samples and what each cost the
+	// storage agents (StorageProbe.SpeedAgainst prices them against a
+	// profile's op costs).
+	Probe StorageProbe
 }
 
 // Summary is the decision as the first epoch's report carries it.
@@ -341,6 +345,7 @@ func (cfg *Config) decide(linkRate, computeRate float64, st storageRates, nodes 
 		Raws:     raws,
 		Seconds:  cfg.Now().Sub(began).Seconds(),
 		SpeedRSE: st.speedRSE,
+		Probe:    st.probe,
 	}
 }
 
@@ -404,6 +409,7 @@ type storageRates struct {
 	// localNS is the mean CPU time of the whole pipeline here over the
 	// samples measured (0: none).
 	localNS float64
+	probe   StorageProbe
 }
 
 // Storage probe sizes.
@@ -511,8 +517,10 @@ func (cfg *Config) compareStorage(fs []Source, pr StorageProbe, raws map[uint64]
 	// op costs, recorded in a busy profiling epoch at 1.3-1.5x this
 	// quiet, warm local timing, and the two biases cancel to within 15%
 	// (docs/policy.md, "The storage probe under a quota"); the effective
-	// CPU alone over-prices the storage side by up to 38%.
-	var st storageRates
+	// CPU alone over-prices the storage side by up to 38%. Where a
+	// measured profile is at hand the planner prices the probe against
+	// its op costs instead (planner.Planner.ProbeSpeed).
+	st := storageRates{probe: pr}
 	st.speed, st.speedRSE = speedEstimate(local, thread)
 	for _, f := range fs {
 		st.cores += f.CPUs()
