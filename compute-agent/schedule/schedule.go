@@ -341,17 +341,17 @@ func (s *Schedule) Take(w *Window, est func(pos int) (int64, uint64, int)) (r *R
 	if pos < 0 || w.Count >= w.MaxCount {
 		return nil, s.sig, false
 	}
-	c, ok := s.roomLocked(w, pos, est)
+	q, ok := s.roomLocked(w, pos, est)
 	if !ok {
 		pos, retry = s.nextLocked(w, s.laneOf(pos))
 		if pos < 0 {
 			return nil, s.sig, false
 		}
-		if c, ok = s.roomLocked(w, pos, est); !ok {
+		if q, ok = s.roomLocked(w, pos, est); !ok {
 			return nil, s.sig, false
 		}
 	}
-	b, sample, k := est(pos)
+	b, sample, k, c := q.bytes, q.sample, q.split, q.cpu
 	if w.Count > 0 && w.Bytes+b > w.MaxBytes {
 		return nil, s.sig, false
 	}
@@ -373,22 +373,30 @@ func (s *Schedule) Take(w *Window, est func(pos int) (int64, uint64, int)) (r *R
 	return r, nil, false
 }
 
-// roomLocked reports whether w may take pos now, and the storage CPU
-// estimate it would hold: not past the strict-order gate, an offload
-// within MaxCPU (the first one always), a raw fetch of a two-lane epoch
-// within MaxRawFlight (the first one always).
-func (s *Schedule) roomLocked(w *Window, pos int, est func(pos int) (int64, uint64, int)) (cpu int64, ok bool) {
+// ask is a position's request as est and CPUOf price it.
+type ask struct {
+	bytes  int64 // the estimated wire bytes
+	sample uint64
+	split  int
+	cpu    int64 // the storage CPU estimate (ns), 0 for a raw fetch
+}
+
+// roomLocked prices pos and reports whether w may take it now: not past
+// the strict-order gate, an offload within MaxCPU (the first one always),
+// a raw fetch of a two-lane epoch within MaxRawFlight (the first one
+// always).
+func (s *Schedule) roomLocked(w *Window, pos int, est func(pos int) (int64, uint64, int)) (q ask, ok bool) {
 	if s.gate > 0 && pos >= s.deliverNext+s.gate {
-		return 0, false
+		return q, false
 	}
-	b, _, k := est(pos)
-	if s.CPUOf != nil && k != 0 {
-		cpu = s.CPUOf(pos, k)
+	q.bytes, q.sample, q.split = est(pos)
+	if s.CPUOf != nil && q.split != 0 {
+		q.cpu = s.CPUOf(pos, q.split)
 	}
-	if cpu > 0 {
-		return cpu, w.MaxCPU <= 0 || w.CPU == 0 || w.CPU+cpu <= w.MaxCPU
+	if q.cpu > 0 {
+		return q, w.MaxCPU <= 0 || w.CPU == 0 || w.CPU+q.cpu <= w.MaxCPU
 	}
-	return 0, s.lane == nil || w.MaxRawFlight <= 0 || w.RawFlight == 0 || w.RawFlight+b <= w.MaxRawFlight
+	return q, s.lane == nil || w.MaxRawFlight <= 0 || w.RawFlight == 0 || w.RawFlight+q.bytes <= w.MaxRawFlight
 }
 
 // Claim accepts the response for tag on w's current stream, whose wire
