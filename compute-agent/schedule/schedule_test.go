@@ -14,6 +14,11 @@ func est(pos int) (int64, uint64, int) { return 1, uint64(pos), 0 }
 // takeAll takes positions until the window is full.
 func takeAll(t *testing.T, s *Schedule, w *Window) []int {
 	t.Helper()
+	return takeWith(s, w, est)
+}
+
+// takeWith takes positions priced by est until the window is full.
+func takeWith(s *Schedule, w *Window, est func(pos int) (int64, uint64, int)) []int {
 	var got []int
 	for {
 		r, _, done := s.Take(w, est)
@@ -88,16 +93,7 @@ func TestScheduleLaneBounds(t *testing.T) {
 	}
 	w := testWindow(8)
 	w.MaxRawFlight, w.MaxCPU = 250, 10
-	take := func() []int {
-		var got []int
-		for {
-			r, _, done := s.Take(w, est)
-			if done || r == nil {
-				return got
-			}
-			got = append(got, r.Pos)
-		}
-	}
+	take := func() []int { return takeWith(s, w, est) }
 	claim := func(pos int) {
 		for tag, r := range w.Outstanding {
 			if r.Pos == pos {
