@@ -200,6 +200,7 @@ func (p *Run) planBeside(ctx context.Context, job *stage1Job, e Epoch, ep stage1
 		}
 	}
 	p.recalibrate(ctx, job, kept, ep)
+	h.Log.Info().Float64("meter_rate", meter.Rate()).Float64("meter_peak", meter.Peak()).Msg("link meter beside the first epoch")
 	h.Log.Info().Int("raws", len(kept)).Float64("measure_seconds", t1.Sub(t0).Seconds()).Float64("plan_seconds", h.Now().Sub(t1).Seconds()).
 		Float64("link_bytes_per_sec", p.pl.Res.LinkBytesPerSec).Int("requested_before", sw).Msg("planned beside the first epoch")
 	return sw, nil

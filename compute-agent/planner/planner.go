@@ -141,6 +141,10 @@ type Planner struct {
 	// costs, so Drift leaves the storage speed alone (its storage CPU
 	// check compares with the costs before the refinement).
 	speedFixed bool
+	// linkPeaked says the link's rate came from an epoch's peak
+	// (driftLink), which reads a few percent high: the next link-bound
+	// epoch's own rate replaces it.
+	linkPeaked bool
 }
 
 // obsKey names what an observation measured.
@@ -442,11 +446,26 @@ func (pl *Planner) driftLink(r *report.EpochReport, m *Offloads, ran policy.Plan
 	if cores := pl.Res.StorageCores; cores > 0 && m != nil {
 		storageBusy = float64(m.StorageEffNS) / 1e9 / cores / r.Seconds
 	}
+	// The epoch's busiest second carried about peak: a link that an
+	// epoch held by its storage side never filled is still as fast as
+	// that (a plan made for a slower one offloads more than the link
+	// needs, which keeps the storage side the bound). The peak reads a
+	// few percent high (stage1.LinkMeter.Peak), so the next epoch the
+	// link binds, with the storage side not busy, gives the rate.
+	peak := r.LinkPeakBytesPerSec
+	linkBound := ran.Pred.Bottleneck == policy.Link && storageBusy < 0.8
 	switch {
-	case ratio > 1+thr || (ratio < 1-thr && ran.Pred.Bottleneck == policy.Link && storageBusy < 0.8):
-		w := fmt.Sprintf("link %.0f B/s, planned %.0f B/s", got, res.LinkBytesPerSec)
-		res.LinkBytesPerSec = got
+	case peak > got && peak > (1+thr)*res.LinkBytesPerSec:
+		w := fmt.Sprintf("link peak %.0f B/s, planned %.0f B/s", peak, res.LinkBytesPerSec)
+		res.LinkBytesPerSec, pl.linkPeaked = peak, true
 		return w
+	case ratio > 1+thr || (ratio < 1-thr && linkBound):
+		w := fmt.Sprintf("link %.0f B/s, planned %.0f B/s", got, res.LinkBytesPerSec)
+		res.LinkBytesPerSec, pl.linkPeaked = got, false
+		return w
+	case pl.linkPeaked && linkBound && ratio < 1:
+		res.LinkBytesPerSec, pl.Res.LinkBytesPerSec, pl.linkPeaked = got, got, false
+		return ""
 	case ratio > 1:
 		// A link carried at least that: a faster rate within the
 		// threshold is taken without a re-plan (stage 1's short probe

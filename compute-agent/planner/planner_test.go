@@ -77,6 +77,43 @@ func TestDriftLinkFaster(t *testing.T) {
 	}
 }
 
+// TestDriftLinkPeak: a storage-bound epoch that carried 7 MB/s over all
+// but peaked at 12 MB/s for a quarter second raises a planned 7.5 MB/s
+// link to the peak and re-plans; a peak within the threshold of the plan
+// changes nothing, and the epoch's own rate still raises past it.
+func TestDriftLinkPeak(t *testing.T) {
+	for _, tc := range []struct {
+		got, peak float64
+		replan    bool
+		wantLink  float64
+	}{
+		{7e6, 12e6, true, 12e6},
+		{7e6, 8.5e6, false, 7.5e6},
+		{10e6, 9e6, true, 10e6},
+	} {
+		pl := &Planner{Threshold: 0.2, Name: policy.NameOptimal, Res: policy.Resources{LinkBytesPerSec: 7.5e6, StorageSpeed: 1}}
+		ran := policy.Plan{Pred: policy.Prediction{Seconds: 2, Bottleneck: policy.StorageCPU}}
+		r := &report.EpochReport{Epoch: 1, Seconds: 2, BytesReceived: int64(2 * tc.got), LinkPeakBytesPerSec: tc.peak}
+		why, got := pl.Drift(r, nil, ran)
+		if got != tc.replan || pl.Res.LinkBytesPerSec != tc.wantLink {
+			t.Errorf("%.1f MB/s, peak %.1f: re-plan %v (%q), link %.1f MB/s; want %v, %.1f MB/s", tc.got/1e6, tc.peak/1e6, got, why, pl.Res.LinkBytesPerSec/1e6, tc.replan, tc.wantLink/1e6)
+		}
+	}
+	// The peak reads high: the next epoch the link binds gives its own
+	// rate without a re-plan, once; after that a slower link-bound epoch
+	// within the threshold leaves the rate.
+	pl := &Planner{Threshold: 0.2, Name: policy.NameOptimal, Res: policy.Resources{LinkBytesPerSec: 7.5e6, StorageSpeed: 1}}
+	storage := policy.Plan{Pred: policy.Prediction{Seconds: 2, Bottleneck: policy.StorageCPU}}
+	link := policy.Plan{Pred: policy.Prediction{Seconds: 2, Bottleneck: policy.Link}}
+	pl.Drift(&report.EpochReport{Epoch: 1, Seconds: 2, BytesReceived: 14e6, LinkPeakBytesPerSec: 12.6e6}, nil, storage)
+	for i, want := range []float64{11.9e6, 11.9e6} {
+		why, replan := pl.Drift(&report.EpochReport{Epoch: uint64(2 + i), Seconds: 2, BytesReceived: int64(2 * (11.9e6 - float64(i)*0.3e6)), LinkPeakBytesPerSec: 12.4e6}, nil, link)
+		if replan || pl.Res.LinkBytesPerSec != want {
+			t.Errorf("link-bound epoch %d after the peak: re-plan %v (%q), link %.2f MB/s; want none, %.2f MB/s", 2+i, replan, why, pl.Res.LinkBytesPerSec/1e6, want/1e6)
+		}
+	}
+}
+
 // TestGuard: a planned epoch slower than the last measured No-Off epoch
 // re-plans and says why; one as fast does not, nor does No-Off itself, nor
 // any epoch before No-Off was measured.
@@ -494,7 +531,7 @@ func TestProbeSpeed(t *testing.T) {
 		{ID: 9, OpNS: []int64{50, 30, 1000}},
 	}}
 	pl := &Planner{Log: zerolog.Nop(), Res: policy.Resources{StorageSpeed: 0.7}}
-	pl.Probe = stage1.ProbeOf(2, []uint64{7, 9}, map[uint64]int64{7: 30, 9: 40}, map[uint64]int64{7: 40, 9: 40})
+	pl.Probe = stage1.ProbeOf(2, []uint64{7, 9}, map[uint64]int64{7: 30, 9: 40}, map[uint64]int64{7: 40, 9: 40}, nil)
 	rse, ok := pl.ProbeSpeed(prof)
 	if !ok || pl.Res.StorageSpeed != 120.0/80 {
 		t.Fatalf("speed %v (ok %v), want (40+80)/(40+40): ops[0:2] of the profile over the effective CPU", pl.Res.StorageSpeed, ok)
@@ -503,7 +540,7 @@ func TestProbeSpeed(t *testing.T) {
 		t.Errorf("rse %v, want > 0", rse)
 	}
 	pl.Res.StorageSpeed = 0.7
-	pl.Probe = stage1.ProbeOf(2, []uint64{1, 2}, map[uint64]int64{1: 30, 2: 40}, map[uint64]int64{1: 40, 2: 40})
+	pl.Probe = stage1.ProbeOf(2, []uint64{1, 2}, map[uint64]int64{1: 30, 2: 40}, map[uint64]int64{1: 40, 2: 40}, nil)
 	if _, ok := pl.ProbeSpeed(prof); ok || pl.Res.StorageSpeed != 0.7 {
 		t.Errorf("no sample in common: speed %v (ok %v), want stage 1's 0.7 kept", pl.Res.StorageSpeed, ok)
 	}

@@ -371,8 +371,21 @@ func (p *Run) Next(i int, num uint64) EpochOpts {
 		sum = &s
 	}
 	rec := opts.Rec
+	var peak float64
+	if ran {
+		// A planned epoch meters its link: its busiest second is
+		// about a floor on the link's capacity (Planner.driftLink).
+		opts.Started = func(_ context.Context, e Epoch, _ <-chan struct{}) func() {
+			meter, stop := stage1.StartLinkMeter(h.Now, e.BytesReceived)
+			return func() {
+				stop()
+				peak = meter.Peak()
+			}
+		}
+	}
 	opts.Annotate = func(r *report.EpochReport, e Epoch) error {
 		r.Policy, r.PredictedSeconds, r.BoundSeconds, r.Stage1, r.PlanSource = h.Policy, predicted, bound, sum, source
+		r.LinkPeakBytesPerSec = peak
 		r.CacheBoundSeconds, r.Prediction = cacheBound, pred
 		predictNodes(r, cluster, planRan.Cluster)
 		return p.annotate(r, e, rec, ran, planRan)

@@ -91,6 +91,11 @@ type EpochReport struct {
 	// BytesReceived is the wire bytes received (FetchResponse.data),
 	// failed samples included.
 	BytesReceived int64 `json:"bytes_received"`
+	// LinkPeakBytesPerSec is the highest rate the epoch's bytes arrived
+	// at over a second (stage1.LinkMeter.Peak): about a floor on
+	// the link's capacity, which a storage-bound epoch does not hide; 0
+	// where a planned epoch did not meter it.
+	LinkPeakBytesPerSec float64 `json:"link_peak_bytes_per_sec,omitempty"`
 	// BySplit is the delivered samples and their wire bytes per split
 	// they arrived at (-1: the JPEG-domain crop; 0 includes offloads
 	// answered raw).

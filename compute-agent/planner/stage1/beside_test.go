@@ -37,3 +37,35 @@ func TestLinkMeter(t *testing.T) {
 		t.Errorf("rate %v from one span, want 0 (too few)", r)
 	}
 }
+
+// TestLinkMeterPeak: the peak is the busiest peakSpan's rate, whatever
+// the median of the busy spans says: 1.2 s at 12 MB/s among 2 s at 6
+// MB/s peaks at 12 MB/s while the median stays at 6; with no peakSpan of
+// samples there is none.
+func TestLinkMeterPeak(t *testing.T) {
+	var m LinkMeter
+	t0 := time.Unix(100, 0)
+	var b int64
+	for i := 0; i <= 128; i++ {
+		switch {
+		case i >= 40 && i < 88:
+			b += 300_000 // 12 MB/s
+		case i > 0:
+			b += 150_000 // 6 MB/s
+		}
+		m.sample(t0.Add(time.Duration(i)*meterTick), b)
+	}
+	if got := m.Peak(); math.Abs(got-12e6) > 0.01*12e6 {
+		t.Errorf("peak %.0f B/s, want 12e6", got)
+	}
+	if got := m.Rate(); math.Abs(got-6e6) > 0.3*6e6 {
+		t.Errorf("rate %.0f B/s, want about 6e6: the median, not the peak", got)
+	}
+	var short LinkMeter
+	for i := range 40 {
+		short.sample(t0.Add(time.Duration(i)*meterTick), int64(i)*1000)
+	}
+	if p := short.Peak(); p != 0 {
+		t.Errorf("peak %v from 975 ms of samples, want 0", p)
+	}
+}

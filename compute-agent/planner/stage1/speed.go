@@ -1,7 +1,11 @@
 package stage1
 
 import (
+	"context"
 	"math"
+	"time"
+
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
 
 	"github.com/sophon-dl/sophon/profiler"
 )
@@ -103,21 +107,103 @@ func sum(xs []float64) float64 {
 func (pr StorageProbe) SpeedAgainst(cost func(id uint64, k int) (ns float64, ok bool)) (speed, rse float64, n int) {
 	var local, remote []float64
 	for _, id := range pr.ids {
-		eff, have := pr.eff[id]
+		ns, have := pr.epochNS(id)
 		c, ok := cost(id, pr.k)
-		if !have || !ok || eff <= 0 || c <= 0 {
+		if !have || !ok || c <= 0 {
 			continue
 		}
 		local = append(local, c)
-		remote = append(remote, float64(max(eff, pr.ns[id])))
+		remote = append(remote, ns)
 	}
 	speed, rse = speedEstimate(local, remote)
 	return speed, rse, len(local)
 }
 
+// epochNS is sample id's storage CPU as an epoch spends it: its thread
+// CPU times its contention where stage 1 measured its agent's transport
+// with the link full, else its effective CPU (effectiveNS, which holds
+// only the little transport the probe itself caused); ok false when the
+// probe has no cost for it.
+//
+// In an epoch that keeps the agent's quota of q cores busy, with t of
+// them sending, n offloads of thread CPU c each take T = n c / (q - t)
+// seconds, and each one's budget time times its share is q T / n =
+// c q / (q - t).
+func (pr StorageProbe) epochNS(id uint64) (float64, bool) {
+	ns, ok := pr.ns[id]
+	if !ok || ns <= 0 {
+		return 0, false
+	}
+	if c := pr.contention[id]; c >= 1 {
+		return float64(ns) * c, true
+	}
+	return float64(max(pr.eff[id], ns)), true
+}
+
+// maxTransportShare bounds the share of an agent's cores contention
+// leaves to its transport: an agent whose sending took more while the
+// link probe ran was serving others too, or starved; its samples are then
+// priced as if it took this much.
+const maxTransportShare = 0.75
+
+// contention is how much more of an agent's quota of cpus cores the ops
+// of an offload take in an epoch than their thread CPU when the agent's
+// transport takes transport cores beside them: the ops get what the
+// transport leaves, cpus - transport, and an epoch spends cpus for each
+// second of it, so the quota each op's second of CPU costs is
+// cpus / (cpus - transport). The transport is what it took while the link
+// probe filled the link, the epoch's rate when the link binds it. 0 when
+// either is unknown.
+func contention(cpus, transport float64) float64 {
+	if !(cpus > 0) || !(transport > 0) {
+		return 0
+	}
+	return cpus / (cpus - min(transport, maxTransportShare*cpus))
+}
+
+// processCPU is each storage agent's process CPU (ns) by its Info; 0 for
+// one that does not report it or answer within a second.
+func processCPU(ctx context.Context, fs []Source) []uint64 {
+	out := make([]uint64, len(fs))
+	for i, f := range fs {
+		ictx, cancel := context.WithTimeout(ctx, time.Second)
+		info, err := f.Client().Info(ictx, &dataplanepb.InfoRequest{})
+		cancel()
+		if err == nil {
+			out[i] = info.GetProcessCpuNs()
+		}
+	}
+	return out
+}
+
+// transportCores is each agent's CPU, in cores, beyond the ops its
+// responses reported while the link probe (link, by agent) ran: sending,
+// TLS and copies of a full link's raw bytes, from its process CPU before
+// (cpu0) and after (cpu1). 0 where either is unknown or the probe moved
+// too few bytes (under transportMinBytes) to tell.
+func transportCores(cpu0, cpu1 []uint64, link []probeResult) []float64 {
+	out := make([]float64, len(link))
+	for i, r := range link {
+		if i >= len(cpu0) || i >= len(cpu1) || cpu0[i] == 0 || cpu1[i] < cpu0[i] || r.elapsed <= 0 || r.bytes < transportMinBytes {
+			continue
+		}
+		var ops int64
+		for _, ns := range r.storageNS {
+			ops += ns
+		}
+		out[i] = max(float64(cpu1[i]-cpu0[i])-float64(ops), 0) / float64(r.elapsed.Nanoseconds())
+	}
+	return out
+}
+
+// transportMinBytes is the least a link probe sends for its agent's
+// transport CPU to be measured (engine.transport's floor).
+const transportMinBytes = 1 << 20
+
 // ProbeOf is a storage probe measured elsewhere (a saved run, a test):
-// the samples in ids asked at split k, each one's thread CPU there (ns)
-// and its effective CPU (eff; effectiveNS).
-func ProbeOf(k int, ids []uint64, ns, eff map[uint64]int64) StorageProbe {
-	return StorageProbe{ids: ids, k: k, ns: ns, eff: eff}
+// the samples in ids asked at split k, each one's thread CPU there (ns),
+// its effective CPU (eff; effectiveNS) and its contention (nil: stage 1
+// did not measure the transport).
+func ProbeOf(k int, ids []uint64, ns, eff map[uint64]int64, contention map[uint64]float64) StorageProbe {
+	return StorageProbe{ids: ids, k: k, ns: ns, eff: eff, contention: contention}
 }

@@ -158,8 +158,8 @@ func TestProbeStorageSpan(t *testing.T) {
 // or the agents did not answer is left out, and fewer than one leaves 0.
 func TestSpeedAgainst(t *testing.T) {
 	pr := ProbeOf(2, []uint64{1, 2, 3, 4},
-		map[uint64]int64{1: 10, 2: 20, 3: 40, 4: 5},
-		map[uint64]int64{1: 20, 2: 15, 3: 40}) // 2: budget under thread CPU; 4: unanswered
+		map[uint64]int64{1: 10, 2: 20, 3: 40},
+		map[uint64]int64{1: 20, 2: 15, 3: 40}, nil) // 2: budget under thread CPU; 4: unanswered
 	cost := func(id uint64, k int) (float64, bool) {
 		if k != 2 {
 			t.Fatalf("priced at split %d, want the probe's 2", k)
@@ -176,7 +176,16 @@ func TestSpeedAgainst(t *testing.T) {
 	if !(rse > 0) {
 		t.Errorf("rse %v, want > 0 for two samples of different ratios", rse)
 	}
-	if s, _, n := ProbeOf(2, nil, nil, nil).SpeedAgainst(cost); s != 0 || n != 0 {
+	if s, _, n := ProbeOf(2, nil, nil, nil, nil).SpeedAgainst(cost); s != 0 || n != 0 {
 		t.Errorf("empty probe: speed %v over %d samples, want 0 over 0", s, n)
+	}
+	// Where stage 1 measured the transport, each sample costs its thread
+	// CPU times its contention, whatever its effective CPU read (1's
+	// throttled 20 does not count); a sample without one keeps its
+	// effective CPU.
+	pr.contention = map[uint64]float64{1: 1.5}
+	speed, _, _ = pr.SpeedAgainst(cost)
+	if want := 80.0 / (10*1.5 + 20); math.Abs(speed-want) > 1e-12 {
+		t.Errorf("with contention: speed %v, want %v", speed, want)
 	}
 }

@@ -279,11 +279,13 @@ func Run(ctx context.Context, cfg *Config, fs []Source, rawSizes, shard []uint64
 		}
 		cfg = &c
 	}
-	linkRate, nodes, ids, raws, err := cfg.measureLink(ctx, fs, shard)
+	cpu0 := processCPU(ctx, fs)
+	linkRate, nodes, ids, raws, link, err := cfg.measureLink(ctx, fs, shard)
 	if err != nil {
 		return Result{}, err
 	}
-	st, err := cfg.measureStorage(ctx, fs, ids, raws)
+	transport := transportCores(cpu0, processCPU(ctx, fs), link)
+	st, err := cfg.measureStorage(ctx, fs, ids, raws, transport)
 	if err != nil {
 		return Result{}, err
 	}
@@ -374,10 +376,10 @@ func RunBeside(cfg *Config, fs []Source, rawSizes, shard []uint64, raws map[uint
 // at most cfg.Budget and returns the link rate and the samples
 // kept (their ids in ascending order, and their bytes), and each agent as
 // a storage node with the rate it sent at.
-func (cfg *Config) measureLink(ctx context.Context, fs []Source, shard []uint64) (rate float64, nodes []policy.StorageNode, ids []uint64, raws map[uint64][]byte, err error) {
-	link, err := cfg.probeAll(ctx, fs, shard, 0, cfg.Window, probeSpan{budget: cfg.Budget}, probeKeep)
+func (cfg *Config) measureLink(ctx context.Context, fs []Source, shard []uint64) (rate float64, nodes []policy.StorageNode, ids []uint64, raws map[uint64][]byte, link []probeResult, err error) {
+	link, err = cfg.probeAll(ctx, fs, shard, 0, cfg.Window, probeSpan{budget: cfg.Budget}, probeKeep)
 	if err != nil {
-		return 0, nil, nil, nil, err
+		return 0, nil, nil, nil, nil, err
 	}
 	var bytes int64
 	var elapsed time.Duration
@@ -395,7 +397,7 @@ func (cfg *Config) measureLink(ctx context.Context, fs []Source, shard []uint64)
 	if elapsed > 0 {
 		rate = float64(bytes) / elapsed.Seconds()
 	}
-	return rate, nodes, slices.Sorted(maps.Keys(raws)), raws, nil
+	return rate, nodes, slices.Sorted(maps.Keys(raws)), raws, link, nil
 }
 
 // storageRates is what measureStorage found.
@@ -429,7 +431,11 @@ const (
 // storage CPU's speed, and the whole pipeline's cost on both sides. A
 // Quick stage 1 fetches QuickSpeedSamples; otherwise the probe requests
 // up to all the samples kept for storageSpan (ProbeStorage).
-func (cfg *Config) measureStorage(ctx context.Context, fs []Source, ids []uint64, raws map[uint64][]byte) (storageRates, error) {
+//
+// transport is each agent's transport CPU, in cores, while the link probe
+// filled the link (transportCores): it prices each probed sample as an
+// epoch spends it (StorageProbe.contention).
+func (cfg *Config) measureStorage(ctx context.Context, fs []Source, ids []uint64, raws map[uint64][]byte, transport []float64) (storageRates, error) {
 	if cfg.Quick {
 		ids = ids[:min(len(ids), QuickSpeedSamples)]
 	}
@@ -437,6 +443,13 @@ func (cfg *Config) measureStorage(ctx context.Context, fs []Source, ids []uint64
 	if err != nil {
 		return storageRates{}, err
 	}
+	pr.contention = map[uint64]float64{}
+	for s, i := range pr.agent {
+		if c := contention(fs[i].CPUs(), transport[i]); c > 0 {
+			pr.contention[s] = c
+		}
+	}
+	cfg.Log.Info().Floats64("transport_cores", transport).Msg("stage 1: storage transport while the link was full")
 	return cfg.compareStorage(fs, pr, raws), nil
 }
 
@@ -452,6 +465,13 @@ type StorageProbe struct {
 	ns  map[uint64]int64 // storage_cpu_ns by sample
 	// eff is each sample's effective storage CPU (effectiveNS).
 	eff map[uint64]int64
+	// agent is the index of the agent that served each sample.
+	agent map[uint64]int
+	// contention is, by sample, how much more of its agent's quota the
+	// sample's ops take in an epoch than their thread CPU, with the
+	// transport of a full link beside them (contention); a sample
+	// without one is priced at its effective CPU.
+	contention map[uint64]float64
 }
 
 // probeSplit is the split the storage probe asks for: just after the
@@ -478,12 +498,13 @@ func ProbeStorage(ctx context.Context, cfg *Config, fs []Source, ids []uint64) (
 	if err != nil {
 		return StorageProbe{}, err
 	}
-	pr := StorageProbe{ids: ids, k: k, ns: map[uint64]int64{}, eff: map[uint64]int64{}}
+	pr := StorageProbe{ids: ids, k: k, ns: map[uint64]int64{}, eff: map[uint64]int64{}, agent: map[uint64]int{}}
 	for i, r := range full {
 		_, share := workerShare(fs[i].CPUs())
 		maps.Copy(pr.ns, r.storageNS)
 		for s, ns := range r.storageNS {
 			pr.eff[s] = effectiveNS(ns, r.budgetNS[s], share)
+			pr.agent[s] = i
 		}
 	}
 	return pr, nil
@@ -509,7 +530,8 @@ func (cfg *Config) compareStorage(fs []Source, pr StorageProbe, raws map[uint64]
 		}
 		local = append(local, float64(part))
 		thread = append(thread, float64(sns))
-		remote = append(remote, float64(max(pr.eff[id], sns)))
+		epochNS, _ := pr.epochNS(id)
+		remote = append(remote, epochNS)
 		localSum, fullSum = localSum+float64(part), fullSum+float64(full)
 	}
 	// NB: the speed divides thread CPU, not the effective CPU, although an
@@ -535,7 +557,7 @@ func (cfg *Config) compareStorage(fs []Source, pr StorageProbe, raws map[uint64]
 		}
 		effSpeed, _ := speedEstimate(local, remote)
 		cfg.Log.Info().Int("samples", n).Int("split", pr.k).
-			Float64("storage_effective_ns", sum(remote)/float64(n)).Float64("storage_thread_ns", sum(thread)/float64(n)).
+			Float64("storage_epoch_ns", sum(remote)/float64(n)).Float64("storage_thread_ns", sum(thread)/float64(n)).
 			Float64("local_ns", localSum/float64(n)).Float64("speed", st.speed).Float64("speed_rse", st.speedRSE).
 			Float64("effective_speed", effSpeed).Float64("median_speed", medianSpeed(local, thread)).
 			Msg("stage 1: storage probe")
