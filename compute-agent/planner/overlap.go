@@ -156,6 +156,14 @@ func (p *Run) planBeside(ctx context.Context, job *stage1Job, e Epoch, ep stage1
 	meter, stopMeter := stage1.StartLinkMeter(h.Now, e.BytesReceived)
 	defer stopMeter()
 	kept, first, err := stage1.CollectRaws(ctx, ep, BesideCalibration, h.Now, e.BytesReceived)
+	// The calibration files go out first, raw, and their storage agent
+	// reads them without a budget, so from the first one's arrival to the
+	// last one's the link carried what it could, even where the
+	// provisional plan's cuts then hold the storage side busy and the link
+	// half idle for the rest of the epoch (under half a core the meter's
+	// busy spans read 6-9 MB/s of a 12 MB/s link there, and every plan
+	// after took the link for that slow).
+	calib := stage1.RawPhaseRate(first, len(kept), BesideCalibration, h.Now(), e.BytesReceived())
 	est := p.calibrate(kept, job.shard) // while the probe is out
 	<-probed
 	r := <-est
@@ -169,14 +177,21 @@ func (p *Run) planBeside(ctx context.Context, job *stage1Job, e Epoch, ep stage1
 		h.Log.Warn().Msg("no raw sample arrived to calibrate the estimate: the first epoch runs its provisional plan")
 		return -1, nil
 	}
-	// The link's rate: the meter's, over the spans the link was busy,
-	// else (too few spans yet) bytes over time since the first file.
+	// The link's rate: the calibration files' while they crossed, or the
+	// meter's, over the spans the link was busy, or bytes over time since
+	// the first file, whichever is highest.
 	linkNow := func() float64 {
-		return max(meter.Rate(), stage1.LinkSince(first, t0, b0, h.Now(), e.BytesReceived()))
+		return max(calib, meter.Rate(), stage1.LinkSince(first, t0, b0, h.Now(), e.BytesReceived()))
 	}
-	st := stage1.RunBeside(job.cfg, job.srcs, p.cat.RawSizes, job.shard, kept, probe, linkNow(), t0)
+	link := linkNow()
+	st := stage1.RunBeside(job.cfg, job.srcs, p.cat.RawSizes, job.shard, kept, probe, link, t0)
 	t1 := h.Now()
 	p.measured(st)
+	// The calibration files' rate reads a few percent high (the first
+	// file's arrival waits on the connection's ramp while the next ones
+	// buffer): the first epoch the link binds gives the rate
+	// (Planner.driftLink).
+	p.pl.linkPeaked = calib > 0 && calib == link
 	if err := p.planEstimate(r.prof, r.omitted, r.err, r.at); err != nil {
 		return -1, err
 	}
@@ -200,7 +215,7 @@ func (p *Run) planBeside(ctx context.Context, job *stage1Job, e Epoch, ep stage1
 		}
 	}
 	p.recalibrate(ctx, job, kept, ep)
-	h.Log.Info().Float64("meter_rate", meter.Rate()).Float64("meter_peak", meter.Peak()).Msg("link meter beside the first epoch")
+	h.Log.Info().Float64("calibration_rate", calib).Float64("meter_rate", meter.Rate()).Float64("meter_peak", meter.Peak()).Msg("link meter beside the first epoch")
 	h.Log.Info().Int("raws", len(kept)).Float64("measure_seconds", t1.Sub(t0).Seconds()).Float64("plan_seconds", h.Now().Sub(t1).Seconds()).
 		Float64("link_bytes_per_sec", p.pl.Res.LinkBytesPerSec).Int("requested_before", sw).Msg("planned beside the first epoch")
 	return sw, nil

@@ -142,8 +142,9 @@ type Planner struct {
 	// check compares with the costs before the refinement).
 	speedFixed bool
 	// linkPeaked says the link's rate came from an epoch's peak
-	// (driftLink), which reads a few percent high: the next link-bound
-	// epoch's own rate replaces it.
+	// (driftLink) or the first epoch's calibration files (Run.planBeside),
+	// which read a few percent high: the next link-bound epoch's own rate
+	// replaces it.
 	linkPeaked bool
 }
 
@@ -446,16 +447,19 @@ func (pl *Planner) driftLink(r *report.EpochReport, m *Offloads, ran policy.Plan
 	if cores := pl.Res.StorageCores; cores > 0 && m != nil {
 		storageBusy = float64(m.StorageEffNS) / 1e9 / cores / r.Seconds
 	}
-	// The epoch's busiest second carried about peak: a link that an
-	// epoch held by its storage side never filled is still as fast as
-	// that (a plan made for a slower one offloads more than the link
-	// needs, which keeps the storage side the bound). The peak reads a
-	// few percent high (stage1.LinkMeter.Peak), so the next epoch the
+	// The busiest second of an epoch whose storage side was busy
+	// throughout carried about peak: a link that such an epoch never
+	// filled is still as fast as that (a plan made for a slower one
+	// offloads more than the link needs, which keeps the storage side
+	// the bound). Only then: the peak reads a few percent high
+	// (stage1.LinkMeter.Peak), and a third high where the receiver fell
+	// behind and caught up from its buffers (a No-Off epoch bound by its
+	// own decoding read 16 MB/s on a 12 MB/s link); the next epoch the
 	// link binds, with the storage side not busy, gives the rate.
 	peak := r.LinkPeakBytesPerSec
 	linkBound := ran.Pred.Bottleneck == policy.Link && storageBusy < 0.8
 	switch {
-	case peak > got && peak > (1+thr)*res.LinkBytesPerSec:
+	case storageBusy >= 0.8 && peak > got && peak > (1+thr)*res.LinkBytesPerSec:
 		w := fmt.Sprintf("link peak %.0f B/s, planned %.0f B/s", peak, res.LinkBytesPerSec)
 		res.LinkBytesPerSec, pl.linkPeaked = peak, true
 		return w

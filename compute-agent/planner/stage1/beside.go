@@ -166,6 +166,24 @@ func LinkSince(first Mark, t0 time.Time, b0 int64, now time.Time, bytes int64) f
 	return 0
 }
 
+// RawPhaseRate is the link's rate while the first epoch's calibration
+// files crossed: the bytes since the first of them arrived (first) over
+// the time since, taken when the last of the n asked for arrived (kept of
+// them did). The storage agents read raw files without a CPU budget, so
+// the link carried what it could over that span, whatever the
+// provisional plan's cuts then do. 0 when fewer than n arrived
+// (CollectRaws stopped waiting: the span is not the files' alone) or none
+// did.
+func RawPhaseRate(first Mark, kept, n int, now time.Time, bytes int64) float64 {
+	if kept < n || n < 2 || first.at.IsZero() {
+		return 0
+	}
+	if dt := now.Sub(first.at).Seconds(); dt > 0 {
+		return float64(bytes-first.bytes) / dt
+	}
+	return 0
+}
+
 // Mark is when the epoch had received how many bytes.
 type Mark struct {
 	at    time.Time

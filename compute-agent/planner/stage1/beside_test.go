@@ -69,3 +69,19 @@ func TestLinkMeterPeak(t *testing.T) {
 		t.Errorf("peak %v from 975 ms of samples, want 0", p)
 	}
 }
+
+// TestRawPhaseRate: the rate from the first calibration file's arrival to
+// the last one's, only when all arrived.
+func TestRawPhaseRate(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	first := Mark{t0, 300_000}
+	if got := RawPhaseRate(first, 8, 8, t0.Add(200*time.Millisecond), 2_700_000); math.Abs(got-12e6) > 1 {
+		t.Errorf("2.4 MB in 0.2 s: %.0f B/s, want 12e6", got)
+	}
+	if got := RawPhaseRate(first, 7, 8, t0.Add(2*time.Second), 2_700_000); got != 0 {
+		t.Errorf("7 of 8 files (the wait ran out): %.0f B/s, want 0", got)
+	}
+	if got := RawPhaseRate(Mark{}, 8, 8, t0, 1); got != 0 {
+		t.Errorf("no first arrival: %.0f B/s, want 0", got)
+	}
+}
