@@ -241,6 +241,9 @@ type Config struct {
 	// Seed). They need netns mode and the two-node link. Zero means none.
 	RTT, Jitter time.Duration
 	Loss        float64
+	// WANMTU is the delay line's MTU (netns.Config.MTU), with RTT, Jitter
+	// or Loss only. Zero means netns.DefaultMTU.
+	WANMTU int
 	// Progress receives a progress line now and then. Nil means none.
 	Progress io.Writer
 	// ProgressEvery is the progress interval. Zero means 2 s.
@@ -591,6 +594,10 @@ func (c *Config) checkWAN() error {
 		return fmt.Errorf("%w: negative rtt or jitter", ErrConfig)
 	case !(c.Loss >= 0 && c.Loss < 1):
 		return fmt.Errorf("%w: loss %v: want a fraction in [0, 1)", ErrConfig, c.Loss)
+	case c.WANMTU != 0 && c.wan() == nil:
+		return fmt.Errorf("%w: an MTU for the delay line without --rtt, --jitter or --loss", ErrConfig)
+	case c.WANMTU != 0 && (c.WANMTU < 576 || c.WANMTU > 65535):
+		return fmt.Errorf("%w: delay line MTU %d: want 576 to 65535", ErrConfig, c.WANMTU)
 	case c.wan() != nil && (c.StorageNodes > 1 || c.ComputeNodes > 1):
 		return fmt.Errorf("%w: --rtt, --jitter and --loss are for the two-node link, not a star of %d x %d nodes", ErrConfig, c.StorageNodes, c.ComputeNodes)
 	}
@@ -603,7 +610,11 @@ func (c *Config) wan() *netns.WAN {
 	if c.RTT == 0 && c.Jitter == 0 && c.Loss == 0 {
 		return nil
 	}
-	return &netns.WAN{RTT: c.RTT, Jitter: c.Jitter, Loss: c.Loss, Seed: int64(c.Seed), MTU: netns.DefaultMTU}
+	mtu := c.WANMTU
+	if mtu == 0 {
+		mtu = netns.DefaultMTU
+	}
+	return &netns.WAN{RTT: c.RTT, Jitter: c.Jitter, Loss: c.Loss, Seed: int64(c.Seed), MTU: mtu}
 }
 
 // wanNote is the netns mode's note for a link on the delay line w: the

@@ -375,6 +375,8 @@ func TestConfigRejects(t *testing.T) {
 		{"negative rtt", Config{Data: "x", Out: "x", RTT: -time.Millisecond}},
 		{"loss of 1", Config{Data: "x", Out: "x", Loss: 1}},
 		{"rtt on a star", Config{Data: "x", Out: "x", RTT: time.Millisecond, StorageNodes: 2}},
+		{"mtu without rtt", Config{Data: "x", Out: "x", WANMTU: 9000}},
+		{"mtu too small", Config{Data: "x", Out: "x", Loss: 0.01, WANMTU: 100}},
 	} {
 		if err := tc.cfg.defaults(); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: %v, want ErrConfig", tc.name, err)
