@@ -9,7 +9,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -51,10 +50,6 @@ const (
 	// close together (at 500 Mbit/s a 1500-byte packet leaves every
 	// 24 us) into one wake-up, at an error of at most this much.
 	early = 100 * time.Microsecond
-	// coarse is the part of a wait left to a precise sleep: waits longer
-	// than this sleep on a Go timer (which may wake up to a millisecond
-	// late) until coarse before the due time, then nanosleep(2) the rest.
-	coarse = 2 * time.Millisecond
 )
 
 // lineConfig is what the delay line does to every packet, in each
@@ -106,8 +101,14 @@ type lane struct {
 	q       chan packet     // due times never decrease along it
 	queued  atomic.Int64    // bytes in q
 	stop    <-chan struct{} // closed when the line stops
-	big     sync.Pool       // *[]byte of cfg.mtu bytes
-	small   sync.Pool       // *[]byte of smallPacket bytes
+	// timer is the writer's timerfd, in Go's poller: it wakes the writer
+	// when the head is due to within the kernel's timer slack (tens of
+	// microseconds), where Go's own timers may wake it up to a millisecond
+	// late, and without blocking a thread in a system call as nanosleep(2)
+	// would. Closing it ends a wait.
+	timer *os.File
+	big   sync.Pool // *[]byte of cfg.mtu bytes
+	small sync.Pool // *[]byte of smallPacket bytes
 
 	packets, bytes, lost, overflow, errs atomic.Uint64
 }
@@ -126,22 +127,30 @@ type delayLine struct {
 
 // startLine starts the delay line between a and b (the storage and the
 // compute TUN devices): one reader and one writer per direction. It owns a
-// and b from now on: close closes them.
-func startLine(cfg lineConfig, a, b io.ReadWriteCloser) *delayLine {
+// and b from now on: close closes them, and so does an error here.
+func startLine(cfg lineConfig, a, b io.ReadWriteCloser) (*delayLine, error) {
 	l := &delayLine{ends: [2]io.Closer{a, b}, stop: make(chan struct{})}
-	for i, ends := range [2][2]io.ReadWriter{{a, b}, {b, a}} {
-		ln := &lane{
-			cfg: cfg, in: ends[0], out: ends[1], stop: l.stop,
-			rng: rand.New(rand.NewPCG(uint64(cfg.seed), uint64(i))),
-			q:   make(chan packet, lanePackets),
+	for i := range l.lanes {
+		fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+		if err != nil {
+			for _, ln := range l.lanes[:i] {
+				ln.timer.Close()
+			}
+			return nil, errors.Join(fmt.Errorf("netns: delay line: timerfd: %w", err), a.Close(), b.Close())
 		}
+		l.lanes[i] = &lane{timer: os.NewFile(uintptr(fd), "timerfd")}
+	}
+	for i, ends := range [2][2]io.ReadWriter{{a, b}, {b, a}} {
+		ln := l.lanes[i]
+		ln.cfg, ln.in, ln.out, ln.stop = cfg, ends[0], ends[1], l.stop
+		ln.rng = rand.New(rand.NewPCG(uint64(cfg.seed), uint64(i)))
+		ln.q = make(chan packet, lanePackets)
 		ln.big.New = func() any { b := make([]byte, cfg.mtu); return &b }
 		ln.small.New = func() any { b := make([]byte, smallPacket); return &b }
-		l.lanes[i] = ln
 		l.wg.Go(func() { l.fail(ln.read()) })
 		l.wg.Go(func() { l.fail(ln.write()) })
 	}
-	return l
+	return l, nil
 }
 
 // fail records err, the first only; nil is ignored.
@@ -163,6 +172,9 @@ func (l *delayLine) close() error {
 	l.once.Do(func() {
 		close(l.stop)
 		var errs []error
+		for _, ln := range l.lanes {
+			ln.timer.Close()
+		}
 		for _, c := range l.ends {
 			if err := c.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("netns: delay line: %w", err))
@@ -270,9 +282,6 @@ func (ln *lane) release(p packet) {
 // write takes each packet from the queue when it is due and writes it to
 // out, until the line stops.
 func (ln *lane) write() error {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
 	for {
 		var p packet
 		select {
@@ -281,7 +290,8 @@ func (ln *lane) write() error {
 			return nil
 		}
 		ln.queued.Add(-int64(p.n))
-		if !ln.wait(p.due, timer) {
+		if !ln.wait(p.due) {
+			ln.release(p)
 			return nil
 		}
 		_, err := ln.out.Write((*p.buf)[:p.n])
@@ -300,26 +310,31 @@ func (ln *lane) write() error {
 	}
 }
 
-// wait sleeps until due (less early), on timer for the long part of the
-// wait and in nanosleep(2) for the last coarse; it returns false when the
-// line stops meanwhile.
-func (ln *lane) wait(due time.Time, timer *time.Timer) bool {
+// wait sleeps on the lane's timerfd until due (packets due within early
+// go at once); it returns false when the line stops meanwhile.
+func (ln *lane) wait(due time.Time) bool {
 	d := time.Until(due)
-	if d > coarse {
-		timer.Reset(d - coarse)
-		select {
-		case <-timer.C:
-		case <-ln.stop:
-			return false
-		}
-		d = time.Until(due)
+	if d <= early {
+		return true
 	}
-	for d > early {
-		ts := unix.NsecToTimespec(int64(d))
-		if err := unix.Nanosleep(&ts, nil); err != nil && !errors.Is(err, syscall.EINTR) {
-			time.Sleep(d) // cannot happen; stay correct if it does
-		}
-		d = time.Until(due)
+	conn, err := ln.timer.SyscallConn()
+	if err != nil {
+		return false
 	}
-	return true
+	var serr error
+	err = conn.Control(func(fd uintptr) {
+		its := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
+		serr = unix.TimerfdSettime(int(fd), 0, &its, nil)
+	})
+	if err != nil {
+		return false // closed
+	}
+	if serr != nil {
+		// Cannot happen with a valid relative time; stay correct if it does.
+		time.Sleep(d)
+		return true
+	}
+	var n [8]byte // the expirations count
+	_, err = ln.timer.Read(n[:])
+	return err == nil
 }

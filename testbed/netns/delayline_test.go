@@ -92,7 +92,10 @@ func collect(end *fakeEnd, quiet time.Duration) []stamped {
 func runLane(t *testing.T, cfg lineConfig, n, size int, gap time.Duration) ([]stamped, []time.Time, LineStats) {
 	t.Helper()
 	a, b := newFakeEnd(), newFakeEnd()
-	l := startLine(cfg, a, b)
+	l, err := startLine(cfg, a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sent := sendSeq(a, n, size, gap)
 	got := collect(b, cfg.oneWay+cfg.jitter+300*time.Millisecond)
 	if err := l.close(); err != nil {
@@ -160,13 +163,14 @@ func TestLaneDelayJitterLoss(t *testing.T) {
 			}
 		}
 		slices.Sort(late)
-		lo, med, hi := late[0], late[len(late)/2], late[len(late)-1]
-		t.Logf("run %d: lost %d; delay min %v median %v max %v", run, st.Lost, lo, med, hi)
+		lo, med, p80, hi := late[0], late[len(late)/2], late[len(late)*8/10], late[len(late)-1]
+		t.Logf("run %d: lost %d; delay min %v median %v 80th percentile %v max %v", run, st.Lost, lo, med, p80, hi)
 		// NB: with a packet every 0.2 ms and 8 ms of spread, the no-reordering
 		// rule holds most packets behind a later draw: the median is near
-		// the top of the range.
-		if lo < 6*time.Millisecond-early || med < 9*time.Millisecond || med > 15*time.Millisecond || hi > 24*time.Millisecond {
-			t.Errorf("delays min %v median %v max %v: want 6 to 14 ms (max with 10 ms of room for a busy machine)", lo, med, hi)
+		// the top of the range. A stall of a busy machine delays every
+		// packet queued meanwhile, hence the 80th percentile, not the max.
+		if lo < 6*time.Millisecond-early || med < 9*time.Millisecond || med > 15*time.Millisecond || p80 > 16*time.Millisecond {
+			t.Errorf("delays min %v median %v 80th percentile %v: want 6 to 14 ms (2 ms of room for a busy machine)", lo, med, p80)
 		}
 	}
 	if !slices.Equal(lostSets[0], lostSets[1]) {
@@ -196,7 +200,10 @@ func TestLaneOverflow(t *testing.T) {
 func TestLineClose(t *testing.T) {
 	before := runtime.NumGoroutine()
 	a, b := newFakeEnd(), newFakeEnd()
-	l := startLine(lineConfig{oneWay: 5 * time.Second, maxBytes: 1 << 20, mtu: 1500}, a, b)
+	l, err := startLine(lineConfig{oneWay: 5 * time.Second, maxBytes: 1 << 20, mtu: 1500}, a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sendSeq(a, 10, 60, 0)
 	sendSeq(b, 10, 1400, 0)
 	start := time.Now()

@@ -312,8 +312,12 @@ func (t *Topology) setup(ctx context.Context) error {
 				return errors.Join(err, t.Close())
 			}
 			// From here Close closes the devices.
+			line, err := startLine(t.lineCfg, devs[0], devs[1])
+			if err != nil {
+				return errors.Join(err, t.Close())
+			}
 			t.mu.Lock()
-			t.line = startLine(t.lineCfg, devs[0], devs[1])
+			t.line = line
 			t.mu.Unlock()
 		}
 		if err := run(ctx, s...); err != nil {

@@ -400,8 +400,8 @@ func TestWANLink(t *testing.T) {
 
 // TestWANLossJitter: with 1% loss each way, about 2% of 2000 echoes are lost
 // (1 - 0.99^2), and the delay line counts about 1% of each direction's
-// packets lost; with 5 ms of jitter on a 20 ms round trip, sparse echoes
-// take 10 to 30 ms and spread.
+// packets lost; with 5 ms of jitter on a 20 ms round trip, 90% of sparse
+// echoes take 10 to 30 ms and spread over more than 5 ms.
 func TestWANLossJitter(t *testing.T) {
 	p := wanPair(t, Config{Prefix: ProcessPrefix() + "l", Rate: shape.MustParseRate("100mbit"),
 		RTT: 20 * time.Millisecond, Jitter: 5 * time.Millisecond, Loss: 0.01, Seed: 7})
@@ -431,10 +431,12 @@ func TestWANLossJitter(t *testing.T) {
 		}
 	}
 	slices.Sort(rtts)
-	lo, hi := rtts[0], rtts[len(rtts)-1]
-	t.Logf("jitter: 40 echoes from %v to %v, median %v", lo, hi, rtts[20])
-	if lo < 10*time.Millisecond-2*early || hi > 32*time.Millisecond || hi-lo < 5*time.Millisecond {
-		t.Errorf("round trips from %v to %v: want within 10-30 ms and spread by more than 5 ms", lo, hi)
+	// The 2nd and the 36th of 40: a stall of a busy machine may delay an
+	// echo or two, not the 90% between.
+	lo, p5, p90, hi := rtts[0], rtts[2], rtts[36], rtts[len(rtts)-1]
+	t.Logf("jitter: 40 echoes from %v to %v, median %v; 5th percentile %v, 90th %v", lo, hi, rtts[20], p5, p90)
+	if lo < 10*time.Millisecond-2*early || p90 > 31*time.Millisecond || p90-p5 < 5*time.Millisecond {
+		t.Errorf("round trips from %v to %v (5th percentile %v, 90th %v): want within 10-30 ms and spread by more than 5 ms", lo, hi, p5, p90)
 	}
 }
 
