@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -342,8 +343,9 @@ func within(got, want, frac float64) bool { return math.Abs(got/want-1) <= frac 
 
 // TestWANLink: a link at 100 Mbit/s with a 20 ms round trip runs on TUN
 // devices shaped by tbf; its round trip, by UDP echo and by ping when
-// installed (the median of each), is within 5% of 20 ms; a bulk TCP transfer's goodput is
-// within 5% of the shaped payload rate; closing it leaves nothing.
+// installed (the median of each), is within 5% of 20 ms; a bulk TCP
+// transfer's goodput is within 5% of the shaped payload rate; closing it
+// leaves nothing: no namespace, no device, no goroutine of the delay line.
 func TestWANLink(t *testing.T) {
 	prefix := ProcessPrefix() + "w"
 	rate := shape.MustParseRate("100mbit")
@@ -396,6 +398,11 @@ func TestWANLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkGone(t, prefix)
+	// Close waited for the delay line's goroutines.
+	buf := make([]byte, 1<<20)
+	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "netns.(*lane)") {
+		t.Errorf("a lane's goroutine outlived Close:\n%s", stacks)
+	}
 }
 
 // TestWANLossJitter: with 1% loss each way, about 2% of 2000 echoes are lost
