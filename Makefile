@@ -151,6 +151,10 @@ size: ## The longest functions in the agents and every package's lines, purpose 
 	@$(GO) run ./.ci/codesize funcs -max 80 compute-agent storage-agent || true
 	@$(GO) run ./.ci/codesize packages -max 3000 -write docs/architecture.md || true
 
+.PHONY: wan
+wan: ## The WAN delay line's accuracy matrix (root): 25, 100 and 500 Mbit/s x RTT 0, 20 and 80 ms, round trips by UDP echo (and ping) and bulk TCP goodput within 5%, its CPU per Gbit (docs/testbed.md, "A WAN link"); SOPHON_WAN_MTU=9000 for another MTU
+	SOPHON_WAN_MATRIX=1 $(GO) test -count=1 -timeout 10m -run '^TestDelayLineMatrix$$' -v ./testbed/netns/
+
 .PHONY: reliability
 reliability: ## Faults at full counts: 30 storage-agent kill -9/restarts (0.5-10 s gaps), 10 SIGSTOPs of 20 s with a replica, 10 compute-agent kill -9/resumes; then the hostile corpus and clients, and the agent's memory after a burst and 60 s idle. Figures appended to docs/results/reliability.jsonl
 	@mkdir -p docs/results

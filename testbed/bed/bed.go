@@ -48,6 +48,11 @@ type Config struct {
 	Links []shape.Rate
 	// ComputeNodes is the compute nodes. Zero means 1.
 	ComputeNodes int
+	// WAN, when set, gives the two-node link a round trip, jitter and loss
+	// through netns's user-space delay line (netns.Config's RTT, Jitter,
+	// Loss, Seed and MTU). It needs Netns and one storage and one compute
+	// node.
+	WAN *netns.WAN
 }
 
 // Host names one node of a bed: storage node Index or compute node Index
@@ -122,6 +127,9 @@ func New(ctx context.Context, cfg Config) (*Bed, error) {
 		return nil, fmt.Errorf("%w: %d compute nodes", ErrConfig, cfg.ComputeNodes)
 	}
 	b := &Bed{label: cfg.Label, compute: cfg.ComputeNodes, multi: len(cfg.Links) > 1 || cfg.ComputeNodes > 1}
+	if cfg.WAN != nil && (!cfg.Netns || b.multi) {
+		return nil, fmt.Errorf("%w: a WAN link (round trip, jitter, loss) needs netns mode and one storage and one compute node", ErrConfig)
+	}
 	for _, r := range cfg.Links {
 		b.storage = append(b.storage, &storageNode{rate: r, host: "127.0.0.1"})
 	}
@@ -135,7 +143,11 @@ func New(ctx context.Context, cfg Config) (*Bed, error) {
 	}
 	var err error
 	if !b.multi {
-		b.topo, err = netns.NewLink(ctx, netns.Config{Rate: cfg.Links[0]})
+		lc := netns.Config{Rate: cfg.Links[0]}
+		if w := cfg.WAN; w != nil {
+			lc.RTT, lc.Jitter, lc.Loss, lc.Seed, lc.MTU = w.RTT, w.Jitter, w.Loss, w.Seed, w.MTU
+		}
+		b.topo, err = netns.NewLink(ctx, lc)
 	} else {
 		b.topo, err = netns.NewStar(ctx, netns.StarConfig{StorageNodes: len(cfg.Links), ComputeNodes: b.compute, StorageRates: cfg.Links})
 	}

@@ -235,6 +235,15 @@ type Config struct {
 	// or a percentage of the dataset's bytes ("25%"). It also allows the
 	// PolicyLRU row. Empty means no cache.
 	CacheBytes string
+	// RTT, Jitter and Loss give the two-node link a round trip, a jitter
+	// and a loss fraction in each direction, through netns's user-space
+	// delay line (netns.Config's fields of the same names, seeded with
+	// Seed). They need netns mode and the two-node link. Zero means none.
+	RTT, Jitter time.Duration
+	Loss        float64
+	// WANMTU is the delay line's MTU (netns.Config.MTU), with RTT, Jitter
+	// or Loss only. Zero means netns.DefaultMTU.
+	WANMTU int
 	// Progress receives a progress line now and then. Nil means none.
 	Progress io.Writer
 	// ProgressEvery is the progress interval. Zero means 2 s.
@@ -316,6 +325,9 @@ func (c *Config) defaults() error {
 	}
 	if c.NumClasses < 0 {
 		return fmt.Errorf("%w: num classes %d", ErrConfig, c.NumClasses)
+	}
+	if err := c.checkWAN(); err != nil {
+		return err
 	}
 	if c.Epochs == 0 {
 		c.Epochs = DefaultEpochs
@@ -479,6 +491,12 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 	if err != nil {
 		return nil, err
 	}
+	if w := cfg.wan(); w != nil {
+		if res.Mode != results.ModeNetns {
+			return nil, fmt.Errorf("%w: --rtt, --jitter and --loss need netns mode (root): the delay line runs between two namespaces (mode %s: %s)", ErrConfig, res.Mode, res.ModeNote)
+		}
+		res.ModeNote = wanNote(res.ModeNote, w)
+	}
 	cfg.Log.Info().Str("mode", res.Mode).Str("why", res.ModeNote).Msg("testbed")
 	if res.Mode == results.ModeNetns && cgroup.Available() != nil {
 		res.ModeNote += fmt.Sprintf("; no cgroup CPU controller (%v): the storage agent's --cpus budget alone limits it", cgroup.Available())
@@ -567,6 +585,43 @@ grid:
 		return res, errors.Join(runErr, err)
 	}
 	return res, runErr
+}
+
+// checkWAN validates RTT, Jitter and Loss.
+func (c *Config) checkWAN() error {
+	switch {
+	case c.RTT < 0 || c.Jitter < 0:
+		return fmt.Errorf("%w: negative rtt or jitter", ErrConfig)
+	case !(c.Loss >= 0 && c.Loss < 1):
+		return fmt.Errorf("%w: loss %v: want a fraction in [0, 1)", ErrConfig, c.Loss)
+	case c.WANMTU != 0 && c.wan() == nil:
+		return fmt.Errorf("%w: an MTU for the delay line without --rtt, --jitter or --loss", ErrConfig)
+	case c.WANMTU != 0 && (c.WANMTU < 576 || c.WANMTU > 65535):
+		return fmt.Errorf("%w: delay line MTU %d: want 576 to 65535", ErrConfig, c.WANMTU)
+	case c.wan() != nil && (c.StorageNodes > 1 || c.ComputeNodes > 1):
+		return fmt.Errorf("%w: --rtt, --jitter and --loss are for the two-node link, not a star of %d x %d nodes", ErrConfig, c.StorageNodes, c.ComputeNodes)
+	}
+	return nil
+}
+
+// wan is the delay line that RTT, Jitter and Loss ask for; nil when none
+// is set.
+func (c *Config) wan() *netns.WAN {
+	if c.RTT == 0 && c.Jitter == 0 && c.Loss == 0 {
+		return nil
+	}
+	mtu := c.WANMTU
+	if mtu == 0 {
+		mtu = netns.DefaultMTU
+	}
+	return &netns.WAN{RTT: c.RTT, Jitter: c.Jitter, Loss: c.Loss, Seed: int64(c.Seed), MTU: mtu}
+}
+
+// wanNote is the netns mode's note for a link on the delay line w: the
+// report's mode line then says the round trip, jitter and loss.
+func wanNote(note string, w *netns.WAN) string {
+	return strings.Replace(note, "joined by a veth pair",
+		"joined by a WAN link, "+w.String()+": a TUN device in each and a user-space delay line between them", 1)
 }
 
 // pickMode resolves ModeAuto for storage x compute nodes.

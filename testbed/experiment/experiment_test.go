@@ -372,10 +372,39 @@ func TestConfigRejects(t *testing.T) {
 		{"bad policy", Config{Data: "x", Out: "x", Policies: []string{"greedy"}}},
 		{"bad mode", Config{Data: "x", Out: "x", Mode: "vm"}},
 		{"bad epochs", Config{Data: "x", Out: "x", Epochs: -1}},
+		{"negative rtt", Config{Data: "x", Out: "x", RTT: -time.Millisecond}},
+		{"loss of 1", Config{Data: "x", Out: "x", Loss: 1}},
+		{"rtt on a star", Config{Data: "x", Out: "x", RTT: time.Millisecond, StorageNodes: 2}},
+		{"mtu without rtt", Config{Data: "x", Out: "x", WANMTU: 9000}},
+		{"mtu too small", Config{Data: "x", Out: "x", Loss: 0.01, WANMTU: 100}},
 	} {
 		if err := tc.cfg.defaults(); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: %v, want ErrConfig", tc.name, err)
 		}
+	}
+}
+
+// TestWANNote: with --rtt the mode line names the WAN link's round trip,
+// jitter and loss in place of the veth pair.
+func TestWANNote(t *testing.T) {
+	cfg := Config{Data: "x", Out: "x", RTT: 40 * time.Millisecond, Jitter: 5 * time.Millisecond, Loss: 0.001, Seed: 9}
+	if err := cfg.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	w := cfg.wan()
+	if w == nil || w.Seed != 9 || w.MTU != netns.DefaultMTU {
+		t.Fatalf("wan %+v", w)
+	}
+	_, note, _ := pickMode(ModeNetns, 1, 1)
+	if note == "" {
+		note = "two network namespaces joined by a veth pair, tc tbf both ways"
+	}
+	got := wanNote(note, w)
+	if want := "joined by a WAN link, rtt 40ms, jitter 5ms, loss 0.1% (delay line, mtu 1500): a TUN device in each"; !strings.Contains(got, want) {
+		t.Errorf("note %q lacks %q", got, want)
+	}
+	if (&Config{}).wan() != nil {
+		t.Error("a WAN link without rtt, jitter or loss")
 	}
 }
 

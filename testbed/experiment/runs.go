@@ -329,7 +329,11 @@ func (x *experiment) linkBytes(kernel bool, s *bed.Series, e *results.Epoch, win
 				}
 			}
 		}
-		e.KernelPayloadBytes = max(0, e.KernelBytes-e.KernelPackets*results.FrameOverhead)
+		overhead := int64(results.FrameOverhead)
+		if x.cfg.wan() != nil {
+			overhead -= 14 // the delay line's TUN devices count IP packets: no Ethernet header
+		}
+		e.KernelPayloadBytes = max(0, e.KernelBytes-e.KernelPackets*overhead)
 	} else if len(c.RX) > 0 {
 		e.ProxyBytes = c.RX[0]
 	}

@@ -7,6 +7,12 @@
 // bridge in a hub namespace, every storage link shaped at its own rate).
 // It drives iproute2 (`ip`, `tc`) through os/exec and needs root.
 //
+// The two-node link can also be a WAN ([Config.RTT], Jitter, Loss): a TUN
+// device at each end in place of the veth pair, and a delay line in this
+// process that holds each packet for half the round trip, with jitter and
+// loss from a seeded generator, while tbf still shapes both ends. The
+// kernel needs no netem for it, only /dev/net/tun.
+//
 // Everything it creates is named from a prefix ([Config.Prefix]) and
 // lives inside the namespaces it made, so [Leftovers] and [Remove] can
 // find what a crashed run left behind. [Topology.Close] kills every
@@ -78,6 +84,34 @@ type Config struct {
 	Burst int
 	// Latency is tbf's queueing latency. Zero means DefaultLatency.
 	Latency time.Duration
+
+	// RTT is the round trip the two-node link adds: every packet is held
+	// RTT/2 on its way, in each direction. Setting RTT, Jitter, Loss or
+	// DelayLine builds the link from a TUN device in each namespace (same
+	// names and addresses) joined by the user-space delay line of this
+	// process (delayline.go), in place of the veth pair; tbf still shapes
+	// each device's egress at Rate. Zero means no added delay. The star
+	// refuses all four.
+	RTT time.Duration
+	// Jitter spreads each packet's one-way delay uniformly over RTT/2 ±
+	// Jitter (never below zero), except that no packet is due before the
+	// one ahead of it in its direction: nothing is reordered, and at a high
+	// packet rate the mean delay rises towards RTT/2 + Jitter. Zero means
+	// none.
+	Jitter time.Duration
+	// Loss is the probability that a packet is dropped, in each direction
+	// on its own (as netem on both ends): 0.001 is 0.1%, and a round trip
+	// then loses about 0.2%. Zero means none.
+	Loss float64
+	// Seed seeds the jitter and the loss draws: one stream per direction,
+	// so the same packets meet the same fate.
+	Seed int64
+	// DelayLine builds the link on the delay line even when RTT, Jitter and
+	// Loss are zero: to measure the delay line's own cost.
+	DelayLine bool
+	// MTU is the TUN devices' MTU, on the delay line only. Zero means
+	// DefaultMTU (1500).
+	MTU int
 }
 
 // Pair is a set-up two-node link seen as a storage side and a compute side.
@@ -85,11 +119,11 @@ type Config struct {
 type Pair struct {
 	// StorageNS and ComputeNS are the namespaces' names (ip netns).
 	StorageNS, ComputeNS string
-	// StorageIP and ComputeIP are the veth ends' addresses (no prefix
-	// length).
+	// StorageIP and ComputeIP are the veth ends' (or, on the delay line,
+	// the TUN devices') addresses (no prefix length).
 	StorageIP, ComputeIP string
-	// StorageDev and ComputeDev are the veth ends' interface names, each
-	// inside its namespace.
+	// StorageDev and ComputeDev are the veth ends' (or the TUN devices')
+	// interface names, each inside its namespace.
 	StorageDev, ComputeDev string
 	// Rate is the configured tc rate (the zero Rate when unshaped).
 	Rate shape.Rate
@@ -128,6 +162,9 @@ func (c Config) withDefaults() (Config, netip.Prefix, error) {
 	}
 	if c.Latency == 0 {
 		c.Latency = DefaultLatency
+	}
+	if err := c.checkWAN(); err != nil {
+		return c, netip.Prefix{}, err
 	}
 	return c, pfx.Masked(), nil
 }

@@ -19,8 +19,12 @@ import (
 )
 
 // TestMain removes this process's namespaces on Ctrl-C and checks, after
-// the tests, that none is left.
+// the tests, that none is left. Started with helperEnv set, the binary is
+// a bulk-transfer helper instead (wan_test.go).
 func TestMain(m *testing.M) {
+	if h := os.Getenv(helperEnv); h != "" {
+		os.Exit(helperMain(strings.Fields(h)))
+	}
 	stop := RemoveOnSignal(ProcessPrefix())
 	code := m.Run()
 	stop()

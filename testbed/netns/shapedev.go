@@ -104,3 +104,82 @@ func hasRootQdisc(out string) bool {
 	}
 	return false
 }
+
+// Netem is what ShapeDevNetem makes a real interface do to what it sends,
+// with tc netem: a delay, uniformly spread by a jitter, and a loss
+// fraction. To give a link a round trip RTT, shape both of its ends with
+// Delay RTT/2.
+type Netem struct {
+	// Delay is the one-way delay; Jitter spreads it uniformly over Delay ±
+	// Jitter (netem's default distribution). NB: unlike the delay line,
+	// netem reorders packets whose draws cross.
+	Delay, Jitter time.Duration
+	// Loss is the fraction of packets dropped: 0.001 is 0.1%.
+	Loss float64
+}
+
+// ShapeDevNetem gives interface dev of the caller's namespace a root netem
+// qdisc (handle 1:) with n's delay, jitter and loss, replacing its root
+// qdisc, and, when rate is set, a tbf child at rate (burst and latency as
+// ShapeDev's) so that the rate holds too. A kernel without netem gives an
+// error wrapping ErrUnavailable that says so. It needs root.
+func ShapeDevNetem(ctx context.Context, dev string, rate shape.Rate, burst int, latency time.Duration, n Netem) error {
+	if err := checkDev(dev); err != nil {
+		return err
+	}
+	if n.Delay < 0 || n.Jitter < 0 || !(n.Loss >= 0 && n.Loss < 1) || burst < 0 || latency < 0 {
+		return fmt.Errorf("%w: netem delay %v, jitter %v, loss %v, burst %d, latency %v: want no negatives and loss under 1", ErrConfig, n.Delay, n.Jitter, n.Loss, burst, latency)
+	}
+	if n.Jitter > 0 && n.Delay == 0 {
+		return fmt.Errorf("%w: netem jitter %v without a delay", ErrConfig, n.Jitter)
+	}
+	if burst == 0 && !rate.IsZero() {
+		burst = shape.DefaultBurst(rate.Bits())
+	}
+	if latency == 0 {
+		latency = DefaultLatency
+	}
+	err := run(ctx, netemArgs(dev, rate, n)...)
+	if err != nil && strings.Contains(err.Error(), "qdisc kind is unknown") {
+		return fmt.Errorf("%w: this kernel has no netem qdisc (sch_netem), which --rtt, --jitter and --loss need on a real interface (`testbed run --rtt` emulates them in user space instead): %w", ErrUnavailable, err)
+	}
+	if err != nil || rate.IsZero() {
+		return err
+	}
+	return run(ctx, append([]string{"tc", "qdisc", "add"}, tbfChildArgs(dev, rate, burst, latency)...)...)
+}
+
+// netemArgs are the command that makes n dev's root qdisc. Its queue
+// (limit, in packets) holds what rate sends over the delay, the jitter
+// and 100 ms more, counting 1000 bytes a packet, and at least netem's
+// default of 1000; without a rate, 10000.
+func netemArgs(dev string, rate shape.Rate, n Netem) []string {
+	args := []string{"tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "netem"}
+	if n.Delay > 0 {
+		args = append(args, "delay", fmt.Sprintf("%dus", n.Delay.Microseconds()))
+		if n.Jitter > 0 {
+			args = append(args, fmt.Sprintf("%dus", n.Jitter.Microseconds()))
+		}
+	}
+	if n.Loss > 0 {
+		args = append(args, "loss", strconv.FormatFloat(100*n.Loss, 'g', 6, 64)+"%")
+	}
+	limit := 10000
+	if !rate.IsZero() {
+		limit = max(1000, int(rate.BytesPerSec()*(n.Delay+n.Jitter+100*time.Millisecond).Seconds()/1000))
+	}
+	return append(args, "limit", strconv.Itoa(limit))
+}
+
+// tbfChildArgs are the arguments of `tc qdisc add` that put tbf under
+// netem's handle 1:.
+func tbfChildArgs(dev string, rate shape.Rate, burst int, latency time.Duration) []string {
+	args := tbfArgs(dev, rate, burst, latency)
+	// tbfArgs says "root"; the child hangs from netem's class.
+	for i, a := range args {
+		if a == "root" {
+			return append(append(append([]string{}, args[:i]...), "parent", "1:1", "handle", "10:"), args[i+1:]...)
+		}
+	}
+	return args
+}

@@ -145,3 +145,27 @@ func TestShapeDev(t *testing.T) {
 	}
 	checkGone(t, prefix)
 }
+
+// TestNetemArgs: the netem qdisc's command, and the tbf child under it.
+func TestNetemArgs(t *testing.T) {
+	rate := shape.MustParseRate("500mbit")
+	got := strings.Join(netemArgs("eth1", rate, Netem{Delay: 20 * time.Millisecond, Jitter: 5 * time.Millisecond, Loss: 0.001}), " ")
+	// 62.5 MB/s x 125 ms / 1000 B = 7812 packets.
+	want := "tc qdisc replace dev eth1 root handle 1: netem delay 20000us 5000us loss 0.1% limit 7812"
+	if got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := strings.Join(netemArgs("eth1", shape.Rate{}, Netem{Loss: 0.02}), " "); got != "tc qdisc replace dev eth1 root handle 1: netem loss 2% limit 10000" {
+		t.Errorf("loss only: %q", got)
+	}
+	got = strings.Join(tbfChildArgs("eth1", rate, 250000, 50*time.Millisecond), " ")
+	if want := "dev eth1 parent 1:1 handle 10: tbf rate 500mbit burst 250000 latency 50000us"; got != want {
+		t.Errorf("tbf child: got %q, want %q", got, want)
+	}
+	ctx := context.Background()
+	for _, n := range []Netem{{Delay: -1}, {Loss: 1}, {Jitter: time.Millisecond}} {
+		if err := ShapeDevNetem(ctx, "eth1", rate, 0, 0, n); !errors.Is(err, ErrConfig) {
+			t.Errorf("ShapeDevNetem(%+v) = %v, want ErrConfig", n, err)
+		}
+	}
+}

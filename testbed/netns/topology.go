@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -22,6 +23,12 @@ import (
 //
 //	<prefix>-s                                   <prefix>-c
 //	[<prefix>s .1] ==== veth, tbf both ends ==== [<prefix>c .2]
+//
+// With a round trip, jitter or loss (Config.WAN), the same link on the
+// delay line of this process (delayline.go): a TUN device at each end,
+// same names and addresses, tbf on both.
+//
+//	[<prefix>s .1 tun] <== this process: delay, jitter, loss ==> [<prefix>c .2 tun]
 //
 // The star: every node a namespace of its own, its one interface the end
 // of a veth pair whose other end is a port of the bridge in the hub
@@ -89,13 +96,21 @@ type Topology struct {
 	// Latency is the tbf latency of every qdisc.
 	Latency time.Duration
 
+	// WAN is the link's round trip, jitter and loss, when it runs on the
+	// delay line (Config.WAN); nil otherwise.
+	WAN *WAN
+
 	steps    [][]string // the commands that set it up
 	hostDevs []string   // link names in the caller's namespace a crashed run might leave
+	devsAt   int        // on the delay line: the step before which the TUN devices are made
+	line     *delayLine // on the delay line, once set up
+	lineCfg  lineConfig
 
 	ctx    context.Context // ended by Close: cancels the commands
 	cancel context.CancelFunc
 	once   sync.Once
 	err    error
+	mu     sync.Mutex // guards line
 }
 
 // StarConfig describes a star. Zero fields take the defaults noted; of the
@@ -139,7 +154,9 @@ func NewStar(ctx context.Context, cfg StarConfig) (*Topology, error) {
 }
 
 // linkLayout works out the two-node link's names, addresses, qdiscs and
-// set-up commands.
+// set-up commands. On the delay line (cfg.WAN()) the ends are TUN
+// devices, which setup makes between the namespaces' creation and the
+// rest.
 func linkLayout(cfg Config) (*Topology, error) {
 	cfg, pfx, err := cfg.withDefaults()
 	if err != nil {
@@ -152,10 +169,20 @@ func linkLayout(cfg Config) (*Topology, error) {
 	t.steps = [][]string{
 		{"ip", "netns", "add", s.NS},
 		{"ip", "netns", "add", c.NS},
-		// Created straight inside the namespaces: nothing is ever left in
-		// the caller's namespace.
-		{"ip", "link", "add", s.Dev, "netns", s.NS, "type", "veth", "peer", "name", c.Dev, "netns", c.NS},
 	}
+	if cfg.WAN() {
+		t.WAN = &WAN{RTT: cfg.RTT, Jitter: cfg.Jitter, Loss: cfg.Loss, Seed: cfg.Seed, MTU: cfg.MTU}
+		t.lineCfg = cfg.lineConfig()
+		t.devsAt = len(t.steps)
+		for _, n := range []*Node{s, c} {
+			t.steps = append(t.steps, t.tunSteps(n, cfg.MTU)...)
+			t.shape(n.NS, n.Dev, n.Rate, cfg.Burst)
+		}
+		return t, nil
+	}
+	// Created straight inside the namespaces: nothing is ever left in the
+	// caller's namespace.
+	t.steps = append(t.steps, []string{"ip", "link", "add", s.Dev, "netns", s.NS, "type", "veth", "peer", "name", c.Dev, "netns", c.NS})
 	for _, n := range []*Node{s, c} {
 		t.steps = append(t.steps, t.endSteps(n)...)
 		t.shape(n.NS, n.Dev, n.Rate, cfg.Burst)
@@ -182,6 +209,9 @@ func starLayout(sc StarConfig) (*Topology, error) {
 	}
 	if hosts := 1<<(32-pfx.Bits()) - 2; ns+nc > hosts {
 		return nil, fmt.Errorf("%w: subnet %s has %d host addresses, too few for %d storage and %d compute nodes", ErrConfig, pfx, hosts, ns, nc)
+	}
+	if cfg.WAN() {
+		return nil, fmt.Errorf("%w: the delay line (RTT, jitter, loss) is for the two-node link only", ErrConfig)
 	}
 	if sc.StorageRates != nil && len(sc.StorageRates) != ns {
 		return nil, fmt.Errorf("%w: %d storage rates for %d storage nodes", ErrConfig, len(sc.StorageRates), ns)
@@ -266,18 +296,68 @@ func (t *Topology) shape(ns, dev string, rate shape.Rate, burst int) {
 }
 
 // setup removes stale namespaces and links of the same names, then runs
-// the layout's commands; on an error it closes the topology.
+// the layout's commands; on the delay line it makes the TUN devices once
+// the namespaces exist, and at the end raises the TCP buffers and starts
+// the line. On an error it closes the topology.
 func (t *Topology) setup(ctx context.Context) error {
 	if err := removeNames(ctx, t.Namespaces(), t.hostDevs); err != nil {
 		t.cancel()
 		return err
 	}
-	for _, s := range t.steps {
+	var devs [2]*os.File
+	for i, s := range t.steps {
+		if t.WAN != nil && i == t.devsAt {
+			var err error
+			if devs[0], devs[1], err = t.openDevs(); err != nil {
+				return errors.Join(err, t.Close())
+			}
+			// From here Close closes the devices.
+			line, err := startLine(t.lineCfg, devs[0], devs[1])
+			if err != nil {
+				return errors.Join(err, t.Close())
+			}
+			t.mu.Lock()
+			t.line = line
+			t.mu.Unlock()
+		}
 		if err := run(ctx, s...); err != nil {
 			return errors.Join(err, t.Close())
 		}
 	}
+	if t.WAN != nil {
+		for _, n := range t.Nodes() {
+			if err := raiseTCPBuffers(n.NS); err != nil {
+				return errors.Join(err, t.Close())
+			}
+		}
+	}
 	return nil
+}
+
+// WAN is what the delay line does to the two-node link (Config's fields
+// of the same names).
+type WAN struct {
+	RTT, Jitter time.Duration
+	Loss        float64
+	Seed        int64
+	MTU         int
+}
+
+// String says it as the report's header does: "rtt 40ms, jitter 5ms,
+// loss 0.1% (delay line, mtu 1500)".
+func (w WAN) String() string {
+	return fmt.Sprintf("rtt %v, jitter %v, loss %s (delay line, mtu %d)", w.RTT, w.Jitter, strconv.FormatFloat(100*w.Loss, 'g', 4, 64)+"%", w.MTU)
+}
+
+// LineStats returns what the delay line has carried, dropped and lost so
+// far in each direction; zeros when the link has no delay line.
+func (t *Topology) LineStats() (toCompute, toStorage LineStats) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.line == nil {
+		return LineStats{}, LineStats{}
+	}
+	return t.line.stats()
 }
 
 // Nodes are the storage nodes, then the compute nodes.
@@ -305,7 +385,15 @@ func (t *Topology) Namespaces() []string {
 func (t *Topology) Close() error {
 	t.once.Do(func() {
 		t.cancel()
-		t.err = removeNames(context.Background(), t.Namespaces(), t.hostDevs)
+		t.mu.Lock()
+		line := t.line
+		t.mu.Unlock()
+		var lerr error
+		if line != nil {
+			// First: the devices go with their files.
+			lerr = line.close()
+		}
+		t.err = errors.Join(lerr, removeNames(context.Background(), t.Namespaces(), t.hostDevs))
 	})
 	return t.err
 }

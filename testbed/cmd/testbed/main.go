@@ -20,8 +20,9 @@ Usage:
   testbed gen   --kind imagenet-like|openimages-like -n N --out DIR [--seed S] [--classes C]
   testbed ops   --data DIR [--preset NAME | --spec FILE] [--seed S] [--bench SECONDS]
   testbed run   --data DIR | --gen KIND:N [--rate 100mbit,500mbit] [--storage-cpus 0.5,1] [--out DIR]
-                [--storage-nodes N] [--compute-nodes M] [--storage-rates R1,R2] [--placements P1,P2] ...
-  testbed shape --dev IFACE --rate R | --clear [--show]
+                [--storage-nodes N] [--compute-nodes M] [--storage-rates R1,R2] [--placements P1,P2]
+                [--rtt 40ms [--jitter 5ms] [--loss 0.1%]] ...
+  testbed shape --dev IFACE --rate R [--rtt T [--jitter J] [--loss L]] | --clear [--show]
   testbed serve --data DIR [--listen ADDR]
 
 Subcommands:

@@ -60,6 +60,16 @@ endpoint and fresh keys in AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID and
 AWS_SECRET_ACCESS_KEY. The same folder with and without --bucket gives the
 same fingerprint, so --reference compares the tensors of both.
 
+With --rtt (and --jitter, --loss) the two-node link is a WAN: in place of
+the veth pair each namespace holds a TUN device, and this process moves
+the IP packets between them, holding each for RTT/2 ± jitter and dropping
+the fraction --loss in each direction, from a generator seeded by --seed;
+tbf still shapes each device's egress at --rate. TCP then sees the round
+trip end to end. It needs netns mode (root and /dev/net/tun) and one
+storage and one compute node; the report's mode line gives the round trip,
+jitter and loss. docs/testbed.md, "A WAN link", says how accurate it is and
+what it costs.
+
 With --storage-nodes N and --compute-nodes M (default 1 x 1, the two-node
 link) each cell is a star instead: N storage namespaces and M compute
 namespaces, each joined to a bridge in a hub namespace, each storage link
@@ -99,6 +109,7 @@ Examples:
   testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 0.5
   testbed run --data /data/imagenet-val --rate 100mbit,200mbit,500mbit --storage-cpus 0.25,1 --epochs 3
   testbed run --data ds --policies nooff,sophon,optimal --no-peer --mode loopback
+  testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 1 --policies nooff,optimal --no-peer --rtt 40ms --jitter 5ms --loss 0.1%
   testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 1 --policies optimal --no-peer --bucket
   testbed run --data s3://datasets/val --s3-root /srv/s3 --rate 100mbit --storage-cpus 1 --policies optimal --no-peer
   testbed run --gen openimages-like:96 --rate 100mbit --storage-cpus 1 --epochs 2 --batch 16 --policies nooff --train
@@ -120,6 +131,8 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	out := fs.String("out", "testbed-results", "output `folder`")
 	rates := shape.Rates{shape.MustParseRate(experiment.DefaultRate)}
 	fs.Var(&rates, "rate", "link `rates`, comma-separated (e.g. 100mbit,500mbit): tc tbf both ways")
+	wanMTU := fs.Int("wan-mtu", 0, "with --rtt, --jitter or --loss: the TUN devices' `MTU` (0: 1500, Ethernet's; 9000 about halves the delay line's CPU at 500 Mbit/s, but TCP then shrugs off loss six times better)")
+	wan := addWANFlags(fs, "netns mode and the two-node link only: the link becomes a TUN device in each namespace joined by a user-space delay line in this process, tbf still shaping both ways at --rate")
 	cpus := fs.String("storage-cpus", strconv.FormatFloat(experiment.DefaultCPUs, 'f', -1, 64), "storage agent CPU `limits` in cores, comma-separated, fractions allowed")
 	policies := fs.String("policies", "", "`policies` to run, comma-separated, in order (the first is the reference for placement invariance; default: "+strings.Join(policy.Names, ",")+", lru only with --cache-bytes); a policy with "+experiment.EstSuffix+" (optimal"+experiment.EstSuffix+") runs without a saved profile: planned from header estimates, as a first run is")
 	epochs := fs.Int("epochs", experiment.DefaultEpochs, "`epochs` per policy (the first run's first epoch profiles, No-Off)")
@@ -180,7 +193,11 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 		Bin: *bin, Scale: *scale, ComputeFlags: strings.Fields(*computeFlags), StorageFlags: strings.Fields(*storageFlags),
 		Insecure: *insecure, CacheBytes: *cacheBytes,
 		ContendAt: *contendAt, ContendThreads: *contendThreads, WorkConserving: *workConserving, Repeat: *repeat,
+		RTT: *wan.rtt, Jitter: *wan.jitter, Loss: float64(wan.loss), WANMTU: *wanMTU,
 		Log: log,
+	}
+	if wan.set() && experiment.Mode(*mode) == experiment.ModeLoopback {
+		return fmt.Errorf("run: --rtt, --jitter and --loss need netns mode (root): the delay line runs between two namespaces, not on loopback")
 	}
 	if !*quiet {
 		cfg.Progress = os.Stderr

@@ -22,6 +22,7 @@ func runShape(ctx context.Context, args []string, log zerolog.Logger) error {
 	latency := fs.Duration("latency", netns.DefaultLatency, "tbf latency: longest a packet may queue before it is dropped")
 	remove := fs.Bool("clear", false, "delete DEV's root qdisc, back to the kernel's default")
 	show := fs.Bool("show", false, "print DEV's qdiscs and their counters (after --rate or --clear, if given)")
+	wan := addWANFlags(fs, "with tc netem (the kernel's sch_netem), which delays what DEV sends by RTT/2: run it on both ends")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `testbed shape: shape a real interface with the tc tbf qdisc the testbed puts on
 its emulated link, for runs across two real nodes; or remove it, or show it.
@@ -30,9 +31,16 @@ Changing qdiscs needs root; --show alone does not.
 Only what DEV sends is shaped: to shape both directions between a storage
 node and a GPU node, run it on both, on the interface that faces the other.
 
+--rtt, --jitter and --loss add a round trip with tc netem: DEV's root
+qdisc becomes netem (what DEV sends waits RTT/2 ± jitter and loses the
+fraction --loss), with tbf at --rate under it. Run it on both ends for the
+full round trip. A kernel without netem refuses, and says so; 'testbed run
+--rtt' emulates a WAN link in user space on such a kernel.
+
 Examples:
   testbed shape --dev eth1 --rate 500mbit          cap eth1's egress at 500 Mbit/s
   testbed shape --dev eth1 --rate 1gbit --burst 262144 --latency 20ms --show
+  testbed shape --dev eth1 --rate 500mbit --rtt 40ms --jitter 5ms --loss 0.1%%   (on both ends)
   testbed shape --dev eth1 --show                  print eth1's qdiscs and counters
   testbed shape --dev eth1 --clear                 remove the shaping
 
@@ -51,15 +59,22 @@ Flags:
 	case *dev == "":
 		fs.Usage()
 		return fmt.Errorf("shape: --dev is required")
-	case !rate.IsZero() && *remove:
-		return fmt.Errorf("shape: --rate and --clear exclude each other")
-	case rate.IsZero() && !*remove && !*show:
+	case (!rate.IsZero() || wan.set()) && *remove:
+		return fmt.Errorf("shape: --rate, --rtt, --jitter and --loss exclude --clear")
+	case rate.IsZero() && !wan.set() && !*remove && !*show:
 		fs.Usage()
-		return fmt.Errorf("shape: want --rate, --clear or --show")
-	case (!rate.IsZero() || *remove) && os.Geteuid() != 0:
+		return fmt.Errorf("shape: want --rate, --rtt, --jitter, --loss, --clear or --show")
+	case (!rate.IsZero() || wan.set() || *remove) && os.Geteuid() != 0:
 		return fmt.Errorf("shape: changing %s's qdisc needs root (euid %d)", *dev, os.Geteuid())
 	}
 	switch {
+	case wan.set():
+		n := netns.Netem{Delay: *wan.rtt / 2, Jitter: *wan.jitter, Loss: float64(wan.loss)}
+		if err := netns.ShapeDevNetem(ctx, *dev, rate, *burst, *latency, n); err != nil {
+			return fmt.Errorf("shape: %w", err)
+		}
+		log.Info().Str("dev", *dev).Stringer("rate", rate).Str("delay", n.Delay.String()).Str("jitter", n.Jitter.String()).
+			Stringer("loss", &wan.loss).Msg("shaped: netem at the root of dev's egress (tbf under it when a rate is set)")
 	case !rate.IsZero():
 		if err := netns.ShapeDev(ctx, *dev, rate, *burst, *latency); err != nil {
 			return err
