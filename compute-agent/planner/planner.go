@@ -457,7 +457,11 @@ func (pl *Planner) driftLink(r *report.EpochReport, m *Offloads, ran policy.Plan
 	// own decoding read 16 MB/s on a 12 MB/s link); the next epoch the
 	// link binds, with the storage side not busy, gives the rate.
 	peak := r.LinkPeakBytesPerSec
-	linkBound := ran.Pred.Bottleneck == policy.Link && storageBusy < 0.8
+	// A first epoch that ran the provisional plan before this one took
+	// over (stage 1 beside it) is not this plan's: its bytes over seconds
+	// may raise the rate but not lower it.
+	overlapped := r.Stage1 != nil && r.Stage1.Overlapped
+	linkBound := ran.Pred.Bottleneck == policy.Link && storageBusy < 0.8 && !overlapped
 	switch {
 	case storageBusy >= 0.8 && peak > got && peak > (1+thr)*res.LinkBytesPerSec:
 		w := fmt.Sprintf("link peak %.0f B/s, planned %.0f B/s", peak, res.LinkBytesPerSec)

@@ -122,6 +122,24 @@ func TestDriftLinkPeak(t *testing.T) {
 	}
 }
 
+// TestDriftLinkOverlapped: a first epoch that ran the provisional plan
+// before its plan took over (stage 1 beside it) does not lower the link
+// rate however slow its bytes over seconds, and still raises it.
+func TestDriftLinkOverlapped(t *testing.T) {
+	for _, tc := range []struct {
+		got, want float64
+		replan    bool
+	}{{9e6, 12e6, false}, {15e6, 15e6, true}} {
+		pl := &Planner{Threshold: 0.2, Name: policy.NameOptimal, Res: policy.Resources{LinkBytesPerSec: 12e6, StorageSpeed: 1, StorageCores: 1}}
+		ran := policy.Plan{Pred: policy.Prediction{Seconds: 2, Bottleneck: policy.Link}}
+		r := &report.EpochReport{Epoch: 0, Seconds: 2, BytesReceived: int64(2 * tc.got), Stage1: &report.Stage1Summary{Overlapped: true}}
+		why, replan := pl.Drift(r, nil, ran)
+		if replan != tc.replan || pl.Res.LinkBytesPerSec != tc.want {
+			t.Errorf("overlapped first epoch at %.0f MB/s: re-plan %v (%q), link %.1f MB/s; want %v, %.1f", tc.got/1e6, replan, why, pl.Res.LinkBytesPerSec/1e6, tc.replan, tc.want/1e6)
+		}
+	}
+}
+
 // TestGuard: a planned epoch slower than the last measured No-Off epoch
 // re-plans and says why; one as fast does not, nor does No-Off itself, nor
 // any epoch before No-Off was measured.

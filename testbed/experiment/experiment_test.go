@@ -157,9 +157,14 @@ func TestExperimentNetns(t *testing.T) {
 			ratio := float64(e.AgentBytes) / float64(e.KernelPayloadBytes)
 			t.Logf("%s epoch %d: %.2fs (predicted %.2fs), agent %d B, kernel %d B in %d packets, payload ratio %.4f",
 				r.Policy, e.Epoch, e.Seconds, e.PredictedSeconds, e.AgentBytes, e.KernelBytes, e.KernelPackets, ratio)
-			if e.KernelBytes <= 0 || math.Abs(ratio-1) > 0.02 {
-				t.Errorf("%s epoch %d: agent bytes %d vs kernel payload %d (ratio %.4f): want within 2%%",
-					r.Policy, e.Epoch, e.AgentBytes, e.KernelPayloadBytes, ratio)
+			// Within 2%, or within the bytes between the counter samples
+			// around the epoch's edges (KernelBlurBytes), as the star's
+			// check: a short epoch on a loaded machine (make test's other
+			// streams) samples its edges late.
+			diff := math.Abs(float64(e.AgentBytes - e.KernelPayloadBytes))
+			if e.KernelBytes <= 0 || diff > max(0.02*float64(e.KernelPayloadBytes), float64(e.KernelBlurBytes)) {
+				t.Errorf("%s epoch %d: agent bytes %d vs kernel payload %d (ratio %.4f, %d B blurred at the edges): want within 2%% or the blur",
+					r.Policy, e.Epoch, e.AgentBytes, e.KernelPayloadBytes, ratio, e.KernelBlurBytes)
 			}
 		}
 	}
