@@ -140,6 +140,23 @@ func TestDriftLinkOverlapped(t *testing.T) {
 	}
 }
 
+// TestDriftLinkCalibrationHigh: a link rate that read high (13.3 MB/s)
+// comes down to a storage-bound epoch's busiest second (12.1) when that is
+// within peakOvershoot of it, quietly; a busiest second further under it
+// (9, a link the epoch did not fill) leaves it.
+func TestDriftLinkCalibrationHigh(t *testing.T) {
+	for _, tc := range []struct{ peak, want float64 }{{12.1e6, 12.1e6}, {9e6, 13.3e6}} {
+		pl := &Planner{Threshold: 0.2, Name: policy.NameOptimal, linkPeaked: true,
+			Res: policy.Resources{LinkBytesPerSec: 13.3e6, StorageSpeed: 1, StorageCores: 1}}
+		ran := policy.Plan{Pred: policy.Prediction{Seconds: 2, Bottleneck: policy.StorageCPU}}
+		r := &report.EpochReport{Epoch: 1, Seconds: 2, BytesReceived: int64(2 * 0.9 * tc.peak), LinkPeakBytesPerSec: tc.peak}
+		why, replan := pl.Drift(r, &Offloads{StorageEffNS: 1.9e9}, ran)
+		if replan || pl.Res.LinkBytesPerSec != tc.want {
+			t.Errorf("peak %.1f MB/s under a planned 13.3: re-plan %v (%q), link %.2f MB/s; want none, %.2f", tc.peak/1e6, replan, why, pl.Res.LinkBytesPerSec/1e6, tc.want/1e6)
+		}
+	}
+}
+
 // TestGuard: a planned epoch slower than the last measured No-Off epoch
 // re-plans and says why; one as fast does not, nor does No-Off itself, nor
 // any epoch before No-Off was measured.
