@@ -1,8 +1,10 @@
 // Package budget shares the storage agent's CPU budget among the requests
 // of its clients: the workers a fractional budget of cores runs on and the
 // throttle that holds each to its share of a core (Size, Throttle, Time),
-// the fair queue that deals the workers round-robin among clients and
-// their streams (Queue), the work-conserving admission that answers an
+// the shares of the budget among the jobs it serves (Jobs, by the
+// operator's weights), the fair queue that deals the workers among the
+// jobs in proportion to those weights and round-robin among a job's
+// clients and their streams (Queue), the work-conserving admission that answers an
 // offload raw when the budget cannot finish it before the link runs dry
 // (Conserver), and the accounting of what the workers are doing (StallWatch
 // for stuck workers, IdleWatch for an idle agent).
