@@ -9,10 +9,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,6 +24,8 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/cli"
 	"github.com/sophon-dl/sophon/internal/oplimits"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
+	"github.com/sophon-dl/sophon/storage-agent/budget"
 	"github.com/sophon-dl/sophon/storage-agent/dataset/s3src"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
@@ -120,6 +125,10 @@ type settings struct {
 	S3Retries         int           `yaml:"s3-retries"`
 	S3PageTimeout     time.Duration `yaml:"s3-page-timeout"`
 	S3ListTimeout     time.Duration `yaml:"s3-list-timeout"`
+	JobWeights        weights       `yaml:"job-weights"`
+	JobWindow         time.Duration `yaml:"job-window"`
+	MaxJobs           int           `yaml:"max-jobs"`
+	JobShares         bool          `yaml:"job-shares"`
 }
 
 func defaults() settings {
@@ -143,6 +152,9 @@ func defaults() settings {
 		S3Retries:      s3src.DefaultMaxRetries,
 		S3PageTimeout:  s3src.DefaultPageTimeout,
 		S3ListTimeout:  s3src.DefaultListTimeout,
+		JobWindow:      budget.DefaultJobWindow,
+		MaxJobs:        budget.DefaultMaxJobs,
+		JobShares:      true,
 	}
 }
 
@@ -183,6 +195,10 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.Manifest, "manifest", s.Manifest, "the whole dataset's manifest `file` (storage-agent manifest) when --data holds only part of its files: the agent serves its catalog and fingerprint, from the files it has (checked against it), and never holds a shard it lacks a file of")
 	fs.Var(&s.Egress, "egress", "this node's egress `rate` in tc syntax (500mbit, 10gbit, 1.25gbps), announced to compute agents for planning; 0 means unknown")
 	fs.IntVar(&s.SendBuffer, "send-buffer", s.SendBuffer, "kernel send buffer of each connection in `bytes` (SO_SNDBUF; SO_SNDBUFFORCE with CAP_NET_ADMIN): what keeps the link busy while a CPU limit throttles the agent; at least the egress rate times 100 ms. 0 leaves the kernel's autotuning")
+	fs.Var(&s.JobWeights, "job-weights", "the jobs' `weights`, name=weight comma-separated (a=2,b=1), by the name their compute agents send (compute-agent --job): each active job gets the budget's share weight/(active jobs' weights), told in Info, and the fair queue serves it so; a job not named weighs 1")
+	fs.DurationVar(&s.JobWindow, "job-window", s.JobWindow, "how long a job without an open fetch stream still counts as active after its last stream or Info")
+	fs.IntVar(&s.MaxJobs, "max-jobs", s.MaxJobs, "active `jobs` the agent serves at once; a stream of another job is refused")
+	fs.BoolVar(&s.JobShares, "job-shares", s.JobShares, "tell each job its share of --cpus in Info; false tells every job the whole budget (each plans as if it were alone, as before shares), the queue still serving the jobs by weight")
 	return fs
 }
 
@@ -224,6 +240,10 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c.SendBuffer = s.SendBuffer
 	c.S3 = s3src.Config{MaxObjects: s.S3MaxObjects, Addressing: s.S3Addressing, MaxRetries: s.S3Retries,
 		PageTimeout: s.S3PageTimeout, ListTimeout: s.S3ListTimeout}
+	c.JobWeights = s.JobWeights
+	c.JobWindow = s.JobWindow
+	c.MaxJobs = s.MaxJobs
+	c.NoJobShares = !s.JobShares
 	c.Version = version
 	c.Logger = log
 	return c
@@ -277,6 +297,62 @@ func (r *rate) UnmarshalYAML(n *yaml.Node) error {
 		return fmt.Errorf("line %d: egress: want a rate such as 500mbit", n.Line)
 	}
 	return r.Set(n.Value)
+}
+
+// weights is the --job-weights flag: job name to weight.
+type weights map[string]float64
+
+// Set implements flag.Value: "a=2,b=1"; an empty string is no weights.
+func (w *weights) Set(s string) error {
+	out := weights{}
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		name, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("job weight %q: want name=weight", kv)
+		}
+		if err := dataplanepb.CheckJobName(name); err != nil {
+			return err
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f > 0) || f > 1e6 {
+			return fmt.Errorf("job %q: weight %q: want a number in (0, 1e6]", name, v)
+		}
+		out[name] = f
+	}
+	*w = out
+	return nil
+}
+
+// String is the weights as Set reads them, sorted by name.
+func (w *weights) String() string {
+	if w == nil {
+		return ""
+	}
+	parts := make([]string, 0, len(*w))
+	for _, name := range slices.Sorted(maps.Keys(*w)) {
+		parts = append(parts, name+"="+strconv.FormatFloat((*w)[name], 'g', -1, 64))
+	}
+	return strings.Join(parts, ",")
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler: "job-weights: a=2,b=1" or a
+// mapping.
+func (w *weights) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		return w.Set(n.Value)
+	}
+	var m map[string]float64
+	if err := n.Decode(&m); err != nil {
+		return err
+	}
+	parts := make([]string, 0, len(m))
+	for k, v := range m {
+		parts = append(parts, k+"="+strconv.FormatFloat(v, 'g', -1, 64))
+	}
+	return w.Set(strings.Join(parts, ","))
 }
 
 func run(args []string) int {

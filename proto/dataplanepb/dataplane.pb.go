@@ -880,6 +880,25 @@ type InfoResponse struct {
 	// and the agent cannot serve their samples (NOT_FOUND). Empty: it stores
 	// every shard.
 	MissingShards []uint32 `protobuf:"varint,13,rep,packed,name=missing_shards,json=missingShards,proto3" json:"missing_shards,omitempty"`
+	// Shares (storage-agent --job-weights): the agent divides cpus among
+	// the jobs it serves, each in proportion to its weight, and its fair
+	// queue serves them in the same proportion. A job is named by its
+	// compute agents in the "sophon-job" metadata of every call (all ranks
+	// and connections of one job send the same name; without one, the
+	// client's identity names it). share_cpus is the asking job's share of
+	// cpus now, counting it as active: what it should plan for. A compute
+	// agent asks again before each epoch and re-plans when it moved. Zero:
+	// an agent before shares (plan for cpus). With shares off
+	// (storage-agent --job-shares=false) it is cpus.
+	ShareCpus float64 `protobuf:"fixed64,14,opt,name=share_cpus,json=shareCpus,proto3" json:"share_cpus,omitempty"`
+	// The active jobs (an open Fetch stream, or a request or Info within
+	// the agent's job window), the asking one included.
+	Jobs uint32 `protobuf:"varint,15,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	// The name the agent counts the asking job under.
+	Job string `protobuf:"bytes,16,opt,name=job,proto3" json:"job,omitempty"`
+	// The asking job's weight and the active jobs' weights summed.
+	JobWeight     float64 `protobuf:"fixed64,17,opt,name=job_weight,json=jobWeight,proto3" json:"job_weight,omitempty"`
+	JobsWeight    float64 `protobuf:"fixed64,18,opt,name=jobs_weight,json=jobsWeight,proto3" json:"jobs_weight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1005,6 +1024,41 @@ func (x *InfoResponse) GetMissingShards() []uint32 {
 	return nil
 }
 
+func (x *InfoResponse) GetShareCpus() float64 {
+	if x != nil {
+		return x.ShareCpus
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetJobs() uint32 {
+	if x != nil {
+		return x.Jobs
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *InfoResponse) GetJobWeight() float64 {
+	if x != nil {
+		return x.JobWeight
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetJobsWeight() float64 {
+	if x != nil {
+		return x.JobsWeight
+	}
+	return 0
+}
+
 var File_proto_dataplanepb_dataplane_proto protoreflect.FileDescriptor
 
 const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
@@ -1058,7 +1112,7 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"ShardRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"\xd4\x03\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\xd9\x04\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12 \n" +
@@ -1074,7 +1128,15 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	" \x01(\tR\rplacementName\x12+\n" +
 	"\x11placement_members\x18\v \x03(\tR\x10placementMembers\x12$\n" +
 	"\x0eprocess_cpu_ns\x18\f \x01(\x04R\fprocessCpuNs\x12%\n" +
-	"\x0emissing_shards\x18\r \x03(\rR\rmissingShards*5\n" +
+	"\x0emissing_shards\x18\r \x03(\rR\rmissingShards\x12\x1d\n" +
+	"\n" +
+	"share_cpus\x18\x0e \x01(\x01R\tshareCpus\x12\x12\n" +
+	"\x04jobs\x18\x0f \x01(\rR\x04jobs\x12\x10\n" +
+	"\x03job\x18\x10 \x01(\tR\x03job\x12\x1d\n" +
+	"\n" +
+	"job_weight\x18\x11 \x01(\x01R\tjobWeight\x12\x1f\n" +
+	"\vjobs_weight\x18\x12 \x01(\x01R\n" +
+	"jobsWeight*5\n" +
 	"\x05Codec\x12\x0e\n" +
 	"\n" +
 	"CODEC_NONE\x10\x00\x12\x0e\n" +

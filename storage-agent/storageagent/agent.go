@@ -163,6 +163,23 @@ type Config struct {
 	// MaxStreams and MaxStreamsPerPeer bound the open Fetch streams, in all
 	// and per peer. Zero means DefaultMaxStreams, DefaultMaxStreamsPerPeer.
 	MaxStreams, MaxStreamsPerPeer int
+	// JobWeights are the operator's weights of the jobs the agent serves,
+	// by the name their compute agents send (dataplanepb.JobMetadata); a
+	// job not named weighs 1. Each active job's share of CPUs is its
+	// weight over the active jobs' (InfoResponse.share_cpus), and the fair
+	// queue serves the jobs in that proportion (package budget, Jobs).
+	JobWeights map[string]float64
+	// JobWindow is how long a job without an open Fetch stream stays
+	// active after its last stream or Info. Zero means
+	// budget.DefaultJobWindow.
+	JobWindow time.Duration
+	// MaxJobs bounds the active jobs: a stream of a new job beyond it is
+	// refused (ResourceExhausted). Zero means budget.DefaultMaxJobs.
+	MaxJobs int
+	// NoJobShares tells every job the whole budget in Info (share_cpus =
+	// cpus), as before shares: each job plans as if the budget were its
+	// own. The fair queue still weighs the jobs.
+	NoJobShares bool
 	// Limits bound every pipeline run on the agent's data: decoded pixels,
 	// progressive scans, libjpeg's memory and every op's output, checked
 	// before allocating. A client's spec can lower the pixel cap, never
@@ -299,7 +316,7 @@ func (c *Config) validate() error {
 	if math.IsNaN(c.CPUs) || math.IsInf(c.CPUs, 0) || c.CPUs < 0 {
 		return fmt.Errorf("%w: cpus %v", ErrConfig, c.CPUs)
 	}
-	if c.Queue < 0 || c.MaxStreams < 0 || c.MaxStreamsPerPeer < 0 || c.StallTimeout < 0 || c.OpTimeout < 0 {
+	if c.Queue < 0 || c.MaxStreams < 0 || c.MaxStreamsPerPeer < 0 || c.StallTimeout < 0 || c.OpTimeout < 0 || c.JobWindow < 0 || c.MaxJobs < 0 {
 		return fmt.Errorf("%w: negative queue, stream limit or timeout", ErrConfig)
 	}
 	if c.Limits.MaxPixels < 0 || c.Limits.MaxScans < 0 || c.Limits.MaxMemory < 0 || c.Limits.MaxOutputBytes < 0 {

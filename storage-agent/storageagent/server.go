@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -98,6 +99,9 @@ type server struct {
 	peer      *peerlog.Limiter // warnings a client causes, rate-limited
 	m         *metrics
 
+	// jobs are the jobs served and their shares of the budget.
+	jobs *budget.Jobs
+
 	queue *budget.Queue[*fetchStream, *job]
 	// wc admits offloads with FetchRequest.fallback (work-conserving
 	// offload, budget.Conserver).
@@ -146,6 +150,9 @@ type job struct {
 type fetchStream struct {
 	ctx  context.Context // ends when the stream does
 	peer string          // the client's identity, for fair queueing
+	// job names the stream's job (jobOf), weight is the job's.
+	job    string
+	weight float64
 	// results carries the budgeted workers' responses, raw the raw
 	// workers'; the sender sends budgeted results first. Both hold the
 	// stream's whole admission window, so delivering never blocks.
@@ -189,6 +196,11 @@ func newServer(ds *dataset.Dataset, cfg Config, workers int, share float64, peer
 		maxStreams:  cfg.MaxStreams,
 		maxPeer:     cfg.MaxStreamsPerPeer,
 	}
+	jobs, err := budget.NewJobs(budget.JobsConfig{CPUs: cfg.CPUs, Weights: cfg.JobWeights, Window: cfg.JobWindow, Max: cfg.MaxJobs, Off: cfg.NoJobShares})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	s.jobs = jobs
 	s.wc = budget.NewConserver(workers, cfg.OpTimeout)
 	s.queue = budget.NewQueue[*fetchStream, *job](s.runnable)
 	s.raw = budget.NewQueue[*fetchStream, *job](s.runnable)
@@ -272,9 +284,33 @@ func peerKey(ctx context.Context) string {
 	return p.Addr.String()
 }
 
-// Info describes the agent: its budget, its dataset, the dataset's shard
-// layout and the shards the agent holds now.
-func (s *server) Info(context.Context, *dataplanepb.InfoRequest) (*dataplanepb.InfoResponse, error) {
+// jobOf names the job of a call: the name its compute agent sent in the
+// dataplanepb.JobMetadata metadata, else "peer:" and the client's identity
+// (peerKey); named reports whether it sent one.
+func jobOf(ctx context.Context) (job string, named bool, err error) {
+	v := metadata.ValueFromIncomingContext(ctx, dataplanepb.JobMetadata)
+	if len(v) == 0 {
+		return "peer:" + peerKey(ctx), false, nil
+	}
+	if err := dataplanepb.CheckJobName(v[0]); err != nil {
+		return "", false, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return v[0], true, nil
+}
+
+// Info describes the agent: its budget and the asking job's share of it,
+// its dataset, the dataset's shard layout and the shards the agent holds
+// now. A named job that asks counts as active for the job window.
+func (s *server) Info(ctx context.Context, _ *dataplanepb.InfoRequest) (*dataplanepb.InfoResponse, error) {
+	job, named, err := jobOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	if named {
+		s.jobs.Seen(job, now)
+	}
+	sh := s.jobs.Share(job, now)
 	held, _, members := s.hold.state()
 	heldWire := make([]uint32, len(held))
 	for i, sh := range held {
@@ -294,6 +330,11 @@ func (s *server) Info(context.Context, *dataplanepb.InfoRequest) (*dataplanepb.I
 		PlacementMembers:  slices.Clone(members),
 		ProcessCpuNs:      uint64(max(cpuclock.Process(), 0)),
 		MissingShards:     s.hold.missingWire,
+		ShareCpus:         sh.CPUs,
+		Jobs:              uint32(sh.Jobs), // at most the agent's MaxJobs + 1
+		Job:               job,
+		JobWeight:         sh.Weight,
+		JobsWeight:        sh.Total,
 	}, nil
 }
 
@@ -358,21 +399,34 @@ func (s *server) Catalog(req *dataplanepb.CatalogRequest, stream grpc.ServerStre
 // returns; when the stream is cancelled, they are dropped.
 func (s *server) Fetch(stream grpc.BidiStreamingServer[dataplanepb.FetchRequest, dataplanepb.FetchResponse]) error {
 	key := peerKey(stream.Context())
+	jobName, _, err := jobOf(stream.Context())
+	if err != nil {
+		s.peer.WarnPeer(s.log, peerlog.FetchStreamRefused, key).Str("peer", key).Err(err).Msg("fetch stream refused")
+		return err
+	}
 	closeStream, err := s.openStream(key)
 	if err != nil {
 		s.peer.WarnPeer(s.log, peerlog.FetchStreamRefused, key).Str("peer", key).Err(err).Msg("fetch stream refused")
 		return err
 	}
 	defer closeStream()
+	closeJob, err := s.jobs.Open(jobName, time.Now())
+	if err != nil {
+		s.peer.WarnPeer(s.log, peerlog.FetchStreamRefused, key).Str("peer", key).Str("job", jobName).Err(err).Msg("fetch stream refused")
+		return status.Errorf(codes.ResourceExhausted, "storage agent %s: job %q: %v", s.name, jobName, err)
+	}
+	defer func() { closeJob(time.Now()) }()
 	s.m.streams.Inc()
 	defer s.m.streams.Dec()
-	log := s.log.With().Str("peer", key).Logger()
+	log := s.log.With().Str("peer", key).Str("job", jobName).Logger()
 	log.Debug().Msg("fetch stream opened")
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	st := &fetchStream{
 		ctx:     ctx,
 		peer:    key,
+		job:     jobName,
+		weight:  s.jobs.Weight(jobName),
 		results: make(chan result, s.pending),
 		raw:     make(chan result, s.pending),
 		slots:   make(chan struct{}, s.pending),
@@ -509,9 +563,9 @@ func (s *server) receive(ctx context.Context, stream grpc.BidiStreamingServer[da
 			}
 		}
 		if j.raw() {
-			s.raw.Push(st, st.peer, j)
+			s.raw.PushJob(st, st.job, st.weight, st.peer, j)
 		} else {
-			s.queue.Push(st, st.peer, j)
+			s.queue.PushJob(st, st.job, st.weight, st.peer, j)
 		}
 	}
 }

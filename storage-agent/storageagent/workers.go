@@ -43,9 +43,11 @@ func (s *server) rawWorker(i int) {
 		if !ok {
 			return
 		}
-		s.rawBusy.Busy(i, time.Now())
+		t0 := time.Now()
+		s.rawBusy.Busy(i, t0)
 		s.handle(j, 0)
 		s.rawBusy.Free(i)
+		s.raw.Charge(j.st.job, float64(time.Since(t0)))
 	}
 }
 
@@ -75,6 +77,7 @@ func (s *server) worker(ctx context.Context, i int) {
 		s.busy.Busy(i, t0)
 		busy := s.handle(j, late)
 		s.busy.Free(i)
+		s.queue.Charge(j.st.job, float64(busy))
 		j.waitRead()
 		late = t.After(ctx, busy, time.Since(t0))
 	}

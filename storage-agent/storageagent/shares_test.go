@@ -1,0 +1,107 @@
+package storageagent
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
+)
+
+// asJob is ctx naming the job of its calls.
+func asJob(ctx context.Context, job string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, dataplanepb.JobMetadata, job)
+}
+
+// TestInfoShares: Info tells each job its weighted share of the budget,
+// counting the jobs that asked, and the whole budget with shares off.
+func TestInfoShares(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.CPUs = 2
+	cfg.JobWeights = map[string]float64{"big": 3}
+	a := startAgent(t, cfg)
+	ctx := context.Background()
+	for _, step := range []struct {
+		job        string
+		share      float64
+		jobs       uint32
+		weight, of float64
+	}{
+		{"a", 2, 1, 1, 1},
+		{"big", 1.5, 2, 3, 4},
+		{"a", 0.5, 2, 1, 4},
+	} {
+		info, err := a.client.Info(asJob(ctx, step.job), &dataplanepb.InfoRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(info.ShareCpus-step.share) > 1e-9 || info.Jobs != step.jobs || info.Job != step.job || info.JobWeight != step.weight || info.JobsWeight != step.of {
+			t.Fatalf("Info as %s: share %v of %v cpus, %d jobs, job %q weight %v of %v; want share %v, %d jobs, weight %v of %v",
+				step.job, info.ShareCpus, info.Cpus, info.Jobs, info.Job, info.JobWeight, info.JobsWeight, step.share, step.jobs, step.weight, step.of)
+		}
+	}
+	// A client that names no job is a job of its own, counted by its
+	// streams, not its Info.
+	info, err := a.client.Info(ctx, &dataplanepb.InfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(info.ShareCpus-0.4) > 1e-9 || info.Jobs != 3 {
+		t.Fatalf("unnamed Info: share %v, %d jobs, want 0.4, 3", info.ShareCpus, info.Jobs)
+	}
+	if _, err := a.client.Info(asJob(ctx, "bad name!"), &dataplanepb.InfoRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("bad job name: got %v, want InvalidArgument", err)
+	}
+
+	cfg = testConfig(t)
+	cfg.NoJobShares = true
+	off := startAgent(t, cfg)
+	for _, job := range []string{"a", "b"} {
+		info, err := off.client.Info(asJob(ctx, job), &dataplanepb.InfoRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.ShareCpus != cfg.CPUs {
+			t.Fatalf("shares off, Info as %s: share %v, want the budget %v", job, info.ShareCpus, cfg.CPUs)
+		}
+	}
+}
+
+// TestFetchMaxJobs: a stream of a new job beyond MaxJobs is refused while
+// the others are open; another stream of an active job is not.
+func TestFetchMaxJobs(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MaxJobs = 1
+	a := startAgent(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	open := func(job string) error {
+		stream, err := a.client.Fetch(asJob(ctx, job))
+		if err != nil {
+			return err
+		}
+		// The server answers the stream's first request, or refuses it.
+		if err := stream.Send(&dataplanepb.FetchRequest{Tag: 1, Sample: 0}); err != nil {
+			return err
+		}
+		_, err = stream.Recv()
+		return err
+	}
+	if err := open("one"); err != nil {
+		t.Fatal(err)
+	}
+	if err := open("one"); err != nil {
+		t.Fatalf("second stream of an active job: %v", err)
+	}
+	if err := open("two"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a second job past MaxJobs 1: got %v, want ResourceExhausted", err)
+	}
+	if err := open(""); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("an empty job name: got %v, want InvalidArgument", err)
+	}
+}
