@@ -167,6 +167,9 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 		a.sizes, a.pipeID = schedule.NewSizeModel(p), p.ID()
 	}
 	a.jr.Run.Pipeline = a.pipeID
+	if a.cfg.Job == "" {
+		a.cfg.Job = defaultJob(a.cfg.Seed, a.cfg.FirstEpoch, a.cfg.World, a.pipeID)
+	}
 	if pre, err := ops.Preset(a.cfg.Pipeline.Name()); err != nil || pre.ID() != a.pipeID {
 		if a.pipeSpec, err = json.Marshal(a.cfg.Pipeline.Spec()); err != nil {
 			return nil, configErr("pipeline spec: %v", err)
@@ -342,6 +345,7 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 	if w := a.cfg.RecvWindow; w > 0 {
 		opts = append(opts, grpc.WithInitialWindowSize(int32(w)), grpc.WithInitialConnWindowSize(int32(2*w)))
 	}
+	opts = append(opts, jobOptions(a.cfg.Job)...)
 	c, err := grpc.NewClient("passthrough:///"+addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("computeagent: %s: %w", addr, err)

@@ -22,6 +22,7 @@ import (
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/policy"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
 // Defaults for the zero values of [Config].
@@ -212,6 +213,12 @@ type RunOptions struct {
 	// with i % World == Rank. World zero means 1.
 	Rank  int `yaml:"rank"`
 	World int `yaml:"world"`
+	// Job names this training job to the storage agents, which divide
+	// their CPU budgets among the jobs they serve and tell each its share
+	// (InfoResponse.share_cpus), which the planner plans for. Every rank
+	// of one job must send the same name. Empty means "run-" and a hash of
+	// the seed, first epoch, world and pipeline, which the ranks share.
+	Job string `yaml:"job"`
 	// Window bounds requests in flight per storage agent (sent and not yet
 	// handed to the shared queue). Zero means 64.
 	Window int `yaml:"window"`
@@ -559,6 +566,8 @@ func (c *Config) counts() error {
 		return configErr("epochs %d is negative", c.Epochs)
 	case c.World < 1 || c.Rank < 0 || c.Rank >= c.World:
 		return configErr("rank %d of world %d: want 0 <= rank < world", c.Rank, c.World)
+	case c.Job != "" && dataplanepb.CheckJobName(c.Job) != nil:
+		return configErr("job: %v", dataplanepb.CheckJobName(c.Job))
 	case c.Window < 0:
 		return configErr("window %d is negative", c.Window)
 	case c.WindowBytes < 0:

@@ -43,12 +43,30 @@ func (a *Agent) startPolicy(ctx context.Context) (func(i int, num uint64) epochO
 		Rank: cfg.Rank, World: cfg.World, Limits: cfg.Settings, CacheBytes: a.plannedCacheBytes(), Stage1: a.stage1Config(),
 		Catalog: planner.Catalog{Fingerprint: cat.Fingerprint, Total: cat.Total, RawSizes: cat.RawSizes, Header: cat.Header,
 			HasHeaders: cat.HasHeaders(), Areas: cat.CutAreas(cfg.Pipeline, cfg.Seed)},
-		Sources: srcs, Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }, SplitOf: func(p *planner.RunPlan) func(uint64) (int, error) { return a.engine.SplitOf(p) }}
+		Sources: srcs, Holds: func(node int, sample uint64) bool { return fs[node].Holds(sample) }, SplitOf: func(p *planner.RunPlan) func(uint64) (int, error) { return a.engine.SplitOf(p) },
+		Job: cfg.Job, Shares: func() ([]float64, int) { return a.shares(ctx, fs) }}
 	run, err := planner.Start(ctx, h, shard)
 	if err != nil {
 		return nil, asConfig(err)
 	}
 	return func(i int, num uint64) epochOpts { return policyOpts(run.Next(i, num)) }, nil
+}
+
+// shares asks each storage agent of fs for this job's share of its
+// budget now and returns each one's cores to plan for (its last known
+// where it did not answer) and the most jobs one of them serves.
+func (a *Agent) shares(ctx context.Context, fs []*engine.Fetcher) ([]float64, int) {
+	cores := make([]float64, len(fs))
+	jobs := 0
+	for i, f := range fs {
+		if err := f.RefreshShare(ctx, engine.ProbeTimeout); err != nil {
+			a.log.Warn().Err(err).Str("storage", f.Name()).Msg("could not ask the storage agent for this job's share: planning for the last known")
+		}
+		cores[i] = f.CPUs()
+		_, n := f.Share()
+		jobs = max(jobs, n)
+	}
+	return cores, jobs
 }
 
 // asConfig marks a plan the policy could not make (planner.ErrPlan), and

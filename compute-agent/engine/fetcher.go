@@ -37,6 +37,12 @@ type Fetcher struct {
 	name   string // the storage agent's
 	client dataplanepb.StorageClient
 	cpus   float64 // the storage agent's cores (InfoResponse.cpus)
+	// shareMu guards shareCPUs and jobs: this job's share of cpus and the
+	// jobs the agent serves, as its Info last said (0: an agent before
+	// shares).
+	shareMu   sync.Mutex
+	shareCPUs float64
+	jobs      int
 	// hold is the shards the agent holds (nil: every sample).
 	hold *catalog.Holdings
 	// served and servedBytes count the responses accepted from it.
@@ -70,7 +76,8 @@ func NewFetcher(name string, client dataplanepb.StorageClient, info *dataplanepb
 	if err != nil {
 		return nil, err
 	}
-	return &Fetcher{name: name, client: client, cpus: info.GetCpus(), cpu0: info.GetProcessCpuNs(), hold: h}, nil
+	return &Fetcher{name: name, client: client, cpus: info.GetCpus(), shareCPUs: info.GetShareCpus(), jobs: int(info.GetJobs()),
+		cpu0: info.GetProcessCpuNs(), hold: h}, nil
 }
 
 // Name is the storage agent's name.
@@ -79,8 +86,40 @@ func (f *Fetcher) Name() string { return f.name }
 // Client is the storage agent's client.
 func (f *Fetcher) Client() dataplanepb.StorageClient { return f.client }
 
-// CPUs is the storage agent's cores as its Info last said (0: unknown).
-func (f *Fetcher) CPUs() float64 { return f.cpus }
+// CPUs is the storage agent's cores this job plans for, as its Info last
+// said: the job's share of the agent's budget (InfoResponse.share_cpus),
+// or the whole budget from an agent before shares (0: unknown).
+func (f *Fetcher) CPUs() float64 {
+	f.shareMu.Lock()
+	defer f.shareMu.Unlock()
+	if f.shareCPUs > 0 {
+		return f.shareCPUs
+	}
+	return f.cpus
+}
+
+// Share is this job's share of the storage agent's budget and the jobs
+// the agent serves, as its Info last said (0, 0: an agent before shares).
+func (f *Fetcher) Share() (cpus float64, jobs int) {
+	f.shareMu.Lock()
+	defer f.shareMu.Unlock()
+	return f.shareCPUs, f.jobs
+}
+
+// RefreshShare asks the storage agent's Info again for this job's share
+// (Share, CPUs), within timeout.
+func (f *Fetcher) RefreshShare(ctx context.Context, timeout time.Duration) error {
+	ictx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	info, err := f.client.Info(ictx, &dataplanepb.InfoRequest{})
+	if err != nil {
+		return err
+	}
+	f.shareMu.Lock()
+	defer f.shareMu.Unlock()
+	f.shareCPUs, f.jobs = info.GetShareCpus(), int(info.GetJobs())
+	return nil
+}
 
 // Holds reports whether the agent holds sample (as its layout announced;
 // an agent without one holds every sample).
@@ -198,6 +237,9 @@ func (f *Fetcher) probe(ctx context.Context) error {
 		return fmt.Errorf("%w: %s now serves %q, catalog is %q", catalog.ErrFingerprint, f.name, fp, f.e.cat.Fingerprint)
 	}
 	f.cpus = info.GetCpus()
+	f.shareMu.Lock()
+	f.shareCPUs, f.jobs = info.GetShareCpus(), int(info.GetJobs())
+	f.shareMu.Unlock()
 	return nil
 }
 

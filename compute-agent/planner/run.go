@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"strings"
 	"time"
 
@@ -109,6 +110,13 @@ type Host struct {
 	Holds   func(node int, sample uint64) bool
 	// SplitOf is each sample's split under a plan as the agent runs it.
 	SplitOf func(*RunPlan) func(sample uint64) (int, error)
+	// Job is the job name the agent sends its storage agents (for the
+	// report). Shares, when set, asks them again for this job's share
+	// of their budgets (Sources' CPUs after it) and returns each one's,
+	// in the order of Sources, and the most jobs one of them serves;
+	// before each epoch's plan a share that moved re-plans.
+	Job    string
+	Shares func() (cores []float64, jobs int)
 }
 
 // Catalog is what a policy run reads of the dataset's catalog.
@@ -210,6 +218,9 @@ type Run struct {
 	// recal is the estimate calibrated again on all the first epoch's
 	// calibration files, for the later plans (overlap.go).
 	recal *profiler.Profile
+	// share and jobs are the storage share and jobs the last Next saw.
+	share float64
+	jobs  int
 }
 
 // Start runs stage 1 and takes up a saved profile, ready for the policy
@@ -338,8 +349,9 @@ func (p *Run) planEstimate(prof *profiler.Profile, omitted Omitted, err error, t
 // drift (Planner.ForEpoch); a plan that cannot be made fails the epoch
 // (EpochOpts.Err).
 func (p *Run) Next(i int, num uint64) EpochOpts {
+	shareReplan := p.followShare()
 	if p.pending != nil {
-		return p.overlapped(num)
+		return p.withShare(p.overlapped(num), "")
 	}
 	pl, h := p.pl, p.h
 	if err := pl.ForEpoch(num); err != nil {
@@ -389,6 +401,61 @@ func (p *Run) Next(i int, num uint64) EpochOpts {
 		r.CacheBoundSeconds, r.Prediction = cacheBound, pred
 		predictNodes(r, cluster, planRan.Cluster)
 		return p.annotate(r, e, rec, ran, planRan)
+	}
+	return p.withShare(opts, shareReplan)
+}
+
+// followShare asks the storage agents for this job's share of their
+// budgets (Host.Shares) and, when it moved from the one the plan was made
+// for (jobs came or went), takes it up and marks the plan out of date:
+// the epoch about to run is planned for the new share. It returns why it
+// did ("" when it did not).
+func (p *Run) followShare() string {
+	h, pl := p.h, p.pl
+	if h.Shares == nil {
+		return ""
+	}
+	cores, jobs := h.Shares()
+	total := 0.0
+	for _, c := range cores {
+		total += c
+	}
+	p.share, p.jobs = total, jobs
+	old := pl.Res.StorageCores
+	if !(total > 0) || !(old > 0) || math.Abs(total-old) <= shareMoved*old {
+		return ""
+	}
+	pl.Res.StorageCores = total
+	for i := range pl.Nodes {
+		if i < len(cores) && cores[i] > 0 {
+			pl.Nodes[i].Cores = cores[i]
+		}
+	}
+	pl.Invalidate()
+	why := fmt.Sprintf("storage share %.3g -> %.3g cores (%d jobs)", old, total, jobs)
+	h.Log.Info().Str("job", h.Job).Float64("old_cores", old).Float64("share_cores", total).Int("jobs", jobs).
+		Msg("storage share changed: re-planning for it")
+	return why
+}
+
+// shareMoved is the relative change of the storage share that re-plans.
+const shareMoved = 0.01
+
+// withShare has opts' report say the job, its share and why the epoch
+// re-planned for it.
+func (p *Run) withShare(opts EpochOpts, why string) EpochOpts {
+	h := p.h
+	if h.Job == "" && h.Shares == nil {
+		return opts
+	}
+	share, jobs := p.share, p.jobs
+	annotate := opts.Annotate
+	opts.Annotate = func(r *report.EpochReport, e Epoch) error {
+		r.Job, r.ShareCPUs, r.Jobs, r.ShareReplan = h.Job, share, jobs, why
+		if annotate != nil {
+			return annotate(r, e)
+		}
+		return nil
 	}
 	return opts
 }

@@ -220,6 +220,18 @@ type EpochReport struct {
 	// ReplanReason is why: "drift: ..." and/or "guard: ..." (omitted when
 	// not replanned).
 	ReplanReason string `json:"replan_reason,omitempty"`
+	// Job is the job name this compute agent sent its storage agents
+	// (compute-agent --job), under which they share their budgets.
+	Job string `json:"job,omitempty"`
+	// ShareCPUs is the storage cores this job was told were its own when
+	// the epoch's plan was chosen, summed over the storage agents (each
+	// one's InfoResponse.share_cpus); Jobs the most jobs one of them
+	// served then. Omitted from agents before shares.
+	ShareCPUs float64 `json:"share_cpus,omitempty"`
+	Jobs      int     `json:"jobs,omitempty"`
+	// ShareReplan says that this epoch runs a new plan because the share
+	// changed since the last plan (jobs came or went), from what to what.
+	ShareReplan string `json:"share_replan,omitempty"`
 	// PlanSource is what the epoch's plan was made from: PlanEstimate,
 	// PlanProfile or PlanMeasured; omitted for an epoch without a plan
 	// (No-Off while stage 2 records, or no profile at all).

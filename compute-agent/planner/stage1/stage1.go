@@ -100,7 +100,8 @@ type Config struct {
 type Source interface {
 	Name() string
 	Client() dataplanepb.StorageClient
-	// CPUs is the agent's cores (0: unknown).
+	// CPUs is the agent's cores this job plans for: its share of the
+	// agent's budget (0: unknown).
 	CPUs() float64
 }
 
