@@ -25,8 +25,9 @@ func buildAgents(t *testing.T, _ string) (compute, storage string) {
 }
 
 // startStorageBin serves a small generated dataset with the storage-agent
-// binary until the test ends, and returns its address.
-func startStorageBin(t *testing.T, storage, dir string, n int) string {
+// binary (with --cpus 1 unless extra flags say otherwise) until the test
+// ends, and returns its address.
+func startStorageBin(t *testing.T, storage, dir string, n int, extra ...string) string {
 	t.Helper()
 	data := filepath.Join(dir, "data")
 	for i := range n {
@@ -42,7 +43,7 @@ func startStorageBin(t *testing.T, storage, dir string, n int) string {
 	}
 	addr := testutil.FreeAddr(t)
 	var logs bytes.Buffer
-	srv := exec.Command(storage, "--data", data, "--listen", addr, "--cpus", "1", "--insecure")
+	srv := exec.Command(storage, append([]string{"--data", data, "--listen", addr, "--cpus", "1", "--insecure"}, extra...)...)
 	srv.Stdout, srv.Stderr = &logs, &logs
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
