@@ -173,6 +173,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.Uint64Var(&s.Seed, "seed", s.Seed, "run `seed`: fixes the order and every random draw")
 	fs.IntVar(&s.Rank, "rank", s.Rank, "this agent's `rank`: it serves samples i with i % world == rank")
 	fs.IntVar(&s.World, "world", s.World, "`number` of compute agents sharing the dataset")
+	fs.BoolVar(&s.WholeBudget, "whole-budget", s.WholeBudget, "plan for each storage agent's whole CPU budget, as if this job were alone there (the behaviour before shares, to compare with); default: plan for this job's share, which the storage agent tells it")
 	fs.StringVar(&s.Job, "job", s.Job, "this training job's `name` to the storage agents, which divide their CPU among the jobs they serve (storage-agent --job-weights) and tell each its share, which the policy plans for; every rank of a job sends the same name (default: run- and a hash of --seed, --first-epoch, --world and the pipeline)")
 	fs.IntVar(&s.Window, "window", s.Window, "requests in flight per storage agent (`count`)")
 	fs.Int64Var(&s.WindowBytes, "window-bytes", s.WindowBytes, "estimated response `bytes` in flight per storage agent")

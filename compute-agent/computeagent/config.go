@@ -219,6 +219,13 @@ type RunOptions struct {
 	// of one job must send the same name. Empty means "run-" and a hash of
 	// the seed, first epoch, world and pipeline, which the ranks share.
 	Job string `yaml:"job"`
+	// WholeBudget plans for each storage agent's whole CPU budget
+	// (InfoResponse.cpus) rather than this job's share of it (share_cpus),
+	// as if the job were alone there: the behaviour before shares, kept
+	// to compare with. The storage agent's fair queue still gives the job
+	// only its share; the work-conserving fallback serves raw what that
+	// share cannot.
+	WholeBudget bool `yaml:"whole-budget"`
 	// Window bounds requests in flight per storage agent (sent and not yet
 	// handed to the shared queue). Zero means 64.
 	Window int `yaml:"window"`

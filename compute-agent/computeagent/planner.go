@@ -36,6 +36,9 @@ func (a *Agent) startPolicy(ctx context.Context) (func(i int, num uint64) epochO
 	srcs := make([]stage1.Source, len(fs))
 	for i, f := range fs {
 		srcs[i] = f
+		if cfg.WholeBudget {
+			srcs[i] = wholeBudget{f}
+		}
 	}
 	h := &planner.Host{Log: a.log, Now: cfg.Clock.Now, Out: cfg.Out, Policy: cfg.Policy, Threshold: cfg.ReplanThreshold, StrictOffload: cfg.StrictOffload,
 		ProfilePath: cfg.ProfilePath, ForceProfile: cfg.ForceProfile, NoRefine: cfg.NoRefine,
@@ -63,11 +66,20 @@ func (a *Agent) shares(ctx context.Context, fs []*engine.Fetcher) ([]float64, in
 			a.log.Warn().Err(err).Str("storage", f.Name()).Msg("could not ask the storage agent for this job's share: planning for the last known")
 		}
 		cores[i] = f.CPUs()
+		if a.cfg.WholeBudget {
+			cores[i] = f.Budget()
+		}
 		_, n := f.Share()
 		jobs = max(jobs, n)
 	}
 	return cores, jobs
 }
+
+// wholeBudget is a storage agent whose whole budget this job plans for
+// (Config.WholeBudget).
+type wholeBudget struct{ *engine.Fetcher }
+
+func (w wholeBudget) CPUs() float64 { return w.Budget() }
 
 // asConfig marks a plan the policy could not make (planner.ErrPlan), and
 // an epoch the configuration does not allow (engine.ErrConfig), as a bad

@@ -98,6 +98,10 @@ func (f *Fetcher) CPUs() float64 {
 	return f.cpus
 }
 
+// Budget is the storage agent's whole CPU budget as its Info last said
+// (0: unknown).
+func (f *Fetcher) Budget() float64 { return f.cpus }
+
 // Share is this job's share of the storage agent's budget and the jobs
 // the agent serves, as its Info last said (0, 0: an agent before shares).
 func (f *Fetcher) Share() (cpus float64, jobs int) {
