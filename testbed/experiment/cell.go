@@ -161,7 +161,11 @@ func (x *experiment) cell(ctx context.Context, p point, cpus float64, rep int) (
 	if err := x.useCellProfile(p.label, cpus); err != nil {
 		return cell, err
 	}
-	for _, pr := range policyRuns(x.cfg.Policies, x.cfg.WorkConserving, x.cfg.Placements) {
+	runs := policyRuns(x.cfg.Policies, x.cfg.WorkConserving, x.cfg.Placements)
+	if x.cfg.JobsWholeBudget {
+		runs = withWhole(runs)
+	}
+	for _, pr := range runs {
 		if ctx.Err() != nil {
 			return cell, ctx.Err()
 		}

@@ -207,6 +207,19 @@ type Config struct {
 	// (ContendAt), the trainer row and the peer row need 1 x 1 (the last
 	// two are skipped otherwise, with the reason).
 	StorageNodes, ComputeNodes int
+	// Jobs, above 1, makes the compute agents independent training jobs
+	// rather than ranks of one: Jobs compute nodes (ComputeNodes must be 1
+	// or Jobs), each agent with --job job<i> over the whole dataset, its
+	// own report, profile and exactly-once and content check, all against
+	// the cell's storage agents, whose --cpus (StorageCPUs) is the total
+	// the jobs share (storage-agent --job-weights, or add
+	// --job-shares=false to StorageFlags for jobs that plan as if alone).
+	Jobs int
+	// JobsWholeBudget, with Jobs, runs each policy a second time as
+	// "<policy>-whole", every job with compute-agent --whole-budget:
+	// planned as if it were alone on the storage agents (as before
+	// shares), beside the run planned for its share.
+	JobsWholeBudget bool
 	// StorageRates, when set, gives each storage link its own rate, one
 	// per storage node, in place of the grid's Rates (which must then be
 	// empty): the grid has one rate point, named by the rates joined with
@@ -263,6 +276,15 @@ func (c *Config) defaults() error {
 	}
 	if c.ComputeNodes == 0 {
 		c.ComputeNodes = 1
+	}
+	if c.JobsWholeBudget && c.Jobs < 2 {
+		return fmt.Errorf("%w: jobs-whole-budget compares jobs: it needs --jobs 2 or more", ErrConfig)
+	}
+	if c.Jobs > 1 {
+		if c.ComputeNodes > 1 && c.ComputeNodes != c.Jobs {
+			return fmt.Errorf("%w: %d jobs on %d compute nodes: want one node per job", ErrConfig, c.Jobs, c.ComputeNodes)
+		}
+		c.ComputeNodes = c.Jobs
 	}
 	if c.StorageNodes < 1 || c.ComputeNodes < 1 {
 		return fmt.Errorf("%w: %d storage and %d compute nodes: want at least 1 of each", ErrConfig, c.StorageNodes, c.ComputeNodes)
@@ -482,6 +504,9 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 	}
 	if cfg.StorageNodes > 1 || cfg.ComputeNodes > 1 {
 		res.StorageNodes, res.ComputeNodes = cfg.StorageNodes, cfg.ComputeNodes
+	}
+	if cfg.Jobs > 1 {
+		res.Jobs = cfg.Jobs
 	}
 	res.Placements = cfg.Placements
 	if cfg.ContendAt > 0 {

@@ -40,6 +40,9 @@ type policyRun struct {
 	// --force-profile), so the compute agent plans its first epoch from
 	// the catalog's header estimates ("<policy>-est" in Config.Policies).
 	est bool
+	// whole: every job plans for the storage agents' whole budgets
+	// (compute-agent --whole-budget; Config.JobsWholeBudget).
+	whole bool
 }
 
 // EstSuffix after a policy's name in Config.Policies (or TrainPolicy)
@@ -106,7 +109,10 @@ func (x *experiment) policyArgs(addrs []string, pr policyRun, rank int, report, 
 	} else {
 		args = append(args, "--profile", x.rankPath(x.cellProfile, rank), "--force-profile")
 	}
-	if x.cfg.ComputeNodes > 1 {
+	switch {
+	case x.cfg.Jobs > 1:
+		args = append(args, "--job", jobName(rank))
+	case x.cfg.ComputeNodes > 1:
 		args = append(args, "--rank", strconv.Itoa(rank), "--world", strconv.Itoa(x.cfg.ComputeNodes))
 	}
 	if x.cfg.Batch > 0 {
@@ -116,6 +122,9 @@ func (x *experiment) policyArgs(addrs []string, pr policyRun, rank int, report, 
 		// NB: with "on" no flag at all: the agent's default, and agents
 		// that predate the flag still run.
 		args = append(args, noWorkConserving)
+	}
+	if pr.whole {
+		args = append(args, wholeBudgetFlag)
 	}
 	if pr.placement != "" {
 		// NB: likewise none without Config.Placements.
@@ -155,7 +164,7 @@ func readReports(files []rankFiles) ([][]report.EpochReport, error) {
 // (contend.go).
 func (x *experiment) runPolicy(ctx context.Context, b *bed.Bed, dir string, addrs []string, cpus float64, pr policyRun) results.Run {
 	policy := pr.name
-	run := results.Run{Policy: policy, WorkConservingOff: pr.noWC, Placement: pr.placement}
+	run := results.Run{Policy: policy, WorkConservingOff: pr.noWC, Placement: pr.placement, WholeBudget: pr.whole}
 	var files []rankFiles
 	var procs []proc
 	for rank := range b.ComputeNodes() {
@@ -203,8 +212,8 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed.Bed, dir string, addr
 		x.contended(&run, pr.policy, h, ranks[0], cpus)
 	}
 	if len(ranks[0]) > 0 && x.res.Dataset.Samples == 0 {
-		for _, rs := range ranks {
-			if len(rs) > 0 {
+		for k, rs := range ranks {
+			if len(rs) > 0 && (x.cfg.Jobs <= 1 || k == 0) { // each job's shard is the dataset
 				x.res.Dataset.Samples += rs[0].Shard // tar shards: the agents count
 			}
 		}
@@ -213,7 +222,11 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed.Bed, dir string, addr
 	for _, f := range files {
 		samples = append(samples, f.samples)
 	}
-	x.checkSamples(&run, ranks, samples, true)
+	if x.cfg.Jobs > 1 {
+		x.checkJobs(&run, ranks, samples)
+	} else {
+		x.checkSamples(&run, ranks, samples, true)
+	}
 	if len(run.Epochs) < x.cfg.Epochs && run.Error == "" {
 		run.Error = fmt.Sprintf("%d of %d epochs reported", len(run.Epochs), x.cfg.Epochs)
 	}
@@ -287,6 +300,11 @@ func (x *experiment) agentEpochs(kernel bool, s *bed.Series, run *results.Run, r
 			e.Replanned = e.Replanned || r.Replanned
 			if len(ranks) > 1 {
 				e.RankSeconds = append(e.RankSeconds, r.Seconds)
+			}
+			if x.cfg.Jobs > 1 {
+				e.JobBoundSeconds = append(e.JobBoundSeconds, r.BoundSeconds)
+				e.JobPredictedSeconds = append(e.JobPredictedSeconds, r.PredictedSeconds)
+				e.JobShareCPUs = append(e.JobShareCPUs, r.ShareCPUs)
 			}
 			windows = append(windows, [2]int64{r.StartUnixNS, r.EndUnixNS})
 		}

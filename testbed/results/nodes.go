@@ -69,7 +69,12 @@ func topologyLine(r *Results) string {
 		how = "on loopback, each storage agent behind its own in-process token bucket at its link's rate"
 	}
 	line := fmt.Sprintf("%d storage x %d compute nodes, %s", s, c, how)
-	if c > 1 {
+	switch {
+	case r.Jobs > 1:
+		line += fmt.Sprintf("; the compute agents ran as %d independent jobs (--job job0..job%d), each over the whole "+
+			"dataset, sharing the storage agents; an epoch's time is the slowest job's, and exactly-once and the content "+
+			"were checked for every job", r.Jobs, r.Jobs-1)
+	case c > 1:
 		line += fmt.Sprintf("; the compute agents ran as ranks 0..%d of one world, an epoch lasting as long as its "+
 			"slowest rank, and exactly-once was checked over all ranks together", c-1)
 	}

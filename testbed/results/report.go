@@ -88,6 +88,10 @@ func Table(w io.Writer, r *Results) error {
 			b.WriteString("nodes (last epoch; per rank, per storage link, per storage agent):\n")
 			writeText(&b, nodesColumns, rows)
 		}
+		if rows := jobsTable(c); r.Jobs > 1 && len(rows) > 0 {
+			b.WriteString("jobs (every epoch; per job):\n")
+			writeText(&b, jobsColumns, rows)
+		}
 		if rows := cacheTable(c); len(rows) > 0 {
 			fmt.Fprintf(&b, "cache (%s MB budget; steady epoch):\n", mb(r.CacheBytes))
 			writeText(&b, cacheColumns, rows)
@@ -527,6 +531,10 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 		if rows := nodesTable(c); len(rows) > 0 {
 			b.WriteString("\n" + nodesNote(c))
 			writeMarkdownTable(b, nodesColumns, rows)
+		}
+		if rows := jobsTable(c); r.Jobs > 1 && len(rows) > 0 {
+			b.WriteString("\n" + jobsNote(r))
+			writeMarkdownTable(b, jobsColumns, rows)
 		}
 		if rows := cacheTable(c); len(rows) > 0 {
 			fmt.Fprintf(b, "\nThe compute node's cache (a fresh %s MB cache per run; the steady epoch's hits, misses and refills):\n\n", mb(r.CacheBytes))

@@ -92,6 +92,11 @@ type Results struct {
 	// namespaces (or on loopback). Absent: one of each, the two-node link.
 	StorageNodes int `json:"storage_nodes,omitempty"`
 	ComputeNodes int `json:"compute_nodes,omitempty"`
+	// Jobs is `--jobs` when above 1: the compute agents ran as that many
+	// independent training jobs (compute-agent --job job<i>, each over the
+	// whole dataset) sharing the storage agents, not as ranks of one; an
+	// epoch's RankSeconds are then each job's, and Job* each job's own.
+	Jobs int `json:"jobs,omitempty"`
 	// Placements is `--placements`: each policy ran once per placement,
 	// every compute agent with --placement P (Run.Placement). Absent: no
 	// --placement was passed (the compute agent's default).
@@ -191,6 +196,10 @@ type Run struct {
 	// --work-conserving=false (`--work-conserving off`, or the "-nowc"
 	// runs of `both`).
 	WorkConservingOff bool `json:"work_conserving_off,omitempty"`
+	// WholeBudget is true for a "-whole" run of several jobs: every job
+	// planned for the storage agents' whole budgets (compute-agent
+	// --whole-budget), as before shares, not for its share.
+	WholeBudget bool `json:"whole_budget,omitempty"`
 	// Contention is the CPU hog of `--contend-at` in this run; nil when
 	// none ran.
 	Contention *Contention `json:"contention,omitempty"`
@@ -286,7 +295,13 @@ type Epoch struct {
 	// and system, from /proc, at 10 ms resolution), the gRPC and TLS work
 	// included, unlike StorageCPUSeconds, which sums the ops' CPU the
 	// responses reported.
-	RankSeconds            []float64 `json:"rank_seconds,omitempty"`
+	RankSeconds []float64 `json:"rank_seconds,omitempty"`
+	// With Jobs, each job's bound for the storage share it planned for,
+	// its predicted epoch and that share (its report's bound_seconds,
+	// predicted_seconds and share_cpus), in job order.
+	JobBoundSeconds        []float64 `json:"job_bound_seconds,omitempty"`
+	JobPredictedSeconds    []float64 `json:"job_predicted_seconds,omitempty"`
+	JobShareCPUs           []float64 `json:"job_share_cpus,omitempty"`
 	LinkBytes              []int64   `json:"link_bytes,omitempty"`
 	StorageAgentCPUSeconds []float64 `json:"storage_agent_cpu_seconds,omitempty"`
 	// Cache is the compute agents' cache over the epoch (their reports'

@@ -70,6 +70,18 @@ storage and one compute node; the report's mode line gives the round trip,
 jitter and loss. docs/testbed.md, "A WAN link", says how accurate it is and
 what it costs.
 
+With --jobs M the M compute agents of a star are M independent training
+jobs (compute-agent --job job0..), not ranks of one: each over the whole
+dataset, with its own report, profile and exactly-once and content check,
+sharing the storage agent (its --storage-cpus the total, divided among
+the jobs by storage-agent --job-weights, equal by default) and its
+shaped link. Each job plans for the share the storage agent tells it; the
+same run with --storage-flags=--job-shares=false plans every job as if
+alone, as before shares. The report gives every epoch per job: its share,
+its time, its bound for its share and the sum. --jobs-whole-budget runs
+each policy again as <policy>-whole, every job planned for the whole
+budget (compute-agent --whole-budget), side by side.
+
 With --storage-nodes N and --compute-nodes M (default 1 x 1, the two-node
 link) each cell is a star instead: N storage namespaces and M compute
 namespaces, each joined to a bridge in a hub namespace, each storage link
@@ -156,6 +168,8 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	repeat := fs.Int("repeat", 1, "run each cell `N` times, with fresh agents")
 	storageNodes := fs.Int("storage-nodes", 1, "storage `nodes` (agents) per cell; above 1, or with --compute-nodes above 1, the cell is a star of namespaces")
 	computeNodes := fs.Int("compute-nodes", 1, "compute `nodes` per cell: compute agents run as --rank i --world M")
+	jobs := fs.Int("jobs", 1, "independent training `jobs` per cell, one compute node each (compute-agent --job job<i>, each over the whole dataset, its own report and exactly-once check), sharing the storage agent, whose --storage-cpus is their total; add --storage-flags=--job-shares=false for the jobs planned as if alone")
+	jobsWhole := fs.Bool("jobs-whole-budget", false, "with --jobs, run each policy again as <policy>-whole, every job with compute-agent --whole-budget: planned as if alone on the storage agent (as before shares), beside the run planned for its share")
 	var storageRates shape.Rates
 	fs.Var(&storageRates, "storage-rates", "one link `rate` per storage node, comma-separated (e.g. 400mbit,100mbit), in place of --rate")
 	placements := fs.String("placements", "", "run each policy once per compute-agent `placement`, comma-separated: "+strings.Join(experiment.Placements, ", ")+" (default: no --placement flag)")
@@ -185,7 +199,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 		}
 	}
 	cfg := experiment.Config{
-		StorageNodes: *storageNodes, ComputeNodes: *computeNodes, StorageRates: storageRates,
+		StorageNodes: *storageNodes, ComputeNodes: *computeNodes, Jobs: *jobs, JobsWholeBudget: *jobsWhole, StorageRates: storageRates,
 		Placements: splitList(*placements), Reference: *reference,
 		Out: *out, Rates: rates, Policies: splitList(*policies), Epochs: *epochs, Pipeline: *pipeline,
 		GPURate: *gpuRate, Batch: *batch, Seed: *seed, Peer: !*noPeer, Python: *python, Mode: experiment.Mode(*mode),

@@ -1,0 +1,45 @@
+package experiment
+
+import (
+	"strconv"
+
+	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/testbed/results"
+)
+
+// Jobs (Config.Jobs): the compute agents are independent training jobs
+// against the cell's storage agents, not ranks of one. Each serves the
+// whole dataset, so each is checked on its own: every sample exactly
+// once per epoch, and its tensors against the experiment's reference.
+
+// wholeBudgetFlag is the compute agent's flag for the "-whole" runs
+// (Config.JobsWholeBudget).
+const wholeBudgetFlag = "--whole-budget"
+
+// withWhole is runs, each followed by its "-whole" run.
+func withWhole(runs []policyRun) []policyRun {
+	out := make([]policyRun, 0, 2*len(runs))
+	for _, r := range runs {
+		w := r
+		w.name, w.whole = r.name+"-whole", true
+		out = append(out, r, w)
+	}
+	return out
+}
+
+// jobName is the --job of compute agent i.
+func jobName(i int) string { return "job" + strconv.Itoa(i) }
+
+// checkJobs sets run's ExactlyOnce and ContentMatches from every job's
+// reports (ranks[i] is job i's) and sample log (paths[i]): true only when
+// every job delivered every sample exactly once per epoch, and with the
+// same tensors as the reference (the first exactly-once run's).
+func (x *experiment) checkJobs(run *results.Run, ranks [][]report.EpochReport, paths []string) {
+	once, match := true, true
+	for i := range ranks {
+		var one results.Run
+		x.checkSamples(&one, ranks[i:i+1], paths[i:i+1], true)
+		once, match = once && one.ExactlyOnce, match && one.ContentMatches
+	}
+	run.ExactlyOnce, run.ContentMatches = once, once && match
+}
