@@ -48,6 +48,10 @@ type Config struct {
 	Links []shape.Rate
 	// ComputeNodes is the compute nodes. Zero means 1.
 	ComputeNodes int
+	// ComputeLinks, when set, is each compute node's link rate, one per
+	// compute node (netns.StarConfig.ComputeRates): the star only, in
+	// netns mode.
+	ComputeLinks []shape.Rate
 	// WAN, when set, gives the two-node link a round trip, jitter and loss
 	// through netns's user-space delay line (netns.Config's RTT, Jitter,
 	// Loss, Seed and MTU). It needs Netns and one storage and one compute
@@ -130,6 +134,9 @@ func New(ctx context.Context, cfg Config) (*Bed, error) {
 	if cfg.WAN != nil && (!cfg.Netns || b.multi) {
 		return nil, fmt.Errorf("%w: a WAN link (round trip, jitter, loss) needs netns mode and one storage and one compute node", ErrConfig)
 	}
+	if cfg.ComputeLinks != nil && (!cfg.Netns || !b.multi || len(cfg.ComputeLinks) != cfg.ComputeNodes) {
+		return nil, fmt.Errorf("%w: compute links need netns mode, a star and one rate per compute node (%d for %d)", ErrConfig, len(cfg.ComputeLinks), cfg.ComputeNodes)
+	}
 	for _, r := range cfg.Links {
 		b.storage = append(b.storage, &storageNode{rate: r, host: "127.0.0.1"})
 	}
@@ -149,7 +156,8 @@ func New(ctx context.Context, cfg Config) (*Bed, error) {
 		}
 		b.topo, err = netns.NewLink(ctx, lc)
 	} else {
-		b.topo, err = netns.NewStar(ctx, netns.StarConfig{StorageNodes: len(cfg.Links), ComputeNodes: b.compute, StorageRates: cfg.Links})
+		b.topo, err = netns.NewStar(ctx, netns.StarConfig{StorageNodes: len(cfg.Links), ComputeNodes: b.compute, StorageRates: cfg.Links,
+			ComputeRates: cfg.ComputeLinks})
 	}
 	if err != nil {
 		return nil, err

@@ -141,8 +141,10 @@ func rates(rs ...string) []shape.Rate {
 // node.
 func TestNewRejects(t *testing.T) {
 	for name, cfg := range map[string]Config{
-		"no links":         {},
-		"negative compute": {Links: rates("1gbit"), ComputeNodes: -1},
+		"no links":                      {},
+		"negative compute":              {Links: rates("1gbit"), ComputeNodes: -1},
+		"compute links on loopback":     {Links: rates("1gbit"), ComputeNodes: 2, ComputeLinks: rates("1gbit", "1gbit")},
+		"compute links for fewer nodes": {Netns: true, Links: rates("1gbit"), ComputeNodes: 2, ComputeLinks: rates("1gbit")},
 	} {
 		if b, err := New(context.Background(), cfg); !errors.Is(err, ErrConfig) {
 			if b != nil {

@@ -104,8 +104,12 @@ const nxmSkip = "runs on the 1 x 1 topology only (it reads from one storage node
 // their cgroups (cpus storage cores per storage node, pinned as x.pin
 // says) where cgroups can be made. On error it removes what it made.
 func (x *experiment) newBed(ctx context.Context, p point, cpus float64) (*bed.Bed, error) {
-	b, err := bed.New(ctx, bed.Config{Netns: x.res.Mode == results.ModeNetns, Label: p.label, Links: p.links,
-		ComputeNodes: x.cfg.ComputeNodes, WAN: x.cfg.wan()})
+	links, computeLinks, err := x.jobLinks(p)
+	if err != nil {
+		return nil, err
+	}
+	b, err := bed.New(ctx, bed.Config{Netns: x.res.Mode == results.ModeNetns, Label: p.label, Links: links,
+		ComputeNodes: x.cfg.ComputeNodes, ComputeLinks: computeLinks, WAN: x.cfg.wan()})
 	if err != nil {
 		return nil, err
 	}

@@ -220,6 +220,11 @@ type Config struct {
 	// planned as if it were alone on the storage agents (as before
 	// shares), beside the run planned for its share.
 	JobsWholeBudget bool
+	// JobLinks, with Jobs, gives each job a link of its own: each compute
+	// node's link shaped at the cell's rate, the storage link at Jobs
+	// times it, so that the jobs share the storage agent's CPU and not a
+	// link. It needs netns mode. False: the jobs share the storage link.
+	JobLinks bool
 	// StorageRates, when set, gives each storage link its own rate, one
 	// per storage node, in place of the grid's Rates (which must then be
 	// empty): the grid has one rate point, named by the rates joined with
@@ -276,6 +281,9 @@ func (c *Config) defaults() error {
 	}
 	if c.ComputeNodes == 0 {
 		c.ComputeNodes = 1
+	}
+	if c.JobLinks && (c.Jobs < 2 || c.StorageNodes > 1 || len(c.StorageRates) > 0) {
+		return fmt.Errorf("%w: job links give each of --jobs 2 or more a link of the grid's rate, against one storage node", ErrConfig)
 	}
 	if c.JobsWholeBudget && c.Jobs < 2 {
 		return fmt.Errorf("%w: jobs-whole-budget compares jobs: it needs --jobs 2 or more", ErrConfig)
@@ -506,7 +514,7 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 		res.StorageNodes, res.ComputeNodes = cfg.StorageNodes, cfg.ComputeNodes
 	}
 	if cfg.Jobs > 1 {
-		res.Jobs = cfg.Jobs
+		res.Jobs, res.JobLinks = cfg.Jobs, cfg.JobLinks
 	}
 	res.Placements = cfg.Placements
 	if cfg.ContendAt > 0 {

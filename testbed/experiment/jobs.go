@@ -1,7 +1,10 @@
 package experiment
 
 import (
+	"fmt"
 	"strconv"
+
+	"github.com/sophon-dl/sophon/testbed/shape"
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/testbed/results"
@@ -25,6 +28,28 @@ func withWhole(runs []policyRun) []policyRun {
 		out = append(out, r, w)
 	}
 	return out
+}
+
+// jobLinks is the storage and compute links of rate point p: p's own
+// storage links and unshaped compute links, or with Config.JobLinks one
+// link of p's rate per job and the storage link at the jobs' sum.
+func (x *experiment) jobLinks(p point) (storage, compute []shape.Rate, err error) {
+	if !x.cfg.JobLinks {
+		return p.links, nil, nil
+	}
+	if x.res.Mode != results.ModeNetns {
+		return nil, nil, fmt.Errorf("%w: job links need netns mode (root)", ErrConfig)
+	}
+	r := p.links[0]
+	sum, err := shape.ParseRate(strconv.FormatFloat(r.Bits()*float64(x.cfg.Jobs), 'f', 0, 64) + "bit")
+	if err != nil {
+		return nil, nil, err
+	}
+	compute = make([]shape.Rate, x.cfg.Jobs)
+	for i := range compute {
+		compute[i] = r
+	}
+	return []shape.Rate{sum}, compute, nil
 }
 
 // jobName is the --job of compute agent i.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/testbed/results"
+	"github.com/sophon-dl/sophon/testbed/shape"
 )
 
 // TestConfigJobs: --jobs M takes M compute nodes, refuses another count
@@ -21,6 +22,8 @@ func TestConfigJobs(t *testing.T) {
 		"3 nodes for 2 jobs":        {Jobs: 2, ComputeNodes: 3},
 		"whole budget without jobs": {JobsWholeBudget: true},
 		"whole budget with one job": {Jobs: 1, JobsWholeBudget: true},
+		"job links without jobs":    {JobLinks: true},
+		"job links on two storage":  {Jobs: 2, JobLinks: true, StorageNodes: 2},
 	} {
 		cfg.Data, cfg.Out = "x", "x"
 		if err := cfg.defaults(); !errors.Is(err, ErrConfig) {
@@ -107,5 +110,25 @@ func TestCheckJobs(t *testing.T) {
 		if run.ExactlyOnce != tc.once || run.ContentMatches != tc.content {
 			t.Errorf("%s: exactly once %v, content %v; want %v, %v", name, run.ExactlyOnce, run.ContentMatches, tc.once, tc.content)
 		}
+	}
+}
+
+// TestJobLinks: with job links each job gets a link of the cell's rate
+// and the storage link their sum; without, the point's own links.
+func TestJobLinks(t *testing.T) {
+	r := shape.MustParseRate("100mbit")
+	p := point{label: "100mbit", bits: r.Bits(), links: []shape.Rate{r}}
+	x := &experiment{cfg: Config{Jobs: 3}, res: &results.Results{Mode: results.ModeNetns}}
+	if s, c, err := x.jobLinks(p); err != nil || len(s) != 1 || s[0] != r || c != nil {
+		t.Fatalf("shared link: storage %v, compute %v, %v", s, c, err)
+	}
+	x.cfg.JobLinks = true
+	s, c, err := x.jobLinks(p)
+	if err != nil || len(s) != 1 || s[0].Bits() != 300e6 || len(c) != 3 || c[2] != r {
+		t.Fatalf("job links: storage %v, compute %v, %v; want 300 Mbit/s and 3 x 100mbit", s, c, err)
+	}
+	x.res.Mode = results.ModeLoopback
+	if _, _, err := x.jobLinks(p); !errors.Is(err, ErrConfig) {
+		t.Fatalf("job links on loopback: %v, want ErrConfig", err)
 	}
 }

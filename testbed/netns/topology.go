@@ -123,6 +123,10 @@ type StarConfig struct {
 	// StorageRates, when set, holds one rate per storage node: its link's,
 	// in place of Rate. Each must be set.
 	StorageRates []shape.Rate
+	// ComputeRates, when set, holds one rate per compute node: its link's,
+	// shaped at both ends as a storage link is (a zero Rate leaves it
+	// unshaped). Unset: compute links are not shaped.
+	ComputeRates []shape.Rate
 }
 
 // NewLink sets up the two-node link: namespaces <prefix>-s (storage) and
@@ -143,7 +147,8 @@ func NewLink(ctx context.Context, cfg Config) (*Topology, error) {
 // (s1.., c1..) whose peer (hub-s1..) is a port of bridge br0 in namespace
 // <prefix>-h, which has no address. Each storage link is shaped with tbf
 // at its rate at both ends (what the node sends and what the hub sends
-// it); compute links are not shaped. Stale namespaces of the same names
+// it); compute links are not shaped unless cfg.ComputeRates says so. Stale
+// namespaces of the same names
 // are removed first; on any error it undoes what it did.
 func NewStar(ctx context.Context, cfg StarConfig) (*Topology, error) {
 	t, err := starLayout(cfg)
@@ -216,6 +221,9 @@ func starLayout(sc StarConfig) (*Topology, error) {
 	if sc.StorageRates != nil && len(sc.StorageRates) != ns {
 		return nil, fmt.Errorf("%w: %d storage rates for %d storage nodes", ErrConfig, len(sc.StorageRates), ns)
 	}
+	if sc.ComputeRates != nil && len(sc.ComputeRates) != nc {
+		return nil, fmt.Errorf("%w: %d compute rates for %d compute nodes", ErrConfig, len(sc.ComputeRates), nc)
+	}
 	t := newTopology(cfg, pfx)
 	t.Hub = cfg.Prefix + "-h"
 	t.steps = [][]string{
@@ -247,7 +255,11 @@ func starLayout(sc StarConfig) (*Topology, error) {
 		add(RoleStorage, i, rate)
 	}
 	for i := range nc {
-		add(RoleCompute, i, shape.Rate{})
+		var rate shape.Rate
+		if sc.ComputeRates != nil {
+			rate = sc.ComputeRates[i]
+		}
+		add(RoleCompute, i, rate)
 	}
 	return t, nil
 }

@@ -167,17 +167,37 @@ func TestStarLayout(t *testing.T) {
 			t.Errorf("qdisc %+v: want 100mbit, burst 100000", q)
 		}
 	}
+
+	// Compute rates shape each compute link at both ends too.
+	fast = shape.MustParseRate("200mbit")
+	topo, err = starLayout(StarConfig{Config: Config{Prefix: "tb-5", Rate: fast}, ComputeNodes: 2, ComputeRates: []shape.Rate{slow, slow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byDev := map[string]shape.Rate{}
+	for _, q := range topo.Shaped {
+		byDev[q.Dev] = q.Rate
+	}
+	for dev, want := range map[string]shape.Rate{"s1": fast, "hub-s1": fast, "c1": slow, "hub-c1": slow, "c2": slow, "hub-c2": slow} {
+		if byDev[dev] != want {
+			t.Errorf("%s shaped at %v, want %v (qdiscs %+v)", dev, byDev[dev], want, topo.Shaped)
+		}
+	}
+	if topo.Compute[1].Rate != slow {
+		t.Errorf("compute node 2's rate %v, want %v", topo.Compute[1].Rate, slow)
+	}
 }
 
 func TestStarConfigRejects(t *testing.T) {
 	r := shape.MustParseRate("100mbit")
 	for name, c := range map[string]StarConfig{
-		"rates for fewer nodes": {StorageNodes: 3, StorageRates: []shape.Rate{r, r}},
-		"an unset rate":         {StorageNodes: 2, StorageRates: []shape.Rate{r, {}}},
-		"negative nodes":        {StorageNodes: -1},
-		"subnet too small":      {Config: Config{Subnet: "10.0.0.0/30"}, StorageNodes: 2, ComputeNodes: 1},
-		"bad prefix":            {Config: Config{Prefix: "much-too-long-prefix"}},
-		"bad subnet":            {Config: Config{Subnet: "fd00::/64"}},
+		"rates for fewer nodes":         {StorageNodes: 3, StorageRates: []shape.Rate{r, r}},
+		"an unset rate":                 {StorageNodes: 2, StorageRates: []shape.Rate{r, {}}},
+		"compute rates for fewer nodes": {ComputeNodes: 2, ComputeRates: []shape.Rate{r}},
+		"negative nodes":                {StorageNodes: -1},
+		"subnet too small":              {Config: Config{Subnet: "10.0.0.0/30"}, StorageNodes: 2, ComputeNodes: 1},
+		"bad prefix":                    {Config: Config{Prefix: "much-too-long-prefix"}},
+		"bad subnet":                    {Config: Config{Subnet: "fd00::/64"}},
 	} {
 		if _, err := NewStar(context.Background(), c); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: NewStar = %v, want ErrConfig", name, err)

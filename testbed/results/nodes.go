@@ -71,6 +71,10 @@ func topologyLine(r *Results) string {
 	line := fmt.Sprintf("%d storage x %d compute nodes, %s", s, c, how)
 	switch {
 	case r.Jobs > 1:
+		if r.JobLinks {
+			line = strings.Replace(line, "compute links unshaped", "each compute link shaped too at the cell's rate, "+
+				"the storage link at the jobs' sum (each job a link of its own, all sharing the storage agent's CPU)", 1)
+		}
 		line += fmt.Sprintf("; the compute agents ran as %d independent jobs (--job job0..job%d), each over the whole "+
 			"dataset, sharing the storage agents; an epoch's time is the slowest job's, and exactly-once and the content "+
 			"were checked for every job", r.Jobs, r.Jobs-1)

@@ -97,6 +97,10 @@ type Results struct {
 	// whole dataset) sharing the storage agents, not as ranks of one; an
 	// epoch's RankSeconds are then each job's, and Job* each job's own.
 	Jobs int `json:"jobs,omitempty"`
+	// JobLinks is `--job-links`: each job had a link of its own at the
+	// cell's rate (its compute node's, shaped) and the storage link ran at
+	// their sum.
+	JobLinks bool `json:"job_links,omitempty"`
 	// Placements is `--placements`: each policy ran once per placement,
 	// every compute agent with --placement P (Run.Placement). Absent: no
 	// --placement was passed (the compute agent's default).

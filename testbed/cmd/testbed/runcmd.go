@@ -80,7 +80,9 @@ same run with --storage-flags=--job-shares=false plans every job as if
 alone, as before shares. The report gives every epoch per job: its share,
 its time, its bound for its share and the sum. --jobs-whole-budget runs
 each policy again as <policy>-whole, every job planned for the whole
-budget (compute-agent --whole-budget), side by side.
+budget (compute-agent --whole-budget), side by side. --job-links gives
+each job a link of its own at --rate (the storage link at their sum), so
+that the jobs share the storage agent's CPU and not a link.
 
 With --storage-nodes N and --compute-nodes M (default 1 x 1, the two-node
 link) each cell is a star instead: N storage namespaces and M compute
@@ -170,6 +172,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	computeNodes := fs.Int("compute-nodes", 1, "compute `nodes` per cell: compute agents run as --rank i --world M")
 	jobs := fs.Int("jobs", 1, "independent training `jobs` per cell, one compute node each (compute-agent --job job<i>, each over the whole dataset, its own report and exactly-once check), sharing the storage agent, whose --storage-cpus is their total; add --storage-flags=--job-shares=false for the jobs planned as if alone")
 	jobsWhole := fs.Bool("jobs-whole-budget", false, "with --jobs, run each policy again as <policy>-whole, every job with compute-agent --whole-budget: planned as if alone on the storage agent (as before shares), beside the run planned for its share")
+	jobLinks := fs.Bool("job-links", false, "with --jobs, give each job a link of its own at --rate (each compute node's link shaped, the storage link at the jobs' sum), so that the jobs share the storage agent's CPU and not a link (netns mode)")
 	var storageRates shape.Rates
 	fs.Var(&storageRates, "storage-rates", "one link `rate` per storage node, comma-separated (e.g. 400mbit,100mbit), in place of --rate")
 	placements := fs.String("placements", "", "run each policy once per compute-agent `placement`, comma-separated: "+strings.Join(experiment.Placements, ", ")+" (default: no --placement flag)")
@@ -199,7 +202,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 		}
 	}
 	cfg := experiment.Config{
-		StorageNodes: *storageNodes, ComputeNodes: *computeNodes, Jobs: *jobs, JobsWholeBudget: *jobsWhole, StorageRates: storageRates,
+		StorageNodes: *storageNodes, ComputeNodes: *computeNodes, Jobs: *jobs, JobsWholeBudget: *jobsWhole, JobLinks: *jobLinks, StorageRates: storageRates,
 		Placements: splitList(*placements), Reference: *reference,
 		Out: *out, Rates: rates, Policies: splitList(*policies), Epochs: *epochs, Pipeline: *pipeline,
 		GPURate: *gpuRate, Batch: *batch, Seed: *seed, Peer: !*noPeer, Python: *python, Mode: experiment.Mode(*mode),
