@@ -55,6 +55,9 @@ type Fetcher struct {
 	// responses (see transport).
 	cpu0  uint64
 	opsNS atomic.Int64
+	// sent0 and sentOps0 are the agent's sent_bytes and sent_ops_cpu_ns
+	// (every job's responses) at the epoch's start; 0 when not counted.
+	sent0, sentOps0 uint64
 	w     schedule.Window
 
 	// lastRecv is when the current stream last received a response or
@@ -77,7 +80,7 @@ func NewFetcher(name string, client dataplanepb.StorageClient, info *dataplanepb
 		return nil, err
 	}
 	return &Fetcher{name: name, client: client, cpus: info.GetCpus(), shareCPUs: info.GetShareCpus(), jobs: int(info.GetJobs()),
-		cpu0: info.GetProcessCpuNs(), hold: h}, nil
+		cpu0: info.GetProcessCpuNs(), sent0: info.GetSentBytes(), sentOps0: info.GetSentOpsCpuNs(), hold: h}, nil
 }
 
 // Name is the storage agent's name.

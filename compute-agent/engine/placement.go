@@ -122,8 +122,10 @@ const transportMinBytes = 1 << 20
 // now) less the CPU its responses reported for their ops, summed, over the
 // bytes they sent. Agents that report no process CPU, or do not answer
 // within a second, are left out; 0 when none is left or too few bytes
-// crossed. An agent that also served other compute agents meanwhile
-// counts their CPU too, so the figure errs high then.
+// crossed. An agent that counts what it sent to every job
+// (InfoResponse.sent_bytes, sent_ops_cpu_ns) gives its transport per byte
+// over all of them, whoever else it served meanwhile; one that does not
+// counts the other jobs' CPU too, so the figure errs high then.
 func transport(ctx context.Context, fs []*Fetcher) float64 {
 	var ns, bytes float64
 	for _, f := range fs {
@@ -137,7 +139,15 @@ func transport(ctx context.Context, fs []*Fetcher) float64 {
 		if err != nil || info.GetProcessCpuNs() < f.cpu0 {
 			continue
 		}
-		spent := float64(info.GetProcessCpuNs()-f.cpu0) - float64(f.opsNS.Load())
+		proc := float64(info.GetProcessCpuNs() - f.cpu0)
+		if sent := info.GetSentBytes() - f.sent0; info.GetSentBytes() >= f.sent0 && sent >= uint64(got) &&
+			info.GetSentOpsCpuNs() >= f.sentOps0 {
+			perByte := max(proc-float64(info.GetSentOpsCpuNs()-f.sentOps0), 0) / float64(sent)
+			ns += perByte * float64(got)
+			bytes += float64(got)
+			continue
+		}
+		spent := proc - float64(f.opsNS.Load())
 		ns += max(spent, 0)
 		bytes += float64(got)
 	}

@@ -896,9 +896,16 @@ type InfoResponse struct {
 	Jobs uint32 `protobuf:"varint,15,opt,name=jobs,proto3" json:"jobs,omitempty"`
 	// The name the agent counts the asking job under.
 	Job string `protobuf:"bytes,16,opt,name=job,proto3" json:"job,omitempty"`
-	// The asking job's weight and the active jobs' weights summed.
-	JobWeight     float64 `protobuf:"fixed64,17,opt,name=job_weight,json=jobWeight,proto3" json:"job_weight,omitempty"`
-	JobsWeight    float64 `protobuf:"fixed64,18,opt,name=jobs_weight,json=jobsWeight,proto3" json:"jobs_weight,omitempty"`
+	// The asking job's weight (storage-agent --job-weights; 1 by default).
+	JobWeight float64 `protobuf:"fixed64,17,opt,name=job_weight,json=jobWeight,proto3" json:"job_weight,omitempty"`
+	// The payload bytes (FetchResponse.data) and the ops' CPU
+	// (FetchResponse.storage_cpu_ns) of every response the agent has sent
+	// so far, to every job. With process_cpu_ns, two answers give the
+	// agent's transport CPU per byte sent, whoever it sent to:
+	// (process - ops) / bytes; a job's own transport is that times its own
+	// bytes. Zero: not counted (an agent before shares).
+	SentBytes     uint64 `protobuf:"varint,18,opt,name=sent_bytes,json=sentBytes,proto3" json:"sent_bytes,omitempty"`
+	SentOpsCpuNs  uint64 `protobuf:"varint,19,opt,name=sent_ops_cpu_ns,json=sentOpsCpuNs,proto3" json:"sent_ops_cpu_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1052,9 +1059,16 @@ func (x *InfoResponse) GetJobWeight() float64 {
 	return 0
 }
 
-func (x *InfoResponse) GetJobsWeight() float64 {
+func (x *InfoResponse) GetSentBytes() uint64 {
 	if x != nil {
-		return x.JobsWeight
+		return x.SentBytes
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetSentOpsCpuNs() uint64 {
+	if x != nil {
+		return x.SentOpsCpuNs
 	}
 	return 0
 }
@@ -1112,7 +1126,7 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"ShardRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"\xd9\x04\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\xfe\x04\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12 \n" +
@@ -1134,9 +1148,10 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\x04jobs\x18\x0f \x01(\rR\x04jobs\x12\x10\n" +
 	"\x03job\x18\x10 \x01(\tR\x03job\x12\x1d\n" +
 	"\n" +
-	"job_weight\x18\x11 \x01(\x01R\tjobWeight\x12\x1f\n" +
-	"\vjobs_weight\x18\x12 \x01(\x01R\n" +
-	"jobsWeight*5\n" +
+	"job_weight\x18\x11 \x01(\x01R\tjobWeight\x12\x1d\n" +
+	"\n" +
+	"sent_bytes\x18\x12 \x01(\x04R\tsentBytes\x12%\n" +
+	"\x0fsent_ops_cpu_ns\x18\x13 \x01(\x04R\fsentOpsCpuNs*5\n" +
 	"\x05Codec\x12\x0e\n" +
 	"\n" +
 	"CODEC_NONE\x10\x00\x12\x0e\n" +

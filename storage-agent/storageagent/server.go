@@ -113,6 +113,9 @@ type server struct {
 	busy, rawBusy *budget.StallWatch
 	// buffered is the bytes of results waiting to be sent, all streams.
 	buffered atomic.Int64
+	// sentBytes and sentOpsNS sum the payload bytes and storage_cpu_ns of
+	// every response sent (InfoResponse.sent_bytes, sent_ops_cpu_ns).
+	sentBytes, sentOpsNS atomic.Uint64
 
 	// allowed are the pipelines the operator registered (the presets by
 	// default), by ID; clientSpecs lets clients send others.
@@ -334,7 +337,8 @@ func (s *server) Info(ctx context.Context, _ *dataplanepb.InfoRequest) (*datapla
 		Jobs:              uint32(sh.Jobs), // at most the agent's MaxJobs + 1
 		Job:               job,
 		JobWeight:         sh.Weight,
-		JobsWeight:        sh.Total,
+		SentBytes:         s.sentBytes.Load(),
+		SentOpsCpuNs:      s.sentOpsNS.Load(),
 	}, nil
 }
 
@@ -495,6 +499,10 @@ func (s *server) send(ctx context.Context, stream grpc.BidiStreamingServer[datap
 				return nil
 			}
 		}
+		// Counted before it goes, so that an Info the client asks once
+		// it has the response counts it.
+		s.sentBytes.Add(uint64(len(r.resp.Data)))
+		s.sentOpsNS.Add(r.resp.StorageCpuNs)
 		err := stream.Send(r.resp)
 		s.unbuffer(st, int64(len(r.resp.Data)))
 		<-st.slots

@@ -27,22 +27,22 @@ func TestInfoShares(t *testing.T) {
 	a := startAgent(t, cfg)
 	ctx := context.Background()
 	for _, step := range []struct {
-		job        string
-		share      float64
-		jobs       uint32
-		weight, of float64
+		job    string
+		share  float64
+		jobs   uint32
+		weight float64
 	}{
-		{"a", 2, 1, 1, 1},
-		{"big", 1.5, 2, 3, 4},
-		{"a", 0.5, 2, 1, 4},
+		{"a", 2, 1, 1},
+		{"big", 1.5, 2, 3},
+		{"a", 0.5, 2, 1},
 	} {
 		info, err := a.client.Info(asJob(ctx, step.job), &dataplanepb.InfoRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if math.Abs(info.ShareCpus-step.share) > 1e-9 || info.Jobs != step.jobs || info.Job != step.job || info.JobWeight != step.weight || info.JobsWeight != step.of {
-			t.Fatalf("Info as %s: share %v of %v cpus, %d jobs, job %q weight %v of %v; want share %v, %d jobs, weight %v of %v",
-				step.job, info.ShareCpus, info.Cpus, info.Jobs, info.Job, info.JobWeight, info.JobsWeight, step.share, step.jobs, step.weight, step.of)
+		if math.Abs(info.ShareCpus-step.share) > 1e-9 || info.Jobs != step.jobs || info.Job != step.job || info.JobWeight != step.weight {
+			t.Fatalf("Info as %s: share %v of %v cpus, %d jobs, job %q weight %v; want share %v, %d jobs, weight %v",
+				step.job, info.ShareCpus, info.Cpus, info.Jobs, info.Job, info.JobWeight, step.share, step.jobs, step.weight)
 		}
 	}
 	// A client that names no job is a job of its own, counted by its
@@ -103,5 +103,29 @@ func TestFetchMaxJobs(t *testing.T) {
 	}
 	if err := open(""); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("an empty job name: got %v, want InvalidArgument", err)
+	}
+}
+
+// TestInfoSentCounters: Info counts the payload bytes and the ops' CPU of
+// every response sent, whichever job it went to.
+func TestInfoSentCounters(t *testing.T) {
+	a := startAgent(t, testConfig(t))
+	id := preset(t, "imagenet-train").ID()
+	var reqs []*dataplanepb.FetchRequest
+	for i := range uint64(goodSamples) {
+		reqs = append(reqs, &dataplanepb.FetchRequest{Tag: i, Sample: i, Split: uint32(i % 3), PipelineId: id})
+	}
+	got := fetchAll(t, a.client, reqs)
+	var bytes, ops uint64
+	for _, r := range got {
+		bytes += uint64(len(r.Data))
+		ops += r.StorageCpuNs
+	}
+	info, err := a.client.Info(asJob(context.Background(), "other"), &dataplanepb.InfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.SentBytes != bytes || info.SentOpsCpuNs != ops || bytes == 0 || ops == 0 {
+		t.Fatalf("Info: sent %d bytes, %d ns of ops; the responses carried %d bytes, %d ns", info.SentBytes, info.SentOpsCpuNs, bytes, ops)
 	}
 }

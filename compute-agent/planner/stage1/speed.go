@@ -161,37 +161,53 @@ func contention(cpus, transport float64) float64 {
 	return cpus / (cpus - min(transport, maxTransportShare*cpus))
 }
 
-// processCPU is each storage agent's process CPU (ns) by its Info; 0 for
-// one that does not report it or answer within a second.
-func processCPU(ctx context.Context, fs []Source) []uint64 {
-	out := make([]uint64, len(fs))
+// agentCPU is what a storage agent's Info says of its CPU: its process
+// CPU (ns; 0: not reported) and, from an agent that counts them, the
+// payload bytes and the ops' CPU (ns) of every response it sent to any
+// job (InfoResponse.sent_bytes, sent_ops_cpu_ns).
+type agentCPU struct{ proc, sent, ops uint64 }
+
+// processCPU is each storage agent's CPU by its Info; zero for one that
+// does not answer within a second.
+func processCPU(ctx context.Context, fs []Source) []agentCPU {
+	out := make([]agentCPU, len(fs))
 	for i, f := range fs {
 		ictx, cancel := context.WithTimeout(ctx, time.Second)
 		info, err := f.Client().Info(ictx, &dataplanepb.InfoRequest{})
 		cancel()
 		if err == nil {
-			out[i] = info.GetProcessCpuNs()
+			out[i] = agentCPU{info.GetProcessCpuNs(), info.GetSentBytes(), info.GetSentOpsCpuNs()}
 		}
 	}
 	return out
 }
 
-// transportCores is each agent's CPU, in cores, beyond the ops its
-// responses reported while the link probe (link, by agent) ran: sending,
-// TLS and copies of a full link's raw bytes, from its process CPU before
-// (cpu0) and after (cpu1). 0 where either is unknown or the probe moved
-// too few bytes (under transportMinBytes) to tell.
-func transportCores(cpu0, cpu1 []uint64, link []probeResult) []float64 {
+// transportCores is each agent's CPU, in cores, beyond the ops of this
+// job's link probe (link, by agent) while it ran: sending, TLS and copies
+// of a full link's raw bytes, from its CPU before (cpu0) and after
+// (cpu1). An agent that counts what it sent to every job (agentCPU.sent)
+// may have served other jobs meanwhile: its transport is then what its
+// process spent beyond every job's ops, in the proportion of the bytes
+// this probe got. Otherwise its process CPU beyond the probe's own ops,
+// which errs high when it served others. 0 where unknown or the probe
+// moved too few bytes (under transportMinBytes) to tell.
+func transportCores(cpu0, cpu1 []agentCPU, link []probeResult) []float64 {
 	out := make([]float64, len(link))
 	for i, r := range link {
-		if i >= len(cpu0) || i >= len(cpu1) || cpu0[i] == 0 || cpu1[i] < cpu0[i] || r.elapsed <= 0 || r.bytes < transportMinBytes {
+		if i >= len(cpu0) || i >= len(cpu1) || cpu0[i].proc == 0 || cpu1[i].proc < cpu0[i].proc || r.elapsed <= 0 || r.bytes < transportMinBytes {
+			continue
+		}
+		c0, c1 := cpu0[i], cpu1[i]
+		proc := float64(c1.proc - c0.proc)
+		if sent := c1.sent - c0.sent; c1.sent >= c0.sent && sent >= uint64(r.bytes) && c1.ops >= c0.ops {
+			out[i] = max(proc-float64(c1.ops-c0.ops), 0) * float64(r.bytes) / float64(sent) / float64(r.elapsed.Nanoseconds())
 			continue
 		}
 		var ops int64
 		for _, ns := range r.storageNS {
 			ops += ns
 		}
-		out[i] = max(float64(cpu1[i]-cpu0[i])-float64(ops), 0) / float64(r.elapsed.Nanoseconds())
+		out[i] = max(proc-float64(ops), 0) / float64(r.elapsed.Nanoseconds())
 	}
 	return out
 }
