@@ -423,6 +423,7 @@ func (p *Run) followShare() string {
 	p.share, p.jobs = total, jobs
 	old := pl.Res.StorageCores
 	if !(total > 0) || !(old > 0) || math.Abs(total-old) <= shareMoved*old {
+		h.Log.Info().Str("job", h.Job).Float64("share_cores", total).Int("jobs", jobs).Msg("storage share")
 		return ""
 	}
 	pl.Res.StorageCores = total
