@@ -524,6 +524,9 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.JobLinks {
+		res.ModeNote = strings.Replace(res.ModeNote, "compute links unshaped", "each compute link shaped too (--job-links)", 1)
+	}
 	if w := cfg.wan(); w != nil {
 		if res.Mode != results.ModeNetns {
 			return nil, fmt.Errorf("%w: --rtt, --jitter and --loss need netns mode (root): the delay line runs between two namespaces (mode %s: %s)", ErrConfig, res.Mode, res.ModeNote)
