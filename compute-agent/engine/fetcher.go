@@ -58,7 +58,7 @@ type Fetcher struct {
 	// sent0 and sentOps0 are the agent's sent_bytes and sent_ops_cpu_ns
 	// (every job's responses) at the epoch's start; 0 when not counted.
 	sent0, sentOps0 uint64
-	w     schedule.Window
+	w               schedule.Window
 
 	// lastRecv is when the current stream last received a response or
 	// handed one on (Unix ns); handing is set while recv waits to hand a
