@@ -40,7 +40,8 @@ FUZZ_TARGETS := \
 	FuzzDecodeCacheEntry:./compute-agent/cache/ \
 	FuzzDecodeCacheIndex:./compute-agent/cache/ \
 	FuzzParseListPage:./storage-agent/dataset/s3src/ \
-	FuzzParseCgroupFiles:./internal/cpuquota/
+	FuzzParseCgroupFiles:./internal/cpuquota/ \
+	FuzzParseTCPInfo:./internal/tcpinfo/
 # The S3-compatible server the object-store tests and the testbed start
 # (internal/s3gw): versitygw's POSIX gateway, installed by go install.
 S3GW_PKG     := github.com/versity/versitygw/cmd/versitygw
