@@ -23,6 +23,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/internal/bytesize"
 	"github.com/sophon-dl/sophon/internal/cli"
+	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/wireform"
 )
@@ -176,6 +177,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.Window, "window", s.Window, "requests in flight per storage agent (`count`)")
 	fs.Int64Var(&s.WindowBytes, "window-bytes", s.WindowBytes, "estimated response `bytes` in flight per storage agent")
 	fs.IntVar(&s.RecvWindow, "recv-window", s.RecvWindow, "gRPC flow-control window in `bytes` a storage agent may send ahead on a stream (twice that per connection): what keeps the link busy while a CPU limit throttles the storage agent; 0 leaves grpc's own, sized from a round trip")
+	fs.StringVar(&s.TCPCongestion, "tcp-congestion", s.TCPCongestion, tcpinfo.FlagUsage)
 	fs.IntVar(&s.Workers, "workers", s.Workers, "finishing `workers` running ops[k:n] (default: number of CPUs)")
 	fs.IntVar(&s.Queue, "queue", s.Queue, "shared queue capacity in `batches`")
 	fs.IntVar(&s.Batch, "batch", s.Batch, "batch `size`")

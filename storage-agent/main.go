@@ -21,6 +21,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/cli"
 	"github.com/sophon-dl/sophon/internal/oplimits"
+	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/storage-agent/dataset/s3src"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
@@ -115,6 +116,7 @@ type settings struct {
 	Manifest          string        `yaml:"manifest"`
 	Egress            rate          `yaml:"egress"`
 	SendBuffer        int           `yaml:"send-buffer"`
+	TCPCongestion     string        `yaml:"tcp-congestion"`
 	S3MaxObjects      int           `yaml:"s3-max-objects"`
 	S3Addressing      string        `yaml:"s3-addressing"`
 	S3Retries         int           `yaml:"s3-retries"`
@@ -183,6 +185,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&s.Manifest, "manifest", s.Manifest, "the whole dataset's manifest `file` (storage-agent manifest) when --data holds only part of its files: the agent serves its catalog and fingerprint, from the files it has (checked against it), and never holds a shard it lacks a file of")
 	fs.Var(&s.Egress, "egress", "this node's egress `rate` in tc syntax (500mbit, 10gbit, 1.25gbps), announced to compute agents for planning; 0 means unknown")
 	fs.IntVar(&s.SendBuffer, "send-buffer", s.SendBuffer, "kernel send buffer of each connection in `bytes` (SO_SNDBUF; SO_SNDBUFFORCE with CAP_NET_ADMIN): what keeps the link busy while a CPU limit throttles the agent; at least the egress rate times 100 ms. 0 leaves the kernel's autotuning")
+	fs.StringVar(&s.TCPCongestion, "tcp-congestion", s.TCPCongestion, tcpinfo.FlagUsage)
 	return fs
 }
 
@@ -222,6 +225,7 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c.Manifest = s.Manifest
 	c.Egress = uint64(s.Egress)
 	c.SendBuffer = s.SendBuffer
+	c.TCPCongestion = s.TCPCongestion
 	c.S3 = s3src.Config{MaxObjects: s.S3MaxObjects, Addressing: s.S3Addressing, MaxRetries: s.S3Retries,
 		PageTimeout: s.S3PageTimeout, ListTimeout: s.S3ListTimeout}
 	c.Version = version

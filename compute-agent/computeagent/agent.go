@@ -29,6 +29,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/internal/peerlog"
+	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/wireform"
@@ -120,7 +121,10 @@ type Agent struct {
 	mu        sync.Mutex
 	discovery Discovery
 	conns     map[string]*grpc.ClientConn
-	cat       *catalog.Catalog
+	// tcp holds each connection's sockets, by the key of conns
+	// (tcpinfo.Conns: the engine reads their TCP_INFO).
+	tcp map[string]*tcpinfo.Conns
+	cat *catalog.Catalog
 	// refusals holds the storage agents refused for the rest of the run
 	// (catalog.Refusals).
 	refusals *catalog.Refusals
@@ -150,6 +154,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 		plan:   planner.NewRunPlan(cfg.Plan, nil, policy.Resources{}),
 		gpu:    cfg.GPU,
 		conns:  map[string]*grpc.ClientConn{},
+		tcp:    map[string]*tcpinfo.Conns{},
 		peer:   peer,
 	}
 	a.jr = &journal.Lazy{Samples: cfg.SamplesOut, Dir: cfg.StateDir,
@@ -330,9 +335,10 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 	if maxMsg == 0 {
 		maxMsg = wireform.DefaultMaxPayload
 	}
+	socks := &tcpinfo.Conns{}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithContextDialer(a.cfg.Dial),
+		grpc.WithContextDialer(a.dialer(addr, socks)),
 		// A storage agent that stops answering (host down, link cut) fails
 		// the stream, whose requests are then retried elsewhere.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
@@ -347,7 +353,34 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("computeagent: %s: %w", addr, err)
 	}
 	a.conns[key] = c
+	a.tcp[key] = socks
 	return c, nil
+}
+
+// tcpConns is the sockets of the connection to addr, where storage agent
+// member listens (nil before conn made it).
+func (a *Agent) tcpConns(addr, member string) *tcpinfo.Conns {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tcp[member+"@"+addr]
+}
+
+// dialer is the dialer of the connection to storage agent addr: Knobs.Dial,
+// then Config.TCPCongestion set on the socket (before TLS's first bytes),
+// which socks then tracks for its TCP_INFO. A congestion control that
+// cannot be set (New checked the name) is logged, and the connection used
+// with the host's.
+func (a *Agent) dialer(addr string, socks *tcpinfo.Conns) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, target string) (net.Conn, error) {
+		c, err := a.cfg.Dial(ctx, target)
+		if err != nil {
+			return nil, err
+		}
+		if err := tcpinfo.SetCongestion(c, a.cfg.TCPCongestion); err != nil {
+			a.log.Warn().Err(err).Str("storage", addr).Msg("congestion control not set; the host's default stays")
+		}
+		return socks.Track(c), nil
+	}
 }
 
 // storage discovers the storage agents, reads the catalog on first use
@@ -506,6 +539,7 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *engine.F
 		a.log.Error().Err(err).Msg("storage agent refused")
 		return nil, false, err
 	}
+	f.SetTCP(a.tcpConns(ep.Addr, ep.Member))
 	return f, false, nil
 }
 

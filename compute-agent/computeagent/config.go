@@ -18,6 +18,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/oplimits"
+	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/wireform"
@@ -287,6 +288,10 @@ type RunOptions struct {
 	// it sizes from a round trip's bytes; DefaultConfig sets
 	// DefaultRecvWindow. Else MinRecvWindow to MaxRecvWindow.
 	RecvWindow int `yaml:"recv-window"`
+	// TCPCongestion is the congestion control (TCP_CONGESTION) of every
+	// connection to a storage agent; New refuses one the kernel lacks.
+	// Empty keeps the host's default (tcpinfo.FlagUsage says why).
+	TCPCongestion string `yaml:"tcp-congestion"`
 	// Progress is the interval of the progress log line during an epoch.
 	// Zero means none.
 	Progress time.Duration `yaml:"progress"`
@@ -579,6 +584,8 @@ func (c *Config) counts() error {
 		return configErr("max payload %d is negative", c.MaxPayload)
 	case c.RecvWindow != 0 && (c.RecvWindow < MinRecvWindow || c.RecvWindow > MaxRecvWindow):
 		return configErr("receive window %d bytes: want 0 (grpc's own) or %d to %d", c.RecvWindow, MinRecvWindow, MaxRecvWindow)
+	case tcpinfo.Check(c.TCPCongestion) != nil:
+		return configErr("%v", tcpinfo.Check(c.TCPCongestion))
 	case c.Codec > wireform.CodecS2:
 		return configErr("unknown codec %d", c.Codec)
 	case c.OnError != OnErrorFail && c.OnError != OnErrorSkip:

@@ -18,6 +18,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/internal/peerlog"
+	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
@@ -59,7 +60,18 @@ type Fetcher struct {
 	// progress is when a response from this storage agent was last
 	// accepted (Unix ns).
 	progress atomic.Int64
+	// tcp is the sockets of the connection to the agent (nil: unknown,
+	// an in-memory connection), whose TCP_INFO the link sampler reads.
+	tcp *tcpinfo.Conns
 }
+
+// SetTCP names the sockets of the connection to the storage agent, for
+// the round trip and bytes in flight (link.go). Call it before the
+// fetcher joins an epoch.
+func (f *Fetcher) SetTCP(c *tcpinfo.Conns) { f.tcp = c }
+
+// TCP is the sockets SetTCP named (nil: none).
+func (f *Fetcher) TCP() *tcpinfo.Conns { return f.tcp }
 
 // NewFetcher is the fetcher of storage agent name, reached through client,
 // which answered Info with info for catalog cat; it fails when the agent's

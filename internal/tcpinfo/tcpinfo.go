@@ -20,6 +20,12 @@ import (
 	"time"
 )
 
+// FlagUsage is the --tcp-congestion flag's help, the same on both agents.
+const FlagUsage = "TCP congestion control `algorithm` (TCP_CONGESTION) of every connection to the other agents, e.g. bbr or cubic; " +
+	"one the kernel lacks (/proc/sys/net/ipv4/tcp_available_congestion_control) refuses to start. " +
+	"Empty keeps the host's default (net.ipv4.tcp_congestion_control): the choice is the operator's, who may have set bbr where the kernel has it; " +
+	"on a long lossy link bbr keeps a connection's rate where cubic falls to a few Mbit/s"
+
 // ErrUnavailable: the platform offers no TCP_INFO or TCP_CONGESTION, or
 // the connection is not a TCP socket (an in-memory pipe in tests).
 var ErrUnavailable = errors.New("tcpinfo: not available")

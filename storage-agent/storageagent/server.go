@@ -17,12 +17,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/internal/errkind"
 	"github.com/sophon-dl/sophon/internal/peerlog"
+	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/jpeg"
 	"github.com/sophon-dl/sophon/ops/wireform"
@@ -97,6 +99,9 @@ type server struct {
 	failLog   zerolog.Logger   // per-sample failures, sampled
 	peer      *peerlog.Limiter // warnings a client causes, rate-limited
 	m         *metrics
+	// conns are the connections the agent accepted (connListener): Info
+	// sends the TCP_INFO of the one it came on (tcpinfo.Header).
+	conns tcpinfo.Conns
 
 	queue *budget.Queue[*fetchStream, *job]
 	// wc admits offloads with FetchRequest.fallback (work-conserving
@@ -274,7 +279,8 @@ func peerKey(ctx context.Context) string {
 
 // Info describes the agent: its budget, its dataset, the dataset's shard
 // layout and the shards the agent holds now.
-func (s *server) Info(context.Context, *dataplanepb.InfoRequest) (*dataplanepb.InfoResponse, error) {
+func (s *server) Info(ctx context.Context, _ *dataplanepb.InfoRequest) (*dataplanepb.InfoResponse, error) {
+	s.tcpHeader(ctx)
 	held, _, members := s.hold.state()
 	heldWire := make([]uint32, len(held))
 	for i, sh := range held {
@@ -295,6 +301,25 @@ func (s *server) Info(context.Context, *dataplanepb.InfoRequest) (*dataplanepb.I
 		ProcessCpuNs:      uint64(max(cpuclock.Process(), 0)),
 		MissingShards:     s.hold.missingWire,
 	}, nil
+}
+
+// tcpHeader sends, as the response header tcpinfo.Header, the TCP_INFO of
+// this agent's end of the connection the call came on: the sender's view
+// of the data's direction (its round trip, retransmits, bytes in flight),
+// which the compute agent cannot read on its own socket. Nothing when the
+// connection is unknown (an in-memory listener) or TCP_INFO unavailable.
+func (s *server) tcpHeader(ctx context.Context) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return
+	}
+	c, ok := s.conns.Lookup(p.Addr.String())
+	if !ok {
+		return
+	}
+	if info, err := tcpinfo.Read(c); err == nil {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(tcpinfo.Header, info.Encode()))
+	}
 }
 
 // Catalog streams labels, raw sizes, content hashes, paths and JPEG header
