@@ -122,9 +122,11 @@ type Agent struct {
 	discovery Discovery
 	conns     map[string]*grpc.ClientConn
 	// tcp holds each connection's sockets, by the key of conns
-	// (tcpinfo.Conns: the engine reads their TCP_INFO).
-	tcp map[string]*tcpinfo.Conns
-	cat *catalog.Catalog
+	// (tcpinfo.Conns: the engine reads their TCP_INFO), and links what
+	// the engine measured of it for the next epoch (engine.LinkMemory).
+	tcp   map[string]*tcpinfo.Conns
+	links map[string]*engine.LinkMemory
+	cat   *catalog.Catalog
 	// refusals holds the storage agents refused for the rest of the run
 	// (catalog.Refusals).
 	refusals *catalog.Refusals
@@ -155,6 +157,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 		gpu:    cfg.GPU,
 		conns:  map[string]*grpc.ClientConn{},
 		tcp:    map[string]*tcpinfo.Conns{},
+		links:  map[string]*engine.LinkMemory{},
 		peer:   peer,
 	}
 	a.jr = &journal.Lazy{Samples: cfg.SamplesOut, Dir: cfg.StateDir,
@@ -354,15 +357,16 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 	}
 	a.conns[key] = c
 	a.tcp[key] = socks
+	a.links[key] = &engine.LinkMemory{}
 	return c, nil
 }
 
 // tcpConns is the sockets of the connection to addr, where storage agent
-// member listens (nil before conn made it).
-func (a *Agent) tcpConns(addr, member string) *tcpinfo.Conns {
+// member listens, and the link's memory (nil before conn made them).
+func (a *Agent) tcpConns(addr, member string) (*tcpinfo.Conns, *engine.LinkMemory) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.tcp[member+"@"+addr]
+	return a.tcp[member+"@"+addr], a.links[member+"@"+addr]
 }
 
 // dialer is the dialer of the connection to storage agent addr: Knobs.Dial,

@@ -109,7 +109,15 @@ func TestTCPCongestionBothEnds(t *testing.T) {
 	if len(rec.epoch(0)) == 0 {
 		t.Error("no sample delivered")
 	}
-	_ = reports
+	// Over TCP the round trip and loss come from the storage agent's end.
+	r := reports[0]
+	if l := r.Link; l == nil || !(l.RTTSeconds > 0) || !(l.MinRTTSeconds > 0) || l.RTTFrom != "storage_tcp_info" || !l.LossKnown ||
+		l.SegmentsOut == 0 || l.Readings == 0 || l.WindowCount < cfg.Window || l.WindowBytes != cfg.WindowBytes {
+		t.Errorf("epoch's link %+v: want the storage end's round trip and segments, a window of at least %d and %d bytes", l, cfg.Window, cfg.WindowBytes)
+	}
+	if len(r.ByStorage) != 1 || r.ByStorage[0].Link == nil {
+		t.Errorf("by storage %+v: want the agent's link", r.ByStorage)
+	}
 }
 
 // TestTCPCongestionRefused: a congestion control the kernel lacks is a

@@ -63,12 +63,17 @@ type Fetcher struct {
 	// tcp is the sockets of the connection to the agent (nil: unknown,
 	// an in-memory connection), whose TCP_INFO the link sampler reads.
 	tcp *tcpinfo.Conns
+	// link is its readings of the link this epoch (link.go), mem what
+	// they leave for the next epoch's fetcher (nil: nothing).
+	link linkState
+	mem  *LinkMemory
 }
 
 // SetTCP names the sockets of the connection to the storage agent, for
-// the round trip and bytes in flight (link.go). Call it before the
-// fetcher joins an epoch.
-func (f *Fetcher) SetTCP(c *tcpinfo.Conns) { f.tcp = c }
+// the round trip and bytes in flight, and the link's memory across epochs
+// (link.go; either may be nil). Call it before the fetcher joins an
+// epoch.
+func (f *Fetcher) SetTCP(c *tcpinfo.Conns, m *LinkMemory) { f.tcp, f.mem = c, m }
 
 // TCP is the sockets SetTCP named (nil: none).
 func (f *Fetcher) TCP() *tcpinfo.Conns { return f.tcp }
@@ -199,7 +204,7 @@ func (f *Fetcher) unavailable(ctx context.Context, orphans []*schedule.Request, 
 // probe asks the storage agent for its Info within the stall timeout and
 // checks that it still serves the catalog's dataset.
 func (f *Fetcher) probe(ctx context.Context) error {
-	pctx, cancel := context.WithTimeout(ctx, min(f.e.stallTimeout(), ProbeTimeout))
+	pctx, cancel := context.WithTimeout(ctx, f.e.countRTT(min(f.e.stallTimeout(), ProbeTimeout)))
 	defer cancel()
 	// WaitForReady: a restarted agent is used as soon as it is back.
 	info, err := f.client.Info(pctx, &dataplanepb.InfoRequest{}, grpc.WaitForReady(true))

@@ -15,11 +15,43 @@ const (
 // reopened, the discovery at epoch start).
 const ProbeTimeout = 5 * time.Second
 
+// fewRTTs is how many round trips a deadline is at least: a response
+// cannot come sooner than one, and one more covers the queue at the
+// link's bottleneck and a retransmit.
+const fewRTTs = 4
+
 // stallTimeout is the progress deadline of a stream: Config.StallTimeout,
-// or max(minStall, stallFactor x p99 silence between responses).
+// or max(minStall, stallFactor x p99 silence between responses); counting
+// the round trip (countRTT).
 func (e *Epoch) stallTimeout() time.Duration {
-	if e.cfg.StallTimeout > 0 {
-		return e.cfg.StallTimeout
+	d := e.cfg.StallTimeout
+	if d <= 0 {
+		d = max(minStall, stallFactor*e.lat.P99())
 	}
-	return max(minStall, stallFactor*e.lat.P99())
+	return e.countRTT(d)
+}
+
+// countRTT is deadline d raised by the round trip where it is shorter
+// than fewRTTs of it: d plus the round trip, and at least fewRTTs round
+// trips. The round trip is the longest mean of the epoch's links
+// (link.go; 0 before the first reading, which leaves d as it is).
+func (e *Epoch) countRTT(d time.Duration) time.Duration {
+	return countRTT(d, e.rtt())
+}
+
+// countRTT is Epoch.countRTT for round trip rtt.
+func countRTT(d, rtt time.Duration) time.Duration {
+	if rtt <= 0 || d >= fewRTTs*rtt {
+		return d
+	}
+	return max(d+rtt, fewRTTs*rtt)
+}
+
+// rtt is the longest mean round trip of the epoch's links (0: none read).
+func (e *Epoch) rtt() time.Duration {
+	var m time.Duration
+	for _, f := range e.fs {
+		m = max(m, time.Duration(f.link.rttMean.Load()))
+	}
+	return m
 }
