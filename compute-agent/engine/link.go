@@ -82,6 +82,8 @@ type linkState struct {
 	rtt, rttMean atomic.Int64
 	// laneRate is the link rate capLanes last sized the raw lane for.
 	laneRate float64
+	// recvWarned: checkRecvWindow warned this epoch.
+	recvWarned atomic.Bool
 }
 
 // RTT is the least round trip seen to the storage agent this epoch (0:
@@ -156,7 +158,27 @@ func (f *Fetcher) readLink(ctx context.Context) {
 	if n := len(e.fs); n > 0 && e.linkRate > 0 {
 		rate = max(rate, e.linkRate/float64(n))
 	}
+	f.checkRecvWindow(rate)
 	f.resize(rate)
+}
+
+// checkRecvWindow warns, once per epoch and agent, when the gRPC stream
+// window (Config.RecvWindow) is below one bandwidth-delay product at
+// rate: the storage agent then waits for a window update every round
+// trip, and the stream carries at most the window per round trip,
+// whatever the fetch window. The connection keeps its window (grpc sets
+// it when it dials); the remedy is --recv-window at twice the product, or
+// 0 for grpc's own, which grows with the product it measures.
+func (f *Fetcher) checkRecvWindow(rate float64) {
+	w := f.e.cfg.RecvWindow
+	bdp := f.bdp(rate) / bdpFactor
+	if w <= 0 || bdp <= int64(w) || !f.link.recvWarned.CompareAndSwap(false, true) {
+		return
+	}
+	rtt := f.RTT()
+	f.e.log.Warn().Str("storage", f.name).Int("recv_window", w).Int64("bdp_bytes", bdp).Dur("rtt", rtt).
+		Float64("stream_cap_bytes_per_sec", float64(w)/rtt.Seconds()).Int64("want_recv_window", 2*bdp).
+		Msg("--recv-window is below the link's bandwidth x round trip: each stream carries at most the window per round trip; raise --recv-window to twice the product, or set 0 for grpc's own")
 }
 
 // seedLink starts f's window where the last epoch's ended (LinkMemory):
