@@ -186,8 +186,7 @@ func (p *Run) planBeside(ctx context.Context, job *stage1Job, e Epoch, ep stage1
 	}
 	link := linkNow()
 	st := stage1.RunBeside(job.cfg, job.srcs, p.cat.RawSizes, job.shard, kept, probe, link, t0)
-	st.Link, st.Links = watch.Stop(ctx)
-	st.LogLink(h.Log)
+	watch.Finish(ctx, &st, h.Log)
 	t1 := h.Now()
 	p.measured(st)
 	// The calibration files' rate reads a few percent high (the first

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/internal/tcpinfo"
 )
@@ -54,6 +56,12 @@ func readAll(ctx context.Context, fs []Source, now func() time.Time) []linkwatch
 // the Info calls are timed on).
 func WatchLink(ctx context.Context, fs []Source, now func() time.Time) *LinkWatch {
 	return &LinkWatch{fs: fs, now: now, before: readAll(ctx, fs, now)}
+}
+
+// Finish is Stop into res's Link and Links, logged (Result.LogLink).
+func (w *LinkWatch) Finish(ctx context.Context, res *Result, log zerolog.Logger) {
+	res.Link, res.Links = w.Stop(ctx)
+	res.LogLink(log)
 }
 
 // Stop reads the links again and returns each source's span since

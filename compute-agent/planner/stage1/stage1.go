@@ -315,7 +315,6 @@ func Run(ctx context.Context, cfg *Config, fs []Source, rawSizes, shard []uint64
 	if err != nil {
 		return Result{}, err
 	}
-	rtt, rtts := watch.Stop(ctx)
 	transport := transportCores(cpu0, processCPU(ctx, fs), link)
 	st, err := cfg.measureStorage(ctx, fs, ids, raws, transport)
 	if err != nil {
@@ -341,8 +340,7 @@ func Run(ctx context.Context, cfg *Config, fs []Source, rawSizes, shard []uint64
 		}
 	}
 	res := cfg.decide(linkRate, computeRate, st, nodes, raws, rawSizes, shard, began)
-	res.Link, res.Links = rtt, rtts
-	res.LogLink(cfg.Log)
+	watch.Finish(ctx, &res, cfg.Log)
 	return res, nil
 }
 
