@@ -23,6 +23,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/planner/stage1"
 	"github.com/sophon-dl/sophon/compute-agent/report"
@@ -123,9 +124,9 @@ type Agent struct {
 	conns     map[string]*grpc.ClientConn
 	// tcp holds each connection's sockets, by the key of conns
 	// (tcpinfo.Conns: the engine reads their TCP_INFO), and links what
-	// the engine measured of it for the next epoch (engine.LinkMemory).
+	// the engine measured of it for the next epoch (linkwatch.Memory).
 	tcp   map[string]*tcpinfo.Conns
-	links map[string]*engine.LinkMemory
+	links map[string]*linkwatch.Memory
 	cat   *catalog.Catalog
 	// refusals holds the storage agents refused for the rest of the run
 	// (catalog.Refusals).
@@ -157,7 +158,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 		gpu:    cfg.GPU,
 		conns:  map[string]*grpc.ClientConn{},
 		tcp:    map[string]*tcpinfo.Conns{},
-		links:  map[string]*engine.LinkMemory{},
+		links:  map[string]*linkwatch.Memory{},
 		peer:   peer,
 	}
 	a.jr = &journal.Lazy{Samples: cfg.SamplesOut, Dir: cfg.StateDir,
@@ -357,13 +358,13 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 	}
 	a.conns[key] = c
 	a.tcp[key] = socks
-	a.links[key] = &engine.LinkMemory{}
+	a.links[key] = &linkwatch.Memory{}
 	return c, nil
 }
 
 // tcpConns is the sockets of the connection to addr, where storage agent
 // member listens, and the link's memory (nil before conn made them).
-func (a *Agent) tcpConns(addr, member string) (*tcpinfo.Conns, *engine.LinkMemory) {
+func (a *Agent) tcpConns(addr, member string) (*tcpinfo.Conns, *linkwatch.Memory) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.tcp[member+"@"+addr], a.links[member+"@"+addr]

@@ -216,7 +216,7 @@ type RunOptions struct {
 	// Window bounds requests in flight per storage agent (sent and not yet
 	// handed to the shared queue) on a short link: each epoch adds enough
 	// for twice the link's measured bandwidth x round trip, up to
-	// engine.MaxWindowCount and within WindowBytes (engine/link.go). Zero
+	// linkwatch.MaxWindowCount and within WindowBytes (engine/link.go). Zero
 	// means 64.
 	Window int `yaml:"window"`
 	// WindowBytes bounds the estimated response bytes of the requests in

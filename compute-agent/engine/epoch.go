@@ -10,6 +10,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
@@ -213,7 +214,11 @@ func (e *Epoch) account(ctx context.Context, fs []*Fetcher, measure bool) report
 		Padded:                   e.padded,
 		Status:                   "ok",
 	}
-	r.Link = linkTotal(r.ByStorage)
+	links := make([]*report.Link, len(r.ByStorage))
+	for i, s := range r.ByStorage {
+		links[i] = s.Link
+	}
+	r.Link = linkwatch.Total(links)
 	if measure {
 		r.StorageNSPerByte = transport(ctx, fs)
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sophon-dl/sophon/compute-agent/catalog"
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/internal/peerlog"
@@ -66,14 +67,14 @@ type Fetcher struct {
 	// link is its readings of the link this epoch (link.go), mem what
 	// they leave for the next epoch's fetcher (nil: nothing).
 	link linkState
-	mem  *LinkMemory
+	mem  *linkwatch.Memory
 }
 
 // SetTCP names the sockets of the connection to the storage agent, for
 // the round trip and bytes in flight, and the link's memory across epochs
 // (link.go; either may be nil). Call it before the fetcher joins an
 // epoch.
-func (f *Fetcher) SetTCP(c *tcpinfo.Conns, m *LinkMemory) { f.tcp, f.mem = c, m }
+func (f *Fetcher) SetTCP(c *tcpinfo.Conns, m *linkwatch.Memory) { f.tcp, f.mem = c, m }
 
 // TCP is the sockets SetTCP named (nil: none).
 func (f *Fetcher) TCP() *tcpinfo.Conns { return f.tcp }

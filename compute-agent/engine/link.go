@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,12 +18,12 @@ import (
 // (linkwatch: TCP_INFO at both ends, a timed Info call else), and its
 // window grows to cover bdpFactor bandwidth-delay products on top of what
 // it holds on a short link: in count, Config.Window plus enough of the
-// epoch's mean responses for those bytes (at most MaxWindowCount); in
+// epoch's mean responses for those bytes (at most linkwatch.MaxWindowCount); in
 // bytes, the pacing of several agents (pace) and the raw lane's rawLead
 // (capLanes) gain the same bytes, and the offloads' storage CPU lead
 // gains the round trip. Config.WindowBytes stays the hard bound of the
 // bytes in flight. The bandwidth is the most this agent delivered in one
-// reading's interval this epoch or the last (LinkMemory), or the
+// reading's interval this epoch or the last (linkwatch.Memory), or the
 // planner's link rate shared among the agents, whichever is more; the round trip is the least seen (the
 // path's own, not its queues). A window that is too small measures a
 // rate too low, but bdpFactor of it is twice the bytes it held, so the
@@ -33,35 +32,9 @@ import (
 const (
 	linkEvery = 250 * time.Millisecond
 	bdpFactor = 2
-	// MaxWindowCount bounds the count of requests a window grows to by
-	// bandwidth x round trip (Config.Window may set more).
-	MaxWindowCount = 16384
 	// linkReadTimeout bounds one reading's Info call.
 	linkReadTimeout = time.Second
 )
-
-// LinkMemory carries the link to one storage agent from one epoch to the
-// next: the most it delivered in one reading's interval and the least
-// round trip, so that the next epoch's window starts at the size the last
-// one grew to instead of growing again through its first second. The
-// zero value is ready; safe for concurrent use.
-type LinkMemory struct {
-	mu   sync.Mutex
-	rate float64
-	rtt  time.Duration
-}
-
-func (m *LinkMemory) load() (float64, time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.rate, m.rtt
-}
-
-func (m *LinkMemory) store(rate float64, rtt time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.rate, m.rtt = rate, rtt
-}
 
 // linkState is a fetcher's readings of its link during an epoch.
 type linkState struct {
@@ -72,7 +45,7 @@ type linkState struct {
 	peakBytes int64
 	// lastBytes and lastAt are servedBytes and the time at the previous
 	// reading; peakRate the most bytes/s between two readings.
-	// seedRate is the last epoch's peakRate (LinkMemory).
+	// seedRate is the last epoch's peakRate (linkwatch.Memory).
 	lastBytes int64
 	lastAt    time.Time
 	peakRate  float64
@@ -148,7 +121,7 @@ func (f *Fetcher) readLink(ctx context.Context) {
 	if m := l.stats.MinRTT(); m > 0 {
 		l.rtt.Store(int64(m))
 		if f.mem != nil && l.peakRate > 0 {
-			f.mem.store(l.peakRate, m)
+			f.mem.Store(l.peakRate, m)
 		}
 	}
 	if d, _ := l.stats.RTT(); d > 0 {
@@ -181,14 +154,14 @@ func (f *Fetcher) checkRecvWindow(rate float64) {
 		Msg("--recv-window is below the link's bandwidth x round trip: each stream carries at most the window per round trip; raise --recv-window to twice the product, or set 0 for grpc's own")
 }
 
-// seedLink starts f's window where the last epoch's ended (LinkMemory):
+// seedLink starts f's window where the last epoch's ended (linkwatch.Memory):
 // its rate and round trip until this epoch measured its own. Call it in
 // prepare, after capLanes.
 func (f *Fetcher) seedLink() {
 	if f.mem == nil {
 		return
 	}
-	rate, rtt := f.mem.load()
+	rate, rtt := f.mem.Load()
 	if rate <= 0 || rtt <= 0 {
 		return
 	}
@@ -202,26 +175,11 @@ func (f *Fetcher) seedLink() {
 // (see linkEvery), and its lanes' bounds (capLanes) for the round trip.
 func (f *Fetcher) resize(rate float64) {
 	e := f.e
-	count := bdpCount(e.cfg.Window, f.bdp(rate), f.meanResponse(), e.cfg.WindowBytes)
+	count := linkwatch.WindowCount(e.cfg.Window, f.bdp(rate), f.meanResponse(), e.cfg.WindowBytes)
 	e.sched.Adjust(&f.w, func() {
 		f.w.MaxCount = count
 		f.capLanes(e.sched.CPUOf != nil, f.link.laneRate)
 	})
-}
-
-// bdpCount is the window count for bdp bytes of mean-sized responses on
-// top of base: base plus bdp over mean, at most MaxWindowCount and what
-// windowBytes holds of mean responses (base stays the floor).
-func bdpCount(base int, bdp, mean, windowBytes int64) int {
-	if bdp <= 0 || mean <= 0 {
-		return base
-	}
-	extra := int64(math.Ceil(float64(bdp) / float64(mean)))
-	limit := int64(MaxWindowCount)
-	if windowBytes > 0 {
-		limit = min(limit, max(windowBytes/mean, 1))
-	}
-	return max(base, int(min(int64(base)+extra, limit)))
 }
 
 // meanResponse is the mean response the agent sent this epoch (from its
@@ -245,46 +203,4 @@ func (f *Fetcher) linkReport() *report.Link {
 	r.WindowPeakBytes = l.peakBytes
 	f.e.sched.Adjust(&f.w, func() { r.WindowCount, r.WindowBytes = f.w.MaxCount, f.w.MaxBytes })
 	return r
-}
-
-// linkTotal is the links of every agent in rs together: the mean round
-// trip, the least minimum, the retransmits and segments, bytes in flight
-// and windows summed (nil when none was read).
-func linkTotal(rs []report.StorageStats) *report.Link {
-	var t report.Link
-	n := 0
-	t.LossKnown = true
-	for _, s := range rs {
-		l := s.Link
-		if l == nil {
-			continue
-		}
-		if l.RTTSeconds > 0 {
-			t.RTTSeconds += l.RTTSeconds
-			n++
-			t.RTTFrom = l.RTTFrom
-		}
-		if l.MinRTTSeconds > 0 && (t.MinRTTSeconds == 0 || l.MinRTTSeconds < t.MinRTTSeconds) {
-			t.MinRTTSeconds = l.MinRTTSeconds
-		}
-		t.Retransmits += l.Retransmits
-		t.SegmentsOut += l.SegmentsOut
-		t.LossKnown = t.LossKnown && l.LossKnown
-		t.InFlightMeanBytes += l.InFlightMeanBytes
-		t.InFlightPeakBytes += l.InFlightPeakBytes
-		t.WindowBytes += l.WindowBytes
-		t.WindowCount += l.WindowCount
-		t.WindowPeakBytes += l.WindowPeakBytes
-		t.Readings += l.Readings
-	}
-	if t.Readings == 0 {
-		return nil
-	}
-	if n > 0 {
-		t.RTTSeconds /= float64(n)
-	}
-	if t.SegmentsOut > 0 {
-		t.Loss = float64(t.Retransmits) / float64(t.SegmentsOut)
-	}
-	return &t
 }

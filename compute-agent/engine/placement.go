@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/catalog"
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/ops/wireform"
@@ -133,7 +134,7 @@ func transport(ctx context.Context, fs []*Fetcher) float64 {
 		if f.cpu0 == 0 || got == 0 {
 			continue
 		}
-		ictx, cancel := context.WithTimeout(ctx, countRTT(time.Second, f.RTT()))
+		ictx, cancel := context.WithTimeout(ctx, linkwatch.CountRTT(time.Second, f.RTT()))
 		info, err := f.client.Info(ictx, &dataplanepb.InfoRequest{})
 		cancel()
 		if err != nil || info.GetProcessCpuNs() < f.cpu0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/cache"
 	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
@@ -154,7 +155,7 @@ func (e *Epoch) run(ctx context.Context, fetchers []*Fetcher) error {
 	// are busy with other samples (a sample that no agent holds still
 	// waits for a place). A window grows by bandwidth x round trip while
 	// the epoch runs (link.go): the buffer holds the most it may grow to.
-	backlog := len(fetchers) * max(e.cfg.Window, MaxWindowCount)
+	backlog := len(fetchers) * max(e.cfg.Window, linkwatch.MaxWindowCount)
 	e.work = make(chan work, backlog)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {

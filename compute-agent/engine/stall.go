@@ -1,6 +1,10 @@
 package engine
 
-import "time"
+import (
+	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
+)
 
 // Retry timing (see schedule.RetryDelay for the back-off): a stream silent
 // for the stall timeout with requests out is hedged.
@@ -15,11 +19,6 @@ const (
 // reopened, the discovery at epoch start).
 const ProbeTimeout = 5 * time.Second
 
-// fewRTTs is how many round trips a deadline is at least: a response
-// cannot come sooner than one, and one more covers the queue at the
-// link's bottleneck and a retransmit.
-const fewRTTs = 4
-
 // stallTimeout is the progress deadline of a stream: Config.StallTimeout,
 // or max(minStall, stallFactor x p99 silence between responses); counting
 // the round trip (countRTT).
@@ -32,19 +31,11 @@ func (e *Epoch) stallTimeout() time.Duration {
 }
 
 // countRTT is deadline d raised by the round trip where it is shorter
-// than fewRTTs of it: d plus the round trip, and at least fewRTTs round
-// trips. The round trip is the longest mean of the epoch's links
-// (link.go; 0 before the first reading, which leaves d as it is).
+// than a few of it (linkwatch.CountRTT). The round trip is the longest
+// mean of the epoch's links (link.go; 0 before the first reading, which
+// leaves d as it is).
 func (e *Epoch) countRTT(d time.Duration) time.Duration {
-	return countRTT(d, e.rtt())
-}
-
-// countRTT is Epoch.countRTT for round trip rtt.
-func countRTT(d, rtt time.Duration) time.Duration {
-	if rtt <= 0 || d >= fewRTTs*rtt {
-		return d
-	}
-	return max(d+rtt, fewRTTs*rtt)
+	return linkwatch.CountRTT(d, e.rtt())
 }
 
 // rtt is the longest mean round trip of the epoch's links (0: none read).

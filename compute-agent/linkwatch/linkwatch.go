@@ -4,8 +4,10 @@
 // the storage agent's end as its Info call's header tells it,
 // tcpinfo.Header), with a timed Info call where neither is available.
 // Stage 1 reads it before and after its link probe (Between), the engine
-// through every epoch (Stats), for the windows sized by bandwidth x round
-// trip, the deadlines that count the round trip and the report.
+// through every epoch (Stats); and the pure rules the engine follows from
+// it: the fetch window by bandwidth x round trip (WindowCount), deadlines
+// that count the round trip (CountRTT), the link carried from one epoch
+// to the next (Memory) and several agents' links together (Total).
 package linkwatch
 
 import (

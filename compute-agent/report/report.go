@@ -449,7 +449,7 @@ type Link struct {
 	InFlightPeakBytes int64 `json:"in_flight_peak_bytes,omitempty"`
 	// WindowBytes and WindowCount are the fetch window the engine used
 	// per storage agent at the epoch's end (bandwidth x round trip, within
-	// --window-bytes; engine.bdpWindow), WindowPeakBytes the most
+	// --window-bytes; engine/link.go), WindowPeakBytes the most
 	// estimated response bytes it had outstanding (omitted outside an
 	// epoch).
 	WindowBytes     int64 `json:"window_bytes,omitempty"`

@@ -1,4 +1,4 @@
-package engine
+package linkwatch
 
 import (
 	"testing"
@@ -7,14 +7,14 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/report"
 )
 
-// TestBDPCount: the window count covers the bandwidth-delay bytes in mean
+// TestWindowCount: the window count covers the bandwidth-delay bytes in mean
 // responses on top of the configured count, within MaxWindowCount and
 // what the byte bound holds; without a round trip it is the configured
 // count.
-func TestBDPCount(t *testing.T) {
+func TestWindowCount(t *testing.T) {
 	const kb = 1 << 10
 	// 500 Mbit/s x 80 ms, twice: 10 MB.
-	bdp := int64(bdpFactor * 62.5e6 * 0.080)
+	bdp := int64(2 * 62.5e6 * 0.080)
 	tests := []struct {
 		name        string
 		base        int
@@ -33,7 +33,7 @@ func TestBDPCount(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := bdpCount(tt.base, tt.bdp, tt.mean, tt.windowBytes); got != tt.want {
+			if got := WindowCount(tt.base, tt.bdp, tt.mean, tt.windowBytes); got != tt.want {
 				t.Errorf("got %d, want %d", got, tt.want)
 			}
 		})
@@ -41,7 +41,7 @@ func TestBDPCount(t *testing.T) {
 }
 
 // TestCountRTT: a deadline shorter than a few round trips gains one and
-// is at least fewRTTs of them; a longer one, or an unknown round trip,
+// is at least FewRTTs of them; a longer one, or an unknown round trip,
 // leaves it.
 func TestCountRTT(t *testing.T) {
 	ms := time.Millisecond
@@ -53,22 +53,22 @@ func TestCountRTT(t *testing.T) {
 		{time.Second, time.Second, 4 * time.Second},
 	}
 	for _, tt := range tests {
-		if got := countRTT(tt.d, tt.rtt); got != tt.want {
-			t.Errorf("countRTT(%v, %v) = %v, want %v", tt.d, tt.rtt, got, tt.want)
+		if got := CountRTT(tt.d, tt.rtt); got != tt.want {
+			t.Errorf("CountRTT(%v, %v) = %v, want %v", tt.d, tt.rtt, got, tt.want)
 		}
 	}
 }
 
-// TestLinkTotal: the epoch's link is its agents' together.
-func TestLinkTotal(t *testing.T) {
-	if linkTotal([]report.StorageStats{{}}) != nil {
+// TestTotal: the epoch's link is its agents' together.
+func TestTotal(t *testing.T) {
+	if Total([]*report.Link{nil, {}}) != nil {
 		t.Error("a link with no readings")
 	}
-	got := linkTotal([]report.StorageStats{
-		{Link: &report.Link{RTTSeconds: 0.08, MinRTTSeconds: 0.079, RTTFrom: "storage_tcp_info", Retransmits: 1, SegmentsOut: 1000, LossKnown: true,
-			InFlightMeanBytes: 100, InFlightPeakBytes: 200, WindowCount: 300, WindowBytes: 1 << 20, WindowPeakBytes: 5, Readings: 4}},
-		{Link: &report.Link{RTTSeconds: 0.1, MinRTTSeconds: 0.09, RTTFrom: "storage_tcp_info", Retransmits: 3, SegmentsOut: 1000, LossKnown: true,
-			InFlightMeanBytes: 10, InFlightPeakBytes: 20, WindowCount: 30, WindowBytes: 1 << 20, WindowPeakBytes: 5, Readings: 4}},
+	got := Total([]*report.Link{
+		{RTTSeconds: 0.08, MinRTTSeconds: 0.079, RTTFrom: "storage_tcp_info", Retransmits: 1, SegmentsOut: 1000, LossKnown: true,
+			InFlightMeanBytes: 100, InFlightPeakBytes: 200, WindowCount: 300, WindowBytes: 1 << 20, WindowPeakBytes: 5, Readings: 4},
+		{RTTSeconds: 0.1, MinRTTSeconds: 0.09, RTTFrom: "storage_tcp_info", Retransmits: 3, SegmentsOut: 1000, LossKnown: true,
+			InFlightMeanBytes: 10, InFlightPeakBytes: 20, WindowCount: 30, WindowBytes: 1 << 20, WindowPeakBytes: 5, Readings: 4},
 	})
 	want := report.Link{RTTSeconds: 0.09, MinRTTSeconds: 0.079, RTTFrom: "storage_tcp_info", Retransmits: 4, SegmentsOut: 2000, Loss: 0.002, LossKnown: true,
 		InFlightMeanBytes: 110, InFlightPeakBytes: 220, WindowCount: 330, WindowBytes: 2 << 20, WindowPeakBytes: 10, Readings: 8}
