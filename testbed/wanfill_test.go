@@ -24,7 +24,8 @@ import (
 // TCP ramps up) must carry the files at 90% or more of the link's
 // payload rate, on average, from each one's first response to its last:
 // the windows by bandwidth x round trip. Each epoch's figure is logged.
-// WAN_FILL_RATE and WAN_FILL_RTT change the link,
+// WAN_FILL_RATE, WAN_FILL_RTT and WAN_FILL_LOSS (a fraction each way)
+// change the link,
 // WAN_FILL_IMAGES the files per epoch (default 8000, about 4 s at the
 // rate), WAN_FILL_CC adds --tcp-congestion to both agents, and
 // STORAGE_AGENT_BIN / COMPUTE_AGENT_BIN run other binaries (the figures
@@ -42,6 +43,10 @@ func TestWANFill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	loss, err := strconv.ParseFloat(envString("WAN_FILL_LOSS", "0"), 64)
+	if err != nil || loss < 0 || loss >= 1 {
+		t.Fatalf("WAN_FILL_LOSS=%q: want a fraction, e.g. 0.001 for 0.1%%", os.Getenv("WAN_FILL_LOSS"))
+	}
 	images := envInt(t, "WAN_FILL_IMAGES", 8000)
 	epochs := envInt(t, "WAN_FILL_EPOCHS", 4)
 	if epochs < 2 {
@@ -51,7 +56,7 @@ func TestWANFill(t *testing.T) {
 	data, mean := smallDataset(t, images)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pair, err := netns.Setup(ctx, netns.Config{Rate: rate, RTT: rtt, Seed: 1})
+	pair, err := netns.Setup(ctx, netns.Config{Rate: rate, RTT: rtt, Loss: loss, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +89,7 @@ func TestWANFill(t *testing.T) {
 	// which are headers (netns payloadRate); gRPC's and TLS's framing
 	// (under 0.5% of 16-40 KB messages) count against the files.
 	payload := rate.Bits() / 8 * float64(netns.DefaultMTU-52) / float64(netns.DefaultMTU)
-	t.Logf("link %s, RTT %v; %d files of %.1f KB mean per epoch; payload rate %.2f MB/s", rate, rtt, images, mean/1e3, payload/1e6)
+	t.Logf("link %s, RTT %v, loss %g each way; %d files of %.1f KB mean per epoch; payload rate %.2f MB/s", rate, rtt, loss, images, mean/1e3, payload/1e6)
 	var sum float64
 	for i, e := range run.epochs {
 		// The link's busy span: from the first response to the last (the
