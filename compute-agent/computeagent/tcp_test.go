@@ -8,7 +8,9 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
@@ -130,5 +132,36 @@ func TestTCPCongestionRefused(t *testing.T) {
 	}
 	if _, err := storageagent.New(storageagent.Config{Data: t.TempDir(), Insecure: true, TCPCongestion: "no-such-cc"}); err == nil {
 		t.Error("storage agent accepted --tcp-congestion no-such-cc")
+	}
+}
+
+// TestWindowGrowsWithRTT: on a link whose round trip is long (an Info
+// call answered after 60 ms, the in-memory connection's only round trip)
+// and whose rate is 2 MB/s, the fetch window grows past --window to cover
+// twice the bandwidth-delay product, and the report says so; the next
+// epoch starts from it (linkwatch.Memory).
+func TestWindowGrowsWithRTT(t *testing.T) {
+	const rtt = 60 * time.Millisecond
+	n := &enginetest.MemNet{}
+	s := shapedFake(t, "s1", constBPS(2e6))
+	s.InfoErr = func() error { time.Sleep(rtt); return nil }
+	n.Serve(t, "s1:1", s)
+	cfg, rec := testConfig(t, n, "s1:1")
+	cfg.Plan = planner.NoOff()
+	cfg.Epochs = 2
+	cfg.Window = 2
+	reports, err := runAgent(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reports {
+		checkOnce(t, rec.epoch(r.Epoch), policyIDs())
+		l := r.Link
+		if l != nil {
+			t.Logf("epoch %d: %.2f s, rtt %.1f ms (min %.1f), window %d requests", r.Epoch, r.Seconds, 1e3*l.RTTSeconds, 1e3*l.MinRTTSeconds, l.WindowCount)
+		}
+		if l == nil || l.RTTFrom != "info_rpc" || l.MinRTTSeconds < rtt.Seconds() || l.WindowCount <= cfg.Window {
+			t.Errorf("epoch %d's link %+v: want a round trip of at least %v from the Info call and a window past %d", r.Epoch, l, rtt, cfg.Window)
+		}
 	}
 }
