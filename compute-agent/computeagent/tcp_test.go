@@ -6,13 +6,17 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/internal/tcpinfo"
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
 
@@ -139,7 +143,8 @@ func TestTCPCongestionRefused(t *testing.T) {
 // call answered after 60 ms, the in-memory connection's only round trip)
 // and whose rate is 2 MB/s, the fetch window grows past --window to cover
 // twice the bandwidth-delay product, and the report says so; the next
-// epoch starts from it (linkwatch.Memory).
+// epoch starts from it (linkwatch.Memory). A --recv-window below the
+// product is warned about.
 func TestWindowGrowsWithRTT(t *testing.T) {
 	const rtt = 60 * time.Millisecond
 	n := &enginetest.MemNet{}
@@ -150,6 +155,9 @@ func TestWindowGrowsWithRTT(t *testing.T) {
 	cfg.Plan = planner.NoOff()
 	cfg.Epochs = 2
 	cfg.Window = 2
+	cfg.RecvWindow = MinRecvWindow // 64 KiB, under 2 MB/s x 60 ms
+	var logs testutil.SyncBuffer
+	cfg.Logger = zerolog.New(&logs).Level(zerolog.WarnLevel)
 	reports, err := runAgent(t, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -163,5 +171,8 @@ func TestWindowGrowsWithRTT(t *testing.T) {
 		if l == nil || l.RTTFrom != "info_rpc" || l.MinRTTSeconds < rtt.Seconds() || l.WindowCount <= cfg.Window {
 			t.Errorf("epoch %d's link %+v: want a round trip of at least %v from the Info call and a window past %d", r.Epoch, l, rtt, cfg.Window)
 		}
+	}
+	if !strings.Contains(logs.String(), "--recv-window is below the link's bandwidth x round trip") {
+		t.Errorf("no warning about --recv-window %d in %s", cfg.RecvWindow, logs.String())
 	}
 }
