@@ -18,17 +18,17 @@ import (
 // (linkwatch: TCP_INFO at both ends, a timed Info call else), and its
 // window grows to cover bdpFactor bandwidth-delay products on top of what
 // it holds on a short link: in count, Config.Window plus enough of the
-// epoch's mean responses for those bytes (at most linkwatch.MaxWindowCount); in
+// epoch's mean responses for those bytes (linkwatch.WindowCount); in
 // bytes, the pacing of several agents (pace) and the raw lane's rawLead
 // (capLanes) gain the same bytes, and the offloads' storage CPU lead
 // gains the round trip. Config.WindowBytes stays the hard bound of the
 // bytes in flight. The bandwidth is the most this agent delivered in one
 // reading's interval this epoch or the last (linkwatch.Memory), or the
-// planner's link rate shared among the agents, whichever is more; the round trip is the least seen (the
-// path's own, not its queues). A window that is too small measures a
-// rate too low, but bdpFactor of it is twice the bytes it held, so the
-// window doubles each interval until the link, not the window, bounds the
-// rate.
+// planner's link rate shared among the agents, whichever is more; the
+// round trip is the least seen (the path's own, not its queues). A
+// window that is too small measures a rate too low, but bdpFactor of it
+// is twice the bytes it held, so the window doubles each interval until
+// the link, not the window, bounds the rate.
 const (
 	linkEvery = 250 * time.Millisecond
 	bdpFactor = 2
