@@ -40,7 +40,8 @@ FUZZ_TARGETS := \
 	FuzzDecodeCacheEntry:./compute-agent/cache/ \
 	FuzzDecodeCacheIndex:./compute-agent/cache/ \
 	FuzzParseListPage:./storage-agent/dataset/s3src/ \
-	FuzzParseCgroupFiles:./internal/cpuquota/
+	FuzzParseCgroupFiles:./internal/cpuquota/ \
+	FuzzParseTCPInfo:./internal/tcpinfo/
 # The S3-compatible server the object-store tests and the testbed start
 # (internal/s3gw): versitygw's POSIX gateway, installed by go install.
 S3GW_PKG     := github.com/versity/versitygw/cmd/versitygw
@@ -154,6 +155,10 @@ size: ## The longest functions in the agents and every package's lines, purpose 
 .PHONY: wan
 wan: ## The WAN delay line's accuracy matrix (root): 25, 100 and 500 Mbit/s x RTT 0, 20 and 80 ms, round trips by UDP echo (and ping) and bulk TCP goodput within 5%, its CPU per Gbit (docs/testbed.md, "A WAN link"); SOPHON_WAN_MTU=9000 for another MTU
 	SOPHON_WAN_MATRIX=1 $(GO) test -count=1 -timeout 10m -run '^TestDelayLineMatrix$$' -v ./testbed/netns/
+
+.PHONY: wan-fill
+wan-fill: ## One connection fills a long link (root): 500 Mbit/s at 80 ms on the delay line, 16-40 KB files fetched raw over 4 epochs, those after the first at 90% or more of the link's payload rate on average (testbed TestWANFill; WAN_FILL_RATE, WAN_FILL_RTT, WAN_FILL_CC, STORAGE_AGENT_BIN and COMPUTE_AGENT_BIN for other set-ups)
+	SOPHON_WAN_FILL=1 $(GO) test -count=1 -timeout 10m -run '^TestWANFill$$' -v ./testbed/
 
 .PHONY: reliability
 reliability: ## Faults at full counts: 30 storage-agent kill -9/restarts (0.5-10 s gaps), 10 SIGSTOPs of 20 s with a replica, 10 compute-agent kill -9/resumes; then the hostile corpus and clients, and the agent's memory after a burst and 60 s idle. Figures appended to docs/results/reliability.jsonl

@@ -23,6 +23,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/internal/bytesize"
 	"github.com/sophon-dl/sophon/internal/cli"
+	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/wireform"
 )
@@ -175,9 +176,10 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.World, "world", s.World, "`number` of compute agents sharing the dataset")
 	fs.BoolVar(&s.WholeBudget, "whole-budget", s.WholeBudget, "plan for each storage agent's whole CPU budget, as if this job were alone there (the behaviour before shares, to compare with); default: plan for this job's share, which the storage agent tells it")
 	fs.StringVar(&s.Job, "job", s.Job, "this training job's `name` to the storage agents, which divide their CPU among the jobs they serve (storage-agent --job-weights) and tell each its share, which the policy plans for; every rank of a job sends the same name (default: run- and a hash of --seed, --first-epoch, --world and the pipeline)")
-	fs.IntVar(&s.Window, "window", s.Window, "requests in flight per storage agent (`count`)")
-	fs.Int64Var(&s.WindowBytes, "window-bytes", s.WindowBytes, "estimated response `bytes` in flight per storage agent")
-	fs.IntVar(&s.RecvWindow, "recv-window", s.RecvWindow, "gRPC flow-control window in `bytes` a storage agent may send ahead on a stream (twice that per connection): what keeps the link busy while a CPU limit throttles the storage agent; 0 leaves grpc's own, sized from a round trip")
+	fs.IntVar(&s.Window, "window", s.Window, "requests in flight per storage agent (`count`) on a short link; each epoch adds enough for twice the measured bandwidth x round trip (at most 16384), within --window-bytes")
+	fs.Int64Var(&s.WindowBytes, "window-bytes", s.WindowBytes, "estimated response `bytes` in flight per storage agent: the hard bound, also of the window that grows by bandwidth x round trip")
+	fs.IntVar(&s.RecvWindow, "recv-window", s.RecvWindow, "gRPC flow-control window in `bytes` a storage agent may send ahead on a stream (twice that per connection): what keeps the link busy while a CPU limit throttles the storage agent; a stream carries at most this per round trip, so it must cover the link's bandwidth x round trip (an epoch warns when the measured product is more); 0 leaves grpc's own, sized from a round trip")
+	fs.StringVar(&s.TCPCongestion, "tcp-congestion", s.TCPCongestion, tcpinfo.FlagUsage)
 	fs.IntVar(&s.Workers, "workers", s.Workers, "finishing `workers` running ops[k:n] (default: number of CPUs)")
 	fs.IntVar(&s.Queue, "queue", s.Queue, "shared queue capacity in `batches`")
 	fs.IntVar(&s.Batch, "batch", s.Batch, "batch `size`")

@@ -24,6 +24,7 @@ import (
 
 	"github.com/sophon-dl/sophon/internal/cli"
 	"github.com/sophon-dl/sophon/internal/oplimits"
+	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 	"github.com/sophon-dl/sophon/storage-agent/budget"
 	"github.com/sophon-dl/sophon/storage-agent/dataset/s3src"
@@ -120,6 +121,7 @@ type settings struct {
 	Manifest          string        `yaml:"manifest"`
 	Egress            rate          `yaml:"egress"`
 	SendBuffer        int           `yaml:"send-buffer"`
+	TCPCongestion     string        `yaml:"tcp-congestion"`
 	S3MaxObjects      int           `yaml:"s3-max-objects"`
 	S3Addressing      string        `yaml:"s3-addressing"`
 	S3Retries         int           `yaml:"s3-retries"`
@@ -199,6 +201,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&s.JobWindow, "job-window", s.JobWindow, "how long a job without an open fetch stream still counts as active after its last stream or Info")
 	fs.IntVar(&s.MaxJobs, "max-jobs", s.MaxJobs, "active `jobs` the agent serves at once; a stream of another job is refused")
 	fs.BoolVar(&s.JobShares, "job-shares", s.JobShares, "tell each job its share of --cpus in Info; false tells every job the whole budget (each plans as if it were alone, as before shares), the queue still serving the jobs by weight")
+	fs.StringVar(&s.TCPCongestion, "tcp-congestion", s.TCPCongestion, tcpinfo.FlagUsage)
 	return fs
 }
 
@@ -238,6 +241,7 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c.Manifest = s.Manifest
 	c.Egress = uint64(s.Egress)
 	c.SendBuffer = s.SendBuffer
+	c.TCPCongestion = s.TCPCongestion
 	c.S3 = s3src.Config{MaxObjects: s.S3MaxObjects, Addressing: s.S3Addressing, MaxRetries: s.S3Retries,
 		PageTimeout: s.S3PageTimeout, ListTimeout: s.S3ListTimeout}
 	c.JobWeights = s.JobWeights

@@ -23,12 +23,14 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/planner/stage1"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
 	"github.com/sophon-dl/sophon/internal/peerlog"
+	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/wireform"
@@ -120,7 +122,12 @@ type Agent struct {
 	mu        sync.Mutex
 	discovery Discovery
 	conns     map[string]*grpc.ClientConn
-	cat       *catalog.Catalog
+	// tcp holds each connection's sockets, by the key of conns
+	// (tcpinfo.Conns: the engine reads their TCP_INFO), and links what
+	// the engine measured of it for the next epoch (linkwatch.Memory).
+	tcp   map[string]*tcpinfo.Conns
+	links map[string]*linkwatch.Memory
+	cat   *catalog.Catalog
 	// refusals holds the storage agents refused for the rest of the run
 	// (catalog.Refusals).
 	refusals *catalog.Refusals
@@ -150,6 +157,8 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 		plan:   planner.NewRunPlan(cfg.Plan, nil, policy.Resources{}),
 		gpu:    cfg.GPU,
 		conns:  map[string]*grpc.ClientConn{},
+		tcp:    map[string]*tcpinfo.Conns{},
+		links:  map[string]*linkwatch.Memory{},
 		peer:   peer,
 	}
 	a.jr = &journal.Lazy{Samples: cfg.SamplesOut, Dir: cfg.StateDir,
@@ -189,7 +198,7 @@ func (a *Agent) engineConfig() engine.Config {
 	return engine.Config{
 		Log: a.log, Now: c.Clock.Now, Metrics: a.m, Warnings: a.peer, Refusals: a.refusals, Consumer: c.Consumer, OnSample: c.OnSample,
 		Pipeline: c.Pipeline, PipelineID: a.pipeID, PipelineSpec: a.pipeSpec, Sizes: a.sizes, Seed: c.Seed, Codec: c.Codec,
-		Workers: c.Workers, Queue: c.Queue, Batch: c.Batch, Window: c.Window, WindowBytes: c.WindowBytes,
+		Workers: c.Workers, Queue: c.Queue, Batch: c.Batch, Window: c.Window, WindowBytes: c.WindowBytes, RecvWindow: c.RecvWindow,
 		MaxPayload: c.MaxPayload, Retries: c.Retries, RetryBudget: c.RetryBudget, StallTimeout: c.StallTimeout,
 		Progress: c.Progress, StrictOrder: c.StrictOrder, StrictOffload: c.StrictOffload, FetchOnly: c.FetchOnly,
 		FailOnError: c.OnError == OnErrorFail, RoundRobin: c.Placement == PlacementRoundRobin, Limits: c.Settings,
@@ -333,9 +342,10 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 	if maxMsg == 0 {
 		maxMsg = wireform.DefaultMaxPayload
 	}
+	socks := &tcpinfo.Conns{}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithContextDialer(a.cfg.Dial),
+		grpc.WithContextDialer(a.dialer(addr, socks)),
 		// A storage agent that stops answering (host down, link cut) fails
 		// the stream, whose requests are then retried elsewhere.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
@@ -351,7 +361,35 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("computeagent: %s: %w", addr, err)
 	}
 	a.conns[key] = c
+	a.tcp[key] = socks
+	a.links[key] = &linkwatch.Memory{}
 	return c, nil
+}
+
+// tcpConns is the sockets of the connection to addr, where storage agent
+// member listens, and the link's memory (nil before conn made them).
+func (a *Agent) tcpConns(addr, member string) (*tcpinfo.Conns, *linkwatch.Memory) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tcp[member+"@"+addr], a.links[member+"@"+addr]
+}
+
+// dialer is the dialer of the connection to storage agent addr: Knobs.Dial,
+// then Config.TCPCongestion set on the socket (before TLS's first bytes),
+// which socks then tracks for its TCP_INFO. A congestion control that
+// cannot be set (New checked the name) is logged, and the connection used
+// with the host's.
+func (a *Agent) dialer(addr string, socks *tcpinfo.Conns) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, target string) (net.Conn, error) {
+		c, err := a.cfg.Dial(ctx, target)
+		if err != nil {
+			return nil, err
+		}
+		if err := tcpinfo.SetCongestion(c, a.cfg.TCPCongestion); err != nil {
+			a.log.Warn().Err(err).Str("storage", addr).Msg("congestion control not set; the host's default stays")
+		}
+		return socks.Track(c), nil
+	}
 }
 
 // storage discovers the storage agents, reads the catalog on first use
@@ -510,6 +548,7 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *engine.F
 		a.log.Error().Err(err).Msg("storage agent refused")
 		return nil, false, err
 	}
+	f.SetTCP(a.tcpConns(ep.Addr, ep.Member))
 	return f, false, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/oplimits"
+	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/wireform"
@@ -227,7 +228,10 @@ type RunOptions struct {
 	// share cannot.
 	WholeBudget bool `yaml:"whole-budget"`
 	// Window bounds requests in flight per storage agent (sent and not yet
-	// handed to the shared queue). Zero means 64.
+	// handed to the shared queue) on a short link: each epoch adds enough
+	// for twice the link's measured bandwidth x round trip, up to
+	// linkwatch.MaxWindowCount and within WindowBytes (engine/link.go). Zero
+	// means 64.
 	Window int `yaml:"window"`
 	// WindowBytes bounds the estimated response bytes of the requests in
 	// flight per storage agent (see schedule.SizeModel). Zero means 64 MiB. A
@@ -301,6 +305,10 @@ type RunOptions struct {
 	// it sizes from a round trip's bytes; DefaultConfig sets
 	// DefaultRecvWindow. Else MinRecvWindow to MaxRecvWindow.
 	RecvWindow int `yaml:"recv-window"`
+	// TCPCongestion is the congestion control (TCP_CONGESTION) of every
+	// connection to a storage agent; New refuses one the kernel lacks.
+	// Empty keeps the host's default (tcpinfo.FlagUsage says why).
+	TCPCongestion string `yaml:"tcp-congestion"`
 	// Progress is the interval of the progress log line during an epoch.
 	// Zero means none.
 	Progress time.Duration `yaml:"progress"`
@@ -595,6 +603,8 @@ func (c *Config) counts() error {
 		return configErr("max payload %d is negative", c.MaxPayload)
 	case c.RecvWindow != 0 && (c.RecvWindow < MinRecvWindow || c.RecvWindow > MaxRecvWindow):
 		return configErr("receive window %d bytes: want 0 (grpc's own) or %d to %d", c.RecvWindow, MinRecvWindow, MaxRecvWindow)
+	case tcpinfo.Check(c.TCPCongestion) != nil:
+		return configErr("%v", tcpinfo.Check(c.TCPCongestion))
 	case c.Codec > wireform.CodecS2:
 		return configErr("unknown codec %d", c.Codec)
 	case c.OnError != OnErrorFail && c.OnError != OnErrorSkip:

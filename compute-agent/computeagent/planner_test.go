@@ -140,6 +140,14 @@ func TestPolicySOPHON(t *testing.T) {
 		!(s1.ComputeSamplesPerSec > 0) || !(s1.StorageSamplesPerSec > 0) || !(s1.StorageSpeed > 0) {
 		t.Errorf("stage 1: %+v, want a measured link bottleneck and stage 2 recorded", *s1)
 	}
+	// In memory: no TCP_INFO at either end, the round trip from a timed
+	// Info call, the loss unknown.
+	if l := s1.Link; l == nil || !(l.RTTSeconds > 0) || l.RTTFrom != "info_rpc" || l.LossKnown {
+		t.Errorf("stage 1's link %+v: want a round trip from the Info call, no loss", l)
+	}
+	if l := r0.Link; l == nil || !(l.RTTSeconds > 0) || l.Readings == 0 || l.WindowCount < cfg.Window {
+		t.Errorf("epoch 0's link %+v: want round trips read and a window of at least %d", l, cfg.Window)
+	}
 	if !strings.Contains(out.String(), "bottleneck link") {
 		t.Errorf("printed decision %q does not name the link", out.String())
 	}

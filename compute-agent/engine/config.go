@@ -67,11 +67,17 @@ type Config struct {
 	Codec wireform.Codec
 
 	// The limits and modes of computeagent.Config of the same names.
-	Workers       int
-	Queue         int
-	Batch         int
-	Window        int
-	WindowBytes   int64
+	Workers     int
+	Queue       int
+	Batch       int
+	Window      int
+	WindowBytes int64
+	// RecvWindow is the connections' gRPC stream window
+	// (computeagent.Config.RecvWindow; 0: grpc's own, which follows the
+	// bandwidth-delay product): a stream carries at most this much per
+	// round trip, so the epoch warns when the link's bandwidth x round
+	// trip is more (link.go).
+	RecvWindow    int
 	MaxPayload    int
 	Retries       int
 	RetryBudget   time.Duration

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
@@ -134,6 +135,7 @@ func (e *Epoch) prepare(fs []*Fetcher, jr *journal.Journal) error {
 	}
 	if len(order) > 0 {
 		e.meanRaw = int64(raw / uint64(len(order)))
+		e.meanEst = e.left.Load() / int64(len(order))
 	}
 	e.jr = jr
 	e.log.Info().Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.Name()).Msg("epoch start")
@@ -141,6 +143,7 @@ func (e *Epoch) prepare(fs []*Fetcher, jr *journal.Journal) error {
 		f.e = e
 		f.w = schedule.Window{Idx: i, MaxCount: cfg.Window, MaxBytes: cfg.WindowBytes, Outstanding: map[uint64]*schedule.Request{}}
 		f.capLanes(e.sched.CPUOf != nil, e.linkRate)
+		f.seedLink()
 	}
 	return nil
 }
@@ -154,6 +157,7 @@ func (e *Epoch) execute(ctx context.Context, fs []*Fetcher) error {
 	if e.cfg.Progress > 0 {
 		wg.Go(func() { e.progress(pctx, e.cfg.Progress) })
 	}
+	wg.Go(func() { e.watchLinks(pctx, fs) })
 	e.start = e.cfg.Now()
 	err := e.run(ctx, fs)
 	e.end = e.cfg.Now()
@@ -210,6 +214,11 @@ func (e *Epoch) account(ctx context.Context, fs []*Fetcher, measure bool) report
 		Padded:                   e.padded,
 		Status:                   "ok",
 	}
+	links := make([]*report.Link, len(r.ByStorage))
+	for i, s := range r.ByStorage {
+		links[i] = s.Link
+	}
+	r.Link = linkwatch.Total(links)
 	if measure {
 		r.StorageNSPerByte = transport(ctx, fs)
 	}

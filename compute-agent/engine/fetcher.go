@@ -15,9 +15,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sophon-dl/sophon/compute-agent/catalog"
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/internal/peerlog"
+	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
@@ -68,7 +70,23 @@ type Fetcher struct {
 	// progress is when a response from this storage agent was last
 	// accepted (Unix ns).
 	progress atomic.Int64
+	// tcp is the sockets of the connection to the agent (nil: unknown,
+	// an in-memory connection), whose TCP_INFO the link sampler reads.
+	tcp *tcpinfo.Conns
+	// link is its readings of the link this epoch (link.go), mem what
+	// they leave for the next epoch's fetcher (nil: nothing).
+	link linkState
+	mem  *linkwatch.Memory
 }
+
+// SetTCP names the sockets of the connection to the storage agent, for
+// the round trip and bytes in flight, and the link's memory across epochs
+// (link.go; either may be nil). Call it before the fetcher joins an
+// epoch.
+func (f *Fetcher) SetTCP(c *tcpinfo.Conns, m *linkwatch.Memory) { f.tcp, f.mem = c, m }
+
+// TCP is the sockets SetTCP named (nil: none).
+func (f *Fetcher) TCP() *tcpinfo.Conns { return f.tcp }
 
 // NewFetcher is the fetcher of storage agent name, reached through client,
 // which answered Info with info for catalog cat; it fails when the agent's
@@ -233,7 +251,7 @@ func (f *Fetcher) unavailable(ctx context.Context, orphans []*schedule.Request, 
 // probe asks the storage agent for its Info within the stall timeout and
 // checks that it still serves the catalog's dataset.
 func (f *Fetcher) probe(ctx context.Context) error {
-	pctx, cancel := context.WithTimeout(ctx, min(f.e.stallTimeout(), ProbeTimeout))
+	pctx, cancel := context.WithTimeout(ctx, f.e.countRTT(min(f.e.stallTimeout(), ProbeTimeout)))
 	defer cancel()
 	// WaitForReady: a restarted agent is used as soon as it is back.
 	info, err := f.client.Info(pctx, &dataplanepb.InfoRequest{}, grpc.WaitForReady(true))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/catalog"
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/ops/wireform"
@@ -36,7 +37,8 @@ func (e *Epoch) placement(fs []*Fetcher) (pl schedule.Placement, unowned []int, 
 func byStorage(fs []*Fetcher) []report.StorageStats {
 	out := make([]report.StorageStats, len(fs))
 	for i, f := range fs {
-		out[i] = report.StorageStats{Name: f.name, Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.hold.Shards(), OpsCPUSeconds: float64(f.opsNS.Load()) / 1e9}
+		out[i] = report.StorageStats{Name: f.name, Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.hold.Shards(), OpsCPUSeconds: float64(f.opsNS.Load()) / 1e9,
+			Link: f.linkReport()}
 	}
 	return out
 }
@@ -83,7 +85,8 @@ const (
 // pace caps f's window bytes, when the epoch has several storage agents
 // (its storage CPU is capped from the start: the offloads in flight at
 // most paceTime of the agent's cores, by the plan's estimates),
-// at what its agent delivered in paceTime (its bytes since its first
+// at what its agent delivered in paceTime, plus bdpFactor of its
+// bandwidth-delay products (link.go) (its bytes since its first
 // response of the epoch over the time since; from the 8th response on),
 // at least 4 average responses and at most Config.WindowBytes. Pulling
 // then gives each agent a share of the epoch in proportion to its rate
@@ -107,7 +110,7 @@ func (f *Fetcher) pace(now time.Time) {
 		return
 	}
 	rate := float64(got) / elapsed.Seconds()
-	b := int64(rate * paceTime.Seconds())
+	b := int64(rate*paceTime.Seconds()) + f.bdp(rate)
 	b = max(b, 4*got/n)
 	b = min(b, e.cfg.WindowBytes)
 	e.sched.SetMaxBytes(&f.w, b)
@@ -133,7 +136,7 @@ func transport(ctx context.Context, fs []*Fetcher) float64 {
 		if f.cpu0 == 0 || got == 0 {
 			continue
 		}
-		ictx, cancel := context.WithTimeout(ctx, time.Second)
+		ictx, cancel := context.WithTimeout(ctx, linkwatch.CountRTT(time.Second, f.RTT()))
 		info, err := f.client.Info(ictx, &dataplanepb.InfoRequest{})
 		cancel()
 		if err != nil || info.GetProcessCpuNs() < f.cpu0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/cache"
 	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
@@ -90,6 +91,7 @@ type Epoch struct {
 	linkRate       float64
 	storageCores   float64 // the planner's (0: unknown), for shedding
 	meanRaw        int64   // the shard's mean raw file size (Fetcher.capLanes)
+	meanEst        int64   // the shard's mean estimated response (Fetcher.resize)
 	start          time.Time
 	computeNS      atomic.Int64
 	retried        atomic.Int64
@@ -151,11 +153,9 @@ func (e *Epoch) run(ctx context.Context, fetchers []*Fetcher) error {
 	// fetcher's recv: it claims each response as it arrives, which frees
 	// the storage CPU the response held in the window while the workers
 	// are busy with other samples (a sample that no agent holds still
-	// waits for a place).
-	backlog := 0
-	for _, f := range fetchers {
-		backlog += f.w.MaxCount
-	}
+	// waits for a place). A window grows by bandwidth x round trip while
+	// the epoch runs (link.go): the buffer holds the most it may grow to.
+	backlog := len(fetchers) * max(e.cfg.Window, linkwatch.MaxWindowCount)
 	e.work = make(chan work, backlog)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {

@@ -1,6 +1,10 @@
 package engine
 
-import "time"
+import (
+	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
+)
 
 // Retry timing (see schedule.RetryDelay for the back-off): a stream silent
 // for the stall timeout with requests out is hedged.
@@ -16,10 +20,29 @@ const (
 const ProbeTimeout = 5 * time.Second
 
 // stallTimeout is the progress deadline of a stream: Config.StallTimeout,
-// or max(minStall, stallFactor x p99 silence between responses).
+// or max(minStall, stallFactor x p99 silence between responses); counting
+// the round trip (countRTT).
 func (e *Epoch) stallTimeout() time.Duration {
-	if e.cfg.StallTimeout > 0 {
-		return e.cfg.StallTimeout
+	d := e.cfg.StallTimeout
+	if d <= 0 {
+		d = max(minStall, stallFactor*e.lat.P99())
 	}
-	return max(minStall, stallFactor*e.lat.P99())
+	return e.countRTT(d)
+}
+
+// countRTT is deadline d raised by the round trip where it is shorter
+// than a few of it (linkwatch.CountRTT). The round trip is the longest
+// mean of the epoch's links (link.go; 0 before the first reading, which
+// leaves d as it is).
+func (e *Epoch) countRTT(d time.Duration) time.Duration {
+	return linkwatch.CountRTT(d, e.rtt())
+}
+
+// rtt is the longest mean round trip of the epoch's links (0: none read).
+func (e *Epoch) rtt() time.Duration {
+	var m time.Duration
+	for _, f := range e.fs {
+		m = max(m, time.Duration(f.link.rttMean.Load()))
+	}
+	return m
 }

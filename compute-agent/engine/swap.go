@@ -58,17 +58,24 @@ func (e *Epoch) newShedder(plan Plan, linkRate, cores float64) *schedule.Shedder
 // past which the window takes offloads. Several agents' windows are
 // paced by bytes already (pace). Under the schedule's lock once the
 // epoch runs.
+//
+// On a long link each bound gains the round trip (link.go): the offloads
+// bdpFactor round trips of the agent's cores, since each holds its CPU
+// until its response arrived; the raw lane bdpFactor bandwidth-delay
+// products.
 func (f *Fetcher) capLanes(hinted bool, linkRate float64) {
+	f.link.laneRate = linkRate
 	if hinted {
 		lead := offloadLead
 		if f.e != nil && f.e.paced {
 			lead = paceTime
 		}
+		lead += bdpFactor * f.RTT()
 		f.w.MaxCPU = int64(max(f.cpus, 1) * float64(lead))
 	}
 	f.w.MaxRawFlight = 0
 	if f.e != nil && !f.e.paced && linkRate > 0 {
-		f.w.MaxRawFlight = max(int64(linkRate*rawLead.Seconds()), 4*f.e.meanRaw)
+		f.w.MaxRawFlight = max(int64(linkRate*rawLead.Seconds()), 4*f.e.meanRaw) + f.bdp(linkRate)
 	}
 }
 

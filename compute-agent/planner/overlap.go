@@ -145,6 +145,7 @@ func (p *Run) annotateOverlapped(r *report.EpochReport, e Epoch, switched int) e
 func (p *Run) planBeside(ctx context.Context, job *stage1Job, e Epoch, ep stage1.Beside) (int, error) {
 	h := p.h
 	t0, b0 := h.Now(), e.BytesReceived()
+	watch := stage1.WatchLink(ctx, job.srcs, h.Now)
 	var probe stage1.StorageProbe
 	var probeErr error
 	probed := make(chan struct{})
@@ -185,6 +186,7 @@ func (p *Run) planBeside(ctx context.Context, job *stage1Job, e Epoch, ep stage1
 	}
 	link := linkNow()
 	st := stage1.RunBeside(job.cfg, job.srcs, p.cat.RawSizes, job.shard, kept, probe, link, t0)
+	watch.Finish(ctx, &st, h.Log)
 	t1 := h.Now()
 	p.measured(st)
 	// The calibration files' rate reads a few percent high (the first

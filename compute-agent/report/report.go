@@ -70,6 +70,10 @@ type EpochReport struct {
 	// ByStorage is what each storage agent of Storage served, in the
 	// same order: samples accepted and their wire bytes.
 	ByStorage []StorageStats `json:"by_storage,omitempty"`
+	// Link is the round trip, loss and bytes in flight the epoch saw on
+	// the link to its storage agents, and the windows it fetched with
+	// (omitted when nothing was read: no storage agent answered).
+	Link *Link `json:"link,omitempty"`
 	// StorageNSPerByte is the storage agents' CPU per byte sent beyond
 	// their ops (reads, gRPC, TLS), measured over the epoch from their
 	// process CPU; 0 when not measured.
@@ -426,6 +430,45 @@ type StorageStats struct {
 	// Predicted is the plan's load on this agent, when the plan was made
 	// per storage agent (EpochReport.Cluster); nil otherwise.
 	Predicted *StoragePrediction `json:"predicted,omitempty"`
+	// Link is the link to this agent (EpochReport.Link).
+	Link *Link `json:"link,omitempty"`
+}
+
+// Link is what was measured of the link to the storage agents (linkwatch:
+// TCP_INFO at both ends, and a timed Info call where neither is read): of
+// one storage agent in StorageStats, of all of them together in
+// EpochReport and Stage1Summary.
+type Link struct {
+	// RTTSeconds is the mean round trip, MinRTTSeconds the least the
+	// kernel saw (the path without its queues); RTTFrom says where they
+	// came from: storage_tcp_info (the storage agent's end, which sends
+	// the data), compute_tcp_info (this agent's sockets) or info_rpc (a
+	// timed Info call).
+	RTTSeconds    float64 `json:"rtt_seconds"`
+	MinRTTSeconds float64 `json:"min_rtt_seconds"`
+	RTTFrom       string  `json:"rtt_from,omitempty"`
+	// Retransmits and SegmentsOut are the storage agents' TCP segments
+	// sent again and sent meanwhile; Loss is their ratio, LossKnown false
+	// when a storage agent did not report its end (then they are 0).
+	Retransmits uint64  `json:"retransmits"`
+	SegmentsOut uint64  `json:"segments_out"`
+	Loss        float64 `json:"loss"`
+	LossKnown   bool    `json:"loss_known"`
+	// InFlightMeanBytes and InFlightPeakBytes are the TCP bytes the
+	// storage agents had sent and not yet had acknowledged, over the
+	// epoch's readings (omitted when unknown).
+	InFlightMeanBytes int64 `json:"in_flight_mean_bytes,omitempty"`
+	InFlightPeakBytes int64 `json:"in_flight_peak_bytes,omitempty"`
+	// WindowBytes and WindowCount are the fetch window the engine used
+	// per storage agent at the epoch's end (bandwidth x round trip, within
+	// --window-bytes; engine/link.go), WindowPeakBytes the most
+	// estimated response bytes it had outstanding (omitted outside an
+	// epoch).
+	WindowBytes     int64 `json:"window_bytes,omitempty"`
+	WindowCount     int   `json:"window_count,omitempty"`
+	WindowPeakBytes int64 `json:"window_peak_bytes,omitempty"`
+	// Readings is how many readings were taken.
+	Readings int `json:"readings"`
 }
 
 // StoragePrediction is a cluster plan's load on one storage agent
@@ -562,6 +605,9 @@ type Stage1Summary struct {
 	// StartWaitSeconds (but, in trainer mode, in its FirstBatchSeconds
 	// where a rank asked during it).
 	Seconds float64 `json:"seconds"`
+	// Link is the round trip and loss stage 1 measured on the link to
+	// the storage agents (the windows are the engine's: omitted here).
+	Link *Link `json:"link,omitempty"`
 	// Overlapped: stage 1 ran beside the first epoch, which started at
 	// once under No-Off and took the plan from header estimates for the
 	// positions not yet requested when it was ready

@@ -723,3 +723,21 @@ func (s *Schedule) Order(key func(pos int) float64) {
 	}
 	s.broadcastLocked()
 }
+
+// InFlight is w's requests outstanding and their estimated response
+// bytes.
+func (s *Schedule) InFlight(w *Window) (count int, bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return w.Count, w.Bytes
+}
+
+// Adjust runs fn under the schedule's lock, for it to change w's bounds
+// (MaxCount, MaxBytes, MaxCPU, MaxRawFlight), and wakes the fetchers
+// waiting for room.
+func (s *Schedule) Adjust(w *Window, fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn()
+	s.broadcastLocked()
+}

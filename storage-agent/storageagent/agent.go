@@ -34,6 +34,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/internal/placement"
+	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/storage-agent/budget"
@@ -247,6 +248,10 @@ type Config struct {
 	// CPU limit), at most MaxSendBuffer. Zero leaves the kernel's
 	// autotuning; DefaultConfig sets DefaultSendBuffer.
 	SendBuffer int
+	// TCPCongestion is the congestion control (TCP_CONGESTION) of every
+	// connection the agent accepts; New refuses one the kernel lacks.
+	// Empty keeps the host's default (tcpinfo.FlagUsage says why).
+	TCPCongestion string
 	// Version is reported in Info and announced to peers. Empty means "dev".
 	Version string
 	// Logger receives the agent's log. The zero value writes nothing.
@@ -333,6 +338,9 @@ func (c *Config) validate() error {
 	}
 	if c.SendBuffer < 0 || c.SendBuffer > MaxSendBuffer {
 		return fmt.Errorf("%w: send buffer %d bytes, want 0 (the kernel's autotuning) to %d", ErrConfig, c.SendBuffer, MaxSendBuffer)
+	}
+	if err := tcpinfo.Check(c.TCPCongestion); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if c.Gossip.Bind == "" && len(c.Gossip.Join) > 0 {
 		return fmt.Errorf("%w: join needs a gossip address", ErrConfig)

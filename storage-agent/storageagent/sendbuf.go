@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/rs/zerolog"
+
+	"github.com/sophon-dl/sophon/internal/tcpinfo"
 )
 
 // DefaultSendBuffer is the kernel send buffer (SO_SNDBUF) the agent asks
@@ -38,11 +40,15 @@ type sendBuffer struct {
 	Err error
 }
 
-// sendBufferListener sets the send buffer of every TCP connection it
-// accepts (setSendBuffer) and logs the outcome of the first.
-type sendBufferListener struct {
+// connListener sets up every TCP connection it accepts: its send buffer
+// (setSendBuffer, when size is positive) and its congestion control (when
+// congestion is set), logging the outcome of the first; and it tracks the
+// connections in conns (the Info call's TCP_INFO header, server.Info).
+type connListener struct {
 	net.Listener
-	size int
+	size       int
+	congestion string
+	conns      *tcpinfo.Conns
 	// force tries SO_SNDBUFFORCE first (the agent always does; tests turn
 	// it off to see the path of an agent without CAP_NET_ADMIN).
 	force bool
@@ -50,16 +56,36 @@ type sendBufferListener struct {
 	once  sync.Once
 }
 
-func (l *sendBufferListener) Accept() (net.Conn, error) {
+func (l *connListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return c, err
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		r := setSendBuffer(tc, l.size, l.force)
-		l.once.Do(func() { r.log(l.log, l.size) })
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c, nil
 	}
-	return c, nil
+	var r sendBuffer
+	if l.size > 0 {
+		r = setSendBuffer(tc, l.size, l.force)
+	}
+	cerr := tcpinfo.SetCongestion(tc, l.congestion)
+	l.once.Do(func() {
+		if l.size > 0 {
+			r.log(l.log, l.size)
+		}
+		if l.congestion != "" {
+			if cerr != nil {
+				l.log.Error().Err(cerr).Msg("could not set the connections' congestion control; the host's default stays")
+			} else {
+				l.log.Info().Str("tcp_congestion", l.congestion).Msg("connections' congestion control set")
+			}
+		}
+	})
+	if l.conns != nil {
+		return l.conns.Track(tc), nil
+	}
+	return tc, nil
 }
 
 // log reports r once per agent: a buffer that could not be set is a

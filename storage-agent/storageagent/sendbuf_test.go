@@ -12,7 +12,7 @@ import (
 )
 
 // accept returns the server side of one loopback connection accepted
-// through a sendBufferListener of size bytes, and what it logged.
+// through a connListener of size bytes, and what it logged.
 func accept(t *testing.T, size int, force bool) (*net.TCPConn, string) {
 	t.Helper()
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
@@ -20,7 +20,7 @@ func accept(t *testing.T, size int, force bool) (*net.TCPConn, string) {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	lis := &sendBufferListener{Listener: inner, size: size, force: force, log: zerolog.New(&log)}
+	lis := &connListener{Listener: inner, size: size, force: force, log: zerolog.New(&log)}
 	t.Cleanup(func() { lis.Close() })
 	client, err := net.Dial("tcp", inner.Addr().String())
 	if err != nil {

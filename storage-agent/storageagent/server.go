@@ -24,6 +24,7 @@ import (
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/internal/errkind"
 	"github.com/sophon-dl/sophon/internal/peerlog"
+	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/jpeg"
 	"github.com/sophon-dl/sophon/ops/wireform"
@@ -98,6 +99,9 @@ type server struct {
 	failLog   zerolog.Logger   // per-sample failures, sampled
 	peer      *peerlog.Limiter // warnings a client causes, rate-limited
 	m         *metrics
+	// conns are the connections the agent accepted (connListener): Info
+	// sends the TCP_INFO of the one it came on (tcpinfo.Header).
+	conns tcpinfo.Conns
 
 	// jobs are the jobs served and their shares of the budget.
 	jobs *budget.Jobs
@@ -313,6 +317,7 @@ func (s *server) Info(ctx context.Context, _ *dataplanepb.InfoRequest) (*datapla
 	if named {
 		s.jobs.Seen(job, now)
 	}
+	s.tcpHeader(ctx)
 	sh := s.jobs.Share(job, now)
 	held, _, members := s.hold.state()
 	heldWire := make([]uint32, len(held))
@@ -340,6 +345,25 @@ func (s *server) Info(ctx context.Context, _ *dataplanepb.InfoRequest) (*datapla
 		SentBytes:         s.sentBytes.Load(),
 		SentOpsCpuNs:      s.sentOpsNS.Load(),
 	}, nil
+}
+
+// tcpHeader sends, as the response header tcpinfo.Header, the TCP_INFO of
+// this agent's end of the connection the call came on: the sender's view
+// of the data's direction (its round trip, retransmits, bytes in flight),
+// which the compute agent cannot read on its own socket. Nothing when the
+// connection is unknown (an in-memory listener) or TCP_INFO unavailable.
+func (s *server) tcpHeader(ctx context.Context) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return
+	}
+	c, ok := s.conns.Lookup(p.Addr.String())
+	if !ok {
+		return
+	}
+	if info, err := tcpinfo.Read(c); err == nil {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(tcpinfo.Header, info.Encode()))
+	}
 }
 
 // Catalog streams labels, raw sizes, content hashes, paths and JPEG header

@@ -105,6 +105,9 @@ func TestAgentEpochsRanks(t *testing.T) {
 		{rankReport(0, 2, start+sec, 30), rankReport(1, 1, start+4*sec, 30)},
 		{rankReport(0, 3, start+2*sec, 30), rankReport(1, 2, start+5*sec, 30), rankReport(2, 1, start+8*sec, 30)},
 	}
+	// Each rank's link: the largest round trip, the rest summed.
+	ranks[0][0].Link = &report.Link{RTTSeconds: 0.08, InFlightMeanBytes: 4e6, InFlightPeakBytes: 5e6, Retransmits: 1, WindowCount: 400}
+	ranks[1][0].Link = &report.Link{RTTSeconds: 0.09, InFlightMeanBytes: 1e6, InFlightPeakBytes: 2e6, Retransmits: 2, WindowCount: 100}
 	x := &experiment{cfg: Config{ComputeNodes: 2}}
 	var run results.Run
 	if err := x.agentEpochs(true, s, &run, ranks); err != nil {
@@ -118,7 +121,8 @@ func TestAgentEpochsRanks(t *testing.T) {
 	want := results.Epoch{Epoch: 0, Seconds: 3, PredictedSeconds: 2.9, Samples: 60, AgentBytes: 60000,
 		StorageCPUSeconds: 1, ComputeCPUSeconds: 2, GPUIdleFraction: 0.2,
 		KernelBytes: 2e6 + 6e6, KernelPackets: 200 + 600, KernelPayloadBytes: 8e6 - 800*results.FrameOverhead,
-		RankSeconds: []float64{2, 3}, LinkBytes: []int64{40e6, 80e6}, StorageAgentCPUSeconds: []float64{0.4, 0.8}}
+		RankSeconds: []float64{2, 3}, LinkBytes: []int64{40e6, 80e6}, StorageAgentCPUSeconds: []float64{0.4, 0.8},
+		RTTSeconds: 0.09, InFlightMeanBytes: 5e6, InFlightPeakBytes: 7e6, Retransmits: 3, WindowCount: 500}
 	if fmt.Sprintf("%+v", e) != fmt.Sprintf("%+v", want) {
 		t.Errorf("epoch 0:\n got %+v\nwant %+v", e, want)
 	}

@@ -296,6 +296,13 @@ func (x *experiment) agentEpochs(kernel bool, s *bed.Series, run *results.Run, r
 			e.ComputeCPUSeconds += r.ComputeCPUSeconds
 			e.GPUIdleFraction += r.GPUIdleFraction / float64(len(ranks))
 			addCache(&e, r.Cache)
+			if l := r.Link; l != nil {
+				e.RTTSeconds = max(e.RTTSeconds, l.RTTSeconds)
+				e.InFlightMeanBytes += l.InFlightMeanBytes
+				e.InFlightPeakBytes += l.InFlightPeakBytes
+				e.Retransmits += l.Retransmits
+				e.WindowCount += l.WindowCount
+			}
 			e.Profiled = e.Profiled || r.Profiled
 			e.Replanned = e.Replanned || r.Replanned
 			if len(ranks) > 1 {

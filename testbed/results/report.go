@@ -132,6 +132,7 @@ var columns = []column{
 	{Text: "GPU idle %", MD: "GPU idle %", Right: true},
 	{Text: "once", MD: "exactly-once"},
 	{Text: "content", MD: "content matches"},
+	{Text: "rtt ms/flight MB", MD: "RTT ms / TCP in flight MB (mean, peak)", Right: true},
 	{Text: "notes", MD: "notes"},
 }
 
@@ -198,6 +199,9 @@ func runRow(run *Run, base *Epoch, bound float64) []string {
 	row[12] = strconv.FormatFloat(e.GPUIdleFraction*100, 'f', 1, 64)
 	row[13] = yesNO(run.ExactlyOnce)
 	row[14] = yesNO(run.ContentMatches)
+	if e.RTTSeconds > 0 {
+		row[15] = fmt.Sprintf("%.1f / %s, %s", 1e3*e.RTTSeconds, mb(e.InFlightMeanBytes), mb(e.InFlightPeakBytes))
+	}
 	switch run.Policy {
 	case PeerPolicy:
 		row[14] = "n/a" // torchvision draws its own random crops

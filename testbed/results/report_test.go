@@ -348,3 +348,21 @@ func TestTrainingTable(t *testing.T) {
 		t.Errorf("read back %+v", got)
 	}
 }
+
+// TestRowLink: the steady epoch's round trip and TCP bytes in flight have
+// their column; an epoch whose link was not read shows none.
+func TestRowLink(t *testing.T) {
+	run := &Run{Policy: "nooff", Epochs: []Epoch{{Epoch: 0, Seconds: 2, Samples: 10},
+		{Epoch: 1, Seconds: 1, Samples: 10, RTTSeconds: 0.0831, InFlightMeanBytes: 4.25e6, InFlightPeakBytes: 5.28e6}}}
+	col := len(columns) - 2
+	if columns[col].Text != "rtt ms/flight MB" {
+		t.Fatalf("column %d is %q", col, columns[col].Text)
+	}
+	if got, want := runRow(run, nil, 0)[col], "83.1 / 4.2, 5.3"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	run.Epochs[1].RTTSeconds = 0
+	if got := runRow(run, nil, 0)[col]; got != none {
+		t.Errorf("unread link: got %q, want %q", got, none)
+	}
+}

@@ -311,6 +311,17 @@ type Epoch struct {
 	// Cache is the compute agents' cache over the epoch (their reports'
 	// cache, summed over the ranks); nil without one.
 	Cache *CacheEpoch `json:"cache,omitempty"`
+	// The link as the compute agents read it over the epoch (their
+	// reports' link; omitted when unread): RTTSeconds the mean round trip
+	// (the largest rank's), InFlightMeanBytes and InFlightPeakBytes the
+	// TCP bytes the storage agents had in flight, Retransmits their
+	// segments sent again, WindowCount the fetch windows' requests at the
+	// epoch's end (all summed over the ranks).
+	RTTSeconds        float64 `json:"rtt_seconds,omitempty"`
+	InFlightMeanBytes int64   `json:"in_flight_mean_bytes,omitempty"`
+	InFlightPeakBytes int64   `json:"in_flight_peak_bytes,omitempty"`
+	Retransmits       uint64  `json:"retransmits,omitempty"`
+	WindowCount       int     `json:"window_count,omitempty"`
 }
 
 // UnmarshalJSON reads an epoch, taking bound_seconds, the agent's bound

@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/internal/oplimits"
@@ -127,7 +128,27 @@ type Result struct {
 	// storage agents (StorageProbe.SpeedAgainst prices them against a
 	// profile's op costs).
 	Probe StorageProbe
+	// Link is the round trip and loss to the storage agents over the link
+	// probe, all together, and Links each one's, in the order of the
+	// sources (LinkWatch): what the windows by bandwidth x round trip and
+	// a connection pool's size start from. Zero when unmeasured (Run
+	// measures them; RunBeside's caller sets them).
+	Link  linkwatch.Span
+	Links []linkwatch.Span
 }
+
+// RTT is the round trip windows are sized by: the least the link probe
+// saw (the path's own), else its mean; 0 when unmeasured.
+func (s Result) RTT() time.Duration {
+	if s.Link.MinRTT > 0 {
+		return s.Link.MinRTT
+	}
+	return s.Link.RTT
+}
+
+// Loss is the share of the storage agents' segments sent again during the
+// link probe; ok is false when a storage agent did not report its end.
+func (s Result) Loss() (loss float64, ok bool) { return s.Link.Loss(), s.Link.LossKnown }
 
 // Summary is the decision as the first epoch's report carries it.
 func (s Result) Summary() report.Stage1Summary {
@@ -147,7 +168,16 @@ func (s Result) Summary() report.Stage1Summary {
 		Reason:                d.Reason,
 		Profile:               report.ProfileNone,
 		Seconds:               s.Seconds,
+		Link:                  s.linkReport(),
 	}
+}
+
+// linkReport is Link as the report carries it; nil when unmeasured.
+func (s Result) linkReport() *report.Link {
+	if s.Link.RTT == 0 && s.Link.MinRTT == 0 && !s.Link.LossKnown {
+		return nil
+	}
+	return s.Link.Report()
 }
 
 // probeResult is what one probe stream saw.
@@ -281,6 +311,7 @@ func Run(ctx context.Context, cfg *Config, fs []Source, rawSizes, shard []uint64
 		cfg = &c
 	}
 	cpu0 := processCPU(ctx, fs)
+	watch := WatchLink(ctx, fs, cfg.Now)
 	linkRate, nodes, ids, raws, link, err := cfg.measureLink(ctx, fs, shard)
 	if err != nil {
 		return Result{}, err
@@ -309,7 +340,18 @@ func Run(ctx context.Context, cfg *Config, fs []Source, rawSizes, shard []uint64
 			computeRate = 0
 		}
 	}
-	return cfg.decide(linkRate, computeRate, st, nodes, raws, rawSizes, shard, began), nil
+	res := cfg.decide(linkRate, computeRate, st, nodes, raws, rawSizes, shard, began)
+	watch.Finish(ctx, &res, cfg.Log)
+	return res, nil
+}
+
+// LogLink logs the round trip and loss stage 1 measured.
+func (s Result) LogLink(log zerolog.Logger) {
+	l := s.Link
+	loss, known := s.Loss()
+	log.Info().Dur("rtt", l.RTT).Dur("min_rtt", l.MinRTT).Str("rtt_from", l.From).
+		Float64("loss", loss).Bool("loss_known", known).Uint64("retransmits", l.Retransmits).Uint64("segments_out", l.SegmentsOut).
+		Float64("bdp_bytes", s.Res.LinkBytesPerSec*s.RTT().Seconds()).Msg("stage 1: link round trip and loss")
 }
 
 // decide is stage 1's result from what it measured: the link rate, the
