@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/report"
 )
 
 // Version is the results.json schema version; Load refuses others.
@@ -86,6 +88,10 @@ type Results struct {
 	// done (Run.Contention); ContendThreads its busy threads. 0: none.
 	ContendAt      float64 `json:"contend_at,omitempty"`
 	ContendThreads int     `json:"contend_threads,omitempty"`
+	// RateSchedule is `--rate-schedule` (shape.Schedule's text): in each
+	// policy run, every epoch after the first had its link's rate changed
+	// at these offsets from its start (Run.RateChanges). Absent: none.
+	RateSchedule string `json:"rate_schedule,omitempty"`
 	// StorageNodes and ComputeNodes are `--storage-nodes` and
 	// `--compute-nodes` when either is above 1: every cell ran that many
 	// storage agents and compute agents (ranks of one world) in a star of
@@ -194,6 +200,12 @@ type Run struct {
 	// Contention is the CPU hog of `--contend-at` in this run; nil when
 	// none ran.
 	Contention *Contention `json:"contention,omitempty"`
+	// RateChanges are the link's rate changes the rate schedule made in
+	// this run (Results.RateSchedule), in order; absent without one.
+	RateChanges []RateChange `json:"rate_changes,omitempty"`
+	// NoResplit is true when the compute agent ran with --resplit=false
+	// (a "<policy>-noresplit" row).
+	NoResplit bool `json:"no_resplit,omitempty"`
 	// Placement is the compute agents' --placement (with --placements);
 	// absent when none was passed.
 	Placement string `json:"placement,omitempty"`
@@ -225,9 +237,12 @@ type Run struct {
 
 // Epoch is one epoch of a run.
 type Epoch struct {
-	Epoch            int     `json:"epoch"`
-	Seconds          float64 `json:"seconds"`
-	PredictedSeconds float64 `json:"predicted_seconds,omitempty"`
+	Epoch   int     `json:"epoch"`
+	Seconds float64 `json:"seconds"`
+	// Resplits are the compute agent's re-splits within the epoch (its
+	// report's "resplits"), with one compute node; absent when none.
+	Resplits         []report.Resplit `json:"resplits,omitempty"`
+	PredictedSeconds float64          `json:"predicted_seconds,omitempty"`
 	// Prediction is the agent's plan's prediction per resource and the
 	// resources it assumed (the report's "prediction"), for the
 	// per-resource account (AccountOf); nil for an epoch without a plan,
