@@ -237,12 +237,9 @@ type Run struct {
 
 // Epoch is one epoch of a run.
 type Epoch struct {
-	Epoch   int     `json:"epoch"`
-	Seconds float64 `json:"seconds"`
-	// Resplits are the compute agent's re-splits within the epoch (its
-	// report's "resplits"), with one compute node; absent when none.
-	Resplits         []report.Resplit `json:"resplits,omitempty"`
-	PredictedSeconds float64          `json:"predicted_seconds,omitempty"`
+	Epoch            int     `json:"epoch"`
+	Seconds          float64 `json:"seconds"`
+	PredictedSeconds float64 `json:"predicted_seconds,omitempty"`
 	// Prediction is the agent's plan's prediction per resource and the
 	// resources it assumed (the report's "prediction"), for the
 	// per-resource account (AccountOf); nil for an epoch without a plan,
@@ -307,6 +304,9 @@ type Epoch struct {
 	// Cache is the compute agents' cache over the epoch (their reports'
 	// cache, summed over the ranks); nil without one.
 	Cache *CacheEpoch `json:"cache,omitempty"`
+	// Resplits are the compute agent's re-splits within the epoch (its
+	// report's "resplits"), with one compute node; absent when none.
+	Resplits []report.Resplit `json:"resplits,omitempty"`
 }
 
 // UnmarshalJSON reads an epoch, taking bound_seconds, the agent's bound
