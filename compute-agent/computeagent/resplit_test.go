@@ -14,8 +14,8 @@ import (
 )
 
 // droppingLink is a link of rate bytes/s for the first epoch (No-Off,
-// profiling), a third of it for the planned epochs, and a twelfth from
-// drop into each planned epoch on: its epoch's time starts with the
+// profiling), a quarter of it for the planned epochs, and a 32nd of it
+// from drop into each planned epoch on: its epoch's time starts with the
 // epoch's first response.
 type droppingLink struct {
 	rate  float64
@@ -36,14 +36,14 @@ func (l *droppingLink) bps(epoch uint64) float64 {
 		l.first[epoch] = t
 	}
 	if time.Since(t) >= l.drop {
-		return l.rate / 12
+		return l.rate / 32
 	}
-	return l.rate / 3
+	return l.rate / 4
 }
 
-// TestPolicyResplitsMidEpoch: a planned epoch whose link is slower than
-// its plan's, and drops further partway, re-splits the positions left
-// for the rate it measured (Epoch.Swap) and says so in its report, and
+// TestPolicyResplitsMidEpoch: a planned epoch whose link drops partway
+// re-splits the positions left for the rate it measured (Epoch.Swap)
+// and says so in its report, and
 // every epoch still delivers each sample exactly once with No-Off's
 // tensors; with NoResplit the epoch runs one plan.
 func TestPolicyResplitsMidEpoch(t *testing.T) {
@@ -61,7 +61,7 @@ func TestPolicyResplitsMidEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, off := range []bool{false, true} {
-		link := &droppingLink{rate: rate, drop: 1200 * time.Millisecond, first: map[uint64]time.Time{}}
+		link := &droppingLink{rate: rate, drop: 2 * time.Second, first: map[uint64]time.Time{}}
 		cfg, rec := policyConfig(t, policy.NameOptimal, link.bps, 2)
 		cfg.ForceProfile = true
 		cfg.NoResplit = off
@@ -92,8 +92,8 @@ func TestPolicyResplitsMidEpoch(t *testing.T) {
 		if down == nil {
 			t.Fatalf("epoch 1: re-splits %+v, want one down for the slower link", r1.Resplits)
 		}
-		if !(down.AtSeconds > 0) || down.Requested <= 0 || down.Requested >= r1.Shard || !(down.PredictedRemainingSeconds > 0) {
-			t.Errorf("re-split %+v: want one mid-epoch, with a prediction", *down)
+		if down.AtSeconds < link.drop.Seconds() || down.Requested <= 0 || down.Requested >= r1.Shard || !(down.PredictedRemainingSeconds > 0) {
+			t.Errorf("re-split %+v: want one after the drop at %v, mid-epoch, with a prediction", *down, link.drop)
 		}
 	}
 }

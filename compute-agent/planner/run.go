@@ -415,7 +415,7 @@ func (p *Run) Next(i int, num uint64) EpochOpts {
 }
 
 // afterResplits starts the next epoch's plan from last, the link rate the
-// epoch's last re-split measured (0: none).
+// epoch's last re-split measured going up (0: none, or it went down).
 func (p *Run) afterResplits(r *report.EpochReport, last float64) {
 	if !(last > 0) {
 		return
