@@ -205,8 +205,9 @@ type RunOptions struct {
 	// that makes the agent re-plan for the next epoch. Zero means 0.2.
 	ReplanThreshold float64 `yaml:"replan-threshold"`
 	// ResplitThreshold and ResplitHold: a planned epoch whose measured
-	// link rate moves by more than ResplitThreshold (a fraction) from its
-	// plan's for ResplitHold re-splits its remaining positions
+	// link rate moves by more than ResplitThreshold (a fraction) from the
+	// second before's and its plan's for ResplitHold re-splits its
+	// remaining positions
 	// (planner.ResplitConfig; NoResplit turns it off). Zero means
 	// planner.DefaultResplitThreshold and DefaultResplitHold.
 	ResplitThreshold float64       `yaml:"resplit-threshold"`
