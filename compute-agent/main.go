@@ -126,6 +126,7 @@ type settings struct {
 	GCPercent               int      `yaml:"gc-percent"`
 	Codec                   string   `yaml:"codec"`
 	WorkConserving          bool     `yaml:"work-conserving"`
+	Resplit                 bool     `yaml:"resplit"`
 }
 
 func defaults() settings {
@@ -146,6 +147,7 @@ func defaults() settings {
 		RingBytes:      computeagent.DefaultRingBytes,
 		Codec:          "none",
 		WorkConserving: true,
+		Resplit:        true,
 		GCPercent:      -1,
 	}
 }
@@ -169,6 +171,9 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&s.ForceProfile, "force-profile", s.ForceProfile, "without a saved --profile, record one (stage 2: a No-Off first epoch) rather than plan from header estimates, even when the link is not the bottleneck")
 	fs.BoolVar(&s.NoRefine, "no-refine", s.NoRefine, "planning from header estimates, keep the estimate: do not refine it with what each epoch measures (every epoch runs the plan from the estimate alone, to compare it with a profiled plan)")
 	fs.Float64Var(&s.ReplanThreshold, "replan-threshold", s.ReplanThreshold, "relative drift of the measured link rate or storage CPU from the plan's `fraction` that triggers a re-plan")
+	fs.BoolVar(&s.Resplit, "resplit", s.Resplit, "under a --policy, re-split a planned epoch's remaining positions for the link rate it measures when that moves by more than --resplit-threshold for --resplit-hold (less bandwidth: more offload; after a drop the first plan is probed again) (=false: one plan per epoch)")
+	fs.Float64Var(&s.ResplitThreshold, "resplit-threshold", s.ResplitThreshold, "relative move of the measured link rate, from the second before's and the plan's (`fraction`), that re-splits an epoch (0: 0.25)")
+	fs.DurationVar(&s.ResplitHold, "resplit-hold", s.ResplitHold, "how long the link rate must stay moved before an epoch re-splits (`duration`; 0: 1s)")
 	fs.IntVar(&s.Epochs, "epochs", s.Epochs, "`epochs` to run")
 	fs.Uint64Var(&s.FirstEpoch, "first-epoch", s.FirstEpoch, "`number` of the first epoch (order and random draws depend on it)")
 	fs.Uint64Var(&s.Seed, "seed", s.Seed, "run `seed`: fixes the order and every random draw")
@@ -252,6 +257,7 @@ func (s settings) agentConfig(log zerolog.Logger) (computeagent.Config, error) {
 	c.Out = os.Stdout
 	c.Codec = codec
 	c.StrictOffload = !s.WorkConserving
+	c.NoResplit = !s.Resplit
 	if s.TrainerSocket == "" {
 		c.Consumer = sim // with trainers the GPU's rate is theirs, unknown to stage 1
 	}

@@ -125,6 +125,10 @@ type Config struct {
 	// agent runs exactly the plan's splits, however long the storage
 	// agents take.
 	StrictOffload bool
+	// NoResplit keeps every planned epoch on one plan, re-planned between
+	// epochs only: by default a planned epoch re-splits its remaining
+	// positions when its measured link rate moves (ResplitThreshold).
+	NoResplit bool
 	// MaxPayload bounds a decoded response's payload (wireform.Limits).
 	// Zero means wireform.DefaultMaxPayload.
 	MaxPayload int
@@ -202,6 +206,14 @@ type RunOptions struct {
 	// bytes/s, storage CPU per offloaded sample) from the plan's assumption
 	// that makes the agent re-plan for the next epoch. Zero means 0.2.
 	ReplanThreshold float64 `yaml:"replan-threshold"`
+	// ResplitThreshold and ResplitHold: a planned epoch whose measured
+	// link rate moves by more than ResplitThreshold (a fraction) from the
+	// second before's and its plan's for ResplitHold re-splits its
+	// remaining positions
+	// (planner.ResplitConfig; NoResplit turns it off). Zero means
+	// planner.DefaultResplitThreshold and DefaultResplitHold.
+	ResplitThreshold float64       `yaml:"resplit-threshold"`
+	ResplitHold      time.Duration `yaml:"resplit-hold"`
 	// Epochs is how many epochs Run runs. Zero means 1.
 	Epochs int `yaml:"epochs"`
 	// FirstEpoch is the number of the first epoch (seeds and order depend
@@ -523,6 +535,9 @@ func (c *Config) planDefaults() error {
 	}
 	if c.ReplanThreshold == 0 {
 		c.ReplanThreshold = DefaultReplanThreshold
+	}
+	if c.ResplitThreshold < 0 || c.ResplitThreshold >= 1 || c.ResplitHold < 0 {
+		return configErr("resplit threshold %v (want a fraction in [0, 1)) and hold %v (want at least 0)", c.ResplitThreshold, c.ResplitHold)
 	}
 	if c.ProfileBudget < 0 || !(c.ReplanThreshold > 0) {
 		return configErr("profile budget %v and replan threshold %v must be positive", c.ProfileBudget, c.ReplanThreshold)

@@ -41,6 +41,7 @@ func (a *Agent) startPolicy(ctx context.Context) (func(i int, num uint64) epochO
 		}
 	}
 	h := &planner.Host{Log: a.log, Now: cfg.Clock.Now, Out: cfg.Out, Policy: cfg.Policy, Threshold: cfg.ReplanThreshold, StrictOffload: cfg.StrictOffload,
+		Resplit:     planner.ResplitConfig{Off: cfg.NoResplit, Threshold: cfg.ResplitThreshold, Hold: cfg.ResplitHold},
 		ProfilePath: cfg.ProfilePath, ForceProfile: cfg.ForceProfile, NoRefine: cfg.NoRefine,
 		Pipeline: cfg.Pipeline, PipelineID: a.pipeID, Seed: cfg.Seed, FirstEpoch: cfg.FirstEpoch,
 		Rank: cfg.Rank, World: cfg.World, Limits: cfg.Settings, CacheBytes: a.plannedCacheBytes(), Stage1: a.stage1Config(),

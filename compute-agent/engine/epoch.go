@@ -279,7 +279,7 @@ func (e *Epoch) Queued() int {
 // Offloads is what e measured of its offloaded samples, for the planner.
 func (e *Epoch) Offloads() *Offloads {
 	o := &Offloads{StorageNS: e.storageOffNS.Load(), StorageEffNS: e.storageOffEffNS.Load(), PlannedNS: e.offPlannedNS.Load(),
-		Bytes: e.varBytes.Load(), PlannedBytes: e.varPlanned.Load()}
+		Bytes: e.varBytes.Load(), PlannedBytes: e.varPlanned.Load(), TotalEffNS: e.storageOffEffNS.Load()}
 	if o.PlannedNS > 0 {
 		o.StorageNS, o.StorageEffNS = e.planOffNS.Load(), e.planOffEffNS.Load()
 	}

@@ -62,4 +62,8 @@ type Offloads struct {
 	// and that the plan predicted (Plan.VaryingAt), of the samples served
 	// as planned at a split whose size varies from epoch to epoch.
 	Bytes, PlannedBytes int64
+	// TotalEffNS is StorageEffNS of every offload received so far, as
+	// planned or not (a re-split within the epoch reads the storage
+	// side's load from it).
+	TotalEffNS int64
 }

@@ -85,6 +85,9 @@ type Host struct {
 	Policy string
 	// Threshold is the relative drift that re-plans (Planner.Threshold).
 	Threshold float64
+	// Resplit configures the re-splits within a planned epoch that
+	// follow the link (resplit.go).
+	Resplit ResplitConfig
 	// StrictOffload: the engine runs the plan's splits without shedding
 	// (engine.Config.StrictOffload); the predictions are then the plan's
 	// own (Planner.Shedding).
@@ -383,14 +386,27 @@ func (p *Run) Next(i int, num uint64) EpochOpts {
 		sum = &s
 	}
 	rec := opts.Rec
-	var peak float64
+	var peak, last float64
+	var resplits []report.Resplit
 	if ran {
 		// A planned epoch meters its link: its busiest second is
 		// about a floor on the link's capacity (Planner.driftLink).
-		opts.Started = func(_ context.Context, e Epoch, _ <-chan struct{}) func() {
+		// Its plan follows the link (follow), unless Resplit.Off.
+		opts.Started = func(ctx context.Context, e Epoch, ended <-chan struct{}) func() {
 			meter, stop := stage1.StartLinkMeter(h.Now, e.BytesReceived)
+			followed := make(chan struct{})
+			if h.Resplit.Off {
+				close(followed)
+			} else {
+				began := h.Now()
+				go func() {
+					defer close(followed)
+					resplits, last = p.follow(ctx, e, ended, p.shard, began)
+				}()
+			}
 			return func() {
 				stop()
+				<-followed
 				peak = meter.Peak()
 			}
 		}
@@ -399,8 +415,13 @@ func (p *Run) Next(i int, num uint64) EpochOpts {
 		r.Policy, r.PredictedSeconds, r.BoundSeconds, r.Stage1, r.PlanSource = h.Policy, predicted, bound, sum, source
 		r.LinkPeakBytesPerSec = peak
 		r.CacheBoundSeconds, r.Prediction = cacheBound, pred
+		r.Resplits = resplits
 		predictNodes(r, cluster, planRan.Cluster)
-		return p.annotate(r, e, rec, ran, planRan)
+		if err := p.annotate(r, e, rec, ran, planRan); err != nil {
+			return err
+		}
+		p.afterResplits(r, last)
+		return nil
 	}
 	return p.withShare(opts, shareReplan)
 }
@@ -459,6 +480,19 @@ func (p *Run) withShare(opts EpochOpts, why string) EpochOpts {
 		return nil
 	}
 	return opts
+}
+
+// afterResplits starts the next epoch's plan from last, the link rate the
+// epoch's last re-split measured going up (0: none, or it went down).
+func (p *Run) afterResplits(r *report.EpochReport, last float64) {
+	if !(last > 0) {
+		return
+	}
+	pl := p.pl
+	pl.Res.LinkBytesPerSec, pl.linkPeaked = last, false
+	pl.Invalidate()
+	r.Replanned = true
+	r.ReplanReason = strings.TrimPrefix(r.ReplanReason+"; "+fmt.Sprintf("re-split: the next plan starts from the link rate last measured, %.0f B/s", last), "; ")
 }
 
 // Account is the report's per-resource prediction of a plan predicted

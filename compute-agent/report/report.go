@@ -245,6 +245,11 @@ type EpochReport struct {
 	// of its positions had been requested raw when the plan took over the
 	// rest (omitted when the epoch ran one plan throughout).
 	PlanSwitchedAt int `json:"plan_switched_at,omitempty"`
+	// Resplits are the epoch's re-splits in its order: each time the
+	// planner handed the positions not yet requested a plan made for the
+	// link rate it measured while the epoch ran (the compute agent's
+	// --resplit; omitted when none).
+	Resplits []Resplit `json:"resplits,omitempty"`
 	// Refined counts the samples whose measurements this epoch merged
 	// into an estimated profile (profiler.Refine) for the next epoch's
 	// plan (omitted when none).
@@ -253,6 +258,40 @@ type EpochReport struct {
 	// only.
 	Stage1 *Stage1Summary `json:"stage1,omitempty"`
 }
+
+// Resplit is one change of plan within an epoch that followed the link
+// (EpochReport.Resplits).
+type Resplit struct {
+	// AtSeconds is when, in seconds from the epoch's start.
+	AtSeconds float64 `json:"at_seconds"`
+	// Kind is ResplitLink (the measured rate moved past the threshold for
+	// the hold), ResplitProbe (the plan for the rate before a drop tried
+	// again) or ResplitRevert (that probe found the link still slow: the
+	// plan before it back).
+	Kind string `json:"kind"`
+	// Reason says why in words: the rate measured against the plan's.
+	Reason string `json:"reason"`
+	// MeasuredBytesPerSec is the rate the epoch's bytes arrived at over
+	// the last second; PlanBytesPerSec the link rate the plan it replaced
+	// was made for, NewBytesPerSec the one the new plan was made for.
+	MeasuredBytesPerSec float64 `json:"measured_bytes_per_sec"`
+	PlanBytesPerSec     float64 `json:"plan_bytes_per_sec"`
+	NewBytesPerSec      float64 `json:"new_bytes_per_sec"`
+	// Requested is how many of the epoch's positions had been requested
+	// before: the new plan has the rest.
+	Requested int `json:"requested"`
+	// PredictedRemainingSeconds is the new plan's predicted time for the
+	// positions left: its whole epoch's prediction times the share of the
+	// shard left.
+	PredictedRemainingSeconds float64 `json:"predicted_remaining_seconds"`
+}
+
+// Resplit kinds.
+const (
+	ResplitLink   = "link"
+	ResplitProbe  = "probe"
+	ResplitRevert = "revert"
+)
 
 // Prediction is a plan's predicted epoch per resource
 // (policy.Prediction) and the resources the model assumed

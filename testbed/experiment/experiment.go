@@ -259,6 +259,11 @@ type Config struct {
 	// Seed). They need netns mode and the two-node link. Zero means none.
 	RTT, Jitter time.Duration
 	Loss        float64
+	// RateSchedule, when set, changes the link's rate within each policy
+	// run's epochs after the first, at the steps' offsets from each
+	// epoch's start (schedule.go). It needs netns mode, and one rate for
+	// every storage link (not StorageRates). Nil means none.
+	RateSchedule shape.Schedule
 	// WANMTU is the delay line's MTU (netns.Config.MTU), with RTT, Jitter
 	// or Loss only. Zero means netns.DefaultMTU.
 	WANMTU int
@@ -339,7 +344,7 @@ func (c *Config) defaults() error {
 		}
 	}
 	for _, p := range c.Policies {
-		base, _ := splitEst(p)
+		base, _ := splitEst(strings.TrimSuffix(p, NoResplitSuffix))
 		if base == PolicyLRU && c.CacheBytes == "" {
 			return fmt.Errorf("%w: policy %s is No-Off through an LRU cache: it needs --cache-bytes", ErrConfig, p)
 		}
@@ -358,6 +363,9 @@ func (c *Config) defaults() error {
 	}
 	if err := c.checkWAN(); err != nil {
 		return err
+	}
+	if len(c.RateSchedule) > 0 && len(c.StorageRates) > 0 {
+		return fmt.Errorf("%w: a rate schedule sets every storage link to one rate: not with storage rates of their own", ErrConfig)
 	}
 	if c.Epochs == 0 {
 		c.Epochs = DefaultEpochs
@@ -532,6 +540,12 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 			return nil, fmt.Errorf("%w: --rtt, --jitter and --loss need netns mode (root): the delay line runs between two namespaces (mode %s: %s)", ErrConfig, res.Mode, res.ModeNote)
 		}
 		res.ModeNote = wanNote(res.ModeNote, w)
+	}
+	if len(cfg.RateSchedule) > 0 {
+		if res.Mode != results.ModeNetns {
+			return nil, fmt.Errorf("%w: --rate-schedule needs netns mode (root): it changes tc's rate (mode %s: %s)", ErrConfig, res.Mode, res.ModeNote)
+		}
+		res.RateSchedule = cfg.RateSchedule.String()
 	}
 	cfg.Log.Info().Str("mode", res.Mode).Str("why", res.ModeNote).Msg("testbed")
 	if res.Mode == results.ModeNetns && cgroup.Available() != nil {

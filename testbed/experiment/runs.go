@@ -36,6 +36,9 @@ type policyRun struct {
 	name, policy string
 	noWC         bool
 	placement    string
+	// noResplit: the compute agent runs with --resplit=false
+	// ("<policy>-noresplit" in Config.Policies).
+	noResplit bool
 	// est: the run has no saved profile (a fresh one, freshProfile, and no
 	// --force-profile), so the compute agent plans its first epoch from
 	// the catalog's header estimates ("<policy>-est" in Config.Policies).
@@ -72,10 +75,11 @@ func freshProfile(report string) string {
 func policyRuns(policies []string, wc string, placements []string) []policyRun {
 	var out []policyRun
 	for _, p := range policies {
-		base, est := splitEst(p)
-		variants := []policyRun{{name: p, policy: base, noWC: wc == WorkConservingOff, est: est}}
+		trimmed, noRe := strings.CutSuffix(p, NoResplitSuffix)
+		base, est := splitEst(trimmed)
+		variants := []policyRun{{name: p, policy: base, noWC: wc == WorkConservingOff, est: est, noResplit: noRe}}
 		if wc == WorkConservingBoth && p != "nooff" {
-			variants = append(variants, policyRun{name: p + "-nowc", policy: p, noWC: true})
+			variants = append(variants, policyRun{name: p + "-nowc", policy: base, noWC: true, est: est, noResplit: noRe})
 		}
 		for _, v := range variants {
 			if len(placements) == 0 {
@@ -126,6 +130,9 @@ func (x *experiment) policyArgs(addrs []string, pr policyRun, rank int, report, 
 	if pr.whole {
 		args = append(args, wholeBudgetFlag)
 	}
+	if pr.noResplit {
+		args = append(args, noResplit)
+	}
 	if pr.placement != "" {
 		// NB: likewise none without Config.Placements.
 		args = append(args, placementFlag, pr.placement)
@@ -164,7 +171,7 @@ func readReports(files []rankFiles) ([][]report.EpochReport, error) {
 // (contend.go).
 func (x *experiment) runPolicy(ctx context.Context, b *bed.Bed, dir string, addrs []string, cpus float64, pr policyRun) results.Run {
 	policy := pr.name
-	run := results.Run{Policy: policy, WorkConservingOff: pr.noWC, Placement: pr.placement, WholeBudget: pr.whole}
+	run := results.Run{Policy: policy, WorkConservingOff: pr.noWC, Placement: pr.placement, WholeBudget: pr.whole, NoResplit: pr.noResplit}
 	var files []rankFiles
 	var procs []proc
 	for rank := range b.ComputeNodes() {
@@ -185,17 +192,26 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed.Bed, dir string, addr
 	}
 	label := fmt.Sprintf("[%s, %g storage cpus] %s", b.Label(), cpus, policy)
 	var ranks [][]report.EpochReport
-	var during func(context.Context)
+	var besides []func(context.Context)
 	if h != nil {
-		during = func(ctx context.Context) {
+		besides = append(besides, func(ctx context.Context) {
 			h.contend(ctx, files[0].report, x.contendAfter(), func(err error) {
 				if err != nil {
 					x.cfg.Log.Warn().Err(err).Str("policy", policy).Msg("contention")
 				}
 			})
-		}
+		})
 	}
-	err := x.runProcess(ctx, b, client{procs: procs, during: during, progress: x.progress(label, files), collect: func(s *bed.Series) error {
+	var changes []change
+	if topo := b.Topology(); len(x.cfg.RateSchedule) > 0 && topo != nil && len(topo.Shaped) > 0 {
+		base := topo.Shaped[0].Rate
+		besides = append(besides, func(ctx context.Context) {
+			changes = followSchedule(ctx, topo, x.cfg.RateSchedule, base, files[0].report, func(err error) {
+				x.cfg.Log.Warn().Err(err).Str("policy", policy).Msg("rate schedule")
+			})
+		})
+	}
+	err := x.runProcess(ctx, b, client{procs: procs, during: beside(besides), progress: x.progress(label, files), collect: func(s *bed.Series) error {
 		var err error
 		if ranks, err = readReports(files); err != nil {
 			return err
@@ -211,6 +227,7 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed.Bed, dir string, addr
 	if h != nil {
 		x.contended(&run, pr.policy, h, ranks[0], cpus)
 	}
+	run.RateChanges = rateChanges(changes, ranks[0])
 	if len(ranks[0]) > 0 && x.res.Dataset.Samples == 0 {
 		for k, rs := range ranks {
 			if len(rs) > 0 && (x.cfg.Jobs <= 1 || k == 0) { // each job's shard is the dataset
@@ -316,7 +333,7 @@ func (x *experiment) agentEpochs(kernel bool, s *bed.Series, run *results.Run, r
 			windows = append(windows, [2]int64{r.StartUnixNS, r.EndUnixNS})
 		}
 		if len(ranks) == 1 { // the account is the 1 x 1 topology's
-			e.Prediction, e.StorageNSPerByte = first.Prediction, first.StorageNSPerByte
+			e.Prediction, e.StorageNSPerByte, e.Resplits = first.Prediction, first.StorageNSPerByte, first.Resplits
 		}
 		x.linkBytes(kernel, s, &e, windows...)
 		run.Epochs = append(run.Epochs, e)
@@ -367,6 +384,21 @@ func (x *experiment) linkBytes(kernel bool, s *bed.Series, e *results.Epoch, win
 		for _, ns := range c.CPU {
 			e.StorageAgentCPUSeconds = append(e.StorageAgentCPUSeconds, float64(ns)/1e9)
 		}
+	}
+}
+
+// beside runs fs side by side until ctx ends, each to its end; nil for
+// none.
+func beside(fs []func(context.Context)) func(context.Context) {
+	if len(fs) == 0 {
+		return nil
+	}
+	return func(ctx context.Context) {
+		var wg sync.WaitGroup
+		for _, f := range fs {
+			wg.Go(func() { f(ctx) })
+		}
+		wg.Wait()
 	}
 }
 

@@ -183,3 +183,24 @@ func tbfChildArgs(dev string, rate shape.Rate, burst int, latency time.Duration)
 	}
 	return args
 }
+
+// SetRate changes the rate of every tbf qdisc of the topology (each end of
+// each shaped link) to rate, its bucket to shape.DefaultBurst(rate), in
+// place (`tc qdisc change`): connections stay up and what is queued is
+// sent at the new rate. A topology with a delay line changes the tbf on
+// its TUN devices. The zero Rate is ErrConfig; it needs root.
+func (t *Topology) SetRate(ctx context.Context, rate shape.Rate) error {
+	if rate.IsZero() {
+		return fmt.Errorf("%w: no rate to change the links to", ErrConfig)
+	}
+	burst := shape.DefaultBurst(rate.Bits())
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, s := range t.Shaped {
+		if err := run(ctx, append([]string{"tc", "-n", s.NS, "qdisc", "change"}, tbfArgs(s.Dev, rate, burst, t.Latency)...)...); err != nil {
+			return err
+		}
+		t.Shaped[i].Rate, t.Shaped[i].Burst = rate, burst
+	}
+	return nil
+}

@@ -110,7 +110,7 @@ type Topology struct {
 	cancel context.CancelFunc
 	once   sync.Once
 	err    error
-	mu     sync.Mutex // guards line
+	mu     sync.Mutex // guards line, and Shaped once set up (SetRate)
 }
 
 // StarConfig describes a star. Zero fields take the defaults noted; of the

@@ -485,6 +485,9 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 			"once floor(%s x %d) = %d epochs were done (so the steady epochs below are contended)\n",
 			threads, unit, strconv.FormatFloat(r.ContendAt, 'f', -1, 64), r.Epochs, int(math.Floor(r.ContendAt*float64(r.Epochs))))
 	}
+	if r.RateSchedule != "" {
+		fmt.Fprintf(b, "- **Rate schedule:** %s in every epoch of each policy run after the first (see \"Rate schedule\")\n", md(r.RateSchedule))
+	}
 	if !r.Started.IsZero() && !r.Finished.IsZero() {
 		fmt.Fprintf(b, "- **Ran:** %s to %s (%s)\n", r.Started.UTC().Format(time.RFC3339),
 			r.Finished.UTC().Format(time.RFC3339), r.Finished.Sub(r.Started).Round(time.Second))
@@ -565,6 +568,7 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 			ContentionTolerance*100)
 		writeMarkdownTable(b, contentionColumns, rows)
 	}
+	writeSchedule(b, r)
 	if rows := repeatTable(r); len(rows) > 0 {
 		b.WriteString("\n## Repeatability\n\n")
 		fmt.Fprintf(b, "Each policy's steady-state epoch over the repetitions of each grid point (in order), their mean, "+

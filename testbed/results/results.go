@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/report"
 )
 
 // Version is the results.json schema version; Load refuses others.
@@ -86,6 +88,10 @@ type Results struct {
 	// done (Run.Contention); ContendThreads its busy threads. 0: none.
 	ContendAt      float64 `json:"contend_at,omitempty"`
 	ContendThreads int     `json:"contend_threads,omitempty"`
+	// RateSchedule is `--rate-schedule` (shape.Schedule's text): in each
+	// policy run, every epoch after the first had its link's rate changed
+	// at these offsets from its start (Run.RateChanges). Absent: none.
+	RateSchedule string `json:"rate_schedule,omitempty"`
 	// StorageNodes and ComputeNodes are `--storage-nodes` and
 	// `--compute-nodes` when either is above 1: every cell ran that many
 	// storage agents and compute agents (ranks of one world) in a star of
@@ -207,6 +213,12 @@ type Run struct {
 	// Contention is the CPU hog of `--contend-at` in this run; nil when
 	// none ran.
 	Contention *Contention `json:"contention,omitempty"`
+	// RateChanges are the link's rate changes the rate schedule made in
+	// this run (Results.RateSchedule), in order; absent without one.
+	RateChanges []RateChange `json:"rate_changes,omitempty"`
+	// NoResplit is true when the compute agent ran with --resplit=false
+	// (a "<policy>-noresplit" row).
+	NoResplit bool `json:"no_resplit,omitempty"`
 	// Placement is the compute agents' --placement (with --placements);
 	// absent when none was passed.
 	Placement string `json:"placement,omitempty"`
@@ -322,6 +334,9 @@ type Epoch struct {
 	InFlightPeakBytes int64   `json:"in_flight_peak_bytes,omitempty"`
 	Retransmits       uint64  `json:"retransmits,omitempty"`
 	WindowCount       int     `json:"window_count,omitempty"`
+	// Resplits are the compute agent's re-splits within the epoch (its
+	// report's "resplits"), with one compute node; absent when none.
+	Resplits []report.Resplit `json:"resplits,omitempty"`
 }
 
 // UnmarshalJSON reads an epoch, taking bound_seconds, the agent's bound

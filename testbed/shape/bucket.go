@@ -3,7 +3,8 @@
 // [Bucket], a [net.Conn] wrapper that spends it ([Conn]), and a shaping TCP
 // [Proxy] that plays the link between a compute agent and a storage agent
 // on loopback. It also parses tc-style rates once, into the [Rate] every
-// shaper of the testbed takes ([ParseRate]).
+// shaper of the testbed takes ([ParseRate]), and rates that change over
+// time ([Schedule]).
 package shape
 
 import (

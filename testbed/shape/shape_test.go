@@ -351,3 +351,41 @@ func TestProxyServeTwice(t *testing.T) {
 		t.Fatal("second ServeListener returned nil")
 	}
 }
+
+func TestParseSchedule(t *testing.T) {
+	for _, c := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"0s:100mbit,3s:50mbit,6s:100mbit", "0s:100mbit,3s:50mbit,6s:100mbit", true},
+		{" 1500ms:50mbit , 4s:1gbit,", "1.5s:50mbit,4s:1gbit", true},
+		{"2s:50mbit", "2s:50mbit", true},
+		{"", "", false},
+		{"3s", "", false},
+		{"3s:", "", false},
+		{"-1s:50mbit", "", false},
+		{"3:50mbit", "", false},
+		{"3s:50mbit,3s:100mbit", "", false},
+		{"3s:50mbit,1s:100mbit", "", false},
+		{"1s:0mbit", "", false},
+	} {
+		s, err := ParseSchedule(c.in)
+		if (err == nil) != c.ok {
+			t.Errorf("ParseSchedule(%q): err %v, want ok %t", c.in, err, c.ok)
+			continue
+		}
+		if !c.ok {
+			if !errors.Is(err, ErrRate) {
+				t.Errorf("ParseSchedule(%q): err %v, want ErrRate", c.in, err)
+			}
+			continue
+		}
+		if got := s.String(); got != c.want {
+			t.Errorf("ParseSchedule(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	var s Schedule
+	if err := s.Set("0s:100mbit,3s:50mbit"); err != nil || len(s) != 2 || s[1].At != 3*time.Second || s[1].Rate.Bits() != 50e6 {
+		t.Errorf("Set: %v, %+v", err, s)
+	}
+}

@@ -84,6 +84,18 @@ budget (compute-agent --whole-budget), side by side. --job-links gives
 each job a link of its own at --rate (the storage link at their sum), so
 that the jobs share the storage agent's CPU and not a link.
 
+With --rate-schedule 0s:100mbit,3s:50mbit,6s:100mbit (netns mode, with or
+without --rtt) the link's rate changes within each policy run's epochs
+after the first, the same way in each: every epoch starts at --rate and
+each step is a tc qdisc change of both ends (the delay line's too) at its
+offset from the epoch's start, which the testbed takes from the compute
+agent's report of the epoch before. results.json and the report's "Rate
+schedule" table give when each change came into its epoch and the compute
+agent's re-splits (--resplit): when, why and the new plan's predicted
+remaining time. A policy named "<policy>-noresplit" (optimal-noresplit)
+runs with the compute agent's --resplit=false, one plan per epoch, for
+the side-by-side comparison.
+
 With --storage-nodes N and --compute-nodes M (default 1 x 1, the two-node
 link) each cell is a star instead: N storage namespaces and M compute
 namespaces, each joined to a bridge in a hub namespace, each storage link
@@ -125,6 +137,7 @@ Examples:
   testbed run --data ds --policies nooff,sophon,optimal --no-peer --mode loopback
   testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 1 --policies nooff,optimal --no-peer --rtt 40ms --jitter 5ms --loss 0.1%
   testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 1 --policies optimal --no-peer --bucket
+  testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 1 --epochs 3 --policies optimal,optimal-noresplit --no-peer --rate-schedule 0s:100mbit,3s:50mbit,6s:100mbit
   testbed run --data s3://datasets/val --s3-root /srv/s3 --rate 100mbit --storage-cpus 1 --policies optimal --no-peer
   testbed run --gen openimages-like:96 --rate 100mbit --storage-cpus 1 --epochs 2 --batch 16 --policies nooff --train
   testbed run --gen openimages-like:120 --rate 100mbit --storage-cpus 1 --epochs 4 --policies nooff,sophon,optimal --no-peer --contend-at 0.5
@@ -146,9 +159,11 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	rates := shape.Rates{shape.MustParseRate(experiment.DefaultRate)}
 	fs.Var(&rates, "rate", "link `rates`, comma-separated (e.g. 100mbit,500mbit): tc tbf both ways")
 	wanMTU := fs.Int("wan-mtu", 0, "with --rtt, --jitter or --loss: the TUN devices' `MTU` (0: 1500, Ethernet's; 9000 about halves the delay line's CPU at 500 Mbit/s, but TCP then shrugs off loss six times better)")
+	var rateSchedule shape.Schedule
+	fs.Var(&rateSchedule, "rate-schedule", "change the link's rate within each policy run's epochs after the first: `steps` OFFSET:RATE, comma-separated, offsets from each epoch's start (e.g. 0s:100mbit,3s:50mbit,6s:100mbit); netns mode, tc qdisc change of both ends")
 	wan := addWANFlags(fs, "netns mode and the two-node link only: the link becomes a TUN device in each namespace joined by a user-space delay line in this process, tbf still shaping both ways at --rate")
 	cpus := fs.String("storage-cpus", strconv.FormatFloat(experiment.DefaultCPUs, 'f', -1, 64), "storage agent CPU `limits` in cores, comma-separated, fractions allowed")
-	policies := fs.String("policies", "", "`policies` to run, comma-separated, in order (the first is the reference for placement invariance; default: "+strings.Join(policy.Names, ",")+", lru only with --cache-bytes); a policy with "+experiment.EstSuffix+" (optimal"+experiment.EstSuffix+") runs without a saved profile: planned from header estimates, as a first run is")
+	policies := fs.String("policies", "", "`policies` to run, comma-separated, in order (the first is the reference for placement invariance; default: "+strings.Join(policy.Names, ",")+", lru only with --cache-bytes); a policy with "+experiment.EstSuffix+" (optimal"+experiment.EstSuffix+") runs without a saved profile: planned from header estimates, as a first run is; with "+experiment.NoResplitSuffix+" (optimal"+experiment.NoResplitSuffix+") it runs with the compute agent's --resplit=false")
 	epochs := fs.Int("epochs", experiment.DefaultEpochs, "`epochs` per policy (the first run's first epoch profiles, No-Off)")
 	pipeline := fs.String("pipeline", experiment.DefaultPipeline, "pipeline preset `name`")
 	gpuRate := fs.Float64("gpu-rate", experiment.DefaultGPURate, "simulated GPU `samples/s`, for the agents and the peer alike")
@@ -210,7 +225,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 		Bin: *bin, Scale: *scale, ComputeFlags: strings.Fields(*computeFlags), StorageFlags: strings.Fields(*storageFlags),
 		Insecure: *insecure, CacheBytes: *cacheBytes,
 		ContendAt: *contendAt, ContendThreads: *contendThreads, WorkConserving: *workConserving, Repeat: *repeat,
-		RTT: *wan.rtt, Jitter: *wan.jitter, Loss: float64(wan.loss), WANMTU: *wanMTU,
+		RTT: *wan.rtt, Jitter: *wan.jitter, Loss: float64(wan.loss), WANMTU: *wanMTU, RateSchedule: rateSchedule,
 		Log: log,
 	}
 	if wan.set() && experiment.Mode(*mode) == experiment.ModeLoopback {
