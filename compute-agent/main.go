@@ -175,6 +175,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&s.World, "world", s.World, "`number` of compute agents sharing the dataset")
 	fs.IntVar(&s.Window, "window", s.Window, "requests in flight per storage agent (`count`)")
 	fs.Int64Var(&s.WindowBytes, "window-bytes", s.WindowBytes, "estimated response `bytes` in flight per storage agent")
+	fs.IntVar(&s.Conns, "conns", s.Conns, fmt.Sprintf("TCP `connections` per storage agent that each epoch's fetch streams and window are spread over (1 to %d): a lossy long link holds one connection far below its rate; 0: auto, from the link's rate, round trip and loss (1 while they are unknown)", computeagent.MaxConns))
 	fs.IntVar(&s.RecvWindow, "recv-window", s.RecvWindow, "gRPC flow-control window in `bytes` a storage agent may send ahead on a stream (twice that per connection): what keeps the link busy while a CPU limit throttles the storage agent; 0 leaves grpc's own, sized from a round trip")
 	fs.IntVar(&s.Workers, "workers", s.Workers, "finishing `workers` running ops[k:n] (default: number of CPUs)")
 	fs.IntVar(&s.Queue, "queue", s.Queue, "shared queue capacity in `batches`")

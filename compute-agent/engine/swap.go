@@ -57,18 +57,21 @@ func (e *Epoch) newShedder(plan Plan, linkRate, cores float64) *schedule.Shedder
 // (bytes/s): rawLead of the link (at least four average raw files),
 // past which the window takes offloads. Several agents' windows are
 // paced by bytes already (pace). Under the schedule's lock once the
-// epoch runs.
+// epoch runs. Each stripe holds its share of both bounds.
 func (f *Fetcher) capLanes(hinted bool, linkRate float64) {
-	if hinted {
-		lead := offloadLead
-		if f.e != nil && f.e.paced {
-			lead = paceTime
-		}
-		f.w.MaxCPU = int64(max(f.cpus, 1) * float64(lead))
-	}
-	f.w.MaxRawFlight = 0
+	var raw int64
 	if f.e != nil && !f.e.paced && linkRate > 0 {
-		f.w.MaxRawFlight = max(int64(linkRate*rawLead.Seconds()), 4*f.e.meanRaw)
+		raw = max(int64(linkRate*rawLead.Seconds()), 4*f.e.meanRaw)
+	}
+	for _, s := range f.stripes {
+		if hinted {
+			lead := offloadLead
+			if f.e != nil && f.e.paced {
+				lead = paceTime
+			}
+			s.w.MaxCPU = f.stripeShare(int64(max(f.CPUs(), 1) * float64(lead)))
+		}
+		s.w.MaxRawFlight = f.stripeShare(raw)
 	}
 }
 
