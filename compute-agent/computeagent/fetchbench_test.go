@@ -120,16 +120,14 @@ func BenchmarkFetchStream(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				benchStream(b, dataplanepb.NewStorageClient(cc), size, c.batch, c.perRequest, false)
+				benchStream(b, dataplanepb.NewStorageClient(cc), size, c.batch, c.perRequest)
 			})
 		}
 	}
 }
 
 // benchStream runs b.N samples over one stream of client, window 64.
-// With accept the stream takes batched responses (the storage agent's
-// own batching; FetchRequest.accept_batch).
-func benchStream(b *testing.B, client dataplanepb.StorageClient, size, batch int, perRequest, accept bool) {
+func benchStream(b *testing.B, client dataplanepb.StorageClient, size, batch int, perRequest bool) {
 	const window = 64
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -138,7 +136,7 @@ func benchStream(b *testing.B, client dataplanepb.StorageClient, size, batch int
 		b.Fatal(err)
 	}
 	// One round trip first: the handshake is not the stream's cost.
-	if err := stream.Send(&dataplanepb.FetchRequest{Tag: 0, Sample: 1, AcceptBatch: accept}); err != nil {
+	if err := stream.Send(&dataplanepb.FetchRequest{Tag: 0, Sample: 1}); err != nil {
 		b.Fatal(err)
 	}
 	if !perRequest && batch > 1 {
@@ -183,10 +181,7 @@ func benchStream(b *testing.B, client dataplanepb.StorageClient, size, batch int
 		if err != nil {
 			b.Fatalf("after %d of %d samples: %v", got, n, err)
 		}
-		k := len(resp.GetBatch())
-		if k == 0 {
-			k = max(1, len(resp.GetData())/size)
-		}
+		k := max(1, len(resp.GetData())/size)
 		got += k
 		for range k {
 			select {
@@ -208,8 +203,8 @@ func benchStream(b *testing.B, client dataplanepb.StorageClient, size, batch int
 
 // BenchmarkFetchStorageAgent is BenchmarkFetchStream's one response per
 // request against the real storage agent (mutual TLS, loopback TCP, a
-// JPEG of about 12 KB fetched raw over and over), with and without its
-// batching of the responses that are ready together (accept-batch).
+// JPEG of about 15 KB fetched raw over and over): what a sample costs
+// both agents beyond the stream's own framing.
 func BenchmarkFetchStorageAgent(b *testing.B) {
 	certs, err := tlsconf.WriteDevCerts(tlsconf.DevCerts{Dir: b.TempDir(), Cluster: "lab",
 		Storage: []string{"st"}, Compute: []string{"c"}, Hosts: []string{"127.0.0.1"}})
@@ -241,20 +236,18 @@ func BenchmarkFetchStorageAgent(b *testing.B) {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = sa.Serve(ctx, lis) })
 	defer func() { cancel(); sa.Close(); wg.Wait() }()
-	for _, accept := range []bool{false, true} {
-		b.Run(fmt.Sprintf("%dKB/accept-batch=%v", len(img)>>10, accept), func(b *testing.B) {
-			cfg, _ := testConfig(b, nil, lis.Addr().String())
-			cfg.Insecure, cfg.Cluster, cfg.TLS = false, "lab", certs.Compute["c"]
-			a, err := cfg.new()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer a.Close()
-			cc, err := a.conn(lis.Addr().String(), "st", 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			benchStream(b, dataplanepb.NewStorageClient(cc), len(img), 1, false, accept)
-		})
-	}
+	b.Run(fmt.Sprintf("%dKB", len(img)>>10), func(b *testing.B) {
+		cfg, _ := testConfig(b, nil, lis.Addr().String())
+		cfg.Insecure, cfg.Cluster, cfg.TLS = false, "lab", certs.Compute["c"]
+		a, err := cfg.new()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer a.Close()
+		cc, err := a.conn(lis.Addr().String(), "st", 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchStream(b, dataplanepb.NewStorageClient(cc), len(img), 1, false)
+	})
 }

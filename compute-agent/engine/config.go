@@ -5,7 +5,7 @@
 // its completion. The fetchers keep a Fetch stream per storage agent and
 // connection busy (windows, retries, stall hedging, pacing, the raw
 // refetch of a failed cut; Fetcher.Stripe spreads them over several
-// connections, and batched responses are taken apart); the placement spreads an epoch's positions over the
+// connections); the placement spreads an epoch's positions over the
 // storage agents that hold them (package catalog says who holds what);
 // raw bytes are checked against the catalog's content hashes; and the
 // epoch's run (finishing workers, batcher, feeder, the node's cache) ends

@@ -356,9 +356,6 @@ func (s *stripe) send(ctx, epochCtx context.Context, stream dataplanepb.Storage_
 		}
 		if first || (!piped && r.Split != 0) {
 			req.PipelineSpec = e.cfg.PipelineSpec
-			// Small responses come batched (storage agents from
-			// before it ignore the field).
-			req.AcceptBatch = first
 			first, piped = false, r.Split != 0
 		}
 		if err := stream.Send(req); err != nil {
@@ -372,14 +369,13 @@ func (s *stripe) send(ctx, epochCtx context.Context, stream dataplanepb.Storage_
 	}
 }
 
-// recv matches responses to requests and hands them to the workers, one
-// by one from a batched message (FetchResponse.batch). The hand-off waits
-// on the epoch's ctx, not the stream's: a claimed response is never
-// dropped because its stream failed afterwards.
+// recv matches responses to requests and hands them to the workers. The
+// hand-off waits on the epoch's ctx, not the stream's: a claimed response
+// is never dropped because its stream failed afterwards.
 func (s *stripe) recv(epochCtx context.Context, stream dataplanepb.Storage_FetchClient, got *atomic.Bool) error {
 	f, e := s.f, s.f.e
 	for {
-		msg, err := stream.Recv()
+		resp, err := stream.Recv()
 		if err == io.EOF {
 			if n := e.sched.Outstanding(&s.w); n > 0 || !e.sched.Complete() {
 				return fmt.Errorf("engine: %s closed the stream with %d requests outstanding", f.name, n)
@@ -389,68 +385,53 @@ func (s *stripe) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetch
 		if err != nil {
 			return err
 		}
-		batch := msg.GetBatch()
-		if len(batch) == 0 {
-			batch = []*dataplanepb.FetchResponse{msg}
-		}
-		for _, resp := range batch {
-			if err := s.take(epochCtx, resp, got); err != nil {
-				return err
+		if resp.GetError().GetKind() == dataplanepb.ErrorKind_ERROR_KIND_DEADLINE &&
+			e.sched.RetryTag(&s.w, resp.GetTag(), e.cfg.Retries) {
+			// The storage agent was too busy: transient, ask again.
+			e.retried.Add(1)
+			if m := e.cfg.Metrics; m != nil {
+				m.Retried(1)
 			}
+			continue
 		}
-	}
-}
-
-// take matches one response to its request and hands it to the workers
-// (recv).
-func (s *stripe) take(epochCtx context.Context, resp *dataplanepb.FetchResponse, got *atomic.Bool) error {
-	f, e := s.f, s.f.e
-	if resp.GetError().GetKind() == dataplanepb.ErrorKind_ERROR_KIND_DEADLINE &&
-		e.sched.RetryTag(&s.w, resp.GetTag(), e.cfg.Retries) {
-		// The storage agent was too busy: transient, ask again.
-		e.retried.Add(1)
-		if m := e.cfg.Metrics; m != nil {
-			m.Retried(1)
+		now := e.cfg.Now()
+		prev := time.Unix(0, s.lastRecv.Swap(now.UnixNano()))
+		r, dup := e.sched.Claim(&s.w, resp.GetTag(), int64(len(resp.GetData())))
+		if dup {
+			e.duplicates.Add(1)
+			continue
 		}
-		return nil
+		if r == nil {
+			e.cfg.Warnings.WarnPeer(e.log, peerlog.UnknownResponse, f.name).Str("storage", f.name).Uint64("tag", resp.GetTag()).Msg("response for an unknown tag dropped")
+			continue
+		}
+		got.Store(true)
+		f.progress.Store(now.UnixNano())
+		e.left.Add(-r.Est)
+		if !r.Sent.IsZero() {
+			// The silence before this response: since the one before,
+			// or since the request when the stream had been idle. A
+			// request's own latency would count the storage agent's
+			// queue, which a healthy but busy replica keeps long.
+			e.lat.Observe(min(now.Sub(prev), now.Sub(r.Sent)))
+		}
+		if resp.GetSample() != r.Sample && resp.GetError() == nil {
+			resp = &dataplanepb.FetchResponse{Tag: resp.GetTag(), Sample: r.Sample, Error: &dataplanepb.SampleError{
+				Kind:    dataplanepb.ErrorKind_ERROR_KIND_INTERNAL,
+				Message: fmt.Sprintf("response names sample %d", resp.GetSample()),
+			}}
+		}
+		f.account(r, resp, now)
+		s.handing.Store(true)
+		select {
+		case e.work <- work{f: f, win: &s.w, r: r, resp: resp}:
+		case <-epochCtx.Done():
+			s.handing.Store(false)
+			return epochCtx.Err()
+		}
+		s.lastRecv.Store(e.cfg.Now().UnixNano())
+		s.handing.Store(false)
 	}
-	now := e.cfg.Now()
-	prev := time.Unix(0, s.lastRecv.Swap(now.UnixNano()))
-	r, dup := e.sched.Claim(&s.w, resp.GetTag(), int64(len(resp.GetData())))
-	if dup {
-		e.duplicates.Add(1)
-		return nil
-	}
-	if r == nil {
-		e.cfg.Warnings.WarnPeer(e.log, peerlog.UnknownResponse, f.name).Str("storage", f.name).Uint64("tag", resp.GetTag()).Msg("response for an unknown tag dropped")
-		return nil
-	}
-	got.Store(true)
-	f.progress.Store(now.UnixNano())
-	e.left.Add(-r.Est)
-	if !r.Sent.IsZero() {
-		// The silence before this response: since the one before,
-		// or since the request when the stream had been idle. A
-		// request's own latency would count the storage agent's
-		// queue, which a healthy but busy replica keeps long.
-		e.lat.Observe(min(now.Sub(prev), now.Sub(r.Sent)))
-	}
-	if resp.GetSample() != r.Sample && resp.GetError() == nil {
-		resp = &dataplanepb.FetchResponse{Tag: resp.GetTag(), Sample: r.Sample, Error: &dataplanepb.SampleError{
-			Kind:    dataplanepb.ErrorKind_ERROR_KIND_INTERNAL,
-			Message: fmt.Sprintf("response names sample %d", resp.GetSample()),
-		}}
-	}
-	f.account(r, resp, now)
-	s.handing.Store(true)
-	defer s.handing.Store(false)
-	select {
-	case e.work <- work{f: f, win: &s.w, r: r, resp: resp}:
-	case <-epochCtx.Done():
-		return epochCtx.Err()
-	}
-	s.lastRecv.Store(e.cfg.Now().UnixNano())
-	return nil
 }
 
 // account counts an accepted response to r, received at now: bytes, the

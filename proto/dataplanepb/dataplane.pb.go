@@ -454,13 +454,7 @@ type FetchRequest struct {
 	// planned bytes over the link rate). An offload the agent cannot finish
 	// within it would leave the link idle, so it is answered raw. Zero:
 	// unknown (the agent admits the offload).
-	HorizonNs uint64 `protobuf:"varint,13,opt,name=horizon_ns,json=horizonNs,proto3" json:"horizon_ns,omitempty"`
-	// The client takes batched responses on this stream (FetchResponse.batch):
-	// the agent may then send the responses ready at once in one message, up
-	// to a count and byte bound. Set on any request of the stream, it holds
-	// for the rest of it. False: one response per message, as clients from
-	// before it expect.
-	AcceptBatch   bool `protobuf:"varint,20,opt,name=accept_batch,json=acceptBatch,proto3" json:"accept_batch,omitempty"`
+	HorizonNs     uint64 `protobuf:"varint,13,opt,name=horizon_ns,json=horizonNs,proto3" json:"horizon_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -586,13 +580,6 @@ func (x *FetchRequest) GetHorizonNs() uint64 {
 	return 0
 }
 
-func (x *FetchRequest) GetAcceptBatch() bool {
-	if x != nil {
-		return x.AcceptBatch
-	}
-	return false
-}
-
 type SampleError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          ErrorKind              `protobuf:"varint,1,opt,name=kind,proto3,enum=sophon.dataplane.v1.ErrorKind" json:"kind,omitempty"`
@@ -666,12 +653,7 @@ type FetchResponse struct {
 	StorageBudgetNs uint64 `protobuf:"varint,6,opt,name=storage_budget_ns,json=storageBudgetNs,proto3" json:"storage_budget_ns,omitempty"`
 	// The form of data when it is not the one requested: the compute agent
 	// then runs the ops the storage agent did not.
-	Served Served `protobuf:"varint,7,opt,name=served,proto3,enum=sophon.dataplane.v1.Served" json:"served,omitempty"`
-	// Several responses in one message, only to a stream that set
-	// FetchRequest.accept_batch: each is a whole response (tag, sample, data
-	// or error...), and the message's own fields are empty. A small response
-	// then does not pay a message and an HTTP/2 frame of its own.
-	Batch         []*FetchResponse `protobuf:"bytes,20,rep,name=batch,proto3" json:"batch,omitempty"`
+	Served        Served `protobuf:"varint,7,opt,name=served,proto3,enum=sophon.dataplane.v1.Served" json:"served,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -753,13 +735,6 @@ func (x *FetchResponse) GetServed() Served {
 		return x.Served
 	}
 	return Served_SERVED_AS_REQUESTED
-}
-
-func (x *FetchResponse) GetBatch() []*FetchResponse {
-	if x != nil {
-		return x.Batch
-	}
-	return nil
 }
 
 type InfoRequest struct {
@@ -1049,7 +1024,7 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\fpaths_digest\x18\b \x01(\fR\vpathsDigest\x12\x14\n" +
 	"\x05paths\x18\t \x03(\fR\x05paths\x12!\n" +
 	"\fjpeg_headers\x18\n" +
-	" \x01(\fR\vjpegHeaders\"\x95\x03\n" +
+	" \x01(\fR\vjpegHeaders\"\xf2\x02\n" +
 	"\fFetchRequest\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\x04R\x03tag\x12\x16\n" +
 	"\x06sample\x18\x02 \x01(\x04R\x06sample\x12\x14\n" +
@@ -1066,11 +1041,10 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\bpriority\x18\v \x01(\rR\bpriority\x12\x17\n" +
 	"\acost_ns\x18\f \x01(\x04R\x06costNs\x12\x1d\n" +
 	"\n" +
-	"horizon_ns\x18\r \x01(\x04R\thorizonNs\x12!\n" +
-	"\faccept_batch\x18\x14 \x01(\bR\vacceptBatch\"[\n" +
+	"horizon_ns\x18\r \x01(\x04R\thorizonNs\"[\n" +
 	"\vSampleError\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.sophon.dataplane.v1.ErrorKindR\x04kind\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xc6\x02\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x8c\x02\n" +
 	"\rFetchResponse\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\x04R\x03tag\x12\x16\n" +
 	"\x06sample\x18\x02 \x01(\x04R\x06sample\x12\x12\n" +
@@ -1078,8 +1052,7 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\x0estorage_cpu_ns\x18\x04 \x01(\x04R\fstorageCpuNs\x126\n" +
 	"\x05error\x18\x05 \x01(\v2 .sophon.dataplane.v1.SampleErrorR\x05error\x12*\n" +
 	"\x11storage_budget_ns\x18\x06 \x01(\x04R\x0fstorageBudgetNs\x123\n" +
-	"\x06served\x18\a \x01(\x0e2\x1b.sophon.dataplane.v1.ServedR\x06served\x128\n" +
-	"\x05batch\x18\x14 \x03(\v2\".sophon.dataplane.v1.FetchResponseR\x05batch\"\r\n" +
+	"\x06served\x18\a \x01(\x0e2\x1b.sophon.dataplane.v1.ServedR\x06served\"\r\n" +
 	"\vInfoRequest\"L\n" +
 	"\n" +
 	"ShardRange\x12\x14\n" +
@@ -1163,19 +1136,18 @@ var file_proto_dataplanepb_dataplane_proto_depIdxs = []int32{
 	2,  // 1: sophon.dataplane.v1.SampleError.kind:type_name -> sophon.dataplane.v1.ErrorKind
 	6,  // 2: sophon.dataplane.v1.FetchResponse.error:type_name -> sophon.dataplane.v1.SampleError
 	1,  // 3: sophon.dataplane.v1.FetchResponse.served:type_name -> sophon.dataplane.v1.Served
-	7,  // 4: sophon.dataplane.v1.FetchResponse.batch:type_name -> sophon.dataplane.v1.FetchResponse
-	9,  // 5: sophon.dataplane.v1.InfoResponse.layout:type_name -> sophon.dataplane.v1.ShardRange
-	3,  // 6: sophon.dataplane.v1.Storage.Catalog:input_type -> sophon.dataplane.v1.CatalogRequest
-	5,  // 7: sophon.dataplane.v1.Storage.Fetch:input_type -> sophon.dataplane.v1.FetchRequest
-	8,  // 8: sophon.dataplane.v1.Storage.Info:input_type -> sophon.dataplane.v1.InfoRequest
-	4,  // 9: sophon.dataplane.v1.Storage.Catalog:output_type -> sophon.dataplane.v1.CatalogPage
-	7,  // 10: sophon.dataplane.v1.Storage.Fetch:output_type -> sophon.dataplane.v1.FetchResponse
-	10, // 11: sophon.dataplane.v1.Storage.Info:output_type -> sophon.dataplane.v1.InfoResponse
-	9,  // [9:12] is the sub-list for method output_type
-	6,  // [6:9] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	9,  // 4: sophon.dataplane.v1.InfoResponse.layout:type_name -> sophon.dataplane.v1.ShardRange
+	3,  // 5: sophon.dataplane.v1.Storage.Catalog:input_type -> sophon.dataplane.v1.CatalogRequest
+	5,  // 6: sophon.dataplane.v1.Storage.Fetch:input_type -> sophon.dataplane.v1.FetchRequest
+	8,  // 7: sophon.dataplane.v1.Storage.Info:input_type -> sophon.dataplane.v1.InfoRequest
+	4,  // 8: sophon.dataplane.v1.Storage.Catalog:output_type -> sophon.dataplane.v1.CatalogPage
+	7,  // 9: sophon.dataplane.v1.Storage.Fetch:output_type -> sophon.dataplane.v1.FetchResponse
+	10, // 10: sophon.dataplane.v1.Storage.Info:output_type -> sophon.dataplane.v1.InfoResponse
+	8,  // [8:11] is the sub-list for method output_type
+	5,  // [5:8] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_proto_dataplanepb_dataplane_proto_init() }

@@ -24,7 +24,6 @@ type metrics struct {
 	rejected  *prometheus.CounterVec
 	stalled   prometheus.Gauge
 	served    *prometheus.CounterVec
-	batches   prometheus.Counter
 	// Placement: the layout's shards, those held, those whose files are
 	// missing here (with a manifest), and the members the held set was
 	// computed over.
@@ -43,13 +42,12 @@ func newMetrics(queueDepth, buffered func() float64, more ...prometheus.Collecto
 		rejected:     metricsrv.CounterVec("sophon_storage_streams_rejected_total", "Fetch streams refused at the agent's or a peer's stream limit, by limit.", "limit"),
 		stalled:      metricsrv.Gauge("sophon_storage_workers_stalled", "1 while every worker of a pool is stuck on one job past the stall timeout (health NOT_SERVING)."),
 		served:       metricsrv.CounterVec("sophon_storage_served_raw_total", "Offload requests answered with the raw bytes instead, by reason: contended (the CPU budget could not keep up with the link; work-conserving offload) or uncuttable (the JPEG cannot be cut exactly).", "reason"),
-		batches:      metricsrv.Counter("sophon_storage_batched_messages_total", "Fetch messages that carried several responses (FetchResponse.batch, to clients that take batches)."),
 		shards:       metricsrv.Gauge("sophon_storage_shards", "Shards in the dataset's layout (tar files, or --shard-size id ranges)."),
 		held:         metricsrv.Gauge("sophon_storage_held_shards", "Shards this agent holds: those whose rendezvous-hashed --replicas owners among the live storage agents of its placement group include it."),
 		missing:      metricsrv.Gauge("sophon_storage_missing_shards", "Shards of the layout with a file this agent does not have (it serves part of the dataset from --manifest); it never holds them."),
 		placeMembers: metricsrv.Gauge("sophon_storage_placement_members", "Live storage agents, this one included, that the held shards were computed over (same dataset fingerprint, layout and replicas)."),
 	}
-	m.reg = metricsrv.Registry(append([]prometheus.Collector{m.bytesSent, m.samples, m.cpu, m.errors, m.streams, m.rejected, m.stalled, m.served, m.batches, m.shards, m.held, m.missing, m.placeMembers,
+	m.reg = metricsrv.Registry(append([]prometheus.Collector{m.bytesSent, m.samples, m.cpu, m.errors, m.streams, m.rejected, m.stalled, m.served, m.shards, m.held, m.missing, m.placeMembers,
 		metricsrv.GaugeFunc("sophon_storage_buffered_bytes", "Bytes of results waiting to be sent, all streams.", buffered),
 		metricsrv.GaugeFunc("sophon_storage_queue_depth", "Fetch requests waiting for a worker.", queueDepth)}, more...)...)
 	return m

@@ -155,9 +155,6 @@ type fetchStream struct {
 	slots    chan struct{}
 	buffered atomic.Int64   // bytes of results delivered but not yet sent
 	pending  sync.WaitGroup // requests taken in but not yet delivered or dropped
-	// batched: the client takes batched responses
-	// (FetchRequest.accept_batch; see send).
-	batched atomic.Bool
 }
 
 // result is a response and the split it was cut at (for the metrics).
@@ -415,6 +412,48 @@ func (s *server) Fetch(stream grpc.BidiStreamingServer[dataplanepb.FetchRequest,
 	return ctx.Err()
 }
 
+// send sends st's results until both buffers are closed or ctx ends,
+// budgeted results first, and gives back a slot per response sent.
+func (s *server) send(ctx context.Context, stream grpc.BidiStreamingServer[dataplanepb.FetchRequest, dataplanepb.FetchResponse], st *fetchStream) error {
+	first, second := (<-chan result)(st.results), (<-chan result)(st.raw)
+	for first != nil || second != nil {
+		var r result
+		var ok bool
+		select {
+		case r, ok = <-first:
+			if !ok {
+				first = nil
+				continue
+			}
+		default:
+			select {
+			case r, ok = <-first:
+				if !ok {
+					first = nil
+					continue
+				}
+			case r, ok = <-second:
+				if !ok {
+					second = nil
+					continue
+				}
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		err := stream.Send(r.resp)
+		s.unbuffer(st, int64(len(r.resp.Data)))
+		<-st.slots
+		if err != nil {
+			return err
+		}
+		if r.resp.Error == nil {
+			s.m.sent(r.split, len(r.resp.Data))
+		}
+	}
+	return nil
+}
+
 // unbuffer accounts n bytes of st's results as sent, waking the workers
 // when that makes st (or, with the agent's buffer below its bound, any
 // stream) runnable again.
@@ -447,9 +486,6 @@ func (s *server) receive(ctx context.Context, stream grpc.BidiStreamingServer[da
 		}
 		if err != nil {
 			return err
-		}
-		if req.GetAcceptBatch() {
-			st.batched.Store(true)
 		}
 		j := &job{st: st, req: req, recv: time.Now()}
 		st.pending.Add(1)
