@@ -72,3 +72,19 @@ func TestCacheBytesFlagsAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestConnsFlag: --conns reaches the agent's Config (its bounds are
+// Config's: TestConfigValidation).
+func TestConnsFlag(t *testing.T) {
+	s, err := parse([]string{"--storage", "a:1", "--conns", "4"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.agentConfig(zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Conns != 4 {
+		t.Errorf("--conns 4: config has %d", c.Conns)
+	}
+}

@@ -183,7 +183,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.Var(&s.Pipelines, "pipeline", "pipelines the agent runs for clients, comma-separated preset `names` or spec files; clients may also run the first ops of these (default: every preset)")
 	fs.BoolVar(&s.ClientSpecs, "allow-client-specs", s.ClientSpecs, "let clients send pipeline specs of their own (still bounded by the server's decode and op limits)")
 	fs.IntVar(&s.MaxStreams, "max-streams", s.MaxStreams, "open fetch streams the agent accepts, all peers together")
-	fs.IntVar(&s.MaxPeerStreams, "max-streams-per-peer", s.MaxPeerStreams, "open fetch streams one peer (certificate identity, or IP without TLS) may have")
+	fs.IntVar(&s.MaxPeerStreams, "max-streams-per-peer", s.MaxPeerStreams, "open fetch streams one peer (certificate identity, or IP without TLS) may have, over all its connections (a compute agent opens one per --conns connection, plus stage 1's)")
 	s.Settings.Register(fs)
 	fs.DurationVar(&s.StallTimeout, "stall-timeout", s.StallTimeout, "health turns NOT_SERVING when every worker of a pool has been on one job this long")
 	fs.DurationVar(&s.IdleRelease, "idle-release", s.IdleRelease, "after this long without a job, return the memory a burst left behind to the OS (a forced GC); negative never")

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -127,7 +128,10 @@ type Agent struct {
 	// the engine measured of it for the next epoch (linkwatch.Memory).
 	tcp   map[string]*tcpinfo.Conns
 	links map[string]*linkwatch.Memory
-	cat   *catalog.Catalog
+	// path is the round trip and loss to the storage agents as last
+	// measured (notePath), which the auto connection count sizes for.
+	path pathMemo
+	cat  *catalog.Catalog
 	// refusals holds the storage agents refused for the rest of the run
 	// (catalog.Refusals).
 	refusals *catalog.Refusals
@@ -317,15 +321,21 @@ func (a *Agent) Close() error {
 	return errors.Join(errs...)
 }
 
-// conn returns the cached client connection to addr, where storage agent
-// member (from gossip; empty when unknown) listens.
-func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
+// conn returns the cached client connection number i (0: the first) to
+// addr, where storage agent member (from gossip; empty when unknown)
+// listens. Each number is a ClientConn of its own, so a TCP connection
+// of its own (Config.Conns); they share the dial options.
+func (a *Agent) conn(addr, member string, i int) (*grpc.ClientConn, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return nil, ErrClosed
 	}
-	key := member + "@" + addr
+	base := member + "@" + addr
+	key := base
+	if i > 0 {
+		key += "#" + strconv.Itoa(i)
+	}
 	if c := a.conns[key]; c != nil {
 		return c, nil
 	}
@@ -342,7 +352,12 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 	if maxMsg == 0 {
 		maxMsg = wireform.DefaultMaxPayload
 	}
-	socks := &tcpinfo.Conns{}
+	// The agent's connections share one set of sockets (TCP_INFO summed
+	// over them) and one link memory.
+	socks := a.tcp[base]
+	if socks == nil {
+		socks = &tcpinfo.Conns{}
+	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(a.dialer(addr, socks)),
@@ -361,8 +376,10 @@ func (a *Agent) conn(addr, member string) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("computeagent: %s: %w", addr, err)
 	}
 	a.conns[key] = c
-	a.tcp[key] = socks
-	a.links[key] = &linkwatch.Memory{}
+	if a.tcp[base] == nil {
+		a.tcp[base] = socks
+		a.links[base] = &linkwatch.Memory{}
+	}
 	return c, nil
 }
 
@@ -392,16 +409,21 @@ func (a *Agent) dialer(addr string, socks *tcpinfo.Conns) func(context.Context, 
 	}
 }
 
+// connsFunc is how many connections an epoch stripes over to the storage
+// agent that answered Info with info (nil: one).
+type connsFunc func(info *dataplanepb.InfoResponse) int
+
 // storage discovers the storage agents, reads the catalog on first use
-// and keeps the agents whose dataset fingerprint matches it. It asks every
+// and keeps the agents whose dataset fingerprint matches it, each with
+// conns(its Info) connections (nil: one). It asks every
 // agent for its Info at once; once one answered it waits at most
 // probeGrace for the rest (a stopped agent does not hold the epoch; the
 // ones left out are asked again at the next epoch). When none is usable it
 // tries again, with back-off, until Config.RetryBudget is spent.
-func (a *Agent) storage(ctx context.Context) ([]*engine.Fetcher, *catalog.Catalog, error) {
+func (a *Agent) storage(ctx context.Context, conns connsFunc) ([]*engine.Fetcher, *catalog.Catalog, error) {
 	start := a.cfg.Clock.Now()
 	for attempt := 1; ; attempt++ {
-		fs, cat, retry, err := a.storageOnce(ctx)
+		fs, cat, retry, err := a.storageOnce(ctx, conns)
 		if err == nil {
 			return fs, cat, nil
 		}
@@ -426,7 +448,7 @@ type probed struct {
 
 // storageOnce is one round of storage; retry reports whether another
 // round may help (not when every agent serves another dataset).
-func (a *Agent) storageOnce(ctx context.Context) (fs []*engine.Fetcher, _ *catalog.Catalog, retry bool, _ error) {
+func (a *Agent) storageOnce(ctx context.Context, conns connsFunc) (fs []*engine.Fetcher, _ *catalog.Catalog, retry bool, _ error) {
 	a.mu.Lock()
 	d := a.discovery
 	a.mu.Unlock()
@@ -445,7 +467,7 @@ func (a *Agent) storageOnce(ctx context.Context) (fs []*engine.Fetcher, _ *catal
 	}
 	var errs []error
 	for i, ep := range eps {
-		f, again, err := a.accept(ctx, ep, got[i])
+		f, again, err := a.accept(ctx, ep, got[i], conns)
 		if err != nil {
 			errs = append(errs, err)
 			retry = retry || again
@@ -471,7 +493,7 @@ func (a *Agent) probeInfo(ctx context.Context, eps []Endpoint) ([]*probed, error
 	defer wg.Wait()
 	for i, ep := range eps {
 		wg.Go(func() {
-			c, err := a.conn(ep.Addr, ep.Member)
+			c, err := a.conn(ep.Addr, ep.Member, 0)
 			if err != nil {
 				results <- probed{i: i, err: err}
 				return
@@ -505,8 +527,9 @@ func (a *Agent) probeInfo(ctx context.Context, eps []Endpoint) ([]*probed, error
 
 // accept checks storage agent ep's answer p (nil: none in time) against
 // the catalog, reading the catalog from it on first use, and returns its
-// fetcher; retry reports whether another round may help with it.
-func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *engine.Fetcher, retry bool, _ error) {
+// fetcher over conns(p.info) connections; retry reports whether another
+// round may help with it.
+func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed, conns connsFunc) (_ *engine.Fetcher, retry bool, _ error) {
 	if err := a.refusals.Refusal(ep.Name); err != nil {
 		return nil, false, err
 	}
@@ -549,7 +572,70 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed) (_ *engine.F
 		return nil, false, err
 	}
 	f.SetTCP(a.tcpConns(ep.Addr, ep.Member))
+	if conns == nil {
+		return f, false, nil
+	}
+	n := min(conns(p.info), engine.MaxConns)
+	for i := 1; i < n; i++ {
+		c, err := a.conn(ep.Addr, ep.Member, i)
+		if err != nil {
+			return nil, false, err
+		}
+		f.Stripe(a.refusals.Guard(ep.Name, dataplanepb.NewStorageClient(c)))
+	}
 	return f, false, nil
+}
+
+// epochConns is the connections per storage agent of an epoch with
+// options o: Config.Conns, or when that is 0 (auto) engine.AutoConns of
+// the link's rate (the planner's, or the agent's announced egress rate,
+// the higher) and the path's round trip and loss as last measured (stage
+// 1's probe, then each epoch's readings: pathMemo). Before the first
+// measurement, and on a path without loss, that is one connection.
+func (a *Agent) epochConns(o engine.Opts) connsFunc {
+	return func(info *dataplanepb.InfoResponse) int {
+		if a.cfg.Conns > 0 {
+			return a.cfg.Conns
+		}
+		rtt, loss := a.path.load()
+		return engine.AutoConns(max(o.LinkRate, float64(info.GetEgressBytesPerSec())), rtt, loss, 0)
+	}
+}
+
+// pathMemo is the round trip and loss rate of the link to the storage
+// agents as last measured; zero means unknown.
+type pathMemo struct {
+	mu   sync.Mutex
+	rtt  time.Duration
+	loss float64
+}
+
+// note keeps what l measured: its least round trip (the mean where the
+// least is unknown) and its loss where a storage agent reported its end
+// (report.Link.LossKnown). A reading without them changes nothing.
+func (m *pathMemo) note(l *report.Link) {
+	if l == nil {
+		return
+	}
+	rtt := time.Duration(l.MinRTTSeconds * 1e9)
+	if rtt <= 0 {
+		rtt = time.Duration(l.RTTSeconds * 1e9)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rtt > 0 {
+		m.rtt = rtt
+	}
+	if l.LossKnown {
+		m.loss = l.Loss
+	}
+}
+
+// load is the round trip and loss last noted.
+func (m *pathMemo) load() (time.Duration, float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rtt, m.loss
 }
 
 // RunEpoch runs one epoch with Config.Plan and returns its report (also
@@ -575,9 +661,13 @@ type epochOpts struct {
 // is written, failed or not, to Config.ReportPath.
 func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (report.EpochReport, error) {
 	began := a.cfg.Clock.Now()
-	fs, cat, err := a.storage(ctx)
+	fs, cat, err := a.storage(ctx, a.epochConns(opts.Opts))
 	r, err := engine.Run(ctx, &a.engine, engine.Input{Num: num, Began: began, Storage: fs, Catalog: cat, Err: err,
 		Trainer: opts.trainer, Hub: a.hub, Opts: opts.Opts})
+	if r.Stage1 != nil {
+		a.path.note(r.Stage1.Link)
+	}
+	a.path.note(r.Link)
 	return r, asConfig(err)
 }
 

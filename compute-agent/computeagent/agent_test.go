@@ -569,6 +569,8 @@ func TestConfigValidation(t *testing.T) {
 		"no pipeline":              func(c *Config) { c.Pipeline = nil },
 		"rank":                     func(c *Config) { c.Rank, c.World = 3, 3 },
 		"window":                   func(c *Config) { c.Window = -1 },
+		"conns":                    func(c *Config) { c.Conns = MaxConns + 1 },
+		"negative conns":           func(c *Config) { c.Conns = -1 },
 		"receive window too small": func(c *Config) { c.RecvWindow = MinRecvWindow - 1 },
 		"receive window too large": func(c *Config) { c.RecvWindow = MaxRecvWindow + 1 },
 		"on-error":                 func(c *Config) { c.OnError = "ignore" },

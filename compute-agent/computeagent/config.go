@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
+	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/oplimits"
@@ -311,6 +312,15 @@ type RunOptions struct {
 	// before the next batch is handed on. With StateDir it is the journal.
 	// Empty means none (or StateDir/samples with StateDir).
 	SamplesOut string `yaml:"samples-out"`
+	// Conns is the TCP connections (gRPC ClientConns) to each storage
+	// agent that an epoch spreads its Fetch streams and window over: a
+	// lossy link with a long round trip holds one loss-based connection
+	// far below its rate (engine.AutoConns). At most engine.MaxConns, and
+	// no more than Window. Zero means auto: engine.AutoConns of the
+	// planner's link rate (or the storage agent's announced egress rate,
+	// the higher), the path's round trip and loss; one while those are
+	// unknown. Stage 1 and the catalog use the first connection.
+	Conns int `yaml:"conns"`
 	// RecvWindow is the gRPC flow-control window, in bytes, that each
 	// stream from a storage agent may send ahead of what the agent has
 	// read; a connection's is twice that. Zero leaves grpc's own, which
@@ -447,6 +457,9 @@ type TrainerConfig struct {
 	// rank are lowered to fit. Zero means 1 GiB.
 	RingBytes int64
 }
+
+// MaxConns bounds Config.Conns.
+const MaxConns = engine.MaxConns
 
 // Bounds of Config.RecvWindow: grpc ignores windows under 64 KiB, and a
 // connection's (twice the stream's) must fit an int32.
@@ -616,6 +629,8 @@ func (c *Config) counts() error {
 		return configErr("state dir: resuming is for simulated-GPU runs without a policy (trainers resume from their own state)")
 	case c.MaxPayload < 0:
 		return configErr("max payload %d is negative", c.MaxPayload)
+	case c.Conns < 0 || c.Conns > MaxConns:
+		return configErr("conns %d: want 0 (auto) to %d", c.Conns, MaxConns)
 	case c.RecvWindow != 0 && (c.RecvWindow < MinRecvWindow || c.RecvWindow > MaxRecvWindow):
 		return configErr("receive window %d bytes: want 0 (grpc's own) or %d to %d", c.RecvWindow, MinRecvWindow, MaxRecvWindow)
 	case tcpinfo.Check(c.TCPCongestion) != nil:

@@ -28,7 +28,7 @@ var Policies = policy.Names
 // catalog, and returns its epochs' options.
 func (a *Agent) startPolicy(ctx context.Context) (func(i int, num uint64) epochOpts, error) {
 	cfg := &a.cfg
-	fs, cat, err := a.storage(ctx)
+	fs, cat, err := a.storage(ctx, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -42,7 +42,7 @@ func (a *Agent) epochSource(ctx context.Context) (epochSourceFunc, func(), error
 			return a.cfg.FirstEpoch + uint64(i), nil, i < a.cfg.Epochs
 		}, func() {}, nil
 	}
-	if _, _, err := a.storage(ctx); err != nil {
+	if _, _, err := a.storage(ctx, nil); err != nil {
 		return nil, nil, err
 	}
 	hub, err := trainer.NewHub(a.hubConfig(a.Catalog()))

@@ -67,7 +67,7 @@ func TestRecvWindow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := a.conn("s1:1", "")
+		c, err := a.conn("s1:1", "", 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,7 @@ import (
 // A position the cache is to hold (want: the plan's resident samples,
 // fetched at split 0 however the plan splits them, or under the LRU
 // policy every raw fetch) is served locally when the index has its
-// entry: its fetcher claims it without a request (Fetcher.local) and a
+// entry: its fetcher claims it without a request (stripe.local) and a
 // worker reads and checks the entry and finishes it from the cache split
 // (serveCached). Otherwise it is fetched raw like any sample and, once it
 // finished, put: the raw file (split 0, checked against the catalog's
@@ -97,7 +97,7 @@ func (e *Epoch) fillsCache(plan Plan) bool {
 	return e.cc.warm && plan.Caches()
 }
 
-// maxQueuedHits bounds the hits waiting for a worker (Fetcher.local).
+// maxQueuedHits bounds the hits waiting for a worker (stripe.local).
 const maxQueuedHits = 8192
 
 // hit reports whether position pos is served from the cache. A profiling
@@ -111,15 +111,15 @@ func (e *Epoch) hit(pos int) bool {
 // workers (cacheState.queued). The hand-off waits on the epoch's ctx only
 // when maxQueuedHits hits wait already: a claimed position is never
 // dropped.
-func (f *Fetcher) local(epochCtx context.Context, r *schedule.Request) error {
-	e := f.e
-	r, dup := e.sched.Claim(&f.w, r.Tag, 0)
+func (s *stripe) local(epochCtx context.Context, r *schedule.Request) error {
+	e := s.f.e
+	r, dup := e.sched.Claim(&s.w, r.Tag, 0)
 	if dup || r == nil {
 		return nil
 	}
 	e.left.Add(-r.Est)
 	select {
-	case e.cc.queued <- work{f: f, r: r, local: true}:
+	case e.cc.queued <- work{f: s.f, win: &s.w, r: r, local: true}:
 		return nil
 	case <-epochCtx.Done():
 		return epochCtx.Err()

@@ -2,9 +2,10 @@
 // over gRPC, from the order to the report. Run is an epoch's one entry:
 // it opens the journal and the node's cache, decides the shard, builds
 // the trainer ranks' assembler, runs the epoch and writes its report and
-// its completion. The fetchers keep one Fetch stream per storage agent
-// busy (windows, retries, stall hedging, pacing, the raw refetch of a
-// failed cut); the placement spreads an epoch's positions over the
+// its completion. The fetchers keep a Fetch stream per storage agent and
+// connection busy (windows, retries, stall hedging, pacing, the raw
+// refetch of a failed cut; Fetcher.Stripe spreads them over several
+// connections); the placement spreads an epoch's positions over the
 // storage agents that hold them (package catalog says who holds what);
 // raw bytes are checked against the catalog's content hashes; and the
 // epoch's run (finishing workers, batcher, feeder, the node's cache) ends

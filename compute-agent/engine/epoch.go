@@ -141,7 +141,7 @@ func (e *Epoch) prepare(fs []*Fetcher, jr *journal.Journal) error {
 	e.log.Info().Int("shard", len(order)).Int("storage", len(fs)).Str("plan", plan.Name()).Msg("epoch start")
 	for i, f := range fs {
 		f.e = e
-		f.w = schedule.Window{Idx: i, MaxCount: cfg.Window, MaxBytes: cfg.WindowBytes, Outstanding: map[uint64]*schedule.Request{}}
+		f.openStripes(i)
 		f.capLanes(e.sched.CPUOf != nil, e.linkRate)
 		f.seedLink()
 	}

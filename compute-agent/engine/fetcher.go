@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
@@ -29,16 +28,23 @@ import (
 // while requests were outstanding.
 var errStalled = errors.New("engine: stream stalled")
 
-// Fetcher keeps one Fetch stream to one storage agent busy for one epoch,
-// with a bounded window of requests in flight. On a stream error it
-// requeues that stream's outstanding requests (any Fetcher may take them)
-// and opens a new stream after a back-off, until the storage agent made no
-// progress for Config.RetryBudget.
+// Fetcher keeps a Fetch stream to one storage agent busy for one epoch on
+// each of its connections (one, or Stripe's; see stripe), with a bounded
+// window of requests in flight. On a stream error it requeues that
+// stream's outstanding requests (any Fetcher may take them) and opens a
+// new stream after a back-off, until the storage agent made no progress
+// for Config.RetryBudget.
 type Fetcher struct {
 	e      *Epoch
 	name   string // the storage agent's
 	client dataplanepb.StorageClient
-	cpus   float64 // the storage agent's cores (InfoResponse.cpus)
+	// clients are its connections' clients, client first (Stripe);
+	// stripes, the epoch's stripe on each.
+	clients []dataplanepb.StorageClient
+	stripes []*stripe
+	// cpus is the storage agent's cores (InfoResponse.cpus), as float64
+	// bits: a stripe's probe updates it.
+	cpus atomic.Uint64
 	// shareMu guards shareCPUs and jobs: this job's share of cpus and the
 	// jobs the agent serves, as its Info last said (0: an agent before
 	// shares).
@@ -49,9 +55,9 @@ type Fetcher struct {
 	hold *catalog.Holdings
 	// served and servedBytes count the responses accepted from it.
 	served, servedBytes atomic.Int64
-	// paceFrom is when its first response of the epoch arrived (recv's
-	// goroutine only); see pace.
-	paceFrom time.Time
+	// paceFrom is when its first response of the epoch arrived (Unix
+	// ns, 0: none yet); see pace.
+	paceFrom atomic.Int64
 	// cpu0 is the agent's process CPU (ns) its Info gave at the epoch's
 	// start, 0 when unknown; opsNS sums the storage_cpu_ns of its
 	// responses (see transport).
@@ -60,13 +66,7 @@ type Fetcher struct {
 	// sent0 and sentOps0 are the agent's sent_bytes and sent_ops_cpu_ns
 	// (every job's responses) at the epoch's start; 0 when not counted.
 	sent0, sentOps0 uint64
-	w               schedule.Window
 
-	// lastRecv is when the current stream last received a response or
-	// handed one on (Unix ns); handing is set while recv waits to hand a
-	// response to the workers (back-pressure, not a stall).
-	lastRecv atomic.Int64
-	handing  atomic.Bool
 	// progress is when a response from this storage agent was last
 	// accepted (Unix ns).
 	progress atomic.Int64
@@ -97,8 +97,10 @@ func NewFetcher(name string, client dataplanepb.StorageClient, info *dataplanepb
 	if err != nil {
 		return nil, err
 	}
-	return &Fetcher{name: name, client: client, cpus: info.GetCpus(), shareCPUs: info.GetShareCpus(), jobs: int(info.GetJobs()),
-		cpu0: info.GetProcessCpuNs(), sent0: info.GetSentBytes(), sentOps0: info.GetSentOpsCpuNs(), hold: h}, nil
+	f := &Fetcher{name: name, client: client, clients: []dataplanepb.StorageClient{client}, shareCPUs: info.GetShareCpus(), jobs: int(info.GetJobs()),
+		cpu0: info.GetProcessCpuNs(), sent0: info.GetSentBytes(), sentOps0: info.GetSentOpsCpuNs(), hold: h}
+	f.setCPUs(info.GetCpus())
+	return f, nil
 }
 
 // Name is the storage agent's name.
@@ -116,12 +118,15 @@ func (f *Fetcher) CPUs() float64 {
 	if f.shareCPUs > 0 {
 		return f.shareCPUs
 	}
-	return f.cpus
+	return f.Budget()
 }
 
 // Budget is the storage agent's whole CPU budget as its Info last said
 // (0: unknown).
-func (f *Fetcher) Budget() float64 { return f.cpus }
+func (f *Fetcher) Budget() float64 { return math.Float64frombits(f.cpus.Load()) }
+
+// setCPUs records the storage agent's cores as its Info said.
+func (f *Fetcher) setCPUs(c float64) { f.cpus.Store(math.Float64bits(c)) }
 
 // Share is this job's share of the storage agent's budget and the jobs
 // the agent serves, as its Info last said (0, 0: an agent before shares).
@@ -152,7 +157,9 @@ func (f *Fetcher) Holds(sample uint64) bool { return f.hold.Holds(sample) }
 
 // work is a response on its way to a finishing worker.
 type work struct {
-	f    *Fetcher
+	f *Fetcher
+	// win is the window r holds a slot of (a stripe's).
+	win  *schedule.Window
 	r    *schedule.Request
 	resp *dataplanepb.FetchResponse
 	// fail, when set, is the sample's failure instead of a response (no
@@ -162,28 +169,38 @@ type work struct {
 	local bool
 }
 
+// run runs f's stripes for the epoch (runStripes).
 func (f *Fetcher) run(ctx context.Context) error {
-	e := f.e
-	log := e.log.With().Str("storage", f.name).Logger()
+	f.progress.Store(f.e.cfg.Now().UnixNano())
+	return f.runStripes(ctx)
+}
+
+// run keeps a stream open on s until the epoch has every sample: a
+// failed one is reopened after a back-off, once its connection answers
+// Info again, until the agent made no progress on any stripe for the
+// retry budget (a *gaveUp error). Its streams' responses are handed on
+// under epochCtx (session); ctx ends them.
+func (s *stripe) run(ctx, epochCtx context.Context) error {
+	f, e := s.f, s.f.e
+	log := e.log.With().Str("storage", f.name).Int("conn", s.idx).Logger()
 	budget := e.cfg.RetryBudget
-	f.progress.Store(e.cfg.Now().UnixNano())
 	failures := 0
 	for {
 		var err error
 		if failures > 0 {
 			// Reopen a stream only to an agent that answers: a stopped
 			// or unreachable one would hold a window of requests.
-			err = f.probe(ctx)
+			err = s.probe(ctx)
 		}
 		if err == nil {
-			_, err = f.session(ctx)
+			_, err = s.session(ctx, epochCtx)
 			if err == nil || e.sched.Complete() {
 				return nil
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			n := e.sched.Requeue(&f.w)
+			n := e.sched.Requeue(&s.w)
 			e.streamFailures.Add(1)
 			e.retried.Add(int64(n))
 			if m := e.cfg.Metrics; m != nil {
@@ -198,7 +215,7 @@ func (f *Fetcher) run(ctx context.Context) error {
 				return ctx.Err()
 			}
 			if errors.Is(err, catalog.ErrFingerprint) {
-				return f.giveUp(ctx, log, err)
+				return &gaveUp{err}
 			}
 			log.Debug().Err(err).Msg("storage agent still unavailable")
 		}
@@ -207,7 +224,7 @@ func (f *Fetcher) run(ctx context.Context) error {
 		}
 		idle := e.cfg.Now().Sub(time.Unix(0, f.progress.Load()))
 		if idle > budget {
-			return f.giveUp(ctx, log, fmt.Errorf("no progress for %v (retry budget %v), last: %w", idle.Round(time.Millisecond), budget, err))
+			return &gaveUp{fmt.Errorf("no progress for %v (retry budget %v), last: %w", idle.Round(time.Millisecond), budget, err)}
 		}
 		failures++
 		if err := schedule.Pause(ctx, min(schedule.RetryDelay(failures), budget-idle), e.sched); err != nil {
@@ -221,26 +238,27 @@ func (f *Fetcher) run(ctx context.Context) error {
 
 // giveUp drops this storage agent for the epoch; the epoch fails when it
 // was the last one.
-func (f *Fetcher) giveUp(ctx context.Context, log zerolog.Logger, err error) error {
-	alive, orphans := f.e.sched.GiveUp(&f.w)
+func (f *Fetcher) giveUp(ctx context.Context, err error) error {
+	w := &f.stripes[0].w
+	alive, orphans := f.e.sched.GiveUp(w)
 	if alive == 0 {
 		return fmt.Errorf("%w: %s: %w", ErrNoStorage, f.name, err)
 	}
-	log.Error().Err(err).Int("unavailable", len(orphans)).Msg("giving up on storage agent for this epoch")
-	return f.unavailable(ctx, orphans, fmt.Sprintf("no live storage agent holds it (%s gave up: %v)", f.name, err))
+	f.e.log.Error().Err(err).Str("storage", f.name).Int("unavailable", len(orphans)).Msg("giving up on storage agent for this epoch")
+	return f.unavailable(ctx, w, orphans, fmt.Sprintf("no live storage agent holds it (%s gave up: %v)", f.name, err))
 }
 
-// unavailable hands the orphaned requests on f's window to the workers as
-// failures of this epoch (KindUnavailable): under --on-error skip they are
-// reported, never silently dropped; under fail the first one fails the
-// epoch.
-func (f *Fetcher) unavailable(ctx context.Context, orphans []*schedule.Request, why string) error {
+// unavailable hands the orphaned requests on window w (one of f's) to the
+// workers as failures of this epoch (KindUnavailable): under --on-error
+// skip they are reported, never silently dropped; under fail the first
+// one fails the epoch.
+func (f *Fetcher) unavailable(ctx context.Context, w *schedule.Window, orphans []*schedule.Request, why string) error {
 	for _, r := range orphans {
 		r.Sample = f.e.order[r.Pos]
-		f.e.sched.Claim(&f.w, r.Tag, 0)
+		f.e.sched.Claim(w, r.Tag, 0)
 		fail := &report.SampleFailure{Sample: r.Sample, Kind: report.KindUnavailable, Where: "storage", Message: why}
 		select {
-		case f.e.work <- work{f: f, r: r, fail: fail}:
+		case f.e.work <- work{f: f, win: w, r: r, fail: fail}:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -248,47 +266,49 @@ func (f *Fetcher) unavailable(ctx context.Context, orphans []*schedule.Request, 
 	return nil
 }
 
-// probe asks the storage agent for its Info within the stall timeout and
-// checks that it still serves the catalog's dataset.
-func (f *Fetcher) probe(ctx context.Context) error {
+// probe asks the storage agent for its Info on s's connection within the
+// stall timeout and checks that it still serves the catalog's dataset.
+func (s *stripe) probe(ctx context.Context) error {
+	f := s.f
 	pctx, cancel := context.WithTimeout(ctx, f.e.countRTT(min(f.e.stallTimeout(), ProbeTimeout)))
 	defer cancel()
 	// WaitForReady: a restarted agent is used as soon as it is back.
-	info, err := f.client.Info(pctx, &dataplanepb.InfoRequest{}, grpc.WaitForReady(true))
+	info, err := s.client.Info(pctx, &dataplanepb.InfoRequest{}, grpc.WaitForReady(true))
 	if err != nil {
 		return err
 	}
 	if fp := info.GetFingerprint(); fp != f.e.cat.Fingerprint {
 		return fmt.Errorf("%w: %s now serves %q, catalog is %q", catalog.ErrFingerprint, f.name, fp, f.e.cat.Fingerprint)
 	}
-	f.cpus = info.GetCpus()
+	f.setCPUs(info.GetCpus())
 	f.shareMu.Lock()
 	f.shareCPUs, f.jobs = info.GetShareCpus(), int(info.GetJobs())
 	f.shareMu.Unlock()
 	return nil
 }
 
-// session runs one Fetch stream until the epoch's samples are all received
-// (nil) or the stream fails. progress reports whether any response came.
-// A watchdog declares the stream stalled (errStalled) when it has
+// session runs one Fetch stream on s until the epoch's samples are all
+// received (nil) or the stream fails; ctx ends the stream, epochCtx the
+// hand-off of what it received. progress reports whether any response
+// came. A watchdog declares the stream stalled (errStalled) when it has
 // requests outstanding, the oldest sent more than the stall timeout ago,
 // and received nothing for as long: it hedges them (the other fetchers may
 // take them at once) and cancels the stream.
-func (f *Fetcher) session(ctx context.Context) (progress bool, err error) {
+func (s *stripe) session(ctx, epochCtx context.Context) (progress bool, err error) {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	g, gctx := errgroup.WithContext(sctx)
-	stream, err := f.client.Fetch(gctx)
+	stream, err := s.client.Fetch(gctx)
 	if err != nil {
 		return false, err
 	}
-	f.lastRecv.Store(f.e.cfg.Now().UnixNano())
+	s.lastRecv.Store(s.f.e.cfg.Now().UnixNano())
 	var got atomic.Bool
-	g.Go(func() error { return f.send(gctx, ctx, stream) })
-	g.Go(func() error { return f.recv(ctx, stream, &got) })
+	g.Go(func() error { return s.send(gctx, epochCtx, stream) })
+	g.Go(func() error { return s.recv(epochCtx, stream, &got) })
 	var wg sync.WaitGroup
 	wctx, stopWatch := context.WithCancel(gctx)
-	wg.Go(func() { f.watch(wctx, cancel) })
+	wg.Go(func() { s.watch(wctx, cancel) })
 	err = g.Wait()
 	stopWatch()
 	wg.Wait()
@@ -304,8 +324,8 @@ func (f *Fetcher) session(ctx context.Context) (progress bool, err error) {
 var errEpochDone = errors.New("engine: epoch complete")
 
 // watch is session's watchdog; it ends the session through cancel.
-func (f *Fetcher) watch(ctx context.Context, cancel context.CancelCauseFunc) {
-	e := f.e
+func (s *stripe) watch(ctx context.Context, cancel context.CancelCauseFunc) {
+	f, e := s.f, s.f.e
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -322,16 +342,16 @@ func (f *Fetcher) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 			continue
 		case <-tick.C:
 		}
-		if f.handing.Load() {
+		if s.handing.Load() {
 			continue
 		}
 		now := e.cfg.Now()
 		d := e.stallTimeout()
-		oldest, ok := e.sched.OldestSent(&f.w)
-		if !ok || now.Sub(oldest) < d || now.Sub(time.Unix(0, f.lastRecv.Load())) < d {
+		oldest, ok := e.sched.OldestSent(&s.w)
+		if !ok || now.Sub(oldest) < d || now.Sub(time.Unix(0, s.lastRecv.Load())) < d {
 			continue
 		}
-		n := e.sched.Hedge(&f.w)
+		n := e.sched.Hedge(&s.w)
 		e.hedged.Add(int64(n))
 		e.log.Warn().Str("storage", f.name).Dur("stall_timeout", d).Int("hedged", n).Msg("fetch stream stalled: requests hedged to the other storage agents")
 		cancel(fmt.Errorf("%w: %s sent nothing for %v", errStalled, f.name, d))
@@ -339,16 +359,16 @@ func (f *Fetcher) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 	}
 }
 
-// send sends the requests f's window takes on stream, and hands the cache
+// send sends the requests s's window takes on stream, and hands the cache
 // hits among them to the workers without sending them (their hand-off
 // waits on epochCtx).
-func (f *Fetcher) send(ctx, epochCtx context.Context, stream dataplanepb.Storage_FetchClient) error {
-	e := f.e
+func (s *stripe) send(ctx, epochCtx context.Context, stream dataplanepb.Storage_FetchClient) error {
+	e := s.f.e
 	// The spec goes with the stream's first request and with its first
 	// that runs ops: the storage agent ignores it on a split-0 fetch.
 	first, piped := true, false
 	for {
-		r, wait, done := e.sched.Take(&f.w, e.estimate)
+		r, wait, done := e.sched.Take(&s.w, e.estimate)
 		if done {
 			return stream.CloseSend()
 		}
@@ -361,7 +381,7 @@ func (f *Fetcher) send(ctx, epochCtx context.Context, stream dataplanepb.Storage
 			continue
 		}
 		if e.hit(r.Pos) {
-			if err := f.local(epochCtx, r); err != nil {
+			if err := s.local(epochCtx, r); err != nil {
 				return err
 			}
 			continue
@@ -419,12 +439,12 @@ func (f *Fetcher) send(ctx, epochCtx context.Context, stream dataplanepb.Storage
 // recv matches responses to requests and hands them to the workers. The
 // hand-off waits on the epoch's ctx, not the stream's: a claimed response
 // is never dropped because its stream failed afterwards.
-func (f *Fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_FetchClient, got *atomic.Bool) error {
-	e := f.e
+func (s *stripe) recv(epochCtx context.Context, stream dataplanepb.Storage_FetchClient, got *atomic.Bool) error {
+	f, e := s.f, s.f.e
 	for {
 		resp, err := stream.Recv()
 		if err == io.EOF {
-			if n := e.sched.Outstanding(&f.w); n > 0 || !e.sched.Complete() {
+			if n := e.sched.Outstanding(&s.w); n > 0 || !e.sched.Complete() {
 				return fmt.Errorf("engine: %s closed the stream with %d requests outstanding", f.name, n)
 			}
 			return nil
@@ -433,7 +453,7 @@ func (f *Fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			return err
 		}
 		if resp.GetError().GetKind() == dataplanepb.ErrorKind_ERROR_KIND_DEADLINE &&
-			e.sched.RetryTag(&f.w, resp.GetTag(), e.cfg.Retries) {
+			e.sched.RetryTag(&s.w, resp.GetTag(), e.cfg.Retries) {
 			// The storage agent was too busy: transient, ask again.
 			e.retried.Add(1)
 			if m := e.cfg.Metrics; m != nil {
@@ -442,8 +462,8 @@ func (f *Fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			continue
 		}
 		now := e.cfg.Now()
-		prev := time.Unix(0, f.lastRecv.Swap(now.UnixNano()))
-		r, dup := e.sched.Claim(&f.w, resp.GetTag(), int64(len(resp.GetData())))
+		prev := time.Unix(0, s.lastRecv.Swap(now.UnixNano()))
+		r, dup := e.sched.Claim(&s.w, resp.GetTag(), int64(len(resp.GetData())))
 		if dup {
 			e.duplicates.Add(1)
 			continue
@@ -469,15 +489,15 @@ func (f *Fetcher) recv(epochCtx context.Context, stream dataplanepb.Storage_Fetc
 			}}
 		}
 		f.account(r, resp, now)
-		f.handing.Store(true)
+		s.handing.Store(true)
 		select {
-		case e.work <- work{f: f, r: r, resp: resp}:
+		case e.work <- work{f: f, win: &s.w, r: r, resp: resp}:
 		case <-epochCtx.Done():
-			f.handing.Store(false)
+			s.handing.Store(false)
 			return epochCtx.Err()
 		}
-		f.lastRecv.Store(e.cfg.Now().UnixNano())
-		f.handing.Store(false)
+		s.lastRecv.Store(e.cfg.Now().UnixNano())
+		s.handing.Store(false)
 	}
 }
 
@@ -530,8 +550,9 @@ func (f *Fetcher) account(r *schedule.Request, resp *dataplanepb.FetchResponse, 
 // share is each of the storage agent's workers' share of a core: cpus over
 // ceil(cpus) workers (1 when cpus is unknown).
 func (f *Fetcher) share() float64 {
-	if !(f.cpus > 0) {
+	c := f.CPUs()
+	if !(c > 0) {
 		return 1
 	}
-	return f.cpus / math.Ceil(f.cpus)
+	return c / math.Ceil(c)
 }

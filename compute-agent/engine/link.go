@@ -105,7 +105,11 @@ func (f *Fetcher) readLink(ctx context.Context) {
 		return
 	}
 	now := e.cfg.Now()
-	_, bytes := e.sched.InFlight(&f.w)
+	var bytes int64
+	for _, s := range f.stripes {
+		_, b := e.sched.InFlight(&s.w)
+		bytes += b
+	}
 	got := f.servedBytes.Load()
 	l := &f.link
 	l.mu.Lock()
@@ -172,12 +176,18 @@ func (f *Fetcher) seedLink() {
 }
 
 // resize sets f's window count by bandwidth x round trip at rate bytes/s
-// (see linkEvery), and its lanes' bounds (capLanes) for the round trip.
+// (see linkEvery), each stripe its share, and its lanes' bounds
+// (capLanes) for the round trip.
 func (f *Fetcher) resize(rate float64) {
 	e := f.e
+	if len(f.stripes) == 0 {
+		return
+	}
 	count := linkwatch.WindowCount(e.cfg.Window, f.bdp(rate), f.meanResponse(), e.cfg.WindowBytes)
-	e.sched.Adjust(&f.w, func() {
-		f.w.MaxCount = count
+	e.sched.Adjust(&f.stripes[0].w, func() {
+		for _, s := range f.stripes {
+			s.w.MaxCount = max(int(f.stripeShare(int64(count))), 1)
+		}
 		f.capLanes(e.sched.CPUOf != nil, f.link.laneRate)
 	})
 }
@@ -201,6 +211,13 @@ func (f *Fetcher) linkReport() *report.Link {
 	}
 	r := l.stats.Report()
 	r.WindowPeakBytes = l.peakBytes
-	f.e.sched.Adjust(&f.w, func() { r.WindowCount, r.WindowBytes = f.w.MaxCount, f.w.MaxBytes })
+	if len(f.stripes) > 0 {
+		f.e.sched.Adjust(&f.stripes[0].w, func() {
+			for _, s := range f.stripes {
+				r.WindowCount += s.w.MaxCount
+				r.WindowBytes += s.w.MaxBytes
+			}
+		})
+	}
 	return r
 }

@@ -37,7 +37,7 @@ func (e *Epoch) placement(fs []*Fetcher) (pl schedule.Placement, unowned []int, 
 func byStorage(fs []*Fetcher) []report.StorageStats {
 	out := make([]report.StorageStats, len(fs))
 	for i, f := range fs {
-		out[i] = report.StorageStats{Name: f.name, Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.hold.Shards(), OpsCPUSeconds: float64(f.opsNS.Load()) / 1e9,
+		out[i] = report.StorageStats{Name: f.name, Conns: len(f.stripes), Samples: f.served.Load(), Bytes: f.servedBytes.Load(), Shards: f.hold.Shards(), OpsCPUSeconds: float64(f.opsNS.Load()) / 1e9,
 			Link: f.linkReport()}
 	}
 	return out
@@ -82,7 +82,7 @@ const (
 	offloadLead = 250 * time.Millisecond
 )
 
-// pace caps f's window bytes, when the epoch has several storage agents
+// pace caps f's window bytes (its stripes' together), when the epoch has several storage agents
 // (its storage CPU is capped from the start: the offloads in flight at
 // most paceTime of the agent's cores, by the plan's estimates),
 // at what its agent delivered in paceTime, plus bdpFactor of its
@@ -100,12 +100,11 @@ func (f *Fetcher) pace(now time.Time) {
 	if !e.paced {
 		return
 	}
-	if f.paceFrom.IsZero() {
-		f.paceFrom = now
+	if f.paceFrom.CompareAndSwap(0, now.UnixNano()) {
 		return
 	}
 	n, got := f.served.Load(), f.servedBytes.Load()
-	elapsed := now.Sub(f.paceFrom)
+	elapsed := now.Sub(time.Unix(0, f.paceFrom.Load()))
 	if n < 8 || elapsed <= 0 {
 		return
 	}
@@ -113,7 +112,9 @@ func (f *Fetcher) pace(now time.Time) {
 	b := int64(rate*paceTime.Seconds()) + f.bdp(rate)
 	b = max(b, 4*got/n)
 	b = min(b, e.cfg.WindowBytes)
-	e.sched.SetMaxBytes(&f.w, b)
+	for _, s := range f.stripes {
+		e.sched.SetMaxBytes(&s.w, f.stripeShare(b))
+	}
 }
 
 // transportMinBytes is the least an epoch must have received for its

@@ -114,37 +114,39 @@ func TestPace(t *testing.T) {
 	cfg := &Config{WindowBytes: 64 << 20}
 	e := &Epoch{cfg: cfg, paced: true}
 	e.sched = schedule.NewSchedule(1, 0, 1, nil)
-	f := &Fetcher{e: e, w: schedule.Window{MaxBytes: cfg.WindowBytes}}
+	f := testFetcher(e, 1, 1)
+	f.stripes[0].w.MaxBytes = cfg.WindowBytes
 	t0 := time.Unix(100, 0)
 	f.pace(t0) // the first response starts the clock
 	f.served.Store(4)
 	f.servedBytes.Store(4 << 20)
 	f.pace(t0.Add(time.Second))
-	if f.w.MaxBytes != cfg.WindowBytes {
-		t.Fatalf("after 4 responses: %d bytes, want the window untouched", f.w.MaxBytes)
+	if f.stripes[0].w.MaxBytes != cfg.WindowBytes {
+		t.Fatalf("after 4 responses: %d bytes, want the window untouched", f.stripes[0].w.MaxBytes)
 	}
 	f.served.Store(100)
 	f.servedBytes.Store(10 << 20) // 10 MiB in 1 s, 100 KiB each
 	f.pace(t0.Add(time.Second))
-	if want := int64(float64(10<<20) * paceTime.Seconds()); f.w.MaxBytes != want {
-		t.Errorf("at 10 MiB/s: %d bytes, want %d (paceTime of it)", f.w.MaxBytes, want)
+	if want := int64(float64(10<<20) * paceTime.Seconds()); f.stripes[0].w.MaxBytes != want {
+		t.Errorf("at 10 MiB/s: %d bytes, want %d (paceTime of it)", f.stripes[0].w.MaxBytes, want)
 	}
 	f.pace(t0.Add(100 * time.Second)) // 0.1 MiB/s: the floor of 4 responses
-	if want := int64(4 * (10 << 20) / 100); f.w.MaxBytes != want {
-		t.Errorf("at 0.1 MiB/s: %d bytes, want the floor %d", f.w.MaxBytes, want)
+	if want := int64(4 * (10 << 20) / 100); f.stripes[0].w.MaxBytes != want {
+		t.Errorf("at 0.1 MiB/s: %d bytes, want the floor %d", f.stripes[0].w.MaxBytes, want)
 	}
 	f.servedBytes.Store(10 << 30) // 10 GiB in 1 s: the ceiling
 	f.pace(t0.Add(time.Second))
-	if f.w.MaxBytes != cfg.WindowBytes {
-		t.Errorf("at 10 GiB/s: %d bytes, want the ceiling %d", f.w.MaxBytes, cfg.WindowBytes)
+	if f.stripes[0].w.MaxBytes != cfg.WindowBytes {
+		t.Errorf("at 10 GiB/s: %d bytes, want the ceiling %d", f.stripes[0].w.MaxBytes, cfg.WindowBytes)
 	}
-	one := &Fetcher{e: &Epoch{cfg: cfg}, w: schedule.Window{MaxBytes: 7}}
+	one := testFetcher(&Epoch{cfg: cfg}, 1, 1)
+	one.stripes[0].w.MaxBytes = 7
 	one.served.Store(100)
 	one.servedBytes.Store(100)
 	one.pace(t0)
 	one.pace(t0.Add(time.Second))
-	if one.w.MaxBytes != 7 {
-		t.Errorf("one agent: window bytes %d, want untouched", one.w.MaxBytes)
+	if one.stripes[0].w.MaxBytes != 7 {
+		t.Errorf("one agent: window bytes %d, want untouched", one.stripes[0].w.MaxBytes)
 	}
 }
 
@@ -167,15 +169,34 @@ func TestCapLanes(t *testing.T) {
 		{"link unknown", false, 1, 0, 100_000, int64(offloadLead), 0},
 		{"several agents", true, 1, 12.5e6, 100_000, int64(paceTime), 0},
 	} {
-		f := &Fetcher{e: &Epoch{paced: c.paced, meanRaw: c.meanRaw}, cpus: c.cpus}
-		f.capLanes(true, c.rate)
-		if f.w.MaxCPU != c.wantCPU || f.w.MaxRawFlight != c.want {
-			t.Errorf("%s: %d ns, %d raw bytes; want %d and %d", c.name, f.w.MaxCPU, f.w.MaxRawFlight, c.wantCPU, c.want)
+		for _, conns := range []int{1, 4} {
+			f := testFetcher(&Epoch{paced: c.paced, meanRaw: c.meanRaw}, c.cpus, conns)
+			f.capLanes(true, c.rate)
+			var cpu, raw int64
+			for _, s := range f.stripes {
+				cpu += s.w.MaxCPU
+				raw += s.w.MaxRawFlight
+			}
+			// Each of the stripes holds its share, rounded up.
+			if cpu < c.wantCPU || cpu >= c.wantCPU+int64(conns) || raw < c.want || raw >= c.want+int64(conns) {
+				t.Errorf("%s, %d conns: %d ns, %d raw bytes; want %d and %d", c.name, conns, cpu, raw, c.wantCPU, c.want)
+			}
 		}
 	}
-	f := &Fetcher{e: &Epoch{}, cpus: 1}
+	f := testFetcher(&Epoch{}, 1, 1)
 	f.capLanes(false, 12.5e6)
-	if f.w.MaxCPU != 0 {
-		t.Errorf("without hints: %d ns, want no CPU bound", f.w.MaxCPU)
+	if w := f.stripes[0].w; w.MaxCPU != 0 {
+		t.Errorf("without hints: %d ns, want no CPU bound", w.MaxCPU)
 	}
+}
+
+// testFetcher is a Fetcher in epoch e of an agent with cpus cores, over
+// conns stripes.
+func testFetcher(e *Epoch, cpus float64, conns int) *Fetcher {
+	f := &Fetcher{e: e}
+	f.setCPUs(cpus)
+	for i := range conns {
+		f.stripes = append(f.stripes, &stripe{f: f, idx: i})
+	}
+	return f
 }

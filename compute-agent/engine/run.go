@@ -161,9 +161,10 @@ func (e *Epoch) run(ctx context.Context, fetchers []*Fetcher) error {
 	g.Go(func() error {
 		defer close(e.work)
 		fg, fctx := errgroup.WithContext(gctx)
-		if orphans := e.sched.Unowned(&fetchers[0].w); len(orphans) > 0 {
+		w := &fetchers[0].stripes[0].w
+		if orphans := e.sched.Unowned(w); len(orphans) > 0 {
 			fg.Go(func() error {
-				return fetchers[0].unavailable(fctx, orphans, "no storage agent of this epoch holds its shard")
+				return fetchers[0].unavailable(fctx, w, orphans, "no storage agent of this epoch holds its shard")
 			})
 		}
 		for _, f := range fetchers {
@@ -323,17 +324,17 @@ func (e *Epoch) worker(ctx context.Context) error {
 		}
 		if bad != nil {
 			if err := e.fail(*bad); err != nil {
-				e.sched.Release(&w.f.w, r)
+				e.sched.Release(w.win, r)
 				return err
 			}
 			it.Failed, it.Tensor, it.Image = true, nil, nil
 		}
 		if e.asm != nil {
 			if err := e.asm.Place(ctx, it, wake); err != nil {
-				e.sched.Release(&w.f.w, r)
+				e.sched.Release(w.win, r)
 				return err
 			}
-			e.sched.Release(&w.f.w, r)
+			e.sched.Release(w.win, r)
 			continue
 		}
 		select {
@@ -341,7 +342,7 @@ func (e *Epoch) worker(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		e.sched.Release(&w.f.w, r)
+		e.sched.Release(w.win, r)
 	}
 }
 

@@ -57,7 +57,7 @@ func (e *Epoch) newShedder(plan Plan, linkRate, cores float64) *schedule.Shedder
 // (bytes/s): rawLead of the link (at least four average raw files),
 // past which the window takes offloads. Several agents' windows are
 // paced by bytes already (pace). Under the schedule's lock once the
-// epoch runs.
+// epoch runs. Each stripe holds its share of both bounds.
 //
 // On a long link each bound gains the round trip (link.go): the offloads
 // bdpFactor round trips of the agent's cores, since each holds its CPU
@@ -65,17 +65,20 @@ func (e *Epoch) newShedder(plan Plan, linkRate, cores float64) *schedule.Shedder
 // products.
 func (f *Fetcher) capLanes(hinted bool, linkRate float64) {
 	f.link.laneRate = linkRate
-	if hinted {
-		lead := offloadLead
-		if f.e != nil && f.e.paced {
-			lead = paceTime
-		}
-		lead += bdpFactor * f.RTT()
-		f.w.MaxCPU = int64(max(f.cpus, 1) * float64(lead))
-	}
-	f.w.MaxRawFlight = 0
+	var raw int64
 	if f.e != nil && !f.e.paced && linkRate > 0 {
-		f.w.MaxRawFlight = max(int64(linkRate*rawLead.Seconds()), 4*f.e.meanRaw) + f.bdp(linkRate)
+		raw = max(int64(linkRate*rawLead.Seconds()), 4*f.e.meanRaw) + f.bdp(linkRate)
+	}
+	for _, s := range f.stripes {
+		if hinted {
+			lead := offloadLead
+			if f.e != nil && f.e.paced {
+				lead = paceTime
+			}
+			lead += bdpFactor * f.RTT()
+			s.w.MaxCPU = f.stripeShare(int64(max(f.CPUs(), 1) * float64(lead)))
+		}
+		s.w.MaxRawFlight = f.stripeShare(raw)
 	}
 }
 

@@ -456,6 +456,9 @@ func (f SampleFailure) Error() string {
 type StorageStats struct {
 	// Name is the storage agent's name.
 	Name string `json:"name"`
+	// Conns is the connections the epoch's fetch streams to it were
+	// spread over (compute-agent --conns); 0 in reports from before.
+	Conns int `json:"conns,omitempty"`
 	// Samples counts the responses accepted from it.
 	Samples int64 `json:"samples"`
 	// Bytes is their wire bytes.

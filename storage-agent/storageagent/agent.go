@@ -60,7 +60,9 @@ const MaxSpecBytes = 16 << 10
 // Stream limits: Fetch streams open at once in all, per peer (its
 // certificate identity, or its IP address without TLS), and per HTTP/2
 // connection. Past the first two a new stream fails with
-// RESOURCE_EXHAUSTED; a compute agent opens one per storage agent.
+// RESOURCE_EXHAUSTED; a compute agent opens one per connection it stripes
+// its fetches over (compute-agent --conns, at most 8), and its
+// connections are one peer here.
 const (
 	DefaultMaxStreams        = 256
 	DefaultMaxStreamsPerPeer = 16

@@ -57,6 +57,10 @@ type Config struct {
 	// Loss, Seed and MTU). It needs Netns and one storage and one compute
 	// node.
 	WAN *netns.WAN
+	// CongestionControl, when set, is every node namespace's TCP
+	// congestion control (netns.Node.SetCongestion). It needs Netns.
+	// Empty leaves the host's default, which new namespaces take.
+	CongestionControl string
 }
 
 // Host names one node of a bed: storage node Index or compute node Index
@@ -137,6 +141,9 @@ func New(ctx context.Context, cfg Config) (*Bed, error) {
 	if cfg.ComputeLinks != nil && (!cfg.Netns || !b.multi || len(cfg.ComputeLinks) != cfg.ComputeNodes) {
 		return nil, fmt.Errorf("%w: compute links need netns mode, a star and one rate per compute node (%d for %d)", ErrConfig, len(cfg.ComputeLinks), cfg.ComputeNodes)
 	}
+	if cfg.CongestionControl != "" && !cfg.Netns {
+		return nil, fmt.Errorf("%w: a congestion control (%s) needs netns mode: it is a namespace's sysctl", ErrConfig, cfg.CongestionControl)
+	}
 	for _, r := range cfg.Links {
 		b.storage = append(b.storage, &storageNode{rate: r, host: "127.0.0.1"})
 	}
@@ -163,6 +170,13 @@ func New(ctx context.Context, cfg Config) (*Bed, error) {
 		return nil, err
 	}
 	b.AtClose(b.topo.Close)
+	if cc := cfg.CongestionControl; cc != "" {
+		for _, n := range b.topo.Nodes() {
+			if err := n.SetCongestion(cc); err != nil {
+				return nil, errors.Join(err, b.Close())
+			}
+		}
+	}
 	for i, s := range b.storage {
 		s.node = b.topo.Storage[i]
 		s.host = s.node.IP
@@ -189,6 +203,20 @@ func (b *Bed) Close() error {
 		errs = append(errs, cleanup[i]())
 	}
 	return errors.Join(errs...)
+}
+
+// CongestionControl is the TCP congestion control the storage node's
+// namespace runs with (each node's is the same: Config.CongestionControl
+// or the host's default); "" on loopback or when it cannot be read.
+func (b *Bed) CongestionControl() string {
+	if b.topo == nil {
+		return ""
+	}
+	cc, err := b.topo.Storage[0].Congestion()
+	if err != nil {
+		return ""
+	}
+	return cc
 }
 
 // Label is Config.Label.

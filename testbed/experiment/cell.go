@@ -9,42 +9,63 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/testbed"
 	"github.com/sophon-dl/sophon/testbed/bed"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
+	"github.com/sophon-dl/sophon/testbed/netns"
 	"github.com/sophon-dl/sophon/testbed/results"
 	"github.com/sophon-dl/sophon/testbed/shape"
 )
 
-// point is one rate point of the grid: its label (a rate as given, or
+// point is one link point of the grid: its rate (a rate as given, or
 // the per-link rates joined with "+"), its rate in bits per second (their
-// sum) and each storage link's rate.
+// sum), each storage link's rate and, on the delay line, its WAN (the
+// round trip of the point); label names the point: the rate, and on the
+// delay line "-rtt" and its round trip after it ("100mbit-rtt20ms").
 type point struct {
-	label string
-	bits  float64
-	links []shape.Rate
+	label, rate string
+	bits        float64
+	links       []shape.Rate
+	wan         *netns.WAN
 }
 
-// points are the grid's rate points: one per Config.Rates entry, each
-// storage link at that rate, or the one point of Config.StorageRates.
+// points are the grid's link points: one per Config.Rates entry, each
+// storage link at that rate, or the one point of Config.StorageRates;
+// on the delay line, each of them at each of Config.RTTs.
 func (c *Config) points() []point {
+	var rates []point
 	if len(c.StorageRates) > 0 {
-		p := point{label: shape.Rates(c.StorageRates).String(), links: c.StorageRates}
-		p.label = strings.ReplaceAll(p.label, ",", "+")
+		p := point{rate: shape.Rates(c.StorageRates).String(), links: c.StorageRates}
+		p.rate = strings.ReplaceAll(p.rate, ",", "+")
 		for _, r := range c.StorageRates {
 			p.bits += r.Bits()
 		}
-		return []point{p}
+		rates = []point{p}
 	}
-	out := make([]point, len(c.Rates))
-	for i, r := range c.Rates {
+	for _, r := range c.Rates {
 		links := make([]shape.Rate, c.StorageNodes)
 		for j := range links {
 			links[j] = r
 		}
-		out[i] = point{label: r.String(), bits: r.Bits(), links: links}
+		rates = append(rates, point{rate: r.String(), bits: r.Bits(), links: links})
+	}
+	w := c.wan()
+	var out []point
+	for _, p := range rates {
+		p.label = p.rate
+		if w == nil {
+			out = append(out, p)
+			continue
+		}
+		for _, d := range c.rtts() {
+			q, wd := p, *w
+			wd.RTT = d
+			q.wan, q.label = &wd, p.rate+"-rtt"+rttName(d)
+			out = append(out, q)
+		}
 	}
 	return out
 }
@@ -109,7 +130,7 @@ func (x *experiment) newBed(ctx context.Context, p point, cpus float64) (*bed.Be
 		return nil, err
 	}
 	b, err := bed.New(ctx, bed.Config{Netns: x.res.Mode == results.ModeNetns, Label: p.label, Links: links,
-		ComputeNodes: x.cfg.ComputeNodes, ComputeLinks: computeLinks, WAN: x.cfg.wan()})
+		ComputeNodes: x.cfg.ComputeNodes, ComputeLinks: computeLinks, WAN: p.wan, CongestionControl: x.cfg.CongestionControl})
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +156,11 @@ func (x *experiment) newBed(ctx context.Context, p point, cpus float64) (*bed.Be
 // and storage CPU limit; rep numbers the repetition with --repeat (0:
 // none).
 func (x *experiment) cell(ctx context.Context, p point, cpus float64, rep int) (results.Cell, error) {
-	cell := results.Cell{Rate: p.label, RateBitsPerSec: p.bits, StorageCPUs: cpus, Repetition: rep}
+	cell := results.Cell{Rate: p.rate, RateBitsPerSec: p.bits, StorageCPUs: cpus, Repetition: rep}
+	if w := p.wan; w != nil {
+		cell.DelayLine = true
+		cell.RTTMs, cell.JitterMs, cell.Loss = durationMs(w.RTT), durationMs(w.Jitter), w.Loss
+	}
 	if x.multi() {
 		for _, r := range p.links {
 			cell.StorageRates = append(cell.StorageRates, r.String())
@@ -150,6 +175,7 @@ func (x *experiment) cell(ctx context.Context, p point, cpus float64, rep int) (
 		return cell, err
 	}
 	cell.ComputeCPUs = b.ComputeQuota()
+	cell.CongestionControl = b.CongestionControl()
 	defer func() {
 		if err := b.Close(); err != nil {
 			x.cfg.Log.Warn().Err(err).Msg("cell teardown")
@@ -258,8 +284,12 @@ func (x *experiment) startStorage(ctx context.Context, b *bed.Bed, dir string, c
 	return addrs, nil
 }
 
-// cellDir is a cell's folder under Config.Out: "100mbit-cpu0.5", and
-// "-rep2" after it for a repetition.
+// durationMs is d in milliseconds.
+func durationMs(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// cellDir is a cell's folder under Config.Out: "100mbit-cpu0.5" (its
+// point's label, with the round trip on the delay line:
+// "100mbit-rtt20ms-cpu0.5"), and "-rep2" after it for a repetition.
 func cellDir(rate string, cpus float64, rep int) string {
 	d := fmt.Sprintf("%s-cpu%s", rate, strconv.FormatFloat(cpus, 'f', -1, 64))
 	if rep > 0 {

@@ -253,12 +253,25 @@ type Config struct {
 	// or a percentage of the dataset's bytes ("25%"). It also allows the
 	// PolicyLRU row. Empty means no cache.
 	CacheBytes string
-	// RTT, Jitter and Loss give the two-node link a round trip, a jitter
+	// RTTs, Jitter and Loss give the two-node link round trips, a jitter
 	// and a loss fraction in each direction, through netns's user-space
-	// delay line (netns.Config's fields of the same names, seeded with
-	// Seed). They need netns mode and the two-node link. Zero means none.
-	RTT, Jitter time.Duration
-	Loss        float64
+	// delay line (netns.Config's RTT, Jitter and Loss, seeded with Seed).
+	// RTTs is a dimension of the grid, like Rates: each cell runs at one
+	// of them, its name says which (cellDir), and with any of the three
+	// set every cell, RTT 0 included, goes through the delay line, so
+	// that the round trip is the one thing that differs between them.
+	// They need netns mode and the two-node link. Empty and zero mean no
+	// delay line (the veth pair).
+	RTTs   []time.Duration
+	Jitter time.Duration
+	Loss   float64
+	// CongestionControl, when set, is the TCP congestion control of
+	// every node's namespace (net.ipv4.tcp_congestion_control, a
+	// per-namespace sysctl: both agents' connections use it): cubic,
+	// bbr, reno or another the kernel offers. It needs netns mode. Empty
+	// means the host's default, which a new namespace takes; either way
+	// each cell records what its nodes ran with.
+	CongestionControl string
 	// RateSchedule, when set, changes the link's rate within each policy
 	// run's epochs after the first, at the steps' offsets from each
 	// epoch's start (schedule.go). It needs netns mode, and one rate for
@@ -539,7 +552,13 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 		if res.Mode != results.ModeNetns {
 			return nil, fmt.Errorf("%w: --rtt, --jitter and --loss need netns mode (root): the delay line runs between two namespaces (mode %s: %s)", ErrConfig, res.Mode, res.ModeNote)
 		}
-		res.ModeNote = wanNote(res.ModeNote, w)
+		res.ModeNote = wanNote(res.ModeNote, w, cfg.RTTs)
+	}
+	if cc := cfg.CongestionControl; cc != "" {
+		if res.Mode != results.ModeNetns {
+			return nil, fmt.Errorf("%w: --cc needs netns mode (root): it sets each node namespace's tcp_congestion_control (mode %s: %s)", ErrConfig, res.Mode, res.ModeNote)
+		}
+		res.CongestionControl = cc
 	}
 	if len(cfg.RateSchedule) > 0 {
 		if res.Mode != results.ModeNetns {
@@ -640,8 +659,12 @@ grid:
 // checkWAN validates RTT, Jitter and Loss.
 func (c *Config) checkWAN() error {
 	switch {
-	case c.RTT < 0 || c.Jitter < 0:
+	case slices.ContainsFunc(c.RTTs, func(d time.Duration) bool { return d < 0 }) || c.Jitter < 0:
 		return fmt.Errorf("%w: negative rtt or jitter", ErrConfig)
+	case len(slices.Compact(slices.Sorted(slices.Values(c.RTTs)))) != len(c.RTTs):
+		return fmt.Errorf("%w: rtts %v: one round trip given twice", ErrConfig, c.RTTs)
+	case c.CongestionControl != "" && netns.CheckCongestion(c.CongestionControl) != nil:
+		return fmt.Errorf("%w: %w", ErrConfig, netns.CheckCongestion(c.CongestionControl))
 	case !(c.Loss >= 0 && c.Loss < 1):
 		return fmt.Errorf("%w: loss %v: want a fraction in [0, 1)", ErrConfig, c.Loss)
 	case c.WANMTU != 0 && c.wan() == nil:
@@ -654,24 +677,56 @@ func (c *Config) checkWAN() error {
 	return nil
 }
 
-// wan is the delay line that RTT, Jitter and Loss ask for; nil when none
-// is set.
+// wan is the delay line that RTTs, Jitter and Loss ask for, at the
+// grid's first round trip; nil when none is set.
 func (c *Config) wan() *netns.WAN {
-	if c.RTT == 0 && c.Jitter == 0 && c.Loss == 0 {
+	if len(c.RTTs) == 0 && c.Jitter == 0 && c.Loss == 0 {
 		return nil
 	}
 	mtu := c.WANMTU
 	if mtu == 0 {
 		mtu = netns.DefaultMTU
 	}
-	return &netns.WAN{RTT: c.RTT, Jitter: c.Jitter, Loss: c.Loss, Seed: int64(c.Seed), MTU: mtu}
+	w := &netns.WAN{Jitter: c.Jitter, Loss: c.Loss, Seed: int64(c.Seed), MTU: mtu}
+	if len(c.RTTs) > 0 {
+		w.RTT = c.RTTs[0]
+	}
+	return w
+}
+
+// rtts is the grid's round trips: RTTs, or the one zero of a grid
+// without (on the delay line with only jitter or loss, or on the veth
+// pair).
+func (c *Config) rtts() []time.Duration {
+	if len(c.RTTs) == 0 {
+		return []time.Duration{0}
+	}
+	return c.RTTs
 }
 
 // wanNote is the netns mode's note for a link on the delay line w: the
-// report's mode line then says the round trip, jitter and loss.
-func wanNote(note string, w *netns.WAN) string {
+// report's mode line then says the round trip, jitter and loss. With
+// several round trips (rtts) it names them all: each cell has one.
+func wanNote(note string, w *netns.WAN, rtts []time.Duration) string {
+	desc := w.String()
+	if len(rtts) > 1 {
+		names := make([]string, len(rtts))
+		for i, d := range rtts {
+			names[i] = rttName(d)
+		}
+		desc = strings.Replace(desc, "rtt "+w.RTT.String(), "rtt "+strings.Join(names, ", ")+" (one per cell)", 1)
+	}
 	return strings.Replace(note, "joined by a veth pair",
-		"joined by a WAN link, "+w.String()+": a TUN device in each and a user-space delay line between them", 1)
+		"joined by a WAN link, "+desc+": a TUN device in each and a user-space delay line between them", 1)
+}
+
+// rttName names a round trip in cell names and notes: "20ms", and "0"
+// for none.
+func rttName(d time.Duration) string {
+	if d == 0 {
+		return "0"
+	}
+	return d.String()
 }
 
 // pickMode resolves ModeAuto for storage x compute nodes.

@@ -377,9 +377,11 @@ func TestConfigRejects(t *testing.T) {
 		{"bad policy", Config{Data: "x", Out: "x", Policies: []string{"greedy"}}},
 		{"bad mode", Config{Data: "x", Out: "x", Mode: "vm"}},
 		{"bad epochs", Config{Data: "x", Out: "x", Epochs: -1}},
-		{"negative rtt", Config{Data: "x", Out: "x", RTT: -time.Millisecond}},
+		{"negative rtt", Config{Data: "x", Out: "x", RTTs: []time.Duration{0, -time.Millisecond}}},
+		{"rtt twice", Config{Data: "x", Out: "x", RTTs: []time.Duration{20 * time.Millisecond, 0, 20 * time.Millisecond}}},
+		{"bad congestion control", Config{Data: "x", Out: "x", CongestionControl: "Cubic; reboot"}},
 		{"loss of 1", Config{Data: "x", Out: "x", Loss: 1}},
-		{"rtt on a star", Config{Data: "x", Out: "x", RTT: time.Millisecond, StorageNodes: 2}},
+		{"rtt on a star", Config{Data: "x", Out: "x", RTTs: []time.Duration{time.Millisecond}, StorageNodes: 2}},
 		{"mtu without rtt", Config{Data: "x", Out: "x", WANMTU: 9000}},
 		{"mtu too small", Config{Data: "x", Out: "x", Loss: 0.01, WANMTU: 100}},
 	} {
@@ -392,7 +394,7 @@ func TestConfigRejects(t *testing.T) {
 // TestWANNote: with --rtt the mode line names the WAN link's round trip,
 // jitter and loss in place of the veth pair.
 func TestWANNote(t *testing.T) {
-	cfg := Config{Data: "x", Out: "x", RTT: 40 * time.Millisecond, Jitter: 5 * time.Millisecond, Loss: 0.001, Seed: 9}
+	cfg := Config{Data: "x", Out: "x", RTTs: []time.Duration{40 * time.Millisecond}, Jitter: 5 * time.Millisecond, Loss: 0.001, Seed: 9}
 	if err := cfg.defaults(); err != nil {
 		t.Fatal(err)
 	}
@@ -404,9 +406,15 @@ func TestWANNote(t *testing.T) {
 	if note == "" {
 		note = "two network namespaces joined by a veth pair, tc tbf both ways"
 	}
-	got := wanNote(note, w)
+	got := wanNote(note, w, cfg.RTTs)
 	if want := "joined by a WAN link, rtt 40ms, jitter 5ms, loss 0.1% (delay line, mtu 1500): a TUN device in each"; !strings.Contains(got, want) {
 		t.Errorf("note %q lacks %q", got, want)
+	}
+	grid := []time.Duration{0, 20 * time.Millisecond, 80 * time.Millisecond}
+	cfg.RTTs = grid
+	got = wanNote(note, cfg.wan(), grid)
+	if want := "joined by a WAN link, rtt 0, 20ms, 80ms (one per cell), jitter 5ms, loss 0.1%"; !strings.Contains(got, want) {
+		t.Errorf("grid note %q lacks %q", got, want)
 	}
 	if (&Config{}).wan() != nil {
 		t.Error("a WAN link without rtt, jitter or loss")

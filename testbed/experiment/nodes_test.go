@@ -66,6 +66,40 @@ func TestPoints(t *testing.T) {
 	}
 }
 
+// TestRTTPoints: --rtt is a dimension of the grid inside each rate: every
+// point on the delay line (0 included) at its own round trip, with the
+// run's jitter, loss and seed, named for it; without --rtt, --loss alone
+// still puts the one point on the delay line, and neither leaves the
+// veth pair.
+func TestRTTPoints(t *testing.T) {
+	ms := time.Millisecond
+	c := Config{StorageNodes: 1, Rates: []shape.Rate{shape.MustParseRate("100mbit"), shape.MustParseRate("500mbit")},
+		RTTs: []time.Duration{0, 20 * ms, 80 * ms}, Loss: 0.001, Jitter: ms, Seed: 3}
+	ps := c.points()
+	var got []string
+	for _, p := range ps {
+		got = append(got, cellDir(p.label, 1, 0))
+		if p.wan == nil || p.wan.Loss != 0.001 || p.wan.Jitter != ms || p.wan.Seed != 3 {
+			t.Errorf("%s: wan %+v, want the run's loss, jitter and seed", p.label, p.wan)
+		}
+		if !strings.HasPrefix(p.label, p.rate+"-rtt") || p.label != p.rate+"-rtt"+rttName(p.wan.RTT) {
+			t.Errorf("point %q of rate %q at %v", p.label, p.rate, p.wan.RTT)
+		}
+	}
+	want := []string{"100mbit-rtt0-cpu1", "100mbit-rtt20ms-cpu1", "100mbit-rtt80ms-cpu1", "500mbit-rtt0-cpu1", "500mbit-rtt20ms-cpu1", "500mbit-rtt80ms-cpu1"}
+	if !slices.Equal(got, want) {
+		t.Errorf("cells %v, want %v", got, want)
+	}
+	c = Config{StorageNodes: 1, Rates: []shape.Rate{shape.MustParseRate("100mbit")}, Loss: 0.001}
+	if ps := c.points(); len(ps) != 1 || ps[0].wan == nil || ps[0].wan.RTT != 0 || ps[0].label != "100mbit-rtt0" {
+		t.Errorf("loss alone: %+v", ps)
+	}
+	c = Config{StorageNodes: 1, Rates: []shape.Rate{shape.MustParseRate("100mbit")}}
+	if ps := c.points(); len(ps) != 1 || ps[0].wan != nil || ps[0].label != "100mbit" {
+		t.Errorf("no WAN: %+v", ps)
+	}
+}
+
 func TestRankPath(t *testing.T) {
 	x := &experiment{cfg: Config{ComputeNodes: 1}}
 	if got := x.rankPath("/o/profile.zst", 0); got != "/o/profile.zst" {

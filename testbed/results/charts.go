@@ -443,10 +443,11 @@ func chartable(run *Run) bool { return charted(run) && !run.Training }
 // cellBound is the cell's one bound (Cell.BoundSeconds).
 func cellBound(c *Cell) float64 { return c.BoundSeconds() }
 
-// cellLabel names a cell for people: "500mbit, 0.5 storage CPUs".
-// With --repeat the repetition follows: "500mbit, 0.5 storage CPUs, repetition 2".
+// cellLabel names a cell for people: "500mbit, 0.5 storage CPUs", or on
+// the delay line "500mbit, rtt 20ms, 0.5 storage CPUs". With --repeat the
+// repetition follows: "500mbit, 0.5 storage CPUs, repetition 2".
 func cellLabel(c *Cell) string {
-	s := fmt.Sprintf("%s, %s storage CPUs", c.Rate, cpusString(c.StorageCPUs))
+	s := fmt.Sprintf("%s, %s storage CPUs", c.Link(), cpusString(c.StorageCPUs))
 	if c.Repetition > 0 {
 		s += fmt.Sprintf(", repetition %d", c.Repetition)
 	}
@@ -504,6 +505,9 @@ func cellCharts(c *Cell, names namer) []chartFile {
 	}
 	label := cellLabel(c)
 	base := slug(c.Rate) + "-cpu" + slug(cpusString(c.StorageCPUs))
+	if c.DelayLine {
+		base = slug(c.Rate) + "-rtt" + slug(strconv.FormatFloat(c.RTTMs, 'f', -1, 64)) + "ms-cpu" + slug(cpusString(c.StorageCPUs))
+	}
 	if c.Repetition > 0 {
 		base += fmt.Sprintf("-rep%d", c.Repetition)
 	}
@@ -564,68 +568,77 @@ func cellCharts(c *Cell, names namer) []chartFile {
 }
 
 // sweepCharts draws epoch time against link rate (one chart per storage
-// CPU value) and against storage CPUs (one chart per rate), each only
-// when it has at least two x points. With --repeat they draw the first
-// repetition (the Repeatability table compares the others).
+// CPU value and round trip), against storage CPUs (one chart per link:
+// rate and round trip) and, on the delay line, against the round trip
+// (one chart per rate and storage CPU value), each only when it has at
+// least two x points. With --repeat they draw the first repetition (the
+// Repeatability table compares the others).
 func sweepCharts(r *Results, names namer) []chartFile {
-	var rates []string
-	var cpus []float64
 	var first []Cell
 	for _, c := range r.Cells {
 		if c.Repetition <= 1 {
 			first = append(first, c)
 		}
 	}
-	r = &Results{Cells: first}
-	for i := range r.Cells {
-		c := &r.Cells[i]
-		if !slices.Contains(rates, c.Rate) {
-			rates = append(rates, c.Rate)
-		}
-		if !slices.Contains(cpus, c.StorageCPUs) {
-			cpus = append(cpus, c.StorageCPUs)
-		}
-	}
 	var out []chartFile
-	if len(rates) > 1 {
-		for _, cpu := range cpus {
-			var cells []*Cell
-			for i := range r.Cells {
-				if r.Cells[i].StorageCPUs == cpu {
-					cells = append(cells, &r.Cells[i])
-				}
-			}
-			x := func(c *Cell) (float64, string) { return c.RateBitsPerSec / 1e6, c.Rate }
-			title := fmt.Sprintf("Epoch time vs link rate, %s storage CPUs", cpusString(cpu))
-			if ch, ok := sweep(cells, x, title, "link rate", true); ok {
-				out = append(out, chartFile{
-					Name: names.name("sweep-rate-cpu" + slug(cpusString(cpu))),
-					Alt:  strings.ToLower(title[:1]) + title[1:],
-					SVG:  ch.svg(),
-				})
-			}
+	add := func(cells []*Cell, x func(*Cell) (float64, string), title, xlabel, name string, logOK bool) {
+		if ch, ok := sweep(cells, x, title, xlabel, logOK); ok {
+			out = append(out, chartFile{Name: names.name(name), Alt: strings.ToLower(title[:1]) + title[1:], SVG: ch.svg()})
 		}
 	}
-	if len(cpus) > 1 {
-		for _, rate := range rates {
-			var cells []*Cell
-			for i := range r.Cells {
-				if r.Cells[i].Rate == rate {
-					cells = append(cells, &r.Cells[i])
-				}
+	// group returns the cells by key, in order of first appearance.
+	group := func(key func(*Cell) string) (keys []string, by map[string][]*Cell) {
+		by = map[string][]*Cell{}
+		for i := range first {
+			k := key(&first[i])
+			if _, ok := by[k]; !ok {
+				keys = append(keys, k)
 			}
-			x := func(c *Cell) (float64, string) { return c.StorageCPUs, cpusString(c.StorageCPUs) }
-			title := "Epoch time vs storage CPUs, " + rate
-			if ch, ok := sweep(cells, x, title, "storage CPUs (cores)", false); ok {
-				out = append(out, chartFile{
-					Name: names.name("sweep-cpus-" + slug(rate)),
-					Alt:  strings.ToLower(title[:1]) + title[1:],
-					SVG:  ch.svg(),
-				})
-			}
+			by[k] = append(by[k], &first[i])
 		}
+		return keys, by
+	}
+	rtt := func(c *Cell) string {
+		if !c.DelayLine {
+			return ""
+		}
+		return ", rtt " + strconv.FormatFloat(c.RTTMs, 'f', -1, 64) + "ms"
+	}
+	keys, by := group(func(c *Cell) string { return cpusString(c.StorageCPUs) + rtt(c) })
+	for _, k := range keys {
+		x := func(c *Cell) (float64, string) { return c.RateBitsPerSec / 1e6, c.Rate }
+		add(by[k], x, "Epoch time vs link rate, "+strings.Replace(k, ",", " storage CPUs,", 1)+suffixIf(!strings.Contains(k, ","), " storage CPUs"),
+			"link rate", "sweep-rate-cpu"+slug(k), true)
+	}
+	keys, by = group(func(c *Cell) string { return c.Rate + rtt(c) })
+	for _, k := range keys {
+		x := func(c *Cell) (float64, string) { return c.StorageCPUs, cpusString(c.StorageCPUs) }
+		add(by[k], x, "Epoch time vs storage CPUs, "+k, "storage CPUs (cores)", "sweep-cpus-"+slug(k), false)
+	}
+	keys, by = group(func(c *Cell) string {
+		if !c.DelayLine {
+			return ""
+		}
+		return c.Rate + ", " + cpusString(c.StorageCPUs) + " storage CPUs"
+	})
+	for _, k := range keys {
+		if k == "" {
+			continue
+		}
+		x := func(c *Cell) (float64, string) {
+			return c.RTTMs, strconv.FormatFloat(c.RTTMs, 'f', -1, 64) + "ms"
+		}
+		add(by[k], x, "Epoch time vs round trip, "+k, "round trip (ms)", "sweep-rtt-"+slug(k), false)
 	}
 	return out
+}
+
+// suffixIf is s when ok, else "".
+func suffixIf(ok bool, s string) string {
+	if ok {
+		return s
+	}
+	return ""
 }
 
 // sweep builds a line chart of steady epoch time over cells placed by x,

@@ -49,7 +49,7 @@ func Repeatabilities(r *Results) []Repeatability {
 	groups := map[point][]*Cell{}
 	for i := range r.Cells {
 		c := &r.Cells[i]
-		p := point{c.Rate, c.StorageCPUs}
+		p := point{c.Link(), c.StorageCPUs}
 		if _, ok := groups[p]; !ok {
 			order = append(order, p)
 		}

@@ -428,7 +428,7 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 	var rates, cpus []string
 	for i := range r.Cells {
 		c := &r.Cells[i]
-		if s := c.Rate; !slices.Contains(rates, s) {
+		if s := c.Link(); !slices.Contains(rates, s) {
 			rates = append(rates, s)
 		}
 		if s := cpusString(c.StorageCPUs); !slices.Contains(cpus, s) {
@@ -438,6 +438,9 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 	fmt.Fprintf(b, "- **Link rates:** %s\n", md(orNone(strings.Join(rates, ", "))))
 	fmt.Fprintf(b, "- **Storage CPU limits:** %s\n", md(orNone(strings.Join(cpus, ", "))))
 	fmt.Fprintf(b, "- **Pinning:** %s\n", md(orDefault(m.Pinning, "none")))
+	if s := congestionLine(r); s != "" {
+		fmt.Fprintf(b, "- **TCP congestion control:** %s\n", md(s))
+	}
 	if s := topologyLine(r); s != "" {
 		fmt.Fprintf(b, "- **Nodes:** %s\n", md(s))
 	}
@@ -638,3 +641,22 @@ func mdCell(s string) string { return strings.ReplaceAll(md(s), "|", `\|`) }
 
 // mdAlt escapes an image's alt text.
 func mdAlt(s string) string { return strings.NewReplacer("[", "(", "]", ")").Replace(s) }
+
+// congestionLine says which TCP congestion control the nodes ran with:
+// --cc's, or the host's default that the cells recorded; "" when neither
+// is known (loopback, files from before).
+func congestionLine(r *Results) string {
+	if r.CongestionControl != "" {
+		return r.CongestionControl + " in both nodes' namespaces (--cc)"
+	}
+	var seen []string
+	for i := range r.Cells {
+		if cc := r.Cells[i].CongestionControl; cc != "" && !slices.Contains(seen, cc) {
+			seen = append(seen, cc)
+		}
+	}
+	if len(seen) == 0 {
+		return ""
+	}
+	return strings.Join(seen, ", ") + " (the host's default)"
+}

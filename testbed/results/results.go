@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
@@ -58,9 +59,13 @@ type Results struct {
 	// Mode is ModeNetns or ModeLoopback; ModeNote says why and what it
 	// means for the figures (e.g. "not root: loopback with an in-process
 	// token bucket").
-	Mode     string  `json:"mode"`
-	ModeNote string  `json:"mode_note,omitempty"`
-	Dataset  Dataset `json:"dataset"`
+	Mode     string `json:"mode"`
+	ModeNote string `json:"mode_note,omitempty"`
+	// CongestionControl is `--cc`: the TCP congestion control set in
+	// every node's namespace. Empty: the host's default (each cell's
+	// congestion_control says which that was).
+	CongestionControl string  `json:"congestion_control,omitempty"`
+	Dataset           Dataset `json:"dataset"`
 	// Pipeline is the pipeline's id (ops.Pipeline.ID) and preset or spec
 	// file name.
 	Pipeline string `json:"pipeline"`
@@ -166,6 +171,19 @@ type Cell struct {
 	// when there are several storage or compute nodes (then Rate is the
 	// rates joined with "+" and RateBitsPerSec their sum). Absent: 1 x 1.
 	StorageRates []string `json:"storage_rates,omitempty"`
+	// DelayLine is set when the cell's link went through the testbed's
+	// user-space delay line (testbed run --rtt, --jitter, --loss; every
+	// cell of such a run, RTT 0 included); RTTMs, JitterMs and Loss are
+	// then its round trip and jitter in milliseconds and its loss
+	// fraction in each direction. All zero: the veth pair.
+	DelayLine bool    `json:"delay_line,omitempty"`
+	RTTMs     float64 `json:"rtt_ms"`
+	JitterMs  float64 `json:"jitter_ms"`
+	Loss      float64 `json:"loss"`
+	// CongestionControl is the TCP congestion control the nodes'
+	// namespaces ran with (--cc, or the host's default); empty on
+	// loopback and in files from before it.
+	CongestionControl string `json:"congestion_control,omitempty"`
 	// Bound is the cell's one lower bound, the same for every run: the
 	// tables' and charts' bound (CellBound). Nil in files from before it,
 	// and with several compute nodes (each plans its own shard).
@@ -182,6 +200,22 @@ type Cell struct {
 	TestbedCPUSeconds float64 `json:"testbed_cpu_seconds,omitempty"`
 	Seconds           float64 `json:"seconds,omitempty"`
 	Runs              []Run   `json:"runs"`
+}
+
+// Link names the cell's link for people: its rate, and on the delay line
+// its round trip ("100mbit, rtt 20ms"), and the jitter and loss when set.
+func (c *Cell) Link() string {
+	if !c.DelayLine {
+		return c.Rate
+	}
+	s := fmt.Sprintf("%s, rtt %sms", c.Rate, strconv.FormatFloat(c.RTTMs, 'f', -1, 64))
+	if c.JitterMs > 0 {
+		s += fmt.Sprintf(", jitter %sms", strconv.FormatFloat(c.JitterMs, 'f', -1, 64))
+	}
+	if c.Loss > 0 {
+		s += fmt.Sprintf(", loss %s%%", strconv.FormatFloat(100*c.Loss, 'g', 4, 64))
+	}
+	return s
 }
 
 // Run is one policy (or the peer, or the trainer) in one cell.

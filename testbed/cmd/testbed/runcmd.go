@@ -68,7 +68,16 @@ tbf still shapes each device's egress at --rate. TCP then sees the round
 trip end to end. It needs netns mode (root and /dev/net/tun) and one
 storage and one compute node; the report's mode line gives the round trip,
 jitter and loss. docs/testbed.md, "A WAN link", says how accurate it is and
-what it costs.
+what it costs. --rtt takes a list (--rtt 0,20ms,80ms), a dimension of the
+grid like --rate: each cell runs at one round trip and is named for it
+(OUT/100mbit-rtt20ms-cpu1), and results.json gives each cell's rtt_ms,
+jitter_ms and loss. Given at all, --rtt sends every cell through the delay
+line, RTT 0 included, so that the round trip is the only variable.
+
+--cc cubic (or bbr, reno) sets the TCP congestion control of both nodes'
+namespaces (net.ipv4.tcp_congestion_control, a per-namespace sysctl), so
+both agents' connections use it; without it they take the host's
+default. Each cell records which one its nodes ran with. Netns mode only.
 
 With --jobs M the M compute agents of a star are M independent training
 jobs (compute-agent --job job0..), not ranks of one: each over the whole
@@ -129,13 +138,14 @@ what its epochs measure (docs/policy.md, "Plans from estimates"), so
 
 Writes OUT/results.json (schema: docs/testbed.md), OUT/report.md, SVG charts
 and each run's logs and agent reports under OUT/<rate>-cpu<cpus>/ (with
---repeat, OUT/<rate>-cpu<cpus>-rep<k>/).
+--rtt, OUT/<rate>-rtt<rtt>-cpu<cpus>/; with --repeat, -rep<k> after it).
 
 Examples:
   testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 0.5
   testbed run --data /data/imagenet-val --rate 100mbit,200mbit,500mbit --storage-cpus 0.25,1 --epochs 3
   testbed run --data ds --policies nooff,sophon,optimal --no-peer --mode loopback
   testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 1 --policies nooff,optimal --no-peer --rtt 40ms --jitter 5ms --loss 0.1%
+  testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 1 --policies nooff,optimal --no-peer --rtt 0,20ms,80ms --loss 0.1% --cc cubic
   testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 1 --policies optimal --no-peer --bucket
   testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 1 --epochs 3 --policies optimal,optimal-noresplit --no-peer --rate-schedule 0s:100mbit,3s:50mbit,6s:100mbit
   testbed run --data s3://datasets/val --s3-root /srv/s3 --rate 100mbit --storage-cpus 1 --policies optimal --no-peer
@@ -161,7 +171,8 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	wanMTU := fs.Int("wan-mtu", 0, "with --rtt, --jitter or --loss: the TUN devices' `MTU` (0: 1500, Ethernet's; 9000 about halves the delay line's CPU at 500 Mbit/s, but TCP then shrugs off loss six times better)")
 	var rateSchedule shape.Schedule
 	fs.Var(&rateSchedule, "rate-schedule", "change the link's rate within each policy run's epochs after the first: `steps` OFFSET:RATE, comma-separated, offsets from each epoch's start (e.g. 0s:100mbit,3s:50mbit,6s:100mbit); netns mode, tc qdisc change of both ends")
-	wan := addWANFlags(fs, "netns mode and the two-node link only: the link becomes a TUN device in each namespace joined by a user-space delay line in this process, tbf still shaping both ways at --rate")
+	wan := addWANFlags(fs, "netns mode and the two-node link only: the link becomes a TUN device in each namespace joined by a user-space delay line in this process, tbf still shaping both ways at --rate; given at all, every cell (RTT 0 included) goes through the delay line, so that the round trip is the only thing that differs between them", true)
+	cc := fs.String("cc", "", "TCP congestion `control` of both nodes' namespaces (their net.ipv4.tcp_congestion_control, so both agents' connections): cubic, bbr, reno or another the kernel offers; netns mode only (default: the host's, which each cell records)")
 	cpus := fs.String("storage-cpus", strconv.FormatFloat(experiment.DefaultCPUs, 'f', -1, 64), "storage agent CPU `limits` in cores, comma-separated, fractions allowed")
 	policies := fs.String("policies", "", "`policies` to run, comma-separated, in order (the first is the reference for placement invariance; default: "+strings.Join(policy.Names, ",")+", lru only with --cache-bytes); a policy with "+experiment.EstSuffix+" (optimal"+experiment.EstSuffix+") runs without a saved profile: planned from header estimates, as a first run is; with "+experiment.NoResplitSuffix+" (optimal"+experiment.NoResplitSuffix+") it runs with the compute agent's --resplit=false")
 	epochs := fs.Int("epochs", experiment.DefaultEpochs, "`epochs` per policy (the first run's first epoch profiles, No-Off)")
@@ -225,11 +236,14 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 		Bin: *bin, Scale: *scale, ComputeFlags: strings.Fields(*computeFlags), StorageFlags: strings.Fields(*storageFlags),
 		Insecure: *insecure, CacheBytes: *cacheBytes,
 		ContendAt: *contendAt, ContendThreads: *contendThreads, WorkConserving: *workConserving, Repeat: *repeat,
-		RTT: *wan.rtt, Jitter: *wan.jitter, Loss: float64(wan.loss), WANMTU: *wanMTU, RateSchedule: rateSchedule,
+		RTTs: wan.rtt, Jitter: *wan.jitter, Loss: float64(wan.loss), WANMTU: *wanMTU, CongestionControl: *cc, RateSchedule: rateSchedule,
 		Log: log,
 	}
 	if wan.set() && experiment.Mode(*mode) == experiment.ModeLoopback {
 		return fmt.Errorf("run: --rtt, --jitter and --loss need netns mode (root): the delay line runs between two namespaces, not on loopback")
+	}
+	if *cc != "" && experiment.Mode(*mode) == experiment.ModeLoopback {
+		return fmt.Errorf("run: --cc needs netns mode (root): it sets the node namespaces' tcp_congestion_control, not the host's")
 	}
 	if !*quiet {
 		cfg.Progress = os.Stderr

@@ -22,7 +22,7 @@ func runShape(ctx context.Context, args []string, log zerolog.Logger) error {
 	latency := fs.Duration("latency", netns.DefaultLatency, "tbf latency: longest a packet may queue before it is dropped")
 	remove := fs.Bool("clear", false, "delete DEV's root qdisc, back to the kernel's default")
 	show := fs.Bool("show", false, "print DEV's qdiscs and their counters (after --rate or --clear, if given)")
-	wan := addWANFlags(fs, "with tc netem (the kernel's sch_netem), which delays what DEV sends by RTT/2: run it on both ends")
+	wan := addWANFlags(fs, "with tc netem (the kernel's sch_netem), which delays what DEV sends by RTT/2: run it on both ends", false)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `testbed shape: shape a real interface with the tc tbf qdisc the testbed puts on
 its emulated link, for runs across two real nodes; or remove it, or show it.
@@ -69,7 +69,11 @@ Flags:
 	}
 	switch {
 	case wan.set():
-		n := netns.Netem{Delay: *wan.rtt / 2, Jitter: *wan.jitter, Loss: float64(wan.loss)}
+		rtt, err := wan.one()
+		if err != nil {
+			return fmt.Errorf("shape: %w", err)
+		}
+		n := netns.Netem{Delay: rtt / 2, Jitter: *wan.jitter, Loss: float64(wan.loss)}
 		if err := netns.ShapeDevNetem(ctx, *dev, rate, *burst, *latency, n); err != nil {
 			return fmt.Errorf("shape: %w", err)
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"flag"
 	"io"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -29,9 +31,9 @@ func TestParseLoss(t *testing.T) {
 // TestWANFlagsHelp: run and shape both list --rtt, --jitter and --loss
 // with a sentence each.
 func TestWANFlagsHelp(t *testing.T) {
-	for _, how := range []string{"netns mode", "tc netem"} {
+	for i, how := range []string{"netns mode", "tc netem"} {
 		fs := flag.NewFlagSet("x", flag.ContinueOnError)
-		addWANFlags(fs, how)
+		addWANFlags(fs, how, i == 0)
 		var b strings.Builder
 		fs.SetOutput(&b)
 		fs.PrintDefaults()
@@ -43,9 +45,48 @@ func TestWANFlagsHelp(t *testing.T) {
 	}
 }
 
-// TestRunWANNeedsNetns: --rtt on loopback is refused before anything runs.
+// TestRTTList: run's --rtt is a list of round trips, 0 allowed, none
+// negative, past 10 s or twice; shape takes one.
+func TestRTTList(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		in   string
+		want []time.Duration
+		ok   bool
+	}{
+		{"40ms", []time.Duration{40 * ms}, true},
+		{"0,20ms,80ms", []time.Duration{0, 20 * ms, 80 * ms}, true},
+		{" 0 , 1s ", []time.Duration{0, time.Second}, true},
+		{"20ms,20ms", nil, false}, {"-5ms", nil, false}, {"11s", nil, false}, {"20", nil, false}, {"", nil, false}, {"20ms,", nil, false},
+	} {
+		var l rttList
+		err := l.Set(c.in)
+		if (err == nil) != c.ok || (c.ok && !slices.Equal(l, c.want)) {
+			t.Errorf("--rtt %q = %v, %v; want %v (ok %v)", c.in, l, err, c.want, c.ok)
+		}
+	}
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	w := addWANFlags(fs, "x", false)
+	if err := fs.Parse([]string{"--rtt", "20ms,80ms"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.one(); err == nil {
+		t.Error("shape --rtt 20ms,80ms: no error, want one round trip")
+	}
+	err := runShape(context.Background(), []string{"--dev", "eth0", "--rtt", "20ms,80ms"}, zerolog.New(io.Discard))
+	if err == nil {
+		t.Error("shape --rtt 20ms,80ms ran")
+	}
+}
+
+// TestRunWANNeedsNetns: --rtt and --cc on loopback are refused before
+// anything runs.
 func TestRunWANNeedsNetns(t *testing.T) {
-	err := runRun(context.Background(), []string{"--data", t.TempDir(), "--mode", "loopback", "--rtt", "40ms"}, zerolog.New(io.Discard))
+	err := runRun(context.Background(), []string{"--data", t.TempDir(), "--mode", "loopback", "--cc", "cubic"}, zerolog.New(io.Discard))
+	if err == nil || !strings.Contains(err.Error(), "netns mode") {
+		t.Errorf("run --mode loopback --cc cubic = %v, want an error naming netns mode", err)
+	}
+	err = runRun(context.Background(), []string{"--data", t.TempDir(), "--mode", "loopback", "--rtt", "0,40ms"}, zerolog.New(io.Discard))
 	if err == nil || !strings.Contains(err.Error(), "netns mode") {
 		t.Errorf("run --mode loopback --rtt 40ms = %v, want an error naming netns mode", err)
 	}

@@ -1,0 +1,165 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sophon-dl/sophon/compute-agent/schedule"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
+)
+
+// A Fetcher may reach its storage agent over several connections
+// (Fetcher.Stripe; compute-agent --conns): one gRPC ClientConn, so one
+// TCP connection, each. A lossy link with a long round trip holds one
+// loss-based TCP connection to about MSS/RTT x 1.22/sqrt(loss) (Mathis
+// et al., 1997) whatever the link's rate; several connections share the
+// link as several flows. Each connection carries one stripe of the
+// epoch: a Fetch stream at a time with its share of the agent's window
+// (count, bytes, storage CPU and raw bytes in flight), pulling positions
+// from the one schedule as a Fetcher does. A stripe's failed or stalled
+// stream requeues or hedges only its own requests; the agent's retry
+// budget counts the agent's progress on every stripe, and when it is
+// spent every stripe stops and the agent is given up once.
+
+// MaxConns bounds the connections per storage agent (Config.Window bounds
+// them too: a stripe holds at least one request). The storage agent
+// bounds the Fetch streams of one client (its certificate identity, or
+// its IP address without TLS) with --max-streams-per-peer, whatever the
+// connections they come on, and its fair queue deals a client's streams
+// one client's turn.
+const MaxConns = 8
+
+// mss is the TCP payload per segment AutoConns assumes: an Ethernet MTU
+// less IPv4, TCP and the timestamp option.
+const mss = 1448
+
+// AutoConns is the connections per storage agent that carry rate
+// (bytes/s: the link's rate, not what one connection carried on it) over
+// a path of round trip rtt and loss rate loss (a fraction): by Mathis's
+// formula one connection carries MSS/RTT x 1.22/sqrt(loss), so
+// ceil(rate / that), at least 1 and at most max (at most MaxConns when
+// max <= 0). An unknown rtt or loss (zero) gives 1: without loss or delay
+// one connection fills a link. A known path with an unknown rate gives
+// max, since the link could be any rate and an idle connection costs
+// little.
+func AutoConns(rate float64, rtt time.Duration, loss float64, max int) int {
+	if max <= 0 || max > MaxConns {
+		max = MaxConns
+	}
+	if rtt <= 0 || !(loss > 0) {
+		return 1
+	}
+	if !(rate > 0) {
+		return max
+	}
+	per := mss / rtt.Seconds() * 1.22 / math.Sqrt(min(loss, 1))
+	n := math.Ceil(rate / per)
+	if n < 1 {
+		return 1
+	}
+	if n > float64(max) {
+		return max
+	}
+	return int(n)
+}
+
+// Stripe adds the clients of the further connections to f's storage agent
+// (each its own ClientConn) that the epochs f joins spread their requests
+// over, with f's client, up to MaxConns in all and at most one per
+// request of Config.Window.
+func (f *Fetcher) Stripe(clients ...dataplanepb.StorageClient) {
+	f.clients = append(f.clients, clients...)
+	if len(f.clients) > MaxConns {
+		f.clients = f.clients[:MaxConns]
+	}
+}
+
+// Conns is the connections f's epochs use (1 without Stripe).
+func (f *Fetcher) Conns() int { return len(f.clients) }
+
+// stripe is one of a Fetcher's connections during an epoch: one Fetch
+// stream at a time, on its own client, with its share of the agent's
+// window.
+type stripe struct {
+	f      *Fetcher
+	idx    int
+	client dataplanepb.StorageClient
+	w      schedule.Window
+
+	// lastRecv is when the current stream last received a response or
+	// handed one on (Unix ns); handing is set while recv waits to hand a
+	// response to the workers (back-pressure, not a stall).
+	lastRecv atomic.Int64
+	handing  atomic.Bool
+}
+
+// openStripes gives f one stripe per client for epoch e, f being the
+// idx-th fetcher (the bit of the placement's masks), each with its share
+// of the agent's window: count, at least 1, and bytes.
+func (f *Fetcher) openStripes(idx int) {
+	cfg := f.e.cfg
+	n := max(1, min(len(f.clients), cfg.Window))
+	f.stripes = make([]*stripe, n)
+	for i := range n {
+		count := cfg.Window / n
+		if i < cfg.Window%n {
+			count++
+		}
+		f.stripes[i] = &stripe{f: f, idx: i, client: f.clients[i], w: schedule.Window{
+			Idx: idx, MaxCount: max(count, 1), MaxBytes: cfg.WindowBytes / int64(n), Outstanding: map[uint64]*schedule.Request{}}}
+	}
+}
+
+// share is a stripe's part of an agent-wide bound b: b over the stripes,
+// rounded up, 0 (unbounded) when b is.
+func (f *Fetcher) stripeShare(b int64) int64 {
+	n := int64(len(f.stripes))
+	return (b + n - 1) / n
+}
+
+// gaveUp is a stripe's verdict that its storage agent made no progress
+// for the retry budget (or now serves another dataset): the Fetcher
+// stops its other stripes and gives the agent up.
+type gaveUp struct{ err error }
+
+func (g *gaveUp) Error() string { return g.err.Error() }
+func (g *gaveUp) Unwrap() error { return g.err }
+
+// runStripes runs f's stripes until the epoch has every sample, ctx ends
+// or one of them gives up on the agent: then the others stop, every
+// request they had outstanding goes back to the schedule, and f gives
+// the agent up (giveUp).
+func (f *Fetcher) runStripes(ctx context.Context) error {
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	errs := make([]error, len(f.stripes))
+	var wg sync.WaitGroup
+	for i, s := range f.stripes {
+		wg.Go(func() {
+			if errs[i] = s.run(sctx, ctx); errs[i] != nil {
+				stop()
+			}
+		})
+	}
+	wg.Wait()
+	var up *gaveUp
+	for _, err := range errs {
+		if errors.As(err, &up) {
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if up == nil {
+		return errors.Join(errs...)
+	}
+	for _, s := range f.stripes {
+		f.e.sched.Requeue(&s.w)
+	}
+	return f.giveUp(ctx, up.err)
+}
