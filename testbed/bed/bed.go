@@ -159,7 +159,10 @@ func New(ctx context.Context, cfg Config) (*Bed, error) {
 	if !b.multi {
 		lc := netns.Config{Rate: cfg.Links[0]}
 		if w := cfg.WAN; w != nil {
-			lc.RTT, lc.Jitter, lc.Loss, lc.Seed, lc.MTU = w.RTT, w.Jitter, w.Loss, w.Seed, w.MTU
+			// A WAN cell is on the delay line even at RTT 0 without
+			// jitter or loss: the grid's round trip is then the one thing
+			// that differs between its cells.
+			lc.RTT, lc.Jitter, lc.Loss, lc.Seed, lc.MTU, lc.DelayLine = w.RTT, w.Jitter, w.Loss, w.Seed, w.MTU, true
 		}
 		b.topo, err = netns.NewLink(ctx, lc)
 	} else {
