@@ -591,23 +591,35 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed, conns connsF
 // the link's rate (the planner's, or the agent's announced egress rate,
 // the higher) and the path's round trip and loss as last measured (stage
 // 1's probe, then each epoch's readings: pathMemo). Before the first
-// measurement, and on a path without loss, that is one connection.
+// measurement, and on a path without loss, that is one connection. A rate
+// measured over connections that loss held near their ceiling says
+// nothing of the link's (it is theirs), so after such an epoch the rate
+// counts as unknown: as many connections as AutoConns allows; after one
+// that the link held, no fewer than it used (they filled the link).
 func (a *Agent) epochConns(o engine.Opts) connsFunc {
 	return func(info *dataplanepb.InfoResponse) int {
 		if a.cfg.Conns > 0 {
 			return a.cfg.Conns
 		}
-		rtt, loss := a.path.load()
-		return engine.AutoConns(max(o.LinkRate, float64(info.GetEgressBytesPerSec())), rtt, loss, 0)
+		rtt, loss, held, used := a.path.load()
+		rate := max(o.LinkRate, float64(info.GetEgressBytesPerSec()))
+		if held && info.GetEgressBytesPerSec() == 0 {
+			rate = 0
+		}
+		return max(engine.AutoConns(rate, rtt, loss, 0), min(used, engine.MaxConns))
 	}
 }
 
 // pathMemo is the round trip and loss rate of the link to the storage
-// agents as last measured; zero means unknown.
+// agents as last measured (zero: unknown), and whether the last epoch's
+// connections were held by the loss (held).
 type pathMemo struct {
 	mu   sync.Mutex
 	rtt  time.Duration
 	loss float64
+	held bool
+	// used is the connections of the last epoch the link held (0: none).
+	used int
 }
 
 // note keeps what l measured: its least round trip (the mean where the
@@ -631,11 +643,35 @@ func (m *pathMemo) note(l *report.Link) {
 	}
 }
 
-// load is the round trip and loss last noted.
-func (m *pathMemo) load() (time.Duration, float64) {
+// noteEpoch notes r's link and whether loss held its connections: its
+// rate (bytes received over its seconds) was at least half of what the
+// connections it used carry at most on the path (engine.AutoConns at
+// twice the rate asks for more of them), so that the link may be faster.
+func (m *pathMemo) noteEpoch(r *report.EpochReport) {
+	m.note(r.Link)
+	if r.Seconds <= 0 || r.BytesReceived <= 0 {
+		return
+	}
+	used := 0
+	for _, s := range r.ByStorage {
+		used += max(s.Conns, 1)
+	}
+	rtt, loss, _, _ := m.load()
+	held := used > 0 && engine.AutoConns(2*float64(r.BytesReceived)/r.Seconds, rtt, loss, 0) > used
+	m.mu.Lock()
+	m.held = held
+	if !held {
+		m.used = used
+	}
+	m.mu.Unlock()
+}
+
+// load is the round trip and loss last noted, whether loss held the last
+// epoch's connections, and how many the last epoch the link held used.
+func (m *pathMemo) load() (time.Duration, float64, bool, int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.rtt, m.loss
+	return m.rtt, m.loss, m.held, m.used
 }
 
 // RunEpoch runs one epoch with Config.Plan and returns its report (also
@@ -667,7 +703,7 @@ func (a *Agent) runEpoch(ctx context.Context, num uint64, opts epochOpts) (repor
 	if r.Stage1 != nil {
 		a.path.note(r.Stage1.Link)
 	}
-	a.path.note(r.Link)
+	a.path.noteEpoch(&r)
 	return r, asConfig(err)
 }
 

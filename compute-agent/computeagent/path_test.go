@@ -33,12 +33,26 @@ func TestPathMemo(t *testing.T) {
 		t.Errorf("0.1%% loss at 20 ms, 100 Mbit/s: %d connections, want 5", lossy)
 	}
 	a.path.note(&report.Link{RTTSeconds: 0.080, MinRTTSeconds: 0.080})
-	if rtt, loss := a.path.load(); rtt != 80*time.Millisecond || loss != 0.001 {
+	if rtt, loss, _, _ := a.path.load(); rtt != 80*time.Millisecond || loss != 0.001 {
 		t.Errorf("after a reading without the storage end: rtt %v loss %v, want 80ms and the loss before (0.001)", rtt, loss)
 	}
 	a.path.note(nil)
-	if rtt, _ := a.path.load(); rtt != 80*time.Millisecond {
+	if rtt, _, _, _ := a.path.load(); rtt != 80*time.Millisecond {
 		t.Errorf("nil reading changed the round trip to %v", rtt)
+	}
+	// An epoch that carried 2.5 MB/s over one connection on a 20 ms path
+	// at 0.1% loss (its ceiling 2.8 MB/s): loss held it, the link may be
+	// faster, so as many connections as allowed; one that carried
+	// 12 MB/s over 8 connections (ceiling 22 MB/s) was held by the link,
+	// and the next keeps its 8.
+	a.path.note(&report.Link{MinRTTSeconds: 0.020, Loss: 0.001, LossKnown: true})
+	a.path.noteEpoch(&report.EpochReport{Seconds: 36, BytesReceived: 90e6, ByStorage: []report.StorageStats{{Conns: 1}}})
+	if n := conns(info); n != engine.MaxConns {
+		t.Errorf("after an epoch held by loss: %d connections, want %d", n, engine.MaxConns)
+	}
+	a.path.noteEpoch(&report.EpochReport{Seconds: 7.5, BytesReceived: 90e6, ByStorage: []report.StorageStats{{Conns: 8}}})
+	if n := conns(info); n != engine.MaxConns {
+		t.Errorf("after an epoch the link held over %d connections: %d, want as many (the planner's rate alone gives %d)", engine.MaxConns, n, lossy)
 	}
 	a.cfg.Conns = 3
 	if n := conns(info); n != 3 {
