@@ -575,7 +575,7 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed, conns connsF
 	if conns == nil {
 		return f, false, nil
 	}
-	n := min(conns(p.info), engine.MaxConns)
+	n := min(conns(p.info), linkwatch.MaxConns)
 	for i := 1; i < n; i++ {
 		c, err := a.conn(ep.Addr, ep.Member, i)
 		if err != nil {
@@ -587,7 +587,7 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed, conns connsF
 }
 
 // epochConns is the connections per storage agent of an epoch with
-// options o: Config.Conns, or when that is 0 (auto) engine.AutoConns of
+// options o: Config.Conns, or when that is 0 (auto) linkwatch.AutoConns of
 // the link's rate (the planner's, or the agent's announced egress rate,
 // the higher) and the path's round trip and loss as last measured (stage
 // 1's probe, then each epoch's readings: pathMemo). Before the first
@@ -598,7 +598,7 @@ func (a *Agent) epochConns(o engine.Opts) connsFunc {
 			return a.cfg.Conns
 		}
 		rtt, loss := a.path.load()
-		return engine.AutoConns(max(o.LinkRate, float64(info.GetEgressBytesPerSec())), rtt, loss, 0)
+		return linkwatch.AutoConns(max(o.LinkRate, float64(info.GetEgressBytesPerSec())), rtt, loss, 0)
 	}
 }
 

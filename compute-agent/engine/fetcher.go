@@ -75,8 +75,10 @@ type Fetcher struct {
 	tcp *tcpinfo.Conns
 	// link is its readings of the link this epoch (link.go), mem what
 	// they leave for the next epoch's fetcher (nil: nothing).
-	link linkState
+	link linkwatch.Tracker
 	mem  *linkwatch.Memory
+	// laneRate is the link rate capLanes last sized the raw lane for.
+	laneRate float64
 }
 
 // SetTCP names the sockets of the connection to the storage agent, for

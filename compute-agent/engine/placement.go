@@ -85,7 +85,7 @@ const (
 // pace caps f's window bytes (its stripes' together), when the epoch has several storage agents
 // (its storage CPU is capped from the start: the offloads in flight at
 // most paceTime of the agent's cores, by the plan's estimates),
-// at what its agent delivered in paceTime, plus bdpFactor of its
+// at what its agent delivered in paceTime, plus linkwatch.BDPFactor of its
 // bandwidth-delay products (link.go) (its bytes since its first
 // response of the epoch over the time since; from the 8th response on),
 // at least 4 average responses and at most Config.WindowBytes. Pulling
