@@ -17,8 +17,9 @@
 // catalog's content hash too (a finished one must decode), so a corrupt,
 // truncated, swapped, foreign, stale or forged entry is dropped and the
 // sample fetched again (a refill), never served; a finished output made by
-// another build is a miss. An index of the entries survives a restart; it is only a hint,
-// rebuilt from the entries' headers when it is missing or damaged. Writes
+// another build is a miss. An index of the entries survives a restart; it
+// is only a hint, rebuilt from the entries' headers when it is missing or
+// damaged. Writes
 // are atomic (temp file, fsync, rename, fsync of the directory); the
 // directory is 0700, opened as an os.Root with entries opened O_NOFOLLOW,
 // and a symlink planted in it is removed, never followed.
