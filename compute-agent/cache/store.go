@@ -11,17 +11,18 @@
 //
 // Every entry is one file holding a header (dataset fingerprint, pipeline
 // id, split, sample id, and for a finished output the build of the op
-// library and codec that made it), the payload, an HMAC-SHA256 under a
-// key kept outside the directory (Options.KeyFile) and a CRC-32C; a read
-// checks all of them, and the fetch engine checks a raw payload against
-// the catalog's content hash too, so a corrupt, truncated, swapped,
-// foreign, stale or forged entry is dropped and the sample fetched again
-// (a refill), never served; a finished output made by another build is a
-// miss. An index of the entries survives a restart; it is only a hint,
-// rebuilt from the entries' headers when it is missing or damaged. Writes
-// are atomic (temp file, fsync, rename, fsync of the directory); the
-// directory is 0700, opened as an os.Root with entries opened O_NOFOLLOW,
-// and a symlink planted in it is removed, never followed.
+// library and codec that made it), the payload, an HMAC-SHA256 under a key
+// kept outside the directory (Options.KeyFile) and a CRC-32C; a read
+// checks all of them, and View.GetValue checks a raw payload against the
+// catalog's content hash too (a finished one must decode), so a corrupt,
+// truncated, swapped, foreign, stale or forged entry is dropped and the
+// sample fetched again (a refill), never served; a finished output made by
+// another build is a miss. An index of the entries survives a restart; it
+// is only a hint, rebuilt from the entries' headers when it is missing or
+// damaged. Writes are atomic (temp file, fsync, rename, fsync of the
+// directory); the directory is 0700, opened as an os.Root with entries
+// opened O_NOFOLLOW, and a symlink planted in it is removed, never
+// followed.
 //
 // An epoch never fails for its cache: a directory that cannot be created,
 // opened, locked or written, a key file that cannot be read or made, an

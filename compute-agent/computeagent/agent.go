@@ -575,7 +575,7 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed, conns connsF
 	if conns == nil {
 		return f, false, nil
 	}
-	n := min(conns(p.info), engine.MaxConns)
+	n := min(conns(p.info), linkwatch.MaxConns)
 	for i := 1; i < n; i++ {
 		c, err := a.conn(ep.Addr, ep.Member, i)
 		if err != nil {
@@ -587,7 +587,7 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed, conns connsF
 }
 
 // epochConns is the connections per storage agent of an epoch with
-// options o: Config.Conns, or when that is 0 (auto) engine.AutoConns of
+// options o: Config.Conns, or when that is 0 (auto) linkwatch.AutoConns of
 // the link's rate (the planner's, or the agent's announced egress rate,
 // the higher) and the path's round trip and loss as last measured (stage
 // 1's probe, then each epoch's readings: pathMemo). Before the first
@@ -606,7 +606,7 @@ func (a *Agent) epochConns(o engine.Opts) connsFunc {
 		if held && info.GetEgressBytesPerSec() == 0 {
 			rate = 0
 		}
-		return max(engine.AutoConns(rate, rtt, loss, 0), min(used, engine.MaxConns))
+		return max(linkwatch.AutoConns(rate, rtt, loss, 0), min(used, linkwatch.MaxConns))
 	}
 }
 
@@ -645,7 +645,7 @@ func (m *pathMemo) note(l *report.Link) {
 
 // noteEpoch notes r's link and whether loss held its connections: its
 // rate (bytes received over its seconds) was at least half of what the
-// connections it used carry at most on the path (engine.AutoConns at
+// connections it used carry at most on the path (linkwatch.AutoConns at
 // twice the rate asks for more of them), so that the link may be faster.
 func (m *pathMemo) noteEpoch(r *report.EpochReport) {
 	m.note(r.Link)
@@ -657,7 +657,7 @@ func (m *pathMemo) noteEpoch(r *report.EpochReport) {
 		used += max(s.Conns, 1)
 	}
 	rtt, loss, _, _ := m.load()
-	held := used > 0 && engine.AutoConns(2*float64(r.BytesReceived)/r.Seconds, rtt, loss, 0) > used
+	held := used > 0 && linkwatch.AutoConns(2*float64(r.BytesReceived)/r.Seconds, rtt, loss, 0) > used
 	m.mu.Lock()
 	m.held = held
 	if !held {

@@ -15,7 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
-	"github.com/sophon-dl/sophon/compute-agent/engine"
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/oplimits"
@@ -315,8 +315,8 @@ type RunOptions struct {
 	// Conns is the TCP connections (gRPC ClientConns) to each storage
 	// agent that an epoch spreads its Fetch streams and window over: a
 	// lossy link with a long round trip holds one loss-based connection
-	// far below its rate (engine.AutoConns). At most engine.MaxConns, and
-	// no more than Window. Zero means auto: engine.AutoConns of the
+	// far below its rate (linkwatch.AutoConns). At most linkwatch.MaxConns, and
+	// no more than Window. Zero means auto: linkwatch.AutoConns of the
 	// planner's link rate (or the storage agent's announced egress rate,
 	// the higher) and the path's round trip and loss as last measured
 	// (stage 1's probe, then each epoch's readings); one before then and
@@ -461,7 +461,7 @@ type TrainerConfig struct {
 }
 
 // MaxConns bounds Config.Conns.
-const MaxConns = engine.MaxConns
+const MaxConns = linkwatch.MaxConns
 
 // Bounds of Config.RecvWindow: grpc ignores windows under 64 KiB, and a
 // connection's (twice the stream's) must fit an int32.

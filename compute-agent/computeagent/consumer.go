@@ -7,12 +7,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/batch"
 	"github.com/sophon-dl/sophon/compute-agent/engine"
 )
 
 // Batch is what the GPU consumer receives: B samples stacked into one
 // float32 buffer laid out [B, C, H, W], with their labels.
-type Batch = engine.Batch
+type Batch = batch.Batch
 
 // Consumer is the GPU side: it takes one batch at a time. Consume blocks
 // for as long as the step takes.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/engine"
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -47,12 +48,12 @@ func TestPathMemo(t *testing.T) {
 	// and the next keeps its 8.
 	a.path.note(&report.Link{MinRTTSeconds: 0.020, Loss: 0.001, LossKnown: true})
 	a.path.noteEpoch(&report.EpochReport{Seconds: 36, BytesReceived: 90e6, ByStorage: []report.StorageStats{{Conns: 1}}})
-	if n := conns(info); n != engine.MaxConns {
-		t.Errorf("after an epoch held by loss: %d connections, want %d", n, engine.MaxConns)
+	if n := conns(info); n != linkwatch.MaxConns {
+		t.Errorf("after an epoch held by loss: %d connections, want %d", n, linkwatch.MaxConns)
 	}
 	a.path.noteEpoch(&report.EpochReport{Seconds: 7.5, BytesReceived: 90e6, ByStorage: []report.StorageStats{{Conns: 8}}})
-	if n := conns(info); n != engine.MaxConns {
-		t.Errorf("after an epoch the link held over %d connections: %d, want as many (the planner's rate alone gives %d)", engine.MaxConns, n, lossy)
+	if n := conns(info); n != linkwatch.MaxConns {
+		t.Errorf("after an epoch the link held over %d connections: %d, want as many (the planner's rate alone gives %d)", linkwatch.MaxConns, n, lossy)
 	}
 	a.cfg.Conns = 3
 	if n := conns(info); n != 3 {

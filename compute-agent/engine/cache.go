@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -126,18 +125,13 @@ func (s *stripe) local(epochCtx context.Context, r *schedule.Request) error {
 	}
 }
 
-// serveCached finishes it from its cache entry; a bad entry is dropped
-// and the sample fetched again raw from f's storage agent (refill).
+// serveCached finishes it from its cache entry (cache.View.GetValue); a
+// bad entry is dropped and the sample fetched again raw from f's storage
+// agent (refill).
 func (e *Epoch) serveCached(ctx context.Context, f *Fetcher, lim wireform.Limits, it *schedule.Item) *report.SampleFailure {
 	v := e.cc.view
 	t0 := cpuclock.Thread()
-	payload, n, err := v.Get(it.Sample)
-	var in ops.Value
-	if err == nil {
-		if in, err = e.cachedValue(payload, lim, it.Sample); err != nil {
-			v.Drop(it.Sample, err)
-		}
-	}
+	in, n, err := v.GetValue(it.Sample, lim, e.cat.Hash)
 	if err != nil {
 		e.computeNS.Add(int64(cpuclock.Thread() - t0))
 		if errors.Is(err, cache.ErrEntry) {
@@ -156,24 +150,6 @@ func (e *Epoch) serveCached(ctx context.Context, f *Fetcher, lim wireform.Limits
 	it.Split, it.Wire = v.Split(), 0
 	_, bad := e.complete(in, nil, it, t0)
 	return bad
-}
-
-// cachedValue is an entry's payload as the value at the cache split: the
-// raw file, checked against the catalog's content hash (a mismatch is
-// the entry's fault, not the storage agent's), or the wire form of the
-// finished output.
-func (e *Epoch) cachedValue(payload []byte, lim wireform.Limits, sample uint64) (ops.Value, error) {
-	if e.cc.view.Split() != 0 {
-		v, err := wireform.Decode(payload, lim)
-		if err != nil {
-			return nil, fmt.Errorf("%w: sample %d: %w", cache.ErrEntry, sample, err)
-		}
-		return v, nil
-	}
-	if want, ok := e.cat.Hash(sample); ok && sha256.Sum256(payload) != want {
-		return nil, fmt.Errorf("%w: sample %d: raw bytes do not match the catalog's content hash", cache.ErrEntry, sample)
-	}
-	return ops.Encoded(payload), nil
 }
 
 // refill fetches it raw again, from f's storage agent or else from the
@@ -237,25 +213,9 @@ func (e *Epoch) wantsFill(pos, k int) bool {
 }
 
 // fillCache puts a sample that finished from its raw bytes in (checked
-// against the catalog) with output out: in itself at split 0, out's wire
-// form at the finished split.
+// against the catalog) with output out in the cache (cache.View.PutValue).
 func (e *Epoch) fillCache(sample uint64, in, out ops.Value) {
-	v := e.cc.view
-	var payload []byte
-	if v.Split() == 0 {
-		raw, ok := in.(ops.Encoded)
-		if !ok {
-			return
-		}
-		payload = raw
-	} else {
-		b, err := wireform.Encode(out, wireform.CodecNone)
-		if err != nil {
-			return
-		}
-		payload = b
-	}
-	if v.Put(sample, payload) {
+	if e.cc.view.PutValue(sample, in, out) {
 		e.cc.fills.Add(1)
 	}
 }

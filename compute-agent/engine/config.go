@@ -21,6 +21,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/sophon-dl/sophon/compute-agent/batch"
 	"github.com/sophon-dl/sophon/compute-agent/cache"
 	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
@@ -146,30 +147,8 @@ type Metrics interface {
 	Completed()
 }
 
-// Consumer is the GPU side: it takes one batch at a time. Consume blocks
+// Consumer is the GPU side: it takes one batch at a time (package batch). Consume blocks
 // for as long as the step takes.
 type Consumer interface {
-	Consume(ctx context.Context, b *Batch) error
+	Consume(ctx context.Context, b *batch.Batch) error
 }
-
-// Batch is what the GPU consumer receives: B samples stacked into one
-// float32 buffer laid out [B, C, H, W], with their labels.
-type Batch struct {
-	Epoch uint64
-	// Index counts the epoch's batches from 0.
-	Index int
-	// Samples and Labels are per row.
-	Samples []uint64
-	Labels  []uint32
-	// Shape is [B, C, H, W].
-	Shape [4]int
-	Data  []float32
-
-	// Per row, for the report and OnSample.
-	shas   [][32]byte
-	splits []int
-	wire   []int64
-}
-
-// Len is the number of samples in the batch.
-func (b *Batch) Len() int { return len(b.Samples) }

@@ -32,8 +32,9 @@ func deps(t *testing.T, pkg string) []string {
 // TestEngineImportsNoPlanner: the engine runs a plan (Plan) and imports
 // neither the planner nor the policy, directly or through another
 // package; and the walk of an epoch goes one way, root -> engine ->
-// trainer and cache (-> schedule), with the catalog below the engine
-// too: none of those below imports the engine or the root.
+// trainer, batch and cache (-> schedule), with the catalog, linkwatch and
+// sendcost below the engine too: none of those below imports the engine
+// or the root.
 func TestEngineImportsNoPlanner(t *testing.T) {
 	for _, tc := range []struct {
 		pkg    string
@@ -43,6 +44,9 @@ func TestEngineImportsNoPlanner(t *testing.T) {
 		{"compute-agent/planner/stage1", []string{"compute-agent/planner", "compute-agent/engine", "compute-agent/computeagent"}},
 		{"compute-agent/trainer", []string{"compute-agent/engine", "compute-agent/planner", "compute-agent/computeagent"}},
 		{"compute-agent/cache", []string{"compute-agent/engine", "compute-agent/planner", "compute-agent/computeagent"}},
+		{"compute-agent/linkwatch", []string{"compute-agent/engine", "compute-agent/planner", "compute-agent/computeagent"}},
+		{"compute-agent/batch", []string{"compute-agent/engine", "compute-agent/trainer", "compute-agent/planner", "compute-agent/computeagent"}},
+		{"compute-agent/sendcost", []string{"compute-agent/engine", "compute-agent/planner", "compute-agent/computeagent"}},
 		{"compute-agent/catalog", []string{"compute-agent/engine", "compute-agent/trainer", "compute-agent/cache", "compute-agent/planner", "policy", "compute-agent/computeagent"}},
 		{"compute-agent/schedule", []string{"compute-agent/engine", "compute-agent/trainer", "compute-agent/cache", "compute-agent/planner", "policy"}},
 	} {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/batch"
 	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
 	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
@@ -76,7 +77,7 @@ func NewEpoch(cfg *Config, num uint64, cat *catalog.Catalog, sh Shard, opts Opts
 		linkRate: opts.LinkRate, storageCores: opts.StorageCores, resumed: sh.Resumed, padded: sh.Padded, warm: opts.WarmCache, first: opts.First,
 		log:     cfg.Log.With().Uint64("epoch", num).Logger(),
 		queue:   make(chan schedule.Item, cfg.Queue*cfg.Batch),
-		batches: make(chan *Batch),
+		batches: make(chan *batch.Batch),
 		bySplit: splitCounter{},
 	}
 	e.plan.Store(&opts.Plan)

@@ -17,6 +17,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
+	"github.com/sophon-dl/sophon/compute-agent/sendcost"
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/ops"
@@ -58,14 +59,10 @@ type Fetcher struct {
 	// paceFrom is when its first response of the epoch arrived (Unix
 	// ns, 0: none yet); see pace.
 	paceFrom atomic.Int64
-	// cpu0 is the agent's process CPU (ns) its Info gave at the epoch's
-	// start, 0 when unknown; opsNS sums the storage_cpu_ns of its
-	// responses (see transport).
-	cpu0  uint64
+	// cpu0 is the agent's CPU its Info gave at the epoch's start; opsNS
+	// sums the storage_cpu_ns of its responses (see transport).
+	cpu0  sendcost.CPU
 	opsNS atomic.Int64
-	// sent0 and sentOps0 are the agent's sent_bytes and sent_ops_cpu_ns
-	// (every job's responses) at the epoch's start; 0 when not counted.
-	sent0, sentOps0 uint64
 
 	// progress is when a response from this storage agent was last
 	// accepted (Unix ns).
@@ -75,8 +72,10 @@ type Fetcher struct {
 	tcp *tcpinfo.Conns
 	// link is its readings of the link this epoch (link.go), mem what
 	// they leave for the next epoch's fetcher (nil: nothing).
-	link linkState
+	link linkwatch.Tracker
 	mem  *linkwatch.Memory
+	// laneRate is the link rate capLanes last sized the raw lane for.
+	laneRate float64
 }
 
 // SetTCP names the sockets of the connection to the storage agent, for
@@ -98,7 +97,7 @@ func NewFetcher(name string, client dataplanepb.StorageClient, info *dataplanepb
 		return nil, err
 	}
 	f := &Fetcher{name: name, client: client, clients: []dataplanepb.StorageClient{client}, shareCPUs: info.GetShareCpus(), jobs: int(info.GetJobs()),
-		cpu0: info.GetProcessCpuNs(), sent0: info.GetSentBytes(), sentOps0: info.GetSentOpsCpuNs(), hold: h}
+		cpu0: sendcost.Of(info), hold: h}
 	f.setCPUs(info.GetCpus())
 	return f, nil
 }

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
@@ -15,58 +14,30 @@ import (
 // a fraction of what the link holds (500 Mbit/s at 80 ms holds 5 MB; 64
 // responses of 28 KB are 1.8 MB), and the link idles for the rest of each
 // round trip. So each storage agent's link is read every linkEvery
-// (linkwatch: TCP_INFO at both ends, a timed Info call else), and its
-// window grows to cover bdpFactor bandwidth-delay products on top of what
-// it holds on a short link: in count, Config.Window plus enough of the
-// epoch's mean responses for those bytes (linkwatch.WindowCount); in
-// bytes, the pacing of several agents (pace) and the raw lane's rawLead
-// (capLanes) gain the same bytes, and the offloads' storage CPU lead
-// gains the round trip. Config.WindowBytes stays the hard bound of the
-// bytes in flight. The bandwidth is the most this agent delivered in one
-// reading's interval this epoch or the last (linkwatch.Memory), or the
-// planner's link rate shared among the agents, whichever is more; the
-// round trip is the least seen (the path's own, not its queues). A
-// window that is too small measures a rate too low, but bdpFactor of it
-// is twice the bytes it held, so the window doubles each interval until
-// the link, not the window, bounds the rate.
+// (linkwatch: TCP_INFO at both ends, a timed Info call else; its fetcher's
+// linkwatch.Tracker keeps the readings), and its window grows to cover
+// linkwatch.BDPFactor bandwidth-delay products on top of what it holds on
+// a short link: in count, Config.Window plus enough of the epoch's mean
+// responses for those bytes (linkwatch.WindowCount); in bytes, the pacing
+// of several agents (pace) and the raw lane's rawLead (capLanes) gain the
+// same bytes, and the offloads' storage CPU lead gains the round trip.
+// Config.WindowBytes stays the hard bound of the bytes in flight. The
+// bandwidth is the most this agent delivered in one reading's interval
+// this epoch or the last (linkwatch.Memory), or the planner's link rate
+// shared among the agents, whichever is more; the round trip is the least
+// seen.
 const (
 	linkEvery = 250 * time.Millisecond
-	bdpFactor = 2
 	// linkReadTimeout bounds one reading's Info call.
 	linkReadTimeout = time.Second
 )
 
-// linkState is a fetcher's readings of its link during an epoch.
-type linkState struct {
-	mu    sync.Mutex
-	stats linkwatch.Stats
-	// peakBytes is the most estimated response bytes the window had
-	// outstanding at a reading.
-	peakBytes int64
-	// lastBytes and lastAt are servedBytes and the time at the previous
-	// reading; peakRate the most bytes/s between two readings.
-	// seedRate is the last epoch's peakRate (linkwatch.Memory).
-	lastBytes int64
-	lastAt    time.Time
-	peakRate  float64
-	seedRate  float64
-	// rtt is the round trip windows are sized by (ns; the least seen, 0
-	// unknown), rttMean the mean (ns), which deadlines count.
-	rtt, rttMean atomic.Int64
-	// laneRate is the link rate capLanes last sized the raw lane for.
-	laneRate float64
-	// recvWarned: checkRecvWindow warned this epoch.
-	recvWarned atomic.Bool
-}
-
 // RTT is the least round trip seen to the storage agent this epoch (0:
 // none yet).
-func (f *Fetcher) RTT() time.Duration { return time.Duration(f.link.rtt.Load()) }
+func (f *Fetcher) RTT() time.Duration { return f.link.RTT() }
 
-// bdp is bdpFactor bandwidth-delay products at rate bytes/s.
-func (f *Fetcher) bdp(rate float64) int64 {
-	return int64(bdpFactor * rate * f.RTT().Seconds())
-}
+// bdp is linkwatch.BDPFactor bandwidth-delay products at rate bytes/s.
+func (f *Fetcher) bdp(rate float64) int64 { return f.link.BDP(rate) }
 
 // watchLinks reads each fetcher's link at once and every linkEvery until
 // ctx ends, resizing its window after each reading, and once more then,
@@ -110,28 +81,7 @@ func (f *Fetcher) readLink(ctx context.Context) {
 		_, b := e.sched.InFlight(&s.w)
 		bytes += b
 	}
-	got := f.servedBytes.Load()
-	l := &f.link
-	l.mu.Lock()
-	l.stats.Add(r)
-	l.peakBytes = max(l.peakBytes, bytes)
-	if !l.lastAt.IsZero() && got > l.lastBytes {
-		if dt := now.Sub(l.lastAt).Seconds(); dt > 0 {
-			l.peakRate = max(l.peakRate, float64(got-l.lastBytes)/dt)
-		}
-	}
-	l.lastBytes, l.lastAt = got, now
-	rate := max(l.peakRate, l.seedRate)
-	if m := l.stats.MinRTT(); m > 0 {
-		l.rtt.Store(int64(m))
-		if f.mem != nil && l.peakRate > 0 {
-			f.mem.Store(l.peakRate, m)
-		}
-	}
-	if d, _ := l.stats.RTT(); d > 0 {
-		l.rttMean.Store(int64(d))
-	}
-	l.mu.Unlock()
+	rate := f.link.Add(r, now, bytes, f.servedBytes.Load(), f.mem)
 	if n := len(e.fs); n > 0 && e.linkRate > 0 {
 		rate = max(rate, e.linkRate/float64(n))
 	}
@@ -148,8 +98,8 @@ func (f *Fetcher) readLink(ctx context.Context) {
 // 0 for grpc's own, which grows with the product it measures.
 func (f *Fetcher) checkRecvWindow(rate float64) {
 	w := f.e.cfg.RecvWindow
-	bdp := f.bdp(rate) / bdpFactor
-	if w <= 0 || bdp <= int64(w) || !f.link.recvWarned.CompareAndSwap(false, true) {
+	bdp, short := f.link.RecvWindowShort(w, rate)
+	if !short {
 		return
 	}
 	rtt := f.RTT()
@@ -162,17 +112,9 @@ func (f *Fetcher) checkRecvWindow(rate float64) {
 // its rate and round trip until this epoch measured its own. Call it in
 // prepare, after capLanes.
 func (f *Fetcher) seedLink() {
-	if f.mem == nil {
-		return
+	if rate, ok := f.link.Seed(f.mem); ok {
+		f.resize(rate)
 	}
-	rate, rtt := f.mem.Load()
-	if rate <= 0 || rtt <= 0 {
-		return
-	}
-	f.link.seedRate = rate
-	f.link.rtt.Store(int64(rtt))
-	f.link.rttMean.Store(int64(rtt))
-	f.resize(rate)
 }
 
 // resize sets f's window count by bandwidth x round trip at rate bytes/s
@@ -188,7 +130,7 @@ func (f *Fetcher) resize(rate float64) {
 		for _, s := range f.stripes {
 			s.w.MaxCount = max(int(f.stripeShare(int64(count))), 1)
 		}
-		f.capLanes(e.sched.CPUOf != nil, f.link.laneRate)
+		f.capLanes(e.sched.CPUOf != nil, f.laneRate)
 	})
 }
 
@@ -203,15 +145,8 @@ func (f *Fetcher) meanResponse() int64 {
 
 // linkReport is f's link over the epoch for the report (nil: never read).
 func (f *Fetcher) linkReport() *report.Link {
-	l := &f.link
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.stats.Readings() == 0 {
-		return nil
-	}
-	r := l.stats.Report()
-	r.WindowPeakBytes = l.peakBytes
-	if len(f.stripes) > 0 {
+	r := f.link.Report()
+	if r != nil && len(f.stripes) > 0 {
 		f.e.sched.Adjust(&f.stripes[0].w, func() {
 			for _, s := range f.stripes {
 				r.WindowCount += s.w.MaxCount

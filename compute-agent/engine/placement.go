@@ -9,8 +9,8 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
+	"github.com/sophon-dl/sophon/compute-agent/sendcost"
 	"github.com/sophon-dl/sophon/ops/wireform"
-	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
 // placement builds the epoch's placement over its fetchers
@@ -85,7 +85,7 @@ const (
 // pace caps f's window bytes (its stripes' together), when the epoch has several storage agents
 // (its storage CPU is capped from the start: the offloads in flight at
 // most paceTime of the agent's cores, by the plan's estimates),
-// at what its agent delivered in paceTime, plus bdpFactor of its
+// at what its agent delivered in paceTime, plus linkwatch.BDPFactor of its
 // bandwidth-delay products (link.go) (its bytes since its first
 // response of the epoch over the time since; from the 8th response on),
 // at least 4 average responses and at most Config.WindowBytes. Pulling
@@ -117,45 +117,26 @@ func (f *Fetcher) pace(now time.Time) {
 	}
 }
 
-// transportMinBytes is the least an epoch must have received for its
-// transport figure to count.
-const transportMinBytes = 1 << 20
-
 // transport measures what sending costs the storage agents of fs beyond
-// their ops: each one's process CPU over the epoch (Info at the start and
-// now) less the CPU its responses reported for their ops, summed, over the
-// bytes they sent. Agents that report no process CPU, or do not answer
-// within a second, are left out; 0 when none is left or too few bytes
-// crossed. An agent that counts what it sent to every job
-// (InfoResponse.sent_bytes, sent_ops_cpu_ns) gives its transport per byte
-// over all of them, whoever else it served meanwhile; one that does not
-// counts the other jobs' CPU too, so the figure errs high then.
+// their ops over the epoch (sendcost.Spent, from their Info at the start
+// and now), summed, over the bytes they sent. Agents that report no
+// process CPU, or do not answer within a second, are left out; 0 when
+// none is left or too few bytes crossed (sendcost.MinBytes).
 func transport(ctx context.Context, fs []*Fetcher) float64 {
 	var ns, bytes float64
 	for _, f := range fs {
 		got := f.servedBytes.Load()
-		if f.cpu0 == 0 || got == 0 {
+		if f.cpu0.Proc == 0 || got == 0 {
 			continue
 		}
-		ictx, cancel := context.WithTimeout(ctx, linkwatch.CountRTT(time.Second, f.RTT()))
-		info, err := f.client.Info(ictx, &dataplanepb.InfoRequest{})
-		cancel()
-		if err != nil || info.GetProcessCpuNs() < f.cpu0 {
-			continue
-		}
-		proc := float64(info.GetProcessCpuNs() - f.cpu0)
-		if sent := info.GetSentBytes() - f.sent0; info.GetSentBytes() >= f.sent0 && sent >= uint64(got) &&
-			info.GetSentOpsCpuNs() >= f.sentOps0 {
-			perByte := max(proc-float64(info.GetSentOpsCpuNs()-f.sentOps0), 0) / float64(sent)
-			ns += perByte * float64(got)
+		cpu1, ok := sendcost.Read(ctx, f.client, linkwatch.CountRTT(time.Second, f.RTT()))
+		spent, known := sendcost.Spent(f.cpu0, cpu1, got, f.opsNS.Load())
+		if ok && known {
+			ns += spent
 			bytes += float64(got)
-			continue
 		}
-		spent := proc - float64(f.opsNS.Load())
-		ns += max(spent, 0)
-		bytes += float64(got)
 	}
-	if bytes < transportMinBytes {
+	if bytes < sendcost.MinBytes {
 		return 0
 	}
 	return ns / bytes

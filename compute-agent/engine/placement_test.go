@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
+	"github.com/sophon-dl/sophon/compute-agent/sendcost"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
@@ -86,7 +87,7 @@ func (c infoOnly) Info(context.Context, *dataplanepb.InfoRequest, ...grpc.CallOp
 // sent; agents without the figure, or that do not answer, are left out.
 func TestTransport(t *testing.T) {
 	mk := func(cpu0, cpu1 uint64, ops, bytes int64, err error) *Fetcher {
-		f := &Fetcher{client: infoOnly{cpu: cpu1, err: err}, cpu0: cpu0}
+		f := &Fetcher{client: infoOnly{cpu: cpu1, err: err}, cpu0: sendcost.CPU{Proc: cpu0}}
 		f.opsNS.Store(ops)
 		f.servedBytes.Store(bytes)
 		return f

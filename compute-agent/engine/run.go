@@ -3,19 +3,17 @@ package engine
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sophon-dl/sophon/compute-agent/batch"
 	"github.com/sophon-dl/sophon/compute-agent/cache"
 	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/journal"
@@ -59,7 +57,7 @@ type Epoch struct {
 
 	work    chan work // responses and failures for the workers; made by run
 	queue   chan schedule.Item
-	batches chan *Batch
+	batches chan *batch.Batch
 
 	bytesReceived atomic.Int64
 	first         func(sample uint64) float64 // Opts.First
@@ -397,7 +395,7 @@ func (e *Epoch) complete(in ops.Value, err error, it *schedule.Item, t0 time.Dur
 		return nil, &report.SampleFailure{Sample: it.Sample, Split: it.Split, Kind: LocalKind(err), Message: err.Error(), Where: "local"}
 	}
 	if (e.cfg.OnSample != nil || e.jr != nil) && e.asm == nil { // the assembler hashes the rows it publishes
-		it.SHA = tensorSHA(it.Tensor)
+		it.SHA = batch.RowSHA(it.Tensor)
 	}
 	return v, nil
 }
@@ -416,120 +414,29 @@ func (e *Epoch) check(data []byte, lim wireform.Limits, it *schedule.Item) *repo
 	return nil
 }
 
-// batcher stacks items into batches: in completion order, or in strict
-// order through a reorder buffer that the schedule's gate bounds.
+// batcher stacks items into batches (batch.Stacker): in completion
+// order, or in strict order through a reorder buffer that the schedule's
+// gate bounds, which learns how far the epoch got.
 func (e *Epoch) batcher(ctx context.Context) error {
 	defer close(e.batches)
-	s := &stacker{e: e}
-	buf := map[int]schedule.Item{}
-	next := 0
+	s := &batch.Stacker{Epoch: e.num, Size: e.cfg.Batch, Strict: e.cfg.StrictOrder, Out: e.batches}
 	for {
-		var it schedule.Item
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case got, ok := <-e.queue:
+		case it, ok := <-e.queue:
 			if !ok {
-				if len(buf) > 0 {
-					return fmt.Errorf("engine: epoch %d: %d samples stuck behind position %d", e.num, len(buf), next)
-				}
-				if s.cur != nil {
-					return s.emit(ctx)
-				}
-				return nil
+				return s.Close(ctx)
 			}
-			it = got
-		}
-		if !e.cfg.StrictOrder {
-			if !it.Failed {
-				if err := s.add(ctx, it); err != nil {
-					return err
-				}
+			next := s.Next()
+			if err := s.Add(ctx, it); err != nil {
+				return err
 			}
-			continue
-		}
-		buf[it.Pos] = it
-		var err error
-		if next, err = s.drain(ctx, buf, next); err != nil {
-			return err
-		}
-	}
-}
-
-// stacker forms an epoch's batches for batcher.
-type stacker struct {
-	e      *Epoch
-	cur    *Batch // the batch being formed; nil between batches
-	formed int    // batches begun
-}
-
-// emit hands the current batch on.
-func (s *stacker) emit(ctx context.Context) error {
-	b := s.cur
-	s.cur = nil
-	n := b.Len()
-	b.Shape[0] = n
-	b.Data = b.Data[:n*b.Shape[1]*b.Shape[2]*b.Shape[3]]
-	select {
-	case s.e.batches <- b:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// add stacks it onto the current batch, emitting the batch once full.
-func (s *stacker) add(ctx context.Context, it schedule.Item) error {
-	e, bs := s.e, s.e.cfg.Batch
-	t := it.Tensor
-	if t == nil { // FetchOnly: rows without data
-		t = &ops.Tensor{}
-	}
-	if s.cur == nil {
-		s.cur = &Batch{Epoch: e.num, Index: s.formed, Shape: [4]int{0, t.C, t.H, t.W},
-			Data: make([]float32, 0, bs*len(t.Data))}
-		s.formed++
-	}
-	cur := s.cur
-	if t.C != cur.Shape[1] || t.H != cur.Shape[2] || t.W != cur.Shape[3] {
-		return fmt.Errorf("engine: epoch %d: sample %d has shape [%d %d %d], its batch [%d %d %d]",
-			e.num, it.Sample, t.C, t.H, t.W, cur.Shape[1], cur.Shape[2], cur.Shape[3])
-	}
-	cur.Samples = append(cur.Samples, it.Sample)
-	cur.Labels = append(cur.Labels, it.Label)
-	cur.Data = append(cur.Data, t.Data...)
-	cur.shas = append(cur.shas, it.SHA)
-	cur.splits = append(cur.splits, it.Split)
-	cur.wire = append(cur.wire, it.Wire)
-	if cur.Len() == bs {
-		return s.emit(ctx)
-	}
-	return nil
-}
-
-// drain stacks the items of the reorder buffer buf from position next on,
-// in order, up to the first missing one, which it returns; the schedule
-// learns how far the epoch got.
-func (s *stacker) drain(ctx context.Context, buf map[int]schedule.Item, next int) (int, error) {
-	moved := false
-	for {
-		it, ok := buf[next]
-		if !ok {
-			break
-		}
-		delete(buf, next)
-		next++
-		moved = true
-		if !it.Failed {
-			if err := s.add(ctx, it); err != nil {
-				return next, err
+			if s.Next() > next {
+				e.sched.Delivered(s.Next())
 			}
 		}
 	}
-	if moved {
-		s.e.sched.Delivered(next)
-	}
-	return next, nil
 }
 
 // feeder hands batches to the consumer, timing how long it waits for
@@ -537,7 +444,7 @@ func (s *stacker) drain(ctx context.Context, buf map[int]schedule.Item, next int
 func (e *Epoch) feeder(ctx context.Context) error {
 	for {
 		t0 := e.cfg.Now()
-		var b *Batch
+		var b *batch.Batch
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -555,7 +462,7 @@ func (e *Epoch) feeder(ctx context.Context) error {
 		}
 		// Journaled right after the consumer took the batch, in one write:
 		// what a crash leaves in the log is what was delivered.
-		if err := e.jr.Write(e.num, b.Samples, b.shas); err != nil {
+		if err := e.jr.Write(e.num, b.Samples, b.SHAs); err != nil {
 			return fmt.Errorf("engine: samples out: %w", err)
 		}
 		if e.nbatch == 0 {
@@ -567,9 +474,9 @@ func (e *Epoch) feeder(ctx context.Context) error {
 			m.Delivered(b.Len())
 		}
 		for i, s := range b.Samples {
-			e.bySplit.add(b.splits[i], b.wire[i])
+			e.bySplit.add(b.Splits[i], b.Wire[i])
 			if e.cfg.OnSample != nil {
-				e.cfg.OnSample(e.num, s, b.shas[i])
+				e.cfg.OnSample(e.num, s, b.SHAs[i])
 			}
 		}
 	}
@@ -586,20 +493,6 @@ func LocalKind(err error) string {
 		return "CONTENT"
 	}
 	return errkind.Name(errkind.Of(err))
-}
-
-var hostLE = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
-
-// tensorSHA is the sha256 of t's float32 values, little-endian.
-func tensorSHA(t *ops.Tensor) [32]byte {
-	if hostLE {
-		return sha256.Sum256(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(t.Data))), len(t.Data)*4))
-	}
-	b := make([]byte, 4*len(t.Data))
-	for i, f := range t.Data {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
-	}
-	return sha256.Sum256(b)
 }
 
 // horizon is how long the link will still be busy with what the epoch has

@@ -42,7 +42,7 @@ func (e *Epoch) countRTT(d time.Duration) time.Duration {
 func (e *Epoch) rtt() time.Duration {
 	var m time.Duration
 	for _, f := range e.fs {
-		m = max(m, time.Duration(f.link.rttMean.Load()))
+		m = max(m, f.link.MeanRTT())
 	}
 	return m
 }

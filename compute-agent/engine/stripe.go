@@ -3,11 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
-	"math"
 	"sync"
 	"sync/atomic"
-	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
@@ -16,7 +15,7 @@ import (
 // (Fetcher.Stripe; compute-agent --conns): one gRPC ClientConn, so one
 // TCP connection, each. A lossy link with a long round trip holds one
 // loss-based TCP connection to about MSS/RTT x 1.22/sqrt(loss) (Mathis
-// et al., 1997) whatever the link's rate; several connections share the
+// et al., 1997; linkwatch.AutoConns) whatever the link's rate; several connections share the
 // link as several flows. Each connection carries one stripe of the
 // epoch: a Fetch stream at a time with its share of the agent's window
 // (count, bytes, storage CPU and raw bytes in flight), pulling positions
@@ -25,56 +24,14 @@ import (
 // budget counts the agent's progress on every stripe, and when it is
 // spent every stripe stops and the agent is given up once.
 
-// MaxConns bounds the connections per storage agent (Config.Window bounds
-// them too: a stripe holds at least one request). The storage agent
-// bounds the Fetch streams of one client (its certificate identity, or
-// its IP address without TLS) with --max-streams-per-peer, whatever the
-// connections they come on, and its fair queue deals a client's streams
-// one client's turn.
-const MaxConns = 8
-
-// mss is the TCP payload per segment AutoConns assumes: an Ethernet MTU
-// less IPv4, TCP and the timestamp option.
-const mss = 1448
-
-// AutoConns is the connections per storage agent that carry rate
-// (bytes/s: the link's rate, not what one connection carried on it) over
-// a path of round trip rtt and loss rate loss (a fraction): by Mathis's
-// formula one connection carries MSS/RTT x 1.22/sqrt(loss), so
-// ceil(rate / that), at least 1 and at most max (at most MaxConns when
-// max <= 0). An unknown rtt or loss (zero) gives 1: without loss or delay
-// one connection fills a link. A known path with an unknown rate gives
-// max, since the link could be any rate and an idle connection costs
-// little.
-func AutoConns(rate float64, rtt time.Duration, loss float64, max int) int {
-	if max <= 0 || max > MaxConns {
-		max = MaxConns
-	}
-	if rtt <= 0 || !(loss > 0) {
-		return 1
-	}
-	if !(rate > 0) {
-		return max
-	}
-	per := mss / rtt.Seconds() * 1.22 / math.Sqrt(min(loss, 1))
-	n := math.Ceil(rate / per)
-	if n < 1 {
-		return 1
-	}
-	if n > float64(max) {
-		return max
-	}
-	return int(n)
-}
-
 // Stripe adds the clients of the further connections to f's storage agent
 // (each its own ClientConn) that the epochs f joins spread their requests
-// over, with f's client, up to MaxConns in all and at most one per
+// over, with f's client, up to linkwatch.MaxConns in all and at most one per
 // request of Config.Window.
 func (f *Fetcher) Stripe(clients ...dataplanepb.StorageClient) {
 	f.clients = append(f.clients, clients...)
-	if len(f.clients) > MaxConns {
-		f.clients = f.clients[:MaxConns]
+	if len(f.clients) > linkwatch.MaxConns {
+		f.clients = f.clients[:linkwatch.MaxConns]
 	}
 }
 

@@ -1,47 +1,12 @@
 package engine
 
 import (
-	"math"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 )
-
-// TestAutoConns: Mathis's per-connection rate, MSS/RTT x 1.22/sqrt(p),
-// divides the link's rate; an unknown path gives one connection, an
-// unknown rate the cap.
-func TestAutoConns(t *testing.T) {
-	const mbit = 1e6 / 8 // bytes/s
-	// One connection at 20 ms and 0.1% loss: 1448/0.02 x 1.22/0.0316, 2.79
-	// MB/s (22 Mbit/s).
-	per := mss / 0.020 * 1.22 / math.Sqrt(0.001)
-	for _, c := range []struct {
-		name string
-		rate float64
-		rtt  time.Duration
-		loss float64
-		max  int
-		want int
-	}{
-		{"no loss", 500 * mbit, 80 * time.Millisecond, 0, 0, 1},
-		{"no delay", 500 * mbit, 0, 0.001, 0, 1},
-		{"unknown rate", 0, 20 * time.Millisecond, 0.001, 0, MaxConns},
-		{"unknown rate, cap 3", 0, 20 * time.Millisecond, 0.001, 3, 3},
-		{"one connection's rate", per, 20 * time.Millisecond, 0.001, 0, 1},
-		{"just over one", per * 1.01, 20 * time.Millisecond, 0.001, 0, 2},
-		{"100 Mbit/s, 20 ms, 0.1%", 100 * mbit, 20 * time.Millisecond, 0.001, 0, 5},
-		{"100 Mbit/s, 80 ms, 0.1%: capped", 100 * mbit, 80 * time.Millisecond, 0.001, 0, MaxConns},
-		{"cap above MaxConns", 1e12, time.Second, 0.5, 100, MaxConns},
-		{"slow link", 1 * mbit, 80 * time.Millisecond, 0.001, 0, 1},
-		{"loss over 1", 100 * mbit, 20 * time.Millisecond, 2, 4, 4},
-	} {
-		if got := AutoConns(c.rate, c.rtt, c.loss, c.max); got != c.want {
-			t.Errorf("%s: got %d, want %d", c.name, got, c.want)
-		}
-	}
-}
 
 // TestStripesShareWindow: an agent's window is split over its stripes
 // (count and bytes, at least one request each, no more stripes than the

@@ -3,6 +3,7 @@ package engine
 import (
 	"slices"
 
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/wireform"
@@ -60,11 +61,11 @@ func (e *Epoch) newShedder(plan Plan, linkRate, cores float64) *schedule.Shedder
 // epoch runs. Each stripe holds its share of both bounds.
 //
 // On a long link each bound gains the round trip (link.go): the offloads
-// bdpFactor round trips of the agent's cores, since each holds its CPU
-// until its response arrived; the raw lane bdpFactor bandwidth-delay
+// linkwatch.BDPFactor round trips of the agent's cores, since each holds
+// its CPU until its response arrived; the raw lane BDPFactor bandwidth-delay
 // products.
 func (f *Fetcher) capLanes(hinted bool, linkRate float64) {
-	f.link.laneRate = linkRate
+	f.laneRate = linkRate
 	var raw int64
 	if f.e != nil && !f.e.paced && linkRate > 0 {
 		raw = max(int64(linkRate*rawLead.Seconds()), 4*f.e.meanRaw) + f.bdp(linkRate)
@@ -75,7 +76,7 @@ func (f *Fetcher) capLanes(hinted bool, linkRate float64) {
 			if f.e != nil && f.e.paced {
 				lead = paceTime
 			}
-			lead += bdpFactor * f.RTT()
+			lead += linkwatch.BDPFactor * f.RTT()
 			s.w.MaxCPU = f.stripeShare(int64(max(f.CPUs(), 1) * float64(lead)))
 		}
 		s.w.MaxRawFlight = f.stripeShare(raw)

@@ -5,8 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/sophon-dl/sophon/proto/dataplanepb"
-
+	"github.com/sophon-dl/sophon/compute-agent/sendcost"
 	"github.com/sophon-dl/sophon/profiler"
 )
 
@@ -161,60 +160,37 @@ func contention(cpus, transport float64) float64 {
 	return cpus / (cpus - min(transport, maxTransportShare*cpus))
 }
 
-// agentCPU is what a storage agent's Info says of its CPU: its process
-// CPU (ns; 0: not reported) and, from an agent that counts them, the
-// payload bytes and the ops' CPU (ns) of every response it sent to any
-// job (InfoResponse.sent_bytes, sent_ops_cpu_ns).
-type agentCPU struct{ proc, sent, ops uint64 }
-
 // processCPU is each storage agent's CPU by its Info; zero for one that
 // does not answer within a second.
-func processCPU(ctx context.Context, fs []Source) []agentCPU {
-	out := make([]agentCPU, len(fs))
+func processCPU(ctx context.Context, fs []Source) []sendcost.CPU {
+	out := make([]sendcost.CPU, len(fs))
 	for i, f := range fs {
-		ictx, cancel := context.WithTimeout(ctx, time.Second)
-		info, err := f.Client().Info(ictx, &dataplanepb.InfoRequest{})
-		cancel()
-		if err == nil {
-			out[i] = agentCPU{info.GetProcessCpuNs(), info.GetSentBytes(), info.GetSentOpsCpuNs()}
-		}
+		out[i], _ = sendcost.Read(ctx, f.Client(), time.Second)
 	}
 	return out
 }
 
 // transportCores is each agent's CPU, in cores, beyond the ops of this
 // job's link probe (link, by agent) while it ran: sending, TLS and copies
-// of a full link's raw bytes, from its CPU before (cpu0) and after
-// (cpu1). An agent that counts what it sent to every job (agentCPU.sent)
-// may have served other jobs meanwhile: its transport is then what its
-// process spent beyond every job's ops, in the proportion of the bytes
-// this probe got. Otherwise its process CPU beyond the probe's own ops,
-// which errs high when it served others. 0 where unknown or the probe
-// moved too few bytes (under transportMinBytes) to tell.
-func transportCores(cpu0, cpu1 []agentCPU, link []probeResult) []float64 {
+// of a full link's raw bytes, from its CPU before (cpu0) and after (cpu1)
+// by sendcost.Spent. 0 where unknown or the probe moved too few bytes
+// (sendcost.MinBytes) to tell.
+func transportCores(cpu0, cpu1 []sendcost.CPU, link []probeResult) []float64 {
 	out := make([]float64, len(link))
 	for i, r := range link {
-		if i >= len(cpu0) || i >= len(cpu1) || cpu0[i].proc == 0 || cpu1[i].proc < cpu0[i].proc || r.elapsed <= 0 || r.bytes < transportMinBytes {
-			continue
-		}
-		c0, c1 := cpu0[i], cpu1[i]
-		proc := float64(c1.proc - c0.proc)
-		if sent := c1.sent - c0.sent; c1.sent >= c0.sent && sent >= uint64(r.bytes) && c1.ops >= c0.ops {
-			out[i] = max(proc-float64(c1.ops-c0.ops), 0) * float64(r.bytes) / float64(sent) / float64(r.elapsed.Nanoseconds())
+		if i >= len(cpu0) || i >= len(cpu1) || r.elapsed <= 0 || r.bytes < sendcost.MinBytes {
 			continue
 		}
 		var ops int64
 		for _, ns := range r.storageNS {
 			ops += ns
 		}
-		out[i] = max(proc-float64(ops), 0) / float64(r.elapsed.Nanoseconds())
+		if spent, ok := sendcost.Spent(cpu0[i], cpu1[i], r.bytes, ops); ok {
+			out[i] = spent / float64(r.elapsed.Nanoseconds())
+		}
 	}
 	return out
 }
-
-// transportMinBytes is the least a link probe sends for its agent's
-// transport CPU to be measured (engine.transport's floor).
-const transportMinBytes = 1 << 20
 
 // ProbeOf is a storage probe measured elsewhere (a saved run, a test):
 // the samples in ids asked at split k, each one's thread CPU there (ns),

@@ -1,0 +1,48 @@
+package linkwatch
+
+import (
+	"math"
+	"time"
+)
+
+// MaxConns bounds the connections per storage agent (the engine's
+// Fetcher.Stripe; its Config.Window bounds them too: a stripe holds at
+// least one request). The storage agent bounds the Fetch streams of one
+// client (its certificate identity, or its IP address without TLS) with
+// --max-streams-per-peer, whatever the connections they come on, and its
+// fair queue deals a client's streams one client's turn.
+const MaxConns = 8
+
+// mss is the TCP payload per segment AutoConns assumes: an Ethernet MTU
+// less IPv4, TCP and the timestamp option.
+const mss = 1448
+
+// AutoConns is the connections per storage agent that carry rate
+// (bytes/s: the link's rate, not what one connection carried on it) over
+// a path of round trip rtt and loss rate loss (a fraction): by Mathis's
+// formula one connection carries MSS/RTT x 1.22/sqrt(loss), so
+// ceil(rate / that), at least 1 and at most max (at most MaxConns when
+// max <= 0). An unknown rtt or loss (zero) gives 1: without loss or delay
+// one connection fills a link. A known path with an unknown rate gives
+// max, since the link could be any rate and an idle connection costs
+// little.
+func AutoConns(rate float64, rtt time.Duration, loss float64, max int) int {
+	if max <= 0 || max > MaxConns {
+		max = MaxConns
+	}
+	if rtt <= 0 || !(loss > 0) {
+		return 1
+	}
+	if !(rate > 0) {
+		return max
+	}
+	per := mss / rtt.Seconds() * 1.22 / math.Sqrt(min(loss, 1))
+	n := math.Ceil(rate / per)
+	if n < 1 {
+		return 1
+	}
+	if n > float64(max) {
+		return max
+	}
+	return int(n)
+}
