@@ -274,7 +274,11 @@ func (l *listing) err(ctx context.Context, err error) error {
 	case errors.Is(cause, errListDeadline):
 		return fmt.Errorf("%w: %s: the listing's deadline of %v passed (--s3-list-timeout)", ErrListTimeout, l.where(), l.s.listTimeout)
 	case errors.Is(cause, errStoreClosed):
-		return fmt.Errorf("s3src: list %s: the store was closed", l.where())
+		// NB: wraps context.Canceled: a store closes when whoever opened
+		// it gave up (an agent interrupted while it opens its dataset
+		// closes the store, which may end the listing before the
+		// context it passed in does), and the caller asks errors.Is.
+		return fmt.Errorf("s3src: list %s: the store was closed: %w", l.where(), context.Canceled)
 	case errors.Is(cause, context.Canceled), errors.Is(cause, context.DeadlineExceeded):
 		return fmt.Errorf("s3src: list %s: %w", l.where(), cause)
 	default: // failed by the transport, already naming the listing
