@@ -191,6 +191,19 @@ func (f *Fetcher) meanResponse() int64 {
 	return f.e.meanEst
 }
 
+// LinkBusy is the epoch's links' busy time and the time it was read over,
+// summed over its storage agents (linkwatch.Stats.LinkBusy): busy over
+// over near 1 when the links bound what the storage agents send.
+func (e *Epoch) LinkBusy() (busy, over time.Duration) {
+	for _, f := range e.fs {
+		f.link.mu.Lock()
+		b, o := f.link.stats.LinkBusy()
+		f.link.mu.Unlock()
+		busy, over = busy+b, over+o
+	}
+	return busy, over
+}
+
 // linkReport is f's link over the epoch for the report (nil: never read).
 func (f *Fetcher) linkReport() *report.Link {
 	l := &f.link

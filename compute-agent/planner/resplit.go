@@ -15,10 +15,7 @@ import (
 // is slow, too much once it is fast again. So while a planned epoch runs
 // the policy run reads its bytes every resplitTick and the rate they
 // arrived at over the last resplitWindow. When that rate is more than
-// Threshold under the window's before and the plan's link rate (with the
-// storage side not busy:
-// under resplitBusy of its cores, as a storage agent that fell behind
-// slows the epoch too, and more offload would make that worse) or over
+// Threshold under the window's before and the plan's link rate, or over
 // both, and stays so for Hold, the planner makes a plan
 // for the rate measured, with its one model (Planner.Replan), and the
 // epoch takes it for the positions not yet requested (Epoch.Swap, the
@@ -27,6 +24,20 @@ import (
 // earlier rate, not with the plan's prediction: an epoch slower than its
 // plan throughout (a compute side short of CPU, a plan's wrong guess) is
 // the between-epoch drift's to correct, not a link that moved.
+//
+// A rate that went down is taken for the link's only where the storage
+// side did not bound the window: a storage agent that fell behind slows
+// the epoch too, and more offload would make that worse. It did not when
+// its load was under resplitBusy of its cores, or when the storage
+// agents' ends had data to send or unacknowledged for at least
+// resplitSaturated of the window, less what this end's receive window
+// held back (linkwatch's LinkBusy, from their TCP_INFO; LinkBusier): a
+// sender whose queue never empties sends what the link carries, so the
+// rate is the link's however busy its CPU. A balanced plan (link and
+// storage side both near full) whose link halves reads a busy storage
+// side and a busy link; a storage-bound epoch whose storage side slows
+// reads a busy storage side and a link that empties (its rate fell by
+// Threshold, so its link's use did), and does not re-split.
 //
 // A storage-bound plan hides a link that came back: the epoch then
 // receives what its storage side makes, whatever the link could carry.
@@ -64,8 +75,12 @@ const (
 	// over its cores and the window) from which a slower epoch is taken
 	// for a slower storage side, not a slower link.
 	resplitBusy = 0.8
-	probeAfter  = 2 * time.Second
-	probeSpan   = resplitSettle + resplitWindow
+	// resplitSaturated is the share of a window the storage agents' ends
+	// must have had data on the link for a rate down to be the link's
+	// however busy the storage side.
+	resplitSaturated = 0.9
+	probeAfter       = 2 * time.Second
+	probeSpan        = resplitSettle + resplitWindow
 )
 
 // ResplitConfig configures the re-splits within an epoch.
@@ -110,11 +125,28 @@ type move struct {
 	why      string
 }
 
-// mark is what the epoch had received, and its offloads' storage budget
-// time, at a time.
+// mark is what the epoch had received, its offloads' storage budget
+// time, and its links' busy time and the time they were read over
+// (LinkBusier), at a time.
 type mark struct {
-	at               time.Time
-	bytes, storageNS int64
+	at                 time.Time
+	bytes, storageNS   int64
+	linkBusy, linkOver time.Duration
+}
+
+// LinkBusier is what an Epoch may also tell: its links' busy time and the
+// time they were read over, summed over its storage agents, since it
+// began (the engine's Epoch.LinkBusy). Without it a drop is judged by the
+// storage side's load alone.
+type LinkBusier interface {
+	LinkBusy() (busy, over time.Duration)
+}
+
+// reading is a window's figures: the rate, the storage side's load and
+// the links' busy share (linkOK: read over most of the window).
+type reading struct {
+	rate, busy, link float64
+	linkOK           bool
 }
 
 // follower decides the re-splits of one epoch from its bytes and its
@@ -142,13 +174,13 @@ func newFollower(cfg ResplitConfig, cores, rate float64) *follower {
 	return &follower{cfg: cfg.withDefaults(), cores: cores, base: rate, rate: rate}
 }
 
-// span is the rate and the storage side's load over [from, to], counted
-// from no earlier than the later of the last change of plan plus
-// resplitSettle and the first bytes plus resplitRamp; ok is false when
-// that leaves less than most of a window.
-func (f *follower) span(from, to time.Time) (rate, busy float64, ok bool) {
+// span is the reading over [from, to], counted from no earlier than the
+// later of the last change of plan plus resplitSettle and the first bytes
+// plus resplitRamp; ok is false when that leaves less than most of a
+// window.
+func (f *follower) span(from, to time.Time) (rd reading, ok bool) {
 	if f.first.IsZero() {
-		return 0, 0, false
+		return reading{}, false
 	}
 	if t := f.changed.Add(resplitSettle); t.After(from) {
 		from = t
@@ -165,36 +197,56 @@ func (f *follower) span(from, to time.Time) (rate, busy float64, ok bool) {
 		j--
 	}
 	if j <= i {
-		return 0, 0, false
+		return reading{}, false
 	}
 	a, b := f.marks[i], f.marks[j]
 	dt := b.at.Sub(a.at).Seconds()
 	if dt < 0.7*resplitWindow.Seconds() {
-		return 0, 0, false
+		return reading{}, false
 	}
-	rate = float64(b.bytes-a.bytes) / dt
+	rd.rate = float64(b.bytes-a.bytes) / dt
 	if f.cores > 0 {
-		busy = float64(b.storageNS-a.storageNS) / 1e9 / f.cores / dt
+		rd.busy = float64(b.storageNS-a.storageNS) / 1e9 / f.cores / dt
 	}
-	return rate, busy, true
+	if over := b.linkOver - a.linkOver; over.Seconds() >= 0.5*dt {
+		rd.link, rd.linkOK = (b.linkBusy-a.linkBusy).Seconds()/over.Seconds(), true
+	}
+	return rd, true
 }
 
-// step takes the epoch's bytes and storage budget time at now and says
-// what to do. The rate moved when the last window's is more than the
-// threshold off the window's before and off the plan's link rate (down
-// only with the storage side not busy); it must stay so for the hold.
-func (f *follower) step(now time.Time, bytes, storageNS int64) move {
-	f.marks = append(f.marks, mark{now, bytes, storageNS})
+// linkBound says whether a window's rate may be the link's: the storage
+// side under resplitBusy, or the senders' queues full (resplitSaturated).
+func (rd reading) linkBound() bool {
+	return rd.busy < resplitBusy || rd.linkOK && rd.link >= resplitSaturated
+}
+
+// why is the reading's grounds, for a move's reason.
+func (rd reading) why() string {
+	s := fmt.Sprintf("storage side %.0f%% busy", 100*rd.busy)
+	if rd.linkOK {
+		s += fmt.Sprintf(", link %.0f%% busy", 100*rd.link)
+	}
+	return s
+}
+
+// step takes the epoch's mark at m.at and says what to do. The rate
+// moved when the last window's is more than the threshold off the
+// window's before and off the plan's link rate (down only where the link
+// may bound the window, reading.linkBound); it must stay so for the hold.
+func (f *follower) step(m mark) move {
+	now, bytes := m.at, m.bytes
+	f.marks = append(f.marks, m)
 	for len(f.marks) > 2 && now.Sub(f.marks[1].at) > 2*resplitWindow+resplitTick {
 		f.marks = f.marks[1:]
 	}
 	if f.first.IsZero() && bytes > 0 {
 		f.first = now
 	}
-	r, busy, ok := f.span(now.Add(-resplitWindow), now)
+	rd, ok := f.span(now.Add(-resplitWindow), now)
 	if !ok {
 		return move{}
 	}
+	r := rd.rate
 	thr := f.cfg.Threshold
 	if f.probing {
 		if now.Sub(f.changed) < probeSpan {
@@ -207,10 +259,11 @@ func (f *follower) step(now time.Time, bytes, storageNS int64) move {
 		}
 		return move{report.ResplitRevert, r, false, fmt.Sprintf("probe: link carried %.0f B/s, not over the %.0f B/s the plan before it was made for", r, f.low)}
 	}
-	down := func(ref float64) bool { return r < (1-thr)*ref && r < (1-thr)*f.rate && busy < resplitBusy }
+	down := func(ref float64) bool { return r < (1-thr)*ref && r < (1-thr)*f.rate && rd.linkBound() }
 	up := func(ref float64) bool { return r > (1+thr)*ref && r > (1+thr)*f.rate }
 	if f.since.IsZero() {
-		prev, _, ok := f.span(now.Add(-2*resplitWindow), now.Add(-resplitWindow))
+		before, ok := f.span(now.Add(-2*resplitWindow), now.Add(-resplitWindow))
+		prev := before.rate
 		switch {
 		case ok && down(prev):
 			f.dir, f.since, f.ref = -1, now, prev
@@ -226,8 +279,8 @@ func (f *follower) step(now time.Time, bytes, storageNS int64) move {
 		if f.dir > 0 {
 			word = "over"
 		}
-		return move{report.ResplitLink, r, f.dir > 0, fmt.Sprintf("link %.0f B/s for %v, %s the %.0f B/s before (plan %.0f B/s; storage side %.0f%% busy)",
-			r, f.cfg.Hold, word, f.ref, f.rate, 100*busy)}
+		return move{report.ResplitLink, r, f.dir > 0, fmt.Sprintf("link %.0f B/s for %v, %s the %.0f B/s before (plan %.0f B/s; %s)",
+			r, f.cfg.Hold, word, f.ref, f.rate, rd.why())}
 	}
 	if f.dir == 0 && f.rate < (1-thr)*f.base && now.Sub(f.changed) >= probeAfter && f.np < f.cfg.Max && f.n < f.cfg.Max {
 		f.np++
@@ -289,11 +342,14 @@ func (p *Run) follow(ctx context.Context, e Epoch, ended <-chan struct{}, shard 
 		case <-tick.C:
 		}
 		now := h.Now()
-		var storage int64
+		mk := mark{at: now, bytes: e.BytesReceived()}
 		if o := e.Offloads(); o != nil {
-			storage = o.TotalEffNS
+			mk.storageNS = o.TotalEffNS
 		}
-		m := f.step(now, e.BytesReceived(), storage)
+		if lb, ok := e.(LinkBusier); ok {
+			mk.linkBusy, mk.linkOver = lb.LinkBusy()
+		}
+		m := f.step(mk)
 		if m.kind == "" {
 			continue
 		}

@@ -17,12 +17,24 @@ import (
 
 // feed steps f from t0 + from to t0 + to every resplitTick with the bytes
 // and storage time of rate bytes/s and busy cores (both from *bytes and
-// *storage on), and returns the first move with its time, if any.
+// *storage on), and returns the first move with its time, if any. The
+// epoch tells no link busy time.
 func feed(f *follower, t0 time.Time, from, to time.Duration, rate, busy float64, bytes *float64, storage *float64) (move, time.Duration) {
+	return feedLink(f, t0, from, to, rate, busy, -1, bytes, storage, new(time.Duration))
+}
+
+// feedLink is feed with the links busy link of the time (from *linkBusy
+// on; the time read over is the epoch's); link < 0 tells none.
+func feedLink(f *follower, t0 time.Time, from, to time.Duration, rate, busy, link float64, bytes, storage *float64, linkBusy *time.Duration) (move, time.Duration) {
 	for d := from; d < to; d += resplitTick {
 		*bytes += rate * resplitTick.Seconds()
 		*storage += busy * 1e9 * resplitTick.Seconds()
-		if m := f.step(t0.Add(d), int64(*bytes), int64(*storage)); m.kind != "" {
+		m := mark{at: t0.Add(d), bytes: int64(*bytes), storageNS: int64(*storage)}
+		if link >= 0 {
+			*linkBusy += time.Duration(link * float64(resplitTick))
+			m.linkBusy, m.linkOver = *linkBusy, d
+		}
+		if m := f.step(m); m.kind != "" {
 			return m, d
 		}
 	}
@@ -76,6 +88,40 @@ func TestFollowerDropAndRecovery(t *testing.T) {
 		}
 		if back && (m.measured < 0.85*R || !m.up) {
 			t.Errorf("re-split up at %.0f B/s, want about %.0f", m.measured, R)
+		}
+	}
+}
+
+// TestFollowerBusyStorage: where the storage side is busy a drop re-splits
+// only when the storage agents' ends kept the link full (the link halved
+// under a balanced plan), not when their queues emptied (the storage
+// side slowed), nor when the epoch tells no link busy time.
+func TestFollowerBusyStorage(t *testing.T) {
+	const R = 10e6
+	t0 := time.Unix(1000, 0)
+	for _, c := range []struct {
+		name          string
+		before, after float64 // the link's busy share (-1: not told)
+		want          bool
+	}{
+		{"link halved under a balanced plan", 0.97, 0.99, true},
+		{"storage side slowed", 0.97, 0.5, false},
+		{"link busy not told", -1, -1, false},
+		{"link busy just under the bar", 0.97, resplitSaturated - 0.05, false},
+	} {
+		f := newFollower(ResplitConfig{}, 1, R)
+		var bytes, storage float64
+		var busy time.Duration
+		if m, at := feedLink(f, t0, 0, 3*time.Second, R, 0.9, c.before, &bytes, &storage, &busy); m.kind != "" {
+			t.Fatalf("%s: move %+v at %v before the drop", c.name, m, at)
+		}
+		m, at := feedLink(f, t0, 3*time.Second, 8*time.Second, R/2, 0.95, c.after, &bytes, &storage, &busy)
+		if got := m.kind == report.ResplitLink && !m.up; got != c.want {
+			t.Errorf("%s: move %+v at %v, want a re-split down %t", c.name, m, at, c.want)
+			continue
+		}
+		if c.want && (!strings.Contains(m.why, "link 99% busy") || !strings.Contains(m.why, "storage side 95% busy")) {
+			t.Errorf("%s: reason %q, want the link's and the storage side's load", c.name, m.why)
 		}
 	}
 }
