@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
@@ -117,14 +116,14 @@ func policyOpts(o planner.EpochOpts) epochOpts {
 type policyEpoch struct{ e *engine.Epoch }
 
 var (
-	_ planner.Epoch      = policyEpoch{}
-	_ planner.LinkBusier = policyEpoch{}
+	_ planner.Epoch         = policyEpoch{}
+	_ planner.LinkDeliverer = policyEpoch{}
 )
 
 func (p policyEpoch) BytesReceived() int64                 { return p.e.BytesReceived() }
 func (p policyEpoch) Observations() []profiler.Observation { return p.e.Observations() }
 func (p policyEpoch) Offloads() *planner.Offloads          { return (*planner.Offloads)(p.e.Offloads()) }
-func (p policyEpoch) LinkBusy() (busy, over time.Duration) { return p.e.LinkBusy() }
+func (p policyEpoch) LinkDelivery() float64                { return p.e.LinkDelivery() }
 func (p policyEpoch) Swap(plan *planner.RunPlan, split func(uint64) int, link, cores float64) int {
 	return p.e.Swap(plan, split, link, cores)
 }

@@ -191,17 +191,16 @@ func (f *Fetcher) meanResponse() int64 {
 	return f.e.meanEst
 }
 
-// LinkBusy is the epoch's links' busy time and the time it was read over,
-// summed over its storage agents (linkwatch.Stats.LinkBusy): busy over
-// over near 1 when the links bound what the storage agents send.
-func (e *Epoch) LinkBusy() (busy, over time.Duration) {
+// LinkDelivery is the storage agents' delivery rates summed, each as its
+// end of the link last told it (linkwatch.Stats.Delivery; 0: none told).
+func (e *Epoch) LinkDelivery() float64 {
+	var sum float64
 	for _, f := range e.fs {
 		f.link.mu.Lock()
-		b, o := f.link.stats.LinkBusy()
+		sum += f.link.stats.Delivery()
 		f.link.mu.Unlock()
-		busy, over = busy+b, over+o
 	}
-	return busy, over
+	return sum
 }
 
 // linkReport is f's link over the epoch for the report (nil: never read).

@@ -44,8 +44,6 @@ type Reading struct {
 	LocalOK, RemoteOK bool
 	// RPC is how long the Info call took (0: it failed).
 	RPC time.Duration
-	// At is when the Info call returned (zero: it failed).
-	At time.Time
 }
 
 // Read reads the link to p: its sockets' TCP_INFO, then an Info call,
@@ -66,8 +64,7 @@ func Read(ctx context.Context, p Peer, now func() time.Time) Reading {
 	if _, err := p.Client.Info(ctx, &dataplanepb.InfoRequest{}, grpc.Header(&md)); err != nil {
 		return r
 	}
-	r.At = now()
-	r.RPC = max(r.At.Sub(t0), time.Nanosecond)
+	r.RPC = max(now().Sub(t0), time.Nanosecond)
 	if v := md.Get(tcpinfo.Header); len(v) == 1 {
 		if i, err := tcpinfo.Parse(v[0]); err == nil {
 			r.Remote, r.RemoteOK = i, true

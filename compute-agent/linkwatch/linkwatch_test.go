@@ -110,25 +110,18 @@ func TestStats(t *testing.T) {
 	}
 }
 
-// TestStatsLinkBusy: the storage end's busy time less its receive-window
-// limited part adds up between readings with its end, a reading without
-// it or a new connection (counters back to 0) adds nothing, and an
-// interval counts at most its length.
-func TestStatsLinkBusy(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	rd := func(s float64, busy, rwnd time.Duration, sent uint64) Reading {
-		return Reading{Remote: tcpinfo.Info{Busy: busy, RwndLimited: rwnd, BytesSent: sent}, RemoteOK: true, At: at(s)}
-	}
+// TestStatsDelivery: the storage end's latest delivery rate, kept
+// through readings without it.
+func TestStatsDelivery(t *testing.T) {
 	var s Stats
-	s.Add(rd(0, 5*time.Second, 0, 1000))
-	s.Add(rd(1, 5900*ms, 0, 2000))      // 0.9 s busy of 1 s
-	s.Add(Reading{LocalOK: true})       // no storage end: skipped
-	s.Add(rd(2, 6900*ms, 400*ms, 3000)) // 1 s busy, 0.4 s of it the receiver's: 0.6 s
-	s.Add(rd(3, 100*ms, 0, 10))         // a new connection: skipped
-	s.Add(rd(3.5, 700*ms, 0, 20))       // 0.6 s busy in 0.5 s: at most 0.5 s
-	busy, over := s.LinkBusy()
-	if want := 2000 * ms; busy != want || over != 2500*ms {
-		t.Errorf("link busy %v over %v, want %v over 2.5s", busy, over, want)
+	if s.Delivery() != 0 {
+		t.Error("empty stats have a delivery rate")
+	}
+	s.Add(Reading{Remote: tcpinfo.Info{DeliveryRate: 12e6}, RemoteOK: true})
+	s.Add(Reading{Remote: tcpinfo.Info{DeliveryRate: 6e6}, RemoteOK: true})
+	s.Add(Reading{LocalOK: true, Local: tcpinfo.Info{DeliveryRate: 1}})
+	s.Add(Reading{Remote: tcpinfo.Info{}, RemoteOK: true})
+	if got := s.Delivery(); got != 6e6 {
+		t.Errorf("delivery %.0f B/s, want the last the storage end told, 6000000", got)
 	}
 }

@@ -8,9 +8,9 @@ import (
 
 // Stats sums the readings of one peer taken through an epoch: the round
 // trip's mean and least, the storage agent's bytes in flight (mean and
-// peak), its link's busy time (LinkBusy) and, between the first reading
-// and the last, its retransmits over its segments. The zero value is
-// ready; not safe for concurrent use.
+// peak), its latest delivery rate (Delivery) and, between the first
+// reading and the last, its retransmits over its segments. The zero value
+// is ready; not safe for concurrent use.
 type Stats struct {
 	first, last Reading
 	n           int
@@ -21,10 +21,9 @@ type Stats struct {
 	flightSum   int64
 	flightN     int
 	flightPeak  int64
-	// prev is the last reading with the storage agent's end; busy and
-	// over sum LinkBusy, and the time, between such readings.
-	prev       Reading
-	busy, over time.Duration
+	// delivery is the storage agent's delivery rate at the last reading
+	// that had its end (0: none).
+	delivery float64
 }
 
 // Add takes one reading.
@@ -47,26 +46,18 @@ func (s *Stats) Add(r Reading) {
 		s.flightN++
 		s.flightPeak = max(s.flightPeak, b)
 	}
-	if !r.RemoteOK || r.At.IsZero() {
-		return
+	if r.RemoteOK && r.Remote.DeliveryRate > 0 {
+		s.delivery = r.Remote.DeliveryRate
 	}
-	// A counter that went back is a new connection: the interval is
-	// skipped.
-	if p := s.prev; p.RemoteOK && r.At.After(p.At) && r.Remote.Busy >= p.Remote.Busy && r.Remote.BytesSent >= p.Remote.BytesSent {
-		dt := r.At.Sub(p.At)
-		s.busy += min(r.Remote.Sub(p.Remote).LinkBusy(), dt)
-		s.over += dt
-	}
-	s.prev = r
 }
 
-// LinkBusy is, summed over the intervals between readings that had the
-// storage agent's end, the time its end had data on the link or waiting
-// for it, less what this end's receive window held back
-// (tcpinfo.Info.LinkBusy), and the intervals' length. Their ratio over an
-// interval is near 1 where the link bounded what the storage agent sent,
-// under it where the storage agent had less to send.
-func (s *Stats) LinkBusy() (busy, over time.Duration) { return s.busy, s.over }
+// Delivery is the rate the storage agent's end last saw its data
+// delivered at (tcpinfo.Info.DeliveryRate, bytes/s; 0: none). The kernel
+// keeps a sample taken while the sender had less to send only where it is
+// higher, so it reads the link's rate, not the sender's: a storage agent
+// that sends in bursts with the link idle between them still reads what
+// the link carries during a burst (BBR's bandwidth sample).
+func (s *Stats) Delivery() float64 { return s.delivery }
 
 // Readings is how many readings Add took.
 func (s *Stats) Readings() int { return s.n }

@@ -28,16 +28,16 @@ import (
 // A rate that went down is taken for the link's only where the storage
 // side did not bound the window: a storage agent that fell behind slows
 // the epoch too, and more offload would make that worse. It did not when
-// its load was under resplitBusy of its cores, or when the storage
-// agents' ends had data to send or unacknowledged for at least
-// resplitSaturated of the window, less what this end's receive window
-// held back (linkwatch's LinkBusy, from their TCP_INFO; LinkBusier): a
-// sender whose queue never empties sends what the link carries, so the
-// rate is the link's however busy its CPU. A balanced plan (link and
-// storage side both near full) whose link halves reads a busy storage
-// side and a busy link; a storage-bound epoch whose storage side slows
-// reads a busy storage side and a link that empties (its rate fell by
-// Threshold, so its link's use did), and does not re-split.
+// its load was under resplitBusy of its cores, or when the link itself
+// carries less: the storage agents' ends of the connections read a
+// delivery rate (TCP_INFO's, which the kernel takes from the data's
+// acknowledgements and keeps at what the link carried while the sender
+// had data queued; linkwatch's Stats.Delivery, LinkDeliverer), the least
+// of the window's readings, more than Threshold under the plan's link
+// rate too. A storage-bound epoch whose
+// storage side slows sends in bursts that still go at the link's rate; a
+// balanced plan (link and storage side both near full) whose link halves
+// reads a busy storage side and the link's rate halved.
 //
 // A storage-bound plan hides a link that came back: the epoch then
 // receives what its storage side makes, whatever the link could carry.
@@ -75,12 +75,8 @@ const (
 	// over its cores and the window) from which a slower epoch is taken
 	// for a slower storage side, not a slower link.
 	resplitBusy = 0.8
-	// resplitSaturated is the share of a window the storage agents' ends
-	// must have had data on the link for a rate down to be the link's
-	// however busy the storage side.
-	resplitSaturated = 0.9
-	probeAfter       = 2 * time.Second
-	probeSpan        = resplitSettle + resplitWindow
+	probeAfter  = 2 * time.Second
+	probeSpan   = resplitSettle + resplitWindow
 )
 
 // ResplitConfig configures the re-splits within an epoch.
@@ -126,24 +122,26 @@ type move struct {
 }
 
 // mark is what the epoch had received, its offloads' storage budget
-// time, and its links' busy time and the time they were read over
-// (LinkBusier), at a time.
+// time, and its links' delivery rate (LinkDeliverer; 0: unknown), at a
+// time.
 type mark struct {
-	at                 time.Time
-	bytes, storageNS   int64
-	linkBusy, linkOver time.Duration
+	at               time.Time
+	bytes, storageNS int64
+	delivery         float64
 }
 
-// LinkBusier is what an Epoch may also tell: its links' busy time and the
-// time they were read over, summed over its storage agents, since it
-// began (the engine's Epoch.LinkBusy). Without it a drop is judged by the
-// storage side's load alone.
-type LinkBusier interface {
-	LinkBusy() (busy, over time.Duration)
+// LinkDeliverer is what an Epoch may also tell: the rate its storage
+// agents' ends of the links last saw their data delivered at, bytes/s,
+// summed (0: none told; the engine's Epoch.LinkDelivery). Without it a
+// drop is judged by the storage side's load alone.
+type LinkDeliverer interface {
+	LinkDelivery() float64
 }
 
 // reading is a window's figures: the rate, the storage side's load and
-// the links' busy share (linkOK: read over most of the window).
+// the links' least delivery rate (linkOK: told in the window). The least,
+// as the kernel keeps a high sample (a burst the link's queue let through
+// at once) until a sample taken with its data queued replaces it.
 type reading struct {
 	rate, busy, link float64
 	linkOK           bool
@@ -168,6 +166,10 @@ type follower struct {
 	ref     float64   // the rate in the window before it began
 	probing bool
 	n, np   int // re-splits and probes made
+	// last is the last window's reading (lastOK: there was one), for the
+	// debug log.
+	last   reading
+	lastOK bool
 }
 
 func newFollower(cfg ResplitConfig, cores, rate float64) *follower {
@@ -208,23 +210,26 @@ func (f *follower) span(from, to time.Time) (rd reading, ok bool) {
 	if f.cores > 0 {
 		rd.busy = float64(b.storageNS-a.storageNS) / 1e9 / f.cores / dt
 	}
-	if over := b.linkOver - a.linkOver; over.Seconds() >= 0.5*dt {
-		rd.link, rd.linkOK = (b.linkBusy-a.linkBusy).Seconds()/over.Seconds(), true
+	for _, m := range f.marks[i+1 : j+1] {
+		if m.delivery > 0 && (!rd.linkOK || m.delivery < rd.link) {
+			rd.link, rd.linkOK = m.delivery, true
+		}
 	}
 	return rd, true
 }
 
-// linkBound says whether a window's rate may be the link's: the storage
-// side under resplitBusy, or the senders' queues full (resplitSaturated).
-func (rd reading) linkBound() bool {
-	return rd.busy < resplitBusy || rd.linkOK && rd.link >= resplitSaturated
+// linkDown says whether a window's lower rate may be the link's: the
+// storage side under resplitBusy, or the links' delivery rate under the
+// plan's link rate by the threshold.
+func (f *follower) linkDown(rd reading) bool {
+	return rd.busy < resplitBusy || rd.linkOK && rd.link < (1-f.cfg.Threshold)*f.rate
 }
 
 // why is the reading's grounds, for a move's reason.
 func (rd reading) why() string {
 	s := fmt.Sprintf("storage side %.0f%% busy", 100*rd.busy)
 	if rd.linkOK {
-		s += fmt.Sprintf(", link %.0f%% busy", 100*rd.link)
+		s += fmt.Sprintf(", link delivery %.0f B/s", rd.link)
 	}
 	return s
 }
@@ -232,7 +237,7 @@ func (rd reading) why() string {
 // step takes the epoch's mark at m.at and says what to do. The rate
 // moved when the last window's is more than the threshold off the
 // window's before and off the plan's link rate (down only where the link
-// may bound the window, reading.linkBound); it must stay so for the hold.
+// may bound the window, linkDown); it must stay so for the hold.
 func (f *follower) step(m mark) move {
 	now, bytes := m.at, m.bytes
 	f.marks = append(f.marks, m)
@@ -243,6 +248,7 @@ func (f *follower) step(m mark) move {
 		f.first = now
 	}
 	rd, ok := f.span(now.Add(-resplitWindow), now)
+	f.last, f.lastOK = rd, ok
 	if !ok {
 		return move{}
 	}
@@ -259,7 +265,7 @@ func (f *follower) step(m mark) move {
 		}
 		return move{report.ResplitRevert, r, false, fmt.Sprintf("probe: link carried %.0f B/s, not over the %.0f B/s the plan before it was made for", r, f.low)}
 	}
-	down := func(ref float64) bool { return r < (1-thr)*ref && r < (1-thr)*f.rate && rd.linkBound() }
+	down := func(ref float64) bool { return r < (1-thr)*ref && r < (1-thr)*f.rate && f.linkDown(rd) }
 	up := func(ref float64) bool { return r > (1+thr)*ref && r > (1+thr)*f.rate }
 	if f.since.IsZero() {
 		before, ok := f.span(now.Add(-2*resplitWindow), now.Add(-resplitWindow))
@@ -346,10 +352,14 @@ func (p *Run) follow(ctx context.Context, e Epoch, ended <-chan struct{}, shard 
 		if o := e.Offloads(); o != nil {
 			mk.storageNS = o.TotalEffNS
 		}
-		if lb, ok := e.(LinkBusier); ok {
-			mk.linkBusy, mk.linkOver = lb.LinkBusy()
+		if ld, ok := e.(LinkDeliverer); ok {
+			mk.delivery = ld.LinkDelivery()
 		}
 		m := f.step(mk)
+		if f.lastOK {
+			h.Log.Debug().Float64("at_seconds", now.Sub(began).Seconds()).Float64("rate", f.last.rate).Float64("plan_rate", f.rate).
+				Float64("storage_busy", f.last.busy).Float64("link_delivery", f.last.link).Msg("re-split: window")
+		}
 		if m.kind == "" {
 			continue
 		}

@@ -59,15 +59,6 @@ type Info struct {
 	// Cwnd is the congestion window in segments and MSS the sending
 	// segment size.
 	Cwnd, MSS uint32
-	// Busy is the time this end had data to send or awaiting its
-	// acknowledgement (tcpi_busy_time, the kernel's chrono, in jiffies);
-	// RwndLimited the part of it the receiver's window held the sending
-	// back (tcpi_rwnd_limited). Over an interval (Sub), Busy less
-	// RwndLimited over the interval is how much of it the link was in use
-	// or full (LinkBusy). NotSent is the bytes written and not yet sent
-	// (tcpi_notsent_bytes).
-	Busy, RwndLimited time.Duration
-	NotSent           int64
 }
 
 // rawConn returns the socket under c: c itself, or, through NetConn (a
@@ -88,7 +79,7 @@ func rawConn(c net.Conn) (syscall.RawConn, error) {
 
 // Sub is i's counters less those of an earlier reading of the same
 // connection (a counter that went backwards counts 0); the gauges (round
-// trips, InFlight, DeliveryRate, Cwnd, MSS, NotSent) are i's.
+// trips, InFlight, DeliveryRate, Cwnd, MSS) are i's.
 func (i Info) Sub(before Info) Info {
 	d := func(a, b uint64) uint64 {
 		if a < b {
@@ -101,19 +92,8 @@ func (i Info) Sub(before Info) Info {
 	i.BytesSent = d(i.BytesSent, before.BytesSent)
 	i.BytesAcked = d(i.BytesAcked, before.BytesAcked)
 	i.BytesReceived = d(i.BytesReceived, before.BytesReceived)
-	dd := func(a, b time.Duration) time.Duration { return time.Duration(d(uint64(max(a, 0)), uint64(max(b, 0)))) }
-	i.Busy = dd(i.Busy, before.Busy)
-	i.RwndLimited = dd(i.RwndLimited, before.RwndLimited)
 	return i
 }
-
-// LinkBusy is the time of i (an interval's reading, Sub) that the sender
-// had data on the link or waiting for it, less what the receiver's window
-// held back: Busy less RwndLimited. Over an interval's length it is the
-// link's use as the sender sees it: near 1 when the link bounds what the
-// sender sends (its queue never empties), the rate over the link's
-// capacity when the sender has less to send.
-func (i Info) LinkBusy() time.Duration { return max(i.Busy-i.RwndLimited, 0) }
 
 // Loss is Retransmits over SegmentsOut (0 when nothing was sent).
 func (i Info) Loss() float64 {
@@ -124,7 +104,7 @@ func (i Info) Loss() float64 {
 }
 
 // Sum adds readings of several connections between the same two hosts
-// (a pool): counters, InFlight, DeliveryRate and NotSent add up, RTT and RTTVar are
+// (a pool): counters, InFlight and DeliveryRate add up, RTT and RTTVar are
 // the mean of the connections that have one, MinRTT and RcvRTT the least
 // non-zero.
 func Sum(infos []Info) Info {
@@ -147,9 +127,6 @@ func Sum(infos []Info) Info {
 		s.DeliveryRate += i.DeliveryRate
 		s.Cwnd += i.Cwnd
 		s.MSS = max(s.MSS, i.MSS)
-		s.Busy += i.Busy
-		s.RwndLimited += i.RwndLimited
-		s.NotSent += i.NotSent
 		s.MinRTT = least(s.MinRTT, i.MinRTT)
 		s.RcvRTT = least(s.RcvRTT, i.RcvRTT)
 		if i.RTT > 0 {
@@ -269,11 +246,10 @@ func (i Info) Encode() string {
 		"sent=" + u(i.BytesSent), "acked=" + u(i.BytesAcked), "received=" + u(i.BytesReceived),
 		"delivery=" + strconv.FormatFloat(i.DeliveryRate, 'f', 0, 64),
 		"cwnd=" + u(uint64(i.Cwnd)), "mss=" + u(uint64(i.MSS)),
-		"busy_us=" + us(i.Busy), "rwnd_limited_us=" + us(i.RwndLimited), "notsent=" + strconv.FormatInt(i.NotSent, 10),
 	}, " ")
 }
 
-// maxEncoded bounds what Parse reads: Encode's line is under 400 bytes.
+// maxEncoded bounds what Parse reads: Encode's line is under 300 bytes.
 const maxEncoded = 1024
 
 // ErrMalformed: a header that is not Encode's form.
@@ -328,12 +304,6 @@ func Parse(s string) (Info, error) {
 			i.Cwnd = uint32(min(num(), 1<<32-1))
 		case "mss":
 			i.MSS = uint32(min(num(), 1<<32-1))
-		case "busy_us":
-			i.Busy = us()
-		case "rwnd_limited_us":
-			i.RwndLimited = us()
-		case "notsent":
-			i.NotSent = int64(num())
 		}
 		if err != nil {
 			return Info{}, fmt.Errorf("%w: field %q: %v", ErrMalformed, f, err)

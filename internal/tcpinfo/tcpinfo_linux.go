@@ -27,7 +27,6 @@ func Read(c net.Conn) (Info, error) {
 		return Info{}, fmt.Errorf("%w: TCP_INFO: %v", ErrUnavailable, gerr)
 	}
 	us := func(v uint32) time.Duration { return time.Duration(v) * time.Microsecond }
-	us64 := func(v uint64) time.Duration { return time.Duration(min(v, 1<<62/1000)) * time.Microsecond }
 	return Info{
 		RTT:           us(ti.Rtt),
 		RTTVar:        us(ti.Rttvar),
@@ -42,9 +41,6 @@ func Read(c net.Conn) (Info, error) {
 		DeliveryRate:  float64(ti.Delivery_rate),
 		Cwnd:          ti.Snd_cwnd,
 		MSS:           ti.Snd_mss,
-		Busy:          us64(ti.Busy_time),
-		RwndLimited:   us64(ti.Rwnd_limited),
-		NotSent:       int64(ti.Notsent_bytes),
 	}, nil
 }
 
