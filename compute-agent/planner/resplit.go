@@ -132,8 +132,8 @@ type mark struct {
 
 // LinkDeliverer is what an Epoch may also tell: the rate its storage
 // agents' ends of the links last saw their data delivered at, bytes/s,
-// summed (0: none told; the engine's Epoch.LinkDelivery). Without it a
-// drop is judged by the storage side's load alone.
+// summed (0: not told by every one; the engine's Epoch.LinkDelivery).
+// Without it a drop is judged by the storage side's load alone.
 type LinkDeliverer interface {
 	LinkDelivery() float64
 }
