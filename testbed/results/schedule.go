@@ -101,7 +101,8 @@ func writeSchedule(b *strings.Builder, r *Results) {
 	if rows := resplitGainTable(r); len(rows) > 0 {
 		b.WriteString("\nSide by side: each policy that re-split against its \"-noresplit\" row in the same cell, over the " +
 			"epochs the schedule changed the rate in (every repetition): the mean epoch time of each, the re-split's " +
-			"change (- is faster), and in how many of the pairs (same repetition, same epoch) the re-split was faster.\n\n")
+			"change (- is faster), and in how many of the pairs (same repetition, same epoch) the re-split was faster. " +
+			"A run that profiled is left out with its pair (the cell's first run profiles; use --repeat 2 or more).\n\n")
 		writeMarkdownTable(b, gainColumns, rows)
 	}
 }
@@ -142,11 +143,18 @@ type gainKey struct {
 }
 
 // scheduledEpochs is the seconds of each of run's epochs that the rate
-// schedule changed the rate in, by repetition and epoch.
+// schedule changed the rate in, by repetition and epoch; none from a run
+// that profiled (its next epochs run on a plan its later epochs
+// recalibrate, slower or faster than the other row's for that alone).
 func scheduledEpochs(c *Cell, run *Run, into map[[2]int]float64) {
 	changed := map[int]bool{}
 	for _, ch := range run.RateChanges {
 		changed[ch.Epoch] = true
+	}
+	for _, e := range run.Epochs {
+		if e.Profiled {
+			return
+		}
 	}
 	for _, e := range run.Epochs {
 		if changed[e.Epoch] {

@@ -74,8 +74,8 @@ func writeReportText(t *testing.T, r *Results) string {
 
 // TestResplitGain: a policy and its "-noresplit" row in the same cell
 // compare over the epochs with a rate change, across repetitions, pair
-// by pair; a policy without such a row, and epochs without a change, are
-// left out.
+// by pair; a policy without such a row, epochs without a change and a
+// run that profiled (with its pair) are left out.
 func TestResplitGain(t *testing.T) {
 	mk := func(rep int, policy string, secs ...float64) Run {
 		run := Run{Policy: policy}
@@ -87,9 +87,12 @@ func TestResplitGain(t *testing.T) {
 		}
 		return run
 	}
+	profiled := mk(0, "optimal-noresplit", 60, 20, 20)
+	profiled.Epochs[0].Profiled = true
 	r := &Results{Cells: []Cell{
 		{Rate: "100mbit", StorageCPUs: 0.4, Repetition: 1, Runs: []Run{mk(1, "optimal-noresplit", 60, 13, 14), mk(1, "optimal", 11, 12, 13), mk(1, "sophon", 11, 12)}},
 		{Rate: "100mbit", StorageCPUs: 0.4, Repetition: 2, Runs: []Run{mk(2, "optimal-noresplit", 11, 12, 13), mk(2, "optimal", 11, 12.5, 13.5)}},
+		{Rate: "100mbit", StorageCPUs: 0.4, Repetition: 3, Runs: []Run{profiled, mk(3, "optimal", 11, 12, 13)}},
 	}}
 	rows := resplitGainTable(r)
 	if len(rows) != 1 {
