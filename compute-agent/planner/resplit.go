@@ -25,19 +25,18 @@ import (
 // plan throughout (a compute side short of CPU, a plan's wrong guess) is
 // the between-epoch drift's to correct, not a link that moved.
 //
-// A rate that went down is taken for the link's only where the storage
-// side did not bound the window: a storage agent that fell behind slows
-// the epoch too, and more offload would make that worse. It did not when
-// its load was under resplitBusy of its cores, or when the link itself
+// A rate that went down is taken for the link's only where the link
 // carries less: the storage agents' ends of the connections read a
 // delivery rate (TCP_INFO's, which the kernel takes from the data's
 // acknowledgements and keeps at what the link carried while the sender
 // had data queued; linkwatch's Stats.Delivery, LinkDeliverer), the least
 // of the window's readings, more than Threshold under the plan's link
-// rate too. A storage-bound epoch whose
-// storage side slows sends in bursts that still go at the link's rate; a
-// balanced plan (link and storage side both near full) whose link halves
-// reads a busy storage side and the link's rate halved.
+// rate too. A storage-bound epoch whose storage side slows (more offload
+// would make that worse) still sends its bursts at the link's rate, and
+// so does an epoch's tail or a compute side short of CPU; a balanced plan
+// (link and storage side both near full) whose link halves reads a busy
+// storage side and the link's rate halved. Where the storage agents do
+// not tell it, the storage side under resplitBusy of its cores stands in.
 //
 // A storage-bound plan hides a link that came back: the epoch then
 // receives what its storage side makes, whatever the link could carry.
@@ -219,10 +218,13 @@ func (f *follower) span(from, to time.Time) (rd reading, ok bool) {
 }
 
 // linkDown says whether a window's lower rate may be the link's: the
-// storage side under resplitBusy, or the links' delivery rate under the
-// plan's link rate by the threshold.
+// links' delivery rate under the plan's link rate by the threshold, or,
+// where it is not told, the storage side under resplitBusy.
 func (f *follower) linkDown(rd reading) bool {
-	return rd.busy < resplitBusy || rd.linkOK && rd.link < (1-f.cfg.Threshold)*f.rate
+	if rd.linkOK {
+		return rd.link < (1-f.cfg.Threshold)*f.rate
+	}
+	return rd.busy < resplitBusy
 }
 
 // why is the reading's grounds, for a move's reason.

@@ -86,10 +86,11 @@ func TestFollowerDropAndRecovery(t *testing.T) {
 	}
 }
 
-// TestFollowerBusyStorage: where the storage side is busy a drop re-splits
-// only when the links' delivery rate fell with it (the link halved under
-// a balanced plan), not when it held (the storage side slowed and sends
-// in bursts at the link's rate), nor when the epoch does not tell it.
+// TestFollowerBusyStorage: a drop re-splits when the links' delivery rate
+// fell with it (the link halved under a balanced plan, its storage side
+// busy), not when it held (the storage side slowed and sends in bursts at
+// the link's rate; the storage side idle, the epoch's tail), nor, with
+// the storage side busy, when the epoch does not tell it.
 func TestFollowerBusyStorage(t *testing.T) {
 	const R = 10e6
 	t0 := time.Unix(1000, 0)
@@ -102,9 +103,16 @@ func TestFollowerBusyStorage(t *testing.T) {
 		{"storage side slowed", 1.05 * R, 1.02 * R, false},
 		{"delivery not told", 0, 0, false},
 		{"delivery down less than the threshold", 1.05 * R, 0.8 * R, false},
+		// The storage side idle and the link as fast: the epoch's tail,
+		// or a compute side short of CPU, not the link.
+		{"storage side idle, link as fast", 1.05 * R, 1.02 * R, false},
 	} {
 		f := newFollower(ResplitConfig{}, 1, R)
 		var bytes, storage float64
+		busy := 0.95
+		if strings.Contains(c.name, "idle") {
+			busy = 0.2
+		}
 		if m, at := feedLink(f, t0, 0, 3*time.Second, R, 0.9, c.before, &bytes, &storage); m.kind != "" {
 			t.Fatalf("%s: move %+v at %v before the drop", c.name, m, at)
 		}
@@ -114,10 +122,10 @@ func TestFollowerBusyStorage(t *testing.T) {
 		if spike > 0 {
 			spike = 40 * R
 		}
-		if m, at := feedLink(f, t0, 3*time.Second, 3600*time.Millisecond, R/2, 0.95, spike, &bytes, &storage); m.kind != "" {
+		if m, at := feedLink(f, t0, 3*time.Second, 3600*time.Millisecond, R/2, busy, spike, &bytes, &storage); m.kind != "" {
 			t.Fatalf("%s: move %+v at %v with the spike", c.name, m, at)
 		}
-		m, at := feedLink(f, t0, 3600*time.Millisecond, 8*time.Second, R/2, 0.95, c.after, &bytes, &storage)
+		m, at := feedLink(f, t0, 3600*time.Millisecond, 8*time.Second, R/2, busy, c.after, &bytes, &storage)
 		if got := m.kind == report.ResplitLink && !m.up; got != c.want {
 			t.Errorf("%s: move %+v at %v, want a re-split down %t", c.name, m, at, c.want)
 			continue
