@@ -115,9 +115,15 @@ func policyOpts(o planner.EpochOpts) epochOpts {
 // policyEpoch is the engine's epoch as the policy run sees it.
 type policyEpoch struct{ e *engine.Epoch }
 
+var (
+	_ planner.Epoch         = policyEpoch{}
+	_ planner.LinkDeliverer = policyEpoch{}
+)
+
 func (p policyEpoch) BytesReceived() int64                 { return p.e.BytesReceived() }
 func (p policyEpoch) Observations() []profiler.Observation { return p.e.Observations() }
 func (p policyEpoch) Offloads() *planner.Offloads          { return (*planner.Offloads)(p.e.Offloads()) }
+func (p policyEpoch) LinkDelivery() float64                { return p.e.LinkDelivery() }
 func (p policyEpoch) Swap(plan *planner.RunPlan, split func(uint64) int, link, cores float64) int {
 	return p.e.Swap(plan, split, link, cores)
 }

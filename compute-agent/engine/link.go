@@ -143,6 +143,23 @@ func (f *Fetcher) meanResponse() int64 {
 	return f.e.meanEst
 }
 
+// LinkDelivery is the storage agents' delivery rates summed, each as its
+// end of the link last told it (linkwatch.Stats.Delivery); 0 when one has
+// not told it (a sum without it would read a slower link).
+func (e *Epoch) LinkDelivery() float64 {
+	var sum float64
+	for _, f := range e.fs {
+		f.link.mu.Lock()
+		d := f.link.stats.Delivery()
+		f.link.mu.Unlock()
+		if d <= 0 {
+			return 0
+		}
+		sum += d
+	}
+	return sum
+}
+
 // linkReport is f's link over the epoch for the report (nil: never read).
 func (f *Fetcher) linkReport() *report.Link {
 	r := f.link.Report()

@@ -109,3 +109,19 @@ func TestStats(t *testing.T) {
 		t.Errorf("span %+v loss %v", sp, sp.Loss())
 	}
 }
+
+// TestStatsDelivery: the storage end's latest delivery rate, kept
+// through readings without it.
+func TestStatsDelivery(t *testing.T) {
+	var s Stats
+	if s.Delivery() != 0 {
+		t.Error("empty stats have a delivery rate")
+	}
+	s.Add(Reading{Remote: tcpinfo.Info{DeliveryRate: 12e6}, RemoteOK: true})
+	s.Add(Reading{Remote: tcpinfo.Info{DeliveryRate: 6e6}, RemoteOK: true})
+	s.Add(Reading{LocalOK: true, Local: tcpinfo.Info{DeliveryRate: 1}})
+	s.Add(Reading{Remote: tcpinfo.Info{}, RemoteOK: true})
+	if got := s.Delivery(); got != 6e6 {
+		t.Errorf("delivery %.0f B/s, want the last the storage end told, 6000000", got)
+	}
+}

@@ -8,8 +8,9 @@ import (
 
 // Stats sums the readings of one peer taken through an epoch: the round
 // trip's mean and least, the storage agent's bytes in flight (mean and
-// peak) and, between the first reading and the last, its retransmits
-// over its segments. The zero value is ready; not safe for concurrent use.
+// peak), its latest delivery rate (Delivery) and, between the first
+// reading and the last, its retransmits over its segments. The zero value
+// is ready; not safe for concurrent use.
 type Stats struct {
 	first, last Reading
 	n           int
@@ -20,6 +21,9 @@ type Stats struct {
 	flightSum   int64
 	flightN     int
 	flightPeak  int64
+	// delivery is the storage agent's delivery rate at the last reading
+	// that had its end (0: none).
+	delivery float64
 }
 
 // Add takes one reading.
@@ -42,7 +46,18 @@ func (s *Stats) Add(r Reading) {
 		s.flightN++
 		s.flightPeak = max(s.flightPeak, b)
 	}
+	if r.RemoteOK && r.Remote.DeliveryRate > 0 {
+		s.delivery = r.Remote.DeliveryRate
+	}
 }
+
+// Delivery is the rate the storage agent's end last saw its data
+// delivered at (tcpinfo.Info.DeliveryRate, bytes/s; 0: none). The kernel
+// keeps a sample taken while the sender had less to send only where it is
+// higher, so it reads the link's rate, not the sender's: a storage agent
+// that sends in bursts with the link idle between them still reads what
+// the link carries during a burst (BBR's bandwidth sample).
+func (s *Stats) Delivery() float64 { return s.delivery }
 
 // Readings is how many readings Add took.
 func (s *Stats) Readings() int { return s.n }

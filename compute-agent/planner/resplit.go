@@ -15,10 +15,7 @@ import (
 // is slow, too much once it is fast again. So while a planned epoch runs
 // the policy run reads its bytes every resplitTick and the rate they
 // arrived at over the last resplitWindow. When that rate is more than
-// Threshold under the window's before and the plan's link rate (with the
-// storage side not busy:
-// under resplitBusy of its cores, as a storage agent that fell behind
-// slows the epoch too, and more offload would make that worse) or over
+// Threshold under the window's before and the plan's link rate, or over
 // both, and stays so for Hold, the planner makes a plan
 // for the rate measured, with its one model (Planner.Replan), and the
 // epoch takes it for the positions not yet requested (Epoch.Swap, the
@@ -27,6 +24,19 @@ import (
 // earlier rate, not with the plan's prediction: an epoch slower than its
 // plan throughout (a compute side short of CPU, a plan's wrong guess) is
 // the between-epoch drift's to correct, not a link that moved.
+//
+// A rate that went down is taken for the link's only where the link
+// carries less: the storage agents' ends of the connections read a
+// delivery rate (TCP_INFO's, which the kernel takes from the data's
+// acknowledgements and keeps at what the link carried while the sender
+// had data queued; linkwatch's Stats.Delivery, LinkDeliverer), the least
+// of the window's readings, more than Threshold under the plan's link
+// rate too. A storage-bound epoch whose storage side slows (more offload
+// would make that worse) still sends its bursts at the link's rate, and
+// so does an epoch's tail or a compute side short of CPU; a balanced plan
+// (link and storage side both near full) whose link halves reads a busy
+// storage side and the link's rate halved. Where the storage agents do
+// not tell it, the storage side under resplitBusy of its cores stands in.
 //
 // A storage-bound plan hides a link that came back: the epoch then
 // receives what its storage side makes, whatever the link could carry.
@@ -110,11 +120,30 @@ type move struct {
 	why      string
 }
 
-// mark is what the epoch had received, and its offloads' storage budget
-// time, at a time.
+// mark is what the epoch had received, its offloads' storage budget
+// time, and its links' delivery rate (LinkDeliverer; 0: unknown), at a
+// time.
 type mark struct {
 	at               time.Time
 	bytes, storageNS int64
+	delivery         float64
+}
+
+// LinkDeliverer is what an Epoch may also tell: the rate its storage
+// agents' ends of the links last saw their data delivered at, bytes/s,
+// summed (0: not told by every one; the engine's Epoch.LinkDelivery).
+// Without it a drop is judged by the storage side's load alone.
+type LinkDeliverer interface {
+	LinkDelivery() float64
+}
+
+// reading is a window's figures: the rate, the storage side's load and
+// the links' least delivery rate (linkOK: told in the window). The least,
+// as the kernel keeps a high sample (a burst the link's queue let through
+// at once) until a sample taken with its data queued replaces it.
+type reading struct {
+	rate, busy, link float64
+	linkOK           bool
 }
 
 // follower decides the re-splits of one epoch from its bytes and its
@@ -136,19 +165,23 @@ type follower struct {
 	ref     float64   // the rate in the window before it began
 	probing bool
 	n, np   int // re-splits and probes made
+	// last is the last window's reading (lastOK: there was one), for the
+	// debug log.
+	last   reading
+	lastOK bool
 }
 
 func newFollower(cfg ResplitConfig, cores, rate float64) *follower {
 	return &follower{cfg: cfg.withDefaults(), cores: cores, base: rate, rate: rate}
 }
 
-// span is the rate and the storage side's load over [from, to], counted
-// from no earlier than the later of the last change of plan plus
-// resplitSettle and the first bytes plus resplitRamp; ok is false when
-// that leaves less than most of a window.
-func (f *follower) span(from, to time.Time) (rate, busy float64, ok bool) {
+// span is the reading over [from, to], counted from no earlier than the
+// later of the last change of plan plus resplitSettle and the first bytes
+// plus resplitRamp; ok is false when that leaves less than most of a
+// window.
+func (f *follower) span(from, to time.Time) (rd reading, ok bool) {
 	if f.first.IsZero() {
-		return 0, 0, false
+		return reading{}, false
 	}
 	if t := f.changed.Add(resplitSettle); t.After(from) {
 		from = t
@@ -165,36 +198,63 @@ func (f *follower) span(from, to time.Time) (rate, busy float64, ok bool) {
 		j--
 	}
 	if j <= i {
-		return 0, 0, false
+		return reading{}, false
 	}
 	a, b := f.marks[i], f.marks[j]
 	dt := b.at.Sub(a.at).Seconds()
 	if dt < 0.7*resplitWindow.Seconds() {
-		return 0, 0, false
+		return reading{}, false
 	}
-	rate = float64(b.bytes-a.bytes) / dt
+	rd.rate = float64(b.bytes-a.bytes) / dt
 	if f.cores > 0 {
-		busy = float64(b.storageNS-a.storageNS) / 1e9 / f.cores / dt
+		rd.busy = float64(b.storageNS-a.storageNS) / 1e9 / f.cores / dt
 	}
-	return rate, busy, true
+	for _, m := range f.marks[i+1 : j+1] {
+		if m.delivery > 0 && (!rd.linkOK || m.delivery < rd.link) {
+			rd.link, rd.linkOK = m.delivery, true
+		}
+	}
+	return rd, true
 }
 
-// step takes the epoch's bytes and storage budget time at now and says
-// what to do. The rate moved when the last window's is more than the
-// threshold off the window's before and off the plan's link rate (down
-// only with the storage side not busy); it must stay so for the hold.
-func (f *follower) step(now time.Time, bytes, storageNS int64) move {
-	f.marks = append(f.marks, mark{now, bytes, storageNS})
+// linkDown says whether a window's lower rate may be the link's: the
+// links' delivery rate under the plan's link rate by the threshold, or,
+// where it is not told, the storage side under resplitBusy.
+func (f *follower) linkDown(rd reading) bool {
+	if rd.linkOK {
+		return rd.link < (1-f.cfg.Threshold)*f.rate
+	}
+	return rd.busy < resplitBusy
+}
+
+// why is the reading's grounds, for a move's reason.
+func (rd reading) why() string {
+	s := fmt.Sprintf("storage side %.0f%% busy", 100*rd.busy)
+	if rd.linkOK {
+		s += fmt.Sprintf(", link delivery %.0f B/s", rd.link)
+	}
+	return s
+}
+
+// step takes the epoch's mark at m.at and says what to do. The rate
+// moved when the last window's is more than the threshold off the
+// window's before and off the plan's link rate (down only where the link
+// may bound the window, linkDown); it must stay so for the hold.
+func (f *follower) step(m mark) move {
+	now, bytes := m.at, m.bytes
+	f.marks = append(f.marks, m)
 	for len(f.marks) > 2 && now.Sub(f.marks[1].at) > 2*resplitWindow+resplitTick {
 		f.marks = f.marks[1:]
 	}
 	if f.first.IsZero() && bytes > 0 {
 		f.first = now
 	}
-	r, busy, ok := f.span(now.Add(-resplitWindow), now)
+	rd, ok := f.span(now.Add(-resplitWindow), now)
+	f.last, f.lastOK = rd, ok
 	if !ok {
 		return move{}
 	}
+	r := rd.rate
 	thr := f.cfg.Threshold
 	if f.probing {
 		if now.Sub(f.changed) < probeSpan {
@@ -207,10 +267,11 @@ func (f *follower) step(now time.Time, bytes, storageNS int64) move {
 		}
 		return move{report.ResplitRevert, r, false, fmt.Sprintf("probe: link carried %.0f B/s, not over the %.0f B/s the plan before it was made for", r, f.low)}
 	}
-	down := func(ref float64) bool { return r < (1-thr)*ref && r < (1-thr)*f.rate && busy < resplitBusy }
+	down := func(ref float64) bool { return r < (1-thr)*ref && r < (1-thr)*f.rate && f.linkDown(rd) }
 	up := func(ref float64) bool { return r > (1+thr)*ref && r > (1+thr)*f.rate }
 	if f.since.IsZero() {
-		prev, _, ok := f.span(now.Add(-2*resplitWindow), now.Add(-resplitWindow))
+		before, ok := f.span(now.Add(-2*resplitWindow), now.Add(-resplitWindow))
+		prev := before.rate
 		switch {
 		case ok && down(prev):
 			f.dir, f.since, f.ref = -1, now, prev
@@ -226,8 +287,8 @@ func (f *follower) step(now time.Time, bytes, storageNS int64) move {
 		if f.dir > 0 {
 			word = "over"
 		}
-		return move{report.ResplitLink, r, f.dir > 0, fmt.Sprintf("link %.0f B/s for %v, %s the %.0f B/s before (plan %.0f B/s; storage side %.0f%% busy)",
-			r, f.cfg.Hold, word, f.ref, f.rate, 100*busy)}
+		return move{report.ResplitLink, r, f.dir > 0, fmt.Sprintf("link %.0f B/s for %v, %s the %.0f B/s before (plan %.0f B/s; %s)",
+			r, f.cfg.Hold, word, f.ref, f.rate, rd.why())}
 	}
 	if f.dir == 0 && f.rate < (1-thr)*f.base && now.Sub(f.changed) >= probeAfter && f.np < f.cfg.Max && f.n < f.cfg.Max {
 		f.np++
@@ -289,11 +350,18 @@ func (p *Run) follow(ctx context.Context, e Epoch, ended <-chan struct{}, shard 
 		case <-tick.C:
 		}
 		now := h.Now()
-		var storage int64
+		mk := mark{at: now, bytes: e.BytesReceived()}
 		if o := e.Offloads(); o != nil {
-			storage = o.TotalEffNS
+			mk.storageNS = o.TotalEffNS
 		}
-		m := f.step(now, e.BytesReceived(), storage)
+		if ld, ok := e.(LinkDeliverer); ok {
+			mk.delivery = ld.LinkDelivery()
+		}
+		m := f.step(mk)
+		if f.lastOK {
+			h.Log.Debug().Float64("at_seconds", now.Sub(began).Seconds()).Float64("rate", f.last.rate).Float64("plan_rate", f.rate).
+				Float64("storage_busy", f.last.busy).Float64("link_delivery", f.last.link).Msg("re-split: window")
+		}
 		if m.kind == "" {
 			continue
 		}
