@@ -149,9 +149,7 @@ func (f *Fetcher) meanResponse() int64 {
 func (e *Epoch) LinkDelivery() float64 {
 	var sum float64
 	for _, f := range e.fs {
-		f.link.mu.Lock()
-		d := f.link.stats.Delivery()
-		f.link.mu.Unlock()
+		d := f.link.Delivery()
 		if d <= 0 {
 			return 0
 		}

@@ -88,6 +88,14 @@ func (t *Tracker) Seed(mem *Memory) (float64, bool) {
 	return rate, true
 }
 
+// Delivery is the delivery rate the storage agent's end last told
+// (Stats.Delivery; 0: none yet).
+func (t *Tracker) Delivery() float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stats.Delivery()
+}
+
 // RTT is the least round trip seen this epoch, or the one Seed carried
 // over (0: none yet).
 func (t *Tracker) RTT() time.Duration { return time.Duration(t.rtt.Load()) }
