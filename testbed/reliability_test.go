@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"math/rand/v2"
@@ -376,6 +377,10 @@ func TestFaultComputeKillResume(t *testing.T) {
 			t.Fatalf("life %d ended before its kill: %v\n%s", kill, err, logs.String())
 		case <-time.After(life):
 		}
+		// NB: the kill lands inside an epoch, so that the next life has one
+		// to resume: a fixed life can fall between two epochs as start-up
+		// and epoch times move.
+		waitMidEpoch(filepath.Join(dir, "samples.txt"), faultSamples, done)
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
 		lives = append(lives, time.Since(began).Seconds())
@@ -395,5 +400,29 @@ func TestFaultComputeKillResume(t *testing.T) {
 		"resumed_epochs": resumed, "exactly_once": true})
 	if resumed == 0 {
 		t.Errorf("no report says an epoch resumed after %d kills", len(lives))
+	}
+}
+
+// waitMidEpoch waits, for at most 15 s or until done has a value, until
+// the sample log at path holds a count of lines between a quarter and
+// three quarters of an epoch of perEpoch samples past its last full one:
+// a compute agent killed then leaves an epoch to resume. An error read
+// from done is put back for the caller.
+func waitMidEpoch(path string, perEpoch int, done chan error) {
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			done <- err
+			return
+		default:
+		}
+		if b, err := os.ReadFile(path); err == nil {
+			at := bytes.Count(b, []byte("\n")) % perEpoch
+			if at >= perEpoch/4 && at <= 3*perEpoch/4 {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
