@@ -146,7 +146,11 @@ func TestTCPCongestionRefused(t *testing.T) {
 // epoch starts from it (linkwatch.Memory). A --recv-window below the
 // product is warned about.
 func TestWindowGrowsWithRTT(t *testing.T) {
-	const rtt = 60 * time.Millisecond
+	// NB: 150 ms, so that the link's 2 MB/s need only keep above 0.44
+	// MB/s over one reading's interval for its bandwidth x round trip to
+	// pass the 64 KiB stream window: under the race detector and a
+	// loaded machine a reading's interval can carry less than 2 MB/s.
+	const rtt = 150 * time.Millisecond
 	n := &enginetest.MemNet{}
 	s := shapedFake(t, "s1", constBPS(2e6))
 	s.InfoErr = func() error { time.Sleep(rtt); return nil }
@@ -155,7 +159,7 @@ func TestWindowGrowsWithRTT(t *testing.T) {
 	cfg.Plan = planner.NoOff()
 	cfg.Epochs = 2
 	cfg.Window = 2
-	cfg.RecvWindow = MinRecvWindow // 64 KiB, under 2 MB/s x 60 ms
+	cfg.RecvWindow = MinRecvWindow // 64 KiB, under 2 MB/s x 150 ms
 	var logs testutil.SyncBuffer
 	cfg.Logger = zerolog.New(&logs).Level(zerolog.WarnLevel)
 	reports, err := runAgent(t, cfg)
