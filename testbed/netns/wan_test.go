@@ -394,8 +394,12 @@ func TestWANLink(t *testing.T) {
 	payload := payloadRate(rate, DefaultMTU)
 	t.Logf("bulk: %.2f Mbit/s of payload, want %.2f; delay line %.3f CPU s for %.1f MB = %.2f CPU s per Gbit",
 		r.goodput/1e6, payload/1e6, r.cpu, float64(r.forwarded)/1e6, r.cpuPerGbit)
-	if r.goodput > payload*1.05 || r.goodput < payload/2 {
-		t.Errorf("goodput %.2f Mbit/s, want at most %.2f (the shaped rate) and at least half of it", r.goodput/1e6, payload/1e6)
+	// NB: the ceiling has room (15%): over half a second, a receiver the
+	// loaded machine descheduled at the window's start reads a burst the
+	// link queued meanwhile inside the window (a 104 Mbit/s reading of 96.5
+	// was seen); make wan holds the rate to 5% over a longer transfer.
+	if r.goodput > payload*1.15 || r.goodput < payload/2 {
+		t.Errorf("goodput %.2f Mbit/s, want at most %.2f (the shaped rate, 15%% over) and at least half of it", r.goodput/1e6, payload*1.15/1e6)
 	}
 	c1, err := topo.Storage[0].Counters()
 	if err != nil {
