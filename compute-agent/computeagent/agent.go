@@ -410,8 +410,9 @@ func (a *Agent) dialer(addr string, socks *tcpinfo.Conns) func(context.Context, 
 }
 
 // connsFunc is how many connections an epoch stripes over to the storage
-// agent that answered Info with info (nil: one).
-type connsFunc func(info *dataplanepb.InfoResponse) int
+// agent that answered Info with info, whose first connection's kernel
+// measured a least round trip of rtt (0: unknown).
+type connsFunc func(info *dataplanepb.InfoResponse, rtt time.Duration) int
 
 // storage discovers the storage agents, reads the catalog on first use
 // and keeps the agents whose dataset fingerprint matches it, each with
@@ -571,11 +572,18 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed, conns connsF
 		a.log.Error().Err(err).Msg("storage agent refused")
 		return nil, false, err
 	}
-	f.SetTCP(a.tcpConns(ep.Addr, ep.Member))
+	socks, mem := a.tcpConns(ep.Addr, ep.Member)
+	f.SetTCP(socks, mem)
 	if conns == nil {
 		return f, false, nil
 	}
-	n := min(conns(p.info), linkwatch.MaxConns)
+	var rtt time.Duration
+	if socks != nil {
+		if ti, _, err := socks.Read(); err == nil {
+			rtt = ti.MinRTT
+		}
+	}
+	n := min(conns(p.info, rtt), linkwatch.MaxConns)
 	for i := 1; i < n; i++ {
 		c, err := a.conn(ep.Addr, ep.Member, i)
 		if err != nil {
@@ -590,33 +598,52 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed, conns connsF
 // options o: Config.Conns, or when that is 0 (auto) linkwatch.AutoConns of
 // the link's rate (the planner's, or the agent's announced egress rate,
 // the higher) and the path's round trip and loss as last measured (stage
-// 1's probe, then each epoch's readings: pathMemo). Before the first
-// measurement, and on a path without loss, that is one connection. A rate
+// 1's probe, then each epoch's readings: pathMemo). Before the loss is
+// measured (a run's first epoch) that is linkwatch.FirstConns of the
+// round trip the first connection's kernel measured: a long round trip
+// stripes from the start, as if it lost linkwatch.PriorLoss. On a path
+// without loss that is one connection. A rate
 // measured over connections that loss held near their ceiling says
 // nothing of the link's (it is theirs), so after such an epoch the rate
 // counts as unknown: as many connections as AutoConns allows; after one
-// that the link held, no fewer than it used (they filled the link).
+// that the link held on a lossy path, no fewer than it used (they filled
+// the link).
 func (a *Agent) epochConns(o engine.Opts) connsFunc {
-	return func(info *dataplanepb.InfoResponse) int {
+	return func(info *dataplanepb.InfoResponse, connRTT time.Duration) int {
 		if a.cfg.Conns > 0 {
 			return a.cfg.Conns
 		}
-		rtt, loss, held, used := a.path.load()
+		p := a.path.load()
 		rate := max(o.LinkRate, float64(info.GetEgressBytesPerSec()))
-		if held && info.GetEgressBytesPerSec() == 0 {
+		if !p.lossKnown {
+			return linkwatch.FirstConns(rate, cmp.Or(p.rtt, connRTT))
+		}
+		if p.held && info.GetEgressBytesPerSec() == 0 {
 			rate = 0
 		}
-		return max(linkwatch.AutoConns(rate, rtt, loss, 0), min(used, linkwatch.MaxConns))
+		n := linkwatch.AutoConns(rate, p.rtt, p.loss, 0)
+		if p.loss > 0 {
+			n = max(n, min(p.used, linkwatch.MaxConns))
+		}
+		return n
 	}
 }
 
 // pathMemo is the round trip and loss rate of the link to the storage
-// agents as last measured (zero: unknown), and whether the last epoch's
-// connections were held by the loss (held).
+// agents as last measured, and what the last epoch's connections did.
 type pathMemo struct {
-	mu   sync.Mutex
-	rtt  time.Duration
-	loss float64
+	mu sync.Mutex
+	pathState
+}
+
+// pathState is a pathMemo's content.
+type pathState struct {
+	// rtt is the least round trip last measured (0: unknown) and loss the
+	// loss rate, measured when lossKnown.
+	rtt       time.Duration
+	loss      float64
+	lossKnown bool
+	// held is whether loss held the last epoch's connections.
 	held bool
 	// used is the connections of the last epoch the link held (0: none).
 	used int
@@ -639,7 +666,7 @@ func (m *pathMemo) note(l *report.Link) {
 		m.rtt = rtt
 	}
 	if l.LossKnown {
-		m.loss = l.Loss
+		m.loss, m.lossKnown = l.Loss, true
 	}
 }
 
@@ -656,8 +683,8 @@ func (m *pathMemo) noteEpoch(r *report.EpochReport) {
 	for _, s := range r.ByStorage {
 		used += max(s.Conns, 1)
 	}
-	rtt, loss, _, _ := m.load()
-	held := used > 0 && linkwatch.AutoConns(2*float64(r.BytesReceived)/r.Seconds, rtt, loss, 0) > used
+	p := m.load()
+	held := used > 0 && linkwatch.AutoConns(2*float64(r.BytesReceived)/r.Seconds, p.rtt, p.loss, 0) > used
 	m.mu.Lock()
 	m.held = held
 	if !held {
@@ -666,12 +693,11 @@ func (m *pathMemo) noteEpoch(r *report.EpochReport) {
 	m.mu.Unlock()
 }
 
-// load is the round trip and loss last noted, whether loss held the last
-// epoch's connections, and how many the last epoch the link held used.
-func (m *pathMemo) load() (time.Duration, float64, bool, int) {
+// load is what m holds now.
+func (m *pathMemo) load() pathState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.rtt, m.loss, m.held, m.used
+	return m.pathState
 }
 
 // RunEpoch runs one epoch with Config.Plan and returns its report (also

@@ -46,3 +46,26 @@ func AutoConns(rate float64, rtt time.Duration, loss float64, max int) int {
 	}
 	return int(n)
 }
+
+// PriorLoss is the loss rate FirstConns assumes of a path whose loss is
+// not measured yet: 0.1%, what a long path across the Internet or between
+// regions loses often enough that one loss-based connection there cannot
+// be counted on to fill a link (MSS/RTT x 1.22/sqrt(0.001) is 2.8 MB/s at
+// 20 ms). A guess too high costs a few idle connections; one too low costs
+// a first epoch at a fraction of the link's rate.
+const PriorLoss = 0.001
+
+// priorRate is the link rate FirstConns assumes when none is known:
+// 1 Gbit/s.
+const priorRate = 125e6
+
+// FirstConns is the connections per storage agent before the path's loss
+// is measured: AutoConns of rate (0: unknown, taken as 1 Gbit/s) and rtt
+// at PriorLoss. A round trip under a millisecond (one LAN) gives one
+// connection whatever the rate; 20 ms or more, most of MaxConns.
+func FirstConns(rate float64, rtt time.Duration) int {
+	if !(rate > 0) {
+		rate = priorRate
+	}
+	return AutoConns(rate, rtt, PriorLoss, 0)
+}

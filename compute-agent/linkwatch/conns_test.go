@@ -39,3 +39,27 @@ func TestAutoConns(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstConns: before the loss is measured, a path is taken to lose
+// PriorLoss: one connection on a LAN round trip, several on a long one,
+// the cap at an unknown rate over 20 ms.
+func TestFirstConns(t *testing.T) {
+	const mbit = 1e6 / 8
+	for _, c := range []struct {
+		name string
+		rate float64
+		rtt  time.Duration
+		want int
+	}{
+		{"no round trip known", 100 * mbit, 0, 1},
+		{"LAN, unknown rate", 0, 200 * time.Microsecond, 1},
+		{"100 Mbit/s, 20 ms", 100 * mbit, 20 * time.Millisecond, 5},
+		{"100 Mbit/s, 80 ms", 100 * mbit, 80 * time.Millisecond, MaxConns},
+		{"unknown rate, 20 ms", 0, 20 * time.Millisecond, MaxConns},
+		{"10 Mbit/s, 20 ms", 10 * mbit, 20 * time.Millisecond, 1},
+	} {
+		if got := FirstConns(c.rate, c.rtt); got != c.want {
+			t.Errorf("%s: got %d, want %d", c.name, got, c.want)
+		}
+	}
+}
