@@ -600,8 +600,10 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed, conns connsF
 // the higher) and the path's round trip and loss as last measured (stage
 // 1's probe, then each epoch's readings: pathMemo). Before the loss is
 // measured (a run's first epoch) that is linkwatch.FirstConns of the
-// round trip the first connection's kernel measured: a long round trip
-// stripes from the start, as if it lost linkwatch.PriorLoss. On a path
+// agent's announced egress rate (a rate measured so far may be one
+// loss-held connection's) and the round trip the first connection's
+// kernel measured: a long round trip stripes from the start, as if it
+// lost linkwatch.PriorLoss. On a path
 // without loss that is one connection. A rate
 // measured over connections that loss held near their ceiling says
 // nothing of the link's (it is theirs), so after such an epoch the rate
@@ -614,10 +616,13 @@ func (a *Agent) epochConns(o engine.Opts) connsFunc {
 			return a.cfg.Conns
 		}
 		p := a.path.load()
-		rate := max(o.LinkRate, float64(info.GetEgressBytesPerSec()))
 		if !p.lossKnown {
-			return linkwatch.FirstConns(rate, cmp.Or(p.rtt, connRTT))
+			// A rate measured so far may be what one connection held by
+			// loss carried: only the storage agent's announced egress
+			// rate says what the link is.
+			return linkwatch.FirstConns(float64(info.GetEgressBytesPerSec()), cmp.Or(p.rtt, connRTT))
 		}
+		rate := max(o.LinkRate, float64(info.GetEgressBytesPerSec()))
 		if p.held && info.GetEgressBytesPerSec() == 0 {
 			rate = 0
 		}

@@ -26,8 +26,11 @@ func TestPathMemo(t *testing.T) {
 	if n := conns(info, 200*time.Microsecond); n != 1 {
 		t.Errorf("before the loss is measured, 0.2 ms: %d connections, want 1", n)
 	}
-	if n := conns(info, 20*time.Millisecond); n != 5 {
-		t.Errorf("before the loss is measured, 20 ms at 100 Mbit/s: %d connections, want 5 (0.1%% loss assumed)", n)
+	if n := conns(info, 20*time.Millisecond); n != linkwatch.MaxConns {
+		t.Errorf("before the loss is measured, 20 ms, no egress rate announced: %d connections, want %d (0.1%% loss at 1 Gbit/s assumed; the planner's 100 Mbit/s may be one loss-held connection's)", n, linkwatch.MaxConns)
+	}
+	if n := conns(&dataplanepb.InfoResponse{EgressBytesPerSec: 12.5e6}, 20*time.Millisecond); n != 5 {
+		t.Errorf("before the loss is measured, 20 ms, 100 Mbit/s announced: %d connections, want 5", n)
 	}
 	a.path.note(&report.Link{RTTSeconds: 0.081, MinRTTSeconds: 0.080})
 	if n := conns(info, 0); n != linkwatch.MaxConns {
