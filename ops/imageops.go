@@ -29,6 +29,14 @@ func (d Decode) outShape(in shape) (shape, error) {
 }
 
 func decodeShape(in shape, lim DecodeLimits) (shape, error) {
+	if in.data == nil && in.w > 0 && in.h > 0 {
+		// An encode_jpeg's output, not encoded yet: its dimensions are its
+		// image's, within the limits that image was decoded under.
+		if err := lim.Check(JPEGHeader{W: in.w, H: in.h, Components: Channels}); err != nil {
+			return shape{}, err
+		}
+		return imageShape(in.w, in.h), nil
+	}
 	h, err := ReadJPEGHeader(in.data)
 	if err != nil {
 		return shape{}, err

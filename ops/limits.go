@@ -162,6 +162,9 @@ func imageShape(w, h int) shape { return shape{kind: KindImage, c: Channels, h: 
 func (s shape) bytes() int64 {
 	switch s.kind {
 	case KindEncoded:
+		if s.data == nil && s.w > 0 {
+			return maxEncodedBytes(int64(s.w), int64(s.h))
+		}
 		return int64(len(s.data))
 	case KindTensor:
 		return mulSat(mulSat(mulSat(int64(s.c), int64(s.h)), int64(s.w)), 4)
@@ -213,6 +216,7 @@ var (
 	_ shaper = RandomHorizontalFlip{}
 	_ shaper = ToTensor{}
 	_ shaper = Normalize{}
+	_ shaper = Encode{}
 	_ shaper = DecodeRandomResizedCrop{}
 )
 

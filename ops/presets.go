@@ -36,6 +36,12 @@ var presets = map[string]Spec{
 		{Op: "to_tensor"},
 		{Op: "normalize", Mean: imagenetMean, Std: imagenetStd},
 	}},
+	// imagenet-train-q95 and -q90: imagenet-train whose crop goes through
+	// a baseline JPEG at quality 95 or 90 (4:2:0) before ToTensor, on
+	// whichever node: a split just after encode_jpeg sends the crop's
+	// JPEG, 5-18x smaller than a raw photograph.
+	"imagenet-train-q95": compressedTrain("imagenet-train-q95", 95),
+	"imagenet-train-q90": compressedTrain("imagenet-train-q90", 90),
 	// imagenet-train-fast: imagenet-train with decode and crop fused into
 	// one op that decodes only the crop, at reduced DCT scale when the crop
 	// shrinks 2x or more.
@@ -45,6 +51,20 @@ var presets = map[string]Spec{
 		{Op: "to_tensor"},
 		{Op: "normalize", Mean: imagenetMean, Std: imagenetStd},
 	}},
+}
+
+// compressedTrain is imagenet-train with encode_jpeg(quality) and a decode
+// after the flip.
+func compressedTrain(name string, quality int) Spec {
+	return Spec{Name: name, Ops: []OpSpec{
+		{Op: "decode"},
+		{Op: "random_resized_crop", Size: crop224, Scale: rrcScale, Ratio: rrcRatio},
+		{Op: "random_horizontal_flip", P: f64(0.5)},
+		{Op: "encode_jpeg", Quality: quality, Subsampling: "4:2:0"},
+		{Op: "decode"},
+		{Op: "to_tensor"},
+		{Op: "normalize", Mean: imagenetMean, Std: imagenetStd},
+	}}
 }
 
 // PresetNames lists the built-in pipelines.

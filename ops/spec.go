@@ -2,6 +2,7 @@ package ops
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -41,7 +42,7 @@ type Spec struct {
 type OpSpec struct {
 	// Op is one of decode, random_resized_crop, resize, center_crop,
 	// random_horizontal_flip, to_tensor, normalize,
-	// decode_random_resized_crop.
+	// decode_random_resized_crop, encode_jpeg.
 	Op string `json:"op" yaml:"op"`
 	// Size is [h, w]; for resize a single value sets the shorter side.
 	Size []int `json:"size,omitempty" yaml:"size,omitempty"`
@@ -53,6 +54,12 @@ type OpSpec struct {
 	// Mean and Std are Normalize's per-channel statistics.
 	Mean []float64 `json:"mean,omitempty" yaml:"mean,omitempty"`
 	Std  []float64 `json:"std,omitempty" yaml:"std,omitempty"`
+	// Quality is encode_jpeg's quality factor, 1-100 (libjpeg's, as
+	// Pillow's and torchvision's). Zero means 75, their default.
+	Quality int `json:"quality,omitempty" yaml:"quality,omitempty"`
+	// Subsampling is encode_jpeg's chroma subsampling: "4:2:0" (the
+	// default, Pillow's and torchvision's) or "4:4:4".
+	Subsampling string `json:"subsampling,omitempty" yaml:"subsampling,omitempty"`
 	// MaxPixels bounds decoded images. Zero means DefaultMaxPixels. Under
 	// Pipeline.RunLimited the server's Limits.MaxPixels caps it: a spec can
 	// lower the server's limit, never raise it.
@@ -134,6 +141,13 @@ func (s Spec) Build() (*Pipeline, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSpec, err)
 	}
+	if JPEGBackend != "libjpeg-turbo" {
+		// Another codec decodes and encodes other pixels: its pipelines
+		// are other pipelines, so that its agents never pair with
+		// libjpeg-turbo's (a sample would differ with the node that ran
+		// it).
+		b = append(b, JPEGBackend...)
+	}
 	sum := sha256.Sum256(b)
 	return newPipeline(canon, s.Name+"@"+hex.EncodeToString(sum[:6]), ops), nil
 }
@@ -180,6 +194,7 @@ func buildOp(s OpSpec) (Op, OpSpec, error) {
 		set := map[string]bool{
 			"size": s.Size != nil, "scale": s.Scale != nil, "ratio": s.Ratio != nil, "p": s.P != nil,
 			"mean": s.Mean != nil, "std": s.Std != nil, "max_pixels": s.MaxPixels != 0,
+			"quality": s.Quality != 0, "subsampling": s.Subsampling != "",
 		}
 		for _, n := range names {
 			delete(set, n)
@@ -255,6 +270,20 @@ func buildOp(s OpSpec) (Op, OpSpec, error) {
 		}
 		c.P = &p
 		return RandomHorizontalFlip{P: p}, c, nil
+	case "encode_jpeg":
+		if err := unused("quality", "subsampling"); err != nil {
+			return nil, c, err
+		}
+		c.Quality = cmp.Or(s.Quality, 75)
+		if c.Quality < 1 || c.Quality > 100 {
+			return nil, c, fmt.Errorf("quality %d must be in [1, 100]", s.Quality)
+		}
+		c.Subsampling = cmp.Or(s.Subsampling, "4:2:0")
+		sub, ok := subsamplings[c.Subsampling]
+		if !ok {
+			return nil, c, fmt.Errorf("subsampling %q must be 4:2:0 or 4:4:4", s.Subsampling)
+		}
+		return Encode{Quality: c.Quality, Subsampling: sub}, c, nil
 	case "to_tensor":
 		return ToTensor{}, c, unused()
 	case "normalize":
@@ -284,8 +313,11 @@ func positive2(h, w int) (int, int, error) {
 	return h, w, nil
 }
 
+// subsamplings are encode_jpeg's subsampling names and Encode's values.
+var subsamplings = map[string]int{"4:2:0": 420, "4:4:4": 444}
+
 // OpNames lists the op names a spec may use.
 func OpNames() []string {
 	return []string{"decode", "random_resized_crop", "resize", "center_crop",
-		"random_horizontal_flip", "to_tensor", "normalize", "decode_random_resized_crop"}
+		"random_horizontal_flip", "to_tensor", "normalize", "decode_random_resized_crop", "encode_jpeg"}
 }
