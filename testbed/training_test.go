@@ -108,8 +108,12 @@ func trainThrough(t *testing.T, bins agentBinaries, storage, dir string, epochs 
 
 // TestTrainingIdenticalAcrossPlans trains the example CNN through the real
 // agents and the Python client under No-Off, SOPHON's policy and a mixed
-// per-sample plan: every step's loss must be identical, byte for byte.
-// The storage agent sits behind a shaped link so that SOPHON offloads.
+// per-sample plan, for imagenet-train and for imagenet-train-q95 (whose
+// crop goes through a JPEG round trip on whichever node runs it; there
+// also under optimal, and the mixed plan sends some samples as the crop's
+// JPEG): within a pipeline every step's loss must be identical, byte for
+// byte, and q95's must differ from imagenet-train's (its tensors do). The
+// storage agent sits behind a shaped link so that the policies offload.
 func TestTrainingIdenticalAcrossPlans(t *testing.T) {
 	needTorch(t)
 	bins := buildAgents(t)
@@ -129,62 +133,99 @@ func TestTrainingIdenticalAcrossPlans(t *testing.T) {
 	}
 	storage := link.Addr().String()
 
-	// A mixed plan: samples cut after the crop, after the flip, or raw.
+	var firsts []string
+	for _, pc := range []struct {
+		pipeline string
+		// splits of the mixed plan, dealt round the samples; policies
+		// beside nooff and the mixed plan.
+		splits   []int
+		policies []string
+	}{
+		// Raw, after the crop, after the flip.
+		{"imagenet-train", []int{0, 2, 3}, []string{"sophon"}},
+		// Raw, after the flip, the crop's JPEG (after encode_jpeg), its
+		// decode.
+		{"imagenet-train-q95", []int{0, 3, 4, 5}, []string{"sophon", "optimal"}},
+	} {
+		ref := trainAcrossPlans(t, bins, storage, filepath.Join(dir, pc.pipeline), pc.pipeline, len(paths), pc.splits, pc.policies)
+		firsts = append(firsts, ref[0].LossHex+" "+ref[1].LossHex)
+		if strings.HasPrefix(ref[0].LossHex, "nan") {
+			t.Errorf("%s: losses are NaN", pc.pipeline)
+		}
+	}
+	if firsts[0] == firsts[1] {
+		t.Errorf("imagenet-train-q95's first losses %s equal imagenet-train's: the JPEG round trip changed nothing", firsts[1])
+	}
+}
+
+// trainAcrossPlans trains through pipeline under nooff, each of policies
+// and a mixed plan dealing splits round the n samples, checks that every
+// run's steps equal nooff's and that each plan but nooff offloaded (the
+// mixed plan at each of its splits), and returns nooff's steps.
+func trainAcrossPlans(t *testing.T, bins agentBinaries, storage, dir, pipeline string, n int, splits []int, policies []string) []step {
+	t.Helper()
 	plan := map[string]int{}
-	for i := range paths {
-		plan[fmt.Sprint(i)] = []int{0, 2, 3}[i%3]
+	for i := range n {
+		plan[fmt.Sprint(i)] = splits[i%len(splits)]
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	planFile := filepath.Join(dir, "mixed.json")
 	b, _ := json.Marshal(map[string]any{"default": 0, "splits": plan})
 	if err := os.WriteFile(planFile, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-
 	const epochs = 3
-	runs := []struct {
+	type run struct {
 		name string
 		args []string
-	}{
-		{"nooff", []string{"--plan", "nooff"}},
-		{"sophon", []string{"--policy", "sophon", "--force-profile", "--profile-budget", "500ms"}},
-		{"mixed", []string{"--plan", planFile}},
 	}
+	runs := []run{{"nooff", []string{"--plan", "nooff"}}}
+	for _, p := range policies {
+		runs = append(runs, run{p, []string{"--policy", p, "--force-profile", "--profile-budget", "500ms"}})
+	}
+	runs = append(runs, run{"mixed", []string{"--plan", planFile}})
 	var ref []step
 	for i, r := range runs {
-		steps, reps := trainThrough(t, bins, storage, filepath.Join(dir, r.name), epochs, r.args...)
+		steps, reps := trainThrough(t, bins, storage, filepath.Join(dir, r.name), epochs, append([]string{"--pipeline", pipeline}, r.args...)...)
 		if want := epochs * 6; len(steps) != want {
-			t.Fatalf("%s: %d steps, want %d", r.name, len(steps), want)
+			t.Fatalf("%s %s: %d steps, want %d", pipeline, r.name, len(steps), want)
 		}
-		offloaded := 0
+		bySplit := map[int]int{}
 		for _, rep := range reps {
 			if rep.Consumer != "trainer" || len(rep.Trainers) != 1 || rep.Trainers[0].Batches != 6 {
-				t.Errorf("%s epoch %d: consumer %q, trainers %+v", r.name, rep.Epoch, rep.Consumer, rep.Trainers)
+				t.Errorf("%s %s epoch %d: consumer %q, trainers %+v", pipeline, r.name, rep.Epoch, rep.Consumer, rep.Trainers)
 			}
 			for _, s := range rep.BySplit {
-				if s.Split > 0 {
-					offloaded += s.Samples
-				}
+				bySplit[s.Split] += s.Samples
 			}
 		}
-		t.Logf("%s: %d samples offloaded over %d epochs; first losses %s %s", r.name, offloaded, epochs, steps[0].LossHex, steps[1].LossHex)
-		if r.name != "nooff" && offloaded == 0 {
-			t.Errorf("%s offloaded nothing: the comparison would be vacuous", r.name)
+		t.Logf("%s %s: samples by split over %d epochs %v; first losses %s %s", pipeline, r.name, epochs, bySplit, steps[0].LossHex, steps[1].LossHex)
+		switch r.name {
+		case "nooff":
+		case "mixed":
+			for _, k := range splits {
+				if bySplit[k] == 0 {
+					t.Errorf("%s mixed: no sample at split %d (%v)", pipeline, k, bySplit)
+				}
+			}
+		default:
+			if bySplit[0] == epochs*n {
+				t.Errorf("%s %s offloaded nothing: the comparison would be vacuous", pipeline, r.name)
+			}
 		}
 		if i == 0 {
 			ref = steps
 			continue
 		}
-		if !slices.Equal(steps, ref) {
-			for k := range min(len(steps), len(ref)) {
-				if steps[k] != ref[k] {
-					t.Fatalf("%s: step %d differs from nooff: %+v vs %+v", r.name, k, steps[k], ref[k])
-				}
+		for k := range min(len(steps), len(ref)) {
+			if steps[k] != ref[k] {
+				t.Fatalf("%s %s: step %d differs from nooff: %+v vs %+v", pipeline, r.name, k, steps[k], ref[k])
 			}
 		}
 	}
-	if strings.HasPrefix(ref[0].LossHex, "nan") {
-		t.Errorf("losses are NaN")
-	}
+	return ref
 }
 
 // TestTrainingResume kills the example trainer after a few steps and
