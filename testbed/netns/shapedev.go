@@ -204,3 +204,86 @@ func (t *Topology) SetRate(ctx context.Context, rate shape.Rate) error {
 	}
 	return nil
 }
+
+// SetDevRate changes the rate of interface dev's tbf in place (`tc qdisc
+// change`), its bucket to burst (0: shape.DefaultBurst(rate)), its
+// latency to latency (0: DefaultLatency): connections stay up and what is
+// queued leaves at the new rate. The tbf is the root qdisc ShapeDev put
+// there, or with underNetem the child ShapeDevNetem put under netem. A
+// device without that tbf fails with tc's error. It needs root.
+func SetDevRate(ctx context.Context, dev string, rate shape.Rate, burst int, latency time.Duration, underNetem bool) error {
+	if err := checkDev(dev); err != nil {
+		return err
+	}
+	if rate.IsZero() || burst < 0 || latency < 0 {
+		return fmt.Errorf("%w: rate %v, burst %d, latency %v: want a rate and no negatives", ErrConfig, rate, burst, latency)
+	}
+	if burst == 0 {
+		burst = shape.DefaultBurst(rate.Bits())
+	}
+	if latency == 0 {
+		latency = DefaultLatency
+	}
+	args := tbfArgs(dev, rate, burst, latency)
+	if underNetem {
+		args = tbfChildArgs(dev, rate, burst, latency)
+	}
+	return run(ctx, append([]string{"tc", "qdisc", "change"}, args...)...)
+}
+
+// DevSchedule is a rate schedule on a real interface (FollowDevSchedule).
+type DevSchedule struct {
+	// Dev is the interface, already shaped: ShapeDev, or ShapeDevNetem
+	// with a rate when UnderNetem.
+	Dev        string
+	UnderNetem bool
+	// Schedule is laid over time from Start; with Period above 0 it
+	// starts again every Period after Start (Period must pass its last
+	// offset), with 0 once.
+	Schedule shape.Schedule
+	Start    time.Time
+	Period   time.Duration
+	// Latency is the tbf's (0: DefaultLatency); each step's bucket is
+	// shape.DefaultBurst of its rate.
+	Latency time.Duration
+	// Changed, when set, is told each change: the rate and when it took
+	// effect.
+	Changed func(shape.Rate, time.Time)
+}
+
+// FollowDevSchedule changes d.Dev's tbf to each step's rate at its offset
+// (SetDevRate) until the schedule ends or, with a period, until ctx
+// ends. It returns nil when ctx ends, and tc's first error.
+func FollowDevSchedule(ctx context.Context, d DevSchedule) error {
+	sched := d.Schedule
+	if len(sched) == 0 {
+		return fmt.Errorf("%w: an empty schedule", ErrConfig)
+	}
+	if d.Period < 0 || (d.Period > 0 && d.Period <= sched[len(sched)-1].At) {
+		return fmt.Errorf("%w: schedule period %v: want 0 (once) or more than its last offset %v", ErrConfig, d.Period, sched[len(sched)-1].At)
+	}
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for round := time.Duration(0); ; round += d.Period {
+		for _, st := range sched {
+			t.Reset(time.Until(d.Start.Add(round + st.At)))
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			if err := SetDevRate(ctx, d.Dev, st.Rate, 0, d.Latency, d.UnderNetem); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			if d.Changed != nil {
+				d.Changed(st.Rate, time.Now())
+			}
+		}
+		if d.Period == 0 {
+			return nil
+		}
+	}
+}

@@ -3,6 +3,7 @@ package netns
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -168,4 +169,78 @@ func TestNetemArgs(t *testing.T) {
 			t.Errorf("ShapeDevNetem(%+v) = %v, want ErrConfig", n, err)
 		}
 	}
+}
+
+// TestFollowDevSchedule: a rate schedule on a real interface changes its
+// tbf in place at each step's offset, in order, once or again every
+// period until the context ends; a period within the schedule, an empty
+// schedule and a device without a tbf are refused.
+func TestFollowDevSchedule(t *testing.T) {
+	sched := shape.Schedule{{At: 0, Rate: shape.MustParseRate("100mbit")}, {At: 150 * time.Millisecond, Rate: shape.MustParseRate("50mbit")},
+		{At: 300 * time.Millisecond, Rate: shape.MustParseRate("80mbit")}}
+	for _, d := range []DevSchedule{{Dev: "eth0"}, {Dev: "eth0", Schedule: sched, Period: 300 * time.Millisecond}, {Dev: "eth0", Schedule: sched, Period: -1}} {
+		if err := FollowDevSchedule(context.Background(), d); !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v: %v, want ErrConfig", d, err)
+		}
+	}
+	prefix := ProcessPrefix() + "f"
+	p := setup(t, Config{Prefix: prefix})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := withNamespace(p.StorageNS, func() error {
+		dev := p.StorageDev
+		if err := FollowDevSchedule(ctx, DevSchedule{Dev: dev, Schedule: sched, Start: time.Now()}); err == nil {
+			t.Errorf("a schedule on a device without tbf: no error")
+		}
+		if err := ShapeDev(ctx, dev, shape.MustParseRate("100mbit"), 0, 0); err != nil {
+			return err
+		}
+		var got []float64
+		var at []time.Duration
+		start := time.Now()
+		d := DevSchedule{Dev: dev, Schedule: sched, Start: start, Changed: func(r shape.Rate, when time.Time) {
+			out, err := ShowDev(ctx, dev)
+			if err != nil {
+				t.Errorf("ShowDev: %v", err)
+			}
+			if tbfRate(out) != r.Bits() {
+				t.Errorf("told %v, the tbf says %v:\n%s", r, tbfRate(out), out)
+			}
+			got = append(got, r.Bits())
+			at = append(at, when.Sub(start))
+		}}
+		if err := FollowDevSchedule(ctx, d); err != nil {
+			return err
+		}
+		if want := []float64{100e6, 50e6, 80e6}; !slices.Equal(got, want) {
+			t.Errorf("once: rates %v, want %v", got, want)
+		}
+		for i, st := range sched {
+			// Never early; late by at most what a loaded machine takes to
+			// run tc.
+			if i < len(at) && (at[i] < st.At || at[i] > st.At+5*time.Second) {
+				t.Errorf("step %d at %v, want from %v", i, at[i], st.At)
+			}
+		}
+		// Again every 400 ms until the context ends: more than one round.
+		got, at = nil, nil
+		rctx, rcancel := context.WithTimeout(ctx, 1100*time.Millisecond)
+		defer rcancel()
+		d.Start, d.Period = time.Now(), 400*time.Millisecond
+		start = d.Start
+		if err := FollowDevSchedule(rctx, d); err != nil {
+			return err
+		}
+		if len(got) < 4 || got[3] != 100e6 {
+			t.Errorf("with a period: rates %v, want the schedule again after its third step", got)
+		}
+		return ClearDev(ctx, dev)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, prefix)
 }
