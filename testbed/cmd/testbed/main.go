@@ -30,7 +30,8 @@ Subcommands:
   gen    write a deterministic photo-like JPEG dataset in ImageFolder layout
   ops    run a pipeline over a folder of JPEGs: per-op output sizes and costs,
          the bytes each split point would send, and images/s on one core
-  fidelity  what a pipeline's JPEG round trip does to its crops: PSNR against
+  fidelity
+         what a pipeline's JPEG round trip does to its crops: PSNR against
          the same crops without it, the largest error, the JPEG's size
   run    emulate the storage and GPU nodes (namespaces, tc, cgroups), run every
          policy and the torchvision peer, write results.json, a report and charts
