@@ -32,9 +32,6 @@ func TestComparePix(t *testing.T) {
 // and ordered min <= p5 <= mean, the JPEG far smaller than the uint8
 // crop; a pipeline without a round trip is refused.
 func TestMeasureFidelity(t *testing.T) {
-	if ops.JPEGBackend != "libjpeg-turbo" {
-		t.Skipf("encode_jpeg needs the cgo codec (decoder %s)", ops.JPEGBackend)
-	}
 	var samples [][]byte
 	for i := range 4 {
 		b, err := synth.JPEG(uint64(20+i), 320+40*i, 240, synth.Options{})
