@@ -176,6 +176,10 @@ bench: build bench-link ## Go benchmarks, the link benchmarks, then ours vs the 
 bench-link: ## Raw loopback transport and the shaped No-Off epoch (tc in namespaces as root, else a shaping proxy)
 	BENCH_IMAGES=$${BENCH_IMAGES:-600} $(GO) test -run '^$$' -bench 'RawLoopback|LinkBound' -benchtime 1x ./testbed/
 
+.PHONY: train-fidelity
+train-fidelity: build ## Training accuracy through the compressed pipelines: train_cnn.py on a generated labelled set (4 classes x 100 at 500x375, 100 held out), 3 seeds x 5 epochs each of imagenet-train, -q95 and -q90 through the real agents; prints where each compressed pipeline's mean final held-out accuracy lies against the lossless seeds' spread and fails when below it (testbed/scripts/train-fidelity.sh; TRAIN_FIDELITY_OUT, a fresh folder, default a new one under /tmp)
+	PYTHON=$(PYTHON) BIN=$(CURDIR)/$(BIN) bash testbed/scripts/train-fidelity.sh $(TRAIN_FIDELITY_OUT)
+
 .PHONY: bench-cluster
 bench-cluster: ## The cluster planner at ImageNet scale (1.28 M samples, 8 storage agents, 64 ranks on 8 nodes): time, memory, bound, every policy
 	$(GO) run ./policy/cmd/policy scale

@@ -15,7 +15,16 @@ Output: one JSON line per step, {"epoch", "step", "batch", "loss",
 "loss_hex", "images"}, then a summary line with the images per second that
 reached the loop and the time the loop waited for batches.
 
+With --eval-every-epoch, each epoch ends with a line {"eval": true, "epoch",
+"train_accuracy", "train_images"}: the top-1 accuracy of the epoch's own
+batches, as the model saw them before each step. With --eval-socket, a second
+agent serving a held-out split (typically with --pipeline imagenet-val) is
+read once through after every epoch, with the model in eval mode and no
+gradients, and the line adds its "accuracy", "loss" and "images"; the summary
+line then carries the last epoch's "accuracy" (and "train_accuracy").
+
     PYTHONPATH=python python3 python/examples/train_cnn.py --socket /tmp/sophon.sock --epochs 2
+    ... --eval-socket /tmp/sophon-val.sock     # accuracy on a held-out split after every epoch
 """
 
 import argparse
@@ -89,6 +98,9 @@ def parse_args(argv):
     parser.add_argument("--socket", help="the agent's trainer socket "
                         "(default: $SOPHON_SOCKET or /tmp/sophon.sock)")
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="torch's seed: the model's initial weights (the data's order and "
+                        "augmentation come from the agent's --seed)")
     parser.add_argument("--num-classes", type=int, default=1000,
                         help="classifier outputs; every label must be below it")
     parser.add_argument("--lr", type=float, default=0.01)
@@ -109,7 +121,41 @@ def parse_args(argv):
                         help="seconds to wait for a batch before giving up (sophon.AgentTimeout)")
     parser.add_argument("--dump-batches", metavar="FILE", help="append a JSON line per batch: "
                         "epoch, batch index and the sha256 of the images' and labels' bytes")
-    return parser.parse_args(argv)
+    parser.add_argument("--eval-every-epoch", action="store_true",
+                        help="after each epoch print a JSON line with the top-1 accuracy over "
+                        "the epoch's own batches (train_accuracy), and over the held-out split "
+                        "when --eval-socket is given")
+    parser.add_argument("--eval-socket", metavar="SOCKET",
+                        help="a second agent's trainer socket serving a held-out split: read "
+                        "once through after every epoch, without gradients (implies "
+                        "--eval-every-epoch)")
+    args = parser.parse_args(argv)
+    if args.eval_socket:
+        args.eval_every_epoch = True
+    return args
+
+
+def evaluate(model, loader, loss_fn, device, num_classes):
+    """One pass over ``loader`` (the next epoch of the held-out agent) in eval
+    mode without gradients: (top-1 accuracy, mean loss, images)."""
+    model.eval()
+    correct, total, loss_sum = 0, 0, 0.0
+    with torch.no_grad():
+        for images, labels in loader:
+            if len(labels) == 0:
+                continue
+            if int(labels.max()) >= num_classes:
+                sys.exit(f"held-out label {int(labels.max())} is not below --num-classes "
+                         f"{num_classes}")
+            labels = labels.to(device, non_blocking=True)
+            logits = model(images)
+            loss_sum += float(loss_fn(logits, labels).item()) * len(labels)
+            correct += int((logits.argmax(1) == labels).sum().item())
+            total += len(labels)
+    model.train()
+    if total == 0:
+        return None, None, 0
+    return correct / total, loss_sum / total, total
 
 
 def save_state(path, model, optimizer, loader, step):
@@ -139,13 +185,15 @@ def digest(tensor):
 
 def main(argv=None):
     args = parse_args(argv)
-    device = setup(0, args.device)
+    device = setup(args.seed, args.device)
     model = build_model(args.model, args.num_classes).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
     # loader = torch.utils.data.DataLoader(train_set, batch_size=32, shuffle=True, num_workers=8)
     loader = sophon.Loader(socket=args.socket, timeout=args.timeout, device=device)
+    held_out = (sophon.Loader(socket=args.eval_socket, timeout=args.timeout, device=device)
+                if args.eval_socket else None)
 
     step = 0
     if args.resume:
@@ -157,8 +205,10 @@ def main(argv=None):
     dump = open(args.dump_batches, "a") if args.dump_batches else None
 
     images_seen, waited, started = 0, 0.0, time.perf_counter()
+    last_eval = {}
     while loader.epoch < args.epochs and (args.max_steps is None or step < args.max_steps):
         epoch = loader.epoch
+        correct, seen = 0, 0
         for (images, labels), wait in timed(loader):
             waited += wait
             batch = loader.state_dict()["batches"] - 1
@@ -168,7 +218,11 @@ def main(argv=None):
                 sys.exit(f"label {int(labels.max())} is not below --num-classes {args.num_classes}")
             labels = labels.to(device, non_blocking=True)
             optimizer.zero_grad()
-            loss = loss_fn(model(images), labels)
+            logits = model(images)
+            loss = loss_fn(logits, labels)
+            if args.eval_every_epoch:
+                correct += int((logits.argmax(1) == labels).sum().item())
+                seen += len(labels)
             loss.backward()
             optimizer.step()
             step += 1
@@ -187,12 +241,26 @@ def main(argv=None):
                 os._exit(3)
             if args.max_steps is not None and step >= args.max_steps:
                 break
+        if args.eval_every_epoch:
+            last_eval = {"eval": True, "epoch": epoch,
+                         "train_accuracy": correct / seen if seen else None, "train_images": seen}
+            if held_out is not None:
+                accuracy, mean_loss, images = evaluate(model, held_out, loss_fn, device,
+                                                       args.num_classes)
+                last_eval.update(accuracy=accuracy, loss=mean_loss, images=images)
+            print(json.dumps(last_eval), flush=True)
     loader.close()
+    if held_out is not None:
+        held_out.close()
     seconds = time.perf_counter() - started
-    print(json.dumps({"summary": True, "steps": step, "images": images_seen,
-                      "seconds": round(seconds, 6),
-                      "images_per_s": round(images_seen / seconds, 3) if seconds else None,
-                      "wait_s": round(waited, 6)}), flush=True)
+    summary = {"summary": True, "steps": step, "images": images_seen,
+               "seconds": round(seconds, 6),
+               "images_per_s": round(images_seen / seconds, 3) if seconds else None,
+               "wait_s": round(waited, 6)}
+    for key in ("train_accuracy", "accuracy"):
+        if key in last_eval:
+            summary[key] = last_eval[key]
+    print(json.dumps(summary), flush=True)
 
 
 if __name__ == "__main__":

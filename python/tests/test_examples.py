@@ -75,6 +75,33 @@ class ExampleTest(unittest.TestCase):
         self.assertEqual([line.get("step") for line in lines[:-1]], [1, 2])
         self.assertEqual(lines[-1]["steps"], 2)
 
+    def test_eval_every_epoch_with_a_held_out_agent(self):
+        held_out = FakeAgent(self.file("held-out.sock"), samples=12, batch_size=8, shape=(32, 32),
+                             strict_order=False).start()
+        self.addCleanup(held_out.stop)
+        status, plain, err = self.train()
+        self.assertEqual(status, 0, err)
+        status, lines, err = self.train("--eval-socket", self.file("held-out.sock"))
+        self.assertEqual(status, 0, err)
+        steps = [line for line in lines if "loss_hex" in line]
+        evals = [line for line in lines if line.get("eval")]
+        # Evaluating changes nothing in training: the same steps, bit for bit.
+        self.assertEqual(steps, plain[:-1])
+        self.assertEqual([e["epoch"] for e in evals], [0, 1])
+        for e in evals:
+            self.assertEqual((e["train_images"], e["images"]), (24, 12))
+            for key in ("train_accuracy", "accuracy"):
+                self.assertTrue(0 <= e[key] <= 1, e)
+                # A count of correct rows over 24 (train) or 12 (held out).
+            self.assertAlmostEqual(e["train_accuracy"] * 24, round(e["train_accuracy"] * 24))
+            self.assertAlmostEqual(e["accuracy"] * 12, round(e["accuracy"] * 12))
+            self.assertGreater(e["loss"], 0)
+        # The held-out agent served one epoch per training epoch.
+        self.assertEqual([m["epoch"] for m in held_out.epochs], [0, 1])
+        summary = lines[-1]
+        self.assertEqual((summary["accuracy"], summary["train_accuracy"]),
+                         (evals[-1]["accuracy"], evals[-1]["train_accuracy"]))
+
     def test_handoff_consumer_modes(self):
         for mode in ("nocopy", "copy"):
             status, lines, err = run(CONSUMER, "--socket", self.path, "--batches", "5",

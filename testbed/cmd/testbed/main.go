@@ -19,6 +19,7 @@ const usage = `testbed: datasets, op measurements and policy experiments.
 Usage:
   testbed gen   --kind imagenet-like|openimages-like -n N --out DIR [--seed S] [--classes C]
   testbed ops   --data DIR [--preset NAME | --spec FILE] [--seed S] [--bench SECONDS]
+  testbed fidelity --data DIR[,DIR...] [--pipelines imagenet-train-q95,imagenet-train-q90] [--epochs E]
   testbed run   --data DIR | --gen KIND:N [--rate 100mbit,500mbit] [--storage-cpus 0.5,1] [--out DIR]
                 [--storage-nodes N] [--compute-nodes M] [--storage-rates R1,R2] [--placements P1,P2]
                 [--rtt 40ms [--jitter 5ms] [--loss 0.1%]] ...
@@ -29,6 +30,9 @@ Subcommands:
   gen    write a deterministic photo-like JPEG dataset in ImageFolder layout
   ops    run a pipeline over a folder of JPEGs: per-op output sizes and costs,
          the bytes each split point would send, and images/s on one core
+  fidelity
+         what a pipeline's JPEG round trip does to its crops: PSNR against
+         the same crops without it, the largest error, the JPEG's size
   run    emulate the storage and GPU nodes (namespaces, tc, cgroups), run every
          policy and the torchvision peer, write results.json, a report and charts
   shape  apply (or --clear) the testbed's tc tbf shaping on a real interface,
@@ -56,6 +60,8 @@ func main() {
 		err = runGen(ctx, args, log)
 	case "ops":
 		err = runOps(ctx, args, log)
+	case "fidelity":
+		err = runFidelity(ctx, args, log)
 	case "run":
 		err = runRun(ctx, args, log)
 	case "shape":
