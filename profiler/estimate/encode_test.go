@@ -93,6 +93,44 @@ func TestEstimateEncodeMatchesMeasured(t *testing.T) {
 					t.Errorf("%s profile: optimal sends %d of %d samples at split %d, want most", name, at, len(plan.Split), enc+1)
 				}
 			}
+			checkSOPHONRanks(t, meas, enc+1)
 		})
+	}
+}
+
+// checkSOPHONRanks checks SOPHON's greedy on a compressed-crop profile
+// whose storage CPU binds: every sample's candidate is the split with the
+// smallest output, the JPEG at split k, and the samples it offloads are
+// those that save the most bytes per CPU-ms of ops [0:k].
+func checkSOPHONRanks(t *testing.T, prof *profiler.Profile, k int) {
+	t.Helper()
+	// Raw samples cross in well under the storage CPU time of offloading
+	// them all: the greedy stops part-way.
+	r := policy.Resources{LinkBytesPerSec: 500e6 / 8, StorageCores: 1, ComputeCores: 8}
+	plan, err := policy.SOPHON(policy.OneNode(prof, r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff := func(i int) float64 {
+		s := &prof.Samples[i]
+		return float64(s.Bytes[0]-s.Bytes[k]) / float64(s.PrefixNS(k))
+	}
+	worstIn, bestOut, in := math.Inf(1), math.Inf(-1), 0
+	for i, split := range plan.Split {
+		switch split {
+		case k:
+			in++
+			worstIn = min(worstIn, eff(i))
+		case 0:
+			if prof.Samples[i].Bytes[k] < prof.Samples[i].Bytes[0] {
+				bestOut = max(bestOut, eff(i))
+			}
+		default:
+			t.Fatalf("sophon puts sample %d at split %d; its smallest output is at %d", i, split, k)
+		}
+	}
+	t.Logf("sophon, storage 1 core: %d of %d samples at split %d", in, len(plan.Split), k)
+	if in == 0 || in == len(plan.Split) || worstIn < bestOut {
+		t.Errorf("sophon offloads %d of %d samples, the least efficient at %.1f B/ms, and leaves raw one at %.1f B/ms; want the most efficient first, part-way", in, len(plan.Split), worstIn*1e6, bestOut*1e6)
 	}
 }
