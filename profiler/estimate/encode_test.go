@@ -134,3 +134,8 @@ func checkSOPHONRanks(t *testing.T, prof *profiler.Profile, k int) {
 		t.Errorf("sophon offloads %d of %d samples, the least efficient at %.1f B/ms, and leaves raw one at %.1f B/ms; want the most efficient first, part-way", in, len(plan.Split), worstIn*1e6, bestOut*1e6)
 	}
 }
+
+// resources are 500 Mbit/s, cores of storage CPU and 8 of compute.
+func resources(cores float64) policy.Resources {
+	return policy.Resources{LinkBytesPerSec: 500e6 / 8, StorageCores: cores, ComputeCores: 8}
+}
