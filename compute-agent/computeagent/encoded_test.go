@@ -2,15 +2,20 @@ package computeagent
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/sophon-dl/sophon/compute-agent/batch"
 	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
+	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/policy"
@@ -113,4 +118,38 @@ func TestEncodedSplitWithStorageAgent(t *testing.T) {
 			t.Logf("%d samples, %d bytes, by split %+v", r.Samples, r.BytesReceived, r.BySplit)
 		})
 	}
+}
+
+// A policy run of imagenet-train-q95 with no saved profile plans its
+// first epoch from the header estimates, which size the split after
+// encode_jpeg by their fit; every epoch delivers each sample once with
+// No-Off's tensors.
+func TestPlanFromEstimatesEncoded(t *testing.T) {
+	p, err := ops.Preset("imagenet-train-q95")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, rec, ref := estimateRun(t, "", policy.NameOptimal, 2, p)
+	// As TestPlanFromEstimates: the first batch waits for the plan.
+	cfg.ProfileBudget = 150 * time.Millisecond
+	sw := &signalWriter{match: "plan switched mid-epoch", seen: make(chan struct{})}
+	cfg.Logger = zerolog.New(io.MultiWriter(zerolog.NewTestWriter(t), sw)).Level(zerolog.InfoLevel)
+	cfg.Consumer = untilSwitched{sw.seen}
+	cfg.Window, cfg.Batch, cfg.Workers = 1, 2, 1
+	reports := runEpochs(t, cfg, 2)
+	for i, r := range reports {
+		checkPlanned(t, r, policy.NameOptimal)
+		want := report.PlanMeasured
+		if i == 0 {
+			want = report.PlanEstimate
+		}
+		if r.Profiled || r.PlanSource != want {
+			t.Errorf("epoch %d: profiled %v, plan source %q, want %q", i, r.Profiled, r.PlanSource, want)
+		}
+		t.Logf("epoch %d: plan source %q, by split %+v", i, r.PlanSource, r.BySplit)
+	}
+	if r0 := reports[0]; r0.Stage1 == nil || r0.Stage1.Profile != report.ProfileEstimated {
+		t.Errorf("first epoch's stage 1: %+v, want profile %q", r0.Stage1, report.ProfileEstimated)
+	}
+	sameAsNoOff(t, rec, ref, reports)
 }
