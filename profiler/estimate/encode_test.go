@@ -28,7 +28,7 @@ func TestEstimateEncodeMatchesMeasured(t *testing.T) {
 	for _, tc := range []struct {
 		spec synth.Spec
 		n    int
-	}{{synth.ImageNetLike, 80}, {synth.OpenImagesLike, 80}} {
+	}{{synth.ImageNetLike, 80}, {synth.OpenImagesLike, 100}} {
 		t.Run(tc.spec.Name, func(t *testing.T) {
 			d := generate(t, tc.spec, tc.n)
 			meas := measure(t, p, d)
