@@ -183,8 +183,7 @@ var CompressedPipeline = []string{"decode", "random_resized_crop", "random_horiz
 // the decode after it. Compressed uses only ratios of the JPEG to the
 // crop, the times' as the median over the runs: the profile keeps its own
 // crop cost, and the machine's load, which slows a run's ops alike,
-// cancels in a run's ratio (the times themselves moved 2-3x between runs
-// on a shared machine).
+// cancels in a run's ratio, while the times themselves move with it.
 type cropJPEG struct {
 	cropBytes, jpegBytes float64
 	// runs are {crop, encode, decode} ms, one per run.

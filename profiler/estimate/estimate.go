@@ -29,11 +29,9 @@
 //     bytes, the one size not known from shapes, A + B*pixels*bpp +
 //     C*pixels where bpp is the file's bytes per pixel (the crop is
 //     resampled, so the file's bytes in the area it shows predict it
-//     worse); its cost on the same features. On generated imagenet-like
-//     and openimages-like data at quality 95, 32 calibration samples, the
-//     bytes are off by 25-35% per sample in the mean square and by under
-//     10% in sum (estimate's TestEstimateEncodeMatchesMeasured). The
-//     decode after it keeps the encode's dimensions (W*H*3 bytes, exact)
+//     worse: TestEncodeSizeFeatures); its cost on the same features. Per
+//     sample the fit is off as much as the zstd ratios' are, in sum far
+//     less (docs/policy.md, "The compressed crop"). The decode after it keeps the encode's dimensions (W*H*3 bytes, exact)
 //     and is priced on the JPEG's bytes (the fitted ones, the recorded
 //     ones in calibration) and its pixels. A JPEG does not compress: the
 //     zstd ratio at the split after it fits to about 1;
