@@ -26,7 +26,9 @@ import (
 //     always gives 224x224x3 bytes, and everything after it (flip, tensor)
 //     is fixed too. Decode's size is the JPEG's dimensions, so it does not
 //     vary either, nor does the raw size. For the presets every recorded
-//     size is therefore exact for every epoch. (A random op whose output
+//     size is therefore exact for every epoch, except encode_jpeg's
+//     output (imagenet-train-q95, -q90): a JPEG's bytes follow the crop's
+//     content, so the recorded size is one draw, unbiased as a cost is. (A random op whose output
 //     size varies would make Bytes one draw; the mean over epochs, see
 //     [Merge], is then the estimate.)
 //   - Costs of random ops vary: the crop's resampling cost depends on the

@@ -406,3 +406,52 @@ func TestCutScale(t *testing.T) {
 		t.Fatalf("scale %v for a pipeline without the cut, want 1", got)
 	}
 }
+
+// A pipeline that compresses its crop records the split after
+// encode_jpeg as any other: the JPEG's bytes, what the wire form at that
+// split carries, and a decode after it sized as the crop.
+func TestRecorderEncodedSplit(t *testing.T) {
+	p, err := ops.Preset("imagenet-train-q95")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const k = 4 // after encode_jpeg
+	if _, ok := p.Op(k - 1).(ops.Encode); !ok {
+		t.Fatalf("op %d is %s, want encode_jpeg", k-1, p.Op(k-1).Name())
+	}
+	imgs := testImages(t, 4)
+	rec := NewRecorder(p, "fp", len(imgs))
+	for i, im := range imgs {
+		if err := rec.Record(uint64(i), im.raw, ops.Key{Seed: 1, Sample: uint64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, sp := range rec.Profile().Samples {
+		v, err := p.Run(ops.Key{Seed: 1, Sample: uint64(i)}, ops.Encoded(imgs[i].raw), 0, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jpg, ok := v.(ops.Encoded)
+		if !ok {
+			t.Fatalf("split %d holds %T, want ops.Encoded", k, v)
+		}
+		w, err := wireform.Encode(v, wireform.CodecNone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := wireform.ReadHeader(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sp.Bytes[k] != int64(len(jpg)) || int64(info.StoredLen) != sp.Bytes[k] {
+			t.Errorf("sample %d: split %d recorded %d bytes, want the JPEG's %d (wire payload %d)", i, k, sp.Bytes[k], len(jpg), info.StoredLen)
+		}
+		if sp.Bytes[k+1] != 224*224*3 || sp.OpNS[k-1] <= 0 || sp.OpNS[k] <= 0 {
+			t.Errorf("sample %d: decode after the encode %d bytes, encode %d ns, decode %d ns", i, sp.Bytes[k+1], sp.OpNS[k-1], sp.OpNS[k])
+		}
+		// A JPEG does not compress: zstd keeps at most its bytes.
+		if sp.Compressed[k] > sp.Bytes[k] || sp.Compressed[k] < sp.Bytes[k]*9/10 {
+			t.Errorf("sample %d: split %d compresses to %d of %d bytes", i, k, sp.Compressed[k], sp.Bytes[k])
+		}
+	}
+}

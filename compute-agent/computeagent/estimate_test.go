@@ -18,6 +18,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
@@ -94,8 +95,8 @@ func TestPlanFromEstimates(t *testing.T) {
 // estimateRun starts a real storage agent on data (a fresh image folder
 // when empty), runs a No-Off reference of epochs epochs against it and
 // returns the config of a run of policy pol without a saved profile, its
-// recorder and the reference's.
-func estimateRun(t *testing.T, data, pol string, epochs int) (testSetup, *recorder, *recorder) {
+// recorder and the reference's; both run pipe[0] where given.
+func estimateRun(t *testing.T, data, pol string, epochs int, pipe ...*ops.Pipeline) (testSetup, *recorder, *recorder) {
 	t.Helper()
 	if data == "" {
 		data = writeImageFolder(t, -1)
@@ -105,11 +106,17 @@ func estimateRun(t *testing.T, data, pol string, epochs int) (testSetup, *record
 	cfg, ref := testConfig(t, nil, "st1:7070")
 	cfg.Dial = n.Dial
 	cfg.Epochs = epochs
+	if len(pipe) > 0 {
+		cfg.Pipeline = pipe[0]
+	}
 	if _, err := runAgent(t, cfg); err != nil {
 		t.Fatal(err)
 	}
 	cfg, rec := testConfig(t, nil, "st1:7070")
 	cfg.Dial = n.Dial
+	if len(pipe) > 0 {
+		cfg.Pipeline = pipe[0]
+	}
 	cfg.Policy = pol
 	cfg.Epochs = epochs
 	cfg.Logger = testLogger(t)

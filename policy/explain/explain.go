@@ -38,6 +38,7 @@ func Single(w io.Writer, p *profiler.Profile, r policy.Resources) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	writeBinding(w, b, len(p.Samples), r.GPUSamplesPerSec)
 	if r.CacheBytes > 0 {
 		if err := cache(w, in, b.Seconds, plans); err != nil {
 			return err
@@ -53,7 +54,7 @@ func Single(w io.Writer, p *profiler.Profile, r policy.Resources) error {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "policy\tcut\t")
 	for k := 0; k <= p.N(); k++ {
-		fmt.Fprintf(tw, "%d\t", k)
+		fmt.Fprintf(tw, "%s\t", splitName(p, k))
 	}
 	fmt.Fprintf(tw, "\n")
 	for _, pl := range plans {
@@ -64,6 +65,41 @@ func Single(w io.Writer, p *profiler.Profile, r policy.Resources) error {
 		fmt.Fprintf(tw, "\n")
 	}
 	return tw.Flush()
+}
+
+// splitName is split k's column in the samples-per-split table: its
+// number, and for the split after encode_jpeg, which sends a JPEG of
+// the crop rather than pixels, "k (after encode_jpeg)".
+func splitName(p *profiler.Profile, k int) string {
+	if k > 0 && p.Ops[k-1] == "encode_jpeg" {
+		return strconv.Itoa(k) + " (after encode_jpeg)"
+	}
+	return strconv.Itoa(k)
+}
+
+// writeBinding writes which resources the bound says bind: the GPU
+// alone where it reaches the bound (n samples at gpuRate), else the
+// LP's dual weights.
+func writeBinding(w io.Writer, b policy.BoundResult, n int, gpuRate float64) {
+	if gpuRate > 0 {
+		gpu := float64(n) / gpuRate
+		if b.Seconds <= gpu*(1+1e-9) {
+			fmt.Fprintf(w, "\nbound: %.3f s, the GPU's own (%d samples at %.0f/s): no plan can be faster\n", b.Seconds, n, gpuRate)
+			return
+		}
+		fmt.Fprintf(w, "\nbound: %.3f s, %.2fx the GPU's own %.3f s (%d samples at %.0f/s)\n", b.Seconds, b.Seconds/gpu, gpu, n, gpuRate)
+	} else {
+		fmt.Fprintf(w, "\nbound: %.3f s\n", b.Seconds)
+	}
+	var binding []string
+	for _, r := range b.Binding {
+		if r.Weight >= 0.01 {
+			binding = append(binding, fmt.Sprintf("%s %.2f", r.Resource, r.Weight))
+		}
+	}
+	if len(binding) > 0 {
+		fmt.Fprintf(w, "binding resources (dual weights): %s\n", strings.Join(binding, ", "))
+	}
 }
 
 // Cluster writes the `policy explain --cluster` tables: every

@@ -65,3 +65,34 @@ func TestExplain(t *testing.T) {
 		t.Errorf("optimal's rows: got %q, want %q\n%s", optRows, want, buf.String())
 	}
 }
+
+// The split after encode_jpeg is named in the samples-per-split table,
+// and the bound says when the GPU is what binds.
+func TestExplainEncodedSplit(t *testing.T) {
+	p := &profiler.Profile{
+		Ops: []string{"decode", "random_resized_crop", "encode_jpeg", "decode"},
+		Samples: []profiler.SampleProfile{
+			{ID: 0, Raw: 1000, Bytes: []int64{1000, 5000, 300, 50, 300}, OpNS: []int64{4e8, 2e8, 1e8, 1e8}},
+			{ID: 1, Raw: 800, Bytes: []int64{800, 4000, 300, 60, 300}, OpNS: []int64{3e8, 2e8, 1e8, 1e8}},
+		},
+	}
+	r := policy.Resources{LinkBytesPerSec: 100, StorageCores: 4, ComputeCores: 1, GPUSamplesPerSec: 1}
+	var buf bytes.Buffer
+	if err := Single(&buf, p, r); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, s := range []string{"3 (after encode_jpeg)", "the GPU's own (2 samples at 1/s)"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("explain output lacks %q:\n%s", s, out)
+		}
+	}
+	r.GPUSamplesPerSec = 100
+	buf.Reset()
+	if err := Single(&buf, p, r); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); !strings.Contains(out, "binding resources (dual weights): storage-egress") {
+		t.Errorf("explain output does not say the link binds:\n%s", out)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/sophon-dl/sophon/profiler"
 )
@@ -166,4 +167,124 @@ func WithoutCut(p *profiler.Profile) *profiler.Profile {
 		out.Samples[i] = s
 	}
 	return &out
+}
+
+// Compressed-crop pipelines: imagenet-train whose crop goes through a
+// baseline JPEG before to_tensor (ops' presets imagenet-train-q95 and
+// -q90). The split after encode_jpeg sends the crop's JPEG.
+
+// CompressedPipeline is the op list of a profile of Compressed.
+var CompressedPipeline = []string{"decode", "random_resized_crop", "random_horizontal_flip", "encode_jpeg", "decode", "to_tensor", "normalize"}
+
+// cropJPEG is what `testbed ops` measured of a compressed-crop preset
+// over a generated dataset: the mean bytes at the crop's split (2) and at
+// the split after encode_jpeg (4), which do not vary between runs, and
+// per run the mean op times (ms) of random_resized_crop, encode_jpeg and
+// the decode after it. Compressed uses only ratios of the JPEG to the
+// crop, the times' as the median over the runs: the profile keeps its own
+// crop cost, and the machine's load, which slows a run's ops alike,
+// cancels in a run's ratio, while the times themselves move with it.
+type cropJPEG struct {
+	cropBytes, jpegBytes float64
+	// runs are {crop, encode, decode} ms, one per run.
+	runs [][3]float64
+}
+
+// encodePerCrop and decodePerCrop are the median over the runs of the
+// encode's and the decode's time over the crop's.
+func (c cropJPEG) encodePerCrop() float64 { return c.medianRatio(1) }
+func (c cropJPEG) decodePerCrop() float64 { return c.medianRatio(2) }
+
+func (c cropJPEG) medianRatio(op int) float64 {
+	r := make([]float64, len(c.runs))
+	for i, run := range c.runs {
+		r[i] = run[op] / run[0]
+	}
+	slices.Sort(r)
+	if len(r)%2 == 1 {
+		return r[len(r)/2]
+	}
+	return (r[len(r)/2-1] + r[len(r)/2]) / 2
+}
+
+// measuredCrops are, by kind and quality, the tables of three runs of
+//
+//	testbed gen --kind KIND -n 200 --out DIR --seed 11
+//	testbed ops --data DIR --preset imagenet-train-qQ --seed 11 --bench 0
+//
+// (docs/policy.md, "The compressed crop", gives the date, the machine and
+// the tables): the column "mean bytes" of splits 2 and 4, and per run
+// "op ms" of splits 2, 4 and 5.
+var measuredCrops = map[string]map[int]cropJPEG{
+	"openimages-like": {
+		95: {cropBytes: 150528, jpegBytes: 26872, runs: [][3]float64{{8.199, 1.803, 1.174}, {7.677, 0.875, 1.164}, {8.572, 0.997, 1.456}}},
+		90: {cropBytes: 150528, jpegBytes: 19328, runs: [][3]float64{{4.147, 0.747, 0.498}, {8.055, 0.537, 1.219}, {11.085, 1.027, 2.593}}},
+	},
+	"imagenet-like": {
+		95: {cropBytes: 150528, jpegBytes: 30924, runs: [][3]float64{{6.541, 0.816, 4.182}, {4.424, 1.443, 1.914}, {2.643, 0.910, 1.065}}},
+		90: {cropBytes: 150528, jpegBytes: 22598, runs: [][3]float64{{1.846, 0.424, 0.538}, {2.818, 2.031, 1.269}, {2.675, 0.598, 1.214}}},
+	},
+}
+
+// CompressedQualities lists the qualities Compressed has measurements
+// for.
+func CompressedQualities(kind string) []int {
+	var qs []int
+	for q := range measuredCrops[kind] {
+		qs = append(qs, q)
+	}
+	slices.Sort(qs)
+	return qs
+}
+
+// Compressed returns a copy of p, a profile of Pipeline of the given kind
+// such as Profile's or ProfileCut's, for CompressedPipeline at the JPEG
+// quality: encode_jpeg and a decode inserted after the flip,
+// deterministic in seed. Per sample, the JPEG's bytes are the crop's
+// times the measured ratio of their means (measuredCrops), and the
+// encode's and the decode's costs are the sample's own crop cost (its
+// random_resized_crop OpNS) times the median measured ratio of their op
+// times to the crop's, each with ~10% noise; the decoded crop is the crop's
+// size and compresses as the crop does; zstd cannot shrink the JPEG
+// (`testbed ops` measures 1.00x), and costs 5 ns per byte to try and 1 ns
+// to undo, as Profile's codec does. The cut's measurements, where p has
+// them, carry over: the compute side finishes a cut with the ops after
+// the crop, encode and decode included. The error names a kind or
+// quality without measurements.
+func Compressed(p *profiler.Profile, kind string, quality int, seed uint64) (*profiler.Profile, error) {
+	m, ok := measuredCrops[kind][quality]
+	if !ok {
+		return nil, fmt.Errorf("synthetic: no compressed-crop measurements for %s at quality %d (have %v)", kind, quality, CompressedQualities(kind))
+	}
+	if !slices.Equal(p.Ops, Pipeline) {
+		return nil, fmt.Errorf("synthetic: ops %v are not %v", p.Ops, Pipeline)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x7e9))
+	noise := func(x float64) int64 {
+		f := 1 + 0.1*rng.NormFloat64()
+		return max(int64(x*min(max(f, 0.7), 1.3)), 1)
+	}
+	out := *p
+	out.Pipeline = fmt.Sprintf("synthetic-imagenet-train-q%d", quality)
+	out.Fingerprint = fmt.Sprintf("%s-q%d", p.Fingerprint, quality)
+	out.Ops = slices.Clone(CompressedPipeline)
+	out.Samples = make([]profiler.SampleProfile, len(p.Samples))
+	// ins puts the encode's and the decode's entries after the flip's
+	// (index 3 of a per-split slice, 2 of OpNS).
+	ins := func(s []int64, at int, enc, dec int64) []int64 {
+		return slices.Concat(s[:at], []int64{enc, dec}, s[at:])
+	}
+	for i, s := range p.Samples {
+		jpeg := noise(float64(s.Bytes[2]) * m.jpegBytes / m.cropBytes)
+		crop := float64(s.OpNS[1])
+		s.Bytes = ins(s.Bytes, 4, jpeg, s.Bytes[2])
+		s.OpNS = ins(s.OpNS, 3, noise(crop*m.encodePerCrop()), noise(crop*m.decodePerCrop()))
+		if s.Compressed != nil {
+			s.Compressed = ins(s.Compressed, 4, jpeg, s.Compressed[2])
+			s.CompressNS = ins(s.CompressNS, 4, noise(5*float64(jpeg)), s.CompressNS[2])
+			s.DecompressNS = ins(s.DecompressNS, 4, noise(float64(jpeg)), s.DecompressNS[2])
+		}
+		out.Samples[i] = s
+	}
+	return &out, nil
 }

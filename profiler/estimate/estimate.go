@@ -25,6 +25,16 @@
 //   - decode: the image's pixels and the file's bytes, fitted per class
 //     (baseline or progressive, colour or grey) where the calibration holds
 //     at least minClass samples of the class, otherwise over all;
+//   - encode_jpeg (a pipeline that compresses its crop): its output's
+//     bytes, the one size not known from shapes, A + B*pixels*bpp +
+//     C*pixels where bpp is the file's bytes per pixel (the crop is
+//     resampled, so the file's bytes in the area it shows predict it
+//     worse: TestEncodeSizeFeatures); its cost on the same features. Per
+//     sample the fit is off as much as the zstd ratios' are, in sum far
+//     less (docs/policy.md, "The compressed crop"). The decode after it keeps the encode's dimensions (W*H*3 bytes, exact)
+//     and is priced on the JPEG's bytes (the fitted ones, the recorded
+//     ones in calibration) and its pixels. A JPEG does not compress: the
+//     zstd ratio at the split after it fits to about 1;
 //   - random_resized_crop: the box's pixels and rows (the resampler's two
 //     passes); resize, its input and output pixels; the flip, the pixels
 //     it mirrors (zero when its coin says no flip); center_crop, to_tensor
@@ -143,6 +153,9 @@ type Model struct {
 	// decode class with its own fit.
 	op     []linear
 	decode map[int]linear
+	// size[j] is op j's output size fit where its size is not exact
+	// (encode_jpeg).
+	size []linear
 	// ratio[k], comp[k], decomp[k]: split k's zstd ratio, compress and
 	// decompress cost.
 	ratio, comp, decomp []linear
@@ -254,6 +267,13 @@ func Fit(p *ops.Pipeline, seed, epoch uint64, samples []Sample, records []profil
 		if len(records[i].OpNS) != n || len(records[i].Bytes) != n+1 {
 			return nil, fmt.Errorf("%w: record of sample %d has %d ops, pipeline %d", profiler.ErrProfileInvalid, s.ID, len(records[i].OpNS), n)
 		}
+		for j := range f.ops {
+			// A decode of an encode's output is fitted on the bytes the
+			// encode actually wrote.
+			if f.ops[j].inBytes {
+				f.ops[j].work[0] = float64(records[i].Bytes[j])
+			}
+		}
 		fs[i] = f
 		m.recorded[s.ID] = records[i]
 	}
@@ -264,8 +284,15 @@ func Fit(p *ops.Pipeline, seed, epoch uint64, samples []Sample, records []profil
 		}
 		return out
 	}
-	m.op = make([]linear, n)
+	m.op, m.size = make([]linear, n), make([]linear, n)
 	for j := range n {
+		if fs[0].ops[j].size != nil {
+			var xs [][]float64
+			for q := range fs[0].ops[j].size {
+				xs = append(xs, col(func(i int) float64 { return fs[i].ops[j].size[q] }))
+			}
+			m.size[j] = fit(col(func(i int) float64 { return float64(records[i].Bytes[j+1]) }), xs...)
+		}
 		var xs [][]float64
 		for q := range fs[0].ops[j].work {
 			xs = append(xs, col(func(i int) float64 { return fs[i].ops[j].work[q] }))
@@ -440,6 +467,12 @@ func (m *Model) Sample(s Sample) (profiler.SampleProfile, error) {
 	sp.Bytes[0] = s.Raw
 	for j, of := range f.ops {
 		sp.Bytes[j+1] = of.out
+		if of.size != nil {
+			sp.Bytes[j+1] = max(nanos(m.size[j].at(of.size...)), 1)
+		}
+		if of.inBytes {
+			of.work[0] = float64(sp.Bytes[j])
+		}
 		fit := m.op[j]
 		if c, ok := m.decode[f.class]; ok && j == 0 {
 			fit = c

@@ -21,7 +21,27 @@ type dataset struct {
 	data    [][]byte
 }
 
+// generated keeps each spec's largest generated dataset: sample i is the
+// same image in every call, so the tests share a prefix.
+var generated = struct {
+	sync.Mutex
+	m map[string]dataset
+}{m: map[string]dataset{}}
+
+// generate is n images of spec (seed 5) and their headers.
 func generate(t testing.TB, spec synth.Spec, n int) dataset {
+	t.Helper()
+	generated.Lock()
+	defer generated.Unlock()
+	if d, ok := generated.m[spec.Name]; ok && len(d.data) >= n {
+		return dataset{samples: d.samples[:n:n], data: d.data[:n:n]}
+	}
+	d := generateNew(t, spec, n)
+	generated.m[spec.Name] = d
+	return d
+}
+
+func generateNew(t testing.TB, spec synth.Spec, n int) dataset {
 	t.Helper()
 	d := dataset{samples: make([]estimate.Sample, n), data: make([][]byte, n)}
 	errs := make([]error, n)

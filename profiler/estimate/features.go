@@ -9,8 +9,17 @@ import (
 
 // opFeat is what one op does to one sample, known before it runs.
 type opFeat struct {
-	// out is the op's output size in bytes (ops.Value.Size), exact.
+	// out is the op's output size in bytes (ops.Value.Size), exact
+	// unless size is set.
 	out int64
+	// size, for encode_jpeg, are the features its output's bytes are
+	// fitted on (the JPEG's size is known only once it is encoded): its
+	// pixels times the file's bytes per pixel, and its pixels.
+	size []float64
+	// inBytes says work[0] is the op's input bytes, known only once the
+	// op before it is sized: a decode of encode_jpeg's output, whose cost
+	// follows its pixels and the JPEG's bytes.
+	inBytes bool
 	// work are the features its cost is fitted on, most important first.
 	work []float64
 	// detail is the source JPEG's bytes per pixel of the output: the
@@ -45,16 +54,32 @@ func sampleFeats(p *ops.Pipeline, s Sample, seed, epoch uint64) (feats, error) {
 	raw, area := float64(s.Raw), float64(s.W)*float64(s.H)
 	f.bpp = raw / area
 	// w, h: the current image's size; shown: the area of the source image
-	// it shows; tensor: whether it is a float32 tensor.
-	w, h, shown, tensor := 0, 0, area, false
+	// it shows; tensor: whether it is a float32 tensor; encoded: whether it
+	// is encode_jpeg's output (a decode then decodes that, not the file).
+	w, h, shown, tensor, encoded := 0, 0, area, false, false
 	var r ops.Rand
 	for j := range p.Len() {
 		r.Seed(ops.SeedFor(seed, epoch, s.ID, j))
 		var of opFeat
 		switch o := p.Op(j).(type) {
 		case ops.Decode:
+			if encoded {
+				// The encode kept the image's dimensions; its bytes are
+				// filled in once they are fitted or recorded.
+				of.work, of.inBytes = []float64{0, float64(w * h)}, true
+				break
+			}
 			w, h = s.W, s.H
 			of.work = []float64{area, raw}
+		case ops.Encode:
+			// The JPEG's bytes follow its pixels and how much detail they
+			// carry, which the file's bytes per pixel tell better than the
+			// file's bytes in the area they show (a crop's pixels are
+			// resampled). The pixels come second: where every crop has the
+			// same size, the fit cannot use them (fit drops the last).
+			px := float64(w * h)
+			of.size = []float64{px * f.bpp, px}
+			of.work = []float64{px * f.bpp, px}
 		case ops.RandomResizedCrop:
 			box := ops.SampleRRCBox(w, h, o.Params, &r)
 			shown = shown * float64(box.W*box.H) / float64(max(w*h, 1))
@@ -92,6 +117,10 @@ func sampleFeats(p *ops.Pipeline, s Sample, seed, epoch uint64) (feats, error) {
 		of.out = int64(w) * int64(h) * ops.Channels
 		if tensor {
 			of.out *= 4
+		}
+		encoded = of.size != nil
+		if encoded {
+			of.out = 0
 		}
 		of.detail = raw * shown / area / float64(max(w*h, 1))
 		f.ops[j] = of

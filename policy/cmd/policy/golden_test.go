@@ -28,6 +28,8 @@ var goldenCases = []struct {
 	{"imagenet-compute", []string{"explain", "--synthetic", "imagenet-like:1000", "--link-mbit", "4000", "--storage-cores", "4", "--compute-cores", "1", "--storage-speed", "0.5"}},
 	{"imagenet-gpu", []string{"explain", "--synthetic", "imagenet-like:800", "--link-mbit", "10000", "--gpu-rate", "100"}},
 	{"imagenet-unlimited", []string{"explain", "--synthetic", "imagenet-like:300", "--link-mbit", "0"}},
+	{"openimages-q95", []string{"explain", "--synthetic", "openimages-like:2000", "--pipeline", "imagenet-train-q95", "--link-mbit", "500", "--storage-cores", "32", "--compute-cores", "8", "--gpu-rate", "1150"}},
+	{"imagenet-q90-storage", []string{"explain", "--synthetic", "imagenet-like:2000", "--pipeline", "imagenet-train-q90", "--link-mbit", "500", "--storage-cores", "0.5", "--compute-cores", "8", "--gpu-rate", "1150"}},
 	{"tiny-exact", []string{"explain", "--synthetic", "openimages-like:3", "--link-mbit", "100", "--storage-cores", "0.01", "--compute-cores", "0.05"}},
 	{"tiny-nocut", []string{"explain", "--synthetic", "imagenet-like:4", "--link-mbit", "100", "--storage-cores", "0.02", "--cut=false"}},
 	{"cluster-imagenet", []string{"explain", "--cluster", "testdata/cluster.yaml", "--synthetic", "imagenet-like:3000", "--replicas", "2"}},

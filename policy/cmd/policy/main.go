@@ -35,7 +35,9 @@ Usage:
 
 A profile FILE is what the compute agent's stage 2 saves (--profile); a
 synthetic profile is generated: KIND is openimages-like or imagenet-like,
-N the number of samples. An estimated profile (--estimate DIR) plans
+N the number of samples; with --pipeline imagenet-train-q95 (or -q90) the
+profile is of the compressed crop, whose split 4 sends the crop's JPEG
+(policy/synthetic.Compressed). An estimated profile (--estimate DIR) plans
 before the first run: DIR is an ImageFolder tree of JPEGs (one folder per
 class), whose file sizes and JPEG headers give every sample's sizes
 exactly and, with a calibration run of --calibrate files through the
@@ -179,7 +181,7 @@ func newFlags(errOut io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.synthetic, "synthetic", "", "generate a profile instead: `KIND:N` (openimages-like or imagenet-like)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic profile; with --estimate, the run seed whose crop boxes are estimated")
 	fs.StringVar(&o.estimateDir, "estimate", "", "estimate the profile of the ImageFolder `dir` from its files' sizes and JPEG headers, calibrated on a few files")
-	fs.StringVar(&o.pipeline, "pipeline", "imagenet-train", "with --estimate: the pipeline, a preset `name` or a spec file")
+	fs.StringVar(&o.pipeline, "pipeline", "imagenet-train", "with --estimate: the pipeline, a preset `name` or a spec file; with --synthetic: imagenet-train, or imagenet-train-q95 or -q90 for the compressed crop (encode_jpeg and a decode after the flip, sized and priced from testbed ops' measurements)")
 	fs.IntVar(&o.calibrate, "calibrate", 32, "with --estimate: how many files to run through the pipeline to fit costs and compressed sizes")
 	fs.Uint64Var(&o.epoch, "epoch", 0, "with --estimate: the epoch whose crop boxes are estimated")
 	fs.BoolVar(&o.cut, "cut", true, "give a synthetic profile the JPEG cut's measurements; false drops them from any profile")
@@ -237,7 +239,21 @@ func (o *options) profile() (*profiler.Profile, error) {
 		if o.cut {
 			p = synthetic.WithCut(p, o.seed)
 		}
-		return p, nil
+		return o.syntheticPipeline(p, kind)
 	}
 	return nil, errors.New("give --profile FILE, --synthetic KIND:N or --estimate DIR")
+}
+
+// syntheticPipeline is the synthetic profile p of kind for --pipeline:
+// imagenet-train as generated, imagenet-train-qQ its compressed-crop
+// variant (synthetic.Compressed).
+func (o *options) syntheticPipeline(p *profiler.Profile, kind string) (*profiler.Profile, error) {
+	if o.pipeline == "imagenet-train" {
+		return p, nil
+	}
+	q, err := strconv.Atoi(strings.TrimPrefix(o.pipeline, "imagenet-train-q"))
+	if err != nil || !strings.HasPrefix(o.pipeline, "imagenet-train-q") {
+		return nil, fmt.Errorf("--pipeline %q with --synthetic: want imagenet-train or imagenet-train-qQ (Q one of %v)", o.pipeline, synthetic.CompressedQualities(kind))
+	}
+	return synthetic.Compressed(p, kind, q, o.seed)
 }

@@ -63,6 +63,8 @@ func TestExplainErrors(t *testing.T) {
 		{"explain", "--estimate", t.TempDir()},
 		{"explain", "--estimate", t.TempDir(), "--synthetic", "openimages-like:5"},
 		{"explain", "--estimate", t.TempDir(), "--pipeline", "no-such-preset"},
+		{"explain", "--synthetic", "openimages-like:5", "--pipeline", "imagenet-train-q42"},
+		{"explain", "--synthetic", "openimages-like:5", "--pipeline", "imagenet-train-fast"},
 		{"explain", "--synthetic", "openimages-like:5", "--cache-bytes", "120%"},
 		{"explain", "--synthetic", "openimages-like:5", "--cache-bytes", "lots"},
 		{"explain", "--synthetic", "openimages-like:5", "--cache-bytes", "1MB", "--cluster", "testdata/cluster.yaml"},
