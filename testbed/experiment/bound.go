@@ -80,7 +80,7 @@ func steadyEpoch(c *results.Cell) (uint64, bool) {
 // agent's catalog (the same ids: the dataset's index order); nil where
 // the pipeline has no cut or the dataset cannot be read here.
 func (x *experiment) cutAreas() *profiler.CutAreas {
-	pipe, err := ops.Preset(x.cfg.Pipeline)
+	pipe, err := ops.Preset(x.pipe)
 	if err != nil || !pipe.CanCut() {
 		return nil
 	}

@@ -105,7 +105,7 @@ func policyRuns(policies []string, wc string, placements []string) []policyRun {
 // profile.
 func (x *experiment) policyArgs(addrs []string, pr policyRun, rank int, report, samples string) []string {
 	args := []string{"--storage", strings.Join(addrs, ","), "--policy", pr.policy, "--epochs", strconv.Itoa(x.cfg.Epochs),
-		"--pipeline", x.cfg.Pipeline, "--gpu", gpuFlag(x.cfg.GPURate),
+		"--pipeline", x.pipe, "--gpu", gpuFlag(x.cfg.GPURate),
 		"--seed", strconv.FormatUint(x.cfg.Seed, 10), "--report", report, "--samples-out", samples,
 		"--log-level", "warn", "--log-format", "json"}
 	if pr.est {
@@ -191,6 +191,9 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed.Bed, dir string, addr
 		}
 	}
 	label := fmt.Sprintf("[%s, %g storage cpus] %s", b.Label(), cpus, policy)
+	if len(x.cfg.Pipelines) > 1 {
+		label += " [" + x.pipe + "]"
+	}
 	var ranks [][]report.EpochReport
 	var besides []func(context.Context)
 	if h != nil {

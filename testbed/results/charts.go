@@ -494,6 +494,13 @@ func (n namer) name(base string) string {
 // cellCharts draws a cell's epoch time, bytes and storage CPU charts; none
 // when no run of the cell can be charted.
 func cellCharts(c *Cell, names namer) []chartFile {
+	if vs := views(c); len(vs) > 1 { // each pipeline's, with its bound
+		var out []chartFile
+		for _, v := range vs {
+			out = append(out, cellCharts(v, names)...)
+		}
+		return out
+	}
 	var runs []*Run
 	for i := range c.Runs {
 		if chartable(&c.Runs[i]) {
@@ -511,6 +518,10 @@ func cellCharts(c *Cell, names namer) []chartFile {
 	if c.Repetition > 0 {
 		base += fmt.Sprintf("-rep%d", c.Repetition)
 	}
+	if ps := c.Pipelines(); len(ps) == 1 {
+		label += ", " + ps[0]
+		base += "-" + slug(ps[0])
+	}
 	cats := make([]string, len(runs))
 	secs := make([]float64, len(runs))
 	pred := make([]float64, len(runs))
@@ -520,7 +531,7 @@ func cellCharts(c *Cell, names namer) []chartFile {
 	anyKernel := false
 	for i, run := range runs {
 		e := run.Steady()
-		cats[i] = run.Policy
+		cats[i] = rowName(run)
 		secs[i] = e.Seconds
 		pred[i] = e.PredictedSeconds
 		agent[i] = float64(e.AgentBytes) / 1e6
@@ -661,8 +672,8 @@ func sweep(cells []*Cell, x func(*Cell) (float64, string), title, xlabel string,
 				continue
 			}
 			has = true
-			if !slices.Contains(policies, run.Policy) {
-				policies = append(policies, run.Policy)
+			if !slices.Contains(policies, rowName(run)) {
+				policies = append(policies, rowName(run))
 			}
 		}
 		if has && (len(ticks) == 0 || ticks[len(ticks)-1].Value != v) {
@@ -679,7 +690,7 @@ func sweep(cells []*Cell, x func(*Cell) (float64, string), title, xlabel string,
 		for _, c := range cells {
 			for j := range c.Runs {
 				run := &c.Runs[j]
-				if run.Policy == p && chartable(run) {
+				if rowName(run) == p && chartable(run) {
 					v, _ := x(c)
 					series[i].X = append(series[i].X, v)
 					series[i].Y = append(series[i].Y, run.Steady().Seconds)
