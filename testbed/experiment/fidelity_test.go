@@ -34,9 +34,11 @@ func TestConfigPipelines(t *testing.T) {
 		t.Errorf("got pipeline %q, want the first of the list", c.Pipeline)
 	}
 	for name, set := range map[string]func(*Config){
-		"twice":     func(c *Config) { c.Pipelines = []string{"imagenet-train", "imagenet-train"} },
-		"empty":     func(c *Config) { c.Pipelines = []string{"imagenet-train", ""} },
-		"reference": func(c *Config) { c.Pipelines, c.Reference = []string{"imagenet-train", "imagenet-train-q95"}, "ref.samples" },
+		"twice": func(c *Config) { c.Pipelines = []string{"imagenet-train", "imagenet-train"} },
+		"empty": func(c *Config) { c.Pipelines = []string{"imagenet-train", ""} },
+		"reference": func(c *Config) {
+			c.Pipelines, c.Reference = []string{"imagenet-train", "imagenet-train-q95"}, "ref.samples"
+		},
 	} {
 		c := Config{Data: "x", Out: "x"}
 		set(&c)
