@@ -14,6 +14,7 @@ import (
 	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/testbed"
 	"github.com/sophon-dl/sophon/testbed/bed"
+	"github.com/sophon-dl/sophon/testbed/cellbound"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
 	"github.com/sophon-dl/sophon/testbed/netns"
 	"github.com/sophon-dl/sophon/testbed/results"
@@ -270,7 +271,9 @@ func (x *experiment) pipelineRuns(ctx context.Context, cell *results.Cell, b *be
 	// The bound over this pipeline's profile, at its runs' steady epoch.
 	view := *cell
 	view.Runs = cell.Runs[from:]
-	bound := x.cellBound(&view)
+	bound := cellbound.Of(&view, cellbound.Inputs{Profile: x.cellProfile, Pipeline: x.pipe, Dataset: x.res.Dataset.Path,
+		Seed: x.cfg.Seed, StorageNodes: x.cfg.StorageNodes, ComputeNodes: x.cfg.ComputeNodes, GPURate: x.cfg.GPURate,
+		ComputeFlags: x.cfg.ComputeFlags, CacheBytes: x.res.CacheBytes, Log: x.cfg.Log})
 	if i == 0 {
 		cell.Bound = bound
 	}

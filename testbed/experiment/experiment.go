@@ -54,6 +54,7 @@ import (
 	"github.com/sophon-dl/sophon/testbed/netns"
 	"github.com/sophon-dl/sophon/testbed/results"
 	"github.com/sophon-dl/sophon/testbed/shape"
+	"github.com/sophon-dl/sophon/testbed/tensors"
 )
 
 // Defaults of Config.
@@ -640,14 +641,14 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 	x := &experiment{cfg: cfg, bins: bins, res: res, pin: pin, cores: cores, ref: map[[2]uint64]string{},
 		fidelityFrom: map[string]fidelitySource{}}
 	if cfg.Reference != "" {
-		ref, err := readSamples(cfg.Reference)
+		ref, err := tensors.Read(cfg.Reference)
 		if err != nil {
 			return nil, fmt.Errorf("%w: reference: %w", ErrConfig, err)
 		}
-		if ref.dups > 0 || len(ref.got) == 0 {
-			return nil, fmt.Errorf("%w: reference %s: %d samples, %d duplicates: want a 1 x 1 run's samples, each once per epoch", ErrConfig, cfg.Reference, len(ref.got), ref.dups)
+		if ref.Dups > 0 || len(ref.Got) == 0 {
+			return nil, fmt.Errorf("%w: reference %s: %d samples, %d duplicates: want a 1 x 1 run's samples, each once per epoch", ErrConfig, cfg.Reference, len(ref.Got), ref.Dups)
 		}
-		x.ref, res.Reference = ref.got, cfg.Reference
+		x.ref, res.Reference = ref.Got, cfg.Reference
 	}
 	if cfg.Train {
 		x.trainScript, x.trainErr = trainReady(cfg.Python, cfg.TrainScript, bins.dir)

@@ -10,12 +10,18 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/sophon-dl/sophon/compute-agent/batch"
+	"github.com/sophon-dl/sophon/internal/testutil"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/synth"
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
+	"github.com/sophon-dl/sophon/testbed/netns"
 	"github.com/sophon-dl/sophon/testbed/results"
+	"github.com/sophon-dl/sophon/testbed/shape"
 )
 
 func TestConfigPipelines(t *testing.T) {
@@ -153,49 +159,61 @@ func TestFidelityRunDir(t *testing.T) {
 	}
 }
 
-// TestFidelityPSNRScale: the PSNR over the tensors, Normalize undone, is
-// the PSNR of the decoded crops themselves: the crop before encode_jpeg
-// against it after the round trip's decode.
-func TestFidelityPSNRScale(t *testing.T) {
-	const seed = 3
-	data := t.TempDir()
-	d := fidelityData(t, data, 1)
-	q90, _ := ops.Preset("imagenet-train-q90")
-	lossless, _ := ops.Preset("imagenet-train")
-	key := ops.Key{Seed: seed, Epoch: 2, Sample: 0}
-	f, err := compareFidelity(context.Background(), data, seed, q90, lossless,
-		map[[2]uint64]string{{2, 0}: deliveredSHA(t, d, q90, key)})
-	if err != nil || f.Samples != 1 || f.Verified != 1 {
-		t.Fatalf("%+v, %v", f, err)
+// TestExperimentPipelinesNetns: two pipelines side by side in one cell:
+// each policy once per pipeline, each exactly once and content-checked
+// against its own pipeline's reference, each pipeline with its own
+// profile and bound, and the lossy pipeline's fidelity verified against
+// every delivered hash.
+func TestExperimentPipelinesNetns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries for about half a minute")
 	}
-	raw, _ := d.Read(0)
-	k := lossyAt(q90)
-	crop, err := q90.Run(key, ops.Encoded(raw), 0, k)
+	if err := netns.Available(); err != nil {
+		testutil.Require(t, "namespaces unavailable (%v); CI runs this as root", err)
+	}
+	bins := buildBinaries(t)
+	out := t.TempDir()
+	const n, epochs = 16, 2
+	cfg := Config{
+		Data: smallDataset(t, n), DataKind: "imagenet-like", DataSeed: 7, Out: out,
+		Rates: []shape.Rate{shape.MustParseRate("40mbit")}, StorageCPUs: []float64{1}, Epochs: epochs, Seed: 3,
+		Policies: []string{"nooff", "optimal"}, Pipelines: []string{"imagenet-train", "imagenet-train-q95"},
+		Bin: bins, Mode: ModeNetns, Log: zerolog.Nop(),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := Run(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	checkNothingLeft(t, bins)
+	res, err := results.Load(filepath.Join(out, "results.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := crop.(*ops.Image)
-	back, err := q90.Run(key, &ops.Image{W: a.W, H: a.H, Pix: append([]uint8(nil), a.Pix...)}, k, k+2)
-	if err != nil {
-		t.Fatal(err)
+	c := res.Cells[0]
+	if len(res.Pipelines) != 2 || len(c.Runs) != 4 || len(c.PipelineBounds) != 2 {
+		t.Fatalf("pipelines %q, %d runs, %d pipeline bounds: want 2, 4, 2", res.Pipelines, len(c.Runs), len(c.PipelineBounds))
 	}
-	b := back.(*ops.Image)
-	var sq float64
-	for i := range a.Pix {
-		dv := float64(a.Pix[i]) - float64(b.Pix[i])
-		sq += dv * dv
+	for i, r := range c.Runs {
+		want := cfg.Pipelines[i/2]
+		if r.Pipeline != want || r.Error != "" || !r.ExactlyOnce || !r.ContentMatches {
+			t.Errorf("run %d %s [%s]: want [%s], error %q, exactly once %v, content %v", i, r.Policy, r.Pipeline, want, r.Error, r.ExactlyOnce, r.ContentMatches)
+		}
+		if _, err := os.Stat(filepath.Join(out, cellDir(c.Rate, c.StorageCPUs, 0), r.Pipeline, r.Policy+".samples")); err != nil {
+			t.Error(err)
+		}
 	}
-	want := psnr(sq / float64(len(a.Pix)))
-	if math.Abs(f.PSNRMeanDB-want) > 0.01 || math.Abs(f.PSNRPooledDB-want) > 0.01 {
-		t.Errorf("tensor PSNR %.4f dB (pooled %.4f), decoded crops' %.4f dB", f.PSNRMeanDB, f.PSNRPooledDB, want)
+	for _, p := range []string{"profile.zst", "profile-imagenet-train-q95.zst"} {
+		if _, err := os.Stat(filepath.Join(out, p)); err != nil {
+			t.Errorf("each pipeline's profile: %v", err)
+		}
 	}
-	// The crop and flip are the lossless pipeline's own: its tensor is
-	// the crop before the round trip.
-	t0, err := lossless.Run(key, ops.Encoded(raw), 0, lossless.Len())
-	if err != nil {
-		t.Fatal(err)
+	if len(res.Fidelity) != 1 {
+		t.Fatalf("fidelity %+v: want one line", res.Fidelity)
 	}
-	if tt := t0.(*ops.Tensor); tt.H != a.H || tt.W != a.W {
-		t.Errorf("lossless tensor %dx%d, crop %dx%d", tt.W, tt.H, a.W, a.H)
+	f := res.Fidelity[0]
+	t.Logf("fidelity: %s", f.Line())
+	if f.Error != "" || f.Samples != n*epochs || f.Verified != f.Samples || !(f.PSNRMeanDB > 25) {
+		t.Errorf("fidelity %+v: want every delivered sample verified", f)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/testbed/cellbound"
 	"github.com/sophon-dl/sophon/testbed/results"
 )
 
@@ -210,20 +211,20 @@ func TestStage1Resources(t *testing.T) {
 		{[]string{"-workers=5", "--window", "8"}, 5},
 		{[]string{"--workers=x"}, n},
 	} {
-		if got := computeCores(tc.flags); got != tc.want {
+		if got := cellbound.ComputeCores(tc.flags); got != tc.want {
 			t.Errorf("computeCores(%q): got %v, want %v", tc.flags, got, tc.want)
 		}
 	}
 	// The cell's bound plans with the cores the agent's model takes: its
 	// workers within the compute quota.
 	quota := &results.Cell{ComputeCPUs: 1.5}
-	if got := cellComputeCores(quota, []string{"--workers", "1"}); got != 1 {
+	if got := cellbound.CellComputeCores(quota, []string{"--workers", "1"}); got != 1 {
 		t.Errorf("1 worker under a 1.5-core quota: %v cores, want 1", got)
 	}
-	if got := cellComputeCores(quota, []string{"--workers", "4"}); got != 1.5 {
+	if got := cellbound.CellComputeCores(quota, []string{"--workers", "4"}); got != 1.5 {
 		t.Errorf("4 workers under a 1.5-core quota: %v cores, want 1.5", got)
 	}
-	if got := cellComputeCores(&results.Cell{}, []string{"--workers", "4"}); got != 4 {
+	if got := cellbound.CellComputeCores(&results.Cell{}, []string{"--workers", "4"}); got != 4 {
 		t.Errorf("4 workers, no quota: %v cores, want 4", got)
 	}
 }

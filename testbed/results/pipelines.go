@@ -7,63 +7,6 @@ import (
 	"strings"
 )
 
-// Fidelity is a lossy pipeline's tensors (one with encode_jpeg) against a
-// lossless pipeline's for the same (seed, epoch, sample), over the samples
-// one of its runs delivered: the testbed recomputes each delivered tensor
-// from the dataset with package ops, checks that it hashes to what the
-// compute agent delivered, and compares it with the lossless pipeline's.
-type Fidelity struct {
-	// Pipeline is the lossy pipeline, Reference the lossless one.
-	Pipeline  string `json:"pipeline"`
-	Reference string `json:"reference"`
-	// Run names the run whose delivered samples were compared: its cell
-	// and policy.
-	Run string `json:"run,omitempty"`
-	// Samples is the (epoch, sample) pairs compared; Verified those whose
-	// recomputed tensor hashed to the delivered one (all of them, or the
-	// figures are not of the delivered tensors); Identical those equal to
-	// the reference's (left out of the PSNR mean and minimum, being
-	// infinite).
-	Samples   int `json:"samples"`
-	Verified  int `json:"verified"`
-	Identical int `json:"identical,omitempty"`
-	// PSNRMeanDB is the mean over the samples of each one's PSNR, and
-	// PSNRMinDB the least, in dB, on the 0-255 scale of the decoded crop:
-	// Normalize undone, each tensor value times its channel's std times
-	// 255; PSNRPooledDB is over every value of every sample together.
-	PSNRMeanDB   float64 `json:"psnr_mean_db,omitempty"`
-	PSNRMinDB    float64 `json:"psnr_min_db,omitempty"`
-	PSNRPooledDB float64 `json:"psnr_pooled_db,omitempty"`
-	// MaxAbsError is the largest absolute difference of one tensor value,
-	// in the tensors' own (normalized) units; MaxAbsLevels the same on the
-	// 0-255 scale.
-	MaxAbsError  float64 `json:"max_abs_error"`
-	MaxAbsLevels float64 `json:"max_abs_levels"`
-	// Seconds is the comparison's wall time.
-	Seconds float64 `json:"seconds,omitempty"`
-	// Error is why the figures are missing or partial.
-	Error string `json:"error,omitempty"`
-}
-
-// Line is f as one line for people.
-func (f *Fidelity) Line() string {
-	s := fmt.Sprintf("%s against %s", f.Pipeline, f.Reference)
-	if f.Samples > 0 {
-		s += fmt.Sprintf(": PSNR mean %.2f dB, min %.2f dB, pooled %.2f dB; max abs error %.4f (%.1f levels of 255); over %d delivered samples, %d of them verified by hash",
-			f.PSNRMeanDB, f.PSNRMinDB, f.PSNRPooledDB, f.MaxAbsError, f.MaxAbsLevels, f.Samples, f.Verified)
-		if f.Identical > 0 {
-			s += fmt.Sprintf(", %d identical", f.Identical)
-		}
-		if f.Run != "" {
-			s += " (" + f.Run + ")"
-		}
-	}
-	if f.Error != "" {
-		s += "; error: " + f.Error
-	}
-	return s
-}
-
 // Pipelines are the pipelines c's runs name (Run.Pipeline), in order of
 // their first run; nil when none names one (an experiment of one).
 func (c *Cell) Pipelines() []string {

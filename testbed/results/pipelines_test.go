@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sophon-dl/sophon/testbed/tensors"
 )
 
 // twoPipelines is a cell whose policies ran under two pipelines, each
@@ -27,7 +29,7 @@ func twoPipelines() *Results {
 		}}
 	return &Results{Version: Version, Pipeline: "imagenet-train", Pipelines: []string{"imagenet-train", "imagenet-train-q95"},
 		Epochs: 2, Cells: []Cell{c},
-		Fidelity: []Fidelity{{Pipeline: "imagenet-train-q95", Reference: "imagenet-train", Samples: 200, Verified: 200,
+		Fidelity: []tensors.Fidelity{{Pipeline: "imagenet-train-q95", Reference: "imagenet-train", Samples: 200, Verified: 200,
 			PSNRMeanDB: 44.5, PSNRMinDB: 40.1, PSNRPooledDB: 44, MaxAbsError: 0.2, MaxAbsLevels: 11.4}}}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/testbed/tensors"
 )
 
 // Version is the results.json schema version; Load refuses others.
@@ -76,7 +77,7 @@ type Results struct {
 	// Fidelity is, for each of Pipelines with encode_jpeg, its delivered
 	// tensors against the first lossless pipeline's for the same keys.
 	// Absent: no lossy pipeline beside a lossless one.
-	Fidelity []Fidelity `json:"fidelity,omitempty"`
+	Fidelity []tensors.Fidelity `json:"fidelity,omitempty"`
 	// GPU is the compute agent's --gpu consumer (e.g. "sim:800").
 	GPU    string `json:"gpu"`
 	Epochs int    `json:"epochs"`
