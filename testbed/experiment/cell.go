@@ -235,7 +235,7 @@ func (x *experiment) pipelineRuns(ctx context.Context, cell *results.Cell, b *be
 	x.usePipeline(i)
 	multi := len(x.cfg.Pipelines) > 1
 	if multi {
-		dir = filepath.Join(dir, x.pipe)
+		dir = filepath.Join(dir, pipeName(x.pipe))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
@@ -305,7 +305,13 @@ func (x *experiment) pipeProfile(i int) string {
 	if i == 0 {
 		return filepath.Join(x.cfg.Out, "profile.zst")
 	}
-	return filepath.Join(x.cfg.Out, "profile-"+x.cfg.Pipelines[i]+".zst")
+	return filepath.Join(x.cfg.Out, "profile-"+pipeName(x.cfg.Pipelines[i])+".zst")
+}
+
+// pipeName is a pipeline's name in file names: a preset's own, a spec
+// file's path with its separators as underscores.
+func pipeName(p string) string {
+	return strings.ReplaceAll(strings.Trim(filepath.ToSlash(filepath.Clean(p)), "/"), "/", "_")
 }
 
 // certs makes the cell's agents' security flags: a fresh CA with a
@@ -388,7 +394,7 @@ func cellDir(rate string, cpus float64, rep int) string {
 func (x *experiment) useCellProfile(rate string, cpus float64) error {
 	name := fmt.Sprintf("profile-%s-cpu%s.zst", rate, strconv.FormatFloat(cpus, 'f', -1, 64))
 	if x.pipeIdx > 0 { // the first pipeline's keep their names
-		name = "profile-" + x.pipe + "-" + strings.TrimPrefix(name, "profile-")
+		name = "profile-" + pipeName(x.pipe) + "-" + strings.TrimPrefix(name, "profile-")
 	}
 	x.cellProfile = filepath.Join(x.cfg.Out, name)
 	for rank := range x.cfg.ComputeNodes {

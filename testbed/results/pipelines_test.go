@@ -119,3 +119,22 @@ func TestTwoPipelines(t *testing.T) {
 		t.Errorf("read back: %+v", back)
 	}
 }
+
+// TestTwoPipelinesRepeat: each pipeline's policies have rows of their own
+// over the repetitions.
+func TestTwoPipelinesRepeat(t *testing.T) {
+	r := twoPipelines()
+	r.Cells = append(r.Cells, r.Cells[0])
+	r.Cells[0].Repetition, r.Cells[1].Repetition = 1, 2
+	var got []string
+	for _, row := range Repeatabilities(r) {
+		got = append(got, row.Policy)
+		if row.Runs != 2 {
+			t.Errorf("%s: %d runs, want 2", row.Policy, row.Runs)
+		}
+	}
+	want := []string{"nooff [imagenet-train]", "optimal [imagenet-train]", "nooff [imagenet-train-q95]", "optimal [imagenet-train-q95]", PeerPolicy}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("rows %q, want %q", got, want)
+	}
+}
