@@ -14,6 +14,7 @@ import (
 	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/testbed"
 	"github.com/sophon-dl/sophon/testbed/bed"
+	"github.com/sophon-dl/sophon/testbed/cellbound"
 	"github.com/sophon-dl/sophon/testbed/cgroup"
 	"github.com/sophon-dl/sophon/testbed/netns"
 	"github.com/sophon-dl/sophon/testbed/results"
@@ -87,8 +88,17 @@ type experiment struct {
 	// of both (rankPath).
 	profile, cellProfile string
 	// ref maps (epoch, sample) to the tensor hash the reference run (the
-	// first exactly-once run, or Config.Reference) delivered.
-	ref map[[2]uint64]string
+	// first exactly-once run, or Config.Reference) delivered, for the
+	// pipeline the runs now use (pipe); refs keeps each pipeline's.
+	ref  map[[2]uint64]string
+	refs map[string]map[[2]uint64]string
+	// pipe is the pipeline the runs now use (one of Config.Pipelines);
+	// pipeIdx its index there.
+	pipe    string
+	pipeIdx int
+	// fidelityFrom is, per pipeline, its first exactly-once 1 x 1 run's
+	// samples file: a lossy pipeline's fidelity is computed from it.
+	fidelityFrom map[string]fidelitySource
 	// noCgroups is set once making cgroups failed: later cells do without.
 	noCgroups bool
 	// trainScript is train_cnn.py with Config.Train; trainErr why the
@@ -188,27 +198,15 @@ func (x *experiment) cell(ctx context.Context, p point, cpus float64, rep int) (
 	if err != nil {
 		return cell, err
 	}
+	for i := range x.cfg.Pipelines {
+		if err := x.pipelineRuns(ctx, &cell, b, dir, addrs, p.label, cpus, i); err != nil {
+			return cell, err
+		}
+	}
+	x.usePipeline(0) // the trainer and the peer run the first
 	if err := x.useCellProfile(p.label, cpus); err != nil {
 		return cell, err
 	}
-	runs := policyRuns(x.cfg.Policies, x.cfg.WorkConserving, x.cfg.Placements)
-	if x.cfg.JobsWholeBudget {
-		runs = withWhole(runs)
-	}
-	for _, pr := range runs {
-		if ctx.Err() != nil {
-			return cell, ctx.Err()
-		}
-		run := x.runPolicy(ctx, b, dir, addrs, cpus, pr)
-		if err := x.shareProfile(); err != nil {
-			return cell, err
-		}
-		cell.Runs = append(cell.Runs, run)
-		if ctx.Err() != nil {
-			return cell, ctx.Err()
-		}
-	}
-	cell.Bound = x.cellBound(&cell)
 	if x.cfg.Train {
 		run := results.Run{Policy: results.TrainerPolicy, Plan: x.cfg.TrainPolicy, Training: true, Skipped: "the trainer row " + nxmSkip}
 		if !x.multi() {
@@ -227,6 +225,93 @@ func (x *experiment) cell(ctx context.Context, p point, cpus float64, rep int) (
 		cell.Runs = append(cell.Runs, run)
 	}
 	return cell, ctx.Err()
+}
+
+// pipelineRuns runs every policy of the cell with pipeline i
+// (Config.Pipelines) and appends the runs and the pipeline's bound to
+// cell. With several pipelines each has a folder of its own under dir
+// and its runs name it (Run.Pipeline).
+func (x *experiment) pipelineRuns(ctx context.Context, cell *results.Cell, b *bed.Bed, dir string, addrs []string, label string, cpus float64, i int) error {
+	x.usePipeline(i)
+	multi := len(x.cfg.Pipelines) > 1
+	if multi {
+		dir = filepath.Join(dir, pipeName(x.pipe))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := x.useCellProfile(label, cpus); err != nil {
+		return err
+	}
+	runs := policyRuns(x.cfg.Policies, x.cfg.WorkConserving, x.cfg.Placements)
+	if x.cfg.JobsWholeBudget {
+		runs = withWhole(runs)
+	}
+	from := len(cell.Runs)
+	for _, pr := range runs {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		run := x.runPolicy(ctx, b, dir, addrs, cpus, pr)
+		if multi {
+			run.Pipeline = x.pipe
+		}
+		if _, ok := x.fidelityFrom[x.pipe]; !ok && run.ExactlyOnce && b.ComputeNodes() == 1 {
+			x.fidelityFrom[x.pipe] = fidelitySource{samples: x.rankFiles(dir, pr.name, 0).samples,
+				run: fmt.Sprintf("%s, %g storage CPUs, %s", label, cpus, pr.name)}
+		}
+		if err := x.shareProfile(); err != nil {
+			return err
+		}
+		cell.Runs = append(cell.Runs, run)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	// The bound over this pipeline's profile, at its runs' steady epoch.
+	view := *cell
+	view.Runs = cell.Runs[from:]
+	bound := cellbound.Of(&view, cellbound.Inputs{Profile: x.cellProfile, Pipeline: x.pipe, Dataset: x.res.Dataset.Path,
+		Seed: x.cfg.Seed, StorageNodes: x.cfg.StorageNodes, ComputeNodes: x.cfg.ComputeNodes, GPURate: x.cfg.GPURate,
+		ComputeFlags: x.cfg.ComputeFlags, CacheBytes: x.res.CacheBytes, Log: x.cfg.Log})
+	if i == 0 {
+		cell.Bound = bound
+	}
+	if multi {
+		bound.Pipeline = x.pipe
+		cell.PipelineBounds = append(cell.PipelineBounds, bound)
+	}
+	return nil
+}
+
+// usePipeline makes pipeline i of Config.Pipelines the one the runs use:
+// its profile, and its reference tensors (each pipeline's tensors differ).
+func (x *experiment) usePipeline(i int) {
+	if x.refs == nil {
+		x.refs = map[string]map[[2]uint64]string{}
+	}
+	next := x.cfg.Pipelines[i]
+	if x.pipe != "" { // the first call keeps the reference Run read
+		x.refs[x.pipe] = x.ref
+		x.ref = x.refs[next]
+	}
+	x.pipeIdx, x.pipe = i, next
+	x.profile = x.pipeProfile(i)
+}
+
+// pipeProfile is pipeline i's experiment profile: Out/profile.zst for the
+// first (as with one pipeline), Out/profile-<pipeline>.zst for the others.
+func (x *experiment) pipeProfile(i int) string {
+	if i == 0 {
+		return filepath.Join(x.cfg.Out, "profile.zst")
+	}
+	return filepath.Join(x.cfg.Out, "profile-"+pipeName(x.cfg.Pipelines[i])+".zst")
+}
+
+// pipeName is a pipeline's name in file names: a preset's own, a spec
+// file's path with its separators as underscores.
+func pipeName(p string) string {
+	return strings.ReplaceAll(strings.Trim(filepath.ToSlash(filepath.Clean(p)), "/"), "/", "_")
 }
 
 // certs makes the cell's agents' security flags: a fresh CA with a
@@ -307,7 +392,11 @@ func cellDir(rate string, cpus float64, rep int) string {
 // own means, shared by its repetitions. Each rank has its own profile
 // (rankPath): it profiles, and plans for, its own shard.
 func (x *experiment) useCellProfile(rate string, cpus float64) error {
-	x.cellProfile = filepath.Join(x.cfg.Out, fmt.Sprintf("profile-%s-cpu%s.zst", rate, strconv.FormatFloat(cpus, 'f', -1, 64)))
+	name := fmt.Sprintf("profile-%s-cpu%s.zst", rate, strconv.FormatFloat(cpus, 'f', -1, 64))
+	if x.pipeIdx > 0 { // the first pipeline's keep their names
+		name = "profile-" + pipeName(x.pipe) + "-" + strings.TrimPrefix(name, "profile-")
+	}
+	x.cellProfile = filepath.Join(x.cfg.Out, name)
 	for rank := range x.cfg.ComputeNodes {
 		cell := x.rankPath(x.cellProfile, rank)
 		if _, err := os.Stat(cell); err == nil {

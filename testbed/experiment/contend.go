@@ -8,9 +8,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -19,6 +17,7 @@ import (
 	"github.com/sophon-dl/sophon/policy"
 	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/testbed/bed"
+	"github.com/sophon-dl/sophon/testbed/cellbound"
 	"github.com/sophon-dl/sophon/testbed/results"
 )
 
@@ -229,7 +228,7 @@ func (x *experiment) reducedPrediction(name string, rs []report.EpochReport, fro
 	}
 	cores := rs[0].Stage1.ComputeCores // what its model planned with: its quota
 	if cores <= 0 {
-		cores = computeCores(x.cfg.ComputeFlags)
+		cores = cellbound.ComputeCores(x.cfg.ComputeFlags)
 	}
 	res := stage1Resources(*rs[0].Stage1, storageCores, cores)
 	for _, r := range rs {
@@ -256,24 +255,4 @@ func stage1Resources(s report.Stage1Summary, storageCores, computeCores float64)
 		GPUSamplesPerSec: s.GPUSamplesPerSec,
 		StorageSpeed:     s.StorageSpeed,
 	}
-}
-
-// computeCores is the compute agent's finishing workers: --workers in its
-// extra flags, else its default, the CPUs it sees (this machine's: it is
-// pinned after it started).
-func computeCores(flags []string) float64 {
-	w := runtime.NumCPU()
-	for i, f := range flags {
-		name, val, hasVal := strings.Cut(strings.TrimLeft(f, "-"), "=")
-		if name != "workers" || !strings.HasPrefix(f, "-") {
-			continue
-		}
-		if !hasVal && i+1 < len(flags) {
-			val = flags[i+1]
-		}
-		if n, err := strconv.Atoi(val); err == nil && n > 0 {
-			w = n
-		}
-	}
-	return float64(w)
 }

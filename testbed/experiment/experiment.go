@@ -54,6 +54,7 @@ import (
 	"github.com/sophon-dl/sophon/testbed/netns"
 	"github.com/sophon-dl/sophon/testbed/results"
 	"github.com/sophon-dl/sophon/testbed/shape"
+	"github.com/sophon-dl/sophon/testbed/tensors"
 )
 
 // Defaults of Config.
@@ -162,8 +163,19 @@ type Config struct {
 	NumClasses int
 	// Epochs per policy run. Zero means DefaultEpochs.
 	Epochs int
-	// Pipeline is a preset name. Empty means DefaultPipeline.
+	// Pipeline is a preset name. Empty means DefaultPipeline. With
+	// Pipelines set it is ignored (and set to Pipelines[0]).
 	Pipeline string
+	// Pipelines, when set, are several presets run side by side on the
+	// same data: in each cell every policy runs once per pipeline, all of
+	// one pipeline's runs before the next's, as rows of one report
+	// (Run.Pipeline). Each pipeline has its own profile (the first run of
+	// each records it: profiles are per pipeline ID) and its own reference
+	// tensors for the content check; a pipeline with encode_jpeg gets a
+	// fidelity line against the first one without (Results.Fidelity). The
+	// peer and trainer rows run the first pipeline. Empty means
+	// [Pipeline].
+	Pipelines []string
 	// GPURate is the simulated GPU's samples/s, for the agents and the
 	// peer alike. Zero means DefaultGPURate.
 	GPURate float64
@@ -386,8 +398,8 @@ func (c *Config) defaults() error {
 	if c.Epochs < 1 {
 		return fmt.Errorf("%w: epochs %d", ErrConfig, c.Epochs)
 	}
-	if c.Pipeline == "" {
-		c.Pipeline = DefaultPipeline
+	if err := c.pipelines(); err != nil {
+		return err
 	}
 	if c.GPURate == 0 {
 		c.GPURate = DefaultGPURate
@@ -438,6 +450,38 @@ func (c *Config) defaults() error {
 	if c.Repeat < 1 {
 		return fmt.Errorf("%w: repeat %d", ErrConfig, c.Repeat)
 	}
+	return nil
+}
+
+// pipelinesField is Results.Pipelines: the pipelines when several.
+func pipelinesField(p []string) []string {
+	if len(p) > 1 {
+		return p
+	}
+	return nil
+}
+
+// pipelines resolves Pipeline and Pipelines: Pipelines non-empty, each
+// once, and Pipeline its first.
+func (c *Config) pipelines() error {
+	if len(c.Pipelines) == 0 {
+		if c.Pipeline == "" {
+			c.Pipeline = DefaultPipeline
+		}
+		c.Pipelines = []string{c.Pipeline}
+	}
+	for i, p := range c.Pipelines {
+		if p == "" {
+			return fmt.Errorf("%w: pipeline %d of %d is empty", ErrConfig, i+1, len(c.Pipelines))
+		}
+		if slices.Contains(c.Pipelines[:i], p) {
+			return fmt.Errorf("%w: pipeline %q given twice", ErrConfig, p)
+		}
+	}
+	if len(c.Pipelines) > 1 && c.Reference != "" {
+		return fmt.Errorf("%w: a reference's tensors are one pipeline's: with %d pipelines each is checked against its own first exactly-once run", ErrConfig, len(c.Pipelines))
+	}
+	c.Pipeline = c.Pipelines[0]
 	return nil
 }
 
@@ -515,15 +559,16 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 	}
 
 	res := &results.Results{
-		Version:  results.Version,
-		Started:  time.Now().UTC(),
-		Machine:  machine(),
-		Dataset:  ds,
-		Pipeline: cfg.Pipeline,
-		GPU:      gpuFlag(cfg.GPURate),
-		Epochs:   cfg.Epochs,
-		Seed:     cfg.Seed,
-		Scale:    cfg.Scale,
+		Version:   results.Version,
+		Started:   time.Now().UTC(),
+		Machine:   machine(),
+		Dataset:   ds,
+		Pipeline:  cfg.Pipeline,
+		Pipelines: pipelinesField(cfg.Pipelines),
+		GPU:       gpuFlag(cfg.GPURate),
+		Epochs:    cfg.Epochs,
+		Seed:      cfg.Seed,
+		Scale:     cfg.Scale,
 
 		WorkConserving: cfg.WorkConserving,
 		CacheBytes:     cacheBytes,
@@ -593,16 +638,17 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 		}
 	}
 
-	x := &experiment{cfg: cfg, bins: bins, res: res, pin: pin, cores: cores, ref: map[[2]uint64]string{}}
+	x := &experiment{cfg: cfg, bins: bins, res: res, pin: pin, cores: cores, ref: map[[2]uint64]string{},
+		fidelityFrom: map[string]fidelitySource{}}
 	if cfg.Reference != "" {
-		ref, err := readSamples(cfg.Reference)
+		ref, err := tensors.Read(cfg.Reference)
 		if err != nil {
 			return nil, fmt.Errorf("%w: reference: %w", ErrConfig, err)
 		}
-		if ref.dups > 0 || len(ref.got) == 0 {
-			return nil, fmt.Errorf("%w: reference %s: %d samples, %d duplicates: want a 1 x 1 run's samples, each once per epoch", ErrConfig, cfg.Reference, len(ref.got), ref.dups)
+		if ref.Dups > 0 || len(ref.Got) == 0 {
+			return nil, fmt.Errorf("%w: reference %s: %d samples, %d duplicates: want a 1 x 1 run's samples, each once per epoch", ErrConfig, cfg.Reference, len(ref.Got), ref.Dups)
 		}
-		x.ref, res.Reference = ref.got, cfg.Reference
+		x.ref, res.Reference = ref.Got, cfg.Reference
 	}
 	if cfg.Train {
 		x.trainScript, x.trainErr = trainReady(cfg.Python, cfg.TrainScript, bins.dir)
@@ -610,8 +656,10 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 			cfg.Log.Warn().Err(x.trainErr).Msg("training rows skipped")
 		}
 	}
-	x.profile = filepath.Join(cfg.Out, "profile.zst")
-	os.Remove(x.profile) // a fresh profile per experiment: the first run records it
+	for i := range cfg.Pipelines {
+		os.Remove(x.pipeProfile(i)) // a fresh profile per experiment: the first run records it
+	}
+	x.usePipeline(0)
 	if old, err := filepath.Glob(filepath.Join(cfg.Out, "profile-rank*.zst")); err == nil {
 		for _, p := range old { // the ranks' of an N x M experiment
 			os.Remove(p)
@@ -644,6 +692,9 @@ grid:
 				}
 			}
 		}
+	}
+	if runErr == nil {
+		res.Fidelity = x.fidelity(ctx)
 	}
 	res.Repeatability = results.Repeatabilities(res)
 	res.Finished = time.Now().UTC()

@@ -14,6 +14,7 @@ import (
 	"github.com/sophon-dl/sophon/testbed/bed"
 	"github.com/sophon-dl/sophon/testbed/results"
 	"github.com/sophon-dl/sophon/testbed/shape"
+	"github.com/sophon-dl/sophon/testbed/tensors"
 )
 
 // TestConfigNodes: the N x M options' defaults and what they refuse.
@@ -254,11 +255,11 @@ func TestCheckSamplesRanks(t *testing.T) {
 	}
 
 	// A 1 x 1 reference read from its file, as Config.Reference.
-	ref, err := readSamples(file("one", []int{0, 1, 2, 3, 4, 5}, hash))
-	if err != nil || ref.dups != 0 || len(ref.got) != epochs*total || ref.perEpoch[1] != total {
-		t.Fatalf("reference: %d samples, %d duplicates, %v", len(ref.got), ref.dups, err)
+	ref, err := tensors.Read(file("one", []int{0, 1, 2, 3, 4, 5}, hash))
+	if err != nil || ref.Dups != 0 || len(ref.Got) != epochs*total || ref.PerEpoch[1] != total {
+		t.Fatalf("reference: %d samples, %d duplicates, %v", len(ref.Got), ref.Dups, err)
 	}
-	x.ref = ref.got
+	x.ref = ref.Got
 	run = results.Run{}
 	x.checkSamples(&run, reports(3, 3), []string{even, odd}, true)
 	if !run.ExactlyOnce || !run.ContentMatches {

@@ -1,7 +1,6 @@
 package experiment
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/sophon-dl/sophon/testbed/bed"
 	"github.com/sophon-dl/sophon/testbed/peer"
 	"github.com/sophon-dl/sophon/testbed/results"
+	"github.com/sophon-dl/sophon/testbed/tensors"
 )
 
 // noWorkConserving is the compute agent's flag for the runs that do
@@ -105,7 +105,7 @@ func policyRuns(policies []string, wc string, placements []string) []policyRun {
 // profile.
 func (x *experiment) policyArgs(addrs []string, pr policyRun, rank int, report, samples string) []string {
 	args := []string{"--storage", strings.Join(addrs, ","), "--policy", pr.policy, "--epochs", strconv.Itoa(x.cfg.Epochs),
-		"--pipeline", x.cfg.Pipeline, "--gpu", gpuFlag(x.cfg.GPURate),
+		"--pipeline", x.pipe, "--gpu", gpuFlag(x.cfg.GPURate),
 		"--seed", strconv.FormatUint(x.cfg.Seed, 10), "--report", report, "--samples-out", samples,
 		"--log-level", "warn", "--log-format", "json"}
 	if pr.est {
@@ -191,6 +191,9 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed.Bed, dir string, addr
 		}
 	}
 	label := fmt.Sprintf("[%s, %g storage cpus] %s", b.Label(), cpus, policy)
+	if len(x.cfg.Pipelines) > 1 {
+		label += " [" + x.pipe + "]"
+	}
 	var ranks [][]report.EpochReport
 	var besides []func(context.Context)
 	if h != nil {
@@ -534,56 +537,6 @@ func (x *experiment) watch(ctx context.Context, b *bed.Bed, s *bed.Series, line 
 	}
 }
 
-// sampleLog is what one or more --samples-out files hold: each (epoch,
-// sample)'s tensor hash, the samples per epoch, and the lines that
-// repeated an (epoch, sample) already seen.
-type sampleLog struct {
-	got      map[[2]uint64]string
-	perEpoch map[uint64]int
-	dups     int
-}
-
-// readSamples reads --samples-out files (lines "epoch sample sha256"),
-// together: a sample two files both hold counts as a duplicate. A missing
-// file reads as none.
-func readSamples(paths ...string) (sampleLog, error) {
-	l := sampleLog{got: map[[2]uint64]string{}, perEpoch: map[uint64]int{}}
-	for _, path := range paths {
-		f, err := os.Open(path)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return l, err
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) != 3 {
-				continue
-			}
-			ep, err1 := strconv.ParseUint(fields[0], 10, 64)
-			id, err2 := strconv.ParseUint(fields[1], 10, 64)
-			if err1 != nil || err2 != nil {
-				continue
-			}
-			k := [2]uint64{ep, id}
-			if _, ok := l.got[k]; ok {
-				l.dups++
-				continue
-			}
-			l.got[k] = fields[2]
-			l.perEpoch[ep]++
-		}
-		err = sc.Err()
-		f.Close()
-		if err != nil {
-			return l, fmt.Errorf("%s: %w", path, err)
-		}
-	}
-	return l, nil
-}
-
 // checkSamples sets run.ExactlyOnce and run.ContentMatches from the
 // agents' --samples-out files (paths[i] and ranks[i] are rank i's file
 // and report lines): over all ranks together, every epoch must hold each
@@ -593,12 +546,12 @@ func readSamples(paths ...string) (sampleLog, error) {
 // trainer row's hashes are of its uint8 slot rows, not of float32
 // tensors: it is not compared.
 func (x *experiment) checkSamples(run *results.Run, ranks [][]report.EpochReport, paths []string, compare bool) {
-	l, err := readSamples(paths...)
-	if err != nil || len(l.got) == 0 {
+	l, err := tensors.Read(paths...)
+	if err != nil || len(l.Got) == 0 {
 		return
 	}
 	want := x.res.Dataset.Samples
-	once := l.dups == 0 && want > 0
+	once := l.Dups == 0 && want > 0
 	for _, rs := range ranks {
 		once = once && len(rs) == x.cfg.Epochs
 	}
@@ -609,11 +562,11 @@ func (x *experiment) checkSamples(run *results.Run, ranks [][]report.EpochReport
 			total += r.Samples
 			once = once && r.Epoch == ranks[0][i].Epoch && r.Duplicates == 0 && r.SamplesFailed == 0
 		}
-		once = once && total == want && l.perEpoch[ranks[0][i].Epoch] == want
+		once = once && total == want && l.PerEpoch[ranks[0][i].Epoch] == want
 	}
 	// Every id in range: the count per epoch and no duplicates then mean
 	// each sample exactly once.
-	for k := range l.got {
+	for k := range l.Got {
 		once = once && k[1] < uint64(want)
 	}
 	run.ExactlyOnce = once
@@ -621,12 +574,12 @@ func (x *experiment) checkSamples(run *results.Run, ranks [][]report.EpochReport
 		return
 	}
 	if len(x.ref) == 0 {
-		x.ref = l.got
+		x.ref = l.Got
 		run.ContentMatches = true
 		return
 	}
-	match := len(l.got) == len(x.ref)
-	for k, sha := range l.got {
+	match := len(l.Got) == len(x.ref)
+	for k, sha := range l.Got {
 		match = match && x.ref[k] == sha
 	}
 	run.ContentMatches = match

@@ -54,6 +54,8 @@ type CellBound struct {
 	Binding []string `json:"binding,omitempty"`
 	// Error is why there is no bound.
 	Error string `json:"error,omitempty"`
+	// Pipeline names the bound's pipeline in Cell.PipelineBounds.
+	Pipeline string `json:"pipeline,omitempty"`
 }
 
 // Account is one epoch's use of each resource, as the plan predicted it
@@ -206,6 +208,13 @@ var accountColumns = []column{
 // accountTable is a cell's per-resource account, one row per run whose
 // steady epoch has a prediction; nil when none has.
 func accountTable(c *Cell) [][]string {
+	if vs := views(c); len(vs) > 1 { // each against its own pipeline's bound
+		var rows [][]string
+		for _, v := range vs {
+			rows = append(rows, accountTable(v)...)
+		}
+		return rows
+	}
 	var rows [][]string
 	for i := range c.Runs {
 		run := &c.Runs[i]

@@ -64,14 +64,14 @@ func Repeatabilities(r *Results) []Repeatability {
 		var policies []string
 		for _, c := range cells {
 			for j := range c.Runs {
-				if run := &c.Runs[j]; !run.Training && !slices.Contains(policies, run.Policy) {
-					policies = append(policies, run.Policy)
+				if run := &c.Runs[j]; !run.Training && !slices.Contains(policies, rowName(run)) {
+					policies = append(policies, rowName(run)) // "optimal [PIPELINE]" with several
 				}
 			}
 		}
 		steady := func(c *Cell, policy string) float64 {
 			for j := range c.Runs {
-				if run := &c.Runs[j]; run.Policy == policy && chartable(run) {
+				if run := &c.Runs[j]; rowName(run) == policy && chartable(run) {
 					return run.Steady().Seconds
 				}
 			}

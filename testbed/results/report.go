@@ -97,6 +97,9 @@ func Table(w io.Writer, r *Results) error {
 			writeText(&b, cacheColumns, rows)
 		}
 	}
+	for i := range r.Fidelity {
+		fmt.Fprintf(&b, "fidelity: %s\n", r.Fidelity[i].Line())
+	}
 	if rows := contentionTable(r); len(rows) > 0 {
 		b.WriteString("\n== contention ==\n")
 		writeText(&b, contentionColumns, rows)
@@ -133,14 +136,25 @@ var columns = []column{
 	{Text: "once", MD: "exactly-once"},
 	{Text: "content", MD: "content matches"},
 	{Text: "rtt ms/flight MB", MD: "RTT ms / TCP in flight MB (mean, peak)", Right: true},
+	{Text: "kB/sample", MD: "kB per sample on the wire (agent / kernel payload)", Right: true},
+	{Text: "comp ms/sample", MD: "compute CPU ms per sample", Right: true},
 	{Text: "notes", MD: "notes"},
 }
 
 // none marks a figure a run does not have.
 const none = "-"
 
-// cellTable is a cell's rows, one per run, in the order of columns.
+// cellTable is a cell's rows, one per run, in the order of columns; with
+// several pipelines, each pipeline's rows in turn, each compared with its
+// own nooff and bound.
 func cellTable(c *Cell) [][]string {
+	if vs := views(c); len(vs) > 1 {
+		var rows [][]string
+		for _, v := range vs {
+			rows = append(rows, cellTable(v)...)
+		}
+		return rows
+	}
 	var base *Epoch
 	for i := range c.Runs {
 		if run := &c.Runs[i]; run.Policy == "nooff" && charted(run) {
@@ -202,6 +216,7 @@ func runRow(run *Run, base *Epoch, bound float64) []string {
 	if e.RTTSeconds > 0 {
 		row[15] = fmt.Sprintf("%.1f / %s, %s", 1e3*e.RTTSeconds, mb(e.InFlightMeanBytes), mb(e.InFlightPeakBytes))
 	}
+	row[16], row[17] = perSample(e)
 	switch run.Policy {
 	case PeerPolicy:
 		row[14] = "n/a" // torchvision draws its own random crops
@@ -211,13 +226,18 @@ func runRow(run *Run, base *Epoch, bound float64) []string {
 	return row
 }
 
-// rowName is a run's name in the tables: its policy, and the agent's plan
-// where the policy does not say it.
+// rowName is a run's name in the tables: its policy, the agent's plan
+// where the policy does not say it, and its pipeline where the experiment
+// ran several ("optimal [imagenet-train-q95]").
 func rowName(run *Run) string {
+	name := run.Policy
 	if run.Plan != "" {
-		return run.Policy + " (" + run.Plan + ")"
+		name += " (" + run.Plan + ")"
 	}
-	return run.Policy
+	if run.Pipeline != "" {
+		name += " [" + run.Pipeline + "]"
+	}
+	return name
 }
 
 // trainingColumns are the columns of a cell's training loop table.
@@ -304,8 +324,21 @@ func oneLine(n []string) string {
 }
 
 // summary is a cell's one-line verdict: the fastest policy, sophon
-// against nooff and optimal against the bound, where present.
+// against nooff and optimal against the bound, where present; with several
+// pipelines, each one's, then each policy against itself under the first.
 func summary(c *Cell) string {
+	if vs := views(c); len(vs) > 1 {
+		var parts []string
+		for _, v := range vs {
+			if s := summary(v); s != "" {
+				parts = append(parts, v.Pipelines()[0]+": "+s)
+			}
+		}
+		if s := crossSummary(c); s != "" {
+			parts = append(parts, s)
+		}
+		return strings.Join(parts, "; ")
+	}
 	var parts []string
 	var fastest *Run
 	steady := map[string]float64{}
@@ -322,7 +355,7 @@ func summary(c *Cell) string {
 		}
 	}
 	if fastest != nil {
-		parts = append(parts, fmt.Sprintf("fastest %s (%s s)", fastest.Policy, f2(fastest.Steady().Seconds)))
+		parts = append(parts, fmt.Sprintf("fastest %s (%s s)", rowName(fastest), f2(fastest.Steady().Seconds)))
 	}
 	if s, ok := steady["sophon"]; ok {
 		if n, ok := steady["nooff"]; ok {
@@ -464,7 +497,15 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 		fmt.Fprintf(b, "; the storage agents read it from the bucket `%s` (an S3 server on each storage node)", strings.ReplaceAll(d.Source, "`", "'"))
 	}
 	b.WriteString("\n")
-	fmt.Fprintf(b, "- **Pipeline:** %s\n", md(orNone(r.Pipeline)))
+	if len(r.Pipelines) > 1 {
+		fmt.Fprintf(b, "- **Pipelines:** %s, side by side: every policy ran once per pipeline in each cell, on the same data "+
+			"(each pipeline with its own profile and its own reference tensors)\n", md(strings.Join(r.Pipelines, ", ")))
+	} else {
+		fmt.Fprintf(b, "- **Pipeline:** %s\n", md(orNone(r.Pipeline)))
+	}
+	for i := range r.Fidelity {
+		fmt.Fprintf(b, "- **Fidelity:** %s\n", md(r.Fidelity[i].Line()))
+	}
 	fmt.Fprintf(b, "- **GPU:** %s\n", md(orNone(r.GPU)))
 	fmt.Fprintf(b, "- **Epochs:** %d per run; the tables and charts show the last (steady-state) one\n", r.Epochs)
 	fmt.Fprintf(b, "- **Seed:** %d\n", r.Seed)
@@ -503,9 +544,14 @@ func writeMarkdown(b *strings.Builder, r *Results, perCell [][]chartFile, sweeps
 		"*MB on the wire* is what the compute agent received, *kernel MB* what its network interface counted " +
 		"(frames and headers included), *agent/kernel payload* the first over the second less 66 bytes of headers per packet " +
 		"(the TCP payload; it should be within 2% of 1), " +
+		"*kB per sample on the wire* is the same per delivered sample (agent / kernel payload), *compute CPU ms per sample* " +
+		"the compute agent's finishing workers' CPU per delivered sample, " +
 		"and *exactly-once* and *content matches* must both read yes for a row's time to count. " +
+		"With several pipelines each row names its pipeline in brackets and is compared with its own pipeline's nooff, bound " +
+		"and reference tensors. *Fidelity* compares a lossy pipeline's delivered tensors with the lossless pipeline's for the " +
+		"same seed, epoch and sample, on the 0-255 scale of the decoded crop (Normalize undone). " +
 		"In the epoch time charts the black tick on a bar is its prediction and the dashed line the cell's bound. " +
-		"The *bound* is one per cell, the same for every row: the least epoch time any plan could have under the model, " +
+		"The *bound* is one per cell (per pipeline with several), the same for every row: the least epoch time any plan could have under the model, " +
 		"over the cell's profile and the cell's own resources (its shaped rate, storage quota and compute cores), " +
 		"not those a run's stage 1 measured. A row whose epoch is more than " + strconv.FormatFloat(BoundNoise*100, 'f', -1, 64) +
 		"% below it is flagged BELOW BOUND, with the resource its account says the model charged more than the epoch used.\n")

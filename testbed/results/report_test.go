@@ -354,7 +354,7 @@ func TestTrainingTable(t *testing.T) {
 func TestRowLink(t *testing.T) {
 	run := &Run{Policy: "nooff", Epochs: []Epoch{{Epoch: 0, Seconds: 2, Samples: 10},
 		{Epoch: 1, Seconds: 1, Samples: 10, RTTSeconds: 0.0831, InFlightMeanBytes: 4.25e6, InFlightPeakBytes: 5.28e6}}}
-	col := len(columns) - 2
+	col := len(columns) - 4
 	if columns[col].Text != "rtt ms/flight MB" {
 		t.Fatalf("column %d is %q", col, columns[col].Text)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
+	"github.com/sophon-dl/sophon/testbed/tensors"
 )
 
 // Version is the results.json schema version; Load refuses others.
@@ -69,6 +70,14 @@ type Results struct {
 	// Pipeline is the pipeline's id (ops.Pipeline.ID) and preset or spec
 	// file name.
 	Pipeline string `json:"pipeline"`
+	// Pipelines is `--pipeline` with several: every policy ran once per
+	// pipeline in each cell (Run.Pipeline), Pipeline being the first.
+	// Absent: one pipeline.
+	Pipelines []string `json:"pipelines,omitempty"`
+	// Fidelity is, for each of Pipelines with encode_jpeg, its delivered
+	// tensors against the first lossless pipeline's for the same keys.
+	// Absent: no lossy pipeline beside a lossless one.
+	Fidelity []tensors.Fidelity `json:"fidelity,omitempty"`
 	// GPU is the compute agent's --gpu consumer (e.g. "sim:800").
 	GPU    string `json:"gpu"`
 	Epochs int    `json:"epochs"`
@@ -188,6 +197,10 @@ type Cell struct {
 	// tables' and charts' bound (CellBound). Nil in files from before it,
 	// and with several compute nodes (each plans its own shard).
 	Bound *CellBound `json:"bound,omitempty"`
+	// PipelineBounds is, with several pipelines (Results.Pipelines), each
+	// one's bound over its own profile, in order (CellBound.Pipeline names
+	// it); Bound is then the first's. Absent: one pipeline.
+	PipelineBounds []*CellBound `json:"pipeline_bounds,omitempty"`
 	// ComputeCPUs is the compute nodes' CPU quota in cores, which the
 	// compute agents (and the peer) ran under and planned with: the
 	// machine's cores less the storage nodes' quotas (bed.ComputeCPUs).
@@ -221,6 +234,10 @@ func (c *Cell) Link() string {
 // Run is one policy (or the peer, or the trainer) in one cell.
 type Run struct {
 	Policy string `json:"policy"`
+	// Pipeline is the run's pipeline when the experiment ran several
+	// (Results.Pipelines); absent with one (Results.Pipeline). The peer
+	// and trainer rows run the first and leave it empty.
+	Pipeline string `json:"pipeline,omitempty"`
 	// Plan is the compute agent's plan or policy where Policy does not say
 	// it: the trainer row's ("nooff", "sophon"...).
 	Plan string `json:"plan,omitempty"`

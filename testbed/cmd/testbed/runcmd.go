@@ -119,6 +119,15 @@ storage agent's CPU, and exactly-once is checked over all ranks together.
 --samples-out file (OUT/<cell>/<policy>.samples of a run with the same
 --gen/--data, --seed, --pipeline and --epochs).
 
+--pipeline imagenet-train,imagenet-train-q95 runs every policy once per
+pipeline in each cell, on the same data, as rows "optimal
+[imagenet-train-q95]" of one report (OUT/<cell>/<pipeline>/<policy>.*):
+each pipeline's first run profiles (a profile per pipeline) and each has
+its own reference tensors. A pipeline with encode_jpeg gets a fidelity
+line: its delivered tensors, recomputed and checked against their hashes,
+against the first lossless pipeline's for the same seed, epoch and sample
+(PSNR and max abs error, on the decoded crop's 0-255 scale).
+
 --placements pull,round-robin runs each policy once per placement, every
 compute agent with --placement P: "optimal" (pull) and
 "optimal-round-robin". Without it no --placement flag is passed.
@@ -153,6 +162,7 @@ Examples:
   testbed run --gen openimages-like:120 --rate 100mbit --storage-cpus 1 --epochs 4 --policies nooff,sophon,optimal --no-peer --contend-at 0.5
   testbed run --gen openimages-like:120 --rate 100mbit --storage-cpus 1 --policies nooff,sophon,optimal --no-peer --repeat 3 --work-conserving both
   testbed run --gen openimages-like:200 --rate 100mbit --storage-cpus 1 --epochs 2 --policies nooff --no-peer --storage-nodes 2 --compute-nodes 1
+  testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 1,0.25 --epochs 4 --pipeline imagenet-train,imagenet-train-q95 --policies nooff,optimal --no-peer
   testbed run --gen openimages-like:300 --rate 100mbit --storage-cpus 1 --epochs 4 --policies nooff,lru,sophon,optimal --cache-bytes 25% --no-peer
   testbed run --gen openimages-like:200 --storage-rates 400mbit,100mbit --storage-nodes 2 --compute-nodes 2 --policies nooff,optimal --placements pull,round-robin --no-peer
 
@@ -176,7 +186,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	cpus := fs.String("storage-cpus", strconv.FormatFloat(experiment.DefaultCPUs, 'f', -1, 64), "storage agent CPU `limits` in cores, comma-separated, fractions allowed")
 	policies := fs.String("policies", "", "`policies` to run, comma-separated, in order (the first is the reference for placement invariance; default: "+strings.Join(policy.Names, ",")+", lru only with --cache-bytes); a policy with "+experiment.EstSuffix+" (optimal"+experiment.EstSuffix+") runs without a saved profile: planned from header estimates, as a first run is; with "+experiment.NoResplitSuffix+" (optimal"+experiment.NoResplitSuffix+") it runs with the compute agent's --resplit=false")
 	epochs := fs.Int("epochs", experiment.DefaultEpochs, "`epochs` per policy (the first run's first epoch profiles, No-Off)")
-	pipeline := fs.String("pipeline", experiment.DefaultPipeline, "pipeline preset `name`")
+	pipeline := fs.String("pipeline", experiment.DefaultPipeline, "pipeline preset `names`, comma-separated: with several (imagenet-train,imagenet-train-q95) every policy runs once per pipeline in each cell, on the same data, as rows of one report, each pipeline with its own profile and content reference, and each one with encode_jpeg gets a fidelity line (PSNR, max abs error) against the first without")
 	gpuRate := fs.Float64("gpu-rate", experiment.DefaultGPURate, "simulated GPU `samples/s`, for the agents and the peer alike")
 	batch := fs.Int("batch", 0, "batch `size` (default: the compute agent's)")
 	seed := fs.Uint64("seed", 1, "run `seed` (and the generated dataset's)")
@@ -230,7 +240,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	cfg := experiment.Config{
 		StorageNodes: *storageNodes, ComputeNodes: *computeNodes, Jobs: *jobs, JobsWholeBudget: *jobsWhole, JobLinks: *jobLinks, StorageRates: storageRates,
 		Placements: splitList(*placements), Reference: *reference,
-		Out: *out, Rates: rates, Policies: splitList(*policies), Epochs: *epochs, Pipeline: *pipeline,
+		Out: *out, Rates: rates, Policies: splitList(*policies), Epochs: *epochs, Pipelines: splitList(*pipeline),
 		GPURate: *gpuRate, Batch: *batch, Seed: *seed, Peer: !*noPeer, Python: *python, Mode: experiment.Mode(*mode),
 		Train: *train, TrainPolicy: *trainPolicy, TrainScript: *trainScript,
 		Bin: *bin, Scale: *scale, ComputeFlags: strings.Fields(*computeFlags), StorageFlags: strings.Fields(*storageFlags),
