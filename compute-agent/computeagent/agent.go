@@ -601,9 +601,10 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed, conns connsF
 // 1's probe, then each epoch's readings: pathMemo). Before the loss is
 // measured (a run's first epoch) that is linkwatch.FirstConns of the
 // agent's announced egress rate (a rate measured so far may be one
-// loss-held connection's) and the round trip the first connection's
-// kernel measured: a long round trip stripes from the start, as if it
-// lost linkwatch.PriorLoss. On a path
+// loss-held connection's) and the least round trip the first
+// connection's kernel measured (none where TCP_INFO is unavailable: one
+// connection): a long round trip stripes from the start, as if it lost
+// linkwatch.PriorLoss. On a path
 // without loss that is one connection. A rate
 // measured over connections that loss held near their ceiling says
 // nothing of the link's (it is theirs), so after such an epoch the rate
@@ -619,8 +620,9 @@ func (a *Agent) epochConns(o engine.Opts) connsFunc {
 		if !p.lossKnown {
 			// A rate measured so far may be what one connection held by
 			// loss carried: only the storage agent's announced egress
-			// rate says what the link is.
-			return linkwatch.FirstConns(float64(info.GetEgressBytesPerSec()), cmp.Or(p.rtt, connRTT))
+			// rate says what the link is. The round trip is the kernel's
+			// (a timed RPC's includes the agents' own delays).
+			return linkwatch.FirstConns(float64(info.GetEgressBytesPerSec()), connRTT)
 		}
 		rate := max(o.LinkRate, float64(info.GetEgressBytesPerSec()))
 		if p.held && info.GetEgressBytesPerSec() == 0 {

@@ -32,9 +32,12 @@ func TestPathMemo(t *testing.T) {
 	if n := conns(&dataplanepb.InfoResponse{EgressBytesPerSec: 12.5e6}, 20*time.Millisecond); n != 5 {
 		t.Errorf("before the loss is measured, 20 ms, 100 Mbit/s announced: %d connections, want 5", n)
 	}
-	a.path.note(&report.Link{RTTSeconds: 0.081, MinRTTSeconds: 0.080})
-	if n := conns(info, 0); n != linkwatch.MaxConns {
-		t.Errorf("an 80 ms round trip measured, loss not: %d connections, want %d", n, linkwatch.MaxConns)
+	a.path.note(&report.Link{RTTSeconds: 0.081, MinRTTSeconds: 0.080, RTTFrom: "info_rpc"})
+	if n := conns(info, 0); n != 1 {
+		t.Errorf("an 80 ms round trip timed by RPC, loss and the kernel's round trip unknown: %d connections, want 1", n)
+	}
+	if n := conns(info, 80*time.Millisecond); n != linkwatch.MaxConns {
+		t.Errorf("the kernel's 80 ms round trip, loss unknown: %d connections, want %d", n, linkwatch.MaxConns)
 	}
 	a.path.note(&report.Link{RTTSeconds: 0.021, MinRTTSeconds: 0.020, Loss: 0, LossKnown: true})
 	if n := conns(info, 20*time.Millisecond); n != 1 {
