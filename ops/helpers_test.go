@@ -29,3 +29,17 @@ func valueBytes(v ops.Value) []byte {
 	}
 	return nil
 }
+
+// testedPresets are the presets the exhaustive tests (every split, every
+// varied image, several epochs) run: every one but imagenet-train-q90,
+// whose ops are imagenet-train-q95's at another quality
+// (TestEncodeRoundTrip covers qualities).
+func testedPresets() []string {
+	var names []string
+	for _, n := range ops.PresetNames() {
+		if n != "imagenet-train-q90" {
+			names = append(names, n)
+		}
+	}
+	return names
+}
