@@ -609,8 +609,10 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed, conns connsF
 // measured over connections that loss held near their ceiling says
 // nothing of the link's (it is theirs), so after such an epoch the rate
 // counts as unknown: as many connections as AutoConns allows; after one
-// that the link held on a lossy path, no fewer than it used (they filled
-// the link).
+// that the link held, no fewer than it used, lossy path or not: they
+// filled the link, and each connection's congestion control has learnt
+// its share of it (one bbr connection left of eight starts the next
+// epoch at an eighth of the link and takes seconds to grow at 80 ms).
 func (a *Agent) epochConns(o engine.Opts) connsFunc {
 	return func(info *dataplanepb.InfoResponse, connRTT time.Duration) int {
 		if a.cfg.Conns > 0 {
@@ -628,11 +630,7 @@ func (a *Agent) epochConns(o engine.Opts) connsFunc {
 		if p.held && info.GetEgressBytesPerSec() == 0 {
 			rate = 0
 		}
-		n := linkwatch.AutoConns(rate, p.rtt, p.loss, 0)
-		if p.loss > 0 {
-			n = max(n, min(p.used, linkwatch.MaxConns))
-		}
-		return n
+		return max(linkwatch.AutoConns(rate, p.rtt, p.loss, 0), min(p.used, linkwatch.MaxConns))
 	}
 }
 

@@ -321,8 +321,9 @@ type RunOptions struct {
 	// the higher) and the path's round trip and loss as last measured
 	// (stage 1's probe, then each epoch's readings); before the loss is
 	// measured, the first connection's round trip at linkwatch.PriorLoss
-	// (linkwatch.FirstConns); one on a path without loss. Stage 1 and the
-	// catalog use the first connection.
+	// (linkwatch.FirstConns); one on a path without loss, but never fewer
+	// than the last epoch the link held used. Stage 1 and the catalog use
+	// the first connection.
 	Conns int `yaml:"conns"`
 	// RecvWindow is the gRPC flow-control window, in bytes, that each
 	// stream from a storage agent may send ahead of what the agent has
