@@ -77,9 +77,8 @@ func TestEncodedSplitWithStorageAgent(t *testing.T) {
 		codec wireform.Codec
 		at    int // samples at split k
 	}{
-		{planner.PlanOf("encoded", p.ID(), k, nil), wireform.CodecNone, len(data)},
 		{planner.PlanOf("encoded", p.ID(), k, nil), wireform.CodecZstd, len(data)},
-		{planner.PlanOf("mixed", p.ID(), 0, splits), wireform.CodecZstd, mixedAt},
+		{planner.PlanOf("mixed", p.ID(), 0, splits), wireform.CodecNone, mixedAt},
 	} {
 		t.Run(fmt.Sprintf("%s-codec%d", tc.plan.Policy, tc.codec), func(t *testing.T) {
 			cfg, rec := testConfig(t, nil, "st1:7070")
@@ -136,6 +135,10 @@ func TestPlanFromEstimatesEncoded(t *testing.T) {
 	cfg.Logger = zerolog.New(io.MultiWriter(zerolog.NewTestWriter(t), sw)).Level(zerolog.InfoLevel)
 	cfg.Consumer = untilSwitched{sw.seen}
 	cfg.Window, cfg.Batch, cfg.Workers = 1, 2, 1
+	// Calibrating imagenet-train-q95 runs an encode and two decodes per
+	// sample, slow under the race detector beside make test's other
+	// streams: more time than runAgent's default.
+	cfg.within = 90 * time.Second
 	reports := runEpochs(t, cfg, 2)
 	for i, r := range reports {
 		checkPlanned(t, r, policy.NameOptimal)

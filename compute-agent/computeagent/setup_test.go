@@ -1,6 +1,7 @@
 package computeagent
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"testing"
@@ -53,6 +54,8 @@ func (noGPU) Sample(ctx context.Context) report.GPUStats {
 type testSetup struct {
 	Config
 	Knobs
+	// within bounds the run (runAgent); zero means 20 s.
+	within time.Duration
 }
 
 // new is NewWithKnobs of s.
@@ -93,7 +96,7 @@ func runAgent(t testing.TB, cfg testSetup) ([]report.EpochReport, error) {
 			t.Errorf("second close: %v", err)
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(cfg.within, 20*time.Second))
 	defer cancel()
 	return a.Run(ctx)
 }
