@@ -1,9 +1,6 @@
 package results
 
 import (
-	"encoding/xml"
-	"errors"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,50 +8,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sophon-dl/sophon/internal/testutil"
 )
 
 // element is one SVG element as the decoder saw it.
-type element struct {
-	Name string
-	Attr map[string]string
-	Text string
-}
+type element = testutil.SVGElement
 
-// parseSVG decodes every token of an SVG, failing the test on bad XML.
-func parseSVG(t *testing.T, data []byte) []element {
-	t.Helper()
-	d := xml.NewDecoder(strings.NewReader(string(data)))
-	var els []element
-	var open []int
-	for {
-		tok, err := d.Token()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("bad XML: %v", err)
-		}
-		switch tok := tok.(type) {
-		case xml.StartElement:
-			e := element{Name: tok.Name.Local, Attr: map[string]string{}}
-			for _, a := range tok.Attr {
-				e.Attr[a.Name.Local] = a.Value
-			}
-			els = append(els, e)
-			open = append(open, len(els)-1)
-		case xml.EndElement:
-			open = open[:len(open)-1]
-		case xml.CharData:
-			if len(open) > 0 {
-				els[open[len(open)-1]].Text += string(tok)
-			}
-		}
-	}
-	if len(els) == 0 || els[0].Name != "svg" {
-		t.Fatalf("not an SVG document")
-	}
-	return els
-}
+// parseSVG decodes every element of an SVG, failing the test on bad XML.
+func parseSVG(t *testing.T, data []byte) []element { t.Helper(); return testutil.ParseSVG(t, data) }
 
 func parseSVGFile(t *testing.T, path string) []element {
 	t.Helper()
@@ -65,15 +27,7 @@ func parseSVGFile(t *testing.T, path string) []element {
 	return parseSVG(t, b)
 }
 
-func byClass(els []element, class string) []element {
-	var out []element
-	for _, e := range els {
-		if e.Attr["class"] == class {
-			out = append(out, e)
-		}
-	}
-	return out
-}
+func byClass(els []element, class string) []element { return testutil.SVGByClass(els, class) }
 
 func attr(t *testing.T, e element, name string) float64 {
 	t.Helper()
