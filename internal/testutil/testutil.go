@@ -1,6 +1,7 @@
 // Package testutil is what the project's tests share: the module's binaries
 // built once per `go test` run, free loopback addresses, a buffer that a
-// process may write while the test reads it, and Require, which skips a test
+// process may write while the test reads it, an SVG parser for the chart
+// tests (ParseSVG), and Require, which skips a test
 // whose machine lacks something here and fails it in CI. Only tests import it.
 package testutil
 
