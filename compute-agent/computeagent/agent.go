@@ -604,9 +604,8 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed, conns connsF
 // loss-held connection's) and the least round trip the first
 // connection's kernel measured (none where TCP_INFO is unavailable: one
 // connection): a long round trip stripes from the start, as if it lost
-// linkwatch.PriorLoss. On a path
-// without loss that is one connection. A rate
-// measured over connections that loss held near their ceiling says
+// linkwatch.PriorLoss. On a path without loss that is one connection. A
+// rate measured over connections that loss held near their ceiling says
 // nothing of the link's (it is theirs), so after such an epoch the rate
 // counts as unknown: as many connections as AutoConns allows; after one
 // that the link held, no fewer than it used, lossy path or not: they
