@@ -3,10 +3,7 @@ package tensors
 import (
 	"context"
 	"encoding/hex"
-	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/sophon-dl/sophon/compute-agent/batch"
@@ -15,21 +12,12 @@ import (
 	"github.com/sophon-dl/sophon/storage-agent/dataset"
 )
 
-// fidelityData writes n synthetic photographs in dir/a and returns the
-// dataset as the storage agent indexes it.
+// fidelityData writes n generated imagenet-like photographs in dir and
+// returns the dataset as the storage agent indexes it.
 func fidelityData(t *testing.T, dir string, n int) *dataset.Dataset {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Join(dir, "a"), 0o755); err != nil {
+	if _, err := synth.WriteImageFolder(dir, synth.ImageNetLike, 5, n, 1); err != nil {
 		t.Fatal(err)
-	}
-	for i := range n {
-		b, err := synth.JPEG(uint64(i+1), 320+16*i, 240, synth.Options{Quality: 90})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "a", fmt.Sprintf("%03d.jpg", i)), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
 	d, err := dataset.Open(dir)
 	if err != nil {
