@@ -59,11 +59,19 @@ const PriorLoss = 0.001
 // 1 Gbit/s.
 const priorRate = 125e6
 
+// priorRTT is the least round trip FirstConns takes for a long path:
+// under it a path is a LAN or a metro link, where loss is rare, and a
+// round trip read from a few packets of a new connection on a loaded host
+// (scheduling, delayed acknowledgements) can read several milliseconds.
+const priorRTT = 10 * time.Millisecond
+
 // FirstConns is the connections per storage agent before the path's loss
-// is measured: AutoConns of rate (0: unknown, taken as 1 Gbit/s) and rtt
-// at PriorLoss. A round trip under a millisecond (one LAN) gives one
-// connection whatever the rate; 20 ms or more, most of MaxConns.
+// is measured: one under priorRTT, else AutoConns of rate (0: unknown,
+// taken as 1 Gbit/s) and rtt at PriorLoss: most of MaxConns from 20 ms.
 func FirstConns(rate float64, rtt time.Duration) int {
+	if rtt < priorRTT {
+		return 1
+	}
 	if !(rate > 0) {
 		rate = priorRate
 	}

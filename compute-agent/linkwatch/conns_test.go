@@ -41,8 +41,8 @@ func TestAutoConns(t *testing.T) {
 }
 
 // TestFirstConns: before the loss is measured, a path is taken to lose
-// PriorLoss: one connection on a LAN round trip, several on a long one,
-// the cap at an unknown rate over 20 ms.
+// PriorLoss: one connection under 10 ms, several on a long path, the cap
+// at an unknown rate from 10 ms.
 func TestFirstConns(t *testing.T) {
 	const mbit = 1e6 / 8
 	for _, c := range []struct {
@@ -53,6 +53,8 @@ func TestFirstConns(t *testing.T) {
 	}{
 		{"no round trip known", 100 * mbit, 0, 1},
 		{"LAN, unknown rate", 0, 200 * time.Microsecond, 1},
+		{"a loaded host's 5 ms, unknown rate", 0, 5 * time.Millisecond, 1},
+		{"10 ms, unknown rate", 0, 10 * time.Millisecond, MaxConns},
 		{"100 Mbit/s, 20 ms", 100 * mbit, 20 * time.Millisecond, 5},
 		{"100 Mbit/s, 80 ms", 100 * mbit, 80 * time.Millisecond, MaxConns},
 		{"unknown rate, 20 ms", 0, 20 * time.Millisecond, MaxConns},
