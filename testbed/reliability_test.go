@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -67,28 +68,39 @@ func recordFigures(t *testing.T, v map[string]any) {
 	}
 }
 
-// faultSamples is the size of the fault runs' dataset.
-const faultSamples = 240
+// faultSamples is the size of the fault runs' dataset: 2 s epochs at a
+// simulated 60 img/s.
+const faultSamples = 120
 
-var (
-	faultOnce sync.Once
-	faultDir  string
-	faultErr  error
-)
-
-// faultData is the fault runs' ImageFolder of faultSamples JPEGs, written
-// once per test binary into its scratch directory.
-func faultData(t *testing.T) string {
-	t.Helper()
-	faultOnce.Do(func() {
-		faultDir = filepath.Join(scratch(t), "fault-data")
-		_, faultErr = synth.WriteImageFolder(faultDir, synth.ImageNetLike, 11, faultSamples, 4)
-	})
-	if faultErr != nil {
-		t.Fatal(faultErr)
-	}
-	return faultDir
+// imageSets holds the ImageNet-like ImageFolders written for this test
+// binary, by size, in its scratch directory: written once each.
+var imageSets struct {
+	sync.Mutex
+	dirs map[int]string
 }
+
+// imageSet is an ImageNet-like ImageFolder of n JPEGs in 4 classes (seed
+// 11), written once per test binary.
+func imageSet(t *testing.T, n int) string {
+	t.Helper()
+	imageSets.Lock()
+	defer imageSets.Unlock()
+	if d, ok := imageSets.dirs[n]; ok {
+		return d
+	}
+	d := filepath.Join(scratch(t), fmt.Sprintf("images-%d", n))
+	if _, err := synth.WriteImageFolder(d, synth.ImageNetLike, 11, n, 4); err != nil {
+		t.Fatal(err)
+	}
+	if imageSets.dirs == nil {
+		imageSets.dirs = map[int]string{}
+	}
+	imageSets.dirs[n] = d
+	return d
+}
+
+// faultData is the fault runs' ImageFolder of faultSamples JPEGs.
+func faultData(t *testing.T) string { return imageSet(t, faultSamples) }
 
 // storageProc is a storage agent the test kills, stops and restarts on the
 // same address.
@@ -208,7 +220,7 @@ func faultCerts(t *testing.T) agentFlags {
 // computeArgs are a fault run's compute-agent flags.
 func computeArgs(t *testing.T, dir string, epochs int, gpu string, storage ...string) []string {
 	return append([]string{"--storage", strings.Join(storage, ","), "--epochs", strconv.Itoa(epochs), "--seed", "7",
-		"--plan", "alloff", "--batch", "16", "--gpu", gpu, "--log-level", "warn",
+		"--plan", "resizeoff", "--batch", "16", "--gpu", gpu, "--log-level", "warn",
 		"--report", filepath.Join(dir, "epochs.jsonl"), "--samples-out", filepath.Join(dir, "samples.txt")}, faultCerts(t).compute...)
 }
 
@@ -230,13 +242,13 @@ func TestFaultStorageRestarts(t *testing.T) {
 	bins := buildAgents(t)
 	n := reliabilityCounts()
 	st := newStorageProc(t, bins, faultData(t))
-	// A simulated GPU at 120 img/s: 2 s epochs, so faults land mid-epoch.
+	// A simulated GPU at 60 img/s: 2 s epochs, so faults land mid-epoch.
 	budget := time.Duration(n.restarts) * (n.maxGap/2 + 2*time.Second)
 	epochs := int(budget/(2*time.Second)) + 2
 	want := cleanRun(t, bins, epochs, st.addr)
 
 	dir := t.TempDir()
-	cmd := command(context.Background(), bins.compute, computeArgs(t, dir, epochs, "sim:120", st.addr)...)
+	cmd := command(context.Background(), bins.compute, computeArgs(t, dir, epochs, "sim:60", st.addr)...)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var gaps []float64
 	next := time.Now().Add(time.Second)
@@ -269,7 +281,7 @@ func TestFaultStorageRestarts(t *testing.T) {
 func TestFaultStalledReplica(t *testing.T) {
 	bins := buildAgents(t)
 	n := reliabilityCounts()
-	// 4 s epochs at 60 img/s.
+	// 4 s epochs at 30 img/s.
 	a := newStorageProc(t, bins, faultData(t))
 	b := newStorageProc(t, bins, faultData(t))
 	const clean = 2 // epochs before the first stop
@@ -278,7 +290,7 @@ func TestFaultStalledReplica(t *testing.T) {
 	want := cleanRun(t, bins, epochs, a.addr)
 
 	dir := t.TempDir()
-	cmd := command(context.Background(), bins.compute, computeArgs(t, dir, epochs, "sim:60", a.addr, b.addr)...)
+	cmd := command(context.Background(), bins.compute, computeArgs(t, dir, epochs, "sim:30", a.addr, b.addr)...)
 	type window struct{ from, to time.Time }
 	var stops []window
 	var stopped bool
@@ -348,11 +360,11 @@ func TestFaultComputeKillResume(t *testing.T) {
 	bins := buildAgents(t)
 	n := reliabilityCounts()
 	st := newStorageProc(t, bins, faultData(t))
-	epochs := 2 * (n.computeKills + 1) // 2 s each at 120 img/s
+	epochs := 2 * (n.computeKills + 1) // 2 s each at 60 img/s
 	want := cleanRun(t, bins, epochs, st.addr)
 
 	dir := t.TempDir()
-	args := append(computeArgs(t, dir, epochs, "sim:120", st.addr), "--state-dir", filepath.Join(dir, "state"))
+	args := append(computeArgs(t, dir, epochs, "sim:60", st.addr), "--state-dir", filepath.Join(dir, "state"))
 	rng := rand.New(rand.NewPCG(3, 4))
 	var lives []float64
 	for kill := 0; ; kill++ {

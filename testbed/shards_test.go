@@ -25,9 +25,14 @@ import (
 // epoch 1.
 
 const (
-	shardSize  = 16
-	shardBatch = 16
-	shardSeed  = 7
+	// shardSamples is the data set's size: 2 s epochs of 112 samples a
+	// rank (whole batches) at a simulated 60 img/s, long enough that a
+	// storage agent killed half a second into one leaves some of its
+	// shards unfetched.
+	shardSamples = 240
+	shardSize    = 16
+	shardBatch   = 16
+	shardSeed    = 7
 )
 
 // shardRun is what one 2 x 2 run left: each rank's epochs and deliveries.
@@ -132,8 +137,8 @@ func TestShardsTwoByTwo(t *testing.T) {
 		t.Skip("runs the agents for about 30 s")
 	}
 	bins := buildAgents(t)
-	data := faultData(t)
-	total := uint64(faultSamples)
+	data := imageSet(t, shardSamples)
+	total := uint64(shardSamples)
 	hashes := map[[2]uint64]string{}
 	for _, replicas := range []int{2, 1} {
 		run := runShards(t, bins, []string{data, data}, "", replicas)
@@ -212,8 +217,8 @@ func TestShardsPartialData(t *testing.T) {
 		t.Skip("runs the agents for about 30 s")
 	}
 	bins := buildAgents(t)
-	data := faultData(t)
-	total := uint64(faultSamples)
+	data := imageSet(t, shardSamples)
+	total := uint64(shardSamples)
 	man := filepath.Join(t.TempDir(), "manifest")
 	if out, err := exec.Command(bins.storage, "manifest", "--data", data, "--out", man, "--index", "-").CombinedOutput(); err != nil {
 		t.Fatalf("storage-agent manifest: %v\n%s", err, out)

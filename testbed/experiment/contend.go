@@ -60,9 +60,11 @@ type hog struct {
 	opened  time.Time
 	after   int
 	lastEnd int64
-	// idle is the hog's CPU time when its gate opened (its start-up);
-	// cpu its user and system time after that and wall the time from
-	// opened to the stop, set by stop.
+	// idle is the hog's CPU time just before its gate opened (its
+	// start-up); cpu its user and system time after that and wall the
+	// time from opened to its exit, set by stop: the CPU and the wall
+	// cover the same span (a hog descheduled on a loaded machine can spin
+	// on a while after the SIGTERM).
 	idle, cpu, wall time.Duration
 }
 
@@ -113,11 +115,12 @@ func (h *hog) open(after int, lastEnd int64) error {
 	if !h.opened.IsZero() {
 		return nil
 	}
+	h.idle, h.opened = bed.ProcCPU(h.cmd.Process.Pid), time.Now()
 	if _, err := io.WriteString(h.gate, "go\n"); err != nil {
+		h.opened = time.Time{}
 		return fmt.Errorf("opening the hog's gate: %w", err)
 	}
-	h.idle = bed.ProcCPU(h.cmd.Process.Pid)
-	h.opened, h.after, h.lastEnd = time.Now(), after, lastEnd
+	h.after, h.lastEnd = after, lastEnd
 	return nil
 }
 
