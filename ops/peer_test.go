@@ -34,9 +34,7 @@ func TestValMatchesTorchvision(t *testing.T) {
 	if ops.JPEGBackend != "libjpeg-turbo" {
 		t.Skip("the pure-Go decoder is not byte-identical to libjpeg-turbo")
 	}
-	if err := exec.Command("/usr/bin/python3", "-c", "import torchvision, PIL").Run(); err != nil {
-		testutil.Require(t, "torchvision is missing: apt-get install python3-torchvision python3-pil")
-	}
+	testutil.RequirePython(t, "python3-torchvision python3-pil", "torchvision", "PIL")
 	p, err := ops.Preset("imagenet-val")
 	if err != nil {
 		t.Fatal(err)

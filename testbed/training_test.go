@@ -37,9 +37,7 @@ func repoRoot(tb testing.TB) string {
 // needTorch skips, saying why, where Debian's PyTorch is missing.
 func needTorch(tb testing.TB) {
 	tb.Helper()
-	if out, err := exec.Command(debianPython, "-c", "import torch, numpy").CombinedOutput(); err != nil {
-		testutil.Require(tb, "%s cannot import torch (apt-get install python3-torch python3-numpy): %v %s", debianPython, err, bytes.TrimSpace(out))
-	}
+	testutil.RequirePython(tb, "python3-torch python3-numpy", "torch", "numpy")
 }
 
 // startStorage starts the storage agent on data at a free loopback
@@ -119,7 +117,7 @@ func TestTrainingIdenticalAcrossPlans(t *testing.T) {
 	bins := buildAgents(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
-	paths, err := synth.WriteImageFolder(data, synth.OpenImagesLike, 5, 48, 4)
+	paths, err := synth.WriteImageFolder(data, synth.ImageNetLike, 5, 48, 4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,9 +32,7 @@ import (
 // allocations per batch.
 func BenchmarkHandoffPython(b *testing.B) {
 	const python = "/usr/bin/python3"
-	if err := exec.Command(python, "-c", "import torch, numpy").Run(); err != nil {
-		testutil.Require(b, "%s cannot import torch (apt-get install python3-torch): %v", python, err)
-	}
+	testutil.RequirePython(b, "python3-torch python3-numpy", "torch", "numpy")
 	_, file, _, _ := runtime.Caller(0)
 	consumer := filepath.Join(filepath.Dir(file), "../../python/bench/handoff_consumer.py")
 	const batch, batches = 256, 40

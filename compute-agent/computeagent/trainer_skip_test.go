@@ -219,9 +219,7 @@ loader.close()
 func pythonRanks(t *testing.T, path string, world int, yieldEmpty bool) (lens []int, sizes [][]int) {
 	t.Helper()
 	const python = "/usr/bin/python3"
-	if err := exec.Command(python, "-c", "import torch, numpy").Run(); err != nil {
-		testutil.Require(t, "%s cannot import torch (apt-get install python3-torch): %v", python, err)
-	}
+	testutil.RequirePython(t, "python3-torch python3-numpy", "torch", "numpy")
 	_, file, _, _ := runtime.Caller(0)
 	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(filepath.Dir(file), "../../python"))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -296,10 +295,7 @@ func TestExperimentTrainLoopback(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binaries and PyTorch")
 	}
-	if out, err := exec.Command("/usr/bin/python3", "-c", "import torch, torchvision, numpy, PIL").CombinedOutput(); err != nil {
-		testutil.Require(t, "/usr/bin/python3 cannot import torch, torchvision, numpy and PIL (apt-get install python3-torchvision python3-numpy python3-pil): %v %s",
-			err, strings.TrimSpace(string(out)))
-	}
+	testutil.RequirePython(t, "python3-torchvision python3-numpy python3-pil", "torch", "torchvision", "numpy", "PIL")
 	bins := buildBinaries(t)
 	out := t.TempDir()
 	const samples, batch, epochs = 24, 8, 2
