@@ -16,6 +16,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/testbed/bed"
+	"github.com/sophon-dl/sophon/testbed/hog"
 	"github.com/sophon-dl/sophon/testbed/peer"
 	"github.com/sophon-dl/sophon/testbed/results"
 	"github.com/sophon-dl/sophon/testbed/tensors"
@@ -168,7 +169,7 @@ func readReports(files []rankFiles) ([][]report.EpochReport, error) {
 // runPolicy runs a compute agent per compute node with one policy for
 // the configured epochs and turns their reports into a results.Run; with
 // Config.ContendAt a CPU hog joins the storage agent's cgroup partway
-// (contend.go).
+// (package hog, scored in contend.go).
 func (x *experiment) runPolicy(ctx context.Context, b *bed.Bed, dir string, addrs []string, cpus float64, pr policyRun) results.Run {
 	policy := pr.name
 	run := results.Run{Policy: policy, WorkConservingOff: pr.noWC, Placement: pr.placement, WholeBudget: pr.whole, NoResplit: pr.noResplit}
@@ -182,10 +183,10 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed.Bed, dir string, addr
 		files = append(files, f)
 		procs = append(procs, proc{logPath: f.log, name: x.bins.compute, args: x.policyArgs(addrs, pr, rank, f.report, f.samples)})
 	}
-	var h *hog
+	var h *hog.Hog
 	if x.cfg.ContendAt > 0 {
 		var err error
-		if h, err = startHog(ctx, b, x.bins.testbed, x.cfg.ContendThreads, filepath.Join(dir, policy+"-hog.log")); err != nil {
+		if h, err = hog.Start(ctx, b, x.bins.testbed, x.cfg.ContendThreads, filepath.Join(dir, policy+"-hog.log")); err != nil {
 			run.Error = fmt.Sprintf("contention: %v", err)
 			return run
 		}
@@ -198,7 +199,7 @@ func (x *experiment) runPolicy(ctx context.Context, b *bed.Bed, dir string, addr
 	var besides []func(context.Context)
 	if h != nil {
 		besides = append(besides, func(ctx context.Context) {
-			h.contend(ctx, files[0].report, x.contendAfter(), func(err error) {
+			h.Contend(ctx, files[0].report, x.contendAfter(), func(err error) {
 				if err != nil {
 					x.cfg.Log.Warn().Err(err).Str("policy", policy).Msg("contention")
 				}
