@@ -55,6 +55,7 @@ import (
 	"github.com/sophon-dl/sophon/testbed/results"
 	"github.com/sophon-dl/sophon/testbed/shape"
 	"github.com/sophon-dl/sophon/testbed/tensors"
+	"github.com/sophon-dl/sophon/testbed/trainscript"
 )
 
 // Defaults of Config.
@@ -156,7 +157,7 @@ type Config struct {
 	TrainPolicy string
 	// TrainScript is python/examples/train_cnn.py. Empty means found in
 	// the repository: next to Bin's parent (bin/../python/examples), then
-	// in the working directory and its parents.
+	// in the working directory and its parents (trainscript.Find).
 	TrainScript string
 	// NumClasses is the CNN's classes. Zero means the dataset's (its class
 	// folders), or 1000 where it cannot tell (tar shards).
@@ -651,7 +652,7 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 		x.ref, res.Reference = ref.Got, cfg.Reference
 	}
 	if cfg.Train {
-		x.trainScript, x.trainErr = trainReady(cfg.Python, cfg.TrainScript, bins.dir)
+		x.trainScript, x.trainErr = trainscript.Ready(cfg.Python, cfg.TrainScript, bins.dir)
 		if x.trainErr != nil {
 			cfg.Log.Warn().Err(x.trainErr).Msg("training rows skipped")
 		}

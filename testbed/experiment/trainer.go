@@ -1,173 +1,23 @@
 package experiment
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/testbed/bed"
 	"github.com/sophon-dl/sophon/testbed/results"
+	"github.com/sophon-dl/sophon/testbed/trainscript"
 )
-
-// TrainScript is the example trainer's path inside the repository.
-const TrainScript = "python/examples/train_cnn.py"
-
-// trainTimeout is the trainer's --timeout: the seconds one batch may take
-// to come before the client gives up. A batch of 128 openimages-like
-// samples fetched raw over a 10 Mbit/s link takes about 30 s.
-const trainTimeout = 300
 
 // reportWait bounds how long the trainer row waits, after the trainer
 // ended, for the agent's last report line (written once the trainer
 // released the epoch's last batch).
 const reportWait = 10 * time.Second
-
-// findTrainScript resolves Config.TrainScript: as given, else
-// python/examples/train_cnn.py under the binaries' folder's parent (make
-// build puts them in bin/), the binaries' folder, then the working
-// directory and its parents.
-func findTrainScript(given, binDir string) (string, error) {
-	if given != "" {
-		if _, err := os.Stat(given); err != nil {
-			return "", err
-		}
-		return filepath.Abs(given)
-	}
-	var dirs []string
-	if binDir != "" {
-		dirs = append(dirs, filepath.Dir(binDir), binDir)
-	}
-	if wd, err := os.Getwd(); err == nil {
-		for d := wd; ; d = filepath.Dir(d) {
-			dirs = append(dirs, d)
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
-	}
-	for _, d := range dirs {
-		p := filepath.Join(d, TrainScript)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			return filepath.Abs(p)
-		}
-	}
-	return "", fmt.Errorf("%s not found next to the binaries (%s/..) or above the working directory; give its path", TrainScript, binDir)
-}
-
-// trainReady checks that python can import what train_cnn.py and the
-// client need, and returns the script's path, or why the training rows
-// cannot run.
-func trainReady(python, given, binDir string) (string, error) {
-	script, err := findTrainScript(given, binDir)
-	if err != nil {
-		return "", err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, python, "-c", "import torch, numpy").CombinedOutput()
-	if err != nil {
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		return "", fmt.Errorf("%s cannot import torch and numpy (apt-get install python3-torch python3-numpy): %v: %s",
-			python, err, strings.TrimSpace(lines[len(lines)-1]))
-	}
-	return script, nil
-}
-
-// pythonPath is the PYTHONPATH entry that makes python/sophon importable
-// for the script at path (python/examples/train_cnn.py: its folder's
-// parent).
-func pythonPath(script string) string {
-	return filepath.Dir(filepath.Dir(script))
-}
-
-// trainStep is one step line of train_cnn.py's stdout.
-type trainStep struct {
-	Epoch  uint64   `json:"epoch"`
-	Step   int      `json:"step"`
-	Batch  int      `json:"batch"`
-	Loss   *float64 `json:"loss"`
-	Images int      `json:"images"`
-}
-
-// trainSummary is train_cnn.py's last line: what reached the loop, from
-// just before it asked for its first batch to its loader's close.
-type trainSummary struct {
-	Summary      bool     `json:"summary"`
-	Images       int      `json:"images"`
-	Steps        int      `json:"steps"`
-	Seconds      float64  `json:"seconds"`
-	ImagesPerSec *float64 `json:"images_per_s"`
-	WaitSeconds  float64  `json:"wait_s"`
-}
-
-// readTrainOut reads train_cnn.py's stdout: its step lines and its summary
-// line (nil when missing).
-func readTrainOut(path string) ([]trainStep, *trainSummary, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	var steps []trainStep
-	var sum *trainSummary
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 || line[0] != '{' {
-			continue
-		}
-		var keys map[string]json.RawMessage
-		if json.Unmarshal(line, &keys) != nil {
-			continue
-		}
-		if _, ok := keys["loss"]; ok {
-			var s trainStep
-			if err := json.Unmarshal(line, &s); err == nil && s.Loss != nil {
-				steps = append(steps, s)
-			}
-			continue
-		}
-		var s trainSummary
-		if err := json.Unmarshal(line, &s); err == nil && s.Summary {
-			sum = &s
-		}
-	}
-	return steps, sum, sc.Err()
-}
-
-// firstLosses is the losses of steps' first results.FirstLossSteps.
-func firstLosses(steps []trainStep) []float64 {
-	var out []float64
-	for _, s := range steps[:min(len(steps), results.FirstLossSteps)] {
-		out = append(out, *s.Loss)
-	}
-	return out
-}
-
-// trainerSocket is the trainer row's socket path in dir, or in a fresh
-// temporary folder where dir's path is too long for a Unix socket (108
-// bytes with its NUL).
-func trainerSocket(dir string) (path string, cleanup func(), err error) {
-	path = filepath.Join(dir, "trainer.sock")
-	if len(path) < 100 {
-		os.Remove(path)
-		return path, func() { os.Remove(path) }, nil
-	}
-	tmp, err := os.MkdirTemp("", "sph-sock-")
-	if err != nil {
-		return "", nil, err
-	}
-	return filepath.Join(tmp, "trainer.sock"), func() { os.RemoveAll(tmp) }, nil
-}
 
 // runTrainer runs the trainer row: the compute agent serving its trainer
 // socket on the compute side, fetching from the storage agent at addr
@@ -180,7 +30,7 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed.Bed, dir, addr strin
 		run.Skipped = x.trainErr.Error()
 		return run
 	}
-	sock, rmSock, err := trainerSocket(dir)
+	sock, rmSock, err := trainscript.Socket(dir)
 	if err != nil {
 		run.Error = err.Error()
 		return run
@@ -241,15 +91,13 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed.Bed, dir, addr strin
 	defer agent.Stop()
 
 	out := filepath.Join(dir, base+".out")
-	targs := []string{x.trainScript, "--socket", sock, "--epochs", strconv.Itoa(x.cfg.Epochs),
-		"--num-classes", strconv.Itoa(x.numClasses())}
-	targs = append(targs, "--timeout", strconv.Itoa(trainTimeout))
+	targs := trainscript.Args(x.trainScript, sock, x.cfg.Epochs, x.numClasses())
 	label := fmt.Sprintf("[%s, %g storage cpus] %s", b.Label(), cpus, run.Policy)
 	var rs []report.EpochReport
 	err = x.runProcess(ctx, b, client{procs: []proc{{logPath: filepath.Join(dir, base+".log"), stdoutPath: out,
-		env: []string{"PYTHONPATH=" + pythonPath(x.trainScript)}, name: x.cfg.Python, args: targs}},
+		env: []string{"PYTHONPATH=" + trainscript.PythonPath(x.trainScript)}, name: x.cfg.Python, args: targs}},
 		progress: func(mbps float64) string {
-			steps, _, _ := readTrainOut(out)
+			steps, _, _ := trainscript.ReadOut(out)
 			msg := fmt.Sprintf("%s: %d steps, link %.2f MB/s", label, len(steps), mbps)
 			if k := len(steps); k > 0 {
 				msg += fmt.Sprintf(", epoch %d, loss %.4f", steps[k-1].Epoch, *steps[k-1].Loss)
@@ -257,11 +105,11 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed.Bed, dir, addr strin
 			return msg
 		},
 		collect: func(s *bed.Series) error {
-			steps, sum, err := readTrainOut(out)
+			steps, sum, err := trainscript.ReadOut(out)
 			if err != nil {
 				return err
 			}
-			run.FirstLosses = firstLosses(steps)
+			run.FirstLosses = trainscript.FirstLosses(steps, results.FirstLossSteps)
 			if sum != nil {
 				run.LoopImages, run.LoopSteps, run.LoopSeconds, run.LoopWaitSeconds = sum.Images, sum.Steps, sum.Seconds, sum.WaitSeconds
 				if sum.ImagesPerSec != nil {

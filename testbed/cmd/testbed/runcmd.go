@@ -18,6 +18,7 @@ import (
 	"github.com/sophon-dl/sophon/testbed/experiment"
 	"github.com/sophon-dl/sophon/testbed/results"
 	"github.com/sophon-dl/sophon/testbed/shape"
+	"github.com/sophon-dl/sophon/testbed/trainscript"
 )
 
 const runUsage = `testbed run: emulate a storage node and a GPU node on this machine and
@@ -194,7 +195,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	python := fs.String("python", "", "`interpreter` for the peer and the trainer (default /usr/bin/python3)")
 	train := fs.Bool("train", false, "add the trainer row (a small CNN trained through the Python client from the compute agent's trainer socket) and make the peer row train the same CNN")
 	trainPolicy := fs.String("train-policy", "nooff", "the trainer row's compute-agent `plan`: nooff or a policy ("+strings.Join(policy.Names, ", ")+"), optionally with "+experiment.EstSuffix+" (no saved profile)")
-	trainScript := fs.String("train-script", "", "the trainer `script` (default: "+experiment.TrainScript+" in the repository, found from this binary's folder or the working directory)")
+	trainScript := fs.String("train-script", "", "the trainer `script` (default: "+trainscript.Script+" in the repository, found from this binary's folder or the working directory)")
 	mode := fs.String("mode", string(experiment.ModeAuto), "`mode`: auto (netns as root, else loopback), netns or loopback")
 	bin := fs.String("bin", "", "`folder` with storage-agent, compute-agent and testbed (default: this binary's folder, then $PATH)")
 	scale := fs.String("scale", "", "`statement` of how the emulation maps to real hardware, for the report (default: derived from the rates)")
