@@ -7,9 +7,7 @@ import (
 	"strings"
 
 	"github.com/sophon-dl/sophon/compute-agent/cache"
-	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/policy"
-	"github.com/sophon-dl/sophon/testbed/results"
 )
 
 // PolicyLRU is the testbed's baseline row for the node's cache: No-Off
@@ -54,20 +52,4 @@ func (x *experiment) cacheArgs(pr policyRun, report string) []string {
 		args = append(args, "--cache-policy", cache.PolicyLRU)
 	}
 	return args
-}
-
-// addCache adds a rank's cache account of an epoch to e's.
-func addCache(e *results.Epoch, c *report.CacheStats) {
-	if c == nil {
-		return
-	}
-	if e.Cache == nil {
-		e.Cache = &results.CacheEpoch{}
-	}
-	e.Cache.Hits += c.Hits
-	e.Cache.Misses += c.Misses
-	e.Cache.Refills += c.Refills
-	e.Cache.ReadBytes += c.ReadBytes
-	e.Cache.ResidentBytes += c.ResidentBytes
-	e.Cache.ResidentSamples += c.ResidentSamples
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/testbed/bed"
+	"github.com/sophon-dl/sophon/testbed/epochs"
 	"github.com/sophon-dl/sophon/testbed/hog"
 	"github.com/sophon-dl/sophon/testbed/peer"
 	"github.com/sophon-dl/sophon/testbed/results"
@@ -280,115 +281,20 @@ func (x *experiment) progress(label string, files []rankFiles) func(mbps float64
 	}
 }
 
-// ErrRanksDisagree: the compute agents' reports do not number their
-// epochs alike.
-var ErrRanksDisagree = errors.New("experiment: the ranks' reports disagree")
-
-// agentEpochs appends the compute agents' report lines to run's epochs,
-// with the link's bytes over each: one epoch per line every rank reported
-// (ranks[i] is rank i's lines). With one rank an epoch is its line; with
-// several it is the slowest rank's time (data-parallel training waits for
-// it), every rank's time in RankSeconds, and the ranks' counts summed
-// (see results.Epoch). kernel: s holds the kernel's counters (netns
+// agentEpochs appends the compute agents' epochs (epochs.Agents: one per
+// line every rank reported; ranks[i] is rank i's lines) to run's, with the
+// link's bytes over each. kernel: s holds the kernel's counters (netns
 // mode), not the shaping proxies'.
 func (x *experiment) agentEpochs(kernel bool, s *bed.Series, run *results.Run, ranks [][]report.EpochReport) error {
-	n := len(ranks[0])
-	for _, rs := range ranks {
-		n = min(n, len(rs))
-	}
-	var errs []error
-	for i := range n {
-		first := ranks[0][i]
-		e := results.Epoch{Epoch: int(first.Epoch)}
-		var windows [][2]int64
-		for k, rs := range ranks {
-			r := rs[i]
-			if r.Epoch != first.Epoch {
-				errs = append(errs, fmt.Errorf("%w: rank %d's line %d is epoch %d, rank 0's epoch %d", ErrRanksDisagree, k, i+1, r.Epoch, first.Epoch))
-			}
-			e.Seconds = max(e.Seconds, r.Seconds)
-			e.PredictedSeconds = max(e.PredictedSeconds, r.PredictedSeconds)
-			e.AgentBoundSeconds = max(e.AgentBoundSeconds, r.BoundSeconds)
-			e.Samples += r.Samples
-			e.Duplicates += r.Duplicates
-			e.Failed += r.SamplesFailed
-			e.AgentBytes += r.BytesReceived
-			e.StorageCPUSeconds += r.StorageCPUSeconds
-			e.ComputeCPUSeconds += r.ComputeCPUSeconds
-			e.GPUIdleFraction += r.GPUIdleFraction / float64(len(ranks))
-			addCache(&e, r.Cache)
-			if l := r.Link; l != nil {
-				e.RTTSeconds = max(e.RTTSeconds, l.RTTSeconds)
-				e.InFlightMeanBytes += l.InFlightMeanBytes
-				e.InFlightPeakBytes += l.InFlightPeakBytes
-				e.Retransmits += l.Retransmits
-				e.WindowCount += l.WindowCount
-			}
-			e.Profiled = e.Profiled || r.Profiled
-			e.Replanned = e.Replanned || r.Replanned
-			if len(ranks) > 1 {
-				e.RankSeconds = append(e.RankSeconds, r.Seconds)
-			}
-			if x.cfg.Jobs > 1 {
-				e.JobBoundSeconds = append(e.JobBoundSeconds, r.BoundSeconds)
-				e.JobPredictedSeconds = append(e.JobPredictedSeconds, r.PredictedSeconds)
-				e.JobShareCPUs = append(e.JobShareCPUs, r.ShareCPUs)
-			}
-			windows = append(windows, [2]int64{r.StartUnixNS, r.EndUnixNS})
-		}
-		if len(ranks) == 1 { // the account is the 1 x 1 topology's
-			e.Prediction, e.StorageNSPerByte, e.Resplits = first.Prediction, first.StorageNSPerByte, first.Resplits
-		}
-		x.linkBytes(kernel, s, &e, windows...)
-		run.Epochs = append(run.Epochs, e)
-	}
-	return errors.Join(errs...)
+	eps, err := epochs.Agents(ranks, x.cfg.Jobs > 1, x.link(kernel, s))
+	run.Epochs = append(run.Epochs, eps...)
+	return err
 }
 
-// linkBytes fills e's kernel or proxy bytes, and with several nodes each
-// storage link's bytes and each storage agent's CPU. windows[i] is the
-// epoch of rank i, which ran on compute node i, as [start, end] in Unix
-// ns: its kernel bytes are what node i's interface received over its
-// rank's epoch, summed over the ranks. The proxies' bytes (loopback), the
-// links' and the CPU are over the ranks' epochs together, from the first
-// start to the last end: with ranks out of step they may include some of
-// a neighbouring epoch's traffic.
-func (x *experiment) linkBytes(kernel bool, s *bed.Series, e *results.Epoch, windows ...[2]int64) {
-	start, end := windows[0][0], windows[0][1]
-	for _, w := range windows {
-		if w[0] <= 0 || w[1] <= w[0] {
-			return
-		}
-		start, end = min(start, w[0]), max(end, w[1])
-	}
-	c := s.During(start, end)
-	if kernel {
-		for i, w := range windows {
-			ci := s.During(w[0], w[1])
-			if i < len(ci.RX) {
-				e.KernelBytes += ci.RX[i]
-				e.KernelPackets += ci.RXPackets[i]
-				for _, at := range w {
-					if b := s.Blur(at); i < len(b) {
-						e.KernelBlurBytes += int64(b[i])
-					}
-				}
-			}
-		}
-		overhead := int64(results.FrameOverhead)
-		if x.cfg.wan() != nil {
-			overhead -= 14 // the delay line's TUN devices count IP packets: no Ethernet header
-		}
-		e.KernelPayloadBytes = max(0, e.KernelBytes-e.KernelPackets*overhead)
-	} else if len(c.RX) > 0 {
-		e.ProxyBytes = c.RX[0]
-	}
-	if len(c.Links) > 0 {
-		e.LinkBytes = c.Links
-		for _, ns := range c.CPU {
-			e.StorageAgentCPUSeconds = append(e.StorageAgentCPUSeconds, float64(ns)/1e9)
-		}
-	}
+// link is where the epochs' link figures come from: s, the kernel's
+// counters (kernel) or the shaping proxies'.
+func (x *experiment) link(kernel bool, s *bed.Series) epochs.Link {
+	return epochs.Link{Series: s, Kernel: kernel, DelayLine: x.cfg.wan() != nil}
 }
 
 // beside runs fs side by side until ctx ends, each to its end; nil for
@@ -667,7 +573,7 @@ func (x *experiment) runPeer(ctx context.Context, b *bed.Bed, dir string, cpus f
 			if p.Seconds > 0 {
 				e.GPUIdleFraction = p.GPUIdleSeconds / p.Seconds
 			}
-			x.linkBytes(b.Netns(), s, &e, [2]int64{p.StartUnixNS, p.EndUnixNS})
+			x.link(b.Netns(), s).Fill(&e, [2]int64{p.StartUnixNS, p.EndUnixNS})
 			run.Epochs = append(run.Epochs, e)
 			once = once && p.Samples == x.res.Dataset.Samples && p.UniqueSamples == p.Samples && p.Duplicates == 0 && p.Failed == 0
 		}
