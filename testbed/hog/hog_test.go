@@ -16,6 +16,16 @@ import (
 	"github.com/sophon-dl/sophon/testbed/shape"
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	// Whatever a failed test left is removed, and fails the run.
+	if left := bed.RemoveLeftovers(); len(left) > 0 {
+		println("leftover namespaces, links or cgroups:", strings.Join(left, ", "))
+		code = 1
+	}
+	os.Exit(code)
+}
+
 // TestStartNeedsGroup: a bed without a storage cgroup (loopback) has
 // nowhere to put a hog.
 func TestStartNeedsGroup(t *testing.T) {
