@@ -9,6 +9,10 @@
 // random order cannot thrash it; LRU keeps the raw files most recently
 // fetched under the same budget, the baseline a local file cache gives.
 //
+// An epoch uses the cache through its Use (Store.Use): the positions it
+// is to hold, its hits, misses and refills, and their counts for its
+// report.
+//
 // Every entry is one file holding a header (dataset fingerprint, pipeline
 // id, split, sample id, and for a finished output the build of the op
 // library and codec that made it), the payload, an HMAC-SHA256 under a key

@@ -98,7 +98,7 @@ type Config struct {
 	// deadline starts when the sample's ops do). Zero fields: no limit.
 	Limits oplimits.Settings
 	// Journal is the sample log and resume state and Cache the node's
-	// sample cache (see cacheState), each opened by the first epoch that
+	// sample cache (see cache.Use), each opened by the first epoch that
 	// needs it (Run); nil: none.
 	Journal *journal.Lazy
 	Cache   *cache.Lazy

@@ -32,9 +32,9 @@ func deps(t *testing.T, pkg string) []string {
 // TestEngineImportsNoPlanner: the engine runs a plan (Plan) and imports
 // neither the planner nor the policy, directly or through another
 // package; and the walk of an epoch goes one way, root -> engine ->
-// trainer, batch and cache (-> schedule), with the catalog, linkwatch and
-// sendcost below the engine too: none of those below imports the engine
-// or the root.
+// trainer, batch and cache (-> schedule, report), with the catalog,
+// linkwatch and sendcost below the engine too: none of those below
+// imports the engine or the root.
 func TestEngineImportsNoPlanner(t *testing.T) {
 	for _, tc := range []struct {
 		pkg    string

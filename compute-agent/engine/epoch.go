@@ -45,7 +45,7 @@ type Opts struct {
 	// shedding.
 	StorageCores float64
 	// WarmCache fills the node's planned cache with the epoch's raw
-	// fetches while Plan has no residency (see prepareCache).
+	// fetches while Plan has no residency (see cache.Store.Use).
 	WarmCache bool
 	// KeepRaw, when set, is given a copy of the raw file of every sample
 	// that arrived raw (split 0) and was finished without error, from the
@@ -78,7 +78,7 @@ func NewEpoch(cfg *Config, num uint64, cat *catalog.Catalog, sh Shard, opts Opts
 		log:     cfg.Log.With().Uint64("epoch", num).Logger(),
 		queue:   make(chan schedule.Item, cfg.Queue*cfg.Batch),
 		batches: make(chan *batch.Batch),
-		bySplit: splitCounter{},
+		bySplit: report.SplitCounter{},
 	}
 	e.plan.Store(&opts.Plan)
 	return e
@@ -120,7 +120,7 @@ func (e *Epoch) prepare(fs []*Fetcher, jr *journal.Journal) error {
 	}
 	e.sched = schedule.NewPlacedSchedule(len(order), gate, len(fs), offloaded, pl)
 	e.paced = len(fs) > 1
-	e.sched.CPUOf = cpuOf(plan, order)
+	e.sched.CPUOf = schedule.CPUOf(plan, order)
 	e.sched.Now = cfg.Now
 	if e.first != nil {
 		e.sched.Order(func(pos int) float64 { return e.first(order[pos]) })
@@ -196,7 +196,7 @@ func (e *Epoch) account(ctx context.Context, fs []*Fetcher, measure bool) report
 		SamplesFailed:            len(e.failed),
 		Failed:                   e.failed,
 		BytesReceived:            e.bytesReceived.Load(),
-		BySplit:                  e.bySplit.list(),
+		BySplit:                  e.bySplit.List(),
 		GPUIdleSeconds:           e.idle.Seconds(),
 		ComputeCPUSeconds:        float64(e.computeNS.Load()) / 1e9,
 		StorageCPUSeconds:        float64(e.storageNS.Load()) / 1e9,
@@ -209,7 +209,7 @@ func (e *Epoch) account(ctx context.Context, fs []*Fetcher, measure bool) report
 		Hedged:                   int(e.hedged.Load()),
 		Refetched:                int(e.refetched.Load()),
 		ServedRaw:                servedRaw(e),
-		Cache:                    e.cacheStats(),
+		Cache:                    e.cc.Report(),
 		Shed:                     int(e.shedder().Count()),
 		Resumed:                  e.resumed,
 		Padded:                   e.padded,

@@ -386,7 +386,7 @@ func (s *stripe) send(ctx, epochCtx context.Context, stream dataplanepb.Storage_
 			continue
 		}
 		codec := e.codec(r.Sample)
-		if e.cc.want != nil && e.cc.want[r.Pos] {
+		if e.cc.Want(r.Pos) {
 			codec = wireform.CodecNone // the cache keeps the file itself
 		}
 		e.shedder().Requested(r.Pos, r.Split, e.split[r.Pos])

@@ -2,34 +2,10 @@ package engine
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/report"
-)
-
-// Windows by bandwidth x round trip. A window of a fixed count of
-// requests holds count x response bytes in flight: on a long link that is
-// a fraction of what the link holds (500 Mbit/s at 80 ms holds 5 MB; 64
-// responses of 28 KB are 1.8 MB), and the link idles for the rest of each
-// round trip. So each storage agent's link is read every linkEvery
-// (linkwatch: TCP_INFO at both ends, a timed Info call else; its fetcher's
-// linkwatch.Tracker keeps the readings), and its window grows to cover
-// linkwatch.BDPFactor bandwidth-delay products on top of what it holds on
-// a short link: in count, Config.Window plus enough of the epoch's mean
-// responses for those bytes (linkwatch.WindowCount); in bytes, the pacing
-// of several agents (pace) and the raw lane's rawLead (capLanes) gain the
-// same bytes, and the offloads' storage CPU lead gains the round trip.
-// Config.WindowBytes stays the hard bound of the bytes in flight. The
-// bandwidth is the most this agent delivered in one reading's interval
-// this epoch or the last (linkwatch.Memory), or the planner's link rate
-// shared among the agents, whichever is more; the round trip is the least
-// seen.
-const (
-	linkEvery = 250 * time.Millisecond
-	// linkReadTimeout bounds one reading's Info call.
-	linkReadTimeout = time.Second
 )
 
 // RTT is the least round trip seen to the storage agent this epoch (0:
@@ -39,42 +15,20 @@ func (f *Fetcher) RTT() time.Duration { return f.link.RTT() }
 // bdp is linkwatch.BDPFactor bandwidth-delay products at rate bytes/s.
 func (f *Fetcher) bdp(rate float64) int64 { return f.link.BDP(rate) }
 
-// watchLinks reads each fetcher's link at once and every linkEvery until
-// ctx ends, resizing its window after each reading, and once more then,
-// so that the readings span the epoch.
+// watchLinks reads the links of fs through the epoch (linkwatch.Watch),
+// resizing each fetcher's window by bandwidth x round trip after each
+// reading (see linkwatch.Interval) until ctx ends.
 func (e *Epoch) watchLinks(ctx context.Context, fs []*Fetcher) {
-	t := time.NewTicker(linkEvery)
-	defer t.Stop()
-	for {
-		final := ctx.Err() != nil
-		rctx := ctx
-		if final {
-			rctx = context.WithoutCancel(ctx)
-		}
-		var wg sync.WaitGroup
-		for _, f := range fs {
-			wg.Go(func() { f.readLink(rctx) })
-		}
-		wg.Wait()
-		if final {
-			return
-		}
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
+	peers := make([]linkwatch.Peer, len(fs))
+	for i, f := range fs {
+		peers[i] = linkwatch.Peer{Client: f.client, TCP: f.tcp}
 	}
+	linkwatch.Watch(ctx, peers, e.cfg.Now, func(i int, r linkwatch.Reading) { fs[i].readLink(r) })
 }
 
-// readLink takes one reading of f's link and resizes f's window.
-func (f *Fetcher) readLink(ctx context.Context) {
+// readLink takes reading r of f's link and resizes f's window.
+func (f *Fetcher) readLink(r linkwatch.Reading) {
 	e := f.e
-	rctx, cancel := context.WithTimeout(ctx, linkReadTimeout)
-	r := linkwatch.Read(rctx, linkwatch.Peer{Client: f.client, TCP: f.tcp}, e.cfg.Now)
-	cancel()
-	if ctx.Err() != nil {
-		return
-	}
 	now := e.cfg.Now()
 	var bytes int64
 	for _, s := range f.stripes {
@@ -118,7 +72,7 @@ func (f *Fetcher) seedLink() {
 }
 
 // resize sets f's window count by bandwidth x round trip at rate bytes/s
-// (see linkEvery), each stripe its share, and its lanes' bounds
+// (linkwatch.WindowCount), each stripe its share, and its lanes' bounds
 // (capLanes) for the round trip.
 func (f *Fetcher) resize(rate float64) {
 	e := f.e
@@ -128,7 +82,7 @@ func (f *Fetcher) resize(rate float64) {
 	count := linkwatch.WindowCount(e.cfg.Window, f.bdp(rate), f.meanResponse(), e.cfg.WindowBytes)
 	e.sched.Adjust(&f.stripes[0].w, func() {
 		for _, s := range f.stripes {
-			s.w.MaxCount = max(int(f.stripeShare(int64(count))), 1)
+			s.w.MaxCount = max(int(linkwatch.Share(int64(count), len(f.stripes))), 1)
 		}
 		f.capLanes(e.sched.CPUOf != nil, f.laneRate)
 	})

@@ -53,48 +53,11 @@ func replace(fs []*Fetcher) int {
 	return catalog.Replace(hs)
 }
 
-// paceTime is how much of its storage agent's measured delivery a
-// Fetcher's window holds when an epoch has several agents. The last
-// window of an epoch can leave the other agents idle for about this long,
-// so a longer time puts the end of every epoch past the plan's prediction;
-// a much shorter one gains nothing, the windows then too short to keep a
-// link busy through a slow response.
-const paceTime = 100 * time.Millisecond
-
-// With one storage agent, the link is shared by the two lanes of a plan
-// that mixes raw fetches with offloads (schedule.Schedule): a raw fetch
-// holds only the link, an offload the storage CPU and then the link.
-// rawLead is how much of the link's time the raw fetches in flight may
-// hold: enough to keep it busy while the storage agent reads the next
-// file or sits out a throttled CFS period (under 100 ms), no more, or
-// each finished offload waits behind the raw bytes queued ahead of it.
-// offloadLead is how much storage CPU (the plan's estimates, per core)
-// the offloads in flight may hold: paceTime of work queued, plus the
-// offloads done and waiting on the link, up to rawLead of raw bytes
-// ahead of each. Measured on the testbed (openimages-like, 100 Mbit/s,
-// 0.5 storage core; docs/results.md, "Predictions against
-// measurements"): with neither bound, a balanced plan's raw lane ran a
-// second ahead, the storage CPU idled half the time until it ran dry,
-// and the epoch took 1.10-1.17 of its prediction; with rawLead 100 ms
-// and offloadLead 250 ms, 1.00-1.05; with 150-250 ms raw, 1.00-1.11.
-const (
-	rawLead     = 100 * time.Millisecond
-	offloadLead = 250 * time.Millisecond
-)
-
-// pace caps f's window bytes (its stripes' together), when the epoch has several storage agents
-// (its storage CPU is capped from the start: the offloads in flight at
-// most paceTime of the agent's cores, by the plan's estimates),
-// at what its agent delivered in paceTime, plus linkwatch.BDPFactor of its
-// bandwidth-delay products (link.go) (its bytes since its first
-// response of the epoch over the time since; from the 8th response on),
-// at least 4 average responses and at most Config.WindowBytes. Pulling
-// then gives each agent a share of the epoch in proportion to its rate
-// and never leaves a slow agent (a slower link, a busier CPU) holding the
-// last positions for longer than about paceTime: with a window of a fixed
-// count of requests, an agent on a much slower link than its peer's holds
-// a large share of the epoch's positions at its end, and pulling loses
-// most of its advantage over round-robin.
+// pace caps f's window bytes (its stripes' together), when the epoch has
+// several storage agents, at linkwatch.PaceBytes of the rate its agent
+// delivered (its bytes since its first response of the epoch over the
+// time since; from the 8th response on) and its responses. Its storage
+// CPU is capped from the start (capLanes).
 func (f *Fetcher) pace(now time.Time) {
 	e := f.e
 	if !e.paced {
@@ -109,37 +72,22 @@ func (f *Fetcher) pace(now time.Time) {
 		return
 	}
 	rate := float64(got) / elapsed.Seconds()
-	b := int64(rate*paceTime.Seconds()) + f.bdp(rate)
-	b = max(b, 4*got/n)
-	b = min(b, e.cfg.WindowBytes)
+	b := linkwatch.PaceBytes(rate, f.bdp(rate), got, n, e.cfg.WindowBytes)
 	for _, s := range f.stripes {
 		e.sched.SetMaxBytes(&s.w, f.stripeShare(b))
 	}
 }
 
 // transport measures what sending costs the storage agents of fs beyond
-// their ops over the epoch (sendcost.Spent, from their Info at the start
-// and now), summed, over the bytes they sent. Agents that report no
-// process CPU, or do not answer within a second, are left out; 0 when
-// none is left or too few bytes crossed (sendcost.MinBytes).
+// their ops over the epoch (sendcost.PerByte, from their Info at the
+// start and now, each within a second and its round trip).
 func transport(ctx context.Context, fs []*Fetcher) float64 {
-	var ns, bytes float64
-	for _, f := range fs {
-		got := f.servedBytes.Load()
-		if f.cpu0.Proc == 0 || got == 0 {
-			continue
-		}
-		cpu1, ok := sendcost.Read(ctx, f.client, linkwatch.CountRTT(time.Second, f.RTT()))
-		spent, known := sendcost.Spent(f.cpu0, cpu1, got, f.opsNS.Load())
-		if ok && known {
-			ns += spent
-			bytes += float64(got)
-		}
+	agents := make([]sendcost.Agent, len(fs))
+	for i, f := range fs {
+		agents[i] = sendcost.Agent{Client: f.client, Start: f.cpu0, Got: f.servedBytes.Load(), Ops: f.opsNS.Load(),
+			Timeout: linkwatch.CountRTT(time.Second, f.RTT())}
 	}
-	if bytes < sendcost.MinBytes {
-		return 0
-	}
-	return ns / bytes
+	return sendcost.PerByte(ctx, agents)
 }
 
 // refetchRaw finishes sample it from its raw bytes, fetched again from f's

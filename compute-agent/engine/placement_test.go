@@ -1,17 +1,12 @@
 package engine
 
 import (
-	"context"
-	"errors"
 	"slices"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
-	"github.com/sophon-dl/sophon/compute-agent/sendcost"
-	"github.com/sophon-dl/sophon/proto/dataplanepb"
 )
 
 func testWindow(count int) *schedule.Window {
@@ -71,44 +66,8 @@ func TestScheduleCPUCap(t *testing.T) {
 	}
 }
 
-// infoOnly answers Info with a fixed process CPU.
-type infoOnly struct {
-	dataplanepb.StorageClient
-	cpu uint64
-	err error
-}
-
-func (c infoOnly) Info(context.Context, *dataplanepb.InfoRequest, ...grpc.CallOption) (*dataplanepb.InfoResponse, error) {
-	return &dataplanepb.InfoResponse{ProcessCpuNs: c.cpu}, c.err
-}
-
-// TestTransport: the storage CPU per byte beyond the ops is the agents'
-// process CPU over the epoch less their ops' CPU, over the bytes they
-// sent; agents without the figure, or that do not answer, are left out.
-func TestTransport(t *testing.T) {
-	mk := func(cpu0, cpu1 uint64, ops, bytes int64, err error) *Fetcher {
-		f := &Fetcher{client: infoOnly{cpu: cpu1, err: err}, cpu0: sendcost.CPU{Proc: cpu0}}
-		f.opsNS.Store(ops)
-		f.servedBytes.Store(bytes)
-		return f
-	}
-	fs := []*Fetcher{
-		mk(1e9, 1e9+30e6, 10e6, 2<<20, nil), // 20 ms for 2 MiB
-		mk(5e8, 5e8+10e6, 0, 2<<20, nil),    // 10 ms for 2 MiB
-		mk(0, 9e9, 0, 2<<20, nil),           // no figure at the start
-		mk(1e9, 2e9, 0, 2<<20, errors.New("gone")),
-	}
-	want := 30e6 / float64(4<<20)
-	if got := transport(context.Background(), fs); got < want*0.999 || got > want*1.001 {
-		t.Fatalf("transport %v ns/B, want %v", got, want)
-	}
-	if got := transport(context.Background(), []*Fetcher{mk(1, 1e6, 0, 1000, nil)}); got != 0 {
-		t.Fatalf("transport %v from 1000 bytes, want 0 (too few)", got)
-	}
-}
-
 // TestPace: with several storage agents a fetcher's window bytes follow
-// what its agent delivers: paceTime of its measured rate, at least four
+// what its agent delivers: linkwatch.PaceTime of its measured rate, at least four
 // average responses, at most Config.WindowBytes; before its 8th response,
 // and with one agent, the window is left alone.
 func TestPace(t *testing.T) {
@@ -128,8 +87,8 @@ func TestPace(t *testing.T) {
 	f.served.Store(100)
 	f.servedBytes.Store(10 << 20) // 10 MiB in 1 s, 100 KiB each
 	f.pace(t0.Add(time.Second))
-	if want := int64(float64(10<<20) * paceTime.Seconds()); f.stripes[0].w.MaxBytes != want {
-		t.Errorf("at 10 MiB/s: %d bytes, want %d (paceTime of it)", f.stripes[0].w.MaxBytes, want)
+	if want := int64(float64(10<<20) * linkwatch.PaceTime.Seconds()); f.stripes[0].w.MaxBytes != want {
+		t.Errorf("at 10 MiB/s: %d bytes, want %d (linkwatch.PaceTime of it)", f.stripes[0].w.MaxBytes, want)
 	}
 	f.pace(t0.Add(100 * time.Second)) // 0.1 MiB/s: the floor of 4 responses
 	if want := int64(4 * (10 << 20) / 100); f.stripes[0].w.MaxBytes != want {
@@ -152,9 +111,9 @@ func TestPace(t *testing.T) {
 }
 
 // TestCapLanes: with one storage agent the raw fetches in flight hold
-// rawLead of the planner's link (at least four average files) and the
-// offloads offloadLead of the agent's cores (at least one); with several
-// agents the offloads hold paceTime and the raw lane is left to pace; an
+// linkwatch.RawLead of the planner's link (at least four average files) and the
+// offloads linkwatch.OffloadLead of the agent's cores (at least one); with several
+// agents the offloads hold linkwatch.PaceTime and the raw lane is left to pace; an
 // unknown link rate leaves the raw lane unbounded.
 func TestCapLanes(t *testing.T) {
 	for _, c := range []struct {
@@ -164,11 +123,11 @@ func TestCapLanes(t *testing.T) {
 		meanRaw       int64
 		wantCPU, want int64
 	}{
-		{"half a core", false, 0.5, 12.5e6, 100_000, int64(offloadLead), int64(12.5e6 * rawLead.Seconds())},
-		{"two cores", false, 2, 12.5e6, 100_000, int64(2 * offloadLead), int64(12.5e6 * rawLead.Seconds())},
-		{"large files", false, 1, 12.5e6, 1 << 20, int64(offloadLead), 4 << 20},
-		{"link unknown", false, 1, 0, 100_000, int64(offloadLead), 0},
-		{"several agents", true, 1, 12.5e6, 100_000, int64(paceTime), 0},
+		{"half a core", false, 0.5, 12.5e6, 100_000, int64(linkwatch.OffloadLead), int64(12.5e6 * linkwatch.RawLead.Seconds())},
+		{"two cores", false, 2, 12.5e6, 100_000, int64(2 * linkwatch.OffloadLead), int64(12.5e6 * linkwatch.RawLead.Seconds())},
+		{"large files", false, 1, 12.5e6, 1 << 20, int64(linkwatch.OffloadLead), 4 << 20},
+		{"link unknown", false, 1, 0, 100_000, int64(linkwatch.OffloadLead), 0},
+		{"several agents", true, 1, 12.5e6, 100_000, int64(linkwatch.PaceTime), 0},
 	} {
 		for _, conns := range []int{1, 4} {
 			f := testFetcher(&Epoch{paced: c.paced, meanRaw: c.meanRaw}, c.cpus, conns)

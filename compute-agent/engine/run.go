@@ -106,10 +106,16 @@ type Epoch struct {
 	// behind the plan (nil: never).
 	shed  atomic.Pointer[schedule.Shedder]
 	lat   schedule.Latencies // response latencies, for the adaptive stall timeout
-	cc    cacheState         // the node's cache in this epoch
+	cc    *cache.Use         // the node's cache in this epoch; nil: none
 	cache *cache.Store       // the node's cache; nil: none
-	warm  bool               // Opts.WarmCache
-	fs    []*Fetcher         // the epoch's, from prepare (a cache refill may use any)
+	// hits carries the claimed cache hits to the workers (nil: no cache
+	// this epoch). It is buffered so that a fetcher's request loop hands a
+	// hit over and goes on to the next request: a loop that waited for a
+	// free worker at every hit sent the storage agents their requests at
+	// the finishing rate, so they could not work ahead of the link.
+	hits chan work
+	warm bool       // Opts.WarmCache
+	fs   []*Fetcher // the epoch's, from prepare (a cache refill may use any)
 
 	// observing: keep an Observation of every sample finished (obs,
 	// under mu) for the planner's refinement.
@@ -128,7 +134,7 @@ type Epoch struct {
 	samples int
 	nbatch  int
 	idle    time.Duration
-	bySplit splitCounter
+	bySplit report.SplitCounter
 	// firstBatch is when the consumer took the first batch.
 	firstBatch time.Time
 }
@@ -236,7 +242,7 @@ func (e *Epoch) fail(f report.SampleFailure) error {
 }
 
 // next is a worker's next job: a response or failure (Epoch.work) or a
-// queued cache hit (cacheState.queued), a waiting response first: it holds
+// queued cache hit (Epoch.hits), a waiting response first: it holds
 // a slot of its fetcher's window until finished, a hit holds none. It
 // reports false once the fetchers are done (work closed) and no hit is
 // queued, or with ctx's error. No hit is queued after work closes: the
@@ -252,7 +258,7 @@ func (e *Epoch) next(ctx context.Context) (work, bool, error) {
 	select {
 	case <-ctx.Done():
 		return work{}, false, ctx.Err()
-	case w := <-e.cc.queued: // nil without a cache: never ready
+	case w := <-e.hits: // nil without a cache: never ready
 		return w, true, nil
 	case w, ok := <-e.work:
 		if ok {
@@ -260,7 +266,7 @@ func (e *Epoch) next(ctx context.Context) (work, bool, error) {
 		}
 	}
 	select {
-	case w := <-e.cc.queued:
+	case w := <-e.hits:
 		return w, true, nil
 	default:
 		return work{}, false, nil
@@ -311,13 +317,7 @@ func (e *Epoch) worker(ctx context.Context) error {
 				} else if it.Split == ops.SplitCut && bad.Where == "local" {
 					bad = e.refetchRaw(ctx, w.f, lim, &it, bad)
 				}
-				if e.cc.want != nil && e.cc.want[r.Pos] {
-					e.cc.misses.Add(1)
-					e.cc.view.Miss()
-					if bad == nil && e.wantsFill(r.Pos, it.Split) {
-						e.fillCache(r.Sample, in, out)
-					}
-				}
+				e.cc.Fetched(r.Pos, r.Sample, it.Split, in, out, bad == nil)
 			}
 		}
 		if bad != nil {
@@ -474,7 +474,7 @@ func (e *Epoch) feeder(ctx context.Context) error {
 			m.Delivered(b.Len())
 		}
 		for i, s := range b.Samples {
-			e.bySplit.add(b.Splits[i], b.Wire[i])
+			e.bySplit.Add(b.Splits[i], b.Wire[i])
 			if e.cfg.OnSample != nil {
 				e.cfg.OnSample(e.num, s, b.SHAs[i])
 			}
@@ -520,7 +520,7 @@ func (e *Epoch) Num() uint64 { return e.num }
 func (e *Epoch) Delivered(pos int) { e.sched.Delivered(pos) }
 
 // Placed counts a sample in a trainer's row (trainer.Epoch).
-func (e *Epoch) Placed(split int, wire int64) { e.bySplit.add(split, wire) }
+func (e *Epoch) Placed(split int, wire int64) { e.bySplit.Add(split, wire) }
 
 // Hashed reports whether published rows are journaled or reported
 // (trainer.Epoch).

@@ -38,9 +38,9 @@ func TestHorizon(t *testing.T) {
 // then the hit; once the fetchers are done it drains the hits and stops.
 func TestNextResponsesFirst(t *testing.T) {
 	e := &Epoch{work: make(chan work, 2)}
-	e.cc.queued = make(chan work, 2)
+	e.hits = make(chan work, 2)
 	hit, resp := work{local: true, r: &schedule.Request{Pos: 1}}, work{r: &schedule.Request{Pos: 2}}
-	e.cc.queued <- hit
+	e.hits <- hit
 	e.work <- resp
 	ctx := context.Background()
 	for i, want := range []int{2, 1} {
@@ -49,7 +49,7 @@ func TestNextResponsesFirst(t *testing.T) {
 			t.Fatalf("job %d: position %v (%v, %v), want %d", i, w.r, ok, err, want)
 		}
 	}
-	e.cc.queued <- hit
+	e.hits <- hit
 	close(e.work)
 	if w, ok, _ := e.next(ctx); !ok || !w.local {
 		t.Fatalf("after the fetchers: %+v %v, want the queued hit", w, ok)

@@ -6,28 +6,15 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 )
 
-// Retry timing (see schedule.RetryDelay for the back-off): a stream silent
-// for the stall timeout with requests out is hedged.
-const (
-	// minStall is the floor of the adaptive stall timeout, stallFactor its
-	// multiple of the p99 silence between responses on a busy stream.
-	minStall    = 2 * time.Second
-	stallFactor = 4
-)
-
 // ProbeTimeout bounds one Info call (the probe before a stream is
 // reopened, the discovery at epoch start).
 const ProbeTimeout = 5 * time.Second
 
 // stallTimeout is the progress deadline of a stream: Config.StallTimeout,
-// or max(minStall, stallFactor x p99 silence between responses); counting
-// the round trip (countRTT).
+// or one adapted to the silences between responses
+// (schedule.Latencies.StallTimeout); counting the round trip (countRTT).
 func (e *Epoch) stallTimeout() time.Duration {
-	d := e.cfg.StallTimeout
-	if d <= 0 {
-		d = max(minStall, stallFactor*e.lat.P99())
-	}
-	return e.countRTT(d)
+	return e.countRTT(e.lat.StallTimeout(e.cfg.StallTimeout))
 }
 
 // countRTT is deadline d raised by the round trip where it is shorter

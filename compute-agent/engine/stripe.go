@@ -56,27 +56,20 @@ type stripe struct {
 
 // openStripes gives f one stripe per client for epoch e, f being the
 // idx-th fetcher (the bit of the placement's masks), each with its share
-// of the agent's window: count, at least 1, and bytes.
+// of the agent's window: count (linkwatch.Stripes) and bytes.
 func (f *Fetcher) openStripes(idx int) {
 	cfg := f.e.cfg
-	n := max(1, min(len(f.clients), cfg.Window))
-	f.stripes = make([]*stripe, n)
-	for i := range n {
-		count := cfg.Window / n
-		if i < cfg.Window%n {
-			count++
-		}
+	counts := linkwatch.Stripes(cfg.Window, len(f.clients))
+	f.stripes = make([]*stripe, len(counts))
+	for i, count := range counts {
 		f.stripes[i] = &stripe{f: f, idx: i, client: f.clients[i], w: schedule.Window{
-			Idx: idx, MaxCount: max(count, 1), MaxBytes: cfg.WindowBytes / int64(n), Outstanding: map[uint64]*schedule.Request{}}}
+			Idx: idx, MaxCount: count, MaxBytes: cfg.WindowBytes / int64(len(counts)), Outstanding: map[uint64]*schedule.Request{}}}
 	}
 }
 
-// share is a stripe's part of an agent-wide bound b: b over the stripes,
-// rounded up, 0 (unbounded) when b is.
-func (f *Fetcher) stripeShare(b int64) int64 {
-	n := int64(len(f.stripes))
-	return (b + n - 1) / n
-}
+// stripeShare is a stripe's part of an agent-wide bound b
+// (linkwatch.Share).
+func (f *Fetcher) stripeShare(b int64) int64 { return linkwatch.Share(b, len(f.stripes)) }
 
 // gaveUp is a stripe's verdict that its storage agent made no progress
 // for the retry budget (or now serves another dataset): the Fetcher

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 )
 
@@ -48,7 +49,7 @@ func TestStripesShareWindow(t *testing.T) {
 	f.served.Store(100)
 	f.servedBytes.Store(10 << 20)
 	f.pace(t0.Add(time.Second))
-	want := int64(float64(10<<20) * paceTime.Seconds())
+	want := int64(float64(10<<20) * linkwatch.PaceTime.Seconds())
 	for _, s := range f.stripes {
 		if s.w.MaxBytes != (want+3)/4 {
 			t.Errorf("stripe %d: %d bytes, want a quarter of %d", s.idx, s.w.MaxBytes, want)

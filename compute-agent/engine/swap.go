@@ -27,18 +27,6 @@ func (e *Epoch) runPlan() Plan {
 // shedder is the epoch's current shedder (nil: none).
 func (e *Epoch) shedder() *schedule.Shedder { return e.shed.Load() }
 
-// cpuOf is the schedule's storage CPU estimate of a position under plan
-// (schedule.Schedule.CPUOf), nil for a plan without hints.
-func cpuOf(plan Plan, order []uint64) func(pos, k int) int64 {
-	if !plan.Hinted() {
-		return nil
-	}
-	return func(pos, _ int) int64 {
-		_, c := plan.Hint(order[pos])
-		return int64(c)
-	}
-}
-
 // newShedder is the epoch's shedder under plan at its current splits
 // (schedule.NewShedder).
 func (e *Epoch) newShedder(plan Plan, linkRate, cores float64) *schedule.Shedder {
@@ -46,38 +34,23 @@ func (e *Epoch) newShedder(plan Plan, linkRate, cores float64) *schedule.Shedder
 	return schedule.NewShedder(e.order, e.split, wire, plan, plan.StorageSpeed(), linkRate, cores, e.cfg.Now)
 }
 
-// capLanes bounds what each lane of f's window holds in flight.
-//
-// Offloads (when the plan has estimates, hinted): at most paceTime of
-// the agent's cores queued by the plan's estimates in an epoch with
-// several storage agents, offloadLead with one; past that the window
-// takes raw positions. A window of offloads alone would commit seconds
-// of a contended storage CPU ahead of the shedder while the link idles.
-//
-// Raw fetches, in an epoch with one storage agent and a known link rate
-// (bytes/s): rawLead of the link (at least four average raw files),
-// past which the window takes offloads. Several agents' windows are
-// paced by bytes already (pace). Under the schedule's lock once the
-// epoch runs. Each stripe holds its share of both bounds.
-//
-// On a long link each bound gains the round trip (link.go): the offloads
-// linkwatch.BDPFactor round trips of the agent's cores, since each holds
-// its CPU until its response arrived; the raw lane BDPFactor bandwidth-delay
-// products.
+// capLanes bounds what each lane of f's window holds in flight, each
+// stripe its share, under the schedule's lock once the epoch runs: the
+// offloads (when the plan has estimates, hinted) linkwatch.CPULead of the
+// agent's cores, past which the window takes raw positions; the raw
+// fetches, in an epoch with one storage agent and a known link rate
+// (bytes/s), linkwatch.RawFlight, past which it takes offloads (several
+// agents' windows are paced by bytes already: pace).
 func (f *Fetcher) capLanes(hinted bool, linkRate float64) {
 	f.laneRate = linkRate
+	paced := f.e != nil && f.e.paced
 	var raw int64
-	if f.e != nil && !f.e.paced && linkRate > 0 {
-		raw = max(int64(linkRate*rawLead.Seconds()), 4*f.e.meanRaw) + f.bdp(linkRate)
+	if f.e != nil && !paced {
+		raw = linkwatch.RawFlight(linkRate, f.e.meanRaw, f.bdp(linkRate))
 	}
 	for _, s := range f.stripes {
 		if hinted {
-			lead := offloadLead
-			if f.e != nil && f.e.paced {
-				lead = paceTime
-			}
-			lead += linkwatch.BDPFactor * f.RTT()
-			s.w.MaxCPU = f.stripeShare(int64(max(f.CPUs(), 1) * float64(lead)))
+			s.w.MaxCPU = f.stripeShare(linkwatch.CPULead(f.CPUs(), paced, f.RTT()))
 		}
 		s.w.MaxRawFlight = f.stripeShare(raw)
 	}
@@ -95,23 +68,23 @@ func (f *Fetcher) capLanes(hinted bool, linkRate float64) {
 //
 // In a warm epoch (the first epoch of a run planned from estimates) a
 // plan with a cache also takes the cache: the positions left whose
-// samples it keeps resident go raw and fill the cache now (fillsCache),
+// samples it keeps resident go raw and fill the cache now (cache.Use.Fills),
 // so that the next epoch finds them there instead of filling it itself.
 func (e *Epoch) Swap(plan Plan, splitOf func(sample uint64) int, linkRate, cores float64) int {
 	planned := 0
-	fill := e.fillsCache(plan)
+	fill := e.cc.Fills(plan)
 	left := e.sched.Resplit(func(pos int) bool {
 		planned++
 		s := e.order[pos]
-		if e.cc.want != nil && e.cc.want[pos] {
+		if e.cc.Want(pos) {
 			return e.split[pos] != 0 || e.codecOf(e.runPlan(), s) != wireform.CodecNone
 		}
 		raw := e.cat.RawSizes[s]
 		before := e.cfg.Sizes.Estimate(e.shedder().Split(pos, e.split[pos]), raw)
 		k := splitOf(s)
 		if fill && plan.Cached(s) && e.codecOf(plan, s) == wireform.CodecNone {
-			k, e.cc.want[pos] = 0, true // fetched raw, into the cache
-			e.cc.wanted++
+			k = 0 // fetched raw, into the cache
+			e.cc.Add(pos)
 		}
 		e.split[pos] = k
 		e.left.Add(e.cfg.Sizes.Estimate(k, raw) - before)
@@ -122,9 +95,9 @@ func (e *Epoch) Swap(plan Plan, splitOf func(sample uint64) int, linkRate, cores
 		}
 		e.plan.Store(&plan)
 		if fill {
-			e.cc.view.SetKeep(plan.Cached) // its Puts may evict the rest
+			e.cc.SetKeep(plan.Cached) // its Puts may evict the rest
 		}
-		e.sched.CPUOf = cpuOf(plan, e.order)
+		e.sched.CPUOf = schedule.CPUOf(plan, e.order)
 		for _, f := range e.fs {
 			f.capLanes(e.sched.CPUOf != nil, linkRate)
 		}

@@ -77,3 +77,26 @@ func FirstConns(rate float64, rtt time.Duration) int {
 	}
 	return AutoConns(rate, rtt, PriorLoss, 0)
 }
+
+// Stripes is the request counts of the stripes a window of count
+// requests is spread over on conns connections: one stripe per
+// connection, at most count of them and at least one, count over them
+// with the first ones a request more, each at least one.
+func Stripes(count, conns int) []int {
+	n := max(1, min(conns, count))
+	out := make([]int, n)
+	for i := range n {
+		c := count / n
+		if i < count%n {
+			c++
+		}
+		out[i] = max(c, 1)
+	}
+	return out
+}
+
+// Share is one of n stripes' part of an agent-wide bound b: b over n,
+// rounded up, 0 (unbounded) when b is.
+func Share(b int64, n int) int64 {
+	return (b + int64(n) - 1) / int64(n)
+}

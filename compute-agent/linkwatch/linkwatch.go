@@ -4,12 +4,15 @@
 // the storage agent's end as its Info call's header tells it,
 // tcpinfo.Header), with a timed Info call where neither is available.
 // Stage 1 reads it before and after its link probe (Between), the engine
-// through every epoch (Tracker: the readings, the peak rate and the round
-// trip of one agent's link); and the pure rules the engine follows from
-// it: the fetch window by bandwidth x round trip (WindowCount, BDPFactor),
-// deadlines that count the round trip (CountRTT), the link carried from
-// one epoch to the next (Memory), several agents' links together (Total)
-// and the connections a lossy path needs (AutoConns).
+// through every epoch (Watch; Tracker: the readings, the peak rate and the
+// round trip of one agent's link); and the pure rules the engine follows
+// from it: the fetch window by bandwidth x round trip (WindowCount,
+// BDPFactor), the bytes of several agents' paced windows (PaceBytes) and
+// the bounds of a mixed plan's two lanes (RawFlight, CPULead), deadlines
+// that count the round trip (CountRTT), the link carried from one epoch
+// to the next (Memory), several agents' links together (Total), the
+// connections a lossy path needs (AutoConns) and a window's share of
+// each (Stripes, Share).
 package linkwatch
 
 import (

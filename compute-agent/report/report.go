@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/sophon-dl/sophon/policy/hardware"
 )
@@ -538,6 +539,32 @@ type SplitStats struct {
 	Samples int `json:"samples"`
 	// Bytes is their wire bytes.
 	Bytes int64 `json:"bytes"`
+}
+
+// SplitCounter tallies delivered samples by split, for
+// EpochReport.BySplit. Make it with a literal; not safe for concurrent
+// use.
+type SplitCounter map[int]*SplitStats
+
+// Add counts a sample delivered at split k with bytes on the wire.
+func (c SplitCounter) Add(k int, bytes int64) {
+	s := c[k]
+	if s == nil {
+		s = &SplitStats{Split: k}
+		c[k] = s
+	}
+	s.Samples++
+	s.Bytes += bytes
+}
+
+// List is the tally by ascending split.
+func (c SplitCounter) List() []SplitStats {
+	out := make([]SplitStats, 0, len(c))
+	for _, s := range c {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b SplitStats) int { return a.Split - b.Split })
+	return out
 }
 
 // GPUStats is what a GPU monitor saw during one epoch.

@@ -74,6 +74,24 @@ func (l *Latencies) Observe(d time.Duration) {
 	l.mu.Unlock()
 }
 
+// The adaptive stall timeout (Latencies.StallTimeout): a stream silent
+// for it with requests out is hedged. minStall is its floor, stallFactor
+// its multiple of the p99 silence between responses on a busy stream.
+const (
+	minStall    = 2 * time.Second
+	stallFactor = 4
+)
+
+// StallTimeout is a stream's progress deadline: configured, or when it is
+// 0 max(minStall, stallFactor x P99). The caller counts the round trip
+// (linkwatch.CountRTT).
+func (l *Latencies) StallTimeout(configured time.Duration) time.Duration {
+	if configured > 0 {
+		return configured
+	}
+	return max(minStall, stallFactor*l.P99())
+}
+
 // P99 is the 99th percentile of the kept latencies, 0 with none.
 func (l *Latencies) P99() time.Duration {
 	l.mu.Lock()

@@ -318,7 +318,7 @@ type Window struct {
 	// fills the storage agent's send buffers and the connection's
 	// flow-control window with a second of raw bytes, and each offload's
 	// response waits behind them, holding its share of MaxCPU while the
-	// storage CPU has nothing queued (engine.rawLead).
+	// storage CPU has nothing queued (linkwatch.RawLead).
 	RawFlight, MaxRawFlight int64
 	nextTag                 uint64
 	Outstanding             map[uint64]*Request // by tag, on the current stream

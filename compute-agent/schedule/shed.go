@@ -103,6 +103,19 @@ type Hints interface {
 	Hint(sample uint64) (prio uint32, ns uint64)
 }
 
+// CPUOf is the schedule's storage CPU estimate of a position of order
+// (position -> sample) by the hints h (Schedule.CPUOf), nil without
+// hints.
+func CPUOf(h Hints, order []uint64) func(pos, k int) int64 {
+	if !h.Hinted() {
+		return nil
+	}
+	return func(pos, _ int) int64 {
+		_, c := h.Hint(order[pos])
+		return int64(c)
+	}
+}
+
 // NewShedder plans shedding for an epoch of positions order (position ->
 // sample) at their planned splits, or returns nil when there is nothing to
 // shed: no per-sample plan, no offload, or no known link rate (bytes/s) or

@@ -4,8 +4,8 @@
 // counts them, the payload bytes and the ops' CPU of every response it
 // sent to any job (InfoResponse.process_cpu_ns, sent_bytes,
 // sent_ops_cpu_ns). Stage 1 prices its link probe's samples with it, and
-// the engine measures each epoch's (report.EpochReport.StorageNSPerByte),
-// by the one rule (Spent).
+// the engine measures each epoch's over its agents (PerByte:
+// report.EpochReport.StorageNSPerByte), by the one rule (Spent).
 package sendcost
 
 import (
@@ -58,4 +58,39 @@ func Spent(a, b CPU, got, ops int64) (float64, bool) {
 		return max(proc-float64(b.Ops-a.Ops), 0) / float64(sent) * float64(got), true
 	}
 	return max(proc-float64(ops), 0), true
+}
+
+// Agent is one storage agent's part in a job's measurement (PerByte):
+// its client, its CPU at the start (Of its Info then), and the bytes it
+// sent the job and the CPU (ns) the ops of those responses took since.
+type Agent struct {
+	Client   dataplanepb.StorageClient
+	Start    CPU
+	Got, Ops int64
+	// Timeout bounds its Info call now.
+	Timeout time.Duration
+}
+
+// PerByte is what sending cost the agents beyond their ops since their
+// Start, summed (Spent, from their Info now), over the bytes they sent.
+// Agents that report no process CPU, sent nothing or do not answer within
+// their Timeout are left out; 0 when none is left or too few bytes
+// crossed (MinBytes).
+func PerByte(ctx context.Context, agents []Agent) float64 {
+	var ns, bytes float64
+	for _, a := range agents {
+		if a.Start.Proc == 0 || a.Got == 0 {
+			continue
+		}
+		now, ok := Read(ctx, a.Client, a.Timeout)
+		spent, known := Spent(a.Start, now, a.Got, a.Ops)
+		if ok && known {
+			ns += spent
+			bytes += float64(a.Got)
+		}
+	}
+	if bytes < MinBytes {
+		return 0
+	}
+	return ns / bytes
 }

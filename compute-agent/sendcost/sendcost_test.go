@@ -63,3 +63,36 @@ func TestRead(t *testing.T) {
 		t.Error("read from an agent that did not answer")
 	}
 }
+
+// cpuOnly answers Info with a fixed process CPU.
+type cpuOnly struct {
+	dataplanepb.StorageClient
+	cpu uint64
+	err error
+}
+
+func (c cpuOnly) Info(context.Context, *dataplanepb.InfoRequest, ...grpc.CallOption) (*dataplanepb.InfoResponse, error) {
+	return &dataplanepb.InfoResponse{ProcessCpuNs: c.cpu}, c.err
+}
+
+// TestPerByte: the storage CPU per byte beyond the ops is the agents'
+// process CPU over the epoch less their ops' CPU, over the bytes they
+// sent; agents without the figure, or that do not answer, are left out.
+func TestPerByte(t *testing.T) {
+	mk := func(cpu0, cpu1 uint64, ops, bytes int64, err error) Agent {
+		return Agent{Client: cpuOnly{cpu: cpu1, err: err}, Start: CPU{Proc: cpu0}, Got: bytes, Ops: ops, Timeout: time.Second}
+	}
+	agents := []Agent{
+		mk(1e9, 1e9+30e6, 10e6, 2<<20, nil), // 20 ms for 2 MiB
+		mk(5e8, 5e8+10e6, 0, 2<<20, nil),    // 10 ms for 2 MiB
+		mk(0, 9e9, 0, 2<<20, nil),           // no figure at the start
+		mk(1e9, 2e9, 0, 2<<20, errors.New("gone")),
+	}
+	want := 30e6 / float64(4<<20)
+	if got := PerByte(context.Background(), agents); got < want*0.999 || got > want*1.001 {
+		t.Fatalf("PerByte %v ns/B, want %v", got, want)
+	}
+	if got := PerByte(context.Background(), []Agent{mk(1, 1e6, 0, 1000, nil)}); got != 0 {
+		t.Fatalf("PerByte %v from 1000 bytes, want 0 (too few)", got)
+	}
+}
