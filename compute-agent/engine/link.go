@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
@@ -15,15 +16,40 @@ func (f *Fetcher) RTT() time.Duration { return f.link.RTT() }
 // bdp is linkwatch.BDPFactor bandwidth-delay products at rate bytes/s.
 func (f *Fetcher) bdp(rate float64) int64 { return f.link.BDP(rate) }
 
-// watchLinks reads the links of fs through the epoch (linkwatch.Watch),
-// resizing each fetcher's window by bandwidth x round trip after each
-// reading (see linkwatch.Interval) until ctx ends.
+// watchLinks reads the links of fs at once and every linkwatch.Interval
+// until ctx ends, and once more then, so that the readings span the
+// epoch, resizing each fetcher's window by bandwidth x round trip after
+// each reading (each read within linkwatch.ReadTimeout; a reading taken
+// while ctx ended is dropped). It returns after the last reading.
 func (e *Epoch) watchLinks(ctx context.Context, fs []*Fetcher) {
-	peers := make([]linkwatch.Peer, len(fs))
-	for i, f := range fs {
-		peers[i] = linkwatch.Peer{Client: f.client, TCP: f.tcp}
+	t := time.NewTicker(linkwatch.Interval)
+	defer t.Stop()
+	for {
+		final := ctx.Err() != nil
+		rctx := ctx
+		if final {
+			rctx = context.WithoutCancel(ctx)
+		}
+		var wg sync.WaitGroup
+		for _, f := range fs {
+			wg.Go(func() {
+				c, cancel := context.WithTimeout(rctx, linkwatch.ReadTimeout)
+				r := linkwatch.Read(c, linkwatch.Peer{Client: f.client, TCP: f.tcp}, e.cfg.Now)
+				cancel()
+				if rctx.Err() == nil {
+					f.readLink(r)
+				}
+			})
+		}
+		wg.Wait()
+		if final {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
 	}
-	linkwatch.Watch(ctx, peers, e.cfg.Now, func(i int, r linkwatch.Reading) { fs[i].readLink(r) })
 }
 
 // readLink takes reading r of f's link and resizes f's window.

@@ -1,8 +1,6 @@
 package linkwatch
 
 import (
-	"context"
-	"sync"
 	"time"
 )
 
@@ -24,47 +22,11 @@ import (
 // link rate shared among the agents, whichever is more; the round trip is
 // the least seen.
 const (
-	// Interval is how often Watch reads each link.
+	// Interval is how often the engine reads each link.
 	Interval = 250 * time.Millisecond
 	// ReadTimeout bounds one reading's Info call.
 	ReadTimeout = time.Second
 )
-
-// Watch reads the links to peers, all at once, at once and every Interval
-// until ctx ends, and once more then, so that the readings span ctx's
-// life: got(i, r) takes the reading r of peers[i] (each read within
-// ReadTimeout), unless ctx ended while it was read. It returns after the
-// last reading.
-func Watch(ctx context.Context, peers []Peer, now func() time.Time, got func(i int, r Reading)) {
-	t := time.NewTicker(Interval)
-	defer t.Stop()
-	for {
-		final := ctx.Err() != nil
-		rctx := ctx
-		if final {
-			rctx = context.WithoutCancel(ctx)
-		}
-		var wg sync.WaitGroup
-		for i, p := range peers {
-			wg.Go(func() {
-				c, cancel := context.WithTimeout(rctx, ReadTimeout)
-				r := Read(c, p, now)
-				cancel()
-				if rctx.Err() == nil {
-					got(i, r)
-				}
-			})
-		}
-		wg.Wait()
-		if final {
-			return
-		}
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-	}
-}
 
 // PaceTime is how much of its storage agent's measured delivery a fetch
 // window holds when an epoch has several agents (PaceBytes). The last

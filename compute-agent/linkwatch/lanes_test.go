@@ -1,11 +1,8 @@
 package linkwatch
 
 import (
-	"context"
 	"slices"
-	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 )
 
@@ -85,20 +82,4 @@ func TestStripes(t *testing.T) {
 	if got := Share(0, 4); got != 0 {
 		t.Errorf("Share(0, 4) = %d, want 0 (unbounded)", got)
 	}
-}
-
-// TestWatch: every peer is read at once, every Interval, and once more
-// after ctx ended.
-func TestWatch(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var n [2]atomic.Int32
-		ctx, cancel := context.WithTimeout(context.Background(), 2*Interval+Interval/2)
-		defer cancel()
-		Watch(ctx, make([]Peer, 2), time.Now, func(i int, _ Reading) { n[i].Add(1) })
-		for i := range n {
-			if got := n[i].Load(); got != 4 {
-				t.Errorf("peer %d: %d readings, want 4 (at 0, 1 and 2 intervals, and the last)", i, got)
-			}
-		}
-	})
 }
