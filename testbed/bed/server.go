@@ -42,16 +42,23 @@ func (s *Server) Pid() int { return s.cmd.Process.Pid }
 // returns the server's exit error, nil when it exited 0. Safe twice.
 func (s *Server) Stop() error {
 	s.once.Do(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-			<-s.done
-		}
+		Terminate(s.cmd, s.done)
 		s.log.Close()
 	})
 	return s.err
+}
+
+// Terminate ends cmd, a started process leading its own process group:
+// SIGTERM, then SIGKILL to the group after 5 s. done is closed once
+// cmd.Wait returned; Terminate returns after that.
+func Terminate(cmd *exec.Cmd, done <-chan struct{}) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
 }
 
 // StartServer starts a server on node h, places it in that node's cgroup

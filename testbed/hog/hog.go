@@ -158,18 +158,12 @@ func (h *Hog) Contend(ctx context.Context, reportPath string, after int, log fun
 // concurrently.
 func (h *Hog) Stop() Usage {
 	h.once.Do(func() {
+		bed.Terminate(h.cmd, h.done)
 		h.mu.Lock()
 		if !h.opened.IsZero() {
 			h.wall = time.Since(h.opened)
 		}
 		h.mu.Unlock()
-		_ = h.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-h.done:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
-			<-h.done
-		}
 		if ps := h.cmd.ProcessState; ps != nil {
 			if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
 				h.mu.Lock()
