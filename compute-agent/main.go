@@ -277,6 +277,12 @@ func run(args []string) int {
 	if !ok {
 		return code
 	}
+	stopProfile, err := s.StartCPUProfile()
+	if err != nil {
+		log.Error().Err(err).Msg("cannot start")
+		return 2
+	}
+	defer stopProfile()
 	// The signals are caught from the start, as the storage agent does:
 	// New loads NVML, and a signal then ends Run at once.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

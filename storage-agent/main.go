@@ -96,19 +96,20 @@ Flags:
 
 // settings are the command line and config file keys.
 type settings struct {
-	cli.Common     `yaml:",inline"`
-	Data           string        `yaml:"data"`
-	Strict         bool          `yaml:"strict"`
-	Index          string        `yaml:"index"`
-	Listen         string        `yaml:"listen"`
-	Advertise      string        `yaml:"advertise"`
-	CPUs           float64       `yaml:"cpus"`
-	Queue          int           `yaml:"queue"`
-	Pipelines      cli.List      `yaml:"pipeline"`
-	ClientSpecs    bool          `yaml:"allow-client-specs"`
-	MaxStreams     int           `yaml:"max-streams"`
-	MaxPeerStreams int           `yaml:"max-streams-per-peer"`
-	StallTimeout   time.Duration `yaml:"stall-timeout"`
+	cli.Common      `yaml:",inline"`
+	Data            string        `yaml:"data"`
+	Strict          bool          `yaml:"strict"`
+	Index           string        `yaml:"index"`
+	VerifyEveryRead bool          `yaml:"verify-every-read"`
+	Listen          string        `yaml:"listen"`
+	Advertise       string        `yaml:"advertise"`
+	CPUs            float64       `yaml:"cpus"`
+	Queue           int           `yaml:"queue"`
+	Pipelines       cli.List      `yaml:"pipeline"`
+	ClientSpecs     bool          `yaml:"allow-client-specs"`
+	MaxStreams      int           `yaml:"max-streams"`
+	MaxPeerStreams  int           `yaml:"max-streams-per-peer"`
+	StallTimeout    time.Duration `yaml:"stall-timeout"`
 	// Limits are the ops limits, flags shared with the compute agent.
 	oplimits.Settings `yaml:",inline"`
 	IdleRelease       time.Duration `yaml:"idle-release"`
@@ -175,6 +176,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&s.S3PageTimeout, "s3-page-timeout", s.S3PageTimeout, "with an s3:// --data, the longest one list request (a page of 1,000 keys), its retries included, may take: what ends a stalled listing")
 	fs.DurationVar(&s.S3ListTimeout, "s3-list-timeout", s.S3ListTimeout, "with an s3:// --data, the longest the whole listing may take (1,000 keys a page: the default --s3-max-objects are 4,200 pages, 7 to 10 minutes at 100 to 150 ms a page)")
 	fs.BoolVar(&s.Strict, "strict", s.Strict, "refuse to start on any bad entry in the dataset (dangling or escaping symlink, unreadable file, damaged shard, duplicate key); default: skip, log and count them")
+	fs.BoolVar(&s.VerifyEveryRead, "verify-every-read", s.VerifyEveryRead, "hash every read of a sample file against the index (its SHA-256, about 0.7 ns a byte); default: hash a file at its first read and again whenever its change time (ctime) moves, trusting reads of a file unchanged since one that matched; shard members and objects are hashed at every read either way")
 	fs.StringVar(&s.Index, "index", s.Index, "content-hash index `file`, so restarts hash only what changed; - for none (default: DIR/.sophon-index when writable, else the user cache dir)")
 	fs.StringVar(&s.Listen, "listen", s.Listen, "gRPC listen `address` (default "+storageagent.DefaultListen+", every interface; with --insecure "+storageagent.InsecureListen+", loopback only, unless this names an address)")
 	fs.StringVar(&s.Advertise, "advertise", s.Advertise, "gRPC `host:port` announced to peers (default: the listen address, a wildcard host replaced by the gossip host or hostname)")
@@ -215,6 +217,7 @@ func (s settings) agentConfig(log zerolog.Logger) storageagent.Config {
 	c := storageagent.DefaultConfig()
 	c.Data = s.Data
 	c.Strict = s.Strict
+	c.VerifyEveryRead = s.VerifyEveryRead
 	c.Index = s.Index
 	c.Listen = s.Listen
 	c.Advertise = s.Advertise
@@ -376,6 +379,12 @@ func run(args []string) int {
 	if !ok {
 		return code
 	}
+	stopProfile, err := s.StartCPUProfile()
+	if err != nil {
+		log.Error().Err(err).Msg("cannot start")
+		return 2
+	}
+	defer stopProfile()
 	// NB: the signals are caught before the dataset is opened, which may
 	// take long (an object store's listing, hashing): as PID 1 of a
 	// container the agent would otherwise ignore SIGTERM until it serves.

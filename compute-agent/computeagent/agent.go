@@ -30,6 +30,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
+	"github.com/sophon-dl/sophon/internal/grpcbuf"
 	"github.com/sophon-dl/sophon/internal/peerlog"
 	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
@@ -366,6 +367,7 @@ func (a *Agent) conn(addr, member string, i int) (*grpc.ClientConn, error) {
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithConnectParams(connectParams),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg + 1<<20)),
+		grpcbuf.DialOption(),
 	}
 	if w := a.cfg.RecvWindow; w > 0 {
 		opts = append(opts, grpc.WithInitialWindowSize(int32(w)), grpc.WithInitialConnWindowSize(int32(2*w)))

@@ -2,6 +2,9 @@ package cli
 
 import (
 	"flag"
+	"fmt"
+	"os"
+	"runtime/pprof"
 
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/tlsconf"
@@ -28,6 +31,7 @@ type Common struct {
 	TLSCA           string `yaml:"tls-ca"`
 	LogLevel        string `yaml:"log-level"`
 	LogFormat       string `yaml:"log-format"`
+	CPUProfile      string `yaml:"cpu-profile"`
 }
 
 // Role says what differs between the agents' common flags: their help.
@@ -76,6 +80,7 @@ func (c *Common) Register(fs *flag.FlagSet, r Role) {
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key `file` of --tls-cert")
 	fs.StringVar(&c.TLSCA, "tls-ca", c.TLSCA, "PEM CA `file` that signs the "+string(r.Peer)+" agents' certificates")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log `level`: debug, info, warn or error")
+	fs.StringVar(&c.CPUProfile, "cpu-profile", c.CPUProfile, "write a Go CPU profile of the whole run to `file` (go tool pprof reads it), for finding where the agent's CPU goes beyond its ops; written when the agent stops")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log `format`: console, json, or auto (console on a terminal)")
 }
 
@@ -94,4 +99,24 @@ func (c Common) GossipSettings() membership.Gossip {
 // TLSFiles are the TLS files of c.
 func (c Common) TLSFiles() tlsconf.Files {
 	return tlsconf.Files{Cert: c.TLSCert, Key: c.TLSKey, CA: c.TLSCA}
+}
+
+// StartCPUProfile starts the CPU profile --cpu-profile asks for, if it
+// does; stop ends it and closes the file (call it when the agent stops).
+func (c Common) StartCPUProfile() (stop func(), err error) {
+	if c.CPUProfile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(c.CPUProfile)
+	if err != nil {
+		return nil, fmt.Errorf("cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu-profile %s: %w", c.CPUProfile, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -66,6 +68,10 @@ type sample struct {
 	absent bool
 	// etag is a loose sample's object's ETag, from a Store.
 	etag string
+	// verified is the loose file's ctime (ns) when a read last matched
+	// hash, if that ctime was then at least racyWindow old; 0 when no read
+	// did. Read and written atomically: reads of one sample run at once.
+	verified int64
 }
 
 // shardFile is an open shard and what identified it when indexed.
@@ -131,6 +137,8 @@ type Dataset struct {
 	stats       IndexStats
 	tars        bool  // WebDataset-style tar files
 	store       Store // the object store, nil for a directory (root)
+	// verifyAll hashes every read (OpenOptions.VerifyEveryRead).
+	verifyAll bool
 
 	mu     sync.RWMutex // guards root and shards against Close
 	shards []shardFile
@@ -299,34 +307,70 @@ func (e *utf8Error) Error() string { return strings.ToValidUTF8(e.err.Error(), "
 
 func (e *utf8Error) Unwrap() error { return e.err }
 
-// read fills buf with s's bytes and checks them against the index.
+// read fills buf with s's bytes and checks them against the index: a
+// shard member's and an object's by their SHA-256 at every read, a loose
+// file's by its SHA-256 unless the file is unchanged since a read whose
+// hash matched (unchangedSince), or every time with VerifyEveryRead.
 func (d *Dataset) read(s *sample, buf []byte) error {
-	if err := d.readUnverified(s, buf); err != nil {
-		return err
-	}
-	return verify(s, buf)
-}
-
-// readUnverified fills buf with s's bytes, checking the file's identity
-// but not its content.
-func (d *Dataset) readUnverified(s *sample, buf []byte) error {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed {
-		return ErrClosed
-	}
-	if s.shard >= 0 {
-		return readFull(d.shards[s.shard].r, buf, s.off)
-	}
-	if d.store != nil {
-		return readFull(&objectReader{st: d.store, o: s.object()}, buf, 0)
-	}
-	f, _, err := openChecked(d.root, s.rel, &s.id)
+	start := time.Now().UnixNano()
+	ctime, err := d.readUnverified(s, buf)
 	if err != nil {
 		return err
 	}
+	if ctime != 0 && !d.verifyAll && atomic.LoadInt64(&s.verified) == ctime {
+		return nil
+	}
+	if err := verify(s, buf); err != nil {
+		return err
+	}
+	if ctime != 0 && start-ctime >= int64(racyWindow) {
+		atomic.StoreInt64(&s.verified, ctime)
+	}
+	return nil
+}
+
+// racyWindow is how old a file's change time must be, when a read of it
+// matched its hash, for later reads to trust it while it stays the same.
+// A change after that read gives the file a later ctime, which user space
+// cannot set back, unless the change fell within the same tick of the
+// kernel's coarse file clock (a few ms): a ctime younger than this may
+// have such a change still to come, and its file is hashed again (git's
+// "racy" entries, the same problem).
+var racyWindow = 2 * time.Second // tests shorten it
+
+// readUnverified fills buf with s's bytes, checking the file's identity
+// but not its content. For a loose file it returns the file's change time
+// (ns), the same before and after the read, else 0 (the read is not
+// trusted on it: the file changed while it was read, or is a shard member
+// or an object).
+func (d *Dataset) readUnverified(s *sample, buf []byte) (ctime int64, err error) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return 0, ErrClosed
+	}
+	if s.shard >= 0 {
+		return 0, readFull(d.shards[s.shard].r, buf, s.off)
+	}
+	if d.store != nil {
+		return 0, readFull(&objectReader{st: d.store, o: s.object()}, buf, 0)
+	}
+	f, fi, err := openChecked(d.root, s.rel, &s.id)
+	if err != nil {
+		return 0, err
+	}
 	defer f.Close()
-	return readFull(f, buf, 0)
+	if err := readFull(f, buf, 0); err != nil {
+		return 0, err
+	}
+	after, err := f.Stat()
+	if err != nil {
+		return 0, nil
+	}
+	if c := ctimeOf(fi); c == ctimeOf(after) && idOf(after) == s.id {
+		return c, nil
+	}
+	return 0, nil
 }
 
 // verify checks that buf, the bytes just read for s, are the bytes indexed:

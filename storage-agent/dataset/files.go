@@ -31,6 +31,14 @@ func idOf(fi fs.FileInfo) fileID {
 
 func mtimeOf(fi fs.FileInfo) int64 { return fi.ModTime().UnixNano() }
 
+// ctimeOf is fi's change time (ns; 0 where the system does not give it).
+func ctimeOf(fi fs.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ctim.Nano()
+	}
+	return 0
+}
+
 // readDir lists dir (relative to root) sorted by name.
 func readDir(root *os.Root, dir string) ([]fs.DirEntry, error) {
 	f, err := root.OpenFile(dir, os.O_RDONLY|syscall.O_NONBLOCK, 0)

@@ -110,6 +110,13 @@ type OpenOptions struct {
 	// progress.go) while they run. Zero means DefaultProgress (5 s);
 	// negative never.
 	Progress time.Duration
+	// VerifyEveryRead hashes every read of a loose file against the
+	// index. False (the default) hashes it at its first read and after
+	// any change: a read is trusted without the hash while the file's
+	// identity and change time are those of a read whose hash matched
+	// (Dataset.read). Shard members and objects are hashed at every read
+	// either way.
+	VerifyEveryRead bool
 
 	// noHeaders skips reading JPEG headers (every sample's is unknown): the
 	// baseline of BenchmarkIndexHeaders.
@@ -140,7 +147,7 @@ func OpenContext(ctx context.Context, dir string, opts OpenOptions) (*Dataset, e
 	if err != nil {
 		return nil, fmt.Errorf("dataset: open dataset: %w", err)
 	}
-	return index(ctx, start, &Dataset{dir: dir, root: root}, opts)
+	return index(ctx, start, &Dataset{dir: dir, root: root, verifyAll: opts.VerifyEveryRead}, opts)
 }
 
 // index indexes d, a folder's or a store's dataset opened at start; on

@@ -28,8 +28,11 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
 
+	"github.com/sophon-dl/sophon/internal/grpcbuf"
 	"github.com/sophon-dl/sophon/internal/membership"
 	"github.com/sophon-dl/sophon/internal/oplimits"
 	"github.com/sophon-dl/sophon/internal/peerlog"
@@ -119,6 +122,10 @@ type Config struct {
 	// Strict refuses to start on any bad entry in Data (see
 	// dataset.OpenOptions.Strict). False skips, logs and counts them.
 	Strict bool
+	// VerifyEveryRead hashes every read of a loose file against the index
+	// (dataset.OpenOptions.VerifyEveryRead); false hashes it at its first
+	// read and after any change.
+	VerifyEveryRead bool
 	// Index is the content-hash index file (see
 	// dataset.OpenOptions.Index). Empty means <Data>/.sophon-index when
 	// writable, else one in the user's cache directory; "-" means none.
@@ -293,6 +300,9 @@ type Knobs struct {
 	// warnings peers cause (tests pass a clock of their own). The zero
 	// value is peerlog's defaults.
 	PeerLog peerlog.Options
+	// BufferPool replaces the gRPC server's buffer pool, grpcbuf.Pool
+	// (BenchmarkFetchPool passes gRPC's default tiers to compare).
+	BufferPool mem.BufferPool
 }
 
 // withDefaults validates c and returns it with its zero fields filled in.
@@ -480,7 +490,7 @@ func Open(ctx context.Context, cfg Config, k Knobs) (*Agent, error) {
 	}
 	s3 := cfg.S3
 	s3.Logger = cfg.Logger
-	if a.ds, err = s3src.OpenDataset(ctx, cfg.Data, s3, dataset.OpenOptions{Strict: cfg.Strict, Index: cfg.Index, Logger: cfg.Logger, Manifest: man}); err != nil {
+	if a.ds, err = s3src.OpenDataset(ctx, cfg.Data, s3, dataset.OpenOptions{Strict: cfg.Strict, Index: cfg.Index, Logger: cfg.Logger, Manifest: man, VerifyEveryRead: cfg.VerifyEveryRead}); err != nil {
 		return nil, err
 	}
 	logIndexed(cfg.Logger, a.ds)
@@ -513,6 +523,10 @@ func (a *Agent) serverOptions() ([]grpc.ServerOption, error) {
 		// Stop waits for the handlers, so the workers outlive every stream.
 		grpc.WaitForHandlers(true),
 		grpc.WriteBufferSize(1 << 20),
+		grpcbuf.ServerOption(),
+	}
+	if a.knobs.BufferPool != nil {
+		opts = append(opts, experimental.BufferPool(a.knobs.BufferPool))
 	}
 	if a.cfg.TLS.Enabled() {
 		if err := a.checkIdentity(); err != nil {

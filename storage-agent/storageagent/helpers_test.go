@@ -1,6 +1,7 @@
 package storageagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -12,8 +13,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/sophon-dl/sophon/internal/grpcbuf"
 	"github.com/sophon-dl/sophon/ops"
 	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
@@ -52,6 +55,7 @@ func startAgentWithKnobs(t testing.TB, cfg Config, k Knobs) *testAgent {
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes)),
+		experimental.WithBufferPool(cmp.Or(k.BufferPool, grpcbuf.Pool)),
 	)
 	if err != nil {
 		t.Fatal(err)
