@@ -424,8 +424,9 @@ func TestWANLink(t *testing.T) {
 
 // TestWANLossJitter: with 1% loss each way, about 2% of 2000 echoes are lost
 // (1 - 0.99^2), and the delay line counts about 1% of each direction's
-// packets lost; with 5 ms of jitter on a 20 ms round trip, 90% of sparse
-// echoes take 10 to 30 ms and spread over more than 5 ms.
+// packets lost; with 5 ms of jitter on a 20 ms round trip, sparse echoes
+// take no less than 10 ms, their median under 30 ms, and spread over more
+// than 5 ms.
 func TestWANLossJitter(t *testing.T) {
 	p := wanPair(t, Config{Prefix: ProcessPrefix() + "l", Rate: shape.MustParseRate("100mbit"),
 		RTT: 20 * time.Millisecond, Jitter: 5 * time.Millisecond, Loss: 0.01, Seed: 7})
@@ -455,14 +456,16 @@ func TestWANLossJitter(t *testing.T) {
 		}
 	}
 	slices.Sort(rtts)
-	// The 2nd and the 36th of 40: a stall of a busy machine may delay an
-	// echo or two. The floor holds under any load (the line never
-	// delivers early); the 90th percentile has room for make test's other
-	// streams (31 ms on quiet cores, 32 ms seen beside them).
-	lo, p5, p90, hi := rtts[0], rtts[2], rtts[36], rtts[len(rtts)-1]
-	t.Logf("jitter: 40 echoes from %v to %v, median %v; 5th percentile %v, 90th %v", lo, hi, rtts[20], p5, p90)
-	if lo < 10*time.Millisecond-2*early || p90 > 45*time.Millisecond || p90-p5 < 5*time.Millisecond {
-		t.Errorf("round trips from %v to %v (5th percentile %v, 90th %v): want none under 10 ms, the 90th percentile under 45 ms and spread by more than 5 ms", lo, hi, p5, p90)
+	// The floor holds under any load (the line never delivers early). The
+	// ceiling is on the median: a busy machine's stalls delay a tail of
+	// echoes (the 90th percentile: 31 ms on quiet cores, 32 and 49 ms seen
+	// beside make test's other streams), while the median stayed at 21 ms
+	// in every run; a jitter applied wrong (on top of the delay twice, or
+	// in ms for µs) moves it past 30.
+	lo, p5, med, p90, hi := rtts[0], rtts[2], rtts[20], rtts[36], rtts[len(rtts)-1]
+	t.Logf("jitter: 40 echoes from %v to %v, median %v; 5th percentile %v, 90th %v", lo, hi, med, p5, p90)
+	if lo < 10*time.Millisecond-2*early || med > 30*time.Millisecond || p90-p5 < 5*time.Millisecond {
+		t.Errorf("round trips from %v to %v (median %v, 5th percentile %v, 90th %v): want none under 10 ms, the median under 30 ms and the 5th to 90th percentiles spread by more than 5 ms", lo, hi, med, p5, p90)
 	}
 }
 
