@@ -309,8 +309,9 @@ func (e *utf8Error) Unwrap() error { return e.err }
 
 // read fills buf with s's bytes and checks them against the index: a
 // shard member's and an object's by their SHA-256 at every read, a loose
-// file's by its SHA-256 unless the file is unchanged since a read whose
-// hash matched (unchangedSince), or every time with VerifyEveryRead.
+// file's by its SHA-256 unless its change time is that of a read whose
+// hash matched, while that change time was already racyWindow old (or
+// every time with VerifyEveryRead).
 func (d *Dataset) read(s *sample, buf []byte) error {
 	start := time.Now().UnixNano()
 	ctime, err := d.readUnverified(s, buf)
