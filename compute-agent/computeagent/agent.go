@@ -591,6 +591,9 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed, conns connsF
 		if err != nil {
 			return nil, false, err
 		}
+		// Dial now, not at the stripe's first request: over a long round
+		// trip the TCP and TLS handshakes take three of them.
+		c.Connect()
 		f.Stripe(a.refusals.Guard(ep.Name, dataplanepb.NewStorageClient(c)))
 	}
 	return f, false, nil

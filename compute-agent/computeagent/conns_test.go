@@ -1,12 +1,14 @@
 package computeagent
 
 import (
+	"context"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/compute-agent/report"
@@ -174,5 +176,43 @@ func TestConnsFaults(t *testing.T) {
 		if replicas == 1 && len(r.Failed) == 0 {
 			t.Errorf("R=1: nothing reported unavailable after b died")
 		}
+	}
+}
+
+// TestStripesDialEarly: the connections an epoch stripes over are dialled
+// when the agent finds its storage agents (before stage 1, for the first
+// epoch), not at their first request, so that a long round trip's TCP and
+// TLS handshakes are not the first epoch's: with three connections and no
+// request sent on the two stripes, the storage agent accepts three.
+func TestStripesDialEarly(t *testing.T) {
+	dir := writeImageFolder(t, -1)
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis := &countingListener{Listener: raw, conns: map[string]*atomic.Int64{}}
+	startStorage(t, storageagent.Config{Data: dir, Name: "st1", CPUs: 1, AllowClientSpecs: true, Insecure: true,
+		MaxStreamsPerPeer: 3}, storageagent.Knobs{}, lis)
+	cfg, _ := testConfig(t, nil, raw.Addr().String())
+	cfg.Conns = 3
+	a, err := cfg.new()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fs, _, err := a.storage(ctx, a.epochConns(engine.Opts{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fs) != 1 || fs[0].Conns() != 3 {
+		t.Fatalf("fetchers %d, conns %d; want one fetcher on 3 connections", len(fs), fs[0].Conns())
+	}
+	for len(lis.written()) < 3 && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := lis.written(); len(got) != 3 {
+		t.Errorf("the storage agent accepted %d connections before any request on the stripes, want 3", len(got))
 	}
 }

@@ -28,7 +28,11 @@ var Policies = policy.Names
 // catalog, and returns its epochs' options.
 func (a *Agent) startPolicy(ctx context.Context) (func(i int, num uint64) epochOpts, error) {
 	cfg := &a.cfg
-	fs, cat, err := a.storage(ctx, nil)
+	// With the connections the first epoch will stripe over (epochConns
+	// before any epoch measured the path: the first connection's round
+	// trip), so that a long round trip's handshakes happen during stage 1
+	// and stage 2, not in the first epoch.
+	fs, cat, err := a.storage(ctx, a.epochConns(engine.Opts{}))
 	if err != nil {
 		return nil, err
 	}
