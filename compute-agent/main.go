@@ -273,14 +273,9 @@ func run(args []string) int {
 	if len(args) > 0 && args[0] == "certs" {
 		return cli.Certs("compute-agent", args[1:], os.Stdout)
 	}
-	s, log, code, ok := cli.Start("compute-agent", args, parse, os.Stderr)
+	s, log, stopProfile, code, ok := cli.Start("compute-agent", args, parse, os.Stderr)
 	if !ok {
 		return code
-	}
-	stopProfile, err := s.StartCPUProfile()
-	if err != nil {
-		log.Error().Err(err).Msg("cannot start")
-		return 2
 	}
 	defer stopProfile()
 	// The signals are caught from the start, as the storage agent does:

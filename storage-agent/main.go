@@ -375,14 +375,9 @@ func run(args []string) int {
 			return indexCmd(args[1:], os.Stdout, os.Stderr)
 		}
 	}
-	s, log, code, ok := cli.Start("storage-agent", args, parse, os.Stderr)
+	s, log, stopProfile, code, ok := cli.Start("storage-agent", args, parse, os.Stderr)
 	if !ok {
 		return code
-	}
-	stopProfile, err := s.StartCPUProfile()
-	if err != nil {
-		log.Error().Err(err).Msg("cannot start")
-		return 2
 	}
 	defer stopProfile()
 	// NB: the signals are caught before the dataset is opened, which may

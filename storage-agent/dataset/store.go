@@ -54,7 +54,7 @@ type Object struct {
 // st and closes it. The open stops when ctx ends, as [OpenContext]'s does;
 // the listing takes ctx.
 func OpenStore(ctx context.Context, st Store, opts OpenOptions) (*Dataset, error) {
-	return index(ctx, time.Now(), &Dataset{dir: st.Name(), store: st, verifyAll: opts.VerifyEveryRead}, opts)
+	return index(ctx, time.Now(), &Dataset{dir: st.Name(), store: st}, opts)
 }
 
 // Remote says whether the dataset is read from an object store (each read
