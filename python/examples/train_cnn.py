@@ -93,6 +93,42 @@ def setup(seed, device):
     return device
 
 
+def train_step(model, optimizer, loss_fn, images, labels, amp=False):
+    """One SGD step on a batch: (logits, loss). With ``amp`` the forward pass
+    and the loss run under torch.autocast in bfloat16 (no gradient scaler:
+    bfloat16 has float32's exponent range); the weights stay float32."""
+    optimizer.zero_grad()
+    with torch.autocast(device_type=images.device.type, dtype=torch.bfloat16, enabled=amp):
+        logits = model(images)
+        loss = loss_fn(logits, labels)
+    loss.backward()
+    optimizer.step()
+    return logits, loss
+
+
+def from_memory(args, model, optimizer, loss_fn, device):
+    """The model's own rate: ``args.from_memory`` training steps on one random
+    batch already in the device's memory (the same step and the same
+    ``loss.item()`` per step as the loop over the loader, after 5 steps of
+    warm-up), printed as a summary line with "from_memory": true. The rate a
+    loader can at best feed."""
+    g = torch.Generator().manual_seed(args.seed)
+    images = torch.randn(args.batch, 3, 224, 224, generator=g).to(device)
+    labels = torch.randint(0, args.num_classes, (args.batch,), generator=g).to(device)
+    warm = 5
+    for step in range(warm + args.from_memory):
+        if step == warm:
+            started = time.perf_counter()
+        _, loss = train_step(model, optimizer, loss_fn, images, labels, args.amp)
+        loss.item()
+    seconds = time.perf_counter() - started
+    images_seen = args.from_memory * args.batch
+    print(json.dumps({"summary": True, "from_memory": True, "model": args.model, "amp": args.amp,
+                      "device": str(device), "batch": args.batch, "steps": args.from_memory,
+                      "images": images_seen, "seconds": round(seconds, 6),
+                      "images_per_s": round(images_seen / seconds, 3)}), flush=True)
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", help="the agent's trainer socket "
@@ -110,6 +146,16 @@ def parse_args(argv):
     parser.add_argument("--device", default=os.environ.get("SOPHON_TRAIN_DEVICE", "cpu"),
                         help="where the model trains and the loader normalises: cpu or cuda "
                         "(default: $SOPHON_TRAIN_DEVICE or cpu)")
+    parser.add_argument("--amp", action="store_true",
+                        default=os.environ.get("SOPHON_TRAIN_AMP", "") not in ("", "0"),
+                        help="mixed precision: the forward pass and the loss under torch.autocast "
+                        "in bfloat16 (default: on when $SOPHON_TRAIN_AMP is set and not 0)")
+    parser.add_argument("--from-memory", type=int, metavar="STEPS",
+                        help="no loader: time STEPS training steps on one random batch of --batch "
+                        "images held in the device's memory (the model's own rate) and exit")
+    parser.add_argument("--batch", type=int, default=128,
+                        help="with --from-memory: images per batch (default 128, the compute "
+                        "agent's)")
     parser.add_argument("--max-steps", type=int, help="stop after this many steps in all")
     parser.add_argument("--state-out", help="save the loader, model and optimizer state "
                         "to this file after every step (atomically)")
@@ -130,6 +176,8 @@ def parse_args(argv):
                         "once through after every epoch, without gradients (implies "
                         "--eval-every-epoch)")
     args = parser.parse_args(argv)
+    if args.from_memory is not None and (args.from_memory < 1 or args.batch < 1):
+        parser.error("--from-memory and --batch must be positive")
     if args.eval_socket:
         args.eval_every_epoch = True
     return args
@@ -189,6 +237,9 @@ def main(argv=None):
     model = build_model(args.model, args.num_classes).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
+    if args.from_memory is not None:
+        from_memory(args, model, optimizer, loss_fn, device)
+        return
 
     # loader = torch.utils.data.DataLoader(train_set, batch_size=32, shuffle=True, num_workers=8)
     loader = sophon.Loader(socket=args.socket, timeout=args.timeout, device=device)
@@ -217,14 +268,10 @@ def main(argv=None):
             if int(labels.max()) >= args.num_classes:
                 sys.exit(f"label {int(labels.max())} is not below --num-classes {args.num_classes}")
             labels = labels.to(device, non_blocking=True)
-            optimizer.zero_grad()
-            logits = model(images)
-            loss = loss_fn(logits, labels)
+            logits, loss = train_step(model, optimizer, loss_fn, images, labels, args.amp)
             if args.eval_every_epoch:
                 correct += int((logits.argmax(1) == labels).sum().item())
                 seen += len(labels)
-            loss.backward()
-            optimizer.step()
             step += 1
             images_seen += len(labels)
             value = loss.item()
@@ -253,7 +300,7 @@ def main(argv=None):
     if held_out is not None:
         held_out.close()
     seconds = time.perf_counter() - started
-    summary = {"summary": True, "steps": step, "images": images_seen,
+    summary = {"summary": True, "amp": args.amp, "steps": step, "images": images_seen,
                "seconds": round(seconds, 6),
                "images_per_s": round(images_seen / seconds, 3) if seconds else None,
                "wait_s": round(waited, 6)}

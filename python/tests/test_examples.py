@@ -69,6 +69,30 @@ class ExampleTest(unittest.TestCase):
         with open(self.file("full.jsonl")) as a, open(self.file("resumed.jsonl")) as b:
             self.assertEqual(a.read(), b.read())
 
+    def test_amp_trains_on_the_same_batches(self):
+        status, fp32, err = self.train()
+        self.assertEqual(status, 0, err)
+        status, amp, err = self.train("--amp")
+        self.assertEqual(status, 0, err)
+        self.assertEqual((fp32[-1]["amp"], amp[-1]["amp"]), (False, True))
+        self.assertEqual([(s["epoch"], s["batch"]) for s in amp[:-1]],
+                         [(s["epoch"], s["batch"]) for s in fp32[:-1]])
+        # bfloat16's forward pass gives other losses than float32's.
+        self.assertNotEqual([s["loss_hex"] for s in amp[:-1]], [s["loss_hex"] for s in fp32[:-1]])
+
+    def test_from_memory_needs_no_agent(self):
+        status, lines, err = run(TRAIN, "--from-memory", "3", "--batch", "4", "--num-classes", "10",
+                                 "--socket", self.file("nobody.sock"))
+        self.assertEqual(status, 0, err)
+        self.assertEqual(len(lines), 1)
+        out = lines[0]
+        self.assertTrue(out["from_memory"])
+        self.assertEqual((out["steps"], out["images"], out["batch"]), (3, 12, 4))
+        self.assertGreater(out["images_per_s"], 0)
+        status, _, err = run(TRAIN, "--from-memory", "0")
+        self.assertEqual(status, 2)
+        self.assertIn("--from-memory and --batch must be positive", err)
+
     def test_max_steps_stops_mid_epoch(self):
         status, lines, err = self.train("--max-steps", "2")
         self.assertEqual(status, 0, err)

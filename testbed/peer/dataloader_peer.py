@@ -220,16 +220,14 @@ class Trainer:
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
         self.loss_fn = torch.nn.CrossEntropyLoss()
         self.labels, self.num_classes, self.lr = labels, num_classes, lr
+        self.train_step, self.amp = mod.train_step, defaults.amp  # $SOPHON_TRAIN_AMP
 
     def step(self, x, ids):
         labels = torch.tensor([self.labels[i] for i in ids], dtype=torch.int64).to(self.device)
         x = x.to(self.device, non_blocking=True)
         if int(labels.max()) >= self.num_classes:
             raise ValueError(f"label {int(labels.max())} is not below --num-classes {self.num_classes}")
-        self.optimizer.zero_grad()
-        loss = self.loss_fn(self.model(x), labels)
-        loss.backward()
-        self.optimizer.step()
+        _, loss = self.train_step(self.model, self.optimizer, self.loss_fn, x, labels, self.amp)
         return loss.item()
 
 

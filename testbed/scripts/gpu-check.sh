@@ -16,7 +16,10 @@
 # 3. The trainer's wait per batch (the agent's trainers[].wait_seconds).
 #
 # CACHE=25% (or bytes) gives every compute agent, the trainer's too, a fresh
-# cache of that budget (testbed --cache-bytes).
+# cache of that budget (testbed --cache-bytes). PIPELINE=imagenet-train-q95
+# runs the trainer row on that preset (the peer knows only the lossless
+# ones: PEER=0 leaves it out), AMP=1 trains in mixed precision (bfloat16
+# autocast, train_cnn.py --amp; the peer too), and DATA=DIR reuses a folder.
 #
 # As root with ip and tc the link is two namespaces and tc tbf at RATE;
 # otherwise the testbed's loopback mode with its in-process token bucket.
@@ -27,7 +30,8 @@ OUT=${OUT:-/tmp/gpu-check}
 N=${N:-2000} KIND=${KIND:-imagenet-like} RATE=${RATE:-500mbit} CPUS=${CPUS:-4}
 EPOCHS=${EPOCHS:-3} BATCH=${BATCH:-128} MODEL=${MODEL:-resnet50} POLICY=${POLICY:-optimal}
 PY=${PY:-python3} DATA=${DATA:-/tmp/gpu-check-data} BIN=${BIN:-bin}
-export SOPHON_TRAIN_MODEL=$MODEL SOPHON_TRAIN_DEVICE=${DEVICE:-cuda} PYTHONUNBUFFERED=1
+PIPELINE=${PIPELINE:-imagenet-train} PEER=${PEER:-1}
+export SOPHON_TRAIN_MODEL=$MODEL SOPHON_TRAIN_DEVICE=${DEVICE:-cuda} SOPHON_TRAIN_AMP=${AMP:-0} PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -43,8 +47,9 @@ fi
 cleanup() { [ -n "$smi" ] && pkill -P "$smi" nvidia-smi 2>/dev/null; [ -n "$smi" ] && kill "$smi" 2>/dev/null; true; }
 trap cleanup EXIT
 
-cache=()
-[ -z "${CACHE:-}" ] || cache=(--cache-bytes "$CACHE")
+extra=()
+[ -z "${CACHE:-}" ] || extra=(--cache-bytes "$CACHE")
+[ "$PEER" = 1 ] || extra+=(--no-peer)
 mode=()
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null ||
 	! ip netns add sophon-gpucheck-probe 2>/dev/null; then
@@ -59,8 +64,8 @@ run="$OUT.run"
 bed() {
 	rm -rf "$run"
 	"$BIN/testbed" run --data "$DATA" --rate "$RATE" --storage-cpus "$CPUS" --epochs "$EPOCHS" \
-		--batch "$BATCH" --policies nooff --train --train-policy "$POLICY" --python "$PY" \
-		"${cache[@]}" "$@" --out "$run" 2>&1 | tee -a "$OUT/run.log"
+		--batch "$BATCH" --pipeline "$PIPELINE" --policies nooff --train --train-policy "$POLICY" --python "$PY" \
+		"${extra[@]}" "$@" --out "$run" 2>&1 | tee -a "$OUT/run.log"
 }
 if ! bed "${mode[@]}"; then
 	[ ${#mode[@]} -eq 0 ] || exit 1

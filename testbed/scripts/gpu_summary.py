@@ -14,6 +14,10 @@ def smi_mean(samples, start, end):
     return (sum(xs) / len(xs), len(xs)) if xs else (None, 0)
 
 
+def per(total, samples, scale=1):
+    return total * scale / samples if total is not None and samples else None
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--results", required=True, help="the testbed's results.json")
@@ -49,7 +53,11 @@ def main():
                            "nvml_status": e["gpu"]["status"], "nvml_util_pct": e["gpu"]["mean_util_pct"],
                            "nvml_readings": e["gpu"]["samples"], "smi_util_pct": mean, "smi_readings": n,
                            "wait_per_batch_s": wait / batches if batches else None,
-                           "start_wait_s": e.get("start_wait_seconds")})
+                           "gpu_idle_fraction": e.get("gpu_idle_fraction"),
+                           "start_wait_s": e.get("start_wait_seconds"),
+                           "bytes_per_sample": per(e.get("bytes_received"), e["samples"]),
+                           "compute_cpu_ms_per_sample": per(e.get("compute_cpu_seconds"), e["samples"], 1e3),
+                           "storage_cpu_ms_per_sample": per(e.get("storage_cpu_seconds"), e["samples"], 1e3)})
     out = {"rows": rows, "trainer_epochs": epochs}
     client, peer = rows.get("sophon-client"), rows.get("peer-torchvision")
     if client and peer and client.get("loop_images_per_sec") and peer.get("loop_images_per_sec"):
