@@ -79,3 +79,37 @@ func TestTwoJobsShareStorage(t *testing.T) {
 		}
 	}
 }
+
+// TestJobLeavesOnExit: a job that ends tells the storage agent it is
+// leaving, so that the next job, started right after, is told the whole
+// budget rather than half of it for the agent's job window (30 s).
+func TestJobLeavesOnExit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	dir := t.TempDir()
+	compute, storage := buildAgents(t, dir)
+	const n = 16
+	addr := startStorageBin(t, storage, dir, n, "--cpus", "2")
+	for _, job := range []string{"first", "second"} {
+		jd := filepath.Join(dir, job)
+		cmd := exec.Command(compute, "--storage", addr, "--pipeline", "imagenet-train", "--epochs", "1", "--seed", "5",
+			"--batch", "4", "--gpu", "sim:step=1ms", "--progress", "0", "--log-format", "json", "--insecure", "--job", job,
+			"--policy", "sophon", "--profile-budget", "500ms",
+			"--samples-out", jd+"-samples.txt", "--report", jd+"-report.jsonl")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("job %s: %v\n%s", job, err, out)
+		}
+		reports, err := report.ReadReport(jd + "-report.jsonl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(reports) != 1 || reports[0].Samples != n {
+			t.Fatalf("job %s: %+v, want one epoch of %d samples", job, reports, n)
+		}
+		if r := reports[0]; r.Job != job || r.Jobs != 1 || r.ShareCPUs != 2 {
+			t.Errorf("job %s: share %v cores of %d jobs, want the whole 2 of 1 job (the job before it left)\n%s", job, r.ShareCPUs, r.Jobs, out)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -297,8 +298,11 @@ func (a *Agent) runEpochs(ctx context.Context, src epochSourceFunc, next func(i 
 	}
 }
 
-// Close closes the connections to the storage agents. Safe twice.
+// Close tells the storage agents that this job is leaving (so that the
+// jobs that remain get its share of their budgets at once) and closes the
+// connections to them. Safe twice.
 func (a *Agent) Close() error {
+	a.leave()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -320,6 +324,38 @@ func (a *Agent) Close() error {
 		errs = append(errs, c.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// leaveTimeout bounds the Info that tells a storage agent the job is
+// leaving: best effort, since an agent that does not hear it lets the job
+// go a job window after its last request.
+const leaveTimeout = time.Second
+
+// leave tells each storage agent the agent has a connection to that the
+// job is leaving (InfoRequest.leaving), all at once, each within
+// leaveTimeout.
+func (a *Agent) leave() {
+	a.mu.Lock()
+	var cs []*grpc.ClientConn
+	if !a.closed {
+		for key, c := range a.conns {
+			if !strings.Contains(key, "#") { // one per agent: its first connection
+				cs = append(cs, c)
+			}
+		}
+	}
+	a.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+			defer cancel()
+			if _, err := dataplanepb.NewStorageClient(c).Info(ctx, &dataplanepb.InfoRequest{Leaving: true}); err != nil {
+				a.log.Debug().Err(err).Str("storage", c.Target()).Msg("leaving: not told")
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // conn returns the cached client connection number i (0: the first) to

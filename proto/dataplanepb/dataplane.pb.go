@@ -738,7 +738,14 @@ func (x *FetchResponse) GetServed() Served {
 }
 
 type InfoRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The asking job (named in the metadata) is done with this agent: its
+	// compute agent is closing. Once the job has no Fetch stream open it
+	// leaves the shares at once, rather than a job window after its last
+	// request, so the jobs that remain are told the budget it held. Any later
+	// request of the same name makes it active again. Agents that predate the
+	// field ignore it (the window then applies).
+	Leaving       bool `protobuf:"varint,1,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -771,6 +778,13 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
 	return file_proto_dataplanepb_dataplane_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *InfoRequest) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
 }
 
 // ShardRange is one shard of a storage agent's layout: the sample ids
@@ -1120,8 +1134,9 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\x0estorage_cpu_ns\x18\x04 \x01(\x04R\fstorageCpuNs\x126\n" +
 	"\x05error\x18\x05 \x01(\v2 .sophon.dataplane.v1.SampleErrorR\x05error\x12*\n" +
 	"\x11storage_budget_ns\x18\x06 \x01(\x04R\x0fstorageBudgetNs\x123\n" +
-	"\x06served\x18\a \x01(\x0e2\x1b.sophon.dataplane.v1.ServedR\x06served\"\r\n" +
-	"\vInfoRequest\"L\n" +
+	"\x06served\x18\a \x01(\x0e2\x1b.sophon.dataplane.v1.ServedR\x06served\"'\n" +
+	"\vInfoRequest\x12\x18\n" +
+	"\aleaving\x18\x01 \x01(\bR\aleaving\"L\n" +
 	"\n" +
 	"ShardRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x14\n" +

@@ -19,7 +19,8 @@ import (
 // name); the weights are the operator's (storage-agent --job-weights,
 // 1 for a job it does not name), never the client's. A job is active
 // while it has a Fetch stream open, or asked for Info or a sample within
-// the last Window; the share of a job is
+// the last Window, unless it said it was leaving (Leave) and has no stream
+// open; the share of a job is
 //
 //	cpus x weight / (sum of the active jobs' weights)
 //
@@ -88,6 +89,7 @@ type Jobs struct {
 type jobState struct {
 	streams int       // open Fetch streams
 	last    time.Time // its last request, Info or stream close
+	left    bool      // it said it was leaving: gone once streams is 0
 }
 
 // NewJobs returns the registry of cfg, after checking it.
@@ -128,12 +130,35 @@ func (js *Jobs) Open(job string, now time.Time) (func(now time.Time), error) {
 		return nil, err
 	}
 	st.streams++
+	st.left = false
 	return func(now time.Time) {
 		js.mu.Lock()
 		defer js.mu.Unlock()
 		st.streams--
 		st.last = now
+		if st.left && st.streams == 0 && js.jobs[job] == st {
+			delete(js.jobs, job)
+		}
 	}, nil
+}
+
+// Leave is job saying it is done with the agent (a compute agent closing):
+// it leaves the shares at once when it has no stream open, else when its
+// last stream closes, instead of a Window after its last request. A later
+// Open or Seen of the same name makes it active again. NB: a job of
+// several ranks leaves with its first rank to close while the others
+// have no stream open; their next request brings it back.
+func (js *Jobs) Leave(job string) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	st := js.jobs[job]
+	switch {
+	case st == nil:
+	case st.streams == 0:
+		delete(js.jobs, job)
+	default:
+		st.left = true
+	}
 }
 
 // Seen marks job active now (a request, an Info); a new job is not
@@ -142,7 +167,7 @@ func (js *Jobs) Seen(job string, now time.Time) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	if st, err := js.enterLocked(job, now); err == nil {
-		st.last = now
+		st.last, st.left = now, false
 	}
 }
 

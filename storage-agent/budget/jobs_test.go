@@ -66,6 +66,55 @@ func TestJobsShares(t *testing.T) {
 	}
 }
 
+// TestJobsLeave: a job that leaves drops out of the shares at once, or
+// when its last stream closes; a later request brings it back.
+func TestJobsLeave(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	js, err := NewJobs(JobsConfig{CPUs: 2, Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js.Seen("a", t0)
+	js.Seen("b", t0)
+	if sh := js.Share("b", t0); sh.CPUs != 1 || sh.Jobs != 2 {
+		t.Fatalf("a and b: got %+v, want 1 cpu of 2 jobs", sh)
+	}
+	js.Leave("a")
+	if sh := js.Share("b", t0); sh.CPUs != 2 || sh.Jobs != 1 {
+		t.Fatalf("a left: got %+v, want 2 cpus, 1 job", sh)
+	}
+	js.Leave("nobody") // unknown: nothing happens
+	// With a stream open a leaving job stays until the stream closes.
+	closeA, err := js.Open("a", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeA2, err := js.Open("a", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js.Leave("a")
+	closeA(t0)
+	if sh := js.Share("b", t0); sh.CPUs != 1 || sh.Jobs != 2 {
+		t.Fatalf("a leaving with a stream open: got %+v, want 1 cpu of 2 jobs", sh)
+	}
+	closeA2(t0)
+	if got := js.Active(t0); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("a's last stream closed: active %v, want [b]", got)
+	}
+	// A request after leaving makes it active again, for the window.
+	js.Leave("b")
+	js.Seen("b", t0)
+	closeB, err := js.Open("b", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeB(t0)
+	if got := js.Active(t0.Add(30 * time.Second)); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("b back after leaving: active %v, want [b]", got)
+	}
+}
+
 // TestJobsOff: with shares off every job is told the whole budget.
 func TestJobsOff(t *testing.T) {
 	now := time.Unix(1000, 0)

@@ -307,14 +307,19 @@ func jobOf(ctx context.Context) (job string, named bool, err error) {
 
 // Info describes the agent: its budget and the asking job's share of it,
 // its dataset, the dataset's shard layout and the shards the agent holds
-// now. A named job that asks counts as active for the job window.
-func (s *server) Info(ctx context.Context, _ *dataplanepb.InfoRequest) (*dataplanepb.InfoResponse, error) {
+// now. A named job that asks counts as active for the job window; one
+// that says it is leaving leaves the shares (budget.Jobs.Leave).
+func (s *server) Info(ctx context.Context, req *dataplanepb.InfoRequest) (*dataplanepb.InfoResponse, error) {
 	job, named, err := jobOf(ctx)
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
-	if named {
+	switch {
+	case named && req.GetLeaving():
+		s.jobs.Leave(job)
+		s.log.Debug().Str("job", job).Msg("job leaving")
+	case named:
 		s.jobs.Seen(job, now)
 	}
 	s.tcpHeader(ctx)

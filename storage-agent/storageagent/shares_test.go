@@ -56,6 +56,18 @@ func TestInfoShares(t *testing.T) {
 	if math.Abs(info.ShareCpus-0.4) > 1e-9 || info.Jobs != 3 {
 		t.Fatalf("unnamed Info: share %v, %d jobs, want 0.4, 3", info.ShareCpus, info.Jobs)
 	}
+	// big leaves: a has the whole budget again (the unnamed client has
+	// no stream open).
+	if _, err := a.client.Info(asJob(ctx, "big"), &dataplanepb.InfoRequest{Leaving: true}); err != nil {
+		t.Fatal(err)
+	}
+	info, err = a.client.Info(asJob(ctx, "a"), &dataplanepb.InfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(info.ShareCpus-2) > 1e-9 || info.Jobs != 1 {
+		t.Fatalf("after big left, Info as a: share %v, %d jobs, want 2, 1", info.ShareCpus, info.Jobs)
+	}
 	if _, err := a.client.Info(asJob(ctx, "bad name!"), &dataplanepb.InfoRequest{}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("bad job name: got %v, want InvalidArgument", err)
 	}
