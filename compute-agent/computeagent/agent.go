@@ -333,8 +333,14 @@ const leaveTimeout = time.Second
 
 // leave tells each storage agent the agent has a connection to that the
 // job is leaving (InfoRequest.leaving), all at once, each within
-// leaveTimeout.
+// leaveTimeout. A rank of a job of several (Config.World > 1) says
+// nothing: the job is the ranks together, and one rank's leaving would
+// drop it from the shares between the others' epochs; such a job leaves
+// a job window after its last rank's last request.
 func (a *Agent) leave() {
+	if a.cfg.World > 1 {
+		return
+	}
 	a.mu.Lock()
 	var cs []*grpc.ClientConn
 	if !a.closed {
