@@ -105,9 +105,6 @@ type experiment struct {
 	// training rows cannot run, or nil.
 	trainScript string
 	trainErr    error
-	// trainProfile is the trainer row's stage 2 profile (its pipeline
-	// differs from the policy rows').
-	trainProfile string
 	// storageTLS and computeTLS are the agents' security flags for the
 	// current cell, one per storage agent and one per compute agent (rank):
 	// a fresh CA's certificates and gossip key, or --insecure.
@@ -203,19 +200,14 @@ func (x *experiment) cell(ctx context.Context, p point, cpus float64, rep int) (
 			return cell, err
 		}
 	}
-	x.usePipeline(0) // the trainer and the peer run the first
+	if x.cfg.Train {
+		if err := x.trainerRuns(ctx, &cell, b, dir, addrs, p.label, cpus); err != nil {
+			return cell, err
+		}
+	}
+	x.usePipeline(0) // the peer runs the first
 	if err := x.useCellProfile(p.label, cpus); err != nil {
 		return cell, err
-	}
-	if x.cfg.Train {
-		run := results.Run{Policy: results.TrainerPolicy, Plan: x.cfg.TrainPolicy, Training: true, Skipped: "the trainer row " + nxmSkip}
-		if !x.multi() {
-			run = x.runTrainer(ctx, b, dir, addrs[0], cpus)
-		}
-		cell.Runs = append(cell.Runs, run)
-		if ctx.Err() != nil {
-			return cell, ctx.Err()
-		}
 	}
 	if x.cfg.Peer {
 		run := results.Run{Policy: results.PeerPolicy, Skipped: "the peer row " + nxmSkip}
@@ -225,6 +217,37 @@ func (x *experiment) cell(ctx context.Context, p point, cpus float64, rep int) (
 		cell.Runs = append(cell.Runs, run)
 	}
 	return cell, ctx.Err()
+}
+
+// trainerRuns appends the cell's trainer rows: one per pipeline, each
+// training through its own pipeline, named by it with several (in its
+// pipeline's folder, beside that pipeline's policy rows).
+func (x *experiment) trainerRuns(ctx context.Context, cell *results.Cell, b *bed.Bed, dir string, addrs []string, label string, cpus float64) error {
+	if x.multi() {
+		cell.Runs = append(cell.Runs, results.Run{Policy: results.TrainerPolicy, Plan: x.cfg.TrainPolicy, Training: true,
+			Skipped: "the trainer row " + nxmSkip})
+		return nil
+	}
+	multi := len(x.cfg.Pipelines) > 1
+	for i := range x.cfg.Pipelines {
+		x.usePipeline(i)
+		if err := x.useCellProfile(label, cpus); err != nil {
+			return err
+		}
+		tdir := dir
+		if multi {
+			tdir = filepath.Join(dir, pipeName(x.pipe))
+		}
+		run := x.runTrainer(ctx, b, tdir, addrs[0], cpus)
+		if multi {
+			run.Pipeline = x.pipe
+		}
+		cell.Runs = append(cell.Runs, run)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // pipelineRuns runs every policy of the cell with pipeline i
@@ -301,6 +324,14 @@ func (x *experiment) usePipeline(i int) {
 
 // pipeProfile is pipeline i's experiment profile: Out/profile.zst for the
 // first (as with one pipeline), Out/profile-<pipeline>.zst for the others.
+// trainerProfile is the trainer rows' own profile of pipeline i.
+func (x *experiment) trainerProfile(i int) string {
+	if i == 0 {
+		return filepath.Join(x.cfg.Out, "profile-trainer.zst")
+	}
+	return filepath.Join(x.cfg.Out, "profile-trainer-"+pipeName(x.cfg.Pipelines[i])+".zst")
+}
+
 func (x *experiment) pipeProfile(i int) string {
 	if i == 0 {
 		return filepath.Join(x.cfg.Out, "profile.zst")

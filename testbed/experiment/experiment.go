@@ -141,7 +141,7 @@ type Config struct {
 	Peer   bool
 	Python string
 	// Train adds the trainer row (results.TrainerPolicy) to each cell,
-	// after the policies: the compute agent serving its trainer socket
+	// after the policies, one per pipeline: the compute agent serving its trainer socket
 	// (--trainer-socket, --strict-order, the cell's batch, uint8 slots)
 	// and TrainScript training a small CNN through python/sophon's Loader,
 	// both on the compute side, the agent fetching over the same link. It
@@ -174,8 +174,8 @@ type Config struct {
 	// each records it: profiles are per pipeline ID) and its own reference
 	// tensors for the content check; a pipeline with encode_jpeg gets a
 	// fidelity line against the first one without (Results.Fidelity). The
-	// peer and trainer rows run the first pipeline. Empty means
-	// [Pipeline].
+	// peer row runs the first pipeline; a trainer row runs for each, with
+	// its own profile (trainerProfile). Empty means [Pipeline].
 	Pipelines []string
 	// GPURate is the simulated GPU's samples/s, for the agents and the
 	// peer alike. Zero means DefaultGPURate.
@@ -671,8 +671,9 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 			os.Remove(p)
 		}
 	}
-	x.trainProfile = filepath.Join(cfg.Out, "profile-trainer.zst")
-	os.Remove(x.trainProfile)
+	for i := range cfg.Pipelines {
+		os.Remove(x.trainerProfile(i))
+	}
 	var runErr error
 grid:
 	for _, p := range cfg.points() {

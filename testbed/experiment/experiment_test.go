@@ -298,10 +298,11 @@ func TestExperimentTrainLoopback(t *testing.T) {
 	testutil.RequirePython(t, "python3-torchvision python3-numpy python3-pil", "torch", "torchvision", "numpy", "PIL")
 	bins := buildBinaries(t)
 	out := t.TempDir()
-	const samples, batch, epochs = 24, 8, 2
+	const samples, batch, epochs = 16, 8, 2
+	pipes := []string{"imagenet-train", "imagenet-train-q95"}
 	cfg := Config{
 		Data: smallDataset(t, samples), Out: out, Rates: []shape.Rate{shape.MustParseRate("100mbit")}, StorageCPUs: []float64{1},
-		Policies: []string{"nooff"}, Epochs: epochs, Batch: batch, Seed: 3, Peer: true, Train: true,
+		Policies: []string{"nooff"}, Pipelines: pipes, Epochs: epochs, Batch: batch, Seed: 3, Peer: true, Train: true,
 		Bin: bins, Mode: ModeLoopback, Log: zerolog.Nop(),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -315,12 +316,18 @@ func TestExperimentTrainLoopback(t *testing.T) {
 	if res.Dataset.Classes != 2 {
 		t.Errorf("dataset classes %d, want 2", res.Dataset.Classes)
 	}
+	// nooff per pipeline, a trainer row per pipeline, then the peer.
 	runs := res.Cells[0].Runs
-	if len(runs) != 3 || runs[1].Policy != results.TrainerPolicy || runs[2].Policy != results.PeerPolicy {
-		t.Fatalf("runs %v, want nooff, the trainer and the peer", runs)
+	if len(runs) != 5 || runs[2].Policy != results.TrainerPolicy || runs[3].Policy != results.TrainerPolicy || runs[4].Policy != results.PeerPolicy {
+		t.Fatalf("runs %v, want nooff twice, the trainer twice and the peer", runs)
+	}
+	for i, p := range pipes {
+		if runs[i].Pipeline != p || runs[2+i].Pipeline != p {
+			t.Errorf("pipeline %d: nooff's %q, the trainer's %q, want %q", i, runs[i].Pipeline, runs[2+i].Pipeline, p)
+		}
 	}
 	steps := epochs * samples / batch
-	for _, r := range runs[1:] {
+	for _, r := range runs[2:] {
 		t.Logf("%s: %.1f images/s reaching the loop (%d images, %d steps, %.2f s, waited %.2f s), first losses %v",
 			r.Policy, r.LoopImagesPerSec, r.LoopImages, r.LoopSteps, r.LoopSeconds, r.LoopWaitSeconds, r.FirstLosses)
 		if r.Skipped != "" || r.Error != "" || !r.Training || !r.ExactlyOnce || len(r.Epochs) != epochs {
@@ -346,14 +353,28 @@ func TestExperimentTrainLoopback(t *testing.T) {
 			}
 		}
 	}
-	if runs[1].Plan != "nooff" {
-		t.Errorf("trainer plan %q", runs[1].Plan)
+	if runs[2].Plan != "nooff" {
+		t.Errorf("trainer plan %q", runs[2].Plan)
+	}
+	// Each trainer's agent ran its own pipeline: the q95 one's report
+	// names that preset's ID, which differs from imagenet-train's.
+	var ids []string
+	for _, p := range pipes {
+		rs, err := report.ReadReport(filepath.Join(out, "100mbit-cpu1", p, results.TrainerPolicy+".jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, rs[0].Pipeline)
+	}
+	if ids[0] == "" || ids[0] == ids[1] {
+		t.Errorf("the trainers' pipeline IDs %q: want two different ones", ids)
 	}
 	b, err := os.ReadFile(filepath.Join(out, "report.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"images/s reaching the loop", "| sophon-client (nooff) ", "| peer-torchvision "} {
+	for _, want := range []string{"images/s reaching the loop", `| sophon-client (nooff) \[imagenet-train\] `,
+		`| sophon-client (nooff) \[imagenet-train-q95\] `, "| peer-torchvision "} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("report lacks %q", want)
 		}

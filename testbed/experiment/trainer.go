@@ -43,7 +43,7 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed.Bed, dir, addr strin
 		os.Remove(p)
 	}
 	args := []string{"--storage", addr, "--trainer-socket", sock, "--strict-order", "--epochs", strconv.Itoa(x.cfg.Epochs),
-		"--pipeline", x.cfg.Pipeline, "--seed", strconv.FormatUint(x.cfg.Seed, 10), "--report", reportPath,
+		"--pipeline", x.pipe, "--seed", strconv.FormatUint(x.cfg.Seed, 10), "--report", reportPath,
 		"--samples-out", samples, "--progress", "0", "--log-level", "warn", "--log-format", "json"}
 	if x.cfg.TrainPolicy == "nooff" {
 		args = append(args, "--plan", "nooff")
@@ -59,7 +59,7 @@ func (x *experiment) runTrainer(ctx context.Context, b *bed.Bed, dir, addr strin
 			os.Remove(fresh)
 			args = append(args, "--policy", base, "--profile", fresh, "--gpu", gpuFlag(x.cfg.GPURate))
 		} else {
-			args = append(args, "--policy", x.cfg.TrainPolicy, "--profile", x.trainProfile, "--force-profile", "--gpu", gpuFlag(x.cfg.GPURate))
+			args = append(args, "--policy", x.cfg.TrainPolicy, "--profile", x.trainerProfile(x.pipeIdx), "--force-profile", "--gpu", gpuFlag(x.cfg.GPURate))
 		}
 	}
 	if x.cfg.Batch > 0 {

@@ -236,7 +236,8 @@ type Run struct {
 	Policy string `json:"policy"`
 	// Pipeline is the run's pipeline when the experiment ran several
 	// (Results.Pipelines); absent with one (Results.Pipeline). The peer
-	// and trainer rows run the first and leave it empty.
+	// row runs the first and leaves it empty; each pipeline has a trainer
+	// row of its own, which names it.
 	Pipeline string `json:"pipeline,omitempty"`
 	// Plan is the compute agent's plan or policy where Policy does not say
 	// it: the trainer row's ("nooff", "sophon"...).

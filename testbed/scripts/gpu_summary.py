@@ -30,7 +30,8 @@ def main():
     for cell in results.get("cells", [results]):
         for r in cell.get("runs", []):
             if r.get("training"):
-                rows[r["policy"]] = {k: r.get(k) for k in ("plan", "loop_images", "loop_seconds",
+                name = r["policy"] + (f" [{r['pipeline']}]" if r.get("pipeline") else "")
+                rows[name] = {k: r.get(k) for k in ("plan", "loop_images", "loop_seconds",
                                                            "loop_images_per_sec", "loop_wait_seconds",
                                                            "exactly_once", "content_matches", "error")}
     samples = []

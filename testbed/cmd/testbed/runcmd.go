@@ -193,7 +193,7 @@ func runRun(ctx context.Context, args []string, log zerolog.Logger) error {
 	seed := fs.Uint64("seed", 1, "run `seed` (and the generated dataset's)")
 	noPeer := fs.Bool("no-peer", false, "skip the torchvision DataLoader row")
 	python := fs.String("python", "", "`interpreter` for the peer and the trainer (default /usr/bin/python3)")
-	train := fs.Bool("train", false, "add the trainer row (a small CNN trained through the Python client from the compute agent's trainer socket) and make the peer row train the same CNN")
+	train := fs.Bool("train", false, "add the trainer row (a small CNN trained through the Python client from the compute agent's trainer socket; one per --pipeline) and make the peer row train the same CNN")
 	trainPolicy := fs.String("train-policy", "nooff", "the trainer row's compute-agent `plan`: nooff or a policy ("+strings.Join(policy.Names, ", ")+"), optionally with "+experiment.EstSuffix+" (no saved profile)")
 	trainScript := fs.String("train-script", "", "the trainer `script` (default: "+trainscript.Script+" in the repository, found from this binary's folder or the working directory)")
 	mode := fs.String("mode", string(experiment.ModeAuto), "`mode`: auto (netns as root, else loopback), netns or loopback")
