@@ -59,6 +59,7 @@ func Agents(ranks [][]report.EpochReport, jobs bool, l Link) ([]results.Epoch, e
 			e.AgentBoundSeconds = max(e.AgentBoundSeconds, r.BoundSeconds)
 			e.Samples += r.Samples
 			e.Duplicates += r.Duplicates
+			e.StreamFailures += r.StreamFailures
 			e.Failed += r.SamplesFailed
 			e.AgentBytes += r.BytesReceived
 			e.StorageCPUSeconds += r.StorageCPUSeconds

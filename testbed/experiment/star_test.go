@@ -69,7 +69,12 @@ func checkStarRun(t *testing.T, r results.Run, epochs, storage, compute int, ker
 			// too (a loaded machine's late ACKs fire spurious timeouts).
 			diff := math.Abs(float64(e.AgentBytes - e.KernelPayloadBytes))
 			slack := max(0.02*float64(e.KernelPayloadBytes), starEdgeBytes, float64(e.KernelBlurBytes)) + float64(e.Retransmits)*tcpSegment
-			if e.KernelBytes <= 0 || diff > slack {
+			switch {
+			case e.KernelBytes > 0 && e.StreamFailures > 0:
+				// A failed stream's responses in flight crossed the link
+				// and reached no sample (they were asked again).
+				t.Logf("%s epoch %d: %d streams failed (a loaded machine's stall): the bytes are not compared", r.Policy, e.Epoch, e.StreamFailures)
+			case e.KernelBytes <= 0 || diff > slack:
 				t.Errorf("%s epoch %d: agent %d B vs kernel payload %d B (%.0f B apart, %.0f allowed; %d segments sent again)", r.Policy, e.Epoch, e.AgentBytes, e.KernelPayloadBytes, diff, slack, e.Retransmits)
 			}
 		} else if float64(e.ProxyBytes) < 0.97*float64(e.AgentBytes) || e.KernelBytes != 0 {

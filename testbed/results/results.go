@@ -386,6 +386,11 @@ type Epoch struct {
 	InFlightPeakBytes int64   `json:"in_flight_peak_bytes,omitempty"`
 	Retransmits       uint64  `json:"retransmits,omitempty"`
 	WindowCount       int     `json:"window_count,omitempty"`
+	// StreamFailures is the Fetch streams that failed in the epoch (the
+	// reports' stream_failures, summed over the ranks): the responses in
+	// flight on one crossed the link, in part or whole, and reached no
+	// sample, so the agents' bytes fall short of the kernel's by them.
+	StreamFailures int `json:"stream_failures,omitempty"`
 	// Resplits are the compute agent's re-splits within the epoch (its
 	// report's "resplits"), with one compute node; absent when none.
 	Resplits []report.Resplit `json:"resplits,omitempty"`
