@@ -55,9 +55,10 @@ func checkStarRun(t *testing.T, r results.Run, epochs, storage, compute int, ker
 			links += b
 		}
 		// The links' bytes are over the ranks' epochs together, so at
-		// least the payload the agents received, less the few ms of
-		// traffic the 5 ms samples blur at each end.
-		if float64(links) < 0.97*float64(e.AgentBytes) {
+		// least the payload the agents received, less the traffic the
+		// 5 ms samples blur at each end: 3%, or the window's edges as
+		// below (on a loaded machine the samples come late).
+		if float64(links) < float64(e.AgentBytes)-max(0.03*float64(e.AgentBytes), starEdgeBytes, float64(e.KernelBlurBytes)) {
 			t.Errorf("%s epoch %d: the storage links sent %d B, less than the agents' %d B", r.Policy, e.Epoch, links, e.AgentBytes)
 		}
 		if kernel {
