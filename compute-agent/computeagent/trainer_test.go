@@ -291,7 +291,10 @@ func TestTrainerSlowRankDoesNotStallOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 		if lr == 3 {
-			tt.delay = 100 * time.Millisecond
+			// Long enough that the fast ranks' epoch, under make test's
+			// load and the race detector, ends well inside two of its
+			// batches (at 100 ms it did not, once).
+			tt.delay = 300 * time.Millisecond
 		}
 		ts[lr] = tt
 	}
@@ -312,8 +315,8 @@ func TestTrainerSlowRankDoesNotStallOthers(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	// 16 batches of 100 ms for the slow rank; the fast ones must not wait
-	// for it.
+	// The slow rank's batches take 300 ms each; the fast ranks must not
+	// wait for it.
 	if slowBatchesAtFastDone > ts[3].w.BatchesPerEpoch/2 {
 		t.Errorf("fast ranks finished only after the slow one consumed %d of %d batches", slowBatchesAtFastDone, ts[3].w.BatchesPerEpoch)
 	}
