@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -124,9 +123,10 @@ type Agent struct {
 
 	mu        sync.Mutex
 	discovery Discovery
-	conns     map[string]*grpc.ClientConn
-	// tcp holds each connection's sockets, by the key of conns
-	// (tcpinfo.Conns: the engine reads their TCP_INFO), and links what
+	conns     map[connKey]*grpc.ClientConn
+	// tcp holds each storage agent's sockets, by member@addr (its
+	// connections' connKey.base; tcpinfo.Conns: the engine reads their
+	// TCP_INFO), and links what
 	// the engine measured of it for the next epoch (linkwatch.Memory).
 	tcp   map[string]*tcpinfo.Conns
 	links map[string]*linkwatch.Memory
@@ -162,7 +162,7 @@ func NewWithKnobs(cfg Config, k Knobs) (*Agent, error) {
 		pipeID: cfg.Pipeline.ID(),
 		plan:   planner.NewRunPlan(cfg.Plan, nil, policy.Resources{}),
 		gpu:    cfg.GPU,
-		conns:  map[string]*grpc.ClientConn{},
+		conns:  map[connKey]*grpc.ClientConn{},
 		tcp:    map[string]*tcpinfo.Conns{},
 		links:  map[string]*linkwatch.Memory{},
 		peer:   peer,
@@ -310,9 +310,9 @@ func (a *Agent) Close() error {
 	}
 	a.closed = true
 	var errs []error
-	for addr, c := range a.conns {
+	for k, c := range a.conns {
 		if err := c.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			errs = append(errs, fmt.Errorf("%s: %w", k, err))
 		}
 	}
 	a.conns = nil
@@ -344,8 +344,8 @@ func (a *Agent) leave() {
 	a.mu.Lock()
 	var cs []*grpc.ClientConn
 	if !a.closed {
-		for key, c := range a.conns {
-			if !strings.Contains(key, "#") { // one per agent: its first connection
+		for k, c := range a.conns {
+			if k.i == 0 { // one per agent: its first connection
 				cs = append(cs, c)
 			}
 		}
@@ -364,6 +364,20 @@ func (a *Agent) leave() {
 	wg.Wait()
 }
 
+// connKey names a cached connection: its storage agent (member@addr)
+// and its number (0: the first).
+type connKey struct {
+	base string
+	i    int
+}
+
+func (k connKey) String() string {
+	if k.i == 0 {
+		return k.base
+	}
+	return k.base + "#" + strconv.Itoa(k.i)
+}
+
 // conn returns the cached client connection number i (0: the first) to
 // addr, where storage agent member (from gossip; empty when unknown)
 // listens. Each number is a ClientConn of its own, so a TCP connection
@@ -375,10 +389,7 @@ func (a *Agent) conn(addr, member string, i int) (*grpc.ClientConn, error) {
 		return nil, ErrClosed
 	}
 	base := member + "@" + addr
-	key := base
-	if i > 0 {
-		key += "#" + strconv.Itoa(i)
-	}
+	key := connKey{base, i}
 	if c := a.conns[key]; c != nil {
 		return c, nil
 	}
