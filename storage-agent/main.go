@@ -200,7 +200,7 @@ func flagSet(s *settings, out io.Writer) *flag.FlagSet {
 	fs.Var(&s.Egress, "egress", "this node's egress `rate` in tc syntax (500mbit, 10gbit, 1.25gbps), announced to compute agents for planning; 0 means unknown")
 	fs.IntVar(&s.SendBuffer, "send-buffer", s.SendBuffer, "kernel send buffer of each connection in `bytes` (SO_SNDBUF; SO_SNDBUFFORCE with CAP_NET_ADMIN): what keeps the link busy while a CPU limit throttles the agent; at least the egress rate times 100 ms. 0 leaves the kernel's autotuning")
 	fs.Var(&s.JobWeights, "job-weights", "the jobs' `weights`, name=weight comma-separated (a=2,b=1), by the name their compute agents send (compute-agent --job): each active job gets the budget's share weight/(active jobs' weights), told in Info, and the fair queue serves it so; a job not named weighs 1")
-	fs.DurationVar(&s.JobWindow, "job-window", s.JobWindow, "how long a job without an open fetch stream still counts as active after its last stream or Info")
+	fs.DurationVar(&s.JobWindow, "job-window", s.JobWindow, "how long a job without an open fetch stream still counts as active after its last stream or Info, unless its compute agent said it was leaving (as one does when it closes)")
 	fs.IntVar(&s.MaxJobs, "max-jobs", s.MaxJobs, "active `jobs` the agent serves at once; a stream of another job is refused")
 	fs.BoolVar(&s.JobShares, "job-shares", s.JobShares, "tell each job its share of --cpus in Info; false tells every job the whole budget (each plans as if it were alone, as before shares), the queue still serving the jobs by weight")
 	fs.StringVar(&s.TCPCongestion, "tcp-congestion", s.TCPCongestion, tcpinfo.FlagUsage)
