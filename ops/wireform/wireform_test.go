@@ -711,9 +711,15 @@ func TestDecodeAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, _ = wireform.Decode(b, wireform.Limits{})
-		alloc := wireAlloc(func() { _, err = wireform.Decode(b, wireform.Limits{}) })
-		if err != nil {
-			t.Fatal(err)
+		// The least of three: wireAlloc's GC can empty the decoder's pools
+		// (a GC of its own between two of ours did, once, under make test's
+		// load), and what refills them is no decode's own.
+		alloc := uint64(math.MaxUint64)
+		for range 3 {
+			alloc = min(alloc, wireAlloc(func() { _, err = wireform.Decode(b, wireform.Limits{}) }))
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
 		if limit := uint64(len(m.Pix)) + 8<<10; alloc > limit {
 			t.Errorf("%s: decoding a %d-byte image allocated %d bytes, want at most %d", c, len(m.Pix), alloc, limit)
