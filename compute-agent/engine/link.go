@@ -88,6 +88,16 @@ func (f *Fetcher) checkRecvWindow(rate float64) {
 		Msg("--recv-window is below the link's bandwidth x round trip: each stream carries at most the window per round trip; raise --recv-window to twice the product, or set 0 for grpc's own")
 }
 
+// SeedLink keeps rate (bytes/s) and rtt as f's link's last (its
+// linkwatch.Memory; none without SetTCP's): stage 1's link probe, so that
+// the first epoch starts where the probe left the link, as later epochs
+// start where the last one ended (stage1.LinkSeeder).
+func (f *Fetcher) SeedLink(rate float64, rtt time.Duration) {
+	if f.mem != nil && rate > 0 && rtt > 0 {
+		f.mem.Store(rate, rtt)
+	}
+}
+
 // seedLink starts f's window where the last epoch's ended (linkwatch.Memory):
 // its rate and round trip until this epoch measured its own. Call it in
 // prepare, after capLanes.

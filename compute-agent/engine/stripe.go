@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -37,6 +38,10 @@ func (f *Fetcher) Stripe(clients ...dataplanepb.StorageClient) {
 
 // Conns is the connections f's epochs use (1 without Stripe).
 func (f *Fetcher) Conns() int { return len(f.clients) }
+
+// Clients is the clients of f's connections, Client's first
+// (stage1.Striped: stage 1's link probe runs over them).
+func (f *Fetcher) Clients() []dataplanepb.StorageClient { return slices.Clip(f.clients) }
 
 // stripe is one of a Fetcher's connections during an epoch: one Fetch
 // stream at a time, on its own client, with its share of the agent's

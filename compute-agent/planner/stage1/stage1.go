@@ -205,14 +205,14 @@ type probeSpan struct {
 // span.budget is positive, it has passed and span.least samples were
 // requested (the requests then in flight are still received and counted).
 // It keeps the raw bytes of up to keep samples.
-func (cfg *Config) probe(ctx context.Context, f Source, samples []uint64, epoch uint64, k, window int, span probeSpan, keep int) (probeResult, error) {
+func (cfg *Config) probe(ctx context.Context, client dataplanepb.StorageClient, samples []uint64, epoch uint64, k, window int, span probeSpan, keep int) (probeResult, error) {
 	res := probeResult{raw: map[uint64][]byte{}, storageNS: map[uint64]int64{}, budgetNS: map[uint64]int64{}}
 	if len(samples) == 0 {
 		return res, nil
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := f.Client().Fetch(sctx)
+	stream, err := client.Fetch(sctx)
 	if err != nil {
 		return res, err
 	}
@@ -269,26 +269,98 @@ func (cfg *Config) probe(ctx context.Context, f Source, samples []uint64, epoch 
 	return res, stream.CloseSend()
 }
 
+// Striped is a Source reached over several connections (the compute
+// agent's fetcher with its stripes, engine.Fetcher.Stripe): its clients,
+// Client's first.
+type Striped interface {
+	Clients() []dataplanepb.StorageClient
+}
+
+// clientsOf is f's connections when striped (Striped), else its client.
+func clientsOf(f Source, striped bool) []dataplanepb.StorageClient {
+	if s, ok := f.(Striped); ok && striped {
+		if cs := s.Clients(); len(cs) > 0 {
+			return cs
+		}
+	}
+	return []dataplanepb.StorageClient{f.Client()}
+}
+
+// every is xs at positions i, i+n, ...
+func every[T any](xs []T, i, n int) []T {
+	var out []T
+	for j := i; j < len(xs); j += n {
+		out = append(out, xs[j])
+	}
+	return out
+}
+
+// part is the i-th of n near-equal parts of total (the first total%n one
+// more).
+func part(total, i, n int) int {
+	p := total / n
+	if i < total%n {
+		p++
+	}
+	return p
+}
+
 // probeAll runs probe on every storage agent at once, agent i taking the
-// samples at positions i, i+len(fs), ... of samples.
-func (cfg *Config) probeAll(ctx context.Context, fs []Source, samples []uint64, k, window int, span probeSpan, keep int) ([]probeResult, error) {
-	out := make([]probeResult, len(fs))
+// samples at positions i, i+len(fs), ... of samples. Striped, an agent's
+// probe is spread over its connections (Striped) the same way, each
+// stream with its part of window and keep: the link probe (measureLink)
+// runs over the connections the first epoch will stripe over, so that
+// their congestion windows and bbr's bandwidth estimates have grown
+// before it (over a long round trip a fresh connection needs several
+// round trips of slow start to fill its share of the path), and it
+// measures the link as the epochs use it.
+func (cfg *Config) probeAll(ctx context.Context, fs []Source, samples []uint64, k, window int, span probeSpan, keep int, striped bool) ([]probeResult, error) {
+	parts := make([][]probeResult, len(fs))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, f := range fs {
-		var mine []uint64
-		for j := i; j < len(samples); j += len(fs) {
-			mine = append(mine, samples[j])
+		mine := every(samples, i, len(fs))
+		cs := clientsOf(f, striped)
+		if len(cs) > 1 {
+			// Never more streams than requests in flight.
+			cs = cs[:min(len(cs), max(window, 1))]
 		}
-		g.Go(func() error {
-			r, err := cfg.probe(gctx, f, mine, cfg.Epoch, k, window, span, keep)
-			if err != nil {
-				return fmt.Errorf("stage1: split %d from %s: %w", k, f.Name(), err)
-			}
-			out[i] = r
-			return nil
-		})
+		parts[i] = make([]probeResult, len(cs))
+		for j, c := range cs {
+			g.Go(func() error {
+				r, err := cfg.probe(gctx, c, every(mine, j, len(cs)), cfg.Epoch, k, part(max(window, 1), j, len(cs)), span, part(keep, j, len(cs)))
+				if err != nil {
+					return fmt.Errorf("stage1: split %d from %s (connection %d of %d): %w", k, f.Name(), j+1, len(cs), err)
+				}
+				parts[i][j] = r
+				return nil
+			})
+		}
 	}
-	return out, g.Wait()
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	out := make([]probeResult, len(fs))
+	for i, p := range parts {
+		out[i] = mergeProbes(p)
+	}
+	return out, nil
+}
+
+// mergeProbes is the probe of one agent over its connections' streams:
+// their bytes and samples together, over the longest stream's time.
+func mergeProbes(parts []probeResult) probeResult {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	m := probeResult{raw: map[uint64][]byte{}, storageNS: map[uint64]int64{}, budgetNS: map[uint64]int64{}}
+	for _, r := range parts {
+		m.bytes += r.bytes
+		m.elapsed = max(m.elapsed, r.elapsed)
+		maps.Copy(m.raw, r.raw)
+		maps.Copy(m.storageNS, r.storageNS)
+		maps.Copy(m.budgetNS, r.budgetNS)
+	}
+	return m
 }
 
 // cores is Cores, or Workers (at least 1) when it is zero.
@@ -351,7 +423,35 @@ func Run(ctx context.Context, cfg *Config, fs []Source, rawSizes, shard []uint64
 	}
 	res := cfg.decide(linkRate, computeRate, st, nodes, raws, rawSizes, shard, began)
 	watch.Finish(ctx, &res, cfg.Log)
+	seedLinks(fs, res.Nodes, res.Links)
 	return res, nil
+}
+
+// LinkSeeder is a Source whose epochs start their fetch windows from the
+// link's last rate and round trip (the compute agent's fetcher,
+// engine.Fetcher.SeedLink; linkwatch.Memory).
+type LinkSeeder interface {
+	SeedLink(rate float64, rtt time.Duration)
+}
+
+// seedLinks gives every source that is a LinkSeeder the rate its agent
+// sent at during the link probe (nodes) and the least round trip stage 1
+// read (links), where both are known: the first epoch's windows then
+// start at the link's bandwidth x round trip (count, raw bytes and
+// storage CPU in flight) instead of growing to it through its first
+// readings, as every later epoch's start from the one before. Over a
+// long round trip those readings take a few hundred milliseconds, with
+// windows sized for a short path.
+func seedLinks(fs []Source, nodes []policy.StorageNode, links []linkwatch.Span) {
+	for i, f := range fs {
+		s, ok := f.(LinkSeeder)
+		if !ok || i >= len(nodes) || i >= len(links) {
+			continue
+		}
+		if rate, rtt := nodes[i].EgressBytesPerSec, links[i].MinRTT; rate > 0 && rtt > 0 {
+			s.SeedLink(rate, rtt)
+		}
+	}
 }
 
 // LogLink logs the round trip and loss stage 1 measured.
@@ -429,7 +529,7 @@ func RunBeside(cfg *Config, fs []Source, rawSizes, shard []uint64, raws map[uint
 // kept (their ids in ascending order, and their bytes), and each agent as
 // a storage node with the rate it sent at.
 func (cfg *Config) measureLink(ctx context.Context, fs []Source, shard []uint64) (rate float64, nodes []policy.StorageNode, ids []uint64, raws map[uint64][]byte, link []probeResult, err error) {
-	link, err = cfg.probeAll(ctx, fs, fromMiddle(shard), 0, cfg.Window, probeSpan{budget: cfg.Budget}, probeKeep)
+	link, err = cfg.probeAll(ctx, fs, fromMiddle(shard), 0, cfg.Window, probeSpan{budget: cfg.Budget}, probeKeep, true)
 	if err != nil {
 		return 0, nil, nil, nil, nil, err
 	}
@@ -565,7 +665,7 @@ func probeSplit(p *ops.Pipeline) int {
 // (RunBeside).
 func ProbeStorage(ctx context.Context, cfg *Config, fs []Source, ids []uint64) (StorageProbe, error) {
 	k := probeSplit(cfg.Pipeline)
-	full, err := cfg.probeAll(ctx, fs, ids, k, storageWindow, probeSpan{budget: storageSpan, least: speedSamples, warm: storageWarm}, 0)
+	full, err := cfg.probeAll(ctx, fs, ids, k, storageWindow, probeSpan{budget: storageSpan, least: speedSamples, warm: storageWarm}, 0, false)
 	if err != nil {
 		return StorageProbe{}, err
 	}
