@@ -546,10 +546,15 @@ func (f *Fetcher) account(r *schedule.Request, resp *dataplanepb.FetchResponse, 
 	e.shedder().Received(r.Pos, asPlanned, held)
 }
 
-// share is each of the storage agent's workers' share of a core: cpus over
-// ceil(cpus) workers (1 when cpus is unknown).
+// share is each of the storage agent's workers' share of a core: its
+// whole budget's cpus over ceil(cpus) workers (1 when cpus is unknown;
+// storage-agent/budget.Size), in which the agent counts its budget time
+// (storage_budget_ns). Not this job's share of the budget (CPUs): the
+// agent's workers run at the whole budget's share whichever job they
+// serve, and a 0.5-core share of a 1-core agent priced its offloads at
+// half their CPU.
 func (f *Fetcher) share() float64 {
-	c := f.CPUs()
+	c := f.Budget()
 	if !(c > 0) {
 		return 1
 	}

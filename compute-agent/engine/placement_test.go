@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -159,4 +160,24 @@ func testFetcher(e *Epoch, cpus float64, conns int) *Fetcher {
 		f.stripes = append(f.stripes, &stripe{f: f, idx: i})
 	}
 	return f
+}
+
+// TestWorkerShareIsTheBudgets: the share of a core a storage agent's
+// budget time is counted in is its whole budget's per worker, whatever
+// share of it this job plans for: a job with half of a 1-core agent still
+// reads its offloads at a whole core (it read them at half, so its
+// storage side twice as fast as it was).
+func TestWorkerShareIsTheBudgets(t *testing.T) {
+	for _, tc := range []struct {
+		budget, job, want float64
+	}{{1, 0.5, 1}, {1, 0, 1}, {2.5, 1.25, 2.5 / 3}, {0.5, 0.25, 0.5}, {0, 0, 1}} {
+		f := testFetcher(nil, tc.budget, 1)
+		f.shareCPUs = tc.job
+		if got := f.share(); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("budget %g, job's share %g: worker share %g, want %g", tc.budget, tc.job, got, tc.want)
+		}
+		if tc.job > 0 && f.CPUs() != tc.job {
+			t.Errorf("budget %g, job's share %g: plans for %g cores", tc.budget, tc.job, f.CPUs())
+		}
+	}
 }

@@ -61,6 +61,11 @@ type Config struct {
 	// congestion control (netns.Node.SetCongestion). It needs Netns.
 	// Empty leaves the host's default, which new namespaces take.
 	CongestionControl string
+	// ComputeApart makes each compute node a machine of its own
+	// (independent training jobs, not ranks of one): MakeGroups gives each
+	// a group of its own with an equal part of the compute quota, which its
+	// compute agent then plans with, instead of one group they share.
+	ComputeApart bool
 }
 
 // Host names one node of a bed: storage node Index or compute node Index
@@ -92,11 +97,13 @@ type Bed struct {
 	// multi is set when there are several storage or compute nodes: the
 	// link and CPU counters per storage node are then read too.
 	multi bool
-	// computeGroup holds the compute nodes' processes, with a quota of
-	// computeCPUs cores and the compute cpuset when pinned; nil without
-	// (MakeGroups).
-	computeGroup *cgroup.Group
-	computeCPUs  float64
+	// computeGroups hold the compute nodes' processes, with a quota of
+	// computeCPUs cores and the compute cpuset when pinned: one group they
+	// share, or with computeApart one per node with an equal part of the
+	// quota; none without (MakeGroups).
+	computeGroups []*cgroup.Group
+	computeCPUs   float64
+	computeApart  bool
 	// proxyCtx ends the loopback proxies; proxyWG waits for them.
 	proxyCtx context.Context
 	proxyWG  sync.WaitGroup
@@ -134,7 +141,7 @@ func New(ctx context.Context, cfg Config) (*Bed, error) {
 	if cfg.ComputeNodes < 1 {
 		return nil, fmt.Errorf("%w: %d compute nodes", ErrConfig, cfg.ComputeNodes)
 	}
-	b := &Bed{label: cfg.Label, compute: cfg.ComputeNodes, multi: len(cfg.Links) > 1 || cfg.ComputeNodes > 1}
+	b := &Bed{label: cfg.Label, compute: cfg.ComputeNodes, multi: len(cfg.Links) > 1 || cfg.ComputeNodes > 1, computeApart: cfg.ComputeApart && cfg.ComputeNodes > 1}
 	if cfg.WAN != nil && (!cfg.Netns || b.multi) {
 		return nil, fmt.Errorf("%w: a WAN link (round trip, jitter, loss) needs netns mode and one storage and one compute node", ErrConfig)
 	}
@@ -246,14 +253,23 @@ func (b *Bed) StorageHosts() []string {
 	return out
 }
 
-// StorageGroup is storage node i's cgroup and ComputeGroup the compute
-// nodes'; nil without (no MakeGroups, or no compute quota nor cpuset).
+// StorageGroup is storage node i's cgroup and ComputeGroup compute node
+// 0's; nil without (no MakeGroups, or no compute quota nor cpuset).
 func (b *Bed) StorageGroup(i int) *cgroup.Group { return b.storage[i].group }
-func (b *Bed) ComputeGroup() *cgroup.Group      { return b.computeGroup }
+func (b *Bed) ComputeGroup() *cgroup.Group      { return b.group(ComputeHost(0)) }
 
 // ComputeQuota is the compute nodes' CPU quota in cores (MakeGroups'
-// compute); 0 without a compute group.
+// compute), all of them together; 0 without a compute group.
 func (b *Bed) ComputeQuota() float64 { return b.computeCPUs }
+
+// ComputeNodeQuota is what one compute node's agent may use of it: all of
+// it when the nodes share their group, its part with Config.ComputeApart.
+func (b *Bed) ComputeNodeQuota() float64 {
+	if len(b.computeGroups) > 1 {
+		return b.computeCPUs / float64(len(b.computeGroups))
+	}
+	return b.computeCPUs
+}
 
 // SetStorageAgent names storage node i's storage agent, whose CPU time
 // Counters reads with several nodes.

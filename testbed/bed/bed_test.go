@@ -419,7 +419,7 @@ func TestComputeCPUs(t *testing.T) {
 		{8, 1, 2, true, 6},
 	} {
 		pins := PinCores(tc.cores, tc.storage, int(math.Ceil(tc.cpus)))
-		got, err := ComputeCPUs(float64(tc.cores), tc.storage, tc.cpus, pins)
+		got, err := ComputeCPUs(float64(tc.cores), tc.storage, tc.cpus, pins, 1)
 		if (pins.Compute != "") != tc.pinned {
 			t.Errorf("%d cores, %d x %g: pins %+v, want pinned %v", tc.cores, tc.storage, tc.cpus, pins, tc.pinned)
 		}
@@ -431,6 +431,24 @@ func TestComputeCPUs(t *testing.T) {
 		}
 		if err != nil || got != tc.want {
 			t.Errorf("%d cores, %d x %g: %g, %v; want %g", tc.cores, tc.storage, tc.cpus, got, err, tc.want)
+		}
+	}
+	// Split into groups of their own (independent jobs), each part must
+	// be at least MinComputeCPUs.
+	for _, tc := range []struct {
+		cpus  float64
+		apart int
+		want  float64 // 0: refused
+	}{{1, 2, 1}, {0.5, 3, 1.5}, {1.25, 2, 0}, {0.5, 4, 0}} {
+		got, err := ComputeCPUs(2, 1, tc.cpus, Pins{}, tc.apart)
+		if tc.want == 0 {
+			if !errors.Is(err, ErrConfig) {
+				t.Errorf("2 cores, 1 x %g, %d apart: %g, %v: want ErrConfig", tc.cpus, tc.apart, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("2 cores, 1 x %g, %d apart: %g, %v; want %g", tc.cpus, tc.apart, got, err, tc.want)
 		}
 	}
 }
@@ -465,6 +483,30 @@ func TestNodesSeeTheirQuota(t *testing.T) {
 		}
 		if f := strings.Fields(string(out)); len(f) == 0 || f[0] != tc.want {
 			t.Errorf("%+v reads %q: want %s cores", tc.h, out, tc.want)
+		}
+	}
+
+	// Independent jobs (ComputeApart): each compute node its own group
+	// with its part of the quota.
+	b2, err := New(ctx, Config{Netns: true, Links: rates("1gbit"), ComputeNodes: 2, ComputeApart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	if err := b2.MakeGroups(0.5, Pins{}, 1.5); err != nil {
+		t.Fatal(err)
+	}
+	if b2.ComputeQuota() != 1.5 || b2.ComputeNodeQuota() != 0.75 || b2.group(ComputeHost(0)) == b2.group(ComputeHost(1)) {
+		t.Errorf("apart: quota %g, per node %g, groups %v and %v: want 1.5, 0.75 and two groups",
+			b2.ComputeQuota(), b2.ComputeNodeQuota(), b2.group(ComputeHost(0)), b2.group(ComputeHost(1)))
+	}
+	for _, h := range []Host{ComputeHost(0), ComputeHost(1)} {
+		out, err := b2.Command(ctx, h, os.Args[0], helperQuota).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%+v: %v: %s", h, err, out)
+		}
+		if f := strings.Fields(string(out)); len(f) == 0 || f[0] != "0.75" {
+			t.Errorf("apart: %+v reads %q: want 0.75 cores", h, out)
 		}
 	}
 }

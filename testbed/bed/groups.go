@@ -93,14 +93,16 @@ func (p Pins) StorageCores(i int) string {
 // batching) would be what the cell measures.
 const MinComputeCPUs = 0.5
 
-// ComputeCPUs is the compute nodes' CPU quota (all of them share it) on a
-// machine of cores cores where each of storage storage nodes has a quota
+// ComputeCPUs is the compute nodes' CPU quota (all of them together) on
+// a machine of cores cores where each of storage storage nodes has a quota
 // of cpus: the cores the storage nodes' quotas leave, and, when pins gives
 // the compute nodes cores of their own, no more than those. A storage
 // node pinned to a core of its own with a quota of half of it leaves the
-// other half idle: the compute nodes cannot run there. It is an error
-// (ErrConfig) when that is less than MinComputeCPUs.
-func ComputeCPUs(cores float64, storage int, cpus float64, pins Pins) (float64, error) {
+// other half idle: the compute nodes cannot run there. apart is how many
+// compute nodes split it into groups of their own (Config.ComputeApart;
+// 1 when they share one). It is an error (ErrConfig) when a group's part
+// is less than MinComputeCPUs.
+func ComputeCPUs(cores float64, storage int, cpus float64, pins Pins, apart int) (float64, error) {
 	c := cores - float64(storage)*cpus
 	if pins.Compute != "" {
 		n, err := cpuquota.CountList(pins.Compute)
@@ -109,9 +111,10 @@ func ComputeCPUs(cores float64, storage int, cpus float64, pins Pins) (float64, 
 		}
 		c = min(c, float64(n))
 	}
-	if c < MinComputeCPUs {
-		return 0, fmt.Errorf("%w: %d storage agents of %s cores each leave the compute agent %s of this machine's %s cores, less than %s: "+
-			"lower --storage-cpus or run on a machine with more cores", ErrConfig, storage, fmtCores(cpus), fmtCores(max(c, 0)), fmtCores(cores), fmtCores(MinComputeCPUs))
+	apart = max(apart, 1)
+	if c/float64(apart) < MinComputeCPUs {
+		return 0, fmt.Errorf("%w: %d storage agents of %s cores each leave %d compute agent(s) %s of this machine's %s cores, less than %s each: "+
+			"lower --storage-cpus or run on a machine with more cores", ErrConfig, storage, fmtCores(cpus), apart, fmtCores(max(c, 0)), fmtCores(cores), fmtCores(MinComputeCPUs))
 	}
 	return c, nil
 }
@@ -121,8 +124,10 @@ func fmtCores(c float64) string { return strconv.FormatFloat(c, 'f', -1, 64) }
 
 // MakeGroups makes the bed's cgroups: each storage node's CPU quota of
 // cpus cores (and its cpuset of pins), and the compute nodes' group with
-// a quota of compute cores (ComputeCPUs) and the cpuset of pins, if any;
-// compute 0 and no compute cpuset: no compute group. Processes are born
+// a quota of compute cores (ComputeCPUs) and the cpuset of pins, if any
+// (with Config.ComputeApart, a group per compute node, each with its
+// equal part of compute); compute 0 and no compute cpuset: no compute
+// group. Processes are born
 // in them (Command) or join them through Place; Close removes them. On
 // error it removes what it made, and the bed has no groups.
 func (b *Bed) MakeGroups(cpus float64, pins Pins, compute float64) error {
@@ -135,7 +140,7 @@ func (b *Bed) MakeGroups(cpus float64, pins Pins, compute float64) error {
 		for _, s := range b.storage {
 			s.group = nil
 		}
-		b.computeGroup, b.computeCPUs = nil, 0
+		b.computeGroups, b.computeCPUs = nil, 0
 		return err
 	}
 	for i, s := range b.storage {
@@ -150,11 +155,22 @@ func (b *Bed) MakeGroups(cpus float64, pins Pins, compute float64) error {
 		made, s.group = append(made, g), g
 	}
 	if pins.Compute != "" || compute > 0 {
-		c, err := cgroup.New(cgroup.Config{Name: fmt.Sprintf("%scp%d", netns.ProcessPrefix(), seq), CPUs: compute, Cpuset: pins.Compute})
-		if err != nil {
-			return undo(err)
+		n := 1
+		if b.computeApart {
+			n = b.compute
 		}
-		made, b.computeGroup, b.computeCPUs = append(made, c), c, compute
+		for i := range n {
+			name := fmt.Sprintf("%scp%d", netns.ProcessPrefix(), seq)
+			if n > 1 {
+				name += "-" + strconv.Itoa(i+1)
+			}
+			c, err := cgroup.New(cgroup.Config{Name: name, CPUs: compute / float64(n), Cpuset: pins.Compute})
+			if err != nil {
+				return undo(err)
+			}
+			made, b.computeGroups = append(made, c), append(b.computeGroups, c)
+		}
+		b.computeCPUs = compute
 	}
 	for _, g := range made {
 		b.AtClose(g.Close)
@@ -170,7 +186,13 @@ func (b *Bed) group(h Host) *cgroup.Group {
 	case h.Storage:
 		return b.storage[h.Index].group
 	}
-	return b.computeGroup
+	switch {
+	case len(b.computeGroups) == 0:
+		return nil
+	case len(b.computeGroups) == 1:
+		return b.computeGroups[0]
+	}
+	return b.computeGroups[h.Index]
 }
 
 // joinScript is the shell that moves itself into the group directories

@@ -137,12 +137,13 @@ func (x *experiment) newBed(ctx context.Context, p point, cpus float64) (*bed.Be
 		return nil, err
 	}
 	b, err := bed.New(ctx, bed.Config{Netns: x.res.Mode == results.ModeNetns, Label: p.label, Links: links,
-		ComputeNodes: x.cfg.ComputeNodes, ComputeLinks: computeLinks, WAN: p.wan, CongestionControl: x.cfg.CongestionControl})
+		ComputeNodes: x.cfg.ComputeNodes, ComputeLinks: computeLinks, WAN: p.wan, CongestionControl: x.cfg.CongestionControl,
+		ComputeApart: computeApart(x.cfg) > 1})
 	if err != nil {
 		return nil, err
 	}
 	if b.Netns() && cgroup.Available() == nil && !x.noCgroups {
-		compute, err := bed.ComputeCPUs(x.cores, b.StorageNodes(), cpus, x.pin)
+		compute, err := bed.ComputeCPUs(x.cores, b.StorageNodes(), cpus, x.pin, computeApart(x.cfg))
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("%w: %w", ErrConfig, err), b.Close())
 		}
@@ -182,6 +183,9 @@ func (x *experiment) cell(ctx context.Context, p point, cpus float64, rep int) (
 		return cell, err
 	}
 	cell.ComputeCPUs = b.ComputeQuota()
+	if q := b.ComputeNodeQuota(); q != cell.ComputeCPUs {
+		cell.ComputeCPUsEach = q
+	}
 	cell.CongestionControl = b.CongestionControl()
 	defer func() {
 		if err := b.Close(); err != nil {

@@ -633,7 +633,7 @@ func Run(ctx context.Context, cfg Config) (*results.Results, error) {
 	cores, _, _ := cpuquota.Cores(0)
 	if grouped(res.Mode) {
 		for _, c := range cfg.StorageCPUs {
-			if _, err := bed.ComputeCPUs(cores, cfg.StorageNodes, c, pin); err != nil {
+			if _, err := bed.ComputeCPUs(cores, cfg.StorageNodes, c, pin, computeApart(cfg)); err != nil {
 				return nil, fmt.Errorf("%w: --storage-cpus %g: %w", ErrConfig, c, err)
 			}
 		}

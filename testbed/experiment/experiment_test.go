@@ -207,7 +207,7 @@ func checkCellCPU(t *testing.T, res *results.Results, out string) {
 		return
 	}
 	cores, _, _ := cpuquota.Cores(0)
-	want, err := bed.ComputeCPUs(cores, 1, c.StorageCPUs, pinning(runtime.NumCPU(), results.ModeNetns, 1, []float64{c.StorageCPUs}))
+	want, err := bed.ComputeCPUs(cores, 1, c.StorageCPUs, pinning(runtime.NumCPU(), results.ModeNetns, 1, []float64{c.StorageCPUs}), 1)
 	if err != nil || c.ComputeCPUs != want {
 		t.Fatalf("compute quota %g, want %g (%v)", c.ComputeCPUs, want, err)
 	}

@@ -15,6 +15,17 @@ import (
 // whole dataset, so each is checked on its own: every sample exactly
 // once per epoch, and its tensors against the experiment's reference.
 
+// computeApart is how many groups the compute quota is split into: one
+// per job with Jobs (each job a machine of its own, whose agent plans with
+// its part, as on separate GPU nodes), else 1 (ranks of one job share
+// it).
+func computeApart(cfg Config) int {
+	if cfg.Jobs > 1 {
+		return cfg.Jobs
+	}
+	return 1
+}
+
 // wholeBudgetFlag is the compute agent's flag for the "-whole" runs
 // (Config.JobsWholeBudget).
 const wholeBudgetFlag = "--whole-budget"

@@ -10,7 +10,11 @@ import (
 // nothing of either.
 func cellCPU(c *Cell) string {
 	var parts []string
-	if c.ComputeCPUs > 0 {
+	switch {
+	case c.ComputeCPUsEach > 0:
+		parts = append(parts, fmt.Sprintf("each storage agent a quota of %s cores, each job's compute agent a quota of its own of %s cores (of %s), "+
+			"which its model planned with", cpusString(c.StorageCPUs), cpusString(c.ComputeCPUsEach), cpusString(c.ComputeCPUs)))
+	case c.ComputeCPUs > 0:
 		parts = append(parts, fmt.Sprintf("each storage agent a quota of %s cores, the compute agent (and the peer) %s cores, "+
 			"which its model planned with", cpusString(c.StorageCPUs), cpusString(c.ComputeCPUs)))
 	}

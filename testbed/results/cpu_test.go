@@ -16,6 +16,9 @@ func TestCellCPU(t *testing.T) {
 			t.Errorf("cellCPU = %q: want %q in it", got, want)
 		}
 	}
+	if got := cellCPU(&Cell{StorageCPUs: 1, ComputeCPUs: 1, ComputeCPUsEach: 0.5}); !strings.Contains(got, "each job's compute agent a quota of its own of 0.5 cores (of 1)") {
+		t.Errorf("jobs apart: %q, want each job's own quota", got)
+	}
 	if got := cellCPU(&Cell{StorageCPUs: 1}); got != "" {
 		t.Errorf("a cell without quotas or testbed CPU: %q, want nothing", got)
 	}

@@ -206,6 +206,11 @@ type Cell struct {
 	// machine's cores less the storage nodes' quotas (bed.ComputeCPUs).
 	// Zero: no cgroups (loopback), the compute side unlimited.
 	ComputeCPUs float64 `json:"compute_cpus,omitempty"`
+	// ComputeCPUsEach is, with Jobs, each job's compute node's own quota:
+	// its equal part of ComputeCPUs, in a cgroup of its own, which its
+	// compute agent planned with (bed.Config.ComputeApart). Zero: the
+	// compute agents shared ComputeCPUs.
+	ComputeCPUsEach float64 `json:"compute_cpus_each,omitempty"`
 	// TestbedCPUSeconds is the CPU time the testbed process itself used
 	// over the cell (its counters and watchers; on loopback its shaping
 	// proxies), outside every node's quota; Seconds is the cell's wall

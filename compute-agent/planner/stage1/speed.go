@@ -58,6 +58,30 @@ func medianSpeed(local, remote []float64) float64 {
 	return profiler.SpeedRatio(l, r)
 }
 
+// Budgeted is a Source that knows its storage agent's whole CPU budget
+// (the compute agent's fetcher, engine.Fetcher.Budget), which the agent's
+// workers split (storage-agent/budget.Size) whatever share of it this job
+// plans for (Source.CPUs).
+type Budgeted interface {
+	Budget() float64
+}
+
+// budgetOf is f's agent's whole budget where f knows it (Budgeted), else
+// f.CPUs(): what the agent's budget time (storage_budget_ns) is counted
+// against. A job's share of the budget (Info's share_cpus) is not: two
+// jobs sharing a 1-core agent each plan for 0.5 of it, while its one
+// worker still runs at a whole core's share, and pricing its budget time
+// at half a core read every offload at half its CPU (the storage side
+// twice as fast as it is).
+func budgetOf(f Source) float64 {
+	if b, ok := f.(Budgeted); ok {
+		if c := b.Budget(); c > 0 {
+			return c
+		}
+	}
+	return f.CPUs()
+}
+
 // workerShare is a storage agent's budgeted workers for cpus cores and
 // each one's share of a core (storage-agent/budget.Size): ceil(cpus)
 // workers sharing cpus; one worker with a whole core when cpus is

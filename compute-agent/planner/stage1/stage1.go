@@ -671,7 +671,7 @@ func ProbeStorage(ctx context.Context, cfg *Config, fs []Source, ids []uint64) (
 	}
 	pr := StorageProbe{ids: ids, k: k, ns: map[uint64]int64{}, eff: map[uint64]int64{}, agent: map[uint64]int{}}
 	for i, r := range full {
-		_, share := workerShare(fs[i].CPUs())
+		_, share := workerShare(budgetOf(fs[i]))
 		maps.Copy(pr.ns, r.storageNS)
 		for s, ns := range r.storageNS {
 			pr.eff[s] = effectiveNS(ns, r.budgetNS[s], share)

@@ -147,3 +147,25 @@ func TestSeedLinks(t *testing.T) {
 	}
 	seedLinks(fs, nodes[:1], links) // fewer nodes than sources: no panic
 }
+
+// budgetSource is a Source with a job's share of an agent's budget.
+type budgetSource struct {
+	memSource
+	budget float64
+}
+
+func (b budgetSource) Budget() float64 { return b.budget }
+
+// TestBudgetOf: the storage probe prices budget time at the agent's whole
+// budget's worker share, not the job's share of it.
+func TestBudgetOf(t *testing.T) {
+	if got := budgetOf(budgetSource{memSource{cpus: 0.5}, 1}); got != 1 {
+		t.Errorf("a job's 0.5 of a 1-core agent: budget %g, want 1", got)
+	}
+	if got := budgetOf(budgetSource{memSource{cpus: 0.5}, 0}); got != 0.5 {
+		t.Errorf("budget unknown: %g, want the source's 0.5", got)
+	}
+	if got := budgetOf(memSource{cpus: 2}); got != 2 {
+		t.Errorf("no budget: %g, want the source's 2", got)
+	}
+}

@@ -1,0 +1,8 @@
+#!/bin/bash
+# issue 31 item 4: two jobs, each compute node its own cgroup (binaries of the working tree)
+B=/work/main/bin
+O=/work/jobs31
+run() { name=$1; shift; $B/testbed run --bin $B --storage-cpus 1 --jobs 2 --job-links --jobs-whole-budget --policies optimal --epochs 4 --no-peer --insecure --quiet "$@" --out $O/$name > $O/$name.log 2>&1; echo "$name rc=$? $(date +%T)"; }
+run oi50-s173 --gen openimages-like:200 --seed 173 --rate 50mbit
+run oi100-s173 --gen openimages-like:200 --seed 173 --rate 100mbit
+echo done
