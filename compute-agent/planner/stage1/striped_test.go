@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
 	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/policy"
@@ -31,14 +28,8 @@ func newStriped(t *testing.T, n int) (stripedSource, []*asked) {
 	var src stripedSource
 	var recs []*asked
 	for range n {
-		a := &asked{}
-		conn, err := grpc.NewClient("passthrough:///storage:1", grpc.WithContextDialer(net.Dial),
-			grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStreamInterceptor(a.stream))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		src.clients = append(src.clients, dataplanepb.NewStorageClient(conn))
+		c, a := recordingClient(t, &net)
+		src.clients = append(src.clients, c)
 		recs = append(recs, a)
 	}
 	src.memSource = memSource{c: src.clients[0], cpus: 1}

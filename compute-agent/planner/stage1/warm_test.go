@@ -51,6 +51,14 @@ func recordingSource(t *testing.T) (memSource, *asked) {
 	t.Helper()
 	var net enginetest.MemNet
 	net.Serve(t, "storage:1", enginetest.NewStorage(t, "storage:1"))
+	c, a := recordingClient(t, &net)
+	return memSource{c: c, cpus: 1}, a
+}
+
+// recordingClient is a connection of its own to net's storage:1 whose
+// client records what it asks.
+func recordingClient(t *testing.T, net *enginetest.MemNet) (dataplanepb.StorageClient, *asked) {
+	t.Helper()
 	a := &asked{}
 	conn, err := grpc.NewClient("passthrough:///storage:1", grpc.WithContextDialer(net.Dial),
 		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithStreamInterceptor(a.stream))
@@ -58,7 +66,7 @@ func recordingSource(t *testing.T) (memSource, *asked) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return memSource{c: dataplanepb.NewStorageClient(conn), cpus: 1}, a
+	return dataplanepb.NewStorageClient(conn), a
 }
 
 // TestProbeStorageWarm: the storage probe first asks its first
