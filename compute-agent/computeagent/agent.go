@@ -653,7 +653,9 @@ func (a *Agent) accept(ctx context.Context, ep Endpoint, p *probed, conns connsF
 }
 
 // epochConns is the connections per storage agent of an epoch with
-// options o: Config.Conns, or when that is 0 (auto) linkwatch.AutoConns of
+// options o: Config.Conns, or when that is 0 (auto) one to an agent that
+// sends by a rate-based congestion control (bbr: its Info's
+// tcp_congestion, linkwatch.RateBased), else linkwatch.AutoConns of
 // the link's rate (the planner's, or the agent's announced egress rate,
 // the higher) and the path's round trip and loss as last measured (stage
 // 1's probe, then each epoch's readings: pathMemo). Before the loss is
@@ -674,6 +676,13 @@ func (a *Agent) epochConns(o engine.Opts) connsFunc {
 	return func(info *dataplanepb.InfoResponse, connRTT time.Duration) int {
 		if a.cfg.Conns > 0 {
 			return a.cfg.Conns
+		}
+		if linkwatch.RateBased(info.GetTcpCongestion()) {
+			// Loss does not hold one bbr connection below the link's
+			// rate, and several to one agent compete with each other:
+			// on a lossless 80-ms path eight carried 3-8% less than one
+			// (docs/results/wan.md).
+			return 1
 		}
 		p := a.path.load()
 		if !p.lossKnown {

@@ -316,14 +316,15 @@ type RunOptions struct {
 	// agent that an epoch spreads its Fetch streams and window over: a
 	// lossy link with a long round trip holds one loss-based connection
 	// far below its rate (linkwatch.AutoConns). At most linkwatch.MaxConns, and
-	// no more than Window. Zero means auto: linkwatch.AutoConns of the
-	// planner's link rate (or the storage agent's announced egress rate,
+	// no more than Window. Zero means auto: one to a storage agent that
+	// sends by bbr (its Info's tcp_congestion; linkwatch.RateBased), else
+	// linkwatch.AutoConns of the planner's link rate (or the storage agent's announced egress rate,
 	// the higher) and the path's round trip and loss as last measured
 	// (stage 1's probe, then each epoch's readings); before the loss is
 	// measured, the first connection's round trip at linkwatch.PriorLoss
 	// (linkwatch.FirstConns); one on a path without loss, but never fewer
-	// than the last epoch the link held used. Stage 1 and the catalog use
-	// the first connection.
+	// than the last epoch the link held used. Info, the catalog and stage
+	// 1's storage probe use the first connection; its link probe, all.
 	Conns int `yaml:"conns"`
 	// RecvWindow is the gRPC flow-control window, in bytes, that each
 	// stream from a storage agent may send ahead of what the agent has

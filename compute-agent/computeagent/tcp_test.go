@@ -12,11 +12,16 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sophon-dl/sophon/compute-agent/engine"
 	"github.com/sophon-dl/sophon/compute-agent/engine/enginetest"
+	"github.com/sophon-dl/sophon/compute-agent/linkwatch"
 	"github.com/sophon-dl/sophon/compute-agent/planner"
 	"github.com/sophon-dl/sophon/internal/tcpinfo"
 	"github.com/sophon-dl/sophon/internal/testutil"
+	"github.com/sophon-dl/sophon/proto/dataplanepb"
 	"github.com/sophon-dl/sophon/storage-agent/storageagent"
 )
 
@@ -178,5 +183,59 @@ func TestWindowGrowsWithRTT(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "--recv-window is below the link's bandwidth x round trip") {
 		t.Errorf("no warning about --recv-window %d in %s", cfg.RecvWindow, logs.String())
+	}
+}
+
+// TestInfoNamesCongestion: the storage agent's Info names the congestion
+// control of the connections it accepts (here its --tcp-congestion), and
+// the compute agent counts its connections by it: one to an agent that
+// sends by bbr on a long path, where a loss-based or unnamed one gets
+// linkwatch.FirstConns before the loss is measured.
+func TestInfoNamesCongestion(t *testing.T) {
+	cc := otherCongestion(t)
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	startStorage(t, storageagent.Config{Data: writeImageFolder(t, -1), Name: "st", CPUs: 1, AllowClientSpecs: true, Insecure: true, TCPCongestion: cc},
+		storageagent.Knobs{}, inner)
+	conn, err := grpc.NewClient(inner.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := dataplanepb.NewStorageClient(conn).Info(ctx, &dataplanepb.InfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetTcpCongestion() != cc {
+		t.Errorf("Info names congestion control %q, want the agent's %q", info.GetTcpCongestion(), cc)
+	}
+
+	cfg, _ := testConfig(t, nil, "127.0.0.1:1")
+	a, err := cfg.new()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	conns := a.epochConns(engine.Opts{})
+	const long = 80 * time.Millisecond
+	first := linkwatch.FirstConns(0, long)
+	if first < 2 {
+		t.Fatalf("FirstConns at %v = %d: the test wants a path that stripes", long, first)
+	}
+	for _, tc := range []struct {
+		cc   string
+		want int
+	}{{"bbr", 1}, {"cubic", first}, {"", first}} {
+		if got := conns(&dataplanepb.InfoResponse{TcpCongestion: tc.cc}, long); got != tc.want {
+			t.Errorf("an agent sending by %q at %v: %d connections, want %d", tc.cc, long, got, tc.want)
+		}
+	}
+	a.cfg.Conns = 3
+	if got := conns(&dataplanepb.InfoResponse{TcpCongestion: "bbr"}, long); got != 3 {
+		t.Errorf("--conns 3 with bbr: %d connections, want 3", got)
 	}
 }

@@ -2,6 +2,7 @@ package linkwatch
 
 import (
 	"math"
+	"strings"
 	"time"
 )
 
@@ -77,6 +78,13 @@ func FirstConns(rate float64, rtt time.Duration) int {
 	}
 	return AutoConns(rate, rtt, PriorLoss, 0)
 }
+
+// RateBased reports whether congestion control cc (a storage agent's, as
+// its Info names it: InfoResponse.tcp_congestion) paces by its estimate
+// of the path's bandwidth and round trip, as bbr and its versions do,
+// rather than halving its window at each loss. Mathis's ceiling of one
+// connection on a lossy path (AutoConns) binds a loss-based sender only.
+func RateBased(cc string) bool { return strings.HasPrefix(cc, "bbr") }
 
 // Stripes is the request counts of the stripes a window of count
 // requests is spread over on conns connections: one stripe per

@@ -65,3 +65,13 @@ func TestFirstConns(t *testing.T) {
 		}
 	}
 }
+
+// TestRateBased: bbr and its versions are rate-based; loss-based and
+// unknown congestion controls are not.
+func TestRateBased(t *testing.T) {
+	for cc, want := range map[string]bool{"bbr": true, "bbr2": true, "bbr3": true, "cubic": false, "reno": false, "": false, "htcp": false} {
+		if got := RateBased(cc); got != want {
+			t.Errorf("RateBased(%q) = %v, want %v", cc, got, want)
+		}
+	}
+}

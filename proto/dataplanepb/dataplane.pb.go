@@ -918,8 +918,16 @@ type InfoResponse struct {
 	// agent's transport CPU per byte sent, whoever it sent to:
 	// (process - ops) / bytes; a job's own transport is that times its own
 	// bytes. Zero: not counted (an agent before shares).
-	SentBytes     uint64 `protobuf:"varint,18,opt,name=sent_bytes,json=sentBytes,proto3" json:"sent_bytes,omitempty"`
-	SentOpsCpuNs  uint64 `protobuf:"varint,19,opt,name=sent_ops_cpu_ns,json=sentOpsCpuNs,proto3" json:"sent_ops_cpu_ns,omitempty"`
+	SentBytes    uint64 `protobuf:"varint,18,opt,name=sent_bytes,json=sentBytes,proto3" json:"sent_bytes,omitempty"`
+	SentOpsCpuNs uint64 `protobuf:"varint,19,opt,name=sent_ops_cpu_ns,json=sentOpsCpuNs,proto3" json:"sent_ops_cpu_ns,omitempty"`
+	// The TCP congestion control of the connections the agent accepts, by
+	// which it sends every response (its --tcp-congestion, else its host's
+	// net.ipv4.tcp_congestion_control), as the kernel reported it on the
+	// last one. A compute agent counts the connections it stripes over by
+	// it: Mathis's ceiling of one connection on a lossy path binds a
+	// loss-based sender (cubic, reno), not a rate-based one (bbr). Empty:
+	// unknown.
+	TcpCongestion string `protobuf:"bytes,20,opt,name=tcp_congestion,json=tcpCongestion,proto3" json:"tcp_congestion,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1087,6 +1095,13 @@ func (x *InfoResponse) GetSentOpsCpuNs() uint64 {
 	return 0
 }
 
+func (x *InfoResponse) GetTcpCongestion() string {
+	if x != nil {
+		return x.TcpCongestion
+	}
+	return ""
+}
+
 var File_proto_dataplanepb_dataplane_proto protoreflect.FileDescriptor
 
 const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
@@ -1141,7 +1156,7 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"ShardRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\x04R\x05first\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"\xfe\x04\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\xa5\x05\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12 \n" +
@@ -1166,7 +1181,8 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"job_weight\x18\x11 \x01(\x01R\tjobWeight\x12\x1d\n" +
 	"\n" +
 	"sent_bytes\x18\x12 \x01(\x04R\tsentBytes\x12%\n" +
-	"\x0fsent_ops_cpu_ns\x18\x13 \x01(\x04R\fsentOpsCpuNs*5\n" +
+	"\x0fsent_ops_cpu_ns\x18\x13 \x01(\x04R\fsentOpsCpuNs\x12%\n" +
+	"\x0etcp_congestion\x18\x14 \x01(\tR\rtcpCongestion*5\n" +
 	"\x05Codec\x12\x0e\n" +
 	"\n" +
 	"CODEC_NONE\x10\x00\x12\x0e\n" +

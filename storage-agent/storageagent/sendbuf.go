@@ -3,6 +3,7 @@ package storageagent
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rs/zerolog"
 
@@ -49,6 +50,9 @@ type connListener struct {
 	size       int
 	congestion string
 	conns      *tcpinfo.Conns
+	// cc, when set, keeps the congestion control the kernel then had on
+	// each accepted connection (the server's, for Info).
+	cc *atomic.Value
 	// force tries SO_SNDBUFFORCE first (the agent always does; tests turn
 	// it off to see the path of an agent without CAP_NET_ADMIN).
 	force bool
@@ -82,6 +86,11 @@ func (l *connListener) Accept() (net.Conn, error) {
 			}
 		}
 	})
+	if l.cc != nil {
+		if name, err := tcpinfo.Congestion(tc); err == nil && name != "" {
+			l.cc.Store(name)
+		}
+	}
 	if l.conns != nil {
 		return l.conns.Track(tc), nil
 	}

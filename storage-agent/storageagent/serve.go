@@ -115,7 +115,7 @@ func (a *Agent) prepare(lis net.Listener) (*session, error) {
 	healthpb.RegisterHealthServer(s.gs, s.hs)
 	s.hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.hs.SetServingStatus(dataplanepb.Storage_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	s.lis = &connListener{Listener: lis, size: a.cfg.SendBuffer, force: true, congestion: a.cfg.TCPCongestion, conns: &a.srv.conns, log: a.cfg.Logger}
+	s.lis = &connListener{Listener: lis, size: a.cfg.SendBuffer, force: true, congestion: a.cfg.TCPCongestion, conns: &a.srv.conns, cc: &a.srv.congestion, log: a.cfg.Logger}
 	return s, nil
 }
 

@@ -102,6 +102,10 @@ type server struct {
 	// conns are the connections the agent accepted (connListener): Info
 	// sends the TCP_INFO of the one it came on (tcpinfo.Header).
 	conns tcpinfo.Conns
+	// congestion is the TCP congestion control of the connections the
+	// agent accepts (a string; connListener stores what the kernel set on
+	// the last one), which Info announces.
+	congestion atomic.Value
 
 	// jobs are the jobs served and their shares of the budget.
 	jobs *budget.Jobs
@@ -348,8 +352,16 @@ func (s *server) Info(ctx context.Context, req *dataplanepb.InfoRequest) (*datap
 		Job:               job,
 		JobWeight:         sh.Weight,
 		SentBytes:         s.sentBytes.Load(),
+		TcpCongestion:     s.congestionName(),
 		SentOpsCpuNs:      s.sentOpsNS.Load(),
 	}, nil
+}
+
+// congestionName is the congestion control of the connections the agent
+// accepts ("" before the first, or where the kernel does not say).
+func (s *server) congestionName() string {
+	name, _ := s.congestion.Load().(string)
+	return name
 }
 
 // tcpHeader sends, as the response header tcpinfo.Header, the TCP_INFO of
