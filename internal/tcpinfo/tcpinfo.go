@@ -24,7 +24,9 @@ import (
 const FlagUsage = "TCP congestion control `algorithm` (TCP_CONGESTION) of every connection to the other agents, e.g. bbr or cubic; " +
 	"one the kernel lacks (/proc/sys/net/ipv4/tcp_available_congestion_control) refuses to start. " +
 	"Empty keeps the host's default (net.ipv4.tcp_congestion_control): the choice is the operator's, who may have set bbr where the kernel has it; " +
-	"on a long lossy link bbr keeps a connection's rate where cubic falls to a few Mbit/s"
+	"on a long lossy link bbr keeps a connection's rate where cubic falls to a few Mbit/s. " +
+	"The storage agent's Info names what its connections run, and a compute agent with --conns 0 opens one connection to a bbr sender, " +
+	"several to a loss-based one on a long lossy path"
 
 // ErrUnavailable: the platform offers no TCP_INFO or TCP_CONGESTION, or
 // the connection is not a TCP socket (an in-memory pipe in tests).
