@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,77 +201,108 @@ func TestTrainerRankWithNoGoodSample(t *testing.T) {
 }
 
 // pyRanks is a Python trainer of world local ranks on one node: each rank
-// iterates one epoch through sophon.Loader and prints len(loader) and the
-// rows of the batches the loop saw.
+// iterates one epoch through sophon.Loader against each agent named on its
+// command line (socket and yield_empty pairs), in turn, and prints
+// len(loader) and the rows of the batches the loop saw, one line per agent.
+// One process per rank for every agent: PyTorch's import costs a CPU-second
+// or more.
 const pyRanks = `
 import json, sys
 import sophon
-sock, rank, world, yield_empty = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
-loader = sophon.Loader(sock, rank=rank, world=world, local_rank=rank, local_world=world,
-                       yield_empty=yield_empty, timeout=30)
-sizes = [int(images.shape[0]) for images, labels in loader]
-print(json.dumps({"len": len(loader), "sizes": sizes}), flush=True)
-sys.stdin.readline()  # a barrier: a rank leaving mid-epoch fails the others' epoch
-loader.close()
+rank, world, cases = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+for sock, yield_empty in zip(cases[0::2], cases[1::2]):
+    loader = sophon.Loader(sock, rank=rank, world=world, local_rank=rank, local_world=world,
+                           yield_empty=yield_empty == "1", timeout=30)
+    sizes = [int(images.shape[0]) for images, labels in loader]
+    print(json.dumps({"len": len(loader), "sizes": sizes}), flush=True)
+    sys.stdin.readline()  # a barrier: a rank leaving mid-epoch fails the others' epoch
+    loader.close()
 `
 
-// pythonRanks runs pyRanks for world ranks against the agent at path and
-// returns each rank's len(loader) and batch rows.
-func pythonRanks(t *testing.T, path string, world int, yieldEmpty bool) (lens []int, sizes [][]int) {
+// rankCase is one agent that pythonRanks's trainer iterates an epoch of.
+type rankCase struct {
+	path       string
+	yieldEmpty bool
+}
+
+// rankEpoch is what one rank's loop saw of one agent's epoch.
+type rankEpoch struct {
+	Len   int   `json:"len"`
+	Sizes []int `json:"sizes"`
+}
+
+// pythonRanks runs pyRanks for world ranks against each case's agent in
+// turn and returns, per case, each rank's len(loader) and batch rows. The
+// ranks leave an epoch together: each waits on its stdin until every rank
+// printed that epoch's line.
+func pythonRanks(t *testing.T, world int, cases []rankCase) [][]rankEpoch {
 	t.Helper()
 	const python = "/usr/bin/python3"
 	testutil.RequirePython(t, "python3-torch python3-numpy", "torch", "numpy")
 	_, file, _, _ := runtime.Caller(0)
 	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(filepath.Dir(file), "../../python"))
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	lens, sizes = make([]int, world), make([][]int, world)
-	// Every rank waits on stdin until all of them printed their epoch.
-	barrier, release, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
+	args := []string{"-c", pyRanks, "", strconv.Itoa(world)}
+	for _, c := range cases {
+		args = append(args, c.path, map[bool]string{false: "0", true: "1"}[c.yieldEmpty])
 	}
-	defer barrier.Close()
-	var wg, reported sync.WaitGroup
-	reported.Add(world)
-	wg.Go(func() {
-		reported.Wait()
-		release.Close()
-	})
+	type rank struct {
+		cmd    *exec.Cmd
+		stdin  io.WriteCloser
+		stdout *bufio.Reader
+		stderr bytes.Buffer
+	}
+	ranks := make([]*rank, world)
+	defer func() {
+		for r, rk := range ranks {
+			if rk == nil {
+				continue
+			}
+			rk.stdin.Close()
+			if t.Failed() {
+				rk.cmd.Process.Kill()
+			}
+			if err := rk.cmd.Wait(); err != nil && !t.Failed() {
+				t.Errorf("rank %d: %v\n%s", r, err, rk.stderr.Bytes())
+			}
+		}
+	}()
 	for r := range world {
-		wg.Go(func() {
-			cmd := exec.CommandContext(ctx, python, "-c", pyRanks, path, strconv.Itoa(r), strconv.Itoa(world), map[bool]string{false: "0", true: "1"}[yieldEmpty])
-			cmd.Env, cmd.Stdin = env, barrier
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			var got struct {
-				Len   int   `json:"len"`
-				Sizes []int `json:"sizes"`
-			}
-			stdout, err := cmd.StdoutPipe()
+		rk := &rank{cmd: exec.CommandContext(ctx, python, slices.Concat(args[:2], []string{strconv.Itoa(r)}, args[3:])...)}
+		rk.cmd.Env, rk.cmd.Stderr = env, &rk.stderr
+		stdin, err := rk.cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := rk.cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rk.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		rk.stdin, rk.stdout, ranks[r] = stdin, bufio.NewReader(stdout), rk
+	}
+	out := make([][]rankEpoch, len(cases))
+	for c := range cases {
+		out[c] = make([]rankEpoch, world)
+		for r, rk := range ranks {
+			line, err := rk.stdout.ReadBytes('\n')
 			if err == nil {
-				err = cmd.Start()
-			}
-			if err == nil {
-				line, rerr := bufio.NewReader(stdout).ReadBytes('\n')
-				if err = json.Unmarshal(line, &got); rerr != nil {
-					err = rerr
-				}
-				reported.Done()
-				if werr := cmd.Wait(); err == nil {
-					err = werr
-				}
-			} else {
-				reported.Done()
+				err = json.Unmarshal(line, &out[c][r])
 			}
 			if err != nil {
-				t.Errorf("rank %d: %v\n%s", r, err, stderr.Bytes())
+				t.Fatalf("agent %d, rank %d: %v\n%s", c, r, err, rk.stderr.Bytes())
 			}
-			lens[r], sizes[r] = got.Len, got.Sizes
-		})
+		}
+		for _, rk := range ranks { // every rank printed this epoch: release them
+			if _, err := io.WriteString(rk.stdin, "\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	wg.Wait()
-	return lens, sizes
+	return out
 }
 
 // TestPythonLoaderSkippedSamples runs TestTrainerSkippedSamplesKeepBatchesFull's
@@ -281,37 +313,45 @@ func pythonRanks(t *testing.T, path string, world int, yieldEmpty bool) (lens []
 // has no rows: its loop skips it by default and sees it with
 // yield_empty=True, as docs/training.md says.
 func TestPythonLoaderSkippedSamples(t *testing.T) {
+	type skipCase struct {
+		name string
+		rankCase
+		want [][]int // per rank
+	}
+	var cases []skipCase
 	for _, tc := range []struct{ strict, dropLast bool }{{false, false}, {true, false}, {true, true}} {
-		t.Run(fmt.Sprintf("strict=%v/drop_last=%v", tc.strict, tc.dropLast), func(t *testing.T) {
-			bad := slices.Clone(schedule.RankOrder(7, 0, 0, 2, 26, 4, tc.dropLast)[:4])
-			path, _ := startTrainerAgentOn(t, skipFake(t, 26, bad), func(c *Config) {
-				c.Batch, c.StrictOrder, c.OnError, c.Trainer.DropLast = 4, tc.strict, OnErrorSkip, tc.dropLast
-			})
-			want := []int{4, 4, 4, 1}
-			if tc.dropLast {
-				want = want[:3]
-			}
-			lens, sizes := pythonRanks(t, path, 2, false)
-			for r := range 2 {
-				if lens[r] != len(want) || !slices.Equal(sizes[r], want) {
-					t.Errorf("rank %d: len %d, batches of %v rows; want %d batches of %v", r, lens[r], sizes[r], len(want), want)
-				}
-			}
+		bad := slices.Clone(schedule.RankOrder(7, 0, 0, 2, 26, 4, tc.dropLast)[:4])
+		path, _ := startTrainerAgentOn(t, skipFake(t, 26, bad), func(c *Config) {
+			c.Batch, c.StrictOrder, c.OnError, c.Trainer.DropLast = 4, tc.strict, OnErrorSkip, tc.dropLast
 		})
+		want := []int{4, 4, 4, 1}
+		if tc.dropLast {
+			want = want[:3]
+		}
+		cases = append(cases, skipCase{fmt.Sprintf("strict=%v/drop_last=%v", tc.strict, tc.dropLast), rankCase{path, false}, [][]int{want, want}})
 	}
 	for _, yieldEmpty := range []bool{false, true} {
-		t.Run(fmt.Sprintf("rank_all_failed/yield_empty=%v", yieldEmpty), func(t *testing.T) {
-			path, _ := startTrainerAgentOn(t, skipFake(t, 8, []uint64{0, 2, 4, 6}), func(c *Config) {
-				c.Batch, c.StrictOrder, c.OnError = 4, true, OnErrorSkip
-			})
-			lens, sizes := pythonRanks(t, path, 2, yieldEmpty)
-			want := [][]int{{}, {4}}
-			if yieldEmpty {
-				want[0] = []int{0}
-			}
-			for r := range 2 {
-				if lens[r] != 1 || !slices.Equal(sizes[r], want[r]) {
-					t.Errorf("rank %d: len %d, batches of %v rows; want 1 batch, the loop seeing %v", r, lens[r], sizes[r], want[r])
+		path, _ := startTrainerAgentOn(t, skipFake(t, 8, []uint64{0, 2, 4, 6}), func(c *Config) {
+			c.Batch, c.StrictOrder, c.OnError = 4, true, OnErrorSkip
+		})
+		want := [][]int{{}, {4}}
+		if yieldEmpty {
+			want[0] = []int{0}
+		}
+		cases = append(cases, skipCase{fmt.Sprintf("rank_all_failed/yield_empty=%v", yieldEmpty), rankCase{path, yieldEmpty}, want})
+	}
+	rcs := make([]rankCase, len(cases))
+	for i, c := range cases {
+		rcs[i] = c.rankCase
+	}
+	got := pythonRanks(t, 2, rcs)
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for r, e := range got[i] {
+				// len(loader) is batches_per_epoch, whatever the loop sees.
+				wantLen := len(c.want[1])
+				if e.Len != wantLen || !slices.Equal(e.Sizes, c.want[r]) {
+					t.Errorf("rank %d: len %d, batches of %v rows; want %d batches, the loop seeing %v", r, e.Len, e.Sizes, wantLen, c.want[r])
 				}
 			}
 		})

@@ -33,31 +33,34 @@ func generate(t testing.TB, spec synth.Spec, n int) dataset {
 	t.Helper()
 	generated.Lock()
 	defer generated.Unlock()
-	if d, ok := generated.m[spec.Name]; ok && len(d.data) >= n {
-		return dataset{samples: d.samples[:n:n], data: d.data[:n:n]}
+	d := generated.m[spec.Name]
+	if have := len(d.data); have < n {
+		// Sample i depends on i alone: generate only the ones not yet made.
+		more := generateNew(t, spec, have, n)
+		d = dataset{samples: append(d.samples[:have:have], more.samples...), data: append(d.data[:have:have], more.data...)}
+		generated.m[spec.Name] = d
 	}
-	d := generateNew(t, spec, n)
-	generated.m[spec.Name] = d
-	return d
+	return dataset{samples: d.samples[:n:n], data: d.data[:n:n]}
 }
 
-func generateNew(t testing.TB, spec synth.Spec, n int) dataset {
+// generateNew makes samples from (inclusive) to n (exclusive).
+func generateNew(t testing.TB, spec synth.Spec, from, n int) dataset {
 	t.Helper()
-	d := dataset{samples: make([]estimate.Sample, n), data: make([][]byte, n)}
-	errs := make([]error, n)
+	d := dataset{samples: make([]estimate.Sample, n-from), data: make([][]byte, n-from)}
+	errs := make([]error, n-from)
 	var wg sync.WaitGroup
 	for w := range 2 {
 		wg.Go(func() {
-			for i := w; i < n; i += 2 {
+			for i := from + w; i < n; i += 2 {
 				raw, err := spec.Generate(5, i)
 				if err != nil {
-					errs[i] = err
+					errs[i-from] = err
 					continue
 				}
 				h, err := jpeg.ReadHeader(raw)
-				errs[i] = err
-				d.samples[i] = estimate.FromHeader(uint64(i), int64(len(raw)), h)
-				d.data[i] = raw
+				errs[i-from] = err
+				d.samples[i-from] = estimate.FromHeader(uint64(i), int64(len(raw)), h)
+				d.data[i-from] = raw
 			}
 		})
 	}

@@ -256,39 +256,6 @@ func TestExperimentCancel(t *testing.T) {
 	checkNothingLeft(t, bins)
 }
 
-// TestExperimentLoopback runs without namespaces: loopback behind the
-// shaping proxy, as `testbed run` does without root.
-func TestExperimentLoopback(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the binaries")
-	}
-	bins := buildBinaries(t)
-	out := t.TempDir()
-	cfg := Config{
-		Data: smallDataset(t, 24), Out: out, Rates: []shape.Rate{shape.MustParseRate("100mbit")}, StorageCPUs: []float64{1},
-		Policies: []string{"nooff", "resizeoff"}, Epochs: 2, Bin: bins, Mode: ModeLoopback, Log: zerolog.Nop(),
-	}
-	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Mode != results.ModeLoopback || !strings.Contains(res.ModeNote, "loopback") {
-		t.Errorf("mode %q (%s)", res.Mode, res.ModeNote)
-	}
-	for _, r := range res.Cells[0].Runs {
-		if r.Error != "" || !r.ExactlyOnce || !r.ContentMatches {
-			t.Errorf("%s: error %q, exactly once %v, content %v", r.Policy, r.Error, r.ExactlyOnce, r.ContentMatches)
-		}
-		for _, e := range r.Epochs {
-			// The proxy relays the agent's payload plus gRPC's framing.
-			if ratio := float64(e.AgentBytes) / float64(e.ProxyBytes); e.KernelBytes != 0 || math.Abs(ratio-1) > 0.02 {
-				t.Errorf("%s epoch %d: agent %d B, proxy %d B, kernel %d B", r.Policy, e.Epoch, e.AgentBytes, e.ProxyBytes, e.KernelBytes)
-			}
-		}
-	}
-	checkNothingLeft(t, bins)
-}
-
 // TestExperimentTrainLoopback runs the training rows side by side on
 // loopback: the trainer row (the compute agent's trainer socket and
 // python/examples/train_cnn.py through the Python client) and the peer

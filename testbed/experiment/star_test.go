@@ -169,10 +169,11 @@ func TestExperimentStar(t *testing.T) {
 	}
 }
 
-// TestExperimentStarLoopback runs without namespaces: a 1 x 1 experiment,
-// then a 2 x 2 one on loopback, each storage agent behind its own shaping
-// proxy, whose runs must deliver the 1 x 1 run's tensors (Reference).
-func TestExperimentStarLoopback(t *testing.T) {
+// TestExperimentLoopback runs without namespaces, as `testbed run` does
+// without root: a 1 x 1 experiment on loopback behind the shaping proxy,
+// then a 2 x 2 one, each storage agent behind its own shaping proxy, whose
+// runs must deliver the 1 x 1 run's tensors (Reference).
+func TestExperimentLoopback(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binaries")
 	}
@@ -180,18 +181,35 @@ func TestExperimentStarLoopback(t *testing.T) {
 	data := smallDataset(t, 24)
 	one := t.TempDir()
 	base := Config{Data: data, Rates: []shape.Rate{shape.MustParseRate("100mbit")}, StorageCPUs: []float64{1},
-		Epochs: 2, Seed: 5, Bin: bins, Mode: ModeLoopback, Log: zerolog.Nop(), Insecure: true}
+		Epochs: 2, Seed: 5, Bin: bins, Mode: ModeLoopback, Log: zerolog.Nop()}
 	cfg := base
-	cfg.Out, cfg.Policies = one, []string{"nooff"}
-	if _, err := Run(context.Background(), cfg); err != nil {
+	cfg.Out, cfg.Policies = one, []string{"nooff", "resizeoff"}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
+	if res.Mode != results.ModeLoopback || !strings.Contains(res.ModeNote, "loopback") {
+		t.Errorf("mode %q (%s)", res.Mode, res.ModeNote)
+	}
+	for _, r := range res.Cells[0].Runs {
+		if r.Error != "" || !r.ExactlyOnce || !r.ContentMatches {
+			t.Errorf("%s: error %q, exactly once %v, content %v", r.Policy, r.Error, r.ExactlyOnce, r.ContentMatches)
+		}
+		for _, e := range r.Epochs {
+			// The proxy relays the agent's payload plus gRPC's framing.
+			if ratio := float64(e.AgentBytes) / float64(e.ProxyBytes); e.KernelBytes != 0 || math.Abs(ratio-1) > 0.02 {
+				t.Errorf("%s epoch %d: agent %d B, proxy %d B, kernel %d B", r.Policy, e.Epoch, e.AgentBytes, e.ProxyBytes, e.KernelBytes)
+			}
+		}
+	}
+	checkNothingLeft(t, bins)
+
+	base.Insecure = true
 	cfg = base
 	cfg.Out, cfg.Policies, cfg.StorageNodes, cfg.ComputeNodes = t.TempDir(), []string{"nooff", "resizeoff"}, 2, 2
 	cfg.ComputeFlags = []string{"--window", "4"} // see TestExperimentStar
 	cfg.Reference = filepath.Join(one, "100mbit-cpu1", "nooff.samples")
-	res, err := Run(context.Background(), cfg)
-	if err != nil {
+	if res, err = Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
 	if res.Mode != results.ModeLoopback || res.Reference != cfg.Reference || !strings.Contains(res.ModeNote, "its own in-process token bucket") {
