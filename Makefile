@@ -43,11 +43,12 @@ FUZZ_TARGETS := \
 	FuzzParseCgroupFiles:./internal/cpuquota/ \
 	FuzzParseTCPInfo:./internal/tcpinfo/
 # The agents' tests that check what the ops compute (every split's bytes,
-# the JPEG-domain cut, the estimates) rather than how goroutines meet: the
-# race detector makes their image ops 10-20x slower and finds nothing their
-# racing neighbours do not, so make test runs them without it (a regular
+# the JPEG-domain cut, the estimates, every policy's tensors, the 70 MiB
+# files refused) rather than how goroutines meet: the race detector makes
+# their image ops and hashing 10-20x slower and finds nothing their racing
+# neighbours do not, so make test runs them without it (a regular
 # expression for go test -run, and -skip in the race run).
-NORACE := ^(TestPlanFromEstimatesEncoded|TestEncodedSplitWithStorageAgent|TestCutAndFallbackInvariance|TestCutRefetched|TestEstimateRefusesHeaderBombs|TestFetchEverySplit|TestDatasetHostileEntries)$$
+NORACE := ^(TestPlanFromEstimatesEncoded|TestEncodedSplitWithStorageAgent|TestCutAndFallbackInvariance|TestCutRefetched|TestEstimateRefusesHeaderBombs|TestFetchEverySplit|TestDatasetHostileEntries|TestPolicyPlacementInvariance|TestTooLargeFileSameUnderEveryPlan|TestTooLargeRawRefusedAtEverySplit)$$
 NORACE_PKGS := ./compute-agent/computeagent/ ./compute-agent/planner/ ./storage-agent/storageagent/ ./storage-agent/dataset/
 # The S3-compatible server the object-store tests and the testbed start
 # (internal/s3gw): versitygw's POSIX gateway, installed by go install.

@@ -401,10 +401,15 @@ func TestHostileClientsAgainstBinary(t *testing.T) {
 	storageBinary(t)
 	dir := t.TempDir()
 	const n = 120
+	var images [12][]byte // each written n/12 times
 	for i := range n {
-		b, err := synth.JPEG(uint64(i%12), 640, 480, synth.Options{})
-		if err != nil {
-			t.Fatal(err)
+		b := images[i%12]
+		if b == nil {
+			var err error
+			if b, err = synth.JPEG(uint64(i%12), 640, 480, synth.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			images[i%12] = b
 		}
 		datasettest.WriteFile(t, filepath.Join(dir, fmt.Sprintf("c%d", i%3), fmt.Sprintf("%03d.jpg", i)), b)
 	}
