@@ -243,9 +243,9 @@ func pythonRanks(t *testing.T, world int, cases []rankCase) [][]rankEpoch {
 	env := append(os.Environ(), "PYTHONPATH="+filepath.Join(filepath.Dir(file), "../../python"))
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	args := []string{"-c", pyRanks, "", strconv.Itoa(world)}
+	var caseArgs []string
 	for _, c := range cases {
-		args = append(args, c.path, map[bool]string{false: "0", true: "1"}[c.yieldEmpty])
+		caseArgs = append(caseArgs, c.path, map[bool]string{false: "0", true: "1"}[c.yieldEmpty])
 	}
 	type rank struct {
 		cmd    *exec.Cmd
@@ -269,7 +269,7 @@ func pythonRanks(t *testing.T, world int, cases []rankCase) [][]rankEpoch {
 		}
 	}()
 	for r := range world {
-		rk := &rank{cmd: exec.CommandContext(ctx, python, slices.Concat(args[:2], []string{strconv.Itoa(r)}, args[3:])...)}
+		rk := &rank{cmd: exec.CommandContext(ctx, python, append([]string{"-c", pyRanks, strconv.Itoa(r), strconv.Itoa(world)}, caseArgs...)...)}
 		rk.cmd.Env, rk.cmd.Stderr = env, &rk.stderr
 		stdin, err := rk.cmd.StdinPipe()
 		if err != nil {
