@@ -126,7 +126,9 @@ func (e *Epoch) prepare(fs []*Fetcher, jr *journal.Journal) error {
 		e.sched.Order(func(pos int) float64 { return e.first(order[pos]) })
 	}
 	if !cfg.StrictOffload {
-		e.shed.Store(e.newShedder(plan, e.linkRate, e.storageCores))
+		sh := e.newShedder(plan, e.linkRate, e.storageCores)
+		sh.Prime()
+		e.shed.Store(sh)
 	}
 	var raw uint64
 	for pos, s := range order {

@@ -29,6 +29,9 @@ type Plan interface {
 	// StorageSpeed turns the hints' ns (on the profile's clock) into the
 	// planner's: the planner's storage speed, 1 without a profile.
 	StorageSpeed() float64
+	// StorageNSPerByte is the planner's storage CPU ns per byte sent
+	// (policy.Resources.StorageNSPerByte; 0: none), for the shedder.
+	StorageNSPerByte() float64
 	// Replica is the storage agent the plan chose to serve sample; ok is
 	// false where it chose none.
 	Replica(sample uint64) (name string, ok bool)

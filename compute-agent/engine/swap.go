@@ -31,7 +31,7 @@ func (e *Epoch) shedder() *schedule.Shedder { return e.shed.Load() }
 // (schedule.NewShedder).
 func (e *Epoch) newShedder(plan Plan, linkRate, cores float64) *schedule.Shedder {
 	wire := func(sample uint64, k int) float64 { return float64(e.cfg.Sizes.Estimate(k, e.cat.RawSizes[sample])) }
-	return schedule.NewShedder(e.order, e.split, wire, plan, plan.StorageSpeed(), linkRate, cores, e.cfg.Now)
+	return schedule.NewShedder(e.order, e.split, wire, plan, plan.StorageSpeed(), plan.StorageNSPerByte(), linkRate, cores, e.cfg.Now)
 }
 
 // capLanes bounds what each lane of f's window holds in flight, each
@@ -110,6 +110,7 @@ func (e *Epoch) Swap(plan Plan, splitOf func(sample uint64) int, linkRate, cores
 				sh.Done(pos)
 			}
 		}
+		sh.Prime()
 		e.shed.Store(sh)
 	})
 	e.log.Info().Str("plan", plan.Name()).Int("requested", len(e.order)-left).Int("left", left).Msg("plan switched mid-epoch")

@@ -636,6 +636,8 @@ type RunPlan struct {
 	varying []uint32
 	// Speed is the planner's storage Speed (1 without a profile).
 	Speed float64
+	// NSPerByte is the planner's StorageNSPerByte (0 without a profile).
+	NSPerByte float64
 	// nodes names the storage agents a cluster plan's Replica indexes;
 	// nil for a plan on pooled resources.
 	nodes []string
@@ -660,6 +662,7 @@ func NewRunPlan(pl *policy.Plan, p *profiler.Profile, r policy.Resources) *RunPl
 	if r.StorageSpeed > 0 {
 		out.Speed = r.StorageSpeed
 	}
+	out.NSPerByte = max(r.StorageNSPerByte, 0)
 	n := len(pl.Split)
 	out.prio, out.cost, out.varying = make([]uint32, n), make([]uint64, n), make([]uint32, n)
 	for i := range min(n, len(p.Samples)) {
@@ -698,6 +701,11 @@ func (p *RunPlan) Name() string { return p.plan.Policy }
 // StorageSpeed is p.Speed, the planner's storage speed the hints' ns are
 // divided by (the engine's Plan).
 func (p *RunPlan) StorageSpeed() float64 { return p.Speed }
+
+// StorageNSPerByte is the planner's storage CPU ns per payload byte sent
+// (policy.Resources.StorageNSPerByte), which the shedder prices as the
+// model does.
+func (p *RunPlan) StorageNSPerByte() float64 { return p.NSPerByte }
 
 // Entry is the index of sample's entry in the plan, if it has one.
 func (p *RunPlan) Entry(sample uint64) (int, bool) {

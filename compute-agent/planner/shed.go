@@ -17,11 +17,16 @@ import (
 
 // Shed is the prediction of plan, a plan of in indexed as run (its
 // per-entry priorities, RunPlan.HintAt), once the Shedder's rule has run
-// in the model: when the plan's storage time is more than the link time
-// x (1+schedule.ShedTrigger), the offloads go raw (split 0, uncompressed)
+// in the model, with the storage agents as fast as the plan assumes (the
+// Shedder's primed cut, which it keeps while their measured speed is
+// within schedule.ShedTrigger of that): when the plan's storage time is
+// more than the link time x (1+schedule.ShedSlack), the offloads go raw
+// (split 0, uncompressed)
 // from the lowest priority up, a priority's offloads together (the
 // Shedder's cut), until the storage time is no more than the link time x
-// (1+schedule.ShedSlack), or none is left. A raw sample's ops move to the
+// (1+schedule.ShedSlack), or none is left, short of a last group that
+// would leave the larger of the storage and link times larger. A raw
+// sample's ops move to the
 // compute side and its raw bytes to the link; policy.Predict prices every
 // step. It returns plan.Pred and 0 when nothing is shed, else the shed
 // plan's prediction and how many offloads it moved raw.
@@ -35,7 +40,7 @@ func Shed(in policy.Instance, plan *policy.Plan, run *RunPlan) (policy.Predictio
 	pr := plan.Pred
 	// No link rate or no storage cores: the Shedder has nothing to
 	// balance (schedule.NewShedder returns none).
-	if pr.LinkSeconds <= 0 || pr.StorageSeconds <= pr.LinkSeconds*(1+schedule.ShedTrigger) || !run.Hinted() {
+	if pr.LinkSeconds <= 0 || pr.StorageSeconds <= pr.LinkSeconds*(1+schedule.ShedSlack) || !run.Hinted() {
 		return pr, 0, nil
 	}
 	// The offloads with a hint, least efficient first, and where each
@@ -84,6 +89,19 @@ func Shed(in policy.Instance, plan *policy.Plan, run *RunPlan) (policy.Predictio
 		} else {
 			lo = mid + 1
 		}
+	}
+	// The group that crosses over may put more on the link than it takes
+	// off the storage side (the Shedder keeps it then): every group
+	// before it leaves the storage side the larger, so only it can.
+	prev, shed := pr, 0
+	if hi > 1 {
+		if prev, err = predict(hi - 1); err != nil {
+			return policy.Prediction{}, 0, err
+		}
+		shed = ends[hi-2]
+	}
+	if max(best.StorageSeconds, best.LinkSeconds) >= max(prev.StorageSeconds, prev.LinkSeconds) {
+		return prev, shed, nil
 	}
 	return best, ends[hi-1], nil
 }

@@ -24,16 +24,17 @@ import (
 //
 //	S = planned cores x ratio
 //
-// and compares the storage time of the offloads still owed, C/S, with the
-// link time of every byte still owed, B/R (the planner's link rate). When
-// the storage side would finish more than ShedTrigger after the link (once
-// shedding, ShedSlack), it
-// takes the offloads not yet requested from the least efficient (the
-// plan's priority: bytes saved per storage CPU-ms) up, moving each one's
-// CPU out of C and its saved bytes into B, until the two meet: those
-// positions are requested raw (split 0) and finished here. Every
-// recomputation starts again from the plan, so when the storage side
-// recovers, the positions still to come are offloaded again.
+// (the planned cores alone while the ratio is within ShedTrigger of 1,
+// and before any offload has come back: Prime), and compares the storage
+// time of the offloads still owed, C/S, with the link time of every byte
+// still owed, B/R (the planner's link rate). When the storage side would
+// finish more than ShedSlack after the link, it takes the offloads not
+// yet requested from the least efficient (the plan's priority: bytes
+// saved per storage CPU-ms) up, moving each one's CPU out of C and its
+// saved bytes into B, until the two meet: those positions are requested
+// raw (split 0) and finished here. Every recomputation starts again from
+// the plan, so when the storage side recovers, the positions still to
+// come are offloaded again.
 //
 // The bytes the model sees are the same at any split, so shedding changes
 // only where the work runs.
@@ -41,16 +42,28 @@ import (
 const (
 	// shedWindow is how many recent offloads measure the storage
 	// agents' throughput; shedMin is how many must have finished first.
-	shedWindow = 16
-	shedMin    = 8
+	// One offload's budget time over the plan's estimate scatters by
+	// about 0.4 in the log (its crop differs from the profiled one's,
+	// and the cores are shared; 2026-11-30, openimages-like at half a
+	// core): over 32 the mean's standard error is 0.07, a third of the
+	// ShedTrigger band (log 1.25 = 0.22). Over 16 the window read
+	// 0.78-1.35 of the epoch's own mean and shed on noise.
+	shedWindow = 32
+	shedMin    = 32
 	// shedEvery is the least time between recomputations.
 	shedEvery = 50 * time.Millisecond
 	// ShedSlack is how far past the link's the storage side may finish
-	// once offloads are being shed; ShedTrigger how far before the
-	// first one is. The plan balances the two, and the first offloads of
-	// an epoch measure slow (a CPU quota spent by a neighbour while the
-	// agent idled between epochs): a small imbalance is cheaper to
-	// carry than raw bytes the link must take on.
+	// before offloads are shed. ShedTrigger is how far the storage
+	// agents' measured speed (planned over held ns, over the last
+	// shedWindow offloads) must be from the plan's, either way, before
+	// the shedder prices the rest of the epoch at it rather than at the
+	// plan's: a window's noise (above), and an epoch's own offset from
+	// the plan's costs (0.85-1.17 measured; the next epoch's calibration
+	// corrects it), should not move raw bytes onto a link a balanced plan
+	// has already filled. Within it the epoch runs the cut the plan's own
+	// costs call for (Prime), which is what the model predicts
+	// (planner.Shed); a neighbour that takes the storage CPU moves it
+	// past the band within about a dozen offloads.
 	ShedSlack   = 0.05
 	ShedTrigger = 0.25
 )
@@ -67,7 +80,10 @@ const (
 type Shedder struct {
 	cores float64 // the storage agents' cores, as planned
 	rate  float64 // the planner's link rate, bytes/s
-	now   func() time.Time
+	// perByte is the planner's storage CPU ns per byte sent
+	// (policy.Resources.StorageNSPerByte): 0 where it has none.
+	perByte float64
+	now     func() time.Time
 
 	// By position: the plan's priority and storage ns (on the planner's
 	// clock: the profile's estimate over its storage speed) of an
@@ -81,6 +97,9 @@ type Shedder struct {
 
 	// cut: positions with a priority below it are requested raw.
 	cut atomic.Uint32
+	// primed is the cut at the plan's own speed (Prime), which the
+	// epoch keeps while the measured speed is within ShedTrigger of it.
+	primed uint32
 	// shed counts the positions requested raw.
 	shed atomic.Int64
 
@@ -121,14 +140,15 @@ func CPUOf(h Hints, order []uint64) func(pos, k int) int64 {
 // shed: no per-sample plan, no offload, or no known link rate (bytes/s) or
 // storage cores. wire is a sample's estimated wire bytes at split k;
 // speed, the planner's storage speed, turns the hints' ns into the
-// planner's clock.
-func NewShedder(order []uint64, split []int, wire func(sample uint64, k int) float64, hints Hints, speed, linkRate, cores float64, now func() time.Time) *Shedder {
+// planner's clock; perByte is the planner's storage CPU ns per byte sent
+// (0: none).
+func NewShedder(order []uint64, split []int, wire func(sample uint64, k int) float64, hints Hints, speed, perByte, linkRate, cores float64, now func() time.Time) *Shedder {
 	if !hints.Hinted() || linkRate <= 0 || cores <= 0 {
 		return nil
 	}
 	n := len(order)
 	s := &Shedder{
-		cores: cores, rate: linkRate, now: now,
+		cores: cores, rate: linkRate, perByte: max(perByte, 0), now: now,
 		prio: make([]uint32, n), cost: make([]float64, n), raw: make([]float64, n), wire: make([]float64, n),
 		state: make([]uint8, n),
 	}
@@ -209,7 +229,27 @@ func (s *Shedder) Count() int64 {
 	return s.shed.Load()
 }
 
-// rebalanceLocked sets cut for the positions not yet requested.
+// Prime sets the cut the plan's own costs call for (the storage agents
+// as fast as planned), before any offload has been measured: the cut the
+// model's prediction assumes (planner.Shed applies the same rule to the
+// whole epoch). Without it the first window of requests, sent before
+// shedMin offloads have come back, went out at their planned splits
+// however storage-bound the plan, and the epoch carried the offloads the
+// prediction had shed. Call it once the positions already received are
+// marked Done. The epoch keeps this cut while the measured speed is
+// within ShedTrigger of the plan's (rebalanceLocked).
+func (s *Shedder) Prime() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rebalanceAtLocked(s.cores)
+	s.primed = s.cut.Load()
+}
+
+// rebalanceLocked sets cut for the positions not yet requested, at the
+// storage agents' measured speed.
 func (s *Shedder) rebalanceLocked() {
 	var planned, held float64
 	for i := range min(s.n, shedWindow) {
@@ -219,7 +259,20 @@ func (s *Shedder) rebalanceLocked() {
 	if planned <= 0 || held <= 0 {
 		return
 	}
-	speed := s.cores * planned / held // planned ns per ns
+	if m := planned / held; m < 1/(1+ShedTrigger) || m > 1+ShedTrigger {
+		s.rebalanceAtLocked(s.cores * m)
+		return
+	}
+	// Within the noise: the plan's cut, fixed when the epoch started.
+	// Recomputed over what is owed at each moment it would follow the
+	// mix of the positions left (which offloads happen to remain) and
+	// shed more than the plan's cut in all.
+	s.cut.Store(s.primed)
+}
+
+// rebalanceAtLocked sets cut for the positions not yet requested with the
+// storage agents running speed planned ns per ns.
+func (s *Shedder) rebalanceAtLocked(speed float64) {
 	// What is still owed: storage ns of the offloads requested as planned
 	// or still to request, and every position's wire bytes.
 	var storage, bytes float64
@@ -235,19 +288,37 @@ func (s *Shedder) rebalanceLocked() {
 	}
 	cut := uint32(0)
 	link := func() float64 { return bytes / s.rate * 1e9 }
-	if s.cut.Load() == 0 && storage/speed <= link()*(1+ShedTrigger) {
-		return
-	}
-	for _, pos := range s.byPrio {
-		if storage/speed <= link()*(1+ShedSlack) {
+	// The storage side's time: the offloads' ops at speed, and sending
+	// every byte still owed (the planner's transport CPU per byte, on the
+	// agents' cores), as the model prices it.
+	stor := func() float64 { return storage/speed + bytes*s.perByte/s.cores }
+	// One priority's offloads together, as the cut takes them.
+	for j := 0; j < len(s.byPrio); {
+		if stor() <= link()*(1+ShedSlack) {
 			break
 		}
-		if s.state[pos] != owed {
+		p := s.prio[s.byPrio[j]]
+		var dStorage, dBytes float64
+		owes := false
+		for ; j < len(s.byPrio) && s.prio[s.byPrio[j]] == p; j++ {
+			if pos := s.byPrio[j]; s.state[pos] == owed {
+				dStorage += s.cost[pos]
+				dBytes += s.raw[pos] - s.wire[pos]
+				owes = true
+			}
+		}
+		if !owes {
 			continue
 		}
-		storage -= s.cost[pos]
-		bytes += s.raw[pos] - s.wire[pos]
-		cut = s.prio[pos] + 1
+		// The last group that crosses over may put more on the link than
+		// it takes off the storage side: keep it.
+		before := max(stor(), link())
+		storage -= dStorage
+		bytes += dBytes
+		if max(stor(), link()) >= before {
+			break
+		}
+		cut = p + 1
 	}
 	s.cut.Store(cut)
 }

@@ -45,19 +45,78 @@ func TestShedderKeepsABalancedPlan(t *testing.T) {
 	}
 }
 
+// TestShedderPrime: primed, a storage-bound plan sheds its least efficient
+// offloads from the first request, as many as the plan's own costs call
+// for; a balanced plan sheds none; and the measured speed takes over.
+func TestShedderPrime(t *testing.T) {
+	// 100 offloads of 1 ms on one core (100 ms) against 100 x 200 B at
+	// 100 kB/s (200 ms of link): balanced enough, nothing primed.
+	s, _ := testShedder(100, 100e3, 1)
+	s.Prime()
+	if c := s.cut.Load(); c != 0 {
+		t.Fatalf("a link-bound plan primed cut %d", c)
+	}
+	// At 800 kB/s the link takes 25 ms: storage 4x it. Each position
+	// shed moves 1 ms of storage and adds 800 B (1 ms of link): x shed
+	// leave 100 - x ms against 25 + x, within ShedSlack from x = 36.
+	s, now := testShedder(100, 800e3, 1)
+	s.Prime()
+	shed := 0
+	for pos := range 100 {
+		if s.Split(pos, 1) == 0 {
+			shed++
+			if pos >= 36 {
+				t.Fatalf("position %d primed raw: not among the least efficient", pos)
+			}
+		}
+	}
+	if shed != 36 {
+		t.Fatalf("primed %d raw, want 36", shed)
+	}
+	// Served at four times the planned speed, the storage side keeps
+	// up: once shedMin offloads are back the cut is lifted.
+	serve(s, now, 36, 36+shedMin, 0.25)
+	if c := s.cut.Load(); c != 0 {
+		t.Fatalf("cut %d after offloads served at 4x the planned speed", c)
+	}
+}
+
 func TestShedderShedsTheLeastEfficient(t *testing.T) {
 	const n = 1000
 	s, now := testShedder(n, 200e3, 1)
+	// Priorities spread over the positions (a permutation of 1..n), as
+	// an epoch's shuffled order spreads them.
+	least, most := -1, -1
+	s.byPrio = s.byPrio[:0]
+	for pos := range n {
+		s.prio[pos] = uint32((pos+500)*7919%n + 1)
+		switch s.prio[pos] {
+		case 1:
+			least = pos
+		case n:
+			most = pos
+		}
+	}
+	for p := uint32(1); p <= n; p++ {
+		for pos := range n {
+			if s.prio[pos] == p {
+				s.byPrio = append(s.byPrio, pos)
+			}
+		}
+	}
+	if least < shedMin || most < shedMin {
+		t.Fatalf("test set-up: positions %d and %d are among the first %d", least, most, shedMin)
+	}
 	// The storage side runs at a quarter of the planned speed from the
 	// start: once shedMin offloads are back, the least efficient of the
 	// offloads still owed are requested raw.
 	serve(s, now, 0, shedMin, 4)
 	cut := s.cut.Load()
 	if cut <= 1 {
-		t.Fatalf("cut %d after 20 offloads at a quarter of the planned speed: nothing would be shed", cut)
+		t.Fatalf("cut %d after %d offloads at a quarter of the planned speed: nothing would be shed", cut, shedMin)
 	}
-	if s.Split(0, 1) != 0 || s.Split(n-1, 1) != 1 {
-		t.Fatalf("cut %d: position 0 (least efficient) requested at %d, position n-1 (most) at %d; want 0 and 1", cut, s.Split(0, 1), s.Split(n-1, 1))
+	if s.Split(least, 1) != 0 || s.Split(most, 1) != 1 {
+		t.Fatalf("cut %d: position %d (least efficient) requested at %d, position %d (most) at %d; want 0 and 1", cut, least, s.Split(least, 1), most, s.Split(most, 1))
 	}
 	// The balance: the storage time of what stays offloaded (at a
 	// quarter speed) is about the link time of everything owed.
