@@ -47,10 +47,12 @@ func TestLinkLayout(t *testing.T) {
 		{"ip", "link", "add", "tb-1s", "netns", "tb-1-s", "type", "veth", "peer", "name", "tb-1c", "netns", "tb-1-c"},
 		{"ip", "-n", "tb-1-s", "link", "set", "lo", "up"},
 		{"ip", "-n", "tb-1-s", "addr", "add", "10.9.8.1/24", "dev", "tb-1s"},
+		{"ip", "-n", "tb-1-s", "link", "set", "tb-1s", "addrgenmode", "none"},
 		{"ip", "-n", "tb-1-s", "link", "set", "tb-1s", "up"},
 		{"tc", "-n", "tb-1-s", "qdisc", "add", "dev", "tb-1s", "root", "tbf", "rate", "400mbit", "burst", "200000", "latency", "50000us"},
 		{"ip", "-n", "tb-1-c", "link", "set", "lo", "up"},
 		{"ip", "-n", "tb-1-c", "addr", "add", "10.9.8.2/24", "dev", "tb-1c"},
+		{"ip", "-n", "tb-1-c", "link", "set", "tb-1c", "addrgenmode", "none"},
 		{"ip", "-n", "tb-1-c", "link", "set", "tb-1c", "up"},
 		{"tc", "-n", "tb-1-c", "qdisc", "add", "dev", "tb-1c", "root", "tbf", "rate", "400mbit", "burst", "200000", "latency", "50000us"},
 	}
