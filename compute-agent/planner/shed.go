@@ -21,15 +21,14 @@ import (
 // Shedder's primed cut, which it keeps while their measured speed is
 // within schedule.ShedTrigger of that): when the plan's storage time is
 // more than the link time x (1+schedule.ShedSlack), the offloads go raw
-// (split 0, uncompressed)
-// from the lowest priority up, a priority's offloads together (the
-// Shedder's cut), until the storage time is no more than the link time x
-// (1+schedule.ShedSlack), or none is left, short of a last group that
-// would leave the larger of the storage and link times larger. A raw
-// sample's ops move to the
-// compute side and its raw bytes to the link; policy.Predict prices every
-// step. It returns plan.Pred and 0 when nothing is shed, else the shed
-// plan's prediction and how many offloads it moved raw.
+// (split 0, uncompressed) from the lowest priority up, a priority's
+// offloads together (the Shedder's cut), until the storage time is no
+// more than the link time x (1+schedule.ShedSlack), or none is left,
+// short of a last group that would leave the larger of the storage and
+// link times larger. A raw sample's ops move to the compute side and its
+// raw bytes to the link; policy.Predict prices every step. It returns
+// plan.Pred and 0 when nothing is shed, else the shed plan's prediction
+// and how many offloads it moved raw.
 //
 // The shed count is found by bisection over the priority groups: the
 // storage time falls and the link time grows with every group moved (a
