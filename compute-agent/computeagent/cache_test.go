@@ -301,6 +301,9 @@ func TestCacheWarmEpoch(t *testing.T) {
 	}{{policy.NameSOPHON, policySamples}, {policy.NameNoOff, 0}} {
 		cfg, _ := policyConfig(t, c.policy, constBPS(1e6), 1)
 		cfg.CacheDir, cfg.CacheBytes = t.TempDir(), 64<<20
+		// Under -race beside other tests stage 1 can time the compute
+		// side slower than the link and skip stage 2: profile regardless.
+		cfg.ForceProfile = true
 		reports, err := runAgent(t, cfg)
 		if err != nil {
 			t.Fatal(err)
