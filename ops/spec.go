@@ -14,6 +14,8 @@ import (
 	"sort"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sophon-dl/sophon/ops/jpeg"
 )
 
 // Spec describes a pipeline: a name and an ordered list of ops. It is read
@@ -282,6 +284,9 @@ func buildOp(s OpSpec) (Op, OpSpec, error) {
 		sub, ok := subsamplings[c.Subsampling]
 		if !ok {
 			return nil, c, fmt.Errorf("subsampling %q must be 4:2:0 or 4:4:4", s.Subsampling)
+		}
+		if sub == 444 && !jpeg.Writes444 {
+			return nil, c, fmt.Errorf("subsampling 4:4:4: this build's encoder (%s, built without cgo) writes only 4:2:0; build with cgo for libjpeg-turbo, or write the spec with subsampling \"4:2:0\" (testbed/scripts/imagenet-train-q95-420.yaml)", jpeg.Backend)
 		}
 		return Encode{Quality: c.Quality, Subsampling: sub}, c, nil
 	case "to_tensor":

@@ -504,6 +504,9 @@ import (
 // Backend names the codec in use: "libjpeg-turbo" or "image/jpeg".
 const Backend = "libjpeg-turbo"
 
+// Writes444 says whether Encode writes 4:4:4 colour JPEGs.
+const Writes444 = true
+
 // resultError maps a C result to a sentinel-wrapping error.
 func resultError(res *C.sj_result, what string) error {
 	msg := C.GoString(&res.msg[0])

@@ -23,6 +23,10 @@ import (
 // Backend names the codec in use: "libjpeg-turbo" or "image/jpeg".
 const Backend = "image/jpeg"
 
+// Writes444 says whether Encode writes 4:4:4 colour JPEGs: image/jpeg
+// writes only 4:2:0.
+const Writes444 = false
+
 // goError maps an image/jpeg error to a sentinel-wrapping error.
 func goError(err error) error {
 	var fe stdjpeg.FormatError
