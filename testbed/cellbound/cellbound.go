@@ -53,7 +53,7 @@ type Inputs struct {
 // done.
 func Of(c *results.Cell, in Inputs) *results.CellBound {
 	b := &results.CellBound{
-		LinkBytesPerSec:  c.RateBitsPerSec / 8,
+		LinkBytesPerSec:  c.PayloadBytesPerSec(),
 		StorageCores:     c.StorageCPUs * float64(max(in.StorageNodes, 1)),
 		ComputeCores:     CellComputeCores(c, in.ComputeFlags),
 		GPUSamplesPerSec: in.GPURate,

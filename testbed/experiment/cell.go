@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -164,10 +165,14 @@ func (x *experiment) newBed(ctx context.Context, p point, cpus float64) (*bed.Be
 // and storage CPU limit; rep numbers the repetition with --repeat (0:
 // none).
 func (x *experiment) cell(ctx context.Context, p point, cpus float64, rep int) (results.Cell, error) {
-	cell := results.Cell{Rate: p.rate, RateBitsPerSec: p.bits, StorageCPUs: cpus, Repetition: rep}
+	cell := results.Cell{Rate: p.rate, RateBitsPerSec: p.bits, StorageCPUs: cpus, Repetition: rep, LinkPayloadFraction: 1}
+	if x.res.Mode == results.ModeNetns {
+		cell.LinkPayloadFraction = netns.PayloadFraction(netns.DefaultMTU, true)
+	}
 	if w := p.wan; w != nil {
 		cell.DelayLine = true
 		cell.RTTMs, cell.JitterMs, cell.Loss = durationMs(w.RTT), durationMs(w.Jitter), w.Loss
+		cell.LinkPayloadFraction = netns.PayloadFraction(cmp.Or(x.cfg.WANMTU, netns.DefaultMTU), false)
 	}
 	if x.multi() {
 		for _, r := range p.links {

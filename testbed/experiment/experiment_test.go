@@ -173,8 +173,10 @@ func TestExperimentNetns(t *testing.T) {
 	// One bound for the cell, over its profile and its own resources,
 	// and every policy's steady epoch with the plan's per-resource
 	// prediction for the report's account.
-	if b := res.Cells[0].Bound; b == nil || b.Seconds <= 0 || b.LinkBytesPerSec != 40e6/8 || b.StorageCores != 0.5 || b.Samples != 40 {
-		t.Errorf("cell bound %+v: want one over the cell's 40 samples at 5 MB/s and 0.5 storage cores", b)
+	// Its link carries the payload of 40 Mbit/s of Ethernet frames.
+	payload := 40e6 / 8 * netns.PayloadFraction(netns.DefaultMTU, true)
+	if b := res.Cells[0].Bound; b == nil || b.Seconds <= 0 || b.LinkBytesPerSec != payload || b.StorageCores != 0.5 || b.Samples != 40 {
+		t.Errorf("cell bound %+v: want one over the cell's 40 samples at %.0f B/s and 0.5 storage cores", b, payload)
 	}
 	for _, r := range runs {
 		if e := r.Steady(); r.Policy != results.PeerPolicy && e != nil && (e.Prediction == nil || e.Prediction.Seconds != e.PredictedSeconds) {

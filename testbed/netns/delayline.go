@@ -38,6 +38,33 @@ import (
 // link.
 const DefaultMTU = 1500
 
+// TCP/IPv4 header bytes of every segment the nodes send: IPv4's 20, TCP's
+// 20 and the timestamp option's 12 (Linux's default, tcp_timestamps=1);
+// on a veth each frame also carries Ethernet's 14.
+const (
+	segmentHeaderBytes  = 20 + 20 + 12
+	ethernetHeaderBytes = 14
+)
+
+// PayloadFraction is the share of a shaped rate that TCP's payload can
+// have on a link of this MTU: tbf charges every segment's headers, a large
+// GSO packet's included (the kernel counts each segment's headers into its
+// length, qdisc_pkt_len_init), so full segments of MTU-52 payload bytes
+// cost MTU bytes of the rate on the delay line's TUN devices (IP packets)
+// and MTU+14 on a veth (Ethernet frames): 1448/1514 = 0.956 at MTU 1500 on
+// the veth pair. What TLS and HTTP/2 add inside the payload is the
+// agents', not the link's.
+func PayloadFraction(mtu int, ethernet bool) float64 {
+	if mtu <= segmentHeaderBytes {
+		return 0
+	}
+	frame := mtu
+	if ethernet {
+		frame += ethernetHeaderBytes
+	}
+	return float64(mtu-segmentHeaderBytes) / float64(frame)
+}
+
 const (
 	// lanePackets bounds a lane's queue in packets, whatever their size.
 	lanePackets = 1 << 15

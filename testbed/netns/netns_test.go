@@ -264,3 +264,18 @@ func TestCloseKillsCommands(t *testing.T) {
 		t.Errorf("processes left in %s: %s", q.ComputeNS, out)
 	}
 }
+
+// TestPayloadFraction: full TCP segments of MTU-52 payload bytes (IPv4,
+// TCP and its timestamps) cost MTU bytes of a TUN device's rate and MTU+14
+// of a veth's; an MTU with no room for payload has none.
+func TestPayloadFraction(t *testing.T) {
+	for _, c := range []struct {
+		mtu      int
+		ethernet bool
+		want     float64
+	}{{1500, true, 1448.0 / 1514}, {1500, false, 1448.0 / 1500}, {9000, true, 8948.0 / 9014}, {52, false, 0}, {0, true, 0}} {
+		if got := PayloadFraction(c.mtu, c.ethernet); got != c.want {
+			t.Errorf("PayloadFraction(%d, %v) = %v, want %v", c.mtu, c.ethernet, got, c.want)
+		}
+	}
+}

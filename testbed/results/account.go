@@ -28,8 +28,9 @@ const BoundNoise = 0.03
 type CellBound struct {
 	// Seconds is the bound; 0 when there is none (Error says why).
 	Seconds float64 `json:"seconds,omitempty"`
-	// LinkBytesPerSec is the cell's shaped rate (RateBitsPerSec / 8): the
-	// payload can cross no faster, as every frame's headers share it.
+	// LinkBytesPerSec is the payload rate of the cell's link
+	// (Cell.PayloadBytesPerSec): the shaped rate less the headers that
+	// every segment carries and tbf charges.
 	LinkBytesPerSec float64 `json:"link_bytes_per_sec"`
 	// StorageCores is the storage agents' quota (StorageCPUs per storage
 	// node, summed).
@@ -105,7 +106,7 @@ func AccountOf(c *Cell, e *Epoch) (a Account, ok bool) {
 		a.MeasBytes = float64(e.KernelPayloadBytes)
 	}
 	if c.RateBitsPerSec > 0 {
-		a.MeasLink = a.MeasBytes / (c.RateBitsPerSec / 8)
+		a.MeasLink = a.MeasBytes / c.PayloadBytesPerSec()
 	}
 	a.MeasStorageCPU = e.StorageCPUSeconds + e.StorageNSPerByte*float64(e.AgentBytes)/1e9
 	if cores := c.storageCores(p.StorageCores); cores > 0 {

@@ -29,7 +29,8 @@ func accountCell(seconds float64, e Epoch) *Cell {
 func close9(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
 
 // TestAccountOf: the measured side of the account is the kernel's payload
-// (the agent's bytes without it) over the shaped rate, the ops' CPU plus
+// (the agent's bytes without it) over the link's payload rate (the shaped
+// rate times Cell.LinkPayloadFraction; unset: the shaped rate), the ops' CPU plus
 // the measured transport over the cell's storage cores, and the compute
 // CPU over the cell's compute cores; the predicted side is the plan's.
 func TestAccountOf(t *testing.T) {
@@ -39,12 +40,16 @@ func TestAccountOf(t *testing.T) {
 		bytes    float64
 		storCPU  float64
 		storTime float64
+		frac     float64
+		payload  float64
 	}{
-		{"kernel payload", Epoch{AgentBytes: 24e6, KernelPayloadBytes: 25e6, StorageCPUSeconds: 0.8, ComputeCPUSeconds: 3}, 25e6, 0.8, 1.6},
-		{"agent bytes, transport", Epoch{AgentBytes: 20e6, StorageCPUSeconds: 0.8, StorageNSPerByte: 10, ComputeCPUSeconds: 3}, 20e6, 1.0, 2.0},
+		{"kernel payload", Epoch{AgentBytes: 24e6, KernelPayloadBytes: 25e6, StorageCPUSeconds: 0.8, ComputeCPUSeconds: 3}, 25e6, 0.8, 1.6, 0, 12.5e6},
+		{"agent bytes, transport", Epoch{AgentBytes: 20e6, StorageCPUSeconds: 0.8, StorageNSPerByte: 10, ComputeCPUSeconds: 3}, 20e6, 1.0, 2.0, 1, 12.5e6},
+		{"headers", Epoch{AgentBytes: 24e6, KernelPayloadBytes: 25e6, StorageCPUSeconds: 0.8, ComputeCPUSeconds: 3}, 25e6, 0.8, 1.6, 0.8, 10e6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := accountCell(2.5, tc.e)
+			c.LinkPayloadFraction = tc.frac
 			a, ok := AccountOf(c, c.Runs[0].Steady())
 			if !ok {
 				t.Fatal("no account for an epoch with a prediction")
@@ -56,7 +61,7 @@ func TestAccountOf(t *testing.T) {
 				{"pred bytes", a.PredBytes, 25e6}, {"pred link", a.PredLink, 2},
 				{"pred storage CPU", a.PredStorageCPU, 1.5}, {"pred storage", a.PredStorage, 3},
 				{"pred compute CPU", a.PredComputeCPU, 4}, {"pred compute", a.PredCompute, 2},
-				{"meas bytes", a.MeasBytes, tc.bytes}, {"meas link", a.MeasLink, tc.bytes / 12.5e6},
+				{"meas bytes", a.MeasBytes, tc.bytes}, {"meas link", a.MeasLink, tc.bytes / tc.payload},
 				{"meas storage CPU", a.MeasStorageCPU, tc.storCPU}, {"meas storage", a.MeasStorage, tc.storTime},
 				{"meas compute CPU", a.MeasComputeCPU, 3}, {"meas compute", a.MeasCompute, 1.5},
 			} {

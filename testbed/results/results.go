@@ -193,6 +193,12 @@ type Cell struct {
 	// namespaces ran with (--cc, or the host's default); empty on
 	// loopback and in files from before it.
 	CongestionControl string `json:"congestion_control,omitempty"`
+	// LinkPayloadFraction is the share of the shaped rate that TCP's
+	// payload can have (netns.PayloadFraction): tbf charges every
+	// segment's headers, 1448/1514 of the rate at MTU 1500 on the veth
+	// pair, (MTU-52)/MTU on the delay line; 1 on loopback, whose proxies
+	// shape the payload itself. Zero in files from before it: 1.
+	LinkPayloadFraction float64 `json:"link_payload_fraction,omitempty"`
 	// Bound is the cell's one lower bound, the same for every run: the
 	// tables' and charts' bound (CellBound). Nil in files from before it,
 	// and with several compute nodes (each plans its own shard).
@@ -476,4 +482,15 @@ func Load(path string) (*Results, error) {
 		return nil, fmt.Errorf("results %s: version %d, want %d", path, r.Version, Version)
 	}
 	return &r, nil
+}
+
+// PayloadBytesPerSec is the payload bytes a second the cell's link can
+// carry: the shaped rate less every segment's headers
+// (LinkPayloadFraction).
+func (c *Cell) PayloadBytesPerSec() float64 {
+	f := c.LinkPayloadFraction
+	if f <= 0 || f > 1 {
+		f = 1
+	}
+	return c.RateBitsPerSec / 8 * f
 }

@@ -13,8 +13,10 @@ import (
 
 // minBurst is the smallest default bucket, as in the netns tbf set-up: one
 // maximal GSO packet (a 65,535-byte IP packet plus its link header) fits, so
-// tbf never has to split one into MTU-sized segments, each of which would
-// carry its own headers (about 4% more bytes on the wire).
+// tbf never has to split one into MTU-sized segments in software. The
+// segments' headers are charged either way (the kernel counts them into a
+// GSO packet's length): TCP's payload gets 1448/1514 of a veth's rate
+// (netns.PayloadFraction).
 const minBurst = 65 << 10
 
 // DefaultBurst is the bucket size used for a rate of bitsPerSec when none
