@@ -148,6 +148,12 @@ type Observation struct {
 	// compute side's (decompression, ops[k:n] or the cut's finish); zero
 	// means not measured.
 	StorageNS, LocalNS int64
+	// StorageEffNS is StorageNS as the storage agent's budget counted it:
+	// its budget time times its worker's share of a core (the CPU quota's
+	// throttling and the other threads' contention included), the time
+	// an epoch's plan pays and its storage speed is measured against;
+	// zero means not reported.
+	StorageEffNS int64
 }
 
 // RefineStats is what Refine changed.

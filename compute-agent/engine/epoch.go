@@ -298,8 +298,9 @@ func (e *Epoch) Observations() []profiler.Observation {
 	return slices.Clone(e.obs)
 }
 
-// observe keeps an Observation of the finished item it and its response.
-func (e *Epoch) observe(it *schedule.Item, resp *dataplanepb.FetchResponse) {
+// observe keeps an Observation of the finished item it and its response,
+// whose budget time counts at share of a core (Fetcher.share).
+func (e *Epoch) observe(it *schedule.Item, resp *dataplanepb.FetchResponse, share float64) {
 	if !e.observing {
 		return
 	}
@@ -308,7 +309,8 @@ func (e *Epoch) observe(it *schedule.Item, resp *dataplanepb.FetchResponse) {
 		return
 	}
 	o := profiler.Observation{ID: it.Sample, Split: it.Split, Compressed: info.Codec != wireform.CodecNone,
-		Payload: int64(info.StoredLen), StorageNS: int64(resp.GetStorageCpuNs()), LocalNS: it.CPU}
+		Payload: int64(info.StoredLen), StorageNS: int64(resp.GetStorageCpuNs()), LocalNS: it.CPU,
+		StorageEffNS: int64(float64(resp.GetStorageBudgetNs()) * share)}
 	e.mu.Lock()
 	e.obs = append(e.obs, o)
 	e.mu.Unlock()

@@ -312,7 +312,7 @@ func (e *Epoch) worker(ctx context.Context) error {
 				var in, out ops.Value
 				in, out, bad = e.finish(w.f, w.resp.GetData(), lim, &it)
 				if bad == nil {
-					e.observe(&it, w.resp)
+					e.observe(&it, w.resp, w.f.share())
 					e.kept(&it, in)
 				} else if it.Split == ops.SplitCut && bad.Where == "local" {
 					bad = e.refetchRaw(ctx, w.f, lim, &it, bad)

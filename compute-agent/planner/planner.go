@@ -162,7 +162,11 @@ type obsKey struct {
 // Learn keeps an epoch's observations (engine.Epoch.Observations) for a
 // run that plans from an estimated profile (Est set), their storage CPU
 // converted to the profile's clock with the storage speed the epoch's plan
-// assumed. When any measured something not measured before (a sample at a
+// assumed. The storage CPU is the effective time (StorageEffNS, where the
+// agent reported its budget time), as Drift measures the speed against:
+// under a quota the thread CPU leaves out the throttling and contention
+// every offload pays, and a plan priced on it offloads more than the
+// storage side can run. When any measured something not measured before (a sample at a
 // split and codec), Prof becomes Est refined with all of them
 // (profiler.Refine) and Source PlanMeasured; the caller re-plans. It
 // returns how many were new.
@@ -184,7 +188,11 @@ func (pl *Planner) Learn(obs []profiler.Observation) int {
 		if _, ok := pl.learned[k]; ok {
 			continue
 		}
-		o.StorageNS = int64(float64(o.StorageNS) * speed)
+		ns := o.StorageNS
+		if o.StorageEffNS > 0 {
+			ns = o.StorageEffNS
+		}
+		o.StorageNS = int64(float64(ns) * speed)
 		pl.learned[k] = o
 		added++
 	}

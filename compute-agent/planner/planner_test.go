@@ -397,7 +397,8 @@ func residentIDs(pl policy.Plan) map[uint64]bool {
 }
 
 // TestLearn: a run planning from an estimate refines it with an epoch's
-// observations (storage CPU converted with the plan's storage speed) and
+// observations (storage CPU converted with the plan's storage speed, the
+// effective time where the agent reported one) and
 // reports them new once: the same observations again change nothing. The
 // epoch that refined the costs does not also calibrate the storage speed
 // on them; a run with a recorded profile (no Est) learns nothing.
@@ -408,13 +409,17 @@ func TestLearn(t *testing.T) {
 	}}
 	pl := &Planner{Threshold: 0.2, Name: policy.NameSOPHON, Est: est, Prof: est, Source: report.PlanEstimate,
 		Res: policy.Resources{LinkBytesPerSec: 1e6, StorageSpeed: 0.5}}
-	obs := []profiler.Observation{{ID: 3, Split: 1, Payload: 40, StorageNS: 60, LocalNS: 30}}
-	if n := pl.Learn(obs); n != 1 || pl.Source != report.PlanMeasured {
-		t.Fatalf("learned %d (source %q), want 1 and %q", n, pl.Source, report.PlanMeasured)
+	obs := []profiler.Observation{{ID: 3, Split: 1, Payload: 40, StorageNS: 60, LocalNS: 30},
+		{ID: 5, Split: 1, Payload: 40, StorageNS: 60, StorageEffNS: 80, LocalNS: 30}}
+	if n := pl.Learn(obs); n != 2 || pl.Source != report.PlanMeasured {
+		t.Fatalf("learned %d (source %q), want 2 and %q", n, pl.Source, report.PlanMeasured)
 	}
 	s := pl.Prof.Samples[0]
 	if s.Bytes[1] != 40 || s.OpNS[0] != 30 || s.OpNS[1] != 30 { // 60 ns there at half speed: 30 here
 		t.Errorf("refined sample %+v, want 40 bytes at split 1 and ops of 30 ns", s)
+	}
+	if s := pl.Prof.Samples[1]; s.OpNS[0] != 40 { // 80 ns of budget time at half speed: 40 here
+		t.Errorf("refined sample %+v, want split 1's op at 40 ns (the effective time)", s)
 	}
 	if est.Samples[0].Bytes[1] != 50 {
 		t.Error("the estimate itself changed")
