@@ -163,13 +163,13 @@ type obsKey struct {
 // run that plans from an estimated profile (Est set), their storage CPU
 // converted to the profile's clock with the storage speed the epoch's plan
 // assumed. The storage CPU is the effective time (StorageEffNS, where the
-// agent reported its budget time), as Drift measures the speed against:
-// under a quota the thread CPU leaves out the throttling and contention
-// every offload pays, and a plan priced on it offloads more than the
-// storage side can run. When any measured something not measured before (a sample at a
-// split and codec), Prof becomes Est refined with all of them
-// (profiler.Refine) and Source PlanMeasured; the caller re-plans. It
-// returns how many were new.
+// agent reported its budget time), which Drift measures the speed
+// against: under a quota the thread CPU leaves out the throttling and
+// contention every offload pays, and a plan priced on it offloads more
+// than the storage side can run. When any measured something not measured
+// before (a sample at a split and codec), Prof becomes Est refined with
+// all of them (profiler.Refine) and Source PlanMeasured; the caller
+// re-plans. It returns how many were new.
 func (pl *Planner) Learn(obs []profiler.Observation) int {
 	pl.speedFixed = false
 	if pl.Est == nil || pl.NoRefine {
