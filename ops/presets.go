@@ -3,6 +3,8 @@ package ops
 import (
 	"fmt"
 	"sort"
+
+	"github.com/sophon-dl/sophon/ops/jpeg"
 )
 
 func f64(v float64) *float64 { return &v }
@@ -63,11 +65,22 @@ func compressedTrain(name string, quality int) Spec {
 		{Op: "decode"},
 		{Op: "random_resized_crop", Size: crop224, Scale: rrcScale, Ratio: rrcRatio},
 		{Op: "random_horizontal_flip", P: f64(0.5)},
-		{Op: "encode_jpeg", Quality: quality, Subsampling: "4:4:4"},
+		{Op: "encode_jpeg", Quality: quality, Subsampling: compressedSubsampling()},
 		{Op: "decode"},
 		{Op: "to_tensor"},
 		{Op: "normalize", Mean: imagenetMean, Std: imagenetStd},
 	}}
+}
+
+// compressedSubsampling is the compressed presets' chroma subsampling:
+// 4:4:4 where the encoder writes it (libjpeg-turbo), 4:2:0 in the cgo-free
+// build, whose image/jpeg writes nothing else (its pipelines have their
+// own IDs: Spec.Build adds the codec's name).
+func compressedSubsampling() string {
+	if jpeg.Writes444 {
+		return "4:4:4"
+	}
+	return "4:2:0"
 }
 
 // PresetNames lists the built-in pipelines.
