@@ -133,7 +133,8 @@ type Planner struct {
 	Epoch uint64
 	// stale: the plan is out of date (Invalidate) until the next Replan.
 	stale bool
-	// expected is Areas.Expect(expectedOf), kept while Prof is expectedOf.
+	// expected is Areas.Expect(profiler.ExpectCosts(expectedOf)), kept
+	// while Prof is expectedOf.
 	expected, expectedOf *profiler.Profile
 	// sizeScale calibrates the epoch-varying sizes (profiler.ScaleVarying):
 	// what the plans' samples at such splits sent over what the plans
@@ -145,6 +146,10 @@ type Planner struct {
 	// costs, so Drift leaves the storage speed alone (its storage CPU
 	// check compares with the costs before the refinement).
 	speedFixed bool
+	// speeds is the last planned epochs' storage CPU the storage speed
+	// is measured over (poolSpeed); a new profile's clock (Learn, Adopt)
+	// empties it.
+	speeds []speedSample
 	// linkPeaked says the link's rate came from an epoch's peak
 	// (driftLink) or the first epoch's calibration files (Run.planBeside),
 	// which read a few percent high: the next link-bound epoch's own rate
@@ -207,7 +212,7 @@ func (pl *Planner) Learn(obs []profiler.Observation) int {
 		return cmp.Or(cmp.Compare(x.ID, y.ID), cmp.Compare(x.Split, y.Split))
 	})
 	prof, st := profiler.Refine(pl.Est, all)
-	pl.Prof, pl.Source, pl.speedFixed = prof, report.PlanMeasured, true
+	pl.Prof, pl.Source, pl.speedFixed, pl.speeds = prof, report.PlanMeasured, true, nil
 	pl.Log.Info().Int("new", added).Int("observed", st.Observed).Float64("cut_ns_ratio", st.CutNS).Float64("cut_bytes_ratio", st.CutBytes).
 		Float64("cut_finish_ratio", st.CutFinishNS).Float64("op_ns_ratio", st.OpNS).Msg("estimated profile refined with the epoch's measurements")
 	return added
@@ -244,15 +249,19 @@ func (pl *Planner) sizes() float64 {
 	return 1
 }
 
-// meanProfile is Prof with its epoch-varying sizes at their expected
-// values (Areas.Expect), for no epoch's boxes in particular: what the
-// residency, which stays for every epoch, is chosen on.
+// meanProfile is Prof with its costs and epoch-varying sizes at their
+// expected values (profiler.ExpectCosts, Areas.Expect), for no epoch's
+// boxes in particular: what the residency, which stays for every epoch,
+// is chosen on.
 func (pl *Planner) meanProfile() *profiler.Profile {
-	if pl.Areas == nil {
-		return pl.Prof
+	if pl.Prof == nil {
+		return nil
 	}
 	if pl.expected == nil || pl.expectedOf != pl.Prof {
-		pl.expected, pl.expectedOf = pl.Areas.Expect(pl.Prof), pl.Prof
+		pl.expected, pl.expectedOf = profiler.ExpectCosts(pl.Prof), pl.Prof
+		if pl.Areas != nil {
+			pl.expected = pl.Areas.Expect(pl.expected)
+		}
 	}
 	return pl.expected
 }
@@ -395,20 +404,18 @@ func (pl *Planner) Drift(r *report.EpochReport, m *Offloads, ran policy.Plan) (s
 	}
 	pl.logStorage(r.Epoch, pred, got, o.StorageNS, res.StorageSpeed)
 	if pred > 0 && got > 0 && !pl.speedFixed {
-		ratio := got / pred
-		if tol := min(thr, StorageCalibration); ratio > 1+tol || ratio < 1-tol {
-			speed := res.StorageSpeed
-			if speed <= 0 {
-				speed = 1
-			}
-			res.StorageSpeed = speed / ratio
-			why = append(why, fmt.Sprintf("storage cpu %.3fs, planned %.3fs", got, pred))
-		}
-	}
-	if pred > 0 && got > 0 && !pl.speedFixed {
-		speed := pl.Res.StorageSpeed
+		speed := res.StorageSpeed
 		if speed <= 0 {
 			speed = 1
+		}
+		pooled, n := pl.poolSpeed(speed*pred, got, thr)
+		if d := pooled / speed; d > 1+min(thr, StorageCalibration) || d < 1-min(thr, StorageCalibration) {
+			res.StorageSpeed = pooled
+			w := fmt.Sprintf("storage cpu %.3fs, planned %.3fs", got, pred)
+			if n > 1 {
+				w += fmt.Sprintf(" (speed %.3f over %d epochs)", pooled, n)
+			}
+			why = append(why, w)
 		}
 		pl.Observe(profiler.MeasuredResources{StorageSpeed: speed * pred / got})
 	}
@@ -434,6 +441,47 @@ func (pl *Planner) Drift(r *report.EpochReport, m *Offloads, ran policy.Plan) (s
 	pl.Log.Info().Uint64("epoch", r.Epoch).Str("drift", reason).Msg("rates drifted: re-planning")
 	pl.Res = res
 	return reason, true
+}
+
+// SpeedWindow is how many planned epochs' storage CPU the storage speed is
+// measured over (poolSpeed). One epoch's measurement moves by 10-15%
+// from epoch to epoch on a shared machine, and with the plan: a plan that
+// offloads more loads the storage agent's quota more, and its offloads
+// cost more effective time each. Taking each epoch's measurement as the
+// speed made the plans see-saw between two speeds and a run's last epoch
+// land on either (docs/policy.md, "The storage speed over epochs").
+const SpeedWindow = 4
+
+// speedSample is one planned epoch's storage CPU of its offloads: as the
+// plan priced it on the profile's clock (planned seconds times the speed
+// the plan assumed) and as measured (effective seconds).
+type speedSample struct{ profile, got float64 }
+
+// poolSpeed adds an epoch's storage CPU of its offloads (profile: planned
+// seconds on the profile's clock; got: measured) to the storage speed's
+// window and returns the speed over the window, the ratio of its sums,
+// and how many epochs that is. An epoch whose own speed is more than thr
+// from the window's is a change (a neighbour on the storage node, a new
+// quota), not noise: the window restarts from it.
+func (pl *Planner) poolSpeed(profile, got, thr float64) (float64, int) {
+	if n := len(pl.speeds); n > 0 {
+		var p, g float64
+		for _, s := range pl.speeds {
+			p, g = p+s.profile, g+s.got
+		}
+		if d := (profile / got) / (p / g); d > 1+thr || d < 1-thr {
+			pl.speeds = pl.speeds[:0]
+		}
+	}
+	pl.speeds = append(pl.speeds, speedSample{profile, got})
+	if n := len(pl.speeds); n > SpeedWindow {
+		pl.speeds = slices.Delete(pl.speeds, 0, n-SpeedWindow)
+	}
+	var p, g float64
+	for _, s := range pl.speeds {
+		p, g = p+s.profile, g+s.got
+	}
+	return p / g, len(pl.speeds)
 }
 
 // driftLink is Drift's link rate: the epoch's bytes over its seconds
@@ -618,7 +666,7 @@ func (pl *Planner) Adopt(rec *profiler.Recorder, shard int, r *report.EpochRepor
 			pl.Log.Info().Str("path", path).Msg("stage 2: profile saved")
 		}
 	}
-	pl.Prof, pl.Source = prof, report.PlanProfile
+	pl.Prof, pl.Source, pl.speeds = prof, report.PlanProfile, nil
 	return pl.Replan()
 }
 

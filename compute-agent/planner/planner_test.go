@@ -53,6 +53,46 @@ func TestStorageCalibration(t *testing.T) {
 	}
 }
 
+// TestStorageSpeedPooled: the storage speed is measured over the last
+// SpeedWindow planned epochs, not the last one: an epoch 5% off a window
+// that agrees with the plan re-plans nothing (a single epoch's
+// measurement would have), one 2x off restarts the window from itself,
+// and the window keeps at most SpeedWindow epochs.
+func TestStorageSpeedPooled(t *testing.T) {
+	pl := &Planner{Threshold: 0.2, Name: policy.NameSOPHON, Res: policy.Resources{LinkBytesPerSec: 1e6, StorageSpeed: 0.8}}
+	ran := policy.Plan{Pred: policy.Prediction{Seconds: 2, StorageCPUSeconds: 1.5, Bottleneck: policy.StorageCPU}}
+	epoch := func(ratio float64) (string, bool) {
+		return pl.Drift(&report.EpochReport{Epoch: 1, Seconds: 2, BytesReceived: 2e6}, &Offloads{StorageEffNS: int64(1.5 * ratio * 1e9)}, ran)
+	}
+	if _, ok := epoch(1.1); !ok || math.Abs(pl.Res.StorageSpeed-0.8/1.1) > 1e-9 {
+		t.Fatalf("first epoch x1.1: speed %.4f, want %.4f and a re-plan", pl.Res.StorageSpeed, 0.8/1.1)
+	}
+	// 5.3% faster than planned: alone past StorageCalibration, but the two
+	// epochs' speed, (0.8 + 0.727) x 1.5 s / (1.65 + 1.425) s = 0.745, is
+	// within it of the plan's 0.727.
+	if why, ok := epoch(0.95); ok || math.Abs(pl.Res.StorageSpeed-0.8/1.1) > 1e-9 {
+		t.Fatalf("second epoch x0.95: speed %.4f, re-plan %v (%s); want %.4f kept", pl.Res.StorageSpeed, ok, why, 0.8/1.1)
+	}
+	// A neighbour takes half the quota: the window restarts from this
+	// epoch alone.
+	want := 0.8 / 1.1 / 2
+	if why, ok := epoch(2); !ok || math.Abs(pl.Res.StorageSpeed-want) > 1e-9 || strings.Contains(why, "over") {
+		t.Fatalf("x2: speed %.4f, re-plan %v (%s); want %.4f from this epoch alone", pl.Res.StorageSpeed, ok, why, want)
+	}
+	for range 6 {
+		epoch(1.06)
+	}
+	if n := len(pl.speeds); n != SpeedWindow {
+		t.Fatalf("after 7 epochs the window holds %d, want %d", n, SpeedWindow)
+	}
+	// A refined profile is a new clock: the window empties.
+	pl.Est = &profiler.Profile{}
+	pl.Learn([]profiler.Observation{{ID: 1, Split: 1, StorageNS: 1e6}})
+	if len(pl.speeds) != 0 {
+		t.Fatalf("after Learn refined the profile the window holds %d", len(pl.speeds))
+	}
+}
+
 // TestDriftLinkFaster: an epoch that carried more bytes per second than
 // the planned link rate raises the rate (a link carries at most its
 // capacity); within the threshold without a re-plan, past it with one;
@@ -239,7 +279,7 @@ func TestReplanCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, b, err := policy.Solve(policy.NameOptimal, policy.On(prof, *pl.Cluster, place))
+	want, b, err := policy.Solve(policy.NameOptimal, policy.On(profiler.ExpectCosts(prof), *pl.Cluster, place))
 	if err != nil {
 		t.Fatal(err)
 	}

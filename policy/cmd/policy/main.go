@@ -122,6 +122,9 @@ func run(args []string, out, errOut io.Writer) int {
 		fmt.Fprintln(errOut, "policy:", err)
 		return 2
 	}
+	// Plan on the costs the compute agent plans on: each sample's timing
+	// half way to what its sizes predict (profiler.ExpectCosts).
+	p = profiler.ExpectCosts(p)
 	if !o.cut {
 		p = synthetic.WithoutCut(p)
 	}

@@ -25,6 +25,7 @@ Usage:
                 [--rtt 40ms [--jitter 5ms] [--loss 0.1%]] ...
   testbed shape --dev IFACE --rate R [--rtt T [--jitter J] [--loss L]] | --clear [--show]
   testbed serve --data DIR [--listen ADDR]
+  testbed noise PROFILE PROFILE [PROFILE...]
 
 Subcommands:
   gen    write a deterministic photo-like JPEG dataset in ImageFolder layout
@@ -38,6 +39,8 @@ Subcommands:
   shape  apply (or --clear) the testbed's tc tbf shaping on a real interface,
          for runs across real machines
   serve  serve a folder of JPEGs over HTTP (the peer row's file server)
+  noise  how far apart independent profiles of one dataset time the same
+         samples, and the bias that leaves in a plan's choice of samples
 
 Run 'testbed <subcommand> --help' for its flags. (testbed hog, which burns
 CPU for run --contend-at, is internal.)
@@ -68,6 +71,8 @@ func main() {
 		err = runShape(ctx, args, log)
 	case "serve":
 		err = runServe(ctx, args, log)
+	case "noise":
+		err = runNoise(ctx, args, log)
 	case "hog":
 		err = runHog(ctx, args, log)
 	default:
