@@ -14,12 +14,13 @@ import (
 )
 
 // droppingLink is a link of rate bytes/s for the first epoch (No-Off,
-// profiling), an eighth of it for the planned epochs, and a 16th of it
-// from drop into each planned epoch on: its epoch's time starts with the
-// epoch's first response. A planned epoch's bytes take about 4.7 s at an
-// eighth, so that a quarter of its positions are still to request when
-// the drop has held long enough to count (1.6 s after it), on a loaded
-// machine too.
+// profiling), an eighth of it for the planned epochs, and a 32nd of it
+// for 3 s from drop into each planned epoch on: its epoch's time starts
+// with the epoch's first response. A planned epoch's bytes take about
+// 4.7 s at an eighth, so that a third of its positions are still to
+// request when the drop has held long enough to count (1.6 s after it);
+// the drop is deep, so that a loaded machine's bursts of delivery do not
+// hide it during the hold.
 type droppingLink struct {
 	rate  float64
 	drop  time.Duration
@@ -38,8 +39,8 @@ func (l *droppingLink) bps(epoch uint64) float64 {
 		t = time.Now()
 		l.first[epoch] = t
 	}
-	if time.Since(t) >= l.drop {
-		return l.rate / 16
+	if d := time.Since(t); d >= l.drop && d < l.drop+3*time.Second {
+		return l.rate / 32
 	}
 	return l.rate / 8
 }

@@ -63,7 +63,14 @@ type Planner struct {
 	ProfilePath string
 	// Name is the policy (Config.Policy).
 	Name string
-	// Res is the resources the current plan was made under.
+	// Res is the resources the current plan was made under. The planner
+	// leaves its StorageNSPerByte, the transport's CPU per byte, at 0:
+	// every storage speed it measures (stage 1's probe, ProbeSpeed, Drift,
+	// Learn) is of the offloads' effective time (budget time x share),
+	// which already holds what the transport takes of the storage agent's
+	// quota, and charging its CPU per byte on top counted it twice: the
+	// plans offloaded less than the quota could run (docs/policy.md, "The
+	// transport, counted once").
 	Res policy.Resources
 	// Probe is stage 1's storage probe, which a measured profile prices
 	// (ProbeSpeed).
@@ -425,15 +432,8 @@ func (pl *Planner) Drift(r *report.EpochReport, m *Offloads, ran policy.Plan) (s
 	if w := pl.driftLink(r, m, ran, &res); w != "" {
 		why = append(why, w)
 	}
-	if m := r.StorageNSPerByte; m > 0 {
-		// What sending costs the storage side (its process CPU beyond the
-		// ops): under a CPU quota shared with a neighbour, it competes
-		// with the ops for what is left.
-		if old := res.StorageNSPerByte; old <= 0 || m/old > 1+thr || m/old < 1-thr {
-			why = append(why, fmt.Sprintf("transport %.2f ns/B, planned %.2f ns/B", m, old))
-			res.StorageNSPerByte = m
-		}
-	}
+	// What sending costs the storage side (r.StorageNSPerByte) is not
+	// planned on: see Planner.Res.
 	if len(why) == 0 {
 		return "", false
 	}

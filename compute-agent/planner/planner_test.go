@@ -93,6 +93,19 @@ func TestStorageSpeedPooled(t *testing.T) {
 	}
 }
 
+// TestDriftLeavesTransport: an epoch's measured transport CPU per byte
+// neither re-plans nor goes into the resources the plans are made under:
+// the storage speed, measured on the offloads' effective time, holds it
+// already.
+func TestDriftLeavesTransport(t *testing.T) {
+	pl := &Planner{Threshold: 0.2, Name: policy.NameSOPHON, Res: policy.Resources{LinkBytesPerSec: 1e6, StorageSpeed: 0.8}}
+	ran := policy.Plan{Pred: policy.Prediction{Seconds: 2, StorageCPUSeconds: 1.5, Bottleneck: policy.StorageCPU}}
+	r := &report.EpochReport{Epoch: 1, Seconds: 2, BytesReceived: 2e6, StorageNSPerByte: 5}
+	if why, ok := pl.Drift(r, &Offloads{StorageEffNS: 1.5e9}, ran); ok || pl.Res.StorageNSPerByte != 0 {
+		t.Errorf("transport 5 ns/B measured: re-plan %v (%s), planned ns/B %v; want neither", ok, why, pl.Res.StorageNSPerByte)
+	}
+}
+
 // TestDriftLinkFaster: an epoch that carried more bytes per second than
 // the planned link rate raises the rate (a link carries at most its
 // capacity); within the threshold without a re-plan, past it with one;

@@ -543,7 +543,6 @@ func (p *Run) annotate(r *report.EpochReport, e Epoch, rec *profiler.Recorder, r
 	switch {
 	case rec != nil:
 		r.Profiled = true
-		pl.Res.StorageNSPerByte = r.StorageNSPerByte // the No-Off epoch sent every byte raw
 		if err := pl.Adopt(rec, p.shard, r); err != nil {
 			return planErr(err)
 		}

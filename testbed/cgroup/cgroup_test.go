@@ -155,9 +155,10 @@ func TestQuota(t *testing.T) {
 	// run: on a loaded machine (CI's make test runs every package at
 	// once on two cores) a throttled group also loses the first part of
 	// each period it waits for, and got 0.096 cores against the control
-	// loop's 0.287 in one such run, so the floor is a quarter of its
-	// share.
-	if want := min(0.25, free); cores < 0.25*want || cores > 0.35 {
+	// loop's 0.287 in one such run, and 0.057 against 0.440 in another
+	// (with no period throttled: the scheduler, not the quota, kept it
+	// back), so the floor is a tenth of its share.
+	if want := min(0.25, free); cores < 0.1*want || cores > 0.35 {
 		t.Errorf("busy loop used %.3f cores, want about %.3f (a quarter core, or what the control loop got)", cores, want)
 	}
 	if err != nil || periods < throttled {
