@@ -464,12 +464,15 @@ type speedSample struct{ profile, got float64 }
 // from the window's is a change (a neighbour on the storage node, a new
 // quota), not noise: the window restarts from it.
 func (pl *Planner) poolSpeed(profile, got, thr float64) (float64, int) {
-	if n := len(pl.speeds); n > 0 {
+	window := func() float64 {
 		var p, g float64
 		for _, s := range pl.speeds {
 			p, g = p+s.profile, g+s.got
 		}
-		if d := (profile / got) / (p / g); d > 1+thr || d < 1-thr {
+		return p / g
+	}
+	if len(pl.speeds) > 0 {
+		if d := (profile / got) / window(); d > 1+thr || d < 1-thr {
 			pl.speeds = pl.speeds[:0]
 		}
 	}
@@ -477,11 +480,7 @@ func (pl *Planner) poolSpeed(profile, got, thr float64) (float64, int) {
 	if n := len(pl.speeds); n > SpeedWindow {
 		pl.speeds = slices.Delete(pl.speeds, 0, n-SpeedWindow)
 	}
-	var p, g float64
-	for _, s := range pl.speeds {
-		p, g = p+s.profile, g+s.got
-	}
-	return p / g, len(pl.speeds)
+	return window(), len(pl.speeds)
 }
 
 // driftLink is Drift's link rate: the epoch's bytes over its seconds
