@@ -185,7 +185,7 @@ bench-link: ## Raw loopback transport and the shaped No-Off epoch (tc in namespa
 	BENCH_IMAGES=$${BENCH_IMAGES:-600} $(GO) test -run '^$$' -bench 'RawLoopback|LinkBound' -benchtime 1x ./testbed/
 
 .PHONY: train-fidelity
-train-fidelity: build ## Training accuracy through the compressed pipelines: train_cnn.py on a generated labelled set (4 classes x 100 at 500x375, 100 held out), 3 seeds x 5 epochs each of imagenet-train, -q95 and -q90 through the real agents; prints where each compressed pipeline's mean final held-out accuracy lies against the lossless seeds' spread and fails when below it (testbed/scripts/train-fidelity.sh; TRAIN_FIDELITY_OUT, a fresh folder, default a new one under /tmp)
+train-fidelity: build ## Training accuracy through the compressed pipelines: train_cnn.py on a generated labelled set (4 classes x 100 at 500x375, 100 held out), 3 seeds x 10 epochs each of imagenet-train, -q95 and -q90 through the real agents; prints where each compressed pipeline's mean final held-out accuracy lies against the lossless seeds' spread and fails when below it (testbed/scripts/train-fidelity.sh; TRAIN_FIDELITY_OUT, a fresh folder, default a new one under /tmp)
 	PYTHON=$(PYTHON) BIN=$(CURDIR)/$(BIN) bash testbed/scripts/train-fidelity.sh $(TRAIN_FIDELITY_OUT)
 
 .PHONY: bench-cluster

@@ -20,7 +20,7 @@
 #                                               a new one under $TMPDIR or /tmp)
 #
 # Environment: BIN (bin), PYTHON (/usr/bin/python3), SEEDS ("1 2 3"),
-# EPOCHS (5), PIPELINES ("imagenet-train imagenet-train-q95
+# EPOCHS (10), PIPELINES ("imagenet-train imagenet-train-q95
 # imagenet-train-q90", the first the reference), IMAGES (500),
 # TRAIN_PER_CLASS (100), SIZE (500x375), DATA_SEED (11), BATCH (8),
 # AMPLITUDE (30,60) and PERIOD (28,56): the class pattern's range, LR (0.02):
@@ -32,7 +32,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${BIN:-$ROOT/bin}
 PYTHON=${PYTHON:-/usr/bin/python3}
 SEEDS=${SEEDS:-1 2 3}
-EPOCHS=${EPOCHS:-5}
+EPOCHS=${EPOCHS:-10}
 PIPELINES=${PIPELINES:-imagenet-train imagenet-train-q95 imagenet-train-q90}
 IMAGES=${IMAGES:-500}
 TRAIN_PER_CLASS=${TRAIN_PER_CLASS:-100}
