@@ -60,6 +60,10 @@ func Agents(ranks [][]report.EpochReport, jobs bool, l Link) ([]results.Epoch, e
 			e.Samples += r.Samples
 			e.Duplicates += r.Duplicates
 			e.StreamFailures += r.StreamFailures
+			e.Shed += r.Shed
+			if r.ServedRaw != nil {
+				e.Contended += r.ServedRaw.Contended
+			}
 			e.Failed += r.SamplesFailed
 			e.AgentBytes += r.BytesReceived
 			e.StorageCPUSeconds += r.StorageCPUSeconds

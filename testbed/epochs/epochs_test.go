@@ -43,6 +43,10 @@ func TestAgentsRanks(t *testing.T) {
 	// Each rank's link: the largest round trip, the rest summed.
 	ranks[0][0].Link = &report.Link{RTTSeconds: 0.08, InFlightMeanBytes: 4e6, InFlightPeakBytes: 5e6, Retransmits: 1, WindowCount: 400}
 	ranks[1][0].Link = &report.Link{RTTSeconds: 0.09, InFlightMeanBytes: 1e6, InFlightPeakBytes: 2e6, Retransmits: 2, WindowCount: 100}
+	// Offloads sent raw: shed by each compute agent, answered raw by the
+	// storage agents (rank 1 was answered none).
+	ranks[0][0].Shed, ranks[0][0].ServedRaw = 4, &report.ServedRaw{Contended: 2}
+	ranks[1][0].Shed = 1
 	eps, err := Agents(ranks, false, Link{Series: s, Kernel: true})
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +60,8 @@ func TestAgentsRanks(t *testing.T) {
 		StorageCPUSeconds: 1, ComputeCPUSeconds: 2, GPUIdleFraction: 0.2,
 		KernelBytes: 2e6 + 6e6, KernelPackets: 200 + 600, KernelPayloadBytes: 8e6 - 800*results.FrameOverhead,
 		RankSeconds: []float64{2, 3}, LinkBytes: []int64{40e6, 80e6}, StorageAgentCPUSeconds: []float64{0.4, 0.8},
-		RTTSeconds: 0.09, InFlightMeanBytes: 5e6, InFlightPeakBytes: 7e6, Retransmits: 3, WindowCount: 500}
+		RTTSeconds: 0.09, InFlightMeanBytes: 5e6, InFlightPeakBytes: 7e6, Retransmits: 3, WindowCount: 500,
+		Shed: 5, Contended: 2}
 	if fmt.Sprintf("%+v", e) != fmt.Sprintf("%+v", want) {
 		t.Errorf("epoch 0:\n got %+v\nwant %+v", e, want)
 	}

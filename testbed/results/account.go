@@ -202,6 +202,7 @@ var accountColumns = []column{
 	{Text: "stor s p/m", MD: "storage s pred / meas", Right: true},
 	{Text: "comp CPU-s p/m", MD: "compute CPU-s pred / meas", Right: true},
 	{Text: "comp s p/m", MD: "compute s pred / meas", Right: true},
+	{Text: "raw offl p/m", MD: "offloads sent raw pred / meas", Right: true},
 	{Text: "assumed", MD: "model assumed"},
 	{Text: "vs cell bound", MD: "vs cell bound"},
 }
@@ -233,7 +234,7 @@ func accountTable(c *Cell) [][]string {
 			pm(a.PredBytes/1e6, a.MeasBytes/1e6, 1), pm(a.PredLink, a.MeasLink, 2),
 			pm(a.PredStorageCPU, a.MeasStorageCPU, 2), pm(a.PredStorage, a.MeasStorage, 2),
 			pm(a.PredComputeCPU, a.MeasComputeCPU, 2), pm(a.PredCompute, a.MeasCompute, 2),
-			assumed(p), boundNote(c, e, a),
+			rawOffloads(p, e), assumed(p), boundNote(c, e, a),
 		})
 	}
 	return rows
@@ -242,6 +243,18 @@ func accountTable(c *Cell) [][]string {
 // pm is "pred / meas" at prec decimals.
 func pm(pred, meas float64, prec int) string {
 	return strconv.FormatFloat(pred, 'f', prec, 64) + " / " + strconv.FormatFloat(meas, 'f', prec, 64)
+}
+
+// rawOffloads is "pred / meas" of the plan's offloads that went raw: the
+// prediction's shed cut against what the epoch's compute agents shed and
+// its storage agents answered raw for lack of CPU ("shed + contended"
+// when both happened).
+func rawOffloads(p *Prediction, e *Epoch) string {
+	meas := strconv.Itoa(e.Shed + e.Contended)
+	if e.Shed > 0 && e.Contended > 0 {
+		meas = fmt.Sprintf("%d (%d + %d)", e.Shed+e.Contended, e.Shed, e.Contended)
+	}
+	return strconv.Itoa(p.Shed) + " / " + meas
 }
 
 // assumed is the resources the plan assumed, in brief.
@@ -299,8 +312,11 @@ func accountNote(c *Cell) string {
 		"(its quantity over the resource the model assumed) / as measured (payload: the kernel's TCP payload, " +
 		"or the agent's bytes without a kernel count, over the shaped rate; storage: the ops' CPU the responses " +
 		"reported plus the transport's the agent measured, over the cell's storage cores; compute: the finishing " +
-		"workers' CPU over the cell's compute cores). *Model assumed* is the link rate, storage + compute cores " +
-		"and storage speed the plan was made with."
+		"workers' CPU over the cell's compute cores). *Offloads sent raw* is work-conserving offload's departure " +
+		"from the plan: the offloads the prediction's shed cut sends raw / those the epoch sent raw, shed by the " +
+		"compute agent plus answered raw by a storage agent whose CPU could not finish them in time " +
+		"(shed + contended); a measured count above the predicted one is an epoch whose storage side fell behind " +
+		"the plan. *Model assumed* is the link rate, storage + compute cores and storage speed the plan was made with."
 	if b := c.Bound; b != nil {
 		if b.Seconds > 0 {
 			s += fmt.Sprintf(" The cell's bound, %s s, is over `%s` (%d samples) at %.2f MB/s, %s + %s cores",

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -75,6 +76,31 @@ func TestAccountOf(t *testing.T) {
 	c.Runs[0].Epochs[0].Prediction = nil
 	if _, ok := AccountOf(c, c.Runs[0].Steady()); ok {
 		t.Error("an account for an epoch without a prediction")
+	}
+}
+
+// TestAccountRawOffloads: the account's "offloads sent raw" column is the
+// prediction's shed cut against the epoch's shed plus contended offloads,
+// with the two parts named when both happened.
+func TestAccountRawOffloads(t *testing.T) {
+	col := slices.IndexFunc(accountColumns, func(c column) bool { return c.MD == "offloads sent raw pred / meas" })
+	if col < 0 {
+		t.Fatal("no offloads-sent-raw column in the account")
+	}
+	for _, tc := range []struct {
+		pred, shed, contended int
+		want                  string
+	}{
+		{0, 0, 0, "0 / 0"},
+		{82, 82, 0, "82 / 82"},
+		{0, 0, 27, "0 / 27"},
+		{3, 15, 3, "3 / 18 (15 + 3)"},
+	} {
+		c := accountCell(2.5, Epoch{AgentBytes: 24e6, Shed: tc.shed, Contended: tc.contended})
+		c.Runs[0].Epochs[0].Prediction.Shed = tc.pred
+		if got := accountTable(c)[0][col]; got != tc.want {
+			t.Errorf("predicted %d, shed %d, contended %d: %q, want %q", tc.pred, tc.shed, tc.contended, got, tc.want)
+		}
 	}
 }
 

@@ -405,6 +405,15 @@ type Epoch struct {
 	// Resplits are the compute agent's re-splits within the epoch (its
 	// report's "resplits"), with one compute node; absent when none.
 	Resplits []report.Resplit `json:"resplits,omitempty"`
+	// Shed is the offloads the compute agents requested raw because the
+	// storage side would have finished after the link (their reports'
+	// shed), and Contended those the storage agents answered raw because
+	// their CPU could not finish them in time (served_raw.contended), both
+	// summed over the ranks: work-conserving offload's departures from
+	// the plan, which Prediction.Shed predicts in part (the plan's own
+	// shed cut; docs/policy.md, "The plan as the shedder runs it").
+	Shed      int `json:"shed,omitempty"`
+	Contended int `json:"contended,omitempty"`
 }
 
 // UnmarshalJSON reads an epoch, taking bound_seconds, the agent's bound
