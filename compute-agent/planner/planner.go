@@ -915,11 +915,17 @@ func ValidSplit(p *ops.Pipeline, k, n int) error {
 // were recorded in a busy epoch, slower than stage 1's quiet timing, and
 // the probe's thread CPU is less than the quota an epoch spends (the
 // transport shares it): priced on its own clock, each offload costs what
-// an epoch spends of the storage agent's quota.
+// an epoch spends of the storage agent's quota. The probe's samples are
+// priced at their expected costs (profiler.ExpectCosts), the costs every
+// plan prices its offloads at: a probe of a few dozen samples against
+// their one recorded timing each carries that timing's noise (15-21% a
+// sample on generated sets) into the speed, and the plans then price
+// with costs the speed was not measured against.
 func (pl *Planner) ProbeSpeed(prof *profiler.Profile) (rse float64, ok bool) {
 	if prof == nil {
 		return 0, false
 	}
+	prof = profiler.ExpectCosts(prof)
 	at := make(map[uint64]int, len(prof.Samples))
 	for i, s := range prof.Samples {
 		at[s.ID] = i

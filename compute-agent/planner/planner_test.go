@@ -2,6 +2,7 @@ package planner
 
 import (
 	"maps"
+	"math/rand/v2"
 	"math"
 	"reflect"
 	"slices"
@@ -621,6 +622,58 @@ func TestInvalidate(t *testing.T) {
 	if err := pl.ForEpoch(1); err != nil || pl.Run != again {
 		t.Fatalf("re-planned twice for one invalidation (%v)", err)
 	}
+}
+
+// TestProbeSpeedExpectedCosts: the probe is priced against the costs the
+// plans use, ExpectCosts', not each sample's one noisy timing: over many
+// draws of a profile whose timings scatter by 20% around costs set by the
+// sizes, and a probe of 24 samples whose storage agent takes exactly
+// twice the true cost, the speed lands nearer the true 0.5 than priced
+// against the raw timings, and is exactly the speed against ExpectCosts.
+func TestProbeSpeedExpectedCosts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 9))
+	var errExpected, errRaw float64
+	for range 50 {
+		prof := &profiler.Profile{Ops: []string{"decode", "crop", "norm"}}
+		ids := make([]uint64, 0, 24)
+		ns, eff := map[uint64]int64{}, map[uint64]int64{}
+		for i := range 96 {
+			px := int64(200_000 + rng.IntN(800_000))
+			crop := px / int64(2+rng.IntN(6))
+			trueDecode, trueCrop := 40*px, 5*crop
+			noisy := func(c int64) int64 { return int64(float64(c) * math.Exp(0.2*rng.NormFloat64())) }
+			id := uint64(i + 1)
+			prof.Samples = append(prof.Samples, profiler.SampleProfile{ID: id, Raw: px / 10,
+				Bytes: []int64{px / 10, px, crop, crop}, OpNS: []int64{noisy(trueDecode), noisy(trueCrop), 1000}})
+			if i%4 == 0 {
+				ids = append(ids, id)
+				ns[id], eff[id] = 2*(trueDecode+trueCrop), 2*(trueDecode+trueCrop)
+			}
+		}
+		pl := &Planner{Log: zerolog.Nop()}
+		pl.Probe = stage1.ProbeOf(2, ids, ns, eff, nil)
+		if _, ok := pl.ProbeSpeed(prof); !ok {
+			t.Fatal("no speed")
+		}
+		exp := profiler.ExpectCosts(prof)
+		at := func(p *profiler.Profile) func(uint64, int) (float64, bool) {
+			return func(id uint64, k int) (float64, bool) {
+				s := p.Samples[id-1].OpNS
+				return float64(s[0] + s[1]), k == 2
+			}
+		}
+		want, _, _ := pl.Probe.SpeedAgainst(at(exp))
+		if !near(pl.Res.StorageSpeed, want) {
+			t.Fatalf("speed %v, want %v: the probe against the expected costs", pl.Res.StorageSpeed, want)
+		}
+		raw, _, _ := pl.Probe.SpeedAgainst(at(prof))
+		errExpected += math.Abs(math.Log(pl.Res.StorageSpeed / 0.5))
+		errRaw += math.Abs(math.Log(raw / 0.5))
+	}
+	if errExpected >= errRaw {
+		t.Errorf("mean |log error| %.4f against the expected costs, %.4f against the raw timings: want smaller", errExpected/50, errRaw/50)
+	}
+	t.Logf("mean |log error| of the speed: %.4f against the expected costs, %.4f against the raw timings", errExpected/50, errRaw/50)
 }
 
 // TestProbeSpeed: with a measured profile the storage speed is stage 1's
