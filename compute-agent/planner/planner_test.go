@@ -2,8 +2,8 @@ package planner
 
 import (
 	"maps"
-	"math/rand/v2"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
