@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -389,8 +390,11 @@ func TestHostileCorpusAgainstBinary(t *testing.T) {
 // The machine may be shared, and other load slows whichever measurement it
 // overlaps, so solo and attacked runs alternate (solo, attacked, solo, ...,
 // solo: the attack is started and ended around each attacked run) and the
-// throughputs compared are their sums over all runs of each kind: load
-// that comes and goes hits both sides alike. Each run starts once the
+// throughputs compared are the medians of each kind's runs: load that
+// comes and goes hits both sides alike, and one run that a burst of it
+// slowed (an attacked run at 165 samples/s between two at 374 and 382, on
+// 2026-11-30, made the runs' sums 0.65 of solo) does not decide; an attack
+// that starves the peer lowers every attacked run. Each run starts once the
 // agent has gone idle (settle): an attacked one once the agent has refused
 // the streams past its limits and filled the others' windows, which takes
 // longer the busier the machine, so that a run measures the attack going
@@ -560,12 +564,13 @@ func TestHostileClientsAgainstBinary(t *testing.T) {
 	}
 	rss := p.peakRSS(t)
 	cancel()
-	ratio := (loaded[0] / loaded[1]) / (solo[0] / solo[1])
-	t.Logf("solo %.0f samples/s, under attack %.0f (%.2f); streams: %d held open, %d refused over %d attacks; peak RSS %d MiB",
-		solo[0]/solo[1], loaded[0]/loaded[1], ratio, accepted.Load(), refused.Load(), rounds, rss>>20)
+	soloMed, loadedMed := median(soloRates), median(loadedRates)
+	ratio := loadedMed / soloMed
+	t.Logf("solo %.0f samples/s, under attack %.0f (%.2f; the runs' sums %.2f); streams: %d held open, %d refused over %d attacks; peak RSS %d MiB (runs: solo %.0f, attacked %.0f)",
+		soloMed, loadedMed, ratio, (loaded[0]/loaded[1])/(solo[0]/solo[1]), accepted.Load(), refused.Load(), rounds, rss>>20, soloRates, loadedRates)
 	if ratio < 0.8 {
-		t.Errorf("the well-behaved peer got %.0f samples/s under attack, %.2f of its solo %.0f; want at least 0.8 (runs: solo %.0f, attacked %.0f)",
-			loaded[0]/loaded[1], ratio, solo[0]/solo[1], soloRates, loadedRates)
+		t.Errorf("the well-behaved peer got %.0f samples/s under attack (median), %.2f of its solo %.0f; want at least 0.8 (runs: solo %.0f, attacked %.0f)",
+			loadedMed, ratio, soloMed, soloRates, loadedRates)
 	}
 	if rss > rssLimit {
 		t.Errorf("peak RSS %d MiB, want under %d MiB", rss>>20, rssLimit>>20)
@@ -573,4 +578,18 @@ func TestHostileClientsAgainstBinary(t *testing.T) {
 	if refused.Load() < rounds*(1000-DefaultMaxStreamsPerPeer) {
 		t.Errorf("%d of %d streams refused, want all but the per-peer limit of %d in each attack", refused.Load(), rounds*1000, DefaultMaxStreamsPerPeer)
 	}
+}
+
+// median is the middle of xs (the mean of the two middle ones for an even
+// count); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
