@@ -441,11 +441,9 @@ type FetchRequest struct {
 	// data the model sees is identical either way.
 	Fallback bool `protobuf:"varint,10,opt,name=fallback,proto3" json:"fallback,omitempty"`
 	// The planner's offloading efficiency of this request: bytes it saves on
-	// the link per millisecond of storage CPU. Zero: unknown, lowest. A
-	// storage agent's admission does not rank by it (it answers raw only the
-	// offloads that would finish past horizon_ns); the compute agent's
-	// shedder sends the least efficient raw first when the storage side
-	// falls behind.
+	// the link per millisecond of storage CPU. Under contention a storage
+	// agent keeps offloading the requests with the highest priority and
+	// answers the others raw. Zero: unknown, lowest.
 	Priority uint32 `protobuf:"varint,11,opt,name=priority,proto3" json:"priority,omitempty"`
 	// The planner's estimate of the storage CPU this request costs, in
 	// nanoseconds on the agent's clock. Zero: unknown (the agent uses its

@@ -33,19 +33,12 @@ import (
 // estimated cost. An offload whose finish lies past its horizon would leave
 // the link idle, so it is answered raw.
 //
-// The request's priority (FetchRequest.priority, bytes saved per storage
-// CPU-ms) does not enter. Until 2026-11-30 a request's horizon was scaled
-// by 0.5 + 0.5q, q the share of recent requests' priorities below its
-// own, so that the least efficient offloads fell back first. But at a
-// plan that balances the storage CPU against the link, the offloads a
-// fetch window holds near an epoch's end finish as the link does, and the
-// scaling answered the less efficient half of them raw although the CPU
-// was on time: their raw bytes lengthened the link (1-20 of 160 samples'
-// offloads an epoch at half a core, epochs up to 1.08 of their
-// predictions; none with the horizon itself: docs/policy.md, "The plan as
-// the shedder runs it"). Which offloads go raw first when the storage side
-// falls behind for longer is the compute agent's shedder's choice, by the
-// plan's ranking (compute-agent/schedule/shed.go).
+// Which requests keep their offload near that boundary is the plan's
+// ranking: each carries its efficiency (FetchRequest.priority: bytes saved
+// per storage CPU-ms), and a request's horizon is scaled by 0.5 + 0.5q,
+// where q is the share of the last priorityMemory requests' priorities
+// below its own. The least efficient offloads are answered raw first, at
+// half their horizon; the most efficient run up to theirs.
 
 const (
 	// defaultOffloadCost is an offload's estimated CPU before any has
@@ -53,6 +46,8 @@ const (
 	defaultOffloadCost = 10 * time.Millisecond
 	// meanWeight is the weight of a new observation in the running means.
 	meanWeight = 1.0 / 16
+	// priorityMemory is how many recent priorities rank a request's.
+	priorityMemory = 256
 )
 
 // Conserver is the admission controller of work-conserving offload. Its
@@ -65,6 +60,8 @@ type Conserver struct {
 	backlog  float64 // estimated ns of admitted, unfinished offloads
 	cost     float64 // running mean of an offload's cost, ns
 	slowdown float64 // running mean of budget time / estimated cost
+	prios    []uint32
+	next     int // ring index into prios
 }
 
 // NewConserver returns the controller of a budget of workers workers; a
@@ -82,16 +79,39 @@ func (c *Conserver) estimate(costNS uint64) float64 {
 	return min(float64(costNS), float64(c.maxCost))
 }
 
-// Admit decides whether an offload of the given estimated cost (0:
-// unknown) and horizon (0: unknown) runs in the budget (true, with the
+// rankLocked is the share of the remembered priorities below p, and
+// remembers p.
+func (c *Conserver) rankLocked(p uint32) float64 {
+	below := 0
+	for _, q := range c.prios {
+		if q < p {
+			below++
+		}
+	}
+	q := 0.0
+	if len(c.prios) > 0 {
+		q = float64(below) / float64(len(c.prios))
+	}
+	if len(c.prios) < priorityMemory {
+		c.prios = append(c.prios, p)
+	} else {
+		c.prios[c.next] = p
+		c.next = (c.next + 1) % priorityMemory
+	}
+	return q
+}
+
+// Admit decides whether an offload of the given priority, estimated cost
+// (0: unknown) and horizon (0: unknown) runs in the budget (true, with the
 // estimate now counted in the backlog) or is answered raw (false).
-func (c *Conserver) Admit(costNS, horizonNS uint64) (bool, float64) {
+func (c *Conserver) Admit(priority uint32, costNS, horizonNS uint64) (bool, float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	est := c.estimate(costNS)
+	q := c.rankLocked(priority)
 	if horizonNS > 0 {
 		finish := c.slowdown * (c.backlog + est) / float64(c.workers)
-		if finish > float64(horizonNS) {
+		if finish > float64(horizonNS)*(0.5+0.5*q) {
 			return false, 0
 		}
 	}

@@ -7,22 +7,23 @@ import (
 
 // TestConserverAdmits: without a horizon every offload is admitted; with
 // one, an offload whose CPU backlog would finish past it is answered raw,
-// and one that finishes by it is admitted, however far into it: an
-// offload on time is not sent raw.
+// and near that boundary the less efficient requests are answered raw
+// first.
 func TestConserverAdmits(t *testing.T) {
 	ms := uint64(time.Millisecond)
 	c := NewConserver(1, time.Second)
 	for i := range 5 {
-		if ok, _ := c.Admit(10*ms, 0); !ok {
+		if ok, _ := c.Admit(100, 10*ms, 0); !ok {
 			t.Fatalf("offload %d refused without a horizon", i)
 		}
 	}
-	// Backlog 50 ms + 10 ms against a 200 ms horizon: admitted.
-	if ok, _ := c.Admit(10*ms, 200*ms); !ok {
+	// Backlog 50 ms + 10 ms against a 200 ms horizon: admitted (the
+	// priority ranks at the median of what was seen, 0.75 x 200 ms).
+	if ok, _ := c.Admit(100, 10*ms, 200*ms); !ok {
 		t.Fatal("offload refused with its finish well inside the horizon")
 	}
 	// Backlog 60 ms + 60 ms against 100 ms: answered raw.
-	if ok, _ := c.Admit(60*ms, 100*ms); ok {
+	if ok, _ := c.Admit(100, 60*ms, 100*ms); ok {
 		t.Fatal("offload admitted with its finish past the horizon")
 	}
 	// Six admitted offloads of 10 ms are in the backlog; the refused one
@@ -30,21 +31,24 @@ func TestConserverAdmits(t *testing.T) {
 	if c.backlog != float64(60*ms) {
 		t.Fatalf("backlog %v, want 60 ms", time.Duration(c.backlog))
 	}
-	// At a balanced plan's end: backlog 90 ms + 10 ms against 100 ms, on
-	// time, admitted; 1 ms more is not.
+	// The same finish against the same horizon: the most efficient
+	// request gets in, the least efficient does not.
 	r := NewConserver(1, time.Second)
-	r.backlog = float64(90 * ms)
-	if ok, _ := r.Admit(10*ms, 100*ms); !ok {
-		t.Fatal("an offload finishing right at its horizon was answered raw")
+	for p := range uint32(100) {
+		r.rankLocked(p * 10)
 	}
-	r.backlog = float64(90 * ms)
-	if ok, _ := r.Admit(11*ms, 100*ms); ok {
-		t.Fatal("an offload finishing 1 ms past its horizon was admitted")
+	r.backlog = float64(70 * ms)
+	if ok, _ := r.Admit(5000, 10*ms, 100*ms); !ok {
+		t.Fatal("the most efficient offload was refused 80 ms into a 100 ms horizon")
+	}
+	r.backlog = float64(70 * ms)
+	if ok, _ := r.Admit(0, 10*ms, 100*ms); ok {
+		t.Fatal("the least efficient offload was admitted 80 ms into a 100 ms horizon (it has half)")
 	}
 	// A slower budget (a hog in the cgroup) shows in the slowdown, and
 	// a finished or released job leaves the backlog.
 	c2 := NewConserver(1, time.Second)
-	_, est := c2.Admit(10*ms, 0)
+	_, est := c2.Admit(0, 10*ms, 0)
 	for range 64 {
 		c2.Finished(est, 10*time.Millisecond, 30*time.Millisecond)
 	}
@@ -54,7 +58,7 @@ func TestConserverAdmits(t *testing.T) {
 	if c2.backlog != 0 {
 		t.Fatalf("backlog %v after every admitted job finished", c2.backlog)
 	}
-	_, est = c2.Admit(10*ms, 0)
+	_, est = c2.Admit(0, 10*ms, 0)
 	c2.Released(est)
 	if c2.backlog != 0 {
 		t.Fatalf("backlog %v after the admitted job was released", c2.backlog)
