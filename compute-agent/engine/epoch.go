@@ -15,6 +15,7 @@ import (
 	"github.com/sophon-dl/sophon/compute-agent/report"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
 	"github.com/sophon-dl/sophon/compute-agent/trainer"
+	"github.com/sophon-dl/sophon/internal/cpuclock"
 	"github.com/sophon-dl/sophon/ops/wireform"
 	"github.com/sophon-dl/sophon/profiler"
 	"github.com/sophon-dl/sophon/proto/dataplanepb"
@@ -162,8 +163,12 @@ func (e *Epoch) execute(ctx context.Context, fs []*Fetcher) error {
 	}
 	wg.Go(func() { e.watchLinks(pctx, fs) })
 	e.start = e.cfg.Now()
+	proc := cpuclock.Process()
 	err := e.run(ctx, fs)
 	e.end = e.cfg.Now()
+	if proc > 0 {
+		e.procNS = max(0, cpuclock.Process()-proc)
+	}
 	stop()
 	wg.Wait()
 	e.logSuppressed()
@@ -201,6 +206,7 @@ func (e *Epoch) account(ctx context.Context, fs []*Fetcher, measure bool) report
 		BySplit:                  e.bySplit.List(),
 		GPUIdleSeconds:           e.idle.Seconds(),
 		ComputeCPUSeconds:        float64(e.computeNS.Load()) / 1e9,
+		ProcessCPUSeconds:        e.procNS.Seconds(),
 		StorageCPUSeconds:        float64(e.storageNS.Load()) / 1e9,
 		OffloadStorageCPUSeconds: float64(e.storageOffNS.Load()) / 1e9,
 		OffloadStorageEffSeconds: float64(e.storageOffEffNS.Load()) / 1e9,

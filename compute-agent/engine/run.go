@@ -85,13 +85,15 @@ type Epoch struct {
 	// left is the estimated wire bytes of the positions not yet received;
 	// with the link rate (linkRate, or as measured since start) it gives
 	// each offload request its horizon.
-	left           atomic.Int64
-	linkRate       float64
-	storageCores   float64 // the planner's (0: unknown), for shedding
-	meanRaw        int64   // the shard's mean raw file size (Fetcher.capLanes)
-	meanEst        int64   // the shard's mean estimated response (Fetcher.resize)
-	start          time.Time
-	computeNS      atomic.Int64
+	left         atomic.Int64
+	linkRate     float64
+	storageCores float64 // the planner's (0: unknown), for shedding
+	meanRaw      int64   // the shard's mean raw file size (Fetcher.capLanes)
+	meanEst      int64   // the shard's mean estimated response (Fetcher.resize)
+	start        time.Time
+	computeNS    atomic.Int64
+	// procNS is the process's CPU over the epoch (execute), every thread.
+	procNS         time.Duration
 	retried        atomic.Int64
 	streamFailures atomic.Int64
 	sampleWarns    atomic.Int64 // lines about single samples, logged or not (sampleWarn)

@@ -113,6 +113,12 @@ type EpochReport struct {
 	// ComputeCPUSeconds is the thread CPU time of the finishing workers
 	// (decoding the wire form, ops[k:n]).
 	ComputeCPUSeconds float64 `json:"compute_cpu_seconds"`
+	// ProcessCPUSeconds is the compute agent process's CPU over the
+	// epoch, every thread: the finishing workers and what the per-op
+	// profile does not see (receiving: gRPC, TLS, copies; the engine's
+	// bookkeeping; the hand-off; the garbage collector). 0 where the
+	// process clock cannot be read.
+	ProcessCPUSeconds float64 `json:"process_cpu_seconds,omitempty"`
 	// StorageCPUSeconds is the sum of FetchResponse.storage_cpu_ns over
 	// the received samples.
 	StorageCPUSeconds float64 `json:"storage_cpu_seconds"`
@@ -357,6 +363,12 @@ type Prediction struct {
 	// StorageNSPerByte is the storage CPU per payload byte sent beyond
 	// the ops that the model assumed; 0 means free.
 	StorageNSPerByte float64 `json:"storage_ns_per_byte,omitempty"`
+	// ComputeNSPerSample is the compute CPU per sample beyond the ops
+	// that the model assumed (receiving, the engine, the hand-off, the
+	// garbage collector; ProcessCPUSeconds less ComputeCPUSeconds per
+	// sample, as earlier epochs measured it); 0 means free. The
+	// prediction's compute CPU holds it.
+	ComputeNSPerSample float64 `json:"compute_ns_per_sample,omitempty"`
 }
 
 // CacheStats is an epoch's account of the compute node's cache.

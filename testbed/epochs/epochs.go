@@ -68,6 +68,7 @@ func Agents(ranks [][]report.EpochReport, jobs bool, l Link) ([]results.Epoch, e
 			e.AgentBytes += r.BytesReceived
 			e.StorageCPUSeconds += r.StorageCPUSeconds
 			e.ComputeCPUSeconds += r.ComputeCPUSeconds
+			e.ComputeProcessCPUSeconds += r.ProcessCPUSeconds
 			e.GPUIdleFraction += r.GPUIdleFraction / float64(len(ranks))
 			addCache(&e, r.Cache)
 			if lk := r.Link; lk != nil {

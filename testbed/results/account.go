@@ -40,7 +40,9 @@ type CellBound struct {
 	ComputeCores float64 `json:"compute_cores"`
 	// GPUSamplesPerSec is the simulated GPU's rate.
 	GPUSamplesPerSec float64 `json:"gpu_samples_per_sec,omitempty"`
-	// StorageSpeed is 1: both agents run on this machine's CPUs.
+	// StorageSpeed is the storage speed the bound prices the storage CPU
+	// at: the fastest any of the cell's runs planned its steady epoch
+	// with, and at least 1 (cellbound.StorageSpeed).
 	StorageSpeed float64 `json:"storage_speed"`
 	// Profile is the profile file the bound is over: the cell's, which
 	// every policy run of the cell planned from; Samples its samples.
@@ -77,11 +79,15 @@ type Account struct {
 	// PredStorage is the plan's storage time (its CPU-s over the cores it
 	// assumed); MeasStorage MeasStorageCPU over the cell's storage cores.
 	PredStorage, MeasStorage float64
-	// PredComputeCPU and MeasComputeCPU are the finishing workers' CPU-s.
+	// PredComputeCPU is the plan's compute CPU-s: the finishing ops and
+	// the CPU beyond them per sample it assumed; MeasComputeCPU the
+	// compute agents' process CPU (ComputeProcessCPUSeconds), or their
+	// finishing workers' CPU where they report no process CPU.
 	PredComputeCPU, MeasComputeCPU float64
-	// PredCompute is the plan's compute time; MeasCompute MeasComputeCPU
-	// over the cell's compute cores (CellBound.ComputeCores, else the
-	// cores the plan assumed).
+	// PredCompute is the plan's compute time (its compute CPU over the
+	// cores it assumed); MeasCompute MeasComputeCPU over the cell's
+	// compute cores (CellBound.ComputeCores, else the cores the plan
+	// assumed).
 	PredCompute, MeasCompute float64
 }
 
@@ -112,7 +118,7 @@ func AccountOf(c *Cell, e *Epoch) (a Account, ok bool) {
 	if cores := c.storageCores(p.StorageCores); cores > 0 {
 		a.MeasStorage = a.MeasStorageCPU / cores
 	}
-	a.MeasComputeCPU = e.ComputeCPUSeconds
+	a.MeasComputeCPU = max(e.ComputeProcessCPUSeconds, e.ComputeCPUSeconds)
 	cores := p.ComputeCores
 	if c.Bound != nil && c.Bound.ComputeCores > 0 {
 		cores = c.Bound.ComputeCores
@@ -263,8 +269,12 @@ func assumed(p *Prediction) string {
 	if speed <= 0 {
 		speed = 1
 	}
-	return fmt.Sprintf("%.2f MB/s, %s+%s cores, speed %.2f", p.LinkBytesPerSec/1e6,
+	s := fmt.Sprintf("%.2f MB/s, %s+%s cores, speed %.2f", p.LinkBytesPerSec/1e6,
 		cpusString(p.StorageCores), cpusString(p.ComputeCores), speed)
+	if p.ComputeNSPerSample > 0 {
+		s += fmt.Sprintf(", %.2f ms a sample beyond the compute ops", p.ComputeNSPerSample/1e6)
+	}
+	return s
 }
 
 // boundNote is e against the cell's bound: how far above it, or the flag
@@ -311,8 +321,9 @@ func accountNote(c *Cell) string {
 	s := "Per-resource account of each row's steady epoch: each resource's time as the plan predicted it " +
 		"(its quantity over the resource the model assumed) / as measured (payload: the kernel's TCP payload, " +
 		"or the agent's bytes without a kernel count, over the shaped rate; storage: the ops' CPU the responses " +
-		"reported plus the transport's the agent measured, over the cell's storage cores; compute: the finishing " +
-		"workers' CPU over the cell's compute cores). *Offloads sent raw* is work-conserving offload's departure " +
+		"reported plus the transport's the agent measured, over the cell's storage cores; compute: the compute agent's " +
+		"process CPU, every thread, or its finishing workers' CPU where it reports no process CPU, over the cell's " +
+		"compute cores; the model's compute CPU holds what earlier epochs measured beyond the ops per sample). *Offloads sent raw* is work-conserving offload's departure " +
 		"from the plan: the offloads the prediction's shed cut sends raw / those the epoch sent raw, shed by the " +
 		"compute agent plus answered raw by a storage agent whose CPU could not finish them in time " +
 		"(shed + contended); a measured count above the predicted one is an epoch whose storage side fell behind " +

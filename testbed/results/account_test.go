@@ -33,7 +33,8 @@ func close9(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.A
 // (the agent's bytes without it) over the link's payload rate (the shaped
 // rate times Cell.LinkPayloadFraction; unset: the shaped rate), the ops' CPU plus
 // the measured transport over the cell's storage cores, and the compute
-// CPU over the cell's compute cores; the predicted side is the plan's.
+// agent's process CPU (its finishing CPU without one) over the cell's
+// compute cores; the predicted side is the plan's.
 func TestAccountOf(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -43,10 +44,13 @@ func TestAccountOf(t *testing.T) {
 		storTime float64
 		frac     float64
 		payload  float64
+		compCPU  float64 // the measured compute CPU
+		compute  float64 // and time
 	}{
-		{"kernel payload", Epoch{AgentBytes: 24e6, KernelPayloadBytes: 25e6, StorageCPUSeconds: 0.8, ComputeCPUSeconds: 3}, 25e6, 0.8, 1.6, 0, 12.5e6},
-		{"agent bytes, transport", Epoch{AgentBytes: 20e6, StorageCPUSeconds: 0.8, StorageNSPerByte: 10, ComputeCPUSeconds: 3}, 20e6, 1.0, 2.0, 1, 12.5e6},
-		{"headers", Epoch{AgentBytes: 24e6, KernelPayloadBytes: 25e6, StorageCPUSeconds: 0.8, ComputeCPUSeconds: 3}, 25e6, 0.8, 1.6, 0.8, 10e6},
+		{"kernel payload", Epoch{AgentBytes: 24e6, KernelPayloadBytes: 25e6, StorageCPUSeconds: 0.8, ComputeCPUSeconds: 3}, 25e6, 0.8, 1.6, 0, 12.5e6, 3, 1.5},
+		{"agent bytes, transport", Epoch{AgentBytes: 20e6, StorageCPUSeconds: 0.8, StorageNSPerByte: 10, ComputeCPUSeconds: 3}, 20e6, 1.0, 2.0, 1, 12.5e6, 3, 1.5},
+		{"headers", Epoch{AgentBytes: 24e6, KernelPayloadBytes: 25e6, StorageCPUSeconds: 0.8, ComputeCPUSeconds: 3}, 25e6, 0.8, 1.6, 0.8, 10e6, 3, 1.5},
+		{"process CPU", Epoch{AgentBytes: 25e6, StorageCPUSeconds: 0.8, ComputeCPUSeconds: 3, ComputeProcessCPUSeconds: 4.6}, 25e6, 0.8, 1.6, 1, 12.5e6, 4.6, 2.3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := accountCell(2.5, tc.e)
@@ -64,7 +68,7 @@ func TestAccountOf(t *testing.T) {
 				{"pred compute CPU", a.PredComputeCPU, 4}, {"pred compute", a.PredCompute, 2},
 				{"meas bytes", a.MeasBytes, tc.bytes}, {"meas link", a.MeasLink, tc.bytes / tc.payload},
 				{"meas storage CPU", a.MeasStorageCPU, tc.storCPU}, {"meas storage", a.MeasStorage, tc.storTime},
-				{"meas compute CPU", a.MeasComputeCPU, 3}, {"meas compute", a.MeasCompute, 1.5},
+				{"meas compute CPU", a.MeasComputeCPU, tc.compCPU}, {"meas compute", a.MeasCompute, tc.compute},
 			} {
 				if !close9(f.got, f.want) {
 					t.Errorf("%s: got %v, want %v", f.name, f.got, f.want)

@@ -353,6 +353,11 @@ type Epoch struct {
 	// workers'.
 	StorageCPUSeconds float64 `json:"storage_cpu_seconds"`
 	ComputeCPUSeconds float64 `json:"compute_cpu_seconds"`
+	// ComputeProcessCPUSeconds is the compute agents' process CPU over the
+	// epoch, every thread (their reports' process_cpu_seconds, summed):
+	// beyond ComputeCPUSeconds, receiving, the engine, the hand-off and
+	// the garbage collector; 0 where not reported.
+	ComputeProcessCPUSeconds float64 `json:"compute_process_cpu_seconds,omitempty"`
 	// StorageNSPerByte is the storage agents' CPU per byte sent beyond
 	// their ops (gRPC, TLS) that the compute agent measured over the epoch
 	// (its report's storage_ns_per_byte); 0 when not measured.
