@@ -51,7 +51,7 @@ func (cm *cmodel) cacheDual(w []float64, k int, budget float64) (float64, relax.
 			}
 		}
 		entry[i] = cacheplan.Entry(s, k)
-		save[i] = cost[i] - ga*cacheplan.FinishNS(s, k)
+		save[i] = cost[i] - ga*(cacheplan.FinishNS(s, k)+m.perSample)
 	}
 	var g float64
 	var t relax.Totals
@@ -60,7 +60,7 @@ func (cm *cmodel) cacheDual(w []float64, k int, budget float64) (float64, relax.
 		g += cost[i] - f*save[i]
 		t.B += (1 - f) * q[0]
 		t.S += (1 - f) * q[1]
-		t.P += (1-f)*q[2] + f*cacheplan.FinishNS(&p.Samples[i], k)
+		t.P += (1-f)*q[2] + f*(cacheplan.FinishNS(&p.Samples[i], k)+m.perSample)
 		t.N++
 	}
 	return g, t, save, entry
@@ -285,7 +285,7 @@ func LRU(in Instance) (Plan, error) {
 	entries := make([]float64, len(p.Samples))
 	for i := range p.Samples {
 		entries[i] = cacheplan.Entry(&p.Samples[i], k)
-		finish += cacheplan.FinishNS(&p.Samples[i], k)
+		finish += cacheplan.FinishNS(&p.Samples[i], k) + max(in.Cluster.ComputeNSPerSample, 0)
 	}
 	h := cacheplan.LRUHitRatio(in.CacheBytes, entries, cacheplan.LRULag)
 	pr := &pl.Pred

@@ -215,3 +215,39 @@ func TestCropSplit(t *testing.T) {
 		}
 	}
 }
+
+// TestComputePerSample: Resources.ComputeNSPerSample costs the compute
+// side that much per sample at every split, so a compute-bound plan moves
+// by it, the plan that a compute-bound profile calls for changes with it,
+// and the bound stays under the optimum.
+func TestComputePerSample(t *testing.T) {
+	p, r := twoSamples()
+	base := predict1(p, r, []int{0, 0}, nil)
+	r.ComputeNSPerSample = 1e9
+	with := predict1(p, r, []int{0, 0}, nil)
+	if !near(with.ComputeCPUSeconds-base.ComputeCPUSeconds, 2) || !near(with.ComputeSeconds-base.ComputeSeconds, 2) {
+		t.Errorf("1 s a sample over 2 samples: compute CPU %v -> %v, compute %v -> %v; want 2 s more of each",
+			base.ComputeCPUSeconds, with.ComputeCPUSeconds, base.ComputeSeconds, with.ComputeSeconds)
+	}
+	if with.LinkSeconds != base.LinkSeconds || with.StorageSeconds != base.StorageSeconds {
+		t.Errorf("the compute term moved the link (%v -> %v) or storage (%v -> %v)", base.LinkSeconds, with.LinkSeconds, base.StorageSeconds, with.StorageSeconds)
+	}
+	// Without it the optimum is [2, 0] at (3, 2, 1.5) = 3. With it [2, 0]
+	// is compute-bound at (3, 2, 3.5) and [2, 2] storage-bound at (2, 3.5,
+	// 2): 3.5. The LP moves half of sample 1 to k2: storage 2 + 0.75 =
+	// compute 3.5 - 0.75 = 2.75, link 2.5.
+	opt, err := byName1(NameOptimal, p, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(opt.Pred.Seconds, 3.5) {
+		t.Errorf("optimal with 1 s a sample beyond the ops: %v s (split %v), want 3.5", opt.Pred.Seconds, opt.Split)
+	}
+	b, err := Bound(OneNode(p, r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(b.Seconds, 2.75) {
+		t.Errorf("bound %v, want 2.75", b.Seconds)
+	}
+}

@@ -133,6 +133,9 @@ type model struct {
 	// profile's) each payload byte costs to send: StorageNSPerByte times
 	// the storage speed.
 	perByte float64
+	// perSample is the compute ns every sample costs beyond its ops
+	// (Resources.ComputeNSPerSample), whatever its option.
+	perSample float64
 	// ids is the profile's sample ids, made once and shared, read-only,
 	// by the model's plans.
 	ids []uint64
@@ -155,7 +158,7 @@ func (m *model) sampleIDs() []uint64 {
 // payload byte. With cut, it offers SplitCut where any sample has the
 // cut's measurements (which takes a pass over the samples); without, it
 // never does, as the baselines need.
-func newModel(p *profiler.Profile, speed, nsPerByte float64, cut bool) *model {
+func newModel(p *profiler.Profile, speed, nsPerByte, perSample float64, cut bool) *model {
 	m := &model{p: p, n: p.N(), stride: 1}
 	for i := range p.Samples {
 		if len(p.Samples[i].Compressed) == m.n+1 {
@@ -175,6 +178,7 @@ func newModel(p *profiler.Profile, speed, nsPerByte float64, cut bool) *model {
 	if nsPerByte > 0 {
 		m.perByte = nsPerByte * speed
 	}
+	m.perSample = max(perSample, 0)
 	return m
 }
 
@@ -238,9 +242,10 @@ func (m *model) options(s *profiler.SampleProfile, buf []raw) {
 	if m.cut {
 		buf[m.cutOpt] = m.cutRaw(s, total, pre2)
 	}
-	if m.perByte > 0 {
+	if m.perByte > 0 || m.perSample > 0 {
 		for i := range buf[:m.nopt()] {
 			buf[i][1] += buf[i][0] * m.perByte // +Inf stays +Inf
+			buf[i][2] += m.perSample
 		}
 	}
 }
@@ -435,7 +440,7 @@ func checkProfile(p *profiler.Profile) error {
 // indexModel indexes a profile, a cluster and a placement that are valid
 // together (newCModel checks that).
 func indexModel(p *profiler.Profile, c *Cluster, pl *Placement, cut bool) *cmodel {
-	m := newModel(p, c.Speed(), c.StorageNSPerByte, cut)
+	m := newModel(p, c.Speed(), c.StorageNSPerByte, c.ComputeNSPerSample, cut)
 	cm := &cmodel{m: m, c: c, pl: pl, exactLimit: clusterExactLimit, pass: clusterPass}
 	cm.Problem = relax.Problem{
 		Resources: relax.Resources{NS: len(c.Storage), NC: len(c.Compute)},
@@ -597,6 +602,7 @@ func (cm *cmodel) predict(pt []relax.Totals) ClusterPrediction {
 func (m *model) optRaw(s *profiler.SampleProfile, o int) raw {
 	q := m.optRawOps(s, o)
 	q[1] += q[0] * m.perByte // +Inf stays +Inf
+	q[2] += m.perSample
 	return q
 }
 

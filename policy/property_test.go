@@ -62,6 +62,10 @@ func randomResources(rng *rand.Rand, n int) Resources {
 		// Sending costs the storage side too: a few ns per byte.
 		r.StorageNSPerByte = 5 * math.Exp(rng.NormFloat64())
 	}
+	if rng.IntN(2) == 0 {
+		// And receiving costs the compute side: about a ms per sample.
+		r.ComputeNSPerSample = 1e6 * math.Exp(rng.NormFloat64())
+	}
 	return r
 }
 

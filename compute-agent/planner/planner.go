@@ -157,6 +157,9 @@ type Planner struct {
 	// is measured over (poolSpeed); a new profile's clock (Learn, Adopt)
 	// empties it.
 	speeds []speedSample
+	// computes is the epochs the compute CPU per sample beyond the ops
+	// is measured over (driftCompute).
+	computes []computeSample
 	// linkPeaked says the link's rate came from an epoch's peak
 	// (driftLink) or the first epoch's calibration files (Run.planBeside),
 	// which read a few percent high: the next link-bound epoch's own rate
@@ -279,17 +282,38 @@ func (pl *Planner) Replan() error {
 	pl.stale = false
 	pl.Res.CacheBytes = pl.CacheBytes
 	p, r := pl.profile(), pl.Res
-	in, c, err := pl.instance(p, r)
+	// The compute CPU beyond the ops per sample prices the plan's epoch,
+	// not the choice between plans: it is measured on the plan that ran,
+	// and how much of it follows a sample's bytes rather than its count
+	// one plan's epochs cannot tell (driftCompute). Planned with it, the
+	// optimiser traded link bytes for the compute side's ops that the
+	// overhead did not follow (docs/policy.md, "The compute side beyond
+	// its ops").
+	ops := r
+	ops.ComputeNSPerSample = 0
+	in, c, err := pl.instance(p, ops)
 	if err != nil {
 		return err
 	}
 	var cached []bool
 	if r.CacheBytes > 0 {
-		cached = pl.residentFlags(p, r)
+		cached = pl.residentFlags(p, ops)
 	}
 	plan, b, err := policy.Resident(pl.Name, in, cached)
 	if err != nil {
 		return err
+	}
+	if r.ComputeNSPerSample > 0 && r.CacheBytes <= 0 {
+		// A plan with a cache is priced on the cache's profile, which
+		// Predict does not see: left at its ops.
+		if in, _, err = pl.instance(p, r); err != nil {
+			return err
+		}
+		cp, err := policy.Predict(in, plan.Replica, plan.Split, plan.Compress)
+		if err != nil {
+			return err
+		}
+		plan.Pred = cp.Totals()
 	}
 	pl.Bound, pl.CacheBound, pl.Cluster = b.Seconds, b.CacheSeconds, c
 	pl.Plan = plan
@@ -429,6 +453,9 @@ func (pl *Planner) Drift(r *report.EpochReport, m *Offloads, ran policy.Plan) (s
 	if w := pl.calibrateSizes(o); w != "" {
 		why = append(why, w)
 	}
+	if w := pl.driftCompute(r, ran, &res); w != "" {
+		why = append(why, w)
+	}
 	if w := pl.driftLink(r, m, ran, &res); w != "" {
 		why = append(why, w)
 	}
@@ -483,6 +510,74 @@ func (pl *Planner) poolSpeed(profile, got, thr float64) (float64, int) {
 	return window(), len(pl.speeds)
 }
 
+// ComputeWindow is how many epochs the compute side's CPU beyond its ops
+// is measured over (driftCompute), as SpeedWindow is for the storage
+// speed.
+const ComputeWindow = 4
+
+// computeSample is one epoch's compute agent CPU beyond its finishing
+// workers' (process less finishing CPU, seconds) and the samples it
+// delivered.
+type computeSample struct{ beyond, samples float64 }
+
+// driftCompute is Drift's compute CPU per sample beyond the ops
+// (Resources.ComputeNSPerSample). The profile prices the finishing ops
+// alone, but the compute node's cores also run what no op's clock sees:
+// receiving (gRPC, TLS, copies), the engine, the hand-off and the garbage
+// the decodes leave. On 500 px photographs under a 1-core compute quota
+// that was 0.8-1.3 ms a sample, 0.6-0.7 of the ops' CPU again
+// (2026-11-30): the compute side bound the epoch while the plan, pricing
+// the ops alone, predicted the link, and the link's drift then read the
+// compute side's pace as a slower link. So each epoch's process CPU less
+// its finishing CPU, over the samples it delivered, pooled as a ratio of
+// sums over the last ComputeWindow epochs (a window that restarts when an
+// epoch's own figure moves past the threshold), is the term the plans'
+// epochs are priced with (Replan: it prices the plan, it does not choose
+// it; part of it follows the bytes a plan sends, which one plan's epochs
+// cannot tell apart from the count). It re-plans when the change moves
+// the plan's compute time by more than StorageCalibration of its epoch.
+// Profiled epochs (stage 2's timing) and a first epoch that ran beside
+// stage 1 do not count. It returns the reason, or "".
+func (pl *Planner) driftCompute(r *report.EpochReport, ran policy.Plan, res *policy.Resources) string {
+	if r.Profiled || (r.Stage1 != nil && r.Stage1.Overlapped) || r.Samples <= 0 ||
+		r.ComputeCPUSeconds <= 0 || r.ProcessCPUSeconds < r.ComputeCPUSeconds {
+		return ""
+	}
+	perSample := func() float64 {
+		var b, n float64
+		for _, c := range pl.computes {
+			b, n = b+c.beyond, n+c.samples
+		}
+		return b / n * 1e9
+	}
+	c := computeSample{r.ProcessCPUSeconds - r.ComputeCPUSeconds, float64(r.Samples)}
+	if len(pl.computes) > 0 {
+		if d := c.beyond / c.samples * 1e9 / perSample(); d > 1+pl.Threshold || d < 1-pl.Threshold {
+			pl.computes = pl.computes[:0]
+		}
+	}
+	pl.computes = append(pl.computes, c)
+	if n := len(pl.computes); n > ComputeWindow {
+		pl.computes = slices.Delete(pl.computes, 0, n-ComputeWindow)
+	}
+	ns := perSample()
+	old := res.ComputeNSPerSample
+	res.ComputeNSPerSample = ns
+	// How far the change moves the plan's compute time, against its epoch.
+	moved := math.Abs(ns-old) * c.samples / 1e9
+	if res.ComputeCores > 0 {
+		moved /= res.ComputeCores
+	}
+	if epoch := ran.Pred.Seconds; epoch > 0 && moved <= StorageCalibration*epoch {
+		if old > 0 {
+			res.ComputeNSPerSample = old // within the noise: keep the plan's
+		}
+		return ""
+	}
+	return fmt.Sprintf("compute cpu beyond the ops %.3fs for %d samples: %.0f us a sample over %d epochs (planned %.0f)",
+		c.beyond, r.Samples, ns/1e3, len(pl.computes), old/1e3)
+}
+
 // driftLink is Drift's link rate: the epoch's bytes over its seconds
 // against the planned rate in res, which it updates; the reason to
 // re-plan, or "".
@@ -520,7 +615,13 @@ func (pl *Planner) driftLink(r *report.EpochReport, m *Offloads, ran policy.Plan
 	// over (stage 1 beside it) is not this plan's: its bytes over seconds
 	// may raise the rate but not lower it.
 	overlapped := r.Stage1 != nil && r.Stage1.Overlapped
-	linkBound := ran.Pred.Bottleneck == policy.Link && storageBusy < 0.8 && !overlapped
+	// Likewise a compute side busy for most of the epoch (its process
+	// CPU over the configured cores: driftCompute) set its pace.
+	computeBusy := 0.0
+	if cores := pl.Res.ComputeCores; cores > 0 {
+		computeBusy = r.ProcessCPUSeconds / cores / r.Seconds
+	}
+	linkBound := ran.Pred.Bottleneck == policy.Link && storageBusy < 0.8 && computeBusy < 0.8 && !overlapped
 	switch {
 	case storageBusy >= 0.8 && peak > got && peak > (1+thr)*res.LinkBytesPerSec:
 		w := fmt.Sprintf("link peak %.0f B/s, planned %.0f B/s", peak, res.LinkBytesPerSec)

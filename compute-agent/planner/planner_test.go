@@ -699,3 +699,74 @@ func TestProbeSpeed(t *testing.T) {
 		t.Errorf("no sample in common: speed %v (ok %v), want stage 1's 0.7 kept", pl.Res.StorageSpeed, ok)
 	}
 }
+
+// TestDriftCompute: the compute CPU per sample beyond the ops is the
+// compute agent's process CPU less its finishing CPU over the samples it
+// delivered, pooled over the epochs; a change that moves the plan's
+// compute time by less than StorageCalibration of its epoch does not
+// re-plan, a profiled epoch does not count, and a compute side busy for
+// the whole epoch keeps the link's drift from reading its pace as a
+// slower link.
+func TestDriftCompute(t *testing.T) {
+	pl := &Planner{Threshold: 0.2, Name: policy.NameOptimal, Res: policy.Resources{LinkBytesPerSec: 12e6, StorageSpeed: 1, ComputeCores: 1}}
+	ran := policy.Plan{Pred: policy.Prediction{Seconds: 1.5, LinkSeconds: 1.5, ComputeSeconds: 1.1, Bottleneck: policy.Link}}
+	epoch := func(n uint64, ops, proc float64, profiled bool) (string, bool) {
+		// 900 samples in 1.8 s, 16 MB: 8.9 MB/s on a planned 12, which
+		// the link's drift would take for the link's were the compute
+		// side not busy.
+		r := &report.EpochReport{Epoch: n, Seconds: 1.8, Samples: 900, BytesReceived: 16e6, ComputeCPUSeconds: ops, ProcessCPUSeconds: proc, Profiled: profiled}
+		return pl.Drift(r, nil, ran)
+	}
+	if why, ok := epoch(0, 1.0, 9, true); ok {
+		t.Fatalf("a profiled epoch re-planned: %s", why)
+	}
+	why, ok := epoch(1, 1.1, 1.82, false)
+	if !ok || math.Abs(pl.Res.ComputeNSPerSample-0.8e6) > 1 || pl.Res.LinkBytesPerSec != 12e6 || pl.Res.ComputeCores != 1 {
+		t.Fatalf("0.72 s beyond the ops for 900 samples: re-plan %v (%q), %v ns a sample, link %v, cores %v; want true, 800000, 12e6 (the link's drift held back), 1",
+			ok, why, pl.Res.ComputeNSPerSample, pl.Res.LinkBytesPerSec, pl.Res.ComputeCores)
+	}
+	if !strings.Contains(why, "compute cpu beyond the ops") {
+		t.Errorf("reason %q does not name the compute side", why)
+	}
+	// The next epoch: 0.85 ms a sample, pooled 0.825 ms, which moves the
+	// plan's compute time by 0.0225 s of a 1.5 s epoch: no re-plan.
+	if why, ok := epoch(2, 1.0, 1.765, false); ok || math.Abs(pl.Res.ComputeNSPerSample-0.8e6) > 1 {
+		t.Errorf("0.85 ms after 0.8: re-planned %v (%s), %v ns a sample; want neither, 800000", ok, why, pl.Res.ComputeNSPerSample)
+	}
+	// Twice as much: past the threshold, the window restarts from it.
+	if why, ok := epoch(3, 1.0, 2.44, false); !ok || math.Abs(pl.Res.ComputeNSPerSample-1.6e6) > 1 {
+		t.Errorf("1.6 ms a sample: re-plan %v (%s), %v ns; want true, 1600000", ok, why, pl.Res.ComputeNSPerSample)
+	}
+}
+
+// TestReplanPricesComputePerSample: the compute CPU beyond the ops per
+// sample prices the plan's epoch but does not choose it: the plan (its
+// splits, its bound) is the one made without it, and its prediction's
+// compute CPU holds it once per sample.
+func TestReplanPricesComputePerSample(t *testing.T) {
+	prof := synthetic.ProfileCut("openimages-like", 300, 7)
+	// A compute side one core short enough for the term to bind.
+	res := policy.Resources{LinkBytesPerSec: 12e6, StorageCores: 1, ComputeCores: 1, StorageSpeed: 1}
+	without := &Planner{Name: policy.NameOptimal, Res: res, Prof: prof}
+	if err := without.Replan(); err != nil {
+		t.Fatal(err)
+	}
+	res.ComputeNSPerSample = 5e6
+	with := &Planner{Name: policy.NameOptimal, Res: res, Prof: prof}
+	if err := with.Replan(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(with.Plan.Split, without.Plan.Split) || with.Bound != without.Bound {
+		t.Errorf("the term changed the plan or its bound: bound %v -> %v", without.Bound, with.Bound)
+	}
+	extra := 5e6 * float64(len(prof.Samples)) / 1e9
+	if d := with.Plan.Pred.ComputeCPUSeconds - without.Plan.Pred.ComputeCPUSeconds; math.Abs(d-extra) > 1e-6 {
+		t.Errorf("predicted compute CPU %v -> %v: want %v more", without.Plan.Pred.ComputeCPUSeconds, with.Plan.Pred.ComputeCPUSeconds, extra)
+	}
+	if with.Plan.Pred.Seconds < with.Plan.Pred.ComputeSeconds-1e-9 {
+		t.Errorf("prediction %v s under its own compute time %v s", with.Plan.Pred.Seconds, with.Plan.Pred.ComputeSeconds)
+	}
+	if with.Expected.ComputeCPUSeconds != with.Plan.Pred.ComputeCPUSeconds {
+		t.Errorf("expected compute CPU %v, plan's %v", with.Expected.ComputeCPUSeconds, with.Plan.Pred.ComputeCPUSeconds)
+	}
+}

@@ -503,7 +503,7 @@ func Account(pr policy.Prediction, res policy.Resources) *report.Prediction {
 		ComputeSeconds: pr.ComputeSeconds, GPUSeconds: pr.GPUSeconds, Bytes: pr.Bytes,
 		StorageCPUSeconds: pr.StorageCPUSeconds, ComputeCPUSeconds: pr.ComputeCPUSeconds, Bottleneck: pr.Bottleneck,
 		LinkBytesPerSec: res.LinkBytesPerSec, StorageCores: res.StorageCores, ComputeCores: res.ComputeCores,
-		StorageSpeed: res.StorageSpeed, StorageNSPerByte: res.StorageNSPerByte,
+		StorageSpeed: res.StorageSpeed, StorageNSPerByte: res.StorageNSPerByte, ComputeNSPerSample: res.ComputeNSPerSample,
 	}
 }
 

@@ -42,6 +42,11 @@ type Cluster struct {
 	// TLS, copies), as Resources.StorageNSPerByte: every option's storage
 	// cost includes it. Zero means free.
 	StorageNSPerByte float64 `json:"storage_ns_per_byte,omitempty"`
+	// ComputeNSPerSample is the compute CPU, in ns on the compute nodes'
+	// clock, that each sample costs beyond its ops, as
+	// Resources.ComputeNSPerSample: every option's compute cost includes
+	// it. Zero means free.
+	ComputeNSPerSample float64 `json:"compute_ns_per_sample,omitempty"`
 }
 
 // StorageNode is one storage agent.
@@ -160,7 +165,7 @@ func (c *Cluster) Validate() error {
 	for _, f := range []struct {
 		name string
 		x    float64
-	}{{"shared_uplink_bytes_per_sec", c.SharedUplinkBytesPerSec}, {"storage_speed", c.StorageSpeed}, {"storage_ns_per_byte", c.StorageNSPerByte}} {
+	}{{"shared_uplink_bytes_per_sec", c.SharedUplinkBytesPerSec}, {"storage_speed", c.StorageSpeed}, {"storage_ns_per_byte", c.StorageNSPerByte}, {"compute_ns_per_sample", c.ComputeNSPerSample}} {
 		if err := checkFigure(f.name, f.x); err != nil {
 			return err
 		}
@@ -264,10 +269,11 @@ func (c *Cluster) Ranks() int {
 // plans and bounds on it agree with the single-node ones on r.
 func SingleNode(r Resources) Cluster {
 	return Cluster{
-		Storage:          []StorageNode{{Name: "storage", Cores: r.StorageCores, EgressBytesPerSec: r.LinkBytesPerSec}},
-		Compute:          []ComputeNode{{Name: "compute", Cores: r.ComputeCores, GPUSamplesPerSec: r.GPUSamplesPerSec, Ranks: 1}},
-		StorageSpeed:     r.StorageSpeed,
-		StorageNSPerByte: r.StorageNSPerByte,
+		Storage:            []StorageNode{{Name: "storage", Cores: r.StorageCores, EgressBytesPerSec: r.LinkBytesPerSec}},
+		Compute:            []ComputeNode{{Name: "compute", Cores: r.ComputeCores, GPUSamplesPerSec: r.GPUSamplesPerSec, Ranks: 1}},
+		StorageSpeed:       r.StorageSpeed,
+		StorageNSPerByte:   r.StorageNSPerByte,
+		ComputeNSPerSample: r.ComputeNSPerSample,
 	}
 }
 
@@ -310,6 +316,15 @@ type Resources struct {
 	// has measured figures); every option then costs the storage side its
 	// bytes times this, raw ones included. Zero means free.
 	StorageNSPerByte float64
+	// ComputeNSPerSample is the compute CPU (ns, on the compute node's
+	// clock) each sample costs beyond its ops, whatever its split:
+	// receiving it (gRPC, TLS, copies), the engine's bookkeeping, the
+	// hand-off and the garbage it leaves. The compute agent's process CPU
+	// less its finishing workers' CPU over the samples it delivered
+	// measures it (docs/policy.md, "The compute side beyond its ops");
+	// every option then costs the compute side this much more. Zero means
+	// free.
+	ComputeNSPerSample float64
 	// CacheBytes is the compute node's cache budget (compute-agent
 	// --cache-bytes): the bytes of samples a plan may keep resident there
 	// at the pipeline's cache split (policy.Plan.Cached). Zero means no
