@@ -569,9 +569,7 @@ func (pl *Planner) driftCompute(r *report.EpochReport, ran policy.Plan, res *pol
 		moved /= res.ComputeCores
 	}
 	if epoch := ran.Pred.Seconds; epoch > 0 && moved <= StorageCalibration*epoch {
-		if old > 0 {
-			res.ComputeNSPerSample = old // within the noise: keep the plan's
-		}
+		res.ComputeNSPerSample = old // within the noise: keep the plan's
 		return ""
 	}
 	return fmt.Sprintf("compute cpu beyond the ops %.3fs for %d samples: %.0f us a sample over %d epochs (planned %.0f)",
