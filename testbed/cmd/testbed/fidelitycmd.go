@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -50,6 +52,15 @@ type fidelityRow struct {
 	MeanCropBytes float64 `json:"mean_crop_bytes"`
 }
 
+// fidelityCrop is one crop's comparison: its sample (an index into the
+// set's files), epoch, PSNR and the JPEG's size.
+type fidelityCrop struct {
+	Sample    int
+	Epoch     uint64
+	PSNR      float64
+	JPEGBytes int
+}
+
 func runFidelity(_ context.Context, args []string, log zerolog.Logger) error {
 	fs := flag.NewFlagSet("fidelity", flag.ContinueOnError)
 	data := fs.String("data", "", "comma-separated folders of JPEGs (searched recursively), one row set each")
@@ -58,6 +69,7 @@ func runFidelity(_ context.Context, args []string, log zerolog.Logger) error {
 	seed := fs.Uint64("seed", 1, "run seed for the ops' random draws (the same crops in every pipeline)")
 	epochs := fs.Int("epochs", 1, "epochs of random draws per sample (epochs 0..N-1)")
 	jsonOut := fs.String("json", "", "also write the rows to this file as JSON")
+	cropsOut := fs.String("crops", "", "also write one CSV line per crop to this file: set, pipeline, file, epoch, PSNR, JPEG bytes, the file's bytes")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `testbed fidelity: what a pipeline's JPEG round trip (encode_jpeg, decode) does to
 its crops. For every sample and epoch it runs the pipeline up to encode_jpeg,
@@ -83,6 +95,18 @@ Flags:
 		return fmt.Errorf("fidelity: --epochs %d: want at least 1", *epochs)
 	}
 	var rows []fidelityRow
+	var cw *csv.Writer
+	if *cropsOut != "" {
+		f, err := os.Create(*cropsOut)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		cw = csv.NewWriter(f)
+		if err := cw.Write([]string{"set", "pipeline", "file", "epoch", "psnr_db", "jpeg_bytes", "file_bytes"}); err != nil {
+			return err
+		}
+	}
 	for _, dir := range strings.Split(*data, ",") {
 		paths, err := testbed.ListJPEGs(dir)
 		if err != nil {
@@ -97,7 +121,7 @@ Flags:
 			if err != nil {
 				return err
 			}
-			row, err := measureFidelity(p, samples, *seed, *epochs, func(i int, err error) {
+			row, crops, err := measureFidelity(p, samples, *seed, *epochs, func(i int, err error) {
 				log.Warn().Str("path", paths[i]).Err(err).Msg("sample failed")
 			})
 			if err != nil {
@@ -105,6 +129,20 @@ Flags:
 			}
 			row.Set = filepath.Base(filepath.Clean(dir))
 			rows = append(rows, row)
+			for _, c := range crops {
+				if cw == nil {
+					break
+				}
+				if err := cw.Write([]string{row.Set, row.Pipeline, paths[c.Sample], strconv.FormatUint(c.Epoch, 10),
+					strconv.FormatFloat(c.PSNR, 'f', 3, 64), strconv.Itoa(c.JPEGBytes), strconv.Itoa(len(samples[c.Sample]))}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if cw != nil {
+		if cw.Flush(); cw.Error() != nil {
+			return cw.Error()
 		}
 	}
 	if err := printFidelity(rows, *seed, *epochs); err != nil {
@@ -132,14 +170,16 @@ func roundTrip(p *ops.Pipeline) (int, error) {
 }
 
 // measureFidelity compares, for every sample and epoch 0..epochs-1, the
-// image entering p's encode_jpeg with the one its decode returns. A
+// image entering p's encode_jpeg with the one its decode returns: the
+// row, and every crop's own comparison in sample and epoch order. A
 // sample the pipeline refuses is passed to failed and left out.
-func measureFidelity(p *ops.Pipeline, samples [][]byte, seed uint64, epochs int, failed func(i int, err error)) (fidelityRow, error) {
+func measureFidelity(p *ops.Pipeline, samples [][]byte, seed uint64, epochs int, failed func(i int, err error)) (fidelityRow, []fidelityCrop, error) {
 	row := fidelityRow{Pipeline: p.Name()}
 	j, err := roundTrip(p)
 	if err != nil {
-		return row, err
+		return row, nil, err
 	}
+	var crops []fidelityCrop
 	var psnrs []float64
 	var jpegBytes, cropBytes float64
 	for i, raw := range samples {
@@ -153,6 +193,7 @@ func measureFidelity(p *ops.Pipeline, samples [][]byte, seed uint64, epochs int,
 			}
 			psnr, maxErr := comparePix(before.Pix, after.Pix)
 			psnrs = append(psnrs, psnr)
+			crops = append(crops, fidelityCrop{Sample: i, Epoch: epoch, PSNR: psnr, JPEGBytes: encoded.Size()})
 			row.MaxAbsErr = max(row.MaxAbsErr, maxErr)
 			jpegBytes += float64(encoded.Size())
 			cropBytes += float64(before.Size())
@@ -160,7 +201,7 @@ func measureFidelity(p *ops.Pipeline, samples [][]byte, seed uint64, epochs int,
 	}
 	row.Samples = len(psnrs)
 	if row.Samples == 0 {
-		return row, fmt.Errorf("fidelity: %s: no sample went through", p.Name())
+		return row, nil, fmt.Errorf("fidelity: %s: no sample went through", p.Name())
 	}
 	n := float64(row.Samples)
 	for _, v := range psnrs {
@@ -170,7 +211,7 @@ func measureFidelity(p *ops.Pipeline, samples [][]byte, seed uint64, epochs int,
 	row.MinPSNR = psnrs[0]
 	row.P5PSNR = psnrs[int(0.05*float64(len(psnrs)-1)+0.5)]
 	row.MeanJPEGBytes, row.MeanCropBytes = jpegBytes/n, cropBytes/n
-	return row, nil
+	return row, crops, nil
 }
 
 // runRoundTrip runs ops[0:j] of p on raw, then encode_jpeg (op j) and its

@@ -49,9 +49,25 @@ func TestMeasureFidelity(t *testing.T) {
 			t.Fatal(err)
 		}
 		var failed []int
-		row, err := measureFidelity(p, samples, 7, epochs, func(i int, _ error) { failed = append(failed, i) })
+		row, crops, err := measureFidelity(p, samples, 7, epochs, func(i int, _ error) { failed = append(failed, i) })
 		if err != nil {
 			t.Fatal(err)
+		}
+		// One crop per sample and epoch that went through, in order, whose
+		// PSNRs and sizes make the row's means.
+		if len(crops) != row.Samples {
+			t.Fatalf("%s: %d crops listed, the row counts %d", name, len(crops), row.Samples)
+		}
+		var sumPSNR, sumBytes float64
+		for k, c := range crops {
+			if c.Sample != k/epochs || c.Epoch != uint64(k%epochs) {
+				t.Errorf("%s: crop %d is sample %d epoch %d; want %d, %d", name, k, c.Sample, c.Epoch, k/epochs, k%epochs)
+			}
+			sumPSNR += c.PSNR
+			sumBytes += float64(c.JPEGBytes)
+		}
+		if n := float64(len(crops)); math.Abs(sumPSNR/n-row.MeanPSNR) > 1e-9 || math.Abs(sumBytes/n-row.MeanJPEGBytes) > 1e-9 {
+			t.Errorf("%s: crops' means %.4f dB, %.1f bytes; the row's %.4f, %.1f", name, sumPSNR/n, sumBytes/n, row.MeanPSNR, row.MeanJPEGBytes)
 		}
 		t.Logf("%s: %+v", name, row)
 		if row.Samples != 4*epochs || row.Failed != 1 || len(failed) != 1 || failed[0] != 4 {
@@ -74,7 +90,7 @@ func TestMeasureFidelity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := measureFidelity(p, samples, 7, 1, func(int, error) {}); !errors.Is(err, errNoRoundTrip) {
+	if _, _, err := measureFidelity(p, samples, 7, 1, func(int, error) {}); !errors.Is(err, errNoRoundTrip) {
 		t.Errorf("imagenet-train: %v, want errNoRoundTrip", err)
 	}
 }
