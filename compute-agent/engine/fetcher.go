@@ -417,7 +417,7 @@ func (s *stripe) send(ctx, epochCtx context.Context, stream dataplanepb.Storage_
 				req.Priority, req.CostNs = e.runPlan().Hint(r.Sample)
 			}
 			if req.Fallback {
-				req.HorizonNs = e.horizon()
+				req.HorizonNs, req.RawExtraNs = e.horizon(), e.rawExtra(r.Sample, r.Est)
 			}
 		}
 		if first || (!piped && r.Split != 0) {

@@ -502,15 +502,30 @@ func LocalKind(err error) string {
 // positions not yet received over the larger of the planner's link rate
 // and the rate measured so far this epoch. 0 when no rate is known yet.
 func (e *Epoch) horizon() uint64 {
+	return e.linkNS(e.left.Load())
+}
+
+// rawExtra is how much longer the link would be busy if an offload whose
+// wire bytes are estimated at est were answered raw, in ns
+// (FetchRequest.raw_extra_ns): the raw file's wire bytes beyond est over
+// the same rate as the horizon's. 0 when no rate is known or the raw
+// answer is not larger.
+func (e *Epoch) rawExtra(sample uint64, est int64) uint64 {
+	return e.linkNS(e.cfg.Sizes.Estimate(0, e.cat.RawSizes[sample]) - est)
+}
+
+// linkNS is how long the link takes for n bytes, in ns, at the larger of
+// the planner's link rate and the rate measured so far this epoch (after
+// its first 500 ms); 0 when no rate is known or n <= 0.
+func (e *Epoch) linkNS(n int64) uint64 {
 	rate := e.linkRate
 	if el := e.cfg.Now().Sub(e.start); el > 500*time.Millisecond {
 		rate = max(rate, float64(e.bytesReceived.Load())/el.Seconds())
 	}
-	left := e.left.Load()
-	if rate <= 0 || left <= 0 {
+	if rate <= 0 || n <= 0 {
 		return 0
 	}
-	return uint64(float64(left) / rate * 1e9)
+	return uint64(float64(n) / rate * 1e9)
 }
 
 var _ trainer.Epoch = (*Epoch)(nil)

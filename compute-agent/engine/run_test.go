@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sophon-dl/sophon/compute-agent/catalog"
 	"github.com/sophon-dl/sophon/compute-agent/schedule"
+	"github.com/sophon-dl/sophon/ops"
 )
 
 // TestHorizon: an offload's horizon is the epoch's bytes left over the
@@ -30,6 +32,37 @@ func TestHorizon(t *testing.T) {
 	e.bytesReceived.Store(0)
 	if h := e.horizon(); h != 0 {
 		t.Fatalf("horizon %v with no rate known", time.Duration(h))
+	}
+}
+
+// TestRawExtra: a raw answer's extra link time is the raw file's wire
+// bytes beyond the offload's estimate, at the horizon's rate; none when
+// the raw answer is no larger or no rate is known.
+func TestRawExtra(t *testing.T) {
+	p, err := ops.Preset("imagenet-train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(100, 0)
+	e := &Epoch{cfg: &Config{Now: func() time.Time { return now }, Sizes: schedule.NewSizeModel(p)},
+		cat: &catalog.Catalog{RawSizes: []uint64{1_000_000, 10_000}}, linkRate: 1e6, start: now}
+	raw := e.cfg.Sizes.Estimate(0, 1_000_000)
+	if x := e.rawExtra(0, 200_000); x != uint64(raw-200_000)*1000 {
+		t.Fatalf("raw extra %v, want %v: (%d - 200000) bytes at 1 MB/s", time.Duration(x), time.Duration(uint64(raw-200_000)*1000), raw)
+	}
+	if x := e.rawExtra(1, 200_000); x != 0 {
+		t.Fatalf("raw extra %v for a raw file smaller than the offload", time.Duration(x))
+	}
+	// 4 MB in 2 s measured: the extra halves with the rate.
+	now = now.Add(2 * time.Second)
+	e.bytesReceived.Store(4_000_000)
+	if x := e.rawExtra(0, 200_000); x != uint64(raw-200_000)*500 {
+		t.Fatalf("raw extra %v at the measured 2 MB/s, want %v", time.Duration(x), time.Duration(uint64(raw-200_000)*500))
+	}
+	e.linkRate = 0
+	e.bytesReceived.Store(0)
+	if x := e.rawExtra(0, 200_000); x != 0 {
+		t.Fatalf("raw extra %v with no rate known", time.Duration(x))
 	}
 }
 

@@ -454,7 +454,15 @@ type FetchRequest struct {
 	// planned bytes over the link rate). An offload the agent cannot finish
 	// within it would leave the link idle, so it is answered raw. Zero:
 	// unknown (the agent admits the offload).
-	HorizonNs     uint64 `protobuf:"varint,13,opt,name=horizon_ns,json=horizonNs,proto3" json:"horizon_ns,omitempty"`
+	HorizonNs uint64 `protobuf:"varint,13,opt,name=horizon_ns,json=horizonNs,proto3" json:"horizon_ns,omitempty"`
+	// With fallback: how much longer, in nanoseconds, the link would be busy
+	// if this offload were answered raw (the raw file's bytes beyond the
+	// offload's, over the link rate). A raw answer only shortens the epoch
+	// when the link would otherwise wait on the offload for longer than
+	// that, so the agent answers raw only past horizon_ns (scaled by the
+	// request's rank) plus this. Zero: unknown. The agent bounds it by its
+	// op timeout.
+	RawExtraNs    uint64 `protobuf:"varint,14,opt,name=raw_extra_ns,json=rawExtraNs,proto3" json:"raw_extra_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -576,6 +584,13 @@ func (x *FetchRequest) GetCostNs() uint64 {
 func (x *FetchRequest) GetHorizonNs() uint64 {
 	if x != nil {
 		return x.HorizonNs
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetRawExtraNs() uint64 {
+	if x != nil {
+		return x.RawExtraNs
 	}
 	return 0
 }
@@ -1121,7 +1136,7 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\fpaths_digest\x18\b \x01(\fR\vpathsDigest\x12\x14\n" +
 	"\x05paths\x18\t \x03(\fR\x05paths\x12!\n" +
 	"\fjpeg_headers\x18\n" +
-	" \x01(\fR\vjpegHeaders\"\xf2\x02\n" +
+	" \x01(\fR\vjpegHeaders\"\x94\x03\n" +
 	"\fFetchRequest\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\x04R\x03tag\x12\x16\n" +
 	"\x06sample\x18\x02 \x01(\x04R\x06sample\x12\x14\n" +
@@ -1138,7 +1153,9 @@ const file_proto_dataplanepb_dataplane_proto_rawDesc = "" +
 	"\bpriority\x18\v \x01(\rR\bpriority\x12\x17\n" +
 	"\acost_ns\x18\f \x01(\x04R\x06costNs\x12\x1d\n" +
 	"\n" +
-	"horizon_ns\x18\r \x01(\x04R\thorizonNs\"[\n" +
+	"horizon_ns\x18\r \x01(\x04R\thorizonNs\x12 \n" +
+	"\fraw_extra_ns\x18\x0e \x01(\x04R\n" +
+	"rawExtraNs\"[\n" +
 	"\vSampleError\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.sophon.dataplane.v1.ErrorKindR\x04kind\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\x8c\x02\n" +

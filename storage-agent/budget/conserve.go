@@ -39,6 +39,14 @@ import (
 // where q is the share of the last priorityMemory requests' priorities
 // below its own. The least efficient offloads are answered raw first, at
 // half their horizon; the most efficient run up to theirs.
+//
+// A raw answer is not free either: it puts the file's bytes beyond the
+// offload's on the link (FetchRequest.raw_extra_ns, that many ns of link
+// time). It only shortens the epoch when the link would otherwise wait on
+// the offload for longer than that, so the limit is the scaled horizon
+// plus the request's extra link time: near an epoch's end, where the
+// horizon has run down, a large file's offload runs unless its CPU is
+// further behind than sending the file would take.
 
 const (
 	// defaultOffloadCost is an offload's estimated CPU before any has
@@ -102,16 +110,18 @@ func (c *Conserver) rankLocked(p uint32) float64 {
 }
 
 // Admit decides whether an offload of the given priority, estimated cost
-// (0: unknown) and horizon (0: unknown) runs in the budget (true, with the
+// (0: unknown), horizon (0: unknown) and extra link time of a raw answer
+// (0: unknown; clamped like the cost) runs in the budget (true, with the
 // estimate now counted in the backlog) or is answered raw (false).
-func (c *Conserver) Admit(priority uint32, costNS, horizonNS uint64) (bool, float64) {
+func (c *Conserver) Admit(priority uint32, costNS, horizonNS, rawExtraNS uint64) (bool, float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	est := c.estimate(costNS)
 	q := c.rankLocked(priority)
 	if horizonNS > 0 {
 		finish := c.slowdown * (c.backlog + est) / float64(c.workers)
-		if finish > float64(horizonNS)*(0.5+0.5*q) {
+		extra := min(float64(rawExtraNS), float64(c.maxCost))
+		if finish > float64(horizonNS)*(0.5+0.5*q)+extra {
 			return false, 0
 		}
 	}

@@ -603,7 +603,7 @@ func (s *server) receive(ctx context.Context, stream grpc.BidiStreamingServer[da
 			}
 		}
 		if !isRaw(req) && req.GetFallback() {
-			ok, est := s.wc.Admit(req.GetPriority(), req.GetCostNs(), req.GetHorizonNs())
+			ok, est := s.wc.Admit(req.GetPriority(), req.GetCostNs(), req.GetHorizonNs(), req.GetRawExtraNs())
 			if ok {
 				j.est = est
 			} else {
