@@ -79,6 +79,27 @@ func TestWorkConservingFallback(t *testing.T) {
 		t.Fatal("no offload was answered raw although each took 30x its estimate")
 	}
 	t.Logf("%d of %d offloads with fallback answered raw", contended, len(reqs)/4)
+
+	// The same agent: against a horizon of 1 ms, which the second offload
+	// in the backlog already misses, offloads whose raw answer would hold
+	// the link longer than they can wait (raw_extra_ns, an hour, clamped
+	// to the op timeout) all run.
+	var late []*dataplanepb.FetchRequest
+	for s := range uint64(goodSamples) {
+		late = append(late, &dataplanepb.FetchRequest{
+			Tag: uint64(len(late)), Sample: s, Epoch: 9, Seed: 7, Split: 2, PipelineId: p.ID(), Fallback: true,
+			Priority: uint32(s), CostNs: uint64(time.Millisecond), HorizonNs: uint64(time.Millisecond),
+			RawExtraNs: uint64(time.Hour),
+		})
+	}
+	for tag, resp := range fetchAll(t, a.client, late) {
+		if resp.Error != nil {
+			t.Fatalf("tag %d: %v", tag, resp.Error)
+		}
+		if resp.Served != dataplanepb.Served_SERVED_AS_REQUESTED {
+			t.Errorf("tag %d: served %v although its raw answer would take longer than its wait", tag, resp.Served)
+		}
+	}
 }
 
 // TestFetchCut: the JPEG-domain crop. Each sample comes back cut (or, when
